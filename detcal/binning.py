@@ -9,12 +9,41 @@ Two families:
 * Bins over sigma: ``equal_count`` (Levi et al.: sort by sigma, split into B
   consecutive groups of equal size, the first ``S mod B`` groups one larger)
   and ``equal_width`` over ``[min sigma, max sigma]`` (netcal).
+
+Edge rules for the equal-width cells (``edges``):
+
+* ``"floor"`` (default): bin ``floor(v * B)`` computed in floating point,
+  ``1.0`` in the last bin. A decimal score such as ``0.6`` lands in
+  ``[0.6, 0.8)`` for ``B = 5``, as a reader expects.
+* ``"netcal"``: netcal 1.4.0 exactly: every feature (confidence included) is
+  first clipped to ``[eps, 1 - eps]`` (``eps`` of float64) and binned against
+  ``np.linspace(0, 1, B + 1)`` with ``searchsorted(side="right")``
+  (``np.histogramdd``). The two rules differ only for values lying on an edge
+  up to rounding (e.g. ``0.6`` with ``B = 5``: ``linspace`` gives the edge
+  ``0.6000000000000001``, so netcal puts ``0.6`` in ``[0.4, 0.6)``).
+
+Mergeable sufficient statistics (:class:`CellStats`, torchmetrics style):
+``cell_stats`` is the ``_update`` stage (per-cell sums of one chunk of
+samples), ``+`` merges chunks, and the metrics in :mod:`detcal.metrics`
+are the ``_compute`` stage. Integer counts are int64; the float sums are
+accumulated in exact fixed point (three int64 words of 18 bits, resolution
+``2**-54`` of the value range, i.e. ``5.6e-17`` for a probability), so that
+merging is integer addition: associative, order-free and bitwise identical to
+the one-shot computation, whatever the chunking.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
+
+from detcal.errors import DetcalInputError
+
+EDGE_RULES: tuple[str, ...] = ("floor", "netcal")
+"""Edge rules of the equal-width cells over [0, 1] (see the module docstring)."""
+
+_EPS = float(np.finfo(np.float64).eps)
 
 
 def normalise_bins(bins: int | Sequence[int], n_features: int) -> tuple[int, ...]:
@@ -30,24 +59,35 @@ def normalise_bins(bins: int | Sequence[int], n_features: int) -> tuple[int, ...
     return b
 
 
-def feature_bin_index(values: np.ndarray, n_bins: int) -> np.ndarray:
-    """Equal-width bin of each value in [0, 1]: ``floor(v * B)``, with 1.0 in the last bin."""
+def feature_bin_index(values: np.ndarray, n_bins: int, edges: str = "floor") -> np.ndarray:
+    """Equal-width bin of each value in [0, 1]: ``floor(v * B)``, with 1.0 in the last bin.
+
+    ``edges="netcal"``: ``searchsorted(linspace(0, 1, B + 1), clip(v, eps, 1 - eps),
+    side="right") - 1`` (netcal 1.4.0 / ``np.histogramdd``). Bins are half-open
+    ``[a, b)``, the last one closed, under both rules.
+    """
     v = np.asarray(values, dtype=np.float64)
-    idx = np.floor(v * n_bins).astype(np.int64)
+    if edges == "floor":
+        idx = np.floor(v * n_bins).astype(np.int64)
+    elif edges == "netcal":
+        grid = np.linspace(0.0, 1.0, n_bins + 1)
+        idx = np.searchsorted(grid, np.clip(v, _EPS, 1.0 - _EPS), side="right").astype(np.int64) - 1
+    else:
+        raise ValueError(f"edges must be one of {EDGE_RULES}, got {edges!r}")
     return np.clip(idx, 0, n_bins - 1)
 
 
-def cell_index(features: np.ndarray, bins: int | Sequence[int]) -> tuple[np.ndarray, int]:
+def cell_index(features: np.ndarray, bins: int | Sequence[int], edges: str = "floor") -> tuple[np.ndarray, int]:
     """Flat cell index [S] of each sample over features [S,F] in [0, 1], and the cell count.
 
     Cells are the product grid of equal-width bins per feature, flattened in
-    C order (``np.ravel_multi_index``).
+    C order (``np.ravel_multi_index``); ``edges`` as :func:`feature_bin_index`.
     """
     x = np.asarray(features, dtype=np.float64)
     if x.ndim == 1:
         x = x[:, None]
     b = normalise_bins(bins, x.shape[1])
-    per = np.stack([feature_bin_index(x[:, f], b[f]) for f in range(x.shape[1])], axis=0)
+    per = np.stack([feature_bin_index(x[:, f], b[f], edges) for f in range(x.shape[1])], axis=0)
     flat = np.ravel_multi_index(tuple(per), b) if len(x) else np.zeros(0, np.int64)
     return np.asarray(flat, dtype=np.int64), int(np.prod(b))
 
@@ -85,3 +125,351 @@ def equal_width_bins(values: np.ndarray, n_bins: int, lo: float | None = None, h
         return np.zeros(len(v), dtype=np.int64)
     idx = np.floor((v - lo) / (hi - lo) * n_bins).astype(np.int64)
     return np.clip(idx, 0, n_bins - 1)
+
+
+# ---------------------------------------------------------------------------
+# Mergeable sufficient statistics per cell
+# ---------------------------------------------------------------------------
+
+NLL_CLIP: float = 1e-12
+"""p is clipped to [NLL_CLIP, 1 - NLL_CLIP] inside the log-loss (METRICS.md section 3)."""
+
+_FX_BITS = 18
+_FX_MASK = (1 << _FX_BITS) - 1
+_FX_TOTAL = 3 * _FX_BITS  # 54 bits: finer than the 53-bit float64 mantissa
+_MAX_SAMPLES = 1 << 34  # per-call bincount partial sums of 18-bit words stay exact below 2**53
+
+FLOAT_STATS: dict[str, int] = {
+    "sum_p0": 0,  # sum of p over unmatched samples (y = 0); value range [0, 1] -> log2 max 0
+    "sum_p1": 0,  # sum of p over matched samples (y = 1)
+    "sum_p2": 0,  # sum of p^2
+    "sum_se": 0,  # sum of (p - y)^2 (Brier)
+    "sum_nll": 5,  # sum of -[y log p + (1-y) log(1-p)], p clipped; <= -log(1e-12) = 27.6 < 2**5
+}
+"""Float statistics of :class:`CellStats` and log2 of their per-sample maximum."""
+
+
+def _fx_words(x: np.ndarray, log2_max: int) -> np.ndarray:
+    """Exact fixed-point words [S,3] of values ``0 <= x <= 2**log2_max``.
+
+    ``q = rint(x * 2**(54 - m))`` (an integer <= 2**54, exact: the scaling is a
+    power of two) split into three 18-bit words (high first).
+    """
+    q = np.rint(np.ldexp(np.asarray(x, dtype=np.float64), _FX_TOTAL - log2_max)).astype(np.int64)
+    return np.stack([q >> (2 * _FX_BITS), (q >> _FX_BITS) & _FX_MASK, q & _FX_MASK], axis=-1)
+
+
+def _fx_value(words: np.ndarray, log2_max: int) -> np.ndarray:
+    """Float value [...] of summed fixed-point words [...,3] (deterministic: fixed order)."""
+    w = np.asarray(words, dtype=np.float64)
+    return (
+        np.ldexp(w[..., 0], log2_max - _FX_BITS)
+        + np.ldexp(w[..., 1], log2_max - 2 * _FX_BITS)
+        + np.ldexp(w[..., 2], log2_max - 3 * _FX_BITS)
+    )
+
+
+class CellSums(NamedTuple):
+    """Float per-cell sums [..., C] (weighted or plain): what every metric is computed from.
+
+    ``count`` N_c, ``sum_y`` (matched), ``sum_p`` = ``sum_p0 + sum_p1``,
+    ``sum_p0``/``sum_p1`` sum of p over unmatched/matched samples,
+    ``sum_p2`` sum of p^2, ``sum_se`` sum of (p - y)^2, ``sum_nll`` sum of the
+    clipped log-loss. Bootstrap replicates are CellSums with float counts.
+    """
+
+    count: np.ndarray
+    sum_y: np.ndarray
+    sum_p: np.ndarray
+    sum_p0: np.ndarray
+    sum_p1: np.ndarray
+    sum_p2: np.ndarray
+    sum_se: np.ndarray
+    sum_nll: np.ndarray
+
+    def total(self) -> "CellSums":
+        """Sums over the cell axis, keeping it with length 1: [..., 1]."""
+        return CellSums(*(np.sum(a, axis=-1, keepdims=True) for a in self))
+
+
+@dataclass(frozen=True, eq=False)
+class CellStats:
+    """Mergeable sufficient statistics of binary-confidence calibration per cell.
+
+    Shapes: ``count [..., C]`` and ``sum_y [..., C]`` int64; ``fixed[name]
+    [..., C, 3]`` int64 fixed-point words of each float statistic of
+    :data:`FLOAT_STATS`; the leading axes (e.g. one per class) are optional.
+    ``bins`` are the per-feature bin counts (C = prod(bins); feature 0 is the
+    confidence), ``edges`` the edge rule. Merge by ``a + b`` (exact integer
+    addition). The float sums are the properties ``sum_p``, ``sum_p0``,
+    ``sum_p1``, ``sum_p2``, ``sum_se``, ``sum_nll``; :meth:`sums` gives all.
+    """
+
+    bins: tuple[int, ...]
+    edges: str
+    count: np.ndarray
+    sum_y: np.ndarray
+    fixed: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def n_cells(self) -> int:
+        return int(np.prod(self.bins))
+
+    @property
+    def n(self) -> np.ndarray:
+        """Samples N [...] (int64)."""
+        return self.count.sum(axis=-1)
+
+    def _value(self, name: str) -> np.ndarray:
+        return _fx_value(self.fixed[name], FLOAT_STATS[name])
+
+    @property
+    def sum_p(self) -> np.ndarray:
+        return _fx_value(self.fixed["sum_p0"] + self.fixed["sum_p1"], 0)
+
+    @property
+    def sum_p0(self) -> np.ndarray:
+        return self._value("sum_p0")
+
+    @property
+    def sum_p1(self) -> np.ndarray:
+        return self._value("sum_p1")
+
+    @property
+    def sum_p2(self) -> np.ndarray:
+        return self._value("sum_p2")
+
+    @property
+    def sum_se(self) -> np.ndarray:
+        return self._value("sum_se")
+
+    @property
+    def sum_nll(self) -> np.ndarray:
+        return self._value("sum_nll")
+
+    def sums(self) -> CellSums:
+        """Float view [..., C] of the statistics."""
+        return CellSums(
+            self.count.astype(np.float64), self.sum_y.astype(np.float64), self.sum_p,
+            self.sum_p0, self.sum_p1, self.sum_p2, self.sum_se, self.sum_nll,
+        )
+
+    def total(self) -> "CellStats":
+        """Exact sums over the cells: a one-cell CellStats [..., 1] (for the cell-free metrics)."""
+        return CellStats(
+            bins=(1,), edges=self.edges,
+            count=self.count.sum(axis=-1, keepdims=True), sum_y=self.sum_y.sum(axis=-1, keepdims=True),
+            fixed={k: v.sum(axis=-2, keepdims=True) for k, v in self.fixed.items()},
+        )
+
+    def sum_groups(self) -> "CellStats":
+        """Exact sums over the leading group axis 0: [G, ..., C] -> [..., C]."""
+        return CellStats(
+            bins=self.bins, edges=self.edges, count=self.count.sum(axis=0), sum_y=self.sum_y.sum(axis=0),
+            fixed={k: v.sum(axis=0) for k, v in self.fixed.items()},
+        )
+
+    def __add__(self, other: "CellStats") -> "CellStats":
+        if not isinstance(other, CellStats):
+            return NotImplemented
+        if self.bins != other.bins or self.edges != other.edges or self.count.shape != other.count.shape:
+            raise ValueError(
+                f"cannot merge CellStats with bins {self.bins}/{other.bins}, edges {self.edges}/{other.edges}, "
+                f"shapes {self.count.shape}/{other.count.shape}"
+            )
+        return CellStats(
+            bins=self.bins, edges=self.edges, count=self.count + other.count, sum_y=self.sum_y + other.sum_y,
+            fixed={k: self.fixed[k] + other.fixed[k] for k in FLOAT_STATS},
+        )
+
+    @classmethod
+    def merge(cls, parts: Sequence["CellStats"]) -> "CellStats":
+        """Sum of a non-empty sequence of compatible CellStats."""
+        if len(parts) == 0:
+            raise ValueError("CellStats.merge needs at least one part")
+        out = parts[0]
+        for part in parts[1:]:
+            out = out + part
+        return out
+
+    def equals(self, other: "CellStats") -> bool:
+        """Bitwise equality of every statistic (and the same grid)."""
+        return (
+            self.bins == other.bins and self.edges == other.edges
+            and np.array_equal(self.count, other.count) and np.array_equal(self.sum_y, other.sum_y)
+            and all(np.array_equal(self.fixed[k], other.fixed[k]) for k in FLOAT_STATS)
+        )
+
+
+def _bad(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+def validate_sample(
+    p: Any, y: Any, features: Any = None, *, file: Any = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Checked ``p [S]`` float64 in [0, 1], ``y [S]`` bool, ``features [S,F]`` float64 in [0, 1] (or None).
+
+    Raises :class:`DetcalInputError` naming the first bad record and the field.
+    """
+    p_arr = np.asarray(p, dtype=np.float64)
+    if p_arr.ndim != 1:
+        raise DetcalInputError(f"confidence must be 1-D [S], got shape {p_arr.shape}", file=file, field="p")
+    bad = ~np.isfinite(p_arr) | (p_arr < 0.0) | (p_arr > 1.0)
+    if bad.any():
+        i = _bad(bad)
+        raise DetcalInputError(f"confidence must be finite and in [0, 1], got {p_arr[i]!r}", file=file, record=i, field="p")
+    y_raw = np.asarray(y)
+    if y_raw.shape != p_arr.shape:
+        raise DetcalInputError(f"y has shape {y_raw.shape}, expected {p_arr.shape} like p", file=file, field="y")
+    if y_raw.dtype != np.bool_:
+        if y_raw.size and not np.issubdtype(y_raw.dtype, np.number):
+            raise DetcalInputError(f"y must be bool or 0/1, got dtype {y_raw.dtype}", file=file, field="y")
+        bad = (y_raw != 0) & (y_raw != 1)
+        if bad.any():
+            i = _bad(bad)
+            raise DetcalInputError(f"y must be 0 or 1 (matched flag), got {y_raw[i]!r}", file=file, record=i, field="y")
+    y_arr = y_raw.astype(bool)
+    if features is None:
+        return p_arr, y_arr, None
+    f_arr = np.asarray(features, dtype=np.float64)
+    if f_arr.ndim == 1:
+        f_arr = f_arr[:, None]
+    if f_arr.ndim != 2 or f_arr.shape[0] != p_arr.shape[0]:
+        raise DetcalInputError(
+            f"features must be [S,F] with S={p_arr.shape[0]}, got shape {f_arr.shape}", file=file, field="features"
+        )
+    bad = ~np.isfinite(f_arr) | (f_arr < 0.0) | (f_arr > 1.0)
+    if bad.any():
+        i, j = np.argwhere(bad)[0]
+        raise DetcalInputError(
+            f"relative box feature {j} must be finite and in [0, 1] (clip with detcal.boxes.relative_features), "
+            f"got {f_arr[i, j]!r}", file=file, record=int(i), field=f"features[:, {j}]",
+        )
+    return p_arr, y_arr, f_arr
+
+
+def sample_terms(p: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-sample values [S] of each float statistic of :data:`FLOAT_STATS`.
+
+    NLL term ``-[y log p + (1-y) log(1-p)]`` with p clipped to
+    ``[1e-12, 1 - 1e-12]``, applied as ``max(p, 1e-12)`` and ``max(1 - p,
+    1e-12)`` so that both ends clip to exactly ``-log(1e-12)`` (the float
+    ``1 - 1e-12`` is not exact); squared error ``(p - y)^2``.
+    """
+    yf = y.astype(np.float64)
+    low1 = (1.0 - p) < NLL_CLIP
+    term0 = np.where(low1, -np.log(NLL_CLIP), -np.log1p(-np.where(low1, 0.0, p)))
+    term1 = -np.log(np.maximum(p, NLL_CLIP))
+    return {
+        "sum_p0": np.where(y, 0.0, p),
+        "sum_p1": np.where(y, p, 0.0),
+        "sum_p2": p * p,
+        "sum_se": (p - yf) ** 2,
+        "sum_nll": np.where(y, term1, term0),
+    }
+
+
+def sample_cells(
+    p: np.ndarray, features: np.ndarray | None, bins: int | Sequence[int], edges: str = "floor"
+) -> tuple[np.ndarray, tuple[int, ...], np.ndarray]:
+    """Cell [S] of each sample over (p, features...), the bin tuple, and the p actually used.
+
+    Under ``edges="netcal"`` the confidence is clipped to [eps, 1 - eps]
+    (netcal clips the values it averages too); otherwise p is returned as is.
+    """
+    if edges not in EDGE_RULES:
+        raise DetcalInputError(f"edges must be one of {EDGE_RULES}, got {edges!r}", field="edges")
+    grid = p[:, None] if features is None else np.concatenate([p[:, None], features], axis=1)
+    try:
+        b = normalise_bins(bins, grid.shape[1])
+    except (ValueError, TypeError) as exc:
+        raise DetcalInputError(
+            f"{exc} (bins is an int or one count per feature, confidence first)", field="bins"
+        ) from None
+    cell, _ = cell_index(grid, b, edges)
+    p_used = np.clip(p, _EPS, 1.0 - _EPS) if edges == "netcal" else p
+    return cell, b, p_used
+
+
+def cell_stats(
+    p: Any,
+    y: Any,
+    features: Any = None,
+    bins: int | Sequence[int] = 15,
+    *,
+    edges: str = "floor",
+    groups: Any = None,
+    n_groups: int | None = None,
+) -> CellStats:
+    """The ``_update`` stage: per-cell sufficient statistics of one chunk of samples.
+
+    Cells: equal-width bins over (p, features[:, 0], ...) in [0, 1], bins int
+    or per-feature (confidence first), product grid (METRICS.md section 3).
+    Per cell c: ``N_c``, ``sum y``, ``sum p`` (over y = 0 and y = 1), ``sum p^2``,
+    ``sum (p - y)^2``, ``sum NLL``. With ``groups [S]`` in ``[0, n_groups)``
+    (e.g. class index), the result has a leading axis: ``[n_groups, C]``.
+
+    ``cell_stats(a) + cell_stats(b)`` is bitwise equal to ``cell_stats(a ++ b)``.
+    """
+    p_arr, y_arr, f_arr = validate_sample(p, y, features)
+    if len(p_arr) >= _MAX_SAMPLES:
+        raise DetcalInputError(f"at most {_MAX_SAMPLES - 1} samples per cell_stats call; merge chunks", field="p")
+    cell, b, p_used = sample_cells(p_arr, f_arr, bins, edges)
+    n_cells = int(np.prod(b))
+    lead: tuple[int, ...] = ()
+    key = cell
+    if groups is not None:
+        g = np.asarray(groups)
+        if g.shape != p_arr.shape or (g.size and not np.issubdtype(g.dtype, np.integer)):
+            raise DetcalInputError(f"groups must be an integer array [S], got {g.dtype} {g.shape}", field="groups")
+        if n_groups is None:
+            n_groups = int(g.max()) + 1 if g.size else 0
+        bad = (g < 0) | (g >= n_groups)
+        if bad.any():
+            i = _bad(bad)
+            raise DetcalInputError(f"group {g[i]} outside [0, {n_groups})", record=i, field="groups")
+        key = g.astype(np.int64) * n_cells + cell
+        lead = (int(n_groups),)
+    size = int(np.prod(lead, dtype=np.int64)) * n_cells
+    shape = lead + (n_cells,)
+    count = np.bincount(key, minlength=size).astype(np.int64).reshape(shape)
+    sum_y = np.bincount(key[y_arr], minlength=size).astype(np.int64).reshape(shape)
+    fixed: dict[str, np.ndarray] = {}
+    for name, values in sample_terms(p_used, y_arr).items():
+        words = _fx_words(values, FLOAT_STATS[name])
+        acc = np.stack(
+            [np.bincount(key, weights=words[:, k].astype(np.float64), minlength=size) for k in range(3)], axis=-1
+        )
+        fixed[name] = np.rint(acc).astype(np.int64).reshape(shape + (3,))
+    return CellStats(bins=b, edges=edges, count=count, sum_y=sum_y, fixed=fixed)
+
+
+def pair_sums(
+    group_index: np.ndarray,
+    p: Any,
+    y: Any,
+    features: Any = None,
+    bins: int | Sequence[int] = 15,
+    *,
+    edges: str = "floor",
+) -> tuple[np.ndarray, np.ndarray, CellSums, int]:
+    """Float sums per occupied (group, cell) pair, for the bootstrap over images.
+
+    Returns ``(pair_group [P], pair_cell [P], sums [P], n_cells)``, pairs
+    sorted by (group, cell); ``group_index [S]`` in ``[0, n_groups)``.
+    """
+    p_arr, y_arr, f_arr = validate_sample(p, y, features)
+    cell, b, p_used = sample_cells(p_arr, f_arr, bins, edges)
+    n_cells = int(np.prod(b))
+    key = np.asarray(group_index, dtype=np.int64) * n_cells + cell
+    uniq, inv = np.unique(key, return_inverse=True)
+    n_pairs = len(uniq)
+    count = np.bincount(inv, minlength=n_pairs).astype(np.float64)
+    sum_y = np.bincount(inv, weights=y_arr.astype(np.float64), minlength=n_pairs)
+    terms = {k: np.bincount(inv, weights=v, minlength=n_pairs) for k, v in sample_terms(p_used, y_arr).items()}
+    sums = CellSums(
+        count, sum_y, terms["sum_p0"] + terms["sum_p1"], terms["sum_p0"], terms["sum_p1"],
+        terms["sum_p2"], terms["sum_se"], terms["sum_nll"],
+    )
+    return uniq // n_cells, uniq % n_cells, sums, n_cells

@@ -1,0 +1,669 @@
+"""Confidence-calibration metrics for detection (METRICS.md section 3), numpy only.
+
+Sample: the non-ignored detections at one IoU threshold; ``p [S]`` the score
+in [0, 1], ``y [S]`` the matched flag (precision target), optional
+``features [S,F]`` the relative box features (cx, cy, w, h in [0, 1], from
+:func:`detcal.boxes.relative_features`), optional ``category [S]``.
+
+Cells: equal-width bins over (p, features...), half-open ``[a, b)`` with the
+last closed, ``bins`` an int or one count per feature (confidence first),
+product grid (:func:`detcal.binning.cell_index`). Per cell c: ``N_c``,
+``prec(c) = mean y``, ``conf(c) = mean p``, ``gap(c) = |prec(c) - conf(c)|``.
+A cell is *occupied* when ``N_c > 0`` and *kept* when ``N_c >=
+sample_threshold`` (and occupied).
+
+Sparse-cell policy (always reported in ``variant`` and ``params``):
+
+* ``"drop"`` (default): non-kept cells leave numerator and denominator,
+  ``N_kept = sum_kept N_c`` replaces ``N``; the dropped sample fraction is in
+  ``extra["dropped_fraction"]``.
+* ``"netcal"``: netcal 1.4.0: non-kept cells count with gap 0 but their
+  samples stay in ``N``. This variant also copies netcal's binning exactly
+  (features clipped to ``[eps, 1-eps]``, ``np.linspace`` edges; see
+  :mod:`detcal.binning`), so that it reproduces netcal's numbers.
+
+Every metric is computed in two stages (torchmetrics style): the ``_update``
+stage :func:`detcal.binning.cell_stats` returns mergeable per-cell sums
+(:class:`~detcal.binning.CellStats`), and :meth:`ConfidenceMetric.values`
+turns sums ``[..., C]`` into values ``[...]`` (vectorised over leading axes:
+classes, bootstrap replicates). The public functions (:func:`ece`,
+:func:`dece`, ...) are thin wrappers; :func:`confidence_metrics` computes the
+default suite from shared statistics.
+
+Results are :class:`detcal.types.MetricResult`; an empty sample or an
+undefined quantity gives ``value = NaN`` with ``extra["note"]``, never an
+exception.
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Sequence
+
+import numpy as np
+
+from detcal.binning import CellStats, CellSums, cell_stats, normalise_bins, pair_sums
+from detcal.errors import DetcalInputError
+from detcal.types import MetricResult
+
+POLICIES: tuple[str, ...] = ("drop", "netcal")
+"""Sparse-cell policies."""
+
+BINNED_METRICS: tuple[str, ...] = ("ece", "ece_q", "mce", "dece", "homogeneity", "outliers")
+"""Metrics defined over cells."""
+
+CELL_FREE_METRICS: tuple[str, ...] = ("nll", "brier", "sharpness", "overconfidence", "underconfidence")
+"""Metrics defined over the whole sample (computed from the cell sums summed over cells)."""
+
+HOMOGENEITY_RATINGS: tuple[tuple[float, str], ...] = ((0.02, "good"), (0.05, "fair"), (float("inf"), "poor"))
+"""Rating of the homogeneity (weighted std of gap): the first ``(upper, label)`` with
+``value <= upper``. detcal convention (no published thresholds exist): a gap
+spread of at most 2 points of precision is good, at most 5 fair."""
+
+OUTLIER_RATINGS: tuple[tuple[float, str], ...] = ((0.01, "good"), (0.05, "fair"), (float("inf"), "poor"))
+"""Rating of the outlier sample share (share of kept samples in outlier cells):
+first ``(upper, label)`` with ``share <= upper``. detcal convention: at most 1 %
+of samples in outlier cells is good, at most 5 % fair."""
+
+OUTLIER_TOL: float = 1e-12
+"""A cell is an outlier when ``gap - mean_gap > 2 * std + OUTLIER_TOL`` (the
+tolerance keeps equal gaps from becoming outliers through rounding)."""
+
+SPARSE_RATIO: int = 10
+"""Warn when the number of cells exceeds ``samples / SPARSE_RATIO``."""
+
+
+class SparseCellsWarning(UserWarning):
+    """More cells than samples/10: the binned estimate is dominated by sparse cells."""
+
+
+def _rate(value: float, ratings: tuple[tuple[float, str], ...]) -> str:
+    if not np.isfinite(value):
+        return "undefined"
+    for upper, label in ratings:
+        if value <= upper:
+            return label
+    return ratings[-1][1]  # pragma: no cover - last upper is inf
+
+
+@dataclass(frozen=True)
+class ConfidenceMetric:
+    """One confidence-calibration metric with its parameters; callable as ``m(p, y, features=None)``.
+
+    ``name`` is one of :data:`BINNED_METRICS` or :data:`CELL_FREE_METRICS`;
+    ``bins`` an int or per-feature tuple (confidence first);
+    ``sample_threshold`` the minimum ``N_c`` of a kept cell; ``policy`` the
+    sparse-cell policy; ``q`` the exponent of ECE_q; ``use_features``: whether
+    the box features enter the grid (D-ECE, homogeneity, outliers) or are
+    ignored (ECE on confidence alone).
+
+    The object also provides the stages used by the bootstrap fast path
+    (:mod:`detcal.metrics.bootstrap`): :meth:`grid_key`, :meth:`pair_sums`,
+    :meth:`values`.
+    """
+
+    name: str
+    bins: int | tuple[int, ...] = 15
+    sample_threshold: int = 1
+    policy: str = "drop"
+    q: float = 1.0
+    use_features: bool = False
+
+    def __post_init__(self) -> None:
+        if self.name not in BINNED_METRICS + CELL_FREE_METRICS:
+            raise DetcalInputError(
+                f"unknown confidence metric {self.name!r}; known: {BINNED_METRICS + CELL_FREE_METRICS}", field="name"
+            )
+        if self.policy not in POLICIES:
+            raise DetcalInputError(f"policy must be one of {POLICIES}, got {self.policy!r}", field="policy")
+        if isinstance(self.bins, (bool, float)) or (np.ndim(self.bins) == 0 and not isinstance(self.bins, (int, np.integer))):
+            raise DetcalInputError(f"bins must be an int or a list of ints, got {self.bins!r}", field="bins")
+        bins = int(self.bins) if np.ndim(self.bins) == 0 else tuple(int(b) for b in self.bins)  # type: ignore[union-attr]
+        if min(np.atleast_1d(bins)) < 1:
+            raise DetcalInputError(f"every bin count must be >= 1, got {self.bins!r}", field="bins")
+        object.__setattr__(self, "bins", bins)
+        if int(self.sample_threshold) != self.sample_threshold or self.sample_threshold < 1:
+            raise DetcalInputError(
+                f"sample_threshold must be an integer >= 1, got {self.sample_threshold!r}", field="sample_threshold"
+            )
+        object.__setattr__(self, "sample_threshold", int(self.sample_threshold))
+        if not (np.isfinite(self.q) and self.q >= 1.0):
+            raise DetcalInputError(f"q must be a finite number >= 1, got {self.q!r}", field="q")
+
+    # -- grid -------------------------------------------------------------
+    @property
+    def binned(self) -> bool:
+        return self.name in BINNED_METRICS
+
+    @property
+    def edges(self) -> str:
+        """Edge rule: netcal's under the netcal policy, else ``floor``."""
+        return "netcal" if (self.binned and self.policy == "netcal") else "floor"
+
+    def _grid(self, features: Any) -> tuple[Any, int | tuple[int, ...]]:
+        """Features entering the grid and the bins (a cell-free metric uses one cell)."""
+        if not self.binned:
+            return None, 1
+        if not self.use_features or features is None:
+            return None, self.bins
+        return features, self.bins
+
+    def grid_key(self, p: Any = None, y: Any = None, features: Any = None) -> Hashable:
+        """Metrics with equal keys share their cell statistics (same call shape as ``__call__``)."""
+        f, b = self._grid(features)
+        n_feat = 1 + (0 if f is None else np.shape(f)[1] if np.ndim(f) == 2 else 1)
+        try:
+            return (normalise_bins(b, n_feat), self.edges, f is not None)
+        except ValueError as exc:
+            raise DetcalInputError(f"{exc} (confidence first)", field="bins") from None
+
+    # -- _update ----------------------------------------------------------
+    def stats(self, p: Any, y: Any = None, features: Any = None, *, groups: Any = None, n_groups: int | None = None) -> CellStats:
+        """Per-cell statistics on this metric's grid (:func:`detcal.binning.cell_stats`)."""
+        f, b = self._grid(features)
+        return cell_stats(p, self._y(p, y), f, b, edges=self.edges, groups=groups, n_groups=n_groups)
+
+    def pair_sums(self, group_index: np.ndarray, p: Any, y: Any = None, features: Any = None) -> tuple[np.ndarray, np.ndarray, CellSums, int]:
+        """Float sums per occupied (image, cell) pair (:func:`detcal.binning.pair_sums`)."""
+        f, b = self._grid(features)
+        return pair_sums(group_index, p, self._y(p, y), f, b, edges=self.edges)
+
+    def _y(self, p: Any, y: Any) -> Any:
+        """``y`` (sharpness alone accepts ``None``: it does not use the matched flag)."""
+        if y is None:
+            if self.name != "sharpness":
+                raise DetcalInputError(f"{self.name} needs the matched flags y", field="y")
+            return np.zeros(np.shape(p), dtype=bool)
+        return y
+
+    # -- _compute ---------------------------------------------------------
+    def values(self, sums: CellSums) -> np.ndarray:
+        """Metric values [...] from cell sums [..., C] (NaN where undefined)."""
+        if self.binned:
+            return _binned_values(self.name, _summary(sums, self.sample_threshold, self.policy), self.q)
+        return _cell_free_values(self.name, sums.total())
+
+    def result(self, stats: CellStats) -> MetricResult:
+        """The :class:`MetricResult` of statistics ``stats`` with cell axis only ([C])."""
+        if stats.count.ndim != 1:
+            raise DetcalInputError(f"result() needs stats [C], got {stats.count.shape}; use values()", field="stats")
+        if self.binned:
+            return self._binned_result(stats)
+        return self._cell_free_result(stats)
+
+    def __call__(self, p: Any, y: Any = None, features: Any = None) -> MetricResult:
+        return self.result(self.stats(p, y, features))
+
+    # -- result assembly --------------------------------------------------
+    def _params(self, stats: CellStats) -> dict[str, Any]:
+        params: dict[str, Any] = {"n": int(stats.n)}
+        if self.binned:
+            params.update(
+                bins=list(stats.bins), n_features=len(stats.bins), sample_threshold=self.sample_threshold,
+                policy=self.policy, edges=stats.edges,
+            )
+        if self.name == "ece_q":
+            params["q"] = float(self.q)
+        if self.name == "nll":
+            params["clip"] = 1e-12
+        return params
+
+    def _binned_result(self, stats: CellStats) -> MetricResult:
+        s = stats.sums()
+        summ = _summary(s, self.sample_threshold, self.policy)
+        value = float(_binned_values(self.name, summ, self.q))
+        n = int(stats.n)
+        n_cells = stats.n_cells
+        sparse = int(np.sum(s.count[summ["occupied"] & ~summ["kept"]]))
+        extra: dict[str, Any] = {
+            "cells": n_cells,
+            "occupied_cells": int(summ["occupied"].sum()),
+            "kept_cells": int(summ["kept"].sum()),
+            "n_kept": int(summ["n_kept"]),
+            "sparse_samples": sparse,
+            "sparse_fraction": sparse / n if n else float("nan"),
+            "dropped_fraction": (sparse / n if n else float("nan")) if self.policy == "drop" else 0.0,
+            "sparse_warning": bool(n_cells > n / SPARSE_RATIO),
+        }
+        if n and extra["sparse_warning"]:
+            warnings.warn(
+                f"{self.name}: {n_cells} cells for {n} samples (more than samples/{SPARSE_RATIO}); "
+                "the estimate is dominated by sparse cells, consider fewer bins",
+                SparseCellsWarning, stacklevel=5,
+            )
+        if n == 0:
+            extra["note"] = "empty sample: no detections to evaluate"
+        elif not np.isfinite(value):
+            extra["note"] = f"no cell reaches sample_threshold={self.sample_threshold}"
+        table: dict[str, np.ndarray] = {
+            "count": s.count.astype(np.int64),
+            "precision": summ["prec"],
+            "confidence": summ["conf"],
+            "gap": summ["gap"],
+            "kept": summ["kept"],
+            "bin_index": np.stack(np.unravel_index(np.arange(n_cells), stats.bins), axis=1),
+        }
+        if self.name in ("homogeneity", "outliers"):
+            h = _homogeneity(summ)
+            extra["mean_gap"] = float(h["mean"])
+            extra["std_gap"] = float(h["std"])
+            extra["homogeneity_rating"] = _rate(float(h["std"]), HOMOGENEITY_RATINGS)
+            if self.name == "outliers":
+                out = h["outlier"]
+                extra["outlier_threshold"] = float(h["threshold"])
+                extra["outlier_cells"] = int(out.sum())
+                extra["outlier_samples"] = int(np.sum(s.count[out]))
+                extra["outlier_share"] = value
+                extra["outlier_rating"] = _rate(value, OUTLIER_RATINGS)
+                table["outlier"] = out
+        return MetricResult(
+            name=self.name, value=value, variant=self.policy, params=self._params(stats), table=table, extra=extra
+        )
+
+    def _cell_free_result(self, stats: CellStats) -> MetricResult:
+        value = float(_cell_free_values(self.name, stats.total().sums()))
+        n = int(stats.n)
+        n1 = int(np.sum(stats.sum_y))
+        extra: dict[str, Any] = {"n_matched": n1, "n_unmatched": n - n1}
+        if n == 0:
+            extra["note"] = "empty sample: no detections to evaluate"
+        elif self.name == "overconfidence" and n1 == n:
+            extra["note"] = "all detections are matched: E[p | y = 0] is undefined"
+        elif self.name == "underconfidence" and n1 == 0:
+            extra["note"] = "no detection is matched: E[1 - p | y = 1] is undefined"
+        variant = {"nll": "clip=1e-12", "sharpness": "var_ddof0"}.get(self.name, "")
+        return MetricResult(name=self.name, value=value, variant=variant, params=self._params(stats), extra=extra)
+
+
+# ---------------------------------------------------------------------------
+# _compute stages (vectorised over leading axes)
+# ---------------------------------------------------------------------------
+
+def _summary(s: CellSums, sample_threshold: int, policy: str) -> dict[str, np.ndarray]:
+    """Per-cell precision, confidence, gap and the kept mask, [..., C]; N and the denominator [...]."""
+    n_c = np.asarray(s.count, dtype=np.float64)
+    occupied = n_c > 0
+    kept = occupied & (n_c >= sample_threshold)
+    safe = np.where(occupied, n_c, 1.0)
+    prec = np.where(occupied, s.sum_y / safe, np.nan)
+    conf = np.where(occupied, s.sum_p / safe, np.nan)
+    gap = np.abs(prec - conf)
+    n = n_c.sum(axis=-1)
+    n_kept = np.where(kept, n_c, 0.0).sum(axis=-1)
+    denom = n_kept if policy == "drop" else n
+    return {"n_c": n_c, "occupied": occupied, "kept": kept, "prec": prec, "conf": conf, "gap": gap,
+            "n": n, "n_kept": n_kept, "denom": denom}
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    den = np.asarray(den, dtype=np.float64)
+    return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def _homogeneity(summ: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Weighted mean/std of gap over kept cells, weights N_c / N_kept, and the outlier mask."""
+    kept, n_c, gap = summ["kept"], summ["n_c"], np.nan_to_num(summ["gap"])
+    w = np.where(kept, n_c, 0.0)
+    n_kept = summ["n_kept"][..., None]
+    wn = _ratio(w, n_kept)
+    mean = np.sum(wn * gap, axis=-1)
+    var = np.sum(wn * (gap - mean[..., None]) ** 2, axis=-1)
+    std = np.sqrt(np.maximum(var, 0.0))
+    threshold = mean + 2.0 * std
+    outlier = kept & (gap - mean[..., None] > 2.0 * std[..., None] + OUTLIER_TOL)
+    share = _ratio(np.where(outlier, n_c, 0.0).sum(axis=-1), summ["n_kept"])
+    return {"mean": mean, "std": std, "threshold": threshold, "outlier": outlier, "share": share}
+
+
+def _binned_values(name: str, summ: dict[str, np.ndarray], q: float) -> np.ndarray:
+    kept, n_c, gap = summ["kept"], summ["n_c"], np.nan_to_num(summ["gap"])
+    if name in ("ece", "dece"):
+        return _ratio(np.where(kept, n_c * gap, 0.0).sum(axis=-1), summ["denom"])
+    if name == "ece_q":
+        return _ratio(np.where(kept, n_c * gap**q, 0.0).sum(axis=-1), summ["denom"]) ** (1.0 / q)
+    if name == "mce":
+        m = np.max(np.where(kept, gap, -np.inf), axis=-1, initial=-np.inf)
+        return np.where(np.isfinite(m), m, np.nan)
+    h = _homogeneity(summ)
+    if name == "homogeneity":
+        return np.where(summ["n_kept"] > 0, h["std"], np.nan)
+    return h["share"]  # outliers
+
+
+def _cell_free_values(name: str, t: CellSums) -> np.ndarray:
+    """Values [...] from totals [..., 1]."""
+    n, n1 = t.count[..., 0], t.sum_y[..., 0]
+    if name == "nll":
+        return _ratio(t.sum_nll[..., 0], n)
+    if name == "brier":
+        return _ratio(t.sum_se[..., 0], n)
+    if name == "sharpness":
+        mean = _ratio(t.sum_p[..., 0], n)
+        return np.maximum(_ratio(t.sum_p2[..., 0], n) - mean**2, 0.0)
+    if name == "overconfidence":
+        return _ratio(t.sum_p0[..., 0], n - n1)
+    return _ratio(n1 - t.sum_p1[..., 0], n1)  # underconfidence
+
+
+# ---------------------------------------------------------------------------
+# Public functions
+# ---------------------------------------------------------------------------
+
+def ece(p: Any, y: Any, bins: int = 15, *, sample_threshold: int = 1, policy: str = "drop") -> MetricResult:
+    """Expected calibration error on confidence alone (Guo et al. 2017; Naeini et al. 2015).
+
+    ``ECE = sum_c N_c / N' * |prec(c) - conf(c)|`` over equal-width confidence
+    bins (default 15), ``N' = N_kept`` (policy ``drop``) or ``N`` (``netcal``).
+    With the default ``sample_threshold=1`` both policies agree (netcal
+    ``ECE(bins=15)``) up to the edge rule.
+    """
+    return ConfidenceMetric("ece", bins, sample_threshold, policy)(p, y)
+
+
+def ece_q(p: Any, y: Any, q: float = 2, bins: int = 15, *, sample_threshold: int = 1, policy: str = "drop") -> MetricResult:
+    """ECE with exponent q: ``(sum_c N_c / N' * gap(c)^q)^(1/q)`` (``q = 1``: ECE; ``q = 2``: the l2-ECE).
+
+    Reference: Kumar et al. 2019, "Verified uncertainty calibration" (l_p
+    calibration error); cells and policy as :func:`ece`.
+    """
+    return ConfidenceMetric("ece_q", bins, sample_threshold, policy, q=float(q))(p, y)
+
+
+def mce(p: Any, y: Any, bins: int = 15, sample_threshold: int = 1, *, policy: str = "drop") -> MetricResult:
+    """Maximum calibration error ``max_c gap(c)`` over kept cells (Naeini et al. 2015).
+
+    Both policies give the same value (netcal's sparse cells have gap 0), but
+    ``policy="netcal"`` selects netcal's edge rule.
+    """
+    return ConfidenceMetric("mce", bins, sample_threshold, policy)(p, y)
+
+
+def dece(
+    p: Any, y: Any, features: Any = None, bins: int | Sequence[int] = 5, sample_threshold: int = 8, policy: str = "drop"
+) -> MetricResult:
+    """Detection ECE over (confidence, box features) (Kueppers et al. 2020, CVPR-W).
+
+    ``D-ECE = sum_c N_c / N' * |prec(c) - conf(c)|`` over the product grid of
+    equal-width bins of (p, features[:, 0], ...) (default 5 per feature),
+    kept cells ``N_c >= sample_threshold`` (default 8), ``N' = N_kept``
+    (``drop``) or ``N`` with sparse cells counted as gap 0 (``netcal``:
+    netcal 1.4.0 ``ECE(bins, detection=True, sample_threshold=...)``).
+    ``features=None``: confidence only.
+    """
+    return ConfidenceMetric("dece", _bins_arg(bins), sample_threshold, policy, use_features=True)(p, y, features)
+
+
+def homogeneity(
+    p: Any, y: Any, features: Any = None, bins: int | Sequence[int] = 5, sample_threshold: int = 8
+) -> MetricResult:
+    """Weighted standard deviation of the gap over kept cells of the D-ECE grid.
+
+    ``mu = sum_kept w_c gap(c)``, ``value = sqrt(sum_kept w_c (gap(c) - mu)^2)``
+    with ``w_c = N_c / N_kept``: the weights are normalised over the kept
+    cells (so that they sum to 1 and the number is a true weighted standard
+    deviation, unaffected by how many samples sparse cells drop; ``mu`` is then
+    the D-ECE under the ``drop`` policy). 0 means the miscalibration is the
+    same everywhere. Rated with :data:`HOMOGENEITY_RATINGS`
+    (``extra["homogeneity_rating"]``). detcal definition (METRICS.md section 3).
+    """
+    return ConfidenceMetric("homogeneity", _bins_arg(bins), sample_threshold, "drop", use_features=True)(p, y, features)
+
+
+def outliers(
+    p: Any, y: Any, features: Any = None, bins: int | Sequence[int] = 5, sample_threshold: int = 8
+) -> MetricResult:
+    """Share of kept samples that lie in outlier cells of the D-ECE grid.
+
+    A kept cell is an outlier when ``gap(c) > mu + 2 sigma`` (``mu``, ``sigma``
+    of :func:`homogeneity`, with tolerance :data:`OUTLIER_TOL`); ``value =
+    sum_outlier N_c / N_kept``; ``extra`` has the cell count
+    (``outlier_cells``), samples, threshold and the rating of
+    :data:`OUTLIER_RATINGS`. detcal definition (METRICS.md section 3).
+    """
+    return ConfidenceMetric("outliers", _bins_arg(bins), sample_threshold, "drop", use_features=True)(p, y, features)
+
+
+def nll(p: Any, y: Any) -> MetricResult:
+    """Negative log-likelihood ``mean -[y log p + (1-y) log(1-p)]``, p clipped to ``[1e-12, 1-1e-12]``.
+
+    The binary cross-entropy of the matched flag (as scikit-learn
+    ``log_loss``, which clips with float eps instead).
+    """
+    return ConfidenceMetric("nll")(p, y)
+
+
+def brier(p: Any, y: Any) -> MetricResult:
+    """Brier score ``mean (p - y)^2`` (Brier 1950; scikit-learn ``brier_score_loss``)."""
+    return ConfidenceMetric("brier")(p, y)
+
+
+def sharpness(p: Any) -> MetricResult:
+    """Sharpness ``Var(p) = mean p^2 - (mean p)^2`` (population variance, ddof 0; Gneiting et al. 2007)."""
+    return ConfidenceMetric("sharpness")(p)
+
+
+def overconfidence(p: Any, y: Any) -> MetricResult:
+    """Over-confidence ``o = E[p | y = 0]``: mean score of the false positives (NaN if there are none)."""
+    return ConfidenceMetric("overconfidence")(p, y)
+
+
+def underconfidence(p: Any, y: Any) -> MetricResult:
+    """Under-confidence ``u = E[1 - p | y = 1]``: mean missing score of the true positives (NaN if none)."""
+    return ConfidenceMetric("underconfidence")(p, y)
+
+
+def _bins_arg(bins: int | Sequence[int]) -> int | tuple[int, ...]:
+    return int(bins) if np.ndim(bins) == 0 else tuple(int(b) for b in bins)  # type: ignore[union-attr]
+
+
+# ---------------------------------------------------------------------------
+# Per class
+# ---------------------------------------------------------------------------
+
+def _class_aggregate(
+    name: str, categories: np.ndarray, values: np.ndarray, counts: np.ndarray, average: str, inner: MetricResult | None,
+    params: dict[str, Any],
+) -> MetricResult:
+    """Weighted (by class sample count) and unweighted means over classes with a finite value."""
+    if average not in ("weighted", "unweighted"):
+        raise DetcalInputError(f"average must be 'weighted' or 'unweighted', got {average!r}", field="average")
+    ok = np.isfinite(values)
+    w = counts[ok].astype(np.float64)
+    weighted = float(np.sum(w * values[ok]) / w.sum()) if w.sum() > 0 else float("nan")
+    unweighted = float(np.mean(values[ok])) if ok.any() else float("nan")
+    extra: dict[str, Any] = {
+        "weighted_mean": weighted,
+        "unweighted_mean": unweighted,
+        "n_classes": int(len(categories)),
+        "n_classes_defined": int(ok.sum()),
+        "per_class": {int(c): float(v) for c, v in zip(categories, values)},
+    }
+    if not ok.any():
+        extra["note"] = "no class has a defined value"
+    return MetricResult(
+        name=f"{name}_per_class",
+        value=weighted if average == "weighted" else unweighted,
+        variant=(inner.variant if inner is not None else ""),
+        params={**params, "average": average, "n": int(counts.sum())},
+        table={"category": categories.astype(np.int64), "value": values.astype(np.float64), "n": counts.astype(np.int64)},
+        extra=extra,
+    )
+
+
+def per_class(
+    metric_fn: Callable[..., MetricResult | float],
+    p: Any,
+    y: Any,
+    category: Any,
+    *,
+    features: Any = None,
+    average: str = "weighted",
+    **kw: Any,
+) -> MetricResult:
+    """A metric per class and its mean over classes.
+
+    ``metric_fn(p_k, y_k[, features=features_k], **kw)`` for each category k
+    present in ``category [S]``; ``value`` is the weighted mean
+    ``sum_k n_k v_k / sum_k n_k`` (``average="weighted"``, n_k = samples of
+    class k) or the unweighted mean ``(1/K) sum_k v_k`` (``"unweighted"``),
+    over classes with a finite value; both means are in ``extra``, the
+    per-class values in ``table`` (``category``, ``value``, ``n``). Sparse-cell
+    warnings of the classes are collected into one warning.
+    """
+    p_arr = np.asarray(p, dtype=np.float64)
+    y_arr = np.asarray(y)
+    cat = np.asarray(category)
+    if cat.shape != p_arr.shape or (cat.size and not np.issubdtype(cat.dtype, np.integer)):
+        raise DetcalInputError(f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category")
+    if y_arr.shape != p_arr.shape:
+        raise DetcalInputError(f"y has shape {y_arr.shape}, expected {p_arr.shape}", field="y")
+    f_arr = None if features is None else np.asarray(features, dtype=np.float64)
+    order = np.argsort(cat, kind="stable")
+    cats, starts = np.unique(cat[order], return_index=True)
+    bounds = np.append(starts, len(cat))
+    values = np.empty(len(cats))
+    counts = np.diff(bounds).astype(np.int64)
+    inner: MetricResult | None = None
+    warned: list[int] = []
+    for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):  # loop over classes only
+        rows = order[a:b]
+        args = (p_arr[rows], y_arr[rows])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SparseCellsWarning)
+            r = metric_fn(*args, features=f_arr[rows], **kw) if f_arr is not None else metric_fn(*args, **kw)
+        if any(issubclass(w.category, SparseCellsWarning) for w in caught):
+            warned.append(int(cats[k]))
+        if isinstance(r, MetricResult):
+            inner = r
+            values[k] = r.value
+        else:
+            values[k] = float(r)
+    if warned:
+        warnings.warn(f"sparse cells (cells > samples/{SPARSE_RATIO}) in classes {warned}", SparseCellsWarning, stacklevel=2)
+    name = inner.name if inner is not None else getattr(metric_fn, "__name__", "metric")
+    params = {k: v for k, v in (inner.params.items() if inner is not None else {}.items()) if k != "n"}
+    return _class_aggregate(name, cats, values, counts, average, inner, params)
+
+
+# ---------------------------------------------------------------------------
+# The default suite
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ConfidenceConfig:
+    """Parameters of :func:`confidence_metrics` (METRICS.md section 3 defaults).
+
+    ``ece_bins`` (15, Guo 2017; Thetis uses 20), ``q`` of ECE_q,
+    ``mce_sample_threshold``, ``dece_bins`` (5 per feature, int or list with
+    the confidence first) and ``sample_threshold`` (8) for D-ECE, homogeneity
+    and outliers, sparse-cell ``policy``, ``average`` of the per-class
+    aggregates, and the bootstrap (``n_boot`` replicates over images,
+    ``ci_level``, ``seed``; ``n_boot=0`` disables it).
+    """
+
+    ece_bins: int = 15
+    q: float = 2.0
+    mce_sample_threshold: int = 1
+    dece_bins: int | tuple[int, ...] = 5
+    sample_threshold: int = 8
+    policy: str = "drop"
+    average: str = "weighted"
+    n_boot: int = 1000
+    ci_level: float = 0.95
+    seed: int = 0
+
+    def metrics(self) -> dict[str, ConfidenceMetric]:
+        """The suite: name -> metric."""
+        b = _bins_arg(self.dece_bins)
+        return {
+            "ece": ConfidenceMetric("ece", self.ece_bins, 1, self.policy),
+            "ece_q": ConfidenceMetric("ece_q", self.ece_bins, 1, self.policy, q=self.q),
+            "mce": ConfidenceMetric("mce", self.ece_bins, self.mce_sample_threshold, self.policy),
+            "dece": ConfidenceMetric("dece", b, self.sample_threshold, self.policy, use_features=True),
+            "homogeneity": ConfidenceMetric("homogeneity", b, self.sample_threshold, "drop", use_features=True),
+            "outliers": ConfidenceMetric("outliers", b, self.sample_threshold, "drop", use_features=True),
+            "nll": ConfidenceMetric("nll"),
+            "brier": ConfidenceMetric("brier"),
+            "sharpness": ConfidenceMetric("sharpness"),
+            "overconfidence": ConfidenceMetric("overconfidence"),
+            "underconfidence": ConfidenceMetric("underconfidence"),
+        }
+
+
+def confidence_metrics(
+    p: Any,
+    y: Any,
+    features: Any = None,
+    category: Any = None,
+    config: ConfidenceConfig | None = None,
+    image_id: Any = None,
+) -> dict[str, MetricResult]:
+    """The default confidence suite from shared statistics: name -> :class:`MetricResult`.
+
+    One :func:`~detcal.binning.cell_stats` pass per distinct grid (the ECE
+    grid, the D-ECE grid; the cell-free metrics reuse the exact totals of a
+    ``floor`` grid). With ``category [S]`` the statistics are computed per
+    class in the same pass and ``"<name>_per_class"`` entries are added
+    (weighted/unweighted means, as :func:`per_class`); the class-agnostic
+    numbers are the exact sums over classes. With ``image_id [S]`` and
+    ``config.n_boot > 0``, every class-agnostic number gets a percentile
+    bootstrap interval over images (:func:`detcal.metrics.bootstrap.bootstrap_many`).
+    """
+    cfg = config or ConfidenceConfig()
+    suite = cfg.metrics()
+    p_arr = np.asarray(p, dtype=np.float64)
+    cats: np.ndarray | None = None
+    cat_idx: np.ndarray | None = None
+    if category is not None:
+        cat = np.asarray(category)
+        if cat.shape != p_arr.shape or (cat.size and not np.issubdtype(cat.dtype, np.integer)):
+            raise DetcalInputError(f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category")
+        cats, cat_idx = np.unique(cat, return_inverse=True)
+    grouped: dict[Hashable, CellStats] = {}
+    for m in suite.values():
+        if not m.binned:
+            continue
+        key = m.grid_key(None, None, features)
+        if key not in grouped:
+            grouped[key] = m.stats(p, y, features, groups=cat_idx, n_groups=None if cats is None else len(cats))
+    free_key = next((k for k in grouped if k[1] == "floor"), None)
+    if free_key is None:
+        free_key = suite["nll"].grid_key()
+        grouped[free_key] = suite["nll"].stats(p, y, groups=cat_idx, n_groups=None if cats is None else len(cats))
+    out: dict[str, MetricResult] = {}
+    for name, m in suite.items():
+        key = m.grid_key(None, None, features) if m.binned else free_key
+        st = grouped[key]
+        agnostic = st.sum_groups() if cats is not None else st
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SparseCellsWarning)  # one combined warning below
+            out[name] = m.result(agnostic)
+        if cats is not None:
+            values = m.values((st if m.binned else st.total()).sums())  # cell-free: exact totals first
+            params = {k: v for k, v in out[name].params.items() if k != "n"}
+            out[f"{name}_per_class"] = _class_aggregate(
+                name, cats, values, st.n.astype(np.int64), cfg.average, out[name], params
+            )
+    sparse = [name for name, r in out.items() if r.extra.get("sparse_warning") and r.params.get("n", 0) > 0
+              and not name.endswith("_per_class")]
+    if sparse:
+        warnings.warn(
+            f"{sparse}: more cells than samples/{SPARSE_RATIO} ({int(np.size(p_arr))} samples); "
+            "the estimates are dominated by sparse cells, consider fewer bins",
+            SparseCellsWarning, stacklevel=2,
+        )
+    if image_id is not None and cfg.n_boot > 0:
+        from detcal.metrics.bootstrap import bootstrap_many, ci_params, percentile_interval
+
+        reps = bootstrap_many(suite, image_id, p, y, features, n_boot=cfg.n_boot, seed=cfg.seed)
+        for name, values in reps.items():
+            ci = percentile_interval(values, cfg.ci_level)
+            n_nan = int(np.sum(~np.isfinite(values)))
+            r = out[name]
+            out[name] = dataclasses.replace(
+                r, ci=ci, ci_level=cfg.ci_level,
+                params={**r.params, "bootstrap": ci_params(cfg.n_boot, cfg.ci_level, cfg.seed)},
+                extra={**r.extra, "ci_undefined_replicates": n_nan},
+            )
+    return out
