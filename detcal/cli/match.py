@@ -1,0 +1,191 @@
+"""``detcal-match``: match a results file to ground truth and write one CSV row per detection.
+
+Usage::
+
+    detcal-match --gt instances.json --results results.json --format coco \\
+        --iou 0.5 0.75 --mode exclusive --max-dets 100 --out matches.csv
+    detcal-match --gt label_2/ --results results/ --format kitti \\
+        --sizes sizes.txt --difficulty moderate --iou kitti --out matches.csv
+
+Output (written atomically), one row per input detection, in the input order
+(COCO: results-file order; KITTI: frame, then line order)::
+
+    image_id,category,score,considered,iou,matched@T,ignored@T,gt_id@T,...
+
+``matched@T``/``ignored@T`` are 0/1, ``gt_id@T`` is the annotation id of the
+GT the detection took at threshold T (COCO ``id``; KITTI running number),
+-1 for none; ``iou`` is the best IoU with a GT of its group; ``considered``
+is 0 for detections cut by the score threshold or ``--max-dets``. With
+``--iou kitti`` the one threshold column set is named ``@kitti`` (each
+detection uses its class's devkit threshold). A sidecar
+``<out>.json`` records every parameter (mode, thresholds, score threshold,
+max dets, class-agnostic, KITTI rules, inputs) and the counts.
+
+Matching rules: :mod:`detcal.matching` (../shared/METRICS.md section 2).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from detcal.errors import DetcalError, DetcalInputError
+from detcal.matching import MODES, match
+from detcal.types import Dataset, Detections, KittiRules, MatchResult
+from detcal.utils.io import atomic_write, write_json
+
+
+def _max_dets(text: str) -> int:
+    """``--max-dets`` value: a positive int, or 0 for 'none' (no limit)."""
+    if text.lower() in ("none", "all", "0"):
+        return 0
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--max-dets must be a positive int or 'none', got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"--max-dets must be a positive int or 'none', got {text!r}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``detcal-match`` argument parser."""
+    ap = argparse.ArgumentParser(
+        prog="detcal-match",
+        description="Match detections to ground truth (COCO exclusive / netcal max / KITTI rules) and write per-detection targets as CSV.",
+    )
+    ap.add_argument("--gt", required=True, help="COCO instances JSON, or KITTI label_2 directory")
+    ap.add_argument("--results", required=True, help="COCO results JSON, or KITTI results directory")
+    ap.add_argument("--format", choices=("coco", "kitti"), default="coco")
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument("--sizes", help="KITTI: file of '<frame> <W> <H>' lines with the image sizes")
+    size.add_argument("--images", help="KITTI: image_2 directory (sizes read from the image headers)")
+    ap.add_argument("--iou", nargs="+", default=None,
+                    help="IoU thresholds (default 0.5 for coco, 'kitti' = per-class devkit thresholds for kitti)")
+    ap.add_argument("--mode", choices=MODES, default="exclusive")
+    ap.add_argument("--class-agnostic", action="store_true", help="match regardless of category")
+    ap.add_argument("--score-threshold", type=float, default=0.0, help="detections with a lower score are not considered")
+    ap.add_argument("--max-dets", type=_max_dets, default=None,
+                    help="keep the best N per image and category ('none' = all; default 100 for coco, none for kitti)")
+    ap.add_argument("--difficulty", choices=("easy", "moderate", "hard"), default="moderate", help="KITTI difficulty")
+    ap.add_argument("--out", required=True, help="output CSV path")
+    return ap
+
+
+def _thresholds(values: list[str] | None, fmt: str) -> tuple[float, ...] | str:
+    if values is None:
+        return "kitti" if fmt == "kitti" else (0.5,)
+    if len(values) == 1 and values[0].lower() == "kitti":
+        if fmt != "kitti":
+            raise DetcalInputError("--iou kitti needs --format kitti", field="--iou")
+        return "kitti"
+    out = []
+    for v in values:
+        try:
+            out.append(float(v))
+        except ValueError:
+            raise DetcalInputError(f"not an IoU threshold: {v!r}", field="--iou") from None
+    return tuple(out)
+
+
+def _load(args: argparse.Namespace) -> tuple[Dataset, Detections, KittiRules | None]:
+    if args.format == "coco":
+        if args.sizes or args.images:
+            raise DetcalInputError("--sizes/--images are for --format kitti only", field="--sizes")
+        from detcal.data.coco import load_coco_instances, load_coco_results
+
+        ds = load_coco_instances(args.gt)
+        return ds, load_coco_results(args.results, ds), None
+    from detcal.data.kitti import kitti_rules, load_kitti_labels, load_kitti_results
+
+    ds = load_kitti_labels(args.gt, image_dir=args.images, sizes=args.sizes, difficulty=args.difficulty)
+    return ds, load_kitti_results(args.results, ds), kitti_rules(args.difficulty)
+
+
+def _column_names(result: MatchResult, per_class: bool) -> list[str]:
+    tags = ["kitti"] if per_class else [f"{t:g}" for t in result.iou_thresholds]
+    names = ["image_id", "category", "score", "considered", "iou"]
+    for tag in tags:
+        names += [f"matched@{tag}", f"ignored@{tag}", f"gt_id@{tag}"]
+    return names
+
+
+def format_csv(dets: Detections, result: MatchResult, gt_ids: np.ndarray, per_class: bool = False) -> str:
+    """The CSV text (header + one row per detection, input order); floats at round-trip precision."""
+    zero_one = np.array(["0", "1"])
+    cols: list[list[str]] = [
+        list(map(str, dets.image_id.tolist())),
+        list(map(str, dets.category.tolist())),
+        list(map(repr, dets.score.tolist())),
+        zero_one[result.considered.astype(np.int64)].tolist(),
+        list(map(repr, result.iou.tolist())),
+    ]
+    for t in range(result.matched.shape[0]):
+        gi = result.gt_index[t]
+        ids = np.where(gi >= 0, gt_ids[np.maximum(gi, 0)] if len(gt_ids) else -1, -1)
+        cols += [
+            zero_one[result.matched[t].astype(np.int64)].tolist(),
+            zero_one[result.ignored[t].astype(np.int64)].tolist(),
+            list(map(str, ids.tolist())),
+        ]
+    header = ",".join(_column_names(result, per_class))
+    body = "\n".join(map(",".join, zip(*cols)))
+    return header + "\n" + body + ("\n" if body else "")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``detcal-match``; returns the exit status (0 ok, 2 bad input)."""
+    args = build_parser().parse_args(argv)
+    t0 = time.perf_counter()
+    try:
+        iou = _thresholds(args.iou, args.format)
+        ds, dets, rules = _load(args)
+        if args.max_dets is None:  # format default: COCO maxDets 100, the KITTI devkit has no cap
+            max_dets = 100 if args.format == "coco" else None
+        else:
+            max_dets = args.max_dets or None
+        t1 = time.perf_counter()
+        result = match(
+            dets, ds.gt, iou, mode=args.mode, class_agnostic=args.class_agnostic,
+            score_threshold=args.score_threshold, max_dets=max_dets, kitti=rules, images=ds.images,
+        )
+        t2 = time.perf_counter()
+        per_class = isinstance(iou, str)
+        out = Path(args.out)
+        text = format_csv(dets, result, ds.gt.id, per_class)
+        with atomic_write(out, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        counts = {
+            "detections": len(dets),
+            "considered": int(result.considered.sum()),
+            "matched": result.matched.sum(axis=1).tolist(),
+            "ignored": result.ignored.sum(axis=1).tolist(),
+            "ground_truth": len(ds.gt),
+        }
+        meta = {
+            "format": args.format,
+            "gt": str(args.gt),
+            "results": str(args.results),
+            "columns": _column_names(result, per_class),
+            "match": result.describe(),
+            "difficulty": args.difficulty if args.format == "kitti" else None,
+            "counts": counts,
+            "seconds": {"load": t1 - t0, "match": t2 - t1},
+        }
+        write_json(out.with_name(out.name + ".json"), meta)
+    except (DetcalError, OSError) as e:
+        print(f"detcal-match: error: {e}", file=sys.stderr)
+        return 2
+    tags = ["kitti"] if per_class else [f"{t:g}" for t in result.iou_thresholds]
+    summary = ", ".join(f"@{tag}: {m} matched, {i} ignored" for tag, m, i in zip(tags, counts["matched"], counts["ignored"]))
+    print(f"detcal-match: {len(dets)} detections ({counts['considered']} considered) vs {len(ds.gt)} GT; {summary}; "
+          f"load {t1 - t0:.2f}s, match {t2 - t1:.3f}s -> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

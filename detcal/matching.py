@@ -1,0 +1,599 @@
+"""Exact box matching: detections -> precision targets (METRICS.md section 2).
+
+Per image and per category (or per image, class-agnostic), at every IoU
+threshold ``t`` of ``T``, each detection gets::
+
+    matched  [T,D] bool   true positive at t
+    ignored  [T,D] bool   neither true nor false positive at t (leaves the sample)
+    gt_index [T,D] int64  row into GroundTruth of the GT it took (-1 none)
+    iou      [D]   float  best IoU with a GT of its group (crowd: over det area)
+    considered [D] bool   passed the score threshold and the max-dets cut
+
+in the input order of the detections. A detection that is not considered is
+neither matched nor ignored.
+
+Modes
+-----
+``exclusive`` (default) -- the rule of pycocotools ``COCOeval.evaluateImg``
+(bbox, area range "all"), copied exactly:
+
+1. per group, detections by descending score, *stable* (ties keep the
+   results-file order; class-agnostic: ties keep category, then file order,
+   as pycocotools with ``useCats=0``); only the first ``max_dets`` are kept;
+2. GT ordered non-ignored first, then file order; a GT is *ignored* when
+   ``gt.ignore | gt.iscrowd`` (pycocotools itself sets ``ignore = iscrowd``);
+3. IoU as maskApi ``bbIou``: ``inter / (area_d + area_g - inter)``, and for a
+   crowd GT ``inter / area_d``;
+4. each detection, in score order, takes among the GTs still free (crowd GTs
+   are always free) with ``IoU >= min(t, 1 - 1e-10)`` the one with the highest
+   IoU; on an exact tie the *later* GT in the order of 2 wins;
+5. a free non-ignored GT always wins over an ignored one, even with a lower
+   IoU (pycocotools' ``break``);
+6. a detection that took an ignored GT is ``ignored``.
+
+Implementation (no Python loop over detections):
+
+* one stable radix sort (16-bit LSD passes) orders detections by (group,
+  descending score, file order) and gives each its rank in its group;
+* IoU is computed once per (detection, GT of its group) pair, for all
+  thresholds, looping over *GT slots* (the largest group's GT count):
+  detections sorted by their group's GT count make every slot a slice;
+* pairs below every threshold are dropped (they can never be taken);
+* the greedy pass is sequential within a group only, so all groups run in
+  lockstep: one vectorised step per detection *rank* (at most ``max_dets``
+  steps) over the kept pairs sorted rank-major, with segment reductions
+  (``np.maximum.reduceat``) in place of evaluateImg's loop over GTs, for
+  all T thresholds at once.
+
+``max`` -- netcal's example / Thetis "max": a detection is matched when the GT
+of its group with the highest IoU has ``IoU >= t`` and is not ignored; it is
+ignored when that GT is ignored/crowd. Several detections may match one GT.
+On an IoU tie the first GT in the order of 2 (non-ignored first) is taken.
+
+KITTI devkit rules (``kitti=KittiRules(...)``, Geiger et al. 2012, devkit
+``evaluate_object.cpp``)
+-----------------------------------------------------------------------
+* overlap test strict, ``IoU > t`` (``KittiRules.strict``);
+* GT with ``ignore`` (outside the difficulty, set by the adapter) are ignored
+  GTs; GT of a neighbour class (Van for Car, Person_sitting for Pedestrian,
+  ``KittiRules.neighbours``) are added to the evaluated class as ignored GTs
+  (a detection matched to one is ignored);
+* detections lower than ``min_height`` px are ignored at every threshold
+  and take part in no assignment (devkit: ``int(y2 - y1) < MIN_HEIGHT``,
+  height truncated to an int, here ``floor``; the devkit prefers
+  non-ignored detections for a GT, so they never take a GT from a valid
+  detection);
+* DontCare boxes (``dontcare_category``) are never matched; a considered
+  detection left unmatched and not ignored whose intersection over its own
+  area with a DontCare box of its image exceeds ``t`` (strict) is ignored;
+* ``iou_thresholds="kitti"`` gives one threshold row where every detection
+  uses its own class's threshold from ``KittiRules.class_thresholds`` (Car
+  0.7, Pedestrian/Cyclist 0.5); classes without one use
+  ``KITTI_DEFAULT_THRESHOLD`` (0.5). The row's ``iou_thresholds`` entry is
+  NaN and ``params["class_thresholds"]`` records the map.
+
+The assignment order stays the score-ordered greedy of ``exclusive`` (or
+``max``): the devkit's own loop is GT-ordered and re-run per score threshold
+for its PR curve, which defines no single per-detection target; the score
+order is the usual calibration target (and is what pycocotools does).
+
+References: pycocotools 2.0.11 ``cocoeval.py`` / ``maskApi.c``; netcal 1.4.0
+examples; KITTI object devkit; shared REFERENCES.md.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Sequence
+
+import numpy as np
+
+from detcal.errors import DetcalInputError
+from detcal.types import Detections, GroundTruth, Images, KittiRules, MatchResult
+
+MODES: tuple[str, ...] = ("exclusive", "max")
+"""Matching modes (METRICS.md section 2)."""
+
+KITTI_DEFAULT_THRESHOLD: float = 0.5
+"""Threshold of ``iou_thresholds="kitti"`` for classes missing from ``class_thresholds``."""
+
+_COCO_MAX_THR: float = 1.0 - 1e-10  # pycocotools: iou = min([t, 1 - 1e-10])
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check_boxes(box: np.ndarray, what: str) -> None:
+    finite = np.isfinite(box).all(axis=1)
+    if not finite.all():
+        raise DetcalInputError("box has a non-finite coordinate", record=f"{what} row {int(np.flatnonzero(~finite)[0])}", field="box")
+    bad = (box[:, 2] < box[:, 0]) | (box[:, 3] < box[:, 1])
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise DetcalInputError(
+            f"box {box[i].tolist()} has x2 < x1 or y2 < y1 (negative extent)", record=f"{what} row {i}", field="box"
+        )
+
+
+def _validate(
+    dets: Detections,
+    gt: GroundTruth,
+    iou_thresholds: Sequence[float] | str,
+    mode: str,
+    score_threshold: float,
+    max_dets: int | None,
+    kitti: KittiRules | None,
+    images: Images | None,
+) -> tuple[np.ndarray, bool]:
+    """Check every argument; returns (thresholds [T], per_class_flag)."""
+    if not isinstance(dets, Detections):
+        raise DetcalInputError(f"dets must be Detections, got {type(dets).__name__}", field="dets")
+    if not isinstance(gt, GroundTruth):
+        raise DetcalInputError(f"gt must be GroundTruth, got {type(gt).__name__}", field="gt")
+    if mode not in MODES:
+        raise DetcalInputError(f"unknown matching mode {mode!r}; choose one of {MODES}", field="mode")
+    per_class = isinstance(iou_thresholds, str)
+    if per_class:
+        if iou_thresholds != "kitti":
+            raise DetcalInputError(f"iou_thresholds string must be 'kitti', got {iou_thresholds!r}", field="iou_thresholds")
+        if kitti is None:
+            raise DetcalInputError("iou_thresholds='kitti' needs kitti=KittiRules(...)", field="iou_thresholds")
+        thr = np.array([np.nan])
+    else:
+        thr = np.asarray(iou_thresholds, dtype=np.float64).reshape(-1)
+        if thr.size == 0:
+            raise DetcalInputError("iou_thresholds is empty", field="iou_thresholds")
+        if not (np.isfinite(thr).all() and (thr >= 0).all() and (thr <= 1).all()):
+            raise DetcalInputError(f"IoU thresholds must lie in [0, 1], got {thr.tolist()}", field="iou_thresholds")
+    if not np.isfinite(score_threshold):
+        raise DetcalInputError(f"score_threshold must be finite, got {score_threshold}", field="score_threshold")
+    if max_dets is not None and (isinstance(max_dets, bool) or int(max_dets) != max_dets or max_dets < 1):
+        raise DetcalInputError(f"max_dets must be a positive int or None, got {max_dets!r}", field="max_dets")
+    if kitti is not None and not isinstance(kitti, KittiRules):
+        raise DetcalInputError(f"kitti must be KittiRules, got {type(kitti).__name__}", field="kitti")
+    _check_boxes(dets.box, "detection")
+    _check_boxes(gt.box, "ground truth")
+    if not np.isfinite(dets.score).all():
+        raise DetcalInputError("score is not finite", record=f"detection row {int(np.flatnonzero(~np.isfinite(dets.score))[0])}", field="score")
+    if images is not None:
+        for what, ids in (("detection", dets.image_id), ("ground truth", gt.image_id)):
+            missing = images.index_of(ids) < 0
+            if missing.any():
+                i = int(np.flatnonzero(missing)[0])
+                raise DetcalInputError(f"image_id {int(ids[i])} is not among the dataset's images", record=f"{what} row {i}", field="image_id")
+    return thr, per_class
+
+
+# --------------------------------------------------------------------------- building blocks
+
+
+def _factorize(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense codes 0..K-1 of integer ``values`` (order-preserving) and K.
+
+    A lookup table when the values are small non-negative ints (no sort),
+    ``np.unique`` otherwise.
+    """
+    if len(values) == 0:
+        return np.zeros(0, np.int64), 0
+    lo, hi = int(values.min()), int(values.max())
+    if lo >= 0 and hi < 4 * len(values) + 2_000_000:
+        present = np.zeros(hi + 1, np.int64)
+        present[values] = 1
+        table = np.cumsum(present) - 1
+        return table[values], int(table[-1]) + 1
+    uniq, inv = np.unique(values, return_inverse=True)
+    return inv.reshape(-1).astype(np.int64), len(uniq)
+
+
+def _group_codes(det_img: np.ndarray, det_cat: np.ndarray, gt_img: np.ndarray, gt_cat: np.ndarray, class_agnostic: bool) -> tuple[np.ndarray, np.ndarray, int]:
+    """Group id per detection and per GT, (image) or (image, category), and the id bound."""
+    nd = len(det_img)
+    img, n_img = _factorize(np.concatenate([det_img, gt_img]))
+    if class_agnostic:
+        code, n = img, n_img
+    else:
+        cat, n_cat = _factorize(np.concatenate([det_cat, gt_cat]))
+        code, n = img * n_cat + cat, n_img * n_cat
+        if n > 4 * len(code) + 2_000_000:  # sparse product space: compact it
+            code, n = _factorize(code)
+    return code[:nd], code[nd:], n
+
+
+def _float_key(x: np.ndarray) -> np.ndarray:
+    """Order-preserving map float64 -> uint64 (IEEE-754 bit trick; -0.0 counts as 0.0)."""
+    b = (np.asarray(x, np.float64) + 0.0).view(np.uint64)
+    return np.where(b >> np.uint64(63), ~b, b | np.uint64(1 << 63))
+
+
+def _stable_argsort(keys: Sequence[np.ndarray]) -> np.ndarray:
+    """Stable lexicographic order of non-negative integer keys, least significant first (as ``np.lexsort``).
+
+    LSD radix sort on 16-bit digits: numpy's stable sort of ``uint16`` is a
+    radix sort, so each pass is linear; digits that are constant are skipped.
+    """
+    n = len(keys[0])
+    perm = np.arange(n, dtype=np.int64)
+    if n == 0:
+        return perm
+    for key in keys:
+        k = np.asarray(key).astype(np.uint64)[perm]
+        top = int(k.max())
+        sh = 0
+        while True:
+            d = ((k >> np.uint64(sh)) & np.uint64(0xFFFF)).astype(np.uint16)
+            if d.min() != d.max():
+                p = np.argsort(d, kind="stable")
+                perm, k = perm[p], k[p]
+            sh += 16
+            if sh >= 64 or (top >> sh) == 0:
+                break
+    return perm
+
+
+def _segment_starts(sorted_keys: np.ndarray) -> np.ndarray:
+    """Start positions of the runs of equal values in a sorted array."""
+    if len(sorted_keys) == 0:
+        return np.zeros(0, np.int64)
+    return np.flatnonzero(np.concatenate([[True], sorted_keys[1:] != sorted_keys[:-1]]))
+
+
+def _pair_iou(d: np.ndarray, g: np.ndarray, crowd: np.ndarray) -> np.ndarray:
+    """IoU [P] of paired boxes ``d`` [4,P] (detection) and ``g`` [4,P] (GT), xyxy rows, as maskApi ``bbIou``.
+
+    ``iou = i / (a_d + a_g - i)`` with ``i`` the intersection, or ``i / a_d``
+    for a crowd GT; 0 without overlap.
+    """
+    iw = np.minimum(d[2], g[2])
+    iw -= np.maximum(d[0], g[0])
+    ih = np.minimum(d[3], g[3])
+    ih -= np.maximum(d[1], g[1])
+    da = (d[2] - d[0]) * (d[3] - d[1])
+    ga = (g[2] - g[0]) * (g[3] - g[1])
+    np.maximum(iw, 0.0, out=iw)
+    np.maximum(ih, 0.0, out=ih)
+    inter = np.multiply(iw, ih, out=iw)
+    union = da + ga
+    union -= inter
+    union = np.where(crowd, da, union)
+    out = np.zeros_like(inter)
+    np.divide(inter, union, out=out, where=inter > 0)
+    return out
+
+
+def _slot_iou(
+    dcol: np.ndarray, g0: np.ndarray, n_slot: np.ndarray, gcol: np.ndarray, crowd: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """IoU of every detection with every GT of its group, in slot-major layout.
+
+    The S detections (``dcol`` [4,S] xyxy) are sorted by their group's GT
+    count, descending; detection i meets the GTs ``g0[i] + j`` (columns of
+    ``gcol`` [4,W]) for slots ``j < count_i``, and slot j holds the first
+    ``n_slot[j]`` detections. So the detection side of a slot is a slice (no
+    gather) and the loop runs over GT slots (the largest group size), never
+    over detections.
+
+    Returns ``iou`` [P] (slot j at ``off[j]:off[j] + n_slot[j]``), ``off``
+    [J], the best IoU per detection [S] and the first slot reaching it [S].
+    IoU as maskApi ``bbIou``: ``i / (a_d + a_g - i)``, crowd ``i / a_d``.
+    """
+    S = dcol.shape[1]
+    off = np.cumsum(n_slot) - n_slot
+    out = np.zeros(int(n_slot.sum()))
+    best = np.full(S, -1.0)
+    arg = np.zeros(S, np.int64)
+    da = (dcol[2] - dcol[0]) * (dcol[3] - dcol[1])
+    ga = (gcol[2] - gcol[0]) * (gcol[3] - gcol[1])
+    any_crowd = bool(crowd.any())
+    gpack = np.concatenate([gcol, ga[None, :], crowd[None, :].astype(np.float64)])  # one take per slot
+    for j in range(len(n_slot)):
+        n = int(n_slot[j])
+        gx1, gy1, gx2, gy2, union, g_crowd = np.take(gpack, g0[:n] + j, axis=1)  # fresh rows: work in place
+        iw = np.minimum(gx2, dcol[2, :n], out=gx2)
+        iw -= np.maximum(gx1, dcol[0, :n], out=gx1)
+        ih = np.minimum(gy2, dcol[3, :n], out=gy2)
+        ih -= np.maximum(gy1, dcol[1, :n], out=gy1)
+        np.maximum(iw, 0.0, out=iw)
+        np.maximum(ih, 0.0, out=ih)
+        inter = np.multiply(iw, ih, out=iw)
+        union += da[:n]  # (a_g + a_d) - i, in maskApi's order of operations
+        union -= inter
+        if any_crowd:
+            c = np.flatnonzero(g_crowd)
+            union[c] = da[c]
+        x = out[off[j]: off[j] + n]
+        np.divide(inter, union, out=x, where=inter > 0)  # no overlap: stays 0 (union may be 0 there)
+        np.copyto(arg[:n], j, where=x > best[:n])  # strict: the first slot reaching the best is kept
+        np.maximum(best[:n], x, out=best[:n])
+    return out, off, best, arg
+
+
+def _expand(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + c)`` for every (s, c), vectorised."""
+    total = int(counts.sum())
+    offs = np.cumsum(counts) - counts
+    return np.arange(total, dtype=np.int64) - np.repeat(offs - starts, counts)
+
+
+def _working_gt(gt: GroundTruth, kitti: KittiRules | None, class_agnostic: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """GT rows that take part in matching: (row [W], category [W], ignored [W], crowd [W]).
+
+    KITTI: DontCare rows leave, neighbour-class rows are added a second time
+    under the evaluated class as ignored GTs (not when class-agnostic, where
+    every class already meets every GT).
+    """
+    rows = np.arange(len(gt), dtype=np.int64)
+    cat = gt.category
+    ign = gt.ignore | gt.iscrowd
+    crowd = gt.iscrowd
+    if kitti is None:
+        return rows, cat, ign, crowd
+    keep = np.ones(len(gt), bool) if kitti.dontcare_category is None else cat != kitti.dontcare_category
+    parts = [(rows[keep], cat[keep], ign[keep], crowd[keep])]
+    for evaluated, neighbours in ([] if class_agnostic else sorted(kitti.neighbours.items())):
+        sel = np.isin(cat, np.asarray(neighbours, np.int64)) & keep
+        parts.append((rows[sel], np.full(int(sel.sum()), evaluated, np.int64), np.ones(int(sel.sum()), bool), crowd[sel]))
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------- assignment
+
+
+def _greedy(
+    pair_iou: np.ndarray,
+    pair_g: np.ndarray,
+    pair_seg: np.ndarray,
+    seg_start: np.ndarray,
+    step_seg: np.ndarray,
+    thr_pair: np.ndarray,
+    strict: bool,
+    ign_g: np.ndarray,
+    crowd_g: np.ndarray,
+    n_gt: int,
+) -> np.ndarray:
+    """COCO greedy assignment, all groups in lockstep; returns the chosen GT per segment [T,S] (-1 none).
+
+    Segments are detections (runs of pairs, one per GT of the group), ordered
+    rank-major: ``step_seg[r]:step_seg[r+1]`` are the rank-r detections, one
+    per group, so their GTs are disjoint and one step is a vectorised
+    evaluateImg inner loop for all of them.
+    """
+    T = thr_pair.shape[0]
+    S = len(seg_start)
+    chosen = np.full((T, S), -1, np.int64)
+    taken = np.zeros((T, n_gt), bool)
+    per_pair_thr = thr_pair.shape[1] > 1
+    seg_end = np.append(seg_start[1:], len(pair_iou))
+    for r in range(len(step_seg) - 1):
+        s0, s1 = int(step_seg[r]), int(step_seg[r + 1])
+        if s0 == s1:
+            continue
+        p0, p1 = int(seg_start[s0]), int(seg_end[s1 - 1])
+        g = pair_g[p0:p1]
+        iou = pair_iou[p0:p1]
+        thr = thr_pair[:, p0:p1] if per_pair_thr else thr_pair
+        seg = pair_seg[p0:p1] - s0
+        starts = seg_start[s0:s1] - p0
+        ok = (iou > thr) if strict else (iou >= thr)
+        valid = ok & (crowd_g[g] | ~taken[:, g])
+        reg = ~ign_g[g]
+        has_reg = np.logical_or.reduceat(valid & reg, starts, axis=1)
+        cand = valid & (reg | ~has_reg[:, seg])
+        key = np.where(cand, iou, -1.0)
+        best = np.maximum.reduceat(key, starts, axis=1)
+        pos = np.where(cand & (key == best[:, seg]), np.arange(p1 - p0), -1)
+        last = np.maximum.reduceat(pos, starts, axis=1)  # exact tie -> later GT
+        ti, si = np.nonzero(last >= 0)
+        gi = g[last[ti, si]]
+        taken[ti, gi] = True
+        chosen[ti, s0 + si] = gi
+    return chosen
+
+
+def _dontcare_ioa(dets: Detections, gt: GroundTruth, dc_cat: int, rows: np.ndarray) -> np.ndarray:
+    """Max over DontCare boxes of the same image of intersection / detection area, for ``rows``."""
+    out = np.zeros(len(rows))
+    dc = np.flatnonzero(gt.category == dc_cat)
+    if len(dc) == 0 or len(rows) == 0:
+        return out
+    dc = dc[np.argsort(gt.image_id[dc], kind="stable")]
+    dc_img = gt.image_id[dc]
+    lo = np.searchsorted(dc_img, dets.image_id[rows], "left")
+    hi = np.searchsorted(dc_img, dets.image_id[rows], "right")
+    cnt = hi - lo
+    has = np.flatnonzero(cnt > 0)
+    if len(has) == 0:
+        return out
+    pg = dc[_expand(lo[has], cnt[has])]
+    pd = np.repeat(rows[has], cnt[has])
+    ioa = _pair_iou(dets.box[pd].T, gt.box[pg].T, np.ones(len(pd), bool))
+    seg = np.cumsum(cnt[has]) - cnt[has]
+    out[has] = np.maximum.reduceat(ioa, seg)
+    return out
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def match(
+    dets: Detections,
+    gt: GroundTruth,
+    iou_thresholds: Sequence[float] | str = (0.5,),
+    *,
+    mode: str = "exclusive",
+    class_agnostic: bool = False,
+    score_threshold: float = 0.0,
+    max_dets: int | None = 100,
+    kitti: KittiRules | None = None,
+    images: Images | None = None,
+) -> MatchResult:
+    """Match detections to ground truth at every IoU threshold (METRICS.md section 2).
+
+    Parameters
+    ----------
+    dets, gt:
+        Columnar records (``detcal.types``); boxes ``xyxy``.
+    iou_thresholds:
+        ``T`` thresholds in [0, 1], or ``"kitti"`` (one row, per-class
+        thresholds of ``kitti.class_thresholds``; needs ``kitti``).
+    mode:
+        ``"exclusive"`` (pycocotools ``evaluateImg``) or ``"max"`` (netcal).
+    class_agnostic:
+        Group per image only (categories ignored), as pycocotools ``useCats=0``.
+    score_threshold:
+        Detections with ``score < score_threshold`` are not considered.
+    max_dets:
+        Keep the ``max_dets`` best-scored detections per (image, category)
+        (per image when class-agnostic), as pycocotools ``maxDets``; ``None``
+        keeps all.
+    kitti:
+        KITTI devkit rules (strict overlap, neighbour classes, DontCare,
+        min height); see the module docstring.
+    images:
+        When given, every detection and GT image id must be one of them.
+
+    Returns
+    -------
+    MatchResult
+        ``matched/ignored/gt_index [T,D]``, ``iou [D]``, ``considered [D]``
+        in the detections' input order. ``iou`` is the best IoU over the GTs
+        of the detection's group (ignored, crowd and KITTI neighbour GTs
+        included; crowd as intersection over detection area), 0 without one,
+        for every detection (considered or not).
+    """
+    thr, per_class = _validate(dets, gt, iou_thresholds, mode, score_threshold, max_dets, kitti, images)
+    T, D = len(thr), len(dets)
+    strict = bool(kitti.strict) if kitti is not None else False
+
+    # per-detection thresholds [T,D] only when they differ by class
+    if per_class:
+        assert kitti is not None
+        cls_thr = {int(k): float(v) for k, v in kitti.class_thresholds.items()}
+        thr_det = np.full((1, D), KITTI_DEFAULT_THRESHOLD)
+        for c, v in cls_thr.items():
+            thr_det[0, dets.category == c] = v
+    else:
+        thr_det = thr[:, None]
+    thr_eff = thr_det if strict else np.minimum(thr_det, _COCO_MAX_THR)
+
+    # ---- groups, ranks, considered
+    w_row, w_cat, w_ign, w_crowd = _working_gt(gt, kitti, class_agnostic)
+    det_grp, gt_grp, n_grp = _group_codes(dets.image_id, dets.category, gt.image_id[w_row], w_cat, class_agnostic)
+    score_ok = dets.score >= score_threshold
+    sc = np.flatnonzero(score_ok)
+    # stable order by (group, descending score[, category when agnostic], file order)
+    keys = [~_float_key(dets.score[sc]), det_grp[sc]]
+    if class_agnostic:
+        keys.insert(0, _factorize(dets.category[sc])[0])
+    order = sc[_stable_argsort(keys)]
+    og = det_grp[order]
+    starts = _segment_starts(og)
+    rank_sorted = np.arange(len(order), dtype=np.int64) - np.repeat(starts, np.diff(np.append(starts, len(order))))
+    considered = score_ok.copy()
+    if max_dets is not None:
+        considered[order[rank_sorted >= max_dets]] = False
+    rank = np.full(D, -1, np.int64)
+    rank[order] = rank_sorted
+
+    small = np.zeros(D, bool)
+    if kitti is not None:
+        small = considered & (np.floor(dets.box[:, 3] - dets.box[:, 1]) < kitti.min_height)
+
+    # ---- GT order within groups: group, non-ignored first, (category when agnostic), file order
+    if class_agnostic:
+        gord = np.lexsort((w_row, w_cat, w_ign, gt_grp))
+    else:
+        gord = np.lexsort((w_row, w_ign, gt_grp))
+    s_grp = gt_grp[gord]
+    s_row, s_ign, s_crowd = w_row[gord], w_ign[gord], w_crowd[gord]
+    gcount = np.bincount(s_grp, minlength=n_grp)
+    gstart = np.cumsum(gcount) - gcount
+
+    # ---- (detection, GT) pairs: every detection against the GTs of its group; IoU once for all t
+    greedy = considered & ~small
+    seg_cnt = gcount[det_grp]
+    seg_det = np.flatnonzero(seg_cnt > 0)  # detections meeting at least one GT ("segments")
+    seg_cnt = seg_cnt[seg_det]
+    so = _stable_argsort([int(seg_cnt.max(initial=0)) - seg_cnt])  # by GT count, descending
+    seg_det, seg_cnt = seg_det[so], seg_cnt[so]
+    n_slot = np.searchsorted(-seg_cnt, -np.arange(int(seg_cnt.max(initial=0))), side="left")
+    g0 = gstart[det_grp[seg_det]]
+    pair_iou, off, best, arg = _slot_iou(
+        np.take(dets.box.T, seg_det, axis=1), g0, n_slot, np.take(gt.box.T, s_row, axis=1), s_crowd
+    )
+
+    iou = np.zeros(D)
+    matched = np.zeros((T, D), bool)
+    ignored = np.zeros((T, D), bool)
+    gt_index = np.full((T, D), -1, np.int64)
+    if len(seg_det):
+        iou[seg_det] = best
+        seg_greedy = greedy[seg_det]
+        thr_seg = thr_eff[:, seg_det] if per_class else thr_eff  # [T,S] or [T,1]
+        if mode == "exclusive":
+            # pairs below every threshold can never be taken: drop them before the sequential pass
+            lowest = thr_seg.min(axis=0)
+            cand = seg_greedy & ((best > lowest) if strict else (best >= lowest))
+            pj = np.repeat(np.arange(len(n_slot)), n_slot)  # slot of each pair
+            pi = np.arange(len(pair_iou)) - off[pj]  # segment of each pair
+            low_p = lowest[pi] if per_class else lowest
+            keep = (pair_iou > low_p) if strict else (pair_iou >= low_p)
+            kp = np.flatnonzero(keep & cand[pi])
+            ki, kj = pi[kp], pj[kp]
+            # kept pairs: segments rank-major, then GT order (slot) within each segment
+            ko = _stable_argsort([kj, ki, rank[seg_det[ki]]])
+            kp, ki, kj = kp[ko], ki[ko], kj[ko]
+            k_start = _segment_starts(ki)
+            k_ids = ki[k_start]
+            k_pair_seg = np.repeat(np.arange(len(k_start)), np.diff(np.append(k_start, len(kp))))
+            seg_rank = rank[seg_det[k_ids]]
+            n_steps = int(seg_rank.max()) + 1 if len(seg_rank) else 0
+            chosen_k = _greedy(
+                pair_iou[kp], g0[ki] + kj, k_pair_seg, k_start,
+                np.searchsorted(seg_rank, np.arange(n_steps + 1)),
+                thr_seg[:, ki] if per_class else thr_seg, strict, s_ign, s_crowd, len(s_row),
+            )
+            chosen = np.full((T, len(seg_det)), -1, np.int64)
+            chosen[:, k_ids] = chosen_k
+        else:
+            # the first GT reaching the best IoU (non-ignored come first in the group)
+            ok = (best[None, :] > thr_seg) if strict else (best[None, :] >= thr_seg)
+            chosen = np.where(ok & seg_greedy[None, :], (g0 + arg)[None, :], -1)
+        ti, si = np.nonzero(chosen >= 0)
+        gpos = chosen[ti, si]
+        drow = seg_det[si]
+        gt_index[ti, drow] = s_row[gpos]
+        ignored[ti, drow] = s_ign[gpos]
+        matched[ti, drow] = ~s_ign[gpos]
+
+    if kitti is not None:
+        ignored[:, small] = True
+        if kitti.dontcare_category is not None:
+            cand = np.flatnonzero(considered & ~small)
+            ioa = _dontcare_ioa(dets, gt, int(kitti.dontcare_category), cand)
+            thr_c = thr_det[:, cand] if per_class else thr_det
+            free = ~matched[:, cand] & ~ignored[:, cand]
+            ignored[:, cand] |= free & (ioa[None, :] > thr_c)
+
+    params: dict = {
+        "iou_rule": ">" if strict else ">= min(t, 1-1e-10)",
+        "gt_ignored": "ignore | iscrowd",
+        "tie_break": "later GT" if mode == "exclusive" else "first GT (non-ignored first)",
+    }
+    if kitti is not None:
+        params["kitti"] = {k: (v if not isinstance(v, dict) else {str(a): b for a, b in v.items()}) for k, v in asdict(kitti).items()}
+    if per_class:
+        params["class_thresholds"] = {str(k): float(v) for k, v in kitti.class_thresholds.items()}  # type: ignore[union-attr]
+        params["default_threshold"] = KITTI_DEFAULT_THRESHOLD
+        params["iou_thresholds"] = "kitti"
+    return MatchResult(
+        iou_thresholds=thr,
+        matched=matched,
+        ignored=ignored,
+        gt_index=gt_index,
+        iou=iou,
+        considered=considered,
+        mode=mode,
+        class_agnostic=bool(class_agnostic),
+        score_threshold=float(score_threshold),
+        max_dets=None if max_dets is None else int(max_dets),
+        params=params,
+    )
