@@ -1,0 +1,156 @@
+"""``detcal-gather``: one comparison table from a Hydra sweep (multirun) directory.
+
+Usage::
+
+    detcal-gather multirun/2025-01-01/12-00-00 [--out table.md] [--csv table.csv]
+                  [--metrics 'headline/*' 'regression/ence/*']
+
+Walks ``<multirun_dir>`` for every ``metrics.json`` written by
+``detcal-evaluate``, reads the run's overrides from ``.hydra/overrides.yaml``
+next to it, and writes one table: rows = runs labelled by their overrides
+(overrides shared by every run are left out of the labels), columns = the
+chosen metrics. Default columns: every key of the runs' ``headline`` section
+(stable across sweeps, e.g. ``ece``, ``dece``, ``ence_tx``); ``--metrics``
+takes ``fnmatch`` patterns over :func:`detcal.reports.tables.flatten_metrics`
+keys instead. Writes Markdown (printed as well) and CSV; by default
+``<multirun_dir>/comparison.md`` and ``comparison.csv``.
+"""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from detcal.errors import DetcalInputError
+from detcal.reports.tables import comparison_csv, comparison_table, iter_metrics, write_table
+from detcal.utils.io import write_text
+
+__all__ = ["RunRecord", "GatherResult", "find_runs", "gather", "main"]
+
+
+@dataclass
+class RunRecord:
+    """One run of a sweep: its directory, overrides and metrics.json content."""
+
+    run_dir: Path
+    overrides: list[str]
+    metrics: dict[str, Any]
+
+
+@dataclass
+class GatherResult:
+    """The comparison: row labels -> {column -> metric node}, the columns, and both renderings."""
+
+    rows: dict[str, dict[str, Any]]
+    columns: list[str]
+    markdown: str
+    csv: str
+
+
+def _natural_key(p: Path) -> list[Any]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(p))]
+
+
+def _read_overrides(run_dir: Path) -> list[str]:
+    f = run_dir / ".hydra" / "overrides.yaml"
+    if not f.is_file():
+        return []
+    import yaml
+
+    try:
+        data = yaml.safe_load(f.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise DetcalInputError(f"not valid YAML: {exc}", file=f) from exc
+    if data is None:
+        return []
+    if not isinstance(data, list):
+        raise DetcalInputError("expected a YAML list of override strings", file=f)
+    return [str(x) for x in data]
+
+
+def find_runs(multirun_dir: str | os.PathLike) -> list[RunRecord]:
+    """Every run below ``multirun_dir`` that holds a ``metrics.json``, in natural path order."""
+    root = Path(multirun_dir)
+    if not root.is_dir():
+        raise DetcalInputError("is not a directory", file=root)
+    runs = []
+    for f in sorted(root.rglob("metrics.json"), key=_natural_key):
+        try:
+            metrics = json.loads(f.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise DetcalInputError(f"not valid JSON: {exc.msg}", file=f, record=f"line {exc.lineno}") from exc
+        if not isinstance(metrics, dict):
+            raise DetcalInputError("expected a JSON object", file=f)
+        runs.append(RunRecord(f.parent, _read_overrides(f.parent), metrics))
+    return runs
+
+
+def _labels(runs: Sequence[RunRecord], root: Path) -> list[str]:
+    common = set.intersection(*(set(r.overrides) for r in runs)) if runs else set()
+    labels = []
+    for r in runs:
+        own = [o for o in r.overrides if o not in common] or r.overrides
+        rel = str(r.run_dir.relative_to(root)) if r.run_dir != root else "."
+        labels.append(", ".join(own) if own else rel)
+    if len(set(labels)) < len(labels):  # disambiguate by directory
+        labels = [f"{lab} ({r.run_dir.relative_to(root) if r.run_dir != root else '.'})" for lab, r in zip(labels, runs)]
+    return labels
+
+
+def gather(multirun_dir: str | os.PathLike, metrics: Sequence[str] | None = None) -> GatherResult:
+    """Collect the runs under ``multirun_dir`` into one comparison table.
+
+    ``metrics``: ``fnmatch`` patterns over flattened metric keys; ``None``
+    uses the keys of each run's ``headline`` section (first-seen order).
+    """
+    root = Path(multirun_dir)
+    runs = find_runs(root)
+    if not runs:
+        raise DetcalInputError("holds no metrics.json (is it a detcal-evaluate sweep directory?)", file=root)
+    nodes: list[dict[str, Any]] = []
+    for r in runs:
+        if metrics is None:
+            nodes.append({k: n for k, n in iter_metrics(r.metrics.get("headline", {}))})
+        else:
+            nodes.append({k: n for k, n in iter_metrics(r.metrics)})
+    columns: list[str] = []
+    for n in nodes:
+        for k in n:
+            if k in columns:
+                continue
+            if metrics is None or any(fnmatch.fnmatchcase(k, p) for p in metrics):
+                columns.append(k)
+    rows = {lab: {c: n[c] for c in columns if c in n} for lab, n in zip(_labels(runs, root), nodes)}
+    return GatherResult(rows, columns, comparison_table(rows, columns), comparison_csv(rows, columns))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point of ``detcal-gather``; returns the exit status."""
+    ap = argparse.ArgumentParser(prog="detcal-gather", description=__doc__.split("\n\n")[0])
+    ap.add_argument("multirun_dir", help="a Hydra sweep directory written by detcal-evaluate -m")
+    ap.add_argument("--out", default=None, help="Markdown output (default <multirun_dir>/comparison.md)")
+    ap.add_argument("--csv", default=None, help="CSV output (default: --out with .csv suffix)")
+    ap.add_argument("--metrics", nargs="+", default=None, help="fnmatch patterns over flattened metric keys")
+    ap.add_argument("--quiet", action="store_true", help="do not print the table")
+    args = ap.parse_args(argv)
+    try:
+        res = gather(args.multirun_dir, args.metrics)
+    except DetcalInputError as exc:
+        print(f"detcal-gather: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else Path(args.multirun_dir) / "comparison.md"
+    csv_path = Path(args.csv) if args.csv else out.with_suffix(".csv")
+    write_table(out, res.markdown, echo=not args.quiet)
+    write_text(csv_path, res.csv)
+    print(f"wrote {out} and {csv_path} ({len(res.rows)} runs, {len(res.columns)} columns)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,397 @@
+"""Calibration diagrams as PNG files (matplotlib, Agg canvas, imported lazily).
+
+Every function takes plain arrays (or a ``MetricResult.table`` mapping) and a
+path, draws with matplotlib's object-oriented API on an Agg canvas (no pyplot
+global state, no display needed) and writes the PNG atomically through
+:func:`detcal.utils.io.write_bytes`. Each returns the path it wrote.
+
+Diagrams (definitions in ../shared/METRICS.md):
+
+* :func:`reliability_diagram`: per confidence bin b (equal width over [0, 1]),
+  precision(b) against conf(b), gap bars ``|prec - conf|``, identity line, the
+  ECE ``sum_b N_b/N gap(b)`` (Guo et al. 2017) in the title and the sample
+  histogram ``N_b`` underneath.
+* :func:`dece_heatmaps`: D-ECE maps (Kueppers et al. 2020) over two box
+  features, e.g. (cx, cy) and (w, h): one value per 2-D cell, the gap
+  marginalised over the other binned features (:func:`marginal_gap_map`);
+  cells below the sample threshold are greyed out.
+* :func:`rmse_rmv_diagram`: RMSE(b) against RMV(b) per coordinate (Levi et
+  al. 2019), identity line, optional log-log axes, one panel per coordinate.
+* :func:`qce_coverage_diagram`: observed coverage(tau) against tau per
+  coordinate and jointly (Kueppers et al. 2022), identity line.
+* :func:`retention_diagram`: error on the retained fraction after dropping
+  the most uncertain first (Malinin et al., Lakara et al.).
+
+The numpy helper :func:`marginal_gap_map` has no matplotlib dependency.
+"""
+from __future__ import annotations
+
+import io
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from detcal.errors import DetcalInputError
+from detcal.utils.io import write_bytes
+
+__all__ = [
+    "marginal_gap_map",
+    "reliability_diagram",
+    "dece_heatmaps",
+    "rmse_rmv_diagram",
+    "qce_coverage_diagram",
+    "retention_diagram",
+]
+
+_DPI = 100
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _vec(a: Any, name: str, n: int | None = None) -> np.ndarray:
+    """1-D float64 array, validated against length ``n`` when given."""
+    arr = np.asarray([] if a is None else a, dtype=np.float64).reshape(-1)
+    if n is not None and len(arr) != n:
+        raise DetcalInputError(f"has length {len(arr)}, expected {n}", record="plot input", field=name)
+    return arr
+
+
+def _figure(width: float, height: float) -> Any:
+    """A matplotlib Figure bound to an Agg canvas (lazy import, no pyplot)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=_DPI)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Any, path: str | os.PathLike) -> Path:
+    """Render ``fig`` to PNG bytes and write them atomically to ``path``."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=_DPI)
+    path = Path(path)
+    write_bytes(path, buf.getvalue())
+    return path
+
+
+def _no_data(ax: Any, text: str = "no samples") -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None or not np.isfinite(x) else f"{x:.4f}"
+
+
+# --------------------------------------------------------------------------- numpy maps
+
+
+def marginal_gap_map(
+    count: Any,
+    confidence: Any,
+    precision: Any,
+    shape: Sequence[int],
+    keep_axes: Sequence[int],
+    sample_threshold: int = 1,
+    kept: Any = None,
+) -> dict[str, np.ndarray]:
+    """Marginalise a binned D-ECE cell table onto two of its feature axes.
+
+    The cell table has C = prod(shape) cells flattened in C order (as
+    :func:`detcal.binning.cell_index`). With kept cells ``N_c >= threshold``
+    (the ``drop`` policy), the map value of 2-D cell (i, j) is the local
+    D-ECE of that position cell::
+
+        M(i, j) = sum_{c in (i,j), kept} N_c |prec(c) - conf(c)| / sum_{c in (i,j), kept} N_c
+
+    (NaN where no kept cell falls into (i, j)), Kueppers et al. 2020, Fig. 1.
+    ``kept [C]`` (e.g. ``MetricResult.table["kept"]`` of a D-ECE result)
+    replaces the threshold test when given.
+
+    Returns ``{"gap": [Bi,Bj], "count": [Bi,Bj] (all samples), "kept_count":
+    [Bi,Bj]}``.
+    """
+    shape = tuple(int(s) for s in shape)
+    n_cells = int(np.prod(shape)) if shape else 0
+    n = _vec(count, "count", n_cells)
+    conf = _vec(confidence, "confidence", n_cells)
+    prec = _vec(precision, "precision", n_cells)
+    axes = tuple(int(a) for a in keep_axes)
+    if len(axes) != 2 or any(a < 0 or a >= len(shape) for a in axes) or axes[0] == axes[1]:
+        raise DetcalInputError(f"must name two distinct axes of a {len(shape)}-D grid, got {axes}", field="keep_axes")
+    if kept is None:
+        kept = n >= max(int(sample_threshold), 1)
+    else:
+        kept = np.asarray(kept, dtype=bool).reshape(-1)
+        if len(kept) != n_cells:
+            raise DetcalInputError(f"has length {len(kept)}, expected {n_cells}", record="plot input", field="kept")
+        kept = kept & (n > 0)
+    gap = np.where(kept, np.abs(np.nan_to_num(prec) - np.nan_to_num(conf)), 0.0)
+    other = tuple(a for a in range(len(shape)) if a not in axes)
+    n_g = n.reshape(shape)
+    wk = np.where(kept, n, 0.0).reshape(shape)
+    num = (wk * gap.reshape(shape)).sum(axis=other)
+    den = wk.sum(axis=other)
+    tot = n_g.sum(axis=other)
+    if axes[0] > axes[1]:  # sum() leaves axes in ascending order
+        num, den, tot = num.T, den.T, tot.T
+    with np.errstate(invalid="ignore", divide="ignore"):
+        m = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+    return {"gap": m, "count": tot, "kept_count": den}
+
+
+# --------------------------------------------------------------------------- diagrams
+
+
+def reliability_diagram(
+    path: str | os.PathLike,
+    confidence: Any,
+    precision: Any,
+    count: Any,
+    *,
+    edges: Any = None,
+    ece: float | None = None,
+    title: str = "Confidence reliability",
+) -> Path:
+    """Reliability diagram with the sample histogram underneath (Guo et al. 2017).
+
+    Per bin b of B equal-width bins over [0, 1] (or the given ``edges`` [B+1]):
+    bars of precision(b) = mean y, gap bars between precision(b) and conf(b)
+    = mean p, the identity line, ECE = sum_b N_b/N |prec(b) - conf(b)| in the
+    title. ``confidence``, ``precision``, ``count`` are [B]; empty bins carry
+    count 0 (their NaN means are not drawn). B = 0 draws an empty diagram.
+    """
+    n = _vec(count, "count")
+    b = len(n)
+    conf = _vec(confidence, "confidence", b)
+    prec = _vec(precision, "precision", b)
+    e = np.linspace(0.0, 1.0, b + 1) if edges is None else _vec(edges, "edges", b + 1)
+    fig = _figure(5.0, 6.0)
+    gs = fig.add_gridspec(2, 1, height_ratios=(3, 1), hspace=0.08)
+    ax = fig.add_subplot(gs[0])
+    axh = fig.add_subplot(gs[1], sharex=ax)
+    ax.plot([0, 1], [0, 1], ls="--", color="0.3", lw=1, label="identity")
+    occ = n > 0
+    if b and occ.any():
+        left, width = e[:-1][occ], np.diff(e)[occ]
+        ax.bar(left, prec[occ], width=width, align="edge", color="tab:blue", edgecolor="k", lw=0.5, label="precision")
+        lo = np.minimum(prec[occ], conf[occ])
+        ax.bar(left, np.abs(prec[occ] - conf[occ]), bottom=lo, width=width, align="edge", color="tab:red",
+               alpha=0.35, edgecolor="tab:red", hatch="//", lw=0.5, label="gap")
+        ax.plot(conf[occ], prec[occ], "o", color="k", ms=3, label="(conf, prec)")
+        axh.bar(e[:-1], n, width=np.diff(e), align="edge", color="0.5", edgecolor="k", lw=0.5)
+    else:
+        _no_data(ax)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("precision")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.set_title(f"{title}\nECE = {_fmt(ece)}  (B = {b}, N = {int(n.sum())})", fontsize=10)
+    ax.tick_params(labelbottom=False)
+    axh.set_xlabel("confidence")
+    axh.set_ylabel("samples")
+    return _save(fig, path)
+
+
+def dece_heatmaps(
+    path: str | os.PathLike,
+    maps: Mapping[str, Mapping[str, Any]],
+    *,
+    sample_threshold: int = 1,
+    dece: float | None = None,
+    title: str = "D-ECE maps",
+) -> Path:
+    """Heatmaps of the marginalised D-ECE gap over pairs of box features.
+
+    ``maps`` maps a panel name (e.g. ``"cx_cy"``) to ``{"gap": [Bi,Bj],
+    "count": [Bi,Bj], "axes": (name_i, name_j)}`` (as :func:`marginal_gap_map`
+    returns plus the axis names). Axis i is drawn horizontally over [0, 1],
+    axis j vertically (for ``cy`` downwards, as in the image). Cells with
+    ``count < sample_threshold`` or a NaN gap are greyed out. An empty mapping
+    draws one empty panel.
+    """
+    names = list(maps)
+    k = max(len(names), 1)
+    fig = _figure(4.6 * k, 4.4)
+    axes = [fig.add_subplot(1, k, i + 1) for i in range(k)]
+    if not names:
+        _no_data(axes[0])
+    import matplotlib as mpl
+
+    cmap = mpl.colormaps["viridis"].with_extremes(bad="0.8")
+    for ax, name in zip(axes, names):
+        spec = maps[name]
+        gap = np.asarray(spec.get("gap", []), dtype=np.float64)
+        cnt = np.asarray(spec.get("count", np.zeros_like(gap)), dtype=np.float64)
+        if gap.ndim != 2 or cnt.shape != gap.shape:
+            raise DetcalInputError(f"gap {gap.shape} and count {cnt.shape} must be the same 2-D shape",
+                                   record=name, field="gap")
+        ax_names = tuple(spec.get("axes", ("feature 0", "feature 1")))
+        masked = np.ma.masked_where(~np.isfinite(gap) | (cnt < sample_threshold), gap)
+        flip_y = ax_names[1] in ("cy", "y")
+        extent = (0.0, 1.0, 1.0, 0.0) if flip_y else (0.0, 1.0, 0.0, 1.0)
+        origin = "upper" if flip_y else "lower"
+        if gap.size:
+            vmax = float(np.nanmax(masked.filled(np.nan))) if masked.count() else 1.0
+            im = ax.imshow(masked.T, origin=origin, extent=extent, cmap=cmap, vmin=0.0, vmax=max(vmax, 1e-6),
+                           aspect="auto", interpolation="nearest")
+            fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="gap |prec - conf|")
+            bi, bj = gap.shape
+            grey = np.ma.getmaskarray(masked)
+            if bi * bj <= 100:  # annotate small grids: gap and sample count per cell
+                for i, j in np.ndindex(bi, bj):
+                    txt = "-" if grey[i, j] else f"{gap[i, j]:.2f}"
+                    ax.text((i + 0.5) / bi, (j + 0.5) / bj, f"{txt}\n{int(cnt[i, j])}", ha="center",
+                            va="center", fontsize=6, color="k" if grey[i, j] else "w")
+        else:
+            _no_data(ax)
+        ax.set_xlabel(ax_names[0])
+        ax.set_ylabel(ax_names[1])
+        ax.set_title(name, fontsize=9)
+    fig.suptitle(f"{title} (D-ECE = {_fmt(dece)}, grey: N < {sample_threshold})", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def rmse_rmv_diagram(
+    path: str | os.PathLike,
+    tables: Mapping[str, Mapping[str, Any]],
+    *,
+    ence: Mapping[str, float] | None = None,
+    log: bool = False,
+    title: str = "Regression reliability (RMSE vs RMV)",
+) -> Path:
+    """RMSE(b) against RMV(b) per coordinate with the identity line (Levi et al. 2019).
+
+    ``tables`` maps a coordinate name (tx, ty, tw, th) to an ENCE per-bin
+    table ``{"rmv": [B], "rmse": [B], "count": [B]}``. Perfect calibration:
+    RMSE(b) = RMV(b) for every bin; ENCE = (1/B) sum_b |RMV(b) - RMSE(b)| /
+    RMV(b) is shown per panel when given. ``log=True`` draws log-log axes
+    (non-positive values are left out). One panel per coordinate, two columns.
+    """
+    names = list(tables)
+    k = max(len(names), 1)
+    rows = math.ceil(k / 2)
+    cols = 1 if k == 1 else 2
+    fig = _figure(4.2 * cols, 3.8 * rows)
+    axes = [fig.add_subplot(rows, cols, i + 1) for i in range(k)]
+    if not names:
+        _no_data(axes[0])
+    for ax, name in zip(axes, names):
+        t = tables[name]
+        rmv = _vec(t.get("rmv"), f"{name}.rmv")
+        rmse = _vec(t.get("rmse"), f"{name}.rmse", len(rmv))
+        cnt = _vec(t.get("count", np.ones(len(rmv))), f"{name}.count", len(rmv))
+        ok = (cnt > 0) & np.isfinite(rmv) & np.isfinite(rmse)
+        if log:
+            ok &= (rmv > 0) & (rmse > 0)
+        if ok.any():
+            lo = float(min(rmv[ok].min(), rmse[ok].min()))
+            hi = float(max(rmv[ok].max(), rmse[ok].max()))
+            if log:
+                lo, hi = lo / 1.2, hi * 1.2
+            else:
+                pad = 0.05 * (hi - lo) if hi > lo else 0.05 * max(abs(hi), 1e-3)
+                lo, hi = min(0.0, lo - pad), hi + pad
+            ax.plot([lo, hi], [lo, hi], ls="--", color="0.3", lw=1, label="identity")
+            ax.plot(rmv[ok], rmse[ok], "o-", color="tab:blue", ms=4, label="bins")
+            ax.set_xlim(lo, hi)
+            ax.set_ylim(lo, hi)
+            if log:
+                ax.set_xscale("log")
+                ax.set_yscale("log")
+            ax.legend(loc="upper left", fontsize=7)
+        else:
+            _no_data(ax)
+        e = None if ence is None else ence.get(name)
+        ax.set_title(f"{name}: ENCE = {_fmt(e)} (B = {int(ok.sum())})", fontsize=9)
+        ax.set_xlabel("RMV")
+        ax.set_ylabel("RMSE")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def qce_coverage_diagram(
+    path: str | os.PathLike,
+    tau: Any,
+    coverage: Mapping[str, Any],
+    *,
+    mqce: Mapping[str, float] | None = None,
+    title: str = "Quantile coverage (QCE)",
+) -> Path:
+    """Observed coverage(tau) against tau, per coordinate and joint (Kueppers et al. 2022).
+
+    coverage(tau) = mean 1(eps <= chi2_d.ppf(tau)) with NEES eps; perfect
+    calibration lies on the identity; M-QCE = mean_tau |coverage(tau) - tau|
+    is shown in the legend when given. ``tau`` is [L]; ``coverage`` maps a
+    name (tx, ..., joint) to [L].
+    """
+    t = _vec(tau, "tau")
+    fig = _figure(5.0, 4.6)
+    ax = fig.add_subplot(1, 1, 1)
+    ax.plot([0, 1], [0, 1], ls="--", color="0.3", lw=1, label="identity")
+    drawn = False
+    for name, cov in coverage.items():
+        c = _vec(cov, f"coverage.{name}", len(t))
+        if len(t) == 0 or not np.isfinite(c).any():
+            continue
+        m = None if mqce is None else mqce.get(name)
+        style = "k-" if name == "joint" else "o-"
+        ax.plot(t, c, style, ms=3, lw=1.5 if name == "joint" else 1, label=f"{name} (M-QCE {_fmt(m)})")
+        drawn = True
+    if not drawn:
+        _no_data(ax)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("tau (nominal coverage)")
+    ax.set_ylabel("observed coverage")
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="upper left", fontsize=7)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def retention_diagram(
+    path: str | os.PathLike,
+    curves: Mapping[str, Mapping[str, Any]],
+    *,
+    ylabel: str = "error on retained",
+    title: str = "Retention curves",
+) -> Path:
+    """Retention curves: error on the retained fraction, most uncertain dropped first.
+
+    ``curves`` maps a name to ``{"retained": [R] fractions in (0, 1],
+    "error": [R]}`` and optionally ``"auc"`` (R-AUC, the area under the curve;
+    Malinin et al. 2021, Lakara et al.) shown in the legend, and
+    ``"oracle": [R]`` (the curve when dropping by the true error) drawn dashed.
+    """
+    fig = _figure(5.0, 4.2)
+    ax = fig.add_subplot(1, 1, 1)
+    drawn = False
+    for name, c in curves.items():
+        r = _vec(c.get("retained"), f"{name}.retained")
+        e = _vec(c.get("error"), f"{name}.error", len(r))
+        if len(r) == 0:
+            continue
+        auc = c.get("auc")
+        lbl = name if auc is None else f"{name} (R-AUC {_fmt(float(auc))})"
+        line = ax.plot(r, e, "-", lw=1.2, label=lbl)[0]
+        if c.get("oracle") is not None:
+            o = _vec(c.get("oracle"), f"{name}.oracle", len(r))
+            ax.plot(r, o, "--", lw=0.8, color=line.get_color())
+        drawn = True
+    if not drawn:
+        _no_data(ax)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("retained fraction")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    if drawn:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _save(fig, path)
