@@ -1,0 +1,225 @@
+"""Benchmark: detcal calibration metrics against netcal 1.4.0, time and peak memory.
+
+For each metric, one subprocess per implementation (so that imports, caches
+and the allocator state of one cannot help or hurt the other):
+
+1. imports the implementation (netcal pulls torch; not timed) and generates
+   the seeded data set (``--n`` samples, default 2,000,000);
+2. warms the code path up on 1,000 samples;
+3. resets the kernel's peak-RSS counter (``/proc/self/clear_refs`` <- 5),
+   times the metric (best of ``--repeats``) and reads ``VmHWM``: the RSS peak
+   above the pre-call RSS ("RSS peak", everything the process touched,
+   including allocations made outside Python's allocator such as torch's);
+4. runs it once more under ``tracemalloc`` ("tm peak": the Python/numpy
+   allocations only; numpy reports its buffers to tracemalloc, torch's CPU
+   allocator does not, so for torch-based code only the RSS column is complete).
+
+Metrics and their netcal counterparts (same definitions; the value columns
+show the agreement):
+
+    ECE    detcal confidence.ece(p, y, 15)            netcal ECE(15, detection=True)
+    D-ECE  confidence.dece(p, y, F, 5, 8, "netcal")   netcal ECE(5, detection=True, sample_threshold=8) on [p, cx, cy, w, h]
+    NLL    regression.gaussian_nll                    netcal NLL (Gaussian, per dimension)
+    ENCE   regression.ence(equal_width, 10 bins)      netcal ENCE(10)
+    UCE    regression.uce(10 bins)                    netcal UCE(10)
+    M-QCE  regression.m_qce(19 levels)                netcal QCE(marginal=True)
+    C-QCE  regression.c_qce(10 bins, netcal policy)   netcal QCE(10, marginal=False)
+
+Regression data: one coordinate, mu ~ N(0, 1), sigma ~ U(0.2, 3),
+y = mu + N(0, 1) sigma U(0.6, 1.5). Confidence data: p ~ Beta(2, 2),
+y ~ Bernoulli(p^1.3), box features ~ U(0, 1)^4.
+
+Usage::
+
+    python scripts/bench_metrics.py                 # 2M samples
+    python scripts/bench_metrics.py --quick         # 200k samples, quick check
+    python scripts/bench_metrics.py --n 500000 --repeats 3 --metrics ENCE C-QCE
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+METRICS: tuple[str, ...] = ("ECE", "D-ECE", "NLL", "ENCE", "UCE", "M-QCE", "C-QCE")
+LEVELS = np.linspace(0.05, 0.95, 19)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_data(kind: str, n: int, seed: int) -> dict[str, np.ndarray]:
+    """Seeded benchmark data: ``regression`` (mu, sigma, y [n]) or ``confidence`` (p, y [n], features [n,4])."""
+    rng = np.random.default_rng(seed)
+    if kind == "regression":
+        mu = rng.normal(size=n)
+        sigma = rng.uniform(0.2, 3.0, n)
+        y = mu + rng.normal(size=n) * sigma * rng.uniform(0.6, 1.5, n)
+        return {"mu": mu, "sigma": sigma, "y": y}
+    p = rng.beta(2.0, 2.0, n)
+    y = (rng.random(n) < p**1.3).astype(np.int64)
+    return {"p": p, "y": y, "features": rng.random((n, 4))}
+
+
+def _kind(metric: str) -> str:
+    return "confidence" if metric in ("ECE", "D-ECE") else "regression"
+
+
+def build(metric: str, impl: str) -> Callable[[dict[str, np.ndarray]], float]:
+    """The call under test, returning the metric value as a float."""
+    if impl == "detcal":
+        if metric in ("ECE", "D-ECE"):
+            from detcal.metrics import confidence as C
+
+            if metric == "ECE":
+                return lambda d: C.ece(d["p"], d["y"], bins=15).value
+            return lambda d: C.dece(d["p"], d["y"], d["features"], bins=5, sample_threshold=8, policy="netcal").value
+        from detcal.metrics import regression as R
+
+        fns: dict[str, Callable[[dict[str, np.ndarray]], float]] = {
+            "NLL": lambda d: R.gaussian_nll(d["mu"], d["sigma"], d["y"]).value,
+            "ENCE": lambda d: R.ence(d["mu"], d["sigma"], d["y"], bins=10, binning="equal_width").value,
+            "UCE": lambda d: R.uce(d["mu"], d["sigma"], d["y"], bins=10).value,
+            "M-QCE": lambda d: R.m_qce(d["mu"], d["sigma"], d["y"], levels=LEVELS).value,
+            "C-QCE": lambda d: R.c_qce(d["mu"], d["sigma"], d["y"], levels=LEVELS, bins=10, policy="netcal").value,
+        }
+        return fns[metric]
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import netcal.metrics as N
+
+    def _f(x: Any) -> float:
+        return float(np.asarray(x).reshape(-1)[0])
+
+    if metric == "ECE":
+        return lambda d: _f(N.ECE(bins=15, detection=True).measure(d["p"], d["y"]))
+    if metric == "D-ECE":
+        return lambda d: float(
+            N.ECE(bins=5, detection=True, sample_threshold=8).measure(np.column_stack([d["p"], d["features"]]), d["y"])
+        )
+    fns = {
+        "NLL": lambda d: _f(N.NLL().measure((d["mu"], d["sigma"]), d["y"])),
+        "ENCE": lambda d: _f(N.ENCE(bins=10).measure((d["mu"], d["sigma"]), d["y"])),
+        "UCE": lambda d: _f(N.UCE(bins=10).measure((d["mu"], d["sigma"]), d["y"])),
+        "M-QCE": lambda d: _f(N.QCE(marginal=True).measure((d["mu"], d["sigma"]), d["y"], q=LEVELS)),
+        "C-QCE": lambda d: _f(N.QCE(bins=10, marginal=False).measure((d["mu"], d["sigma"]), d["y"], q=LEVELS)),
+    }
+    return fns[metric]
+
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return -1
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def worker(metric: str, impl: str, n: int, seed: int, repeats: int, tracemalloc_run: bool) -> dict[str, Any]:
+    """Measure one (metric, implementation) in this process; returns the numbers as a dict."""
+    import tracemalloc
+
+    fn = build(metric, impl)
+    fn(make_data(_kind(metric), 1000, seed + 1))  # warm-up: lazy imports, first-call costs
+    data = make_data(_kind(metric), n, seed)
+    resettable = _reset_peak_rss()
+    rss0 = _status_kb("VmRSS")
+    best = float("inf")
+    value = float("nan")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        value = fn(data)
+        best = min(best, time.perf_counter() - t0)
+    hwm = _status_kb("VmHWM")
+    out: dict[str, Any] = {
+        "metric": metric, "impl": impl, "n": n, "time_s": best, "value": value,
+        "rss_peak_mb": (hwm - rss0) / 1024.0 if resettable else float("nan"),
+    }
+    if tracemalloc_run:
+        tracemalloc.start()
+        tracemalloc.reset_peak()
+        fn(data)
+        out["tm_peak_mb"] = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+    else:
+        out["tm_peak_mb"] = float("nan")
+    return out
+
+
+def run_one(metric: str, impl: str, args: argparse.Namespace) -> dict[str, Any]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", metric, impl, "--n", str(args.n),
+           "--seed", str(args.seed), "--repeats", str(args.repeats)]
+    if args.no_tracemalloc:
+        cmd.append("--no-tracemalloc")
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(ROOT))
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker {metric}/{impl} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=2_000_000, help="samples per metric (default 2,000,000)")
+    ap.add_argument("--quick", action="store_true", help="200,000 samples, no tracemalloc pass")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs per measurement (best is kept)")
+    ap.add_argument("--metrics", nargs="+", default=list(METRICS), choices=list(METRICS))
+    ap.add_argument("--no-tracemalloc", action="store_true", help="skip the tracemalloc pass")
+    ap.add_argument("--json", type=str, default=None, help="also write the rows to this JSON file")
+    ap.add_argument("--worker", nargs=2, metavar=("METRIC", "IMPL"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args.worker[0], args.worker[1], args.n, args.seed, args.repeats, not args.no_tracemalloc)))
+        return 0
+    if args.quick:
+        args.n = min(args.n, 200_000)
+        args.no_tracemalloc = True
+    rows = []
+    hdr = (f"{'metric':<7} {'detcal s':>9} {'netcal s':>9} {'ratio':>7} {'detcal RSS MB':>13} {'netcal RSS MB':>13} "
+           f"{'detcal tm MB':>12} {'netcal tm MB':>12} {'|diff|':>9}")
+    print(f"n = {args.n:,}, seed = {args.seed}, repeats = {args.repeats}")
+    print(hdr)
+    print("-" * len(hdr))
+    for m in args.metrics:
+        d = run_one(m, "detcal", args)
+        nc = run_one(m, "netcal", args)
+        ratio = nc["time_s"] / d["time_s"]
+        rows.append({"metric": m, "detcal": d, "netcal": nc, "ratio": ratio})
+        print(f"{m:<7} {d['time_s']:>9.3f} {nc['time_s']:>9.3f} {ratio:>6.1f}x {d['rss_peak_mb']:>13.1f} "
+              f"{nc['rss_peak_mb']:>13.1f} {d['tm_peak_mb']:>12.1f} {nc['tm_peak_mb']:>12.1f} "
+              f"{abs(d['value'] - nc['value']):>9.1e}", flush=True)
+    td = sum(r["detcal"]["time_s"] for r in rows)
+    tn = sum(r["netcal"]["time_s"] for r in rows)
+    print("-" * len(hdr))
+    print(f"{'suite':<7} {td:>9.3f} {tn:>9.3f} {tn / td:>6.1f}x")
+    print(f"slowest ratio: {min(r['ratio'] for r in rows):.1f}x "
+          f"({min(rows, key=lambda r: r['ratio'])['metric']})")
+    for q in ("M-QCE", "C-QCE"):
+        r = next((r for r in rows if r["metric"] == q), None)
+        if r:
+            print(f"{q} peak memory detcal/netcal: RSS {r['detcal']['rss_peak_mb'] / max(r['netcal']['rss_peak_mb'], 1e-9):.3f}"
+                  + (f", tracemalloc {r['detcal']['tm_peak_mb'] / max(r['netcal']['tm_peak_mb'], 1e-9):.3f}"
+                     if not args.no_tracemalloc else ""))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"n": args.n, "seed": args.seed, "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
