@@ -222,3 +222,19 @@ def test_cell_stats_validation(kwargs, field, record):
         cell_stats(**kwargs)
     assert err.value.field == field
     assert err.value.record == record
+
+
+def test_netcal_edge_rule_equals_binary_search_on_edges_and_neighbours():
+    """The fast netcal edge rule (guess + correction) equals netcal's searchsorted binning exactly,
+    including values on the linspace edges and one ulp either side of them."""
+    from detcal.binning import feature_bin_index
+
+    rng = np.random.default_rng(1)
+    eps = np.finfo(np.float64).eps
+    for n_bins in (1, 2, 3, 5, 7, 10, 15, 20, 100):
+        grid = np.linspace(0.0, 1.0, n_bins + 1)
+        v = np.concatenate([rng.random(20000), grid, np.nextafter(grid, 2.0), np.nextafter(grid, -1.0),
+                            np.round(rng.random(5000), 3), [0.0, 1.0]])
+        v = np.clip(v, 0.0, 1.0)
+        ref = np.clip(np.searchsorted(grid, np.clip(v, eps, 1 - eps), side="right") - 1, 0, n_bins - 1)
+        np.testing.assert_array_equal(feature_bin_index(v, n_bins, "netcal"), ref)

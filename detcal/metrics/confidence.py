@@ -43,7 +43,7 @@ from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
-from detcal.binning import CellStats, CellSums, cell_stats, normalise_bins, pair_sums
+from detcal.binning import FLOAT_STATS, CellStats, CellSums, cell_stats, normalise_bins, pair_sums
 from detcal.errors import DetcalInputError
 from detcal.types import MetricResult
 
@@ -85,6 +85,16 @@ def _rate(value: float, ratings: tuple[tuple[float, str], ...]) -> str:
         if value <= upper:
             return label
     return ratings[-1][1]  # pragma: no cover - last upper is inf
+
+
+_REQUIRED_STATS: dict[str, tuple[str, ...]] = {
+    "nll": ("sum_nll",),
+    "brier": ("sum_se",),
+    "sharpness": ("sum_p0", "sum_p1", "sum_p2"),
+    "overconfidence": ("sum_p0",),
+    "underconfidence": ("sum_p1",),
+}
+"""Float statistics read by the cell-free metrics; the binned ones read ``sum_p0`` and ``sum_p1``."""
 
 
 @dataclass(frozen=True)
@@ -158,11 +168,27 @@ class ConfidenceMetric:
         except ValueError as exc:
             raise DetcalInputError(f"{exc} (confidence first)", field="bins") from None
 
+    @property
+    def required_stats(self) -> tuple[str, ...]:
+        """The float statistics (:data:`detcal.binning.FLOAT_STATS`) this metric reads."""
+        return _REQUIRED_STATS.get(self.name, ("sum_p0", "sum_p1"))
+
     # -- _update ----------------------------------------------------------
-    def stats(self, p: Any, y: Any = None, features: Any = None, *, groups: Any = None, n_groups: int | None = None) -> CellStats:
-        """Per-cell statistics on this metric's grid (:func:`detcal.binning.cell_stats`)."""
+    def stats(
+        self, p: Any, y: Any = None, features: Any = None, *, groups: Any = None, n_groups: int | None = None,
+        which: Sequence[str] | None = None,
+    ) -> CellStats:
+        """Per-cell statistics on this metric's grid (:func:`detcal.binning.cell_stats`).
+
+        ``which``: the float statistics to compute (default: only those this
+        metric reads, :attr:`required_stats`; a suite sharing the stats between
+        metrics asks for all of them).
+        """
         f, b = self._grid(features)
-        return cell_stats(p, self._y(p, y), f, b, edges=self.edges, groups=groups, n_groups=n_groups)
+        return cell_stats(
+            p, self._y(p, y), f, b, edges=self.edges, groups=groups, n_groups=n_groups,
+            stats=self.required_stats if which is None else which,
+        )
 
     def pair_sums(self, group_index: np.ndarray, p: Any, y: Any = None, features: Any = None) -> tuple[np.ndarray, np.ndarray, CellSums, int]:
         """Float sums per occupied (image, cell) pair (:func:`detcal.binning.pair_sums`)."""
@@ -626,11 +652,11 @@ def confidence_metrics(
             continue
         key = m.grid_key(None, None, features)
         if key not in grouped:
-            grouped[key] = m.stats(p, y, features, groups=cat_idx, n_groups=None if cats is None else len(cats))
+            grouped[key] = m.stats(p, y, features, groups=cat_idx, n_groups=None if cats is None else len(cats), which=tuple(FLOAT_STATS))
     free_key = next((k for k in grouped if k[1] == "floor"), None)
     if free_key is None:
         free_key = suite["nll"].grid_key()
-        grouped[free_key] = suite["nll"].stats(p, y, groups=cat_idx, n_groups=None if cats is None else len(cats))
+        grouped[free_key] = suite["nll"].stats(p, y, groups=cat_idx, n_groups=None if cats is None else len(cats), which=tuple(FLOAT_STATS))
     out: dict[str, MetricResult] = {}
     for name, m in suite.items():
         key = m.grid_key(None, None, features) if m.binned else free_key
