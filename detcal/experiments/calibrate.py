@@ -84,7 +84,7 @@ import detcal
 from detcal.boxes import cxcywh_to_xyxy, decode_deltas, encode_deltas, relative_features
 from detcal.calibration.base import ConfidenceCalibrator, RegressionCalibrator
 from detcal.errors import DetcalInputError
-from detcal.experiments.common import LoadedData, config_dir, hydra_run_dir, require_config_dir
+from detcal.experiments.common import LoadedData
 from detcal.types import Dataset, Detections, GroundTruth, MatchResult, MetricResult
 from detcal.utils.io import to_jsonable, write_text
 
@@ -821,34 +821,11 @@ def calibrate(cfg: Any, out_dir: str | Path, *, overrides: list[str] | None = No
     return metrics
 
 
-def _task_overrides() -> list[str]:
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        return list(HydraConfig.get().overrides.task)
-    except ValueError:
-        return []
-
-
-def _make_hydra_main() -> Any:
-    import hydra
-    from omegaconf import DictConfig
-
-    @hydra.main(config_path=str(config_dir()), config_name="calibrate", version_base="1.3")
-    def _hydra_main(cfg: DictConfig) -> None:
-        calibrate(cfg, hydra_run_dir(), overrides=_task_overrides())
-
-    return _hydra_main
-
-
 def main() -> None:
     """Console entry point ``detcal-calibrate`` (Hydra command line: overrides, ``-m``, ``--cfg job``...)."""
-    try:
-        require_config_dir()
-    except FileNotFoundError as exc:
-        print(f"detcal-calibrate: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    _make_hydra_main()()
+    from detcal.experiments.common import run_hydra_app, task_overrides
+
+    run_hydra_app("calibrate", lambda cfg, run_dir: calibrate(cfg, run_dir, overrides=task_overrides()), "detcal-calibrate")
 
 
 if __name__ == "__main__":  # pragma: no cover

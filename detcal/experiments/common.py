@@ -26,10 +26,12 @@ imports Hydra; the loaders are imported lazily.
 """
 from __future__ import annotations
 
+import sys
+
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from detcal.errors import DetcalInputError
 from detcal.types import Dataset, Detections, KittiRules
@@ -39,6 +41,8 @@ __all__ = [
     "config_dir",
     "require_config_dir",
     "hydra_run_dir",
+    "task_overrides",
+    "run_hydra_app",
     "LoadedData",
     "CocoSource",
     "KittiSource",
@@ -85,6 +89,37 @@ def hydra_run_dir() -> Path:
     from hydra.core.hydra_config import HydraConfig
 
     return Path(HydraConfig.get().runtime.output_dir)
+
+
+def task_overrides() -> list[str]:
+    """The command-line overrides of the current Hydra job (``[]`` outside Hydra)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:
+        return []
+
+
+def run_hydra_app(config_name: str, task: Callable[[Any, Path], Any], prog: str) -> None:
+    """Run ``task(cfg, run_dir)`` as a Hydra app on ``configs/<config_name>.yaml``.
+
+    The one entry point of every detcal console script: it finds the config
+    directory first (exit 2 with a clear message when it cannot), then hands
+    the command line (overrides, ``-m``, ``--cfg job``, ...) to Hydra.
+    """
+    try:
+        require_config_dir()
+    except FileNotFoundError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    import hydra
+
+    @hydra.main(config_path=str(config_dir()), config_name=config_name, version_base="1.3")
+    def _hydra_main(cfg: Any) -> None:
+        task(cfg, hydra_run_dir())
+
+    _hydra_main()
 
 
 @dataclass

@@ -48,7 +48,7 @@ import numpy as np
 import detcal
 from detcal.boxes import relative_features, xyxy_to_cxcywh
 from detcal.errors import DetcalInputError
-from detcal.experiments.common import LoadedData, config_dir, hydra_run_dir, require_config_dir
+from detcal.experiments.common import LoadedData
 from detcal.reports import plots
 from detcal.reports.tables import comparison_table, format_value, metrics_table, write_table
 from detcal.types import MatchResult, MetricResult
@@ -508,34 +508,11 @@ def evaluate(cfg: Any, out_dir: str | Path, *, overrides: list[str] | None = Non
     return metrics
 
 
-def _task_overrides() -> list[str]:
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        return list(HydraConfig.get().overrides.task)
-    except ValueError:
-        return []
-
-
-def _make_hydra_main() -> Any:
-    import hydra
-    from omegaconf import DictConfig
-
-    @hydra.main(config_path=str(config_dir()), config_name="evaluate", version_base="1.3")
-    def _hydra_main(cfg: DictConfig) -> None:
-        evaluate(cfg, hydra_run_dir(), overrides=_task_overrides())
-
-    return _hydra_main
-
-
 def main() -> None:
     """Console entry point ``detcal-evaluate`` (Hydra command line: overrides, ``-m``, ``--cfg job``...)."""
-    try:
-        require_config_dir()
-    except FileNotFoundError as exc:
-        print(f"detcal-evaluate: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    _make_hydra_main()()
+    from detcal.experiments.common import run_hydra_app, task_overrides
+
+    run_hydra_app("evaluate", lambda cfg, run_dir: evaluate(cfg, run_dir, overrides=task_overrides()), "detcal-evaluate")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -67,7 +67,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -551,29 +550,15 @@ def config_from(node: Any) -> LeviConfig:
     return LeviConfig(**kw).validate()
 
 
-def _make_hydra_main() -> Any:
-    import hydra
-    from omegaconf import DictConfig
-
-    from detcal.experiments.common import config_dir, hydra_run_dir
-
-    @hydra.main(config_path=str(config_dir()), config_name="levi_synthetic", version_base="1.3")
-    def _hydra_main(cfg: DictConfig) -> None:
-        run_levi(config_from(cfg.levi), hydra_run_dir(), echo=bool(cfg.get("print_summary", True)))
-
-    return _hydra_main
-
-
 def main() -> None:
     """Console entry point ``detcal-levi-synthetic`` (Hydra command line)."""
-    from detcal.experiments.common import require_config_dir
+    from detcal.experiments.common import run_hydra_app
 
-    try:
-        require_config_dir()
-    except FileNotFoundError as exc:
-        print(f"detcal-levi-synthetic: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    _make_hydra_main()()
+    run_hydra_app(
+        "levi_synthetic",
+        lambda cfg, run_dir: run_levi(config_from(cfg.levi), run_dir, echo=bool(cfg.get("print_summary", True))),
+        "detcal-levi-synthetic",
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -62,7 +62,7 @@ import numpy as np
 
 import detcal
 from detcal.errors import DetcalInputError
-from detcal.experiments.common import LoadedData, config_dir, hydra_run_dir, require_config_dir
+from detcal.experiments.common import LoadedData
 from detcal.types import COORDS, KITTI_TYPES, Dataset, Detections
 from detcal.utils.io import to_jsonable, write_json, write_text
 
@@ -738,7 +738,7 @@ def run(cfg: Any, run_dir: str | os.PathLike) -> dict[str, Any]:
     splits: dict[str, Split] = stages.run("data", _data)
     _torch_setup(cfg)
     model = _build_model(cfg, splits["train"])
-    ckpt1 = stages.run("stage1", lambda: _train(cfg, 1, model, splits["train"], train_dir))
+    stages.run("stage1", lambda: _train(cfg, 1, model, splits["train"], train_dir))
     ckpt2 = stages.run("stage2", lambda: _train(cfg, 2, model, splits["train"], train_dir))
     dets: dict[str, Detections] = {}
 
@@ -841,25 +841,11 @@ def run(cfg: Any, run_dir: str | os.PathLike) -> dict[str, Any]:
     return table
 
 
-def _make_hydra_main() -> Any:
-    import hydra
-    from omegaconf import DictConfig
-
-    @hydra.main(config_path=str(config_dir()), config_name="main", version_base="1.3")
-    def _hydra_main(cfg: DictConfig) -> None:
-        run(cfg, hydra_run_dir())
-
-    return _hydra_main
-
-
 def main() -> None:
     """Console entry point ``detcal-main`` (Hydra command line: overrides, ``experiment=...``, ``hydra.run.dir=...``)."""
-    try:
-        require_config_dir()
-    except FileNotFoundError as exc:
-        print(f"detcal-main: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    _make_hydra_main()()
+    from detcal.experiments.common import run_hydra_app
+
+    run_hydra_app("main", run, "detcal-main")
 
 
 if __name__ == "__main__":  # pragma: no cover
