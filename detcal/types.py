@@ -259,6 +259,19 @@ class Dataset:
     categories: dict[int, str]
     source: str = ""
 
+    def gt_image_rows(self) -> np.ndarray:
+        """Row into ``images`` of each ground-truth box [G]; an unknown image id is an input error."""
+        from detcal.errors import DetcalInputError
+
+        rows = self.images.index_of(self.gt.image_id)
+        bad = np.flatnonzero(rows < 0)
+        if len(bad):
+            raise DetcalInputError(
+                f"ground truth refers to image id {int(self.gt.image_id[bad[0]])} not in the images",
+                file=self.source or None, record=int(bad[0]), field="image_id",
+            )
+        return rows
+
     def category_id(self, name: str) -> int:
         for k, v in self.categories.items():
             if v == name:

@@ -556,12 +556,7 @@ def _around(
 
 
 def _image_rows(dataset: Dataset) -> np.ndarray:
-    rows = dataset.images.index_of(dataset.gt.image_id)
-    bad = np.flatnonzero(rows < 0)
-    if len(bad):
-        raise DetcalInputError(f"ground truth refers to image id {int(dataset.gt.image_id[bad[0]])} not in images",
-                               file=dataset.source or None, record=int(bad[0]), field="image_id")
-    return rows
+    return dataset.gt_image_rows()
 
 
 def _fp_boxes(

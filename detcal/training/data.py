@@ -117,12 +117,7 @@ def training_gt_mask(gt: GroundTruth, label_map: LabelMap) -> np.ndarray:
 
 
 def _image_rows_of_gt(dataset: Dataset) -> np.ndarray:
-    rows = dataset.images.index_of(dataset.gt.image_id)
-    bad = np.flatnonzero(rows < 0)
-    if len(bad):
-        raise DetcalInputError(f"ground truth refers to image id {int(dataset.gt.image_id[bad[0]])} not in the images",
-                               file=dataset.source or None, record=int(bad[0]), field="image_id")
-    return rows
+    return dataset.gt_image_rows()
 
 
 def iteration_batch(n_images: int, batch_size: int, seed: int, iteration: int) -> tuple[np.ndarray, np.ndarray]:
