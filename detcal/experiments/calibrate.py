@@ -70,7 +70,6 @@ Usage::
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import json
 import sys
 import time
@@ -80,11 +79,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-import detcal
 from detcal.boxes import cxcywh_to_xyxy, decode_deltas, encode_deltas, relative_features
 from detcal.calibration.base import ConfidenceCalibrator, RegressionCalibrator
 from detcal.errors import DetcalInputError
-from detcal.experiments.common import LoadedData
+from detcal.experiments.common import LoadedData, run_header
 from detcal.types import Dataset, Detections, GroundTruth, MatchResult, MetricResult
 from detcal.utils.io import to_jsonable, write_text
 
@@ -768,17 +766,11 @@ def calibrate(cfg: Any, out_dir: str | Path, *, overrides: list[str] | None = No
     rematched = matcher(dets_out, ev.data.dataset.gt, kitti=ev.data.kitti, images=ev.data.dataset.images)
     changed = (rematched.matched[row_e] != ev.match.matched[row_e]) | (rematched.ignored[row_e] != ev.match.ignored[row_e]) \
         | (rematched.considered != ev.match.considered)
-    from omegaconf import OmegaConf
 
     evaluation["_sample"] = {"n_confidence": int(len(rows_e)), "n_matched": int(y_e.sum()),
                              "iou_threshold": float(ev.match.iou_thresholds[row_e])}
     metrics: dict[str, Any] = {
-        "detcal_version": detcal.__version__,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": "detcal-calibrate",
-        "run_dir": str(out_dir.resolve()),
-        "overrides": list(overrides or []),
-        "config": OmegaConf.to_container(cfg, resolve=True),
+        **run_header("detcal-calibrate", cfg, out_dir, overrides),
         "data": {"calibration": {**cal.data.provenance, "counts": _counts(cal, row_c)},
                  "evaluation": {**ev.data.provenance, "counts": _counts(ev, row_e)}},
         "split": split,

@@ -43,6 +43,7 @@ __all__ = [
     "hydra_run_dir",
     "task_overrides",
     "run_hydra_app",
+    "run_header",
     "LoadedData",
     "CocoSource",
     "KittiSource",
@@ -99,6 +100,25 @@ def task_overrides() -> list[str]:
         return list(HydraConfig.get().overrides.task)
     except ValueError:
         return []
+
+
+def run_header(command: str, cfg: Any, out_dir: Path, overrides: Sequence[str] | None) -> dict[str, Any]:
+    """The provenance every app's ``metrics.json`` opens with: detcal version, UTC time,
+    command, run directory, command-line overrides and the resolved config."""
+    import datetime as _dt
+
+    from omegaconf import OmegaConf
+
+    import detcal
+
+    return {
+        "detcal_version": detcal.__version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "run_dir": str(Path(out_dir).resolve()),
+        "overrides": list(overrides or []),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
 
 
 def run_hydra_app(config_name: str, task: Callable[[Any, Path], Any], prog: str) -> None:

@@ -34,7 +34,6 @@ is found (repository ``configs/``, or ``DETCAL_CONFIG_DIR``).
 """
 from __future__ import annotations
 
-import datetime as _dt
 import functools
 import json
 import sys
@@ -45,10 +44,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-import detcal
 from detcal.boxes import relative_features, xyxy_to_cxcywh
 from detcal.errors import DetcalInputError
-from detcal.experiments.common import LoadedData
+from detcal.experiments.common import LoadedData, run_header
 from detcal.reports import plots
 from detcal.reports.tables import comparison_table, format_value, metrics_table, write_table
 from detcal.types import MatchResult, MetricResult
@@ -420,7 +418,6 @@ def _metrics_record(
     maps: dict[str, Any], reg: dict[str, Any], out_dir: Path, overrides: list[str] | None,
 ) -> dict[str, Any]:
     """The metrics.json content: provenance (version, config, data, matching, variants) and every result."""
-    from omegaconf import OmegaConf
 
     ds, dets = data.dataset, data.detections
     match_counts = {threshold_label(float(t)): {
@@ -429,12 +426,7 @@ def _metrics_record(
         "false_positives": int((mr.considered & ~mr.matched[i] & ~mr.ignored[i]).sum()),
         "ignored": int((mr.considered & mr.ignored[i]).sum())} for i, t in enumerate(mr.iou_thresholds)}
     metrics: dict[str, Any] = {
-        "detcal_version": detcal.__version__,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": "detcal-evaluate",
-        "run_dir": str(out_dir.resolve()),
-        "overrides": list(overrides or []),
-        "config": OmegaConf.to_container(cfg, resolve=True),
+        **run_header("detcal-evaluate", cfg, out_dir, overrides),
         "data": {**data.provenance, "counts": {
             "images": len(ds.images), "gt": len(ds.gt), "detections": len(dets),
             "categories": {str(k): v for k, v in ds.categories.items()},
