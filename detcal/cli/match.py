@@ -36,6 +36,7 @@ import numpy as np
 from detcal.errors import DetcalError, DetcalInputError
 from detcal.matching import MODES, match
 from detcal.types import Dataset, Detections, KittiRules, MatchResult
+from detcal.reports.detections_csv import _column_names, format_csv
 from detcal.utils.io import atomic_write, write_json
 
 
@@ -104,37 +105,6 @@ def _load(args: argparse.Namespace) -> tuple[Dataset, Detections, KittiRules | N
 
     ds = load_kitti_labels(args.gt, image_dir=args.images, sizes=args.sizes, difficulty=args.difficulty)
     return ds, load_kitti_results(args.results, ds), kitti_rules(args.difficulty)
-
-
-def _column_names(result: MatchResult, per_class: bool) -> list[str]:
-    tags = ["kitti"] if per_class else [f"{t:g}" for t in result.iou_thresholds]
-    names = ["image_id", "category", "score", "considered", "iou"]
-    for tag in tags:
-        names += [f"matched@{tag}", f"ignored@{tag}", f"gt_id@{tag}"]
-    return names
-
-
-def format_csv(dets: Detections, result: MatchResult, gt_ids: np.ndarray, per_class: bool = False) -> str:
-    """The CSV text (header + one row per detection, input order); floats at round-trip precision."""
-    zero_one = np.array(["0", "1"])
-    cols: list[list[str]] = [
-        list(map(str, dets.image_id.tolist())),
-        list(map(str, dets.category.tolist())),
-        list(map(repr, dets.score.tolist())),
-        zero_one[result.considered.astype(np.int64)].tolist(),
-        list(map(repr, result.iou.tolist())),
-    ]
-    for t in range(result.matched.shape[0]):
-        gi = result.gt_index[t]
-        ids = np.where(gi >= 0, gt_ids[np.maximum(gi, 0)] if len(gt_ids) else -1, -1)
-        cols += [
-            zero_one[result.matched[t].astype(np.int64)].tolist(),
-            zero_one[result.ignored[t].astype(np.int64)].tolist(),
-            list(map(str, ids.tolist())),
-        ]
-    header = ",".join(_column_names(result, per_class))
-    body = "\n".join(map(",".join, zip(*cols)))
-    return header + "\n" + body + ("\n" if body else "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

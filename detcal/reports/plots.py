@@ -87,61 +87,7 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None or not np.isfinite(x) else f"{x:.4f}"
 
 
-# --------------------------------------------------------------------------- numpy maps
-
-
-def marginal_gap_map(
-    count: Any,
-    confidence: Any,
-    precision: Any,
-    shape: Sequence[int],
-    keep_axes: Sequence[int],
-    sample_threshold: int = 1,
-    kept: Any = None,
-) -> dict[str, np.ndarray]:
-    """Marginalise a binned D-ECE cell table onto two of its feature axes.
-
-    The cell table has C = prod(shape) cells flattened in C order (as
-    :func:`detcal.binning.cell_index`). With kept cells ``N_c >= threshold``
-    (the ``drop`` policy), the map value of 2-D cell (i, j) is the local
-    D-ECE of that position cell::
-
-        M(i, j) = sum_{c in (i,j), kept} N_c |prec(c) - conf(c)| / sum_{c in (i,j), kept} N_c
-
-    (NaN where no kept cell falls into (i, j)), Kueppers et al. 2020, Fig. 1.
-    ``kept [C]`` (e.g. ``MetricResult.table["kept"]`` of a D-ECE result)
-    replaces the threshold test when given.
-
-    Returns ``{"gap": [Bi,Bj], "count": [Bi,Bj] (all samples), "kept_count":
-    [Bi,Bj]}``.
-    """
-    shape = tuple(int(s) for s in shape)
-    n_cells = int(np.prod(shape)) if shape else 0
-    n = _vec(count, "count", n_cells)
-    conf = _vec(confidence, "confidence", n_cells)
-    prec = _vec(precision, "precision", n_cells)
-    axes = tuple(int(a) for a in keep_axes)
-    if len(axes) != 2 or any(a < 0 or a >= len(shape) for a in axes) or axes[0] == axes[1]:
-        raise DetcalInputError(f"must name two distinct axes of a {len(shape)}-D grid, got {axes}", field="keep_axes")
-    if kept is None:
-        kept = n >= max(int(sample_threshold), 1)
-    else:
-        kept = np.asarray(kept, dtype=bool).reshape(-1)
-        if len(kept) != n_cells:
-            raise DetcalInputError(f"has length {len(kept)}, expected {n_cells}", record="plot input", field="kept")
-        kept = kept & (n > 0)
-    gap = np.where(kept, np.abs(np.nan_to_num(prec) - np.nan_to_num(conf)), 0.0)
-    other = tuple(a for a in range(len(shape)) if a not in axes)
-    n_g = n.reshape(shape)
-    wk = np.where(kept, n, 0.0).reshape(shape)
-    num = (wk * gap.reshape(shape)).sum(axis=other)
-    den = wk.sum(axis=other)
-    tot = n_g.sum(axis=other)
-    if axes[0] > axes[1]:  # sum() leaves axes in ascending order
-        num, den, tot = num.T, den.T, tot.T
-    with np.errstate(invalid="ignore", divide="ignore"):
-        m = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
-    return {"gap": m, "count": tot, "kept_count": den}
+from detcal.reports.gap_maps import marginal_gap_map  # noqa: E402,F401  (re-export)
 
 
 # --------------------------------------------------------------------------- diagrams

@@ -1,0 +1,52 @@
+"""detcal's Python API: typed specs in, typed results out, no Hydra.
+
+    import detcal
+    result = detcal.evaluate("instances.json", "results.json")
+    print(result.to_markdown())
+
+See :func:`detcal.pipeline.evaluation.evaluate` and
+:func:`detcal.pipeline.calibration.calibrate`.
+"""
+from __future__ import annotations
+
+from detcal.pipeline.spec import (
+    FEATURES,
+    BootstrapSpec,
+    CalibrationSpec,
+    ConfidenceSpec,
+    ConfigError,
+    DataSpec,
+    DeceBinningSpec,
+    EvaluationSpec,
+    MatchingSpec,
+    RegressionSpec,
+    SigmaBinningSpec,
+    SplitSpec,
+)
+from detcal.pipeline.sources import LoadedData, load_data
+
+__all__ = [
+    "FEATURES", "BootstrapSpec", "CalibrationSpec", "ConfidenceSpec", "ConfigError", "DataSpec", "DeceBinningSpec",
+    "EvaluationSpec", "MatchingSpec", "RegressionSpec", "SigmaBinningSpec", "SplitSpec", "LoadedData", "load_data",
+    "evaluate", "calibrate", "EvaluationResult", "CalibrationResult",
+]
+
+
+def __getattr__(name: str):  # lazy: importing the specs stays cheap
+    if name == "evaluate":
+        from detcal.pipeline.evaluation import evaluate
+
+        return evaluate
+    if name == "calibrate":
+        from detcal.pipeline.calibration import calibrate
+
+        return calibrate
+    if name == "EvaluationResult":
+        from detcal.pipeline.result import EvaluationResult
+
+        return EvaluationResult
+    if name == "CalibrationResult":
+        from detcal.pipeline.calibration_result import CalibrationResult
+
+        return CalibrationResult
+    raise AttributeError(name)

@@ -1,0 +1,363 @@
+"""The recalibration pipeline: fit calibrators on one part of the data, apply them to a
+disjoint part, and evaluate before and after (docs/calibration.md).
+
+Hydra-free; ``detcal-calibrate`` and notebooks call :func:`calibrate`::
+
+    import detcal
+    res = detcal.calibrate(detcal.DataSpec(), confidence="temperature", regression="std_scaling")
+    print(res.to_markdown()); res.write("out/")
+
+Protocol. One dataset split by image (seeded; ``CalibrationSpec.split``) or
+two datasets (``eval_data``). The confidence calibrator is fitted on the
+non-ignored detections of the calibration part at ``calibration.fit_iou``
+(y = matched; relative box features for calibrators that use them); the
+box-uncertainty calibrator on the true-positive regression sample at
+``regression.sample_iou``. "Before" and "after" use the same labels and the
+same TP sample (the matching of the original detections): calibration changes
+scores and uncertainties, not outcomes. A tool that re-matches the written
+file may see some outcomes change (score order, max_dets): counted under ``rematch``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from detcal.calibration.base import ConfidenceCalibrator, RegressionCalibrator
+from detcal.errors import DetcalInputError
+from detcal.pipeline.evaluation import as_loaded, dece_maps, relative_box_features
+from detcal.pipeline.progress import Progress
+from detcal.pipeline.sources import LoadedData, subset_images
+from detcal.pipeline.spec import FEATURES, CalibrationSpec, ConfigError, EvaluationSpec
+from detcal.pipeline.writeback import apply_regression_calibrator
+from detcal.types import MatchResult, MetricResult
+
+__all__ = ["Part", "split_by_image", "calibrate", "resolve_calibrator", "REGRESSION_ROWS"]
+
+REGRESSION_ROWS: tuple[tuple[str, str], ...] = (
+    ("ence", "ENCE"), ("cv", "C_v"), ("m_qce", "M-QCE"), ("c_qce", "C-QCE"), ("nll", "NLL"),
+    ("interval_ce", "Kuleshov CE"),
+)
+"""Regression metrics of the before/after table, per coordinate (key in regression_metrics, label)."""
+
+
+@dataclass
+class Part:
+    """One side of the protocol after matching: data, MatchResult over its D detections,
+    relative features [D,4] clipped to [0, 1], and the clipped count."""
+
+    data: LoadedData
+    match: MatchResult
+    features: np.ndarray
+    n_clipped: int
+
+    def confidence_rows(self, row: int) -> tuple[np.ndarray, np.ndarray]:
+        """Confidence sample at one matching row: (detection rows [S], y [S] bool)."""
+        rows = np.flatnonzero(self.match.considered & ~self.match.ignored[row])
+        return rows, self.match.matched[row, rows]
+
+    def counts(self, row: int) -> dict[str, Any]:
+        mr = self.match
+        return {"images": len(self.data.dataset.images), "gt": len(self.data.dataset.gt),
+                "detections": len(self.data.detections), "considered": int(mr.considered.sum()),
+                "true_positives": int((mr.matched[row] & mr.considered).sum()),
+                "false_positives": int((mr.considered & ~mr.matched[row] & ~mr.ignored[row]).sum()),
+                "ignored": int((mr.considered & mr.ignored[row]).sum()), "n_clipped_features": int(self.n_clipped),
+                "left_out_at_loading": dict(self.data.dropped)}
+
+
+def split_by_image(data: LoadedData, calibration_fraction: float, seed: int) -> tuple[LoadedData, LoadedData, dict[str, Any]]:
+    """Seeded split of the images into (calibration, evaluation): images sorted by id, permuted by
+    ``numpy.random.default_rng(seed)``, the first ``round(f N)`` calibrate (1 <= k <= N - 1)."""
+    ids = np.unique(data.dataset.images.id)
+    n = len(ids)
+    k = int(round(float(calibration_fraction) * n))
+    if not 1 <= k <= n - 1:
+        raise ConfigError("calibration.split.calibration_fraction", f"{n} images cannot be split with fraction "
+                          f"{calibration_fraction} (needs at least one image on each side)")
+    perm = np.random.default_rng(int(seed)).permutation(n)
+    cal_ids, eval_ids = np.sort(ids[perm[:k]]), np.sort(ids[perm[k:]])
+    info = {"mode": "split", "unit": "image", "calibration_fraction": float(calibration_fraction), "seed": int(seed),
+            "method": "numpy.random.default_rng(seed).permutation over sorted image ids; first round(f N) calibrate",
+            "n_images": {"calibration": int(k), "evaluation": int(n - k)},
+            "evaluation_image_ids": eval_ids.tolist()}
+    return subset_images(data, cal_ids, "calibration"), subset_images(data, eval_ids, "evaluation"), info
+
+
+def _prepare(data: LoadedData, spec: EvaluationSpec) -> Part:
+    from detcal.matching import match
+
+    m = spec.matching
+    ds = data.dataset
+    mr = match(data.detections, ds.gt, m.thresholds(), mode=m.mode, class_agnostic=m.class_agnostic,
+               score_threshold=m.score_threshold, max_dets=m.max_dets, kitti=data.kitti, images=ds.images)
+    feats, n_clipped, _ = relative_box_features(data, needed=True)
+    return Part(data, mr, feats, n_clipped)
+
+
+def _threshold_row(mr: MatchResult, t: float | None) -> int:
+    if t is None:
+        return 0
+    try:
+        return mr.threshold_index(float(t))
+    except KeyError as exc:
+        raise ConfigError("calibration.fit_iou", f"{exc.args[0]} (it must be one of matching.iou_thresholds)") from None
+
+
+def resolve_calibrator(obj: Any, want: type, role: str) -> Any:
+    """A calibrator object from an object or a registry name (configs/calibrator/<name>.yaml)."""
+    if obj is None:
+        return None
+    if isinstance(obj, str):
+        from detcal.pipeline.registry import make_calibrator
+
+        obj = make_calibrator(obj)
+    if not isinstance(obj, want):
+        raise ConfigError(role, f"{type(obj).__name__} is not a {want.__name__}; choose a calibrator of that kind")
+    return obj
+
+
+def _confidence_eval(spec: EvaluationSpec, p: np.ndarray, y: np.ndarray, feats: np.ndarray | None,
+                     category: np.ndarray, image_id: np.ndarray) -> dict[str, Any]:
+    from detcal.metrics.confidence import ConfidenceConfig, confidence_metrics
+
+    b, bs = spec.dece_binning, spec.bootstrap
+    ccfg = ConfidenceConfig(ece_bins=b.ece_bins, dece_bins=b.bins_arg(), sample_threshold=b.sample_threshold,
+                            policy=b.policy, n_boot=bs.n, ci_level=bs.level, seed=bs.seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = confidence_metrics(p, y, feats, category if spec.confidence.per_class else None, ccfg, image_id)
+    return {k: v.to_dict() for k, v in res.items()}
+
+
+def _mean_over_coords(fn: Callable[..., MetricResult], name: str, **kw: Any) -> Callable[..., MetricResult]:
+    def mean_fn(mu: np.ndarray, sigma: np.ndarray, y: np.ndarray) -> MetricResult:
+        vals = [float(fn(mu[:, k], sigma[:, k], y[:, k], **kw).value) for k in range(mu.shape[1])]
+        return MetricResult(name=name, value=float(np.mean(vals)), variant="mean over coordinates",
+                            params={**kw, "per_coordinate": vals})
+    return mean_fn
+
+
+def _regression_eval(spec: EvaluationSpec, mu: np.ndarray, sigma: np.ndarray, y: np.ndarray, image_id: np.ndarray,
+                     coords: Sequence[str], space: str) -> dict[str, Any]:
+    """Regression suite per coordinate, plus coordinate means with bootstrap intervals."""
+    from detcal.metrics.bootstrap import with_ci
+    from detcal.metrics.regression import ence, gaussian_nll, m_qce, regression_metrics
+    from detcal.metrics.spaces import RegressionSample
+
+    r, sb, bs = spec.regression, spec.sigma_binning, spec.bootstrap
+    levels = np.linspace(0.05, 0.95, r.quantile_levels)
+    sample = RegressionSample(mu=mu, sigma=sigma, y=y, rows=np.arange(len(mu)), image_id=image_id, space=space,
+                              coords=tuple(coords))
+    res = regression_metrics(sample, bins=sb.bins, binning=sb.scheme, qce_bins=sb.qce_bins, qce_binning=sb.qce_scheme,
+                             qce_sample_threshold=r.qce_sample_threshold, levels=levels, with_joint=False)
+    out: dict[str, Any] = {k: {c: v.to_dict() for c, v in per.items()} for k, per in res.items()
+                           if k in dict(REGRESSION_ROWS)}
+    means = {"ence": _mean_over_coords(ence, "ence_mean", bins=sb.bins, binning=sb.scheme),
+             "m_qce": _mean_over_coords(m_qce, "m_qce_mean", levels=levels),
+             "nll": _mean_over_coords(gaussian_nll, "nll_mean")}
+    summary: dict[str, Any] = {}
+    for key, fn in means.items():
+        m = fn(mu, sigma, y) if len(mu) else MetricResult(name=f"{key}_mean", value=float("nan"))
+        if bs.n > 0 and len(mu):
+            m = with_ci(m, fn, image_id, mu, sigma, y, n_boot=bs.n, level=bs.level, seed=bs.seed, fast=False)
+        summary[key] = m.to_dict()
+    out["_mean"] = summary
+    return out
+
+
+def _probit(p: np.ndarray) -> np.ndarray:
+    from scipy.special import ndtri
+
+    return ndtri(np.clip(np.asarray(p, dtype=np.float64), 1e-12, 1.0 - 1e-12))
+
+
+def _fit_report(cal: Any) -> dict[str, Any] | None:
+    rep = getattr(cal, "fit_report_", None)
+    return dict(rep) if isinstance(rep, dict) else None
+
+
+def calibrate(data: Any, spec: EvaluationSpec | None = None, calibration: CalibrationSpec | None = None, *,
+              confidence: Any = "temperature", regression: Any = "std_scaling", eval_data: Any = None,
+              workdir: str | os.PathLike | None = None, progress: bool = False,
+              names: dict[str, str] | None = None) -> "CalibrationResult":
+    """Fit calibrators on a calibration part, apply them to a disjoint evaluation part, evaluate before/after.
+
+    ``data``: what :func:`detcal.evaluate` accepts (DataSpec, LoadedData, (Dataset, Detections) as a
+    tuple, or a (gt, results) pair of paths); split by image unless ``eval_data`` is given.
+    ``confidence`` / ``regression``: calibrator objects or registry names (``None`` skips one).
+    Returns a :class:`~detcal.pipeline.calibration_result.CalibrationResult`.
+    """
+    from detcal.metrics.spaces import regression_sample
+    from detcal.pipeline.calibration_result import CalibrationResult
+
+    spec = spec or EvaluationSpec()
+    calibration = calibration or CalibrationSpec()
+    names = dict(names or {})
+    conf_cal = resolve_calibrator(confidence, ConfidenceCalibrator, "calibrator")
+    reg_cal = resolve_calibrator(regression, RegressionCalibrator, "regression_calibrator")
+    if isinstance(confidence, str):
+        names.setdefault("confidence", confidence)
+    if isinstance(regression, str):
+        names.setdefault("regression", regression)
+    workdir = workdir or "."
+    timing: dict[str, float] = {}
+
+    def _load(x: Any, sub: str) -> LoadedData:
+        if isinstance(x, tuple):
+            return as_loaded(*x, workdir=os.path.join(workdir, sub))
+        return as_loaded(x, workdir=os.path.join(workdir, sub) if sub else workdir)
+
+    with Progress(progress, "detcal-calibrate", total=6) as bar:
+        t0 = time.perf_counter()
+        bar.step("load data")
+        loaded = _load(data, "")
+        if eval_data is not None:
+            ev_loaded, cal_loaded = _load(eval_data, "eval_data"), loaded
+            split = {"mode": "two_datasets", "calibration_fraction": None, "seed": None,
+                     "n_images": {"calibration": len(cal_loaded.dataset.images),
+                                  "evaluation": len(ev_loaded.dataset.images)}}
+        else:
+            cal_loaded, ev_loaded, split = split_by_image(loaded, calibration.split.calibration_fraction,
+                                                          calibration.split.seed)
+        split["in_sample"] = bool(calibration.in_sample)
+        timing["load"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        bar.step("match")
+        cal, ev = _prepare(cal_loaded, spec), _prepare(ev_loaded, spec)
+        row_c, row_e = _threshold_row(cal.match, calibration.fit_iou), _threshold_row(ev.match, calibration.fit_iou)
+        timing["match"] = time.perf_counter() - t0
+        fit_cols = [FEATURES.index(n) for n in calibration.features]
+        dece_cols = [FEATURES.index(n) for n in spec.dece_binning.features]
+        calibrators: dict[str, Any] = {}
+        evaluation: dict[str, Any] = {}
+        in_sample: dict[str, Any] = {}
+        maps: dict[str, Any] = {}
+        dets_out = ev.data.detections
+
+        t0 = time.perf_counter()
+        rows_e, y_e = ev.confidence_rows(row_e)
+        if conf_cal is not None:
+            bar.step(f"fit {type(conf_cal).__name__}")
+            rows_c, y_c = cal.confidence_rows(row_c)
+            if len(rows_c) == 0 or not y_c.any() or y_c.all():
+                raise DetcalInputError(f"the calibration part has {len(rows_c)} detections at IoU "
+                                       f"{float(cal.match.iou_thresholds[row_c])} of which {int(y_c.sum())} matched: "
+                                       "a confidence calibrator needs both matched and unmatched detections",
+                                       field="calibration.fit_iou")
+            use_f = bool(getattr(conf_cal, "uses_features", False)) and len(fit_cols) > 0
+            f_c = cal.features[rows_c][:, fit_cols] if use_f else None
+            conf_cal.fit(cal.data.detections.score[rows_c], y_c, f_c)
+            new_score = conf_cal.transform(dets_out.score, ev.features[:, fit_cols] if use_f else None)
+            dets_out = dataclasses.replace(dets_out, score=new_score)
+            calibrators["confidence"] = {
+                "name": names.get("confidence", type(conf_cal).__name__), "describe": conf_cal.describe(),
+                "fit_report": _fit_report(conf_cal), "n_fit": int(len(rows_c)), "n_fit_matched": int(y_c.sum()),
+                "iou_threshold": float(cal.match.iou_thresholds[row_c]),
+                "features": [FEATURES[j] for j in fit_cols] if use_f else []}
+            bar.step("evaluate confidence")
+            fe = ev.features[rows_e][:, dece_cols] if dece_cols else None
+            cat, img = ev.data.detections.category[rows_e], ev.data.detections.image_id[rows_e]
+            p_b, p_a = ev.data.detections.score[rows_e], new_score[rows_e]
+            evaluation["confidence"] = {"before": _confidence_eval(spec, p_b, y_e, fe, cat, img),
+                                        "after": _confidence_eval(spec, p_a, y_e, fe, cat, img)}
+            maps = {"before": dece_maps(spec, p_b, y_e, ev.features[rows_e]),
+                    "after": dece_maps(spec, p_a, y_e, ev.features[rows_e])}
+            if calibration.in_sample:
+                p_in = conf_cal.transform(cal.data.detections.score[rows_c], f_c)
+                fc = cal.features[rows_c][:, dece_cols] if dece_cols else None
+                cat_c, img_c = cal.data.detections.category[rows_c], cal.data.detections.image_id[rows_c]
+                in_sample["confidence"] = {
+                    "before": _confidence_eval(spec, cal.data.detections.score[rows_c], y_c, fc, cat_c, img_c),
+                    "after": _confidence_eval(spec, p_in, y_c, fc, cat_c, img_c)}
+        else:
+            calibrators["confidence_skipped"] = "no confidence calibrator configured"
+        timing["confidence"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        space, t_reg = spec.regression.space, float(spec.regression.sample_iou)
+        has_unc = ev.data.detections.uncertainty_kind is not None and cal.data.detections.uncertainty_kind is not None
+        if reg_cal is not None and has_unc:
+            bar.step(f"fit {type(reg_cal).__name__}")
+            s_c = regression_sample(cal.data.detections, cal.data.dataset.gt, cal.match, iou_threshold=t_reg,
+                                    space=space)
+            if len(s_c) == 0:
+                raise DetcalInputError(f"no true positives at IoU {t_reg} in the calibration data: nothing to fit",
+                                       field="regression.sample_iou")
+            reg_cal.fit(s_c.mu, s_c.sigma, s_c.y)
+            dets_out, wb = apply_regression_calibrator(dets_out, reg_cal, space)
+            calibrators["regression"] = {"name": names.get("regression", type(reg_cal).__name__),
+                                         "describe": reg_cal.describe(), "fit_report": _fit_report(reg_cal),
+                                         "n_fit": int(len(s_c)), "iou_threshold": t_reg, "space": space,
+                                         "coords": list(s_c.coords), "writeback": wb}
+            bar.step("evaluate box uncertainty")
+            s_e = regression_sample(ev.data.detections, ev.data.dataset.gt, ev.match, iou_threshold=t_reg, space=space)
+            mu_a, sg_a = reg_cal.transform(s_e.mu, s_e.sigma) if len(s_e) else (s_e.mu, s_e.sigma)
+            evaluation["regression"] = {
+                "before": _regression_eval(spec, s_e.mu, s_e.sigma, s_e.y, s_e.image_id, s_e.coords, space),
+                "after": _regression_eval(spec, mu_a, sg_a, s_e.y, s_e.image_id, s_e.coords, space)}
+            cdf = getattr(reg_cal, "cdf", None)
+            if cdf is not None and len(s_e):
+                # Kuleshov CE of the recalibrated CDF itself, next to that of the Gaussian the written file carries
+                from detcal.metrics.regression import interval_calibration_error
+
+                z = _probit(cdf(s_e.y, s_e.mu, s_e.sigma))
+                evaluation["regression"]["after"]["interval_ce_cdf"] = {
+                    c: interval_calibration_error(np.zeros(len(z)), np.ones(len(z)), z[:, k]).to_dict()
+                    for k, c in enumerate(s_e.coords)}
+            if calibration.in_sample:
+                mu_i, sg_i = reg_cal.transform(s_c.mu, s_c.sigma)
+                in_sample["regression"] = {
+                    "before": _regression_eval(spec, s_c.mu, s_c.sigma, s_c.y, s_c.image_id, s_c.coords, space),
+                    "after": _regression_eval(spec, mu_i, sg_i, s_c.y, s_c.image_id, s_c.coords, space)}
+        elif reg_cal is None:
+            calibrators["regression_skipped"] = "no box-uncertainty calibrator configured"
+        else:
+            calibrators["regression_skipped"] = "the detections carry no box uncertainty (docs/formats.md)"
+        timing["regression"] = time.perf_counter() - t0
+
+    from detcal.matching import match
+
+    m = spec.matching
+    rematched = match(dets_out, ev.data.dataset.gt, m.thresholds(), mode=m.mode, class_agnostic=m.class_agnostic,
+                      score_threshold=m.score_threshold, max_dets=m.max_dets, kitti=ev.data.kitti,
+                      images=ev.data.dataset.images)
+    changed = (rematched.matched[row_e] != ev.match.matched[row_e]) | (rematched.ignored[row_e] != ev.match.ignored[row_e]) \
+        | (rematched.considered != ev.match.considered)
+    evaluation["_sample"] = {"n_confidence": int(len(rows_e)), "n_matched": int(y_e.sum()),
+                             "iou_threshold": float(ev.match.iou_thresholds[row_e])}
+    record: dict[str, Any] = {
+        "data": {"calibration": {**cal.data.provenance, "counts": cal.counts(row_c)},
+                 "evaluation": {**ev.data.provenance, "counts": ev.counts(row_e)}},
+        "spec": {"evaluation": spec, "calibration": calibration},
+        "split": split,
+        "matching": {"calibration": cal.match.describe(), "evaluation": ev.match.describe()},
+        "calibrators": calibrators,
+        "evaluation": evaluation,
+        "in_sample": in_sample if calibration.in_sample else None,
+        "rematch": {"n": int(len(dets_out)), "changed": int(changed.sum()),
+                    "iou_threshold": float(ev.match.iou_thresholds[row_e]),
+                    "note": "outcomes of the written file re-matched (score order / max_dets may differ); "
+                            "before/after above use the original labels"},
+        "dece_maps": maps,
+        "variants": {
+            "protocol": "docs/calibration.md#protocol: fit on the calibration part, evaluate on a disjoint part "
+                        "(or a second dataset); labels and TP sample fixed by the original matching",
+            "confidence": f"docs/metrics.md#dece: ECE bins={spec.dece_binning.ece_bins}, D-ECE bins="
+                          f"{spec.dece_binning.bins} over (confidence, {', '.join(spec.dece_binning.features)}), "
+                          f"sample_threshold={spec.dece_binning.sample_threshold}, policy={spec.dece_binning.policy}",
+            "regression": f"docs/metrics.md#ence: space={space}, TP at IoU {t_reg}, ENCE bins={spec.sigma_binning.bins} "
+                          f"{spec.sigma_binning.scheme}; Kuleshov CE m=100 levels, sum, one-sided; "
+                          "headline box metrics are means over the coordinates",
+            "bootstrap": f"docs/metrics.md#bootstrap: over images, n={spec.bootstrap.n}, level={spec.bootstrap.level}, "
+                         f"seed={spec.bootstrap.seed}"},
+        "timing_s": {k: round(v, 3) for k, v in timing.items()},
+    }
+    return CalibrationResult(record=record, calibrated=dets_out, evaluation_data=ev.data, spec=spec,
+                             write_gt=split["mode"] == "split")

@@ -1,0 +1,163 @@
+"""Typed results of the API: what :func:`detcal.evaluate` and :func:`detcal.calibrate` return.
+
+Each result holds the plain record (every number with its variant and
+parameters) and offers ``to_dict()`` (the metrics.json content, strict JSON),
+``to_markdown()`` (summary.md) and ``write(out_dir, plots=...)``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from detcal.reports import results_json
+from detcal.reports.tables import comparison_table, format_value, metrics_table
+from detcal.utils.io import write_text
+
+__all__ = ["Result", "EvaluationResult"]
+
+
+@dataclass
+class Result:
+    """Base of the API results: ``record`` (plain dict, may hold numpy and NaN) plus writers."""
+
+    record: dict[str, Any]
+    command: str = field(default="detcal", init=False)
+
+    @property
+    def headline(self) -> dict[str, Any]:
+        """Flat headline numbers ``{name: {"value", "ci", "source"}}``."""
+        return self.to_dict().get("headline", {})
+
+    def to_dict(self, **header: Any) -> dict[str, Any]:
+        """The metrics.json content: strict JSON (``null`` + reason for what cannot be computed)."""
+        files = self.record.get("files")
+        return results_json.strict({**results_json.header(self.command, **header), **self.record,
+                                    **({"files": files} if files else {})})
+
+    def to_markdown(self) -> str:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _write_extra(self, out_dir: Path, plots: bool, csv: bool) -> list[str]:
+        return []
+
+    def write(self, out_dir: str | Path, *, plots: bool = True, csv: bool = True, echo: bool = False,
+              header: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Write metrics.json, summary.md and the command's other files under ``out_dir``.
+
+        ``header``: provenance fields added to metrics.json (the apps pass the
+        run directory, command-line overrides and the resolved config).
+        Returns the written metrics.json content."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        files = ["metrics.json", "summary.md"] + self._write_extra(out, plots, csv)
+        self.record["files"] = files
+        content = self.to_dict(**dict(header or {}))
+        results_json.write_metrics(out / "metrics.json", content)
+        text = self.to_markdown()
+        write_text(out / "summary.md", text)
+        if echo:
+            print(text)
+        return content
+
+
+@dataclass
+class EvaluationResult(Result):
+    """The result of :func:`detcal.evaluate`: ``record`` plus the matched data it came from."""
+
+    data: Any = None
+    match: Any = None
+    features: np.ndarray | None = None
+    clipped: np.ndarray | None = None
+    spec: Any = None
+
+    def __post_init__(self) -> None:
+        self.command = "detcal-evaluate"
+
+    def detections_csv(self) -> str:
+        """One row per detection: match outcome per threshold, box, relative features."""
+        from detcal.reports.detections_csv import detections_csv
+
+        return detections_csv(self.data, self.match, self.features, self.clipped)
+
+    def _write_extra(self, out: Path, plots: bool, csv: bool) -> list[str]:
+        files: list[str] = []
+        if csv:
+            write_text(out / "detections.csv", self.detections_csv())
+            files.append("detections.csv")
+        if plots:
+            from detcal.reports.evaluation_plots import evaluation_plots
+
+            files += evaluation_plots(out, results_json.strict(self.record), self.spec)
+        return files
+
+    def to_markdown(self) -> str:
+        return evaluation_summary(results_json.strict({**results_json.header(self.command), **self.record}))
+
+
+def evaluation_summary(m: Mapping[str, Any]) -> str:
+    """summary.md of an evaluation (from the strict metrics.json content)."""
+    parts = [f"# detcal-evaluate summary (detcal {m['detcal_version']})", ""]
+    d = m["data"]
+    c = d["counts"]
+    parts.append(f"- data: {d.get('source')} ({c['images']} images, {c['gt']} GT, {c['detections']} detections; "
+                 f"box uncertainty: {c['uncertainty'] or 'none'})")
+    mt = m["matching"]
+    asked = [t for t in (mt.get("iou_thresholds") or []) if t not in (mt.get("regression_only_thresholds") or [])]
+    parts.append(f"- matching: mode={mt['mode']}, IoU thresholds={asked if asked else mt.get('iou_thresholds')}"
+                 + (f" (+ {mt['regression_only_thresholds']} for the box-uncertainty sample only)"
+                    if mt.get("regression_only_thresholds") else "")
+                 + f", class_agnostic={mt['class_agnostic']}, score_threshold={mt['score_threshold']}, "
+                   f"max_dets={mt['max_dets']}")
+    acc = m["detections"]
+    left = acc.get("left_out_at_loading") or {}
+    parts.append(f"- detections: {acc['input']} in the input; left out: "
+                 f"{left.get('unknown_category', 0)} with a category not in the ground truth, "
+                 f"{acc['below_score_threshold']} below the score threshold, {acc['beyond_max_dets']} beyond max_dets; "
+                 f"{acc['considered']} considered")
+    for label, pt in acc["per_threshold"].items():
+        parts.append(f"  - at {label}: {pt['evaluated']} evaluated ({pt['true_positives']} TP, "
+                     f"{pt['false_positives']} FP), {pt['ignored_region']} in ignored regions (crowd, DontCare, "
+                     f"neighbour class) left out")
+    parts.append(f"- relative features clipped to [0, 1]: {m['features']['n_clipped']} detections")
+    for k, v in m["variants"].items():
+        parts.append(f"- {k}: {v}")
+    for w in m.get("warnings") or []:
+        parts.append(f"- WARNING: {w}")
+    head = {k: {"value [CI]": v, "source": v.get("source", "")} for k, v in m["headline"].items()}
+    if head:
+        parts += ["", "## Headline", "", comparison_table(head, ["value [CI]", "source"], label="metric")]
+    for label, block in m["confidence"].items():
+        s = block["_sample"]
+        if "skipped" in s:
+            parts += [f"### Confidence calibration at {label}", "", f"skipped: {s['skipped']}", ""]
+            continue
+        shown = {k: v for k, v in block.items() if not k.startswith("_")}
+        parts += [metrics_table(shown, title=f"Confidence calibration at {label} (N = {s['n']}, matched {s['n_matched']})")]
+        ex = (block.get("dece") or {}).get("extra") or {}
+        if ex:
+            parts.append(f"D-ECE grid: {ex.get('cells')} cells, {ex.get('occupied_cells')} occupied, "
+                         f"{ex.get('kept_cells')} kept (N_c >= threshold); sparse-sample fraction "
+                         f"{format_value(ex.get('sparse_fraction'))}, dropped fraction "
+                         f"{format_value(ex.get('dropped_fraction'))}"
+                         + (" -- WARNING: more cells than samples/10" if ex.get("sparse_warning") else ""))
+        parts.append("")
+    reg = {k: v for k, v in m["regression"].items() if not k.startswith("_")}
+    s = m["regression"]["_sample"]
+    if reg:
+        coords = list(dict.fromkeys(c for per in reg.values() for c in per))
+        parts += [f"### Box-uncertainty calibration ({s['space']} space, N = {s['n']} TP at IoU {s['iou_threshold']})",
+                  "", comparison_table(reg, coords, label="metric"), ""]
+    else:
+        parts += ["### Box-uncertainty calibration", "", f"skipped: {s.get('skipped')}", ""]
+    for label, mp in (m.get("dece_maps") or {}).items():
+        for name, spec in mp.items():
+            g = np.asarray([[np.nan if v is None else v for v in row] for row in spec["gap"]], dtype=float)
+            parts.append(f"- D-ECE map {name} at {label}: grid {list(g.shape)}, "
+                         f"max gap {format_value(np.nanmax(g) if np.isfinite(g).any() else None)}")
+    parts += ["", "Definitions: docs/metrics.md; matching rules: docs/matching.md.",
+              "Files: " + ", ".join(m.get("files") or []), ""]
+    return "\n".join(parts)

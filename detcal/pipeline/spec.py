@@ -1,0 +1,321 @@
+"""Typed specifications of an evaluation and of a recalibration run.
+
+These dataclasses are the one schema of detcal's configuration: the Hydra
+apps register them in the ConfigStore (structured configs, so YAML files hold
+only values), convert the composed config into them once at the app boundary,
+and hand them to the Hydra-free API (:func:`detcal.evaluate`,
+:func:`detcal.calibrate`). A notebook user builds them directly::
+
+    spec = EvaluationSpec(matching=MatchingSpec(iou_thresholds=[0.5]))
+
+Every spec validates itself on construction and raises :class:`ConfigError`
+naming the dotted config key and what is allowed.
+
+Names mean one thing each:
+
+* ``confidence.iou_thresholds`` -- the thresholds whose labels the confidence
+  metrics are computed at (``None``: every matching threshold);
+* ``regression.sample_iou`` -- true positives at this IoU form the box-uncertainty sample;
+* ``calibration.fit_iou`` -- the labels a confidence calibrator is fitted on;
+* ``dece_binning`` -- the cells of ECE / D-ECE over (confidence, box features);
+* ``sigma_binning`` -- the bins over sigma of ENCE and C-QCE.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from detcal.errors import DetcalError
+
+__all__ = [
+    "FEATURES",
+    "ConfigError",
+    "DataSpec",
+    "MatchingSpec",
+    "DeceBinningSpec",
+    "SigmaBinningSpec",
+    "ConfidenceSpec",
+    "RegressionSpec",
+    "BootstrapSpec",
+    "EvaluationSpec",
+    "SplitSpec",
+    "CalibrationSpec",
+]
+
+FEATURES: tuple[str, ...] = ("cx", "cy", "w", "h")
+"""Relative box features, the columns of :func:`detcal.boxes.relative_features`."""
+
+
+class ConfigError(DetcalError, ValueError):
+    """A configuration value is missing, of the wrong type or not an allowed choice.
+
+    ``key`` is the dotted config key (``matching.mode``); the message says what is allowed.
+    """
+
+    def __init__(self, key: str, message: str):
+        self.key = key
+        self.message = message
+        super().__init__(f"config key '{key}': {message}")
+
+
+def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(key, f"{value!r} is not one of {', '.join(allowed)}")
+
+
+def _int(key: str, value: Any, lo: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(key, f"must be an integer, got {value!r}")
+    if lo is not None and value < lo:
+        raise ConfigError(key, f"must be >= {lo}, got {value}")
+
+
+def _prob(key: str, value: Any, *, open_lo: bool = False, open_hi: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+        raise ConfigError(key, f"must be a number, got {value!r}")
+    v = float(value)
+    if (v < 0 or (open_lo and v == 0)) or (v > 1 or (open_hi and v == 1)):
+        lo, hi = "(" if open_lo else "[", ")" if open_hi else "]"
+        raise ConfigError(key, f"must be in {lo}0, 1{hi}, got {value}")
+
+
+def _features(key: str, names: Any) -> None:
+    if not isinstance(names, (list, tuple)):
+        raise ConfigError(key, f"must be a list of box features from {list(FEATURES)}, got {names!r}")
+    bad = [n for n in names if n not in FEATURES]
+    if bad:
+        raise ConfigError(key, f"unknown box feature(s) {bad}; allowed: {list(FEATURES)}")
+
+
+@dataclass
+class DataSpec:
+    """Where the ground truth and the detections come from.
+
+    ``source``: ``coco`` (``gt`` instances JSON + ``results`` results JSON),
+    ``kitti`` (``label_dir`` + ``results_dir``; image sizes from ``image_dir``,
+    ``sizes``, or the ``image_2`` folder beside ``label_dir``) or ``synthetic``
+    (a seeded synthetic set with a simulated detector, generated into
+    ``out_dir``, by default ``<run dir>/synthetic``, and read back in ``format``).
+    ``image_ids``: keep only these images (a list, or a path to a text file
+    with one id or KITTI frame name per line, as scripts/split_kitti.py writes).
+    ``unknown_category``: detections whose category is not in the ground
+    truth are dropped (counted in the summary; pycocotools ignores them) or
+    are an error.
+    """
+
+    source: str = "synthetic"
+    gt: Optional[str] = None
+    results: Optional[str] = None
+    label_dir: Optional[str] = None
+    results_dir: Optional[str] = None
+    image_dir: Optional[str] = None
+    sizes: Optional[str] = None
+    difficulty: str = "moderate"
+    image_ids: Optional[Any] = None
+    unknown_category: str = "drop"
+    out_dir: Optional[str] = None
+    n_images: int = 2000
+    seed: int = 0
+    format: str = "coco"
+    render: bool = False
+    detector_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _choice("data.source", self.source, ("coco", "kitti", "synthetic"))
+        _choice("data.difficulty", self.difficulty, ("easy", "moderate", "hard"))
+        _choice("data.format", self.format, ("coco", "kitti"))
+        _choice("data.unknown_category", self.unknown_category, ("drop", "error"))
+        _int("data.n_images", self.n_images, 1)
+        _int("data.seed", self.seed, 0)
+
+
+@dataclass
+class MatchingSpec:
+    """Box matching (docs/matching.md): ``mode`` exclusive (pycocotools), max
+    (several detections may match one box) or kitti (the devkit's rules);
+    ``iou_thresholds`` a list, or ``"kitti"`` for the devkit's per-class
+    thresholds (Car 0.7, Pedestrian and Cyclist 0.5)."""
+
+    mode: str = "exclusive"
+    iou_thresholds: Any = field(default_factory=lambda: [0.5, 0.75])
+    class_agnostic: bool = False
+    score_threshold: float = 0.0
+    max_dets: Optional[int] = 100
+
+    def __post_init__(self) -> None:
+        _choice("matching.mode", self.mode, ("exclusive", "max"))
+        t = self.iou_thresholds
+        if isinstance(t, str):
+            if t != "kitti":
+                raise ConfigError("matching.iou_thresholds", f"a list of IoU values in (0, 1] or 'kitti', got {t!r}")
+        else:
+            if not isinstance(t, (list, tuple)) or not t:
+                raise ConfigError("matching.iou_thresholds", f"a non-empty list of IoU values or 'kitti', got {t!r}")
+            for v in t:
+                _prob("matching.iou_thresholds", v, open_lo=True)
+            self.iou_thresholds = [float(v) for v in t]
+        if self.max_dets is not None:
+            _int("matching.max_dets", self.max_dets, 1)
+
+    def thresholds(self) -> list[float] | str:
+        """The thresholds as :func:`detcal.matching.match` takes them."""
+        return self.iou_thresholds if isinstance(self.iou_thresholds, str) else list(self.iou_thresholds)
+
+
+@dataclass
+class DeceBinningSpec:
+    """Equal-width cells over (confidence, box features) for ECE / D-ECE
+    (docs/metrics.md): ``ece_bins`` over confidence alone; ``bins`` per
+    dimension of the D-ECE grid (one int or one per dimension, confidence
+    first) over (confidence, *features*); cells with fewer than
+    ``sample_threshold`` samples are dropped (``policy=drop``) or kept with gap
+    0 (``policy=netcal``, netcal 1.4.0)."""
+
+    ece_bins: int = 15
+    bins: Any = 5
+    features: list[str] = field(default_factory=lambda: list(FEATURES))
+    sample_threshold: int = 8
+    policy: str = "drop"
+
+    def __post_init__(self) -> None:
+        _int("dece_binning.ece_bins", self.ece_bins, 1)
+        _features("dece_binning.features", self.features)
+        self.features = list(self.features)
+        _int("dece_binning.sample_threshold", self.sample_threshold, 1)
+        _choice("dece_binning.policy", self.policy, ("drop", "netcal"))
+        b = self.bins
+        if isinstance(b, (list, tuple)):
+            if len(b) != 1 + len(self.features):
+                raise ConfigError("dece_binning.bins", f"one bin count per dimension (confidence + "
+                                  f"{len(self.features)} features = {1 + len(self.features)}), got {list(b)}")
+            for v in b:
+                _int("dece_binning.bins", v, 1)
+            self.bins = [int(v) for v in b]
+        else:
+            _int("dece_binning.bins", b, 1)
+
+    def bins_arg(self) -> int | tuple[int, ...]:
+        """``bins`` as :func:`detcal.metrics.confidence.dece` takes it."""
+        return tuple(self.bins) if isinstance(self.bins, list) else int(self.bins)
+
+
+@dataclass
+class SigmaBinningSpec:
+    """Bins over the predicted sigma for ENCE (``scheme``, ``bins``; Levi et
+    al. 2019 use 10 equal-count bins) and for C-QCE (``qce_scheme``,
+    ``qce_bins``; netcal bins equal-width). UCE is always equal-width over sigma^2."""
+
+    scheme: str = "equal_count"
+    bins: int = 10
+    qce_scheme: str = "equal_width"
+    qce_bins: int = 10
+
+    def __post_init__(self) -> None:
+        _choice("sigma_binning.scheme", self.scheme, ("equal_count", "equal_width"))
+        _choice("sigma_binning.qce_scheme", self.qce_scheme, ("equal_count", "equal_width"))
+        _int("sigma_binning.bins", self.bins, 1)
+        _int("sigma_binning.qce_bins", self.qce_bins, 1)
+
+
+@dataclass
+class ConfidenceSpec:
+    """Which confidence metrics run: at ``iou_thresholds`` (``None``: every
+    threshold the user matched at), D-ECE heat ``maps`` over feature pairs, and
+    the per-class ECE means when ``per_class``."""
+
+    enabled: bool = True
+    iou_thresholds: Optional[list[float]] = None
+    maps: list[list[str]] = field(default_factory=lambda: [["cx", "cy"], ["w", "h"]])
+    per_class: bool = True
+
+    def __post_init__(self) -> None:
+        if self.iou_thresholds is not None:
+            for v in self.iou_thresholds:
+                _prob("confidence.iou_thresholds", v, open_lo=True)
+            self.iou_thresholds = [float(v) for v in self.iou_thresholds]
+        for pair in self.maps:
+            _features("confidence.maps", pair)
+            if len(pair) != 2:
+                raise ConfigError("confidence.maps", f"each map is a pair of box features, got {list(pair)}")
+        self.maps = [list(p) for p in self.maps]
+
+
+@dataclass
+class RegressionSpec:
+    """Box-uncertainty metrics: the sample is the true positives at
+    ``sample_iou``, in ``space`` (delta, box or pixel); C-QCE bins with fewer
+    than ``qce_sample_threshold`` samples are dropped; ``quantile_levels``
+    levels tau = 0.05 ... 0.95 for QCE and the pinball loss."""
+
+    enabled: bool = True
+    space: str = "delta"
+    sample_iou: float = 0.5
+    qce_sample_threshold: int = 1
+    quantile_levels: int = 19
+    log_plot: bool = False
+
+    def __post_init__(self) -> None:
+        _choice("regression.space", self.space, ("delta", "box", "pixel"))
+        _prob("regression.sample_iou", self.sample_iou, open_lo=True)
+        _int("regression.qce_sample_threshold", self.qce_sample_threshold, 1)
+        _int("regression.quantile_levels", self.quantile_levels, 1)
+
+
+@dataclass
+class BootstrapSpec:
+    """Bootstrap over images for the intervals of the headline metrics
+    (``n=0`` switches them off)."""
+
+    n: int = 200
+    level: float = 0.95
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _int("bootstrap.n", self.n, 0)
+        _prob("bootstrap.level", self.level, open_lo=True, open_hi=True)
+        _int("bootstrap.seed", self.seed, 0)
+
+
+@dataclass
+class EvaluationSpec:
+    """Everything that determines the numbers of an evaluation."""
+
+    matching: MatchingSpec = field(default_factory=MatchingSpec)
+    dece_binning: DeceBinningSpec = field(default_factory=DeceBinningSpec)
+    sigma_binning: SigmaBinningSpec = field(default_factory=SigmaBinningSpec)
+    confidence: ConfidenceSpec = field(default_factory=ConfidenceSpec)
+    regression: RegressionSpec = field(default_factory=RegressionSpec)
+    bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
+
+
+@dataclass
+class SplitSpec:
+    """Seeded split of one dataset's images into calibration and evaluation parts."""
+
+    calibration_fraction: float = 0.5
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _prob("calibration.split.calibration_fraction", self.calibration_fraction, open_lo=True, open_hi=True)
+        _int("calibration.split.seed", self.seed, 0)
+
+
+@dataclass
+class CalibrationSpec:
+    """How calibrators are fitted: the confidence calibrator on the non-ignored
+    detections at ``fit_iou`` (``None``: the first matching threshold), with the
+    relative box ``features`` for calibrators that use them; the box-uncertainty
+    calibrator on the regression sample (``regression.sample_iou``).
+    ``in_sample`` also evaluates on the calibration part (labelled optimistic)."""
+
+    fit_iou: Optional[float] = 0.5
+    features: list[str] = field(default_factory=lambda: list(FEATURES))
+    in_sample: bool = False
+    split: SplitSpec = field(default_factory=SplitSpec)
+
+    def __post_init__(self) -> None:
+        if self.fit_iou is not None:
+            _prob("calibration.fit_iou", self.fit_iou, open_lo=True)
+        _features("calibration.features", self.features)
+        self.features = list(self.features)

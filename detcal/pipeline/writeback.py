@@ -1,0 +1,196 @@
+"""Write-back of recalibrated box uncertainty into the detections' own fields, and the
+calibrated results file in the input's format.
+
+Every box-uncertainty calibrator scales sigma per detection and coordinate,
+``r = sigma' / sigma``, and may shift the mean, ``dm = mu' - mu``: delta
+records ``delta_std *= r``; ``box_std *= r``; ``bbox_covar`` C (x, y, w, h) ->
+``A C A^T`` with ``A = J^-1 diag(r) J`` (J the Jacobian of (x, y, w, h) ->
+(cx, cy, w, h)); ``covars`` (corners) are scaled by r^2 when r is the same for
+all coordinates, otherwise converted to the equivalent ``bbox_covar``
+(recorded). A mean shift moves the box: ``decode(P, mu')`` (delta space, delta
+records), ``decode(B, dm)`` (deltas w.r.t. the box), or ``(cx, cy, w, h) = mu'``
+(pixel space); delta records then get ``delta_mean = encode(P, box')``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from detcal.boxes import cxcywh_to_xyxy, decode_deltas, encode_deltas
+from detcal.calibration.base import RegressionCalibrator
+from detcal.errors import DetcalInputError
+from detcal.types import Dataset, Detections, GroundTruth, MatchResult
+from detcal.utils.io import write_text
+
+__all__ = ["space_predictions", "apply_regression_calibrator", "write_calibrated"]
+
+
+
+
+def space_predictions(dets: Detections, space: str) -> tuple[np.ndarray, np.ndarray]:
+    """Predicted ``(mu [D,K], sigma [D,K])`` of EVERY detection in ``space``.
+
+    Uses :func:`detcal.metrics.spaces.regression_sample` (one source of truth
+    for the propagation) with each detection matched to a stand-in GT equal to
+    its own box (a unit box where the box is degenerate); the targets y of
+    that sample are meaningless and dropped.
+    """
+    from detcal.metrics.spaces import regression_sample
+
+    d = len(dets)
+    box = dets.box.copy()
+    bad = ~np.all(np.isfinite(box), axis=1) | (box[:, 2] <= box[:, 0]) | (box[:, 3] <= box[:, 1])
+    box[bad] = [0.0, 0.0, 1.0, 1.0]
+    gt = GroundTruth(image_id=dets.image_id, box=box, category=dets.category)
+    mr = MatchResult(iou_thresholds=np.array([0.5]), matched=np.ones((1, d), bool), ignored=np.zeros((1, d), bool),
+                     gt_index=np.arange(d, dtype=np.int64)[None, :], iou=np.ones(d), considered=np.ones(d, bool))
+    s = regression_sample(dets, gt, mr, iou_threshold=0.5, space=space)
+    return s.mu, s.sigma
+
+
+def apply_regression_calibrator(
+    dets: Detections, calibrator: RegressionCalibrator, space: str
+) -> tuple[Detections, dict[str, Any]]:
+    """Detections with the recalibrated uncertainty written into their own fields.
+
+    ``(mu', sigma') = calibrator.transform(mu, sigma)`` in ``space`` for every
+    detection; ``r = sigma'/sigma``, ``dm = mu' - mu`` are written back as the
+    module docstring describes. Returns the new record and notes (fields
+    changed, corner covariances converted, boxes moved).
+    """
+    from detcal.metrics.spaces import J_XYWH_TO_CXCYWH, J_CORNERS_TO_CXCYWH
+
+    kind = dets.uncertainty_kind
+    if kind is None:
+        raise DetcalInputError("the detections carry no box uncertainty to recalibrate", field="delta_std")
+    mu, sigma = space_predictions(dets, space)
+    mu2, sg2 = calibrator.transform(mu, sigma)
+    r = sg2 / sigma
+    shift = mu2 - mu
+    moved = bool(np.any(shift != 0.0))
+    notes: dict[str, Any] = {"space": space, "uncertainty_kind": kind, "mean_shifted": moved,
+                             "scale_ratio": {"min": float(r.min()) if r.size else None,
+                                             "max": float(r.max()) if r.size else None}}
+    kw: dict[str, Any] = {}
+    box = dets.box
+    if moved:
+        if space == "pixel":
+            box = cxcywh_to_xyxy(mu2)
+        elif space == "delta" and kind == "delta":
+            box = decode_deltas(dets.proposal, mu2)
+        else:  # deltas w.r.t. the final box B: mu = 0, mu' = dm
+            box = decode_deltas(dets.box, mu2)
+        kw["box"] = box
+        notes["box_update"] = {"pixel": "(cx, cy, w, h) = mu'", "delta": "decode(P, mu')" if kind == "delta"
+                               else "decode(B, dm)", "box": "decode(B, dm)"}[space]
+    if kind == "delta":
+        kw["delta_std"] = dets.delta_std * r
+        if moved:
+            kw["delta_mean"] = mu2.copy() if space == "delta" else encode_deltas(dets.proposal, box)
+        notes["fields"] = ["delta_std"] + (["delta_mean", "box"] if moved else [])
+    elif kind == "box_std":
+        kw["box_std"] = dets.box_std * r
+        notes["fields"] = ["box_std"] + (["box"] if moved else [])
+    elif kind == "box_cov":
+        j_inv = np.linalg.inv(J_XYWH_TO_CXCYWH)
+        a = np.einsum("ij,dj,jk->dik", j_inv, r, J_XYWH_TO_CXCYWH)
+        kw["box_cov"] = np.einsum("dij,djk,dlk->dil", a, dets.box_cov, a)
+        notes["fields"] = ["box_cov"] + (["box"] if moved else [])
+    else:  # corner_cov
+        uniform = np.all(np.isclose(r, r[:, :1], rtol=1e-12, atol=0.0)) if r.size else True
+        if uniform:
+            kw["corner_cov"] = dets.corner_cov * (r[:, :1] ** 2)[:, :, None, None]
+            notes["fields"] = ["corner_cov"] + (["box"] if moved else [])
+        else:
+            block = np.zeros((len(dets), 4, 4))
+            block[:, :2, :2] = dets.corner_cov[:, 0]
+            block[:, 2:, 2:] = dets.corner_cov[:, 1]
+            cov_c = np.einsum("ij,djk,lk->dil", J_CORNERS_TO_CXCYWH, block, J_CORNERS_TO_CXCYWH)
+            cov_c = cov_c * r[:, :, None] * r[:, None, :]
+            j_inv = np.linalg.inv(J_XYWH_TO_CXCYWH)
+            kw["box_cov"] = np.einsum("ij,djk,lk->dil", j_inv, cov_c, j_inv)
+            kw["corner_cov"] = None
+            notes["fields"] = ["box_cov (converted from corner covariances)"] + (["box"] if moved else [])
+            notes["converted"] = "covars (corner 2x2) -> bbox_covar (4x4 in x, y, w, h): a per-coordinate " \
+                                 "scaling does not keep the corners independent"
+    new = dataclasses.replace(dets, **kw)
+    mu_w, sg_w = space_predictions(new, space)
+    if not (space == "pixel" or (space == "delta" and kind == "delta")):
+        mu_w = encode_deltas(dets.box, new.box)  # the reference box itself carries the mean: compare the shift
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dev_s = float(np.max(np.abs(sg_w / sg2 - 1.0))) if sg2.size else 0.0
+        dev_m = float(np.max(np.abs(mu_w - mu2) / sg2)) if sg2.size else 0.0
+    notes["writeback"] = {"max_rel_sigma_deviation": dev_s, "max_mean_deviation_in_sigmas": dev_m,
+                          "note": "written record fields re-read in the space vs the calibrator's output"}
+    return new, notes
+
+
+
+
+def write_calibrated(out_dir: Path, fmt: str, dets: Detections, dataset: Dataset, write_gt: bool) -> dict[str, str]:
+    """Write the calibrated evaluation detections in format ``fmt`` under ``out_dir``.
+
+    COCO: ``detections.json`` (+ ``instances.json`` when ``write_gt``); KITTI:
+    ``results/`` (+ ``label_2/`` and ``sizes.txt`` when ``write_gt``).
+    The files are written into a fresh directory that then replaces ``out_dir``
+    whole, so that nothing of an earlier run is left beside them.
+    Returns the written paths by role.
+    """
+    final = Path(out_dir)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    out_dir = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    os.chmod(out_dir, 0o777 & ~_umask())
+    try:
+        paths: dict[str, str] = {"format": fmt}
+        if fmt == "coco":
+            from detcal.data.coco import write_coco_instances, write_coco_results
+
+            write_coco_results(out_dir / "detections.json", dets)
+            paths["results"] = str(out_dir / "detections.json")
+            if write_gt:
+                write_coco_instances(out_dir / "instances.json", dataset)
+                paths["gt"] = str(out_dir / "instances.json")
+        else:
+            from detcal.data.kitti import write_kitti_labels, write_kitti_results
+            from detcal.types import KITTI_CATEGORIES
+
+            write_kitti_results(out_dir / "results", dets, categories=KITTI_CATEGORIES, dataset=dataset)
+            paths["results"] = str(out_dir / "results")
+            if write_gt:
+                write_kitti_labels(out_dir / "label_2", dataset)
+                im = dataset.images
+                lines = [f"{Path(n).stem if n else f'{int(i):06d}'} {w:g} {h:g}"
+                         for i, w, h, n in zip(im.id.tolist(), im.width.tolist(), im.height.tolist(), im.file_name)]
+                write_text(out_dir / "sizes.txt", "\n".join(lines) + ("\n" if lines else ""))
+                paths["gt"] = str(out_dir / "label_2")
+                paths["sizes"] = str(out_dir / "sizes.txt")
+        _replace_dir(out_dir, final)
+    except BaseException:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+    return {k: v.replace(str(out_dir), str(final)) for k, v in paths.items()}
+
+
+def _replace_dir(new: Path, final: Path) -> None:
+    """Move the freshly written ``new`` over ``final`` whole: no file of an older run survives."""
+    old = None
+    if final.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
+        os.replace(final, old / final.name)
+    os.replace(new, final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
