@@ -1,0 +1,233 @@
+"""The one Hydra boundary of every detcal command.
+
+``run_app`` registers the command's schema dataclass in Hydra's ConfigStore
+(so the YAML files hold values only and a misspelt key or a wrong type is a
+composition error), composes the config, converts it once into the typed
+spec (``OmegaConf.to_object``: every spec validates itself), and hands the
+spec to the command's task. Below this module nothing sees Hydra or OmegaConf.
+
+Errors a user can fix (a config mistake, a malformed input file) end with one
+line on stderr and exit status 2; the traceback appears only with
+``HYDRA_FULL_ERROR=1`` or ``DETCAL_DEBUG=1``. The failure is also written to
+the run's log file, so a run directory left by a failed run says why.
+
+Run directories are unique: ``outputs/<name>/<date>/<time>-<id>`` (``<id>``
+is random per process), and a run refuses a directory another live run holds
+(an advisory lock released by the operating system when the process ends).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+import sys
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from detcal.errors import DetcalError
+
+__all__ = ["run_app", "run_header", "user_error_message", "RUN_ID"]
+
+RUN_ID = secrets.token_hex(3)
+"""Random id of this process, the suffix of its run directory (``${detcal_run_id:}``)."""
+
+_NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=,-]*$")
+_locks: list[Any] = []
+log = logging.getLogger("detcal")
+
+
+def _safe_name(name: Any) -> str:
+    s = str(name)
+    if not _NAME_OK.match(s) or ".." in s:
+        raise ValueError(f"name must be a plain directory name (letters, digits, _ . + = , -; no '/' or '..'), "
+                         f"got {s!r}")
+    return s
+
+
+def _register_resolvers() -> None:
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("detcal_run_id"):
+        OmegaConf.register_new_resolver("detcal_run_id", lambda: RUN_ID, use_cache=True)
+    if not OmegaConf.has_resolver("detcal_name"):
+        OmegaConf.register_new_resolver("detcal_name", _safe_name)
+
+
+def register_schema(config_name: str, schema: type) -> str:
+    """Store ``schema`` in the ConfigStore as ``<config_name>_schema`` (the first default of the primary YAML)."""
+    from hydra.core.config_store import ConfigStore
+
+    name = f"{config_name}_schema"
+    ConfigStore.instance().store(name=name, node=schema)
+    _register_resolvers()
+    return name
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def user_error_message(exc: BaseException) -> str | None:
+    """One line for an error the user can fix (config or input), ``None`` for anything else (a bug)."""
+    from hydra.errors import HydraException, MissingConfigException
+    from omegaconf.errors import OmegaConfBaseException
+
+    chain: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and e not in chain:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    for e in chain:  # the innermost detcal error says it best
+        if isinstance(e, DetcalError):
+            return str(e)
+    if isinstance(exc, MissingConfigException):
+        opts = getattr(exc, "options", None)
+        msg = _first_line(exc)
+        return f"{msg} (available: {', '.join(opts)})" if opts else msg
+    if isinstance(exc, (HydraException, OmegaConfBaseException)):
+        parts = [_first_line(exc)]
+        for e in chain[1:]:
+            line = _first_line(e)
+            if "$VALUE" in line or "$KEY" in line:
+                continue
+            key = getattr(e, "full_key", None)
+            if key:
+                line += f" (config key '{key}')"
+            if not any(line in q for q in parts):
+                parts.append(line)
+        return ": ".join(parts)
+    if isinstance(exc, FileNotFoundError) and "detcal configs not found" in str(exc):
+        return str(exc)
+    return None
+
+
+def _log_failure(message: str) -> None:
+    """Write the failure to the run's log file only (the console already shows it)."""
+    root = logging.getLogger()
+    rec = logging.LogRecord("detcal", logging.ERROR, __file__, 0, "run failed: %s", (message,), None)
+    for h in root.handlers:
+        if isinstance(h, logging.FileHandler):
+            h.handle(rec)
+
+
+def _lock_run_dir(run_dir: Path) -> None:
+    """Hold an advisory lock on ``run_dir`` for the life of the process; refuse a directory in use."""
+    import fcntl
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fh = open(run_dir / ".detcal.lock", "a+")
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        raise DetcalError(f"run directory {run_dir} is in use by another detcal run; "
+                          "choose another hydra.run.dir or wait for that run to end") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"{os.getpid()}\n")
+    fh.flush()
+    _locks.append(fh)
+
+
+def run_header(command: str, cfg: Any, run_dir: Path, overrides: list[str]) -> dict[str, Any]:
+    """Provenance fields of metrics.json: command, run directory, overrides and the resolved config."""
+    from omegaconf import OmegaConf
+
+    return {"command": command, "run_dir": str(Path(run_dir).resolve()), "overrides": list(overrides),
+            "config": OmegaConf.to_container(cfg, resolve=True)}
+
+
+def _header_fields(h: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in h.items() if k != "command"}
+
+
+def _debug() -> bool:
+    return os.environ.get("HYDRA_FULL_ERROR", "") == "1" or os.environ.get("DETCAL_DEBUG", "") not in ("", "0")
+
+
+def _fail(prog: str, message: str) -> None:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def run_app(config_name: str, schema: type, task: Callable[[Any, "AppContext"], Any], prog: str) -> None:
+    """Run ``task(spec, ctx)`` as the Hydra app ``prog`` on ``configs/<config_name>.yaml``.
+
+    ``spec`` is the typed ``schema`` object; ``ctx`` carries the run directory,
+    the command-line overrides, the group choices and the resolved config (for
+    provenance). Handles the command line (overrides, ``-m``, ``--cfg job``,
+    ``--help``) through Hydra.
+    """
+    debug = _debug()
+    try:
+        from detcal.pipeline.registry import config_dir
+
+        cdir = config_dir()
+    except FileNotFoundError as exc:
+        _fail(prog, str(exc))
+    register_schema(config_name, schema)
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # let errors reach us; we decide what the user sees
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    @hydra.main(config_path=str(cdir), config_name=config_name, version_base="1.3")
+    def _main(cfg: Any) -> Any:
+        hc = HydraConfig.get()
+        run_dir = Path(hc.runtime.output_dir)
+        try:
+            _lock_run_dir(run_dir)
+            spec = OmegaConf.to_object(cfg)
+            ctx = AppContext(prog=prog, run_dir=run_dir, overrides=list(hc.overrides.task),
+                             choices=dict(hc.runtime.choices), cfg=cfg)
+            return task(spec, ctx)
+        except Exception as exc:
+            msg = user_error_message(exc)
+            _log_failure(msg or f"{type(exc).__name__}: {exc}")
+            if msg is None or debug:
+                raise
+            _fail(prog, msg)  # SystemExit passes through Hydra's job runner
+
+    try:
+        _main()
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+    except Exception as exc:
+        msg = user_error_message(exc)
+        if debug or msg is None:
+            raise
+        _fail(prog, msg)
+
+
+class AppContext:
+    """What a task gets besides its spec: ``prog``, ``run_dir``, ``overrides``,
+    ``choices`` (config group -> option) and ``cfg`` (for the provenance header)."""
+
+    def __init__(self, prog: str, run_dir: Path, overrides: list[str], choices: Mapping[str, Any], cfg: Any):
+        self.prog, self.run_dir, self.overrides, self.choices, self.cfg = prog, run_dir, overrides, choices, cfg
+
+    def header(self) -> dict[str, Any]:
+        """metrics.json provenance of this run."""
+        return _header_fields(run_header(self.prog, self.cfg, self.run_dir, self.overrides))
+
+    def instantiate(self, node: Any, key: str) -> Any:
+        """Build a ``_target_`` node (a calibrator) with a clear error naming ``key``."""
+        from hydra.utils import instantiate
+
+        from detcal.pipeline.spec import ConfigError
+
+        if node is None:
+            return None
+        if not isinstance(node, Mapping) or "_target_" not in node:
+            raise ConfigError(key, f"expected a config with _target_ (one of configs/{key.split('.')[0]}/), got {node!r}")
+        try:
+            return instantiate(dict(node))
+        except Exception as exc:  # noqa: BLE001 - reported with the key
+            cause = exc.__cause__ or exc
+            if isinstance(cause, DetcalError) and getattr(cause, "field", None):
+                raise ConfigError(f"{key}.{cause.field}", getattr(cause, "message", str(cause))) from exc
+            raise ConfigError(key, f"cannot build {node['_target_']}: {_first_line(cause)}") from exc

@@ -1,0 +1,69 @@
+"""The config schema of each command: typed dataclasses built from the specs
+of :mod:`detcal.pipeline.spec`, registered in Hydra's ConfigStore by
+:mod:`detcal.apps._hydra`. The YAML files under configs/ hold values only."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from detcal.pipeline.spec import (
+    BootstrapSpec,
+    CalibrationSpec,
+    ConfidenceSpec,
+    DataSpec,
+    DeceBinningSpec,
+    EvaluationSpec,
+    MatchingSpec,
+    RegressionSpec,
+    SigmaBinningSpec,
+)
+
+__all__ = ["OutputSpec", "EvaluateApp", "CalibrateApp"]
+
+
+@dataclass
+class _EvaluationFields:
+    matching: MatchingSpec = field(default_factory=MatchingSpec)
+    dece_binning: DeceBinningSpec = field(default_factory=DeceBinningSpec)
+    sigma_binning: SigmaBinningSpec = field(default_factory=SigmaBinningSpec)
+    confidence: ConfidenceSpec = field(default_factory=ConfidenceSpec)
+    regression: RegressionSpec = field(default_factory=RegressionSpec)
+    bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
+
+    def evaluation(self) -> EvaluationSpec:
+        """The :class:`EvaluationSpec` these fields describe."""
+        return EvaluationSpec(matching=self.matching, dece_binning=self.dece_binning,
+                              sigma_binning=self.sigma_binning, confidence=self.confidence,
+                              regression=self.regression, bootstrap=self.bootstrap)
+
+
+@dataclass
+class OutputSpec:
+    """What a command writes beside metrics.json and summary.md."""
+
+    plots: bool = True            # PNG diagrams
+    detections_csv: bool = True   # one row per detection (matched flags, IoU, features)
+    print_summary: bool = True    # print summary.md at the end
+    progress: bool = True         # progress bar on a terminal
+
+
+@dataclass
+class EvaluateApp(_EvaluationFields):
+    """``detcal-evaluate``: one detector's calibration."""
+
+    name: str = "evaluate"
+    data: DataSpec = field(default_factory=DataSpec)
+    output: OutputSpec = field(default_factory=OutputSpec)
+
+
+@dataclass
+class CalibrateApp(_EvaluationFields):
+    """``detcal-calibrate``: fit calibrators on one part, evaluate before/after on another."""
+
+    name: str = "calibrate"
+    data: DataSpec = field(default_factory=DataSpec)
+    eval_data: Optional[DataSpec] = None
+    calibrator: Any = None
+    regression_calibrator: Any = None
+    calibration: CalibrationSpec = field(default_factory=CalibrationSpec)
+    output: OutputSpec = field(default_factory=OutputSpec)
