@@ -114,6 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         iou = _thresholds(args.iou, args.format)
         ds, dets, rules = _load(args)
+        if len(dets) == 0:
+            raise DetcalInputError("holds no detections: nothing to match", file=args.results)
         if args.max_dets is None:  # format default: COCO maxDets 100, the KITTI devkit has no cap
             max_dets = 100 if args.format == "coco" else None
         else:

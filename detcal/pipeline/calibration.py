@@ -30,7 +30,7 @@ import numpy as np
 
 from detcal.calibration.base import ConfidenceCalibrator, RegressionCalibrator
 from detcal.errors import DetcalInputError
-from detcal.pipeline.evaluation import as_loaded, dece_maps, relative_box_features
+from detcal.pipeline.evaluation import as_loaded, dece_maps, relative_box_features, require_detections
 from detcal.pipeline.progress import Progress
 from detcal.pipeline.sources import LoadedData, subset_images
 from detcal.pipeline.spec import FEATURES, CalibrationSpec, ConfigError, EvaluationSpec
@@ -217,6 +217,7 @@ def calibrate(data: Any, spec: EvaluationSpec | None = None, calibration: Calibr
         t0 = time.perf_counter()
         bar.step("load data")
         loaded = _load(data, "")
+        require_detections(loaded)
         if eval_data is not None:
             ev_loaded, cal_loaded = _load(eval_data, "eval_data"), loaded
             split = {"mode": "two_datasets", "calibration_fraction": None, "seed": None,

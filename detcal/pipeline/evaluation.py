@@ -64,6 +64,16 @@ def as_loaded(gt: Any, results: Any = None, *, workdir: str | os.PathLike = ".",
     raise TypeError(f"cannot evaluate {type(gt).__name__}: give paths, (Dataset, Detections), a DataSpec or LoadedData")
 
 
+def require_detections(data: LoadedData) -> None:
+    """A clear error naming the results when there is nothing to evaluate."""
+    if len(data.detections) == 0:
+        p = data.provenance
+        where = p.get("results") or p.get("results_dir") or (p.get("adapter") or {}).get("results")
+        raise DetcalInputError("there are no detections to evaluate (after leaving out "
+                               f"{sum(data.dropped.values())} with unknown categories)" if data.dropped else
+                               "there are no detections to evaluate", file=where)
+
+
 def relative_box_features(data: LoadedData, needed: bool) -> tuple[np.ndarray, int, np.ndarray]:
     """Relative box features [D,4] (clipped to [0, 1]), the clipped count, the per-detection clipped flag [D].
 
@@ -320,10 +330,7 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
         bar.step("load data")
         data = as_loaded(gt, results, workdir=workdir or ".")
         timing["load"] = time.perf_counter() - t0
-        if len(data.detections) == 0:
-            raise DetcalInputError("there are no detections to evaluate (after leaving out "
-                                   f"{sum(data.dropped.values())} with unknown categories)" if data.dropped else
-                                   "there are no detections to evaluate", file=data.provenance.get("results"))
+        require_detections(data)
         t0 = time.perf_counter()
         bar.step("match")
         mr, mr_reg, extra = match_data(data, spec, reg_on)

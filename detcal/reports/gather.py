@@ -5,10 +5,14 @@ Usage::
     detcal-gather multirun/2025-01-01/12-00-00 [--out table.md] [--csv table.csv]
                   [--metrics 'headline/*' 'regression/ence/*']
 
-Walks ``<multirun_dir>`` for every ``metrics.json`` written by
-``detcal-evaluate``, reads the run's overrides from ``.hydra/overrides.yaml``
-next to it, and writes one table: rows = runs labelled by their overrides
-(overrides shared by every run are left out of the labels), columns = the
+Reads one sweep: ``<multirun_dir>`` itself when it is a sweep directory
+(Hydra's ``multirun.yaml`` in it), else the most recent sweep below it (said
+on stderr). Walks the sweep for every ``metrics.json`` a detcal command
+wrote, reads the run's overrides from ``.hydra/overrides.yaml`` next to it,
+and writes one table: rows = runs labelled by their overrides (overrides
+shared by every run, and cosmetic ones such as ``output.progress=false``,
+are left out of the labels; a metrics.json that cannot be read is skipped
+with a warning), columns = the
 chosen metrics. Default columns: every key of the runs' ``headline`` section
 (stable across sweeps, e.g. ``ece``, ``dece``, ``ence_tx``); ``--metrics``
 takes ``fnmatch`` patterns over :func:`detcal.reports.tables.flatten_metrics`
@@ -31,7 +35,7 @@ from detcal.errors import DetcalInputError
 from detcal.reports.tables import comparison_csv, comparison_table, iter_metrics, write_table
 from detcal.utils.io import write_text
 
-__all__ = ["RunRecord", "GatherResult", "find_runs", "gather", "main"]
+__all__ = ["RunRecord", "GatherResult", "sweep_dir", "find_runs", "gather", "main"]
 
 
 @dataclass
@@ -74,8 +78,28 @@ def _read_overrides(run_dir: Path) -> list[str]:
     return [str(x) for x in data]
 
 
+COSMETIC = ("output.", "progress", "print_summary", "plots", "hydra.", "+hydra.")
+"""Override prefixes that change no number (left out of the row labels)."""
+
+
+def sweep_dir(multirun_dir: str | os.PathLike) -> Path:
+    """The one sweep to read: ``multirun_dir`` if it is one, else the most recent sweep below it."""
+    root = Path(multirun_dir)
+    if not root.is_dir():
+        raise DetcalInputError("is not a directory", file=root)
+    if (root / "multirun.yaml").is_file():
+        return root
+    sweeps = sorted((f.parent for f in root.rglob("multirun.yaml")), key=lambda p: (p.stat().st_mtime, str(p)))
+    if not sweeps:
+        return root
+    if len(sweeps) > 1:
+        print(f"detcal-gather: {len(sweeps)} sweeps under {root}; reading the most recent, {sweeps[-1]} "
+              "(give a sweep directory to choose)", file=sys.stderr)
+    return sweeps[-1]
+
+
 def find_runs(multirun_dir: str | os.PathLike) -> list[RunRecord]:
-    """Every run below ``multirun_dir`` that holds a ``metrics.json``, in natural path order."""
+    """Every run below ``multirun_dir`` that holds a readable ``metrics.json``, in natural path order."""
     root = Path(multirun_dir)
     if not root.is_dir():
         raise DetcalInputError("is not a directory", file=root)
@@ -83,10 +107,12 @@ def find_runs(multirun_dir: str | os.PathLike) -> list[RunRecord]:
     for f in sorted(root.rglob("metrics.json"), key=_natural_key):
         try:
             metrics = json.loads(f.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise DetcalInputError(f"not valid JSON: {exc.msg}", file=f, record=f"line {exc.lineno}") from exc
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            print(f"detcal-gather: warning: skipping {f}: not UTF-8 JSON ({exc})", file=sys.stderr)
+            continue
         if not isinstance(metrics, dict):
-            raise DetcalInputError("expected a JSON object", file=f)
+            print(f"detcal-gather: warning: skipping {f}: not a JSON object", file=sys.stderr)
+            continue
         runs.append(RunRecord(f.parent, _read_overrides(f.parent), metrics))
     return runs
 
@@ -95,7 +121,8 @@ def _labels(runs: Sequence[RunRecord], root: Path) -> list[str]:
     common = set.intersection(*(set(r.overrides) for r in runs)) if runs else set()
     labels = []
     for r in runs:
-        own = [o for o in r.overrides if o not in common] or r.overrides
+        ovr = [o for o in r.overrides if not o.lstrip("~+").startswith(COSMETIC)]
+        own = [o for o in ovr if o not in common] or ovr
         rel = str(r.run_dir.relative_to(root)) if r.run_dir != root else "."
         labels.append(", ".join(own) if own else rel)
     if len(set(labels)) < len(labels):  # disambiguate by directory
@@ -109,7 +136,7 @@ def gather(multirun_dir: str | os.PathLike, metrics: Sequence[str] | None = None
     ``metrics``: ``fnmatch`` patterns over flattened metric keys; ``None``
     uses the keys of each run's ``headline`` section (first-seen order).
     """
-    root = Path(multirun_dir)
+    root = sweep_dir(multirun_dir)
     runs = find_runs(root)
     if not runs:
         raise DetcalInputError("holds no metrics.json (is it a detcal-evaluate sweep directory?)", file=root)
