@@ -983,6 +983,26 @@ def write_synthetic(
     scene_kwargs: dict[str, Any] | None = None,
     kitti_images: bool = False,
 ) -> dict[str, Path]:
+    """Write a seeded synthetic benchmark; ``out_dir`` is replaced whole (see :func:`_write_into`),
+    so no file of an earlier, larger set survives beside the new one. Returns the paths by role."""
+    from detcal.utils.fresh_dir import fresh_dir
+
+    final = Path(out_dir)
+    with fresh_dir(final) as tmp:
+        paths = _write_into(tmp, n_images, seed, detector_kwargs, image_size, render, scene_kwargs, kitti_images)
+    return {k: final / v.relative_to(tmp) if v != tmp else final for k, v in paths.items()}
+
+
+def _write_into(
+    out_dir: str | Path,
+    n_images: int = 200,
+    seed: int = 0,
+    detector_kwargs: dict[str, Any] | None = None,
+    image_size: tuple[int, int] = (160, 120),
+    render: bool = True,
+    scene_kwargs: dict[str, Any] | None = None,
+    kitti_images: bool = False,
+) -> dict[str, Path]:
     """Write a seeded synthetic benchmark under ``out_dir`` (atomic writes).
 
     Layout: ``images/<id:06d>.png`` (when ``render``), ``annotations/
