@@ -19,7 +19,7 @@ import pytest
 
 from detcal.apps import calibrate as calibrate_app
 from detcal.apps import evaluate as evaluate_app
-from detcal.cli import match as match_cli
+from detcal.apps import match as match_cli
 
 W, H = 640, 480
 

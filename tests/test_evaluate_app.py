@@ -155,7 +155,7 @@ def test_sweep_and_gather(tmp_path: Path) -> None:
     runs = sorted((tmp_path / "sweep").glob("*/metrics.json"))
     assert len(runs) == 2
     assert not (tmp_path / "outputs").exists()  # nothing written outside the sweep directory
-    proc = subprocess.run([sys.executable, "-m", "detcal.reports.gather", str(tmp_path / "sweep"), "--out",
+    proc = subprocess.run([sys.executable, "-m", "detcal.apps.gather", str(tmp_path / "sweep"), "--out",
                            str(tmp_path / "table.md")], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -173,4 +173,4 @@ def test_console_scripts_are_declared() -> None:
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["detcal-evaluate"] == "detcal.apps.evaluate:main"
     assert scripts["detcal-calibrate"] == "detcal.apps.calibrate:main"
-    assert scripts["detcal-gather"] == "detcal.reports.gather:main"
+    assert scripts["detcal-gather"] == "detcal.apps.gather:main"

@@ -24,7 +24,7 @@ import os
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from detcal.pipeline.sources import LoadedData, subset_images
 from detcal.pipeline.spec import FEATURES, CalibrationSpec, ConfigError, EvaluationSpec
 from detcal.pipeline.writeback import apply_regression_calibrator
 from detcal.types import MatchResult, MetricResult
+
+if TYPE_CHECKING:
+    from detcal.pipeline.calibration_result import CalibrationResult
 
 __all__ = ["Part", "split_by_image", "calibrate", "resolve_calibrator", "REGRESSION_ROWS"]
 

@@ -21,8 +21,7 @@ import functools
 import os
 import time
 import warnings
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,6 +31,9 @@ from detcal.pipeline.progress import Progress
 from detcal.pipeline.sources import LoadedData, load_coco, load_data
 from detcal.pipeline.spec import FEATURES, DataSpec, EvaluationSpec
 from detcal.types import Dataset, Detections, MatchResult, MetricResult
+
+if TYPE_CHECKING:
+    from detcal.pipeline.result import EvaluationResult
 
 __all__ = ["evaluate", "as_loaded", "match_data", "relative_box_features", "threshold_label", "dece_maps",
            "HEADLINE_CONFIDENCE", "HEADLINE_REGRESSION"]

@@ -14,7 +14,6 @@ records), ``decode(B, dm)`` (deltas w.r.t. the box), or ``(cx, cy, w, h) = mu'``
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 from typing import Any
 

@@ -21,7 +21,6 @@ keys instead. Writes Markdown (printed as well) and CSV; by default
 """
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import json
 import os
@@ -32,10 +31,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from detcal.errors import DetcalInputError
-from detcal.reports.tables import comparison_csv, comparison_table, iter_metrics, write_table
-from detcal.utils.io import write_text
+from detcal.reports.tables import comparison_csv, comparison_table, iter_metrics
 
-__all__ = ["RunRecord", "GatherResult", "sweep_dir", "find_runs", "gather", "main"]
+__all__ = ["RunRecord", "GatherResult", "sweep_dir", "find_runs", "gather"]
 
 
 @dataclass
@@ -155,29 +153,3 @@ def gather(multirun_dir: str | os.PathLike, metrics: Sequence[str] | None = None
                 columns.append(k)
     rows = {lab: {c: n[c] for c in columns if c in n} for lab, n in zip(_labels(runs, root), nodes)}
     return GatherResult(rows, columns, comparison_table(rows, columns), comparison_csv(rows, columns))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Console entry point of ``detcal-gather``; returns the exit status."""
-    ap = argparse.ArgumentParser(prog="detcal-gather", description=__doc__.split("\n\n")[0])
-    ap.add_argument("multirun_dir", help="a Hydra sweep directory written by detcal-evaluate -m")
-    ap.add_argument("--out", default=None, help="Markdown output (default <multirun_dir>/comparison.md)")
-    ap.add_argument("--csv", default=None, help="CSV output (default: --out with .csv suffix)")
-    ap.add_argument("--metrics", nargs="+", default=None, help="fnmatch patterns over flattened metric keys")
-    ap.add_argument("--quiet", action="store_true", help="do not print the table")
-    args = ap.parse_args(argv)
-    try:
-        res = gather(args.multirun_dir, args.metrics)
-    except DetcalInputError as exc:
-        print(f"detcal-gather: {exc}", file=sys.stderr)
-        return 2
-    out = Path(args.out) if args.out else Path(args.multirun_dir) / "comparison.md"
-    csv_path = Path(args.csv) if args.csv else out.with_suffix(".csv")
-    write_table(out, res.markdown, echo=not args.quiet)
-    write_text(csv_path, res.csv)
-    print(f"wrote {out} and {csv_path} ({len(res.rows)} runs, {len(res.columns)} columns)", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
