@@ -176,3 +176,15 @@ def test_config_dir_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(registry, "_candidates", lambda: [tmp_path / "nowhere"])
     with pytest.raises(FileNotFoundError, match=registry.CONFIG_ENV):
         registry.config_dir()
+
+
+@pytest.mark.parametrize("primary", PRIMARIES)
+def test_help_opens_with_what_the_app_does(primary: str) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", f"detcal.apps.{primary}", "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith(f"{_app(primary).PROG}: ") and "powered by Hydra" not in proc.stdout
