@@ -299,6 +299,8 @@ def _variants(spec: EvaluationSpec, data: LoadedData) -> dict[str, str]:
     kitti = data.kitti is not None
     rules = ("KITTI devkit rules (difficulty " + str(data.provenance.get("difficulty", "moderate")) +
              ", neighbour classes, DontCare, min height)") if kitti else "COCO rules (crowd regions, maxDets)"
+    if kitti and m.thresholds() != "kitti":
+        rules += "; IoU thresholds as given, NOT the devkit's per-class 0.7/0.5/0.5 (matching=kitti for those)"
     return {
         "boxes": "docs/metrics.md#boxes: xyxy pixels; relative features cx/W, cy/H, w/W, h/H clipped to [0, 1]",
         "matching": f"docs/matching.md: mode={m.mode}, IoU thresholds={m.thresholds()}, {rules}",
