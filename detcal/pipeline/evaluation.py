@@ -18,6 +18,7 @@ Data flow (docs/pipeline.md)::
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import time
 import warnings
@@ -35,6 +36,8 @@ from detcal.types import Dataset, Detections, MatchResult, MetricResult
 if TYPE_CHECKING:
     from detcal.pipeline.result import EvaluationResult
 
+log = logging.getLogger("detcal")
+
 __all__ = ["evaluate", "as_loaded", "match_data", "relative_box_features", "threshold_label", "dece_maps",
            "HEADLINE_CONFIDENCE", "HEADLINE_REGRESSION"]
 
@@ -44,7 +47,9 @@ HEADLINE_REGRESSION: tuple[str, ...] = ("ence", "m_qce", "c_qce", "nll")
 
 def threshold_label(t: float) -> str:
     """``iou=0.50`` (``iou=kitti`` for the per-class KITTI row, stored as NaN)."""
-    return "iou=kitti" if not np.isfinite(t) else f"iou={t:.2f}"
+    if not np.isfinite(t):
+        return "iou=kitti"
+    return f"iou={t:.2f}" if abs(round(t, 2) - t) < 1e-12 else f"iou={t:g}"
 
 
 def as_loaded(gt: Any, results: Any = None, *, workdir: str | os.PathLike = ".",
@@ -170,9 +175,33 @@ def dece_maps(spec: EvaluationSpec, p: np.ndarray, y: np.ndarray, feats: np.ndar
     return out
 
 
+def _missing_sizes(data: LoadedData, feats: np.ndarray) -> str | None:
+    """A warning naming the file and ``width`` when some images have no size (position metrics are then skipped)."""
+    bad = ~np.isfinite(feats).all(axis=1)
+    if not bad.any():
+        return None
+    img = int(data.detections.image_id[np.flatnonzero(bad)[0]])
+    msg = (f"file {data.dataset.source or data.provenance.get('gt')}, image {img}, field 'width': "
+           f"{int(bad.sum())} detections lie in images without width/height; D-ECE, homogeneity, outliers and "
+           "the D-ECE maps need box positions relative to the image size and are not computed (the other "
+           "metrics are)")
+    log.warning(msg)
+    return msg
+
+
+def _null_position_metrics(block: dict[str, Any], reason: str) -> None:
+    """Replace the metrics over (confidence, box features) by null with ``reason``."""
+    for key, node in block.items():
+        if isinstance(node, dict) and int((node.get("params") or {}).get("n_features", 1)) > 1:
+            block[key] = {"name": node.get("name", key), "value": None, "variant": node.get("variant"),
+                          "params": node.get("params"), "_null": {"value": reason}}
+
+
 def _confidence_block(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray,
-                      progress: Progress, exclude: list[float]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Confidence metrics and D-ECE maps per IoU threshold (docs/metrics.md)."""
+                      progress: Progress, exclude: list[float],
+                      no_pos: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Confidence metrics and D-ECE maps per IoU threshold (docs/metrics.md). ``no_pos``: images lack
+    sizes, so the metrics over box positions are null with that reason."""
     from detcal.metrics.confidence import ConfidenceConfig, confidence_metrics
 
     b, c, bs = spec.dece_binning, spec.confidence, spec.bootstrap
@@ -198,6 +227,8 @@ def _confidence_block(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, f
                                       "skipped": f"{why}: the confidence metrics cannot be computed"}}
             continue
         f = feats[rows][:, cols] if cols else None
+        if no_pos and f is not None:
+            f = np.where(np.isfinite(f), f, 0.5)  # placeholder positions; the position metrics are nulled below
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             res = confidence_metrics(p, y, f, dets.category[rows] if c.per_class else None, ccfg, dets.image_id[rows])
@@ -207,8 +238,10 @@ def _confidence_block(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, f
                 node["table"].pop("bin_index", None)  # cells are in C order over params.bins
         block["_sample"] = {"n": int(len(rows)), "n_matched": int(y.sum()), "features": list(b.features),
                             "warnings": sorted({str(w.message) for w in caught})}
+        if no_pos:
+            _null_position_metrics(block, "images without width/height: box positions cannot be made relative")
         out[label] = block
-        maps[label] = dece_maps(spec, p, y, feats[rows]) if c.maps else {}
+        maps[label] = dece_maps(spec, p, y, feats[rows]) if c.maps and not no_pos else {}
     return out, maps
 
 
@@ -339,11 +372,12 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
         bar.step("match")
         mr, mr_reg, extra = match_data(data, spec, reg_on)
         needs_pos = conf_on and (bool(spec.dece_binning.features) or bool(spec.confidence.maps))
-        feats, n_clipped, clipped = relative_box_features(data, needs_pos)
+        feats, n_clipped, clipped = relative_box_features(data, needed=False)
+        no_pos = _missing_sizes(data, feats) if needs_pos else None
         timing["match"] = time.perf_counter() - t0
         bar.total = 3 + (len(mr.iou_thresholds) - len(extra) if conf_on else 0)
         t0 = time.perf_counter()
-        conf, maps = _confidence_block(spec, data, mr, feats, bar, extra) if conf_on else ({}, {})
+        conf, maps = _confidence_block(spec, data, mr, feats, bar, extra, no_pos) if conf_on else ({}, {})
         timing["confidence"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         reg = _regression_block(spec, data, mr_reg, bar) if reg_on else {"_sample": {"n": 0, "skipped": "disabled"}}
@@ -351,6 +385,8 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
     ds, dets = data.dataset, data.detections
     warn = [f"confidence at {lbl}: {blk['_sample']['skipped']}" for lbl, blk in conf.items()
             if "skipped" in blk.get("_sample", {})]
+    if no_pos:
+        warn.insert(0, no_pos)
     if "skipped" in reg.get("_sample", {}) and reg_on and dets.uncertainty_kind is not None:
         warn.append(f"regression: {reg['_sample']['skipped']}")
     record: dict[str, Any] = {
