@@ -202,7 +202,7 @@ def test_gather_fake_sweep(tmp_path: Path, capsys: pytest.CaptureFixture) -> Non
     assert res2.columns == ["confidence/x/ece"]
 
 
-def test_gather_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_gather_errors(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with pytest.raises(DetcalInputError, match="no metrics.json"):
         gather_mod.gather(tmp_path)
     assert gather_app.main([str(tmp_path / "missing")]) == 2
@@ -213,10 +213,10 @@ def test_gather_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     _fake_run(tmp_path / "t", ["a=1"], 0.1)
     res = gather_mod.gather(tmp_path)  # unreadable files are skipped with a warning
     assert list(res.rows) == ["a=1"]
-    assert "skipping" in capsys.readouterr().err
+    assert "skipping" in caplog.text
 
 
-def test_gather_reads_one_sweep(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_gather_reads_one_sweep(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     import os
 
     for k, sweep in enumerate(("10-00-00-aaaaaa", "11-00-00-bbbbbb")):
@@ -228,6 +228,6 @@ def test_gather_reads_one_sweep(tmp_path: Path, capsys: pytest.CaptureFixture) -
             _fake_run(root / str(i), [f"calibrator=c{k}{i}"], 0.1 * (i + 1))
     res = gather_mod.gather(tmp_path)
     assert list(res.rows) == ["calibrator=c10", "calibrator=c11"]  # the most recent sweep only
-    assert "11-00-00-bbbbbb" in capsys.readouterr().err
+    assert "11-00-00-bbbbbb" in caplog.text
     assert list(gather_mod.gather(tmp_path / "2026-01-01" / "10-00-00-aaaaaa").rows) == ["calibrator=c00",
                                                                                          "calibrator=c01"]

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -25,6 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--metrics", nargs="+", default=None, help="fnmatch patterns over flattened metric keys")
     ap.add_argument("--quiet", action="store_true", help="do not print the table")
     args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="detcal-gather: %(levelname)s: %(message)s", stream=sys.stderr)
     try:
         res = gather(args.multirun_dir, args.metrics)
     except DetcalError as exc:

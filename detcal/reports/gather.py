@@ -23,15 +23,17 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import logging
 import os
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from detcal.errors import DetcalInputError
 from detcal.reports.tables import comparison_csv, comparison_table, iter_metrics
+
+log = logging.getLogger("detcal.gather")
 
 __all__ = ["RunRecord", "GatherResult", "sweep_dir", "find_runs", "gather"]
 
@@ -91,8 +93,8 @@ def sweep_dir(multirun_dir: str | os.PathLike) -> Path:
     if not sweeps:
         return root
     if len(sweeps) > 1:
-        print(f"detcal-gather: {len(sweeps)} sweeps under {root}; reading the most recent, {sweeps[-1]} "
-              "(give a sweep directory to choose)", file=sys.stderr)
+        log.warning("%d sweeps under %s; reading the most recent, %s (give a sweep directory to choose)",
+                    len(sweeps), root, sweeps[-1])
     return sweeps[-1]
 
 
@@ -106,10 +108,10 @@ def find_runs(multirun_dir: str | os.PathLike) -> list[RunRecord]:
         try:
             metrics = json.loads(f.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            print(f"detcal-gather: warning: skipping {f}: not UTF-8 JSON ({exc})", file=sys.stderr)
+            log.warning("skipping %s: not UTF-8 JSON (%s)", f, exc)
             continue
         if not isinstance(metrics, dict):
-            print(f"detcal-gather: warning: skipping {f}: not a JSON object", file=sys.stderr)
+            log.warning("skipping %s: not a JSON object", f)
             continue
         runs.append(RunRecord(f.parent, _read_overrides(f.parent), metrics))
     return runs
