@@ -103,3 +103,17 @@ def _umask() -> int:
     m = os.umask(0)
     os.umask(m)
     return m
+
+
+def test_written_files_honour_the_umask(tmp_path: Path) -> None:
+    from detcal.utils.io import write_text
+
+    old = os.umask(0o022)
+    try:
+        write_text(tmp_path / "a.txt", "x")
+        assert (tmp_path / "a.txt").stat().st_mode & 0o777 == 0o644
+        os.umask(0o077)
+        write_text(tmp_path / "b.txt", "x")
+        assert (tmp_path / "b.txt").stat().st_mode & 0o777 == 0o600
+    finally:
+        os.umask(old)
