@@ -59,6 +59,8 @@ MetricResult
 """
 from __future__ import annotations
 
+import os
+
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
@@ -350,9 +352,7 @@ class MetricResult:
     ci_level: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        from detcal.utils.io import to_jsonable
-
-        return to_jsonable(
+        return _plain_python(
             {
                 "name": self.name,
                 "value": float(self.value),
@@ -403,3 +403,19 @@ class KittiRules:
     dontcare_category: int | None = 9
     strict: bool = True
     class_thresholds: dict[int, float] = field(default_factory=lambda: {1: 0.7, 4: 0.5, 6: 0.5})
+
+
+def _plain_python(obj: Any) -> Any:
+    """Plain Python containers from numpy (arrays to lists, scalars to Python numbers, keys to str),
+    the same values as a JSON round trip gives, without the text."""
+    if isinstance(obj, dict):
+        return {str(k): _plain_python(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain_python(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return obj.tolist() if obj.dtype.kind in "biuf" else [_plain_python(v) for v in obj.tolist()]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, os.PathLike):
+        return str(obj)
+    return obj
