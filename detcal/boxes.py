@@ -1,7 +1,7 @@
 """Box conversions, R-CNN deltas and IoU (numpy only, vectorised).
 
 Internal format is ``xyxy`` absolute pixels, float64, continuous coordinates
-(width = x2 - x1, no +1), ../shared/METRICS.md section 1.
+(width = x2 - x1, no +1); see docs/matching.md.
 
 Deltas (Girshick 2015), reference box P and target box G as centre/size::
 
@@ -96,7 +96,7 @@ def relative_features(box: np.ndarray, width: np.ndarray, height: np.ndarray) ->
 
     Values outside [0, 1] are clipped; returns ``(features, n_clipped)`` where
     ``n_clipped`` is the number of detections with at least one clipped value
-    (METRICS.md section 1: report it, never clip silently).
+    (report it, never clip silently).
     """
     c = xyxy_to_cxcywh(box)
     wh = np.stack([width, height, width, height], axis=-1).astype(np.float64)
