@@ -224,3 +224,164 @@ def devkit_assign(
     tp[ri[valid], d[valid]] = True
     ign[ri[~valid], d[~valid]] = True
     return tp, ign, gt_index
+
+
+# --------------------------------------------------------------------------- KITTI AP (eval_class)
+
+
+@dataclass
+class KittiAP:
+    """AP of one class at one difficulty, as the devkit's ``eval_class`` computes it.
+
+    ``precision [41]``: the devkit's interpolated precision at recall
+    0, 1/40, ..., 1 (after its max-over-the-rest filter; 0 beyond the last
+    score threshold). ``ap11`` = mean of ``precision[0::4]`` (11 points,
+    the devkit before 2019), ``ap40`` = mean of ``precision[1:]`` (40 points,
+    AP|R40), both in [0, 1] (the devkit prints them x100). ``score_thresholds
+    [S]`` and ``tp/fp/fn [S]``: the PR curve's operating points; ``n_gt``:
+    valid boxes (the recall denominator).
+    """
+
+    category: int
+    difficulty: str
+    iou_threshold: float
+    ap11: float
+    ap40: float
+    precision: np.ndarray
+    score_thresholds: np.ndarray
+    tp: np.ndarray
+    fp: np.ndarray
+    fn: np.ndarray
+    n_gt: int
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (arrays as lists)."""
+        return {
+            "category": int(self.category), "difficulty": self.difficulty, "iou_threshold": float(self.iou_threshold),
+            "ap11": float(self.ap11), "ap40": float(self.ap40), "n_gt": int(self.n_gt),
+            "precision": self.precision.tolist(), "score_thresholds": self.score_thresholds.tolist(),
+            "tp": self.tp.tolist(), "fp": self.fp.tolist(), "fn": self.fn.tolist(),
+        }
+
+
+def score_thresholds(v: np.ndarray, n_gt: int) -> np.ndarray:
+    """The devkit's ``getThresholds``: scores of the TPs at (about) linearly spaced recall 0, 1/40, ...
+
+    Scores sorted descending; score i is skipped while the next one's recall
+    ``(i+2)/n_gt`` is closer to the current recall step than its own
+    ``(i+1)/n_gt``; the last score is always kept. Same float arithmetic as the
+    devkit (the recall step is a running sum of 1/40). One vectorised search
+    per kept threshold (at most 41).
+    """
+    v = np.sort(np.asarray(v, np.float64))[::-1]
+    n = len(v)
+    if n == 0 or n_gt <= 0:
+        return np.zeros(0)
+    i = np.arange(n, dtype=np.float64)
+    l_recall = (i + 1.0) / float(n_gt)
+    r_recall = np.append((i[:-1] + 2.0) / float(n_gt), l_recall[-1])
+    out: list[int] = []
+    current, start, step = 0.0, 0, 1.0 / (N_SAMPLE_PTS - 1.0)
+    while start < n:
+        keep = ~((r_recall[start:] - current) < (current - l_recall[start:]))
+        keep[-1] = True  # the last score is never skipped
+        j = start + int(np.argmax(keep))
+        out.append(j)
+        current += step
+        start = j + 1
+    return v[np.asarray(out, np.int64)]
+
+
+def _filtered_precision(tp: np.ndarray, fp: np.ndarray) -> np.ndarray:
+    """precision [41] as eval_class: tp/(tp+fp) per threshold (NaN for 0/0), then ``max_element`` over the rest."""
+    p = np.zeros(N_SAMPLE_PTS)
+    s = len(tp)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p[:s] = tp / (tp + fp).astype(np.float64)
+    # std::max_element keeps a NaN first element and skips later NaNs
+    suffix = np.fmax.accumulate(p[::-1])[::-1]
+    out = p.copy()
+    out[:s] = np.where(np.isnan(p[:s]), np.nan, suffix[:s])
+    return out
+
+
+def _class_ap(dets: Detections, gt: GroundTruth, c: int, difficulty: str, thr: float, rules: KittiRules) -> KittiAP:
+    spec = KITTI_DIFFICULTY[difficulty]
+    level, min_h = int(spec["level"]), float(spec["min_height"])
+    small = detection_min_height_ignored(dets.box, min_h)
+    gt_ign = (gt.difficulty < 0) | (gt.difficulty > level) | gt.iscrowd
+    w = _build(dets, gt, np.array([c], np.int64), dict(rules.neighbours), rules.dontcare_category, gt_ign,
+               np.ones(len(dets), bool), small, np.array([thr]))
+    thr_cls = np.array([[thr]])
+    score = dets.score[w.cand_row]
+    valid_gt = ~w.gt_ign
+    n_gt = int(valid_gt.sum())
+    # recall pass (compute_fp = false): the TPs' scores give the thresholds of the PR curve
+    ch = _run(w, thr_cls, np.ones((1, len(w.cand_row)), bool), by_score=score)[0]
+    tp_sel = valid_gt & (ch >= 0)
+    tp_sel[tp_sel] = ~w.cand_small[ch[tp_sel]]
+    thresholds = score_thresholds(score[ch[tp_sel]], n_gt)
+    S = len(thresholds)
+    # PR pass at every threshold at once (rows): ignored_threshold = score < threshold
+    cand_ok = score[None, :] >= thresholds[:, None]
+    ch = _run(w, thr_cls, cand_ok) if S else np.zeros((0, len(w.gt_row)), np.int64)
+    got = ch >= 0
+    small_pick = np.zeros_like(got)
+    small_pick[got] = w.cand_small[ch[got]]
+    tp = (got & ~small_pick & valid_gt[None, :]).sum(axis=1)
+    fn = (~got & valid_gt[None, :]).sum(axis=1)
+    taken = np.zeros((S, len(w.cand_row)), bool)
+    ri, gi = np.nonzero(got)
+    taken[ri, ch[ri, gi]] = True
+    own_reg = w.cand_own & ~w.cand_small
+    in_dc = np.zeros(len(w.cand_row), bool)
+    if rules.dontcare_category is not None:
+        idx = np.flatnonzero(own_reg)
+        in_dc[idx] = _dontcare_ioa(dets, gt, int(rules.dontcare_category), w.cand_row[idx]) > thr
+    fp = (cand_ok & ~taken & (own_reg & ~in_dc)[None, :]).sum(axis=1)
+    precision = _filtered_precision(tp, fp)
+    ap11 = sum(float(x) for x in precision[0::4]) / 11.0
+    ap40 = sum(float(x) for x in precision[1:]) / 40.0
+    return KittiAP(int(c), difficulty, float(thr), ap11, ap40, precision, thresholds,
+                   tp.astype(np.int64), fp.astype(np.int64), fn.astype(np.int64), n_gt)
+
+
+def kitti_ap(
+    dets: Detections,
+    gt: GroundTruth,
+    categories: Sequence[int] = (1, 4, 6),
+    difficulties: Sequence[str] = ("easy", "moderate", "hard"),
+    *,
+    rules: KittiRules | None = None,
+    iou_threshold: float | None = None,
+) -> list[KittiAP]:
+    """KITTI 2-D AP (11- and 40-point) per class and difficulty, equal to the devkit's ``eval_class``.
+
+    ``categories``: KITTI category ids (default Car 1, Pedestrian 4, Cyclist
+    6); ``difficulties``: any of easy/moderate/hard. A box is valid at a
+    difficulty when ``gt.difficulty`` (set by the KITTI loader, devkit
+    ``cleanData``) is at most that level and it is not crowd; detections lower
+    than the difficulty's min height (``int(h) < 40/25/25``) are ignored. The
+    walk is the devkit's (:func:`detcal.matching.match` ``mode="kitti"``):
+    the recall pass picks up to 41 score thresholds from the TPs' scores, then
+    the PR pass is re-run at each threshold (all at once). ``rules`` gives the
+    neighbour classes, the DontCare category and the per-class thresholds
+    (default :class:`KittiRules`; classes without one use 0.5);
+    ``iou_threshold`` overrides them for every class. Every GT image counts
+    (the devkit needs a result file per frame; an image without detections
+    is one with an empty file).
+    """
+    rules = KittiRules() if rules is None else rules
+    for d in difficulties:
+        if d not in KITTI_DIFFICULTY:
+            raise DetcalInputError(f"unknown difficulty {d!r}; expected one of {', '.join(KITTI_DIFFICULTY)}", field="difficulties")
+    if iou_threshold is not None and not (0.0 <= float(iou_threshold) <= 1.0):
+        raise DetcalInputError(f"iou_threshold must lie in [0, 1], got {iou_threshold}", field="iou_threshold")
+    if not np.isfinite(dets.score).all():
+        raise DetcalInputError("score is not finite", record=f"detection row {int(np.flatnonzero(~np.isfinite(dets.score))[0])}", field="score")
+    out = []
+    for c in categories:  # loop over classes and difficulties
+        thr = float(iou_threshold) if iou_threshold is not None else float(rules.class_thresholds.get(int(c), 0.5))
+        for d in difficulties:
+            out.append(_class_ap(dets, gt, int(c), d, thr, rules))
+    return out
