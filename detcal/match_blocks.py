@@ -106,8 +106,27 @@ def _pair_iou(d: np.ndarray, g: np.ndarray, crowd: np.ndarray) -> np.ndarray:
     return out
 
 
+def box_areas(box: np.ndarray, wh: np.ndarray | None = None) -> np.ndarray:
+    """Areas [N] of ``xyxy`` boxes [N,4] in the arithmetic of pycocotools.
+
+    pycocotools keeps COCO ``[x, y, w, h]`` and takes ``w * h`` (maskApi
+    ``bbIou``); ``(x2 - x1) * (y2 - y1)`` from the corners can differ in the
+    last bit (``x2 = x + w`` is rounded). With ``wh`` (the input's width and
+    height, ``GroundTruth.wh`` / ``Detections.wh``) a box's area is
+    ``w * h`` where ``x1 + w == x2`` and ``y1 + h == y2`` hold exactly (so a
+    ``wh`` left behind by a changed box is never used), else from corners.
+    """
+    box = np.asarray(box, np.float64)
+    a = (box[:, 2] - box[:, 0]) * (box[:, 3] - box[:, 1])
+    if wh is None or len(box) == 0:
+        return a
+    same = (box[:, 0] + wh[:, 0] == box[:, 2]) & (box[:, 1] + wh[:, 1] == box[:, 3])
+    return np.where(same, wh[:, 0] * wh[:, 1], a)
+
+
 def _slot_iou(
-    dcol: np.ndarray, g0: np.ndarray, n_slot: np.ndarray, gcol: np.ndarray, crowd: np.ndarray
+    dcol: np.ndarray, g0: np.ndarray, n_slot: np.ndarray, gcol: np.ndarray, crowd: np.ndarray,
+    da: np.ndarray | None = None, ga: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """IoU of every detection with every GT of its group, in slot-major layout.
 
@@ -127,8 +146,10 @@ def _slot_iou(
     out = np.zeros(int(n_slot.sum()))
     best = np.full(S, -1.0)
     arg = np.zeros(S, np.int64)
-    da = (dcol[2] - dcol[0]) * (dcol[3] - dcol[1])
-    ga = (gcol[2] - gcol[0]) * (gcol[3] - gcol[1])
+    if da is None:
+        da = (dcol[2] - dcol[0]) * (dcol[3] - dcol[1])
+    if ga is None:
+        ga = (gcol[2] - gcol[0]) * (gcol[3] - gcol[1])
     any_crowd = bool(crowd.any())
     gpack = np.concatenate([gcol, ga[None, :], crowd[None, :].astype(np.float64)])  # one take per slot
     for j in range(len(n_slot)):

@@ -103,6 +103,7 @@ import numpy as np
 
 from detcal.errors import DetcalInputError
 from detcal.match_blocks import (
+    box_areas,
     _dontcare_ioa,
     _factorize,
     _float_key,
@@ -116,6 +117,9 @@ from detcal.types import Detections, GroundTruth, Images, KittiRules, MatchResul
 
 MODES: tuple[str, ...] = ("exclusive", "max", "kitti")
 """Matching modes (docs/matching.md)."""
+
+GT_IGNORE: tuple[str, ...] = ("pycocotools", "ignore_or_crowd")
+"""Readings of ``GroundTruth.ignore`` without KITTI rules (see :func:`match`)."""
 
 KITTI_DEFAULT_THRESHOLD: float = 0.5
 """Threshold of ``iou_thresholds="kitti"`` for classes missing from ``class_thresholds``."""
@@ -195,7 +199,7 @@ def _validate(
     return thr, per_class
 
 
-def _working_gt(gt: GroundTruth, kitti: KittiRules | None, class_agnostic: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _working_gt(gt: GroundTruth, kitti: KittiRules | None, class_agnostic: bool, gt_ignore: str = "ignore_or_crowd") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """GT rows that take part in matching: (row [W], category [W], ignored [W], crowd [W]).
 
     KITTI: DontCare rows leave, neighbour-class rows are added a second time
@@ -204,7 +208,7 @@ def _working_gt(gt: GroundTruth, kitti: KittiRules | None, class_agnostic: bool)
     """
     rows = np.arange(len(gt), dtype=np.int64)
     cat = gt.category
-    ign = gt.ignore | gt.iscrowd
+    ign = gt.iscrowd.copy() if (gt_ignore == "pycocotools" and kitti is None) else gt.ignore | gt.iscrowd
     crowd = gt.iscrowd
     if kitti is None:
         return rows, cat, ign, crowd
@@ -285,6 +289,7 @@ def match(
     max_dets: int | None = 100,
     kitti: KittiRules | None = None,
     images: Images | None = None,
+    gt_ignore: str = "pycocotools",
 ) -> MatchResult:
     """Match detections to ground truth at every IoU threshold (docs/matching.md).
 
@@ -312,6 +317,13 @@ def match(
         min height); see the module docstring.
     images:
         When given, every detection and GT image id must be one of them.
+    gt_ignore:
+        Which GTs are ignored without KITTI rules: ``"pycocotools"``
+        (default) only crowd ones, as pycocotools 2.0.x, which overwrites an
+        annotation's ``ignore`` key with ``iscrowd``; ``"ignore_or_crowd"``
+        also those with ``GroundTruth.ignore`` (detcal's earlier reading,
+        e.g. for data that mark ignored boxes). With ``kitti`` rules the
+        ``ignore`` flags (outside the difficulty) always count.
 
     Returns
     -------
@@ -323,6 +335,8 @@ def match(
         for every detection (considered or not).
     """
     thr, per_class = _validate(dets, gt, iou_thresholds, mode, score_threshold, max_dets, kitti, images, class_agnostic)
+    if gt_ignore not in GT_IGNORE:
+        raise DetcalInputError(f"unknown gt_ignore {gt_ignore!r}; choose one of {GT_IGNORE}", field="gt_ignore")
     T, D = len(thr), len(dets)
     strict = bool(kitti.strict) if kitti is not None else False
 
@@ -338,7 +352,7 @@ def match(
     thr_eff = thr_det if strict else np.minimum(thr_det, _COCO_MAX_THR)
 
     # ---- groups, ranks, considered
-    w_row, w_cat, w_ign, w_crowd = _working_gt(gt, kitti, class_agnostic)
+    w_row, w_cat, w_ign, w_crowd = _working_gt(gt, kitti, class_agnostic, gt_ignore)
     det_grp, gt_grp, n_grp = _group_codes(dets.image_id, dets.category, gt.image_id[w_row], w_cat, class_agnostic)
     score_ok = dets.score >= score_threshold
     sc = np.flatnonzero(score_ok)
@@ -380,7 +394,8 @@ def match(
     n_slot = np.searchsorted(-seg_cnt, -np.arange(int(seg_cnt.max(initial=0))), side="left")
     g0 = gstart[det_grp[seg_det]]
     pair_iou, off, best, arg = _slot_iou(
-        np.take(dets.box.T, seg_det, axis=1), g0, n_slot, np.take(gt.box.T, s_row, axis=1), s_crowd
+        np.take(dets.box.T, seg_det, axis=1), g0, n_slot, np.take(gt.box.T, s_row, axis=1), s_crowd,
+        box_areas(dets.box, dets.wh)[seg_det], box_areas(gt.box, gt.wh)[s_row],
     )
 
     iou = np.zeros(D)
@@ -447,7 +462,8 @@ def match(
 
     params: dict = {
         "iou_rule": ">" if strict else ">= min(t, 1-1e-10)",
-        "gt_ignored": "ignore | iscrowd",
+        "gt_ignored": "iscrowd (pycocotools)" if (gt_ignore == "pycocotools" and kitti is None) else "ignore | iscrowd",
+        "box_area": "w*h of the input's width/height where given, else corners",
         "tie_break": {"exclusive": "later GT", "max": "first GT (non-ignored first)",
                       "kitti": "first detection in file order"}[mode],
     }
