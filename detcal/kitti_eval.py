@@ -233,9 +233,9 @@ def devkit_assign(
 class KittiAP:
     """AP of one class at one difficulty, as the devkit's ``eval_class`` computes it.
 
-    ``precision [41]``: the devkit's interpolated precision at recall
-    0, 1/40, ..., 1 (after its max-over-the-rest filter; 0 beyond the last
-    score threshold). ``ap11`` = mean of ``precision[0::4]`` (11 points,
+    ``precision [41]``: the devkit's precision, entry i at the i-th score
+    threshold (picked near recall i/40), after its max-over-the-rest filter;
+    0 beyond the last threshold. ``ap11`` = mean of ``precision[0::4]`` (11 points,
     the devkit before 2019), ``ap40`` = mean of ``precision[1:]`` (40 points,
     AP|R40), both in [0, 1] (the devkit prints them x100). ``score_thresholds
     [S]`` and ``tp/fp/fn [S]``: the PR curve's operating points; ``n_gt``:

@@ -196,3 +196,24 @@ def test_kitti_like_frames_separate_the_two_walks(tmp_path: Path) -> None:
     old = _ours(lab, res, "moderate", 0.0, mode="exclusive")
     n_diff = sum(w != o for w, o in zip(want, old))
     assert n_diff >= 10
+
+
+def test_empty_inputs() -> None:
+    from detcal.kitti_eval import kitti_ap
+
+    d0 = Detections(image_id=np.zeros(0), box=np.zeros((0, 4)), score=np.zeros(0), category=np.zeros(0))
+    g0 = GroundTruth(image_id=np.zeros(0), box=np.zeros((0, 4)), category=np.zeros(0))
+    g1 = GroundTruth(image_id=[1], box=[[0, 0, 20, 50]], category=[4], difficulty=[0])
+    d1 = Detections(image_id=[1], box=[[0, 0, 20, 50]], score=[0.5], category=[4])
+    for d, g in ((d0, g0), (d0, g1), (d1, g0)):
+        r = match(d, g, "kitti", mode="kitti", kitti=kitti_rules("easy"), max_dets=None)
+        assert r.matched.shape == (1, len(d)) and not r.matched.any()
+    r = match(d1, g0, "kitti", mode="kitti", kitti=kitti_rules("easy"), max_dets=None)
+    assert not r.ignored.any()  # a detection with no box and no DontCare region is a false positive
+    (ap,) = kitti_ap(d0, g1, categories=[4], difficulties=["easy"])
+    assert ap.n_gt == 1 and ap.ap11 == 0.0 and ap.ap40 == 0.0 and ap.score_thresholds.size == 0
+    (ap,) = kitti_ap(d1, g1, categories=[4], difficulties=["easy"])
+    # one TP (recall 1) gives one score threshold; eval_class stores precision by threshold index, not by
+    # recall, so precision = [1, 0, ..., 0]: AP11 = 1/11 and AP40 = 0 (the devkit's figures for this input)
+    assert ap.precision[0] == 1.0 and not ap.precision[1:].any()
+    assert ap.ap11 == 1.0 / 11 and ap.ap40 == 0.0
