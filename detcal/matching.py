@@ -21,9 +21,14 @@ Modes
    results-file order; class-agnostic: ties keep category, then file order,
    as pycocotools with ``useCats=0``); only the first ``max_dets`` are kept;
 2. GT ordered non-ignored first, then file order; a GT is *ignored* when
-   ``gt.ignore | gt.iscrowd`` (pycocotools itself sets ``ignore = iscrowd``);
+   ``gt.iscrowd`` (``gt_ignore="pycocotools"``, default: pycocotools 2.0.x
+   overwrites an annotation's ``ignore`` key with ``iscrowd``), or when
+   ``gt.ignore | gt.iscrowd`` (``gt_ignore="ignore_or_crowd"``, and always
+   with KITTI rules, where ``ignore`` marks boxes outside the difficulty);
 3. IoU as maskApi ``bbIou``: ``inter / (area_d + area_g - inter)``, and for a
-   crowd GT ``inter / area_d``;
+   crowd GT ``inter / area_d``; areas are ``w * h`` of the input's width and
+   height where the records keep them (``wh``, COCO loader), as pycocotools
+   takes them, else from the corners (:func:`detcal.match_blocks.box_areas`);
 4. each detection, in score order, takes among the GTs still free (crowd GTs
    are always free) with ``IoU >= min(t, 1 - 1e-10)`` the one with the highest
    IoU; on an exact tie the *later* GT in the order of 2 wins;
@@ -107,6 +112,7 @@ from detcal.match_blocks import (
     _dontcare_ioa,
     _factorize,
     _float_key,
+    _greedy,
     _group_codes,
     _segment_starts,
     _slot_iou,
@@ -218,61 +224,6 @@ def _working_gt(gt: GroundTruth, kitti: KittiRules | None, class_agnostic: bool,
         sel = np.isin(cat, np.asarray(neighbours, np.int64)) & keep
         parts.append((rows[sel], np.full(int(sel.sum()), evaluated, np.int64), np.ones(int(sel.sum()), bool), crowd[sel]))
     return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))  # type: ignore[return-value]
-
-
-# --------------------------------------------------------------------------- assignment
-
-
-def _greedy(
-    pair_iou: np.ndarray,
-    pair_g: np.ndarray,
-    pair_seg: np.ndarray,
-    seg_start: np.ndarray,
-    step_seg: np.ndarray,
-    thr_pair: np.ndarray,
-    strict: bool,
-    ign_g: np.ndarray,
-    crowd_g: np.ndarray,
-    n_gt: int,
-) -> np.ndarray:
-    """COCO greedy assignment, all groups in lockstep; returns the chosen GT per segment [T,S] (-1 none).
-
-    Segments are detections (runs of pairs, one per GT of the group), ordered
-    rank-major: ``step_seg[r]:step_seg[r+1]`` are the rank-r detections, one
-    per group, so their GTs are disjoint and one step is a vectorised
-    evaluateImg inner loop for all of them.
-    """
-    T = thr_pair.shape[0]
-    S = len(seg_start)
-    chosen = np.full((T, S), -1, np.int64)
-    taken = np.zeros((T, n_gt), bool)
-    per_pair_thr = thr_pair.shape[1] > 1
-    seg_end = np.append(seg_start[1:], len(pair_iou))
-    for r in range(len(step_seg) - 1):
-        s0, s1 = int(step_seg[r]), int(step_seg[r + 1])
-        if s0 == s1:
-            continue
-        p0, p1 = int(seg_start[s0]), int(seg_end[s1 - 1])
-        g = pair_g[p0:p1]
-        iou = pair_iou[p0:p1]
-        thr = thr_pair[:, p0:p1] if per_pair_thr else thr_pair
-        seg = pair_seg[p0:p1] - s0
-        starts = seg_start[s0:s1] - p0
-        ok = (iou > thr) if strict else (iou >= thr)
-        valid = ok & (crowd_g[g] | ~taken[:, g])
-        reg = ~ign_g[g]
-        has_reg = np.logical_or.reduceat(valid & reg, starts, axis=1)
-        cand = valid & (reg | ~has_reg[:, seg])
-        key = np.where(cand, iou, -1.0)
-        best = np.maximum.reduceat(key, starts, axis=1)
-        pos = np.where(cand & (key == best[:, seg]), np.arange(p1 - p0), -1)
-        last = np.maximum.reduceat(pos, starts, axis=1)  # exact tie -> later GT
-        ti, si = np.nonzero(last >= 0)
-        gi = g[last[ti, si]]
-        taken[ti, gi] = True
-        chosen[ti, s0 + si] = gi
-    return chosen
-
 
 
 # --------------------------------------------------------------------------- public API
