@@ -29,7 +29,9 @@ GroundTruth
     level the box belongs to: 0 easy, 1 moderate, 2 hard, -1 none/unknown),
     and optional KITTI 3-D fields ``alpha [G]``, ``dimensions [G,3]`` (h, w, l),
     ``location [G,3]`` (x, y, z), ``rotation_y [G]`` kept for lossless
-    round trips.
+    round trips; optional ``wh [G,2]``: width and height exactly as the input
+    gave them (COCO ``bbox`` w, h), from which matching takes box areas as
+    pycocotools does (``w * h``, not ``(x2 - x1) * (y2 - y1)``).
 Detections
     ``image_id [D]`` int64, ``box [D,4]`` xyxy, ``score [D]`` float64,
     ``category [D]`` int64, in the input order of the results file; optional
@@ -44,7 +46,8 @@ Detections
       top-left and bottom-right corners (PDQ ``covars``).
 
     Optional KITTI fields as for GroundTruth (``alpha``, ``dimensions``,
-    ``location``, ``rotation_y``, ``truncation``, ``occlusion``).
+    ``location``, ``rotation_y``, ``truncation``, ``occlusion``), and
+    ``wh [D,2]`` as for GroundTruth.
 MatchResult
     ``iou_thresholds [T]``, ``matched [T,D]`` bool, ``ignored [T,D]`` bool,
     ``gt_index [T,D]`` int64 row into GroundTruth (-1 none), ``iou [D]``
@@ -163,6 +166,7 @@ class GroundTruth(_Columnar):
     dimensions: np.ndarray | None = None
     location: np.ndarray | None = None
     rotation_y: np.ndarray | None = None
+    wh: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.image_id = _i64(self.image_id)
@@ -179,9 +183,12 @@ class GroundTruth(_Columnar):
         self.dimensions = _opt(self.dimensions, (3,))
         self.location = _opt(self.location, (3,))
         self.rotation_y = _opt(self.rotation_y)
+        self.wh = _opt(self.wh, (2,))
         for name in ("category", "iscrowd", "ignore", "id", "truncation", "occlusion", "difficulty"):
             if len(getattr(self, name)) != g:
                 raise ValueError(f"GroundTruth: field {name} has length {len(getattr(self, name))}, expected G={g}")
+        if self.wh is not None and self.wh.shape != (g, 2):
+            raise ValueError(f"GroundTruth: field wh has shape {self.wh.shape}, expected ({g}, 2)")
 
     def __len__(self) -> int:
         return len(self.image_id)
@@ -207,6 +214,7 @@ class Detections(_Columnar):
     dimensions: np.ndarray | None = None
     location: np.ndarray | None = None
     rotation_y: np.ndarray | None = None
+    wh: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.image_id = _i64(self.image_id)
@@ -229,7 +237,8 @@ class Detections(_Columnar):
         for name in ("score", "category"):
             if len(getattr(self, name)) != d:
                 raise ValueError(f"Detections: field {name} has length {len(getattr(self, name))}, expected D={d}")
-        for name in ("proposal", "delta_mean", "delta_std", "box_std", "box_cov", "corner_cov"):
+        self.wh = _opt(self.wh, (2,))
+        for name in ("proposal", "delta_mean", "delta_std", "box_std", "box_cov", "corner_cov", "wh"):
             v = getattr(self, name)
             if v is not None and v.shape[0] != d:
                 raise ValueError(f"Detections: field {name} has {v.shape[0]} rows, expected D={d}")
