@@ -33,7 +33,7 @@ from typing import Sequence
 
 
 from detcal.errors import DetcalError, DetcalInputError
-from detcal.matching import MODES, match
+from detcal.matching import GT_IGNORE, MODES, match
 from detcal.types import Dataset, Detections, KittiRules
 from detcal.reports.detections_csv import _column_names, format_csv
 from detcal.utils.io import atomic_write, write_json
@@ -66,7 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument("--images", help="KITTI: image_2 directory (sizes read from the image headers)")
     ap.add_argument("--iou", nargs="+", default=None,
                     help="IoU thresholds (default 0.5 for coco, 'kitti' = per-class devkit thresholds for kitti)")
-    ap.add_argument("--mode", choices=MODES, default="exclusive")
+    ap.add_argument("--mode", choices=MODES, default=None,
+                    help="exclusive (pycocotools; default for coco), kitti (the devkit's walk; default for kitti), max")
+    ap.add_argument("--gt-ignore", choices=GT_IGNORE, default="pycocotools",
+                    help="COCO 'ignore' key: overwritten by iscrowd as pycocotools does, or ignore_or_crowd")
     ap.add_argument("--class-agnostic", action="store_true", help="match regardless of category")
     ap.add_argument("--score-threshold", type=float, default=0.0, help="detections with a lower score are not considered")
     ap.add_argument("--max-dets", type=_max_dets, default=None,
@@ -126,7 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_dets = args.max_dets or None
         t1 = time.perf_counter()
         result = match(
-            dets, ds.gt, iou, mode=args.mode, class_agnostic=args.class_agnostic,
+            dets, ds.gt, iou, mode=args.mode or ("kitti" if args.format == "kitti" else "exclusive"),
+            class_agnostic=args.class_agnostic, gt_ignore=args.gt_ignore,
             score_threshold=args.score_threshold, max_dets=max_dets, kitti=rules, images=ds.images,
         )
         t2 = time.perf_counter()

@@ -30,7 +30,7 @@ import numpy as np
 
 from detcal.calibration.base import ConfidenceCalibrator, RegressionCalibrator
 from detcal.errors import DetcalInputError
-from detcal.pipeline.evaluation import as_loaded, dece_maps, relative_box_features, require_detections
+from detcal.pipeline.evaluation import as_loaded, dece_maps, relative_box_features, require_detections, run_match
 from detcal.pipeline.progress import Progress
 from detcal.pipeline.sources import LoadedData, subset_images
 from detcal.pipeline.spec import FEATURES, CalibrationSpec, ConfigError, EvaluationSpec
@@ -93,12 +93,7 @@ def split_by_image(data: LoadedData, calibration_fraction: float, seed: int) -> 
 
 
 def _prepare(data: LoadedData, spec: EvaluationSpec) -> Part:
-    from detcal.matching import match
-
-    m = spec.matching
-    ds = data.dataset
-    mr = match(data.detections, ds.gt, m.thresholds(), mode=m.mode, class_agnostic=m.class_agnostic,
-               score_threshold=m.score_threshold, max_dets=m.max_dets, kitti=data.kitti, images=ds.images)
+    mr = run_match(spec.matching, data.detections, data)
     feats, n_clipped, _ = relative_box_features(data, needed=True)
     return Part(data, mr, feats, n_clipped)
 
@@ -326,12 +321,8 @@ def calibrate(data: Any, spec: EvaluationSpec | None = None, calibration: Calibr
             calibrators["regression_skipped"] = "the detections carry no box uncertainty (docs/formats.md)"
         timing["regression"] = time.perf_counter() - t0
 
-    from detcal.matching import match
 
-    m = spec.matching
-    rematched = match(dets_out, ev.data.dataset.gt, m.thresholds(), mode=m.mode, class_agnostic=m.class_agnostic,
-                      score_threshold=m.score_threshold, max_dets=m.max_dets, kitti=ev.data.kitti,
-                      images=ev.data.dataset.images)
+    rematched = run_match(spec.matching, dets_out, ev.data)
     changed = (rematched.matched[row_e] != ev.match.matched[row_e]) | (rematched.ignored[row_e] != ev.match.ignored[row_e]) \
         | (rematched.considered != ev.match.considered)
     evaluation["_sample"] = {"n_confidence": int(len(rows_e)), "n_matched": int(y_e.sum()),

@@ -30,7 +30,7 @@ from detcal.boxes import relative_features, xyxy_to_cxcywh
 from detcal.errors import DetcalInputError
 from detcal.pipeline.progress import Progress
 from detcal.pipeline.sources import LoadedData, load_coco, load_data
-from detcal.pipeline.spec import FEATURES, DataSpec, EvaluationSpec
+from detcal.pipeline.spec import FEATURES, DataSpec, EvaluationSpec, MatchingSpec
 from detcal.types import Dataset, Detections, MatchResult, MetricResult
 
 if TYPE_CHECKING:
@@ -115,12 +115,8 @@ def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[Ma
     confidence); with per-class KITTI thresholds the regression sample is
     matched in a second call. Returns (match, match for the regression sample, regression-only thresholds).
     """
-    from detcal.matching import match
-
     m = spec.matching
-    ds, dets = data.dataset, data.detections
-    kw = dict(mode=m.mode, class_agnostic=m.class_agnostic, score_threshold=m.score_threshold, max_dets=m.max_dets,
-              kitti=data.kitti, images=ds.images)
+    dets = data.detections
     thresholds = m.thresholds()
     if thresholds == "kitti" and data.kitti is None:
         raise DetcalInputError("matching.iou_thresholds=kitti needs KITTI data (data=kitti or data.format=kitti)",
@@ -129,11 +125,25 @@ def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[Ma
     extra: list[float] = []
     if reg_on and isinstance(thresholds, list) and not any(abs(t - t_reg) < 1e-9 for t in thresholds):
         extra = [t_reg]
-    mr = match(dets, ds.gt, thresholds + extra if extra else thresholds, **kw)
+    mr = run_match(m, dets, data, thresholds + extra if extra else thresholds)
     mr_reg = mr
     if reg_on and not isinstance(thresholds, list):
-        mr_reg = match(dets, ds.gt, [t_reg], **kw)
+        mr_reg = run_match(m, dets, data, [t_reg])
     return mr, mr_reg, extra
+
+
+def run_match(m: MatchingSpec, dets: Detections, data: LoadedData, thresholds: Any = None) -> MatchResult:
+    """:func:`detcal.matching.match` of ``dets`` against ``data``'s ground truth as ``m`` says
+    (``thresholds``: instead of ``m``'s, e.g. with the regression sample's IoU added)."""
+    from detcal.matching import match
+
+    if m.mode == "kitti" and data.kitti is None:
+        raise DetcalInputError("matching.mode=kitti needs KITTI data (data=kitti or data.format=kitti)",
+                               field="matching.mode")
+    ds = data.dataset
+    return match(dets, ds.gt, m.thresholds() if thresholds is None else thresholds, mode=m.mode,
+                 class_agnostic=m.class_agnostic, score_threshold=m.score_threshold, max_dets=m.max_dets,
+                 kitti=data.kitti, images=ds.images, gt_ignore=m.gt_ignore)
 
 
 def _feature_cols(names: list[str]) -> list[int]:

@@ -132,19 +132,25 @@ class DataSpec:
 
 @dataclass
 class MatchingSpec:
-    """Box matching (docs/matching.md): ``mode`` exclusive (pycocotools), max
-    (several detections may match one box) or kitti (the devkit's rules);
-    ``iou_thresholds`` a list, or ``"kitti"`` for the devkit's per-class
-    thresholds (Car 0.7, Pedestrian and Cyclist 0.5)."""
+    """Box matching (docs/matching.md): ``mode`` exclusive (by descending
+    score, pycocotools; with KITTI data the score-ordered KITTI variant), max
+    (several detections may match one box) or kitti (the KITTI devkit's
+    label-order walk); ``iou_thresholds`` a list, or ``"kitti"`` for the
+    devkit's per-class thresholds (Car 0.7, Pedestrian and Cyclist 0.5);
+    ``gt_ignore``: a COCO ``ignore`` key is overwritten by ``iscrowd`` as in
+    pycocotools 2.0.x (``pycocotools``) or either flag ignores a box
+    (``ignore_or_crowd``)."""
 
     mode: str = "exclusive"
     iou_thresholds: Any = field(default_factory=lambda: [0.5, 0.75])
     class_agnostic: bool = False
     score_threshold: float = 0.0
     max_dets: Optional[int] = 100
+    gt_ignore: str = "pycocotools"
 
     def __post_init__(self) -> None:
-        _choice("matching.mode", self.mode, ("exclusive", "max"))
+        _choice("matching.mode", self.mode, ("exclusive", "max", "kitti"))
+        _choice("matching.gt_ignore", self.gt_ignore, ("pycocotools", "ignore_or_crowd"))
         t = self.iou_thresholds
         if isinstance(t, str):
             if t != "kitti":
