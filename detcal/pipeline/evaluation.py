@@ -21,7 +21,6 @@ import functools
 import logging
 import os
 import time
-import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,6 +29,7 @@ from detcal.boxes import relative_features, xyxy_to_cxcywh
 from detcal.errors import DetcalInputError
 from detcal.pipeline.progress import Progress
 from detcal.pipeline.sources import LoadedData, load_coco, load_data
+from detcal.pipeline.confidence_block import confidence_blocks, dece_maps, threshold_label
 from detcal.pipeline.spec import FEATURES, DataSpec, EvaluationSpec, MatchingSpec
 from detcal.types import Dataset, Detections, MatchResult, MetricResult
 
@@ -43,13 +43,6 @@ __all__ = ["evaluate", "as_loaded", "match_data", "relative_box_features", "thre
 
 HEADLINE_CONFIDENCE: tuple[str, ...] = ("ece", "dece", "mce", "nll", "brier")
 HEADLINE_REGRESSION: tuple[str, ...] = ("ence", "m_qce", "c_qce", "nll")
-
-
-def threshold_label(t: float) -> str:
-    """``iou=0.50`` (``iou=kitti`` for the per-class KITTI row, stored as NaN)."""
-    if not np.isfinite(t):
-        return "iou=kitti"
-    return f"iou={t:.2f}" if abs(round(t, 2) - t) < 1e-12 else f"iou={t:g}"
 
 
 def as_loaded(gt: Any, results: Any = None, *, workdir: str | os.PathLike = ".",
@@ -125,10 +118,19 @@ def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[Ma
     extra: list[float] = []
     if reg_on and isinstance(thresholds, list) and not any(abs(t - t_reg) < 1e-9 for t in thresholds):
         extra = [t_reg]
-    mr = run_match(m, dets, data, thresholds + extra if extra else thresholds)
+    par = spec.parallel
+    if par.workers > 1 or par.distributed:
+        from detcal.pipeline.parallel import parallel_match
+
+        def _match(th: Any) -> MatchResult:
+            return parallel_match(m, dets, data, th, par.workers, par.distributed)
+    else:
+        def _match(th: Any) -> MatchResult:
+            return run_match(m, dets, data, th)
+    mr = _match(thresholds + extra if extra else thresholds)
     mr_reg = mr
     if reg_on and not isinstance(thresholds, list):
-        mr_reg = run_match(m, dets, data, [t_reg])
+        mr_reg = _match([t_reg])
     return mr, mr_reg, extra
 
 
@@ -146,45 +148,6 @@ def run_match(m: MatchingSpec, dets: Detections, data: LoadedData, thresholds: A
                  kitti=data.kitti, images=ds.images, gt_ignore=m.gt_ignore)
 
 
-def _feature_cols(names: list[str]) -> list[int]:
-    return [FEATURES.index(n) for n in names]
-
-
-def _map_bins(b: Any, pair: list[str]) -> int | tuple[int, int, int]:
-    """Bins of a (confidence, f1, f2) map grid: the D-ECE bins of those dimensions."""
-    if isinstance(b.bins, int):
-        return b.bins
-    per = {n: b.bins[1 + i] for i, n in enumerate(b.features)}
-    return (b.bins[0], per.get(pair[0], b.bins[0]), per.get(pair[1], b.bins[0]))
-
-
-def dece_maps(spec: EvaluationSpec, p: np.ndarray, y: np.ndarray, feats: np.ndarray) -> dict[str, Any]:
-    """D-ECE heat maps over the configured feature pairs (Kueppers et al. 2020, Fig. 1)."""
-    from detcal.metrics.confidence import dece
-    from detcal.reports.gap_maps import marginal_gap_map
-
-    b = spec.dece_binning
-    out: dict[str, Any] = {}
-    for pair in spec.confidence.maps:
-        a, c = _feature_cols(pair)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            r = dece(p, y, feats[:, [a, c]], bins=_map_bins(b, pair),
-                     sample_threshold=b.sample_threshold, policy=b.policy)
-        shape = tuple(int(v) for v in r.params.get("bins", ())) or (1, 1, 1)
-        n = int(np.prod(shape))
-        m = marginal_gap_map(r.table.get("count", np.zeros(n)), r.table.get("confidence", np.full(n, np.nan)),
-                             r.table.get("precision", np.full(n, np.nan)), shape, keep_axes=(1, 2),
-                             kept=r.table.get("kept"))
-        out[f"{pair[0]}_{pair[1]}"] = {
-            "axes": list(pair), "bins": list(shape[1:]), "gap": m["gap"], "count": m["count"],
-            "kept_count": m["kept_count"], "sample_threshold": b.sample_threshold, "policy": b.policy,
-            "dece": float(r.value),
-            "definition": "M(i,j) = sum_kept N_c gap(c) / sum_kept N_c over the confidence bins of "
-                          "position cell (i,j) of a D-ECE grid over (confidence, f1, f2)"}
-    return out
-
-
 def _missing_sizes(data: LoadedData, feats: np.ndarray) -> str | None:
     """A warning naming the file and ``width`` when some images have no size (position metrics are then skipped)."""
     bad = ~np.isfinite(feats).all(axis=1)
@@ -197,62 +160,6 @@ def _missing_sizes(data: LoadedData, feats: np.ndarray) -> str | None:
            "metrics are)")
     log.warning(msg)
     return msg
-
-
-def _null_position_metrics(block: dict[str, Any], reason: str) -> None:
-    """Replace the metrics over (confidence, box features) by null with ``reason``."""
-    for key, node in block.items():
-        if isinstance(node, dict) and int((node.get("params") or {}).get("n_features", 1)) > 1:
-            block[key] = {"name": node.get("name", key), "value": None, "variant": node.get("variant"),
-                          "params": node.get("params"), "_null": {"value": reason}}
-
-
-def _confidence_block(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray,
-                      progress: Progress, exclude: list[float],
-                      no_pos: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Confidence metrics and D-ECE maps per IoU threshold (docs/metrics.md). ``no_pos``: images lack
-    sizes, so the metrics over box positions are null with that reason."""
-    from detcal.metrics.confidence import ConfidenceConfig, confidence_metrics
-
-    b, c, bs = spec.dece_binning, spec.confidence, spec.bootstrap
-    dets = data.detections
-    cols = _feature_cols(b.features)
-    ccfg = ConfidenceConfig(ece_bins=b.ece_bins, dece_bins=b.bins_arg(), sample_threshold=b.sample_threshold,
-                            policy=b.policy, n_boot=bs.n, ci_level=bs.level, seed=bs.seed)
-    wanted = c.iou_thresholds
-    out: dict[str, Any] = {}
-    maps: dict[str, Any] = {}
-    for i, t in enumerate(mr.iou_thresholds):
-        if wanted is not None and not any(abs(float(t) - w) < 1e-9 for w in wanted):
-            continue
-        if wanted is None and any(abs(float(t) - w) < 1e-9 for w in exclude):
-            continue
-        label = threshold_label(float(t))
-        progress.step(f"confidence {label}")
-        rows = np.flatnonzero(mr.considered & ~mr.ignored[i])
-        p, y = dets.score[rows], mr.matched[i, rows]
-        if len(rows) == 0 or not y.any():
-            why = "no detection was evaluated" if len(rows) == 0 else f"no detection matched at {label}"
-            out[label] = {"_sample": {"n": int(len(rows)), "n_matched": int(y.sum()), "features": list(b.features),
-                                      "skipped": f"{why}: the confidence metrics cannot be computed"}}
-            continue
-        f = feats[rows][:, cols] if cols else None
-        if no_pos and f is not None:
-            f = np.where(np.isfinite(f), f, 0.5)  # placeholder positions; the position metrics are nulled below
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            res = confidence_metrics(p, y, f, dets.category[rows] if c.per_class else None, ccfg, dets.image_id[rows])
-        block: dict[str, Any] = {k: r.to_dict() for k, r in res.items()}
-        for node in block.values():
-            if isinstance(node, dict) and isinstance(node.get("table"), dict):
-                node["table"].pop("bin_index", None)  # cells are in C order over params.bins
-        block["_sample"] = {"n": int(len(rows)), "n_matched": int(y.sum()), "features": list(b.features),
-                            "warnings": sorted({str(w.message) for w in caught})}
-        if no_pos:
-            _null_position_metrics(block, "images without width/height: box positions cannot be made relative")
-        out[label] = block
-        maps[label] = dece_maps(spec, p, y, feats[rows]) if c.maps and not no_pos else {}
-    return out, maps
 
 
 def _regression_block(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, progress: Progress) -> dict[str, Any]:
@@ -387,7 +294,7 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
         timing["match"] = time.perf_counter() - t0
         bar.total = 3 + (len(mr.iou_thresholds) - len(extra) if conf_on else 0)
         t0 = time.perf_counter()
-        conf, maps = _confidence_block(spec, data, mr, feats, bar, extra, no_pos) if conf_on else ({}, {})
+        conf, maps = confidence_blocks(spec, data, mr, feats, bar, extra, no_pos) if conf_on else ({}, {})
         timing["confidence"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         reg = _regression_block(spec, data, mr_reg, bar) if reg_on else {"_sample": {"n": 0, "skipped": "disabled"}}

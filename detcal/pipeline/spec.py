@@ -38,6 +38,7 @@ __all__ = [
     "ConfidenceSpec",
     "RegressionSpec",
     "BootstrapSpec",
+    "ParallelSpec",
     "EvaluationSpec",
     "SplitSpec",
     "CalibrationSpec",
@@ -284,8 +285,24 @@ class BootstrapSpec:
 
 
 @dataclass
+class ParallelSpec:
+    """How the work is spread; never what is computed (the numbers are bitwise those of one process).
+
+    ``workers``: processes on this machine (image shards are matched, IoU thresholds evaluated, in
+    parallel). ``distributed``: run under ``torchrun`` (torch.distributed, gloo or nccl): each rank
+    matches its shard of the images and evaluates its share of the thresholds; the pieces are
+    gathered on every rank and rank 0 writes the report."""
+
+    workers: int = 1
+    distributed: bool = False
+
+    def __post_init__(self) -> None:
+        _int("parallel.workers", self.workers, 1)
+
+
+@dataclass
 class EvaluationSpec:
-    """Everything that determines the numbers of an evaluation."""
+    """Everything that determines the numbers of an evaluation (and ``parallel``, which does not)."""
 
     matching: MatchingSpec = field(default_factory=MatchingSpec)
     dece_binning: DeceBinningSpec = field(default_factory=DeceBinningSpec)
@@ -293,6 +310,7 @@ class EvaluationSpec:
     confidence: ConfidenceSpec = field(default_factory=ConfidenceSpec)
     regression: RegressionSpec = field(default_factory=RegressionSpec)
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
+    parallel: ParallelSpec = field(default_factory=ParallelSpec)
 
 
 @dataclass
