@@ -1,4 +1,4 @@
-"""Recalibration methods (METRICS.md section 5), numpy/scipy only.
+"""Recalibration methods (docs/calibration.md), numpy/scipy only.
 
 Confidence calibrators map scores ``p [S]`` (optionally with relative box
 features ``[S,F]``) to calibrated precision; regression calibrators map
