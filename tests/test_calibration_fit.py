@@ -255,3 +255,24 @@ def test_histogram_default_on_default_synthetic_calibration_run(tmp_path) -> Non
     assert ev["after"]["ece"]["value"] < ev["before"]["ece"]["value"]
     assert ev["after"]["dece"]["value"] < ev["before"]["dece"]["value"]
     assert res.record["calibrators"]["confidence"]["fit_report"]["ok"]
+
+
+def test_temperature_at_bound_reaches_the_calibrate_record(tmp_path) -> None:
+    # scores turned upside down (1 - p): the detector ranks its matches last, temperature scaling runs
+    # to T = 1e4; detcal.calibrate must record it (metrics.json: calibrators.confidence.fit_report).
+    import dataclasses
+
+    import detcal
+    from detcal.pipeline.calibration import calibrate
+    from detcal.pipeline.evaluation import as_loaded
+    from detcal.pipeline.spec import BootstrapSpec, EvaluationSpec
+
+    data = as_loaded(detcal.DataSpec(n_images=300), workdir=str(tmp_path))
+    dets = dataclasses.replace(data.detections, score=1.0 - data.detections.score)
+    spec = EvaluationSpec(bootstrap=BootstrapSpec(n=0))
+    with pytest.warns(CalibrationFitWarning, match="temperature"):
+        res = calibrate((data.dataset, dets), spec, confidence="temperature", regression=None,
+                        workdir=str(tmp_path / "run"))
+    rep = res.record["calibrators"]["confidence"]["fit_report"]
+    assert rep["ok"] is False and rep["at_bound"][0]["parameter"] == "temperature"
+    assert json.loads(json.dumps(rep)) == rep
