@@ -28,7 +28,7 @@ w.r.t. the RoI P, multiplied by the box-coder weights ``w = (wx, wy, ww, wh)``
 
 and ``logvar`` is the log-variance of these coded deltas. Exported records
 (:meth:`RFCN.detect`, :func:`detcal.training.predict.predict`) carry
-*unweighted* deltas (../shared/METRICS.md section 1)::
+*unweighted* deltas (docs/metrics.md, boxes and deltas)::
 
     delta_mean = box_regression / w,   delta_std = exp(0.5 * logvar) / w.
 
@@ -247,7 +247,7 @@ def postprocess_detections(
 
 
 def unweight_deltas(box_regression: Tensor, logvar: Tensor, weights: Sequence[float]) -> tuple[Tensor, Tensor]:
-    """Unweighted delta means and stds: ``(box_regression / w, exp(0.5 * logvar) / w)`` (METRICS.md section 1)."""
+    """Unweighted delta means and stds: ``(box_regression / w, exp(0.5 * logvar) / w)`` (docs/metrics.md, boxes and deltas)."""
     w = torch.as_tensor(weights, dtype=box_regression.dtype, device=box_regression.device)
     return box_regression / w, torch.exp(0.5 * logvar) / w
 
