@@ -121,10 +121,19 @@ def test_stage_spec_message() -> None:
         MainJobSpec(trainer=__import__("detcal.training.spec", fromlist=["TrainerSpec"]).TrainerSpec(kind="ddp", nproc=3))
 
 
-def test_unknown_calibrator_name_is_a_config_error() -> None:
-    spec = main_spec(["calibration.methods=[std_scaling,isotonic_typo]"])
-    with pytest.raises(ConfigError, match="isotonic_typo"):
-        make_calibrator(spec.calibration.methods[1])
+def test_calibrators_come_from_the_registry_and_must_be_box_uncertainty_ones() -> None:
+    from detcal.calibration.regression import KuleshovIsotonic, StdScaling
+    from detcal.training.job import make_calibrators
+
+    cal = make_calibrators(main_spec([]).calibration.methods)
+    assert list(cal) == ["std_scaling", "kuleshov_isotonic"]
+    assert isinstance(cal["std_scaling"], StdScaling) and isinstance(cal["kuleshov_isotonic"], KuleshovIsotonic)
+    with pytest.raises(ConfigError, match="isotonic_typo") as e:
+        make_calibrators(main_spec(["calibration.methods=[std_scaling,isotonic_typo]"]).calibration.methods)
+    assert e.value.key == "calibration.methods"
+    with pytest.raises(ConfigError, match="IsotonicCalibration, not a box-uncertainty") as e:
+        make_calibrators(["isotonic"])  # the confidence calibrator of that name
+    assert e.value.key == "calibration.methods"
 
 
 def test_model_spec_builds_the_rfcn() -> None:

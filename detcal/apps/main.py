@@ -23,14 +23,13 @@ PROG = "detcal-main"
 
 def task(app: MainApp, ctx: AppContext) -> dict[str, Any]:
     """Run the main job of ``app`` in ``ctx.run_dir``; return the Table 1 JSON."""
-    from detcal.pipeline.registry import make_calibrator
     from detcal.training.torch_check import require_torch
 
     require_torch(PROG)
-    from detcal.training.job import run_main_job
+    from detcal.training.job import make_calibrators, run_main_job
 
     spec = app.job()
-    calibrators = {m: make_calibrator(m) for m in spec.calibration.methods}
+    calibrators = make_calibrators(spec.calibration.methods)
     return run_main_job(spec, ctx.run_dir, calibrators=calibrators, progress=spec.progress, header=ctx.header())
 
 

@@ -51,7 +51,7 @@ from detcal.training.splits import Split, gt_paths, prepare_splits
 from detcal.types import COORDS, Detections
 from detcal.utils.io import to_jsonable, write_json, write_text
 
-__all__ = ["run_main_job", "load_delta_records", "regression_sample_of", "calibrated", "stage_fingerprints"]
+__all__ = ["run_main_job", "make_calibrators", "load_delta_records", "regression_sample_of", "calibrated", "stage_fingerprints"]
 
 log = logging.getLogger("detcal.main")
 
@@ -158,6 +158,32 @@ def _fit(spec: MainJobSpec, calibrators: Mapping[str, Any], recal: Split, dets: 
     return fitted, info
 
 
+def make_calibrators(names: list[str]) -> dict[str, Any]:
+    """Fresh box-uncertainty calibrators by registry name (configs/calibrator/<name>.yaml), or a
+    :class:`~detcal.pipeline.spec.ConfigError` on ``calibration.methods`` naming the bad one."""
+    from detcal.pipeline.registry import calibrator_names, make_calibrator
+    from detcal.pipeline.spec import ConfigError
+
+    known = calibrator_names()
+    out = {}
+    for name in names:
+        if name not in known:
+            raise ConfigError("calibration.methods", f"{name!r} is not a calibrator (configs/calibrator: {', '.join(known)})")
+        out[name] = make_calibrator(name)
+    _check_regression(out)
+    return out
+
+
+def _check_regression(calibrators: Mapping[str, Any]) -> None:
+    from detcal.calibration.base import RegressionCalibrator
+    from detcal.pipeline.spec import ConfigError
+
+    for name, c in calibrators.items():
+        if not isinstance(c, RegressionCalibrator):
+            raise ConfigError("calibration.methods", f"{name!r} is a {type(c).__name__}, not a box-uncertainty calibrator "
+                              "(e.g. std_scaling, kuleshov_isotonic, std_scaling_sgd, sigma_histogram)")
+
+
 def run_main_job(spec: MainJobSpec, run_dir: str | Path, *, calibrators: Mapping[str, Any], progress: bool = False,
                  header: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run the whole pipeline of ``spec`` in ``run_dir``; return the Table 1 JSON (also written to table1.json).
@@ -171,6 +197,7 @@ def run_main_job(spec: MainJobSpec, run_dir: str | Path, *, calibrators: Mapping
     missing = [m for m in spec.calibration.methods if m not in calibrators]
     if missing:
         raise DetcalInputError(f"no calibrator given for {missing} (calibration.methods)", field="calibration.methods")
+    _check_regression({m: calibrators[m] for m in spec.calibration.methods})
     from detcal.training import stages as st
 
     t_start = time.perf_counter()
