@@ -162,3 +162,45 @@ def test_no_import_cycle_between_predict_and_distributed() -> None:
 
     assert "distributed" not in imports("predict")
     assert "predict" not in imports("comm") and "distributed" not in imports("comm")
+
+
+@pytest.mark.slow
+def test_main_job_under_torchrun_gets_every_stage_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """detcal-main with trainer=ddp (2 CPU ranks, gloo): lr_steps and hflip reach the ranks (~1 min)."""
+    import dataclasses
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from detcal.apps._hydra import register_schema
+    from detcal.pipeline.registry import config_dir
+    from detcal.training.ddp import read_job
+    from detcal.training.job import make_calibrators, run_main_job
+    from detcal.training.spec import MainApp
+
+    monkeypatch.setenv("PYTHONPATH", str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    register_schema("main", MainApp)
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        cfg = compose(config_name="main", overrides=[
+            "trainer=ddp", "trainer.device=cpu", "trainer.nproc=2", "trainer.threads=1", "trainer.backend=gloo",
+            "splits.train_images=16", "splits.recal_images=12", "splits.val_images=12",
+            "stage1.iterations=6", "stage1.batch_size=2", "stage1.warmup_iters=2", "stage1.checkpoint_every=3",
+            "stage1.lr_steps=[4]", "stage1.lr_gamma=0.5", "stage1.hflip=true",
+            "stage2.iterations=4", "stage2.batch_size=2", "stage2.checkpoint_every=2",
+            "predict.score_threshold=0.0", "evaluation.matching.class_agnostic=true", "evaluation.bootstrap.n=0",
+            "output.plots=false", "progress=false"])
+    spec = OmegaConf.to_object(cfg).job()
+    d = tmp_path / "run"
+    table = run_main_job(spec, d, calibrators=make_calibrators(spec.calibration.methods))
+    assert table["stages"]["stage1"]["status"] == "trained" and table["stages"]["stage2"]["status"] == "trained"
+    for s, st in ((1, spec.stage1), (2, spec.stage2)):
+        job = read_job(d / "train" / f"stage{s}" / f"ddp_stage{s}.json")
+        assert dataclasses.asdict(job.stage) == dataclasses.asdict(st)
+        assert dataclasses.asdict(job.trainer) == dataclasses.asdict(spec.trainer)
+    log = _log(d / "train" / "stage1" / "stage1_log.jsonl")
+    assert all(r["world_size"] == 2 for r in log)
+    last = log[-1]
+    assert last["iteration"] == 6 and last["lr"] == pytest.approx(0.02 * 0.5)  # iteration 5 is past lr_steps [4]
