@@ -1,7 +1,7 @@
 """Box conversions, R-CNN deltas and IoU (numpy only, vectorised).
 
 Internal format is ``xyxy`` absolute pixels, float64, continuous coordinates
-(width = x2 - x1, no +1), ../shared/METRICS.md section 1.
+(width = x2 - x1, no +1); see docs/matching.md.
 
 Deltas (Girshick 2015), reference box P and target box G as centre/size::
 
@@ -71,19 +71,27 @@ def area(b: np.ndarray) -> np.ndarray:
     return np.clip(b[..., 2] - b[..., 0], 0, None) * np.clip(b[..., 3] - b[..., 1], 0, None)
 
 
-def pairwise_iou(a: np.ndarray, b: np.ndarray, crowd: np.ndarray | None = None) -> np.ndarray:
+def pairwise_iou(
+    a: np.ndarray, b: np.ndarray, crowd: np.ndarray | None = None,
+    a_wh: np.ndarray | None = None, b_wh: np.ndarray | None = None,
+) -> np.ndarray:
     """IoU matrix [A,B] between ``xyxy`` boxes ``a`` [A,4] and ``b`` [B,4].
 
     ``crowd`` [B] bool: for those columns the union is the area of the ``a``
     box (intersection over detection area), as pycocotools ``maskApi.bbIou``.
+    ``a_wh`` [A,2], ``b_wh`` [B,2]: the input's widths and heights (COCO
+    ``bbox`` w, h); areas are then ``w * h`` as pycocotools takes them (where
+    they are the box's exactly), so the IoU agrees to the last bit.
     """
     a = np.asarray(a, dtype=np.float64).reshape(-1, 4)
     b = np.asarray(b, dtype=np.float64).reshape(-1, 4)
     iw = np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0])
     ih = np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1])
     inter = np.clip(iw, 0, None) * np.clip(ih, 0, None)
-    aa = area(a)[:, None]
-    union = aa + area(b)[None, :] - inter
+    area_a = area(a) if a_wh is None else _wh_area(a, np.asarray(a_wh, np.float64).reshape(-1, 2))
+    area_b = area(b) if b_wh is None else _wh_area(b, np.asarray(b_wh, np.float64).reshape(-1, 2))
+    aa = area_a[:, None]
+    union = aa + area_b[None, :] - inter
     if crowd is not None:
         union = np.where(np.asarray(crowd, bool)[None, :], aa, union)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -91,12 +99,18 @@ def pairwise_iou(a: np.ndarray, b: np.ndarray, crowd: np.ndarray | None = None) 
     return iou
 
 
+def _wh_area(box: np.ndarray, wh: np.ndarray) -> np.ndarray:
+    """``w * h`` where ``x1 + w == x2`` and ``y1 + h == y2`` exactly, else the corner area."""
+    same = (box[:, 0] + wh[:, 0] == box[:, 2]) & (box[:, 1] + wh[:, 1] == box[:, 3])
+    return np.where(same, wh[:, 0] * wh[:, 1], area(box))
+
+
 def relative_features(box: np.ndarray, width: np.ndarray, height: np.ndarray) -> tuple[np.ndarray, int]:
     """Relative position features ``(cx/W, cy/H, w/W, h/H)`` [D,4] for D-ECE.
 
     Values outside [0, 1] are clipped; returns ``(features, n_clipped)`` where
     ``n_clipped`` is the number of detections with at least one clipped value
-    (METRICS.md section 1: report it, never clip silently).
+    (report it, never clip silently).
     """
     c = xyxy_to_cxcywh(box)
     wh = np.stack([width, height, width, height], axis=-1).astype(np.float64)

@@ -1,4 +1,4 @@
-"""Exact box matching: detections -> precision targets (METRICS.md section 2).
+"""Exact box matching: detections -> precision targets (docs/matching.md).
 
 Per image and per category (or per image, class-agnostic), at every IoU
 threshold ``t`` of ``T``, each detection gets::
@@ -21,9 +21,14 @@ Modes
    results-file order; class-agnostic: ties keep category, then file order,
    as pycocotools with ``useCats=0``); only the first ``max_dets`` are kept;
 2. GT ordered non-ignored first, then file order; a GT is *ignored* when
-   ``gt.ignore | gt.iscrowd`` (pycocotools itself sets ``ignore = iscrowd``);
+   ``gt.iscrowd`` (``gt_ignore="pycocotools"``, default: pycocotools 2.0.x
+   overwrites an annotation's ``ignore`` key with ``iscrowd``), or when
+   ``gt.ignore | gt.iscrowd`` (``gt_ignore="ignore_or_crowd"``, and always
+   with KITTI rules, where ``ignore`` marks boxes outside the difficulty);
 3. IoU as maskApi ``bbIou``: ``inter / (area_d + area_g - inter)``, and for a
-   crowd GT ``inter / area_d``;
+   crowd GT ``inter / area_d``; areas are ``w * h`` of the input's width and
+   height where the records keep them (``wh``, COCO loader), as pycocotools
+   takes them, else from the corners (:func:`detcal.match_blocks.box_areas`);
 4. each detection, in score order, takes among the GTs still free (crowd GTs
    are always free) with ``IoU >= min(t, 1 - 1e-10)`` the one with the highest
    IoU; on an exact tie the *later* GT in the order of 2 wins;
@@ -50,19 +55,33 @@ of its group with the highest IoU has ``IoU >= t`` and is not ignored; it is
 ignored when that GT is ignored/crowd. Several detections may match one GT.
 On an IoU tie the first GT in the order of 2 (non-ignored first) is taken.
 
-KITTI devkit rules (``kitti=KittiRules(...)``, Geiger et al. 2012, devkit
-``evaluate_object.cpp``)
------------------------------------------------------------------------
-* overlap test strict, ``IoU > t`` (``KittiRules.strict``);
+``kitti`` -- the official KITTI devkit's assignment (``computeStatistics``,
+:mod:`detcal.kitti_eval`), per detection: the ground-truth boxes of an image
+are walked in label-file order (row order of the GroundTruth within an
+image), each taking the still-free detection of its class with the highest
+overlap ``> t``, whatever the scores (first in results-file order on a tie;
+only when there is none, the first free detection under the min height, of
+any class); ignored boxes (outside the difficulty, neighbour class) take
+theirs too, which become ignored. The outcome depends on which detections
+pass ``score_threshold`` (default 0, the devkit's ``thresh``; its PR curve
+re-runs this walk per threshold). Needs ``kitti=KittiRules(...)``; not
+class-agnostic; set ``max_dets=None`` for devkit parity (a cut detection is
+not considered, like one under the score threshold).
+
+KITTI rules (``kitti=KittiRules(...)``, Geiger et al. 2012, devkit
+``evaluate_object.cpp``), in every mode
+---------------------------------------------------------------------
+* overlap test strict, ``IoU > t`` (``KittiRules.strict``; ``kitti`` mode
+  requires it);
 * GT with ``ignore`` (outside the difficulty, set by the adapter) are ignored
   GTs; GT of a neighbour class (Van for Car, Person_sitting for Pedestrian,
   ``KittiRules.neighbours``) are added to the evaluated class as ignored GTs
   (a detection matched to one is ignored);
 * detections lower than ``min_height`` px are ignored at every threshold
-  and take part in no assignment (devkit: ``int(y2 - y1) < MIN_HEIGHT``,
-  height truncated to an int, here ``floor``; the devkit prefers
-  non-ignored detections for a GT, so they never take a GT from a valid
-  detection);
+  (devkit: ``int(|y2 - y1|) < MIN_HEIGHT``, height truncated to an int); in
+  ``exclusive``/``max`` they take part in no assignment, in ``kitti`` they
+  are the devkit's fallback candidates (``gt_index`` names the box that took
+  one);
 * DontCare boxes (``dontcare_category``) are never matched; a considered
   detection left unmatched and not ignored whose intersection over its own
   area with a DontCare box of its image exceeds ``t`` (strict) is ignored;
@@ -72,13 +91,13 @@ KITTI devkit rules (``kitti=KittiRules(...)``, Geiger et al. 2012, devkit
   ``KITTI_DEFAULT_THRESHOLD`` (0.5). The row's ``iou_thresholds`` entry is
   NaN and ``params["class_thresholds"]`` records the map.
 
-The assignment order stays the score-ordered greedy of ``exclusive`` (or
-``max``): the devkit's own loop is GT-ordered and re-run per score threshold
-for its PR curve, which defines no single per-detection target; the score
-order is the usual calibration target (and is what pycocotools does).
+``exclusive`` (or ``max``) with KITTI rules is the score-ordered option: the
+COCO walk (detections by descending score, a free non-ignored box preferred)
+under the devkit's rules above. It differs from the devkit on crowded scenes
+(docs/matching.md).
 
 References: pycocotools 2.0.11 ``cocoeval.py`` / ``maskApi.c``; netcal 1.4.0
-examples; KITTI object devkit; shared REFERENCES.md.
+examples; KITTI object devkit ``evaluate_object.cpp``.
 """
 from __future__ import annotations
 
@@ -88,10 +107,25 @@ from typing import Sequence
 import numpy as np
 
 from detcal.errors import DetcalInputError
+from detcal.match_blocks import (
+    box_areas,
+    _dontcare_ioa,
+    _factorize,
+    _float_key,
+    _greedy,
+    _group_codes,
+    _segment_starts,
+    _slot_iou,
+    _stable_argsort,
+)
+from detcal.kitti_eval import detection_min_height_ignored, devkit_assign
 from detcal.types import Detections, GroundTruth, Images, KittiRules, MatchResult
 
-MODES: tuple[str, ...] = ("exclusive", "max")
-"""Matching modes (METRICS.md section 2)."""
+MODES: tuple[str, ...] = ("exclusive", "max", "kitti")
+"""Matching modes (docs/matching.md)."""
+
+GT_IGNORE: tuple[str, ...] = ("pycocotools", "ignore_or_crowd")
+"""Readings of ``GroundTruth.ignore`` without KITTI rules (see :func:`match`)."""
 
 KITTI_DEFAULT_THRESHOLD: float = 0.5
 """Threshold of ``iou_thresholds="kitti"`` for classes missing from ``class_thresholds``."""
@@ -123,6 +157,7 @@ def _validate(
     max_dets: int | None,
     kitti: KittiRules | None,
     images: Images | None,
+    class_agnostic: bool = False,
 ) -> tuple[np.ndarray, bool]:
     """Check every argument; returns (thresholds [T], per_class_flag)."""
     if not isinstance(dets, Detections):
@@ -150,6 +185,13 @@ def _validate(
         raise DetcalInputError(f"max_dets must be a positive int or None, got {max_dets!r}", field="max_dets")
     if kitti is not None and not isinstance(kitti, KittiRules):
         raise DetcalInputError(f"kitti must be KittiRules, got {type(kitti).__name__}", field="kitti")
+    if mode == "kitti":
+        if kitti is None:
+            raise DetcalInputError("mode='kitti' needs kitti=KittiRules(...) (detcal.data.kitti.kitti_rules)", field="kitti")
+        if class_agnostic:
+            raise DetcalInputError("mode='kitti' evaluates one class at a time, as the devkit; class_agnostic must be False", field="class_agnostic")
+        if not kitti.strict:
+            raise DetcalInputError("mode='kitti' is the devkit's strict overlap test; strict=False exists for exclusive/max only", field="kitti.strict")
     _check_boxes(dets.box, "detection")
     _check_boxes(gt.box, "ground truth")
     if not np.isfinite(dets.score).all():
@@ -163,157 +205,7 @@ def _validate(
     return thr, per_class
 
 
-# --------------------------------------------------------------------------- building blocks
-
-
-def _factorize(values: np.ndarray) -> tuple[np.ndarray, int]:
-    """Dense codes 0..K-1 of integer ``values`` (order-preserving) and K.
-
-    A lookup table when the values are small non-negative ints (no sort),
-    ``np.unique`` otherwise.
-    """
-    if len(values) == 0:
-        return np.zeros(0, np.int64), 0
-    lo, hi = int(values.min()), int(values.max())
-    if lo >= 0 and hi < 4 * len(values) + 2_000_000:
-        present = np.zeros(hi + 1, np.int64)
-        present[values] = 1
-        table = np.cumsum(present) - 1
-        return table[values], int(table[-1]) + 1
-    uniq, inv = np.unique(values, return_inverse=True)
-    return inv.reshape(-1).astype(np.int64), len(uniq)
-
-
-def _group_codes(det_img: np.ndarray, det_cat: np.ndarray, gt_img: np.ndarray, gt_cat: np.ndarray, class_agnostic: bool) -> tuple[np.ndarray, np.ndarray, int]:
-    """Group id per detection and per GT, (image) or (image, category), and the id bound."""
-    nd = len(det_img)
-    img, n_img = _factorize(np.concatenate([det_img, gt_img]))
-    if class_agnostic:
-        code, n = img, n_img
-    else:
-        cat, n_cat = _factorize(np.concatenate([det_cat, gt_cat]))
-        code, n = img * n_cat + cat, n_img * n_cat
-        if n > 4 * len(code) + 2_000_000:  # sparse product space: compact it
-            code, n = _factorize(code)
-    return code[:nd], code[nd:], n
-
-
-def _float_key(x: np.ndarray) -> np.ndarray:
-    """Order-preserving map float64 -> uint64 (IEEE-754 bit trick; -0.0 counts as 0.0)."""
-    b = (np.asarray(x, np.float64) + 0.0).view(np.uint64)
-    return np.where(b >> np.uint64(63), ~b, b | np.uint64(1 << 63))
-
-
-def _stable_argsort(keys: Sequence[np.ndarray]) -> np.ndarray:
-    """Stable lexicographic order of non-negative integer keys, least significant first (as ``np.lexsort``).
-
-    LSD radix sort on 16-bit digits: numpy's stable sort of ``uint16`` is a
-    radix sort, so each pass is linear; digits that are constant are skipped.
-    """
-    n = len(keys[0])
-    perm = np.arange(n, dtype=np.int64)
-    if n == 0:
-        return perm
-    for key in keys:
-        k = np.asarray(key).astype(np.uint64)[perm]
-        top = int(k.max())
-        sh = 0
-        while True:
-            d = ((k >> np.uint64(sh)) & np.uint64(0xFFFF)).astype(np.uint16)
-            if d.min() != d.max():
-                p = np.argsort(d, kind="stable")
-                perm, k = perm[p], k[p]
-            sh += 16
-            if sh >= 64 or (top >> sh) == 0:
-                break
-    return perm
-
-
-def _segment_starts(sorted_keys: np.ndarray) -> np.ndarray:
-    """Start positions of the runs of equal values in a sorted array."""
-    if len(sorted_keys) == 0:
-        return np.zeros(0, np.int64)
-    return np.flatnonzero(np.concatenate([[True], sorted_keys[1:] != sorted_keys[:-1]]))
-
-
-def _pair_iou(d: np.ndarray, g: np.ndarray, crowd: np.ndarray) -> np.ndarray:
-    """IoU [P] of paired boxes ``d`` [4,P] (detection) and ``g`` [4,P] (GT), xyxy rows, as maskApi ``bbIou``.
-
-    ``iou = i / (a_d + a_g - i)`` with ``i`` the intersection, or ``i / a_d``
-    for a crowd GT; 0 without overlap.
-    """
-    iw = np.minimum(d[2], g[2])
-    iw -= np.maximum(d[0], g[0])
-    ih = np.minimum(d[3], g[3])
-    ih -= np.maximum(d[1], g[1])
-    da = (d[2] - d[0]) * (d[3] - d[1])
-    ga = (g[2] - g[0]) * (g[3] - g[1])
-    np.maximum(iw, 0.0, out=iw)
-    np.maximum(ih, 0.0, out=ih)
-    inter = np.multiply(iw, ih, out=iw)
-    union = da + ga
-    union -= inter
-    union = np.where(crowd, da, union)
-    out = np.zeros_like(inter)
-    np.divide(inter, union, out=out, where=inter > 0)
-    return out
-
-
-def _slot_iou(
-    dcol: np.ndarray, g0: np.ndarray, n_slot: np.ndarray, gcol: np.ndarray, crowd: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """IoU of every detection with every GT of its group, in slot-major layout.
-
-    The S detections (``dcol`` [4,S] xyxy) are sorted by their group's GT
-    count, descending; detection i meets the GTs ``g0[i] + j`` (columns of
-    ``gcol`` [4,W]) for slots ``j < count_i``, and slot j holds the first
-    ``n_slot[j]`` detections. So the detection side of a slot is a slice (no
-    gather) and the loop runs over GT slots (the largest group size), never
-    over detections.
-
-    Returns ``iou`` [P] (slot j at ``off[j]:off[j] + n_slot[j]``), ``off``
-    [J], the best IoU per detection [S] and the first slot reaching it [S].
-    IoU as maskApi ``bbIou``: ``i / (a_d + a_g - i)``, crowd ``i / a_d``.
-    """
-    S = dcol.shape[1]
-    off = np.cumsum(n_slot) - n_slot
-    out = np.zeros(int(n_slot.sum()))
-    best = np.full(S, -1.0)
-    arg = np.zeros(S, np.int64)
-    da = (dcol[2] - dcol[0]) * (dcol[3] - dcol[1])
-    ga = (gcol[2] - gcol[0]) * (gcol[3] - gcol[1])
-    any_crowd = bool(crowd.any())
-    gpack = np.concatenate([gcol, ga[None, :], crowd[None, :].astype(np.float64)])  # one take per slot
-    for j in range(len(n_slot)):
-        n = int(n_slot[j])
-        gx1, gy1, gx2, gy2, union, g_crowd = np.take(gpack, g0[:n] + j, axis=1)  # fresh rows: work in place
-        iw = np.minimum(gx2, dcol[2, :n], out=gx2)
-        iw -= np.maximum(gx1, dcol[0, :n], out=gx1)
-        ih = np.minimum(gy2, dcol[3, :n], out=gy2)
-        ih -= np.maximum(gy1, dcol[1, :n], out=gy1)
-        np.maximum(iw, 0.0, out=iw)
-        np.maximum(ih, 0.0, out=ih)
-        inter = np.multiply(iw, ih, out=iw)
-        union += da[:n]  # (a_g + a_d) - i, in maskApi's order of operations
-        union -= inter
-        if any_crowd:
-            c = np.flatnonzero(g_crowd)
-            union[c] = da[c]
-        x = out[off[j]: off[j] + n]
-        np.divide(inter, union, out=x, where=inter > 0)  # no overlap: stays 0 (union may be 0 there)
-        np.copyto(arg[:n], j, where=x > best[:n])  # strict: the first slot reaching the best is kept
-        np.maximum(best[:n], x, out=best[:n])
-    return out, off, best, arg
-
-
-def _expand(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(s, s + c)`` for every (s, c), vectorised."""
-    total = int(counts.sum())
-    offs = np.cumsum(counts) - counts
-    return np.arange(total, dtype=np.int64) - np.repeat(offs - starts, counts)
-
-
-def _working_gt(gt: GroundTruth, kitti: KittiRules | None, class_agnostic: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _working_gt(gt: GroundTruth, kitti: KittiRules | None, class_agnostic: bool, gt_ignore: str = "ignore_or_crowd") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """GT rows that take part in matching: (row [W], category [W], ignored [W], crowd [W]).
 
     KITTI: DontCare rows leave, neighbour-class rows are added a second time
@@ -322,7 +214,7 @@ def _working_gt(gt: GroundTruth, kitti: KittiRules | None, class_agnostic: bool)
     """
     rows = np.arange(len(gt), dtype=np.int64)
     cat = gt.category
-    ign = gt.ignore | gt.iscrowd
+    ign = gt.iscrowd.copy() if (gt_ignore == "pycocotools" and kitti is None) else gt.ignore | gt.iscrowd
     crowd = gt.iscrowd
     if kitti is None:
         return rows, cat, ign, crowd
@@ -332,82 +224,6 @@ def _working_gt(gt: GroundTruth, kitti: KittiRules | None, class_agnostic: bool)
         sel = np.isin(cat, np.asarray(neighbours, np.int64)) & keep
         parts.append((rows[sel], np.full(int(sel.sum()), evaluated, np.int64), np.ones(int(sel.sum()), bool), crowd[sel]))
     return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))  # type: ignore[return-value]
-
-
-# --------------------------------------------------------------------------- assignment
-
-
-def _greedy(
-    pair_iou: np.ndarray,
-    pair_g: np.ndarray,
-    pair_seg: np.ndarray,
-    seg_start: np.ndarray,
-    step_seg: np.ndarray,
-    thr_pair: np.ndarray,
-    strict: bool,
-    ign_g: np.ndarray,
-    crowd_g: np.ndarray,
-    n_gt: int,
-) -> np.ndarray:
-    """COCO greedy assignment, all groups in lockstep; returns the chosen GT per segment [T,S] (-1 none).
-
-    Segments are detections (runs of pairs, one per GT of the group), ordered
-    rank-major: ``step_seg[r]:step_seg[r+1]`` are the rank-r detections, one
-    per group, so their GTs are disjoint and one step is a vectorised
-    evaluateImg inner loop for all of them.
-    """
-    T = thr_pair.shape[0]
-    S = len(seg_start)
-    chosen = np.full((T, S), -1, np.int64)
-    taken = np.zeros((T, n_gt), bool)
-    per_pair_thr = thr_pair.shape[1] > 1
-    seg_end = np.append(seg_start[1:], len(pair_iou))
-    for r in range(len(step_seg) - 1):
-        s0, s1 = int(step_seg[r]), int(step_seg[r + 1])
-        if s0 == s1:
-            continue
-        p0, p1 = int(seg_start[s0]), int(seg_end[s1 - 1])
-        g = pair_g[p0:p1]
-        iou = pair_iou[p0:p1]
-        thr = thr_pair[:, p0:p1] if per_pair_thr else thr_pair
-        seg = pair_seg[p0:p1] - s0
-        starts = seg_start[s0:s1] - p0
-        ok = (iou > thr) if strict else (iou >= thr)
-        valid = ok & (crowd_g[g] | ~taken[:, g])
-        reg = ~ign_g[g]
-        has_reg = np.logical_or.reduceat(valid & reg, starts, axis=1)
-        cand = valid & (reg | ~has_reg[:, seg])
-        key = np.where(cand, iou, -1.0)
-        best = np.maximum.reduceat(key, starts, axis=1)
-        pos = np.where(cand & (key == best[:, seg]), np.arange(p1 - p0), -1)
-        last = np.maximum.reduceat(pos, starts, axis=1)  # exact tie -> later GT
-        ti, si = np.nonzero(last >= 0)
-        gi = g[last[ti, si]]
-        taken[ti, gi] = True
-        chosen[ti, s0 + si] = gi
-    return chosen
-
-
-def _dontcare_ioa(dets: Detections, gt: GroundTruth, dc_cat: int, rows: np.ndarray) -> np.ndarray:
-    """Max over DontCare boxes of the same image of intersection / detection area, for ``rows``."""
-    out = np.zeros(len(rows))
-    dc = np.flatnonzero(gt.category == dc_cat)
-    if len(dc) == 0 or len(rows) == 0:
-        return out
-    dc = dc[np.argsort(gt.image_id[dc], kind="stable")]
-    dc_img = gt.image_id[dc]
-    lo = np.searchsorted(dc_img, dets.image_id[rows], "left")
-    hi = np.searchsorted(dc_img, dets.image_id[rows], "right")
-    cnt = hi - lo
-    has = np.flatnonzero(cnt > 0)
-    if len(has) == 0:
-        return out
-    pg = dc[_expand(lo[has], cnt[has])]
-    pd = np.repeat(rows[has], cnt[has])
-    ioa = _pair_iou(dets.box[pd].T, gt.box[pg].T, np.ones(len(pd), bool))
-    seg = np.cumsum(cnt[has]) - cnt[has]
-    out[has] = np.maximum.reduceat(ioa, seg)
-    return out
 
 
 # --------------------------------------------------------------------------- public API
@@ -424,8 +240,9 @@ def match(
     max_dets: int | None = 100,
     kitti: KittiRules | None = None,
     images: Images | None = None,
+    gt_ignore: str = "pycocotools",
 ) -> MatchResult:
-    """Match detections to ground truth at every IoU threshold (METRICS.md section 2).
+    """Match detections to ground truth at every IoU threshold (docs/matching.md).
 
     Parameters
     ----------
@@ -435,11 +252,13 @@ def match(
         ``T`` thresholds in [0, 1], or ``"kitti"`` (one row, per-class
         thresholds of ``kitti.class_thresholds``; needs ``kitti``).
     mode:
-        ``"exclusive"`` (pycocotools ``evaluateImg``) or ``"max"`` (netcal).
+        ``"exclusive"`` (pycocotools ``evaluateImg``), ``"max"`` (netcal) or
+        ``"kitti"`` (the KITTI devkit's label-order walk; needs ``kitti``).
     class_agnostic:
         Group per image only (categories ignored), as pycocotools ``useCats=0``.
     score_threshold:
-        Detections with ``score < score_threshold`` are not considered.
+        Detections with ``score < score_threshold`` are not considered (in
+        ``kitti`` mode the devkit's ``thresh``: the outcome depends on it).
     max_dets:
         Keep the ``max_dets`` best-scored detections per (image, category)
         (per image when class-agnostic), as pycocotools ``maxDets``; ``None``
@@ -449,6 +268,13 @@ def match(
         min height); see the module docstring.
     images:
         When given, every detection and GT image id must be one of them.
+    gt_ignore:
+        Which GTs are ignored without KITTI rules: ``"pycocotools"``
+        (default) only crowd ones, as pycocotools 2.0.x, which overwrites an
+        annotation's ``ignore`` key with ``iscrowd``; ``"ignore_or_crowd"``
+        also those with ``GroundTruth.ignore`` (detcal's earlier reading,
+        e.g. for data that mark ignored boxes). With ``kitti`` rules the
+        ``ignore`` flags (outside the difficulty) always count.
 
     Returns
     -------
@@ -459,7 +285,9 @@ def match(
         included; crowd as intersection over detection area), 0 without one,
         for every detection (considered or not).
     """
-    thr, per_class = _validate(dets, gt, iou_thresholds, mode, score_threshold, max_dets, kitti, images)
+    thr, per_class = _validate(dets, gt, iou_thresholds, mode, score_threshold, max_dets, kitti, images, class_agnostic)
+    if gt_ignore not in GT_IGNORE:
+        raise DetcalInputError(f"unknown gt_ignore {gt_ignore!r}; choose one of {GT_IGNORE}", field="gt_ignore")
     T, D = len(thr), len(dets)
     strict = bool(kitti.strict) if kitti is not None else False
 
@@ -475,7 +303,7 @@ def match(
     thr_eff = thr_det if strict else np.minimum(thr_det, _COCO_MAX_THR)
 
     # ---- groups, ranks, considered
-    w_row, w_cat, w_ign, w_crowd = _working_gt(gt, kitti, class_agnostic)
+    w_row, w_cat, w_ign, w_crowd = _working_gt(gt, kitti, class_agnostic, gt_ignore)
     det_grp, gt_grp, n_grp = _group_codes(dets.image_id, dets.category, gt.image_id[w_row], w_cat, class_agnostic)
     score_ok = dets.score >= score_threshold
     sc = np.flatnonzero(score_ok)
@@ -495,7 +323,7 @@ def match(
 
     small = np.zeros(D, bool)
     if kitti is not None:
-        small = considered & (np.floor(dets.box[:, 3] - dets.box[:, 1]) < kitti.min_height)
+        small = considered & detection_min_height_ignored(dets.box, kitti.min_height)
 
     # ---- GT order within groups: group, non-ignored first, (category when agnostic), file order
     if class_agnostic:
@@ -517,7 +345,8 @@ def match(
     n_slot = np.searchsorted(-seg_cnt, -np.arange(int(seg_cnt.max(initial=0))), side="left")
     g0 = gstart[det_grp[seg_det]]
     pair_iou, off, best, arg = _slot_iou(
-        np.take(dets.box.T, seg_det, axis=1), g0, n_slot, np.take(gt.box.T, s_row, axis=1), s_crowd
+        np.take(dets.box.T, seg_det, axis=1), g0, n_slot, np.take(gt.box.T, s_row, axis=1), s_crowd,
+        box_areas(dets.box, dets.wh)[seg_det], box_areas(gt.box, gt.wh)[s_row],
     )
 
     iou = np.zeros(D)
@@ -553,16 +382,25 @@ def match(
             )
             chosen = np.full((T, len(seg_det)), -1, np.int64)
             chosen[:, k_ids] = chosen_k
-        else:
+        elif mode == "max":
             # the first GT reaching the best IoU (non-ignored come first in the group)
             ok = (best[None, :] > thr_seg) if strict else (best[None, :] >= thr_seg)
             chosen = np.where(ok & seg_greedy[None, :], (g0 + arg)[None, :], -1)
-        ti, si = np.nonzero(chosen >= 0)
-        gpos = chosen[ti, si]
-        drow = seg_det[si]
-        gt_index[ti, drow] = s_row[gpos]
-        ignored[ti, drow] = s_ign[gpos]
-        matched[ti, drow] = ~s_ign[gpos]
+        if mode != "kitti":
+            ti, si = np.nonzero(chosen >= 0)
+            gpos = chosen[ti, si]
+            drow = seg_det[si]
+            gt_index[ti, drow] = s_row[gpos]
+            ignored[ti, drow] = s_ign[gpos]
+            matched[ti, drow] = ~s_ign[gpos]
+    if mode == "kitti":
+        assert kitti is not None
+        classes = np.unique(dets.category[considered])
+        if per_class:
+            thr_cls = np.array([[cls_thr.get(int(c), KITTI_DEFAULT_THRESHOLD) for c in classes.tolist()]]).reshape(1, -1)
+        else:
+            thr_cls = np.repeat(thr[:, None], len(classes), axis=1)
+        matched, ignored, gt_index = devkit_assign(dets, gt, kitti, thr_cls, classes, considered, small)
 
     if kitti is not None:
         ignored[:, small] = True
@@ -575,9 +413,13 @@ def match(
 
     params: dict = {
         "iou_rule": ">" if strict else ">= min(t, 1-1e-10)",
-        "gt_ignored": "ignore | iscrowd",
-        "tie_break": "later GT" if mode == "exclusive" else "first GT (non-ignored first)",
+        "gt_ignored": "iscrowd (pycocotools)" if (gt_ignore == "pycocotools" and kitti is None) else "ignore | iscrowd",
+        "box_area": "w*h of the input's width/height where given, else corners",
+        "tie_break": {"exclusive": "later GT", "max": "first GT (non-ignored first)",
+                      "kitti": "first detection in file order"}[mode],
     }
+    if mode == "kitti":
+        params["assignment"] = "devkit: boxes in label-file order (ignored ones too) take the free detection of highest overlap"
     if kitti is not None:
         params["kitti"] = {k: (v if not isinstance(v, dict) else {str(a): b for a, b in v.items()}) for k, v in asdict(kitti).items()}
     if per_class:

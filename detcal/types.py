@@ -29,7 +29,9 @@ GroundTruth
     level the box belongs to: 0 easy, 1 moderate, 2 hard, -1 none/unknown),
     and optional KITTI 3-D fields ``alpha [G]``, ``dimensions [G,3]`` (h, w, l),
     ``location [G,3]`` (x, y, z), ``rotation_y [G]`` kept for lossless
-    round trips.
+    round trips; optional ``wh [G,2]``: width and height exactly as the input
+    gave them (COCO ``bbox`` w, h), from which matching takes box areas as
+    pycocotools does (``w * h``, not ``(x2 - x1) * (y2 - y1)``).
 Detections
     ``image_id [D]`` int64, ``box [D,4]`` xyxy, ``score [D]`` float64,
     ``category [D]`` int64, in the input order of the results file; optional
@@ -44,7 +46,8 @@ Detections
       top-left and bottom-right corners (PDQ ``covars``).
 
     Optional KITTI fields as for GroundTruth (``alpha``, ``dimensions``,
-    ``location``, ``rotation_y``, ``truncation``, ``occlusion``).
+    ``location``, ``rotation_y``, ``truncation``, ``occlusion``), and
+    ``wh [D,2]`` as for GroundTruth.
 MatchResult
     ``iou_thresholds [T]``, ``matched [T,D]`` bool, ``ignored [T,D]`` bool,
     ``gt_index [T,D]`` int64 row into GroundTruth (-1 none), ``iou [D]``
@@ -58,6 +61,8 @@ MetricResult
     type, whatever the flags.
 """
 from __future__ import annotations
+
+import os
 
 import dataclasses
 from dataclasses import dataclass, field
@@ -161,6 +166,7 @@ class GroundTruth(_Columnar):
     dimensions: np.ndarray | None = None
     location: np.ndarray | None = None
     rotation_y: np.ndarray | None = None
+    wh: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.image_id = _i64(self.image_id)
@@ -177,9 +183,12 @@ class GroundTruth(_Columnar):
         self.dimensions = _opt(self.dimensions, (3,))
         self.location = _opt(self.location, (3,))
         self.rotation_y = _opt(self.rotation_y)
+        self.wh = _opt(self.wh, (2,))
         for name in ("category", "iscrowd", "ignore", "id", "truncation", "occlusion", "difficulty"):
             if len(getattr(self, name)) != g:
                 raise ValueError(f"GroundTruth: field {name} has length {len(getattr(self, name))}, expected G={g}")
+        if self.wh is not None and self.wh.shape != (g, 2):
+            raise ValueError(f"GroundTruth: field wh has shape {self.wh.shape}, expected ({g}, 2)")
 
     def __len__(self) -> int:
         return len(self.image_id)
@@ -205,6 +214,7 @@ class Detections(_Columnar):
     dimensions: np.ndarray | None = None
     location: np.ndarray | None = None
     rotation_y: np.ndarray | None = None
+    wh: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.image_id = _i64(self.image_id)
@@ -227,7 +237,8 @@ class Detections(_Columnar):
         for name in ("score", "category"):
             if len(getattr(self, name)) != d:
                 raise ValueError(f"Detections: field {name} has length {len(getattr(self, name))}, expected D={d}")
-        for name in ("proposal", "delta_mean", "delta_std", "box_std", "box_cov", "corner_cov"):
+        self.wh = _opt(self.wh, (2,))
+        for name in ("proposal", "delta_mean", "delta_std", "box_std", "box_cov", "corner_cov", "wh"):
             v = getattr(self, name)
             if v is not None and v.shape[0] != d:
                 raise ValueError(f"Detections: field {name} has {v.shape[0]} rows, expected D={d}")
@@ -350,9 +361,7 @@ class MetricResult:
     ci_level: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        from detcal.utils.io import to_jsonable
-
-        return to_jsonable(
+        return _plain_python(
             {
                 "name": self.name,
                 "value": float(self.value),
@@ -403,3 +412,19 @@ class KittiRules:
     dontcare_category: int | None = 9
     strict: bool = True
     class_thresholds: dict[int, float] = field(default_factory=lambda: {1: 0.7, 4: 0.5, 6: 0.5})
+
+
+def _plain_python(obj: Any) -> Any:
+    """Plain Python containers from numpy (arrays to lists, scalars to Python numbers, keys to str),
+    the same values as a JSON round trip gives, without the text."""
+    if isinstance(obj, dict):
+        return {str(k): _plain_python(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain_python(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return obj.tolist() if obj.dtype.kind in "biuf" else [_plain_python(v) for v in obj.tolist()]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, os.PathLike):
+        return str(obj)
+    return obj

@@ -25,24 +25,34 @@ from detcal.calibration.regression import StdScaling
 from detcal.data.coco import load_coco_instances, load_coco_results
 from detcal.data.kitti import load_kitti_labels, load_kitti_results
 from detcal.data.synthetic import write_synthetic
-from detcal.errors import DetcalInputError
-from detcal.experiments.calibrate import apply_regression_calibrator, calibrate
-from detcal.experiments.common import config_dir
+from detcal.errors import DetcalError, DetcalInputError
+from omegaconf import OmegaConf, open_dict
+
+from detcal.apps._hydra import AppContext, register_schema
+from detcal.apps.calibrate import task
+from detcal.apps.schema import CalibrateApp
+from detcal.pipeline.registry import config_dir
+from detcal.pipeline.writeback import apply_regression_calibrator
 from detcal.metrics.spaces import regression_sample
 from detcal.types import Detections, GroundTruth, MatchResult
 
 REPO = Path(__file__).resolve().parent.parent
-QUIET = ["progress=false", "print_summary=false", "bootstrap.n=0"]
+QUIET = ["output.progress=false", "output.print_summary=false", "bootstrap.n=0"]
 
 
 def _compose(overrides: list[str]) -> Any:
     GlobalHydra.instance().clear()
+    register_schema("calibrate", CalibrateApp)
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        return compose(config_name="calibrate", overrides=overrides)
+        return compose(config_name="calibrate", overrides=overrides, return_hydra_config=True)
 
 
 def _run(out: Path, overrides: list[str]) -> dict[str, Any]:
-    return calibrate(_compose(QUIET + overrides), out)
+    cfg = _compose(QUIET + overrides)
+    choices = dict(cfg.hydra.runtime.choices)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return task(OmegaConf.to_object(cfg), AppContext("detcal-calibrate", out, overrides, choices, cfg))
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +67,7 @@ def _coco(paths: dict[str, Path]) -> list[str]:
 
 
 def test_end_to_end_coco_writes_and_reloads(border_set: dict[str, Path], tmp_path: Path) -> None:
-    m = _run(tmp_path, _coco(border_set) + ["plots=true", "print_summary=true"])
+    m = _run(tmp_path, _coco(border_set) + ["output.plots=true", "output.print_summary=true"])
     out = Path(m["outputs"]["results"])
     assert out == tmp_path / "calibrated" / "detections.json"
     # the written pair re-loads with the ordinary COCO adapter
@@ -74,7 +84,7 @@ def test_end_to_end_coco_writes_and_reloads(border_set: dict[str, Path], tmp_pat
     assert len(dets_new) == len(old) and np.array_equal(dets_new.image_id, old.image_id)
     # temperature scaling: p' = sigmoid(logit(p) / T) on every evaluation detection
     conf = m["calibrators"]["confidence"]
-    assert conf["describe"]["method"] == "TemperatureScaling" and conf["name"] == "TemperatureScaling"
+    assert conf["describe"]["method"] == "TemperatureScaling" and conf["name"] == "temperature"
     T = conf["describe"]["fitted"]["temperature_"]
     assert T > 1.0  # the planted detector is over-confident (near the border)
     p = np.clip(old.score, 1e-12, 1 - 1e-12)
@@ -107,7 +117,7 @@ def test_end_to_end_coco_writes_and_reloads(border_set: dict[str, Path], tmp_pat
 
 
 def test_position_dependent_calibrators_beat_temperature_on_dece(border_set: dict[str, Path], tmp_path: Path) -> None:
-    common = _coco(border_set) + ["plots=false", "metrics.confidence.dece_features=[cx,cy]",
+    common = _coco(border_set) + ["output.plots=false", "dece_binning.features=[cx,cy]",
                                   "calibration.features=[cx,cy]"]
     fall = {}
     for name in ("temperature", "position_logistic", "histogram"):
@@ -123,7 +133,7 @@ def test_position_dependent_calibrators_beat_temperature_on_dece(border_set: dic
 
 def test_kitti_input_is_written_as_kitti(tmp_path: Path) -> None:
     m = _run(tmp_path, ["data=synthetic", "data.n_images=40", f"data.out_dir={tmp_path / 'syn'}", "data.format=kitti",
-                        "calibrator=platt", "plots=false", "calibration.in_sample=true"])
+                        "calibrator=platt", "output.plots=false", "calibration.in_sample=true"])
     assert m["outputs"]["format"] == "kitti"
     cal = tmp_path / "calibrated"
     ds = load_kitti_labels(cal / "label_2", sizes=cal / "sizes.txt")
@@ -147,7 +157,7 @@ def test_two_datasets_mode(tmp_path: Path) -> None:
     a = write_synthetic(tmp_path / "a", n_images=60, seed=1, render=False)
     b = write_synthetic(tmp_path / "b", n_images=50, seed=2, render=False)
     m = _run(tmp_path / "run", _coco(a) + ["data@eval_data=coco", f"eval_data.gt={b['coco_instances']}",
-                                          f"eval_data.results={b['coco_results']}", "plots=false",
+                                          f"eval_data.results={b['coco_results']}", "output.plots=false",
                                           "calibrator@regression_calibrator=kuleshov_isotonic"])
     assert m["split"]["mode"] == "two_datasets"
     assert m["split"]["n_images"] == {"calibration": 60, "evaluation": 50}
@@ -159,12 +169,12 @@ def test_two_datasets_mode(tmp_path: Path) -> None:
 
 
 def test_bad_configurations_name_the_field(border_set: dict[str, Path], tmp_path: Path) -> None:
-    with pytest.raises(DetcalInputError, match="calibrator"):
-        _run(tmp_path / "a", _coco(border_set) + ["calibrator=std_scaling", "plots=false"])
-    with pytest.raises(DetcalInputError, match="calibration_fraction"):
-        _run(tmp_path / "b", _coco(border_set) + ["split.calibration_fraction=1.0", "plots=false"])
-    with pytest.raises(DetcalInputError, match="calibration.features"):
-        _run(tmp_path / "c", _coco(border_set) + ["calibration.features=[cz]", "plots=false"])
+    with pytest.raises(DetcalError, match="calibrator"):
+        _run(tmp_path / "a", _coco(border_set) + ["calibrator=std_scaling", "output.plots=false"])
+    with pytest.raises(DetcalError, match="calibration_fraction"):
+        _run(tmp_path / "b", _coco(border_set) + ["calibration.split.calibration_fraction=1.0", "output.plots=false"])
+    with pytest.raises(DetcalError, match="calibration.features"):
+        _run(tmp_path / "c", _coco(border_set) + ["calibration.features=[cz]", "output.plots=false"])
 
 
 def _box_records(n: int, rng: np.random.Generator, kind: str) -> tuple[Detections, GroundTruth, MatchResult]:
@@ -206,8 +216,8 @@ def test_covariance_writeback_scales_each_coordinate(kind: str, space: str) -> N
 
 def test_sweep_then_gather_gives_one_table(border_set: dict[str, Path], tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
-    cmd = [sys.executable, "-m", "detcal.experiments.calibrate", "-m", "calibrator=temperature,platt",
-           f"hydra.sweep.dir={sweep}", *(o for o in _coco(border_set)), *QUIET, "plots=false"]
+    cmd = [sys.executable, "-m", "detcal.apps.calibrate", "-m", "calibrator=temperature,platt",
+           f"hydra.sweep.dir={sweep}", *(o for o in _coco(border_set)), *QUIET, "output.plots=false"]
     res = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     from detcal.reports.gather import gather

@@ -17,9 +17,13 @@ from hydra.core.global_hydra import GlobalHydra
 from PIL import Image
 from scipy.stats import chi2
 
+from omegaconf import OmegaConf
+
+from detcal.apps._hydra import AppContext, register_schema
+from detcal.apps.evaluate import task
+from detcal.apps.schema import EvaluateApp
 from detcal.data.coco import load_coco_results
-from detcal.experiments.common import config_dir
-from detcal.experiments.evaluate import evaluate
+from detcal.pipeline.registry import config_dir
 
 REPO = Path(__file__).resolve().parents[1]
 STD_SCALE = (1.0, 1.0, 2.0, 0.5)
@@ -29,12 +33,16 @@ STD_SCALE = (1.0, 1.0, 2.0, 0.5)
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("run")
     GlobalHydra.instance().clear()
+    register_schema("evaluate", EvaluateApp)
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         cfg = compose("evaluate", overrides=[
             "experiment=planted_std_scale", "data.n_images=300", "data.seed=0", "bootstrap.n=30",
-            "progress=false", "print_summary=false",
+            "output.progress=false", "output.print_summary=false",
         ])
-    metrics = evaluate(cfg, out, overrides=["experiment=planted_std_scale"])
+    app = OmegaConf.to_object(cfg)
+    assert isinstance(app, EvaluateApp)
+    ctx = AppContext("detcal-evaluate", out, ["experiment=planted_std_scale"], {}, cfg)
+    metrics = task(app, ctx)
     return out, metrics
 
 
@@ -63,7 +71,7 @@ def test_metrics_json_keys_and_provenance(run: tuple[Path, dict]) -> None:
     assert dece["params"]["bins"] == [5] * 5 and dece["params"]["sample_threshold"] == 8
     assert {"cells", "occupied_cells", "dropped_fraction"} <= set(dece["extra"])
     assert set(m["variants"]) >= {"matching", "confidence", "regression", "bootstrap"}
-    assert "METRICS.md 3" in m["variants"]["confidence"] and "policy=drop" in m["variants"]["confidence"]
+    assert "docs/metrics.md" in m["variants"]["confidence"] and "policy=drop" in m["variants"]["confidence"]
     ence = m["regression"]["ence"]["tx"]
     assert ence["variant"] == "equal_count" and ence["params"]["bins"] == 10 and ence["ci"] is not None
     assert m["regression"]["_sample"]["space"] == "delta" and m["regression"]["_sample"]["iou_threshold"] == 0.5
@@ -84,7 +92,7 @@ def test_summary_csv_and_pngs(run: tuple[Path, dict]) -> None:
     assert len(rows) == len(dets) == m["data"]["counts"]["detections"]
     assert {"matched@0.5", "ignored@0.75", "gt_id@0.5", "rel_cx", "rel_h", "score", "iou", "x1"} <= set(rows[0])
     tp = sum(int(r["matched@0.5"]) for r in rows)
-    assert tp == m["matching"]["counts"]["iou=0.50"]["true_positives"] > 0
+    assert tp == m["detections"]["per_threshold"]["iou=0.50"]["true_positives"] > 0
     np.testing.assert_allclose([float(r["score"]) for r in rows[:50]], dets.score[:50])
     pngs = [f for f in m["files"] if f.endswith(".png")]
     assert {"reliability_iou0.50.png", "dece_maps_iou0.50.png", "rmse_rmv.png", "qce_coverage.png",
@@ -138,15 +146,16 @@ def test_planted_std_scale_shows_in_ence_and_qce(run: tuple[Path, dict]) -> None
 
 def test_sweep_and_gather(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    cmd = [sys.executable, "-m", "detcal.experiments.evaluate", "-m", "matching.iou_thresholds=[0.5],[0.75]",
-           "data.n_images=25", "bootstrap.n=0", "plots=false", "progress=false", "print_summary=false",
+    cmd = [sys.executable, "-m", "detcal.apps.evaluate", "-m", "matching.iou_thresholds=[0.5],[0.75]",
+           "data.n_images=25", "bootstrap.n=0", "output.plots=false", "output.progress=false",
+           "output.print_summary=false",
            f"hydra.sweep.dir={tmp_path / 'sweep'}"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = sorted((tmp_path / "sweep").glob("*/metrics.json"))
     assert len(runs) == 2
     assert not (tmp_path / "outputs").exists()  # nothing written outside the sweep directory
-    proc = subprocess.run([sys.executable, "-m", "detcal.reports.gather", str(tmp_path / "sweep"), "--out",
+    proc = subprocess.run([sys.executable, "-m", "detcal.apps.gather", str(tmp_path / "sweep"), "--out",
                            str(tmp_path / "table.md")], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -162,5 +171,6 @@ def test_sweep_and_gather(tmp_path: Path) -> None:
 
 def test_console_scripts_are_declared() -> None:
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["detcal-evaluate"] == "detcal.experiments.evaluate:main"
-    assert scripts["detcal-gather"] == "detcal.reports.gather:main"
+    assert scripts["detcal-evaluate"] == "detcal.apps.evaluate:main"
+    assert scripts["detcal-calibrate"] == "detcal.apps.calibrate:main"
+    assert scripts["detcal-gather"] == "detcal.apps.gather:main"

@@ -309,7 +309,9 @@ def test_second_detection_falls_back_to_crowd() -> None:
 
 def test_ignored_non_crowd_gt_takes_one_detection() -> None:
     # an ignored (non-crowd) GT is matched at most once: the second det becomes a false positive
-    r = match(dets_of([[0, 0, 10, 10], [0, 0, 10, 10]], [0.9, 0.8]), gt_of([[0, 0, 10, 10]], ignore=[True]))
+    # (the `ignore` flag counts with gt_ignore="ignore_or_crowd"; by default, as pycocotools, only iscrowd does)
+    r = match(dets_of([[0, 0, 10, 10], [0, 0, 10, 10]], [0.9, 0.8]), gt_of([[0, 0, 10, 10]], ignore=[True]),
+              gt_ignore="ignore_or_crowd")
     assert r.ignored[0].tolist() == [True, False] and not r.matched[0].any()
     assert r.gt_index[0].tolist() == [0, -1]
 

@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from detcal.errors import DetcalInputError
+from detcal.apps import gather as gather_app
 from detcal.reports import gather as gather_mod
 from detcal.reports import plots, tables
 from detcal.types import MetricResult
@@ -185,14 +186,15 @@ def _fake_run(d: Path, overrides: list[str], ece: float) -> None:
 
 def test_gather_fake_sweep(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     for i, (thr, e) in enumerate([("0.5", 0.1), ("0.75", 0.2), ("0.9", 0.3)]):
-        _fake_run(tmp_path / str(i if i < 2 else 10), ["data.n_images=20", f"matching.iou_thresholds=[{thr}]"], e)
+        _fake_run(tmp_path / str(i if i < 2 else 10), ["data.n_images=20", f"matching.iou_thresholds=[{thr}]",
+                                                     f"output.progress={i % 2 == 0}"], e)
     res = gather_mod.gather(tmp_path)
     assert res.columns == ["ece", "ence_tx"]
     # the shared override is left out of the labels; natural order puts 10 after 1
     assert list(res.rows) == ["matching.iou_thresholds=[0.5]", "matching.iou_thresholds=[0.75]",
                               "matching.iou_thresholds=[0.9]"]
     assert "| matching.iou_thresholds=[0.75] | 0.2000 [0.1900, 0.2100] | 0.4000 |" in res.markdown
-    assert gather_mod.main([str(tmp_path), "--out", str(tmp_path / "cmp.md"), "--quiet"]) == 0
+    assert gather_app.main([str(tmp_path), "--out", str(tmp_path / "cmp.md"), "--quiet"]) == 0
     assert (tmp_path / "cmp.md").read_text() == res.markdown
     rows = list(csv.reader((tmp_path / "cmp.csv").open()))
     assert len(rows) == 4 and rows[3][1] == "0.3"
@@ -200,11 +202,32 @@ def test_gather_fake_sweep(tmp_path: Path, capsys: pytest.CaptureFixture) -> Non
     assert res2.columns == ["confidence/x/ece"]
 
 
-def test_gather_errors(tmp_path: Path) -> None:
+def test_gather_errors(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with pytest.raises(DetcalInputError, match="no metrics.json"):
         gather_mod.gather(tmp_path)
-    assert gather_mod.main([str(tmp_path / "missing")]) == 2
+    assert gather_app.main([str(tmp_path / "missing")]) == 2
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "metrics.json").write_text("{not json")
-    with pytest.raises(DetcalInputError, match="metrics.json"):
-        gather_mod.gather(tmp_path)
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "metrics.json").write_bytes(b"\xff\xfe{}")
+    _fake_run(tmp_path / "t", ["a=1"], 0.1)
+    res = gather_mod.gather(tmp_path)  # unreadable files are skipped with a warning
+    assert list(res.rows) == ["a=1"]
+    assert "skipping" in caplog.text
+
+
+def test_gather_reads_one_sweep(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import os
+
+    for k, sweep in enumerate(("10-00-00-aaaaaa", "11-00-00-bbbbbb")):
+        root = tmp_path / "2026-01-01" / sweep
+        root.mkdir(parents=True)
+        (root / "multirun.yaml").write_text("hydra: {}\n")
+        os.utime(root / "multirun.yaml", (1000 + k, 1000 + k))
+        for i in range(2):
+            _fake_run(root / str(i), [f"calibrator=c{k}{i}"], 0.1 * (i + 1))
+    res = gather_mod.gather(tmp_path)
+    assert list(res.rows) == ["calibrator=c10", "calibrator=c11"]  # the most recent sweep only
+    assert "11-00-00-bbbbbb" in caplog.text
+    assert list(gather_mod.gather(tmp_path / "2026-01-01" / "10-00-00-aaaaaa").rows) == ["calibrator=c00",
+                                                                                         "calibrator=c01"]

@@ -384,11 +384,8 @@ def test_duplicates_are_extra_boxes_around_detected_gts(big_scene):
 
 
 # --------------------------------------------------------------------------- COCO scale
-def test_coco_scale_is_fast_and_has_realistic_structure():
-    t0 = time.perf_counter()
+def test_coco_scale_has_realistic_structure():
     ds, dets = S.generate_coco_scale(n_images=5000, dets_per_image=60, seed=0)
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 10.0, elapsed  # ~0.5 s here; "a few seconds" on a loaded 2-core box
     assert 250_000 < len(dets) < 350_000
     per_image = np.bincount(dets.image_id)
     assert per_image.max() <= 100

@@ -167,6 +167,10 @@ def run_app(config_name: str, schema: type, task: Callable[[Any, "AppContext"], 
     except FileNotFoundError as exc:
         _fail(prog, str(exc))
     register_schema(config_name, schema)
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()  # a second app in the same process (tests, notebooks)
+    saved_env = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"  # let errors reach us; we decide what the user sees
     import hydra
     from hydra.core.hydra_config import HydraConfig
@@ -189,6 +193,7 @@ def run_app(config_name: str, schema: type, task: Callable[[Any, "AppContext"], 
                 raise
             _fail(prog, msg)  # SystemExit passes through Hydra's job runner
 
+    saved = saved_env
     try:
         _main()
     except SystemExit:
@@ -201,6 +206,11 @@ def run_app(config_name: str, schema: type, task: Callable[[Any, "AppContext"], 
         if debug or msg is None:
             raise
         _fail(prog, msg)
+    finally:
+        if saved is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = saved
 
 
 class AppContext:

@@ -18,6 +18,8 @@ from detcal.apps._hydra import AppContext, run_app
 from detcal.apps.schema import CalibrateApp
 
 PROG = "detcal-calibrate"
+CONFIG_NAME = "calibrate"
+SCHEMA = CalibrateApp
 
 
 def task(app: CalibrateApp, ctx: AppContext) -> dict[str, Any]:
@@ -38,7 +40,7 @@ def task(app: CalibrateApp, ctx: AppContext) -> dict[str, Any]:
 
 def main() -> None:
     """Console entry point (Hydra command line: overrides, ``-m``, ``--cfg job``, ``--help``)."""
-    run_app("calibrate", CalibrateApp, task, PROG)
+    run_app(CONFIG_NAME, SCHEMA, task, PROG)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,6 +17,8 @@ from detcal.apps._hydra import AppContext, run_app
 from detcal.apps.schema import EvaluateApp
 
 PROG = "detcal-evaluate"
+CONFIG_NAME = "evaluate"
+SCHEMA = EvaluateApp
 
 
 def task(app: EvaluateApp, ctx: AppContext) -> dict[str, Any]:
@@ -31,7 +33,7 @@ def task(app: EvaluateApp, ctx: AppContext) -> dict[str, Any]:
 
 def main() -> None:
     """Console entry point (Hydra command line: overrides, ``-m``, ``--cfg job``, ``--help``)."""
-    run_app("evaluate", EvaluateApp, task, PROG)
+    run_app(CONFIG_NAME, SCHEMA, task, PROG)
 
 
 if __name__ == "__main__":  # pragma: no cover

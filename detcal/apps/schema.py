@@ -14,6 +14,7 @@ from detcal.pipeline.spec import (
     DeceBinningSpec,
     EvaluationSpec,
     MatchingSpec,
+    ParallelSpec,
     RegressionSpec,
     SigmaBinningSpec,
 )
@@ -29,12 +30,13 @@ class _EvaluationFields:
     confidence: ConfidenceSpec = field(default_factory=ConfidenceSpec)
     regression: RegressionSpec = field(default_factory=RegressionSpec)
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
+    parallel: ParallelSpec = field(default_factory=ParallelSpec)
 
     def evaluation(self) -> EvaluationSpec:
         """The :class:`EvaluationSpec` these fields describe."""
         return EvaluationSpec(matching=self.matching, dece_binning=self.dece_binning,
                               sigma_binning=self.sigma_binning, confidence=self.confidence,
-                              regression=self.regression, bootstrap=self.bootstrap)
+                              regression=self.regression, bootstrap=self.bootstrap, parallel=self.parallel)
 
 
 @dataclass

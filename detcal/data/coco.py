@@ -274,7 +274,8 @@ def _load_annotations(records: list, file: str, images: Images, categories: dict
     _check_mask(images.index_of(image_id) < 0, image_id, "unknown image id (not in 'images')", file=file, field="image_id", prefix=p)
     known = np.fromiter(categories.keys(), dtype=np.int64, count=len(categories))
     _check_mask(~np.isin(category, known), category, "unknown category id (not in 'categories')", file=file, field="category_id", prefix=p)
-    return GroundTruth(image_id=image_id, box=xywh_to_xyxy(bbox), category=category, iscrowd=iscrowd, ignore=ignore, id=ann_id)
+    return GroundTruth(image_id=image_id, box=xywh_to_xyxy(bbox), category=category, iscrowd=iscrowd, ignore=ignore, id=ann_id,
+                       wh=bbox[:, 2:4].copy())
 
 
 def load_coco_instances(path: PathLike) -> Dataset:
@@ -412,7 +413,7 @@ def load_coco_results(path: PathLike, dataset: Dataset | None = None) -> Detecti
         _check_mask(dataset.images.index_of(image_id) < 0, image_id, f"unknown image id (not in {dataset.source or 'the dataset'})", file=file, field="image_id")
         known = np.fromiter(dataset.categories.keys(), dtype=np.int64, count=len(dataset.categories))
         _check_mask(~np.isin(category, known), category, f"unknown category id (not in {dataset.source or 'the dataset'})", file=file, field="category_id")
-    return Detections(image_id=image_id, box=xywh_to_xyxy(bbox), score=score, category=category, **kw)
+    return Detections(image_id=image_id, box=xywh_to_xyxy(bbox), score=score, category=category, wh=bbox[:, 2:4].copy(), **kw)
 
 
 # --------------------------------------------------------------------------- writers

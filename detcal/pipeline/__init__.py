@@ -19,6 +19,7 @@ from detcal.pipeline.spec import (
     DeceBinningSpec,
     EvaluationSpec,
     MatchingSpec,
+    ParallelSpec,
     RegressionSpec,
     SigmaBinningSpec,
     SplitSpec,
@@ -27,7 +28,7 @@ from detcal.pipeline.sources import LoadedData, load_data
 
 __all__ = [
     "FEATURES", "BootstrapSpec", "CalibrationSpec", "ConfidenceSpec", "ConfigError", "DataSpec", "DeceBinningSpec",
-    "EvaluationSpec", "MatchingSpec", "RegressionSpec", "SigmaBinningSpec", "SplitSpec", "LoadedData", "load_data",
+    "EvaluationSpec", "MatchingSpec", "ParallelSpec", "RegressionSpec", "SigmaBinningSpec", "SplitSpec", "LoadedData", "load_data",
     "evaluate", "calibrate", "EvaluationResult", "CalibrationResult",
 ]
 

@@ -24,18 +24,21 @@ import os
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from detcal.calibration.base import ConfidenceCalibrator, RegressionCalibrator
 from detcal.errors import DetcalInputError
-from detcal.pipeline.evaluation import as_loaded, dece_maps, relative_box_features
+from detcal.pipeline.evaluation import as_loaded, dece_maps, relative_box_features, require_detections, run_match
 from detcal.pipeline.progress import Progress
 from detcal.pipeline.sources import LoadedData, subset_images
 from detcal.pipeline.spec import FEATURES, CalibrationSpec, ConfigError, EvaluationSpec
 from detcal.pipeline.writeback import apply_regression_calibrator
 from detcal.types import MatchResult, MetricResult
+
+if TYPE_CHECKING:
+    from detcal.pipeline.calibration_result import CalibrationResult
 
 __all__ = ["Part", "split_by_image", "calibrate", "resolve_calibrator", "REGRESSION_ROWS"]
 
@@ -90,12 +93,7 @@ def split_by_image(data: LoadedData, calibration_fraction: float, seed: int) -> 
 
 
 def _prepare(data: LoadedData, spec: EvaluationSpec) -> Part:
-    from detcal.matching import match
-
-    m = spec.matching
-    ds = data.dataset
-    mr = match(data.detections, ds.gt, m.thresholds(), mode=m.mode, class_agnostic=m.class_agnostic,
-               score_threshold=m.score_threshold, max_dets=m.max_dets, kitti=data.kitti, images=ds.images)
+    mr = run_match(spec.matching, data.detections, data)
     feats, n_clipped, _ = relative_box_features(data, needed=True)
     return Part(data, mr, feats, n_clipped)
 
@@ -217,6 +215,7 @@ def calibrate(data: Any, spec: EvaluationSpec | None = None, calibration: Calibr
         t0 = time.perf_counter()
         bar.step("load data")
         loaded = _load(data, "")
+        require_detections(loaded)
         if eval_data is not None:
             ev_loaded, cal_loaded = _load(eval_data, "eval_data"), loaded
             split = {"mode": "two_datasets", "calibration_fraction": None, "seed": None,
@@ -322,12 +321,8 @@ def calibrate(data: Any, spec: EvaluationSpec | None = None, calibration: Calibr
             calibrators["regression_skipped"] = "the detections carry no box uncertainty (docs/formats.md)"
         timing["regression"] = time.perf_counter() - t0
 
-    from detcal.matching import match
 
-    m = spec.matching
-    rematched = match(dets_out, ev.data.dataset.gt, m.thresholds(), mode=m.mode, class_agnostic=m.class_agnostic,
-                      score_threshold=m.score_threshold, max_dets=m.max_dets, kitti=ev.data.kitti,
-                      images=ev.data.dataset.images)
+    rematched = run_match(spec.matching, dets_out, ev.data)
     changed = (rematched.matched[row_e] != ev.match.matched[row_e]) | (rematched.ignored[row_e] != ev.match.ignored[row_e]) \
         | (rematched.considered != ev.match.considered)
     evaluation["_sample"] = {"n_confidence": int(len(rows_e)), "n_matched": int(y_e.sum()),

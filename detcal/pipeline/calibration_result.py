@@ -47,11 +47,11 @@ class CalibrationResult(Result):
         self.record["outputs"] = outputs
         if not plots:
             return []
-        plain = results_json.strict(self.record)
+        plain = self.plain()
         return _plots(out, plain["evaluation"], plain.get("dece_maps") or {}, self.spec)
 
     def to_markdown(self) -> str:
-        return _summary_md(results_json.strict({**results_json.header(self.command), **self.record}))
+        return _summary_md({**results_json.strict(results_json.header(self.command)), **self.plain()})
 
 
 

@@ -18,11 +18,10 @@ Data flow (docs/pipeline.md)::
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import time
-import warnings
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,19 +29,20 @@ from detcal.boxes import relative_features, xyxy_to_cxcywh
 from detcal.errors import DetcalInputError
 from detcal.pipeline.progress import Progress
 from detcal.pipeline.sources import LoadedData, load_coco, load_data
-from detcal.pipeline.spec import FEATURES, DataSpec, EvaluationSpec
+from detcal.pipeline.confidence_block import confidence_blocks, dece_maps, threshold_label
+from detcal.pipeline.spec import FEATURES, DataSpec, EvaluationSpec, MatchingSpec
 from detcal.types import Dataset, Detections, MatchResult, MetricResult
+
+if TYPE_CHECKING:
+    from detcal.pipeline.result import EvaluationResult
+
+log = logging.getLogger("detcal")
 
 __all__ = ["evaluate", "as_loaded", "match_data", "relative_box_features", "threshold_label", "dece_maps",
            "HEADLINE_CONFIDENCE", "HEADLINE_REGRESSION"]
 
 HEADLINE_CONFIDENCE: tuple[str, ...] = ("ece", "dece", "mce", "nll", "brier")
 HEADLINE_REGRESSION: tuple[str, ...] = ("ence", "m_qce", "c_qce", "nll")
-
-
-def threshold_label(t: float) -> str:
-    """``iou=0.50`` (``iou=kitti`` for the per-class KITTI row, stored as NaN)."""
-    return "iou=kitti" if not np.isfinite(t) else f"iou={t:.2f}"
 
 
 def as_loaded(gt: Any, results: Any = None, *, workdir: str | os.PathLike = ".",
@@ -62,6 +62,16 @@ def as_loaded(gt: Any, results: Any = None, *, workdir: str | os.PathLike = ".",
             raise TypeError("give the results file next to the ground-truth file")
         return load_coco(gt, results, unknown_category)
     raise TypeError(f"cannot evaluate {type(gt).__name__}: give paths, (Dataset, Detections), a DataSpec or LoadedData")
+
+
+def require_detections(data: LoadedData) -> None:
+    """A clear error naming the results when there is nothing to evaluate."""
+    if len(data.detections) == 0:
+        p = data.provenance
+        where = p.get("results") or p.get("results_dir") or (p.get("adapter") or {}).get("results")
+        raise DetcalInputError("there are no detections to evaluate (after leaving out "
+                               f"{sum(data.dropped.values())} with unknown categories)" if data.dropped else
+                               "there are no detections to evaluate", file=where)
 
 
 def relative_box_features(data: LoadedData, needed: bool) -> tuple[np.ndarray, int, np.ndarray]:
@@ -98,12 +108,8 @@ def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[Ma
     confidence); with per-class KITTI thresholds the regression sample is
     matched in a second call. Returns (match, match for the regression sample, regression-only thresholds).
     """
-    from detcal.matching import match
-
     m = spec.matching
-    ds, dets = data.dataset, data.detections
-    kw = dict(mode=m.mode, class_agnostic=m.class_agnostic, score_threshold=m.score_threshold, max_dets=m.max_dets,
-              kitti=data.kitti, images=ds.images)
+    dets = data.detections
     thresholds = m.thresholds()
     if thresholds == "kitti" and data.kitti is None:
         raise DetcalInputError("matching.iou_thresholds=kitti needs KITTI data (data=kitti or data.format=kitti)",
@@ -112,92 +118,48 @@ def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[Ma
     extra: list[float] = []
     if reg_on and isinstance(thresholds, list) and not any(abs(t - t_reg) < 1e-9 for t in thresholds):
         extra = [t_reg]
-    mr = match(dets, ds.gt, thresholds + extra if extra else thresholds, **kw)
+    par = spec.parallel
+    if par.workers > 1 or par.distributed:
+        from detcal.pipeline.parallel import parallel_match
+
+        def _match(th: Any) -> MatchResult:
+            return parallel_match(m, dets, data, th, par.workers, par.distributed)
+    else:
+        def _match(th: Any) -> MatchResult:
+            return run_match(m, dets, data, th)
+    mr = _match(thresholds + extra if extra else thresholds)
     mr_reg = mr
     if reg_on and not isinstance(thresholds, list):
-        mr_reg = match(dets, ds.gt, [t_reg], **kw)
+        mr_reg = _match([t_reg])
     return mr, mr_reg, extra
 
 
-def _feature_cols(names: list[str]) -> list[int]:
-    return [FEATURES.index(n) for n in names]
+def run_match(m: MatchingSpec, dets: Detections, data: LoadedData, thresholds: Any = None) -> MatchResult:
+    """:func:`detcal.matching.match` of ``dets`` against ``data``'s ground truth as ``m`` says
+    (``thresholds``: instead of ``m``'s, e.g. with the regression sample's IoU added)."""
+    from detcal.matching import match
+
+    if m.mode == "kitti" and data.kitti is None:
+        raise DetcalInputError("matching.mode=kitti needs KITTI data (data=kitti or data.format=kitti)",
+                               field="matching.mode")
+    ds = data.dataset
+    return match(dets, ds.gt, m.thresholds() if thresholds is None else thresholds, mode=m.mode,
+                 class_agnostic=m.class_agnostic, score_threshold=m.score_threshold, max_dets=m.max_dets,
+                 kitti=data.kitti, images=ds.images, gt_ignore=m.gt_ignore)
 
 
-def _map_bins(b: Any, pair: list[str]) -> int | tuple[int, int, int]:
-    """Bins of a (confidence, f1, f2) map grid: the D-ECE bins of those dimensions."""
-    if isinstance(b.bins, int):
-        return b.bins
-    per = {n: b.bins[1 + i] for i, n in enumerate(b.features)}
-    return (b.bins[0], per.get(pair[0], b.bins[0]), per.get(pair[1], b.bins[0]))
-
-
-def dece_maps(spec: EvaluationSpec, p: np.ndarray, y: np.ndarray, feats: np.ndarray) -> dict[str, Any]:
-    """D-ECE heat maps over the configured feature pairs (Kueppers et al. 2020, Fig. 1)."""
-    from detcal.metrics.confidence import dece
-    from detcal.reports.gap_maps import marginal_gap_map
-
-    b = spec.dece_binning
-    out: dict[str, Any] = {}
-    for pair in spec.confidence.maps:
-        a, c = _feature_cols(pair)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            r = dece(p, y, feats[:, [a, c]], bins=_map_bins(b, pair),
-                     sample_threshold=b.sample_threshold, policy=b.policy)
-        shape = tuple(int(v) for v in r.params.get("bins", ())) or (1, 1, 1)
-        n = int(np.prod(shape))
-        m = marginal_gap_map(r.table.get("count", np.zeros(n)), r.table.get("confidence", np.full(n, np.nan)),
-                             r.table.get("precision", np.full(n, np.nan)), shape, keep_axes=(1, 2),
-                             kept=r.table.get("kept"))
-        out[f"{pair[0]}_{pair[1]}"] = {
-            "axes": list(pair), "bins": list(shape[1:]), "gap": m["gap"], "count": m["count"],
-            "kept_count": m["kept_count"], "sample_threshold": b.sample_threshold, "policy": b.policy,
-            "dece": float(r.value),
-            "definition": "M(i,j) = sum_kept N_c gap(c) / sum_kept N_c over the confidence bins of "
-                          "position cell (i,j) of a D-ECE grid over (confidence, f1, f2)"}
-    return out
-
-
-def _confidence_block(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray,
-                      progress: Progress, exclude: list[float]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Confidence metrics and D-ECE maps per IoU threshold (docs/metrics.md)."""
-    from detcal.metrics.confidence import ConfidenceConfig, confidence_metrics
-
-    b, c, bs = spec.dece_binning, spec.confidence, spec.bootstrap
-    dets = data.detections
-    cols = _feature_cols(b.features)
-    ccfg = ConfidenceConfig(ece_bins=b.ece_bins, dece_bins=b.bins_arg(), sample_threshold=b.sample_threshold,
-                            policy=b.policy, n_boot=bs.n, ci_level=bs.level, seed=bs.seed)
-    wanted = c.iou_thresholds
-    out: dict[str, Any] = {}
-    maps: dict[str, Any] = {}
-    for i, t in enumerate(mr.iou_thresholds):
-        if wanted is not None and not any(abs(float(t) - w) < 1e-9 for w in wanted):
-            continue
-        if wanted is None and any(abs(float(t) - w) < 1e-9 for w in exclude):
-            continue
-        label = threshold_label(float(t))
-        progress.step(f"confidence {label}")
-        rows = np.flatnonzero(mr.considered & ~mr.ignored[i])
-        p, y = dets.score[rows], mr.matched[i, rows]
-        if len(rows) == 0 or not y.any():
-            why = "no detection was evaluated" if len(rows) == 0 else f"no detection matched at {label}"
-            out[label] = {"_sample": {"n": int(len(rows)), "n_matched": int(y.sum()), "features": list(b.features),
-                                      "skipped": f"{why}: the confidence metrics cannot be computed"}}
-            continue
-        f = feats[rows][:, cols] if cols else None
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            res = confidence_metrics(p, y, f, dets.category[rows] if c.per_class else None, ccfg, dets.image_id[rows])
-        block: dict[str, Any] = {k: r.to_dict() for k, r in res.items()}
-        for node in block.values():
-            if isinstance(node, dict) and isinstance(node.get("table"), dict):
-                node["table"].pop("bin_index", None)  # cells are in C order over params.bins
-        block["_sample"] = {"n": int(len(rows)), "n_matched": int(y.sum()), "features": list(b.features),
-                            "warnings": sorted({str(w.message) for w in caught})}
-        out[label] = block
-        maps[label] = dece_maps(spec, p, y, feats[rows]) if c.maps else {}
-    return out, maps
+def _missing_sizes(data: LoadedData, feats: np.ndarray) -> str | None:
+    """A warning naming the file and ``width`` when some images have no size (position metrics are then skipped)."""
+    bad = ~np.isfinite(feats).all(axis=1)
+    if not bad.any():
+        return None
+    img = int(data.detections.image_id[np.flatnonzero(bad)[0]])
+    msg = (f"file {data.dataset.source or data.provenance.get('gt')}, image {img}, field 'width': "
+           f"{int(bad.sum())} detections lie in images without width/height; D-ECE, homogeneity, outliers and "
+           "the D-ECE maps need box positions relative to the image size and are not computed (the other "
+           "metrics are)")
+    log.warning(msg)
+    return msg
 
 
 def _regression_block(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, progress: Progress) -> dict[str, Any]:
@@ -287,6 +249,8 @@ def _variants(spec: EvaluationSpec, data: LoadedData) -> dict[str, str]:
     kitti = data.kitti is not None
     rules = ("KITTI devkit rules (difficulty " + str(data.provenance.get("difficulty", "moderate")) +
              ", neighbour classes, DontCare, min height)") if kitti else "COCO rules (crowd regions, maxDets)"
+    if kitti and m.thresholds() != "kitti":
+        rules += "; IoU thresholds as given, NOT the devkit's per-class 0.7/0.5/0.5 (matching=kitti for those)"
     return {
         "boxes": "docs/metrics.md#boxes: xyxy pixels; relative features cx/W, cy/H, w/W, h/H clipped to [0, 1]",
         "matching": f"docs/matching.md: mode={m.mode}, IoU thresholds={m.thresholds()}, {rules}",
@@ -320,19 +284,17 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
         bar.step("load data")
         data = as_loaded(gt, results, workdir=workdir or ".")
         timing["load"] = time.perf_counter() - t0
-        if len(data.detections) == 0:
-            raise DetcalInputError("there are no detections to evaluate (after leaving out "
-                                   f"{sum(data.dropped.values())} with unknown categories)" if data.dropped else
-                                   "there are no detections to evaluate", file=data.provenance.get("results"))
+        require_detections(data)
         t0 = time.perf_counter()
         bar.step("match")
         mr, mr_reg, extra = match_data(data, spec, reg_on)
         needs_pos = conf_on and (bool(spec.dece_binning.features) or bool(spec.confidence.maps))
-        feats, n_clipped, clipped = relative_box_features(data, needs_pos)
+        feats, n_clipped, clipped = relative_box_features(data, needed=False)
+        no_pos = _missing_sizes(data, feats) if needs_pos else None
         timing["match"] = time.perf_counter() - t0
         bar.total = 3 + (len(mr.iou_thresholds) - len(extra) if conf_on else 0)
         t0 = time.perf_counter()
-        conf, maps = _confidence_block(spec, data, mr, feats, bar, extra) if conf_on else ({}, {})
+        conf, maps = confidence_blocks(spec, data, mr, feats, bar, extra, no_pos) if conf_on else ({}, {})
         timing["confidence"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         reg = _regression_block(spec, data, mr_reg, bar) if reg_on else {"_sample": {"n": 0, "skipped": "disabled"}}
@@ -340,6 +302,8 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
     ds, dets = data.dataset, data.detections
     warn = [f"confidence at {lbl}: {blk['_sample']['skipped']}" for lbl, blk in conf.items()
             if "skipped" in blk.get("_sample", {})]
+    if no_pos:
+        warn.insert(0, no_pos)
     if "skipped" in reg.get("_sample", {}) and reg_on and dets.uncertainty_kind is not None:
         warn.append(f"regression: {reg['_sample']['skipped']}")
     record: dict[str, Any] = {

@@ -6,10 +6,9 @@ parameters) and offers ``to_dict()`` (the metrics.json content, strict JSON),
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -26,6 +25,14 @@ class Result:
 
     record: dict[str, Any]
     command: str = field(default="detcal", init=False)
+    _plain_cache: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def plain(self) -> dict[str, Any]:
+        """``record`` as strict JSON types (without ``files``), computed once while its keys are unchanged."""
+        key = tuple(k for k in self.record if k != "files")
+        if self._plain_cache is None or self._plain_cache[0] != key:
+            self._plain_cache = (key, results_json.strict({k: v for k, v in self.record.items() if k != "files"}))
+        return self._plain_cache[1]
 
     @property
     def headline(self) -> dict[str, Any]:
@@ -35,8 +42,8 @@ class Result:
     def to_dict(self, **header: Any) -> dict[str, Any]:
         """The metrics.json content: strict JSON (``null`` + reason for what cannot be computed)."""
         files = self.record.get("files")
-        return results_json.strict({**results_json.header(self.command, **header), **self.record,
-                                    **({"files": files} if files else {})})
+        return {**results_json.strict(results_json.header(self.command, **header)), **self.plain(),
+                **({"files": [str(f) for f in files]} if files else {})}
 
     def to_markdown(self) -> str:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -56,7 +63,7 @@ class Result:
         files = ["metrics.json", "summary.md"] + self._write_extra(out, plots, csv)
         self.record["files"] = files
         content = self.to_dict(**dict(header or {}))
-        results_json.write_metrics(out / "metrics.json", content)
+        results_json.write_metrics(out / "metrics.json", content, plain=True)
         text = self.to_markdown()
         write_text(out / "summary.md", text)
         if echo:
@@ -91,11 +98,11 @@ class EvaluationResult(Result):
         if plots:
             from detcal.reports.evaluation_plots import evaluation_plots
 
-            files += evaluation_plots(out, results_json.strict(self.record), self.spec)
+            files += evaluation_plots(out, self.plain(), self.spec)
         return files
 
     def to_markdown(self) -> str:
-        return evaluation_summary(results_json.strict({**results_json.header(self.command), **self.record}))
+        return evaluation_summary({**results_json.strict(results_json.header(self.command)), **self.plain()})
 
 
 def evaluation_summary(m: Mapping[str, Any]) -> str:

@@ -38,6 +38,7 @@ __all__ = [
     "ConfidenceSpec",
     "RegressionSpec",
     "BootstrapSpec",
+    "ParallelSpec",
     "EvaluationSpec",
     "SplitSpec",
     "CalibrationSpec",
@@ -132,19 +133,25 @@ class DataSpec:
 
 @dataclass
 class MatchingSpec:
-    """Box matching (docs/matching.md): ``mode`` exclusive (pycocotools), max
-    (several detections may match one box) or kitti (the devkit's rules);
-    ``iou_thresholds`` a list, or ``"kitti"`` for the devkit's per-class
-    thresholds (Car 0.7, Pedestrian and Cyclist 0.5)."""
+    """Box matching (docs/matching.md): ``mode`` exclusive (by descending
+    score, pycocotools; with KITTI data the score-ordered KITTI variant), max
+    (several detections may match one box) or kitti (the KITTI devkit's
+    label-order walk); ``iou_thresholds`` a list, or ``"kitti"`` for the
+    devkit's per-class thresholds (Car 0.7, Pedestrian and Cyclist 0.5);
+    ``gt_ignore``: a COCO ``ignore`` key is overwritten by ``iscrowd`` as in
+    pycocotools 2.0.x (``pycocotools``) or either flag ignores a box
+    (``ignore_or_crowd``)."""
 
     mode: str = "exclusive"
     iou_thresholds: Any = field(default_factory=lambda: [0.5, 0.75])
     class_agnostic: bool = False
     score_threshold: float = 0.0
     max_dets: Optional[int] = 100
+    gt_ignore: str = "pycocotools"
 
     def __post_init__(self) -> None:
-        _choice("matching.mode", self.mode, ("exclusive", "max"))
+        _choice("matching.mode", self.mode, ("exclusive", "max", "kitti"))
+        _choice("matching.gt_ignore", self.gt_ignore, ("pycocotools", "ignore_or_crowd"))
         t = self.iou_thresholds
         if isinstance(t, str):
             if t != "kitti":
@@ -278,8 +285,24 @@ class BootstrapSpec:
 
 
 @dataclass
+class ParallelSpec:
+    """How the work is spread; never what is computed (the numbers are bitwise those of one process).
+
+    ``workers``: processes on this machine (image shards are matched, IoU thresholds evaluated, in
+    parallel). ``distributed``: run under ``torchrun`` (torch.distributed, gloo or nccl): each rank
+    matches its shard of the images and evaluates its share of the thresholds; the pieces are
+    gathered on every rank and rank 0 writes the report."""
+
+    workers: int = 1
+    distributed: bool = False
+
+    def __post_init__(self) -> None:
+        _int("parallel.workers", self.workers, 1)
+
+
+@dataclass
 class EvaluationSpec:
-    """Everything that determines the numbers of an evaluation."""
+    """Everything that determines the numbers of an evaluation (and ``parallel``, which does not)."""
 
     matching: MatchingSpec = field(default_factory=MatchingSpec)
     dece_binning: DeceBinningSpec = field(default_factory=DeceBinningSpec)
@@ -287,6 +310,7 @@ class EvaluationSpec:
     confidence: ConfidenceSpec = field(default_factory=ConfidenceSpec)
     regression: RegressionSpec = field(default_factory=RegressionSpec)
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
+    parallel: ParallelSpec = field(default_factory=ParallelSpec)
 
 
 @dataclass

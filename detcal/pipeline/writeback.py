@@ -14,9 +14,6 @@ records), ``decode(B, dm)`` (deltas w.r.t. the box), or ``(cx, cy, w, h) = mu'``
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +22,7 @@ import numpy as np
 from detcal.boxes import cxcywh_to_xyxy, decode_deltas, encode_deltas
 from detcal.calibration.base import RegressionCalibrator
 from detcal.errors import DetcalInputError
+from detcal.utils.fresh_dir import fresh_dir
 from detcal.types import Dataset, Detections, GroundTruth, MatchResult
 from detcal.utils.io import write_text
 
@@ -143,10 +141,7 @@ def write_calibrated(out_dir: Path, fmt: str, dets: Detections, dataset: Dataset
     Returns the written paths by role.
     """
     final = Path(out_dir)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    out_dir = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-    os.chmod(out_dir, 0o777 & ~_umask())
-    try:
+    with fresh_dir(final) as out_dir:
         paths: dict[str, str] = {"format": fmt}
         if fmt == "coco":
             from detcal.data.coco import write_coco_instances, write_coco_results
@@ -170,27 +165,4 @@ def write_calibrated(out_dir: Path, fmt: str, dets: Detections, dataset: Dataset
                 write_text(out_dir / "sizes.txt", "\n".join(lines) + ("\n" if lines else ""))
                 paths["gt"] = str(out_dir / "label_2")
                 paths["sizes"] = str(out_dir / "sizes.txt")
-        _replace_dir(out_dir, final)
-    except BaseException:
-        shutil.rmtree(out_dir, ignore_errors=True)
-        raise
     return {k: v.replace(str(out_dir), str(final)) for k, v in paths.items()}
-
-
-def _replace_dir(new: Path, final: Path) -> None:
-    """Move the freshly written ``new`` over ``final`` whole: no file of an older run survives."""
-    old = None
-    if final.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
-        os.replace(final, old / final.name)
-    os.replace(new, final)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

@@ -5,10 +5,14 @@ Usage::
     detcal-gather multirun/2025-01-01/12-00-00 [--out table.md] [--csv table.csv]
                   [--metrics 'headline/*' 'regression/ence/*']
 
-Walks ``<multirun_dir>`` for every ``metrics.json`` written by
-``detcal-evaluate``, reads the run's overrides from ``.hydra/overrides.yaml``
-next to it, and writes one table: rows = runs labelled by their overrides
-(overrides shared by every run are left out of the labels), columns = the
+Reads one sweep: ``<multirun_dir>`` itself when it is a sweep directory
+(Hydra's ``multirun.yaml`` in it), else the most recent sweep below it (said
+on stderr). Walks the sweep for every ``metrics.json`` a detcal command
+wrote, reads the run's overrides from ``.hydra/overrides.yaml`` next to it,
+and writes one table: rows = runs labelled by their overrides (overrides
+shared by every run, and cosmetic ones such as ``output.progress=false``,
+are left out of the labels; a metrics.json that cannot be read is skipped
+with a warning), columns = the
 chosen metrics. Default columns: every key of the runs' ``headline`` section
 (stable across sweeps, e.g. ``ece``, ``dece``, ``ence_tx``); ``--metrics``
 takes ``fnmatch`` patterns over :func:`detcal.reports.tables.flatten_metrics`
@@ -17,21 +21,21 @@ keys instead. Writes Markdown (printed as well) and CSV; by default
 """
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import json
+import logging
 import os
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from detcal.errors import DetcalInputError
-from detcal.reports.tables import comparison_csv, comparison_table, iter_metrics, write_table
-from detcal.utils.io import write_text
+from detcal.reports.tables import comparison_csv, comparison_table, iter_metrics
 
-__all__ = ["RunRecord", "GatherResult", "find_runs", "gather", "main"]
+log = logging.getLogger("detcal.gather")
+
+__all__ = ["RunRecord", "GatherResult", "sweep_dir", "find_runs", "gather"]
 
 
 @dataclass
@@ -74,8 +78,28 @@ def _read_overrides(run_dir: Path) -> list[str]:
     return [str(x) for x in data]
 
 
+COSMETIC = ("output.", "progress", "print_summary", "plots", "hydra.", "+hydra.")
+"""Override prefixes that change no number (left out of the row labels)."""
+
+
+def sweep_dir(multirun_dir: str | os.PathLike) -> Path:
+    """The one sweep to read: ``multirun_dir`` if it is one, else the most recent sweep below it."""
+    root = Path(multirun_dir)
+    if not root.is_dir():
+        raise DetcalInputError("is not a directory", file=root)
+    if (root / "multirun.yaml").is_file():
+        return root
+    sweeps = sorted((f.parent for f in root.rglob("multirun.yaml")), key=lambda p: (p.stat().st_mtime, str(p)))
+    if not sweeps:
+        return root
+    if len(sweeps) > 1:
+        log.warning("%d sweeps under %s; reading the most recent, %s (give a sweep directory to choose)",
+                    len(sweeps), root, sweeps[-1])
+    return sweeps[-1]
+
+
 def find_runs(multirun_dir: str | os.PathLike) -> list[RunRecord]:
-    """Every run below ``multirun_dir`` that holds a ``metrics.json``, in natural path order."""
+    """Every run below ``multirun_dir`` that holds a readable ``metrics.json``, in natural path order."""
     root = Path(multirun_dir)
     if not root.is_dir():
         raise DetcalInputError("is not a directory", file=root)
@@ -83,10 +107,12 @@ def find_runs(multirun_dir: str | os.PathLike) -> list[RunRecord]:
     for f in sorted(root.rglob("metrics.json"), key=_natural_key):
         try:
             metrics = json.loads(f.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise DetcalInputError(f"not valid JSON: {exc.msg}", file=f, record=f"line {exc.lineno}") from exc
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            log.warning("skipping %s: not UTF-8 JSON (%s)", f, exc)
+            continue
         if not isinstance(metrics, dict):
-            raise DetcalInputError("expected a JSON object", file=f)
+            log.warning("skipping %s: not a JSON object", f)
+            continue
         runs.append(RunRecord(f.parent, _read_overrides(f.parent), metrics))
     return runs
 
@@ -95,7 +121,8 @@ def _labels(runs: Sequence[RunRecord], root: Path) -> list[str]:
     common = set.intersection(*(set(r.overrides) for r in runs)) if runs else set()
     labels = []
     for r in runs:
-        own = [o for o in r.overrides if o not in common] or r.overrides
+        ovr = [o for o in r.overrides if not o.lstrip("~+").startswith(COSMETIC)]
+        own = [o for o in ovr if o not in common] or ovr
         rel = str(r.run_dir.relative_to(root)) if r.run_dir != root else "."
         labels.append(", ".join(own) if own else rel)
     if len(set(labels)) < len(labels):  # disambiguate by directory
@@ -109,7 +136,7 @@ def gather(multirun_dir: str | os.PathLike, metrics: Sequence[str] | None = None
     ``metrics``: ``fnmatch`` patterns over flattened metric keys; ``None``
     uses the keys of each run's ``headline`` section (first-seen order).
     """
-    root = Path(multirun_dir)
+    root = sweep_dir(multirun_dir)
     runs = find_runs(root)
     if not runs:
         raise DetcalInputError("holds no metrics.json (is it a detcal-evaluate sweep directory?)", file=root)
@@ -128,29 +155,3 @@ def gather(multirun_dir: str | os.PathLike, metrics: Sequence[str] | None = None
                 columns.append(k)
     rows = {lab: {c: n[c] for c in columns if c in n} for lab, n in zip(_labels(runs, root), nodes)}
     return GatherResult(rows, columns, comparison_table(rows, columns), comparison_csv(rows, columns))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Console entry point of ``detcal-gather``; returns the exit status."""
-    ap = argparse.ArgumentParser(prog="detcal-gather", description=__doc__.split("\n\n")[0])
-    ap.add_argument("multirun_dir", help="a Hydra sweep directory written by detcal-evaluate -m")
-    ap.add_argument("--out", default=None, help="Markdown output (default <multirun_dir>/comparison.md)")
-    ap.add_argument("--csv", default=None, help="CSV output (default: --out with .csv suffix)")
-    ap.add_argument("--metrics", nargs="+", default=None, help="fnmatch patterns over flattened metric keys")
-    ap.add_argument("--quiet", action="store_true", help="do not print the table")
-    args = ap.parse_args(argv)
-    try:
-        res = gather(args.multirun_dir, args.metrics)
-    except DetcalInputError as exc:
-        print(f"detcal-gather: {exc}", file=sys.stderr)
-        return 2
-    out = Path(args.out) if args.out else Path(args.multirun_dir) / "comparison.md"
-    csv_path = Path(args.csv) if args.csv else out.with_suffix(".csv")
-    write_table(out, res.markdown, echo=not args.quiet)
-    write_text(csv_path, res.csv)
-    print(f"wrote {out} and {csv_path} ({len(res.rows)} runs, {len(res.columns)} columns)", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

@@ -40,55 +40,80 @@ def _reason(key: str, value: float, holder: dict[str, Any]) -> str:
 
 def strict(obj: Any) -> Any:
     """Plain, strict-JSON-ready Python from ``obj`` (see the module docstring)."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        if hasattr(obj, "to_dict"):
-            return strict(obj.to_dict())
-        return strict(dataclasses.asdict(obj))
+    return _strict(obj)[0]
+
+
+_NAN_LIST = "entries are null where not computable (empty bins or cells)"
+
+
+def _array(a: np.ndarray) -> tuple[Any, bool]:
+    """A numpy array as nested lists; non-finite floats become None (second item: any did)."""
+    if a.dtype.kind == "f":
+        ok = np.isfinite(a)
+        if ok.all():
+            return a.tolist(), False
+        o = a.astype(object)
+        o[~ok] = None
+        return o.tolist(), True
+    if a.dtype.kind in "biu":
+        return a.tolist(), False
+    return [_strict(v)[0] for v in a.tolist()], False
+
+
+def _strict(obj: Any) -> tuple[Any, bool]:
+    """(plain value, whether a non-finite number inside a list became null)."""
+    t = type(obj)
+    if t is float:
+        return (obj, False) if math.isfinite(obj) else (None, True)
+    if t is int or t is str or obj is None or t is bool:
+        return obj, False
+    if t is list or t is tuple:
+        if obj and all(type(v) is float for v in obj):  # the common case: a row of numbers
+            return _array(np.asarray(obj, dtype=float))
+        out, nan = [], False
+        for v in obj:
+            sv, n = _strict(v)
+            out.append(sv)
+            nan = nan or n or (isinstance(v, (float, np.floating)) and sv is None)
+        return out, nan
     if isinstance(obj, dict):
-        out: dict[str, Any] = {}
+        res: dict[str, Any] = {}
         nulls: dict[str, str] = dict(obj.get("_null") or {}) if isinstance(obj.get("_null"), dict) else {}
         for k, v in obj.items():
             k = str(k)
             if k == "_null":
                 continue
             if isinstance(v, (float, np.floating)) and not math.isfinite(float(v)):
-                out[k] = None
+                res[k] = None
                 nulls[k] = _reason(k, float(v), obj)
                 continue
-            sv = strict(v)
-            if isinstance(sv, list) and _has_null_from_nan(v):
-                nulls.setdefault(k, "entries are null where not computable (empty bins or cells)")
-            out[k] = sv
+            sv, nan = _strict(v)
+            if nan and isinstance(sv, list):
+                nulls.setdefault(k, _NAN_LIST)
+            res[k] = sv
         if nulls:
-            out["_null"] = nulls
-        return out
+            res["_null"] = nulls
+        return res, False
     if isinstance(obj, np.ndarray):
-        return strict(obj.tolist())
+        return _array(obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return _strict(obj.to_dict() if hasattr(obj, "to_dict") else dataclasses.asdict(obj))
     if isinstance(obj, (list, tuple)):
-        return [strict(v) for v in obj]
+        return _strict(list(obj))
     if isinstance(obj, (bool, np.bool_)):
-        return bool(obj)
+        return bool(obj), False
     if isinstance(obj, (int, np.integer)):
-        return int(obj)
+        return int(obj), False
     if isinstance(obj, (float, np.floating)):
         v = float(obj)
-        return v if math.isfinite(v) else None
-    if isinstance(obj, (str, type(None))):
-        return obj
+        return (v, False) if math.isfinite(v) else (None, True)
+    if isinstance(obj, str):
+        return str(obj), False
     if isinstance(obj, os.PathLike):
-        return str(obj)
+        return str(obj), False
     if hasattr(obj, "to_dict"):
-        return strict(obj.to_dict())
-    return str(obj)
-
-
-def _has_null_from_nan(v: Any) -> bool:
-    if isinstance(v, np.ndarray):
-        return v.dtype.kind == "f" and not bool(np.all(np.isfinite(v)))
-    if isinstance(v, (list, tuple)):
-        return any(_has_null_from_nan(x) if isinstance(x, (list, tuple, np.ndarray))
-                   else isinstance(x, (float, np.floating)) and not math.isfinite(float(x)) for x in v)
-    return False
+        return _strict(obj.to_dict())
+    return str(obj), False
 
 
 def _text(obj: Any, indent: int = 0) -> str:
@@ -118,11 +143,12 @@ def header(command: str, **fields: Any) -> dict[str, Any]:
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), **fields}
 
 
-def write_metrics(path: str | os.PathLike, record: dict[str, Any]) -> dict[str, Any]:
-    """Atomically write ``record`` as strict JSON; returns the written (plain) content."""
-    plain = strict(record)
-    write_text(Path(path), _text(plain) + "\n")
-    return plain
+def write_metrics(path: str | os.PathLike, record: dict[str, Any], *, plain: bool = False) -> dict[str, Any]:
+    """Atomically write ``record`` as strict JSON; returns the written (plain) content.
+    ``plain=True``: ``record`` is already :func:`strict` output."""
+    content = record if plain else strict(record)
+    write_text(Path(path), _text(content) + "\n")
+    return content
 
 
 def schema() -> dict[str, Any]:

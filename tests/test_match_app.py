@@ -1,4 +1,4 @@
-"""Tests of the ``detcal-match`` command line (detcal.cli.match).
+"""Tests of the ``detcal-match`` command line (detcal.apps.match).
 
 Inputs are small COCO JSON / KITTI text files written here; expected rows are
 worked out by hand in the comments.
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from detcal.cli.match import main
+from detcal.apps.match import main
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:

@@ -21,7 +21,7 @@ detection uses its class's devkit threshold). A sidecar
 ``<out>.json`` records every parameter (mode, thresholds, score threshold,
 max dets, class-agnostic, KITTI rules, inputs) and the counts.
 
-Matching rules: :mod:`detcal.matching` (../shared/METRICS.md section 2).
+Matching rules: docs/matching.md.
 """
 from __future__ import annotations
 
@@ -31,11 +31,10 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 
 from detcal.errors import DetcalError, DetcalInputError
-from detcal.matching import MODES, match
-from detcal.types import Dataset, Detections, KittiRules, MatchResult
+from detcal.matching import GT_IGNORE, MODES, match
+from detcal.types import Dataset, Detections, KittiRules
 from detcal.reports.detections_csv import _column_names, format_csv
 from detcal.utils.io import atomic_write, write_json
 
@@ -67,12 +66,17 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument("--images", help="KITTI: image_2 directory (sizes read from the image headers)")
     ap.add_argument("--iou", nargs="+", default=None,
                     help="IoU thresholds (default 0.5 for coco, 'kitti' = per-class devkit thresholds for kitti)")
-    ap.add_argument("--mode", choices=MODES, default="exclusive")
+    ap.add_argument("--mode", choices=MODES, default=None,
+                    help="exclusive (pycocotools; default for coco), kitti (the devkit's walk; default for kitti), max")
+    ap.add_argument("--gt-ignore", choices=GT_IGNORE, default="pycocotools",
+                    help="COCO 'ignore' key: overwritten by iscrowd as pycocotools does, or ignore_or_crowd")
     ap.add_argument("--class-agnostic", action="store_true", help="match regardless of category")
     ap.add_argument("--score-threshold", type=float, default=0.0, help="detections with a lower score are not considered")
     ap.add_argument("--max-dets", type=_max_dets, default=None,
                     help="keep the best N per image and category ('none' = all; default 100 for coco, none for kitti)")
     ap.add_argument("--difficulty", choices=("easy", "moderate", "hard"), default="moderate", help="KITTI difficulty")
+    ap.add_argument("--unknown-category", choices=("drop", "error"), default="drop",
+                    help="detections of a category absent from the ground truth: drop (counted) or error")
     ap.add_argument("--out", required=True, help="output CSV path")
     return ap
 
@@ -94,17 +98,20 @@ def _thresholds(values: list[str] | None, fmt: str) -> tuple[float, ...] | str:
 
 
 def _load(args: argparse.Namespace) -> tuple[Dataset, Detections, KittiRules | None]:
+    from detcal.pipeline.sources import load_data
+    from detcal.pipeline.spec import DataSpec
+
     if args.format == "coco":
         if args.sizes or args.images:
             raise DetcalInputError("--sizes/--images are for --format kitti only", field="--sizes")
-        from detcal.data.coco import load_coco_instances, load_coco_results
-
-        ds = load_coco_instances(args.gt)
-        return ds, load_coco_results(args.results, ds), None
-    from detcal.data.kitti import kitti_rules, load_kitti_labels, load_kitti_results
-
-    ds = load_kitti_labels(args.gt, image_dir=args.images, sizes=args.sizes, difficulty=args.difficulty)
-    return ds, load_kitti_results(args.results, ds), kitti_rules(args.difficulty)
+        spec = DataSpec(source="coco", gt=args.gt, results=args.results, unknown_category=args.unknown_category)
+    else:
+        spec = DataSpec(source="kitti", label_dir=args.gt, results_dir=args.results, image_dir=args.images,
+                        sizes=args.sizes, difficulty=args.difficulty)
+    data = load_data(spec, ".")
+    for cause, n in data.dropped.items():
+        print(f"detcal-match: warning: left out {n} detections ({cause.replace('_', ' ')})", file=sys.stderr)
+    return data.dataset, data.detections, data.kitti
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -114,13 +121,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         iou = _thresholds(args.iou, args.format)
         ds, dets, rules = _load(args)
+        if len(dets) == 0:
+            raise DetcalInputError("holds no detections: nothing to match", file=args.results)
         if args.max_dets is None:  # format default: COCO maxDets 100, the KITTI devkit has no cap
             max_dets = 100 if args.format == "coco" else None
         else:
             max_dets = args.max_dets or None
         t1 = time.perf_counter()
         result = match(
-            dets, ds.gt, iou, mode=args.mode, class_agnostic=args.class_agnostic,
+            dets, ds.gt, iou, mode=args.mode or ("kitti" if args.format == "kitti" else "exclusive"),
+            class_agnostic=args.class_agnostic, gt_ignore=args.gt_ignore,
             score_threshold=args.score_threshold, max_dets=max_dets, kitti=rules, images=ds.images,
         )
         t2 = time.perf_counter()

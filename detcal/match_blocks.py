@@ -1,0 +1,254 @@
+"""Building blocks of the matchers (:mod:`detcal.matching`, :mod:`detcal.kitti_eval`).
+
+Dense codes, stable radix ordering, segment helpers and box IoU in the exact
+arithmetic of the reference tools (docs/matching.md, "IoU arithmetic"). All
+vectorised; no loop over detections.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from detcal.types import Detections, GroundTruth
+
+
+def _factorize(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense codes 0..K-1 of integer ``values`` (order-preserving) and K.
+
+    A lookup table when the values are small non-negative ints (no sort),
+    ``np.unique`` otherwise.
+    """
+    if len(values) == 0:
+        return np.zeros(0, np.int64), 0
+    lo, hi = int(values.min()), int(values.max())
+    if lo >= 0 and hi < 4 * len(values) + 2_000_000:
+        present = np.zeros(hi + 1, np.int64)
+        present[values] = 1
+        table = np.cumsum(present) - 1
+        return table[values], int(table[-1]) + 1
+    uniq, inv = np.unique(values, return_inverse=True)
+    return inv.reshape(-1).astype(np.int64), len(uniq)
+
+
+def _group_codes(det_img: np.ndarray, det_cat: np.ndarray, gt_img: np.ndarray, gt_cat: np.ndarray, class_agnostic: bool) -> tuple[np.ndarray, np.ndarray, int]:
+    """Group id per detection and per GT, (image) or (image, category), and the id bound."""
+    nd = len(det_img)
+    img, n_img = _factorize(np.concatenate([det_img, gt_img]))
+    if class_agnostic:
+        code, n = img, n_img
+    else:
+        cat, n_cat = _factorize(np.concatenate([det_cat, gt_cat]))
+        code, n = img * n_cat + cat, n_img * n_cat
+        if n > 4 * len(code) + 2_000_000:  # sparse product space: compact it
+            code, n = _factorize(code)
+    return code[:nd], code[nd:], n
+
+
+def _float_key(x: np.ndarray) -> np.ndarray:
+    """Order-preserving map float64 -> uint64 (IEEE-754 bit trick; -0.0 counts as 0.0)."""
+    b = (np.asarray(x, np.float64) + 0.0).view(np.uint64)
+    return np.where(b >> np.uint64(63), ~b, b | np.uint64(1 << 63))
+
+
+def _stable_argsort(keys: Sequence[np.ndarray]) -> np.ndarray:
+    """Stable lexicographic order of non-negative integer keys, least significant first (as ``np.lexsort``).
+
+    LSD radix sort on 16-bit digits: numpy's stable sort of ``uint16`` is a
+    radix sort, so each pass is linear; digits that are constant are skipped.
+    """
+    n = len(keys[0])
+    perm = np.arange(n, dtype=np.int64)
+    if n == 0:
+        return perm
+    for key in keys:
+        k = np.asarray(key).astype(np.uint64)[perm]
+        top = int(k.max())
+        sh = 0
+        while True:
+            d = ((k >> np.uint64(sh)) & np.uint64(0xFFFF)).astype(np.uint16)
+            if d.min() != d.max():
+                p = np.argsort(d, kind="stable")
+                perm, k = perm[p], k[p]
+            sh += 16
+            if sh >= 64 or (top >> sh) == 0:
+                break
+    return perm
+
+
+def _segment_starts(sorted_keys: np.ndarray) -> np.ndarray:
+    """Start positions of the runs of equal values in a sorted array."""
+    if len(sorted_keys) == 0:
+        return np.zeros(0, np.int64)
+    return np.flatnonzero(np.concatenate([[True], sorted_keys[1:] != sorted_keys[:-1]]))
+
+
+def _pair_iou(d: np.ndarray, g: np.ndarray, crowd: np.ndarray) -> np.ndarray:
+    """IoU [P] of paired boxes ``d`` [4,P] (detection) and ``g`` [4,P] (GT), xyxy rows, as maskApi ``bbIou``.
+
+    ``iou = i / (a_d + a_g - i)`` with ``i`` the intersection, or ``i / a_d``
+    for a crowd GT; 0 without overlap.
+    """
+    iw = np.minimum(d[2], g[2])
+    iw -= np.maximum(d[0], g[0])
+    ih = np.minimum(d[3], g[3])
+    ih -= np.maximum(d[1], g[1])
+    da = (d[2] - d[0]) * (d[3] - d[1])
+    ga = (g[2] - g[0]) * (g[3] - g[1])
+    np.maximum(iw, 0.0, out=iw)
+    np.maximum(ih, 0.0, out=ih)
+    inter = np.multiply(iw, ih, out=iw)
+    union = da + ga
+    union -= inter
+    union = np.where(crowd, da, union)
+    out = np.zeros_like(inter)
+    np.divide(inter, union, out=out, where=inter > 0)
+    return out
+
+
+def box_areas(box: np.ndarray, wh: np.ndarray | None = None) -> np.ndarray:
+    """Areas [N] of ``xyxy`` boxes [N,4] in the arithmetic of pycocotools.
+
+    pycocotools keeps COCO ``[x, y, w, h]`` and takes ``w * h`` (maskApi
+    ``bbIou``); ``(x2 - x1) * (y2 - y1)`` from the corners can differ in the
+    last bit (``x2 = x + w`` is rounded). With ``wh`` (the input's width and
+    height, ``GroundTruth.wh`` / ``Detections.wh``) a box's area is
+    ``w * h`` where ``x1 + w == x2`` and ``y1 + h == y2`` hold exactly (so a
+    ``wh`` left behind by a changed box is never used), else from corners.
+    """
+    box = np.asarray(box, np.float64)
+    a = (box[:, 2] - box[:, 0]) * (box[:, 3] - box[:, 1])
+    if wh is None or len(box) == 0:
+        return a
+    same = (box[:, 0] + wh[:, 0] == box[:, 2]) & (box[:, 1] + wh[:, 1] == box[:, 3])
+    return np.where(same, wh[:, 0] * wh[:, 1], a)
+
+
+def _slot_iou(
+    dcol: np.ndarray, g0: np.ndarray, n_slot: np.ndarray, gcol: np.ndarray, crowd: np.ndarray,
+    da: np.ndarray | None = None, ga: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """IoU of every detection with every GT of its group, in slot-major layout.
+
+    The S detections (``dcol`` [4,S] xyxy) are sorted by their group's GT
+    count, descending; detection i meets the GTs ``g0[i] + j`` (columns of
+    ``gcol`` [4,W]) for slots ``j < count_i``, and slot j holds the first
+    ``n_slot[j]`` detections. So the detection side of a slot is a slice (no
+    gather) and the loop runs over GT slots (the largest group size), never
+    over detections.
+
+    Returns ``iou`` [P] (slot j at ``off[j]:off[j] + n_slot[j]``), ``off``
+    [J], the best IoU per detection [S] and the first slot reaching it [S].
+    IoU as maskApi ``bbIou``: ``i / (a_d + a_g - i)``, crowd ``i / a_d``.
+    """
+    S = dcol.shape[1]
+    off = np.cumsum(n_slot) - n_slot
+    out = np.zeros(int(n_slot.sum()))
+    best = np.full(S, -1.0)
+    arg = np.zeros(S, np.int64)
+    if da is None:
+        da = (dcol[2] - dcol[0]) * (dcol[3] - dcol[1])
+    if ga is None:
+        ga = (gcol[2] - gcol[0]) * (gcol[3] - gcol[1])
+    any_crowd = bool(crowd.any())
+    gpack = np.concatenate([gcol, ga[None, :], crowd[None, :].astype(np.float64)])  # one take per slot
+    for j in range(len(n_slot)):
+        n = int(n_slot[j])
+        gx1, gy1, gx2, gy2, union, g_crowd = np.take(gpack, g0[:n] + j, axis=1)  # fresh rows: work in place
+        iw = np.minimum(gx2, dcol[2, :n], out=gx2)
+        iw -= np.maximum(gx1, dcol[0, :n], out=gx1)
+        ih = np.minimum(gy2, dcol[3, :n], out=gy2)
+        ih -= np.maximum(gy1, dcol[1, :n], out=gy1)
+        np.maximum(iw, 0.0, out=iw)
+        np.maximum(ih, 0.0, out=ih)
+        inter = np.multiply(iw, ih, out=iw)
+        union += da[:n]  # (a_g + a_d) - i, in maskApi's order of operations
+        union -= inter
+        if any_crowd:
+            c = np.flatnonzero(g_crowd)
+            union[c] = da[c]
+        x = out[off[j]: off[j] + n]
+        np.divide(inter, union, out=x, where=inter > 0)  # no overlap: stays 0 (union may be 0 there)
+        np.copyto(arg[:n], j, where=x > best[:n])  # strict: the first slot reaching the best is kept
+        np.maximum(best[:n], x, out=best[:n])
+    return out, off, best, arg
+
+
+def _expand(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + c)`` for every (s, c), vectorised."""
+    total = int(counts.sum())
+    offs = np.cumsum(counts) - counts
+    return np.arange(total, dtype=np.int64) - np.repeat(offs - starts, counts)
+
+
+def _dontcare_ioa(dets: Detections, gt: GroundTruth, dc_cat: int, rows: np.ndarray) -> np.ndarray:
+    """Max over DontCare boxes of the same image of intersection / detection area, for ``rows``."""
+    out = np.zeros(len(rows))
+    dc = np.flatnonzero(gt.category == dc_cat)
+    if len(dc) == 0 or len(rows) == 0:
+        return out
+    dc = dc[np.argsort(gt.image_id[dc], kind="stable")]
+    dc_img = gt.image_id[dc]
+    lo = np.searchsorted(dc_img, dets.image_id[rows], "left")
+    hi = np.searchsorted(dc_img, dets.image_id[rows], "right")
+    cnt = hi - lo
+    has = np.flatnonzero(cnt > 0)
+    if len(has) == 0:
+        return out
+    pg = dc[_expand(lo[has], cnt[has])]
+    pd = np.repeat(rows[has], cnt[has])
+    ioa = _pair_iou(dets.box[pd].T, gt.box[pg].T, np.ones(len(pd), bool))
+    seg = np.cumsum(cnt[has]) - cnt[has]
+    out[has] = np.maximum.reduceat(ioa, seg)
+    return out
+
+
+def _greedy(
+    pair_iou: np.ndarray,
+    pair_g: np.ndarray,
+    pair_seg: np.ndarray,
+    seg_start: np.ndarray,
+    step_seg: np.ndarray,
+    thr_pair: np.ndarray,
+    strict: bool,
+    ign_g: np.ndarray,
+    crowd_g: np.ndarray,
+    n_gt: int,
+) -> np.ndarray:
+    """COCO greedy assignment, all groups in lockstep; returns the chosen GT per segment [T,S] (-1 none).
+
+    Segments are detections (runs of pairs, one per GT of the group), ordered
+    rank-major: ``step_seg[r]:step_seg[r+1]`` are the rank-r detections, one
+    per group, so their GTs are disjoint and one step is a vectorised
+    evaluateImg inner loop for all of them.
+    """
+    T = thr_pair.shape[0]
+    S = len(seg_start)
+    chosen = np.full((T, S), -1, np.int64)
+    taken = np.zeros((T, n_gt), bool)
+    per_pair_thr = thr_pair.shape[1] > 1
+    seg_end = np.append(seg_start[1:], len(pair_iou))
+    for r in range(len(step_seg) - 1):
+        s0, s1 = int(step_seg[r]), int(step_seg[r + 1])
+        if s0 == s1:
+            continue
+        p0, p1 = int(seg_start[s0]), int(seg_end[s1 - 1])
+        g = pair_g[p0:p1]
+        iou = pair_iou[p0:p1]
+        thr = thr_pair[:, p0:p1] if per_pair_thr else thr_pair
+        seg = pair_seg[p0:p1] - s0
+        starts = seg_start[s0:s1] - p0
+        ok = (iou > thr) if strict else (iou >= thr)
+        valid = ok & (crowd_g[g] | ~taken[:, g])
+        reg = ~ign_g[g]
+        has_reg = np.logical_or.reduceat(valid & reg, starts, axis=1)
+        cand = valid & (reg | ~has_reg[:, seg])
+        key = np.where(cand, iou, -1.0)
+        best = np.maximum.reduceat(key, starts, axis=1)
+        pos = np.where(cand & (key == best[:, seg]), np.arange(p1 - p0), -1)
+        last = np.maximum.reduceat(pos, starts, axis=1)  # exact tie -> later GT
+        ti, si = np.nonzero(last >= 0)
+        gi = g[last[ti, si]]
+        taken[ti, gi] = True
+        chosen[ti, s0 + si] = gi
+    return chosen

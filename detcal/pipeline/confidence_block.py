@@ -1,0 +1,141 @@
+"""The confidence part of an evaluation: metrics and D-ECE maps per IoU threshold."""
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from detcal.pipeline.progress import Progress
+from detcal.pipeline.sources import LoadedData
+from detcal.pipeline.spec import FEATURES, EvaluationSpec
+from detcal.types import MatchResult
+
+__all__ = ["confidence_blocks", "dece_maps", "threshold_label"]
+
+
+def threshold_label(t: float) -> str:
+    """``iou=0.50`` (``iou=kitti`` for the per-class KITTI row, stored as NaN)."""
+    if not np.isfinite(t):
+        return "iou=kitti"
+    return f"iou={t:.2f}" if abs(round(t, 2) - t) < 1e-12 else f"iou={t:g}"
+
+
+def _feature_cols(names: list[str]) -> list[int]:
+    return [FEATURES.index(n) for n in names]
+
+
+def _map_bins(b: Any, pair: list[str]) -> int | tuple[int, int, int]:
+    """Bins of a (confidence, f1, f2) map grid: the D-ECE bins of those dimensions."""
+    if isinstance(b.bins, int):
+        return b.bins
+    per = {n: b.bins[1 + i] for i, n in enumerate(b.features)}
+    return (b.bins[0], per.get(pair[0], b.bins[0]), per.get(pair[1], b.bins[0]))
+
+
+def dece_maps(spec: EvaluationSpec, p: np.ndarray, y: np.ndarray, feats: np.ndarray) -> dict[str, Any]:
+    """D-ECE heat maps over the configured feature pairs (Kueppers et al. 2020, Fig. 1)."""
+    from detcal.metrics.confidence import dece
+    from detcal.reports.gap_maps import marginal_gap_map
+
+    b = spec.dece_binning
+    out: dict[str, Any] = {}
+    for pair in spec.confidence.maps:
+        a, c = _feature_cols(pair)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            r = dece(p, y, feats[:, [a, c]], bins=_map_bins(b, pair),
+                     sample_threshold=b.sample_threshold, policy=b.policy)
+        shape = tuple(int(v) for v in r.params.get("bins", ())) or (1, 1, 1)
+        n = int(np.prod(shape))
+        m = marginal_gap_map(r.table.get("count", np.zeros(n)), r.table.get("confidence", np.full(n, np.nan)),
+                             r.table.get("precision", np.full(n, np.nan)), shape, keep_axes=(1, 2),
+                             kept=r.table.get("kept"))
+        out[f"{pair[0]}_{pair[1]}"] = {
+            "axes": list(pair), "bins": list(shape[1:]), "gap": m["gap"], "count": m["count"],
+            "kept_count": m["kept_count"], "sample_threshold": b.sample_threshold, "policy": b.policy,
+            "dece": float(r.value),
+            "definition": "M(i,j) = sum_kept N_c gap(c) / sum_kept N_c over the confidence bins of "
+                          "position cell (i,j) of a D-ECE grid over (confidence, f1, f2)"}
+    return out
+
+
+def _null_position_metrics(block: dict[str, Any], reason: str) -> None:
+    """Replace the metrics over (confidence, box features) by null with ``reason``."""
+    for key, node in block.items():
+        if isinstance(node, dict) and int((node.get("params") or {}).get("n_features", 1)) > 1:
+            block[key] = {"name": node.get("name", key), "value": None, "variant": node.get("variant"),
+                          "params": node.get("params"), "_null": {"value": reason}}
+
+
+def confidence_blocks(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray,
+                      progress: Progress, exclude: list[float],
+                      no_pos: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Confidence metrics and D-ECE maps per IoU threshold (docs/metrics.md). ``no_pos``: images lack
+    sizes, so the metrics over box positions are null with that reason. ``spec.parallel`` spreads the
+    thresholds over processes or ranks (the same numbers: each threshold is computed whole by one)."""
+    wanted = spec.confidence.iou_thresholds
+    todo = []
+    for i, t in enumerate(mr.iou_thresholds):
+        if wanted is not None and not any(abs(float(t) - w) < 1e-9 for w in wanted):
+            continue
+        if wanted is None and any(abs(float(t) - w) < 1e-9 for w in exclude):
+            continue
+        todo.append(i)
+    args = (spec, data, mr, feats, no_pos)
+    workers, distributed = spec.parallel.workers, spec.parallel.distributed
+    if distributed:
+        from detcal.pipeline.parallel import distributed_rank, distributed_world, gather_all
+
+        rank, world = distributed_rank(), distributed_world()
+        progress.step(f"confidence at {len(todo)} thresholds over {world} ranks")
+        mine = [(i, _one_threshold(i, *args)) for i in todo[rank::world]]
+        done = dict(pair for part in gather_all(mine) for pair in part)
+        results = [done[i] for i in todo]
+    elif workers > 1 and len(todo) > 1:
+        from detcal.pipeline.parallel import map_in_processes
+
+        progress.step(f"confidence at {len(todo)} thresholds in {workers} processes")
+        results = map_in_processes(_one_threshold, todo, args, workers)
+    else:
+        results = []
+        for i in todo:
+            progress.step(f"confidence {threshold_label(float(mr.iou_thresholds[i]))}")
+            results.append(_one_threshold(i, *args))
+    out = {label: block for label, block, _ in results}
+    maps = {label: m for label, block, m in results if m is not None}
+    return out, maps
+
+
+def _one_threshold(i: int, spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray,
+                   no_pos: str | None) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
+    """(label, metric block, D-ECE maps or None) of matching row ``i``."""
+    from detcal.metrics.confidence import ConfidenceConfig, confidence_metrics
+
+    b, c, bs = spec.dece_binning, spec.confidence, spec.bootstrap
+    dets = data.detections
+    cols = _feature_cols(b.features)
+    ccfg = ConfidenceConfig(ece_bins=b.ece_bins, dece_bins=b.bins_arg(), sample_threshold=b.sample_threshold,
+                            policy=b.policy, n_boot=bs.n, ci_level=bs.level, seed=bs.seed)
+    label = threshold_label(float(mr.iou_thresholds[i]))
+    rows = np.flatnonzero(mr.considered & ~mr.ignored[i])
+    p, y = dets.score[rows], mr.matched[i, rows]
+    if len(rows) == 0 or not y.any():
+        why = "no detection was evaluated" if len(rows) == 0 else f"no detection matched at {label}"
+        return label, {"_sample": {"n": int(len(rows)), "n_matched": int(y.sum()), "features": list(b.features),
+                                   "skipped": f"{why}: the confidence metrics cannot be computed"}}, None
+    f = feats[rows][:, cols] if cols else None
+    if no_pos and f is not None:
+        f = np.where(np.isfinite(f), f, 0.5)  # placeholder positions; the position metrics are nulled below
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = confidence_metrics(p, y, f, dets.category[rows] if c.per_class else None, ccfg, dets.image_id[rows])
+    block: dict[str, Any] = {k: r.to_dict() for k, r in res.items()}
+    for node in block.values():
+        if isinstance(node, dict) and isinstance(node.get("table"), dict):
+            node["table"].pop("bin_index", None)  # cells are in C order over params.bins
+    block["_sample"] = {"n": int(len(rows)), "n_matched": int(y.sum()), "features": list(b.features),
+                        "warnings": sorted({str(w.message) for w in caught})}
+    if no_pos:
+        _null_position_metrics(block, "images without width/height: box positions cannot be made relative")
+    return label, block, (dece_maps(spec, p, y, feats[rows]) if c.maps and not no_pos else {})
