@@ -12,12 +12,14 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
 from PIL import Image
 
+from detcal.apps._hydra import register_schema
 from detcal.data import synthetic
 from detcal.data.coco import load_coco_instances, load_coco_results, write_coco_instances
-from detcal.experiments import main as main_job
-from detcal.experiments.common import config_dir
+from detcal.pipeline.registry import config_dir, make_calibrator
+from detcal.training.spec import MainApp
 from detcal.types import Dataset, GroundTruth
 
 CONFIG_DIR = config_dir()
@@ -31,6 +33,7 @@ SCENES = {"min_size": 28, "max_size": 70, "objects_per_image": (1, 4)}
 
 
 def compose_main(overrides: list[str]) -> Any:
+    register_schema("main", MainApp)
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return compose(config_name="main", overrides=overrides)
@@ -54,20 +57,22 @@ def write_miniature(root: Path) -> dict[str, Path]:
 
 
 def test_experiment_composes_with_the_paper_settings() -> None:
-    cfg = compose_main(["experiment=levi2019_kitti"])
-    assert cfg.name == "levi2019_kitti"
-    assert cfg.model.backbone == "resnet101" and cfg.model.backbone_weights is None
-    assert cfg.trainer.device == "cuda" and cfg.trainer.kind == "single"
-    assert cfg.data._target_.endswith("KittiSource") and cfg.data.label_dir == "data/kitti/training/label_2"
-    assert cfg.data.image_dir == "data/kitti/training/image_2"
-    assert cfg.train_data.source == "coco" and cfg.train_data.instances == "data/coco/annotations/instances_train2017.json"
-    assert cfg.train_data.image_dir == "data/coco/train2017" and cfg.train_data.class_map.endswith("coco_kitti_v1.yaml")
+    app = OmegaConf.to_object(compose_main(["experiment=levi2019_kitti"]))
+    assert app.name == "levi2019_kitti"
+    assert app.model.backbone == "resnet101" and app.model.backbone_weights is None
+    assert app.trainer.device == "cuda" and app.trainer.kind == "single"
+    assert app.data.source == "kitti" and app.data.label_dir == "data/kitti/training/label_2"
+    assert app.data.image_dir == "data/kitti/training/image_2"
+    t = app.train_data
+    assert t.source == "coco" and t.instances == "data/coco/annotations/instances_train2017.json"
+    assert t.image_dir == "data/coco/train2017" and t.class_map.endswith("coco_kitti_v1.yaml")
     # Levi et al. App. A.2: stage 2 = 1K iterations, 6 images/iteration, SGD lr 0.001, momentum 0.9
-    assert (cfg.stage2.iterations, cfg.stage2.batch_size, cfg.stage2.lr, cfg.stage2.momentum) == (1000, 6, 0.001, 0.9)
+    s2 = app.stage2
+    assert (s2.iterations, s2.batch_size, s2.lr, s2.momentum) == (1000, 6, 0.001, 0.9)
     # KITTI ~6K recal / ~1.5K val of the 7,481 labelled frames; devkit matching; regression TPs at IoU 0.5
-    assert cfg.splits.val_size == 1500 and cfg.evaluation.matching.iou_thresholds == "kitti"
-    assert cfg.calibration.iou_threshold == 0.5 == cfg.evaluation.metrics.regression.iou_threshold
-    assert cfg.evaluation.binning.scheme == "equal_count" and cfg.evaluation.binning.bins == 10
+    assert app.splits.val_size == 1500 and app.evaluation.matching.iou_thresholds == "kitti"
+    assert app.calibration.iou_threshold == 0.5 == app.evaluation.regression.sample_iou
+    assert app.evaluation.sigma_binning.scheme == "equal_count" and app.evaluation.sigma_binning.bins == 10
 
 
 @pytest.fixture(scope="module")
@@ -86,12 +91,15 @@ def miniature_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "stage1.iterations=40", "stage1.warmup_iters=5", "stage1.checkpoint_every=20",
         "stage2.iterations=6", "stage2.checkpoint_every=3",
     ]
-    cfg = compose_main(overrides)
+    from detcal.training.job import run_main_job
+
+    spec = OmegaConf.to_object(compose_main(overrides)).job()
     run_dir = root / "run"
-    table = main_job.run(cfg, run_dir)
-    return {"dir": run_dir, "table": table, "cfg": cfg}
+    table = run_main_job(spec, run_dir, calibrators={m: make_calibrator(m) for m in spec.calibration.methods})
+    return {"dir": run_dir, "table": table, "spec": spec}
 
 
+@pytest.mark.slow
 def test_runs_to_completion_on_miniature_kitti(miniature_run: dict[str, Any]) -> None:
     d: Path = miniature_run["dir"]
     t = json.loads((d / "table1.json").read_text())
@@ -99,7 +107,7 @@ def test_runs_to_completion_on_miniature_kitti(miniature_run: dict[str, Any]) ->
     assert t["columns"] == ["tx", "ty", "tw", "th"] and t["n_tp_val"] >= 1
     assert all(np.isfinite(v) for row in t["rows"].values() for v in row.values() if t["n_tp_val"] >= 2)
     assert (d / "table1.md").read_text().count("| ENCE") >= 3
-    for v in ("before", "std_scaling", "isotonic"):
+    for v in ("before", "std_scaling", "kuleshov_isotonic"):
         assert (d / f"reliability_{v}.png").is_file()
         m = json.loads((d / "eval" / f"val_{v}" / "metrics.json").read_text())
         assert m["data"]["format"] == "kitti" and m["matching"]["iou_thresholds"] != [0.5]  # devkit per-class row
@@ -111,13 +119,14 @@ def test_runs_to_completion_on_miniature_kitti(miniature_run: dict[str, Any]) ->
     assert t["stages"]["stage2"]["status"] == "trained"
 
 
+@pytest.mark.slow
 def test_training_set_is_coco_restricted_to_kitti_classes(miniature_run: dict[str, Any]) -> None:
     d: Path = miniature_run["dir"]
     train = load_coco_instances(d / "data" / "train_instances.json")
     # coco_kitti_v1: person -> Pedestrian (4), bicycle -> Cyclist (6), car -> Car (1); bus unmapped
     assert set(np.unique(train.gt.category).tolist()) <= {1, 4, 6}
     assert train.categories[1] == "Car" and train.categories[4] == "Pedestrian"
-    src = load_coco_instances(Path(miniature_run["cfg"].train_data.instances))
+    src = load_coco_instances(Path(miniature_run["spec"].train_data.instances))
     assert len(train.gt) == int((src.gt.category != 6).sum())
     val = load_kitti_val(d)
     dets = load_coco_results(d / "predictions" / "val" / "detections.json", dataset=val)

@@ -12,7 +12,7 @@ e has E[e^2] = E[x^2] = (1 - 0.1^3) / (3 * 0.9) = 0.37, so RMSE = sqrt(0.37) =
 (a) random sigma ~ U[1, 10]:
     * STD scaling s = sqrt(E[e^2 / sigma^2]) = sqrt(E[x^2] E[1/sigma^2]),
       E[1/sigma^2] = int_1^10 s^-2 ds / 9 = (1 - 1/10) / 9 = 0.1, so
-      s = sqrt(0.037) = 0.1924 (REFERENCES.md: "s about 0.19");
+      s = sqrt(0.037) = 0.1924 (the paper: "s about 0.19");
     * 10 equal-count bins of sigma are the deciles [1 + 0.9 b, 1 + 0.9 (b+1)];
       RMV_b = sqrt(mean sigma^2 over the bin) = sqrt((hi^3 - lo^3) / (3 (hi - lo)));
       ENCE = mean_b |RMV_b - RMSE| / RMV_b = 0.846 before ("about 0.85"), and
@@ -25,6 +25,7 @@ e has E[e^2] = E[x^2] = (1 - 0.1^3) / (3 * 0.9) = 0.37, so RMSE = sqrt(0.37) =
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,10 +35,14 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
 
-from detcal.errors import DetcalInputError
-from detcal.experiments.common import config_dir
-from detcal.experiments.levi_synthetic import LeviConfig, config_from, run_levi
+from detcal.apps._hydra import register_schema
+from detcal.pipeline.registry import config_dir
+from detcal.pipeline.spec import ConfigError
+from detcal.studies.levi_synthetic import LeviApp, LeviSpec, run_levi_synthetic
+
+REPO = Path(__file__).resolve().parents[1]
 
 E_X2 = (1.0 - 0.1**3) / (3 * 0.9)  # E[x^2], x ~ U[0.1, 1]
 RMSE = float(np.sqrt(E_X2))  # 0.6083
@@ -54,7 +59,7 @@ def _ence_closed_form(scale: float = 1.0) -> float:
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
     out = tmp_path_factory.mktemp("levi")
-    return run_levi(LeviConfig(seed=0), out, echo=False), out
+    return run_levi_synthetic(LeviSpec(seed=0), out), out
 
 
 def _v(m: dict[str, Any], u: str, k: str, metric: str) -> float:
@@ -62,12 +67,13 @@ def _v(m: dict[str, Any], u: str, k: str, metric: str) -> float:
 
 
 def test_closed_forms_match_the_papers_numbers() -> None:
-    # the paper/REFERENCES numbers follow from the data distribution alone
+    # the paper's numbers follow from the data distribution alone
     assert S_RANDOM == pytest.approx(0.19, abs=0.005)
     assert _ence_closed_form() == pytest.approx(0.85, abs=0.01)
     assert _ence_closed_form(S_RANDOM) == pytest.approx(0.5, abs=0.03)
 
 
+@pytest.mark.slow
 def test_random_uncertainty_claims(full_run: tuple[dict[str, Any], Path]) -> None:
     m, _ = full_run
     assert m["config"]["n_train"] == 50_000 and m["config"]["n_recal"] == 6_000
@@ -91,6 +97,7 @@ def test_random_uncertainty_claims(full_run: tuple[dict[str, Any], Path]) -> Non
     assert _v(m, "random", "std_scaling", "cv") == pytest.approx(_v(m, "random", "before", "cv"), rel=1e-9)
 
 
+@pytest.mark.slow
 def test_trained_uncertainty_claims(full_run: tuple[dict[str, Any], Path]) -> None:
     m, _ = full_run
     assert _v(m, "trained", "before", "ence") < 0.05
@@ -104,7 +111,8 @@ def test_trained_uncertainty_claims(full_run: tuple[dict[str, Any], Path]) -> No
     assert m["learned"]["oracle"]["s"] == pytest.approx(1.0, abs=0.05)
 
 
-def test_outputs_and_speed(full_run: tuple[dict[str, Any], Path]) -> None:
+@pytest.mark.slow
+def test_outputs(full_run: tuple[dict[str, Any], Path]) -> None:
     m, out = full_run
     for u in ("random", "trained", "oracle"):
         for f in (f"{u}_std_vs_true.png", f"{u}_rmse_rmv.png", f"{u}_interval_reliability.png"):
@@ -115,37 +123,60 @@ def test_outputs_and_speed(full_run: tuple[dict[str, Any], Path]) -> None:
     assert on_disk["headline"]["random/before/ence"]["value"] == pytest.approx(_v(m, "random", "before", "ence"))
     table = m["results"]["random"]["before"]["ence"]["table"]
     assert len(table["rmv"]) == 10 and sum(table["count"]) == 50_000
-    assert m["timing_s"]["total"] < 110  # the full protocol stays well under 2 minutes on a CPU
 
 
 def test_seeded_and_validated(tmp_path: Path) -> None:
     small = dict(n_train=2000, n_recal=500, n_test=1000, steps=30, plots=False)
-    a = run_levi(LeviConfig(seed=3, **small), None, echo=False)
-    b = run_levi(LeviConfig(seed=3, **small), None, echo=False)
-    c = run_levi(LeviConfig(seed=4, **small), None, echo=False)
+    a = run_levi_synthetic(LeviSpec(seed=3, **small), None)
+    b = run_levi_synthetic(LeviSpec(seed=3, **small), None)
+    c = run_levi_synthetic(LeviSpec(seed=4, **small), None)
     assert a["headline"] == b["headline"]
     assert a["headline"] != c["headline"]
-    with pytest.raises(DetcalInputError, match="levi.bogus"):
-        config_from({"bogus": 1})
-    with pytest.raises(DetcalInputError, match="levi.optimizer"):
-        LeviConfig(optimizer="rmsprop").validate()
-    with pytest.raises(DetcalInputError, match="levi.x_range"):
-        config_from({"x_range": [1.0, 0.1]})
+    with pytest.raises(ConfigError, match="levi.optimizer"):
+        LeviSpec(optimizer="rmsprop")
+    with pytest.raises(ConfigError, match="levi.x_range"):
+        LeviSpec(x_range=[1.0, 0.1])
+    with pytest.raises(ConfigError, match="levi.n_test"):
+        LeviSpec(n_test=5)
+    with pytest.raises(ConfigError, match="levi.steps"):
+        LeviSpec(steps=1.5)
 
 
-def test_hydra_app_and_experiment_config(tmp_path: Path) -> None:
+def _compose(overrides: list[str]) -> Any:
+    register_schema("levi_synthetic", LeviApp)
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        cfg = compose(config_name="levi_synthetic", overrides=["experiment=levi2019_synthetic"])
-    assert cfg.name == "levi2019_synthetic"
-    lc = config_from(cfg.levi)
+        return compose(config_name="levi_synthetic", overrides=overrides)
+
+
+def test_config_is_a_typed_spec_and_names_bad_keys() -> None:
+    app = OmegaConf.to_object(_compose(["experiment=levi2019_synthetic"]))
+    assert isinstance(app, LeviApp) and app.name == "levi2019_synthetic"
+    lc = app.levi
     assert (lc.n_train, lc.n_recal, lc.x_range, lc.random_sigma_range, lc.layers, lc.bins) == \
-        (50_000, 6_000, (0.1, 1.0), (1.0, 10.0), 4, 10)
+        (50_000, 6_000, [0.1, 1.0], [1.0, 10.0], 4, 10)
+    with pytest.raises(Exception, match="bogus"):
+        _compose(["levi.bogus=1"])
+    with pytest.raises(Exception) as e:
+        OmegaConf.to_object(_compose(["levi.optimizer=rmsprop"]))
+    chain, err = [], e.value
+    while err is not None:
+        chain.append(err)
+        err = err.__cause__ or err.__context__
+    assert any(isinstance(x, ConfigError) and x.key == "levi.optimizer" for x in chain)
+
+
+@pytest.mark.slow
+def test_hydra_app(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "detcal.experiments.levi_synthetic", f"hydra.run.dir={run_dir}",
+    cmd = [sys.executable, "-m", "detcal.apps.levi_synthetic", f"hydra.run.dir={run_dir}",
            "levi.n_train=2000", "levi.n_recal=500", "levi.n_test=1000", "levi.steps=20", "levi.plots=false",
            "levi.oracle=false", "print_summary=false"]
-    res = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
     assert res.returncode == 0, res.stderr[-3000:]
     m = json.loads((run_dir / "metrics.json").read_text())
     assert set(m["results"]) == {"random", "trained"} and m["config"]["n_train"] == 2000
+    bad = subprocess.run([*cmd[:4], "levi.optimizer=rmsprop"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert bad.returncode == 2 and "levi.optimizer" in bad.stderr.strip().splitlines()[-1]

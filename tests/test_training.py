@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,12 +18,12 @@ from detcal.training import (
     iteration_batch,
     learning_rate,
     load_checkpoint,
-    predict,
     read_checkpoint,
     scale_delta_std,
     toy_scenes,
     train_stage,
 )
+from detcal.training.predict import predict
 from detcal.types import Dataset, GroundTruth, Images
 
 torch.set_num_threads(2)
@@ -132,6 +133,7 @@ def _model(seed: int = 0, norm: str = "bn", category_ids=(1, 4, 6)):
 TRAIN = dict(lr=0.01, momentum=0.9, weight_decay=1e-4, seed=5, progress=False, log_every=1)
 
 
+@pytest.mark.slow
 def test_kill_and_resume_gives_identical_weights(tmp_path) -> None:
     ds, render = toy_scenes(12, 0)
     full = _model(0)
@@ -178,6 +180,7 @@ def _nll_on(model, ds, render, rows) -> float:
         return float(model([i[0] for i in items], [i[1] for i in items], 2)["loss_nll"])
 
 
+@pytest.mark.slow
 def test_stage2_changes_only_the_uncertainty_branch_and_lowers_nll(tmp_path) -> None:
     ds, render = toy_scenes(16, 1)
     model = _model(0, norm="bn")
@@ -241,3 +244,56 @@ def test_tiny_model_learns_toy_scenes(tmp_path) -> None:
         ev.accumulate()
         ev.summarize()
     assert ev.stats[1] > 0.5, ev.stats
+
+
+def _touch(path: str) -> str:
+    """What the pickle payload below runs when unpickled: creates ``path``."""
+    Path(path).write_text("payload ran")
+    return path
+
+
+class _Payload:
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (_touch, (self.marker,))
+
+
+def test_checkpoint_with_a_pickle_payload_is_refused_and_the_code_does_not_run(tmp_path) -> None:
+    from detcal.training.trainer import CHECKPOINT_FORMAT
+
+    marker = tmp_path / "ran.txt"
+    bad = tmp_path / "evil.pt"
+    torch.save({"format": CHECKPOINT_FORMAT, "model": {}, "iteration": 0, "x": _Payload(marker)}, bad)
+    with pytest.raises(DetcalInputError, match="refused") as e:
+        read_checkpoint(bad)
+    assert "evil.pt" in str(e.value)
+    with pytest.raises(DetcalInputError, match="refused"):
+        load_checkpoint(bad)
+    assert not marker.exists()
+    # the payload is live: an unrestricted torch.load would have run it
+    torch.load(bad, weights_only=False)
+    assert marker.read_text() == "payload ran"
+
+
+def test_checkpoints_load_weights_only_and_restore_rng_states(tmp_path) -> None:
+    import random
+
+    from detcal.training.trainer import _rng_state, _set_rng_state, save_checkpoint
+
+    np.random.seed(11)
+    random.seed(12)
+    torch.manual_seed(13)
+    np.random.standard_normal()  # leaves a cached Gaussian in numpy's legacy state
+    state = _rng_state()
+    save_checkpoint(tmp_path / "rng.pt", {"rng": state})
+    loaded = torch.load(tmp_path / "rng.pt", weights_only=True)["rng"]
+    expect = (np.random.standard_normal(3), random.random(), torch.rand(2))
+    np.random.seed(0)
+    random.seed(0)
+    torch.manual_seed(0)
+    _set_rng_state(loaded)
+    again = (np.random.standard_normal(3), random.random(), torch.rand(2))
+    np.testing.assert_array_equal(expect[0], again[0])
+    assert expect[1] == again[1] and torch.equal(expect[2], again[2])

@@ -13,104 +13,33 @@ gradients are averaged by ``DistributedDataParallel``; only rank 0 writes
 checkpoints and logs. :func:`gather_detections` collects per-rank predictions
 and :func:`all_reduce_sums` merges per-bin sufficient statistics (counts,
 sums) by addition, so sharded and one-process evaluation agree.
+
+``detcal-main trainer=ddp`` does not spell the stage out as flags: it writes
+the stage's full :class:`~detcal.training.spec.StageSpec` and
+:class:`~detcal.training.spec.TrainerSpec` to a JSON job file
+(:mod:`detcal.training.ddp`) and runs ``... -m detcal.training.distributed
+--job <file>``, so every field (``lr_steps``, ``hflip``, ``backend``, ...) arrives.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import torch
-import torch.distributed as dist
 
 from detcal.errors import DetcalInputError
-from detcal.types import Dataset, Detections, Images
-
-
-@dataclass(frozen=True)
-class DistInfo:
-    """This process's place in the job: ``rank``, ``world_size``, ``local_rank`` and its ``device``."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    device: torch.device
-
-
-def get_rank_world() -> tuple[int, int]:
-    """(rank, world size); (0, 1) when ``torch.distributed`` is not initialised."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def is_main_process() -> bool:
-    return get_rank_world()[0] == 0
-
-
-def init_distributed(backend: str | None = None, device: str | None = None) -> DistInfo:
-    """Initialise the default process group from the torchrun environment (``RANK``,
-    ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``PORT``). Without that
-    environment, a single process (rank 0 of 1) is returned and nothing is
-    initialised. ``backend`` defaults to ``nccl`` with CUDA, else ``gloo``.
-    """
-    use_cuda = torch.cuda.is_available() if device is None else str(device).startswith("cuda")
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    dev = torch.device(f"cuda:{local_rank}") if use_cuda else torch.device("cpu")
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        return DistInfo(0, 1, 0, dev)
-    if use_cuda:
-        torch.cuda.set_device(dev)
-    if not dist.is_initialized():
-        dist.init_process_group(backend=backend or ("nccl" if use_cuda else "gloo"))
-    return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, dev)
-
-
-def cleanup() -> None:
-    """Destroy the default process group if one exists."""
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def gather_detections(dets: Detections, images: Images | None = None) -> Detections:
-    """All ranks' delta-record detections, on every rank, in image order.
-
-    Rows are ordered by the image's row in ``images`` (stable: per-rank order
-    kept within an image); without ``images``, by rank. A single process returns
-    ``dets`` unchanged.
-    """
-    from detcal.training.predict import concat_detections
-
-    _, world = get_rank_world()
-    if world == 1:
-        return dets
-    parts: list[Any] = [None] * world
-    dist.all_gather_object(parts, dets)
-    out = concat_detections(parts)
-    if images is not None and len(out):
-        rows = images.index_of(out.image_id)
-        if np.any(rows < 0):
-            bad = int(np.flatnonzero(rows < 0)[0])
-            raise DetcalInputError(f"detection of image id {int(out.image_id[bad])} not in the images", record=bad, field="image_id")
-        out = out.select(np.argsort(rows, kind="stable"))
-    return out
-
-
-def all_reduce_sums(stats: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Element-wise sum over ranks of per-bin sufficient statistics (float64; counts stay exact below 2**53)."""
-    _, world = get_rank_world()
-    if world == 1:
-        return {k: np.asarray(v, dtype=np.float64).copy() for k, v in stats.items()}
-    out = {}
-    for k, v in stats.items():
-        t = torch.as_tensor(np.asarray(v, dtype=np.float64)).clone()
-        dist.all_reduce(t)
-        out[k] = t.numpy()
-    return out
+from detcal.training.comm import (  # noqa: F401 - re-exported
+    DistInfo,
+    all_reduce_sums,
+    cleanup,
+    gather_detections,
+    get_rank_world,
+    init_distributed,
+    is_main_process,
+)
+from detcal.types import Dataset
 
 
 def _load_data(spec: str, seed: int, image_dir: str | None) -> tuple[Dataset, Any]:
@@ -141,13 +70,15 @@ def _load_data(spec: str, seed: int, image_dir: str | None) -> tuple[Dataset, An
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m detcal.training.distributed", description="Train one R-FCN stage (torchrun-ready).")
-    p.add_argument("--data", required=True, help="toy:N | synthetic:N | coco:ANNOTATIONS.json | module:function(seed)")
+    p.add_argument("--job", default=None, help="JSON job file written by detcal.training.ddp.write_job (the full "
+                   "StageSpec/TrainerSpec of detcal-main); replaces every other option")
+    p.add_argument("--data", default=None, help="toy:N | synthetic:N | coco:ANNOTATIONS.json | module:function(seed)")
     p.add_argument("--image-dir", default=None)
     p.add_argument("--data-seed", type=int, default=0)
     p.add_argument("--stage", type=int, choices=(1, 2), default=1)
     p.add_argument("--init", default=None, help="checkpoint to start from (stage 2: the stage-1 final checkpoint)")
-    p.add_argument("--out-dir", required=True)
-    p.add_argument("--iterations", type=int, required=True)
+    p.add_argument("--out-dir", default=None)
+    p.add_argument("--iterations", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=4, help="global batch (split over ranks)")
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--momentum", type=float, default=0.9)
@@ -170,9 +101,35 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _run_job(path: str) -> int:
+    """Train one stage described by a job file (:mod:`detcal.training.ddp`)."""
+    from detcal.training.ddp import read_job
+    from detcal.training.stages import train_kwargs
+    from detcal.training.trainer import load_checkpoint, train_stage
+
+    job = read_job(path)
+    info = init_distributed(backend=job.trainer.backend, device=job.trainer.device)
+    try:
+        torch.manual_seed(job.stage.seed)
+        dataset, source = _load_data(job.data, job.data_seed, job.image_dir)
+        model = load_checkpoint(job.init)
+        final = train_stage(model, dataset, source, job.stage.stage, job.out_dir, resume=True, device=info.device,
+                            **train_kwargs(job.stage, job.trainer, job.progress))
+        if info.rank == 0:
+            print(json.dumps({"final_checkpoint": str(Path(final)), "world_size": info.world_size}))
+    finally:
+        cleanup()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m detcal.training.distributed`` (see the module docstring)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.job is not None:
+        return _run_job(args.job)
+    if args.data is None or args.out_dir is None or args.iterations is None:
+        parser.error("give --job FILE, or --data, --out-dir and --iterations")
     from detcal.models.rfcn import build_rfcn
     from detcal.training.data import LabelMap
     from detcal.training.predict import predict

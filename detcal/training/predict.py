@@ -8,7 +8,7 @@
 * ``score [D]`` (softmax probability of ``category``), ``category [D]`` (dataset ids),
 * ``proposal [D,4]`` the RoI P, ``delta_mean [D,4]``, ``delta_std [D,4]``:
   *unweighted* R-CNN deltas of the target w.r.t. P and their standard
-  deviations (box-coder weights divided out, ../shared/METRICS.md section 1),
+  deviations (box-coder weights divided out; docs/metrics.md, boxes and deltas),
 
 and the settings that produced them (``score_threshold``: a detection is kept
 when its score is strictly greater; class-wise NMS IoU; detections per image).
@@ -32,10 +32,11 @@ from tqdm.auto import tqdm
 
 from detcal.errors import DetcalInputError
 from detcal.models.rfcn import RFCN
+from detcal.training.comm import gather_detections, get_rank_world
 from detcal.training.data import DetectionDataset, ImageSource, LabelMap, collate, shard
+from detcal.training.records import DETECTION_FIELDS, concat_detections, empty_detections
 from detcal.types import Dataset, Detections
 
-DETECTION_FIELDS: tuple[str, ...] = ("box", "score", "category", "proposal", "delta_mean", "delta_std")
 
 
 @dataclass
@@ -52,22 +53,6 @@ class PredictResult:
         """Provenance for result files."""
         return {"score_threshold": self.score_threshold, "nms_threshold": self.nms_threshold, "max_detections": self.max_detections,
                 "n_detections": len(self.detections), **self.params}
-
-
-def empty_detections() -> Detections:
-    """A zero-row delta-record :class:`Detections`."""
-    z4 = np.zeros((0, 4))
-    return Detections(image_id=np.zeros(0, np.int64), box=z4, score=np.zeros(0), category=np.zeros(0, np.int64), proposal=z4,
-                      delta_mean=z4, delta_std=z4)
-
-
-def concat_detections(parts: list[Detections]) -> Detections:
-    """Row-concatenation of delta-record :class:`Detections` (fields of :data:`DETECTION_FIELDS`)."""
-    parts = [p for p in parts if len(p)]
-    if not parts:
-        return empty_detections()
-    cols = {name: np.concatenate([getattr(p, name) for p in parts]) for name in ("image_id",) + DETECTION_FIELDS}
-    return Detections(**cols)
 
 
 def _detections_from_outputs(image_ids: list[int], outputs: list[dict[str, torch.Tensor]]) -> Detections:
@@ -104,8 +89,6 @@ def predict(
         raise DetcalInputError(f"score_threshold must be in [0, 1), got {score_threshold}", field="score_threshold")
     if num_threads is not None:
         torch.set_num_threads(int(num_threads))
-    from detcal.training.distributed import gather_detections, get_rank_world
-
     rank, world = get_rank_world()
     device = torch.device(device)
     model.to(device).eval()

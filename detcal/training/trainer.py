@@ -86,16 +86,26 @@ def learning_rate(iteration: int, lr: float, warmup_iters: int = 0, lr_steps: Se
 
 
 def _rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """RNG states as tensors and plain lists only (loadable with ``torch.load(weights_only=True)``)."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": {"name": str(name), "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached_gaussian": float(gauss)},
+        "python": [int(version), [int(v) for v in internal], gauss_next],
+    }
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        state["cuda"] = list(torch.cuda.get_rng_state_all())
     return state
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+    n = state["numpy"]
+    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
@@ -109,11 +119,23 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
 
 
 def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load a checkpoint written by :func:`train_stage`; raises :class:`DetcalInputError` naming the file."""
+    """Load a checkpoint written by :func:`train_stage`; raises :class:`DetcalInputError` naming the file.
+
+    Loaded with ``torch.load(weights_only=True)``: only tensors and plain
+    containers are unpickled, so a file carrying any other object (a pickle
+    payload that would run code) is refused before anything in it runs.
+    """
+    import pickle
+
     path = Path(path)
     if not path.is_file():
         raise DetcalInputError("checkpoint not found", file=path)
-    state = torch.load(path, map_location=map_location, weights_only=False)
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError, ValueError, EOFError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise DetcalInputError(f"refused: not a weights-only checkpoint (torch.load(weights_only=True) failed: {first})",
+                               file=path) from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise DetcalInputError(f"not a detcal R-FCN checkpoint (format {CHECKPOINT_FORMAT!r} expected)", file=path, field="format")
     return state

@@ -1,7 +1,7 @@
 """The synthetic regression experiment of Levi et al. 2019 (section 4.1, Appendix A.1).
 
 "Evaluating and calibrating uncertainty prediction in regression tasks"
-(shared papers/levi2019_regression_calibration.txt). Protocol:
+(Levi, Gispan, Giladi, Fetaya 2019). Protocol:
 
 * data: ``x ~ U[0.1, 1]``, ``y ~ N(x, x^2)`` (the true std of sample t is x_t);
   a training set of T = 50,000 samples, a separate recalibration set of
@@ -55,72 +55,78 @@ number with its parameters; a flat ``headline`` section for detcal-gather).
 
 Usage::
 
-    detcal-levi-synthetic                              # or python -m detcal.experiments.levi_synthetic
+    detcal-levi-synthetic                              # or python -m detcal.apps.levi_synthetic
     detcal-levi-synthetic experiment=levi2019_synthetic levi.seed=1
     detcal-levi-synthetic levi.variance_training=joint levi.optimizer=sgd levi.steps=20000
 
-torch is imported here only (inside the training functions); nothing else in
-detcal's evaluation core imports it.
+Python API (no Hydra)::
+
+    from detcal.studies.levi_synthetic import LeviSpec, run_levi_synthetic
+    metrics = run_levi_synthetic(LeviSpec(n_train=5000, steps=300), "out/levi", progress=False)
+
+torch is imported inside the training functions only (the ``train`` extra);
+without it :func:`run_levi_synthetic` raises a one-line error saying so.
 """
 from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
 import json
+import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Optional
 
 import numpy as np
 
 import detcal
-from detcal.errors import DetcalInputError
+from detcal.pipeline.spec import ConfigError
 from detcal.types import MetricResult
-from detcal.utils.io import to_jsonable, write_bytes, write_text
+from detcal.utils.io import to_jsonable, write_text
 
 __all__ = [
-    "LeviConfig",
+    "LeviSpec",
     "sample_data",
     "train_mean_and_variance",
     "evaluate_uncertainty",
-    "run_levi",
-    "main",
+    "run_levi_synthetic",
+    "UNCERTAINTIES",
+    "RECALIBRATIONS",
 ]
 
-UNCERTAINTIES: tuple[str, ...] = ("random", "trained", "oracle")
-RECALIBRATIONS: tuple[str, ...] = ("before", "std_scaling", "kuleshov_isotonic")
-RECAL_LABEL: dict[str, str] = {"before": "before", "std_scaling": "STD scaling", "kuleshov_isotonic": "Kuleshov isotonic"}
+from detcal.studies.levi_figures import RECALIBRATIONS, UNCERTAINTIES, figures, summary_markdown
 
 
 @dataclass
-class LeviConfig:
+class LeviSpec:
     """Parameters of the experiment (defaults: the paper's protocol; module docstring for deviations).
 
-    ``n_train`` (T), ``n_recal``, ``n_test`` samples; ``x_range`` of the
-    uniform input; ``random_sigma_range`` of the random uncertainty; network
-    ``hidden`` width and ``layers`` (linear layers); ``optimizer`` ``adam``
-    (cosine decay from ``lr`` to lr/100) or ``sgd`` (``lr``, ``momentum``;
-    the paper's 0.001 / 0.9); ``steps`` per training stage; ``batch_size``
-    (None = full batch); ``variance_training`` ``detached`` or ``joint``;
-    ``oracle`` adds sigma = x; ``bins`` of ENCE (equal count); ``kuleshov_m``
-    levels and ``kuleshov_reduction`` (``mean`` or ``sum``) of the Kuleshov
-    CE; ``seed``; ``threads`` for torch; ``plots``; ``scatter_points`` drawn
-    in the std scatter plots.
+    ``n_train`` (T), ``n_recal``, ``n_test`` samples; ``x_range`` [low, high]
+    of the uniform input; ``random_sigma_range`` of the random uncertainty;
+    network ``hidden`` width and ``layers`` (linear layers); ``optimizer``
+    ``adam`` (cosine decay from ``lr`` to lr/100) or ``sgd`` (``lr``,
+    ``momentum``; the paper's 0.001 / 0.9); ``steps`` per training stage;
+    ``batch_size`` (None = full batch); ``variance_training`` ``detached`` or
+    ``joint``; ``oracle`` adds sigma = x; ``bins`` of ENCE (equal count);
+    ``kuleshov_m`` levels and ``kuleshov_reduction`` (``mean`` or ``sum``) of
+    the Kuleshov CE; ``seed``; ``threads`` for torch; ``plots``;
+    ``scatter_points`` drawn in the std scatter plots. Validated on
+    construction (:class:`~detcal.pipeline.spec.ConfigError` naming ``levi.<field>``).
     """
 
     n_train: int = 50_000
     n_recal: int = 6_000
     n_test: int = 50_000
-    x_range: tuple[float, float] = (0.1, 1.0)
-    random_sigma_range: tuple[float, float] = (1.0, 10.0)
+    x_range: list[float] = field(default_factory=lambda: [0.1, 1.0])
+    random_sigma_range: list[float] = field(default_factory=lambda: [1.0, 10.0])
     hidden: int = 64
     layers: int = 4
     optimizer: str = "adam"
     lr: float = 0.01
     momentum: float = 0.9
     steps: int = 2000
-    batch_size: int | None = 1024
+    batch_size: Optional[int] = 1024
     variance_training: str = "detached"
     oracle: bool = True
     bins: int = 10
@@ -131,29 +137,41 @@ class LeviConfig:
     plots: bool = True
     scatter_points: int = 3000
 
-    def validate(self) -> "LeviConfig":
-        """Check every parameter; raise :class:`DetcalInputError` naming the field."""
+    def __post_init__(self) -> None:
         def need(cond: bool, msg: str, name: str) -> None:
             if not cond:
-                raise DetcalInputError(msg, file="configs/levi_synthetic.yaml", field=f"levi.{name}")
+                raise ConfigError(f"levi.{name}", msg)
 
+        for name in ("n_train", "n_recal", "n_test", "hidden", "layers", "steps", "bins", "kuleshov_m", "seed",
+                     "threads", "scatter_points"):
+            v = getattr(self, name)
+            need(isinstance(v, int) and not isinstance(v, bool), f"must be an integer, got {v!r}", name)
+        for name in ("x_range", "random_sigma_range"):
+            v = getattr(self, name)
+            need(isinstance(v, (list, tuple)) and len(v) == 2, f"must be [low, high], got {v!r}", name)
+            setattr(self, name, [float(t) for t in v])
         for name in ("n_train", "n_recal", "n_test"):
             need(int(getattr(self, name)) >= 2 * self.bins, f"must be >= 2 * bins = {2 * self.bins}", name)
-        lo, hi = (float(v) for v in self.x_range)
-        need(0 < lo < hi, f"expected 0 < low < high, got {list(self.x_range)}", "x_range")
-        a, b = (float(v) for v in self.random_sigma_range)
-        need(0 < a < b, f"expected 0 < low < high, got {list(self.random_sigma_range)}", "random_sigma_range")
-        need(int(self.layers) >= 2 and int(self.hidden) >= 1, "need layers >= 2 and hidden >= 1", "layers")
+        lo, hi = self.x_range
+        need(0 < lo < hi, f"expected 0 < low < high, got {self.x_range}", "x_range")
+        a, b = self.random_sigma_range
+        need(0 < a < b, f"expected 0 < low < high, got {self.random_sigma_range}", "random_sigma_range")
+        need(self.layers >= 2 and self.hidden >= 1, "need layers >= 2 and hidden >= 1", "layers")
         need(self.optimizer in ("adam", "sgd"), f"expected 'adam' or 'sgd', got {self.optimizer!r}", "optimizer")
         need(self.variance_training in ("detached", "joint"),
              f"expected 'detached' or 'joint', got {self.variance_training!r}", "variance_training")
-        need(float(self.lr) > 0 and 0 <= float(self.momentum) < 1, "need lr > 0 and 0 <= momentum < 1", "lr")
-        need(int(self.steps) >= 1, "must be >= 1", "steps")
+        need(float(self.lr) > 0, f"must be > 0, got {self.lr}", "lr")
+        need(0 <= float(self.momentum) < 1, f"must be in [0, 1), got {self.momentum}", "momentum")
+        need(self.steps >= 1, "must be >= 1", "steps")
         need(self.batch_size is None or int(self.batch_size) >= 1, "must be None or >= 1", "batch_size")
-        need(int(self.bins) >= 1, "must be >= 1", "bins")
-        need(int(self.kuleshov_m) >= 2, "must be >= 2", "kuleshov_m")
+        need(self.bins >= 1, "must be >= 1", "bins")
+        need(self.kuleshov_m >= 2, "must be >= 2", "kuleshov_m")
         need(self.kuleshov_reduction in ("mean", "sum"), "expected 'mean' or 'sum'", "kuleshov_reduction")
-        return self
+        need(self.threads >= 1, "must be >= 1", "threads")
+        need(self.scatter_points >= 1, "must be >= 1", "scatter_points")
+
+
+log = logging.getLogger("detcal.levi_synthetic")
 
 
 # ----------------------------------------------------------------------------- data and networks
@@ -178,7 +196,7 @@ def _mlp(hidden: int, layers: int) -> Any:
     return nn.Sequential(*mods)
 
 
-def _optimiser(params: Any, cfg: LeviConfig) -> tuple[Any, Any]:
+def _optimiser(params: Any, cfg: LeviSpec) -> tuple[Any, Any]:
     import torch
 
     if cfg.optimizer == "adam":
@@ -190,7 +208,7 @@ def _optimiser(params: Any, cfg: LeviConfig) -> tuple[Any, Any]:
     return opt, sched
 
 
-def _batches(n: int, cfg: LeviConfig, gen: Any) -> Any:
+def _batches(n: int, cfg: LeviSpec, gen: Any) -> Any:
     import torch
 
     if cfg.batch_size is None or int(cfg.batch_size) >= n:
@@ -202,7 +220,7 @@ def _batches(n: int, cfg: LeviConfig, gen: Any) -> Any:
             yield perm[i:i + int(cfg.batch_size)]
 
 
-def train_mean_and_variance(x: np.ndarray, y: np.ndarray, cfg: LeviConfig) -> tuple[Any, Any, dict[str, Any]]:
+def train_mean_and_variance(x: np.ndarray, y: np.ndarray, cfg: LeviSpec) -> tuple[Any, Any, dict[str, Any]]:
     """Train the mean network (L1) and the log-variance network (Gaussian NLL).
 
     ``detached``: stage 1 minimises ``mean |y - f(x)|`` over the mean network;
@@ -283,7 +301,7 @@ def _predict(net: Any, x: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------- metrics
 
 
-def _interval_ce_from_p(p_t: np.ndarray, cfg: LeviConfig) -> MetricResult:
+def _interval_ce_from_p(p_t: np.ndarray, cfg: LeviSpec) -> MetricResult:
     """Kuleshov CE of given CDF values p_t (interval_calibration_error on z = Phi^-1(p_t), mu = 0, sigma = 1)."""
     from scipy.special import ndtri
 
@@ -295,7 +313,7 @@ def _interval_ce_from_p(p_t: np.ndarray, cfg: LeviConfig) -> MetricResult:
 
 
 def evaluate_uncertainty(
-    mu: np.ndarray, sigma: np.ndarray, y: np.ndarray, true_std: np.ndarray, cfg: LeviConfig,
+    mu: np.ndarray, sigma: np.ndarray, y: np.ndarray, true_std: np.ndarray, cfg: LeviSpec,
     cdf_values: np.ndarray | None = None,
 ) -> dict[str, MetricResult]:
     """ENCE (equal-count bins), C_v, Kuleshov CE, Gaussian NLL and corr(sigma, true std) on one sample.
@@ -329,19 +347,28 @@ def evaluate_uncertainty(
 # ----------------------------------------------------------------------------- the experiment
 
 
-def run_levi(cfg: LeviConfig, out_dir: str | Path | None = None, *, echo: bool = True) -> dict[str, Any]:
+def run_levi_synthetic(spec: LeviSpec, out_dir: str | Path | None = None, *, progress: bool = False,
+                       echo: bool = False) -> dict[str, Any]:
     """Run the whole experiment; write figures and tables under ``out_dir`` (when given).
+
+    ``progress``: log each phase (training, recalibration, figures) at INFO;
+    ``echo``: print summary.md.
 
     Returns the metrics.json content: ``results[u][recalibration][metric]``
     (MetricResult dicts), ``learned[u]`` (s of STD scaling, mean/std of the
     standardised recalibrated CDF of Kuleshov), ``in_sample`` (same on the
     recalibration set), ``training`` info, ``headline`` and the config.
     """
+    from detcal.training.torch_check import require_torch
+
+    require_torch("detcal-levi-synthetic")
     import torch
 
     from detcal.calibration.regression import KuleshovIsotonic, StdScaling
 
-    cfg.validate()
+    cfg = spec
+    say = log.info if progress else log.debug
+    say("levi: training the mean and variance networks (%s, %d steps)", cfg.optimizer, cfg.steps)
     torch.set_num_threads(max(1, int(cfg.threads)))
     t_start = time.perf_counter()
     ss = np.random.SeedSequence(int(cfg.seed))
@@ -395,7 +422,7 @@ def run_levi(cfg: LeviConfig, out_dir: str | Path | None = None, *, echo: bool =
             "data": "x ~ U[x_range], y ~ N(x, x^2); train / recalibration / test drawn independently "
                     "(numpy SeedSequence(seed).spawn(4): train, recal, test, random sigma)",
             "evaluated_on": "test set (held out); in_sample = the recalibration set",
-            "ence": f"{cfg.bins} equal-count bins over sigma (METRICS.md 4)",
+            "ence": f"{cfg.bins} equal-count bins over sigma (docs/metrics.md, ENCE)",
             "kuleshov_ce": f"{cfg.kuleshov_reduction} over m={cfg.kuleshov_m} levels linspace(0, 1, m), one-sided; "
                            "isotonic: p_t from the recalibrated CDF",
             "deviation": "Adam (minibatch, cosine decay) instead of SGD(0.001, 0.9), for speed; optimizer=sgd available",
@@ -417,7 +444,8 @@ def run_levi(cfg: LeviConfig, out_dir: str | Path | None = None, *, echo: bool =
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         if cfg.plots:
-            metrics["files"] += _figures(out, metrics, curves, cfg)
+            say("levi: figures")
+            metrics["files"] += figures(out, metrics, curves, cfg.seed, cfg.scatter_points, cfg.bins)
         write_text(out / "metrics.json", json.dumps(metrics, indent=1, allow_nan=True) + "\n")
         md = summary_markdown(metrics)
         write_text(out / "summary.md", md)
@@ -426,140 +454,11 @@ def run_levi(cfg: LeviConfig, out_dir: str | Path | None = None, *, echo: bool =
     return metrics
 
 
-def summary_markdown(m: Mapping[str, Any]) -> str:
-    """Markdown table: one row per (uncertainty, recalibration): ENCE, C_v, Kuleshov CE, NLL, corr, s."""
-    from detcal.reports.tables import format_number
+@dataclass
+class LeviApp:
+    """``detcal-levi-synthetic`` (configs/levi_synthetic.yaml): the run ``name``, ``print_summary`` and the ``levi`` spec."""
 
-    cfg = m["config"]
-    lines = [
-        "# Levi et al. 2019 synthetic experiment (section 4.1, Appendix A.1)", "",
-        f"- T = {cfg['n_train']} training, {cfg['n_recal']} recalibration, {cfg['n_test']} test samples; "
-        f"x ~ U{list(cfg['x_range'])}, y ~ N(x, x^2); random sigma ~ U{list(cfg['random_sigma_range'])}; seed {cfg['seed']}",
-        f"- mean: {cfg['layers']}-layer ReLU MLP (width {cfg['hidden']}), L1; log-variance net: Gaussian NLL "
-        f"({cfg['variance_training']}); optimiser {cfg['optimizer']} lr {cfg['lr']}, {cfg['steps']} steps per stage",
-        f"- ENCE: {cfg['bins']} equal-count bins; Kuleshov CE: {cfg['kuleshov_reduction']} over "
-        f"{cfg['kuleshov_m']} levels (isotonic: recalibrated CDF); metrics on the held-out test set",
-        "",
-        "| uncertainty | recalibration | ENCE | C_v | Kuleshov CE | NLL | corr(sigma, true std) | learned |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for n, res in m["results"].items():
-        for k in RECALIBRATIONS:
-            r = res[k]
-            learned = ""
-            if k == "std_scaling":
-                learned = f"s = {format_number(m['learned'][n]['s'])}"
-            elif k == "kuleshov_isotonic":
-                kk = m["learned"][n]["kuleshov_isotonic"]
-                learned = f"m_z = {format_number(kk['mean_z'])}, s_z = {format_number(kk['std_z'])}"
-            lines.append(f"| {n} | {RECAL_LABEL[k]} | {format_number(r['ence']['value'])} | "
-                         f"{format_number(r['cv']['value'])} | {format_number(r['kuleshov_ce']['value'])} | "
-                         f"{format_number(r['nll']['value'])} | {format_number(r['corr']['value'])} | {learned} |")
-    lines += ["", f"Training {m['training']['seconds']} s, total {m['timing_s']['total']} s.", ""]
-    return "\n".join(lines)
-
-
-# ----------------------------------------------------------------------------- figures
-
-
-def _new_figure(w: float, h: float) -> Any:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(w, h), dpi=100)
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _save_png(fig: Any, path: Path) -> None:
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    write_bytes(path, buf.getvalue())
-
-
-def _figures(out: Path, m: Mapping[str, Any], curves: Mapping[str, Any], cfg: LeviConfig) -> list[str]:
-    from detcal.reports import plots
-
-    files: list[str] = []
-    rng = np.random.default_rng(int(cfg.seed))
-    for n, res in m["results"].items():
-        # Fig. 1(a) / 4(a, b) / 5(a): predicted std vs real std
-        fig = _new_figure(4.0 * len(RECALIBRATIONS), 3.8)
-        for i, k in enumerate(RECALIBRATIONS):
-            ax = fig.add_subplot(1, len(RECALIBRATIONS), i + 1)
-            s, true = curves[n][k]
-            pick = rng.choice(len(s), size=min(int(cfg.scatter_points), len(s)), replace=False)
-            ax.scatter(true[pick], s[pick], s=3, alpha=0.4)
-            top = float(max(true.max(), np.quantile(s, 0.99)))
-            ax.plot([0, top], [0, top], "--", color="0.4", lw=1, label="identity")
-            ax.set_xlabel("real std (x)")
-            ax.set_ylabel("predicted std")
-            ax.set_title(f"{n}: {RECAL_LABEL[k]}\ncorr = {res[k]['corr']['value']:.3f}", fontsize=9)
-            ax.legend(fontsize=7, loc="upper left")
-        fig.tight_layout()
-        _save_png(fig, out / f"{n}_std_vs_true.png")
-        files.append(f"{n}_std_vs_true.png")
-        # Fig. 1(c) / 4(c, d) / 5(b): RMSE vs RMV (detcal.reports.plots)
-        plots.rmse_rmv_diagram(out / f"{n}_rmse_rmv.png", {RECAL_LABEL[k]: res[k]["ence"]["table"] for k in RECALIBRATIONS},
-                               ence={RECAL_LABEL[k]: res[k]["ence"]["value"] for k in RECALIBRATIONS},
-                               title=f"{n} uncertainty: RMSE vs RMV ({cfg.bins} equal-count bins, test set)")
-        files.append(f"{n}_rmse_rmv.png")
-        # Fig. 1(b) / 5(c): observed vs expected confidence level
-        fig = _new_figure(4.6, 4.4)
-        ax = fig.add_subplot(1, 1, 1)
-        ax.plot([0, 1], [0, 1], "--", color="0.4", lw=1, label="ideal")
-        for k in RECALIBRATIONS:
-            t = res[k]["kuleshov_ce"]["table"]
-            ax.plot(t["p"], t["p_hat"], "-", lw=1.5,
-                    label=f"{RECAL_LABEL[k]} (CE {res[k]['kuleshov_ce']['value']:.2g})")
-        ax.set_xlim(0, 1)
-        ax.set_ylim(0, 1)
-        ax.set_xlabel("expected confidence level p")
-        ax.set_ylabel("observed confidence level P_hat(p)")
-        ax.set_title(f"{n} uncertainty: interval calibration (Kuleshov et al.)", fontsize=9)
-        ax.legend(fontsize=7, loc="upper left")
-        fig.tight_layout()
-        _save_png(fig, out / f"{n}_interval_reliability.png")
-        files.append(f"{n}_interval_reliability.png")
-    return files
-
-
-# ----------------------------------------------------------------------------- Hydra app
-
-
-def config_from(node: Any) -> LeviConfig:
-    """:class:`LeviConfig` from a mapping (e.g. the ``levi`` node of the composed config)."""
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(node, DictConfig):
-            node = OmegaConf.to_container(node, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
-    known = {f.name for f in dataclasses.fields(LeviConfig)}
-    unknown = sorted(set(node) - known)
-    if unknown:
-        raise DetcalInputError(f"unknown parameter(s) {unknown}; known: {sorted(known)}",
-                               file="configs/levi_synthetic.yaml", field=f"levi.{unknown[0]}")
-    kw = dict(node)
-    for k in ("x_range", "random_sigma_range"):
-        if k in kw:
-            kw[k] = tuple(float(v) for v in kw[k])
-    return LeviConfig(**kw).validate()
-
-
-def main() -> None:
-    """Console entry point ``detcal-levi-synthetic`` (Hydra command line)."""
-    from detcal.experiments.common import run_hydra_app
-
-    run_hydra_app(
-        "levi_synthetic",
-        lambda cfg, run_dir: run_levi(config_from(cfg.levi), run_dir, echo=bool(cfg.get("print_summary", True))),
-        "detcal-levi-synthetic",
-    )
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
+    name: str = "levi_synthetic"
+    print_summary: bool = True
+    progress: bool = True
+    levi: LeviSpec = field(default_factory=LeviSpec)

@@ -1,0 +1,323 @@
+"""``detcal-main`` as a Hydra-free pipeline: the R-FCN regression-calibration study of Levi et al. 2019
+(section 4.2, Appendix A.2, Table 1) in one run directory.
+
+    from detcal.training.job import run_main_job
+    from detcal.training.spec import MainJobSpec
+    from detcal.pipeline.registry import make_calibrator
+    spec = MainJobSpec()
+    table = run_main_job(spec, Path("out"), calibrators={m: make_calibrator(m) for m in spec.calibration.methods})
+
+Stages, each logged with its wall time and recorded in ``stages.json``::
+
+    data       train / recal / val splits (detcal.training.splits); recal and val GT written to splits/<name>/
+    stage1     detector: RPN + R-FCN heads, uncertainty branch frozen        (train/stage1/stage1_*.pt)
+    stage2     uncertainty branch only, Gaussian NLL of the deltas           (train/stage2/stage2_*.pt)
+    predict    recal and val delta records, as COCO results with the delta fields
+               (predictions/<split>/detections.json) and KITTI results (predictions/<split>/kitti/*.txt)
+    calibrate  stage 3: each regression calibrator fitted on the recal true positives at
+               calibration.iou_threshold, applied to val (calibration/val_<name>.json)
+    evaluate   val before and after each calibrator, and recal before, with detcal.pipeline.evaluation.evaluate
+               (eval/<split>_<variant>/metrics.json, summary.md, CSV, PNGs)
+    report     table1.json / table1.md and the reliability diagrams reliability_<variant>.png
+
+Reuse: training stages and predictions live in directories keyed on a
+fingerprint (sha256 of the canonical JSON) of their settings and inputs: the
+model spec, the stage spec, the training split's identity (content digest,
+seeds, image files) and, downstream, the fingerprint of the stage they came
+from. A rerun into the same directory reuses (or resumes) a stage only when
+its fingerprint is unchanged; otherwise the directory is removed whole and
+recomputed (``stages.json`` says which). Calibration, evaluation and the
+report are cheap and always recomputed.
+
+Nothing here imports torch or Hydra at module level.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import detcal
+from detcal.errors import DetcalInputError
+from detcal.pipeline.sources import LoadedData
+from detcal.pipeline.spec import EvaluationSpec
+from detcal.training import report
+from detcal.training.fingerprint import fingerprint
+from detcal.training.spec import MainJobSpec
+from detcal.training.splits import Split, gt_paths, prepare_splits
+from detcal.types import COORDS, Detections
+from detcal.utils.io import to_jsonable, write_json, write_text
+
+__all__ = ["run_main_job", "make_calibrators", "load_delta_records", "regression_sample_of", "calibrated", "stage_fingerprints"]
+
+log = logging.getLogger("detcal.main")
+
+# Settings that do not change what a stage computes (logging, checkpoint cadence) stay out of its fingerprint.
+_NOT_IN_FINGERPRINT = ("log_every", "checkpoint_every")
+
+
+class _Stages:
+    """``stages.json``: status and wall time of every stage; one log line per stage."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / "stages.json"
+        self.record: dict[str, Any] = {}
+
+    def run(self, name: str, fn: Callable[[], tuple[Any, str]]) -> Any:
+        log.info("[%s] start", name)
+        t0 = time.perf_counter()
+        out, status = fn()
+        dt = time.perf_counter() - t0
+        self.record[name] = {"status": status, "seconds": round(dt, 3),
+                             "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+        write_json(self.path, self.record)
+        log.info("[%s] %s in %.1f s", name, status, dt)
+        return out
+
+
+def stage_fingerprints(spec: MainJobSpec, splits: Mapping[str, Split]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """``{stage: (fingerprint, description)}`` of the reusable stages: stage1, stage2, predict_recal, predict_val."""
+    def stage_desc(st: Any) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(st).items() if k not in _NOT_IN_FINGERPRINT}
+
+    model = {"model": dataclasses.asdict(spec.model), "categories": spec.train_data.categories,
+             "train": splits["train"].identity, "detcal_version": detcal.__version__}
+    d1 = {**model, "stage": stage_desc(spec.stage1)}
+    fp1 = fingerprint(d1)
+    d2 = {"stage1": fp1, "stage": stage_desc(spec.stage2)}
+    fp2 = fingerprint(d2)
+    out = {"stage1": (fp1, d1), "stage2": (fp2, d2)}
+    for name in ("recal", "val"):
+        dp = {"stage2": fp2, "split": splits[name].identity, "predict": dataclasses.asdict(spec.predict)}
+        out[f"predict_{name}"] = (fingerprint(dp), dp)
+    return out
+
+
+def load_delta_records(split: Split, results: Path, run_dir: Path) -> LoadedData:
+    """The evaluation input of ``split``: its written ground truth (COCO instances, or KITTI label_2 +
+    sizes with the devkit rules of its difficulty) and the delta-record COCO results file ``results``."""
+    from detcal.data.coco import load_coco_instances, load_coco_results
+
+    paths = gt_paths(split, run_dir)
+    gt, res = Path(str(paths["gt"])), Path(results)
+    for p, name in ((gt, "gt"), (res, "results")):
+        if not p.exists():
+            raise DetcalInputError("does not exist", file=p, field=f"data.{name}")
+    rules = None
+    if split.gt_format == "kitti":
+        from detcal.data.kitti import kitti_rules, load_kitti_labels
+
+        ds = load_kitti_labels(gt, sizes=paths["sizes"], difficulty=split.difficulty)
+        rules = kitti_rules(split.difficulty)
+    else:
+        ds = load_coco_instances(gt)
+    dets = load_coco_results(res, dataset=ds)
+    prov = {"source": "detcal-main", "format": split.gt_format, "gt": str(gt.resolve()), "results": str(res.resolve()),
+            "sizes": paths["sizes"], "difficulty": split.difficulty if split.gt_format == "kitti" else None}
+    return LoadedData(ds, dets, rules, prov)
+
+
+def regression_sample_of(evaluation: EvaluationSpec, iou_threshold: float, split: Split, dets: Detections) -> Any:
+    """TP regression sample (delta space) of ``dets`` at ``iou_threshold``, matched with the evaluation's
+    matching rules (KITTI devkit rules for KITTI splits)."""
+    from detcal.matching import match
+    from detcal.metrics.spaces import regression_sample
+
+    m = evaluation.matching
+    rules = None
+    if split.gt_format == "kitti":
+        from detcal.data.kitti import kitti_rules
+
+        rules = kitti_rules(split.difficulty)
+    t = float(iou_threshold)
+    mr = match(dets, split.dataset.gt, [t], mode=m.mode, class_agnostic=m.class_agnostic, score_threshold=m.score_threshold,
+               max_dets=m.max_dets, kitti=rules, images=split.dataset.images)
+    return regression_sample(dets, split.dataset.gt, mr, iou_threshold=t, space="delta")
+
+
+def calibrated(dets: Detections, calibrator: Any) -> Detections:
+    """``dets`` with ``(delta_mean, delta_std)`` replaced by ``calibrator.transform`` (boxes, scores and
+    proposals unchanged, so the same detections are matched)."""
+    mu, sigma = calibrator.transform(dets.delta_mean, dets.delta_std)
+    return dataclasses.replace(dets, delta_mean=mu, delta_std=sigma)
+
+
+def _fit(spec: MainJobSpec, calibrators: Mapping[str, Any], recal: Split, dets: Detections) -> tuple[dict[str, Any], dict[str, Any]]:
+    sample = regression_sample_of(spec.evaluation, spec.calibration.iou_threshold, recal, dets)
+    if len(sample) < 2:
+        raise DetcalInputError(f"the recal split has {len(sample)} true positives at IoU {spec.calibration.iou_threshold}: "
+                               "too few to calibrate (train longer or use more images)", field="calibration")
+    fitted = {m: calibrators[m].fit(sample.mu, sample.sigma, sample.y) for m in spec.calibration.methods}
+    info: dict[str, Any] = {"n_recal_tp": len(sample), "iou_threshold": float(spec.calibration.iou_threshold),
+                            "methods": {m: c.describe() for m, c in fitted.items()}}
+    if "std_scaling" in fitted:
+        info["s"] = dict(zip(COORDS, fitted["std_scaling"].scale_.tolist()))
+    return fitted, info
+
+
+def make_calibrators(names: list[str]) -> dict[str, Any]:
+    """Fresh box-uncertainty calibrators by registry name (configs/calibrator/<name>.yaml), or a
+    :class:`~detcal.pipeline.spec.ConfigError` on ``calibration.methods`` naming the bad one."""
+    from detcal.pipeline.registry import calibrator_names, make_calibrator
+    from detcal.pipeline.spec import ConfigError
+
+    known = calibrator_names()
+    out = {}
+    for name in names:
+        if name not in known:
+            raise ConfigError("calibration.methods", f"{name!r} is not a calibrator (configs/calibrator: {', '.join(known)})")
+        out[name] = make_calibrator(name)
+    _check_regression(out)
+    return out
+
+
+def _check_regression(calibrators: Mapping[str, Any]) -> None:
+    from detcal.calibration.base import RegressionCalibrator
+    from detcal.pipeline.spec import ConfigError
+
+    for name, c in calibrators.items():
+        if not isinstance(c, RegressionCalibrator):
+            raise ConfigError("calibration.methods", f"{name!r} is a {type(c).__name__}, not a box-uncertainty calibrator "
+                              "(e.g. std_scaling, kuleshov_isotonic, std_scaling_sgd, sigma_histogram)")
+
+
+def run_main_job(spec: MainJobSpec, run_dir: str | Path, *, calibrators: Mapping[str, Any], progress: bool = False,
+                 header: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Run the whole pipeline of ``spec`` in ``run_dir``; return the Table 1 JSON (also written to table1.json).
+
+    ``calibrators``: fresh regression calibrators by name (``fit(mu, sigma, y)``
+    / ``transform(mu, sigma)`` / ``describe()``), one for each name of
+    ``spec.calibration.methods`` (the app builds them from the registry,
+    :func:`detcal.pipeline.registry.make_calibrator`). ``progress``: progress
+    bars on stderr. ``header``: provenance fields for the evaluations' metrics.json.
+    """
+    missing = [m for m in spec.calibration.methods if m not in calibrators]
+    if missing:
+        raise DetcalInputError(f"no calibrator given for {missing} (calibration.methods)", field="calibration.methods")
+    _check_regression({m: calibrators[m] for m in spec.calibration.methods})
+    from detcal.training import stages as st
+
+    t_start = time.perf_counter()
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json(run_dir / "main_spec.json", to_jsonable(dataclasses.asdict(spec)))
+    stages = _Stages(run_dir)
+
+    def _data() -> tuple[dict[str, Split], str]:
+        sp = prepare_splits(spec.data, spec.splits, spec.train_data, run_dir)
+        write_json(run_dir / "splits" / "identity.json", {k: v.identity for k, v in sp.items()})
+        return sp, "prepared " + ", ".join(f"{k} {len(v.dataset.images)} images / {len(v.dataset.gt)} boxes" for k, v in sp.items())
+
+    splits: dict[str, Split] = stages.run("data", _data)
+    fps = stage_fingerprints(spec, splits)
+    st.torch_setup(spec.trainer)
+    model = st.build_model(spec.model, splits["train"], spec.train_data.categories, spec.stage1.seed)
+    train_dir = run_dir / "train"
+    stages.run("stage1", lambda: st.train(spec.stage1, spec.trainer, model, splits["train"], train_dir / "stage1",
+                                          *fps["stage1"], progress))
+    stages.run("stage2", lambda: st.train(spec.stage2, spec.trainer, model, splits["train"], train_dir / "stage2",
+                                          *fps["stage2"], progress))
+    dets: dict[str, Detections] = {}
+
+    def _predict_all() -> tuple[None, str]:
+        msgs = []
+        for name in ("recal", "val"):
+            dets[name], msg = st.predict_split(model, splits[name], spec.predict, spec.trainer.device,
+                                               run_dir / "predictions" / name, *fps[f"predict_{name}"], progress)
+            msgs.append(f"{name}: {msg}")
+        return None, "; ".join(msgs)
+
+    stages.run("predict", _predict_all)
+
+    def _calibrate() -> tuple[tuple[dict[str, Any], dict[str, Path]], str]:
+        from detcal.data.coco import write_coco_results
+
+        fitted, info = _fit(spec, calibrators, splits["recal"], dets["recal"])
+        files = {"before": run_dir / "predictions" / "val" / "detections.json"}
+        for m, c in fitted.items():
+            files[m] = run_dir / "calibration" / f"val_{m}.json"
+            write_coco_results(files[m], calibrated(dets["val"], c))
+        write_json(run_dir / "calibration" / "calibrators.json", to_jsonable(info))
+        s = info.get("s", {})
+        return (info, files), (f"fitted on {info['n_recal_tp']} recal TPs" +
+                               ("; s = " + ", ".join(f"{k} {v:.3f}" for k, v in s.items()) if s else ""))
+
+    calib_info, variant_files = stages.run("calibrate", _calibrate)
+    summ: dict[str, dict[str, Any]] = {}
+
+    def _evaluate(split: Split, results: Path, variant: str) -> dict[str, Any]:
+        from detcal.pipeline.evaluation import evaluate
+
+        result = evaluate(load_delta_records(split, results, run_dir), spec=spec.evaluation, workdir=run_dir, progress=progress)
+        out = run_dir / "eval" / f"{split.name}_{variant}"
+        return result.write(out, plots=spec.output.plots, csv=True, echo=spec.output.print_summary,
+                            header={**dict(header or {}), "variant": variant, "split": split.name})
+
+    def _evaluate_all() -> tuple[None, str]:
+        for v, path in variant_files.items():
+            summ[v] = report.summaries(_evaluate(splits["val"], path, v))
+        summ["_recal"] = report.summaries(_evaluate(splits["recal"], run_dir / "predictions" / "recal" / "detections.json",
+                                                    "before"))
+        return None, "evaluated val " + ", ".join(variant_files) + " and recal before"
+
+    stages.run("evaluate", _evaluate_all)
+
+    def _report() -> tuple[dict[str, Any], str]:
+        from detcal.reports import plots
+
+        files = ["table1.json", "table1.md", "stages.json", "main_spec.json", "calibration/calibrators.json"]
+        for v in variant_files:
+            name = f"reliability_{v}.png"
+            s = summ[v]
+            plots.rmse_rmv_diagram(run_dir / name, s["ence_tables"], ence=s["ence"],
+                                   title=f"val, {v.replace('_', ' ')}: RMSE vs RMV per coordinate ({s['n_tp']} TPs)")
+            files.append(name)
+        files += [f"eval/val_{v}/" for v in variant_files] + ["eval/recal_before/"]
+        rows = {report.row_label(v): summ[v]["ence"] for v in variant_files}
+        rows["C_v"] = summ["before"]["cv"]
+        sb = spec.evaluation.sigma_binning
+        table = {
+            "table": "Levi et al. 2019 Table 1 analogue",
+            "detcal_version": detcal.__version__,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "run_dir": str(run_dir.resolve()),
+            "split": "val",
+            "columns": list(COORDS),
+            "rows": rows,
+            "ence": {v: summ[v]["ence"] for v in variant_files},
+            "cv": {v: summ[v]["cv"] for v in variant_files},
+            "std_scaling_s": calib_info.get("s"),
+            "rmse_rmv_spearman": {v: summ[v]["rmse_rmv_spearman"] for v in variant_files},
+            "reliability": {v: summ[v]["ence_tables"] for v in variant_files},
+            "recal": {"n_tp": summ["_recal"]["n_tp"], "ence_before": summ["_recal"]["ence"],
+                      "cv_before": summ["_recal"]["cv"]},
+            "n_tp_val": summ["before"]["n_tp"],
+            "iou_threshold": float(spec.calibration.iou_threshold),
+            "bins": int(sb.bins),
+            "binning": str(sb.scheme),
+            "definitions": dict(report.DEFINITIONS),
+            "detection": {"val": report.detection_row("val", summ["before"]),
+                          "recal": report.detection_row("recal", summ["_recal"])},
+            "calibration": calib_info,
+            "paper": report.PAPER_TABLE1,
+            "data": {k: v.provenance for k, v in splits.items()},
+            "fingerprints": {k: v[0] for k, v in fps.items()},
+            "stages": stages.record,
+            "files": files,
+        }
+        return table, "wrote table1.json, table1.md and the reliability diagrams"
+
+    table = stages.run("report", _report)
+    table["stages"] = stages.record
+    table["timing_s"] = {k: v["seconds"] for k, v in stages.record.items()}
+    table["timing_s"]["total"] = round(time.perf_counter() - t_start, 3)
+    table = to_jsonable(table)
+    write_json(run_dir / "table1.json", table)
+    md = report.table1_markdown(table)
+    write_text(run_dir / "table1.md", md)
+    print(md, flush=True)
+    log.info("detcal-main: done in %.1f s; results in %s", table["timing_s"]["total"], run_dir)
+    return table

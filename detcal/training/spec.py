@@ -1,0 +1,319 @@
+"""Typed specification of the main job (``detcal-main``): the R-FCN pipeline of Levi et al. 2019.
+
+These dataclasses are the schema of ``configs/main.yaml`` (the app registers
+:class:`MainApp` in Hydra's ConfigStore) and the input of the Hydra-free
+pipeline :func:`detcal.training.job.run_main_job`. Every spec validates itself
+on construction and raises :class:`detcal.pipeline.spec.ConfigError` naming the
+dotted config key (``stage1.lr: must be > 0, got -1``).
+
+Types are OmegaConf-compatible (int, float, bool, str, Optional[...],
+list[...], dict[str, Any], nested dataclasses). Nothing here imports torch.
+
+The model is described by :class:`ModelSpec` without a ``_target_``: its fields
+are the keyword arguments of :func:`detcal.models.rfcn.build_rfcn` that the
+config chooses; the label map (``num_classes``, ``category_ids``) comes from
+the training set, so the builder is fixed and a config cannot name an
+arbitrary callable.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+from detcal.pipeline.spec import ConfigError, DataSpec, EvaluationSpec
+
+__all__ = [
+    "ModelSpec", "TrainerSpec", "StageSpec", "SplitsSpec", "TrainDataSpec", "PredictSpec", "MainCalibrationSpec",
+    "MainOutputSpec", "MainJobSpec", "MainApp", "stage1_defaults", "stage2_defaults",
+]
+
+
+def _int(key: str, value: Any, lo: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(key, f"must be an integer, got {value!r}")
+    if lo is not None and value < lo:
+        raise ConfigError(key, f"must be >= {lo}, got {value}")
+
+
+def _num(key: str, value: Any, *, lo: float | None = None, positive: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+        raise ConfigError(key, f"must be a finite number, got {value!r}")
+    if positive and not float(value) > 0:
+        raise ConfigError(key, f"must be > 0, got {value}")
+    if lo is not None and float(value) < lo:
+        raise ConfigError(key, f"must be >= {lo}, got {value}")
+
+
+def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(key, f"{value!r} is not one of {', '.join(allowed)}")
+
+
+@dataclass
+class ModelSpec:
+    """The R-FCN (:func:`detcal.models.rfcn.build_rfcn` keyword arguments; configs/model/*.yaml).
+
+    ``backbone``: tiny | resnet50 | resnet101; ``k`` the position-sensitive
+    grid; ``backbone_weights`` the LOCAL path of a torchvision state dict
+    (None: random initialisation); ``norm`` bn | gn | none; ``min_size`` /
+    ``max_size`` the resize bounds (None: the backbone's defaults).
+    """
+
+    backbone: str = "tiny"
+    k: int = 3
+    backbone_weights: Optional[str] = None
+    norm: str = "bn"
+    min_size: Optional[int] = None
+    max_size: Optional[int] = None
+    rpn_post_nms_top_n_train: Optional[int] = 150
+    roi_batch_size_per_image: int = 64
+    stage2_positives_per_image: Optional[int] = None
+    box_score_thresh: float = 0.05
+    box_nms_thresh: float = 0.3
+    box_detections_per_img: int = 100
+
+    def __post_init__(self) -> None:
+        _choice("model.backbone", self.backbone, ("tiny", "resnet50", "resnet101"))
+        _choice("model.norm", self.norm, ("bn", "gn", "none"))
+        _int("model.k", self.k, 1)
+        for name in ("min_size", "max_size", "rpn_post_nms_top_n_train", "stage2_positives_per_image"):
+            v = getattr(self, name)
+            if v is not None:
+                _int(f"model.{name}", v, 1)
+        _int("model.roi_batch_size_per_image", self.roi_batch_size_per_image, 1)
+        _int("model.box_detections_per_img", self.box_detections_per_img, 1)
+        _num("model.box_score_thresh", self.box_score_thresh, lo=0.0)
+        _num("model.box_nms_thresh", self.box_nms_thresh, positive=True)
+
+    def build_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``build_rfcn`` (besides ``num_classes`` and ``category_ids``)."""
+        return asdict(self)
+
+
+@dataclass
+class TrainerSpec:
+    """Where and how stages 1-2 run (configs/trainer/*.yaml): ``kind`` single (this process) or ddp
+    (torchrun subprocesses, ``nproc`` of them, ``backend`` None: nccl with CUDA, gloo on CPU)."""
+
+    kind: str = "single"
+    device: str = "cpu"
+    threads: Optional[int] = None
+    nproc: int = 1
+    backend: Optional[str] = None
+    num_workers: int = 0
+    cache_images: bool = True
+    deterministic: bool = False
+
+    def __post_init__(self) -> None:
+        _choice("trainer.kind", self.kind, ("single", "ddp"))
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ConfigError("trainer.device", f"must be cpu or cuda[:N], got {self.device!r}")
+        if self.threads is not None:
+            _int("trainer.threads", self.threads, 1)
+        _int("trainer.nproc", self.nproc, 1)
+        if self.backend is not None:
+            _choice("trainer.backend", self.backend, ("nccl", "gloo"))
+            if self.backend == "nccl" and not self.device.startswith("cuda"):
+                raise ConfigError("trainer.backend", "nccl needs trainer.device=cuda (use gloo on the CPU)")
+        _int("trainer.num_workers", self.num_workers, 0)
+
+
+@dataclass
+class StageSpec:
+    """One SGD training stage: ``stage`` 1 (detector, uncertainty branch frozen) or 2 (uncertainty
+    branch only, Gaussian NLL). Learning rate at iteration i: ``lr * warmup(i) * lr_gamma ** #{s in
+    lr_steps: s <= i}`` (:func:`detcal.training.trainer.learning_rate`)."""
+
+    stage: int = 1
+    iterations: int = 20000
+    batch_size: int = 4
+    lr: float = 0.02
+    momentum: float = 0.9
+    weight_decay: float = 0.0001
+    warmup_iters: int = 200
+    lr_steps: list[int] = field(default_factory=list)
+    lr_gamma: float = 0.1
+    max_grad_norm: Optional[float] = 10.0
+    hflip: bool = False
+    seed: int = 0
+    checkpoint_every: int = 500
+    log_every: int = 20
+
+    def __post_init__(self) -> None:
+        if self.stage not in (1, 2) or isinstance(self.stage, bool):
+            raise ConfigError("stage.stage", f"must be 1 or 2, got {self.stage!r}")
+        p = f"stage{self.stage}"
+        for name in ("iterations", "batch_size", "checkpoint_every", "log_every"):
+            _int(f"{p}.{name}", getattr(self, name), 1)
+        _int(f"{p}.warmup_iters", self.warmup_iters, 0)
+        _int(f"{p}.seed", self.seed, 0)
+        _num(f"{p}.lr", self.lr, positive=True)
+        _num(f"{p}.momentum", self.momentum, lo=0.0)
+        _num(f"{p}.weight_decay", self.weight_decay, lo=0.0)
+        _num(f"{p}.lr_gamma", self.lr_gamma, positive=True)
+        if self.max_grad_norm is not None:
+            _num(f"{p}.max_grad_norm", self.max_grad_norm, positive=True)
+        if not isinstance(self.lr_steps, (list, tuple)):
+            raise ConfigError(f"{p}.lr_steps", f"must be a list of iterations, got {self.lr_steps!r}")
+        for s in self.lr_steps:
+            _int(f"{p}.lr_steps", s, 1)
+        self.lr_steps = [int(s) for s in self.lr_steps]
+        if self.lr_steps != sorted(self.lr_steps):
+            raise ConfigError(f"{p}.lr_steps", f"must be increasing, got {self.lr_steps}")
+
+
+def stage1_defaults() -> StageSpec:
+    """Stage 1 of configs/main.yaml."""
+    return StageSpec(stage=1)
+
+
+def stage2_defaults() -> StageSpec:
+    """Stage 2 of configs/main.yaml (Levi et al. App. A.2: 1K iterations, 6 images, SGD lr 0.001, momentum 0.9)."""
+    return StageSpec(stage=2, iterations=1000, batch_size=6, lr=0.001, momentum=0.9, weight_decay=0.0, warmup_iters=0,
+                     max_grad_norm=None, seed=1, checkpoint_every=200)
+
+
+@dataclass
+class SplitsSpec:
+    """The image sets. ``data.source=synthetic``: three generated sets of ``*_images`` scenes with
+    disjoint ``*_seed``; ``kitti`` / ``coco``: the data's labelled images split into recal / val by
+    :func:`detcal.data.kitti.split_frames` (``val_size`` a count or a fraction, ``split_seed``,
+    ``max_images`` the first N sorted images; ``image_dir`` the image folder of a COCO ``data.gt``)."""
+
+    train_images: int = 2000
+    train_seed: int = 1
+    recal_images: int = 1000
+    recal_seed: int = 2
+    val_images: int = 1000
+    val_seed: int = 3
+    val_size: float = 0.2
+    split_seed: int = 0
+    max_images: Optional[int] = None
+    image_dir: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        for name in ("train", "recal", "val"):
+            _int(f"splits.{name}_images", getattr(self, f"{name}_images"), 1)
+            _int(f"splits.{name}_seed", getattr(self, f"{name}_seed"), 0)
+        _num("splits.val_size", self.val_size, positive=True)
+        _int("splits.split_seed", self.split_seed, 0)
+        if self.max_images is not None:
+            _int("splits.max_images", self.max_images, 1)
+
+
+@dataclass
+class TrainDataSpec:
+    """The stage 1/2 training set: ``source`` synthetic (``splits.train_*``) or coco (``instances`` +
+    ``image_dir``, optionally remapped by the ``class_map`` YAML and cut to ``max_images``);
+    ``categories`` the training category ids after remapping (None: every trainable category)."""
+
+    source: str = "synthetic"
+    instances: Optional[str] = None
+    image_dir: Optional[str] = None
+    class_map: Optional[str] = None
+    max_images: Optional[int] = None
+    categories: Optional[list[int]] = None
+
+    def __post_init__(self) -> None:
+        _choice("train_data.source", self.source, ("synthetic", "coco"))
+        if self.max_images is not None:
+            _int("train_data.max_images", self.max_images, 1)
+        if self.categories is not None:
+            for c in self.categories:
+                _int("train_data.categories", c)
+            self.categories = [int(c) for c in self.categories]
+
+
+@dataclass
+class PredictSpec:
+    """Inference on recal and val: ``batch_size`` images per forward pass; a detection is kept when
+    its score is > ``score_threshold``."""
+
+    batch_size: int = 4
+    score_threshold: float = 0.05
+
+    def __post_init__(self) -> None:
+        _int("predict.batch_size", self.batch_size, 1)
+        _num("predict.score_threshold", self.score_threshold, lo=0.0)
+        if not self.score_threshold < 1:
+            raise ConfigError("predict.score_threshold", f"must be in [0, 1), got {self.score_threshold}")
+
+
+@dataclass
+class MainCalibrationSpec:
+    """Stage 3: the regression calibrators (names of configs/calibrator/*.yaml, e.g. ``std_scaling``,
+    ``kuleshov_isotonic``), fitted on the recal true positives at ``iou_threshold``."""
+
+    iou_threshold: float = 0.5
+    methods: list[str] = field(default_factory=lambda: ["std_scaling", "kuleshov_isotonic"])
+
+    def __post_init__(self) -> None:
+        _num("calibration.iou_threshold", self.iou_threshold, positive=True)
+        if self.iou_threshold > 1:
+            raise ConfigError("calibration.iou_threshold", f"must be in (0, 1], got {self.iou_threshold}")
+        if not isinstance(self.methods, (list, tuple)) or not all(isinstance(m, str) and m for m in self.methods):
+            raise ConfigError("calibration.methods", f"must be a list of calibrator names, got {self.methods!r}")
+        if len(set(self.methods)) != len(self.methods):
+            raise ConfigError("calibration.methods", f"names must be unique, got {list(self.methods)}")
+        if "before" in self.methods:
+            raise ConfigError("calibration.methods", "'before' names the uncalibrated variant")
+        self.methods = list(self.methods)
+
+
+@dataclass
+class MainOutputSpec:
+    """What the main job writes besides table1.json / table1.md."""
+
+    plots: bool = True            # PNGs of every evaluation and the reliability diagrams
+    print_summary: bool = False   # print each evaluation's summary.md (the Table 1 analogue is printed anyway)
+
+
+@dataclass
+class MainJobSpec:
+    """Everything that determines a main-job run (see :func:`detcal.training.job.run_main_job`)."""
+
+    data: DataSpec = field(default_factory=DataSpec)
+    model: ModelSpec = field(default_factory=ModelSpec)
+    trainer: TrainerSpec = field(default_factory=TrainerSpec)
+    splits: SplitsSpec = field(default_factory=SplitsSpec)
+    train_data: TrainDataSpec = field(default_factory=TrainDataSpec)
+    stage1: StageSpec = field(default_factory=stage1_defaults)
+    stage2: StageSpec = field(default_factory=stage2_defaults)
+    predict: PredictSpec = field(default_factory=PredictSpec)
+    calibration: MainCalibrationSpec = field(default_factory=MainCalibrationSpec)
+    evaluation: EvaluationSpec = field(default_factory=EvaluationSpec)
+    output: MainOutputSpec = field(default_factory=MainOutputSpec)
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.stage1.stage != 1:
+            raise ConfigError("stage1.stage", f"must be 1, got {self.stage1.stage}")
+        if self.stage2.stage != 2:
+            raise ConfigError("stage2.stage", f"must be 2, got {self.stage2.stage}")
+        if self.data.source == "synthetic":
+            seeds = [self.splits.train_seed, self.splits.recal_seed, self.splits.val_seed]
+            if self.train_data.source == "coco":
+                seeds = seeds[1:]
+            if len(set(seeds)) != len(seeds):
+                raise ConfigError("splits.*_seed", f"train/recal/val seeds must differ (disjoint scenes), got {seeds}")
+        if abs(self.evaluation.regression.sample_iou - self.calibration.iou_threshold) > 1e-12:
+            raise ConfigError("evaluation.regression.sample_iou", f"must equal calibration.iou_threshold (the sample the "
+                              f"calibrators are fitted on), got {self.evaluation.regression.sample_iou} and "
+                              f"{self.calibration.iou_threshold}")
+        if self.trainer.kind == "ddp":
+            for st in (self.stage1, self.stage2):
+                if st.batch_size % self.trainer.nproc:
+                    raise ConfigError(f"stage{st.stage}.batch_size", f"{st.batch_size} is not divisible by "
+                                      f"trainer.nproc {self.trainer.nproc}")
+
+
+@dataclass
+class MainApp(MainJobSpec):
+    """``detcal-main`` (configs/main.yaml): :class:`MainJobSpec` plus the run name."""
+
+    name: str = "main"
+
+    def job(self) -> MainJobSpec:
+        """The :class:`MainJobSpec` part (without the app's ``name``)."""
+        return MainJobSpec(**{f: getattr(self, f) for f in MainJobSpec.__dataclass_fields__})
