@@ -1,4 +1,4 @@
-"""Confidence-calibration metrics for detection (METRICS.md section 3), numpy only.
+"""Confidence-calibration metrics for detection (docs/metrics.md), numpy only.
 
 Sample: the non-ignored detections at one IoU threshold; ``p [S]`` the score
 in [0, 1], ``y [S]`` the matched flag (precision target), optional
@@ -43,7 +43,8 @@ from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
-from detcal.binning import FLOAT_STATS, CellStats, CellSums, cell_stats, normalise_bins, pair_sums
+from detcal.binning import normalise_bins
+from detcal.cell_stats import FLOAT_STATS, CellStats, CellSums, cell_stats, pair_sums
 from detcal.errors import DetcalInputError
 from detcal.types import MetricResult
 
@@ -431,7 +432,7 @@ def homogeneity(
     deviation, unaffected by how many samples sparse cells drop; ``mu`` is then
     the D-ECE under the ``drop`` policy). 0 means the miscalibration is the
     same everywhere. Rated with :data:`HOMOGENEITY_RATINGS`
-    (``extra["homogeneity_rating"]``). detcal definition (METRICS.md section 3).
+    (``extra["homogeneity_rating"]``). detcal definition (docs/metrics.md).
     """
     return ConfidenceMetric("homogeneity", _bins_arg(bins), sample_threshold, "drop", use_features=True)(p, y, features)
 
@@ -445,7 +446,7 @@ def outliers(
     of :func:`homogeneity`, with tolerance :data:`OUTLIER_TOL`); ``value =
     sum_outlier N_c / N_kept``; ``extra`` has the cell count
     (``outlier_cells``), samples, threshold and the rating of
-    :data:`OUTLIER_RATINGS`. detcal definition (METRICS.md section 3).
+    :data:`OUTLIER_RATINGS`. detcal definition (docs/metrics.md).
     """
     return ConfidenceMetric("outliers", _bins_arg(bins), sample_threshold, "drop", use_features=True)(p, y, features)
 
@@ -578,7 +579,7 @@ def per_class(
 
 @dataclass(frozen=True)
 class ConfidenceConfig:
-    """Parameters of :func:`confidence_metrics` (METRICS.md section 3 defaults).
+    """Parameters of :func:`confidence_metrics` (docs/metrics.md defaults).
 
     ``ece_bins`` (15, Guo 2017; Thetis uses 20), ``q`` of ECE_q,
     ``mce_sample_threshold``, ``dece_bins`` (5 per feature, int or list with
