@@ -21,6 +21,9 @@ Edge rules for the equal-width cells (``edges``):
   (``np.histogramdd``). The two rules differ only for values lying on an edge
   up to rounding (e.g. ``0.6`` with ``B = 5``: ``linspace`` gives the edge
   ``0.6000000000000001``, so netcal puts ``0.6`` in ``[0.4, 0.6)``).
+* ``"guo"``: Guo et al. 2017's intervals ``((m-1)/B, m/B]``, open on the
+  left: bin ``ceil(v * B) - 1`` in floating point, ``0`` in the first bin.
+  ``0.6`` with ``B = 5`` lands in ``(0.4, 0.6]``.
 
 The exact fixed-point per-cell statistics (:class:`CellStats`,
 :func:`cell_stats`) live in :mod:`detcal.cell_stats`; their names are
@@ -35,7 +38,7 @@ import numpy as np
 
 from detcal.errors import DetcalInputError
 
-EDGE_RULES: tuple[str, ...] = ("floor", "netcal")
+EDGE_RULES: tuple[str, ...] = ("floor", "netcal", "guo")
 """Edge rules of the equal-width cells over [0, 1] (see the module docstring)."""
 
 _EPS = float(np.finfo(np.float64).eps)
@@ -65,6 +68,11 @@ def feature_bin_index(values: np.ndarray, n_bins: int, edges: str = "floor") -> 
     if edges == "floor":
         # truncation equals floor for v >= 0; negatives and values >= 1 are clipped below anyway
         idx = (v * n_bins).astype(np.int64)
+        np.clip(idx, 0, n_bins - 1, out=idx)
+        return idx
+    elif edges == "guo":
+        # Guo et al. 2017: bin m holds ((m-1)/B, m/B], i.e. ceil(v B) - 1; v = 0 joins the first bin
+        idx = np.ceil(v * n_bins).astype(np.int64) - 1
         np.clip(idx, 0, n_bins - 1, out=idx)
         return idx
     elif edges == "netcal":

@@ -38,7 +38,8 @@ from detcal.metrics.regression.qce import (  # noqa: F401
     coverage_stats, m_qce, m_qce_from_stats, m_qce_joint, nees,
 )
 from detcal.metrics.regression.retention import (  # noqa: F401
-    _n_keep, _sorted_by_uncertainty, _uncertainty, _validate_rejected, f1_retention, ll_fu, ll_fu_scores, mwse,
+    LOG_BASES, MWSE_NORMALISATIONS, _n_keep, _sorted_by_uncertainty, _uncertainty, _validate_rejected, f1_retention,
+    ll_fu, ll_fu_scores, mwse,
     retention_curve, rmse_rmv_ratio,
 )
 from detcal.metrics.regression.scores import (  # noqa: F401
@@ -79,7 +80,8 @@ def regression_metrics(
     sample: RegressionSample, *, bins: int = 10, binning: str = "equal_count", qce_bins: int = 10,
     qce_binning: str = "equal_width", qce_sample_threshold: int = 1, qce_policy: str = "drop",
     levels: Any = QUANTILE_LEVELS, interval_m: int = 100, tau: float = 0.95, retention_error: str = "rmse",
-    f1_threshold: float | None = None, with_joint: bool = True,
+    f1_threshold: float | None = None, with_joint: bool = True, ll_fu_log_base: str = "e",
+    mwse_normalise: str = "retained",
 ) -> dict[str, dict[str, MetricResult]]:
     """Default regression-calibration suite: {metric: {coordinate | "joint": MetricResult}}.
 
@@ -87,6 +89,8 @@ def regression_metrics(
     pinball, crps, interval_ce, rmse_rmv, r_auc, ll_fu, mwse (and f1_auc when
     ``f1_threshold`` is given: acceptable error thresholds are task-specific).
     Joint (d = K, full covariance when the sample has one): nll, m_qce, c_qce.
+    Source variants: ``ll_fu_log_base`` ("e" | "10"), ``mwse_normalise``
+    ("retained" | "total"); see docs/metrics.md.
     """
     qce_kw = dict(levels=levels, bins=qce_bins, binning=qce_binning, sample_threshold=qce_sample_threshold, policy=qce_policy)
     out: dict[str, dict[str, MetricResult]] = {
@@ -104,8 +108,8 @@ def regression_metrics(
         "interval_ce": per_coordinate(interval_calibration_error, sample, m=interval_m),
         "rmse_rmv": per_coordinate(rmse_rmv_ratio, sample),
         "r_auc": per_coordinate(retention_curve, sample, error=retention_error),
-        "ll_fu": per_coordinate(ll_fu, sample),
-        "mwse": per_coordinate(mwse, sample),
+        "ll_fu": per_coordinate(ll_fu, sample, log_base=ll_fu_log_base),
+        "mwse": per_coordinate(mwse, sample, normalise=mwse_normalise),
     }
     if f1_threshold is not None:
         out["f1_auc"] = per_coordinate(f1_retention, sample, threshold=f1_threshold)

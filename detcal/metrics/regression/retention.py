@@ -128,46 +128,72 @@ def rmse_rmv_ratio(mu: Any, sigma: Any, y: Any, *, rejected: Any = RETENTION_REJ
     )
 
 
-def ll_fu_scores(mu: Any, sigma: Any, y: Any) -> np.ndarray:
+LOG_BASES: tuple[str, ...] = ("e", "10")
+"""Log bases of LL-FU: ``"e"`` (the paper's text, Eq. 6) and ``"10"`` (the authors' published evaluation code)."""
+
+
+def ll_fu_scores(mu: Any, sigma: Any, y: Any, *, log_base: str = "e") -> np.ndarray:
     """Per-sample LL-Fisher uncertainty [S] (Lakara et al. 2022, Eq. 6).
 
-    LL-FU = max(0, 0.5 log(2 pi sigma^2)) + e^2 / (2 sigma^2).
+    LL-FU = max(0, 0.5 log(2 pi sigma^2)) + e^2 / (2 sigma^2), with the natural
+    log (``log_base="e"``, the paper's text) or log10 (``"10"``, as the
+    authors' evaluation code computes it); only the first term changes.
     """
+    _check_choice(str(log_base), LOG_BASES, "log_base")
     m, s, t = _validate(mu, sigma, y)
-    return np.maximum(0.0, 0.5 * (_LOG_2PI + 2.0 * np.log(s))) + 0.5 * np.square((t - m) / s)
+    first = 0.5 * (_LOG_2PI + 2.0 * np.log(s))
+    if str(log_base) == "10":
+        first = first / np.log(10.0)
+    return np.maximum(0.0, first) + 0.5 * np.square((t - m) / s)
 
 
-def ll_fu(mu: Any, sigma: Any, y: Any) -> MetricResult:
+def ll_fu(mu: Any, sigma: Any, y: Any, *, log_base: str = "e") -> MetricResult:
     """Mean LL-Fisher uncertainty (Lakara et al. 2022, Eq. 6); use :func:`ll_fu_scores` as ``uncertainty``
-    in :func:`retention_curve` / :func:`f1_retention` for their R-AUC and F1 tables."""
-    sc = ll_fu_scores(mu, sigma, y)
-    params = {"n": int(len(sc))}
+    in :func:`retention_curve` / :func:`f1_retention` for their R-AUC and F1 tables.
+
+    ``log_base``: ``"e"`` (variant ``ln``, default) or ``"10"`` (variant ``log10``, the authors' code).
+    """
+    sc = ll_fu_scores(mu, sigma, y, log_base=log_base)
+    variant = "ln" if str(log_base) == "e" else "log10"
+    params = {"n": int(len(sc)), "log_base": str(log_base)}
     if len(sc) == 0:
-        return _nan_result("ll_fu", "", params)
-    return MetricResult(name="ll_fu", value=float(sc.mean()), params=params)
+        return _nan_result("ll_fu", variant, params)
+    return MetricResult(name="ll_fu", value=float(sc.mean()), variant=variant, params=params)
+
+
+MWSE_NORMALISATIONS: tuple[str, ...] = ("retained", "total")
+"""Normalisation of the MWSE retention curve: by the retained count, or by the total N (the authors' code)."""
 
 
 def mwse(
     mu: Any, sigma: Any, y: Any, *, weight: str = "variance", rejected: Any = RETENTION_REJECT,
+    normalise: str = "retained",
 ) -> MetricResult:
     """Mean Weighted Squared Error (Lakara et al. 2022, Eq. 7): MWSE = (1/N) sum e_i^2 u_i.
 
     u = sigma^2 (``variance``, default) or sigma (``std``). The table holds the
-    MWSE retention curve (mean over the least uncertain N - floor(f N)).
+    MWSE retention curve over the least uncertain k = N - floor(f N) samples:
+    divided by k (``normalise="retained"``, default: the mean over the
+    retained samples) or by the total N (``"total"``, as the authors'
+    evaluation code and the Shifts retention curves do: rejected samples count
+    0). The value (f = 0) is the same under both. Ties of sigma share their
+    mean (:class:`detcal.binning.RankSegments`).
     """
     m, s, t = _validate(mu, sigma, y)
     _check_choice(weight, ("variance", "std"), "weight")
+    _check_choice(normalise, MWSE_NORMALISATIONS, "normalise")
     f = _validate_rejected(rejected)
-    params = {"weight": weight, "n": int(len(s)), "rejected": f.tolist()}
+    params = {"weight": weight, "n": int(len(s)), "rejected": f.tolist(), "normalise": normalise}
+    variant = weight if normalise == "retained" else f"{weight}+total"
     if len(s) == 0:
-        return _nan_result("mwse", weight, params)
+        return _nan_result("mwse", variant, params)
     e = t - m
     w = e * e * (s * s if weight == "variance" else s)
     (ws,) = _sorted_by_uncertainty(s, w)
     k = _n_keep(len(s), f)
-    curve = np.cumsum(ws)[k - 1] / k
+    curve = np.cumsum(ws)[k - 1] / (k if normalise == "retained" else len(s))
     return MetricResult(
-        name="mwse", value=float(w.mean()), variant=weight, params=params,
+        name="mwse", value=float(w.mean()), variant=variant, params=params,
         table={"rejected_fraction": f, "retained_fraction": 1.0 - f, "mwse": curve},
     )
 
