@@ -168,3 +168,19 @@ def test_regression_suite_passes_variants():
     out = R.regression_metrics(s, ll_fu_log_base="10", mwse_normalise="total", with_joint=False)
     assert out["ll_fu"]["tx"].variant == "log10"
     assert out["mwse"]["tw"].params["normalise"] == "total"
+
+
+def test_docs_have_a_section_per_metric():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "metrics.md").read_text(encoding="utf-8")
+    heads = {line[3:].split(" ")[0] for line in text.splitlines() if line.startswith("## ")}
+    names = ["lence", "ll_fu", "mwse", "homogeneity", "outliers", "interval_ce", "r_auc", "f1_auc", "picp", "mpiw",
+             "pinball", "crps", "ence", "uce", "cv", "m_qce", "c_qce", "nll", "ece", "ece_q", "mce", "dece", "brier",
+             "sharpness", "overconfidence", "underconfidence", "rmse_rmv"]
+    assert not [n for n in names if n not in heads]
+    rng = np.random.default_rng(0)
+    from detcal.metrics.confidence_suite import ConfidenceConfig
+
+    assert set(ConfidenceConfig().metrics()) <= heads
+    del rng
