@@ -179,8 +179,43 @@ def test_docs_have_a_section_per_metric():
              "pinball", "crps", "ence", "uce", "cv", "m_qce", "c_qce", "nll", "ece", "ece_q", "mce", "dece", "brier",
              "sharpness", "overconfidence", "underconfidence", "rmse_rmv"]
     assert not [n for n in names if n not in heads]
-    rng = np.random.default_rng(0)
     from detcal.metrics.confidence_suite import ConfidenceConfig
 
     assert set(ConfidenceConfig().metrics()) <= heads
-    del rng
+
+
+def test_sources_registry_selects_each_variant():
+    from detcal.metrics.confidence_suite import ConfidenceConfig, confidence_metrics
+    from detcal.metrics.sources import SOURCES, source_kwargs, suite_kwargs
+    from detcal.metrics.spaces import RegressionSample
+
+    rng = np.random.default_rng(2)
+    n = 600
+    p = np.round(rng.random(n), 2)
+    y = rng.random(n) < p
+    f = rng.random((n, 1))  # a 5 x 5 grid: cells keep >= 8 samples
+    cat = rng.integers(0, 3, n)
+    mu, s, t = np.zeros(n), rng.uniform(0.5, 2, n), rng.normal(size=n)
+    fns = {"ece": lambda **k: C.ece(p, y, **k), "mce": lambda **k: C.mce(p, y, **k),
+           "dece": lambda **k: dece_by_class(p, y, f, cat, **k) if "mode" in k else C.dece(p, y, f, **k),
+           "homogeneity": lambda **k: C.homogeneity(p, y, f, **k), "ence": lambda **k: R.ence(mu, s, t, **k),
+           "lence": lambda **k: R.lence(mu, s, t, **k), "uce": lambda **k: R.uce(mu, s, t, **k),
+           "c_qce": lambda **k: R.c_qce(mu, s, t, **k), "ll_fu": lambda **k: R.ll_fu(mu, s, t, **k),
+           "mwse": lambda **k: R.mwse(mu, s, t, **k), "r_auc": lambda **k: R.retention_curve(mu, s, t, **k)}
+    for source, table in SOURCES.items():
+        for metric, kw in table.items():
+            assert np.isfinite(fns[metric](**kw).value), (source, metric)
+    assert C.ece(p, y, **source_kwargs("guo2017", "ece")).params["edges"] == "guo"
+    assert R.ll_fu(mu, s, t, **source_kwargs("lakara2022_code", "ll_fu")).variant == "log10"
+    conf_kw, reg_kw = suite_kwargs("thetis")
+    out = confidence_metrics(p, y, f, config=ConfidenceConfig(n_boot=0, **conf_kw))
+    assert out["homogeneity"].params["spread"] == "variance" and out["ece"].params["bins"] == [20]
+    assert out["dece"].params["sample_threshold"] == 1
+    smp = RegressionSample(mu=np.zeros((n, 4)), sigma=rng.uniform(0.5, 2, (n, 4)), y=rng.normal(size=(n, 4)),
+                           rows=np.arange(n), image_id=np.arange(n))
+    reg = R.regression_metrics(smp, with_joint=False, **suite_kwargs("lakara2022_code")[1])
+    assert reg["mwse"]["tx"].params["normalise"] == "total"
+    out_g = confidence_metrics(p, y, f, config=ConfidenceConfig(n_boot=0, **suite_kwargs("guo2017")[0]))
+    assert out_g["ece"].value == pytest.approx(C.ece(p, y, 15, edges="guo").value, abs=1e-15)
+    with pytest.raises(DetcalInputError, match="source"):
+        source_kwargs("kitti", "ece")

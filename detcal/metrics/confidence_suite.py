@@ -118,7 +118,10 @@ class ConfidenceConfig:
     the confidence first) and ``sample_threshold`` (8) for D-ECE, homogeneity
     and outliers, sparse-cell ``policy``, ``average`` of the per-class
     aggregates, and the bootstrap (``n_boot`` replicates over images,
-    ``ci_level``, ``seed``; ``n_boot=0`` disables it).
+    ``ci_level``, ``seed``; ``n_boot=0`` disables it). Source variants:
+    ``edges`` (``None``: the policy's rule; ``"guo"``: Guo et al.'s
+    ``((m-1)/M, m/M]``) for the confidence-binned metrics, and
+    ``homogeneity_spread`` (``"std"`` or Thetis's ``"variance"``).
     """
 
     ece_bins: int = 15
@@ -131,17 +134,21 @@ class ConfidenceConfig:
     n_boot: int = 1000
     ci_level: float = 0.95
     seed: int = 0
+    edges: str | None = None
+    homogeneity_spread: str = "std"
 
     def metrics(self) -> dict[str, ConfidenceMetric]:
         """The suite: name -> metric."""
         b = _bins_arg(self.dece_bins)
+        e = self.edges
         return {
-            "ece": ConfidenceMetric("ece", self.ece_bins, 1, self.policy),
-            "ece_q": ConfidenceMetric("ece_q", self.ece_bins, 1, self.policy, q=self.q),
-            "mce": ConfidenceMetric("mce", self.ece_bins, self.mce_sample_threshold, self.policy),
-            "dece": ConfidenceMetric("dece", b, self.sample_threshold, self.policy, use_features=True),
-            "homogeneity": ConfidenceMetric("homogeneity", b, self.sample_threshold, "drop", use_features=True),
-            "outliers": ConfidenceMetric("outliers", b, self.sample_threshold, "drop", use_features=True),
+            "ece": ConfidenceMetric("ece", self.ece_bins, 1, self.policy, edge_rule=e),
+            "ece_q": ConfidenceMetric("ece_q", self.ece_bins, 1, self.policy, q=self.q, edge_rule=e),
+            "mce": ConfidenceMetric("mce", self.ece_bins, self.mce_sample_threshold, self.policy, edge_rule=e),
+            "dece": ConfidenceMetric("dece", b, self.sample_threshold, self.policy, use_features=True, edge_rule=e),
+            "homogeneity": ConfidenceMetric("homogeneity", b, self.sample_threshold, "drop", use_features=True,
+                                            edge_rule=e, spread=self.homogeneity_spread),
+            "outliers": ConfidenceMetric("outliers", b, self.sample_threshold, "drop", use_features=True, edge_rule=e),
             "nll": ConfidenceMetric("nll"),
             "brier": ConfidenceMetric("brier"),
             "sharpness": ConfidenceMetric("sharpness"),
