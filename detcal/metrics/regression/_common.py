@@ -26,7 +26,8 @@ def _validate(mu: Any, sigma: Any, y: Any, *, ndim: int = 1) -> tuple[np.ndarray
     """Float64 arrays of equal shape; mu, y finite; sigma finite and > 0. Errors name sample and field."""
     out = []
     for name, a in (("mu", mu), ("sigma", sigma), ("y", y)):
-        arr = np.asarray(a, dtype=np.float64)
+        # contiguous: a column slice mu[:, k] of an [S, K] array costs 1.5-2.5x in every later pass
+        arr = np.ascontiguousarray(a, dtype=np.float64)
         if arr.ndim != ndim:
             raise DetcalInputError(f"expected a {ndim}-D array, got shape {arr.shape}", field=name)
         out.append(arr)

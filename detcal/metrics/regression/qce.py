@@ -166,7 +166,11 @@ def c_qce_from_stats(stats: CoverageStats, *, sample_threshold: int = 1, policy:
 
 def nees(mu: Any, sigma: Any, y: Any) -> np.ndarray:
     """Normalised estimation error squared eps = (y - mu)^2 / sigma^2 [S] (d = 1)."""
-    m, s, t = _validate(mu, sigma, y)
+    return _nees(*_validate(mu, sigma, y))
+
+
+def _nees(m: np.ndarray, s: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """NEES of validated arrays."""
     e2 = np.subtract(t, m)
     np.multiply(e2, e2, out=e2)
     # e^2 / sigma^2 exactly as netcal orders the operations (bit-identical coverage), two [S] buffers
@@ -192,8 +196,8 @@ def c_qce(
     sigma (equal-width over [min, max] as netcal, or equal_count) and the
     sparse-bin ``policy`` of :func:`c_qce_from_stats`.
     """
-    _, s, _ = _validate(mu, sigma, y)
-    stats = coverage_stats(nees(mu, sigma, y), s, d=1, levels=levels, bins=bins, binning=binning, range_=range_)
+    m, s, t = _validate(mu, sigma, y)
+    stats = coverage_stats(_nees(m, s, t), s, d=1, levels=levels, bins=bins, binning=binning, range_=range_)
     return c_qce_from_stats(stats, sample_threshold=sample_threshold, policy=policy)
 
 

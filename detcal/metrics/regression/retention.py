@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from detcal.binning import rank_segments
 from detcal.errors import DetcalInputError
 from detcal.metrics.regression._common import _LOG_2PI, RETENTION_REJECT, _check_choice, _nan_result, _validate
 from detcal.types import MetricResult
@@ -29,6 +30,20 @@ def _sorted_by_uncertainty(u: np.ndarray, *values: np.ndarray) -> list[np.ndarra
             sizes = np.diff(np.append(starts, len(us)))
             out = [np.repeat(np.add.reduceat(v, starts) / sizes, sizes) for v in out]
     return out
+
+
+def _prefix_sums(u: np.ndarray, k: np.ndarray, *values: np.ndarray) -> list[np.ndarray]:
+    """Sums [len(k)] of each value over the k least uncertain samples, ties shared (no sort of the samples).
+
+    The same tie rule as :func:`_sorted_by_uncertainty` (a tie group cut by k
+    contributes its mean per member), computed from one selection at the
+    distinct k (:func:`detcal.binning.rank_segments`): O(S log |k|).
+    """
+    n = len(u)
+    ks = np.unique(k)
+    seg = rank_segments(u, ks[ks < n])
+    at = np.searchsorted(seg.cuts, k) - 1  # segment whose end is k
+    return [np.cumsum(seg.sums(v))[at] for v in values]
 
 
 def _n_keep(n: int, rejected: np.ndarray) -> np.ndarray:
@@ -80,10 +95,10 @@ def retention_curve(
         return _nan_result("r_auc", variant, params)
     e = t - m
     err = np.abs(e) if error == "mae" else e * e
-    (es,) = _sorted_by_uncertainty(u, err)
-    cs = np.cumsum(es)
     n = len(s)
     if variant == "shifts":
+        (es,) = _sorted_by_uncertainty(u, err)
+        cs = np.cumsum(es)
         curve = np.zeros(n + 1)
         curve[:n] = cs[::-1] / n
         ret = 1.0 - np.arange(n + 1) / n
@@ -94,7 +109,8 @@ def retention_curve(
     f = _validate_rejected(rejected)
     params["rejected"] = f.tolist()
     k = _n_keep(n, f)
-    curve = cs[k - 1] / k
+    (prefix,) = _prefix_sums(u, k, err)
+    curve = prefix / k
     if error == "rmse":
         curve = np.sqrt(curve)
     ret = 1.0 - f
@@ -118,9 +134,9 @@ def rmse_rmv_ratio(mu: Any, sigma: Any, y: Any, *, rejected: Any = RETENTION_REJ
     if len(s) == 0:
         return _nan_result("rmse_rmv", "", params)
     e = t - m
-    e2s, v2s = _sorted_by_uncertainty(s, e * e, s * s)
     k = _n_keep(len(s), f)
-    ratio = np.sqrt(np.cumsum(e2s)[k - 1] / np.cumsum(v2s)[k - 1])
+    se, sv = _prefix_sums(s, k, e * e, s * s)
+    ratio = np.sqrt(se / sv)
     return MetricResult(
         name="rmse_rmv", value=float(ratio[0]), params=params,
         table={"rejected_fraction": f, "retained_fraction": 1.0 - f, "ratio": ratio},
@@ -189,9 +205,9 @@ def mwse(
         return _nan_result("mwse", variant, params)
     e = t - m
     w = e * e * (s * s if weight == "variance" else s)
-    (ws,) = _sorted_by_uncertainty(s, w)
     k = _n_keep(len(s), f)
-    curve = np.cumsum(ws)[k - 1] / (k if normalise == "retained" else len(s))
+    (prefix,) = _prefix_sums(s, k, w)
+    curve = prefix / (k if normalise == "retained" else len(s))
     return MetricResult(
         name="mwse", value=float(w.mean()), variant=variant, params=params,
         table={"rejected_fraction": f, "retained_fraction": 1.0 - f, "mwse": curve},
