@@ -17,7 +17,8 @@ and the allocator state of one cannot help or hurt the other):
 Metrics and their netcal counterparts (same definitions; the value columns
 show the agreement):
 
-    ECE    detcal confidence.ece(p, y, 15)            netcal ECE(15, detection=True)
+    ECE    detcal confidence.ece(p, y, 15, "netcal")  netcal ECE(15, detection=True)
+    MCE    confidence.mce(p, y, 15, policy="netcal")  netcal MCE(15, detection=True)
     D-ECE  confidence.dece(p, y, F, 5, 8, "netcal")   netcal ECE(5, detection=True, sample_threshold=8) on [p, cx, cy, w, h]
     NLL    regression.gaussian_nll                    netcal NLL (Gaussian, per dimension)
     ENCE   regression.ence(equal_width, 10 bins)      netcal ENCE(10)
@@ -25,13 +26,21 @@ show the agreement):
     M-QCE  regression.m_qce(19 levels)                netcal QCE(marginal=True)
     C-QCE  regression.c_qce(10 bins, netcal policy)   netcal QCE(10, marginal=False)
 
-Regression data: one coordinate, mu ~ N(0, 1), sigma ~ U(0.2, 3),
-y = mu + N(0, 1) sigma U(0.6, 1.5). Confidence data: p ~ Beta(2, 2),
-y ~ Bernoulli(p^1.3), box features ~ U(0, 1)^4.
+Hard workload (default), as a user runs it: regression inputs are [n, 4]
+arrays (tx, ty, tw, th); detcal is called per coordinate on the column
+slices ``mu[:, k]`` (non-contiguous), netcal on the [n, 4] arrays; the value
+column is the mean over the coordinates. Scores have 3 decimals, as
+detectors write them (values on bin edges exercise netcal's edge rule);
+every detcal call uses the netcal-compatible variant. Data: mu ~ N(0, 1),
+sigma ~ U(0.2, 3), y = mu + N(0, 1) sigma U(0.6, 1.5); p ~ Beta(2, 2),
+y ~ Bernoulli(p^1.3), box features ~ U(0, 1)^4. ``--easy``: one contiguous
+coordinate and continuous scores (the earlier benchmark).
 
 Usage::
 
-    python scripts/bench_metrics.py                 # 2M samples
+    python scripts/bench_metrics.py                 # 2M samples, hard workload
+    python scripts/bench_metrics.py --easy          # one contiguous coordinate, continuous scores
+    python scripts/bench_metrics.py --growth 1000000 3000000 10000000   # detcal suite alone, growth exponent
     python scripts/bench_metrics.py --quick         # 200k samples, quick check
     python scripts/bench_metrics.py --n 500000 --repeats 3 --metrics ENCE C-QCE
 """
@@ -48,45 +57,62 @@ from typing import Any, Callable
 
 import numpy as np
 
-METRICS: tuple[str, ...] = ("ECE", "D-ECE", "NLL", "ENCE", "UCE", "M-QCE", "C-QCE")
+METRICS: tuple[str, ...] = ("ECE", "MCE", "D-ECE", "NLL", "ENCE", "UCE", "M-QCE", "C-QCE")
+K = 4  # box coordinates of the hard workload
 LEVELS = np.linspace(0.05, 0.95, 19)
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def make_data(kind: str, n: int, seed: int) -> dict[str, np.ndarray]:
-    """Seeded benchmark data: ``regression`` (mu, sigma, y [n]) or ``confidence`` (p, y [n], features [n,4])."""
+def make_data(kind: str, n: int, seed: int, hard: bool = False) -> dict[str, np.ndarray]:
+    """Seeded benchmark data: ``regression`` (mu, sigma, y [n], or [n,4] when ``hard``) or
+    ``confidence`` (p, y [n], features [n,4]; 3-decimal scores when ``hard``, as detectors write them)."""
     rng = np.random.default_rng(seed)
     if kind == "regression":
-        mu = rng.normal(size=n)
-        sigma = rng.uniform(0.2, 3.0, n)
-        y = mu + rng.normal(size=n) * sigma * rng.uniform(0.6, 1.5, n)
+        shape = (n, K) if hard else (n,)
+        mu = rng.normal(size=shape)
+        sigma = rng.uniform(0.2, 3.0, shape)
+        y = mu + rng.normal(size=shape) * sigma * rng.uniform(0.6, 1.5, shape)
         return {"mu": mu, "sigma": sigma, "y": y}
     p = rng.beta(2.0, 2.0, n)
+    if hard:
+        p = np.round(p, 3)
     y = (rng.random(n) < p**1.3).astype(np.int64)
     return {"p": p, "y": y, "features": rng.random((n, 4))}
 
 
 def _kind(metric: str) -> str:
-    return "confidence" if metric in ("ECE", "D-ECE") else "regression"
+    return "confidence" if metric in ("ECE", "MCE", "D-ECE") else "regression"
+
+
+def _per_coordinate(fn: Callable[..., Any]) -> Callable[[dict[str, np.ndarray]], float]:
+    """The hard workload: a user's per-coordinate calls on column slices of [n, 4] arrays; mean value."""
+    def run(d: dict[str, np.ndarray]) -> float:
+        mu, sigma, y = d["mu"], d["sigma"], d["y"]
+        if mu.ndim == 1:
+            return float(fn(mu, sigma, y).value)
+        return float(np.mean([fn(mu[:, k], sigma[:, k], y[:, k]).value for k in range(mu.shape[1])]))
+    return run
 
 
 def build(metric: str, impl: str) -> Callable[[dict[str, np.ndarray]], float]:
-    """The call under test, returning the metric value as a float."""
+    """The call under test, returning the metric value as a float (mean over coordinates for [n, 4] inputs)."""
     if impl == "detcal":
-        if metric in ("ECE", "D-ECE"):
+        if metric in ("ECE", "MCE", "D-ECE"):
             from detcal.metrics import confidence as C
 
             if metric == "ECE":
-                return lambda d: C.ece(d["p"], d["y"], bins=15).value
+                return lambda d: C.ece(d["p"], d["y"], bins=15, policy="netcal").value
+            if metric == "MCE":
+                return lambda d: C.mce(d["p"], d["y"], bins=15, policy="netcal").value
             return lambda d: C.dece(d["p"], d["y"], d["features"], bins=5, sample_threshold=8, policy="netcal").value
         from detcal.metrics import regression as R
 
         fns: dict[str, Callable[[dict[str, np.ndarray]], float]] = {
-            "NLL": lambda d: R.gaussian_nll(d["mu"], d["sigma"], d["y"]).value,
-            "ENCE": lambda d: R.ence(d["mu"], d["sigma"], d["y"], bins=10, binning="equal_width").value,
-            "UCE": lambda d: R.uce(d["mu"], d["sigma"], d["y"], bins=10).value,
-            "M-QCE": lambda d: R.m_qce(d["mu"], d["sigma"], d["y"], levels=LEVELS).value,
-            "C-QCE": lambda d: R.c_qce(d["mu"], d["sigma"], d["y"], levels=LEVELS, bins=10, policy="netcal").value,
+            "NLL": _per_coordinate(R.gaussian_nll),
+            "ENCE": _per_coordinate(lambda m, s, y: R.ence(m, s, y, bins=10, binning="equal_width")),
+            "UCE": _per_coordinate(lambda m, s, y: R.uce(m, s, y, bins=10)),
+            "M-QCE": _per_coordinate(lambda m, s, y: R.m_qce(m, s, y, levels=LEVELS)),
+            "C-QCE": _per_coordinate(lambda m, s, y: R.c_qce(m, s, y, levels=LEVELS, bins=10, policy="netcal")),
         }
         return fns[metric]
     import warnings
@@ -95,10 +121,12 @@ def build(metric: str, impl: str) -> Callable[[dict[str, np.ndarray]], float]:
     import netcal.metrics as N
 
     def _f(x: Any) -> float:
-        return float(np.asarray(x).reshape(-1)[0])
+        return float(np.mean(np.asarray(x, dtype=np.float64).reshape(-1)))
 
     if metric == "ECE":
         return lambda d: _f(N.ECE(bins=15, detection=True).measure(d["p"], d["y"]))
+    if metric == "MCE":
+        return lambda d: _f(N.MCE(bins=15, detection=True).measure(d["p"], d["y"]))
     if metric == "D-ECE":
         return lambda d: float(
             N.ECE(bins=5, detection=True, sample_threshold=8).measure(np.column_stack([d["p"], d["features"]]), d["y"])
@@ -130,13 +158,13 @@ def _reset_peak_rss() -> bool:
         return False
 
 
-def worker(metric: str, impl: str, n: int, seed: int, repeats: int, tracemalloc_run: bool) -> dict[str, Any]:
+def worker(metric: str, impl: str, n: int, seed: int, repeats: int, tracemalloc_run: bool, hard: bool = True) -> dict[str, Any]:
     """Measure one (metric, implementation) in this process; returns the numbers as a dict."""
     import tracemalloc
 
     fn = build(metric, impl)
-    fn(make_data(_kind(metric), 1000, seed + 1))  # warm-up: lazy imports, first-call costs
-    data = make_data(_kind(metric), n, seed)
+    fn(make_data(_kind(metric), 1000, seed + 1, hard))  # warm-up: lazy imports, first-call costs
+    data = make_data(_kind(metric), n, seed, hard)
     resettable = _reset_peak_rss()
     rss0 = _status_kb("VmRSS")
     best = float("inf")
@@ -166,6 +194,8 @@ def run_one(metric: str, impl: str, args: argparse.Namespace) -> dict[str, Any]:
            "--seed", str(args.seed), "--repeats", str(args.repeats)]
     if args.no_tracemalloc:
         cmd.append("--no-tracemalloc")
+    if args.easy:
+        cmd.append("--easy")
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(ROOT))
     if proc.returncode != 0:
@@ -182,18 +212,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--metrics", nargs="+", default=list(METRICS), choices=list(METRICS))
     ap.add_argument("--no-tracemalloc", action="store_true", help="skip the tracemalloc pass")
     ap.add_argument("--json", type=str, default=None, help="also write the rows to this JSON file")
+    ap.add_argument("--easy", action="store_true",
+                    help="the old workload: one contiguous regression coordinate, continuous scores")
+    ap.add_argument("--growth", nargs="*", type=int, default=None, metavar="N",
+                    help="time detcal's suite alone at these sizes (default 1M 3M 10M) and fit the growth exponent")
     ap.add_argument("--worker", nargs=2, metavar=("METRIC", "IMPL"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(args.worker[0], args.worker[1], args.n, args.seed, args.repeats, not args.no_tracemalloc)))
+        print(json.dumps(worker(args.worker[0], args.worker[1], args.n, args.seed, args.repeats,
+                                not args.no_tracemalloc, hard=not args.easy)))
         return 0
+    if args.growth is not None:
+        return growth(args.growth or [1_000_000, 3_000_000, 10_000_000], args)
     if args.quick:
         args.n = min(args.n, 200_000)
         args.no_tracemalloc = True
     rows = []
     hdr = (f"{'metric':<7} {'detcal s':>9} {'netcal s':>9} {'ratio':>7} {'detcal RSS MB':>13} {'netcal RSS MB':>13} "
            f"{'detcal tm MB':>12} {'netcal tm MB':>12} {'|diff|':>9}")
-    print(f"n = {args.n:,}, seed = {args.seed}, repeats = {args.repeats}")
+    print(f"n = {args.n:,}, seed = {args.seed}, repeats = {args.repeats}, workload = {'easy' if args.easy else 'hard'}")
     print(hdr)
     print("-" * len(hdr))
     for m in args.metrics:
@@ -218,6 +255,21 @@ def main(argv: list[str] | None = None) -> int:
                      if not args.no_tracemalloc else ""))
     if args.json:
         Path(args.json).write_text(json.dumps({"n": args.n, "seed": args.seed, "rows": rows}, indent=2))
+    return 0
+
+
+def growth(sizes: list[int], args: argparse.Namespace) -> int:
+    """Time detcal's metric suite (every metric of METRICS, hard workload) at each size; fit log t = a + b log n."""
+    times = []
+    for n in sizes:
+        args.n = n
+        args.no_tracemalloc = True
+        t = sum(run_one(m, "detcal", args)["time_s"] for m in args.metrics)
+        times.append(t)
+        print(f"n = {n:>12,}  suite {t:8.3f} s", flush=True)
+    if len(sizes) > 1:
+        b = np.polyfit(np.log(sizes), np.log(times), 1)[0]
+        print(f"growth exponent (least squares over {len(sizes)} sizes): {b:.3f}")
     return 0
 
 

@@ -12,11 +12,9 @@ from detcal.metrics.bootstrap import (
     with_ci,
 )
 from detcal.metrics.confidence import (
-    ConfidenceConfig,
     ConfidenceMetric,
     SparseCellsWarning,
     brier,
-    confidence_metrics,
     dece,
     ece,
     ece_q,
@@ -25,10 +23,10 @@ from detcal.metrics.confidence import (
     nll,
     outliers,
     overconfidence,
-    per_class,
     sharpness,
     underconfidence,
 )
+from detcal.metrics.confidence_suite import ConfidenceConfig, confidence_metrics, per_class
 from detcal.metrics.regression import (
     CoverageStats,
     SigmaBinStats,

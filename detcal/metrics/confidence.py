@@ -1,4 +1,4 @@
-"""Confidence-calibration metrics for detection (METRICS.md section 3), numpy only.
+"""Confidence-calibration metrics for detection (docs/metrics.md), numpy only.
 
 Sample: the non-ignored detections at one IoU threshold; ``p [S]`` the score
 in [0, 1], ``y [S]`` the matched flag (precision target), optional
@@ -36,14 +36,15 @@ exception.
 """
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, Hashable, Sequence
 
 import numpy as np
 
-from detcal.binning import FLOAT_STATS, CellStats, CellSums, cell_stats, normalise_bins, pair_sums
+from detcal.binning import EDGE_RULES, normalise_bins
+from detcal.cell_stats import CellStats, CellSums, cell_stats, pair_sums
+from detcal.metrics.confidence_compute import OUTLIER_TOL, _binned_values, _cell_free_values, _homogeneity, _ratio, _summary  # noqa: F401
 from detcal.errors import DetcalInputError
 from detcal.types import MetricResult
 
@@ -65,10 +66,6 @@ OUTLIER_RATINGS: tuple[tuple[float, str], ...] = ((0.01, "good"), (0.05, "fair")
 """Rating of the outlier sample share (share of kept samples in outlier cells):
 first ``(upper, label)`` with ``share <= upper``. detcal convention: at most 1 %
 of samples in outlier cells is good, at most 5 % fair."""
-
-OUTLIER_TOL: float = 1e-12
-"""A cell is an outlier when ``gap - mean_gap > 2 * std + OUTLIER_TOL`` (the
-tolerance keeps equal gaps from becoming outliers through rounding)."""
 
 SPARSE_RATIO: int = 10
 """Warn when the number of cells exceeds ``samples / SPARSE_RATIO``."""
@@ -106,7 +103,11 @@ class ConfidenceMetric:
     ``sample_threshold`` the minimum ``N_c`` of a kept cell; ``policy`` the
     sparse-cell policy; ``q`` the exponent of ECE_q; ``use_features``: whether
     the box features enter the grid (D-ECE, homogeneity, outliers) or are
-    ignored (ECE on confidence alone).
+    ignored (ECE on confidence alone); ``edge_rule`` overrides the edge rule
+    of the cells (``None``: netcal's under the netcal policy, else ``floor``;
+    ``"guo"``: Guo et al.'s ``((m-1)/B, m/B]``, :mod:`detcal.binning`);
+    ``spread`` of homogeneity: ``"std"`` (detcal default) or ``"variance"``
+    (Thetis rates the variance of the calibration error).
 
     The object also provides the stages used by the bootstrap fast path
     (:mod:`detcal.metrics.bootstrap`): :meth:`grid_key`, :meth:`pair_sums`,
@@ -119,8 +120,14 @@ class ConfidenceMetric:
     policy: str = "drop"
     q: float = 1.0
     use_features: bool = False
+    edge_rule: str | None = None
+    spread: str = "std"
 
     def __post_init__(self) -> None:
+        if self.edge_rule is not None and self.edge_rule not in EDGE_RULES:
+            raise DetcalInputError(f"edge_rule must be one of {EDGE_RULES} or None, got {self.edge_rule!r}", field="edges")
+        if self.spread not in ("std", "variance"):
+            raise DetcalInputError(f"spread must be 'std' or 'variance', got {self.spread!r}", field="spread")
         if self.name not in BINNED_METRICS + CELL_FREE_METRICS:
             raise DetcalInputError(
                 f"unknown confidence metric {self.name!r}; known: {BINNED_METRICS + CELL_FREE_METRICS}", field="name"
@@ -148,8 +155,22 @@ class ConfidenceMetric:
 
     @property
     def edges(self) -> str:
-        """Edge rule: netcal's under the netcal policy, else ``floor``."""
-        return "netcal" if (self.binned and self.policy == "netcal") else "floor"
+        """Edge rule: ``edge_rule`` when given, else netcal's under the netcal policy, else ``floor``."""
+        if not self.binned:
+            return "floor"
+        if self.edge_rule is not None:
+            return self.edge_rule
+        return "netcal" if self.policy == "netcal" else "floor"
+
+    @property
+    def variant(self) -> str:
+        """Variant label recorded in results: the policy, plus ``+guo`` / ``+variance`` when chosen."""
+        v = self.policy
+        if self.binned and self.edge_rule is not None and self.edge_rule != ("netcal" if self.policy == "netcal" else "floor"):
+            v += f"+edges={self.edge_rule}"
+        if self.name == "homogeneity" and self.spread == "variance":
+            v += "+variance"
+        return v
 
     def _grid(self, features: Any) -> tuple[Any, int | tuple[int, ...]]:
         """Features entering the grid and the bins (a cell-free metric uses one cell)."""
@@ -207,7 +228,8 @@ class ConfidenceMetric:
     def values(self, sums: CellSums) -> np.ndarray:
         """Metric values [...] from cell sums [..., C] (NaN where undefined)."""
         if self.binned:
-            return _binned_values(self.name, _summary(sums, self.sample_threshold, self.policy), self.q)
+            v = _binned_values(self.name, _summary(sums, self.sample_threshold, self.policy), self.q)
+            return v * v if (self.name == "homogeneity" and self.spread == "variance") else v
         return _cell_free_values(self.name, sums.total())
 
     def result(self, stats: CellStats) -> MetricResult:
@@ -231,6 +253,8 @@ class ConfidenceMetric:
             )
         if self.name == "ece_q":
             params["q"] = float(self.q)
+        if self.name == "homogeneity":
+            params.update(spread=self.spread, weights="N_c / N_kept over kept cells")
         if self.name == "nll":
             params["clip"] = 1e-12
         return params
@@ -239,6 +263,8 @@ class ConfidenceMetric:
         s = stats.sums()
         summ = _summary(s, self.sample_threshold, self.policy)
         value = float(_binned_values(self.name, summ, self.q))
+        if self.name == "homogeneity" and self.spread == "variance":
+            value = value * value
         n = int(stats.n)
         n_cells = stats.n_cells
         sparse = int(np.sum(s.count[summ["occupied"] & ~summ["kept"]]))
@@ -284,7 +310,7 @@ class ConfidenceMetric:
                 extra["outlier_rating"] = _rate(value, OUTLIER_RATINGS)
                 table["outlier"] = out
         return MetricResult(
-            name=self.name, value=value, variant=self.policy, params=self._params(stats), table=table, extra=extra
+            name=self.name, value=value, variant=self.variant, params=self._params(stats), table=table, extra=extra
         )
 
     def _cell_free_result(self, stats: CellStats) -> MetricResult:
@@ -303,110 +329,49 @@ class ConfidenceMetric:
 
 
 # ---------------------------------------------------------------------------
-# _compute stages (vectorised over leading axes)
-# ---------------------------------------------------------------------------
-
-def _summary(s: CellSums, sample_threshold: int, policy: str) -> dict[str, np.ndarray]:
-    """Per-cell precision, confidence, gap and the kept mask, [..., C]; N and the denominator [...]."""
-    n_c = np.asarray(s.count, dtype=np.float64)
-    occupied = n_c > 0
-    kept = occupied & (n_c >= sample_threshold)
-    safe = np.where(occupied, n_c, 1.0)
-    prec = np.where(occupied, s.sum_y / safe, np.nan)
-    conf = np.where(occupied, s.sum_p / safe, np.nan)
-    gap = np.abs(prec - conf)
-    n = n_c.sum(axis=-1)
-    n_kept = np.where(kept, n_c, 0.0).sum(axis=-1)
-    denom = n_kept if policy == "drop" else n
-    return {"n_c": n_c, "occupied": occupied, "kept": kept, "prec": prec, "conf": conf, "gap": gap,
-            "n": n, "n_kept": n_kept, "denom": denom}
-
-
-def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    den = np.asarray(den, dtype=np.float64)
-    return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
-
-
-def _homogeneity(summ: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Weighted mean/std of gap over kept cells, weights N_c / N_kept, and the outlier mask."""
-    kept, n_c, gap = summ["kept"], summ["n_c"], np.nan_to_num(summ["gap"])
-    w = np.where(kept, n_c, 0.0)
-    n_kept = summ["n_kept"][..., None]
-    wn = _ratio(w, n_kept)
-    mean = np.sum(wn * gap, axis=-1)
-    var = np.sum(wn * (gap - mean[..., None]) ** 2, axis=-1)
-    std = np.sqrt(np.maximum(var, 0.0))
-    threshold = mean + 2.0 * std
-    outlier = kept & (gap - mean[..., None] > 2.0 * std[..., None] + OUTLIER_TOL)
-    share = _ratio(np.where(outlier, n_c, 0.0).sum(axis=-1), summ["n_kept"])
-    return {"mean": mean, "std": std, "threshold": threshold, "outlier": outlier, "share": share}
-
-
-def _binned_values(name: str, summ: dict[str, np.ndarray], q: float) -> np.ndarray:
-    kept, n_c, gap = summ["kept"], summ["n_c"], np.nan_to_num(summ["gap"])
-    if name in ("ece", "dece"):
-        return _ratio(np.where(kept, n_c * gap, 0.0).sum(axis=-1), summ["denom"])
-    if name == "ece_q":
-        return _ratio(np.where(kept, n_c * gap**q, 0.0).sum(axis=-1), summ["denom"]) ** (1.0 / q)
-    if name == "mce":
-        m = np.max(np.where(kept, gap, -np.inf), axis=-1, initial=-np.inf)
-        return np.where(np.isfinite(m), m, np.nan)
-    h = _homogeneity(summ)
-    if name == "homogeneity":
-        return np.where(summ["n_kept"] > 0, h["std"], np.nan)
-    return h["share"]  # outliers
-
-
-def _cell_free_values(name: str, t: CellSums) -> np.ndarray:
-    """Values [...] from totals [..., 1]."""
-    n, n1 = t.count[..., 0], t.sum_y[..., 0]
-    if name == "nll":
-        return _ratio(t.sum_nll[..., 0], n)
-    if name == "brier":
-        return _ratio(t.sum_se[..., 0], n)
-    if name == "sharpness":
-        mean = _ratio(t.sum_p[..., 0], n)
-        return np.maximum(_ratio(t.sum_p2[..., 0], n) - mean**2, 0.0)
-    if name == "overconfidence":
-        return _ratio(t.sum_p0[..., 0], n - n1)
-    return _ratio(n1 - t.sum_p1[..., 0], n1)  # underconfidence
-
-
-# ---------------------------------------------------------------------------
 # Public functions
 # ---------------------------------------------------------------------------
 
-def ece(p: Any, y: Any, bins: int = 15, *, sample_threshold: int = 1, policy: str = "drop") -> MetricResult:
+def ece(
+    p: Any, y: Any, bins: int = 15, *, sample_threshold: int = 1, policy: str = "drop", edges: str | None = None,
+) -> MetricResult:
     """Expected calibration error on confidence alone (Guo et al. 2017; Naeini et al. 2015).
 
     ``ECE = sum_c N_c / N' * |prec(c) - conf(c)|`` over equal-width confidence
     bins (default 15), ``N' = N_kept`` (policy ``drop``) or ``N`` (``netcal``).
     With the default ``sample_threshold=1`` both policies agree (netcal
-    ``ECE(bins=15)``) up to the edge rule.
+    ``ECE(bins=15)``) up to the edge rule. ``edges="guo"``: Guo et al.'s
+    bins ``((m-1)/M, m/M]`` instead of the default ``[a, b)``.
     """
-    return ConfidenceMetric("ece", bins, sample_threshold, policy)(p, y)
+    return ConfidenceMetric("ece", bins, sample_threshold, policy, edge_rule=edges)(p, y)
 
 
-def ece_q(p: Any, y: Any, q: float = 2, bins: int = 15, *, sample_threshold: int = 1, policy: str = "drop") -> MetricResult:
+def ece_q(
+    p: Any, y: Any, q: float = 2, bins: int = 15, *, sample_threshold: int = 1, policy: str = "drop",
+    edges: str | None = None,
+) -> MetricResult:
     """ECE with exponent q: ``(sum_c N_c / N' * gap(c)^q)^(1/q)`` (``q = 1``: ECE; ``q = 2``: the l2-ECE).
 
     Reference: Kumar et al. 2019, "Verified uncertainty calibration" (l_p
     calibration error); cells and policy as :func:`ece`.
     """
-    return ConfidenceMetric("ece_q", bins, sample_threshold, policy, q=float(q))(p, y)
+    return ConfidenceMetric("ece_q", bins, sample_threshold, policy, q=float(q), edge_rule=edges)(p, y)
 
 
-def mce(p: Any, y: Any, bins: int = 15, sample_threshold: int = 1, *, policy: str = "drop") -> MetricResult:
+def mce(
+    p: Any, y: Any, bins: int = 15, sample_threshold: int = 1, *, policy: str = "drop", edges: str | None = None,
+) -> MetricResult:
     """Maximum calibration error ``max_c gap(c)`` over kept cells (Naeini et al. 2015).
 
     Both policies give the same value (netcal's sparse cells have gap 0), but
     ``policy="netcal"`` selects netcal's edge rule.
     """
-    return ConfidenceMetric("mce", bins, sample_threshold, policy)(p, y)
+    return ConfidenceMetric("mce", bins, sample_threshold, policy, edge_rule=edges)(p, y)
 
 
 def dece(
-    p: Any, y: Any, features: Any = None, bins: int | Sequence[int] = 5, sample_threshold: int = 8, policy: str = "drop"
+    p: Any, y: Any, features: Any = None, bins: int | Sequence[int] = 5, sample_threshold: int = 8, policy: str = "drop",
+    *, edges: str | None = None,
 ) -> MetricResult:
     """Detection ECE over (confidence, box features) (Kueppers et al. 2020, CVPR-W).
 
@@ -415,13 +380,17 @@ def dece(
     kept cells ``N_c >= sample_threshold`` (default 8), ``N' = N_kept``
     (``drop``) or ``N`` with sparse cells counted as gap 0 (``netcal``:
     netcal 1.4.0 ``ECE(bins, detection=True, sample_threshold=...)``).
-    ``features=None``: confidence only.
+    ``features=None``: confidence only. Thetis computes D-ECE with no sample
+    threshold (``sample_threshold=1``) and the class label as one more bin
+    dimension (:func:`detcal.metrics.confidence_suite.dece_by_class`).
     """
-    return ConfidenceMetric("dece", _bins_arg(bins), sample_threshold, policy, use_features=True)(p, y, features)
+    return ConfidenceMetric("dece", _bins_arg(bins), sample_threshold, policy, use_features=True, edge_rule=edges)(
+        p, y, features)
 
 
 def homogeneity(
-    p: Any, y: Any, features: Any = None, bins: int | Sequence[int] = 5, sample_threshold: int = 8
+    p: Any, y: Any, features: Any = None, bins: int | Sequence[int] = 5, sample_threshold: int = 8, *,
+    spread: str = "std",
 ) -> MetricResult:
     """Weighted standard deviation of the gap over kept cells of the D-ECE grid.
 
@@ -431,9 +400,13 @@ def homogeneity(
     deviation, unaffected by how many samples sparse cells drop; ``mu`` is then
     the D-ECE under the ``drop`` policy). 0 means the miscalibration is the
     same everywhere. Rated with :data:`HOMOGENEITY_RATINGS`
-    (``extra["homogeneity_rating"]``). detcal definition (METRICS.md section 3).
+    (``extra["homogeneity_rating"]``, always rated on the std). detcal
+    definition (docs/metrics.md). ``spread="variance"``: the same weighted
+    variance without the square root, as Thetis's homogeneity (the variance of
+    the calibration error across confidence levels), same weights.
     """
-    return ConfidenceMetric("homogeneity", _bins_arg(bins), sample_threshold, "drop", use_features=True)(p, y, features)
+    return ConfidenceMetric("homogeneity", _bins_arg(bins), sample_threshold, "drop", use_features=True, spread=spread)(
+        p, y, features)
 
 
 def outliers(
@@ -445,7 +418,7 @@ def outliers(
     of :func:`homogeneity`, with tolerance :data:`OUTLIER_TOL`); ``value =
     sum_outlier N_c / N_kept``; ``extra`` has the cell count
     (``outlier_cells``), samples, threshold and the rating of
-    :data:`OUTLIER_RATINGS`. detcal definition (METRICS.md section 3).
+    :data:`OUTLIER_RATINGS`. detcal definition (docs/metrics.md).
     """
     return ConfidenceMetric("outliers", _bins_arg(bins), sample_threshold, "drop", use_features=True)(p, y, features)
 
@@ -484,212 +457,15 @@ def _bins_arg(bins: int | Sequence[int]) -> int | tuple[int, ...]:
 
 
 # ---------------------------------------------------------------------------
-# Per class
-# ---------------------------------------------------------------------------
-
-def _class_aggregate(
-    name: str, categories: np.ndarray, values: np.ndarray, counts: np.ndarray, average: str, inner: MetricResult | None,
-    params: dict[str, Any],
-) -> MetricResult:
-    """Weighted (by class sample count) and unweighted means over classes with a finite value."""
-    if average not in ("weighted", "unweighted"):
-        raise DetcalInputError(f"average must be 'weighted' or 'unweighted', got {average!r}", field="average")
-    ok = np.isfinite(values)
-    w = counts[ok].astype(np.float64)
-    weighted = float(np.sum(w * values[ok]) / w.sum()) if w.sum() > 0 else float("nan")
-    unweighted = float(np.mean(values[ok])) if ok.any() else float("nan")
-    extra: dict[str, Any] = {
-        "weighted_mean": weighted,
-        "unweighted_mean": unweighted,
-        "n_classes": int(len(categories)),
-        "n_classes_defined": int(ok.sum()),
-        "per_class": {int(c): float(v) for c, v in zip(categories, values)},
-    }
-    if not ok.any():
-        extra["note"] = "no class has a defined value"
-    return MetricResult(
-        name=f"{name}_per_class",
-        value=weighted if average == "weighted" else unweighted,
-        variant=(inner.variant if inner is not None else ""),
-        params={**params, "average": average, "n": int(counts.sum())},
-        table={"category": categories.astype(np.int64), "value": values.astype(np.float64), "n": counts.astype(np.int64)},
-        extra=extra,
-    )
 
 
-def per_class(
-    metric_fn: Callable[..., MetricResult | float],
-    p: Any,
-    y: Any,
-    category: Any,
-    *,
-    features: Any = None,
-    average: str = "weighted",
-    **kw: Any,
-) -> MetricResult:
-    """A metric per class and its mean over classes.
-
-    ``metric_fn(p_k, y_k[, features=features_k], **kw)`` for each category k
-    present in ``category [S]``; ``value`` is the weighted mean
-    ``sum_k n_k v_k / sum_k n_k`` (``average="weighted"``, n_k = samples of
-    class k) or the unweighted mean ``(1/K) sum_k v_k`` (``"unweighted"``),
-    over classes with a finite value; both means are in ``extra``, the
-    per-class values in ``table`` (``category``, ``value``, ``n``). Sparse-cell
-    warnings of the classes are collected into one warning.
-    """
-    p_arr = np.asarray(p, dtype=np.float64)
-    y_arr = np.asarray(y)
-    cat = np.asarray(category)
-    if cat.shape != p_arr.shape or (cat.size and not np.issubdtype(cat.dtype, np.integer)):
-        raise DetcalInputError(f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category")
-    if y_arr.shape != p_arr.shape:
-        raise DetcalInputError(f"y has shape {y_arr.shape}, expected {p_arr.shape}", field="y")
-    f_arr = None if features is None else np.asarray(features, dtype=np.float64)
-    order = np.argsort(cat, kind="stable")
-    cats, starts = np.unique(cat[order], return_index=True)
-    bounds = np.append(starts, len(cat))
-    values = np.empty(len(cats))
-    counts = np.diff(bounds).astype(np.int64)
-    inner: MetricResult | None = None
-    warned: list[int] = []
-    for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):  # loop over classes only
-        rows = order[a:b]
-        args = (p_arr[rows], y_arr[rows])
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", SparseCellsWarning)
-            r = metric_fn(*args, features=f_arr[rows], **kw) if f_arr is not None else metric_fn(*args, **kw)
-        if any(issubclass(w.category, SparseCellsWarning) for w in caught):
-            warned.append(int(cats[k]))
-        if isinstance(r, MetricResult):
-            inner = r
-            values[k] = r.value
-        else:
-            values[k] = float(r)
-    if warned:
-        warnings.warn(f"sparse cells (cells > samples/{SPARSE_RATIO}) in classes {warned}", SparseCellsWarning, stacklevel=2)
-    name = inner.name if inner is not None else getattr(metric_fn, "__name__", "metric")
-    params = {k: v for k, v in (inner.params.items() if inner is not None else {}.items()) if k != "n"}
-    return _class_aggregate(name, cats, values, counts, average, inner, params)
+_SUITE_NAMES = frozenset({"_class_aggregate", "per_class", "ConfidenceConfig", "confidence_metrics"})
 
 
-# ---------------------------------------------------------------------------
-# The default suite
-# ---------------------------------------------------------------------------
+def __getattr__(name: str) -> Any:
+    """Lazy re-export of :mod:`detcal.metrics.confidence_suite` (it imports this module)."""
+    if name in _SUITE_NAMES:
+        from detcal.metrics import confidence_suite
 
-@dataclass(frozen=True)
-class ConfidenceConfig:
-    """Parameters of :func:`confidence_metrics` (METRICS.md section 3 defaults).
-
-    ``ece_bins`` (15, Guo 2017; Thetis uses 20), ``q`` of ECE_q,
-    ``mce_sample_threshold``, ``dece_bins`` (5 per feature, int or list with
-    the confidence first) and ``sample_threshold`` (8) for D-ECE, homogeneity
-    and outliers, sparse-cell ``policy``, ``average`` of the per-class
-    aggregates, and the bootstrap (``n_boot`` replicates over images,
-    ``ci_level``, ``seed``; ``n_boot=0`` disables it).
-    """
-
-    ece_bins: int = 15
-    q: float = 2.0
-    mce_sample_threshold: int = 1
-    dece_bins: int | tuple[int, ...] = 5
-    sample_threshold: int = 8
-    policy: str = "drop"
-    average: str = "weighted"
-    n_boot: int = 1000
-    ci_level: float = 0.95
-    seed: int = 0
-
-    def metrics(self) -> dict[str, ConfidenceMetric]:
-        """The suite: name -> metric."""
-        b = _bins_arg(self.dece_bins)
-        return {
-            "ece": ConfidenceMetric("ece", self.ece_bins, 1, self.policy),
-            "ece_q": ConfidenceMetric("ece_q", self.ece_bins, 1, self.policy, q=self.q),
-            "mce": ConfidenceMetric("mce", self.ece_bins, self.mce_sample_threshold, self.policy),
-            "dece": ConfidenceMetric("dece", b, self.sample_threshold, self.policy, use_features=True),
-            "homogeneity": ConfidenceMetric("homogeneity", b, self.sample_threshold, "drop", use_features=True),
-            "outliers": ConfidenceMetric("outliers", b, self.sample_threshold, "drop", use_features=True),
-            "nll": ConfidenceMetric("nll"),
-            "brier": ConfidenceMetric("brier"),
-            "sharpness": ConfidenceMetric("sharpness"),
-            "overconfidence": ConfidenceMetric("overconfidence"),
-            "underconfidence": ConfidenceMetric("underconfidence"),
-        }
-
-
-def confidence_metrics(
-    p: Any,
-    y: Any,
-    features: Any = None,
-    category: Any = None,
-    config: ConfidenceConfig | None = None,
-    image_id: Any = None,
-) -> dict[str, MetricResult]:
-    """The default confidence suite from shared statistics: name -> :class:`MetricResult`.
-
-    One :func:`~detcal.binning.cell_stats` pass per distinct grid (the ECE
-    grid, the D-ECE grid; the cell-free metrics reuse the exact totals of a
-    ``floor`` grid). With ``category [S]`` the statistics are computed per
-    class in the same pass and ``"<name>_per_class"`` entries are added
-    (weighted/unweighted means, as :func:`per_class`); the class-agnostic
-    numbers are the exact sums over classes. With ``image_id [S]`` and
-    ``config.n_boot > 0``, every class-agnostic number gets a percentile
-    bootstrap interval over images (:func:`detcal.metrics.bootstrap.bootstrap_many`).
-    """
-    cfg = config or ConfidenceConfig()
-    suite = cfg.metrics()
-    p_arr = np.asarray(p, dtype=np.float64)
-    cats: np.ndarray | None = None
-    cat_idx: np.ndarray | None = None
-    if category is not None:
-        cat = np.asarray(category)
-        if cat.shape != p_arr.shape or (cat.size and not np.issubdtype(cat.dtype, np.integer)):
-            raise DetcalInputError(f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category")
-        cats, cat_idx = np.unique(cat, return_inverse=True)
-    grouped: dict[Hashable, CellStats] = {}
-    for m in suite.values():
-        if not m.binned:
-            continue
-        key = m.grid_key(None, None, features)
-        if key not in grouped:
-            grouped[key] = m.stats(p, y, features, groups=cat_idx, n_groups=None if cats is None else len(cats), which=tuple(FLOAT_STATS))
-    free_key = next((k for k in grouped if k[1] == "floor"), None)
-    if free_key is None:
-        free_key = suite["nll"].grid_key()
-        grouped[free_key] = suite["nll"].stats(p, y, groups=cat_idx, n_groups=None if cats is None else len(cats), which=tuple(FLOAT_STATS))
-    out: dict[str, MetricResult] = {}
-    for name, m in suite.items():
-        key = m.grid_key(None, None, features) if m.binned else free_key
-        st = grouped[key]
-        agnostic = st.sum_groups() if cats is not None else st
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", SparseCellsWarning)  # one combined warning below
-            out[name] = m.result(agnostic)
-        if cats is not None:
-            values = m.values((st if m.binned else st.total()).sums())  # cell-free: exact totals first
-            params = {k: v for k, v in out[name].params.items() if k != "n"}
-            out[f"{name}_per_class"] = _class_aggregate(
-                name, cats, values, st.n.astype(np.int64), cfg.average, out[name], params
-            )
-    sparse = [name for name, r in out.items() if r.extra.get("sparse_warning") and r.params.get("n", 0) > 0
-              and not name.endswith("_per_class")]
-    if sparse:
-        warnings.warn(
-            f"{sparse}: more cells than samples/{SPARSE_RATIO} ({int(np.size(p_arr))} samples); "
-            "the estimates are dominated by sparse cells, consider fewer bins",
-            SparseCellsWarning, stacklevel=2,
-        )
-    if image_id is not None and cfg.n_boot > 0:
-        from detcal.metrics.bootstrap import bootstrap_many, ci_params, percentile_interval
-
-        reps = bootstrap_many(suite, image_id, p, y, features, n_boot=cfg.n_boot, seed=cfg.seed)
-        for name, values in reps.items():
-            ci = percentile_interval(values, cfg.ci_level)
-            n_nan = int(np.sum(~np.isfinite(values)))
-            r = out[name]
-            out[name] = dataclasses.replace(
-                r, ci=ci, ci_level=cfg.ci_level,
-                params={**r.params, "bootstrap": ci_params(cfg.n_boot, cfg.ci_level, cfg.seed)},
-                extra={**r.extra, "ci_undefined_replicates": n_nan},
-            )
-    return out
+        return getattr(confidence_suite, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,413 @@
+"""Mergeable sufficient statistics per cell, in exact fixed point, numpy only.
+
+Torchmetrics style:
+``cell_stats`` is the ``_update`` stage (per-cell sums of one chunk of
+samples), ``+`` merges chunks, and the metrics in :mod:`detcal.metrics`
+are the ``_compute`` stage. Integer counts are int64; the float sums are
+accumulated in exact fixed point (three int64 words of 18 bits, resolution
+``2**-54`` of the value range, i.e. ``5.6e-17`` for a probability), so that
+merging is integer addition: associative, order-free and bitwise identical to
+the one-shot computation, whatever the chunking.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+
+from detcal.binning import _EPS, EDGE_RULES, cell_index, normalise_bins
+from detcal.errors import DetcalInputError
+
+NLL_CLIP: float = 1e-12
+"""p is clipped to [NLL_CLIP, 1 - NLL_CLIP] inside the log-loss (docs/metrics.md)."""
+
+_FX_BITS = 18
+_FX_MASK = (1 << _FX_BITS) - 1
+_FX_TOTAL = 3 * _FX_BITS  # 54 bits: finer than the 53-bit float64 mantissa
+_MAX_SAMPLES = 1 << 34  # per-call bincount partial sums of 18-bit words stay exact below 2**53
+
+FLOAT_STATS: dict[str, int] = {
+    "sum_p0": 0,  # sum of p over unmatched samples (y = 0); value range [0, 1] -> log2 max 0
+    "sum_p1": 0,  # sum of p over matched samples (y = 1)
+    "sum_p2": 0,  # sum of p^2
+    "sum_se": 0,  # sum of (p - y)^2 (Brier)
+    "sum_nll": 5,  # sum of -[y log p + (1-y) log(1-p)], p clipped; <= -log(1e-12) = 27.6 < 2**5
+}
+"""Float statistics of :class:`CellStats` and log2 of their per-sample maximum."""
+
+
+def _fx_words(x: np.ndarray, log2_max: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exact fixed-point words (three float64 arrays [S], high first) of values ``0 <= x <= 2**log2_max``.
+
+    With ``r = x * 2**(18 - m)`` (exact: a power-of-two scaling):
+    ``w0 = floor(r)``, ``w1 = floor((r - w0) * 2**18)``,
+    ``w2 = rint((r - w0) * 2**18 - w1) * 2**18)``. Every step is exact in
+    float64 (subtracting the floor and scaling by powers of two lose no bits),
+    so ``w0 2**(m-18) + w1 2**(m-36) + w2 2**(m-54)`` is ``x`` rounded to
+    the 54-bit fixed-point grid, each word an integer < 2**18 (w2 may reach
+    2**18 after rounding, which the sums absorb). Summing the words with
+    ``np.bincount`` is exact below 2**34 samples; merging is integer addition.
+    """
+    r = np.ldexp(np.asarray(x, dtype=np.float64), _FX_BITS - log2_max)
+    w0 = np.floor(r)
+    r -= w0
+    r *= float(1 << _FX_BITS)
+    w1 = np.floor(r)
+    r -= w1
+    r *= float(1 << _FX_BITS)
+    np.rint(r, out=r)
+    return w0, w1, r
+
+
+def _fx_value(words: np.ndarray, log2_max: int) -> np.ndarray:
+    """Float value [...] of summed fixed-point words [...,3] (deterministic: fixed order)."""
+    w = np.asarray(words, dtype=np.float64)
+    return (
+        np.ldexp(w[..., 0], log2_max - _FX_BITS)
+        + np.ldexp(w[..., 1], log2_max - 2 * _FX_BITS)
+        + np.ldexp(w[..., 2], log2_max - 3 * _FX_BITS)
+    )
+
+
+class CellSums(NamedTuple):
+    """Float per-cell sums [..., C] (weighted or plain): what every metric is computed from.
+
+    ``count`` N_c, ``sum_y`` (matched), ``sum_p`` = ``sum_p0 + sum_p1``,
+    ``sum_p0``/``sum_p1`` sum of p over unmatched/matched samples,
+    ``sum_p2`` sum of p^2, ``sum_se`` sum of (p - y)^2, ``sum_nll`` sum of the
+    clipped log-loss. Bootstrap replicates are CellSums with float counts.
+    A float statistic that was not requested from :func:`cell_stats` is
+    ``None`` (any use of it then fails loudly).
+    """
+
+    count: np.ndarray
+    sum_y: np.ndarray
+    sum_p: np.ndarray
+    sum_p0: np.ndarray
+    sum_p1: np.ndarray
+    sum_p2: np.ndarray
+    sum_se: np.ndarray
+    sum_nll: np.ndarray
+
+    def total(self) -> "CellSums":
+        """Sums over the cell axis, keeping it with length 1: [..., 1]."""
+        return CellSums(*(None if a is None else np.sum(a, axis=-1, keepdims=True) for a in self))
+
+
+@dataclass(frozen=True, eq=False)
+class CellStats:
+    """Mergeable sufficient statistics of binary-confidence calibration per cell.
+
+    Shapes: ``count [..., C]`` and ``sum_y [..., C]`` int64; ``fixed[name]
+    [..., C, 3]`` int64 fixed-point words of each float statistic of
+    :data:`FLOAT_STATS`; the leading axes (e.g. one per class) are optional.
+    ``bins`` are the per-feature bin counts (C = prod(bins); feature 0 is the
+    confidence), ``edges`` the edge rule. Merge by ``a + b`` (exact integer
+    addition). The float sums are the properties ``sum_p``, ``sum_p0``,
+    ``sum_p1``, ``sum_p2``, ``sum_se``, ``sum_nll``; :meth:`sums` gives all.
+    """
+
+    bins: tuple[int, ...]
+    edges: str
+    count: np.ndarray
+    sum_y: np.ndarray
+    fixed: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def n_cells(self) -> int:
+        return int(np.prod(self.bins))
+
+    @property
+    def n(self) -> np.ndarray:
+        """Samples N [...] (int64)."""
+        return self.count.sum(axis=-1)
+
+    def _value(self, name: str) -> np.ndarray:
+        if name not in self.fixed:
+            raise KeyError(f"statistic {name!r} was not computed (cell_stats(..., stats=...) had {sorted(self.fixed)})")
+        return _fx_value(self.fixed[name], FLOAT_STATS[name])
+
+    @property
+    def sum_p(self) -> np.ndarray:
+        if "sum_p0" not in self.fixed or "sum_p1" not in self.fixed:
+            raise KeyError("sum_p needs the statistics sum_p0 and sum_p1")
+        return _fx_value(self.fixed["sum_p0"] + self.fixed["sum_p1"], 0)
+
+    @property
+    def sum_p0(self) -> np.ndarray:
+        return self._value("sum_p0")
+
+    @property
+    def sum_p1(self) -> np.ndarray:
+        return self._value("sum_p1")
+
+    @property
+    def sum_p2(self) -> np.ndarray:
+        return self._value("sum_p2")
+
+    @property
+    def sum_se(self) -> np.ndarray:
+        return self._value("sum_se")
+
+    @property
+    def sum_nll(self) -> np.ndarray:
+        return self._value("sum_nll")
+
+    def sums(self) -> CellSums:
+        """Float view [..., C] of the statistics (``None`` for those not computed)."""
+        have = self.fixed.keys()
+        get = lambda name: self._value(name) if name in have else None  # noqa: E731
+        return CellSums(
+            self.count.astype(np.float64), self.sum_y.astype(np.float64),
+            self.sum_p if {"sum_p0", "sum_p1"} <= have else None,
+            get("sum_p0"), get("sum_p1"), get("sum_p2"), get("sum_se"), get("sum_nll"),
+        )
+
+    def total(self) -> "CellStats":
+        """Exact sums over the cells: a one-cell CellStats [..., 1] (for the cell-free metrics)."""
+        return CellStats(
+            bins=(1,), edges=self.edges,
+            count=self.count.sum(axis=-1, keepdims=True), sum_y=self.sum_y.sum(axis=-1, keepdims=True),
+            fixed={k: v.sum(axis=-2, keepdims=True) for k, v in self.fixed.items()},
+        )
+
+    def sum_groups(self) -> "CellStats":
+        """Exact sums over the leading group axis 0: [G, ..., C] -> [..., C]."""
+        return CellStats(
+            bins=self.bins, edges=self.edges, count=self.count.sum(axis=0), sum_y=self.sum_y.sum(axis=0),
+            fixed={k: v.sum(axis=0) for k, v in self.fixed.items()},
+        )
+
+    def __add__(self, other: "CellStats") -> "CellStats":
+        if not isinstance(other, CellStats):
+            return NotImplemented
+        if (self.bins != other.bins or self.edges != other.edges or self.count.shape != other.count.shape
+                or self.fixed.keys() != other.fixed.keys()):
+            raise ValueError(
+                f"cannot merge CellStats with bins {self.bins}/{other.bins}, edges {self.edges}/{other.edges}, "
+                f"shapes {self.count.shape}/{other.count.shape}, statistics {sorted(self.fixed)}/{sorted(other.fixed)}"
+            )
+        return CellStats(
+            bins=self.bins, edges=self.edges, count=self.count + other.count, sum_y=self.sum_y + other.sum_y,
+            fixed={k: self.fixed[k] + other.fixed[k] for k in self.fixed},
+        )
+
+    @classmethod
+    def merge(cls, parts: Sequence["CellStats"]) -> "CellStats":
+        """Sum of a non-empty sequence of compatible CellStats."""
+        if len(parts) == 0:
+            raise ValueError("CellStats.merge needs at least one part")
+        out = parts[0]
+        for part in parts[1:]:
+            out = out + part
+        return out
+
+    def equals(self, other: "CellStats") -> bool:
+        """Bitwise equality of every statistic (and the same grid)."""
+        return (
+            self.bins == other.bins and self.edges == other.edges
+            and np.array_equal(self.count, other.count) and np.array_equal(self.sum_y, other.sum_y)
+            and self.fixed.keys() == other.fixed.keys()
+            and all(np.array_equal(self.fixed[k], other.fixed[k]) for k in self.fixed)
+        )
+
+
+def _bad(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+def validate_sample(
+    p: Any, y: Any, features: Any = None, *, file: Any = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Checked ``p [S]`` float64 in [0, 1], ``y [S]`` bool, ``features [S,F]`` float64 in [0, 1] (or None).
+
+    Raises :class:`DetcalInputError` naming the first bad record and the field.
+    """
+    p_arr = np.asarray(p, dtype=np.float64)
+    if p_arr.ndim != 1:
+        raise DetcalInputError(f"confidence must be 1-D [S], got shape {p_arr.shape}", file=file, field="p")
+    bad = ~np.isfinite(p_arr) | (p_arr < 0.0) | (p_arr > 1.0)
+    if bad.any():
+        i = _bad(bad)
+        raise DetcalInputError(f"confidence must be finite and in [0, 1], got {p_arr[i]!r}", file=file, record=i, field="p")
+    y_raw = np.asarray(y)
+    if y_raw.shape != p_arr.shape:
+        raise DetcalInputError(f"y has shape {y_raw.shape}, expected {p_arr.shape} like p", file=file, field="y")
+    if y_raw.dtype != np.bool_:
+        if y_raw.size and not np.issubdtype(y_raw.dtype, np.number):
+            raise DetcalInputError(f"y must be bool or 0/1, got dtype {y_raw.dtype}", file=file, field="y")
+        bad = (y_raw != 0) & (y_raw != 1)
+        if bad.any():
+            i = _bad(bad)
+            raise DetcalInputError(f"y must be 0 or 1 (matched flag), got {y_raw[i]!r}", file=file, record=i, field="y")
+    y_arr = y_raw.astype(bool)
+    if features is None:
+        return p_arr, y_arr, None
+    f_arr = np.asarray(features, dtype=np.float64)
+    if f_arr.ndim == 1:
+        f_arr = f_arr[:, None]
+    if f_arr.ndim != 2 or f_arr.shape[0] != p_arr.shape[0]:
+        raise DetcalInputError(
+            f"features must be [S,F] with S={p_arr.shape[0]}, got shape {f_arr.shape}", file=file, field="features"
+        )
+    bad = ~np.isfinite(f_arr) | (f_arr < 0.0) | (f_arr > 1.0)
+    if bad.any():
+        i, j = np.argwhere(bad)[0]
+        raise DetcalInputError(
+            f"relative box feature {j} must be finite and in [0, 1] (clip with detcal.boxes.relative_features), "
+            f"got {f_arr[i, j]!r}", file=file, record=int(i), field=f"features[:, {j}]",
+        )
+    return p_arr, y_arr, f_arr
+
+
+def sample_terms(p: np.ndarray, y: np.ndarray, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """Per-sample values [S] of each float statistic of :data:`FLOAT_STATS` (or only ``names``).
+
+    NLL term ``-[y log p + (1-y) log(1-p)]`` with p clipped to
+    ``[1e-12, 1 - 1e-12]``, applied as ``max(p, 1e-12)`` and ``max(1 - p,
+    1e-12)`` so that both ends clip to exactly ``-log(1e-12)`` (the float
+    ``1 - 1e-12`` is not exact); squared error ``(p - y)^2``.
+    """
+    wanted = FLOAT_STATS.keys() if names is None else names
+    out: dict[str, np.ndarray] = {}
+    for name in wanted:
+        if name == "sum_p0":
+            out[name] = np.where(y, 0.0, p)
+        elif name == "sum_p1":
+            out[name] = np.where(y, p, 0.0)
+        elif name == "sum_p2":
+            out[name] = p * p
+        elif name == "sum_se":
+            out[name] = (p - y.astype(np.float64)) ** 2
+        elif name == "sum_nll":
+            low1 = (1.0 - p) < NLL_CLIP
+            term0 = np.where(low1, -np.log(NLL_CLIP), -np.log1p(-np.where(low1, 0.0, p)))
+            term1 = -np.log(np.maximum(p, NLL_CLIP))
+            out[name] = np.where(y, term1, term0)
+        else:
+            raise DetcalInputError(f"unknown statistic {name!r}; known: {sorted(FLOAT_STATS)}", field="stats")
+    return out
+
+
+def sample_cells(
+    p: np.ndarray, features: np.ndarray | None, bins: int | Sequence[int], edges: str = "floor"
+) -> tuple[np.ndarray, tuple[int, ...], np.ndarray]:
+    """Cell [S] of each sample over (p, features...), the bin tuple, and the p actually used.
+
+    Under ``edges="netcal"`` the confidence is clipped to [eps, 1 - eps]
+    (netcal clips the values it averages too); otherwise p is returned as is.
+    """
+    if edges not in EDGE_RULES:
+        raise DetcalInputError(f"edges must be one of {EDGE_RULES}, got {edges!r}", field="edges")
+    grid = p[:, None] if features is None else np.concatenate([p[:, None], features], axis=1)
+    try:
+        b = normalise_bins(bins, grid.shape[1])
+    except (ValueError, TypeError) as exc:
+        raise DetcalInputError(
+            f"{exc} (bins is an int or one count per feature, confidence first)", field="bins"
+        ) from None
+    cell, _ = cell_index(grid, b, edges)
+    p_used = np.clip(p, _EPS, 1.0 - _EPS) if edges == "netcal" else p
+    return cell, b, p_used
+
+
+def cell_stats(
+    p: Any,
+    y: Any,
+    features: Any = None,
+    bins: int | Sequence[int] = 15,
+    *,
+    edges: str = "floor",
+    groups: Any = None,
+    n_groups: int | None = None,
+    stats: Sequence[str] | None = None,
+) -> CellStats:
+    """The ``_update`` stage: per-cell sufficient statistics of one chunk of samples.
+
+    Cells: equal-width bins over (p, features[:, 0], ...) in [0, 1], bins int
+    or per-feature (confidence first), product grid (docs/metrics.md).
+    Per cell c: ``N_c``, ``sum y``, ``sum p`` (over y = 0 and y = 1), ``sum p^2``,
+    ``sum (p - y)^2``, ``sum NLL``. With ``groups [S]`` in ``[0, n_groups)``
+    (e.g. class index), the result has a leading axis: ``[n_groups, C]``.
+
+    ``stats`` restricts the float statistics to those named (default all of
+    :data:`FLOAT_STATS`): a metric computes only the sums it reads, e.g. ECE
+    needs ``("sum_p0", "sum_p1")``.
+
+    ``cell_stats(a) + cell_stats(b)`` is bitwise equal to ``cell_stats(a ++ b)``.
+    """
+    p_arr, y_arr, f_arr = validate_sample(p, y, features)
+    if len(p_arr) >= _MAX_SAMPLES:
+        raise DetcalInputError(f"at most {_MAX_SAMPLES - 1} samples per cell_stats call; merge chunks", field="p")
+    cell, b, p_used = sample_cells(p_arr, f_arr, bins, edges)
+    n_cells = int(np.prod(b))
+    lead: tuple[int, ...] = ()
+    key = cell
+    if groups is not None:
+        g = np.asarray(groups)
+        if g.shape != p_arr.shape or (g.size and not np.issubdtype(g.dtype, np.integer)):
+            raise DetcalInputError(f"groups must be an integer array [S], got {g.dtype} {g.shape}", field="groups")
+        if n_groups is None:
+            n_groups = int(g.max()) + 1 if g.size else 0
+        bad = (g < 0) | (g >= n_groups)
+        if bad.any():
+            i = _bad(bad)
+            raise DetcalInputError(f"group {g[i]} outside [0, {n_groups})", record=i, field="groups")
+        key = g.astype(np.int64) * n_cells + cell
+        lead = (int(n_groups),)
+    size = int(np.prod(lead, dtype=np.int64)) * n_cells
+    shape = lead + (n_cells,)
+    # one pass over key2 = 2 * cell + y gives N_c, sum y and the split of sum p by y
+    key2 = key * 2
+    key2 += y_arr
+    count2 = np.bincount(key2, minlength=2 * size).reshape(shape + (2,))
+    count = count2.sum(axis=-1).astype(np.int64)
+    sum_y = count2[..., 1].astype(np.int64)
+    wanted = tuple(FLOAT_STATS) if stats is None else tuple(stats)
+    fixed: dict[str, np.ndarray] = {}
+
+    def _sum_words(k: np.ndarray, values: np.ndarray, log2_max: int, n: int) -> np.ndarray:
+        acc = np.stack([np.bincount(k, weights=w, minlength=n) for w in _fx_words(values, log2_max)], axis=-1)
+        return np.rint(acc).astype(np.int64)
+
+    if "sum_p0" in wanted or "sum_p1" in wanted:
+        split = _sum_words(key2, p_used, FLOAT_STATS["sum_p0"], 2 * size).reshape(shape + (2, 3))
+        if "sum_p0" in wanted:
+            fixed["sum_p0"] = np.ascontiguousarray(split[..., 0, :])
+        if "sum_p1" in wanted:
+            fixed["sum_p1"] = np.ascontiguousarray(split[..., 1, :])
+    rest = [name for name in wanted if name not in ("sum_p0", "sum_p1")]
+    for name, values in sample_terms(p_used, y_arr, rest).items():
+        fixed[name] = _sum_words(key, values, FLOAT_STATS[name], size).reshape(shape + (3,))
+    return CellStats(bins=b, edges=edges, count=count, sum_y=sum_y, fixed=fixed)
+
+
+def pair_sums(
+    group_index: np.ndarray,
+    p: Any,
+    y: Any,
+    features: Any = None,
+    bins: int | Sequence[int] = 15,
+    *,
+    edges: str = "floor",
+) -> tuple[np.ndarray, np.ndarray, CellSums, int]:
+    """Float sums per occupied (group, cell) pair, for the bootstrap over images.
+
+    Returns ``(pair_group [P], pair_cell [P], sums [P], n_cells)``, pairs
+    sorted by (group, cell); ``group_index [S]`` in ``[0, n_groups)``.
+    """
+    p_arr, y_arr, f_arr = validate_sample(p, y, features)
+    cell, b, p_used = sample_cells(p_arr, f_arr, bins, edges)
+    n_cells = int(np.prod(b))
+    key = np.asarray(group_index, dtype=np.int64) * n_cells + cell
+    uniq, inv = np.unique(key, return_inverse=True)
+    n_pairs = len(uniq)
+    count = np.bincount(inv, minlength=n_pairs).astype(np.float64)
+    sum_y = np.bincount(inv, weights=y_arr.astype(np.float64), minlength=n_pairs)
+    terms = {k: np.bincount(inv, weights=v, minlength=n_pairs) for k, v in sample_terms(p_used, y_arr).items()}
+    sums = CellSums(
+        count, sum_y, terms["sum_p0"] + terms["sum_p1"], terms["sum_p0"], terms["sum_p1"],
+        terms["sum_p2"], terms["sum_se"], terms["sum_nll"],
+    )
+    return uniq // n_cells, uniq % n_cells, sums, n_cells

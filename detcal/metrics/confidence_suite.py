@@ -1,0 +1,286 @@
+"""Per-class aggregation and the default confidence suite from shared cell statistics.
+
+Split out of :mod:`detcal.metrics.confidence` (whose names it uses and which
+re-exports these).
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable
+
+import numpy as np
+
+from detcal.cell_stats import FLOAT_STATS, CellStats
+from detcal.errors import DetcalInputError
+from detcal.metrics.confidence import SPARSE_RATIO, ConfidenceMetric, SparseCellsWarning, _bins_arg
+from detcal.types import MetricResult
+
+# Per class
+# ---------------------------------------------------------------------------
+
+def _class_aggregate(
+    name: str, categories: np.ndarray, values: np.ndarray, counts: np.ndarray, average: str, inner: MetricResult | None,
+    params: dict[str, Any],
+) -> MetricResult:
+    """Weighted (by class sample count) and unweighted means over classes with a finite value."""
+    if average not in ("weighted", "unweighted"):
+        raise DetcalInputError(f"average must be 'weighted' or 'unweighted', got {average!r}", field="average")
+    ok = np.isfinite(values)
+    w = counts[ok].astype(np.float64)
+    weighted = float(np.sum(w * values[ok]) / w.sum()) if w.sum() > 0 else float("nan")
+    unweighted = float(np.mean(values[ok])) if ok.any() else float("nan")
+    extra: dict[str, Any] = {
+        "weighted_mean": weighted,
+        "unweighted_mean": unweighted,
+        "n_classes": int(len(categories)),
+        "n_classes_defined": int(ok.sum()),
+        "per_class": {int(c): float(v) for c, v in zip(categories, values)},
+    }
+    if not ok.any():
+        extra["note"] = "no class has a defined value"
+    return MetricResult(
+        name=f"{name}_per_class",
+        value=weighted if average == "weighted" else unweighted,
+        variant=(inner.variant if inner is not None else ""),
+        params={**params, "average": average, "n": int(counts.sum())},
+        table={"category": categories.astype(np.int64), "value": values.astype(np.float64), "n": counts.astype(np.int64)},
+        extra=extra,
+    )
+
+
+def per_class(
+    metric_fn: Callable[..., MetricResult | float],
+    p: Any,
+    y: Any,
+    category: Any,
+    *,
+    features: Any = None,
+    average: str = "weighted",
+    **kw: Any,
+) -> MetricResult:
+    """A metric per class and its mean over classes.
+
+    ``metric_fn(p_k, y_k[, features=features_k], **kw)`` for each category k
+    present in ``category [S]``; ``value`` is the weighted mean
+    ``sum_k n_k v_k / sum_k n_k`` (``average="weighted"``, n_k = samples of
+    class k) or the unweighted mean ``(1/K) sum_k v_k`` (``"unweighted"``),
+    over classes with a finite value; both means are in ``extra``, the
+    per-class values in ``table`` (``category``, ``value``, ``n``). Sparse-cell
+    warnings of the classes are collected into one warning.
+    """
+    p_arr = np.asarray(p, dtype=np.float64)
+    y_arr = np.asarray(y)
+    cat = np.asarray(category)
+    if cat.shape != p_arr.shape or (cat.size and not np.issubdtype(cat.dtype, np.integer)):
+        raise DetcalInputError(f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category")
+    if y_arr.shape != p_arr.shape:
+        raise DetcalInputError(f"y has shape {y_arr.shape}, expected {p_arr.shape}", field="y")
+    f_arr = None if features is None else np.asarray(features, dtype=np.float64)
+    order = np.argsort(cat, kind="stable")
+    cats, starts = np.unique(cat[order], return_index=True)
+    bounds = np.append(starts, len(cat))
+    values = np.empty(len(cats))
+    counts = np.diff(bounds).astype(np.int64)
+    inner: MetricResult | None = None
+    warned: list[int] = []
+    for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):  # loop over classes only
+        rows = order[a:b]
+        args = (p_arr[rows], y_arr[rows])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SparseCellsWarning)
+            r = metric_fn(*args, features=f_arr[rows], **kw) if f_arr is not None else metric_fn(*args, **kw)
+        if any(issubclass(w.category, SparseCellsWarning) for w in caught):
+            warned.append(int(cats[k]))
+        if isinstance(r, MetricResult):
+            inner = r
+            values[k] = r.value
+        else:
+            values[k] = float(r)
+    if warned:
+        warnings.warn(f"sparse cells (cells > samples/{SPARSE_RATIO}) in classes {warned}", SparseCellsWarning, stacklevel=2)
+    name = inner.name if inner is not None else getattr(metric_fn, "__name__", "metric")
+    params = {k: v for k, v in (inner.params.items() if inner is not None else {}.items()) if k != "n"}
+    return _class_aggregate(name, cats, values, counts, average, inner, params)
+
+
+# ---------------------------------------------------------------------------
+# The default suite
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ConfidenceConfig:
+    """Parameters of :func:`confidence_metrics` (docs/metrics.md defaults).
+
+    ``ece_bins`` (15, Guo 2017; Thetis uses 20), ``q`` of ECE_q,
+    ``mce_sample_threshold``, ``dece_bins`` (5 per feature, int or list with
+    the confidence first) and ``sample_threshold`` (8) for D-ECE, homogeneity
+    and outliers, sparse-cell ``policy``, ``average`` of the per-class
+    aggregates, and the bootstrap (``n_boot`` replicates over images,
+    ``ci_level``, ``seed``; ``n_boot=0`` disables it). Source variants:
+    ``edges`` (``None``: the policy's rule; ``"guo"``: Guo et al.'s
+    ``((m-1)/M, m/M]``) for the confidence-binned metrics, and
+    ``homogeneity_spread`` (``"std"`` or Thetis's ``"variance"``).
+    """
+
+    ece_bins: int = 15
+    q: float = 2.0
+    mce_sample_threshold: int = 1
+    dece_bins: int | tuple[int, ...] = 5
+    sample_threshold: int = 8
+    policy: str = "drop"
+    average: str = "weighted"
+    n_boot: int = 1000
+    ci_level: float = 0.95
+    seed: int = 0
+    edges: str | None = None
+    homogeneity_spread: str = "std"
+
+    def metrics(self) -> dict[str, ConfidenceMetric]:
+        """The suite: name -> metric."""
+        b = _bins_arg(self.dece_bins)
+        e = self.edges
+        return {
+            "ece": ConfidenceMetric("ece", self.ece_bins, 1, self.policy, edge_rule=e),
+            "ece_q": ConfidenceMetric("ece_q", self.ece_bins, 1, self.policy, q=self.q, edge_rule=e),
+            "mce": ConfidenceMetric("mce", self.ece_bins, self.mce_sample_threshold, self.policy, edge_rule=e),
+            "dece": ConfidenceMetric("dece", b, self.sample_threshold, self.policy, use_features=True, edge_rule=e),
+            "homogeneity": ConfidenceMetric("homogeneity", b, self.sample_threshold, "drop", use_features=True,
+                                            edge_rule=e, spread=self.homogeneity_spread),
+            "outliers": ConfidenceMetric("outliers", b, self.sample_threshold, "drop", use_features=True, edge_rule=e),
+            "nll": ConfidenceMetric("nll"),
+            "brier": ConfidenceMetric("brier"),
+            "sharpness": ConfidenceMetric("sharpness"),
+            "overconfidence": ConfidenceMetric("overconfidence"),
+            "underconfidence": ConfidenceMetric("underconfidence"),
+        }
+
+
+def confidence_metrics(
+    p: Any,
+    y: Any,
+    features: Any = None,
+    category: Any = None,
+    config: ConfidenceConfig | None = None,
+    image_id: Any = None,
+) -> dict[str, MetricResult]:
+    """The default confidence suite from shared statistics: name -> :class:`MetricResult`.
+
+    One :func:`~detcal.binning.cell_stats` pass per distinct grid (the ECE
+    grid, the D-ECE grid; the cell-free metrics reuse the exact totals of a
+    ``floor`` grid). With ``category [S]`` the statistics are computed per
+    class in the same pass and ``"<name>_per_class"`` entries are added
+    (weighted/unweighted means, as :func:`per_class`); the class-agnostic
+    numbers are the exact sums over classes. With ``image_id [S]`` and
+    ``config.n_boot > 0``, every class-agnostic number gets a percentile
+    bootstrap interval over images (:func:`detcal.metrics.bootstrap.bootstrap_many`).
+    """
+    cfg = config or ConfidenceConfig()
+    suite = cfg.metrics()
+    p_arr = np.asarray(p, dtype=np.float64)
+    cats: np.ndarray | None = None
+    cat_idx: np.ndarray | None = None
+    if category is not None:
+        cat = np.asarray(category)
+        if cat.shape != p_arr.shape or (cat.size and not np.issubdtype(cat.dtype, np.integer)):
+            raise DetcalInputError(f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category")
+        cats, cat_idx = np.unique(cat, return_inverse=True)
+    grouped: dict[Hashable, CellStats] = {}
+    for m in suite.values():
+        if not m.binned:
+            continue
+        key = m.grid_key(None, None, features)
+        if key not in grouped:
+            grouped[key] = m.stats(p, y, features, groups=cat_idx, n_groups=None if cats is None else len(cats), which=tuple(FLOAT_STATS))
+    free_key = next((k for k in grouped if k[1] == "floor"), None)
+    if free_key is None:
+        free_key = suite["nll"].grid_key()
+        grouped[free_key] = suite["nll"].stats(p, y, groups=cat_idx, n_groups=None if cats is None else len(cats), which=tuple(FLOAT_STATS))
+    out: dict[str, MetricResult] = {}
+    for name, m in suite.items():
+        key = m.grid_key(None, None, features) if m.binned else free_key
+        st = grouped[key]
+        agnostic = st.sum_groups() if cats is not None else st
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SparseCellsWarning)  # one combined warning below
+            out[name] = m.result(agnostic)
+        if cats is not None:
+            values = m.values((st if m.binned else st.total()).sums())  # cell-free: exact totals first
+            params = {k: v for k, v in out[name].params.items() if k != "n"}
+            out[f"{name}_per_class"] = _class_aggregate(
+                name, cats, values, st.n.astype(np.int64), cfg.average, out[name], params
+            )
+    sparse = [name for name, r in out.items() if r.extra.get("sparse_warning") and r.params.get("n", 0) > 0
+              and not name.endswith("_per_class")]
+    if sparse:
+        warnings.warn(
+            f"{sparse}: more cells than samples/{SPARSE_RATIO} ({int(np.size(p_arr))} samples); "
+            "the estimates are dominated by sparse cells, consider fewer bins",
+            SparseCellsWarning, stacklevel=2,
+        )
+    if image_id is not None and cfg.n_boot > 0:
+        from detcal.metrics.bootstrap import bootstrap_many, ci_params, percentile_interval
+
+        reps = bootstrap_many(suite, image_id, p, y, features, n_boot=cfg.n_boot, seed=cfg.seed)
+        for name, values in reps.items():
+            ci = percentile_interval(values, cfg.ci_level)
+            n_nan = int(np.sum(~np.isfinite(values)))
+            r = out[name]
+            out[name] = dataclasses.replace(
+                r, ci=ci, ci_level=cfg.ci_level,
+                params={**r.params, "bootstrap": ci_params(cfg.n_boot, cfg.ci_level, cfg.seed)},
+                extra={**r.extra, "ci_undefined_replicates": n_nan},
+            )
+    return out
+
+
+# ---------------------------------------------------------------------------
+# D-ECE over classes: the class label as a bin dimension, or the weighted class mean
+# ---------------------------------------------------------------------------
+
+DECE_CLASS_MODES: tuple[str, ...] = ("dimension", "weighted_mean")
+"""How :func:`dece_by_class` treats the class label."""
+
+
+def dece_by_class(
+    p: Any, y: Any, features: Any, category: Any, bins: int | tuple[int, ...] = 5, sample_threshold: int = 8,
+    policy: str = "drop", *, mode: str = "dimension", edges: str | None = None,
+) -> MetricResult:
+    """D-ECE with the class label (``category [S]``, integers) entering the estimate.
+
+    ``dimension`` (Thetis; Kueppers et al.'s position-and-label-dependent
+    calibration): the class is one more bin dimension, cells are
+    (class, confidence bin, feature bins...), and D-ECE = sum_c N_c / N' gap(c)
+    over all of them (sparse-cell ``policy`` over all cells at once).
+    ``weighted_mean``: D-ECE within each class, averaged with weights N_g / N
+    over the classes with a defined value (detcal's ``dece_per_class``).
+    The two agree whenever no cell is dropped (``sample_threshold=1``, or
+    the ``netcal`` policy); under ``drop`` with sparse cells the first
+    normalises by all kept samples, the second per class.
+    Thetis's D-ECE: ``mode="dimension", sample_threshold=1``.
+    """
+    if mode not in DECE_CLASS_MODES:
+        raise DetcalInputError(f"mode must be one of {DECE_CLASS_MODES}, got {mode!r}", field="mode")
+    p_arr = np.asarray(p, dtype=np.float64)
+    cat = np.asarray(category)
+    if cat.shape != p_arr.shape or (cat.size and not np.issubdtype(cat.dtype, np.integer)):
+        raise DetcalInputError(f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category")
+    metric = ConfidenceMetric("dece", _bins_arg(bins), sample_threshold, policy, use_features=True, edge_rule=edges)
+    cats, idx = np.unique(cat, return_inverse=True)
+    st = metric.stats(p, y, features, groups=idx.reshape(-1), n_groups=len(cats))  # [G, C]
+    if mode == "weighted_mean":
+        values = metric.values(st.sums())
+        params = {**metric._params(st.sum_groups()), "mode": mode}
+        params.pop("n", None)
+        res = _class_aggregate("dece", cats, values, st.n.astype(np.int64), "weighted", None, params)
+        return dataclasses.replace(res, name="dece", variant=f"{metric.variant}+class_weighted_mean")
+    flat = CellStats(
+        bins=(len(cats),) + tuple(st.bins), edges=st.edges, count=st.count.reshape(-1), sum_y=st.sum_y.reshape(-1),
+        fixed={k: v.reshape(-1, 3) for k, v in st.fixed.items()},
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SparseCellsWarning)
+        res = metric.result(flat)
+    res.params.update(mode=mode, class_dimension=0, categories=[int(c) for c in cats])
+    return dataclasses.replace(res, variant=f"{metric.variant}+class_dimension")
