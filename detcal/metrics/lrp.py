@@ -1,0 +1,262 @@
+"""Localisation-Recall-Precision error (LRP) and LRP-optimal score thresholds.
+
+LRP (Oksuz et al., ECCV 2018; the form of Oksuz et al., TPAMI 2021 used by
+the calibration benchmark of Kuzucu et al., ECCV 2024), for one class with
+``N_TP`` true positives of IoU ``u_i`` (IoU with the GT each one took),
+``N_FP`` false positives and ``N_FN`` missed ground-truth boxes, at the TP
+validation IoU ``tau``::
+
+    LRP = ( sum_TP (1 - u_i) / (1 - tau) + N_FP + N_FN ) / (N_TP + N_FP + N_FN)
+
+and its components::
+
+    LRP_loc = sum_TP (1 - u_i) / N_TP      (NaN without a TP)
+    LRP_FP  = N_FP / (N_TP + N_FP)         (NaN without a TP)
+    LRP_FN  = N_FN / N_GT                  (N_GT = N_TP + N_FN)
+
+A class without any TP has LRP = LRP_FN = 1. A class without non-ignored
+ground truth is undefined (NaN) and leaves every average, as in the
+reference. The averages are means over the classes where the value is
+defined (``nanmean``).
+
+LRP-optimal threshold of a class: sort its detections by descending score;
+LRP of every prefix (cumulative sums); the optimal LRP (oLRP) is the minimum
+and the threshold is the score of the last detection of the first prefix
+reaching it. Detections with ``score >= threshold`` are kept. A class
+without a TP or without ground truth gets a NaN threshold, which keeps all
+its detections (the reference's ``score < NaN`` is false).
+
+Matching is pycocotools' greedy rule (:func:`detcal.matching.match`,
+``exclusive`` mode, per image and class, ``max_dets`` per image and class)
+at the single IoU threshold ``tau``; crowd / ignored GT make a detection
+ignored; a detection outside the ``max_dets`` cut is not counted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from detcal.errors import DetcalInputError
+from detcal.matching import match
+from detcal.types import Detections, GroundTruth, MetricResult
+
+DEFAULT_TAU: float = 0.0
+"""TP-validation IoU of the reference library's defaults (``LaECE_0``, LRP at tau 0)."""
+
+
+@dataclass
+class DetectionOutcomes:
+    """Per-detection TP/FP outcome at one TP-validation IoU ``tau``.
+
+    ``valid [D]`` true positive or false positive (considered and not
+    ignored); ``tp [D]``; ``iou [D]`` IoU with the GT it took (0 for FP and
+    invalid rows); ``score [D]``, ``category [D]``, ``image_id [D]`` copied
+    from the detections; ``gt_categories [C]`` the classes with non-ignored
+    ground truth and ``n_gt [C]`` their counts.
+    """
+
+    tau: float
+    score: np.ndarray
+    category: np.ndarray
+    image_id: np.ndarray
+    valid: np.ndarray
+    tp: np.ndarray
+    iou: np.ndarray
+    gt_categories: np.ndarray
+    n_gt: np.ndarray
+    max_dets: int | None
+
+    @property
+    def fp(self) -> np.ndarray:
+        return self.valid & ~self.tp
+
+    def class_index(self) -> np.ndarray:
+        """Row of each detection's class in ``gt_categories`` [D] (-1: a class without ground truth)."""
+        pos = np.searchsorted(self.gt_categories, self.category)
+        pos = np.clip(pos, 0, max(len(self.gt_categories) - 1, 0))
+        if len(self.gt_categories) == 0:
+            return np.full(len(self.category), -1, np.int64)
+        return np.where(self.gt_categories[pos] == self.category, pos, -1).astype(np.int64)
+
+
+def paired_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU [P] of row-paired ``xyxy`` boxes ``a`` [P,4] and ``b`` [P,4] (0 without overlap)."""
+    iw = np.clip(np.minimum(a[:, 2], b[:, 2]) - np.maximum(a[:, 0], b[:, 0]), 0, None)
+    ih = np.clip(np.minimum(a[:, 3], b[:, 3]) - np.maximum(a[:, 1], b[:, 1]), 0, None)
+    inter = iw * ih
+    union = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1]) + (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]) - inter
+    out = np.zeros(len(inter))
+    np.divide(inter, union, out=out, where=inter > 0)
+    return out
+
+
+def _check_tau(tau: float) -> float:
+    tau = float(tau)
+    if not (np.isfinite(tau) and 0.0 <= tau < 1.0):
+        raise DetcalInputError(f"TP-validation IoU tau must lie in [0, 1), got {tau}", field="tau")
+    return tau
+
+
+def detection_outcomes(dets: Detections, gt: GroundTruth, tau: float = DEFAULT_TAU, *, max_dets: int | None = 100) -> DetectionOutcomes:
+    """Match at IoU ``tau`` (pycocotools rule) and return the TP/FP/IoU of every detection."""
+    tau = _check_tau(tau)
+    m = match(dets, gt, (tau,), mode="exclusive", max_dets=max_dets)
+    valid = m.considered & ~m.ignored[0]
+    tp = valid & m.matched[0]
+    iou = np.zeros(len(dets))
+    rows = np.flatnonzero(tp)
+    iou[rows] = paired_iou(dets.box[rows], gt.box[m.gt_index[0, rows]])
+    real = ~(gt.ignore | gt.iscrowd)
+    cats, counts = np.unique(gt.category[real], return_counts=True)
+    return DetectionOutcomes(
+        tau=tau, score=dets.score.copy(), category=dets.category.copy(), image_id=dets.image_id.copy(),
+        valid=valid, tp=tp, iou=iou, gt_categories=cats.astype(np.int64), n_gt=counts.astype(np.int64),
+        max_dets=max_dets,
+    )
+
+
+def _class_sorted(o: DetectionOutcomes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Valid detections of classes with GT, ordered by (class, descending score, image, input order).
+
+    Returns (rows [S], class row [S], start of each class run [C] as positions, -1 if the class has none).
+    """
+    ci = o.class_index()
+    rows = np.flatnonzero(o.valid & (ci >= 0))
+    order = np.lexsort((rows, o.image_id[rows], -o.score[rows], ci[rows]))
+    rows = rows[order]
+    return rows, ci[rows], np.searchsorted(ci[rows], np.arange(len(o.gt_categories)))
+
+
+def _segment_cumsum(x: np.ndarray, seg: np.ndarray, n_seg: int) -> np.ndarray:
+    """Cumulative sum of ``x`` restarting at every change of the sorted segment ids ``seg``."""
+    c = np.cumsum(x, dtype=np.float64)
+    start = np.searchsorted(seg, np.arange(n_seg))
+    base = np.concatenate([[0.0], c])[start]
+    return c - base[seg]
+
+
+@dataclass
+class LRPTable:
+    """LRP per class at one ``tau``; arrays [C] over ``categories``.
+
+    ``lrp``, ``loc``, ``fp``, ``fn`` (components), ``n_tp``, ``n_fp``,
+    ``n_gt``; for the optimal point of every class ``olrp``, ``olrp_loc``,
+    ``olrp_fp``, ``olrp_fn`` and ``threshold`` (NaN: keep all).
+    """
+
+    tau: float
+    categories: np.ndarray
+    lrp: np.ndarray
+    loc: np.ndarray
+    fp: np.ndarray
+    fn: np.ndarray
+    n_tp: np.ndarray
+    n_fp: np.ndarray
+    n_gt: np.ndarray
+    olrp: np.ndarray
+    olrp_loc: np.ndarray
+    olrp_fp: np.ndarray
+    olrp_fn: np.ndarray
+    threshold: np.ndarray
+
+    def means(self) -> dict[str, float]:
+        """Class averages (nanmean over classes with ground truth)."""
+        out = {}
+        for k in ("lrp", "loc", "fp", "fn", "olrp", "olrp_loc", "olrp_fp", "olrp_fn"):
+            v = getattr(self, k)
+            out[k] = float(np.nanmean(v)) if np.isfinite(v).any() else float("nan")
+        return out
+
+
+def lrp_table(o: DetectionOutcomes) -> LRPTable:
+    """LRP, its components and the LRP-optimal point of every class with ground truth."""
+    C = len(o.gt_categories)
+    rows, seg, start = _class_sorted(o)
+    tp = o.tp[rows].astype(np.float64)
+    fp = 1.0 - tp
+    tp_c = _segment_cumsum(tp, seg, C)
+    fp_c = _segment_cumsum(fp, seg, C)
+    loc_c = _segment_cumsum(tp * (1.0 - o.iou[rows]), seg, C)
+    n_gt = o.n_gt.astype(np.float64)
+    fn_c = n_gt[seg] - tp_c
+    scale = 1.0 - o.tau
+    prefix = (loc_c / scale + fp_c + fn_c) / (tp_c + fp_c + fn_c)
+
+    n_tp = np.bincount(seg, weights=tp, minlength=C)
+    n_fp = np.bincount(seg, weights=fp, minlength=C)
+    loc = np.bincount(seg, weights=tp * (1.0 - o.iou[rows]), minlength=C)
+    n_fn = n_gt - n_tp
+    has_tp = n_tp > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lrp = np.where(has_tp, (loc / scale + n_fp + n_fn) / (n_tp + n_fp + n_fn), 1.0)
+        loc_comp = np.where(has_tp, loc / n_tp, np.nan)
+        fp_comp = np.where(has_tp, n_fp / (n_tp + n_fp), np.nan)
+    fn_comp = np.where(has_tp, n_fn / n_gt, 1.0)
+
+    # optimal prefix per class: first minimum of the prefix LRP
+    olrp = np.ones(C)
+    olrp_loc = np.full(C, np.nan)
+    olrp_fp = np.full(C, np.nan)
+    olrp_fn = np.ones(C)
+    thr = np.full(C, np.nan)
+    if len(rows):
+        # per class: smallest LRP, ties to the earliest position (lexsort on (position, value, class))
+        pos = np.arange(len(rows))
+        order = np.lexsort((pos, prefix, seg))
+        first = order[np.searchsorted(seg[order], np.arange(C))[np.flatnonzero(has_tp)]]
+        cls = seg[first]
+        olrp[cls] = prefix[first]
+        olrp_loc[cls] = loc_c[first] / tp_c[first]
+        olrp_fp[cls] = fp_c[first] / (tp_c[first] + fp_c[first])
+        olrp_fn[cls] = fn_c[first] / n_gt[cls]
+        thr[cls] = o.score[rows[first]]
+    return LRPTable(
+        tau=o.tau, categories=o.gt_categories.copy(), lrp=lrp, loc=loc_comp, fp=fp_comp, fn=fn_comp,
+        n_tp=n_tp.astype(np.int64), n_fp=n_fp.astype(np.int64), n_gt=o.n_gt.copy(),
+        olrp=olrp, olrp_loc=olrp_loc, olrp_fp=olrp_fp, olrp_fn=olrp_fn, threshold=thr,
+    )
+
+
+def lrp(dets: Detections, gt: GroundTruth, tau: float = DEFAULT_TAU, *, max_dets: int | None = 100, optimal: bool = False) -> MetricResult:
+    """Mean LRP over classes (``optimal=True``: mean oLRP), with per-class table and components in ``extra``."""
+    t = lrp_table(detection_outcomes(dets, gt, tau, max_dets=max_dets))
+    return lrp_result(t, optimal=optimal, max_dets=max_dets)
+
+
+def lrp_result(t: LRPTable, *, optimal: bool = False, max_dets: int | None = 100) -> MetricResult:
+    """The :class:`MetricResult` of an :class:`LRPTable` (value: mean LRP, or mean oLRP)."""
+    means = t.means()
+    pre = "olrp" if optimal else ""
+    comp = {k: means[(pre + "_" + k) if pre else k] for k in ("loc", "fp", "fn")}
+    table: dict[str, Any] = {
+        "category": t.categories, "lrp": t.lrp, "loc": t.loc, "fp": t.fp, "fn": t.fn,
+        "n_tp": t.n_tp, "n_fp": t.n_fp, "n_gt": t.n_gt, "olrp": t.olrp, "threshold": t.threshold,
+    }
+    return MetricResult(
+        name="olrp" if optimal else "lrp",
+        value=means["olrp" if optimal else "lrp"],
+        variant="optimal" if optimal else "all_detections",
+        params={"tau": t.tau, "max_dets": max_dets, "matching": "pycocotools greedy, per class",
+                "average": "nanmean over classes with ground truth"},
+        table=table,
+        extra={"lrp_loc": comp["loc"], "lrp_fp": comp["fp"], "lrp_fn": comp["fn"], "n_classes": int(len(t.categories))},
+    )
+
+
+def lrp_optimal_thresholds(dets: Detections, gt: GroundTruth, tau: float = DEFAULT_TAU, *, max_dets: int | None = 100) -> dict[int, float]:
+    """LRP-optimal score threshold per class id (NaN: keep every detection of that class)."""
+    t = lrp_table(detection_outcomes(dets, gt, tau, max_dets=max_dets))
+    return {int(c): float(v) for c, v in zip(t.categories, t.threshold)}
+
+
+def threshold_mask(dets: Detections, thresholds: dict[int, float]) -> np.ndarray:
+    """Keep-mask [D]: ``score >= threshold[category]``; classes missing from the map or with NaN are kept."""
+    if not thresholds:
+        return np.ones(len(dets), bool)
+    cats = np.array(sorted(thresholds), dtype=np.int64)
+    vals = np.array([thresholds[int(c)] for c in cats], dtype=np.float64)
+    pos = np.clip(np.searchsorted(cats, dets.category), 0, len(cats) - 1)
+    thr = np.where(cats[pos] == dets.category, vals[pos], np.nan)
+    return ~(dets.score < thr)  # NaN compares false: kept
