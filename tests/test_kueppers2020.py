@@ -56,3 +56,22 @@ def test_small_run_table_and_figure(tmp_path):
     assert len(gain) == 1 and gain[0]["baseline"] == "platt"
     k.plot(res, tmp_path / "k.png")
     assert (tmp_path / "k.png").stat().st_size > 10_000
+
+
+def test_interim_position_beta_reduces_to_beta_without_position_signal():
+    """Features independent of y: the fitted feature terms stay near 0 and p' near beta calibration's."""
+    from detcal.calibration import BetaCalibration
+
+    rng = np.random.default_rng(3)
+    p = rng.uniform(0.05, 0.95, 20000)
+    y = (rng.uniform(size=p.size) < p**1.5).astype(float)
+    f = rng.uniform(size=(p.size, 2))
+    pb = k.InterimPositionBeta().fit(p, y, f)
+    assert np.abs(pb.coef_[3:]).max() < 0.1
+    ref = BetaCalibration().fit(p, y).transform(p)
+    dev = np.abs(pb.transform(p, f) - ref)
+    assert dev.mean() < 0.01 and dev.max() < 0.1  # log features amplify noise only at the image border
+    # a real position effect is picked up: y depends on f only
+    y2 = (rng.uniform(size=p.size) < np.where(f[:, 0] > 0.5, 0.8, 0.2)).astype(float)
+    out = k.InterimPositionBeta().fit(p, y2, f).transform(p, f)
+    assert out[f[:, 0] > 0.9].mean() > 0.7 and out[f[:, 0] < 0.1].mean() < 0.3

@@ -17,7 +17,8 @@ Calibration for Object Detection". Protocol, as run by :func:`run`:
 * calibrators (a parameter; names of :data:`detcal.calibration.CONFIDENCE_CALIBRATORS`):
   histogram binning (on the D-ECE grid of the feature set), logistic (Platt),
   position-dependent logistic (the set's features), beta, position-dependent
-  beta when registered as ``"position_beta"``, temperature. A
+  beta (``"position_beta"``: detcal's when registered, else
+  :class:`InterimPositionBeta`), temperature. A
   position-dependent calibrator has no (conf)-only row;
 * result: D-ECE on the test split before and after calibration, mean and std
   over the splits; :func:`markdown_table` and :func:`plot`.
@@ -32,6 +33,8 @@ import numpy as np
 
 from detcal.boxes import relative_features
 from detcal.calibration import CONFIDENCE_CALIBRATORS, make_calibrator
+from detcal.calibration.base import ConfidenceCalibrator, clip_p, sigmoid
+from detcal.calibration.confidence import fit_logistic
 from detcal.data import bundled
 from detcal.matching_netcal import match_netcal_example
 from detcal.metrics.confidence import dece
@@ -48,10 +51,9 @@ BINS_PER_DIM: dict[int, int] = {1: 15, 3: 5, 5: 3}
 IOUS: tuple[float, ...] = (0.60, 0.75)
 POSITION_DEPENDENT: frozenset[str] = frozenset({"position_logistic", "position_beta"})
 """Calibrators that need box features (no row for the (conf) set)."""
-DEFAULT_CALIBRATORS: tuple[str, ...] = tuple(
-    c for c in ("histogram", "platt", "position_logistic", "beta", "position_beta", "temperature") if c in CONFIDENCE_CALIBRATORS
-)
-"""The paper's calibrators that detcal has (position-dependent beta once registered)."""
+DEFAULT_CALIBRATORS: tuple[str, ...] = ("histogram", "platt", "position_logistic", "beta", "position_beta", "temperature")
+"""The paper's calibrators. ``position_beta`` is detcal's registered one when
+it exists, else the interim :class:`InterimPositionBeta` of this module."""
 _FEATURE_COLUMN = {"cx": 0, "cy": 1, "w": 2, "h": 3}
 
 
@@ -103,7 +105,48 @@ def image_splits(image_ids: np.ndarray, n_splits: int = 20, cal_fraction: float 
     return out
 
 
+class InterimPositionBeta(ConfidenceCalibrator):
+    """Position-dependent beta calibration, independent form (interim, study-only).
+
+    ``p' = sigmoid(c + a ln p - b ln(1 - p) + sum_i (a_i ln f_i - b_i ln(1 - f_i)))``
+    with features clipped to ``[1e-6, 1 - 1e-6]``: the beta-calibration
+    family (Kull et al. 2017) extended to the box features as in netcal's
+    multivariate beta calibration without feature covariances
+    (``BetaCalibration(detection=True)``; netcal's ``BetaCalibrationDependent``
+    adds the dependencies). Fitted by :func:`fit_logistic` with an L2 penalty
+    ``l2`` on the feature terms. Used by :func:`run` only while
+    ``detcal.calibration`` registers no ``position_beta``.
+    """
+
+    uses_features = True
+    requires_features = True
+
+    def __init__(self, l2: float = 1e-4) -> None:
+        self.l2 = l2
+
+    @staticmethod
+    def _design(p: np.ndarray, f: np.ndarray) -> np.ndarray:
+        q = clip_p(p)
+        g = np.clip(f, 1e-6, 1 - 1e-6)
+        return np.column_stack([np.ones_like(q), np.log(q), -np.log1p(-q), np.log(g), -np.log1p(-g)])
+
+    def _fit(self, p: np.ndarray, y: np.ndarray, features: np.ndarray | None) -> None:
+        assert features is not None
+        X = self._design(p, features)
+        pen = np.full(X.shape[1], float(self.l2))
+        pen[:3] = 0.0
+        w0 = np.zeros(X.shape[1])
+        w0[1:3] = 1.0
+        self.coef_ = fit_logistic(X, y, pen, w0=w0)
+
+    def _transform(self, p: np.ndarray, features: np.ndarray | None) -> np.ndarray:
+        assert features is not None
+        return sigmoid(self._design(p, features) @ self.coef_)
+
+
 def _make(name: str, n_dim: int) -> Any:
+    if name == "position_beta" and name not in CONFIDENCE_CALIBRATORS:
+        return InterimPositionBeta()
     if name == "histogram":
         return make_calibrator("histogram", bins=15, grid_bins=BINS_PER_DIM[n_dim])
     return make_calibrator(name)
@@ -233,4 +276,4 @@ def plot(result: StudyResult, path: Any = None) -> Any:
     return fig
 
 
-__all__ = ["BINS_PER_DIM", "DEFAULT_CALIBRATORS", "FEATURE_SETS", "IOUS", "StudyResult", "detector_sample", "feature_columns", "image_splits", "markdown_table", "plot", "position_gain", "run", "set_dece"]
+__all__ = ["BINS_PER_DIM", "DEFAULT_CALIBRATORS", "FEATURE_SETS", "IOUS", "InterimPositionBeta", "StudyResult", "detector_sample", "feature_columns", "image_splits", "markdown_table", "plot", "position_gain", "run", "set_dece"]
