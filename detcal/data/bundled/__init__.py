@@ -46,7 +46,7 @@ DETECTOR_LABELS: dict[str, str] = {
     "faster-rcnn-resnet-50": "Faster R-CNN R-50",
     "rfcn-resnet-101": "R-FCN R-101",
     "ssd-inception-v2": "SSD Inception v2",
-    "ssd-resnet-50-v1": "SSD R-50 FPN",
+    "ssd-resnet-50-v1": "SSD R-50 v1",
 }
 """Display names of :data:`DETECTORS`."""
 
