@@ -1,0 +1,262 @@
+"""Compare several detectors on one ground truth: accuracy and calibration side by side.
+
+:func:`compare` takes ``{name: Detections}`` and one :class:`~detcal.types.Dataset`
+and returns a :class:`Comparison`:
+
+* ``table``: one row per detector: COCO AP, AP50, AP75, AR100, AP by size
+  (:func:`detcal.metrics.accuracy.coco_ap`), the calibration sample size and
+  precision, ECE (15 bins), D-ECE (5 bins per dimension over confidence and
+  relative cx, cy, w, h, cells with >= 8 samples), MCE, NLL, Brier, each
+  calibration metric with a percentile bootstrap interval over images;
+* ``diffs``: for each non-baseline detector, ``metric(detector) -
+  metric(baseline)`` with its *paired* bootstrap interval: every replicate
+  draws one set of images (with replacement) and evaluates all detectors on
+  it, so image difficulty cancels out of the difference;
+* ``per_class`` / ``per_size``: per-class and per-size (COCO small / medium /
+  large, by box area) tables;
+* ``reliability``: per-detector reliability curves for an overlaid diagram
+  (:func:`plot`).
+
+The calibration sample of a detector: its detections matched at ``iou``
+(``matching="exclusive"``: pycocotools' rule; ``"netcal_example"``:
+:mod:`detcal.matching_netcal`), not ignored; ``y`` the matched flag. The
+bootstrap uses per-(image, cell) sums and a weight matrix ``[R, I]`` of how
+often each image was drawn (no loop over detections or replicates). AP has no
+interval (one COCO evaluation per replicate would be too slow); box-uncertainty
+metrics are not part of it yet.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+import scipy.sparse as sp
+
+from detcal.binning import cell_index
+from detcal.boxes import relative_features
+from detcal.calibration.base import clip_p
+from detcal.errors import DetcalInputError
+from detcal.matching import match
+from detcal.matching_netcal import match_netcal_example
+from detcal.metrics.accuracy import AREA_RANGES, coco_ap
+from detcal.metrics.bootstrap import percentile_interval
+from detcal.metrics.confidence import brier, dece, ece, mce, nll
+from detcal.reports.per_class import per_class_table, reliability_curve, table_markdown
+from detcal.types import Dataset, Detections
+
+CAL_METRICS: tuple[str, ...] = ("ece", "dece", "mce", "nll", "brier")
+"""Calibration metrics of the comparison table (each with a bootstrap interval)."""
+ACC_METRICS: tuple[str, ...] = ("AP", "AP50", "AP75", "AR100", "AP_small", "AP_medium", "AP_large")
+ECE_BINS, DECE_BINS, DECE_THRESHOLD = 15, 5, 8
+
+
+@dataclass
+class Comparison:
+    """Output of :func:`compare` (module docstring). Values are floats; intervals ``(lo, hi)``."""
+
+    table: list[dict[str, Any]]
+    diffs: list[dict[str, Any]]
+    per_class: dict[str, list[dict[str, Any]]]
+    per_size: list[dict[str, Any]]
+    reliability: dict[str, dict[str, np.ndarray]]
+    samples: dict[str, dict[str, np.ndarray]] = field(repr=False, default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def calibration_sample(dets: Detections, dataset: Dataset, iou: float = 0.5, matching: str = "exclusive") -> dict[str, np.ndarray]:
+    """``p, y, features [S,4], category, image (row into dataset.images), area`` of the non-ignored considered detections."""
+    if matching == "exclusive":
+        m = match(dets, dataset.gt, [iou], images=dataset.images)
+    elif matching == "netcal_example":
+        m = match_netcal_example(dets, dataset.gt, [iou])
+    else:
+        raise DetcalInputError(f"unknown matching {matching!r}; choose 'exclusive' or 'netcal_example'", field="matching")
+    keep = m.considered & ~m.ignored[0]
+    row = dataset.images.index_of(dets.image_id)
+    if (row < 0).any():
+        i = int(np.flatnonzero(row < 0)[0])
+        raise DetcalInputError(f"image_id {int(dets.image_id[i])} is not among the dataset's images", record=f"detection row {i}", field="image_id")
+    f, _ = relative_features(dets.box, dataset.images.width[row], dataset.images.height[row])
+    b = dets.box
+    return {
+        "p": dets.score[keep], "y": m.matched[0][keep].astype(np.float64), "features": f[keep],
+        "category": dets.category[keep], "image": row[keep], "area": ((b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]))[keep],
+    }
+
+
+def point_metrics(s: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """ECE, D-ECE, MCE, NLL, Brier of one calibration sample (detcal's metric functions)."""
+    p, y = s["p"], s["y"]
+    return {
+        "ece": ece(p, y, ECE_BINS).value,
+        "dece": dece(p, y, s["features"], bins=DECE_BINS, sample_threshold=DECE_THRESHOLD).value,
+        "mce": mce(p, y, ECE_BINS).value,
+        "nll": nll(p, y).value,
+        "brier": brier(p, y).value,
+    }
+
+
+def image_weights(n_images: int, n_boot: int, seed: int) -> np.ndarray:
+    """``W [R, I]``: how often each image is drawn in each of ``n_boot`` replicates (shared by all detectors)."""
+    draws = np.random.default_rng(seed).integers(0, n_images, size=(n_boot, n_images))
+    flat = draws + (np.arange(n_boot)[:, None] * n_images)
+    return np.bincount(flat.ravel(), minlength=n_boot * n_images).reshape(n_boot, n_images).astype(np.float64)
+
+
+def _cell_sums(W: np.ndarray, image: np.ndarray, cell: np.ndarray, n_cells: int, values: tuple[np.ndarray, ...]) -> list[np.ndarray]:
+    """``W @ A`` for per-(image, cell) sums A of each of ``values``: ``[R, C]`` each."""
+    n_img = W.shape[1]
+    out = []
+    for v in values:
+        A = sp.csr_matrix((v, (image, cell)), shape=(n_img, n_cells))
+        out.append(np.asarray((sp.csr_matrix(W) @ A).todense()))
+    return out
+
+
+def replicate_metrics(s: Mapping[str, np.ndarray], W: np.ndarray) -> dict[str, np.ndarray]:
+    """The :data:`CAL_METRICS` of each bootstrap replicate ``[R]`` (row weights ``W [R, I]``).
+
+    With ``W`` all ones this is the point value (tested against
+    :func:`point_metrics`).
+    """
+    p, y, img = s["p"], s["y"], s["image"]
+    one = np.ones_like(p)
+    c1, n1 = cell_index(p[:, None], [ECE_BINS])
+    n, P, Y = _cell_sums(W, img, c1, n1, (one, p, y))
+    gap = np.abs(Y - P)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = {"ece": gap.sum(1) / n.sum(1), "mce": np.where(n > 0, gap / np.where(n > 0, n, 1), -np.inf).max(1)}
+        c5, n5 = cell_index(np.column_stack([p, s["features"]]), [DECE_BINS] * (1 + s["features"].shape[1]))
+        n, P, Y = _cell_sums(W, img, c5, n5, (one, p, y))
+        kept = n >= DECE_THRESHOLD
+        out["dece"] = np.where(kept, np.abs(Y - P), 0).sum(1) / np.where(kept, n, 0).sum(1)
+        q = clip_p(p)
+        per_img = np.zeros((W.shape[1], 3))
+        np.add.at(per_img, img, np.column_stack([one, -(y * np.log(q) + (1 - y) * np.log1p(-q)), (p - y) ** 2]))
+        tot = W @ per_img
+        out["nll"] = tot[:, 1] / tot[:, 0]
+        out["brier"] = tot[:, 2] / tot[:, 0]
+    out["mce"] = np.where(np.isfinite(out["mce"]), out["mce"], np.nan)
+    return out
+
+
+def _size_rows(name: str, s: Mapping[str, np.ndarray], acc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per COCO size (detection box area: small <= 32^2 < medium <= 96^2 < large): AP/AR and calibration."""
+    small, medium = AREA_RANGES["small"][1], AREA_RANGES["medium"][1]
+    which = {"small": s["area"] <= small, "medium": (s["area"] > small) & (s["area"] <= medium), "large": s["area"] > medium}
+    rows = []
+    for size, m in which.items():
+        pc, yc = s["p"][m], s["y"][m]
+        rows.append({
+            "detector": name, "size": size, "AP": acc[f"AP_{size}"].value, "AR100": acc[f"AR_{size}"].value, "n": int(m.sum()),
+            "precision": float(yc.mean()) if m.any() else float("nan"), "mean_conf": float(pc.mean()) if m.any() else float("nan"),
+            "ece": ece(pc, yc, ECE_BINS).value,
+        })
+    return rows
+
+
+def compare(
+    runs: Mapping[str, Detections],
+    dataset: Dataset,
+    *,
+    baseline: str | None = None,
+    iou: float = 0.5,
+    matching: str = "exclusive",
+    n_boot: int = 200,
+    level: float = 0.95,
+    seed: int = 0,
+    gt_area: Any = None,
+    top_n_classes: int = 10,
+) -> Comparison:
+    """Compare detectors (module docstring). ``baseline`` defaults to the first of ``runs``."""
+    t0 = time.time()
+    if not runs:
+        raise DetcalInputError("no detectors to compare", field="runs")
+    names = list(runs)
+    baseline = names[0] if baseline is None else baseline
+    if baseline not in runs:
+        raise DetcalInputError(f"baseline {baseline!r} is not one of {names}", field="baseline")
+    if int(n_boot) < 1:
+        raise DetcalInputError(f"n_boot must be >= 1, got {n_boot}", field="n_boot")
+    W = image_weights(len(dataset.images), int(n_boot), seed)
+    table, per_size, per_cls, rel, samples, reps = [], [], {}, {}, {}, {}
+    for name in names:
+        acc = coco_ap(runs[name], dataset, gt_area=gt_area)
+        s = calibration_sample(runs[name], dataset, iou, matching)
+        samples[name] = s
+        point = point_metrics(s)
+        reps[name] = replicate_metrics(s, W)
+        row: dict[str, Any] = {"detector": name, **{k: acc[k].value for k in ACC_METRICS}, "n": int(len(s["p"])), "precision": float(s["y"].mean()) if len(s["p"]) else float("nan")}
+        for k in CAL_METRICS:
+            row[k] = point[k]
+            row[f"{k}_ci"] = percentile_interval(reps[name][k], level)
+        table.append(row)
+        per_size += _size_rows(name, s, acc)
+        per_cls[name] = per_class_table(s["p"], s["y"], s["category"], dataset.categories, bins=ECE_BINS, top_n=top_n_classes, ap_table=acc["AP"].table)
+        rel[name] = reliability_curve(s["p"], s["y"], ECE_BINS)
+    diffs = []
+    base_row = next(r for r in table if r["detector"] == baseline)
+    for row in table:
+        if row["detector"] == baseline:
+            continue
+        for k in CAL_METRICS:
+            d = reps[row["detector"]][k] - reps[baseline][k]
+            lo, hi = percentile_interval(d, level)
+            diffs.append({"detector": row["detector"], "baseline": baseline, "metric": k, "diff": row[k] - base_row[k], "ci": (lo, hi), "excludes_zero": bool(lo > 0 or hi < 0)})
+        for k in ACC_METRICS:
+            diffs.append({"detector": row["detector"], "baseline": baseline, "metric": k, "diff": row[k] - base_row[k], "ci": (float("nan"), float("nan")), "excludes_zero": False})
+    params = {"iou": iou, "matching": matching, "n_boot": int(n_boot), "level": level, "seed": seed, "baseline": baseline,
+              "ece_bins": ECE_BINS, "dece_bins": DECE_BINS, "dece_sample_threshold": DECE_THRESHOLD, "seconds": time.time() - t0}
+    return Comparison(table=table, diffs=diffs, per_class=per_cls, per_size=per_size, reliability=rel, samples=samples, params=params)
+
+
+def markdown(c: Comparison, digits: int = 4) -> str:
+    """The comparison as Markdown: main table, paired differences, per-size and per-class tables."""
+    f = lambda v: f"{v:.{digits}f}"
+    head = ["detector", *ACC_METRICS, "n", "precision", *CAL_METRICS]
+    lines = ["## Detectors", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in c.table:
+        cells = [r["detector"], *(f(r[k]) for k in ACC_METRICS), str(r["n"]), f(r["precision"])]
+        cells += [f"{f(r[k])} [{f(r[k + '_ci'][0])}, {f(r[k + '_ci'][1])}]" for k in CAL_METRICS]
+        lines.append("| " + " | ".join(cells) + " |")
+    lvl = int(round(100 * c.params["level"]))
+    lines += ["", f"## Difference from {c.params['baseline']} (paired bootstrap over images, {lvl}% interval)", "",
+              "| detector | metric | difference | interval |", "|---|---|---|---|"]
+    for d in c.diffs:
+        ci = "—" if np.isnan(d["ci"][0]) else f"[{f(d['ci'][0])}, {f(d['ci'][1])}]" + (" *" if d["excludes_zero"] else "")
+        lines.append(f"| {d['detector']} | {d['metric']} | {f(d['diff'])} | {ci} |")
+    lines += ["", "## By object size", "", table_markdown(c.per_size, digits=digits)]
+    for name, rows in c.per_class.items():
+        lines += ["", f"## Per class: {name}", "", table_markdown(rows, digits=digits)]
+    return "\n".join(lines) + "\n"
+
+
+def plot(c: Comparison, path: Any = None) -> Any:
+    """Overlaid reliability diagrams of all detectors (one panel)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from detcal.reports.per_class import plot_reliability
+
+    fig, ax = plt.subplots(figsize=(4.5, 4.2))
+    plot_reliability(ax, c.reliability, f"reliability at IoU {c.params['iou']}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+    return fig
+
+
+def plot_per_class(c: Comparison, names: Mapping[int, str] | None = None, top_n: int = 9, path: Any = None) -> Any:
+    """Per-class reliability diagrams of the most frequent classes, all detectors overlaid."""
+    from detcal.reports.per_class import plot_per_class_reliability
+
+    return plot_per_class_reliability({k: (s["p"], s["y"], s["category"]) for k, s in c.samples.items()}, names, top_n=top_n, bins=ECE_BINS, path=path)
+
+
+__all__ = ["ACC_METRICS", "CAL_METRICS", "Comparison", "calibration_sample", "compare", "image_weights", "markdown", "plot", "plot_per_class", "point_metrics", "replicate_metrics"]

@@ -1,0 +1,195 @@
+"""COCO detection accuracy (AP / AR) from detcal's own matching.
+
+``coco_ap(dets, dataset)`` returns the twelve numbers of pycocotools
+``COCOeval.summarize()`` for bounding boxes, computed with
+:func:`detcal.matching.match` (exclusive, pycocotools' ``evaluateImg``
+rules) and pycocotools' ``accumulate`` rules:
+
+* IoU thresholds ``0.50:0.05:0.95`` (10), recall thresholds ``0:0.01:1``
+  (101), max detections per image and category 1 / 10 / 100;
+* area ranges all ``[0, 1e10]``, small ``[0, 32^2]``, medium ``[32^2,
+  96^2]``, large ``[96^2, 1e10]`` (bounds inclusive): a GT outside the range
+  is ignored (matching runs again with those GTs ignored), and a detection
+  left unmatched outside the range (its box area ``w * h``) is ignored;
+* per category, area range and max-dets: the kept detections of all images
+  sorted by descending score (stable: image id, then the image's score
+  order), ``tp`` / ``fp`` cumulative sums, ``recall = tp / n_gt``,
+  ``precision = tp / (tp + fp + eps)`` made non-increasing from the right,
+  read at the recall thresholds (0 beyond the last recall);
+* AP is the mean of that precision over thresholds, recall points and the
+  categories that have a non-ignored GT; AR the mean of the final recall.
+
+The GT area is ``dataset`` GT box area unless ``gt_area`` (COCO ``area``,
+e.g. mask areas) is given. No Python loop over detections: one loop over
+categories (the cumulative sums are per category).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from detcal.errors import DetcalInputError
+from detcal.matching import match
+from detcal.types import Dataset, Detections, MetricResult
+
+IOU_THRESHOLDS: np.ndarray = np.linspace(0.5, 0.95, int(np.round((0.95 - 0.5) / 0.05)) + 1, endpoint=True)
+"""pycocotools ``iouThrs`` (the same float values)."""
+RECALL_THRESHOLDS: np.ndarray = np.linspace(0.0, 1.00, int(np.round((1.00 - 0.0) / 0.01)) + 1, endpoint=True)
+"""pycocotools ``recThrs``."""
+AREA_RANGES: dict[str, tuple[float, float]] = {"all": (0.0, 1e5**2), "small": (0.0, 32.0**2), "medium": (32.0**2, 96.0**2), "large": (96.0**2, 1e5**2)}
+"""pycocotools ``areaRng`` by ``areaRngLbl``."""
+MAX_DETS: tuple[int, int, int] = (1, 10, 100)
+
+SUMMARY: tuple[tuple[str, str, float | None, str, int], ...] = (
+    ("AP", "ap", None, "all", 100),
+    ("AP50", "ap", 0.5, "all", 100),
+    ("AP75", "ap", 0.75, "all", 100),
+    ("AP_small", "ap", None, "small", 100),
+    ("AP_medium", "ap", None, "medium", 100),
+    ("AP_large", "ap", None, "large", 100),
+    ("AR1", "ar", None, "all", 1),
+    ("AR10", "ar", None, "all", 10),
+    ("AR100", "ar", None, "all", 100),
+    ("AR_small", "ar", None, "small", 100),
+    ("AR_medium", "ar", None, "medium", 100),
+    ("AR_large", "ar", None, "large", 100),
+)
+"""The twelve lines of ``COCOeval.summarize()``: (name, kind, IoU, area, max dets)."""
+
+
+def _box_area(box: np.ndarray) -> np.ndarray:
+    return (box[:, 2] - box[:, 0]) * (box[:, 3] - box[:, 1])
+
+
+def _rank_in_group(dets: Detections) -> np.ndarray:
+    """Rank of each detection by descending score (stable) within its (image, category)."""
+    o = np.lexsort((np.arange(len(dets)), -dets.score, dets.category, dets.image_id))
+    key_i, key_c = dets.image_id[o], dets.category[o]
+    new = np.ones(len(o), bool)
+    new[1:] = (key_i[1:] != key_i[:-1]) | (key_c[1:] != key_c[:-1])
+    starts = np.flatnonzero(new)
+    pos = np.arange(len(o)) - np.repeat(starts, np.diff(np.append(starts, len(o))))
+    rank = np.empty(len(o), np.int64)
+    rank[o] = pos
+    return rank
+
+
+def coco_eval_arrays(dets: Detections, dataset: Dataset, *, gt_area: Any = None) -> dict[str, np.ndarray]:
+    """pycocotools ``COCOeval.eval`` arrays: ``precision [T,R,K,A,M]`` and ``recall [T,K,A,M]``.
+
+    ``K`` runs over ``sorted(dataset.categories)``, ``A`` over
+    :data:`AREA_RANGES`, ``M`` over :data:`MAX_DETS`; -1 where a category has
+    no non-ignored GT (as pycocotools).
+    """
+    if not isinstance(dets, Detections) or not isinstance(dataset, Dataset):
+        raise DetcalInputError("coco_ap needs Detections and a Dataset", field="dets")
+    gt = dataset.gt
+    area = _box_area(gt.box) if gt_area is None else np.asarray(gt_area, np.float64).reshape(-1)
+    if area.shape != (len(gt),) or not np.isfinite(area).all():
+        raise DetcalInputError(f"gt_area must hold {len(gt)} finite numbers", field="gt_area")
+    if len(dets) and (dataset.images.index_of(dets.image_id) < 0).any():
+        i = int(np.flatnonzero(dataset.images.index_of(dets.image_id) < 0)[0])
+        raise DetcalInputError(f"image_id {int(dets.image_id[i])} is not among the dataset's images", record=f"detection row {i}", field="image_id")
+    cats = np.array(sorted(dataset.categories), np.int64)
+    T, R, K, A, M = len(IOU_THRESHOLDS), len(RECALL_THRESHOLDS), len(cats), len(AREA_RANGES), len(MAX_DETS)
+    precision = -np.ones((T, R, K, A, M))
+    recall = -np.ones((T, K, A, M))
+    base_ignore = (gt.ignore if gt.ignore is not None else np.zeros(len(gt), bool)) | (gt.iscrowd if gt.iscrowd is not None else np.zeros(len(gt), bool))
+    rank = _rank_in_group(dets)
+    det_area = _box_area(dets.box)
+    # pycocotools' accumulate order: images by id, then score order within the image
+    det_cat_k = np.searchsorted(cats, dets.category)
+    known = (det_cat_k < K) & (cats[np.minimum(det_cat_k, K - 1)] == dets.category) if K else np.zeros(len(dets), bool)
+    order = np.lexsort((rank, dets.image_id, -dets.score, det_cat_k))
+    gt_k = np.searchsorted(cats, gt.category)
+    for a, (lo, hi) in enumerate(AREA_RANGES.values()):
+        out_g = (area < lo) | (area > hi)
+        g = dataset.gt.select(np.arange(len(gt)))
+        g.ignore = base_ignore | out_g
+        m = match(dets, g, IOU_THRESHOLDS, mode="exclusive", max_dets=MAX_DETS[-1])
+        out_d = (det_area < lo) | (det_area > hi)
+        ignored = m.ignored | (~m.matched & out_d[None, :])
+        npig_k = np.bincount(gt_k[~g.ignore], minlength=K)[:K] if len(gt) else np.zeros(K, np.int64)
+        for mi, md in enumerate(MAX_DETS):
+            keep = known & (rank < md) & m.considered
+            o = order[keep[order]]
+            kk = det_cat_k[o]
+            bounds = np.searchsorted(kk, np.arange(K + 1))
+            tp_all = (m.matched[:, o] & ~ignored[:, o])
+            fp_all = (~m.matched[:, o] & ~ignored[:, o])
+            for k in range(K):
+                npig = npig_k[k]
+                if npig == 0:
+                    continue
+                s, e = bounds[k], bounds[k + 1]
+                tp = np.cumsum(tp_all[:, s:e], axis=1).astype(float)
+                fp = np.cumsum(fp_all[:, s:e], axis=1).astype(float)
+                nd = e - s
+                if nd == 0:
+                    # pycocotools keeps a category whose images have GT but no detections: recall 0, precision 0
+                    recall[:, k, a, mi] = 0.0
+                    precision[:, :, k, a, mi] = 0.0
+                    continue
+                rc = tp / npig
+                pr = tp / (fp + tp + np.spacing(1))
+                recall[:, k, a, mi] = rc[:, -1]
+                pr = np.maximum.accumulate(pr[:, ::-1], axis=1)[:, ::-1]
+                q = np.zeros((T, R))
+                for t in range(T):
+                    inds = np.searchsorted(rc[t], RECALL_THRESHOLDS, side="left")
+                    ok = inds < nd
+                    q[t, ok] = pr[t, inds[ok]]
+                precision[:, :, k, a, mi] = q
+    return {"precision": precision, "recall": recall, "categories": cats}
+
+
+def _summarize(arrays: dict[str, np.ndarray], kind: str, iou: float | None, area: str, max_dets: int, k: slice | int = slice(None)) -> float:
+    a = list(AREA_RANGES).index(area)
+    mi = MAX_DETS.index(max_dets)
+    if kind == "ap":
+        s = arrays["precision"][:, :, k, a, mi]
+        if iou is not None:
+            s = s[np.flatnonzero(IOU_THRESHOLDS == iou)]
+    else:
+        s = arrays["recall"][:, k, a, mi]
+        if iou is not None:
+            s = s[np.flatnonzero(IOU_THRESHOLDS == iou)]
+    s = s[s > -1]
+    return float(np.mean(s)) if s.size else -1.0
+
+
+def coco_summary(arrays: dict[str, np.ndarray]) -> dict[str, float]:
+    """The twelve ``summarize()`` numbers (:data:`SUMMARY`) of :func:`coco_eval_arrays` output."""
+    return {name: _summarize(arrays, kind, iou, area, md) for name, kind, iou, area, md in SUMMARY}
+
+
+def coco_ap(dets: Detections, dataset: Dataset, *, gt_area: Any = None) -> dict[str, MetricResult]:
+    """COCO AP, AP50, AP75, AP_small/medium/large, AR1/10/100, AR_small/medium/large.
+
+    Equal to pycocotools ``COCOeval(..., "bbox").summarize()`` (``stats``
+    in that order). Each :class:`MetricResult` has ``params`` with the
+    area range, max-dets and IoU; the ``AP`` result carries the per-class
+    table (``table["category"]``, ``table["ap"]``, ``table["ap50"]``,
+    ``table["n_gt"]``).
+    """
+    arrays = coco_eval_arrays(dets, dataset, gt_area=gt_area)
+    out: dict[str, MetricResult] = {}
+    for name, kind, iou, area, md in SUMMARY:
+        out[name] = MetricResult(
+            name=name, value=_summarize(arrays, kind, iou, area, md), variant="coco",
+            params={"kind": kind, "iou": "0.50:0.95" if iou is None else iou, "area": area, "max_dets": md},
+        )
+    cats = arrays["categories"]
+    per_ap = np.array([_summarize(arrays, "ap", None, "all", 100, k) for k in range(len(cats))])
+    per_ap50 = np.array([_summarize(arrays, "ap", 0.5, "all", 100, k) for k in range(len(cats))])
+    out["AP"].table = {"category": cats, "ap": np.where(per_ap < 0, np.nan, per_ap), "ap50": np.where(per_ap50 < 0, np.nan, per_ap50)}
+    return out
+
+
+def per_class_ap(dets: Detections, dataset: Dataset, *, gt_area: Any = None) -> dict[str, np.ndarray]:
+    """Per-category COCO AP and AP50 (NaN for a category without non-ignored GT)."""
+    return coco_ap(dets, dataset, gt_area=gt_area)["AP"].table
+
+
+__all__ = ["AREA_RANGES", "IOU_THRESHOLDS", "MAX_DETS", "RECALL_THRESHOLDS", "SUMMARY", "coco_ap", "coco_eval_arrays", "coco_summary", "per_class_ap"]

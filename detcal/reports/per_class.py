@@ -1,0 +1,143 @@
+"""Per-class calibration: a table and reliability diagrams of the most frequent classes.
+
+``per_class_table(p, y, category, names)`` -> rows (one per class, most
+frequent first): ``category``, ``name``, ``n`` (detections), ``precision``
+(mean y), ``mean_conf`` (mean p), ``ece`` (15 bins), ``mce``, ``brier``,
+optionally ``ap`` / ``ap50`` from a per-class AP table.
+``plot_per_class_reliability(...)`` draws one reliability diagram per class
+for the ``top_n`` most frequent classes (optionally several detectors
+overlaid in each panel). Loops run over classes only.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import warnings
+
+import numpy as np
+
+from detcal.errors import DetcalInputError
+from detcal.metrics.confidence import SparseCellsWarning, brier, ece, mce
+
+
+def _check(p: Any, y: Any, category: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    p_arr = np.asarray(p, np.float64).reshape(-1)
+    y_arr = np.asarray(y, np.float64).reshape(-1)
+    c_arr = np.asarray(category).reshape(-1)
+    if not (len(p_arr) == len(y_arr) == len(c_arr)):
+        raise DetcalInputError(f"p, y, category must have the same length, got {len(p_arr)}, {len(y_arr)}, {len(c_arr)}", field="category")
+    if c_arr.size and not np.issubdtype(c_arr.dtype, np.integer):
+        raise DetcalInputError(f"category must be integers, got {c_arr.dtype}", field="category")
+    return p_arr, y_arr, c_arr.astype(np.int64)
+
+
+def most_frequent(category: Any, top_n: int | None = None) -> np.ndarray:
+    """Category ids by descending count (ties: smaller id first), the first ``top_n``."""
+    cats, counts = np.unique(np.asarray(category, np.int64), return_counts=True)
+    order = np.lexsort((cats, -counts))
+    return cats[order][: top_n if top_n is not None else len(cats)]
+
+
+def per_class_table(
+    p: Any, y: Any, category: Any, names: Mapping[int, str] | None = None, *, bins: int = 15, top_n: int | None = None, ap_table: Mapping[str, np.ndarray] | None = None
+) -> list[dict[str, Any]]:
+    """One row per class (most frequent first; see the module docstring)."""
+    p_arr, y_arr, c_arr = _check(p, y, category)
+    names = names or {}
+    ap_of: dict[int, tuple[float, float]] = {}
+    if ap_table is not None:
+        ap_of = {int(c): (float(a), float(a5)) for c, a, a5 in zip(ap_table["category"], ap_table["ap"], ap_table["ap50"])}
+    rows = []
+    for c in most_frequent(c_arr, top_n):  # loop over classes
+        m = c_arr == c
+        pc, yc = p_arr[m], y_arr[m]
+        with warnings.catch_warnings():  # small classes have sparse bins by nature; n is in the row
+            warnings.simplefilter("ignore", SparseCellsWarning)
+            e, mc = ece(pc, yc, bins).value, mce(pc, yc, bins).value
+        row = {
+            "category": int(c), "name": names.get(int(c), str(int(c))), "n": int(m.sum()),
+            "precision": float(yc.mean()), "mean_conf": float(pc.mean()),
+            "ece": e, "mce": mc, "brier": brier(pc, yc).value,
+        }
+        if ap_table is not None:
+            row["ap"], row["ap50"] = ap_of.get(int(c), (float("nan"), float("nan")))
+        rows.append(row)
+    return rows
+
+
+def table_markdown(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, digits: int = 4) -> str:
+    """Rows of dicts as a Markdown table (floats with ``digits`` decimals)."""
+    if not rows:
+        return ""
+    cols = list(columns or rows[0].keys())
+    fmt = lambda v: f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def reliability_curve(p: Any, y: Any, bins: int = 15) -> dict[str, np.ndarray]:
+    """Per equal-width confidence bin: ``conf`` (mean p), ``precision`` (mean y), ``n``; NaN in empty bins."""
+    from detcal.binning import feature_bin_index
+
+    p_arr = np.asarray(p, np.float64)
+    y_arr = np.asarray(y, np.float64)
+    b = feature_bin_index(p_arr, bins)
+    n = np.bincount(b, minlength=bins).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        conf = np.bincount(b, weights=p_arr, minlength=bins) / n
+        prec = np.bincount(b, weights=y_arr, minlength=bins) / n
+    return {"conf": conf, "precision": prec, "n": n.astype(np.int64), "edges": np.linspace(0, 1, bins + 1)}
+
+
+def plot_reliability(ax: Any, curves: Mapping[str, Mapping[str, np.ndarray]], title: str = "") -> None:
+    """Overlaid reliability curves (one line per label) on ``ax``, with the diagonal."""
+    ax.plot([0, 1], [0, 1], color="0.6", lw=0.8, ls="--")
+    for label, c in curves.items():
+        ok = c["n"] > 0
+        ax.plot(c["conf"][ok], c["precision"][ok], marker="o", ms=2.5, lw=1.1, label=label)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("confidence")
+    ax.set_ylabel("precision")
+    if title:
+        ax.set_title(title, fontsize=9)
+
+
+def plot_per_class_reliability(
+    samples: Mapping[str, tuple[Any, Any, Any]], names: Mapping[int, str] | None = None, *, top_n: int = 9, bins: int = 15, path: Any = None
+) -> Any:
+    """Reliability diagrams of the ``top_n`` most frequent classes (of the first sample).
+
+    ``samples``: label -> ``(p, y, category)`` (one detector, or several
+    overlaid). Returns the matplotlib figure (saved to ``path`` when given).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not samples:
+        raise DetcalInputError("no samples to plot", field="samples")
+    checked = {k: _check(*v) for k, v in samples.items()}
+    first = next(iter(checked.values()))
+    top = most_frequent(first[2], top_n)
+    ncol = int(np.ceil(np.sqrt(max(len(top), 1))))
+    nrow = int(np.ceil(max(len(top), 1) / ncol))
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.2 * ncol, 3.0 * nrow), squeeze=False)
+    names = names or {}
+    for ax, c in zip(axes.flat, top):
+        curves = {lab: reliability_curve(p[cat == c], y[cat == c], bins) for lab, (p, y, cat) in checked.items()}
+        plot_reliability(ax, curves, f"{names.get(int(c), c)} (n={int((first[2] == c).sum())})")
+    for ax in list(axes.flat)[len(top):]:
+        ax.axis("off")
+    if len(checked) > 1:
+        axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+    return fig
+
+
+__all__ = ["most_frequent", "per_class_table", "plot_per_class_reliability", "plot_reliability", "reliability_curve", "table_markdown"]
