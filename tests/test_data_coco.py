@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from pycocotools.coco import COCO
 
-from detcal.data import coco as coco_mod
 from detcal.data.coco import (
     dataset_to_coco_dict,
     load_coco_instances,
@@ -247,7 +246,11 @@ def test_orjson_path_gives_the_same_records(tmp_path: Path, monkeypatch: pytest.
         calls.append(len(data))
         return json.loads(data)
 
-    monkeypatch.setattr(coco_mod, "_orjson", types.SimpleNamespace(loads=fake_loads))
+    import detcal.data._json as json_mod
+
+    monkeypatch.setattr(json_mod, "_orjson", None)  # stdlib json path
+    via_json = load_coco_results(tmp_path / "r.json")
+    monkeypatch.setattr(json_mod, "_orjson", types.SimpleNamespace(loads=fake_loads))
     via_fake = load_coco_results(tmp_path / "r.json")
     assert calls, "the orjson branch was not taken"
     for name in ("image_id", "box", "score", "category", "box_std"):

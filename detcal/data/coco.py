@@ -44,7 +44,6 @@ import copy
 import io
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,11 +52,6 @@ from detcal.boxes import xywh_to_xyxy, xyxy_to_xywh
 from detcal.errors import DetcalInputError
 from detcal.types import Dataset, Detections, GroundTruth, Images
 from detcal.utils.io import atomic_write
-
-try:  # optional fast path, same results as json
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - depends on the environment
-    _orjson = None
 
 PathLike = str | os.PathLike[str]
 
@@ -70,6 +64,7 @@ __all__ = [
     "detections_to_coco_list",
     "to_pycocotools",
     "results_to_pycocotools",
+    "results_from_records",
 ]
 
 RESULT_UNCERTAINTY_KEYS: tuple[str, ...] = (
@@ -77,188 +72,43 @@ RESULT_UNCERTAINTY_KEYS: tuple[str, ...] = (
 )
 """Optional uncertainty keys of a results record (module docstring)."""
 
-_NUMERIC_KINDS = "iuf"
-_TOP = "(top level)"
-_SYM_RTOL = 1e-6
-"""Relative tolerance of the symmetry test of a covariance (files round to ~6 digits)."""
-_PSD_RTOL = 1e-9
-"""A covariance is PSD when its smallest eigenvalue >= -_PSD_RTOL * max |entry|."""
-
-
-# --------------------------------------------------------------------------- helpers
-def _rec(prefix: str, i: int) -> str | int:
-    return f"{prefix}[{i}]" if prefix else i
-
-
-def _first_true(mask: np.ndarray) -> int:
-    """Index of the first row of ``mask`` [R,...] holding a True; -1 if none."""
-    m = np.asarray(mask, dtype=bool)
-    if m.ndim > 1:
-        m = m.reshape(m.shape[0], -1).any(axis=1) if m.size else np.zeros(m.shape[0], dtype=bool)
-    hits = np.flatnonzero(m)
-    return int(hits[0]) if len(hits) else -1
-
-
-def _is_numeric(value: Any, shape: tuple[int, ...]) -> bool:
-    try:
-        a = np.asarray(value)
-    except (ValueError, TypeError):
-        return False
-    return a.shape == shape and a.dtype.kind in _NUMERIC_KINDS
-
-
-def _numeric_column(
-    values: list, shape: tuple[int, ...], *, file: str, field: str, prefix: str = "", what: str = "a number"
-) -> np.ndarray:
-    """One JSON value per record -> float64 ``[R, *shape]``; numbers only (no bool, no str)."""
-    n = len(values)
-    if n == 0:
-        return np.zeros((0,) + shape, dtype=np.float64)
-    try:
-        raw = np.asarray(values)
-        ok = raw.dtype.kind in _NUMERIC_KINDS and raw.shape == (n,) + shape
-    except (ValueError, TypeError):
-        ok = False
-    if not ok:
-        bad = next((i for i, v in enumerate(values) if not _is_numeric(v, shape)), 0)
-        raise DetcalInputError(f"expected {what}, got {values[bad]!r}", file=file, record=_rec(prefix, bad), field=field)
-    return raw.astype(np.float64, copy=False)
-
-
-def _integer_column(values: list, *, file: str, field: str, prefix: str = "") -> np.ndarray:
-    """One JSON value per record -> int64 ``[R]``; floats accepted when integral."""
-    if len(values) == 0:
-        return np.zeros(0, dtype=np.int64)
-    arr = _numeric_column(values, (), file=file, field=field, prefix=prefix, what="an integer")
-    if np.asarray(values).dtype.kind in "iu":
-        return np.asarray(values, dtype=np.int64)
-    bad = _first_true(~np.isfinite(arr) | (arr != np.round(arr)))
-    if bad >= 0:
-        raise DetcalInputError(f"expected an integer, got {values[bad]!r}", file=file, record=_rec(prefix, bad), field=field)
-    return arr.astype(np.int64)
-
-
-def _flag_column(values: list, *, file: str, field: str, prefix: str = "") -> np.ndarray:
-    """0/1 or true/false per record -> bool ``[R]``."""
-    if len(values) == 0:
-        return np.zeros(0, dtype=bool)
-    try:
-        raw = np.asarray(values)
-        ok = raw.dtype.kind in "biu" and raw.ndim == 1 and bool(np.isin(raw, (0, 1)).all())
-    except (ValueError, TypeError):
-        ok = False
-    if not ok:
-        bad = next(
-            (i for i, v in enumerate(values) if not (isinstance(v, (bool, int)) and v in (0, 1))), 0
-        )
-        raise DetcalInputError(f"expected 0/1 or true/false, got {values[bad]!r}", file=file, record=_rec(prefix, bad), field=field)
-    return raw.astype(bool)
-
-
-def _require(records: list[dict], key: str, *, file: str, prefix: str = "") -> list:
-    """The value of ``key`` in every record; error naming the first record lacking it (or null)."""
-    values = [r.get(key) for r in records]
-    if None in values:
-        bad = next(i for i, v in enumerate(values) if v is None)
-        raise DetcalInputError(f"missing required key {key!r} (or it is null)", file=file, record=_rec(prefix, bad), field=key)
-    return values
-
-
-def _check_dicts(records: list, *, file: str, prefix: str = "") -> None:
-    if not all(type(r) is dict for r in records):
-        bad = next(i for i, r in enumerate(records) if type(r) is not dict)
-        raise DetcalInputError(f"expected a JSON object, got {type(records[bad]).__name__}", file=file, record=_rec(prefix, bad))
-
-
-def _check_unique(ids: np.ndarray, *, file: str, field: str, prefix: str = "") -> None:
-    """Error naming the first record whose id repeats an earlier one."""
-    if len(ids) < 2:
-        return
-    order = np.argsort(ids, kind="stable")
-    s = ids[order]
-    dup = order[1:][s[1:] == s[:-1]]
-    if len(dup):
-        bad = int(dup.min())
-        raise DetcalInputError(f"duplicate id {int(ids[bad])}", file=file, record=_rec(prefix, bad), field=field)
-
-
-def _check_mask(bad_mask: np.ndarray, values: np.ndarray, message: str, *, file: str, field: str, prefix: str = "") -> None:
-    bad = _first_true(bad_mask)
-    if bad >= 0:
-        raise DetcalInputError(f"{message}, got {np.asarray(values[bad]).tolist()!r}", file=file, record=_rec(prefix, bad), field=field)
-
-
-def _check_box(xywh: np.ndarray, *, file: str, field: str, prefix: str = "") -> None:
-    """Finite ``[x, y, w, h]`` with w, h >= 0."""
-    _check_mask(~np.isfinite(xywh), xywh, "non-finite box coordinate", file=file, field=field, prefix=prefix)
-    _check_mask(xywh[:, 2:4] < 0, xywh, "negative box width or height", file=file, field=field, prefix=prefix)
-
-
-def _check_covariance(cov: np.ndarray, *, file: str, field: str) -> None:
-    """``cov [D, ..., m, m]``: finite, symmetric (rtol 1e-6) and positive semi-definite.
-
-    PSD test: smallest eigenvalue of the symmetric part >= -1e-9 * max |entry|
-    (numpy ``eigvalsh``, vectorised over records).
-    """
-    _check_mask(~np.isfinite(cov), cov, "non-finite covariance entry", file=file, field=field)
-    scale = np.abs(cov).max(axis=(-1, -2), keepdims=True)
-    asym = np.abs(cov - np.swapaxes(cov, -1, -2)) > _SYM_RTOL * scale
-    _check_mask(asym, cov, "covariance is not symmetric", file=file, field=field)
-    eig_min = np.linalg.eigvalsh(0.5 * (cov + np.swapaxes(cov, -1, -2)))[..., 0]
-    _check_mask(eig_min < -_PSD_RTOL * scale[..., 0, 0], cov, "covariance is not positive semi-definite", file=file, field=field)
-
-
-def _parse_json(path: PathLike) -> Any:
-    """Parse a JSON file (orjson when importable, else json) with located syntax errors."""
-    file = str(path)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise DetcalInputError(f"cannot read file: {e.strerror or e}", file=file) from e
-    if _orjson is not None:
-        try:
-            return _orjson.loads(data)
-        except ValueError:
-            pass  # not strict JSON (NaN tokens, bad UTF-8, a syntax error): json says precisely what and where
-    try:
-        return json.loads(data)
-    except RecursionError as e:
-        raise DetcalInputError("not JSON detcal can read: nested too deeply", file=file) from e
-    except UnicodeDecodeError as e:
-        raise DetcalInputError("not JSON: the file is not UTF-8 text", file=file, record=f"byte {e.start}") from e
-    except ValueError as e:  # json.JSONDecodeError and orjson.JSONDecodeError are ValueErrors
-        line, col = getattr(e, "lineno", "?"), getattr(e, "colno", "?")
-        msg = getattr(e, "msg", str(e))
-        raise DetcalInputError(f"not JSON: {msg}", file=file, record=f"line {line}, column {col}") from e
-
-
-def _top_list(doc: dict, key: str, *, file: str) -> list:
-    if key not in doc:
-        raise DetcalInputError(f"missing top-level key {key!r}", file=file, record=_TOP, field=key)
-    value = doc[key]
-    if not isinstance(value, list):
-        raise DetcalInputError(f"expected a list, got {type(value).__name__}", file=file, record=_TOP, field=key)
-    return value
+from detcal.data._json import (  # noqa: E402  (strict column helpers, shared with the chunked reader)
+    TOP as _TOP,
+    check_box as _check_box,
+    check_bounded as _check_bounded,
+    check_covariance as _check_covariance,
+    check_dicts as _check_dicts,
+    check_mask as _check_mask,
+    check_scale as _check_scale,
+    check_unique as _check_unique,
+    flag_column as _flag_column,
+    integer_column as _integer_column,
+    numeric_column as _numeric_column,
+    parse_json as _parse_json,
+    require as _require,
+    top_list as _top_list,
+)
 
 
 # --------------------------------------------------------------------------- instances
-def _load_images(records: list, file: str) -> Images:
+def _load_images(records: list, file: str, bools: bool = True) -> Images:
     _check_dicts(records, file=file, prefix="images")
-    ids = _integer_column(_require(records, "id", file=file, prefix="images"), file=file, field="id", prefix="images")
+    ids = _integer_column(_require(records, "id", file=file, prefix="images"), file=file, field="id", prefix="images", bools=bools)
     _check_unique(ids, file=file, field="id", prefix="images")
     size = {}
     for key in ("width", "height"):
         vals = [np.nan if r.get(key) is None else r[key] for r in records]
-        arr = _numeric_column(vals, (), file=file, field=key, prefix="images")
+        arr = _numeric_column(vals, (), file=file, field=key, prefix="images", bools=bools)
         _check_mask(~np.isnan(arr) & ~(np.isfinite(arr) & (arr > 0)), arr, f"{key} must be a positive number", file=file, field=key, prefix="images")
+        _check_scale(np.nan_to_num(arr, nan=1.0), key, file=file, field=key, prefix="images")
         size[key] = arr
     names = [str(r.get("file_name") or "") for r in records]
     return Images(id=ids, width=size["width"], height=size["height"], file_name=names)
 
 
-def _load_categories(records: list, file: str) -> dict[int, str]:
+def _load_categories(records: list, file: str, bools: bool = True) -> dict[int, str]:
     _check_dicts(records, file=file, prefix="categories")
-    ids = _integer_column(_require(records, "id", file=file, prefix="categories"), file=file, field="id", prefix="categories")
+    ids = _integer_column(_require(records, "id", file=file, prefix="categories"), file=file, field="id", prefix="categories", bools=bools)
     names = _require(records, "name", file=file, prefix="categories")
     bad = next((i for i, n in enumerate(names) if not isinstance(n, str)), -1)
     if bad >= 0:
@@ -267,13 +117,13 @@ def _load_categories(records: list, file: str) -> dict[int, str]:
     return {int(i): n for i, n in zip(ids.tolist(), names)}
 
 
-def _load_annotations(records: list, file: str, images: Images, categories: dict[int, str]) -> GroundTruth:
+def _load_annotations(records: list, file: str, images: Images, categories: dict[int, str], bools: bool = True) -> GroundTruth:
     p = "annotations"
     _check_dicts(records, file=file, prefix=p)
-    image_id = _integer_column(_require(records, "image_id", file=file, prefix=p), file=file, field="image_id", prefix=p)
-    category = _integer_column(_require(records, "category_id", file=file, prefix=p), file=file, field="category_id", prefix=p)
-    bbox = _numeric_column(_require(records, "bbox", file=file, prefix=p), (4,), file=file, field="bbox", prefix=p, what="[x, y, w, h] (4 numbers)")
-    ann_id = _integer_column(_require(records, "id", file=file, prefix=p), file=file, field="id", prefix=p)
+    image_id = _integer_column(_require(records, "image_id", file=file, prefix=p), file=file, field="image_id", prefix=p, bools=bools)
+    category = _integer_column(_require(records, "category_id", file=file, prefix=p), file=file, field="category_id", prefix=p, bools=bools)
+    bbox = _numeric_column(_require(records, "bbox", file=file, prefix=p), (4,), file=file, field="bbox", prefix=p, what="[x, y, w, h] (4 numbers)", bools=bools)
+    ann_id = _integer_column(_require(records, "id", file=file, prefix=p), file=file, field="id", prefix=p, bools=bools)
     iscrowd = _flag_column([r.get("iscrowd", 0) for r in records], file=file, field="iscrowd", prefix=p)
     ignore = _flag_column([r.get("ignore", 0) for r in records], file=file, field="ignore", prefix=p)
     _check_box(bbox, file=file, field="bbox", prefix=p)
@@ -306,7 +156,8 @@ def load_coco_instances(path: PathLike) -> Dataset:
     in memory when one is needed.
     """
     file = str(path)
-    doc = _parse_json(path)
+    parsed = _parse_json(path)
+    doc, bools = parsed.doc, parsed.bools
     if not isinstance(doc, dict):
         raise DetcalInputError(
             f"expected a JSON object with 'images', 'annotations', 'categories', got {type(doc).__name__}", file=file, record=_TOP
@@ -314,9 +165,9 @@ def load_coco_instances(path: PathLike) -> Dataset:
     raw_images = _top_list(doc, "images", file=file)
     raw_annotations = _top_list(doc, "annotations", file=file)
     raw_categories = _top_list(doc, "categories", file=file)
-    images = _load_images(raw_images, file)
-    categories = _load_categories(raw_categories, file)
-    gt = _load_annotations(raw_annotations, file, images, categories)
+    images = _load_images(raw_images, file, bools)
+    categories = _load_categories(raw_categories, file, bools)
+    gt = _load_annotations(raw_annotations, file, images, categories, bools)
     return Dataset(images=images, gt=gt, categories=categories, source=file)
 
 
@@ -334,7 +185,7 @@ def _presence(records: list[dict], key: str, *, file: str) -> bool:
 
 
 def _positive_std(values: np.ndarray, *, file: str, field: str) -> None:
-    _check_mask(~np.isfinite(values) | ~(values > 0), values, "standard deviations must be finite and > 0", file=file, field=field)
+    _check_scale(values, "standard deviations", file=file, field=field)
 
 
 def load_coco_results(path: PathLike, dataset: Dataset | None = None) -> Detections:
@@ -355,19 +206,29 @@ def load_coco_results(path: PathLike, dataset: Dataset | None = None) -> Detecti
     field (:class:`DetcalInputError`).
     """
     file = str(path)
-    doc = _parse_json(path)
+    parsed = _parse_json(path)
+    doc = parsed.doc
     if isinstance(doc, dict):
         records = _top_list(doc, "annotations", file=file)
     elif isinstance(doc, list):
         records = doc
     else:
         raise DetcalInputError(f"expected a list of detection records, got {type(doc).__name__}", file=file, record=_TOP)
+    return results_from_records(records, file, dataset, bools=parsed.bools)
+
+
+def results_from_records(records: list, file: str, dataset: Dataset | None = None, *, bools: bool = True) -> Detections:
+    """:class:`Detections` from parsed COCO results records (the checks of :func:`load_coco_results`).
+
+    ``file`` names the source in errors; ``bools=False`` skips the search
+    for JSON booleans (only when the text is known to hold none).
+    """
     _check_dicts(records, file=file)
 
-    image_id = _integer_column(_require(records, "image_id", file=file), file=file, field="image_id")
-    category = _integer_column(_require(records, "category_id", file=file), file=file, field="category_id")
-    bbox = _numeric_column(_require(records, "bbox", file=file), (4,), file=file, field="bbox", what="[x, y, w, h] (4 numbers)")
-    score = _numeric_column(_require(records, "score", file=file), (), file=file, field="score")
+    image_id = _integer_column(_require(records, "image_id", file=file), file=file, field="image_id", bools=bools)
+    category = _integer_column(_require(records, "category_id", file=file), file=file, field="category_id", bools=bools)
+    bbox = _numeric_column(_require(records, "bbox", file=file), (4,), file=file, field="bbox", what="[x, y, w, h] (4 numbers)", bools=bools)
+    score = _numeric_column(_require(records, "score", file=file), (), file=file, field="score", bools=bools)
     _check_box(bbox, file=file, field="bbox")
     _check_mask(~np.isfinite(score), score, "score must be finite", file=file, field="score")
     _check_mask((score < 0) | (score > 1), score, "score must be in [0, 1]", file=file, field="score")
@@ -379,15 +240,15 @@ def load_coco_results(path: PathLike, dataset: Dataset | None = None) -> Detecti
         present = {k: _presence(records, k, file=file) for k in RESULT_UNCERTAINTY_KEYS}
     kw: dict[str, np.ndarray] = {}
     if present["bbox_std"]:
-        std = _numeric_column([r["bbox_std"] for r in records], (4,), file=file, field="bbox_std", what="4 numbers")
+        std = _numeric_column([r["bbox_std"] for r in records], (4,), file=file, field="bbox_std", what="4 numbers", bools=bools)
         _positive_std(std, file=file, field="bbox_std")
         kw["box_std"] = std
     if present["bbox_covar"]:
-        cov = _numeric_column([r["bbox_covar"] for r in records], (4, 4), file=file, field="bbox_covar", what="a 4x4 matrix")
+        cov = _numeric_column([r["bbox_covar"] for r in records], (4, 4), file=file, field="bbox_covar", what="a 4x4 matrix", bools=bools)
         _check_covariance(cov, file=file, field="bbox_covar")
         kw["box_cov"] = cov
     if present["covars"]:
-        cov = _numeric_column([r["covars"] for r in records], (2, 2, 2), file=file, field="covars", what="two 2x2 matrices")
+        cov = _numeric_column([r["covars"] for r in records], (2, 2, 2), file=file, field="covars", what="two 2x2 matrices", bools=bools)
         _check_covariance(cov, file=file, field="covars")
         kw["corner_cov"] = cov
     delta_keys = ("proposal", "delta_mean", "delta_std", "delta_logvar")
@@ -400,16 +261,17 @@ def load_coco_results(path: PathLike, dataset: Dataset | None = None) -> Detecti
                 "a delta record needs exactly one of 'delta_std' or 'delta_logvar'", file=file, record=0,
                 field="delta_std" if not present["delta_std"] else "delta_logvar",
             )
-        prop = _numeric_column([r["proposal"] for r in records], (4,), file=file, field="proposal", what="[x, y, w, h] (4 numbers)")
-        _check_mask(~np.isfinite(prop), prop, "non-finite proposal coordinate", file=file, field="proposal")
+        prop = _numeric_column([r["proposal"] for r in records], (4,), file=file, field="proposal", what="[x, y, w, h] (4 numbers)", bools=bools)
+        _check_bounded(prop, "proposal coordinate", file=file, field="proposal")
         _check_mask(prop[:, 2:4] <= 0, prop, "proposal width and height must be > 0", file=file, field="proposal")
-        mean = _numeric_column([r["delta_mean"] for r in records], (4,), file=file, field="delta_mean", what="4 numbers")
-        _check_mask(~np.isfinite(mean), mean, "non-finite delta mean", file=file, field="delta_mean")
+        _check_scale(prop[:, 2:4], "proposal width and height", file=file, field="proposal")
+        mean = _numeric_column([r["delta_mean"] for r in records], (4,), file=file, field="delta_mean", what="4 numbers", bools=bools)
+        _check_bounded(mean, "delta mean", file=file, field="delta_mean")
         if present["delta_std"]:
-            std = _numeric_column([r["delta_std"] for r in records], (4,), file=file, field="delta_std", what="4 numbers")
+            std = _numeric_column([r["delta_std"] for r in records], (4,), file=file, field="delta_std", what="4 numbers", bools=bools)
             _positive_std(std, file=file, field="delta_std")
         else:
-            logvar = _numeric_column([r["delta_logvar"] for r in records], (4,), file=file, field="delta_logvar", what="4 numbers")
+            logvar = _numeric_column([r["delta_logvar"] for r in records], (4,), file=file, field="delta_logvar", what="4 numbers", bools=bools)
             _check_mask(~np.isfinite(logvar), logvar, "non-finite log-variance", file=file, field="delta_logvar")
             with np.errstate(over="ignore", under="ignore"):
                 std = np.exp(0.5 * logvar)

@@ -31,16 +31,18 @@ byte for byte.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import struct
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from detcal.data.coco import _first_true
+from detcal.data._json import MAX_ABS, MIN_SCALE
+from detcal.data._kitti_text import KITTI_COLUMNS
+from detcal.data._kitti_text import file_tokens as _file_tokens
+from detcal.data._kitti_text import is_number as _is_number
+from detcal.data._json import first_true as _first_true
 from detcal.errors import DetcalInputError
 from detcal.types import (
     KITTI_CATEGORIES,
@@ -67,19 +69,12 @@ __all__ = [
     "split_frames",
 ]
 
-KITTI_COLUMNS: tuple[str, ...] = (
-    "type", "truncated", "occluded", "alpha", "left", "top", "right", "bottom",
-    "height", "width", "length", "x", "y", "z", "rotation_y", "score",
-)
-"""Column names of a KITTI row (labels: the first 15, results: all 16)."""
 
 DONTCARE: int = KITTI_TYPES.index("DontCare") + 1
 _TYPE_ID: dict[str, int] = {name.lower(): i + 1 for i, name in enumerate(KITTI_TYPES)}
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".PNG", ".JPG", ".JPEG")
 
-# devkit sentinels for unknown values, per numeric column group
-_SENTINEL = {"truncated": -1.0, "occluded": -1, "alpha": -10.0, "dimensions": -1.0, "location": -1000.0, "rotation_y": -10.0}
 
 
 # --------------------------------------------------------------------------- parsing
@@ -88,20 +83,17 @@ class _Rows:
 
     def __init__(self, paths: list[Path], ncols: int) -> None:
         self.paths = paths
-        tokens: list[list[str]] = []
+        tokens: list[list[bytes]] = []
         file_idx: list[int] = []
         line_no: list[int] = []
+        underscore = False
         for fi, path in enumerate(paths):
-            try:
-                text = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as e:
-                raise DetcalInputError(f"cannot read file: {e}", file=path) from e
-            for ln, line in enumerate(text.splitlines(), 1):
-                parts = line.split()
-                if parts:
-                    tokens.append(parts)
-                    file_idx.append(fi)
-                    line_no.append(ln)
+            rows, has_underscore = _file_tokens(path)
+            underscore |= has_underscore
+            for ln, parts in rows:
+                tokens.append(parts)
+                file_idx.append(fi)
+                line_no.append(ln)
         self.file_idx = np.asarray(file_idx, dtype=np.int64)
         self.line_no = np.asarray(line_no, dtype=np.int64)
         counts = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
@@ -109,21 +101,24 @@ class _Rows:
         if bad >= 0:
             self.error(bad, "columns", f"expected {ncols} whitespace-separated columns, found {counts[bad]}")
         self.ncols = ncols
-        self.types = [t[0] for t in tokens]
+        self.types = [t[0].decode("ascii") for t in tokens]
+        text = np.array([t[1:] for t in tokens], dtype=np.bytes_).reshape(len(tokens), self.ncols - 1)
         try:
-            self.num = np.array([t[1:] for t in tokens], dtype=np.float64).reshape(len(tokens), self.ncols - 1)
+            self.num = text.astype(np.float64)
         except ValueError:
-            for r, t in enumerate(tokens):
-                for c, tok in enumerate(t[1:], 1):
-                    try:
-                        float(tok)
-                    except ValueError:
-                        self.error(r, KITTI_COLUMNS[c], f"not a number: {tok!r}")
-            raise  # pragma: no cover - the loop above always finds it
+            self.num = None
+        # numpy also reads '1_0' as 10: strict decimal numbers only ('_' is common in type names)
+        if self.num is None or (underscore and bool((np.char.find(text, b"_") >= 0).any())):
+            for r, c in zip(*np.nonzero(~np.vectorize(_is_number, otypes=[bool])(text))):
+                self.error(int(r), KITTI_COLUMNS[int(c) + 1], f"not a number: {text[r, c].decode('ascii')!r}")
         bad_rc = np.argwhere(~np.isfinite(self.num))
         if len(bad_rc):
             r, c = (int(v) for v in bad_rc[0])
-            self.error(r, KITTI_COLUMNS[c + 1], f"not a finite number: {tokens[r][c + 1]!r}")
+            self.error(r, KITTI_COLUMNS[c + 1], f"not a finite number: {tokens[r][c + 1].decode('ascii')!r}")
+        bad_rc = np.argwhere(np.abs(self.num) > MAX_ABS)
+        if len(bad_rc):
+            r, c = (int(v) for v in bad_rc[0])
+            self.error(r, KITTI_COLUMNS[c + 1], f"number out of range (|value| must be at most {MAX_ABS:g}): {tokens[r][c + 1].decode('ascii')!r}")
 
     def __len__(self) -> int:
         return len(self.types)
@@ -182,9 +177,7 @@ def _frame_files(directory: PathLike, what: str) -> tuple[list[str], np.ndarray]
     stems = [p.stem for p in d.glob("*.txt")]
     ids = np.empty(len(stems), dtype=np.int64)
     for i, s in enumerate(stems):
-        if not s.isdigit():
-            raise DetcalInputError("file name is not a frame number like 000123.txt", file=d / f"{s}.txt", record="file name", field="frame")
-        ids[i] = int(s)
+        ids[i] = _frame_number(s, "file name is not a frame number like 000123.txt", file=d / f"{s}.txt", record="file name", field="frame")
     order = np.argsort(ids, kind="stable")
     stems = [stems[i] for i in order]
     ids = ids[order]
@@ -192,6 +185,16 @@ def _frame_files(directory: PathLike, what: str) -> tuple[list[str], np.ndarray]
         i = int(np.flatnonzero(ids[1:] == ids[:-1])[0]) + 1
         raise DetcalInputError(f"two files name image id {ids[i]}", file=d / f"{stems[i]}.txt", record="file name", field="frame")
     return stems, ids
+
+
+def _frame_number(token: str, message: str, **where) -> int:
+    """``int(token)`` for a frame number: ASCII digits only, below 2**63; else a DetcalInputError."""
+    if not (token.isascii() and token.isdigit()):
+        raise DetcalInputError(message, **where)
+    value = int(token)
+    if value >= 2**63:
+        raise DetcalInputError(f"frame number out of range (must be below 2**63): {token!r}", **where)
+    return value
 
 
 def _row_image_ids(rows: _Rows, ids: np.ndarray) -> np.ndarray:
@@ -227,8 +230,8 @@ def read_image_size(path: PathLike) -> tuple[int, int]:
 def _read_sizes_file(path: Path) -> dict[int, tuple[float, float]]:
     """Lines ``<frame> <width> <height>`` -> {image_id: (W, H)}."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
         raise DetcalInputError(f"cannot read sizes file: {e.strerror or e}", file=path) from e
     out: dict[int, tuple[float, float]] = {}
     for ln, line in enumerate(lines, 1):
@@ -242,10 +245,11 @@ def _read_sizes_file(path: Path) -> dict[int, tuple[float, float]]:
                 v = float(tok)
             except ValueError:
                 raise DetcalInputError(f"not a number: {tok!r}", file=path, record=f"line {ln}", field=name) from None
-            if name == "frame" and (not tok.isdigit()):
-                raise DetcalInputError(f"not a frame number: {tok!r}", file=path, record=f"line {ln}", field=name)
-            if name != "frame" and not (np.isfinite(v) and v > 0):
-                raise DetcalInputError(f"{name} must be a positive number, got {tok!r}", file=path, record=f"line {ln}", field=name)
+            if name == "frame":
+                _frame_number(tok, f"not a frame number: {tok!r}", file=path, record=f"line {ln}", field=name)
+            elif not (np.isfinite(v) and MIN_SCALE <= v <= MAX_ABS):
+                raise DetcalInputError(f"{name} must be a positive number in [{MIN_SCALE:g}, {MAX_ABS:g}], got {tok!r}",
+                                       file=path, record=f"line {ln}", field=name)
         out[int(parts[0])] = (float(parts[1]), float(parts[2]))
     return out
 
@@ -324,16 +328,14 @@ def _select_frames(
     if isinstance(image_ids, (str, os.PathLike)):
         split_file = Path(image_ids)
         try:
-            wanted_tokens = split_file.read_text(encoding="utf-8").split()
-        except OSError as e:
+            wanted_tokens = split_file.read_text(encoding="utf-8-sig").split()
+        except (OSError, UnicodeDecodeError) as e:
             raise DetcalInputError(f"cannot read frame list: {e.strerror or e}", file=split_file) from e
     else:
         wanted_tokens = [str(v) for v in image_ids]
     wanted = np.empty(len(wanted_tokens), dtype=np.int64)
     for i, tok in enumerate(wanted_tokens):
-        if not tok.isdigit():
-            raise DetcalInputError(f"not a frame number: {tok!r}", file=split_file, record=i, field="image_ids")
-        wanted[i] = int(tok)
+        wanted[i] = _frame_number(tok, f"not a frame number: {tok!r}", file=split_file, record=i, field="image_ids")
     wanted = np.unique(wanted)
     pos = np.searchsorted(ids, wanted)
     pos_c = np.minimum(pos, max(len(ids) - 1, 0))
@@ -421,157 +423,6 @@ def load_kitti_results(result_dir: PathLike, dataset: Dataset | None = None) -> 
     )
 
 
-# --------------------------------------------------------------------------- writers
-def _format_column(values: np.ndarray, sentinel: float | None = None) -> np.ndarray:
-    """Strings [R]: ``%.2f`` when it reads back exactly, else ``repr``; the sentinel (and NaN) as an int."""
-    v = np.asarray(values, dtype=np.float64).reshape(-1)
-    if sentinel is not None:
-        v = np.where(np.isnan(v), sentinel, v)
-    if len(v) == 0:
-        return np.zeros(0, dtype=object)
-    two = np.char.mod("%.2f", v)
-    out = two.astype(object)
-    inexact = np.flatnonzero(two.astype(np.float64) != v)
-    for i in inexact.tolist():
-        out[i] = repr(float(v[i]))
-    if sentinel is not None:
-        out[v == sentinel] = str(int(sentinel))
-    return out
-
-
-def _optional(arr: np.ndarray | None, n: int, width: int | None, sentinel: float) -> np.ndarray:
-    shape = (n,) if width is None else (n, width)
-    return np.full(shape, sentinel) if arr is None else np.asarray(arr, dtype=np.float64).reshape(shape)
-
-
-def _kitti_lines(
-    category: np.ndarray, names: Mapping[int, str], box: np.ndarray, truncation: np.ndarray | None,
-    occlusion: np.ndarray | None, alpha: np.ndarray | None, dimensions: np.ndarray | None,
-    location: np.ndarray | None, rotation_y: np.ndarray | None, score: np.ndarray | None, file: str,
-) -> list[str]:
-    n = len(category)
-    known = np.fromiter(names.keys(), dtype=np.int64, count=len(names))
-    bad = _first_true(~np.isin(category, known))
-    if bad >= 0:
-        raise DetcalInputError(f"category id {int(category[bad])} has no KITTI type name", file=file, record=bad, field="category")
-    bad = _first_true(~np.isfinite(box))
-    if bad >= 0:
-        raise DetcalInputError("non-finite box", file=file, record=bad, field="box")
-    known = np.sort(known)
-    type_names = np.array([names[int(k)] for k in known.tolist()] or [""], dtype=object)[np.searchsorted(known, category)]
-    occ = np.full(n, -1, dtype=np.int64) if occlusion is None else np.asarray(occlusion, dtype=np.int64).reshape(n)
-    dims = _optional(dimensions, n, 3, _SENTINEL["dimensions"])
-    loc = _optional(location, n, 3, _SENTINEL["location"])
-    cols = [
-        type_names,
-        _format_column(_optional(truncation, n, None, _SENTINEL["truncated"]), _SENTINEL["truncated"]),
-        occ.astype(str).astype(object),
-        _format_column(_optional(alpha, n, None, _SENTINEL["alpha"]), _SENTINEL["alpha"]),
-        *(_format_column(box[:, j]) for j in range(4)),
-        *(_format_column(dims[:, j], _SENTINEL["dimensions"]) for j in range(3)),
-        *(_format_column(loc[:, j], _SENTINEL["location"]) for j in range(3)),
-        _format_column(_optional(rotation_y, n, None, _SENTINEL["rotation_y"]), _SENTINEL["rotation_y"]),
-    ]
-    if score is not None:
-        cols.append(_format_column(score))
-    if n == 0:
-        return []
-    table = np.stack(cols, axis=1).tolist()
-    return [" ".join(row) for row in table]
-
-
-def _frame_names(ids: np.ndarray, dataset: Dataset | None) -> dict[int, str]:
-    names = {int(i): f"{int(i):06d}" for i in ids.tolist()}
-    if dataset is not None:
-        for i, fname in zip(dataset.images.id.tolist(), dataset.images.file_name):
-            names[int(i)] = Path(fname).stem if fname else f"{int(i):06d}"
-    return names
-
-
-def _atomic_write_files(out_dir: Path, files: dict[str, str]) -> None:
-    """Write many small text files atomically, with one flush to disk for all of them.
-
-    Same guarantee as :func:`detcal.utils.io.atomic_write` (a file is either
-    its old or its complete new content, never half written), but instead of
-    one ``fsync`` per file (about 4 ms each here, 30 s for the 7,481 KITTI
-    frames) every temporary file is written first, then flushed together by
-    one ``os.sync()`` (per-file ``fsync`` where ``os.sync`` does not exist),
-    then each is ``os.replace``d over its target.
-    """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    done: list[tuple[str, Path]] = []
-    try:
-        for name, text in files.items():
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out_dir)
-            done.append((tmp, out_dir / name))
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                if not hasattr(os, "sync"):  # pragma: no cover - non-POSIX
-                    fh.flush()
-                    os.fsync(fh.fileno())
-        if hasattr(os, "sync"):
-            os.sync()
-        for tmp, target in done:
-            os.replace(tmp, target)
-    except BaseException:
-        for tmp, _ in done:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        raise
-
-
-def _write_per_image(out_dir: Path, image_id: np.ndarray, lines: list[str], all_ids: np.ndarray, names: dict[int, str]) -> None:
-    """One file per id in ``all_ids``: its lines (stable, in record order), each ending in a newline."""
-    order = np.argsort(image_id, kind="stable")
-    sorted_ids = image_id[order]
-    starts = np.searchsorted(sorted_ids, all_ids, side="left")
-    ends = np.searchsorted(sorted_ids, all_ids, side="right")
-    files = {
-        f"{names[i]}.txt": "".join(lines[j] + "\n" for j in order[a:b].tolist())
-        for i, a, b in zip(all_ids.tolist(), starts.tolist(), ends.tolist())
-    }
-    _atomic_write_files(out_dir, files)
-
-
-def write_kitti_labels(out_dir: PathLike, dataset: Dataset) -> None:
-    """Write ``dataset`` as a KITTI ``label_2`` directory: one file per image, even empty.
-
-    Inverse of :func:`load_kitti_labels` (formatting in the module docstring;
-    lossless for standard 2-decimal files). Type names come from
-    ``dataset.categories``; missing KITTI fields get the devkit sentinels.
-    Each file is written atomically (one disk flush for all of them); file
-    names are the images' file-name stems (or ``%06d`` of the id).
-    """
-    out = Path(out_dir)
-    gt = dataset.gt
-    lines = _kitti_lines(gt.category, dataset.categories, gt.box, gt.truncation, gt.occlusion, gt.alpha,
-                         gt.dimensions, gt.location, gt.rotation_y, None, str(out))
-    all_ids = np.unique(np.concatenate([dataset.images.id, gt.image_id]))
-    _write_per_image(out, gt.image_id, lines, all_ids, _frame_names(all_ids, dataset))
-
-
-def write_kitti_results(
-    out_dir: PathLike, dets: Detections, categories: Mapping[int, str] = KITTI_CATEGORIES,
-    *, dataset: Dataset | None = None,
-) -> None:
-    """Write ``dets`` as KITTI results (16 columns, score last), one file per image.
-
-    Every image with a detection gets a file, and with ``dataset`` every image
-    of the dataset too (empty when it has none), named like its label file.
-    ``categories`` maps category id -> KITTI type name. Missing 3-D fields get
-    the devkit defaults (-1 truncated/occluded, -10 alpha, -1 h w l, -1000
-    x y z, -10 rotation_y). Inverse of :func:`load_kitti_results`.
-    """
-    out = Path(out_dir)
-    bad = _first_true(~np.isfinite(dets.score))
-    if bad >= 0:
-        raise DetcalInputError("non-finite score", file=out, record=bad, field="score")
-    lines = _kitti_lines(dets.category, categories, dets.box, dets.truncation, dets.occlusion, dets.alpha,
-                         dets.dimensions, dets.location, dets.rotation_y, dets.score, str(out))
-    all_ids = np.unique(dets.image_id if dataset is None else np.concatenate([dataset.images.id, dets.image_id]))
-    _write_per_image(out, dets.image_id, lines, all_ids, _frame_names(all_ids, dataset))
-
-
 # --------------------------------------------------------------------------- splits
 def split_frames(frames: Sequence[str | int], val_size: int | float, seed: int = 0) -> tuple[list[str], list[str]]:
     """Seeded split of frames into (recalibration, validation), both sorted.
@@ -602,3 +453,6 @@ def split_frames(frames: Sequence[str | int], val_size: int | float, seed: int =
     recal = [f for f, v in zip(names, is_val.tolist()) if not v]
     val = [f for f, v in zip(names, is_val.tolist()) if v]
     return recal, val
+
+
+from detcal.data.kitti_write import write_kitti_labels, write_kitti_results  # noqa: E402  (re-exported)
