@@ -44,9 +44,8 @@ import warnings
 from typing import Any, Callable, Hashable, Iterator, Mapping
 
 import numpy as np
-import scipy.sparse as sp
 
-from scipy.special import ndtr, ndtri
+from detcal.metrics._special import ndtr, ndtri
 
 from detcal.binning import CellSums
 from detcal.errors import DetcalInputError
@@ -136,12 +135,14 @@ def _value(r: Any) -> float:
 
 
 def _fast_mats(metric_fns: Mapping[str, Any], names: list[str], inv: np.ndarray, n_groups: int,
-               arrays: tuple[Any, ...]) -> list[tuple[list[str], sp.csr_matrix, int]]:
+               arrays: tuple[Any, ...]) -> list[tuple[list[str], Any, int]]:
     """Per grid: (metric names, ``A^T [C_occ*k, I]`` of per-(image, cell) sums, C_occ)."""
     grids: dict[Hashable, list[str]] = {}
     for n in names:
         grids.setdefault(metric_fns[n].grid_key(*arrays), []).append(n)
-    mats: list[tuple[list[str], sp.csr_matrix, int]] = []
+    import scipy.sparse as sp  # lazily: importing detcal.metrics stays light
+
+    mats: list[tuple[list[str], Any, int]] = []
     for members in grids.values():
         rows, cols, sums, _ = metric_fns[members[0]].pair_sums(inv, *arrays)
         occ, col = np.unique(cols, return_inverse=True)
@@ -155,7 +156,7 @@ def _fast_mats(metric_fns: Mapping[str, Any], names: list[str], inv: np.ndarray,
     return mats
 
 
-def _weighted_values(metric_fns: Mapping[str, Any], mats: list[tuple[list[str], sp.csr_matrix, int]],
+def _weighted_values(metric_fns: Mapping[str, Any], mats: list[tuple[list[str], Any, int]],
                      w: np.ndarray, out: dict[str, np.ndarray], r0: int) -> None:
     """Values of the fast metrics for group weights ``w [b, I]`` into ``out[name][r0:r0+b]``."""
     k = len(CellSums._fields)

@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
-from scipy.special import ndtr
+from detcal.metrics._special import ndtr
 
 from detcal.errors import DetcalInputError
 from detcal.types import Dataset, Detections, MetricResult

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy.special import ndtr, ndtri
+from detcal.metrics._special import ndtr, ndtri
 
 from detcal.errors import DetcalInputError
 from detcal.metrics.regression._common import (
