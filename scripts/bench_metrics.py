@@ -58,6 +58,8 @@ from typing import Any, Callable
 import numpy as np
 
 METRICS: tuple[str, ...] = ("ECE", "MCE", "D-ECE", "NLL", "ENCE", "UCE", "M-QCE", "C-QCE")
+DETCAL_ONLY: tuple[str, ...] = ("ENCE-EC",)
+"""Timed by ``--growth`` only (no netcal counterpart): ENCE with Levi et al.'s equal-count bins."""
 K = 4  # box coordinates of the hard workload
 LEVELS = np.linspace(0.05, 0.95, 19)
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,6 +112,7 @@ def build(metric: str, impl: str) -> Callable[[dict[str, np.ndarray]], float]:
         fns: dict[str, Callable[[dict[str, np.ndarray]], float]] = {
             "NLL": _per_coordinate(R.gaussian_nll),
             "ENCE": _per_coordinate(lambda m, s, y: R.ence(m, s, y, bins=10, binning="equal_width")),
+            "ENCE-EC": _per_coordinate(lambda m, s, y: R.ence(m, s, y, bins=10, binning="equal_count")),
             "UCE": _per_coordinate(lambda m, s, y: R.uce(m, s, y, bins=10)),
             "M-QCE": _per_coordinate(lambda m, s, y: R.m_qce(m, s, y, levels=LEVELS)),
             "C-QCE": _per_coordinate(lambda m, s, y: R.c_qce(m, s, y, levels=LEVELS, bins=10, policy="netcal")),
@@ -209,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="200,000 samples, no tracemalloc pass")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per measurement (best is kept)")
-    ap.add_argument("--metrics", nargs="+", default=list(METRICS), choices=list(METRICS))
+    ap.add_argument("--metrics", nargs="+", default=list(METRICS), choices=list(METRICS) + list(DETCAL_ONLY))
     ap.add_argument("--no-tracemalloc", action="store_true", help="skip the tracemalloc pass")
     ap.add_argument("--json", type=str, default=None, help="also write the rows to this JSON file")
     ap.add_argument("--easy", action="store_true",
@@ -233,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"n = {args.n:,}, seed = {args.seed}, repeats = {args.repeats}, workload = {'easy' if args.easy else 'hard'}")
     print(hdr)
     print("-" * len(hdr))
-    for m in args.metrics:
+    for m in [m for m in args.metrics if m not in DETCAL_ONLY]:
         d = run_one(m, "detcal", args)
         nc = run_one(m, "netcal", args)
         ratio = nc["time_s"] / d["time_s"]
@@ -259,12 +262,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def growth(sizes: list[int], args: argparse.Namespace) -> int:
-    """Time detcal's metric suite (every metric of METRICS, hard workload) at each size; fit log t = a + b log n."""
+    """Time detcal's metric suite (every metric of METRICS and DETCAL_ONLY, hard workload) at each size;
+    fit log t = a + b log n."""
     times = []
     for n in sizes:
         args.n = n
         args.no_tracemalloc = True
-        t = sum(run_one(m, "detcal", args)["time_s"] for m in args.metrics)
+        t = sum(run_one(m, "detcal", args)["time_s"] for m in dict.fromkeys(list(args.metrics) + list(DETCAL_ONLY)))
         times.append(t)
         print(f"n = {n:>12,}  suite {t:8.3f} s", flush=True)
     if len(sizes) > 1:
