@@ -121,7 +121,8 @@ class ConfidenceConfig:
     ``ci_level``, ``seed``; ``n_boot=0`` disables it). Source variants:
     ``edges`` (``None``: the policy's rule; ``"guo"``: Guo et al.'s
     ``((m-1)/M, m/M]``) for the confidence-binned metrics, and
-    ``homogeneity_spread`` (``"std"`` or Thetis's ``"variance"``).
+    ``homogeneity_spread`` (``"std"`` or Thetis's ``"variance"``); ``ci_method``
+    of the intervals (``bca``, ``bc`` or ``percentile``).
     """
 
     ece_bins: int = 15
@@ -136,6 +137,7 @@ class ConfidenceConfig:
     seed: int = 0
     edges: str | None = None
     homogeneity_spread: str = "std"
+    ci_method: str = "bca"
 
     def metrics(self) -> dict[str, ConfidenceMetric]:
         """The suite: name -> metric."""
@@ -173,8 +175,9 @@ def confidence_metrics(
     class in the same pass and ``"<name>_per_class"`` entries are added
     (weighted/unweighted means, as :func:`per_class`); the class-agnostic
     numbers are the exact sums over classes. With ``image_id [S]`` and
-    ``config.n_boot > 0``, every class-agnostic number gets a percentile
-    bootstrap interval over images (:func:`detcal.metrics.bootstrap.bootstrap_many`).
+    ``config.n_boot > 0``, every class-agnostic number gets a bootstrap
+    interval over images (``config.ci_method``: BCa by default; shared draws,
+    :func:`detcal.metrics.bootstrap.suite_intervals`).
     """
     cfg = config or ConfidenceConfig()
     suite = cfg.metrics()
@@ -220,18 +223,10 @@ def confidence_metrics(
             SparseCellsWarning, stacklevel=2,
         )
     if image_id is not None and cfg.n_boot > 0:
-        from detcal.metrics.bootstrap import bootstrap_many, ci_params, percentile_interval
+        from detcal.metrics.bootstrap import suite_intervals
 
-        reps = bootstrap_many(suite, image_id, p, y, features, n_boot=cfg.n_boot, seed=cfg.seed)
-        for name, values in reps.items():
-            ci = percentile_interval(values, cfg.ci_level)
-            n_nan = int(np.sum(~np.isfinite(values)))
-            r = out[name]
-            out[name] = dataclasses.replace(
-                r, ci=ci, ci_level=cfg.ci_level,
-                params={**r.params, "bootstrap": ci_params(cfg.n_boot, cfg.ci_level, cfg.seed)},
-                extra={**r.extra, "ci_undefined_replicates": n_nan},
-            )
+        out.update(suite_intervals({name: out[name] for name in suite}, suite, image_id, p, y, features,
+                                   n_boot=cfg.n_boot, level=cfg.ci_level, seed=cfg.seed, method=cfg.ci_method))
     return out
 
 

@@ -126,7 +126,9 @@ def _confidence_eval(spec: EvaluationSpec, p: np.ndarray, y: np.ndarray, feats: 
 
     b, bs = spec.dece_binning, spec.bootstrap
     ccfg = ConfidenceConfig(ece_bins=b.ece_bins, dece_bins=b.bins_arg(), sample_threshold=b.sample_threshold,
-                            policy=b.policy, n_boot=bs.n, ci_level=bs.level, seed=bs.seed)
+                            policy=b.policy, n_boot=bs.n, ci_level=bs.level, seed=bs.seed,
+                            edges=spec.confidence.edges, homogeneity_spread=spec.confidence.homogeneity_spread,
+                            ci_method=bs.method)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = confidence_metrics(p, y, feats, category if spec.confidence.per_class else None, ccfg, image_id)
@@ -143,7 +145,9 @@ def _confidence_change(spec: EvaluationSpec, p_b: np.ndarray, p_a: np.ndarray, y
     if bs.n == 0:
         return {"_skipped": "bootstrap.n=0: no intervals for the changes"}
     ccfg = ConfidenceConfig(ece_bins=b.ece_bins, dece_bins=b.bins_arg(), sample_threshold=b.sample_threshold,
-                            policy=b.policy, n_boot=bs.n, ci_level=bs.level, seed=bs.seed)
+                            policy=b.policy, n_boot=bs.n, ci_level=bs.level, seed=bs.seed,
+                            edges=spec.confidence.edges, homogeneity_spread=spec.confidence.homogeneity_spread,
+                            ci_method=bs.method)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ch = confidence_changes(p_b, p_a, y, feats, image_id, ccfg, method=bs.method)
@@ -189,7 +193,8 @@ def _regression_eval(spec: EvaluationSpec, mu: np.ndarray, sigma: np.ndarray, y:
     sample = RegressionSample(mu=mu, sigma=sigma, y=y, rows=np.arange(len(mu)), image_id=image_id, space=space,
                               coords=tuple(coords))
     res = regression_metrics(sample, bins=sb.bins, binning=sb.scheme, qce_bins=sb.qce_bins, qce_binning=sb.qce_scheme,
-                             qce_sample_threshold=r.qce_sample_threshold, levels=levels, with_joint=False)
+                             qce_sample_threshold=r.qce_sample_threshold, levels=levels,
+                             ll_fu_log_base=r.ll_fu_log_base, mwse_normalise=r.mwse_normalise, with_joint=False)
     out: dict[str, Any] = {k: {c: v.to_dict() for c, v in per.items()} for k, per in res.items()
                            if k in dict(REGRESSION_ROWS)}
     means = {"ence": _mean_over_coords(ence, "ence_mean", bins=sb.bins, binning=sb.scheme),

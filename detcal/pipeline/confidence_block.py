@@ -116,7 +116,9 @@ def _one_threshold(i: int, spec: EvaluationSpec, data: LoadedData, mr: MatchResu
     dets = data.detections
     cols = _feature_cols(b.features)
     ccfg = ConfidenceConfig(ece_bins=b.ece_bins, dece_bins=b.bins_arg(), sample_threshold=b.sample_threshold,
-                            policy=b.policy, n_boot=bs.n, ci_level=bs.level, seed=bs.seed)
+                            policy=b.policy, n_boot=bs.n, ci_level=bs.level, seed=bs.seed,
+                            edges=spec.confidence.edges, homogeneity_spread=spec.confidence.homogeneity_spread,
+                            ci_method=bs.method)
     label = threshold_label(float(mr.iou_thresholds[i]))
     rows = np.flatnonzero(mr.considered & ~mr.ignored[i])
     p, y = dets.score[rows], mr.matched[i, rows]

@@ -180,7 +180,8 @@ def _regression_block(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, p
                             "skipped": f"no true positive at IoU {t}: the box-uncertainty metrics cannot be computed"}}
     levels = np.linspace(0.05, 0.95, r.quantile_levels)
     res = regression_metrics(sample, bins=sb.bins, binning=sb.scheme, qce_bins=sb.qce_bins, qce_binning=sb.qce_scheme,
-                             qce_sample_threshold=r.qce_sample_threshold, levels=levels)
+                             qce_sample_threshold=r.qce_sample_threshold, levels=levels,
+                             ll_fu_log_base=r.ll_fu_log_base, mwse_normalise=r.mwse_normalise)
     if bs.n > 0:
         boot = dict(n_boot=bs.n, level=bs.level, seed=bs.seed, method=bs.method)
         g = sample.image_id
@@ -256,11 +257,14 @@ def _variants(spec: EvaluationSpec, data: LoadedData) -> dict[str, str]:
         "matching": f"docs/matching.md: mode={m.mode}, IoU thresholds={m.thresholds()}, {rules}",
         "confidence": f"docs/metrics.md#ece: equal-width cells over [0, 1], ECE bins={b.ece_bins}, D-ECE bins="
                       f"{b.bins} over (confidence, {', '.join(b.features)}), sample_threshold={b.sample_threshold}, "
-                      f"sparse-cell policy={b.policy}",
+                      f"sparse-cell policy={b.policy}, edges={spec.confidence.edges or 'policy default'}, "
+                      f"homogeneity spread={spec.confidence.homogeneity_spread}",
         "regression": f"docs/metrics.md#ence: space={r.space}, TP at IoU {r.sample_iou}, ENCE bins={sb.bins} "
-                      f"{sb.scheme}, C-QCE bins={sb.qce_bins} {sb.qce_scheme}, QCE levels={r.quantile_levels}, "
-                      f"UCE equal-width over sigma^2",
-        "bootstrap": f"docs/metrics.md#bootstrap: over images, n={bs.n}, level={bs.level}, seed={bs.seed}",
+                      f"{sb.scheme} (tied sigmas on a bin edge shared by rank), C-QCE bins={sb.qce_bins} "
+                      f"{sb.qce_scheme}, QCE levels={r.quantile_levels}, UCE equal-width over sigma^2, "
+                      f"LL-FU log base {r.ll_fu_log_base}, MWSE normalised by the {r.mwse_normalise} count",
+        "bootstrap": f"docs/calibration.md#bootstrap: over images, n={bs.n}, level={bs.level}, seed={bs.seed}, "
+                     f"interval={bs.method} (the bootstrap bias is reported beside each interval)",
     }
 
 

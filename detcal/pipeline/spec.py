@@ -229,14 +229,22 @@ class SigmaBinningSpec:
 class ConfidenceSpec:
     """Which confidence metrics run: at ``iou_thresholds`` (``None``: every
     threshold the user matched at), D-ECE heat ``maps`` over feature pairs, and
-    the per-class ECE means when ``per_class``."""
+    the per-class ECE means when ``per_class``. Source variants
+    (docs/metrics.md): ``edges`` of the confidence bins (``None``: the
+    sparse-cell policy's rule; ``guo``: Guo et al.'s ((m-1)/M, m/M]) and
+    ``homogeneity_spread`` (``std``, or Thetis's ``variance``)."""
 
     enabled: bool = True
     iou_thresholds: Optional[list[float]] = None
     maps: list[list[str]] = field(default_factory=lambda: [["cx", "cy"], ["w", "h"]])
     per_class: bool = True
+    edges: Optional[str] = None
+    homogeneity_spread: str = "std"
 
     def __post_init__(self) -> None:
+        if self.edges is not None:
+            _choice("confidence.edges", self.edges, ("floor", "netcal", "guo"))
+        _choice("confidence.homogeneity_spread", self.homogeneity_spread, ("std", "variance"))
         if self.iou_thresholds is not None:
             for v in self.iou_thresholds:
                 _prob("confidence.iou_thresholds", v, open_lo=True)
@@ -253,7 +261,9 @@ class RegressionSpec:
     """Box-uncertainty metrics: the sample is the true positives at
     ``sample_iou``, in ``space`` (delta, box or pixel); C-QCE bins with fewer
     than ``qce_sample_threshold`` samples are dropped; ``quantile_levels``
-    levels tau = 0.05 ... 0.95 for QCE and the pinball loss."""
+    levels tau = 0.05 ... 0.95 for QCE and the pinball loss. Source variants:
+    ``ll_fu_log_base`` (``e`` as in Lakara et al.'s text, ``10`` as in their
+    code) and ``mwse_normalise`` (``retained``, or ``total`` N as their code)."""
 
     enabled: bool = True
     space: str = "delta"
@@ -261,8 +271,12 @@ class RegressionSpec:
     qce_sample_threshold: int = 1
     quantile_levels: int = 19
     log_plot: bool = False
+    ll_fu_log_base: str = "e"
+    mwse_normalise: str = "retained"
 
     def __post_init__(self) -> None:
+        _choice("regression.ll_fu_log_base", self.ll_fu_log_base, ("e", "10"))
+        _choice("regression.mwse_normalise", self.mwse_normalise, ("retained", "total"))
         _choice("regression.space", self.space, ("delta", "box", "pixel"))
         _prob("regression.sample_iou", self.sample_iou, open_lo=True)
         _int("regression.qce_sample_threshold", self.qce_sample_threshold, 1)
