@@ -21,7 +21,7 @@ detection ``d`` of the same image::
 
     fg(g, d) = sum_{pixels of g} log(p + 1e-14)
     bg(g, d) = sum_{pixels outside g, p > 0} log(1 - p + 1e-14)
-    spatial  = exp((fg + bg) / n_pixels(g))    (values within 1e-8 of 0 or 1 snap, as the reference)
+    spatial  = exp((fg + bg) / n_pixels(g))    (snapped to 0 or 1 where np.isclose, as the reference)
     label    = score of d if its category is g's, else 0   (single-label detections)
     pPDQ     = sqrt(spatial * label)
 
