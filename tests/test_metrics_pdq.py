@@ -176,3 +176,19 @@ def test_inclusive_variant_and_bad_input():
         pdq(ds, bad)
     with pytest.raises(DetcalInputError, match="fixed_cov"):
         pdq(ds, incl, fixed_cov=-1.0)
+
+
+def test_chunking_does_not_change_qualities():
+    rng = np.random.default_rng(5)
+    xy = rng.uniform(0, 60, (12, 2)); wh = rng.uniform(2, 30, (12, 2))
+    det_box = np.hstack([xy, xy + wh])
+    cov = np.zeros((12, 2, 2, 2))
+    v = rng.uniform(0.2, 6, (12, 2, 2))
+    cov[..., 0, 0], cov[..., 1, 1] = v[..., 0], v[..., 1]
+    cov[..., 0, 1] = cov[..., 1, 0] = 0.4 * np.sqrt(v[..., 0] * v[..., 1])
+    gt_box = np.array([[5, 5, 30, 25], [40, 10, 70, 50], [0, 0, 3, 3]], float)
+    args = (det_box, cov, rng.uniform(0, 1, 12), rng.integers(1, 3, 12), gt_box, np.array([1, 2, 1]), 80, 70)
+    a = pair_qualities(*args, chunk=1)
+    b = pair_qualities(*args, chunk=100)
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-12, atol=1e-300)

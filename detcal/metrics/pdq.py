@@ -21,7 +21,7 @@ detection ``d`` of the same image::
 
     fg(g, d) = sum_{pixels of g} log(p + 1e-14)
     bg(g, d) = sum_{pixels outside g, p > 0} log(1 - p + 1e-14)
-    spatial  = exp((fg + bg) / n_pixels(g))    (values within 1e-8 of 0 or 1 snap, as the reference)
+    spatial  = exp((fg + bg) / n_pixels(g))    (snapped to 0 or 1 where np.isclose, as the reference)
     label    = score of d if its category is g's, else 0   (single-label detections)
     pPDQ     = sqrt(spatial * label)
 
@@ -243,15 +243,26 @@ def _snap(q: np.ndarray) -> np.ndarray:
 
 
 def pair_qualities(det_box, det_cov, det_score, det_cat, gt_box, gt_cat, W: int, H: int, *, inclusive: bool = False,
-                   threshold: float = HEATMAP_THRESHOLD) -> dict[str, np.ndarray]:
+                   threshold: float = HEATMAP_THRESHOLD, chunk: int = 16) -> dict[str, np.ndarray]:
     """All [G,D] qualities of one image: ``ppdq``, ``spatial``, ``label``, ``fg``, ``bg``."""
-    m = _maps(det_box, det_cov, W, H, 1.0 if inclusive else 0.0, threshold)
+    shift = 1.0 if inclusive else 0.0
     c0, c1, r0, r1 = gt_pixel_ranges(gt_box, W, H)
     n = ((c1 - c0) * (r1 - r0)).astype(np.float64)[:, None]
-    fg_in, n_in = _rect_sums(m.s_fg, m, c0, c1, r0, r1)
-    bg_in, _ = _rect_sums(m.s_bg, m, c0, c1, r0, r1)
-    fg = fg_in + (n - n_in) * np.log(SMALL)  # GT pixels outside a window have p = 0
-    bg = m.s_bg[:, -1, -1][None, :] - bg_in
+    G, D = len(gt_box), len(det_box)
+    fg = np.empty((G, D)); bg = np.empty((G, D))
+    # detections in chunks of similar window size, so that padding to the largest window stays small
+    if det_cov is None:
+        sx = sy = np.zeros((D, 2))
+    else:
+        sx = np.sqrt(np.maximum(det_cov[:, :, 0, 0], 0)); sy = np.sqrt(np.maximum(det_cov[:, :, 1, 1], 0))
+    _, nw, _, nh = _windows(det_box, sx, sy, W, H, shift)
+    order = np.argsort(nw * nh, kind="stable")
+    for part in np.array_split(order, max(1, -(-D // chunk))):  # loop over chunks of detections
+        m = _maps(det_box[part], None if det_cov is None else det_cov[part], W, H, shift, threshold)
+        fg_in, n_in = _rect_sums(m.s_fg, m, c0, c1, r0, r1)
+        bg_in, _ = _rect_sums(m.s_bg, m, c0, c1, r0, r1)
+        fg[:, part] = fg_in + (n - n_in) * np.log(SMALL)  # GT pixels outside a window have p = 0
+        bg[:, part] = m.s_bg[:, -1, -1][None, :] - bg_in
     spatial = _snap(np.exp((fg + bg) / n))
     label = np.where(gt_cat[:, None] == det_cat[None, :], det_score[None, :], 0.0)
     return {"ppdq": np.sqrt(spatial * label), "spatial": spatial, "label": label,
