@@ -167,6 +167,7 @@ class GroundTruth(_Columnar):
     location: np.ndarray | None = None
     rotation_y: np.ndarray | None = None
     wh: np.ndarray | None = None
+    area: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.image_id = _i64(self.image_id)
@@ -184,6 +185,7 @@ class GroundTruth(_Columnar):
         self.location = _opt(self.location, (3,))
         self.rotation_y = _opt(self.rotation_y)
         self.wh = _opt(self.wh, (2,))
+        self.area = _opt(self.area)
         for name in ("category", "iscrowd", "ignore", "id", "truncation", "occlusion", "difficulty"):
             if len(getattr(self, name)) != g:
                 raise ValueError(f"GroundTruth: field {name} has length {len(getattr(self, name))}, expected G={g}")

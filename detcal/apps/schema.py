@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from detcal.pipeline.spec import (
+    AccuracySpec,
+    LocalisationSpec,
     BootstrapSpec,
     CalibrationSpec,
     ConfidenceSpec,
@@ -30,13 +32,16 @@ class _EvaluationFields:
     confidence: ConfidenceSpec = field(default_factory=ConfidenceSpec)
     regression: RegressionSpec = field(default_factory=RegressionSpec)
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
+    accuracy: AccuracySpec = field(default_factory=AccuracySpec)
+    localisation: LocalisationSpec = field(default_factory=LocalisationSpec)
     parallel: ParallelSpec = field(default_factory=ParallelSpec)
 
     def evaluation(self) -> EvaluationSpec:
         """The :class:`EvaluationSpec` these fields describe."""
         return EvaluationSpec(matching=self.matching, dece_binning=self.dece_binning,
                               sigma_binning=self.sigma_binning, confidence=self.confidence,
-                              regression=self.regression, bootstrap=self.bootstrap, parallel=self.parallel)
+                              regression=self.regression, bootstrap=self.bootstrap, accuracy=self.accuracy,
+                              localisation=self.localisation, parallel=self.parallel)
 
 
 @dataclass

@@ -131,8 +131,12 @@ def _load_annotations(records: list, file: str, images: Images, categories: dict
     _check_mask(images.index_of(image_id) < 0, image_id, "unknown image id (not in 'images')", file=file, field="image_id", prefix=p)
     known = np.fromiter(categories.keys(), dtype=np.int64, count=len(categories))
     _check_mask(~np.isin(category, known), category, "unknown category id (not in 'categories')", file=file, field="category_id", prefix=p)
+    area = None  # the COCO 'area' (mask area) when every annotation has a finite one: COCO AP's size ranges
+    if records and all(type(r.get("area")) in (int, float) for r in records):
+        a = np.array([r["area"] for r in records], dtype=np.float64)
+        area = a if np.isfinite(a).all() and (a >= 0).all() else None
     return GroundTruth(image_id=image_id, box=xywh_to_xyxy(bbox), category=category, iscrowd=iscrowd, ignore=ignore, id=ann_id,
-                       wh=bbox[:, 2:4].copy())
+                       wh=bbox[:, 2:4].copy(), area=area)
 
 
 def load_coco_instances(path: PathLike) -> Dataset:

@@ -95,7 +95,8 @@ def coco_eval_arrays(dets: Detections, dataset: Dataset, *, gt_area: Any = None)
     T, R, K, A, M = len(IOU_THRESHOLDS), len(RECALL_THRESHOLDS), len(cats), len(AREA_RANGES), len(MAX_DETS)
     precision = -np.ones((T, R, K, A, M))
     recall = -np.ones((T, K, A, M))
-    base_ignore = (gt.ignore if gt.ignore is not None else np.zeros(len(gt), bool)) | (gt.iscrowd if gt.iscrowd is not None else np.zeros(len(gt), bool))
+    # pycocotools overwrites a GT 'ignore' key with iscrowd; out-of-range boxes are ignored per area range
+    base_ignore = gt.iscrowd.astype(bool) if gt.iscrowd is not None else np.zeros(len(gt), bool)
     rank = _rank_in_group(dets)
     det_area = _box_area(dets.box)
     # pycocotools' accumulate order: images by id, then score order within the image
@@ -107,7 +108,7 @@ def coco_eval_arrays(dets: Detections, dataset: Dataset, *, gt_area: Any = None)
         out_g = (area < lo) | (area > hi)
         g = dataset.gt.select(np.arange(len(gt)))
         g.ignore = base_ignore | out_g
-        m = match(dets, g, IOU_THRESHOLDS, mode="exclusive", max_dets=MAX_DETS[-1])
+        m = match(dets, g, IOU_THRESHOLDS, mode="exclusive", max_dets=MAX_DETS[-1], gt_ignore="ignore_or_crowd")
         out_d = (det_area < lo) | (det_area > hi)
         ignored = m.ignored | (~m.matched & out_d[None, :])
         npig_k = np.bincount(gt_k[~g.ignore], minlength=K)[:K] if len(gt) else np.zeros(K, np.int64)

@@ -303,6 +303,11 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
         t0 = time.perf_counter()
         reg = _regression_block(spec, data, mr_reg, bar) if reg_on else {"_sample": {"n": 0, "skipped": "disabled"}}
         timing["regression"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        from detcal.pipeline.accuracy_block import accuracy_block, localisation_block
+
+        acc, loc = accuracy_block(spec, data), localisation_block(spec, data)
+        timing["accuracy"] = time.perf_counter() - t0
     ds, dets = data.dataset, data.detections
     warn = [f"confidence at {lbl}: {blk['_sample']['skipped']}" for lbl, blk in conf.items()
             if "skipped" in blk.get("_sample", {})]
@@ -324,6 +329,8 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
         "confidence": conf,
         "dece_maps": maps,
         "regression": reg,
+        "accuracy": acc,
+        "localisation": loc,
         "warnings": warn,
         "timing_s": {k: round(v, 3) for k, v in timing.items()},
     }

@@ -38,6 +38,8 @@ __all__ = [
     "ConfidenceSpec",
     "RegressionSpec",
     "BootstrapSpec",
+    "AccuracySpec",
+    "LocalisationSpec",
     "ParallelSpec",
     "EvaluationSpec",
     "SplitSpec",
@@ -303,6 +305,33 @@ class BootstrapSpec:
 
 
 @dataclass
+class AccuracySpec:
+    """Accuracy beside calibration: COCO AP/AR from detcal's own matching (equal to pycocotools'
+    summarize()), or KITTI AP (the devkit's) for KITTI data."""
+
+    enabled: bool = True
+
+
+@dataclass
+class LocalisationSpec:
+    """Localisation-aware measures of Kuzucu et al. 2024 (docs/newest_measures.md): LRP with its
+    components and LRP-optimal thresholds, LaECE (``laece_bins`` equal-width bins, closed on the
+    ``closed`` side) and LaACE; ``tau``: the IoU a true positive needs (0, as the reference)."""
+
+    enabled: bool = True
+    tau: float = 0.0
+    laece_bins: int = 25
+    closed: str = "right"
+    variant: str = "kuzucu2024"
+
+    def __post_init__(self) -> None:
+        _prob("localisation.tau", self.tau)
+        _int("localisation.laece_bins", self.laece_bins, 1)
+        _choice("localisation.closed", self.closed, ("right", "left"))
+        _choice("localisation.variant", self.variant, ("kuzucu2024", "fiveai"))
+
+
+@dataclass
 class ParallelSpec:
     """How the work is spread; never what is computed (the numbers are bitwise those of one process).
 
@@ -328,6 +357,8 @@ class EvaluationSpec:
     confidence: ConfidenceSpec = field(default_factory=ConfidenceSpec)
     regression: RegressionSpec = field(default_factory=RegressionSpec)
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
+    accuracy: AccuracySpec = field(default_factory=AccuracySpec)
+    localisation: LocalisationSpec = field(default_factory=LocalisationSpec)
     parallel: ParallelSpec = field(default_factory=ParallelSpec)
 
 
