@@ -44,7 +44,6 @@ import copy
 import io
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -82,12 +81,10 @@ from detcal.data._json import (  # noqa: E402  (strict column helpers, shared wi
     check_mask as _check_mask,
     check_scale as _check_scale,
     check_unique as _check_unique,
-    first_true as _first_true,
     flag_column as _flag_column,
     integer_column as _integer_column,
     numeric_column as _numeric_column,
     parse_json as _parse_json,
-    rec as _rec,
     require as _require,
     top_list as _top_list,
 )
