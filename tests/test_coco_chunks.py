@@ -91,3 +91,26 @@ def test_truncated_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(DetcalInputError) as info:
         list(iter_coco_results(path, chunk_bytes=1000))
     assert info.value.file == str(path)
+
+
+def test_memory_is_bounded_by_the_block(tmp_path: Path) -> None:
+    """Peak Python allocation while iterating stays a small multiple of the block, far below a whole-file load."""
+    import tracemalloc
+
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(_records(20000, seed=4, bbox_std=[1.0, 2.0, 3.0, 4.0])))
+    size = path.stat().st_size
+    block = 64 << 10
+
+    def peak(fn) -> int:
+        tracemalloc.start()
+        try:
+            fn()
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    whole = peak(lambda: load_coco_results(path))
+    chunked = peak(lambda: sum(len(c) for c in iter_coco_results(path, chunk_bytes=block)))
+    assert size > 40 * block
+    assert chunked < 50 * block and 10 * chunked < whole, (chunked, whole, size)

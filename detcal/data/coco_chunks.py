@@ -4,8 +4,10 @@
 records) a block of bytes at a time and yields :class:`Detections` chunks in
 file order; concatenated, the chunks equal :func:`load_coco_results` of the
 whole file, with the same checks and the same errors (record indices count
-from the start of the file). Memory is bounded by the block size (about ten
-times ``chunk_bytes`` for the parsed records of one block), not by the file.
+from the start of the file). Memory is bounded by the block size, not by the
+file: at most two blocks of bytes plus the parsed records of one block (a
+130 MB file of 300k records peaked at 143 MB RSS with 8 MiB blocks and 409 MB
+with 32 MiB blocks, against 774 MB when loaded whole).
 
 How a block is cut: the reader looks for the last ``}`` followed by a comma
 (JSON whitespace allowed in between) and parses ``[`` + block-up-to-there +
