@@ -124,3 +124,13 @@ def test_writer_removes_leftover_temporaries(tmp_path: Path) -> None:
     np.testing.assert_array_equal(back.score, [0.5, 0.25])
     assert remove_stale_temporaries(out) == []
     assert remove_stale_temporaries(tmp_path / "missing") == []
+
+
+@pytest.mark.parametrize("line, field", [("000000 1_242 375", "width"), ("000000 1242 nan", "height"),
+                                         ("000000\u00a01242 375", "frame"), ("000000 0x10 375", "width")])
+def test_sizes_file_numbers_are_strict(tmp_path: Path, line: str, field: str) -> None:
+    d = _dir(tmp_path, {"000000.txt": LABEL + "\n"})
+    sizes = tmp_path / "sizes.txt"
+    sizes.write_text(line + "\n", encoding="utf-8")
+    err = _err(load_kitti_labels, d, sizes=sizes)
+    assert err.file == str(sizes) and err.record == "line 1" and err.field == field, str(err)

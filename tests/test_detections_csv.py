@@ -147,3 +147,12 @@ def test_parquet_holds_the_same_table(tmp_path: Path) -> None:
     # the CSV header is the same column list
     assert detections_csv(data, mr, feats, clipped).split("\n", 1)[0] == ",".join(table.column_names)
     assert list(detections_columns(dets, mr, gt_ids)) == list(cols)[: len(detections_columns(dets, mr, gt_ids))]
+
+
+def test_blocks_and_file_writer_give_the_same_bytes(tmp_path: Path) -> None:
+    dets, mr, gt_ids, data, feats, clipped = _case(6, 1000, 3, 80)
+    cols = evaluation_columns(data, mr, feats, clipped)
+    whole = detections_csv(data, mr, feats, clipped).encode()
+    assert b"".join(mod.iter_csv_bytes(cols, block=7)) == whole
+    mod.write_columns_csv(tmp_path / "d.csv", cols)
+    assert (tmp_path / "d.csv").read_bytes() == whole == old_detections_csv(data, mr, feats, clipped).encode()

@@ -15,6 +15,7 @@ from detcal.data.coco import (
     write_coco_instances,
     write_coco_results,
 )
+from detcal.data.coco_chunks import iter_coco_results
 from detcal.data.kitti import (
     kitti_difficulty,
     kitti_rules,
@@ -37,6 +38,7 @@ __all__ = [
     "to_pycocotools",
     "write_coco_instances",
     "write_coco_results",
+    "iter_coco_results",
     "kitti_difficulty",
     "kitti_rules",
     "load_kitti_labels",

@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -211,7 +212,10 @@ def flag_column(values: list, *, file: str, field: str, prefix: str = "") -> np.
 
 def require(records: list[dict], key: str, *, file: str, prefix: str = "") -> list:
     """The value of ``key`` in every record; error naming the first record lacking it (or null)."""
-    values = [r.get(key) for r in records]
+    try:
+        values = list(map(itemgetter(key), records))  # C-level; a missing key falls back to the located error
+    except KeyError:
+        values = [r.get(key) for r in records]
     if None in values:
         bad = next(i for i, v in enumerate(values) if v is None)
         raise DetcalInputError(f"missing required key {key!r} (or it is null)", file=file, record=rec(prefix, bad), field=key)
@@ -219,7 +223,7 @@ def require(records: list[dict], key: str, *, file: str, prefix: str = "") -> li
 
 
 def check_dicts(records: list, *, file: str, prefix: str = "") -> None:
-    if not all(type(r) is dict for r in records):
+    if records and set(map(type, records)) != {dict}:
         bad = next(i for i, r in enumerate(records) if type(r) is not dict)
         raise DetcalInputError(f"expected a JSON object, got {type(records[bad]).__name__}", file=file, record=rec(prefix, bad))
 
@@ -282,6 +286,11 @@ def check_covariance(cov: np.ndarray, *, file: str, field: str) -> None:
     if unit.size:
         eig_min = np.linalg.eigvalsh(0.5 * (unit + np.swapaxes(unit, -1, -2)))[..., 0]
         check_mask(eig_min < -_PSD_RTOL, cov, "covariance is not positive semi-definite", file=file, field=field)
+
+
+def column(records: list[dict], key: str) -> list:
+    """``record[key]`` of every record (each is known to carry ``key``)."""
+    return list(map(itemgetter(key), records))
 
 
 def top_list(doc: dict, key: str, *, file: str) -> list:

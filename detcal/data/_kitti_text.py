@@ -26,7 +26,7 @@ _NUMBER = re.compile(rb"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|(?i:nan|inf
 """A decimal number as C ``strtod`` reads it (no ``_`` separators, no hex); nan/inf are refused later."""
 
 
-def file_tokens(path: Path) -> tuple[list[tuple[int, list[bytes]]], bool]:
+def file_tokens(path: Path, columns: tuple[str, ...] = KITTI_COLUMNS) -> tuple[list[tuple[int, list[bytes]]], bool]:
     """Non-empty lines of a KITTI file as (line number, tokens), and whether it holds a ``_``.
 
     A UTF-8 byte-order mark is skipped. Lines end at LF, CR LF or CR; fields
@@ -52,19 +52,19 @@ def file_tokens(path: Path) -> tuple[list[tuple[int, list[bytes]]], bool]:
                 ch = next(c for c in text if ord(c) > 127)
                 raise DetcalInputError(
                     f"non-ASCII character U+{ord(ch):04X} ({unicodedata.name(ch, 'unnamed')}): KITTI fields are "
-                    "ASCII, separated by spaces or tabs", file=path, record=f"line {ln}", field=column_at(text, ch),
+                    "ASCII, separated by spaces or tabs", file=path, record=f"line {ln}", field=column_at(text, ch, columns),
                 )
     rows = [(ln, parts) for ln, parts in enumerate(map(bytes.split, lines), 1) if parts]
     return rows, b"_" in data
 
 
-def column_at(text: str, ch: str) -> str:
+def column_at(text: str, ch: str, columns: tuple[str, ...] = KITTI_COLUMNS) -> str:
     """Name of the KITTI column holding the first ``ch`` of a line (columns split on ASCII whitespace)."""
     prefix = text[: text.index(ch)]
     k = len(prefix.encode("utf-8").split())
     if prefix and prefix[-1] not in " \t\v\f\r":
         k -= 1  # the character continues the token before it
-    return KITTI_COLUMNS[min(k, len(KITTI_COLUMNS) - 1)]
+    return columns[min(k, len(columns) - 1)]
 
 
 def is_number(token: bytes) -> bool:

@@ -81,6 +81,7 @@ from detcal.data._json import (  # noqa: E402  (strict column helpers, shared wi
     check_mask as _check_mask,
     check_scale as _check_scale,
     check_unique as _check_unique,
+    column as _column,
     flag_column as _flag_column,
     integer_column as _integer_column,
     numeric_column as _numeric_column,
@@ -238,21 +239,21 @@ def results_from_records(records: list, file: str, dataset: Dataset | None = Non
     _check_mask((score < 0) | (score > 1), score, "score must be in [0, 1]", file=file, field="score")
 
     first_keys = records[0].keys() if records else {}.keys()
-    if all(r.keys() == first_keys for r in records):  # one pass in the usual case
+    if all(map(first_keys.__eq__, map(dict.keys, records))):  # one C-level pass in the usual case
         present = {k: bool(records) and k in first_keys for k in RESULT_UNCERTAINTY_KEYS}
     else:
         present = {k: _presence(records, k, file=file) for k in RESULT_UNCERTAINTY_KEYS}
     kw: dict[str, np.ndarray] = {}
     if present["bbox_std"]:
-        std = _numeric_column([r["bbox_std"] for r in records], (4,), file=file, field="bbox_std", what="4 numbers", bools=bools)
+        std = _numeric_column(_column(records, "bbox_std"), (4,), file=file, field="bbox_std", what="4 numbers", bools=bools)
         _positive_std(std, file=file, field="bbox_std")
         kw["box_std"] = std
     if present["bbox_covar"]:
-        cov = _numeric_column([r["bbox_covar"] for r in records], (4, 4), file=file, field="bbox_covar", what="a 4x4 matrix", bools=bools)
+        cov = _numeric_column(_column(records, "bbox_covar"), (4, 4), file=file, field="bbox_covar", what="a 4x4 matrix", bools=bools)
         _check_covariance(cov, file=file, field="bbox_covar")
         kw["box_cov"] = cov
     if present["covars"]:
-        cov = _numeric_column([r["covars"] for r in records], (2, 2, 2), file=file, field="covars", what="two 2x2 matrices", bools=bools)
+        cov = _numeric_column(_column(records, "covars"), (2, 2, 2), file=file, field="covars", what="two 2x2 matrices", bools=bools)
         _check_covariance(cov, file=file, field="covars")
         kw["corner_cov"] = cov
     delta_keys = ("proposal", "delta_mean", "delta_std", "delta_logvar")
@@ -265,17 +266,17 @@ def results_from_records(records: list, file: str, dataset: Dataset | None = Non
                 "a delta record needs exactly one of 'delta_std' or 'delta_logvar'", file=file, record=0,
                 field="delta_std" if not present["delta_std"] else "delta_logvar",
             )
-        prop = _numeric_column([r["proposal"] for r in records], (4,), file=file, field="proposal", what="[x, y, w, h] (4 numbers)", bools=bools)
+        prop = _numeric_column(_column(records, "proposal"), (4,), file=file, field="proposal", what="[x, y, w, h] (4 numbers)", bools=bools)
         _check_bounded(prop, "proposal coordinate", file=file, field="proposal")
         _check_mask(prop[:, 2:4] <= 0, prop, "proposal width and height must be > 0", file=file, field="proposal")
         _check_scale(prop[:, 2:4], "proposal width and height", file=file, field="proposal")
-        mean = _numeric_column([r["delta_mean"] for r in records], (4,), file=file, field="delta_mean", what="4 numbers", bools=bools)
+        mean = _numeric_column(_column(records, "delta_mean"), (4,), file=file, field="delta_mean", what="4 numbers", bools=bools)
         _check_bounded(mean, "delta mean", file=file, field="delta_mean")
         if present["delta_std"]:
-            std = _numeric_column([r["delta_std"] for r in records], (4,), file=file, field="delta_std", what="4 numbers", bools=bools)
+            std = _numeric_column(_column(records, "delta_std"), (4,), file=file, field="delta_std", what="4 numbers", bools=bools)
             _positive_std(std, file=file, field="delta_std")
         else:
-            logvar = _numeric_column([r["delta_logvar"] for r in records], (4,), file=file, field="delta_logvar", what="4 numbers", bools=bools)
+            logvar = _numeric_column(_column(records, "delta_logvar"), (4,), file=file, field="delta_logvar", what="4 numbers", bools=bools)
             _check_mask(~np.isfinite(logvar), logvar, "non-finite log-variance", file=file, field="delta_logvar")
             with np.errstate(over="ignore", under="ignore"):
                 std = np.exp(0.5 * logvar)

@@ -229,25 +229,17 @@ def read_image_size(path: PathLike) -> tuple[int, int]:
 
 def _read_sizes_file(path: Path) -> dict[int, tuple[float, float]]:
     """Lines ``<frame> <width> <height>`` -> {image_id: (W, H)}."""
-    try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise DetcalInputError(f"cannot read sizes file: {e.strerror or e}", file=path) from e
+    names = ("frame", "width", "height")
+    rows, _ = _file_tokens(path, names)
     out: dict[int, tuple[float, float]] = {}
-    for ln, line in enumerate(lines, 1):
-        parts = line.split()
-        if not parts:
-            continue
+    for ln, raw in rows:
+        parts = [t.decode("ascii") for t in raw]
         if len(parts) != 3:
             raise DetcalInputError(f"expected '<frame> <width> <height>', found {len(parts)} columns", file=path, record=f"line {ln}", field="columns")
-        for name, tok in zip(("frame", "width", "height"), parts):
-            try:
-                v = float(tok)
-            except ValueError:
-                raise DetcalInputError(f"not a number: {tok!r}", file=path, record=f"line {ln}", field=name) from None
+        for name, tok in zip(names, parts):
             if name == "frame":
                 _frame_number(tok, f"not a frame number: {tok!r}", file=path, record=f"line {ln}", field=name)
-            elif not (np.isfinite(v) and MIN_SCALE <= v <= MAX_ABS):
+            elif not (_is_number(tok.encode()) and np.isfinite(float(tok)) and MIN_SCALE <= float(tok) <= MAX_ABS):
                 raise DetcalInputError(f"{name} must be a positive number in [{MIN_SCALE:g}, {MAX_ABS:g}], got {tok!r}",
                                        file=path, record=f"line {ln}", field=name)
         out[int(parts[0])] = (float(parts[1]), float(parts[2]))

@@ -10,14 +10,16 @@ CSV: floats at round-trip precision, exactly Python's ``repr`` (``0.1``,
 column is turned into text by one C-level call (``orjson.dumps`` of the
 numpy column, whose shortest round-trip digits equal ``repr`` for
 ``1e-4 <= |x| < 1e16`` and 0; the few values outside that range, and
-non-finite ones, go through ``repr``), so there is no Python work per cell;
-without orjson every cell goes through ``repr``/``str``. Parquet (through
+non-finite ones, go through ``repr``), and rows are assembled by scattering
+the column bytes to their offsets, so there is no Python work per cell;
+without orjson each cell goes through ``repr``/``str`` (same text). Parquet (through
 pyarrow, :func:`write_detections_parquet`): the same columns, typed (int64,
 float64, bool).
 """
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -35,6 +37,9 @@ __all__ = [
     "detections_columns",
     "evaluation_columns",
     "columns_to_csv",
+    "columns_to_csv_bytes",
+    "iter_csv_bytes",
+    "write_columns_csv",
     "write_detections_parquet",
 ]
 
@@ -83,43 +88,108 @@ def evaluation_columns(data: Any, mr: MatchResult, feats: np.ndarray, clipped: n
 
 
 # --------------------------------------------------------------------------- CSV text
+_COMMA, _NEWLINE = 44, 10
+
+
 def _float_text(v: np.ndarray) -> list[str]:
-    """``repr`` of every float of ``v`` [D], computed column-wise."""
-    v = np.ascontiguousarray(v, dtype=np.float64)
-    if _orjson is None or len(v) == 0:
-        return list(map(repr, v.tolist()))
-    out = _orjson.dumps(v, option=_orjson.OPT_SERIALIZE_NUMPY)[1:-1].decode("ascii").split(",")
-    a = np.abs(v)
-    odd = np.flatnonzero(~((a >= 1e-4) & (a < 1e16)) & (v != 0) | ~np.isfinite(v))
-    for i, x in zip(odd.tolist(), v[odd].tolist()):  # sci-notation and non-finite values: few
-        out[i] = repr(x)
-    return out
+    """``repr`` of every float of ``v`` [D] (list form of :func:`_column_bytes`; used by tests)."""
+    buf, starts, lens = _column_bytes(np.asarray(v, dtype=np.float64))
+    text = buf.tobytes().decode("ascii")
+    return [text[a:a + n] for a, n in zip(starts.tolist(), lens.tolist())]
 
 
-def _int_text(v: np.ndarray) -> list[str]:
-    v = np.ascontiguousarray(v, dtype=np.int64)
-    if _orjson is None or len(v) == 0:
-        return list(map(str, v.tolist()))
-    return _orjson.dumps(v, option=_orjson.OPT_SERIALIZE_NUMPY)[1:-1].decode("ascii").split(",")
+def _column_bytes(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The text of one column as comma-separated ASCII bytes [B] (uint8), with each cell's start and length.
 
-
-_ZERO_ONE = np.array(["0", "1"], dtype=object)
-
-
-def _text(v: np.ndarray) -> list[str]:
+    bool -> ``0``/``1``; integers -> decimal; floats -> ``repr``. With orjson
+    the digits come from one ``orjson.dumps`` of the column (equal to
+    ``repr`` for ``1e-4 <= |x| < 1e16`` and 0); the other cells (scientific
+    notation, nan, inf) are spliced in from ``repr``, a Python step per such
+    cell only.
+    """
+    n = len(v)
     if v.dtype == bool:
-        return _ZERO_ONE[v.astype(np.intp)].tolist()
+        buf = np.full(max(2 * n - 1, 0), _COMMA, dtype=np.uint8)
+        buf[0::2] = v.astype(np.uint8) + ord("0")
+        return buf, np.arange(0, 2 * n, 2), np.ones(n, dtype=np.int64)
     if v.dtype.kind in "iu":
-        return _int_text(v)
-    return _float_text(v)
+        v = np.ascontiguousarray(v, dtype=np.int64)
+        text = (_orjson.dumps(v, option=_orjson.OPT_SERIALIZE_NUMPY)[1:-1] if _orjson is not None
+                else ",".join(map(str, v.tolist())).encode("ascii"))
+    else:
+        v = np.ascontiguousarray(v, dtype=np.float64)
+        if _orjson is None:
+            text = ",".join(map(repr, v.tolist())).encode("ascii")
+        else:
+            text = _orjson.dumps(v, option=_orjson.OPT_SERIALIZE_NUMPY)[1:-1]
+            a = np.abs(v)
+            odd = np.flatnonzero((~((a >= 1e-4) & (a < 1e16)) & (v != 0)) | ~np.isfinite(v))
+            if len(odd):
+                text = _splice(text, n, odd, [repr(x).encode("ascii") for x in v[odd].tolist()])
+    buf = np.frombuffer(text, dtype=np.uint8)
+    commas = np.flatnonzero(buf == _COMMA)
+    starts = np.concatenate([[0], commas + 1]) if n else np.zeros(0, dtype=np.int64)
+    ends = np.concatenate([commas, [len(buf)]]) if n else np.zeros(0, dtype=np.int64)
+    return buf, starts, ends - starts
+
+
+def _splice(text: bytes, n: int, cells: np.ndarray, new: list[bytes]) -> bytes:
+    """Replace cells ``cells`` (sorted) of comma-separated ``text`` by ``new``."""
+    buf = np.frombuffer(text, dtype=np.uint8)
+    commas = np.flatnonzero(buf == _COMMA)
+    starts = np.concatenate([[0], commas + 1])[cells].tolist()
+    ends = np.concatenate([commas, [len(buf)]])[cells].tolist()
+    pieces: list[bytes] = []
+    prev = 0
+    for a, b, piece in zip(starts, ends, new):
+        pieces += [text[prev:a], piece]
+        prev = b
+    pieces.append(text[prev:])
+    return b"".join(pieces)
+
+
+def iter_csv_bytes(cols: dict[str, np.ndarray], block: int = 32768) -> Iterator[bytes]:
+    """CSV of ordered columns in pieces: the header line, then blocks of ``block`` rows.
+
+    Rows are assembled without Python work per cell: each column's bytes are
+    scattered to their offsets in the block (offsets from the cumulative cell
+    lengths), then the commas and newlines are placed. Memory is bounded by
+    the block, whatever the number of rows.
+    """
+    yield (",".join(cols) + "\n").encode("ascii")
+    values = [np.asarray(v) for v in cols.values()]
+    n = len(values[0]) if values else 0
+    for lo in range(0, n, block):
+        parts = [_column_bytes(v[lo:lo + block]) for v in values]
+        lens = np.stack([p[2] for p in parts])  # [C, rows]
+        width = lens + 1  # each cell is followed by ',' or '\n'
+        row_start = np.concatenate([[0], np.cumsum(width.sum(axis=0))[:-1]])
+        cell_start = row_start[None, :] + np.cumsum(width, axis=0) - width
+        out = np.empty(int(width.sum()), dtype=np.uint8)
+        for c, (buf, starts, ln) in enumerate(parts):
+            src = np.flatnonzero(buf != _COMMA)
+            out[src + np.repeat(cell_start[c] - starts, ln)] = buf[src]
+            out[cell_start[c] + ln] = _COMMA if c < len(parts) - 1 else _NEWLINE
+        yield out.tobytes()
+
+
+def columns_to_csv_bytes(cols: dict[str, np.ndarray]) -> bytes:
+    """CSV bytes of ordered columns: header, then one line per row, each ending in a newline."""
+    return b"".join(iter_csv_bytes(cols))
+
+
+def write_columns_csv(path: str | os.PathLike, cols: dict[str, np.ndarray]) -> None:
+    """Atomically write ordered columns as CSV, block by block (:func:`iter_csv_bytes`)."""
+    from detcal.utils.io import atomic_write
+
+    with atomic_write(path, "wb") as fh:
+        for piece in iter_csv_bytes(cols):
+            fh.write(piece)
 
 
 def columns_to_csv(cols: dict[str, np.ndarray]) -> str:
-    """CSV text of ordered columns: header, then one line per row, each ending in a newline."""
-    header = ",".join(cols)
-    texts = [_text(np.asarray(v)) for v in cols.values()]
-    body = "\n".join(map(",".join, zip(*texts)))
-    return header + "\n" + body + ("\n" if body else "")
+    """:func:`columns_to_csv_bytes` as text."""
+    return columns_to_csv_bytes(cols).decode("ascii")
 
 
 def format_csv(dets: Detections, result: MatchResult, gt_ids: np.ndarray, per_class: bool = False) -> str:
