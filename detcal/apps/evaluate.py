@@ -27,6 +27,7 @@ def task(app: EvaluateApp, ctx: AppContext) -> dict[str, Any]:
 
     out = app.output
     result = evaluate(app.data, spec=app.evaluation(), workdir=ctx.run_dir, progress=out.progress)
+    result.detections_format = out.detections_format
     if is_secondary_rank():
         return result.to_dict()  # rank 0 writes the report
     return result.write(ctx.run_dir, plots=out.plots, csv=out.detections_csv, echo=out.print_summary,

@@ -50,6 +50,12 @@ class OutputSpec:
 
     plots: bool = True            # PNG diagrams
     detections_csv: bool = True   # one row per detection (matched flags, IoU, features)
+    detections_format: str = "csv"  # csv | parquet (columnar, pyarrow)
+
+    def __post_init__(self) -> None:
+        from detcal.pipeline.spec import _choice
+
+        _choice("output.detections_format", self.detections_format, ("csv", "parquet"))
     print_summary: bool = True    # print summary.md at the end
     progress: bool = True         # progress bar on a terminal
 

@@ -80,6 +80,7 @@ class EvaluationResult(Result):
     features: np.ndarray | None = None
     clipped: np.ndarray | None = None
     spec: Any = None
+    detections_format: str = "csv"
 
     def __post_init__(self) -> None:
         self.command = "detcal-evaluate"
@@ -93,8 +94,15 @@ class EvaluationResult(Result):
     def _write_extra(self, out: Path, plots: bool, csv: bool) -> list[str]:
         files: list[str] = []
         if csv:
-            write_text(out / "detections.csv", self.detections_csv())
-            files.append("detections.csv")
+            from detcal.reports.detections_csv import evaluation_columns, write_columns_csv, write_detections_parquet
+
+            cols = evaluation_columns(self.data, self.match, self.features, self.clipped)
+            if self.detections_format == "parquet":
+                write_detections_parquet(out / "detections.parquet", cols)
+                files.append("detections.parquet")
+            else:
+                write_columns_csv(out / "detections.csv", cols)
+                files.append("detections.csv")
         if plots:
             from detcal.reports.evaluation_plots import evaluation_plots
 
