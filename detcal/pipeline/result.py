@@ -168,6 +168,7 @@ def evaluation_summary(m: Mapping[str, Any]) -> str:
                   "", comparison_table(reg, coords, label="metric"), ""]
     else:
         parts += ["### Box-uncertainty calibration", "", f"skipped: {s.get('skipped')}", ""]
+    parts += _accuracy_md(m.get("accuracy") or {}, m.get("localisation") or {})
     for label, mp in (m.get("dece_maps") or {}).items():
         for name, spec in mp.items():
             g = np.asarray([[np.nan if v is None else v for v in row] for row in spec["gap"]], dtype=float)
@@ -176,3 +177,26 @@ def evaluation_summary(m: Mapping[str, Any]) -> str:
     parts += ["", "Definitions: docs/metrics.md; matching rules: docs/matching.md.",
               "Files: " + ", ".join(m.get("files") or []), ""]
     return "\n".join(parts)
+
+
+def _accuracy_md(acc: Mapping[str, Any], loc: Mapping[str, Any]) -> list[str]:
+    """Accuracy beside calibration: COCO AP/AR or KITTI AP, and LRP / LaECE."""
+    out: list[str] = []
+    if "AP" in acc:
+        names = [k for k in acc if not k.startswith("_") and isinstance(acc[k], Mapping) and "value" in acc[k]]
+        row = {"value": {k: acc[k] for k in names}}
+        out += ["### Accuracy (COCO AP/AR from detcal's matching; equal to pycocotools' summarize)", "",
+                comparison_table({"detector": row["value"]}, names, label=""), f"GT areas: {acc.get('_areas')}", ""]
+    elif acc.get("kitti_ap"):
+        rows = {f"{r['category']} {r['difficulty']}": {"AP11": r.get("ap11"), "AP40": r.get("ap40")}
+                for r in acc["kitti_ap"]}
+        out += ["### Accuracy (KITTI AP, the devkit's eval_class)", "",
+                comparison_table(rows, ["AP11", "AP40"], label="class, difficulty"), ""]
+    if "lrp" in loc:
+        names = [k for k in ("lrp", "olrp", "laece", "laace") if k in loc]
+        out += ["### Localisation-aware measures (Kuzucu et al. 2024; docs/newest_measures.md)", "",
+                comparison_table({"detector": {k: loc[k] for k in names}}, names, label=""),
+                "LRP components (loc, FP, FN): " + ", ".join(
+                    format_value((loc["lrp"].get("extra") or {}).get(k)) for k in ("lrp_loc", "lrp_fp", "lrp_fn")),
+                ""]
+    return out

@@ -104,7 +104,10 @@ class DataSpec:
     with one id or KITTI frame name per line, as scripts/split_kitti.py writes).
     ``unknown_category``: detections whose category is not in the ground
     truth are dropped (counted in the summary; pycocotools ignores them) or
-    are an error.
+    are an error. ``bundled``: real detections shipped with detcal
+    (docs/real_detectors.md): ``bundle`` ``coco_tfzoo`` (COCO val2017, 5,000
+    images) or ``coco_mini79`` (79 images, official annotations), ``detector``
+    one of ``detcal.data.bundled.DETECTORS``.
     """
 
     source: str = "synthetic"
@@ -123,9 +126,12 @@ class DataSpec:
     format: str = "coco"
     render: bool = False
     detector_kwargs: dict[str, Any] = field(default_factory=dict)
+    bundle: str = "coco_tfzoo"
+    detector: str = "rfcn-resnet-101"
 
     def __post_init__(self) -> None:
-        _choice("data.source", self.source, ("coco", "kitti", "synthetic"))
+        _choice("data.source", self.source, ("coco", "kitti", "synthetic", "bundled"))
+        _choice("data.bundle", self.bundle, ("coco_tfzoo", "coco_mini79"))
         _choice("data.difficulty", self.difficulty, ("easy", "moderate", "hard"))
         _choice("data.format", self.format, ("coco", "kitti"))
         _choice("data.unknown_category", self.unknown_category, ("drop", "error"))
