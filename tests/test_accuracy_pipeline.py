@@ -8,7 +8,6 @@ import io
 from pathlib import Path
 
 import numpy as np
-import pytest
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
@@ -70,5 +69,4 @@ def test_readme_real_detector_command_works(tmp_path: Path) -> None:
                            f"hydra.run.dir={tmp_path}"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "### Accuracy" in proc.stdout and (tmp_path / "metrics.json").is_file()
-    with pytest.raises(AssertionError):
-        assert "Traceback" in proc.stderr
+    assert "Traceback" not in proc.stderr

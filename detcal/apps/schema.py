@@ -80,3 +80,25 @@ class CalibrateApp(_EvaluationFields):
     regression_calibrator: Any = None
     calibration: CalibrationSpec = field(default_factory=CalibrationSpec)
     output: OutputSpec = field(default_factory=OutputSpec)
+
+
+@dataclass
+class CompareApp:
+    """``detcal-compare``: several detectors on one ground truth."""
+
+    name: str = "compare"
+    data: DataSpec = field(default_factory=lambda: DataSpec(source="bundled"))
+    detectors: list[str] = field(default_factory=list)   # bundled data: which detectors ([] = all)
+    results: dict[str, str] = field(default_factory=dict)  # data=coco: name -> COCO results file
+    baseline: Optional[str] = None
+    iou: float = 0.5
+    matching: str = "exclusive"
+    bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
+    top_n_classes: int = 10
+    output: OutputSpec = field(default_factory=OutputSpec)
+
+    def __post_init__(self) -> None:
+        from detcal.pipeline.spec import _choice, _prob
+
+        _prob("iou", self.iou, open_lo=True)
+        _choice("matching", self.matching, ("exclusive", "netcal_example"))
