@@ -190,7 +190,7 @@ def test_main_job_under_torchrun_gets_every_stage_setting(tmp_path: Path, monkey
             "stage1.iterations=6", "stage1.batch_size=2", "stage1.warmup_iters=2", "stage1.checkpoint_every=3",
             "stage1.lr_steps=[4]", "stage1.lr_gamma=0.5", "stage1.hflip=true",
             "stage2.iterations=4", "stage2.batch_size=2", "stage2.checkpoint_every=2",
-            "predict.score_threshold=0.0", "matching.class_agnostic=true", "evaluation.bootstrap.n=0",
+            "predict.score_threshold=0.0", "evaluation.matching.class_agnostic=true", "evaluation.bootstrap.n=0",
             "output.plots=false", "progress=false"])
     spec = OmegaConf.to_object(cfg).job()
     d = tmp_path / "run"

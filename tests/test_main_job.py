@@ -35,7 +35,7 @@ TINY = [
     "splits.train_images=16", "splits.recal_images=12", "splits.val_images=12",
     "stage1.iterations=30", "stage1.batch_size=2", "stage1.warmup_iters=5", "stage1.checkpoint_every=10",
     "stage2.iterations=10", "stage2.batch_size=2", "stage2.checkpoint_every=5",
-    "predict.score_threshold=0.0", "matching.class_agnostic=true",
+    "predict.score_threshold=0.0", "evaluation.matching.class_agnostic=true",
     "evaluation.bootstrap.n=0", "output.plots=false", "progress=false", "trainer.threads=2",
 ]
 

@@ -21,22 +21,11 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from detcal.pipeline.spec import (
-    BootstrapSpec,
-    ConfidenceSpec,
-    ConfigError,
-    DataSpec,
-    DeceBinningSpec,
-    EvaluationSpec,
-    MatchingSpec,
-    ParallelSpec,
-    RegressionSpec,
-    SigmaBinningSpec,
-)
+from detcal.pipeline.spec import ConfigError, DataSpec, EvaluationSpec
 
 __all__ = [
     "ModelSpec", "TrainerSpec", "StageSpec", "SplitsSpec", "TrainDataSpec", "PredictSpec", "MainCalibrationSpec",
-    "MainOutputSpec", "MainJobSpec", "MainEvaluationFields", "MainApp", "stage1_defaults", "stage2_defaults",
+    "MainOutputSpec", "MainJobSpec", "MainApp", "stage1_defaults", "stage2_defaults",
 ]
 
 
@@ -320,45 +309,11 @@ class MainJobSpec:
 
 
 @dataclass
-class MainEvaluationFields:
-    """The ``evaluation`` section of configs/main.yaml: an :class:`EvaluationSpec` without ``matching``
-    (the top-level ``matching`` group, which ``data=kitti`` switches to the devkit rules)."""
-
-    dece_binning: DeceBinningSpec = field(default_factory=DeceBinningSpec)
-    sigma_binning: SigmaBinningSpec = field(default_factory=SigmaBinningSpec)
-    confidence: ConfidenceSpec = field(default_factory=ConfidenceSpec)
-    regression: RegressionSpec = field(default_factory=RegressionSpec)
-    bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
-    parallel: ParallelSpec = field(default_factory=ParallelSpec)
-
-
-@dataclass
-class MainApp:
-    """``detcal-main`` (configs/main.yaml, registered as ``main_schema``): the fields of
-    :class:`MainJobSpec`, the run ``name``, and ``matching`` at the top level (the group that
-    ``data=kitti`` overrides); :meth:`job` assembles the :class:`MainJobSpec`."""
+class MainApp(MainJobSpec):
+    """``detcal-main`` (configs/main.yaml): :class:`MainJobSpec` plus the run name."""
 
     name: str = "main"
-    data: DataSpec = field(default_factory=DataSpec)
-    model: ModelSpec = field(default_factory=ModelSpec)
-    trainer: TrainerSpec = field(default_factory=TrainerSpec)
-    splits: SplitsSpec = field(default_factory=SplitsSpec)
-    train_data: TrainDataSpec = field(default_factory=TrainDataSpec)
-    stage1: StageSpec = field(default_factory=stage1_defaults)
-    stage2: StageSpec = field(default_factory=stage2_defaults)
-    predict: PredictSpec = field(default_factory=PredictSpec)
-    calibration: MainCalibrationSpec = field(default_factory=MainCalibrationSpec)
-    matching: MatchingSpec = field(default_factory=MatchingSpec)
-    evaluation: MainEvaluationFields = field(default_factory=MainEvaluationFields)
-    output: MainOutputSpec = field(default_factory=MainOutputSpec)
-    progress: bool = True
 
     def job(self) -> MainJobSpec:
-        """The :class:`MainJobSpec` this config describes (validated on construction)."""
-        ev = self.evaluation
-        evaluation = EvaluationSpec(matching=self.matching, dece_binning=ev.dece_binning, sigma_binning=ev.sigma_binning,
-                                    confidence=ev.confidence, regression=ev.regression, bootstrap=ev.bootstrap,
-                                    parallel=ev.parallel)
-        return MainJobSpec(data=self.data, model=self.model, trainer=self.trainer, splits=self.splits,
-                           train_data=self.train_data, stage1=self.stage1, stage2=self.stage2, predict=self.predict,
-                           calibration=self.calibration, evaluation=evaluation, output=self.output, progress=self.progress)
+        """The :class:`MainJobSpec` part (without the app's ``name``)."""
+        return MainJobSpec(**{f: getattr(self, f) for f in MainJobSpec.__dataclass_fields__})
