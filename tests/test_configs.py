@@ -25,8 +25,9 @@ from detcal.pipeline.spec import ConfigError, DataSpec, EvaluationSpec, Matching
 CONFIG_DIR = config_dir()
 PRIMARIES = sorted(f.stem for f in CONFIG_DIR.glob("*.yaml"))
 GROUPS = sorted(p.name for p in CONFIG_DIR.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+DATA_FILES = ("classmap",)  # read by path (train_data.class_map), not composed as a group
 CASES = [(g, f.relative_to(CONFIG_DIR / g).with_suffix("").as_posix())
-         for g in GROUPS for f in sorted((CONFIG_DIR / g).rglob("*.yaml"))]
+         for g in GROUPS if g not in DATA_FILES for f in sorted((CONFIG_DIR / g).rglob("*.yaml"))]
 
 
 def _app(primary: str) -> Any:
@@ -188,3 +189,12 @@ def test_help_opens_with_what_the_app_does(primary: str) -> None:
     assert proc.returncode == 0, proc.stderr
     first = proc.stdout.splitlines()[0]
     assert first.startswith(f"{_app(primary).PROG}: ") and "powered by Hydra" not in proc.stdout
+
+
+def test_class_maps_load() -> None:
+    from detcal.data.classmap import load_class_map
+
+    files = sorted((CONFIG_DIR / "classmap").glob("*.yaml"))
+    assert files
+    for f in files:
+        assert load_class_map(f) is not None

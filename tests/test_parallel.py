@@ -98,3 +98,21 @@ def test_app_takes_parallel_workers(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stderr
     a, b = (json.loads((tmp_path / str(w) / "metrics.json").read_text()) for w in (1, 2))
     assert a["confidence"] == b["confidence"] and a["regression"] == b["regression"]
+
+
+@pytest.mark.slow
+def test_evaluate_app_under_torchrun_writes_one_report(coco: DataSpec, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    args = ["data=coco", f"data.gt={coco.gt}", f"data.results={coco.results}", "matching.iou_thresholds=[0.5,0.75]",
+            "bootstrap.n=0", "output.plots=false", "output.print_summary=false"]
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29533",
+                           "-m", "detcal.apps.evaluate", *args, "parallel.distributed=true"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = list(tmp_path.glob("outputs/evaluate/*/*/metrics.json"))
+    assert len(runs) == 1  # rank 0 only
+    proc = subprocess.run([sys.executable, "-m", "detcal.apps.evaluate", *args, f"hydra.run.dir={tmp_path / 'one'}"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    a, b = (json.loads(p.read_text()) for p in (runs[0], tmp_path / "one" / "metrics.json"))
+    assert a["confidence"] == b["confidence"] and a["headline"] == b["headline"]

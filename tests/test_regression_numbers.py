@@ -5,6 +5,10 @@ The fixtures under tests/data/regression/ hold every number of metrics.json
 evaluation and the learned calibrator parameters) of the default synthetic
 runs of detcal-evaluate and detcal-calibrate, recorded before the pipeline
 redesign. Refactors and speed-ups must reproduce them to 1e-12.
+
+One deliberate change since: bootstrap intervals became bias-corrected (BCa)
+by default, so the ``ci`` entries were re-recorded then (every point estimate
+was checked unchanged at that moment, by the same comparison).
 """
 from __future__ import annotations
 

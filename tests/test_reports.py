@@ -122,7 +122,8 @@ def test_marginal_gap_map_by_hand() -> None:
 def test_format_value_with_ci() -> None:
     assert tables.format_value(0.03121, (0.02812, 0.03449)) == "0.0312 [0.0281, 0.0345]"
     assert tables.format_value(0.5) == "0.5000"
-    assert tables.format_value(float("nan"), (float("nan"), 1.0)) == "nan [nan, 1.0000]"
+    assert tables.format_value(float("nan"), (float("nan"), 1.0)) == "nan [no interval]"
+    assert tables.format_value(0.2, (None, None)) == "0.2000 [no interval]"
     assert tables.format_value(None) == "nan"
     assert tables.format_value(3.2e-7) == "3.200e-07"
     assert tables.format_value(1.23456, digits=2) == "1.23"

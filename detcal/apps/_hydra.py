@@ -142,6 +142,22 @@ def _header_fields(h: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in h.items() if k != "command"}
 
 
+def is_secondary_rank() -> bool:
+    """True in a torchrun rank other than 0 (it computes its share; rank 0 writes the report)."""
+    return os.environ.get("LOCAL_RANK") is not None and os.environ.get("RANK", "0") != "0"
+
+
+def _quiet_other_ranks() -> None:
+    """Under torchrun, ranks other than 0 run in a scratch directory and write no run directory of their own."""
+    if not is_secondary_rank():
+        return
+    import tempfile
+
+    keep = [a for a in sys.argv[1:] if not a.startswith(("hydra.run.dir=", "hydra.output_subdir=", "hydra/job_logging="))]
+    sys.argv[1:] = keep + [f"hydra.run.dir={tempfile.mkdtemp(prefix='detcal-rank')}", "hydra.output_subdir=null",
+                           "hydra/job_logging=disabled"]
+
+
 def _debug() -> bool:
     return os.environ.get("HYDRA_FULL_ERROR", "") == "1" or os.environ.get("DETCAL_DEBUG", "") not in ("", "0")
 
@@ -167,6 +183,7 @@ def run_app(config_name: str, schema: type, task: Callable[[Any, "AppContext"], 
     except FileNotFoundError as exc:
         _fail(prog, str(exc))
     register_schema(config_name, schema)
+    _quiet_other_ranks()
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()  # a second app in the same process (tests, notebooks)

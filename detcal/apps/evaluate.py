@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from detcal.apps._hydra import AppContext, run_app
+from detcal.apps._hydra import AppContext, is_secondary_rank, run_app
 from detcal.apps.schema import EvaluateApp
 
 PROG = "detcal-evaluate"
@@ -27,6 +27,8 @@ def task(app: EvaluateApp, ctx: AppContext) -> dict[str, Any]:
 
     out = app.output
     result = evaluate(app.data, spec=app.evaluation(), workdir=ctx.run_dir, progress=out.progress)
+    if is_secondary_rank():
+        return result.to_dict()  # rank 0 writes the report
     return result.write(ctx.run_dir, plots=out.plots, csv=out.detections_csv, echo=out.print_summary,
                         header=ctx.header())
 

@@ -17,6 +17,8 @@ from typing import Any
 from detcal.apps._hydra import AppContext, run_app
 from detcal.studies.levi_synthetic import LeviApp
 
+CONFIG_NAME = "levi_synthetic"
+SCHEMA = LeviApp
 PROG = "detcal-levi-synthetic"
 
 
@@ -29,7 +31,7 @@ def task(app: LeviApp, ctx: AppContext) -> dict[str, Any]:
 
 def main() -> None:
     """Console entry point (Hydra command line: overrides, ``experiment=...``, ``hydra.run.dir=...``)."""
-    run_app("levi_synthetic", LeviApp, task, PROG)
+    run_app(CONFIG_NAME, SCHEMA, task, PROG)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -18,6 +18,8 @@ from typing import Any
 from detcal.apps._hydra import AppContext, run_app
 from detcal.training.spec import MainApp
 
+CONFIG_NAME = "main"
+SCHEMA = MainApp
 PROG = "detcal-main"
 
 
@@ -35,7 +37,7 @@ def task(app: MainApp, ctx: AppContext) -> dict[str, Any]:
 
 def main() -> None:
     """Console entry point (Hydra command line: overrides, ``experiment=...``, ``hydra.run.dir=...``)."""
-    run_app("main", MainApp, task, PROG)
+    run_app(CONFIG_NAME, SCHEMA, task, PROG)
 
 
 if __name__ == "__main__":  # pragma: no cover

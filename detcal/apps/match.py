@@ -28,15 +28,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Sequence
 
 
 from detcal.errors import DetcalError, DetcalInputError
 from detcal.matching import GT_IGNORE, MODES, match
 from detcal.types import Dataset, Detections, KittiRules
-from detcal.reports.detections_csv import _column_names, format_csv
-from detcal.utils.io import atomic_write, write_json
+from detcal.reports.match_outputs import match_summary, write_match_outputs
 
 
 def _max_dets(text: str) -> int:
@@ -135,35 +133,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         t2 = time.perf_counter()
         per_class = isinstance(iou, str)
-        out = Path(args.out)
-        text = format_csv(dets, result, ds.gt.id, per_class)
-        with atomic_write(out, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-        counts = {
-            "detections": len(dets),
-            "considered": int(result.considered.sum()),
-            "matched": result.matched.sum(axis=1).tolist(),
-            "ignored": result.ignored.sum(axis=1).tolist(),
-            "ground_truth": len(ds.gt),
-        }
-        meta = {
-            "format": args.format,
-            "gt": str(args.gt),
-            "results": str(args.results),
-            "columns": _column_names(result, per_class),
-            "match": result.describe(),
-            "difficulty": args.difficulty if args.format == "kitti" else None,
-            "counts": counts,
-            "seconds": {"load": t1 - t0, "match": t2 - t1},
-        }
-        write_json(out.with_name(out.name + ".json"), meta)
+        inputs = {"format": args.format, "gt": str(args.gt), "results": str(args.results),
+                  "difficulty": args.difficulty if args.format == "kitti" else None}
+        counts = write_match_outputs(args.out, ds, dets, result, per_class, inputs,
+                                     {"load": t1 - t0, "match": t2 - t1})
     except (DetcalError, OSError) as e:
         print(f"detcal-match: error: {e}", file=sys.stderr)
         return 2
-    tags = ["kitti"] if per_class else [f"{t:g}" for t in result.iou_thresholds]
-    summary = ", ".join(f"@{tag}: {m} matched, {i} ignored" for tag, m, i in zip(tags, counts["matched"], counts["ignored"]))
-    print(f"detcal-match: {len(dets)} detections ({counts['considered']} considered) vs {len(ds.gt)} GT; {summary}; "
-          f"load {t1 - t0:.2f}s, match {t2 - t1:.3f}s -> {out}")
+    print(f"detcal-match: {match_summary(counts, result, per_class)}; load {t1 - t0:.2f}s, "
+          f"match {t2 - t1:.3f}s -> {args.out}")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Recalibration methods (METRICS.md section 5), numpy/scipy only.
+"""Recalibration methods (docs/calibration.md), numpy/scipy only.
 
 Confidence calibrators map scores ``p [S]`` (optionally with relative box
 features ``[S,F]``) to calibrated precision; regression calibrators map
@@ -8,7 +8,7 @@ scikit-learn contract of :mod:`detcal.calibration.base`.
 Registries (used by the Hydra layer through :func:`make_calibrator`):
 
 * ``CONFIDENCE_CALIBRATORS``: ``temperature``, ``platt``, ``position_logistic``,
-  ``histogram``, ``isotonic``, ``bbq``, ``beta``;
+  ``histogram``, ``isotonic``, ``bbq``, ``beta``, ``position_beta``;
 * ``REGRESSION_CALIBRATORS``: ``std_scaling``, ``std_scaling_sgd``,
   ``kuleshov_isotonic``, ``sigma_histogram``.
 """
@@ -26,6 +26,7 @@ from detcal.calibration.confidence import (
     PositionLogistic,
     TemperatureScaling,
 )
+from detcal.calibration.position_beta import PositionBetaCalibration
 from detcal.calibration.regression import KuleshovIsotonic, SigmaHistogramBinning, StdScaling, StdScalingSGD
 from detcal.errors import DetcalInputError
 
@@ -37,6 +38,7 @@ CONFIDENCE_CALIBRATORS: dict[str, type[ConfidenceCalibrator]] = {
     "isotonic": IsotonicCalibration,
     "bbq": BBQ,
     "beta": BetaCalibration,
+    "position_beta": PositionBetaCalibration,
 }
 
 REGRESSION_CALIBRATORS: dict[str, type[RegressionCalibrator]] = {
@@ -77,6 +79,7 @@ __all__ = [
     "IsotonicCalibration",
     "KuleshovIsotonic",
     "PlattScaling",
+    "PositionBetaCalibration",
     "PositionLogistic",
     "RegressionCalibrator",
     "SigmaHistogramBinning",

@@ -1,4 +1,4 @@
-"""Base classes of the recalibration methods (METRICS.md section 5), numpy only.
+"""Base classes of the recalibration methods (docs/calibration.md), numpy only.
 
 The contract is scikit-learn's (``sklearn/base.py``, ``calibration.py``):
 
@@ -35,7 +35,7 @@ import numpy as np
 from detcal.errors import DetcalInputError, NotFittedError
 
 P_CLIP: float = 1e-12
-"""Probabilities are clipped to ``[P_CLIP, 1 - P_CLIP]`` before ``logit``/``log`` (METRICS.md section 3)."""
+"""Probabilities are clipped to ``[P_CLIP, 1 - P_CLIP]`` before ``logit``/``log``."""
 
 _DESCRIBE_MAX_VALUES = 10_000
 """Arrays larger than this are summarised (shape, min, max) in :meth:`Calibrator.describe`."""
@@ -130,6 +130,24 @@ class Calibrator:
                 f"This {type(self).__name__} instance is not fitted yet: call fit(...) on a calibration "
                 f"split before transform(...)."
             )
+
+    def _start_fit(self) -> None:
+        """Forget the learned state of a previous fit (``fit`` may be called again)."""
+        for name in list(self.fitted_attributes()):
+            delattr(self, name)
+
+    def _finish_fit(self) -> None:
+        """Set ``fit_report_`` (closed form by default) and warn when it is not ``ok``.
+
+        ``_fit`` sets ``fit_report_`` (:func:`detcal.calibration.report.make_report`)
+        where an optimiser ran or a parameter can stop at a bound; a
+        :class:`~detcal.calibration.report.CalibrationFitWarning` names what went wrong.
+        """
+        from detcal.calibration.report import make_report, warn_report
+
+        if not isinstance(getattr(self, "fit_report_", None), dict):
+            self.fit_report_ = make_report()
+        warn_report(type(self).__name__, self.fit_report_, stacklevel=4)
 
     def describe(self) -> dict[str, Any]:
         """Provenance: ``{"method": class name, "params": {...}, "fitted": {...} or None}``.
@@ -257,9 +275,11 @@ class ConfidenceCalibrator(Calibrator):
             raise DetcalInputError(f"{type(self).__name__} needs the box features [S,F]", field="features")
         if len(p_arr) == 0:
             raise DetcalInputError("cannot fit on an empty calibration sample", field="p")
+        self._start_fit()
         self._fit(p_arr, y_arr, f_arr if self.uses_features else None)
         self.n_features_ = 0 if (f_arr is None or not self.uses_features) else int(f_arr.shape[1])
         self.n_samples_fit_ = int(len(p_arr))
+        self._finish_fit()
         return self
 
     def transform(self, p: Any, features: Any = None) -> np.ndarray:
@@ -327,9 +347,11 @@ class RegressionCalibrator(Calibrator):
         mu_a, sg_a, y_a, _ = self._validate(mu, sigma, y)
         if mu_a.shape[0] == 0:
             raise DetcalInputError("cannot fit on an empty calibration sample", field="mu")
+        self._start_fit()
         self._fit(mu_a, sg_a, y_a)
         self.n_coords_ = int(mu_a.shape[1])
         self.n_samples_fit_ = int(mu_a.shape[0])
+        self._finish_fit()
         return self
 
     def _prepare(self, mu: Any, sigma: Any) -> tuple[np.ndarray, np.ndarray, bool]:

@@ -1,4 +1,4 @@
-"""Confidence (precision) recalibration (METRICS.md section 5), numpy/scipy only.
+"""Confidence (precision) recalibration (docs/calibration.md), numpy/scipy only.
 
 Every calibrator maps detection scores ``p [S]`` in [0, 1] to calibrated
 precision estimates ``p' [S]``; the target is ``y [S]`` = 1 for a matched
@@ -24,156 +24,27 @@ damped Newton without constraints, scipy's L-BFGS-B with bounds.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize
 from scipy.special import gammaln
 
-from detcal.binning import cell_index, feature_bin_index
 from detcal.calibration.base import ConfidenceCalibrator, clip_p, logit, sigmoid
+from detcal.calibration.histogram import HistogramBinning
+from detcal.calibration.isotonic import interp_thresholds, isotonic_thresholds, pav
+from detcal.calibration.logistic import fit_logistic, fit_logistic_info
+from detcal.calibration.report import make_report
 from detcal.errors import DetcalInputError
 
-# --------------------------------------------------------------------------- logistic core
-
-
-def _logistic_objective(w: np.ndarray, X: np.ndarray, y: np.ndarray, l2: np.ndarray) -> tuple[float, np.ndarray]:
-    """Mean NLL + 0.5 sum(l2 w^2) and its gradient.
-
-    NLL_i = softplus(x_i . w) - y_i x_i . w, gradient X^T (sigmoid(Xw) - y) / S.
-    """
-    z = X @ w
-    nll = float(np.mean(np.logaddexp(0.0, z) - y * z))
-    r = sigmoid(z) - y
-    grad = X.T @ r / len(y) + l2 * w
-    return nll + 0.5 * float(np.sum(l2 * w * w)), grad
-
-
-def fit_logistic(
-    X: np.ndarray,
-    y: np.ndarray,
-    l2: np.ndarray | float = 0.0,
-    bounds: Sequence[tuple[float | None, float | None]] | None = None,
-    w0: np.ndarray | None = None,
-    max_iter: int = 100,
-) -> np.ndarray:
-    """L2-regularised logistic regression: damped Newton, or L-BFGS-B under bounds.
-
-    Minimises ``mean_i [log(1 + exp(x_i.w)) - y_i x_i.w] + 0.5 sum_j l2_j w_j^2``
-    over ``w [P]``; ``X [S,P]`` includes any intercept column. ``l2`` is a
-    scalar or per-column ``[P]`` (0 leaves a column unpenalised).
-    Unconstrained: Newton steps ``H^-1 g`` with ``H = X^T diag(q(1-q)) X / S +
-    diag(l2)`` and Armijo backtracking (the objective is convex; P is small),
-    until the gradient's max norm is below 1e-10 (the rounding floor of a
-    mean over 1e5 samples), the Newton decrement ``g^T H^-1 g`` is below 1e-22,
-    or no step decreases the objective.
-    With ``bounds`` (as for ``scipy.optimize.minimize``): L-BFGS-B.
-    """
-    n_col = X.shape[1]
-    l2v = np.broadcast_to(np.asarray(l2, dtype=np.float64), (n_col,)).copy()
-    w = np.zeros(n_col) if w0 is None else np.asarray(w0, dtype=np.float64).copy()
-    if bounds is not None:
-        res = minimize(
-            _logistic_objective,
-            w,
-            args=(X, y, l2v),
-            jac=True,
-            method="L-BFGS-B",
-            bounds=bounds,
-            options={"maxiter": 10_000, "ftol": 1e-15, "gtol": 1e-11},
-        )
-        return np.asarray(res.x, dtype=np.float64)
-    f, g = _logistic_objective(w, X, y, l2v)
-    for _ in range(max_iter):
-        gmax = float(np.max(np.abs(g)))
-        if gmax < 1e-10:
-            break
-        q = sigmoid(X @ w)
-        H = X.T @ (X * (q * (1.0 - q))[:, None]) / len(y) + np.diag(l2v)
-        try:
-            step = np.linalg.solve(H, g)
-        except np.linalg.LinAlgError:
-            step = np.linalg.lstsq(H, g, rcond=None)[0]
-        if not np.all(np.isfinite(step)):
-            break
-        slope = float(g @ step)  # Newton decrement^2 = g^T H^-1 g: twice the predicted decrease
-        if slope < 1e-22:
-            break
-        t, accepted = 1.0, False
-        while t > 1e-10:
-            w_new = w - t * step
-            f_new, g_new = _logistic_objective(w_new, X, y, l2v)
-            # Armijo, or (at the rounding floor of f) a step that still shrinks the gradient
-            if f_new <= f - 1e-4 * t * slope or (
-                f_new <= f + 1e-13 * max(1.0, abs(f)) and float(np.max(np.abs(g_new))) < gmax
-            ):
-                accepted = True
-                break
-            t *= 0.5
-        if not accepted:
-            break
-        w, f, g = w_new, f_new, g_new
-    return w
-
-
-# --------------------------------------------------------------------------- isotonic core
-
-
-def pav(y: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Pool adjacent violators: the non-decreasing least-squares fit of ``y [M]`` with weights ``w [M]``.
-
-    ``argmin_f sum_i w_i (y_i - f_i)^2  s.t.  f_1 <= ... <= f_M`` (Barlow et
-    al. 1972; Ayer et al. 1955). Vectorised form: each pass merges every
-    maximal run of strictly decreasing adjacent block means at once (merging a
-    violating run is a valid PAV pooling sequence, and PAV's result does not
-    depend on the pooling order), until no violation is left. Each pass is
-    O(blocks); the number of passes is data dependent (a few thousand for
-    300k binary labels, worst case O(M)).
-    """
-    y = np.asarray(y, dtype=np.float64)
-    w = np.asarray(w, dtype=np.float64)
-    if len(y) == 0:
-        return y.copy()
-    s = y * w
-    c = w.copy()
-    start = np.arange(len(y))
-    while len(s) > 1:
-        m = s / c
-        viol = m[:-1] > m[1:]
-        if not viol.any():
-            break
-        new_block = np.concatenate(([True], ~viol))
-        gid = np.cumsum(new_block) - 1
-        s = np.bincount(gid, weights=s)
-        c = np.bincount(gid, weights=c)
-        start = start[new_block]
-    lens = np.diff(np.append(start, len(y)))
-    return np.repeat(s / c, lens)
-
-
-def isotonic_thresholds(x: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Thresholds ``(X [M], Y [M])`` of the non-decreasing isotonic fit of ``y`` on ``x``.
-
-    As scikit-learn's ``IsotonicRegression``: ties in ``x`` are first merged
-    (weighted mean of ``y``, summed weights), PAV runs on the unique ``x``,
-    and only the first and last point of each constant block are kept. The
-    fitted function is ``np.interp(clip(x, X[0], X[-1]), X, Y)``.
-    """
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    w = np.ones_like(x) if w is None else np.asarray(w, dtype=np.float64)
-    ux, inv = np.unique(x, return_inverse=True)
-    sw = np.bincount(inv, weights=w, minlength=len(ux))
-    sy = np.bincount(inv, weights=w * y, minlength=len(ux))
-    fy = pav(sy / sw, sw)
-    if len(fy) > 2:
-        keep = np.ones(len(fy), dtype=bool)
-        keep[1:-1] = (fy[:-2] != fy[1:-1]) | (fy[1:-1] != fy[2:])
-        ux, fy = ux[keep], fy[keep]
-    return ux, fy
-
-
 # --------------------------------------------------------------------------- calibrators
+
+
+def _logistic_report(info: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    """Fit report of a logistic fit (:func:`detcal.calibration.logistic.fit_logistic_info`)."""
+    return make_report(converged=info["converged"], method=info["method"], n_iter=info["n_iter"],
+                       message=info["message"], **kw)
+
 
 
 class TemperatureScaling(ConfidenceCalibrator):
@@ -183,8 +54,16 @@ class TemperatureScaling(ConfidenceCalibrator):
     ``mean_i [softplus(u_i) - y_i u_i]``, ``u_i = logit(p_i) / T``, optimised
     over ``log T`` by L-BFGS-B (bounds ``T in [1e-4, 1e4]``) with the exact
     gradient ``d NLL / d log T = -mean_i (sigmoid(u_i) - y_i) u_i``.
-    ``T > 1`` softens over-confident scores. Learned: ``temperature_``.
-    (netcal's ``TemperatureScaling.temperature`` is the multiplier ``1/T``.)
+    ``T > 1`` softens over-confident scores. Learned: ``temperature_``,
+    ``nll_`` and ``fit_report_``. (netcal's ``TemperatureScaling.temperature``
+    is the multiplier ``1/T``.)
+
+    The search box ``|log T| <= max_log_temperature`` is artificial: when the
+    likelihood keeps falling beyond it (scores that carry no or inverted
+    ranking information, where the optimum is ``T -> inf``: every score
+    squeezed towards 0.5), ``fit_report_["at_bound"]`` names ``temperature``
+    and ``fit`` warns (:class:`~detcal.calibration.report.CalibrationFitWarning`):
+    the learned map is a truncation, not a fit, and should not be used as one.
     """
 
     def __init__(self, max_log_temperature: float = float(np.log(1e4))) -> None:
@@ -209,8 +88,22 @@ class TemperatureScaling(ConfidenceCalibrator):
             bounds=[(-b, b)],
             options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 1000},
         )
-        self.temperature_ = float(np.exp(res.x[0]))
+        theta = float(res.x[0])
+        self.temperature_ = float(np.exp(theta))
         self.nll_ = float(res.fun)
+        grad = float(self._objective(np.array([theta]), z, y)[1][0])
+        at_bound = []
+        # at the box and the NLL still decreasing outwards: the optimum lies beyond the bound
+        if abs(abs(theta) - b) <= 1e-9 * max(b, 1.0) and grad * np.sign(theta) < 0:
+            at_bound.append({"parameter": "temperature", "value": self.temperature_,
+                             "bound": float(np.exp(np.sign(theta) * b))})
+        lo, hi = sigmoid(np.array([z.min(), z.max()]) / self.temperature_)
+        notes = []
+        if hi - lo < 0.1:
+            notes.append(f"T = {self.temperature_:.4g} squeezes the calibration scores into [{lo:.4f}, {hi:.4f}]: "
+                         "they carry almost no information about y at this IoU")
+        self.fit_report_ = make_report(converged=bool(res.success), method="L-BFGS-B over log T",
+                                       n_iter=int(res.nit), message=str(res.message), at_bound=at_bound, notes=notes)
 
     def _transform(self, p: np.ndarray, features: np.ndarray | None) -> np.ndarray:
         return sigmoid(logit(p) / self.temperature_)
@@ -230,9 +123,10 @@ class PlattScaling(ConfidenceCalibrator):
     def _fit(self, p: np.ndarray, y: np.ndarray, features: np.ndarray | None) -> None:
         z = logit(p)
         X = np.column_stack([z, np.ones_like(z)])
-        w = fit_logistic(X, y, 0.0, w0=np.array([1.0, 0.0]))
+        w, info = fit_logistic_info(X, y, 0.0, w0=np.array([1.0, 0.0]))
         self.a_ = float(w[0])
         self.b_ = float(w[1])
+        self.fit_report_ = _logistic_report(info)
 
     def _transform(self, p: np.ndarray, features: np.ndarray | None) -> np.ndarray:
         return sigmoid(self.a_ * logit(p) + self.b_)
@@ -295,8 +189,9 @@ class PositionLogistic(ConfidenceCalibrator):
         pen[:2] = 0.0
         w0 = np.zeros(X.shape[1])
         w0[1] = 1.0
-        self.coef_ = fit_logistic(X, y, pen, w0=w0)
+        self.coef_, info = fit_logistic_info(X, y, pen, w0=w0)
         self.columns_ = names
+        self.fit_report_ = _logistic_report(info)
 
     def _transform(self, p: np.ndarray, features: np.ndarray | None) -> np.ndarray:
         assert features is not None
@@ -304,82 +199,20 @@ class PositionLogistic(ConfidenceCalibrator):
         return sigmoid(X @ self.coef_)
 
 
-class HistogramBinning(ConfidenceCalibrator):
-    """Histogram binning (Zadrozny & Elkan 2001), 1-D or over the D-ECE grid.
-
-    * Without features: equal-width bins over p in [0, 1] (``bins``, half-open
-      ``[a, b)``, last closed, as :func:`detcal.binning.feature_bin_index`);
-      ``p' = mean y`` of the calibration samples in p's bin.
-    * With features ``[S,F]``: the D-ECE cells over (p, f_1..f_F)
-      (:func:`detcal.binning.cell_index` with ``grid_bins``, default 5 per
-      feature, Kueppers et al. 2020); ``p' = mean y`` in the sample's cell.
-
-    Sparse/empty cells fall back, in order: a cell with fewer than
-    ``min_samples`` calibration samples uses the 1-D confidence bin of the
-    sample; a 1-D bin with fewer than ``min_samples`` uses the global
-    frequency ``mean y``. Learned: ``bin_freq_ [B]`` (NaN where sparse),
-    ``cell_freq_ [C]`` (NaN where sparse; empty array without features),
-    ``global_freq_``, ``bin_count_``, ``cell_count_``.
-    """
-
-    uses_features = True
-
-    def __init__(self, bins: int = 15, grid_bins: int | list[int] = 5, min_samples: int = 1) -> None:
-        self.bins = bins
-        self.grid_bins = grid_bins
-        self.min_samples = min_samples
-
-    def _grid(self, n_features: int) -> int | list[int]:
-        gb = self.grid_bins
-        return int(gb) if np.ndim(gb) == 0 else [int(b) for b in gb]  # type: ignore[union-attr]
-
-    def _fit(self, p: np.ndarray, y: np.ndarray, features: np.ndarray | None) -> None:
-        if int(self.bins) < 1:
-            raise DetcalInputError(f"bins must be >= 1, got {self.bins}", field="bins")
-        if int(self.min_samples) < 1:
-            raise DetcalInputError(f"min_samples must be >= 1, got {self.min_samples}", field="min_samples")
-        nb = int(self.bins)
-        b = feature_bin_index(p, nb)
-        cnt = np.bincount(b, minlength=nb).astype(np.float64)
-        pos = np.bincount(b, weights=y, minlength=nb)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            freq = np.where(cnt >= self.min_samples, pos / np.maximum(cnt, 1), np.nan)
-        self.bin_freq_ = freq
-        self.bin_count_ = cnt.astype(np.int64)
-        self.global_freq_ = float(np.mean(y))
-        if features is not None:
-            try:
-                c, n_cells = cell_index(np.column_stack([p, features]), self._grid(features.shape[1] + 1))
-            except ValueError as exc:
-                raise DetcalInputError(str(exc), field="grid_bins") from exc
-            ccnt = np.bincount(c, minlength=n_cells).astype(np.float64)
-            cpos = np.bincount(c, weights=y, minlength=n_cells)
-            self.cell_freq_ = np.where(ccnt >= self.min_samples, cpos / np.maximum(ccnt, 1), np.nan)
-            self.cell_count_ = ccnt.astype(np.int64)
-        else:
-            self.cell_freq_ = np.zeros(0)
-            self.cell_count_ = np.zeros(0, dtype=np.int64)
-
-    def _transform(self, p: np.ndarray, features: np.ndarray | None) -> np.ndarray:
-        out = self.bin_freq_[feature_bin_index(p, len(self.bin_freq_))]
-        out = np.where(np.isnan(out), self.global_freq_, out)
-        if features is not None:
-            c, _ = cell_index(np.column_stack([p, features]), self._grid(features.shape[1] + 1))
-            cell = self.cell_freq_[c]
-            out = np.where(np.isnan(cell), out, cell)
-        return out
-
-
 class IsotonicCalibration(ConfidenceCalibrator):
     """Isotonic regression calibration (Zadrozny & Elkan 2002).
 
     ``R = argmin_{R non-decreasing} sum_i (y_i - R(p_i))^2`` by pool adjacent
-    violators (:func:`pav`, own vectorised implementation). Ties in p are
+    violators (:func:`scipy.optimize.isotonic_regression`). Ties in p are
     merged first; the fit is stored as thresholds ``x_thresholds_ [M]``,
     ``y_thresholds_ [M]`` (first and last point of each constant block), and
     ``p' = np.interp(clip(p, x_0, x_M), x_thresholds_, y_thresholds_)``
     (linear between blocks, constant outside: scikit-learn's
-    ``IsotonicRegression(out_of_bounds="clip")``).
+    ``IsotonicRegression(out_of_bounds="clip")``). Between two thresholds a
+    subnormal distance apart, where ``np.interp``'s slope overflows, the
+    value is interpolated by position instead
+    (:func:`detcal.calibration.isotonic.interp_thresholds`), so it stays
+    between the two threshold values.
     """
 
     def __init__(self) -> None:
@@ -389,7 +222,7 @@ class IsotonicCalibration(ConfidenceCalibrator):
         self.x_thresholds_, self.y_thresholds_ = isotonic_thresholds(p, y)
 
     def _transform(self, p: np.ndarray, features: np.ndarray | None) -> np.ndarray:
-        return np.interp(p, self.x_thresholds_, self.y_thresholds_)
+        return interp_thresholds(p, self.x_thresholds_, self.y_thresholds_)
 
 
 class BBQ(ConfidenceCalibrator):
@@ -521,15 +354,19 @@ class BetaCalibration(ConfidenceCalibrator):
         q = clip_p(p)
         if self.parameters == "abm":
             X = np.column_stack([np.log(q), -np.log1p(-q), np.ones_like(q)])
-            w = fit_logistic(X, y, 0.0, bounds=[(0.0, None), (0.0, None), (None, None)], w0=np.array([1.0, 1.0, 0.0]))
+            w, info = fit_logistic_info(X, y, 0.0, bounds=[(0.0, None), (0.0, None), (None, None)],
+                                        w0=np.array([1.0, 1.0, 0.0]))
             a, b, c = w
         elif self.parameters == "am":
             X = np.column_stack([logit(q), np.ones_like(q)])
-            w = fit_logistic(X, y, 0.0, bounds=[(0.0, None), (None, None)], w0=np.array([1.0, 0.0]))
+            w, info = fit_logistic_info(X, y, 0.0, bounds=[(0.0, None), (None, None)], w0=np.array([1.0, 0.0]))
             a, b, c = w[0], w[0], w[1]
         else:
             raise DetcalInputError(f"parameters must be 'abm' or 'am', got {self.parameters!r}", field="parameters")
         self.a_, self.b_, self.c_ = float(a), float(b), float(c)
+        names = ("a", "b") if self.parameters == "abm" else ("a",)
+        active = [{"parameter": n, "value": v, "bound": 0.0} for n, v in zip(names, (self.a_, self.b_)) if v <= 0.0]
+        self.fit_report_ = _logistic_report(info, active_constraints=active)
 
     def _transform(self, p: np.ndarray, features: np.ndarray | None) -> np.ndarray:
         q = clip_p(p)

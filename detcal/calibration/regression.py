@@ -1,4 +1,4 @@
-"""Regression-uncertainty recalibration (METRICS.md section 5), numpy/scipy only.
+"""Regression-uncertainty recalibration (docs/calibration.md), numpy/scipy only.
 
 Inputs per coordinate k (tx, ty, tw, th, or pixels): predicted mean ``mu``,
 predicted standard deviation ``sigma > 0``, target ``y``; arrays ``[S,K]`` or
@@ -22,7 +22,8 @@ from scipy.special import ndtr, ndtri
 
 from detcal.binning import equal_count_bins
 from detcal.calibration.base import P_CLIP, RegressionCalibrator
-from detcal.calibration.confidence import isotonic_thresholds
+from detcal.calibration.isotonic import interp_thresholds, isotonic_thresholds
+from detcal.calibration.report import make_report
 from detcal.errors import DetcalInputError
 
 _SQRT_2PI = float(np.sqrt(2.0 * np.pi))
@@ -96,7 +97,8 @@ class StdScalingSGD(RegressionCalibrator):
     (the SGD noise floor), the batch size doubles (up to the full batch,
     where the iteration is deterministic and converges to the closed form
     of :class:`StdScaling`); ``max_steps`` caps the number of steps.
-    Learned: ``scale_ [K]``, ``n_steps_``, ``converged_``, ``stationarity_ [K]``.
+    Learned: ``scale_ [K]``, ``n_steps_``, ``converged_``, ``stationarity_ [K]``,
+    ``fit_report_`` (not converged: a warning).
     """
 
     def __init__(
@@ -185,6 +187,10 @@ class StdScalingSGD(RegressionCalibrator):
         self.n_steps_ = int(steps)
         self.converged_ = bool(converged)
         self.stationarity_ = np.abs(1.0 - m_full / self.scale_**2)
+        msg = (f"full-data stationarity |1 - mean r^2 / s^2| below tol={self.tol} after {steps} steps" if converged
+               else f"max_steps={self.max_steps} reached with stationarity {float(self.stationarity_.max()):.3g} "
+                    f"> tol={self.tol}; the closed form StdScaling gives the exact minimiser")
+        self.fit_report_ = make_report(converged=converged, method="momentum SGD", n_iter=steps, message=msg)
 
     def _transform(self, mu: np.ndarray, sigma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return mu.copy(), sigma * self.scale_
@@ -266,7 +272,8 @@ class KuleshovIsotonic(RegressionCalibrator):
         if y_a.shape != mu_a.shape:
             raise DetcalInputError(f"shape {y_a.shape} does not match mu {mu_a.shape}", field="y")
         p = ndtr((y_a - mu_a) / sg_a)
-        out = np.column_stack([np.interp(p[:, j], self.x_thresholds_[j], self.y_thresholds_[j]) for j in range(self.n_coords_)])
+        out = np.column_stack([interp_thresholds(p[:, j], self.x_thresholds_[j], self.y_thresholds_[j])
+                               for j in range(self.n_coords_)])
         return out[:, 0] if one_d else out
 
     def quantile(self, q: Any, mu: Any, sigma: Any) -> np.ndarray:
@@ -305,7 +312,8 @@ class SigmaHistogramBinning(RegressionCalibrator):
     ``edges_`` = midpoints between the largest sigma of a bin and the
     smallest of the next (a sigma equal to an edge goes to the upper bin;
     values beyond the extremes go to the first/last bin). A bin whose RMSE is 0
-    gets the factor 1e-12 (sigma' must stay > 0). Empty bins (fewer samples
+    gets the factor 1e-12 (sigma' must stay > 0; reported in
+    ``fit_report_["at_bound"]`` with a warning). Empty bins (fewer samples
     than bins) are dropped. Learned per coordinate (lists): ``edges_``,
     ``factor_``, ``rmv_``, ``rmse_``, ``count_``.
     """
@@ -342,6 +350,9 @@ class SigmaHistogramBinning(RegressionCalibrator):
         self.rmv_ = rmvs
         self.rmse_ = rmses
         self.count_ = counts
+        floor = [{"parameter": f"factor[coord {j}][bin {b}]", "value": float(f[b]), "bound": 1e-12}
+                 for j, f in enumerate(factors) for b in np.flatnonzero(f <= 1e-12)]
+        self.fit_report_ = make_report(at_bound=floor, message="closed form (per-bin RMSE / RMV)")
 
     def _transform(self, mu: np.ndarray, sigma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         out = np.empty_like(sigma)

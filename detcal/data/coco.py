@@ -215,8 +215,15 @@ def _parse_json(path: PathLike) -> Any:
         data = Path(path).read_bytes()
     except OSError as e:
         raise DetcalInputError(f"cannot read file: {e.strerror or e}", file=file) from e
+    if _orjson is not None:
+        try:
+            return _orjson.loads(data)
+        except ValueError:
+            pass  # not strict JSON (NaN tokens, bad UTF-8, a syntax error): json says precisely what and where
     try:
-        return _orjson.loads(data) if _orjson is not None else json.loads(data)
+        return json.loads(data)
+    except RecursionError as e:
+        raise DetcalInputError("not JSON detcal can read: nested too deeply", file=file) from e
     except UnicodeDecodeError as e:
         raise DetcalInputError("not JSON: the file is not UTF-8 text", file=file, record=f"byte {e.start}") from e
     except ValueError as e:  # json.JSONDecodeError and orjson.JSONDecodeError are ValueErrors

@@ -1,12 +1,29 @@
-"""Percentile bootstrap over images (METRICS.md section 3), numpy/scipy only.
+"""Bootstrap over images (docs/calibration.md#bootstrap), numpy/scipy only.
 
 The resampling unit is the image (or any group): each replicate draws
 ``I`` groups with replacement (``np.random.default_rng(seed).integers``), and
-all samples of a drawn group enter together, as many times as it was drawn
-(Efron & Tibshirani 1993, ch. 13: percentile interval
-``[q_{(1-level)/2}, q_{(1+level)/2}]`` of the replicate values, numpy's
-linear quantile; replicates whose value is undefined (NaN) are left out and
-counted).
+all samples of a drawn group enter together, as many times as it was drawn.
+Replicates whose value is undefined (NaN) are left out and counted.
+
+Intervals (:func:`interval`; ``method``):
+
+* ``"bca"`` (default): bias-corrected and accelerated (Efron 1987; Efron &
+  Tibshirani 1993, ch. 14): the replicate quantiles at
+  ``a_lo = Phi(z0 + (z0 + z_lo) / (1 - a (z0 + z_lo)))`` and likewise
+  ``a_hi``, with ``z_lo, z_hi = Phi^-1((1 -+ level) / 2)``, the bias
+  correction ``z0 = Phi^-1(share of replicates below the estimate, ties
+  counted half)`` and the acceleration ``a = sum d^3 / (6 (sum d^2)^1.5)``,
+  ``d_i = mean(jack) - jack_i`` over the leave-one-image-out (jackknife)
+  values (:func:`jackknife_many`);
+* ``"bc"``: bias-corrected percentile, the same with ``a = 0`` (no jackknife);
+* ``"percentile"``: ``[q_{(1-level)/2}, q_{(1+level)/2}]`` of the replicates
+  (Efron & Tibshirani 1993, ch. 13), numpy's linear quantile.
+
+Every interval reports the bootstrap bias ``mean(replicates) - estimate``.
+When fewer than ``MIN_SIDE`` replicates fall on one side of the estimate the
+bias dominates the spread and ``z0`` is not estimable: the BCa/BC interval
+is then not computed (NaN) and ``ci_note`` says why; the percentile interval
+and the bias are still given.
 
 Two paths give the same replicates (the draws are identical):
 
@@ -29,6 +46,8 @@ from typing import Any, Callable, Hashable, Iterator, Mapping
 import numpy as np
 import scipy.sparse as sp
 
+from scipy.special import ndtr, ndtri
+
 from detcal.binning import CellSums
 from detcal.errors import DetcalInputError
 from detcal.types import MetricResult
@@ -37,9 +56,24 @@ _BLOCK_ELEMS = 1 << 21
 """Draws per block: replicates are drawn in blocks of ``max(1, 2**21 // I)``."""
 
 
-def ci_params(n_boot: int, level: float, seed: int) -> dict[str, Any]:
+METHODS: tuple[str, ...] = ("bca", "bc", "percentile")
+"""Interval methods (module docstring); ``"bca"`` is the default."""
+
+MIN_SIDE: int = 2
+"""BCa/BC need at least this many finite replicates on each side of the estimate (else ``z0`` is +-inf)."""
+
+JACKKNIFE_BLOCKS: int = 200
+"""Generic (black-box) metrics: above this many images, the jackknife deletes blocks of images (module docstring)."""
+
+
+def ci_params(n_boot: int, level: float, seed: int, method: str = "percentile") -> dict[str, Any]:
     """Provenance of a bootstrap interval, for ``MetricResult.params["bootstrap"]``."""
-    return {"method": "percentile", "unit": "image", "n_boot": int(n_boot), "level": float(level), "seed": int(seed)}
+    return {"method": method, "unit": "image", "n_boot": int(n_boot), "level": float(level), "seed": int(seed)}
+
+
+def _check_method(method: str) -> None:
+    if method not in METHODS:
+        raise DetcalInputError(f"method must be one of {list(METHODS)}, got {method!r}", field="method")
 
 
 def _check(n_boot: int, level: float | None = None) -> None:
@@ -101,6 +135,40 @@ def _value(r: Any) -> float:
     return float(r.value) if isinstance(r, MetricResult) else float(r)
 
 
+def _fast_mats(metric_fns: Mapping[str, Any], names: list[str], inv: np.ndarray, n_groups: int,
+               arrays: tuple[Any, ...]) -> list[tuple[list[str], sp.csr_matrix, int]]:
+    """Per grid: (metric names, ``A^T [C_occ*k, I]`` of per-(image, cell) sums, C_occ)."""
+    grids: dict[Hashable, list[str]] = {}
+    for n in names:
+        grids.setdefault(metric_fns[n].grid_key(*arrays), []).append(n)
+    mats: list[tuple[list[str], sp.csr_matrix, int]] = []
+    for members in grids.values():
+        rows, cols, sums, _ = metric_fns[members[0]].pair_sums(inv, *arrays)
+        occ, col = np.unique(cols, return_inverse=True)
+        k = len(CellSums._fields)
+        data = np.stack(list(sums), axis=1).ravel()  # [P*k], pair-major
+        a = sp.csr_matrix(
+            (data, (np.repeat(rows, k), (col.reshape(-1, 1) * k + np.arange(k)).ravel())),
+            shape=(n_groups, len(occ) * k),
+        )
+        mats.append((members, a.T.tocsr(), len(occ)))
+    return mats
+
+
+def _weighted_values(metric_fns: Mapping[str, Any], mats: list[tuple[list[str], sp.csr_matrix, int]],
+                     w: np.ndarray, out: dict[str, np.ndarray], r0: int) -> None:
+    """Values of the fast metrics for group weights ``w [b, I]`` into ``out[name][r0:r0+b]``."""
+    k = len(CellSums._fields)
+    for members, at, n_occ in mats:
+        sub = max(1, _BLOCK_ELEMS // (n_occ * k))  # bound the dense [sub, C_occ, k] result
+        for s0 in range(0, len(w), sub):
+            ws = w[s0:s0 + sub]
+            rep = np.asarray(at @ ws.T).T.reshape(len(ws), n_occ, k)  # [sub, C_occ, k]
+            rep_sums = CellSums(*np.moveaxis(rep, -1, 0))
+            for n in members:
+                out[n][r0 + s0:r0 + s0 + len(ws)] = metric_fns[n].values(rep_sums)
+
+
 def bootstrap_many(
     metric_fns: Mapping[str, Callable[..., Any]],
     groups: Any,
@@ -125,35 +193,14 @@ def bootstrap_many(
         return out
     fast_names = [n for n in names if fast and _is_fast(metric_fns[n])]
     slow_names = [n for n in names if n not in fast_names]
-    grids: dict[Hashable, list[str]] = {}
-    for n in fast_names:
-        grids.setdefault(metric_fns[n].grid_key(*arrays), []).append(n)  # type: ignore[attr-defined]
-    mats: list[tuple[list[str], sp.csc_matrix, int]] = []
-    for members in grids.values():
-        rows, cols, sums, _ = metric_fns[members[0]].pair_sums(inv, *arrays)  # type: ignore[attr-defined]
-        occ, col = np.unique(cols, return_inverse=True)
-        k = len(CellSums._fields)
-        data = np.stack(list(sums), axis=1).ravel()  # [P*k], pair-major
-        a = sp.csr_matrix(
-            (data, (np.repeat(rows, k), (col.reshape(-1, 1) * k + np.arange(k)).ravel())),
-            shape=(n_groups, len(occ) * k),
-        )
-        mats.append((members, a.T.tocsr(), len(occ)))
+    mats = _fast_mats(metric_fns, fast_names, inv, n_groups, arrays)
     r0 = 0
     for picks in _draws(n_groups, int(n_boot), seed):
         b = picks.shape[0]
         if mats:
             flat = (np.arange(b, dtype=np.int64)[:, None] * n_groups + picks).ravel()
             w = np.bincount(flat, minlength=b * n_groups).reshape(b, n_groups).astype(np.float64)
-            k = len(CellSums._fields)
-            for members, at, n_occ in mats:
-                sub = max(1, _BLOCK_ELEMS // (n_occ * k))  # bound the dense [sub, C_occ, k] result
-                for s0 in range(0, b, sub):
-                    ws = w[s0:s0 + sub]
-                    rep = np.asarray(at @ ws.T).T.reshape(len(ws), n_occ, k)  # [sub, C_occ, k]
-                    rep_sums = CellSums(*np.moveaxis(rep, -1, 0))
-                    for n in members:
-                        out[n][r0 + s0:r0 + s0 + len(ws)] = metric_fns[n].values(rep_sums)  # type: ignore[attr-defined]
+            _weighted_values(metric_fns, mats, w, out, r0)
         if slow_names:
             for j in range(b):  # loop over replicates (the index itself is vectorised)
                 idx = resample_rows(picks[j], order, starts, counts)
@@ -164,6 +211,76 @@ def bootstrap_many(
                         out[n][r0 + j] = _value(metric_fns[n](*sub))
         r0 += b
     return out
+
+
+def jackknife_blocks(n_groups: int, n_blocks: int | None, seed: int = 0) -> np.ndarray:
+    """Block ``[I]`` of each group for a delete-a-block jackknife.
+
+    ``n_blocks`` None or ``>= I``: every group is its own block (the
+    leave-one-image-out jackknife). Otherwise groups are dealt into
+    ``n_blocks`` blocks of near-equal size in the order of
+    ``np.random.default_rng(seed).permutation(I)`` (the grouped jackknife of
+    Efron & Narasimhan 2020, "The automatic construction of bootstrap
+    confidence intervals", used to estimate the acceleration of BCa).
+    """
+    if n_blocks is None or n_blocks >= n_groups:
+        return np.arange(n_groups, dtype=np.int64)
+    if int(n_blocks) < 2:
+        raise DetcalInputError(f"the jackknife needs >= 2 blocks, got {n_blocks}", field="jackknife_blocks")
+    block = np.empty(n_groups, dtype=np.int64)
+    block[np.random.default_rng(seed).permutation(n_groups)] = np.arange(n_groups) % int(n_blocks)
+    return block
+
+
+def jackknife_many(
+    metric_fns: Mapping[str, Callable[..., Any]],
+    groups: Any,
+    *arrays: Any,
+    fast: bool = True,
+    n_blocks: int | None = None,
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
+    """Delete-a-block jackknife values ``[m]`` of several metrics (block j left out in value j).
+
+    Blocks are from :func:`jackknife_blocks` (``n_blocks=None``: one image
+    per block for fast metrics, at most ``JACKKNIFE_BLOCKS`` blocks for
+    generic ones, each of which costs one call per block). The fast path is
+    the bootstrap's sparse product with weights ``1 - [group in block j]``
+    (no loop over images); the generic path calls ``metric_fn`` on the
+    samples outside each block (a loop over blocks).
+    """
+    inv, n_groups, _, _, _ = _layout(groups, arrays)
+    names = list(metric_fns)
+    if n_groups == 0:
+        return {name: np.zeros(0) for name in names}
+    fast_names = [n for n in names if fast and _is_fast(metric_fns[n])]
+    slow_names = [n for n in names if n not in fast_names]
+    out: dict[str, np.ndarray] = {}
+    if fast_names:
+        block = jackknife_blocks(n_groups, n_blocks, seed)
+        m = int(block.max()) + 1
+        res = {n: np.full(m, np.nan) for n in fast_names}
+        mats = _fast_mats(metric_fns, fast_names, inv, n_groups, arrays)
+        step = max(1, _BLOCK_ELEMS // n_groups)
+        for j0 in range(0, m, step):
+            js = np.arange(j0, min(m, j0 + step))
+            w = (block[None, :] != js[:, None]).astype(np.float64)  # [b, I]
+            _weighted_values(metric_fns, mats, w, res, j0)
+        out.update(res)
+    if slow_names:
+        block = jackknife_blocks(n_groups, JACKKNIFE_BLOCKS if n_blocks is None else n_blocks, seed)
+        m = int(block.max()) + 1
+        sample_block = block[inv]
+        res = {n: np.full(m, np.nan) for n in slow_names}
+        for j in range(m):  # loop over blocks of images
+            idx = np.flatnonzero(sample_block != j)
+            sub = tuple(None if a is None else np.asarray(a)[idx] for a in arrays)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for n in slow_names:
+                    res[n][j] = _value(metric_fns[n](*sub))
+        out.update(res)
+    return {n: out[n] for n in names}
 
 
 def bootstrap_values(
@@ -184,6 +301,93 @@ def percentile_interval(values: np.ndarray, level: float = 0.95) -> tuple[float,
     return (float(lo), float(hi))
 
 
+def interval(
+    values: np.ndarray,
+    estimate: float,
+    level: float = 0.95,
+    method: str = "bca",
+    jackknife: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """A bootstrap interval of ``estimate`` from replicate ``values`` (module docstring).
+
+    Returns ``{"ci": (lo, hi), "method", "bias", "z0", "acceleration",
+    "note"}``: ``bias = mean(finite replicates) - estimate``; ``z0`` and
+    ``acceleration`` as used (``None`` where the method has none); ``note``
+    is empty or says why the interval is NaN. ``jackknife`` (values of
+    :func:`jackknife_many`) is required by ``"bca"``.
+    """
+    _check(1, level)
+    _check_method(method)
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    est = float(estimate)
+    out: dict[str, Any] = {"ci": (float("nan"), float("nan")), "method": method, "bias": float("nan"),
+                           "z0": None, "acceleration": None, "note": ""}
+    if len(v) == 0 or not np.isfinite(est):
+        out["note"] = "no finite replicate" if len(v) == 0 else "the estimate is undefined"
+        return out
+    out["bias"] = float(np.mean(v) - est)
+    if method == "percentile":
+        out["ci"] = percentile_interval(v, level)
+        return out
+    below, equal = int(np.sum(v < est)), int(np.sum(v == est))
+    above = len(v) - below - equal
+    if min(below + equal, above + equal) < MIN_SIDE:
+        out["note"] = (f"{below} of {len(v)} replicates below and {above} above the estimate: the bootstrap bias "
+                       f"({out['bias']:.4g}) dominates the spread, z0 is not estimable and no {method} interval "
+                       "is given")
+        return out
+    z0 = float(ndtri((below + 0.5 * equal) / len(v)))
+    acc = 0.0
+    if method == "bca":
+        if jackknife is None:
+            raise DetcalInputError("a BCa interval needs the jackknife values", field="jackknife")
+        jk = np.asarray(jackknife, dtype=np.float64)
+        jk = jk[np.isfinite(jk)]
+        d = jk.mean() - jk if len(jk) else jk
+        ss = float(np.sum(d * d))
+        acc = float(np.sum(d**3) / (6.0 * ss**1.5)) if ss > 0 else 0.0
+    z = ndtri(np.array([(1.0 - level) / 2.0, (1.0 + level) / 2.0]))
+    alphas = ndtr(z0 + (z0 + z) / (1.0 - acc * (z0 + z)))
+    lo, hi = np.quantile(v, alphas)
+    out.update(ci=(float(lo), float(hi)), z0=z0, acceleration=acc if method == "bca" else None)
+    if alphas[0] * len(v) < 1.0 or (1.0 - alphas[1]) * len(v) < 1.0:
+        out["note"] = (f"the adjusted levels ({alphas[0]:.2g}, {alphas[1]:.2g}) reach the extreme replicates: "
+                       "the end point is a Monte-Carlo extreme; more replicates (n_boot) give a steadier one")
+    return out
+
+
+def _estimate(metric_fn: Callable[..., Any], arrays: tuple[Any, ...]) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _value(metric_fn(*arrays))
+
+
+def bootstrap_interval(
+    metric_fn: Callable[..., Any],
+    groups: Any,
+    *arrays: Any,
+    n_boot: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+    fast: bool = True,
+    method: str = "bca",
+    estimate: float | None = None,
+) -> dict[str, Any]:
+    """:func:`interval` of ``metric_fn(*arrays)`` over ``groups``, plus ``"undefined_replicates"``.
+
+    ``estimate``: the metric on the full sample (computed when ``None``).
+    """
+    _check(n_boot, level)
+    _check_method(method)
+    values = bootstrap_values(metric_fn, groups, *arrays, n_boot=n_boot, seed=seed, fast=fast)
+    est = _estimate(metric_fn, arrays) if estimate is None else float(estimate)
+    jk = jackknife_many({"m": metric_fn}, groups, *arrays, fast=fast)["m"] if method == "bca" else None
+    res = interval(values, est, level, method, jk)
+    res["undefined_replicates"] = int(np.sum(~np.isfinite(values)))
+    return res
+
+
 def bootstrap_ci(
     metric_fn: Callable[..., Any],
     groups: np.ndarray,
@@ -192,16 +396,41 @@ def bootstrap_ci(
     level: float = 0.95,
     seed: int = 0,
     fast: bool = True,
+    method: str = "bca",
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of ``metric_fn(*arrays)`` over ``groups`` (image ids).
+    """Bootstrap interval ``(low, high)`` of ``metric_fn(*arrays)`` over ``groups`` (image ids).
 
     Detections of one image are resampled together; ``n_boot`` replicates
-    drawn with ``np.random.default_rng(seed)``; returns ``(low, high)``
-    (``(nan, nan)`` for an empty sample). ``fast`` uses the per-(image, cell)
-    matrix path when the metric supports it (identical replicates).
+    drawn with ``np.random.default_rng(seed)``; ``method`` ``"bca"``
+    (default), ``"bc"`` or ``"percentile"`` (module docstring). ``(nan,
+    nan)`` for an empty sample or where the method is not defined. ``fast``
+    uses the per-(image, cell) matrix path when the metric supports it
+    (identical replicates).
     """
-    _check(n_boot, level)
-    return percentile_interval(bootstrap_values(metric_fn, groups, *arrays, n_boot=n_boot, seed=seed, fast=fast), level)
+    return bootstrap_interval(metric_fn, groups, *arrays, n_boot=n_boot, level=level, seed=seed, fast=fast,
+                              method=method)["ci"]
+
+
+def attach_interval(result: MetricResult, res: dict[str, Any], n_boot: int, level: float, seed: int) -> MetricResult:
+    """A copy of ``result`` carrying the interval ``res`` of :func:`bootstrap_interval`.
+
+    Sets ``ci``, ``ci_level``, ``params["bootstrap"]`` and, in ``extra``:
+    ``ci_undefined_replicates``, ``bootstrap_bias`` (mean replicate minus
+    the value), ``bias_corrected`` (value minus bias), ``ci_z0`` and
+    ``ci_acceleration`` (BCa/BC), and ``ci_note`` when the interval is not
+    given.
+    """
+    extra = {**result.extra, "ci_undefined_replicates": int(res.get("undefined_replicates", 0)),
+             "bootstrap_bias": res["bias"], "bias_corrected": float(result.value) - res["bias"]}
+    if res["z0"] is not None:
+        extra["ci_z0"] = res["z0"]
+    if res["acceleration"] is not None:
+        extra["ci_acceleration"] = res["acceleration"]
+    if res["note"]:
+        extra["ci_note"] = res["note"]
+    return dataclasses.replace(
+        result, ci=tuple(res["ci"]), ci_level=float(level),
+        params={**result.params, "bootstrap": ci_params(n_boot, level, seed, res["method"])}, extra=extra)
 
 
 def with_ci(
@@ -213,16 +442,38 @@ def with_ci(
     level: float = 0.95,
     seed: int = 0,
     fast: bool = True,
+    method: str = "bca",
 ) -> MetricResult:
-    """A copy of ``result`` with ``ci``, ``ci_level``, ``params["bootstrap"]`` and
-    ``extra["ci_undefined_replicates"]`` (replicates with a NaN value) from
-    :func:`bootstrap_ci` of ``metric_fn(*arrays)``."""
+    """A copy of ``result`` with the bootstrap interval of ``metric_fn(*arrays)`` over ``groups``
+    (:func:`bootstrap_interval` with ``estimate = result.value``; fields as :func:`attach_interval`)."""
+    res = bootstrap_interval(metric_fn, groups, *arrays, n_boot=n_boot, level=level, seed=seed, fast=fast,
+                             method=method, estimate=float(result.value))
+    return attach_interval(result, res, n_boot, level, seed)
+
+
+def suite_intervals(
+    results: Mapping[str, MetricResult],
+    metric_fns: Mapping[str, Callable[..., Any]],
+    groups: Any,
+    *arrays: Any,
+    n_boot: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+    method: str = "bca",
+) -> dict[str, MetricResult]:
+    """``results`` with intervals for every name in ``metric_fns`` over shared draws and one jackknife.
+
+    The replicates of all metrics come from one :func:`bootstrap_many` call
+    (identical to one :func:`with_ci` per metric); the value of each result
+    is its estimate. Names of ``results`` not in ``metric_fns`` pass through.
+    """
     _check(n_boot, level)
-    values = bootstrap_values(metric_fn, groups, *arrays, n_boot=n_boot, seed=seed, fast=fast)
-    return dataclasses.replace(
-        result,
-        ci=percentile_interval(values, level),
-        ci_level=float(level),
-        params={**result.params, "bootstrap": ci_params(n_boot, level, seed)},
-        extra={**result.extra, "ci_undefined_replicates": int(np.sum(~np.isfinite(values)))},
-    )
+    _check_method(method)
+    reps = bootstrap_many(metric_fns, groups, *arrays, n_boot=n_boot, seed=seed)
+    jack = jackknife_many(metric_fns, groups, *arrays) if method == "bca" else {}
+    out = dict(results)
+    for name, values in reps.items():
+        res = interval(values, float(results[name].value), level, method, jack.get(name))
+        res["undefined_replicates"] = int(np.sum(~np.isfinite(values)))
+        out[name] = attach_interval(results[name], res, n_boot, level, seed)
+    return out

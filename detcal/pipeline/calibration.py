@@ -133,6 +133,42 @@ def _confidence_eval(spec: EvaluationSpec, p: np.ndarray, y: np.ndarray, feats: 
     return {k: v.to_dict() for k, v in res.items()}
 
 
+def _confidence_change(spec: EvaluationSpec, p_b: np.ndarray, p_a: np.ndarray, y: np.ndarray,
+                       feats: np.ndarray | None, image_id: np.ndarray) -> dict[str, Any]:
+    """After minus before of the confidence suite, with paired-bootstrap intervals over images."""
+    from detcal.metrics.confidence import ConfidenceConfig
+    from detcal.metrics.paired import confidence_changes
+
+    b, bs = spec.dece_binning, spec.bootstrap
+    if bs.n == 0:
+        return {"_skipped": "bootstrap.n=0: no intervals for the changes"}
+    ccfg = ConfidenceConfig(ece_bins=b.ece_bins, dece_bins=b.bins_arg(), sample_threshold=b.sample_threshold,
+                            policy=b.policy, n_boot=bs.n, ci_level=bs.level, seed=bs.seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ch = confidence_changes(p_b, p_a, y, feats, image_id, ccfg, method=bs.method)
+    return {k: v.to_dict() for k, v in ch.items()}
+
+
+def _regression_change(spec: EvaluationSpec, s_e: Any, mu_a: np.ndarray, sg_a: np.ndarray) -> dict[str, Any]:
+    """After minus before of the coordinate-mean ENCE, M-QCE and NLL, with paired-bootstrap intervals."""
+    from detcal.metrics.paired import paired_bootstrap_many
+    from detcal.metrics.regression import ence, gaussian_nll, m_qce
+
+    r, sb, bs = spec.regression, spec.sigma_binning, spec.bootstrap
+    if bs.n == 0 or len(s_e) == 0:
+        return {"_skipped": "bootstrap.n=0 or an empty sample: no intervals for the changes"}
+    levels = np.linspace(0.05, 0.95, r.quantile_levels)
+    means = {"ence": _mean_over_coords(ence, "ence_mean", bins=sb.bins, binning=sb.scheme),
+             "m_qce": _mean_over_coords(m_qce, "m_qce_mean", levels=levels),
+             "nll": _mean_over_coords(gaussian_nll, "nll_mean")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ch = paired_bootstrap_many(means, s_e.image_id, (s_e.mu, s_e.sigma, s_e.y), None, (mu_a, sg_a, s_e.y),
+                                   n_boot=bs.n, level=bs.level, seed=bs.seed, method=bs.method, fast=False)
+    return {k: v.to_dict() for k, v in ch.items()}
+
+
 def _mean_over_coords(fn: Callable[..., MetricResult], name: str, **kw: Any) -> Callable[..., MetricResult]:
     def mean_fn(mu: np.ndarray, sigma: np.ndarray, y: np.ndarray) -> MetricResult:
         vals = [float(fn(mu[:, k], sigma[:, k], y[:, k], **kw).value) for k in range(mu.shape[1])]
@@ -163,7 +199,8 @@ def _regression_eval(spec: EvaluationSpec, mu: np.ndarray, sigma: np.ndarray, y:
     for key, fn in means.items():
         m = fn(mu, sigma, y) if len(mu) else MetricResult(name=f"{key}_mean", value=float("nan"))
         if bs.n > 0 and len(mu):
-            m = with_ci(m, fn, image_id, mu, sigma, y, n_boot=bs.n, level=bs.level, seed=bs.seed, fast=False)
+            m = with_ci(m, fn, image_id, mu, sigma, y, n_boot=bs.n, level=bs.level, seed=bs.seed, fast=False,
+                        method=bs.method)
         summary[key] = m.to_dict()
     out["_mean"] = summary
     return out
@@ -265,7 +302,8 @@ def calibrate(data: Any, spec: EvaluationSpec | None = None, calibration: Calibr
             cat, img = ev.data.detections.category[rows_e], ev.data.detections.image_id[rows_e]
             p_b, p_a = ev.data.detections.score[rows_e], new_score[rows_e]
             evaluation["confidence"] = {"before": _confidence_eval(spec, p_b, y_e, fe, cat, img),
-                                        "after": _confidence_eval(spec, p_a, y_e, fe, cat, img)}
+                                        "after": _confidence_eval(spec, p_a, y_e, fe, cat, img),
+                                        "change": _confidence_change(spec, p_b, p_a, y_e, fe, img)}
             maps = {"before": dece_maps(spec, p_b, y_e, ev.features[rows_e]),
                     "after": dece_maps(spec, p_a, y_e, ev.features[rows_e])}
             if calibration.in_sample:
@@ -300,7 +338,8 @@ def calibrate(data: Any, spec: EvaluationSpec | None = None, calibration: Calibr
             mu_a, sg_a = reg_cal.transform(s_e.mu, s_e.sigma) if len(s_e) else (s_e.mu, s_e.sigma)
             evaluation["regression"] = {
                 "before": _regression_eval(spec, s_e.mu, s_e.sigma, s_e.y, s_e.image_id, s_e.coords, space),
-                "after": _regression_eval(spec, mu_a, sg_a, s_e.y, s_e.image_id, s_e.coords, space)}
+                "after": _regression_eval(spec, mu_a, sg_a, s_e.y, s_e.image_id, s_e.coords, space),
+                "change": _regression_change(spec, s_e, mu_a, sg_a)}
             cdf = getattr(reg_cal, "cdf", None)
             if cdf is not None and len(s_e):
                 # Kuleshov CE of the recalibrated CDF itself, next to that of the Gaussian the written file carries

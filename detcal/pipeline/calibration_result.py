@@ -79,7 +79,11 @@ def _headline(ev: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> float | None:
+def _diff(a: Mapping[str, Any], b: Mapping[str, Any], paired: Mapping[str, Any] | None = None) -> Any:
+    """After minus before; with its paired-bootstrap interval over images when there is one."""
+    if paired and paired.get("difference") is not None:
+        return {"value": paired["difference"], "ci": paired.get("ci") if any(v is not None for v in
+                                                                             paired.get("ci") or []) else None}
     if a.get("value") is None or b.get("value") is None:
         return None
     return float(a["value"]) - float(b["value"])
@@ -94,14 +98,14 @@ def _before_after_table(ev: Mapping[str, Any]) -> str:
         for key, label in CONFIDENCE_ROWS:
             b, a = _node(conf, "before", key), _node(conf, "after", key)
             if b is not None and a is not None:
-                rows[f"{label}"] = {"before": b, "after": a, "change": _diff(a, b)}
+                rows[f"{label}"] = {"before": b, "after": a, "change": _diff(a, b, _node(conf, "change", key))}
     reg = ev.get("regression") or {}
     if reg:
         for key, label in (("ence", "ENCE"), ("m_qce", "M-QCE"), ("nll", "NLL")):
             b, a = _node(reg, "before", "_mean", key), _node(reg, "after", "_mean", key)
             if b is not None and a is not None:
                 rows[f"{label} (box, mean over coords)"] = {"before": b, "after": a,
-                                                            "change": _diff(a, b)}
+                                                            "change": _diff(a, b, _node(reg, "change", key))}
         coords = list((_node(reg, "before", "ence") or {}).keys())
         for key, label in REGRESSION_ROWS:
             for c in coords:
@@ -112,7 +116,8 @@ def _before_after_table(ev: Mapping[str, Any]) -> str:
             a = _node(reg, "after", "interval_ce_cdf", c)
             if a is not None:
                 rows[f"Kuleshov CE {c} (recalibrated CDF)"] = {"after": a}
-    return comparison_table(rows, ["before", "after", "change"], label="metric")
+    return (comparison_table(rows, ["before", "after", "change"], label="metric")
+            + "\nchange = after - before; [interval]: paired bootstrap over images (docs/calibration.md#paired-bootstrap)\n")
 
 
 def _summary_md(m: Mapping[str, Any]) -> str:

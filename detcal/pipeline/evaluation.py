@@ -182,7 +182,7 @@ def _regression_block(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, p
     res = regression_metrics(sample, bins=sb.bins, binning=sb.scheme, qce_bins=sb.qce_bins, qce_binning=sb.qce_scheme,
                              qce_sample_threshold=r.qce_sample_threshold, levels=levels)
     if bs.n > 0:
-        boot = dict(n_boot=bs.n, level=bs.level, seed=bs.seed)
+        boot = dict(n_boot=bs.n, level=bs.level, seed=bs.seed, method=bs.method)
         g = sample.image_id
         for k, name in enumerate(sample.coords):
             arrays = (sample.mu[:, k], sample.sigma[:, k], sample.y[:, k])

@@ -272,14 +272,18 @@ class RegressionSpec:
 @dataclass
 class BootstrapSpec:
     """Bootstrap over images for the intervals of the headline metrics
-    (``n=0`` switches them off)."""
+    (``n=0`` switches them off); ``method``: ``bca`` (bias-corrected and
+    accelerated, jackknife over images; the default), ``bc`` (bias-corrected
+    percentile) or ``percentile``. Every interval reports the bootstrap bias."""
 
     n: int = 200
     level: float = 0.95
     seed: int = 0
+    method: str = "bca"
 
     def __post_init__(self) -> None:
         _int("bootstrap.n", self.n, 0)
+        _choice("bootstrap.method", self.method, ("bca", "bc", "percentile"))
         _prob("bootstrap.level", self.level, open_lo=True, open_hi=True)
         _int("bootstrap.seed", self.seed, 0)
 

@@ -54,6 +54,13 @@ def format_number(x: Any, digits: int = 4) -> str:
     return f"{v:.{digits}f}"
 
 
+def _finite(x: Any) -> bool:
+    try:
+        return x is not None and math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
 def format_value(value: Any, ci: Sequence[float] | None = None, digits: int = 4) -> str:
     """``value`` or ``value [low, high]`` when a bootstrap interval ``ci`` is given.
 
@@ -64,7 +71,10 @@ def format_value(value: Any, ci: Sequence[float] | None = None, digits: int = 4)
     if ci is not None:
         if len(ci) != 2:
             raise DetcalInputError(f"a confidence interval has 2 ends, got {len(ci)}", field="ci")
-        s += f" [{format_number(ci[0], digits)}, {format_number(ci[1], digits)}]"
+        if _finite(ci[0]) and _finite(ci[1]):
+            s += f" [{format_number(ci[0], digits)}, {format_number(ci[1], digits)}]"
+        else:
+            s += " [no interval]"  # the bootstrap bias exceeds its spread (see ci_note in metrics.json)
     return s
 
 
@@ -175,7 +185,7 @@ def comparison_csv(rows: Mapping[str, Mapping[str, Any]], columns: Sequence[str]
         for col in columns:
             v, ci = _lookup(row, col) if col in row else (None, None)
             out += ["" if v is None else repr(float(v))]
-            out += ["", ""] if ci is None else [repr(float(ci[0])), repr(float(ci[1]))]
+            out += ["", ""] if ci is None else ["" if not _finite(c) else repr(float(c)) for c in ci]
         w.writerow(out)
     return buf.getvalue()
 
