@@ -71,6 +71,7 @@ def test_experiment_composes_with_the_paper_settings() -> None:
     assert (s2.iterations, s2.batch_size, s2.lr, s2.momentum) == (1000, 6, 0.001, 0.9)
     # KITTI ~6K recal / ~1.5K val of the 7,481 labelled frames; devkit matching; regression TPs at IoU 0.5
     assert app.splits.val_size == 1500 and app.evaluation.matching.iou_thresholds == "kitti"
+    assert app.evaluation.matching.mode == "kitti"
     assert app.calibration.iou_threshold == 0.5 == app.evaluation.regression.sample_iou
     assert app.evaluation.sigma_binning.scheme == "equal_count" and app.evaluation.sigma_binning.bins == 10
 

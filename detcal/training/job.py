@@ -122,19 +122,17 @@ def load_delta_records(split: Split, results: Path, run_dir: Path) -> LoadedData
 
 def regression_sample_of(evaluation: EvaluationSpec, iou_threshold: float, split: Split, dets: Detections) -> Any:
     """TP regression sample (delta space) of ``dets`` at ``iou_threshold``, matched with the evaluation's
-    matching rules (KITTI devkit rules for KITTI splits)."""
-    from detcal.matching import match
+    matching rules (:func:`detcal.pipeline.evaluation.run_match`; KITTI devkit rules for KITTI splits)."""
     from detcal.metrics.spaces import regression_sample
+    from detcal.pipeline.evaluation import run_match
 
-    m = evaluation.matching
     rules = None
     if split.gt_format == "kitti":
         from detcal.data.kitti import kitti_rules
 
         rules = kitti_rules(split.difficulty)
     t = float(iou_threshold)
-    mr = match(dets, split.dataset.gt, [t], mode=m.mode, class_agnostic=m.class_agnostic, score_threshold=m.score_threshold,
-               max_dets=m.max_dets, kitti=rules, images=split.dataset.images)
+    mr = run_match(evaluation.matching, dets, LoadedData(split.dataset, dets, rules), [t])
     return regression_sample(dets, split.dataset.gt, mr, iou_threshold=t, space="delta")
 
 
