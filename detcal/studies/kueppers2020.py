@@ -262,13 +262,15 @@ def plot(result: StudyResult, path: Any = None) -> Any:
                         xs.append(d + (k - (len(cals) - 1) / 2) * width)
                         ms.append(100 * r["mean"])
                         ss.append(100 * r["std"])
-                ax.bar(xs, ms, width, yerr=ss, label=c if (i == 0 and j == 0) else None, capsize=1.5)
+                ax.bar(xs, ms, width, yerr=ss, color=f"C{k}", capsize=1.5)
             ax.set_xticks(range(len(dets)))
             ax.set_xticklabels([bundled.DETECTOR_LABELS.get(d, d) for d in dets], rotation=20, fontsize=7)
             ax.set_title(f"IoU {iou:.2f}, ({fs})", fontsize=9)
             if j == 0:
                 ax.set_ylabel("held-out D-ECE (%)")
-    fig.legend(loc="upper center", ncol=len(cals), fontsize=8)
+    from matplotlib.patches import Patch
+
+    fig.legend(handles=[Patch(color=f"C{k}", label=c) for k, c in enumerate(cals)], loc="upper center", ncol=len(cals), fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     if path is not None:
         fig.savefig(path, dpi=120)
