@@ -102,3 +102,27 @@ class CompareApp:
 
         _prob("iou", self.iou, open_lo=True)
         _choice("matching", self.matching, ("exclusive", "netcal_example"))
+
+
+@dataclass
+class StudyApp:
+    """``detcal-study``: a published experiment reproduced on bundled data (docs/real_detectors.md,
+    docs/newest_measures.md, docs/metrics.md)."""
+
+    name: str = "study"
+    study: str = "kueppers2020"          # kueppers2020 | kuzucu2024 | lakara_retention
+    detectors: list[str] = field(default_factory=list)   # bundled detectors ([] = all four)
+    n_splits: int = 20                   # kueppers2020: seeded 70/30 calibration/test splits over images
+    fraction: float = 0.5                # kuzucu2024: share of the images that fit the calibrators
+    source: str = "code"                 # lakara_retention: code | paper variants
+    n_images: int = 500                  # lakara_retention: synthetic detector's images
+    seed: int = 0
+    output: OutputSpec = field(default_factory=OutputSpec)
+
+    def __post_init__(self) -> None:
+        from detcal.pipeline.spec import _choice, _int, _prob
+
+        _choice("study", self.study, ("kueppers2020", "kuzucu2024", "lakara_retention"))
+        _int("n_splits", self.n_splits, 1)
+        _prob("fraction", self.fraction, open_lo=True, open_hi=True)
+        _int("seed", self.seed, 0)
