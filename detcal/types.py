@@ -2,7 +2,7 @@
 
 All records are *columnar*: one numpy array per field, flat over the whole
 dataset (never a dict per box). Array shapes are written with these axis
-letters (../shared/METRICS.md):
+letters (docs/metrics.md):
 
     N images, D detections, G ground-truth boxes, T IoU thresholds,
     K coordinates (4: tx, ty, tw, th), B bins, F features, L quantile levels.
@@ -35,7 +35,7 @@ GroundTruth
 Detections
     ``image_id [D]`` int64, ``box [D,4]`` xyxy, ``score [D]`` float64,
     ``category [D]`` int64, in the input order of the results file; optional
-    uncertainty (METRICS.md section 1):
+    uncertainty (docs/formats.md):
 
     * delta records: ``proposal [D,4]`` xyxy reference box P, ``delta_mean
       [D,K]`` and ``delta_std [D,K]`` (unweighted R-CNN deltas; a
@@ -390,7 +390,7 @@ KITTI_DIFFICULTY: dict[str, dict[str, float]] = {
     "moderate": {"level": 1, "min_height": 25.0, "max_occlusion": 1, "max_truncation": 0.30},
     "hard": {"level": 2, "min_height": 25.0, "max_occlusion": 2, "max_truncation": 0.50},
 }
-"""KITTI devkit difficulty levels (METRICS.md section 2)."""
+"""KITTI devkit difficulty levels (docs/matching.md)."""
 
 
 @dataclass

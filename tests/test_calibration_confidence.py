@@ -1,4 +1,4 @@
-"""Tests of detcal.calibration.confidence (METRICS.md section 5, confidence).
+"""Tests of detcal.calibration.confidence (docs/calibration.md, confidence).
 
 Golden values come from closed forms written out in comments, from
 scikit-learn (LogisticRegression, IsotonicRegression), from scipy

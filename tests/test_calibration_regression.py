@@ -1,4 +1,4 @@
-"""Tests of detcal.calibration.regression (METRICS.md section 5, regression).
+"""Tests of detcal.calibration.regression (docs/calibration.md, regression).
 
 References: the NLL minimiser found by scipy.optimize, netcal 1.4.0's
 VarianceScaling, scipy.integrate (Romberg and quad) for the moments of the

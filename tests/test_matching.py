@@ -178,7 +178,7 @@ def test_iou_column_equals_pycocotools_ious() -> None:
 
 
 def test_parity_has_teeth_tie_order_and_crowd_rule() -> None:
-    """REFERENCES.md: reversing the tie order or dropping the crowd rule changes outcomes."""
+    """pycocotools' own rules matter: reversing the tie order or dropping the crowd rule changes outcomes."""
     gt_dict, res = make_coco(seed=1)
     gt, dets = to_records(gt_dict, res)
     m, ig, _, _ = coco_eval(gt_dict, res, [0.5, 0.75])

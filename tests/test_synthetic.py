@@ -283,7 +283,7 @@ def test_border_overconfidence_zero_is_calibrated_everywhere(big_scene):
 
 
 def _dece(features: np.ndarray, y: np.ndarray, bins: int = 5, threshold: int = 8) -> float:
-    """D-ECE (Kueppers 2020, METRICS.md 3, 'drop' policy): sum_c N_c |prec_c - conf_c| / sum_c N_c over
+    """D-ECE (Kueppers 2020, docs/metrics.md, 'drop' policy): sum_c N_c |prec_c - conf_c| / sum_c N_c over
     cells with N_c >= threshold of the equal-width grid; features[:, 0] is the confidence."""
     idx = np.minimum((features * bins).astype(int), bins - 1)
     cell = np.ravel_multi_index(idx.T, (bins,) * features.shape[1])
@@ -341,7 +341,7 @@ def test_box_std_is_the_first_order_propagation_of_the_delta_std():
     bw, bh = d.box[:, 2] - d.box[:, 0], d.box[:, 3] - d.box[:, 1]
     # cx = Px + tx Pw -> s_cx = s_tx Pw;  w = Pw exp(tw) -> s_w = Bw s_tw (same for y, h)
     np.testing.assert_allclose(b.box_std, d.delta_std * np.stack([pw, ph, bw, bh], axis=1), rtol=1e-12)
-    # METRICS.md 1: box records use P := B, mu = 0, sigma_t = (s_cx/Bw, s_cy/Bh, s_w/Bw, s_h/Bh);
+    # docs/formats.md: box records use P := B, mu = 0, sigma_t = (s_cx/Bw, s_cy/Bh, s_w/Bw, s_h/Bh);
     # the normalised residual e / sigma is then the same as with the delta records
     best, row = _max_iou_same_class(ds, d)
     tp = best >= 0.1

@@ -7,7 +7,7 @@ Formats (https://cocodataset.org/#format-data and #format-results):
   "categories": [{id, name}]}``;
 * results: ``[{image_id, category_id, bbox: [x, y, w, h], score}, ...]`` (or a
   dict with an ``"annotations"`` list), in file order, optionally with one or
-  more uncertainty fields (../shared/METRICS.md section 1):
+  more uncertainty fields (docs/formats.md):
 
   ============== ======== =====================================================
   key            shape    meaning (record field in :class:`Detections`)
@@ -199,7 +199,7 @@ def load_coco_results(path: PathLike, dataset: Dataset | None = None) -> Detecti
     Each record needs ``image_id``, ``category_id``, ``bbox = [x, y, w, h]``
     (finite, w, h >= 0) and ``score`` (finite, in [0, 1]); the box becomes
     ``xyxy = [x, y, x + w, y + h]``. A dict with an ``annotations`` list is
-    accepted too. Optional uncertainty (METRICS.md section 1, module table):
+    accepted too. Optional uncertainty (docs/formats.md, module table):
     ``bbox_std`` -> ``box_std`` (> 0), ``bbox_covar`` -> ``box_cov`` and
     ``covars`` -> ``corner_cov`` (symmetric PSD), and the delta record
     ``proposal`` ([x, y, w, h], w, h > 0) + ``delta_mean`` + one of

@@ -7,7 +7,7 @@ one object per line, whitespace separated::
 
 15 columns for labels, 16 for results (score last). Image id = ``int(frame)``.
 ``left top right bottom`` become the internal ``xyxy`` box unchanged
-(../shared/METRICS.md section 1). Category ids are fixed across detcal:
+(docs/formats.md). Category ids are fixed across detcal:
 :data:`detcal.types.KITTI_CATEGORIES` (Car=1 ... DontCare=9); type names are
 matched case-insensitively, as the devkit does (``strcasecmp``).
 

@@ -2,7 +2,7 @@
 
 Turns matched detections into a :class:`RegressionSample`: per true positive
 a predicted mean ``mu``, a standard deviation ``sigma`` and a target ``y`` for
-each of the K = 4 coordinates (../shared/METRICS.md sections 1 and 4).
+each of the K = 4 coordinates (docs/formats.md).
 
 Axis letters: S samples (true positives), K coordinates (4).
 
@@ -230,7 +230,7 @@ def regression_sample(
     """Regression calibration sample (true positives at ``iou_threshold``) in ``space``.
 
     See the module docstring for the three spaces and the first-order
-    propagation (METRICS.md section 1; Girshick 2015 deltas; Levi et al. 2019
+    propagation (docs/formats.md; Girshick 2015 deltas; Levi et al. 2019
     for delta records). Returns a :class:`RegressionSample` whose ``rows``
     index ``dets`` and whose ``notes`` record the propagation used.
 

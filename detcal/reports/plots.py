@@ -5,7 +5,7 @@ path, draws with matplotlib's object-oriented API on an Agg canvas (no pyplot
 global state, no display needed) and writes the PNG atomically through
 :func:`detcal.utils.io.write_bytes`. Each returns the path it wrote.
 
-Diagrams (definitions in ../shared/METRICS.md):
+Diagrams (definitions in docs/metrics.md):
 
 * :func:`reliability_diagram`: per confidence bin b (equal width over [0, 1]),
   precision(b) against conf(b), gap bars ``|prec - conf|``, identity line, the

@@ -7,7 +7,7 @@ A *metric node* is anything with a ``value``: a
 ``/``-joined keys, e.g. ``confidence/iou=0.50/ece``.
 
 Values are printed with their percentile-bootstrap interval when present
-(METRICS.md section 3, "uncertainty of every headline number"), e.g.
+(docs/metrics.md, "uncertainty of every headline number"), e.g.
 ``0.0312 [0.0281, 0.0345]``.
 """
 from __future__ import annotations

@@ -308,7 +308,7 @@ def simulate_detector(
 
     Regression (planted truth): reported std ``s_k = sigma_k * std_scale[k]``,
     so ``sqrt(mean(e_k^2 / s_k^2)) = 1 / std_scale[k]``; ``std_scale = 1`` is
-    calibrated, and std scaling (METRICS.md 5) must learn ``1/std_scale``.
+    calibrated, and std scaling (docs/calibration.md) must learn ``1/std_scale``.
     ``uncertainty``: ``"delta"`` gives ``proposal``, ``delta_mean = mu``,
     ``delta_std = s``; ``"box_std"`` gives the first-order pixel stds
     ``(s_tx Pw, s_ty Ph, s_tw Bw, s_th Bh)`` of (cx, cy, w, h), which the
