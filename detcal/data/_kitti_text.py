@@ -21,6 +21,10 @@ KITTI_COLUMNS: tuple[str, ...] = (
 )
 """Column names of a KITTI row (labels: the first 15, results: all 16)."""
 
+KITTI_STD_COLUMNS: tuple[str, ...] = ("std_cx", "std_cy", "std_w", "std_h")
+"""Optional 4 columns after the score of a results row: the pixel standard deviations of the box
+centre, width and height (as COCO ``bbox_std``), so box-uncertainty metrics run on KITTI too."""
+
 _BOM = b"\xef\xbb\xbf"
 _NUMBER = re.compile(rb"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|(?i:nan|inf|infinity))")
 """A decimal number as C ``strtod`` reads it (no ``_`` separators, no hex); nan/inf are refused later."""

@@ -39,7 +39,9 @@ from pathlib import Path
 import numpy as np
 
 from detcal.data._json import MAX_ABS, MIN_SCALE
-from detcal.data._kitti_text import KITTI_COLUMNS
+from detcal.data._kitti_text import KITTI_COLUMNS, KITTI_STD_COLUMNS
+
+_COLS = KITTI_COLUMNS + KITTI_STD_COLUMNS
 from detcal.data._kitti_text import file_tokens as _file_tokens
 from detcal.data._kitti_text import is_number as _is_number
 from detcal.data._json import first_true as _first_true
@@ -81,7 +83,7 @@ _IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".PNG", ".JPG", ".JPEG")
 class _Rows:
     """Rows of several KITTI files: ``types [R]``, ``num [R, C-1]``, file index and line number per row."""
 
-    def __init__(self, paths: list[Path], ncols: int) -> None:
+    def __init__(self, paths: list[Path], ncols: int | tuple[int, ...]) -> None:
         self.paths = paths
         tokens: list[list[bytes]] = []
         file_idx: list[int] = []
@@ -97,9 +99,13 @@ class _Rows:
         self.file_idx = np.asarray(file_idx, dtype=np.int64)
         self.line_no = np.asarray(line_no, dtype=np.int64)
         counts = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
+        allowed = (ncols,) if isinstance(ncols, int) else tuple(ncols)
+        ncols = int(counts[0]) if len(counts) and int(counts[0]) in allowed else allowed[0]
         bad = _first_true(counts != ncols)
         if bad >= 0:
-            self.error(bad, "columns", f"expected {ncols} whitespace-separated columns, found {counts[bad]}")
+            what = " or ".join(str(a) for a in allowed)
+            self.error(bad, "columns", f"expected {what} whitespace-separated columns (the same in every row), "
+                                       f"found {counts[bad]}")
         self.ncols = ncols
         self.types = [t[0].decode("ascii") for t in tokens]
         text = np.array([t[1:] for t in tokens], dtype=np.bytes_).reshape(len(tokens), self.ncols - 1)
@@ -110,15 +116,15 @@ class _Rows:
         # numpy also reads '1_0' as 10: strict decimal numbers only ('_' is common in type names)
         if self.num is None or (underscore and bool((np.char.find(text, b"_") >= 0).any())):
             for r, c in zip(*np.nonzero(~np.vectorize(_is_number, otypes=[bool])(text))):
-                self.error(int(r), KITTI_COLUMNS[int(c) + 1], f"not a number: {text[r, c].decode('ascii')!r}")
+                self.error(int(r), _COLS[int(c) + 1], f"not a number: {text[r, c].decode('ascii')!r}")
         bad_rc = np.argwhere(~np.isfinite(self.num))
         if len(bad_rc):
             r, c = (int(v) for v in bad_rc[0])
-            self.error(r, KITTI_COLUMNS[c + 1], f"not a finite number: {tokens[r][c + 1].decode('ascii')!r}")
+            self.error(r, _COLS[c + 1], f"not a finite number: {tokens[r][c + 1].decode('ascii')!r}")
         bad_rc = np.argwhere(np.abs(self.num) > MAX_ABS)
         if len(bad_rc):
             r, c = (int(v) for v in bad_rc[0])
-            self.error(r, KITTI_COLUMNS[c + 1], f"number out of range (|value| must be at most {MAX_ABS:g}): {tokens[r][c + 1].decode('ascii')!r}")
+            self.error(r, _COLS[c + 1], f"number out of range (|value| must be at most {MAX_ABS:g}): {tokens[r][c + 1].decode('ascii')!r}")
 
     def __len__(self) -> int:
         return len(self.types)
@@ -164,8 +170,15 @@ class _Rows:
             "location": n[:, 10:13].copy(),
             "rotation_y": n[:, 13].copy(),
         }
-        if self.ncols == 16:
+        if self.ncols >= 16:
             out["score"] = n[:, 14].copy()
+        if self.ncols == 16 + len(KITTI_STD_COLUMNS):
+            std = n[:, 15:19].copy()
+            bad = ~(std > 0)
+            if bad.any():
+                r, c = (int(v) for v in np.argwhere(bad)[0])
+                self.error(r, KITTI_STD_COLUMNS[c], f"a standard deviation must be > 0, got {std[r, c]!r}")
+            out["box_std"] = std
         return out
 
 
@@ -391,6 +404,11 @@ def load_kitti_labels(
 def load_kitti_results(result_dir: PathLike, dataset: Dataset | None = None) -> Detections:
     """Load a directory of KITTI results (16 columns, score last) as :class:`Detections`.
 
+    Box uncertainty: every row may carry 4 more columns after the score,
+    ``std_cx std_cy std_w std_h`` (pixel standard deviations of the box centre,
+    width and height, > 0; docs/formats.md), read as ``box_std``; all rows of
+    a directory then have 20 columns.
+
     Order: by frame (image id), then line order. Image ids from the file
     names. With ``dataset``, a frame that is not one of its images is an
     error; its images without a file have no detections. The KITTI fields
@@ -406,12 +424,12 @@ def load_kitti_results(result_dir: PathLike, dataset: Dataset | None = None) -> 
         if unknown.any():
             i = _first_true(unknown)
             raise DetcalInputError(f"frame is not an image of {dataset.source or 'the dataset'}", file=result_dir / f"{stems[i]}.txt", record=f"frame {stems[i]}", field="image_id")
-    rows = _Rows([result_dir / f"{s}.txt" for s in stems], 16)
+    rows = _Rows([result_dir / f"{s}.txt" for s in stems], (16, 16 + len(KITTI_STD_COLUMNS)))
     f = rows.fields(results=True)
     return Detections(
         image_id=_row_image_ids(rows, ids), box=f["box"], score=f.get("score", np.zeros(0)), category=f["category"],
         truncation=f["truncation"], occlusion=f["occlusion"], alpha=f["alpha"], dimensions=f["dimensions"],
-        location=f["location"], rotation_y=f["rotation_y"],
+        location=f["location"], rotation_y=f["rotation_y"], box_std=f.get("box_std"),
     )
 
 

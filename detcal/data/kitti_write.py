@@ -189,7 +189,7 @@ def write_kitti_results(
     out_dir: PathLike, dets: Detections, categories: Mapping[int, str] = KITTI_CATEGORIES,
     *, dataset: Dataset | None = None,
 ) -> None:
-    """Write ``dets`` as KITTI results (16 columns, score last), one file per image.
+    """Write ``dets`` as KITTI results (16 columns, score last; 20 with ``box_std``), one file per image.
 
     Every image with a detection gets a file, and with ``dataset`` every image
     of the dataset too (empty when it has none), named like its label file.
@@ -203,5 +203,8 @@ def write_kitti_results(
         raise DetcalInputError("non-finite score", file=out, record=bad, field="score")
     lines = _kitti_lines(dets.category, categories, dets.box, dets.truncation, dets.occlusion, dets.alpha,
                          dets.dimensions, dets.location, dets.rotation_y, dets.score, str(out))
+    if dets.box_std is not None:  # 4 more columns: std_cx std_cy std_w std_h (pixels; read back as box_std)
+        std = np.asarray(dets.box_std, dtype=np.float64)
+        lines = [f"{ln} {a!r} {b!r} {c!r} {d!r}" for ln, (a, b, c, d) in zip(lines, std.tolist())]
     all_ids = np.unique(dets.image_id if dataset is None else np.concatenate([dataset.images.id, dets.image_id]))
     _write_per_image(out, dets.image_id, lines, all_ids, _frame_names(all_ids, dataset))
