@@ -70,3 +70,15 @@ def test_readme_real_detector_command_works(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "### Accuracy" in proc.stdout and (tmp_path / "metrics.json").is_file()
     assert "Traceback" not in proc.stderr
+
+
+def test_netcal_example_matching_through_the_pipeline_reproduces_netcal_flags(tmp_path: Path) -> None:
+    from detcal.pipeline.spec import MatchingSpec
+
+    det = "ssd-resnet-50-v1"
+    spec = EvaluationSpec(matching=MatchingSpec(mode="netcal_example", iou_thresholds=[0.6, 0.75], max_dets=None),
+                          bootstrap=BootstrapSpec(n=0))
+    res = detcal.evaluate(DataSpec(source="bundled", bundle="coco_tfzoo", detector=det), spec=spec)
+    rec = bundled.netcal_records(det)
+    for i, t in enumerate((0.6, 0.75)):
+        assert np.array_equal(res.match.matched[i], rec.matched(t))

@@ -143,9 +143,16 @@ def run_match(m: MatchingSpec, dets: Detections, data: LoadedData, thresholds: A
         raise DetcalInputError("matching.mode=kitti needs KITTI data (data=kitti or data.format=kitti)",
                                field="matching.mode")
     ds = data.dataset
-    return match(dets, ds.gt, m.thresholds() if thresholds is None else thresholds, mode=m.mode,
-                 class_agnostic=m.class_agnostic, score_threshold=m.score_threshold, max_dets=m.max_dets,
-                 kitti=data.kitti, images=ds.images, gt_ignore=m.gt_ignore)
+    th = m.thresholds() if thresholds is None else thresholds
+    if m.mode == "netcal_example":
+        from detcal.matching_netcal import match_netcal_example
+
+        if isinstance(th, str):
+            raise DetcalInputError("matching.mode=netcal_example needs IoU values, not 'kitti'",
+                                   field="matching.iou_thresholds")
+        return match_netcal_example(dets, ds.gt, th, score_threshold=m.score_threshold)
+    return match(dets, ds.gt, th, mode=m.mode, class_agnostic=m.class_agnostic, score_threshold=m.score_threshold,
+                 max_dets=m.max_dets, kitti=data.kitti, images=ds.images, gt_ignore=m.gt_ignore)
 
 
 def _missing_sizes(data: LoadedData, feats: np.ndarray) -> str | None:

@@ -144,7 +144,10 @@ class MatchingSpec:
     """Box matching (docs/matching.md): ``mode`` exclusive (by descending
     score, pycocotools; with KITTI data the score-ordered KITTI variant), max
     (several detections may match one box) or kitti (the KITTI devkit's
-    label-order walk); ``iou_thresholds`` a list, or ``"kitti"`` for the
+    label-order walk) or netcal_example (netcal's detection example: each
+    detection against the box of highest IoU of any class, matched when that
+    IoU reaches the threshold and the classes agree; not one-to-one);
+    ``iou_thresholds`` a list, or ``"kitti"`` for the
     devkit's per-class thresholds (Car 0.7, Pedestrian and Cyclist 0.5);
     ``gt_ignore``: a COCO ``ignore`` key is overwritten by ``iscrowd`` as in
     pycocotools 2.0.x (``pycocotools``) or either flag ignores a box
@@ -158,7 +161,7 @@ class MatchingSpec:
     gt_ignore: str = "pycocotools"
 
     def __post_init__(self) -> None:
-        _choice("matching.mode", self.mode, ("exclusive", "max", "kitti"))
+        _choice("matching.mode", self.mode, ("exclusive", "max", "kitti", "netcal_example"))
         _choice("matching.gt_ignore", self.gt_ignore, ("pycocotools", "ignore_or_crowd"))
         t = self.iou_thresholds
         if isinstance(t, str):
