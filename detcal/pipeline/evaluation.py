@@ -155,6 +155,29 @@ def run_match(m: MatchingSpec, dets: Detections, data: LoadedData, thresholds: A
                  max_dets=m.max_dets, kitti=data.kitti, images=ds.images, gt_ignore=m.gt_ignore)
 
 
+def _per_class(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, extra: list[float],
+               acc: dict[str, Any]) -> dict[str, Any]:
+    """Per-class table (n, precision, mean confidence, ECE, MCE, Brier, AP) of the most frequent classes at
+    the first evaluated threshold."""
+    from detcal.reports.per_class import per_class_table
+
+    rows_t = [i for i, t in enumerate(mr.iou_thresholds) if not any(abs(float(t) - w) < 1e-9 for w in extra)]
+    if not rows_t:
+        return {}
+    i = rows_t[0]
+    keep = np.flatnonzero(mr.considered & ~mr.ignored[i])
+    if len(keep) == 0:
+        return {}
+    dets = data.detections
+    ap = acc.get("AP", {}).get("table") if isinstance(acc.get("AP"), dict) else None
+    ap_table = ({k: np.asarray([np.nan if v is None else v for v in ap[k]], float) for k in ("category", "ap", "ap50")}
+                if ap else None)
+    rows = per_class_table(dets.score[keep], mr.matched[i, keep], dets.category[keep], data.dataset.categories,
+                           bins=spec.dece_binning.ece_bins, top_n=spec.confidence.per_class_top_n, ap_table=ap_table)
+    return {"iou": threshold_label(float(mr.iou_thresholds[i])), "top_n": spec.confidence.per_class_top_n,
+            "rows": rows}
+
+
 def _missing_sizes(data: LoadedData, feats: np.ndarray) -> str | None:
     """A warning naming the file and ``width`` when some images have no size (position metrics are then skipped)."""
     bad = ~np.isfinite(feats).all(axis=1)
@@ -338,6 +361,7 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
         "regression": reg,
         "accuracy": acc,
         "localisation": loc,
+        "per_class": _per_class(spec, data, mr, extra, acc) if conf_on and spec.confidence.per_class else {},
         "warnings": warn,
         "timing_s": {k: round(v, 3) for k, v in timing.items()},
     }

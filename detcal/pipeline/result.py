@@ -107,7 +107,22 @@ class EvaluationResult(Result):
             from detcal.reports.evaluation_plots import evaluation_plots
 
             files += evaluation_plots(out, self.plain(), self.spec)
+            files += self._per_class_plot(out)
         return files
+
+    def _per_class_plot(self, out: Path) -> list[str]:
+        pc = self.record.get("per_class") or {}
+        if not pc.get("rows"):
+            return []
+        from detcal.reports.per_class import plot_per_class_reliability
+
+        i = [f"iou={t:.2f}" for t in self.match.iou_thresholds].index(pc["iou"]) if pc["iou"] != "iou=kitti" else 0
+        keep = np.flatnonzero(self.match.considered & ~self.match.ignored[i])
+        d = self.data.detections
+        plot_per_class_reliability({"detections": (d.score[keep], self.match.matched[i, keep], d.category[keep])},
+                                   self.data.dataset.categories, top_n=int(pc["top_n"]),
+                                   path=out / "reliability_per_class.png")
+        return ["reliability_per_class.png"]
 
     def to_markdown(self) -> str:
         return evaluation_summary({**results_json.strict(results_json.header(self.command)), **self.plain()})
@@ -169,6 +184,12 @@ def evaluation_summary(m: Mapping[str, Any]) -> str:
     else:
         parts += ["### Box-uncertainty calibration", "", f"skipped: {s.get('skipped')}", ""]
     parts += _accuracy_md(m.get("accuracy") or {}, m.get("localisation") or {})
+    pc = m.get("per_class") or {}
+    if pc.get("rows"):
+        from detcal.reports.per_class import table_markdown
+
+        parts += [f"### Per class at {pc['iou']} (the {pc['top_n']} most frequent classes)", "",
+                  table_markdown(pc["rows"]), ""]
     for label, mp in (m.get("dece_maps") or {}).items():
         for name, spec in mp.items():
             g = np.asarray([[np.nan if v is None else v for v in row] for row in spec["gap"]], dtype=float)

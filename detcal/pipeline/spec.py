@@ -240,7 +240,9 @@ class SigmaBinningSpec:
 class ConfidenceSpec:
     """Which confidence metrics run: at ``iou_thresholds`` (``None``: every
     threshold the user matched at), D-ECE heat ``maps`` over feature pairs, and
-    the per-class ECE means when ``per_class``. Source variants
+    the per-class ECE means when ``per_class``, with a per-class table and
+    reliability diagrams of the ``per_class_top_n`` most frequent classes at
+    the first threshold. Source variants
     (docs/metrics.md): ``edges`` of the confidence bins (``None``: the
     sparse-cell policy's rule; ``guo``: Guo et al.'s ((m-1)/M, m/M]) and
     ``homogeneity_spread`` (``std``, or Thetis's ``variance``)."""
@@ -249,6 +251,7 @@ class ConfidenceSpec:
     iou_thresholds: Optional[list[float]] = None
     maps: list[list[str]] = field(default_factory=lambda: [["cx", "cy"], ["w", "h"]])
     per_class: bool = True
+    per_class_top_n: int = 9
     edges: Optional[str] = None
     homogeneity_spread: str = "std"
 
