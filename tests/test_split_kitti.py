@@ -107,3 +107,39 @@ def test_split_file_feeds_the_loader(label_dir: Path, tmp_path: Path) -> None:
     recal = load_kitti_labels(label_dir, image_ids=out / "recal.txt")
     assert len(val.images) == 10 and len(recal.images) == 65
     assert set(val.images.id.tolist()).isdisjoint(recal.images.id.tolist())
+
+
+def test_split_files_are_accepted_by_every_command(tmp_path: Path) -> None:
+    """The recal.txt / val.txt of scripts/split_kitti.py restrict detcal-evaluate, -calibrate and the API."""
+    import json
+    import subprocess
+    import sys
+
+    import detcal
+    from detcal.data.synthetic import write_synthetic
+    from detcal.pipeline.spec import BootstrapSpec, DataSpec, EvaluationSpec
+
+    p = write_synthetic(tmp_path / "s", n_images=40, seed=0, render=False)
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(repo / "scripts" / "split_kitti.py"), "--label-dir",
+                           str(p["kitti_labels"]), "--out-dir", str(tmp_path / "splits"), "--val-size", "10"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    val = tmp_path / "splits" / "val.txt"
+    frames = [ln for ln in val.read_text().split() if ln]
+    assert len(frames) == 10
+    data = ["data=kitti", f"data.label_dir={p['kitti_labels']}", f"data.results_dir={p['kitti_results']}",
+            f"data.sizes={p['kitti_sizes']}", f"data.image_ids={val}"]
+    for app in ("evaluate", "calibrate"):
+        out = tmp_path / app
+        proc = subprocess.run([sys.executable, "-m", f"detcal.apps.{app}", *data, "bootstrap.n=0",
+                               "output.plots=false", "output.print_summary=false", f"hydra.run.dir={out}",
+                               *(["~calibrator@regression_calibrator"] if app == "calibrate" else [])],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, (app, proc.stderr[-2000:])
+        m = json.loads((out / "metrics.json").read_text())
+        assert m["data"]["image_ids"]["n"] == 10 if app == "evaluate" else True
+    res = detcal.evaluate(DataSpec(source="kitti", label_dir=str(p["kitti_labels"]), results_dir=str(p["kitti_results"]),
+                                   sizes=str(p["kitti_sizes"]), image_ids=str(val)),
+                          spec=EvaluationSpec(bootstrap=BootstrapSpec(n=0)))
+    assert res.record["data"]["counts"]["images"] == 10

@@ -98,8 +98,21 @@ def _prepare(data: LoadedData, spec: EvaluationSpec) -> Part:
     return Part(data, mr, feats, n_clipped)
 
 
+def _reg_match(part: Part, spec: EvaluationSpec) -> MatchResult:
+    """A match that has the regression sample's IoU (the part's own, or one at that IoU alone, e.g. with
+    the KITTI devkit's per-class thresholds)."""
+    t = float(spec.regression.sample_iou)
+    if np.any(np.abs(part.match.iou_thresholds - t) < 1e-9):
+        return part.match
+    return run_match(spec.matching, part.data.detections, part.data, [t])
+
+
 def _threshold_row(mr: MatchResult, t: float | None) -> int:
+    """The matching row a confidence calibrator is fitted on: ``fit_iou``'s, or the KITTI devkit's
+    per-class row when the matching uses the devkit thresholds (``iou=kitti``)."""
     if t is None:
+        return 0
+    if len(mr.iou_thresholds) == 1 and not np.isfinite(mr.iou_thresholds[0]):
         return 0
     try:
         return mr.threshold_index(float(t))
@@ -327,7 +340,7 @@ def calibrate(data: Any, spec: EvaluationSpec | None = None, calibration: Calibr
         has_unc = ev.data.detections.uncertainty_kind is not None and cal.data.detections.uncertainty_kind is not None
         if reg_cal is not None and has_unc:
             bar.step(f"fit {type(reg_cal).__name__}")
-            s_c = regression_sample(cal.data.detections, cal.data.dataset.gt, cal.match, iou_threshold=t_reg,
+            s_c = regression_sample(cal.data.detections, cal.data.dataset.gt, _reg_match(cal, spec), iou_threshold=t_reg,
                                     space=space)
             if len(s_c) == 0:
                 raise DetcalInputError(f"no true positives at IoU {t_reg} in the calibration data: nothing to fit",
@@ -339,7 +352,8 @@ def calibrate(data: Any, spec: EvaluationSpec | None = None, calibration: Calibr
                                          "n_fit": int(len(s_c)), "iou_threshold": t_reg, "space": space,
                                          "coords": list(s_c.coords), "writeback": wb}
             bar.step("evaluate box uncertainty")
-            s_e = regression_sample(ev.data.detections, ev.data.dataset.gt, ev.match, iou_threshold=t_reg, space=space)
+            s_e = regression_sample(ev.data.detections, ev.data.dataset.gt, _reg_match(ev, spec), iou_threshold=t_reg,
+                                    space=space)
             mu_a, sg_a = reg_cal.transform(s_e.mu, s_e.sigma) if len(s_e) else (s_e.mu, s_e.sigma)
             evaluation["regression"] = {
                 "before": _regression_eval(spec, s_e.mu, s_e.sigma, s_e.y, s_e.image_id, s_e.coords, space),
