@@ -232,3 +232,28 @@ def test_gather_reads_one_sweep(tmp_path: Path, caplog: pytest.LogCaptureFixture
     assert "11-00-00-bbbbbb" in caplog.text
     assert list(gather_mod.gather(tmp_path / "2026-01-01" / "10-00-00-aaaaaa").rows) == ["calibrator=c00",
                                                                                          "calibrator=c01"]
+
+
+def test_before_after_dece_maps_share_one_colour_scale_and_counts_can_be_log_scaled(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from unittest import mock
+
+    calls: list[float] = []
+    real = plots.dece_heatmaps
+
+    def spy(path, maps, **kw):  # record the colour-scale top each panel gets
+        calls.append(dict(kw.get("vmax") or {}))
+        return real(path, maps, **kw)
+
+    import detcal
+    from detcal.pipeline.spec import BootstrapSpec, ConfidenceSpec, DataSpec, EvaluationSpec
+
+    spec = EvaluationSpec(bootstrap=BootstrapSpec(n=0), confidence=ConfidenceSpec(log_counts=True))
+    res = detcal.calibrate(DataSpec(n_images=120), spec, regression=None, workdir=tmp_path)
+    with mock.patch.object(plots, "dece_heatmaps", spy):
+        res.write(tmp_path / "out", plots=True)
+    assert len(calls) == 2 and calls[0] == calls[1] and calls[0]
+    fig_path = plots.reliability_diagram(tmp_path / "r.png", [0.1, 0.5], [0.2, 0.4], [1000, 3], log_counts=True)
+    assert Path(fig_path).is_file()

@@ -166,13 +166,20 @@ def _plots(out_dir: Path, ev: Mapping[str, Any], maps: Mapping[str, Any], spec: 
 
     files: list[str] = []
     conf = ev.get("confidence") or {}
+    shared: dict[str, float] = {}  # one colour scale per panel for the before and after maps
+    for stage in ("before", "after"):
+        for k, v in (maps.get(stage) or {}).items():
+            vals = [x for row in v["gap"] for x in row if x is not None and np.isfinite(x)]
+            if vals:
+                shared[k] = max(shared.get(k, 0.0), float(max(vals)))
     for stage in ("before", "after"):
         e = _node(conf, stage, "ece")
         if e:
             t = e["table"]
             name = f"reliability_{stage}.png"
             plots.reliability_diagram(out_dir / name, t.get("confidence", []), t.get("precision", []), t.get("count", []),
-                                      ece=e["value"], title=f"Reliability {stage} calibration (evaluation split)")
+                                      ece=e["value"], title=f"Reliability {stage} calibration (evaluation split)",
+                                      log_counts=spec.confidence.log_counts)
             files.append(name)
         if maps.get(stage):
             name = f"dece_maps_{stage}.png"
@@ -181,7 +188,7 @@ def _plots(out_dir: Path, ev: Mapping[str, Any], maps: Mapping[str, Any], spec: 
                                     for k, v in maps[stage].items()}}
             d = _node(conf, stage, "dece", "value")
             plots.dece_heatmaps(out_dir / name, maps[stage], sample_threshold=spec.dece_binning.sample_threshold,
-                                dece=d, title=f"D-ECE maps {stage} calibration")
+                                dece=d, title=f"D-ECE maps {stage} calibration", vmax=shared)
             files.append(name)
         reg = _node(ev, "regression", stage, "ence")
         if reg:

@@ -242,7 +242,8 @@ class ConfidenceSpec:
     threshold the user matched at), D-ECE heat ``maps`` over feature pairs, and
     the per-class ECE means when ``per_class``, with a per-class table and
     reliability diagrams of the ``per_class_top_n`` most frequent classes at
-    the first threshold. Source variants
+    the first threshold; ``log_counts``: log-scaled count histograms under the
+    reliability diagrams. Source variants
     (docs/metrics.md): ``edges`` of the confidence bins (``None``: the
     sparse-cell policy's rule; ``guo``: Guo et al.'s ((m-1)/M, m/M]) and
     ``homogeneity_spread`` (``std``, or Thetis's ``variance``)."""
@@ -252,6 +253,7 @@ class ConfidenceSpec:
     maps: list[list[str]] = field(default_factory=lambda: [["cx", "cy"], ["w", "h"]])
     per_class: bool = True
     per_class_top_n: int = 9
+    log_counts: bool = False
     edges: Optional[str] = None
     homogeneity_spread: str = "std"
 

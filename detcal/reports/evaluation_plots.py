@@ -25,7 +25,8 @@ def evaluation_plots(out_dir: Path, m: Mapping[str, Any], spec: Any) -> list[str
             t = e["table"]
             name = f"reliability_{label.replace('=', '')}.png"
             plots.reliability_diagram(out_dir / name, t.get("confidence", []), t.get("precision", []),
-                                      t.get("count", []), ece=_f(e["value"]), title=f"Reliability at {label}")
+                                      t.get("count", []), ece=_f(e["value"]), title=f"Reliability at {label}",
+                                      log_counts=spec.confidence.log_counts)
             files.append(name)
         mp = (m.get("dece_maps") or {}).get(label)
         if mp:

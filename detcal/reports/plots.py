@@ -102,6 +102,7 @@ def reliability_diagram(
     edges: Any = None,
     ece: float | None = None,
     title: str = "Confidence reliability",
+    log_counts: bool = False,
 ) -> Path:
     """Reliability diagram with the sample histogram underneath (Guo et al. 2017).
 
@@ -130,6 +131,8 @@ def reliability_diagram(
                alpha=0.35, edgecolor="tab:red", hatch="//", lw=0.5, label="gap")
         ax.plot(conf[occ], prec[occ], "o", color="k", ms=3, label="(conf, prec)")
         axh.bar(e[:-1], n, width=np.diff(e), align="edge", color="0.5", edgecolor="k", lw=0.5)
+        if log_counts and np.any(n > 0):
+            axh.set_yscale("log")
     else:
         _no_data(ax)
     ax.set_xlim(0, 1)
@@ -150,6 +153,7 @@ def dece_heatmaps(
     sample_threshold: int = 1,
     dece: float | None = None,
     title: str = "D-ECE maps",
+    vmax: Mapping[str, float] | None = None,
 ) -> Path:
     """Heatmaps of the marginalised D-ECE gap over pairs of box features.
 
@@ -158,7 +162,8 @@ def dece_heatmaps(
     returns plus the axis names). Axis i is drawn horizontally over [0, 1],
     axis j vertically (for ``cy`` downwards, as in the image). Cells with
     ``count < sample_threshold`` or a NaN gap are greyed out. An empty mapping
-    draws one empty panel.
+    draws one empty panel. ``vmax``: per panel, the top of the colour scale
+    (give before/after maps the same one to compare them).
     """
     names = list(maps)
     k = max(len(names), 1)
@@ -182,8 +187,10 @@ def dece_heatmaps(
         extent = (0.0, 1.0, 1.0, 0.0) if flip_y else (0.0, 1.0, 0.0, 1.0)
         origin = "upper" if flip_y else "lower"
         if gap.size:
-            vmax = float(np.nanmax(masked.filled(np.nan))) if masked.count() else 1.0
-            im = ax.imshow(masked.T, origin=origin, extent=extent, cmap=cmap, vmin=0.0, vmax=max(vmax, 1e-6),
+            top = float(np.nanmax(masked.filled(np.nan))) if masked.count() else 1.0
+            if vmax and name in vmax and np.isfinite(vmax[name]):
+                top = float(vmax[name])
+            im = ax.imshow(masked.T, origin=origin, extent=extent, cmap=cmap, vmin=0.0, vmax=max(top, 1e-6),
                            aspect="auto", interpolation="nearest")
             fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="gap |prec - conf|")
             bi, bj = gap.shape
