@@ -82,3 +82,15 @@ def test_netcal_example_matching_through_the_pipeline_reproduces_netcal_flags(tm
     rec = bundled.netcal_records(det)
     for i, t in enumerate((0.6, 0.75)):
         assert np.array_equal(res.match.matched[i], rec.matched(t))
+
+
+def test_pdq_with_a_fixed_covariance_through_the_pipeline(tmp_path: Path) -> None:
+    from detcal.pipeline.spec import LocalisationSpec
+
+    spec = EvaluationSpec(bootstrap=BootstrapSpec(n=0), localisation=LocalisationSpec(pdq=True, pdq_fixed_cov=25.0))
+    res = detcal.evaluate(DataSpec(source="bundled", bundle="coco_mini79"), spec=spec)
+    p = res.to_dict()["localisation"]["pdq"]
+    gt = res.data.dataset.gt
+    assert 0 < p["value"] < 1
+    assert p["extra"]["TP"] + p["extra"]["FN"] == int((~(gt.iscrowd | gt.ignore)).sum())
+    assert p["extra"]["TP"] + p["extra"]["FP"] == len(res.data.detections)

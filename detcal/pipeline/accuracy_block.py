@@ -60,4 +60,12 @@ def localisation_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]
     out["lrp_optimal_thresholds"] = {str(int(c)): (None if not np.isfinite(t) else float(t))
                                      for c, t in zip(table.categories, thr)}
     out["choices"] = describe_choices()
+    if loc.pdq:
+        from detcal.metrics.pdq import pdq
+
+        if dets.uncertainty_kind not in ("box_std", "box_cov", "corner_cov") and loc.pdq_fixed_cov is None:
+            out["pdq"] = {"_skipped": "the detections carry no box covariance: give localisation.pdq_fixed_cov"}
+        else:
+            r = pdq(ds, dets, fixed_cov=loc.pdq_fixed_cov)
+            out["pdq"] = {**r.to_dict(), "table": None}  # per-detection qualities stay out of metrics.json
     return out

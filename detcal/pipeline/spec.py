@@ -330,16 +330,23 @@ class AccuracySpec:
 class LocalisationSpec:
     """Localisation-aware measures of Kuzucu et al. 2024 (docs/newest_measures.md): LRP with its
     components and LRP-optimal thresholds, LaECE (``laece_bins`` equal-width bins, closed on the
-    ``closed`` side) and LaACE; ``tau``: the IoU a true positive needs (0, as the reference)."""
+    ``closed`` side) and LaACE; ``tau``: the IoU a true positive needs (0, as the reference).
+    ``pdq``: also the Probabilistic Detection Quality (Hall et al. 2020) from the detections' box
+    covariances, or ``pdq_fixed_cov`` px^2 on each corner for detections without (slow on large sets)."""
 
     enabled: bool = True
     tau: float = 0.0
     laece_bins: int = 25
     closed: str = "right"
     variant: str = "kuzucu2024"
+    pdq: bool = False
+    pdq_fixed_cov: Optional[float] = None
 
     def __post_init__(self) -> None:
         _prob("localisation.tau", self.tau)
+        if self.pdq_fixed_cov is not None and not (isinstance(self.pdq_fixed_cov, (int, float))
+                                                   and math.isfinite(self.pdq_fixed_cov) and self.pdq_fixed_cov > 0):
+            raise ConfigError("localisation.pdq_fixed_cov", f"must be a positive number of px^2, got {self.pdq_fixed_cov!r}")
         _int("localisation.laece_bins", self.laece_bins, 1)
         _choice("localisation.closed", self.closed, ("right", "left"))
         _choice("localisation.variant", self.variant, ("kuzucu2024", "fiveai"))
