@@ -8,6 +8,7 @@ import io
 from pathlib import Path
 
 import numpy as np
+import pytest
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
@@ -84,6 +85,7 @@ def test_netcal_example_matching_through_the_pipeline_reproduces_netcal_flags(tm
         assert np.array_equal(res.match.matched[i], rec.matched(t))
 
 
+@pytest.mark.slow
 def test_pdq_with_a_fixed_covariance_through_the_pipeline(tmp_path: Path) -> None:
     from detcal.pipeline.spec import LocalisationSpec
 

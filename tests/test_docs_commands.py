@@ -67,6 +67,7 @@ def test_readme_kitti_example_runs_as_written(tmp_path: Path) -> None:
     assert "KITTI devkit rules" in m["variants"]["matching"]
 
 
+@pytest.mark.slow
 def test_tutorial_commands_run_word_for_word(tmp_path: Path) -> None:
     text = (REPO / "docs" / "tutorial.md").read_text()
     p = write_synthetic(tmp_path / "gen", n_images=80, seed=0, render=False)
