@@ -113,4 +113,5 @@ def test_memory_is_bounded_by_the_block(tmp_path: Path) -> None:
     whole = peak(lambda: load_coco_results(path))
     chunked = peak(lambda: sum(len(c) for c in iter_coco_results(path, chunk_bytes=block)))
     assert size > 40 * block
-    assert chunked < 50 * block and 10 * chunked < whole, (chunked, whole, size)
+    # the whole-file load decodes straight into columns (no dict per record), so it is lean too
+    assert chunked < 50 * block and 4 * chunked < whole, (chunked, whole, size)

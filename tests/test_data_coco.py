@@ -237,7 +237,11 @@ def test_results_empty_list(tmp_path: Path) -> None:
 
 
 def test_orjson_path_gives_the_same_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The optional orjson parser and the json fallback give identical records and errors."""
+    """The optional orjson parser and the json fallback give identical records and errors
+    (the general path, taken when the fast columns decoder declines)."""
+    import detcal.data._fast_results as fast
+
+    monkeypatch.setattr(fast, "decode_results", lambda data: None)
     write_coco_results(tmp_path / "r.json", _detections("box_std"))
     via_json = load_coco_results(tmp_path / "r.json")
     calls = []

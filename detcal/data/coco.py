@@ -44,6 +44,7 @@ import copy
 import io
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -65,6 +66,8 @@ __all__ = [
     "to_pycocotools",
     "results_to_pycocotools",
     "results_from_records",
+    "results_from_bytes",
+    "results_from_columns",
 ]
 
 RESULT_UNCERTAINTY_KEYS: tuple[str, ...] = (
@@ -86,6 +89,7 @@ from detcal.data._json import (  # noqa: E402  (strict column helpers, shared wi
     integer_column as _integer_column,
     numeric_column as _numeric_column,
     parse_json as _parse_json,
+    parse_json_bytes as _parse_json_bytes,
     require as _require,
     top_list as _top_list,
 )
@@ -208,10 +212,27 @@ def load_coco_results(path: PathLike, dataset: Dataset | None = None) -> Detecti
 
     With ``dataset``, every ``image_id`` must be one of its images and every
     ``category_id`` one of its categories. Errors name file, record index and
-    field (:class:`DetcalInputError`).
+    field (:class:`DetcalInputError`). The usual file is decoded straight into
+    columns (:mod:`detcal.data._fast_results`); anything else is parsed whole.
     """
     file = str(path)
-    parsed = _parse_json(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise DetcalInputError(f"cannot read file: {e.strerror or e}", file=file) from e
+    return results_from_bytes(data, file, dataset)
+
+
+def results_from_bytes(data: bytes, file: str, dataset: Dataset | None = None) -> Detections:
+    """:class:`Detections` from the bytes of a results file (:func:`load_coco_results`)."""
+    from detcal.data._fast_results import decode_results
+
+    fast = decode_results(data[3:] if data.startswith(b"\xef\xbb\xbf") else data)
+    if fast is not None:
+        cols, optional = fast
+        present = {k: k in optional for k in RESULT_UNCERTAINTY_KEYS}
+        return results_from_columns(lambda key, shape, what: cols[key], lambda key: cols[key], present, file, dataset)
+    parsed = _parse_json_bytes(data, file)
     doc = parsed.doc
     if isinstance(doc, dict):
         records = _top_list(doc, "annotations", file=file)
@@ -229,35 +250,58 @@ def results_from_records(records: list, file: str, dataset: Dataset | None = Non
     for JSON booleans (only when the text is known to hold none).
     """
     _check_dicts(records, file=file)
+    required = {"image_id", "category_id", "bbox", "score"}
 
-    image_id = _integer_column(_require(records, "image_id", file=file), file=file, field="image_id", bools=bools)
-    category = _integer_column(_require(records, "category_id", file=file), file=file, field="category_id", bools=bools)
-    bbox = _numeric_column(_require(records, "bbox", file=file), (4,), file=file, field="bbox", what="[x, y, w, h] (4 numbers)", bools=bools)
-    score = _numeric_column(_require(records, "score", file=file), (), file=file, field="score", bools=bools)
+    def numbers(key: str, shape: tuple[int, ...], what: str) -> np.ndarray:
+        values = _require(records, key, file=file) if key in required else _column(records, key)
+        return _numeric_column(values, shape, file=file, field=key, what=what, bools=bools)
+
+    def integers(key: str) -> np.ndarray:
+        return _integer_column(_require(records, key, file=file), file=file, field=key, bools=bools)
+
+    def presence() -> dict[str, bool]:
+        first_keys = records[0].keys() if records else {}.keys()
+        if all(map(first_keys.__eq__, map(dict.keys, records))):  # one C-level pass in the usual case
+            return {k: bool(records) and k in first_keys for k in RESULT_UNCERTAINTY_KEYS}
+        return {k: _presence(records, k, file=file) for k in RESULT_UNCERTAINTY_KEYS}
+
+    return results_from_columns(numbers, integers, presence, file, dataset)
+
+
+def results_from_columns(numbers: Any, integers: Any, present: Any, file: str, dataset: Dataset | None) -> Detections:
+    """The checks and conversions of a results file, on its columns.
+
+    ``numbers(key, shape, what)`` -> float64 ``[R, *shape]`` and ``integers(key)``
+    -> int64 ``[R]`` give a field's column (raising the located type error when
+    the records' values are not numbers); ``present``: which optional fields
+    the records carry (a dict, or a function computing it after the required
+    fields are read, as the record path does). Checks run in a fixed order, so
+    the first error reported does not depend on how the columns were read.
+    """
+    image_id = integers("image_id")
+    category = integers("category_id")
+    bbox = numbers("bbox", (4,), "[x, y, w, h] (4 numbers)")
+    score = numbers("score", (), "a number")
     _check_box(bbox, file=file, field="bbox")
     _check_mask(~np.isfinite(score), score, "score must be finite", file=file, field="score")
     _check_mask((score < 0) | (score > 1), score, "score must be in [0, 1]", file=file, field="score")
-
-    first_keys = records[0].keys() if records else {}.keys()
-    if all(map(first_keys.__eq__, map(dict.keys, records))):  # one C-level pass in the usual case
-        present = {k: bool(records) and k in first_keys for k in RESULT_UNCERTAINTY_KEYS}
-    else:
-        present = {k: _presence(records, k, file=file) for k in RESULT_UNCERTAINTY_KEYS}
+    present = present() if callable(present) else present
+    n = len(score)
     kw: dict[str, np.ndarray] = {}
     if present["bbox_std"]:
-        std = _numeric_column(_column(records, "bbox_std"), (4,), file=file, field="bbox_std", what="4 numbers", bools=bools)
+        std = numbers("bbox_std", (4,), "4 numbers")
         _positive_std(std, file=file, field="bbox_std")
         kw["box_std"] = std
     if present["bbox_covar"]:
-        cov = _numeric_column(_column(records, "bbox_covar"), (4, 4), file=file, field="bbox_covar", what="a 4x4 matrix", bools=bools)
+        cov = numbers("bbox_covar", (4, 4), "a 4x4 matrix")
         _check_covariance(cov, file=file, field="bbox_covar")
         kw["box_cov"] = cov
     if present["covars"]:
-        cov = _numeric_column(_column(records, "covars"), (2, 2, 2), file=file, field="covars", what="two 2x2 matrices", bools=bools)
+        cov = numbers("covars", (2, 2, 2), "two 2x2 matrices")
         _check_covariance(cov, file=file, field="covars")
         kw["corner_cov"] = cov
     delta_keys = ("proposal", "delta_mean", "delta_std", "delta_logvar")
-    if any(present[k] for k in delta_keys) and len(records):
+    if any(present[k] for k in delta_keys) and n:
         for k in ("proposal", "delta_mean"):
             if not present[k]:
                 raise DetcalInputError(f"a delta record needs {k!r} too", file=file, record=0, field=k)
@@ -266,17 +310,17 @@ def results_from_records(records: list, file: str, dataset: Dataset | None = Non
                 "a delta record needs exactly one of 'delta_std' or 'delta_logvar'", file=file, record=0,
                 field="delta_std" if not present["delta_std"] else "delta_logvar",
             )
-        prop = _numeric_column(_column(records, "proposal"), (4,), file=file, field="proposal", what="[x, y, w, h] (4 numbers)", bools=bools)
+        prop = numbers("proposal", (4,), "[x, y, w, h] (4 numbers)")
         _check_bounded(prop, "proposal coordinate", file=file, field="proposal")
         _check_mask(prop[:, 2:4] <= 0, prop, "proposal width and height must be > 0", file=file, field="proposal")
         _check_scale(prop[:, 2:4], "proposal width and height", file=file, field="proposal")
-        mean = _numeric_column(_column(records, "delta_mean"), (4,), file=file, field="delta_mean", what="4 numbers", bools=bools)
+        mean = numbers("delta_mean", (4,), "4 numbers")
         _check_bounded(mean, "delta mean", file=file, field="delta_mean")
         if present["delta_std"]:
-            std = _numeric_column(_column(records, "delta_std"), (4,), file=file, field="delta_std", what="4 numbers", bools=bools)
+            std = numbers("delta_std", (4,), "4 numbers")
             _positive_std(std, file=file, field="delta_std")
         else:
-            logvar = _numeric_column(_column(records, "delta_logvar"), (4,), file=file, field="delta_logvar", what="4 numbers", bools=bools)
+            logvar = numbers("delta_logvar", (4,), "4 numbers")
             _check_mask(~np.isfinite(logvar), logvar, "non-finite log-variance", file=file, field="delta_logvar")
             with np.errstate(over="ignore", under="ignore"):
                 std = np.exp(0.5 * logvar)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson as _orjson
 
 from detcal.utils.io import write_text
 
@@ -44,6 +45,9 @@ def strict(obj: Any) -> Any:
 
 
 _NAN_LIST = "entries are null where not computable (empty bins or cells)"
+_PLAIN = frozenset((int, str, bool, type(None)))
+_NUMBERS = frozenset((int, float))
+_FLOAT = frozenset((float,))
 
 
 def _array(a: np.ndarray) -> tuple[Any, bool]:
@@ -60,6 +64,15 @@ def _array(a: np.ndarray) -> tuple[Any, bool]:
     return [_strict(v)[0] for v in a.tolist()], False
 
 
+def _all_finite(values: list | tuple) -> bool:
+    """True when the sum of these ints and floats is finite (then so is every entry; an overflow of
+    the sum only sends the list down the slow path)."""
+    try:
+        return math.isfinite(sum(values))
+    except OverflowError:
+        return False
+
+
 def _strict(obj: Any) -> tuple[Any, bool]:
     """(plain value, whether a non-finite number inside a list became null)."""
     t = type(obj)
@@ -68,7 +81,12 @@ def _strict(obj: Any) -> tuple[Any, bool]:
     if t is int or t is str or obj is None or t is bool:
         return obj, False
     if t is list or t is tuple:
-        if obj and all(type(v) is float for v in obj):  # the common case: a row of numbers
+        kinds = set(map(type, obj))
+        if kinds <= _PLAIN:  # ints, strings, None, bools: already plain
+            return list(obj), False
+        if kinds <= _NUMBERS and _all_finite(obj):  # finite floats (and ints), kept as they are
+            return list(obj), False
+        if kinds == _FLOAT:  # a row of floats with non-finite entries
             return _array(np.asarray(obj, dtype=float))
         out, nan = [], False
         for v in obj:
@@ -116,16 +134,35 @@ def _strict(obj: Any) -> tuple[Any, bool]:
     return str(obj), False
 
 
+_LEAF = frozenset((int, float, str, bool, type(None)))
+_NUMERIC_LEAF = frozenset((int, float, bool, type(None)))
+
+
+def _leaf(v: list) -> str:
+    """A list of scalars on one line: orjson for numbers (same values as :mod:`json`, read back
+    exactly; ``", "`` separators), :mod:`json` when it holds strings."""
+    if set(map(type, v)) <= _NUMERIC_LEAF and _all_finite([x for x in v if x is not None]):
+        try:
+            return _orjson.dumps(v).decode().replace(",", ", ")
+        except _orjson.JSONEncodeError:  # an integer beyond 64 bits
+            pass
+    return json.dumps(v, allow_nan=False)
+
+
 def _text(obj: Any, indent: int = 0) -> str:
     pad, inner = " " * indent, " " * (indent + 2)
-    if isinstance(obj, dict):
+    t = type(obj)
+    if t is dict:
         if not obj:
             return "{}"
         items = [f"{inner}{json.dumps(k)}: {_text(v, indent + 2)}" for k, v in obj.items()]
         return "{\n" + ",\n".join(items) + "\n" + pad + "}"
-    if isinstance(obj, list) and any(isinstance(v, (dict, list)) for v in obj):
-        if all(isinstance(v, list) and not any(isinstance(x, (dict, list)) for x in v) for v in obj):
-            return "[\n" + ",\n".join(inner + json.dumps(v, allow_nan=False) for v in obj) + "\n" + pad + "]"
+    if t is list:
+        kinds = set(map(type, obj))
+        if kinds <= _LEAF:
+            return _leaf(obj)
+        if kinds == {list} and all(set(map(type, v)) <= _LEAF for v in obj):
+            return "[\n" + ",\n".join(inner + _leaf(v) for v in obj) + "\n" + pad + "]"
         return "[\n" + ",\n".join(inner + _text(v, indent + 2) for v in obj) + "\n" + pad + "]"
     return json.dumps(obj, allow_nan=False)
 

@@ -1,0 +1,88 @@
+"""A fast path for reading COCO results files: typed decoding straight into columns.
+
+A results file is a list of up to millions of small records. Parsing it into
+Python dicts (orjson, json) and then gathering each field costs more than
+everything detcal does with the numbers afterwards. msgspec decodes the text
+into typed, untracked records in one C pass (about 3x faster than orjson into
+dicts), and the columns are gathered from those with C-level iteration.
+
+The fast path only takes what it can read exactly as the general path does,
+and declines everything else (``None``: the caller then parses with orjson and
+reports any error with the file, record and field):
+
+* the text is ASCII without escapes (``\\``): no UTF-8 or escaped-key questions;
+* no covariance fields (``bbox_covar``, ``covars``);
+* ids are JSON integers within int64, box and score are JSON numbers (no
+  booleans, no null, no NaN tokens), ``bbox`` and the optional per-coordinate
+  fields hold exactly 4 numbers; an optional field is in every record or in none;
+* the top level is a non-empty list.
+
+Everything the general path checks on the values (finite, w, h >= 0, score in
+[0, 1], positive stds, known image and category ids) is checked on the columns
+by the same code (:func:`detcal.data.coco.results_from_columns`).
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+__all__ = ["decode_results", "OPTIONAL_4"]
+
+OPTIONAL_4: tuple[str, ...] = ("bbox_std", "proposal", "delta_mean", "delta_std", "delta_logvar")
+"""Optional fields of 4 numbers the fast path reads."""
+_DECLINE_KEYS: tuple[bytes, ...] = (b'"bbox_covar"', b'"covars"')
+
+
+@functools.lru_cache(maxsize=None)
+def _decoder(optional: tuple[str, ...]) -> Any:
+    import msgspec
+
+    four = tuple[float, float, float, float]
+    fields: list[Any] = [("image_id", int), ("category_id", int), ("bbox", four), ("score", float)]
+    fields += [(k, four | msgspec.UnsetType, msgspec.UNSET) for k in optional]
+    record = msgspec.defstruct("ResultRecord", fields, gc=False)
+    return msgspec.json.Decoder(list[record])
+
+
+def _four(values: list, n: int) -> np.ndarray:
+    return np.fromiter(itertools.chain.from_iterable(values), np.float64, 4 * n).reshape(n, 4)
+
+
+def decode_results(data: bytes) -> tuple[dict[str, np.ndarray], tuple[str, ...]] | None:
+    """Columns ``{image_id, category_id, bbox [n,4], score, <optional fields>}`` of a results file's
+    bytes (BOM removed) and the optional fields present, or ``None`` when the fast path declines."""
+    try:
+        import msgspec
+    except ImportError:  # pragma: no cover - msgspec is a dependency
+        return None
+    if not data.isascii() or b"\\" in data or any(k in data for k in _DECLINE_KEYS):
+        return None
+    optional = tuple(k for k in OPTIONAL_4 if b'"' + k.encode() + b'"' in data)
+    try:
+        records = _decoder(optional).decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    n = len(records)
+    if n == 0:
+        return None
+    try:
+        cols = {k: np.fromiter(map(attrgetter(k), records), np.int64, n) for k in ("image_id", "category_id")}
+    except OverflowError:  # an id beyond int64: the general path names it
+        return None
+    cols["bbox"] = _four(list(map(attrgetter("bbox"), records)), n)
+    cols["score"] = np.fromiter(map(attrgetter("score"), records), np.float64, n)
+    present = []
+    for k in optional:
+        values = list(map(attrgetter(k), records))
+        unset = values.count(msgspec.UNSET)
+        if unset == n:
+            continue
+        if unset:  # in some records only: the general path names the first without it
+            return None
+        cols[k] = _four(values, n)
+        present.append(k)
+    return cols, tuple(present)
