@@ -198,3 +198,31 @@ def test_class_maps_load() -> None:
     assert files
     for f in files:
         assert load_class_map(f) is not None
+
+
+def test_no_shipped_config_sets_the_hydra_mode() -> None:
+    """A plain command line composes the config once (detcal.apps._hydra._single_compose), which is
+    only right while no shipped config sets hydra.mode."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+    for path in root.rglob("*.yaml"):
+        doc = yaml.safe_load(path.read_text()) or {}
+        hydra = doc.get("hydra") if isinstance(doc, dict) else None
+        in_hydra_group = path.parent.name == "hydra"
+        assert not (isinstance(hydra, dict) and "mode" in hydra), path
+        assert not (in_hydra_group and "mode" in doc), path
+
+
+def test_single_compose_only_for_plain_command_lines() -> None:
+    from hydra._internal.hydra import Hydra
+
+    from detcal.apps._hydra import _single_compose
+
+    original = Hydra.get_mode
+    for argv, patched in ((["data=coco", "hydra.run.dir=x"], True), (["-m", "seed=1,2"], False),
+                          (["--cfg", "job"], False), (["hydra.mode=MULTIRUN"], False),
+                          (["hydra/sweeper=basic"], False), (["+hydra.searchpath=[pkg://x]"], False)):
+        with _single_compose(argv):
+            assert (Hydra.get_mode is not original) == patched, argv
+        assert Hydra.get_mode is original

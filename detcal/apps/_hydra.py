@@ -17,6 +17,7 @@ is random per process), and a run refuses a directory another live run holds
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -167,6 +168,36 @@ def _fail(prog: str, message: str) -> None:
     raise SystemExit(2)
 
 
+_SWEEP_KEYS = ("hydra.mode", "hydra.sweeper", "hydra/sweeper", "hydra.searchpath", "hydra/launcher", "hydra.launcher",
+               "+hydra", "++hydra", "~hydra")
+
+
+@contextlib.contextmanager
+def _single_compose(argv: list[str]) -> Any:
+    """Compose the config once, not twice, for a plain run.
+
+    Hydra composes the whole config a first time only to read ``hydra.mode``
+    (``Hydra.get_mode``), then again to run. detcal's own configs never set
+    ``hydra.mode`` (a test checks), so for a command line without flags
+    (``-m``, ``--cfg``, ``--config-dir``, ...) and without overrides of the
+    mode, sweeper, launcher or search path, the answer is known: no mode
+    set, a single run, exactly what Hydra concludes after composing. Any
+    other command line goes through Hydra unchanged.
+    """
+    from hydra._internal.hydra import Hydra
+
+    plain = not any(a.startswith("-") or a.startswith(_SWEEP_KEYS) for a in argv)
+    if not plain:
+        yield
+        return
+    original = Hydra.get_mode
+    Hydra.get_mode = lambda self, config_name, overrides: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Hydra.get_mode = original  # type: ignore[method-assign]
+
+
 def run_app(config_name: str, schema: type, task: Callable[[Any, "AppContext"], Any], prog: str) -> None:
     """Run ``task(spec, ctx)`` as the Hydra app ``prog`` on ``configs/<config_name>.yaml``.
 
@@ -212,7 +243,8 @@ def run_app(config_name: str, schema: type, task: Callable[[Any, "AppContext"], 
 
     saved = saved_env
     try:
-        _main()
+        with _single_compose(sys.argv[1:]):
+            _main()
     except SystemExit:
         raise
     except KeyboardInterrupt:
