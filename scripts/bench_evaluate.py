@@ -9,7 +9,9 @@ timed in the same run on the same files.
 detcal: a fresh process running ``python -m detcal.apps.evaluate`` (interpreter
 start, imports, Hydra, load, match at the 10 COCO thresholds 0.50:0.95, every
 confidence metric, box-uncertainty metrics when present, metrics.json and
-summary.md; plots, bootstrap and the per-detection CSV off). pycocotools: a
+summary.md; plots, bootstrap and the per-detection CSV off; once in one
+process, once with ``parallel.workers=N``, and once with COCO AP/AR, LRP and
+LaECE added, which are on by default). pycocotools: a
 fresh process running COCO(), loadRes, evaluate, accumulate, summarize.
 Prints both wall times and the ratio.
 """
@@ -67,6 +69,7 @@ def main() -> None:
     ap.add_argument("--uncertainty", action="store_true", help="results carry delta records (box uncertainty)")
     ap.add_argument("--repeat", type=int, default=1, help="best of N runs of each")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=2, help="also time parallel.workers=N (0: skip)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -79,18 +82,28 @@ def main() -> None:
                       f"hydra.run.dir={root / 'run'}"]
         coco_cmd = [sys.executable, "-c", PYCOCO, str(gt), str(res)]
         no_acc = detcal_cmd + ["accuracy.enabled=false", "localisation.enabled=false"]
-        t_cal = min(timed(no_acc, root)[0] for _ in range(args.repeat))
-        t_det = min(timed(detcal_cmd, root)[0] for _ in range(args.repeat))
-        t_coco = min(timed(coco_cmd, root)[0] for _ in range(args.repeat))
         import json
 
-        timing = json.loads((root / "run" / "metrics.json").read_text()).get("timing_s", {})
+        def stages() -> dict:
+            return json.loads((root / "run" / "metrics.json").read_text()).get("timing_s", {})
+
+        t_cal = min(timed(no_acc, root)[0] for _ in range(args.repeat))
+        timing_cal = stages()
+        t_par = (min(timed(no_acc + [f"parallel.workers={args.workers}"], root)[0] for _ in range(args.repeat))
+                 if args.workers > 1 else None)
+        t_det = min(timed(detcal_cmd, root)[0] for _ in range(args.repeat))
+        timing = stages()
+        t_coco = min(timed(coco_cmd, root)[0] for _ in range(args.repeat))
     print(f"{args.images} images, {n} detections ({size:.0f} MB results JSON), 10 IoU thresholds, "
           f"uncertainty={'yes' if args.uncertainty else 'no'}")
-    print(f"  detcal-evaluate, calibration only           {t_cal:8.2f} s   (accuracy/localisation off)")
+    print(f"  detcal-evaluate, calibration only           {t_cal:8.2f} s   stages: {timing_cal}")
+    if t_par is not None:
+        print(f"  ... with parallel.workers={args.workers}                 {t_par:8.2f} s")
     print(f"  detcal-evaluate, + COCO AP/AR, LRP, LaECE   {t_det:8.2f} s   stages: {timing}")
     print(f"  pycocotools load+evaluate+accumulate+summ.  {t_coco:8.2f} s")
     print(f"  ratio pycocotools / detcal (calibration)    {t_coco / t_cal:8.1f}x")
+    if t_par is not None:
+        print(f"  ratio pycocotools / detcal ({args.workers} workers)      {t_coco / t_par:8.1f}x")
     print(f"  ratio pycocotools / detcal (with AP)        {t_coco / t_det:8.1f}x")
 
 
