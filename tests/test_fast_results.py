@@ -125,3 +125,84 @@ def test_random_files_agree_exactly():
                 r["bbox_std"] = rng.uniform(0.1, 5, 4).tolist()
             recs.append(r)
         assert _same(json.dumps(recs).encode())
+
+
+# --------------------------------------------------------------------------- instances
+def _instances_outcome(data: bytes, fast: bool, tmp_path):
+    from detcal.data.coco import load_coco_instances
+
+    path = tmp_path / "i.json"
+    path.write_bytes(data)
+    saved = _fast_results.decode_instances
+    if not fast:
+        _fast_results.decode_instances = lambda data: None
+    try:
+        ds = load_coco_instances(path)
+    except DetcalInputError as e:
+        return ("error", str(e))
+    finally:
+        _fast_results.decode_instances = saved
+    gt, im = ds.gt, ds.images
+    return ("ok", im.id.tolist(), repr(im.width.tolist()), repr(im.height.tolist()), list(im.file_name), gt.image_id.tolist(),
+            gt.box.tolist(), gt.category.tolist(), gt.iscrowd.tolist(), gt.ignore.tolist(), gt.id.tolist(),
+            None if gt.area is None else gt.area.tolist(), sorted(ds.categories.items()))
+
+
+def _doc(**changes):
+    doc = {"info": {"description": "x"}, "licenses": [],
+           "images": [{"id": 1, "width": 640, "height": 480, "file_name": "a.jpg"},
+                      {"id": 2, "width": 320.5, "height": 200, "file_name": "b.jpg"}],
+           "annotations": [{"id": 10, "image_id": 1, "category_id": 3, "bbox": [1, 2, 30.5, 40], "area": 1220.0,
+                            "iscrowd": 0, "segmentation": [[1, 2, 3, 4, 5, 6]]},
+                           {"id": 11, "image_id": 2, "category_id": 3, "bbox": [5, 5, 10, 10], "area": 100,
+                            "iscrowd": 1, "segmentation": {"counts": "abc1", "size": [200, 320]}}],
+           "categories": [{"id": 3, "name": "car", "supercategory": "vehicle"}]}
+    for path, value in changes.items():
+        node = doc
+        keys = path.split(".")
+        for k in keys[:-1]:
+            node = node[int(k)] if isinstance(node, list) else node[k]
+        last = keys[-1]
+        if value is _DELETE:
+            if isinstance(node, list):
+                del node[int(last)]
+            else:
+                del node[last]
+        elif isinstance(node, list):
+            node[int(last)] = value
+        else:
+            node[last] = value
+    return doc
+
+
+_DELETE = object()
+INSTANCE_CASES = [
+    {}, {"annotations.0.iscrowd": True}, {"annotations.0.iscrowd": 2}, {"annotations.0.iscrowd": None},
+    {"annotations.0.iscrowd": _DELETE}, {"annotations.1.ignore": 1}, {"annotations.0.area": _DELETE},
+    {"annotations.0.area": True}, {"annotations.0.area": -1.0}, {"annotations.0.area": None},
+    {"images.0.width": None}, {"images.0.width": _DELETE}, {"images.0.width": True}, {"images.0.width": "640"},
+    {"images.0.width": -3}, {"images.1.file_name": None}, {"images.1.file_name": 7}, {"images.1.file_name": _DELETE},
+    {"images.0.id": 1.0}, {"images.0.id": 2}, {"images.0.id": None}, {"images.0.id": 2**63},
+    {"annotations.0.bbox": [1, 2, 3]}, {"annotations.0.bbox": [1, 2, -3, 4]}, {"annotations.0.bbox": [1, 2, True, 4]},
+    {"annotations.0.image_id": 99}, {"annotations.0.category_id": 99}, {"annotations.1.id": 10},
+    {"categories.0.name": 5}, {"categories.0.name": _DELETE}, {"categories": "x"}, {"images": _DELETE},
+    {"annotations.0": 3}, {"categories.0.name": "caf\u00e9"}, {"images.0.file_name": "a\\b.jpg"},
+]
+
+
+@pytest.mark.parametrize("i", range(len(INSTANCE_CASES)))
+def test_instances_fast_and_general_paths_agree(i, tmp_path):
+    data = json.dumps(_doc(**INSTANCE_CASES[i]), ensure_ascii=i % 2 == 0).encode()
+    assert _instances_outcome(data, True, tmp_path) == _instances_outcome(data, False, tmp_path)
+
+
+def test_instances_text_level_cases_agree(tmp_path):
+    base = json.dumps(_doc())
+    took = []
+    for text in (base, "\ufeff" + base, base.replace("640", "NaN"), base.replace("640", "1e400"), base + " x",
+                 base.replace('"id": 1,', '"id": 1, "id": 5,', 1), base.replace("30.5", "30.50000000000000000000001"),
+                 "[]", "{}", base.replace('"images"', '"imag\\u0065s"')):
+        data = text.encode("utf-8")
+        assert _instances_outcome(data, True, tmp_path) == _instances_outcome(data, False, tmp_path), text[:80]
+        took.append(_fast_results.decode_instances(data[3:] if data.startswith(b"\xef\xbb\xbf") else data) is not None)
+    assert took[0] and took[1] and not took[2] and not took[6]

@@ -1,4 +1,4 @@
-"""A fast path for reading COCO results files: typed decoding straight into columns.
+"""Fast paths for reading COCO files: typed decoding that builds only what detcal reads.
 
 A results file is a list of up to millions of small records. Parsing it into
 Python dicts (orjson, json) and then gathering each field costs more than
@@ -20,6 +20,14 @@ reports any error with the file, record and field):
 Everything the general path checks on the values (finite, w, h >= 0, score in
 [0, 1], positive stds, known image and category ids) is checked on the columns
 by the same code (:func:`detcal.data.coco.results_from_columns`).
+
+Instances files (:func:`decode_instances`) spend most of their bytes on
+segmentation polygons, which detcal does not read: the decoder keeps only the
+fields detcal reads, as plain values (any JSON type, so the general loader's
+checks see exactly what the whole parse would have given them; read per key by
+:class:`detcal.data.coco._Fields`), and skips the rest without building it. It declines files that are not valid UTF-8, hold
+escapes, or hold integer literals of 19 or more digits (where parsers differ
+on what such a number becomes).
 """
 from __future__ import annotations
 
@@ -30,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["decode_results", "OPTIONAL_4"]
+__all__ = ["decode_results", "decode_instances", "OPTIONAL_4"]
 
 OPTIONAL_4: tuple[str, ...] = ("bbox_std", "proposal", "delta_mean", "delta_std", "delta_logvar")
 """Optional fields of 4 numbers the fast path reads."""
@@ -86,3 +94,47 @@ def decode_results(data: bytes) -> tuple[dict[str, np.ndarray], tuple[str, ...]]
         cols[k] = _four(values, n)
         present.append(k)
     return cols, tuple(present)
+
+
+_IMAGE_KEYS = ("id", "width", "height", "file_name")
+_ANNOTATION_KEYS = ("id", "image_id", "category_id", "bbox", "iscrowd", "ignore", "area")
+_CATEGORY_KEYS = ("id", "name")
+_DIGITS = bytes.maketrans(bytes(range(256)), bytes(48 if 48 <= c <= 57 else 32 for c in range(256)))
+
+
+def _long_digit_run(data: bytes, n: int = 19) -> bool:
+    """True when ``data`` holds ``n`` or more consecutive decimal digits (C-speed: one translate, one search)."""
+    return b"0" * n in data.translate(_DIGITS)
+
+
+@functools.lru_cache(maxsize=None)
+def _instances_decoder() -> Any:
+    import msgspec
+
+    def record(name: str, keys: tuple[str, ...]) -> Any:
+        return msgspec.defstruct(name, [(k, Any, msgspec.UNSET) for k in keys], gc=False)
+
+    doc = msgspec.defstruct("Instances", [("images", list[record("Image", _IMAGE_KEYS)]),
+                                          ("annotations", list[record("Annotation", _ANNOTATION_KEYS)]),
+                                          ("categories", list[record("Category", _CATEGORY_KEYS)])])
+    return msgspec.json.Decoder(doc)
+
+
+def decode_instances(data: bytes) -> Any | None:
+    """Typed records (``.images``, ``.annotations``, ``.categories``) holding only the keys detcal
+    reads, as plain JSON values (absent keys ``msgspec.UNSET``), or ``None`` when the fast path declines."""
+    try:
+        import msgspec
+    except ImportError:  # pragma: no cover - msgspec is a dependency
+        return None
+    if b"\\" in data or _long_digit_run(data):
+        return None
+    if not data.isascii():
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    try:
+        return _instances_decoder().decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None

@@ -44,6 +44,7 @@ import copy
 import io
 import json
 import os
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,6 @@ from detcal.data._json import (  # noqa: E402  (strict column helpers, shared wi
     flag_column as _flag_column,
     integer_column as _integer_column,
     numeric_column as _numeric_column,
-    parse_json as _parse_json,
     parse_json_bytes as _parse_json_bytes,
     require as _require,
     top_list as _top_list,
@@ -96,25 +96,59 @@ from detcal.data._json import (  # noqa: E402  (strict column helpers, shared wi
 
 
 # --------------------------------------------------------------------------- instances
-def _load_images(records: list, file: str, bools: bool = True) -> Images:
-    _check_dicts(records, file=file, prefix="images")
-    ids = _integer_column(_require(records, "id", file=file, prefix="images"), file=file, field="id", prefix="images", bools=bools)
+class _Fields:
+    """The values of one key in every record of a list: parsed dicts, or the typed records of the
+    fast decoder (absent keys ``UNSET``). Both give the loaders the same lists, so the same checks
+    run on the same values whichever way the file was read."""
+
+    def __init__(self, records: list, file: str, prefix: str, unset: Any = None) -> None:
+        self.records, self.file, self.prefix, self.unset = records, file, prefix, unset
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def check_objects(self) -> None:
+        if self.unset is None:  # typed records are objects by construction
+            _check_dicts(self.records, file=self.file, prefix=self.prefix)
+
+    def get(self, key: str, default: Any = None) -> list:
+        """``record.get(key, default)`` for every record."""
+        if self.unset is None:
+            return [r.get(key, default) for r in self.records]
+        values = list(map(attrgetter(key), self.records))
+        return [default if v is self.unset else v for v in values] if self.unset in values else values
+
+    def require(self, key: str) -> list:
+        """The value of ``key`` in every record; error naming the first record lacking it (or null)."""
+        if self.unset is None:
+            return _require(self.records, key, file=self.file, prefix=self.prefix)
+        values = self.get(key)
+        if None in values:
+            bad = values.index(None)
+            raise DetcalInputError(f"missing required key {key!r} (or it is null)", file=self.file,
+                                   record=f"{self.prefix}[{bad}]" if self.prefix else bad, field=key)
+        return values
+
+
+def _load_images(records: _Fields, file: str, bools: bool = True) -> Images:
+    records.check_objects()
+    ids = _integer_column(records.require("id"), file=file, field="id", prefix="images", bools=bools)
     _check_unique(ids, file=file, field="id", prefix="images")
     size = {}
     for key in ("width", "height"):
-        vals = [np.nan if r.get(key) is None else r[key] for r in records]
+        vals = [np.nan if v is None else v for v in records.get(key)]
         arr = _numeric_column(vals, (), file=file, field=key, prefix="images", bools=bools)
         _check_mask(~np.isnan(arr) & ~(np.isfinite(arr) & (arr > 0)), arr, f"{key} must be a positive number", file=file, field=key, prefix="images")
         _check_scale(np.nan_to_num(arr, nan=1.0), key, file=file, field=key, prefix="images")
         size[key] = arr
-    names = [str(r.get("file_name") or "") for r in records]
+    names = [str(v or "") for v in records.get("file_name")]
     return Images(id=ids, width=size["width"], height=size["height"], file_name=names)
 
 
-def _load_categories(records: list, file: str, bools: bool = True) -> dict[int, str]:
-    _check_dicts(records, file=file, prefix="categories")
-    ids = _integer_column(_require(records, "id", file=file, prefix="categories"), file=file, field="id", prefix="categories", bools=bools)
-    names = _require(records, "name", file=file, prefix="categories")
+def _load_categories(records: _Fields, file: str, bools: bool = True) -> dict[int, str]:
+    records.check_objects()
+    ids = _integer_column(records.require("id"), file=file, field="id", prefix="categories", bools=bools)
+    names = records.require("name")
     bad = next((i for i, n in enumerate(names) if not isinstance(n, str)), -1)
     if bad >= 0:
         raise DetcalInputError(f"expected a string, got {names[bad]!r}", file=file, record=f"categories[{bad}]", field="name")
@@ -122,23 +156,24 @@ def _load_categories(records: list, file: str, bools: bool = True) -> dict[int, 
     return {int(i): n for i, n in zip(ids.tolist(), names)}
 
 
-def _load_annotations(records: list, file: str, images: Images, categories: dict[int, str], bools: bool = True) -> GroundTruth:
+def _load_annotations(records: _Fields, file: str, images: Images, categories: dict[int, str], bools: bool = True) -> GroundTruth:
     p = "annotations"
-    _check_dicts(records, file=file, prefix=p)
-    image_id = _integer_column(_require(records, "image_id", file=file, prefix=p), file=file, field="image_id", prefix=p, bools=bools)
-    category = _integer_column(_require(records, "category_id", file=file, prefix=p), file=file, field="category_id", prefix=p, bools=bools)
-    bbox = _numeric_column(_require(records, "bbox", file=file, prefix=p), (4,), file=file, field="bbox", prefix=p, what="[x, y, w, h] (4 numbers)", bools=bools)
-    ann_id = _integer_column(_require(records, "id", file=file, prefix=p), file=file, field="id", prefix=p, bools=bools)
-    iscrowd = _flag_column([r.get("iscrowd", 0) for r in records], file=file, field="iscrowd", prefix=p)
-    ignore = _flag_column([r.get("ignore", 0) for r in records], file=file, field="ignore", prefix=p)
+    records.check_objects()
+    image_id = _integer_column(records.require("image_id"), file=file, field="image_id", prefix=p, bools=bools)
+    category = _integer_column(records.require("category_id"), file=file, field="category_id", prefix=p, bools=bools)
+    bbox = _numeric_column(records.require("bbox"), (4,), file=file, field="bbox", prefix=p, what="[x, y, w, h] (4 numbers)", bools=bools)
+    ann_id = _integer_column(records.require("id"), file=file, field="id", prefix=p, bools=bools)
+    iscrowd = _flag_column(records.get("iscrowd", 0), file=file, field="iscrowd", prefix=p)
+    ignore = _flag_column(records.get("ignore", 0), file=file, field="ignore", prefix=p)
     _check_box(bbox, file=file, field="bbox", prefix=p)
     _check_unique(ann_id, file=file, field="id", prefix=p)
     _check_mask(images.index_of(image_id) < 0, image_id, "unknown image id (not in 'images')", file=file, field="image_id", prefix=p)
     known = np.fromiter(categories.keys(), dtype=np.int64, count=len(categories))
     _check_mask(~np.isin(category, known), category, "unknown category id (not in 'categories')", file=file, field="category_id", prefix=p)
     area = None  # the COCO 'area' (mask area) when every annotation has a finite one: COCO AP's size ranges
-    if records and all(type(r.get("area")) in (int, float) for r in records):
-        a = np.array([r["area"] for r in records], dtype=np.float64)
+    areas = records.get("area")
+    if len(records) and all(type(v) in (int, float) for v in areas):
+        a = np.array(areas, dtype=np.float64)
         area = a if np.isfinite(a).all() and (a >= 0).all() else None
     return GroundTruth(image_id=image_id, box=xywh_to_xyxy(bbox), category=category, iscrowd=iscrowd, ignore=ignore, id=ann_id,
                        wh=bbox[:, 2:4].copy(), area=area)
@@ -164,8 +199,24 @@ def load_coco_instances(path: PathLike) -> Dataset:
     pycocotools); :func:`to_pycocotools` builds the matching ``COCO`` object
     in memory when one is needed.
     """
+    from detcal.data._fast_results import decode_instances
+
     file = str(path)
-    parsed = _parse_json(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise DetcalInputError(f"cannot read file: {e.strerror or e}", file=file) from e
+    body = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
+    fast = decode_instances(body)
+    if fast is not None:  # typed records holding only the fields detcal reads
+        import msgspec
+
+        bools = b"true" in body or b"false" in body
+        images = _load_images(_Fields(fast.images, file, "images", msgspec.UNSET), file, bools)
+        categories = _load_categories(_Fields(fast.categories, file, "categories", msgspec.UNSET), file, bools)
+        gt = _load_annotations(_Fields(fast.annotations, file, "annotations", msgspec.UNSET), file, images, categories, bools)
+        return Dataset(images=images, gt=gt, categories=categories, source=file)
+    parsed = _parse_json_bytes(data, file)
     doc, bools = parsed.doc, parsed.bools
     if not isinstance(doc, dict):
         raise DetcalInputError(
@@ -174,9 +225,9 @@ def load_coco_instances(path: PathLike) -> Dataset:
     raw_images = _top_list(doc, "images", file=file)
     raw_annotations = _top_list(doc, "annotations", file=file)
     raw_categories = _top_list(doc, "categories", file=file)
-    images = _load_images(raw_images, file, bools)
-    categories = _load_categories(raw_categories, file, bools)
-    gt = _load_annotations(raw_annotations, file, images, categories, bools)
+    images = _load_images(_Fields(raw_images, file, "images"), file, bools)
+    categories = _load_categories(_Fields(raw_categories, file, "categories"), file, bools)
+    gt = _load_annotations(_Fields(raw_annotations, file, "annotations"), file, images, categories, bools)
     return Dataset(images=images, gt=gt, categories=categories, source=file)
 
 
