@@ -70,10 +70,20 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="best of N runs of each")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2, help="also time parallel.workers=N (0: skip)")
+    ap.add_argument("--files", type=Path, default=None,
+                    help="keep the generated files in this folder and reuse them on the next run")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        gt, res, n = make_files(root, args.images, args.dets_per_image, args.uncertainty, args.seed)
+        gt, res = (args.files or root) / "instances.json", (args.files or root) / "results.json"
+        if args.files is not None and gt.exists() and res.exists():
+            from detcal.data.coco import load_coco_results
+
+            n = len(load_coco_results(res))
+        else:
+            if args.files is not None:
+                args.files.mkdir(parents=True, exist_ok=True)
+            gt, res, n = make_files(args.files or root, args.images, args.dets_per_image, args.uncertainty, args.seed)
         size = res.stat().st_size / 1e6
         thr = "[" + ",".join(f"{t:.2f}" for t in np.linspace(0.5, 0.95, 10)) + "]"
         detcal_cmd = [sys.executable, "-m", "detcal.apps.evaluate", "data=coco", f"data.gt={gt}", f"data.results={res}",
