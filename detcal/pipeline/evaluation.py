@@ -46,13 +46,14 @@ HEADLINE_REGRESSION: tuple[str, ...] = ("ence", "m_qce", "c_qce", "nll")
 
 
 def as_loaded(gt: Any, results: Any = None, *, workdir: str | os.PathLike = ".",
-              unknown_category: str = "drop") -> LoadedData:
+              unknown_category: str = "drop", shard: tuple[int, int] | None = None) -> LoadedData:
     """Anything the API accepts as input, as :class:`LoadedData`: a LoadedData, a
-    DataSpec, a (Dataset, Detections) pair, or paths of COCO instances + results files."""
+    DataSpec, a (Dataset, Detections) pair, or paths of COCO instances + results files.
+    ``shard`` (rank, world): COCO results are read for that rank's image shard only (docs/scale.md)."""
     if isinstance(gt, LoadedData):
         return gt
     if isinstance(gt, DataSpec):
-        return load_data(gt, workdir)
+        return load_data(gt, workdir, shard)
     if isinstance(gt, Dataset):
         if not isinstance(results, Detections):
             raise TypeError("with a Dataset, results must be a Detections record")
@@ -60,7 +61,7 @@ def as_loaded(gt: Any, results: Any = None, *, workdir: str | os.PathLike = ".",
     if isinstance(gt, (str, os.PathLike)):
         if results is None:
             raise TypeError("give the results file next to the ground-truth file")
-        return load_coco(gt, results, unknown_category)
+        return load_coco(gt, results, unknown_category, shard=shard)
     raise TypeError(f"cannot evaluate {type(gt).__name__}: give paths, (Dataset, Detections), a DataSpec or LoadedData")
 
 
@@ -119,18 +120,24 @@ def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[Ma
     if reg_on and isinstance(thresholds, list) and not any(abs(t - t_reg) < 1e-9 for t in thresholds):
         extra = [t_reg]
     par = spec.parallel
-    if par.workers > 1 or par.distributed:
+    if data.shard is None and (par.workers > 1 or par.distributed):
         from detcal.pipeline.parallel import parallel_match
 
         def _match(th: Any) -> MatchResult:
             return parallel_match(m, dets, data, th, par.workers, par.distributed)
-    else:
+    else:  # one process, or this rank's shard of a sharded read: image shards of par.shard_size, in turn
+        from detcal.pipeline.parallel import match_in_shards
+
         def _match(th: Any) -> MatchResult:
-            return run_match(m, dets, data, th)
+            return match_in_shards(m, dets, data, th, par.shard_size)
     mr = _match(thresholds + extra if extra else thresholds)
     mr_reg = mr
     if reg_on and not isinstance(thresholds, list):
         mr_reg = _match([t_reg])
+    if data.shard is not None:  # sharded reading (COCO results, IoU lists): gather every rank's shard
+        from detcal.pipeline.parallel import gather_shards
+
+        mr = mr_reg = gather_shards(data, mr)
     return mr, mr_reg, extra
 
 
@@ -316,12 +323,19 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
     with Progress(progress, "detcal-evaluate", total=4) as bar:
         t0 = time.perf_counter()
         bar.step("load data")
-        data = as_loaded(gt, results, workdir=workdir or ".")
+        shard = None
+        if spec.parallel.distributed:
+            from detcal.pipeline.parallel import distributed_rank, distributed_world
+
+            shard = (distributed_rank(), distributed_world())
+        data = as_loaded(gt, results, workdir=workdir or ".", shard=shard)
         timing["load"] = time.perf_counter() - t0
-        require_detections(data)
+        if data.shard is None:
+            require_detections(data)
         t0 = time.perf_counter()
         bar.step("match")
         mr, mr_reg, extra = match_data(data, spec, reg_on)
+        require_detections(data)
         needs_pos = conf_on and (bool(spec.dece_binning.features) or bool(spec.confidence.maps))
         feats, n_clipped, clipped = relative_box_features(data, needed=False)
         no_pos = _missing_sizes(data, feats) if needs_pos else None

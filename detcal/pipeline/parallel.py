@@ -13,7 +13,26 @@ are bitwise equal.
   the torchrun environment when it is not already). Each rank matches its
   image shard and evaluates its share of the thresholds; the pieces are
   gathered on every rank (``all_gather_object``); rank 0 writes the report.
-  Every rank reads the whole input: the split spreads time, not memory.
+  With COCO results each rank reads only its own shard (sharded reading,
+  :func:`gather_shards`); other sources are read whole by every rank.
+* ``parallel.shard_size``: in one process, matching runs over image shards of
+  about that many detections one after the other (:func:`match_in_shards`),
+  so the matcher's working memory is that of a shard, not of the whole set.
+
+Sharded reading (docs/scale.md): rank r keeps the detections of the r-th of
+``world`` contiguous ranges of the ground truth's sorted image ids (it scans
+the results file in blocks and drops the other ranks' records; every image
+lies on one rank), with their input rows; it matches them; then every rank
+gathers every rank's (rows, detections, match) and puts them back in input
+order, so all later stages run on the same arrays as in one process
+(bitwise-equal numbers, bootstrap intervals included). What is gathered is the
+compact columns (boxes, scores, categories, image ids, uncertainty fields;
+matched/ignored flags per threshold, GT rows, IoU, considered), not binned
+statistics: several metrics are not sums of fixed cells (adaptive and
+equal-count binning, the sparse-cell policy, the image bootstrap, AP, the
+box-uncertainty sample), so an integer all-reduce of cell counts could not
+reproduce them exactly. The confidence metrics are still split by threshold
+across the ranks.
 """
 from __future__ import annotations
 
@@ -26,7 +45,7 @@ import numpy as np
 from detcal.types import MatchResult
 
 __all__ = ["image_shards", "merge_matches", "map_in_processes", "parallel_match", "distributed_rank",
-           "distributed_world", "gather_all"]
+           "distributed_world", "gather_all", "match_in_shards", "merge_detections", "gather_shards"]
 
 _STATE: dict[str, Any] = {}
 
@@ -60,18 +79,85 @@ def image_shards(image_id: np.ndarray, n: int) -> list[np.ndarray]:
     return [np.flatnonzero((order >= bounds[k]) & (order < bounds[k + 1])) for k in range(len(parts))]
 
 
-def merge_matches(n: int, parts: Sequence[tuple[np.ndarray, MatchResult]]) -> MatchResult:
-    """One :class:`MatchResult` over ``n`` detections from shard results (rows, result)."""
-    parts = [p for p in parts if p is not None]
-    first = parts[0][1]
-    fields: dict[str, np.ndarray] = {}
-    for name in ("matched", "ignored", "gt_index", "iou", "considered"):
+_MATCH_FIELDS = ("matched", "ignored", "gt_index", "iou", "considered")
+
+
+def _compact_gt_index(n_gt: int | None) -> Any:
+    """int32 GT rows when the GT fits (half the memory of int64; the same values)."""
+    return np.int32 if n_gt is not None and n_gt < 2**31 - 1 else None
+
+
+def _empty_match(first: MatchResult, n: int, n_gt: int | None = None) -> dict[str, np.ndarray]:
+    out = {}
+    for name in _MATCH_FIELDS:
         a = getattr(first, name)
-        out = np.zeros(a.shape[:-1] + (n,), dtype=a.dtype)
-        for rows, r in parts:
-            out[..., rows] = getattr(r, name)
-        fields[name] = out
+        dtype = (_compact_gt_index(n_gt) or a.dtype) if name == "gt_index" else a.dtype
+        out[name] = np.zeros(a.shape[:-1] + (n,), dtype=dtype)
+    return out
+
+
+def merge_matches(n: int, parts: Sequence[tuple[np.ndarray, MatchResult] | None],
+                  n_gt: int | None = None) -> MatchResult:
+    """One :class:`MatchResult` over ``n`` detections from shard results (rows, result); with ``n_gt``
+    (the GT count) the GT rows are kept as int32 when they fit."""
+    parts = [p for p in parts if p is not None]
+    first = next((r for rows, r in parts if len(rows)), parts[0][1])
+    fields = _empty_match(first, n, n_gt)
+    for rows, r in parts:
+        for name in _MATCH_FIELDS:
+            fields[name][..., rows] = getattr(r, name)
     return dataclasses.replace(first, **fields)
+
+
+def match_in_shards(m: Any, dets: Any, data: Any, thresholds: Any, shard_size: int) -> MatchResult:
+    """:func:`detcal.pipeline.evaluation.run_match` over image shards of about ``shard_size`` detections,
+    one after the other, written into one result (GT rows as int32): the same values, with the
+    matcher's working memory that of one shard. ``shard_size`` 0 or more than the detections: one call."""
+    from detcal.pipeline.evaluation import run_match
+
+    n = len(dets)
+    if shard_size <= 0 or n <= shard_size:
+        return run_match(m, dets, data, thresholds)
+    fields: dict[str, np.ndarray] | None = None
+    first: MatchResult | None = None
+    for rows in image_shards(dets.image_id, -(-n // shard_size)):
+        r = run_match(m, dets.select(rows), data, thresholds)
+        if fields is None:
+            first, fields = r, _empty_match(r, n, len(data.dataset.gt))
+        for name in _MATCH_FIELDS:
+            fields[name][..., rows] = getattr(r, name)
+        del r
+    assert first is not None and fields is not None
+    return dataclasses.replace(first, **fields)
+
+
+def merge_detections(n: int, parts: Sequence[tuple[np.ndarray, Any]]) -> Any:
+    """One :class:`~detcal.types.Detections` of ``n`` rows from (rows, detections) pieces."""
+    from detcal.types import Detections
+
+    full = [d for rows, d in parts if len(rows)] or [parts[0][1]]
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(Detections):
+        a = getattr(full[0], f.name)
+        if a is None:
+            out[f.name] = None
+            continue
+        col = np.empty((n,) + a.shape[1:], dtype=a.dtype)
+        for rows, d in parts:
+            if len(rows):
+                col[rows] = getattr(d, f.name)
+        out[f.name] = col
+    return Detections(**out)
+
+
+def gather_shards(data: Any, mr: MatchResult) -> MatchResult:
+    """Sharded reading: every rank's (input rows, detections, match) gathered on every rank and put back
+    in input order. ``data`` gets the whole detections (``data.shard`` None); returns the whole match."""
+    parts = gather_all((data.shard, data.detections, mr))
+    n = int(sum(len(rows) for rows, _, _ in parts))
+    data.detections = merge_detections(n, [(rows, d) for rows, d, _ in parts])
+    data.shard = None
+    return merge_matches(n, [(rows, r) for rows, _, r in parts], len(data.dataset.gt))
 
 
 def _match_shard(rows: np.ndarray, m: Any, dets: Any, data: Any, thresholds: Any) -> tuple[np.ndarray, MatchResult]:
