@@ -28,7 +28,7 @@ import numpy as np
 from detcal.boxes import relative_features, xyxy_to_cxcywh
 from detcal.errors import DetcalInputError
 from detcal.pipeline.progress import Progress
-from detcal.pipeline.sources import LoadedData, load_coco, load_data
+from detcal.pipeline.sources import LoadedData, load_coco, load_data, release_memory
 from detcal.pipeline.confidence_block import confidence_blocks, dece_maps, threshold_label
 from detcal.pipeline.spec import FEATURES, DataSpec, EvaluationSpec, MatchingSpec
 from detcal.types import Dataset, Detections, MatchResult, MetricResult
@@ -75,6 +75,9 @@ def require_detections(data: LoadedData) -> None:
                                "there are no detections to evaluate", file=where)
 
 
+_FEATURE_BLOCK = 1 << 20
+
+
 def relative_box_features(data: LoadedData, needed: bool) -> tuple[np.ndarray, int, np.ndarray]:
     """Relative box features [D,4] (clipped to [0, 1]), the clipped count, the per-detection clipped flag [D].
 
@@ -95,10 +98,15 @@ def relative_box_features(data: LoadedData, needed: bool) -> tuple[np.ndarray, i
                                    file=ds.source or None, record=f"image {img}", field="width")
         feats = np.full((len(dets), 4), np.nan)
         return feats, 0, np.zeros(len(dets), bool)
-    feats, n_clipped = relative_features(dets.box, w, h)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rel = xyxy_to_cxcywh(dets.box) / np.stack([w, h, w, h], axis=-1).reshape(-1, 4)
-    return feats, n_clipped, np.any((rel < 0) | (rel > 1), axis=-1)
+    feats, clipped, n_clipped = np.empty((len(dets), 4)), np.empty(len(dets), bool), 0
+    for lo in range(0, len(dets), _FEATURE_BLOCK):  # row blocks: elementwise, so the same values, small temporaries
+        sl = slice(lo, lo + _FEATURE_BLOCK)
+        feats[sl], n = relative_features(dets.box[sl], w[sl], h[sl])
+        n_clipped += n
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rel = xyxy_to_cxcywh(dets.box[sl]) / np.stack([w[sl], h[sl], w[sl], h[sl]], axis=-1).reshape(-1, 4)
+        clipped[sl] = np.any((rel < 0) | (rel > 1), axis=-1)
+    return feats, n_clipped, clipped
 
 
 def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[MatchResult, MatchResult, list[float]]:
@@ -342,6 +350,7 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
         timing["match"] = time.perf_counter() - t0
         bar.total = 3 + (len(mr.iou_thresholds) - len(extra) if conf_on else 0)
         t0 = time.perf_counter()
+        release_memory()  # the free pages left by loading and matching, before the per-threshold samples
         conf, maps = confidence_blocks(spec, data, mr, feats, bar, extra, no_pos) if conf_on else ({}, {})
         timing["confidence"] = time.perf_counter() - t0
         t0 = time.perf_counter()

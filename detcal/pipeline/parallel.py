@@ -128,6 +128,9 @@ def match_in_shards(m: Any, dets: Any, data: Any, thresholds: Any, shard_size: i
             fields[name][..., rows] = getattr(r, name)
         del r
     assert first is not None and fields is not None
+    from detcal.pipeline.sources import release_memory
+
+    release_memory()
     return dataclasses.replace(first, **fields)
 
 

@@ -203,7 +203,22 @@ def _read_chunked(r: Path, ds: Dataset, unknown_category: str, chunk_bytes: int,
     dets = _concat(chunks) if chunks else Detections(np.zeros(0, np.int64), np.zeros((0, 4)), np.zeros(0),
                                                      np.zeros(0, np.int64))
     dropped = {"unknown_category": n_unknown} if n_unknown else {}
+    release_memory()
     return dets, dropped, (np.concatenate(rows) if rows else np.array([], dtype=np.int64)) if keep is not None else None
+
+
+def release_memory() -> None:
+    """Hand the heap's free pages back to the system (glibc ``malloc_trim``; nothing elsewhere). The
+    parsed records of the blocks leave freed memory that glibc keeps otherwise (about 40% of the
+    detections' size)."""
+    import ctypes
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):  # pragma: no cover - not glibc
+            pass
 
 
 def shard_image_ids(ds: Dataset, rank: int, world: int) -> np.ndarray:
