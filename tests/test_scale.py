@@ -62,6 +62,13 @@ def test_chunked_reading_and_shard_matching_equal_the_whole_load_bitwise(coco: D
         assert np.array_equal(getattr(chunked.data.detections, f), getattr(whole.data.detections, f)), f
 
 
+def test_two_workers_with_chunks_and_small_shards_equal_one_process_bitwise(coco: DataSpec) -> None:
+    one = detcal.evaluate(_data(coco, chunk_bytes=0), spec=_spec(n_boot=10, shard_size=0))
+    two = detcal.evaluate(_data(coco, chunk_bytes=2500), spec=_spec(n_boot=10, workers=2, shard_size=120))
+    assert _text(two) == _text(one)
+    assert np.array_equal(two.match.gt_index, one.match.gt_index)
+
+
 def test_evaluate_app_with_tiny_chunks_writes_the_same_metrics_json(coco: DataSpec, tmp_path: Path) -> None:
     args = ["data=coco", f"data.gt={coco.gt}", f"data.results={coco.results}", "matching.iou_thresholds=[0.5,0.75]",
             "bootstrap.n=0", "output.plots=false", "output.print_summary=false", "output.detections_csv=false"]

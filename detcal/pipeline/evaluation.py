@@ -132,7 +132,7 @@ def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[Ma
         from detcal.pipeline.parallel import parallel_match
 
         def _match(th: Any) -> MatchResult:
-            return parallel_match(m, dets, data, th, par.workers, par.distributed)
+            return parallel_match(m, dets, data, th, par.workers, par.distributed, par.shard_size)
     else:  # one process, or this rank's shard of a sharded read: image shards of par.shard_size, in turn
         from detcal.pipeline.parallel import match_in_shards
 

@@ -163,21 +163,23 @@ def gather_shards(data: Any, mr: MatchResult) -> MatchResult:
     return merge_matches(n, [(rows, r) for rows, _, r in parts], len(data.dataset.gt))
 
 
-def _match_shard(rows: np.ndarray, m: Any, dets: Any, data: Any, thresholds: Any) -> tuple[np.ndarray, MatchResult]:
-    from detcal.pipeline.evaluation import run_match
+def _match_shard(rows: np.ndarray, m: Any, dets: Any, data: Any, thresholds: Any,
+                 shard_size: int = 0) -> tuple[np.ndarray, MatchResult]:
+    return rows, match_in_shards(m, dets.select(rows), data, thresholds, shard_size)
 
-    return rows, run_match(m, dets.select(rows), data, thresholds)
 
-
-def parallel_match(m: Any, dets: Any, data: Any, thresholds: Any, workers: int, distributed: bool) -> MatchResult:
-    """:func:`detcal.pipeline.evaluation.run_match` over image shards in processes or ranks; the same result."""
+def parallel_match(m: Any, dets: Any, data: Any, thresholds: Any, workers: int, distributed: bool,
+                   shard_size: int = 0) -> MatchResult:
+    """:func:`detcal.pipeline.evaluation.run_match` over image shards in processes or ranks (each
+    in pieces of ``shard_size`` detections, :func:`match_in_shards`); the same result."""
     if distributed:
         rank, world = distributed_rank(), distributed_world()
         shards = image_shards(dets.image_id, world)
-        mine = _match_shard(shards[rank], m, dets, data, thresholds) if rank < len(shards) else None
+        mine = _match_shard(shards[rank], m, dets, data, thresholds, shard_size) if rank < len(shards) else None
         return merge_matches(len(dets), gather_all(mine))
     shards = image_shards(dets.image_id, workers)
-    return merge_matches(len(dets), map_in_processes(_match_shard, shards, (m, dets, data, thresholds), workers))
+    args = (m, dets, data, thresholds, shard_size)
+    return merge_matches(len(dets), map_in_processes(_match_shard, shards, args, workers))
 
 
 def _dist() -> Any:
