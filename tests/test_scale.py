@@ -98,7 +98,7 @@ def test_large_files_are_read_in_chunks_automatically(coco: DataSpec, monkeypatc
     assert calls == []  # a small file is read whole
     monkeypatch.setattr(sources, "AUTO_CHUNK_ABOVE", 1000)
     chunked = load_coco(coco.gt, coco.results)
-    assert calls == [cc.DEFAULT_CHUNK_BYTES]
+    assert calls == [sources.AUTO_CHUNK_BYTES]
     whole = load_coco(coco.gt, coco.results, chunk_bytes=0)
     assert len(calls) == 1 and np.array_equal(chunked.detections.box, whole.detections.box)
 

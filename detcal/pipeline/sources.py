@@ -18,10 +18,13 @@ from detcal.pipeline.spec import DataSpec
 from detcal.types import Dataset, Detections, KittiRules
 
 __all__ = ["LoadedData", "load_data", "load_coco", "read_image_ids", "subset_images", "results_chunk_bytes",
-           "AUTO_CHUNK_ABOVE"]
+           "AUTO_CHUNK_ABOVE", "AUTO_CHUNK_BYTES"]
 
-AUTO_CHUNK_ABOVE: int = 256 << 20
-"""``data.chunk_bytes=null`` reads results files larger than this (256 MiB) in chunks."""
+AUTO_CHUNK_ABOVE: int = 64 << 20
+"""``data.chunk_bytes=null`` reads results files larger than this (64 MiB) in blocks of :data:`AUTO_CHUNK_BYTES`."""
+AUTO_CHUNK_BYTES: int = 4 << 20
+"""Block size of automatic chunked reading (4 MiB: faster than 32 MiB blocks or a whole-file parse of
+a 1M-detection file, 2.7 s against 3.8 s and 3.7 s, and a few MB of parsed records at a time)."""
 
 
 @dataclass
@@ -143,12 +146,10 @@ def _check_results(dets: Detections, ds: Dataset, file: Path, unknown_category: 
 
 
 def results_chunk_bytes(results: str | os.PathLike, chunk_bytes: int | None) -> int:
-    """Block size for reading ``results`` (0: whole): ``chunk_bytes``, or with None 32 MiB blocks for
-    files larger than :data:`AUTO_CHUNK_ABOVE` and whole below."""
+    """Block size for reading ``results`` (0: whole): ``chunk_bytes``, or with None blocks of
+    :data:`AUTO_CHUNK_BYTES` for files larger than :data:`AUTO_CHUNK_ABOVE` and whole below."""
     if chunk_bytes is None:
-        from detcal.data.coco_chunks import DEFAULT_CHUNK_BYTES
-
-        return DEFAULT_CHUNK_BYTES if os.path.getsize(results) > AUTO_CHUNK_ABOVE else 0
+        return AUTO_CHUNK_BYTES if os.path.getsize(results) > AUTO_CHUNK_ABOVE else 0
     return int(chunk_bytes)
 
 
@@ -233,7 +234,7 @@ def load_coco(gt: str | os.PathLike, results: str | os.PathLike, unknown_categor
     """COCO instances JSON + COCO results JSON.
 
     ``chunk_bytes`` (docs/scale.md): read the results in blocks of that many bytes into compact
-    columns (0: whole; None: blocks of 32 MiB for files over 256 MiB). ``shard`` (rank, world): keep
+    columns (0: whole; None: blocks of 4 MiB for files over 64 MiB). ``shard`` (rank, world): keep
     only the detections of that rank's image shard (:func:`shard_image_ids`; read in blocks), with
     ``LoadedData.shard`` their input rows. The detections (and errors) are those of the whole-file
     load."""
@@ -244,10 +245,8 @@ def load_coco(gt: str | os.PathLike, results: str | os.PathLike, unknown_categor
     block = results_chunk_bytes(r, chunk_bytes)
     rows = None
     if shard is not None:
-        from detcal.data.coco_chunks import DEFAULT_CHUNK_BYTES
-
         keep = shard_image_ids(ds, *shard)
-        dets, dropped, rows = _read_chunked(r, ds, unknown_category, block or DEFAULT_CHUNK_BYTES, keep)
+        dets, dropped, rows = _read_chunked(r, ds, unknown_category, block or AUTO_CHUNK_BYTES, keep)
     elif block > 0:
         dets, dropped, _ = _read_chunked(r, ds, unknown_category, block, None)
     else:

@@ -110,7 +110,7 @@ class DataSpec:
     one of ``detcal.data.bundled.DETECTORS``. ``chunk_bytes`` (COCO results,
     docs/scale.md): read the results file in blocks of this many bytes into
     compact columns, never holding the whole list of records (0: read whole;
-    null: blocks of 32 MiB for files over 256 MiB); the same detections.
+    null: blocks of 4 MiB for files over 64 MiB); the same detections.
     """
 
     source: str = "synthetic"
