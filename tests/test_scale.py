@@ -190,21 +190,30 @@ if rank == 0:
 
 
 @pytest.mark.slow
-def test_two_gloo_ranks_each_reading_its_shard_equal_one_process_bitwise(coco: DataSpec, tmp_path: Path) -> None:
+@pytest.mark.parametrize("empty_rank", [False, True])
+def test_two_gloo_ranks_each_reading_its_shard_equal_one_process_bitwise(coco: DataSpec, tmp_path: Path,
+                                                                          empty_rank: bool) -> None:
     """Each rank keeps only its image shard of the results; bootstrap intervals and every number of
-    metrics.json equal one process loading whole."""
+    metrics.json equal one process loading whole (also when one rank's shard holds no detection)."""
     pytest.importorskip("torch")
+    results = Path(str(coco.results))
+    if empty_rank:  # only the first half of the images have detections: rank 1 reads none
+        recs = _records(coco)
+        results = _write(tmp_path / "half.json", [r for r in recs if r["image_id"] <= 70])
+    data = _data(coco, chunk_bytes=0)
+    data.results = str(results)
     script = tmp_path / "run.py"
     script.write_text(SCRIPT)
     out = tmp_path / "rank0.json"
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29541",
-                           str(script), str(coco.gt), str(out), str(coco.results), "4000", "200"],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                           f"--master_port={29541 + empty_rank}", str(script), str(coco.gt), str(out), str(results),
+                           "4000", "200"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    one = detcal.evaluate(_data(coco, chunk_bytes=0), spec=_spec(n_boot=15, shard_size=0))
+    one = detcal.evaluate(data, spec=_spec(n_boot=15, shard_size=0))
     assert out.read_text() == _text(one)
     assert '"ci"' in out.read_text() and one.headline["ece"]["ci"] is not None  # bootstrap intervals present
     parts = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(2)]
     assert not set(parts[0]["images"]) & set(parts[1]["images"])
-    assert 0 < len(parts[0]["rows"]) < len(one.data.detections)
+    assert 0 < len(parts[0]["rows"]) <= len(one.data.detections)
+    assert (len(parts[1]["rows"]) == 0) == empty_rank
     assert sorted(parts[0]["rows"] + parts[1]["rows"]) == list(range(len(one.data.detections)))

@@ -45,7 +45,7 @@ import numpy as np
 from detcal.types import MatchResult
 
 __all__ = ["image_shards", "merge_matches", "map_in_processes", "parallel_match", "distributed_rank",
-           "distributed_world", "gather_all", "match_in_shards", "merge_detections", "gather_shards"]
+           "distributed_world", "gather_all", "match_in_shards", "gather_shards"]
 
 _STATE: dict[str, Any] = {}
 
@@ -134,33 +134,48 @@ def match_in_shards(m: Any, dets: Any, data: Any, thresholds: Any, shard_size: i
     return dataclasses.replace(first, **fields)
 
 
-def merge_detections(n: int, parts: Sequence[tuple[np.ndarray, Any]]) -> Any:
-    """One :class:`~detcal.types.Detections` of ``n`` rows from (rows, detections) pieces."""
-    from detcal.types import Detections
-
-    full = [d for rows, d in parts if len(rows)] or [parts[0][1]]
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(Detections):
-        a = getattr(full[0], f.name)
-        if a is None:
-            out[f.name] = None
-            continue
-        col = np.empty((n,) + a.shape[1:], dtype=a.dtype)
-        for rows, d in parts:
-            if len(rows):
-                col[rows] = getattr(d, f.name)
-        out[f.name] = col
-    return Detections(**out)
+def _scatter(n: int, rows: Sequence[np.ndarray], pieces: Sequence[Any], axis_last: bool,
+             dtype: Any = None) -> np.ndarray | None:
+    """Pieces (one per rank, None for a rank without the column) put at their input ``rows``."""
+    full = [p for r, p in zip(rows, pieces) if p is not None and len(r)]
+    if not full:
+        return None
+    a = full[0]
+    shape = a.shape[:-1] + (n,) if axis_last else (n,) + a.shape[1:]
+    out = np.zeros(shape, dtype=dtype or a.dtype)
+    for r, p in zip(rows, pieces):
+        if p is not None and len(r):
+            if axis_last:
+                out[..., r] = p
+            else:
+                out[r] = p
+    return out
 
 
 def gather_shards(data: Any, mr: MatchResult) -> MatchResult:
     """Sharded reading: every rank's (input rows, detections, match) gathered on every rank and put back
-    in input order. ``data`` gets the whole detections (``data.shard`` None); returns the whole match."""
-    parts = gather_all((data.shard, data.detections, mr))
-    n = int(sum(len(rows) for rows, _, _ in parts))
-    data.detections = merge_detections(n, [(rows, d) for rows, d, _ in parts])
+    in input order, one column at a time (so the transient copies are those of one column). ``data``
+    gets the whole detections (``data.shard`` None); returns the whole match (GT rows as int32)."""
+    from detcal.types import Detections
+
+    rows = gather_all(data.shard)
+    n = int(sum(len(r) for r in rows))
+    dets = data.detections
+    cols: dict[str, Any] = {}
+    for f in dataclasses.fields(Detections):
+        mine = getattr(dets, f.name)
+        cols[f.name] = _scatter(n, rows, gather_all(mine if len(dets) else None), axis_last=False)
+    fields = {}
+    for name in _MATCH_FIELDS:
+        mine = getattr(mr, name)
+        dtype = _compact_gt_index(len(data.dataset.gt)) if name == "gt_index" else None
+        fields[name] = _scatter(n, rows, gather_all(mine if len(dets) else None), axis_last=True, dtype=dtype)
+    if n == 0:  # no rank holds a detection: the (empty) local arrays
+        cols = {f.name: getattr(dets, f.name) for f in dataclasses.fields(Detections)}
+        fields = {name: getattr(mr, name) for name in _MATCH_FIELDS}
+    data.detections = Detections(**cols)
     data.shard = None
-    return merge_matches(n, [(rows, r) for rows, _, r in parts], len(data.dataset.gt))
+    return dataclasses.replace(mr, **fields)
 
 
 def _match_shard(rows: np.ndarray, m: Any, dets: Any, data: Any, thresholds: Any,
