@@ -22,7 +22,6 @@ Only the list form is streamed; a file whose top level is a dict (with an
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 
 import numpy as np
@@ -40,7 +39,6 @@ DEFAULT_CHUNK_BYTES: int = 32 << 20
 """Bytes read per block (32 MiB: about 80,000 plain records)."""
 
 _WS = b" \t\r\n"
-_CUT = re.compile(rb"\}[ \t\r\n]*,")
 _MAX_TRIES = 8
 
 
@@ -96,7 +94,8 @@ def iter_coco_results(
                     eof = not more
                     buffer += more
                     continue
-            dets = _to_detections(records, file, dataset, seen, bool(b"true" in buffer[:used] or b"false" in buffer[:used]))
+            bools = buffer.find(b"true", 0, used) >= 0 or buffer.find(b"false", 0, used) >= 0  # no copy of the block
+            dets = _to_detections(records, file, dataset, seen, bools)
             if len(dets):
                 k = _uncertainty_of(dets)
                 if kind is not None and k != kind:
@@ -115,13 +114,30 @@ def iter_coco_results(
 
 def _cut_and_parse(buffer: bytes, file: str, base: int) -> tuple[list | None, int]:
     """Parse the records before the last top-level ``},`` of ``buffer``: (records, bytes used) or (None, 0)."""
-    ends = [m.start() + 1 for m in _CUT.finditer(buffer)]
-    for end in reversed(ends[-_MAX_TRIES:]):
+    for end in _last_cuts(buffer):
         records = _parse(b"[" + buffer[:end] + b"]", file, base, quiet=True)
         if records is not None:
             comma = buffer.index(b",", end)
             return records, comma
     return None, 0
+
+
+def _last_cuts(buffer: bytes) -> list[int]:
+    """The positions just after the last :data:`_MAX_TRIES` ``}`` followed by a comma (whitespace allowed
+    in between), last first, searched backwards from the end of the block."""
+    out: list[int] = []
+    hi = len(buffer)
+    while len(out) < _MAX_TRIES:
+        k = buffer.rfind(b"}", 0, hi)
+        if k < 0:
+            break
+        j = k + 1
+        while j < len(buffer) and buffer[j] in _WS:
+            j += 1
+        if j < len(buffer) and buffer[j] == 44:  # ","
+            out.append(k + 1)
+        hi = k
+    return out
 
 
 def _parse(text: bytes, file: str, base: int, quiet: bool = False) -> list | None:

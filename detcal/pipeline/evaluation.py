@@ -28,7 +28,7 @@ import numpy as np
 from detcal.boxes import relative_features, xyxy_to_cxcywh
 from detcal.errors import DetcalInputError
 from detcal.pipeline.progress import Progress
-from detcal.pipeline.sources import LoadedData, load_coco, load_data
+from detcal.pipeline.sources import LoadedData, load_coco, load_data, release_memory
 from detcal.pipeline.confidence_block import confidence_blocks, dece_maps, threshold_label
 from detcal.pipeline.spec import FEATURES, DataSpec, EvaluationSpec, MatchingSpec
 from detcal.types import Dataset, Detections, MatchResult, MetricResult
@@ -46,13 +46,14 @@ HEADLINE_REGRESSION: tuple[str, ...] = ("ence", "m_qce", "c_qce", "nll")
 
 
 def as_loaded(gt: Any, results: Any = None, *, workdir: str | os.PathLike = ".",
-              unknown_category: str = "drop") -> LoadedData:
+              unknown_category: str = "drop", shard: tuple[int, int] | None = None) -> LoadedData:
     """Anything the API accepts as input, as :class:`LoadedData`: a LoadedData, a
-    DataSpec, a (Dataset, Detections) pair, or paths of COCO instances + results files."""
+    DataSpec, a (Dataset, Detections) pair, or paths of COCO instances + results files.
+    ``shard`` (rank, world): COCO results are read for that rank's image shard only (docs/scale.md)."""
     if isinstance(gt, LoadedData):
         return gt
     if isinstance(gt, DataSpec):
-        return load_data(gt, workdir)
+        return load_data(gt, workdir, shard)
     if isinstance(gt, Dataset):
         if not isinstance(results, Detections):
             raise TypeError("with a Dataset, results must be a Detections record")
@@ -60,7 +61,7 @@ def as_loaded(gt: Any, results: Any = None, *, workdir: str | os.PathLike = ".",
     if isinstance(gt, (str, os.PathLike)):
         if results is None:
             raise TypeError("give the results file next to the ground-truth file")
-        return load_coco(gt, results, unknown_category)
+        return load_coco(gt, results, unknown_category, shard=shard)
     raise TypeError(f"cannot evaluate {type(gt).__name__}: give paths, (Dataset, Detections), a DataSpec or LoadedData")
 
 
@@ -72,6 +73,9 @@ def require_detections(data: LoadedData) -> None:
         raise DetcalInputError("there are no detections to evaluate (after leaving out "
                                f"{sum(data.dropped.values())} with unknown categories)" if data.dropped else
                                "there are no detections to evaluate", file=where)
+
+
+_FEATURE_BLOCK = 1 << 20
 
 
 def relative_box_features(data: LoadedData, needed: bool) -> tuple[np.ndarray, int, np.ndarray]:
@@ -94,10 +98,15 @@ def relative_box_features(data: LoadedData, needed: bool) -> tuple[np.ndarray, i
                                    file=ds.source or None, record=f"image {img}", field="width")
         feats = np.full((len(dets), 4), np.nan)
         return feats, 0, np.zeros(len(dets), bool)
-    feats, n_clipped = relative_features(dets.box, w, h)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rel = xyxy_to_cxcywh(dets.box) / np.stack([w, h, w, h], axis=-1).reshape(-1, 4)
-    return feats, n_clipped, np.any((rel < 0) | (rel > 1), axis=-1)
+    feats, clipped, n_clipped = np.empty((len(dets), 4)), np.empty(len(dets), bool), 0
+    for lo in range(0, len(dets), _FEATURE_BLOCK):  # row blocks: elementwise, so the same values, small temporaries
+        sl = slice(lo, lo + _FEATURE_BLOCK)
+        feats[sl], n = relative_features(dets.box[sl], w[sl], h[sl])
+        n_clipped += n
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rel = xyxy_to_cxcywh(dets.box[sl]) / np.stack([w[sl], h[sl], w[sl], h[sl]], axis=-1).reshape(-1, 4)
+        clipped[sl] = np.any((rel < 0) | (rel > 1), axis=-1)
+    return feats, n_clipped, clipped
 
 
 def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[MatchResult, MatchResult, list[float]]:
@@ -119,18 +128,24 @@ def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[Ma
     if reg_on and isinstance(thresholds, list) and not any(abs(t - t_reg) < 1e-9 for t in thresholds):
         extra = [t_reg]
     par = spec.parallel
-    if par.workers > 1 or par.distributed:
+    if data.shard is None and (par.workers > 1 or par.distributed):
         from detcal.pipeline.parallel import parallel_match
 
         def _match(th: Any) -> MatchResult:
-            return parallel_match(m, dets, data, th, par.workers, par.distributed)
-    else:
+            return parallel_match(m, dets, data, th, par.workers, par.distributed, par.shard_size)
+    else:  # one process, or this rank's shard of a sharded read: image shards of par.shard_size, in turn
+        from detcal.pipeline.parallel import match_in_shards
+
         def _match(th: Any) -> MatchResult:
-            return run_match(m, dets, data, th)
+            return match_in_shards(m, dets, data, th, par.shard_size)
     mr = _match(thresholds + extra if extra else thresholds)
     mr_reg = mr
     if reg_on and not isinstance(thresholds, list):
         mr_reg = _match([t_reg])
+    if data.shard is not None:  # sharded reading (COCO results, IoU lists): gather every rank's shard
+        from detcal.pipeline.parallel import gather_shards
+
+        mr = mr_reg = gather_shards(data, mr)
     return mr, mr_reg, extra
 
 
@@ -316,18 +331,26 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
     with Progress(progress, "detcal-evaluate", total=4) as bar:
         t0 = time.perf_counter()
         bar.step("load data")
-        data = as_loaded(gt, results, workdir=workdir or ".")
+        shard = None
+        if spec.parallel.distributed:
+            from detcal.pipeline.parallel import distributed_rank, distributed_world
+
+            shard = (distributed_rank(), distributed_world())
+        data = as_loaded(gt, results, workdir=workdir or ".", shard=shard)
         timing["load"] = time.perf_counter() - t0
-        require_detections(data)
+        if data.shard is None:
+            require_detections(data)
         t0 = time.perf_counter()
         bar.step("match")
         mr, mr_reg, extra = match_data(data, spec, reg_on)
+        require_detections(data)
         needs_pos = conf_on and (bool(spec.dece_binning.features) or bool(spec.confidence.maps))
         feats, n_clipped, clipped = relative_box_features(data, needed=False)
         no_pos = _missing_sizes(data, feats) if needs_pos else None
         timing["match"] = time.perf_counter() - t0
         bar.total = 3 + (len(mr.iou_thresholds) - len(extra) if conf_on else 0)
         t0 = time.perf_counter()
+        release_memory()  # the free pages left by loading and matching, before the per-threshold samples
         conf, maps = confidence_blocks(spec, data, mr, feats, bar, extra, no_pos) if conf_on else ({}, {})
         timing["confidence"] = time.perf_counter() - t0
         t0 = time.perf_counter()

@@ -13,7 +13,26 @@ are bitwise equal.
   the torchrun environment when it is not already). Each rank matches its
   image shard and evaluates its share of the thresholds; the pieces are
   gathered on every rank (``all_gather_object``); rank 0 writes the report.
-  Every rank reads the whole input: the split spreads time, not memory.
+  With COCO results each rank reads only its own shard (sharded reading,
+  :func:`gather_shards`); other sources are read whole by every rank.
+* ``parallel.shard_size``: in one process, matching runs over image shards of
+  about that many detections one after the other (:func:`match_in_shards`),
+  so the matcher's working memory is that of a shard, not of the whole set.
+
+Sharded reading (docs/scale.md): rank r keeps the detections of the r-th of
+``world`` contiguous ranges of the ground truth's sorted image ids (it scans
+the results file in blocks and drops the other ranks' records; every image
+lies on one rank), with their input rows; it matches them; then every rank
+gathers every rank's (rows, detections, match) and puts them back in input
+order, so all later stages run on the same arrays as in one process
+(bitwise-equal numbers, bootstrap intervals included). What is gathered is the
+compact columns (boxes, scores, categories, image ids, uncertainty fields;
+matched/ignored flags per threshold, GT rows, IoU, considered), not binned
+statistics: several metrics are not sums of fixed cells (adaptive and
+equal-count binning, the sparse-cell policy, the image bootstrap, AP, the
+box-uncertainty sample), so an integer all-reduce of cell counts could not
+reproduce them exactly. The confidence metrics are still split by threshold
+across the ranks.
 """
 from __future__ import annotations
 
@@ -26,7 +45,7 @@ import numpy as np
 from detcal.types import MatchResult
 
 __all__ = ["image_shards", "merge_matches", "map_in_processes", "parallel_match", "distributed_rank",
-           "distributed_world", "gather_all"]
+           "distributed_world", "gather_all", "match_in_shards", "gather_shards"]
 
 _STATE: dict[str, Any] = {}
 
@@ -60,35 +79,122 @@ def image_shards(image_id: np.ndarray, n: int) -> list[np.ndarray]:
     return [np.flatnonzero((order >= bounds[k]) & (order < bounds[k + 1])) for k in range(len(parts))]
 
 
-def merge_matches(n: int, parts: Sequence[tuple[np.ndarray, MatchResult]]) -> MatchResult:
-    """One :class:`MatchResult` over ``n`` detections from shard results (rows, result)."""
-    parts = [p for p in parts if p is not None]
-    first = parts[0][1]
-    fields: dict[str, np.ndarray] = {}
-    for name in ("matched", "ignored", "gt_index", "iou", "considered"):
+_MATCH_FIELDS = ("matched", "ignored", "gt_index", "iou", "considered")
+
+
+def _compact_gt_index(n_gt: int | None) -> Any:
+    """int32 GT rows when the GT fits (half the memory of int64; the same values)."""
+    return np.int32 if n_gt is not None and n_gt < 2**31 - 1 else None
+
+
+def _empty_match(first: MatchResult, n: int, n_gt: int | None = None) -> dict[str, np.ndarray]:
+    out = {}
+    for name in _MATCH_FIELDS:
         a = getattr(first, name)
-        out = np.zeros(a.shape[:-1] + (n,), dtype=a.dtype)
-        for rows, r in parts:
-            out[..., rows] = getattr(r, name)
-        fields[name] = out
+        dtype = (_compact_gt_index(n_gt) or a.dtype) if name == "gt_index" else a.dtype
+        out[name] = np.zeros(a.shape[:-1] + (n,), dtype=dtype)
+    return out
+
+
+def merge_matches(n: int, parts: Sequence[tuple[np.ndarray, MatchResult] | None],
+                  n_gt: int | None = None) -> MatchResult:
+    """One :class:`MatchResult` over ``n`` detections from shard results (rows, result); with ``n_gt``
+    (the GT count) the GT rows are kept as int32 when they fit."""
+    parts = [p for p in parts if p is not None]
+    first = next((r for rows, r in parts if len(rows)), parts[0][1])
+    fields = _empty_match(first, n, n_gt)
+    for rows, r in parts:
+        for name in _MATCH_FIELDS:
+            fields[name][..., rows] = getattr(r, name)
     return dataclasses.replace(first, **fields)
 
 
-def _match_shard(rows: np.ndarray, m: Any, dets: Any, data: Any, thresholds: Any) -> tuple[np.ndarray, MatchResult]:
+def match_in_shards(m: Any, dets: Any, data: Any, thresholds: Any, shard_size: int) -> MatchResult:
+    """:func:`detcal.pipeline.evaluation.run_match` over image shards of about ``shard_size`` detections,
+    one after the other, written into one result (GT rows as int32): the same values, with the
+    matcher's working memory that of one shard. ``shard_size`` 0 or more than the detections: one call."""
     from detcal.pipeline.evaluation import run_match
 
-    return rows, run_match(m, dets.select(rows), data, thresholds)
+    n = len(dets)
+    if shard_size <= 0 or n <= shard_size:
+        return run_match(m, dets, data, thresholds)
+    fields: dict[str, np.ndarray] | None = None
+    first: MatchResult | None = None
+    for rows in image_shards(dets.image_id, -(-n // shard_size)):
+        r = run_match(m, dets.select(rows), data, thresholds)
+        if fields is None:
+            first, fields = r, _empty_match(r, n, len(data.dataset.gt))
+        for name in _MATCH_FIELDS:
+            fields[name][..., rows] = getattr(r, name)
+        del r
+    assert first is not None and fields is not None
+    from detcal.pipeline.sources import release_memory
+
+    release_memory()
+    return dataclasses.replace(first, **fields)
 
 
-def parallel_match(m: Any, dets: Any, data: Any, thresholds: Any, workers: int, distributed: bool) -> MatchResult:
-    """:func:`detcal.pipeline.evaluation.run_match` over image shards in processes or ranks; the same result."""
+def _scatter(n: int, rows: Sequence[np.ndarray], pieces: Sequence[Any], axis_last: bool,
+             dtype: Any = None) -> np.ndarray | None:
+    """Pieces (one per rank, None for a rank without the column) put at their input ``rows``."""
+    full = [p for r, p in zip(rows, pieces) if p is not None and len(r)]
+    if not full:
+        return None
+    a = full[0]
+    shape = a.shape[:-1] + (n,) if axis_last else (n,) + a.shape[1:]
+    out = np.zeros(shape, dtype=dtype or a.dtype)
+    for r, p in zip(rows, pieces):
+        if p is not None and len(r):
+            if axis_last:
+                out[..., r] = p
+            else:
+                out[r] = p
+    return out
+
+
+def gather_shards(data: Any, mr: MatchResult) -> MatchResult:
+    """Sharded reading: every rank's (input rows, detections, match) gathered on every rank and put back
+    in input order, one column at a time (so the transient copies are those of one column). ``data``
+    gets the whole detections (``data.shard`` None); returns the whole match (GT rows as int32)."""
+    from detcal.types import Detections
+
+    rows = gather_all(data.shard)
+    n = int(sum(len(r) for r in rows))
+    dets = data.detections
+    cols: dict[str, Any] = {}
+    for f in dataclasses.fields(Detections):
+        mine = getattr(dets, f.name)
+        cols[f.name] = _scatter(n, rows, gather_all(mine if len(dets) else None), axis_last=False)
+    fields = {}
+    for name in _MATCH_FIELDS:
+        mine = getattr(mr, name)
+        dtype = _compact_gt_index(len(data.dataset.gt)) if name == "gt_index" else None
+        fields[name] = _scatter(n, rows, gather_all(mine if len(dets) else None), axis_last=True, dtype=dtype)
+    if n == 0:  # no rank holds a detection: the (empty) local arrays
+        cols = {f.name: getattr(dets, f.name) for f in dataclasses.fields(Detections)}
+        fields = {name: getattr(mr, name) for name in _MATCH_FIELDS}
+    data.detections = Detections(**cols)
+    data.shard = None
+    return dataclasses.replace(mr, **fields)
+
+
+def _match_shard(rows: np.ndarray, m: Any, dets: Any, data: Any, thresholds: Any,
+                 shard_size: int = 0) -> tuple[np.ndarray, MatchResult]:
+    return rows, match_in_shards(m, dets.select(rows), data, thresholds, shard_size)
+
+
+def parallel_match(m: Any, dets: Any, data: Any, thresholds: Any, workers: int, distributed: bool,
+                   shard_size: int = 0) -> MatchResult:
+    """:func:`detcal.pipeline.evaluation.run_match` over image shards in processes or ranks (each
+    in pieces of ``shard_size`` detections, :func:`match_in_shards`); the same result."""
     if distributed:
         rank, world = distributed_rank(), distributed_world()
         shards = image_shards(dets.image_id, world)
-        mine = _match_shard(shards[rank], m, dets, data, thresholds) if rank < len(shards) else None
+        mine = _match_shard(shards[rank], m, dets, data, thresholds, shard_size) if rank < len(shards) else None
         return merge_matches(len(dets), gather_all(mine))
     shards = image_shards(dets.image_id, workers)
-    return merge_matches(len(dets), map_in_processes(_match_shard, shards, (m, dets, data, thresholds), workers))
+    args = (m, dets, data, thresholds, shard_size)
+    return merge_matches(len(dets), map_in_processes(_match_shard, shards, args, workers))
 
 
 def _dist() -> Any:

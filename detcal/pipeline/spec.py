@@ -107,7 +107,10 @@ class DataSpec:
     are an error. ``bundled``: real detections shipped with detcal
     (docs/real_detectors.md): ``bundle`` ``coco_tfzoo`` (COCO val2017, 5,000
     images) or ``coco_mini79`` (79 images, official annotations), ``detector``
-    one of ``detcal.data.bundled.DETECTORS``.
+    one of ``detcal.data.bundled.DETECTORS``. ``chunk_bytes`` (COCO results,
+    docs/scale.md): read the results file in blocks of this many bytes into
+    compact columns, never holding the whole list of records (0: read whole;
+    null: blocks of 4 MiB for files over 64 MiB); the same detections.
     """
 
     source: str = "synthetic"
@@ -128,8 +131,11 @@ class DataSpec:
     detector_kwargs: dict[str, Any] = field(default_factory=dict)
     bundle: str = "coco_tfzoo"
     detector: str = "rfcn-resnet-101"
+    chunk_bytes: Optional[int] = None
 
     def __post_init__(self) -> None:
+        if self.chunk_bytes is not None:
+            _int("data.chunk_bytes", self.chunk_bytes, 0)
         _choice("data.source", self.source, ("coco", "kitti", "synthetic", "bundled"))
         _choice("data.bundle", self.bundle, ("coco_tfzoo", "coco_mini79"))
         _choice("data.difficulty", self.difficulty, ("easy", "moderate", "hard"))
@@ -358,14 +364,18 @@ class ParallelSpec:
 
     ``workers``: processes on this machine (image shards are matched, IoU thresholds evaluated, in
     parallel). ``distributed``: run under ``torchrun`` (torch.distributed, gloo or nccl): each rank
-    matches its shard of the images and evaluates its share of the thresholds; the pieces are
-    gathered on every rank and rank 0 writes the report."""
+    reads (COCO results) and matches its shard of the images and evaluates its share of the
+    thresholds; the pieces are gathered on every rank and rank 0 writes the report.
+    ``shard_size``: in one process, detections are matched in image shards of about this many
+    (bounding the matcher's memory, docs/scale.md); 0: all at once."""
 
     workers: int = 1
     distributed: bool = False
+    shard_size: int = 1_000_000
 
     def __post_init__(self) -> None:
         _int("parallel.workers", self.workers, 1)
+        _int("parallel.shard_size", self.shard_size, 0)
 
 
 @dataclass
