@@ -68,6 +68,7 @@ __all__ = [
     "results_to_pycocotools",
     "results_from_records",
     "results_from_bytes",
+    "results_from_decoded",
     "results_from_columns",
 ]
 
@@ -280,9 +281,7 @@ def results_from_bytes(data: bytes, file: str, dataset: Dataset | None = None) -
 
     fast = decode_results(data[3:] if data.startswith(b"\xef\xbb\xbf") else data)
     if fast is not None:
-        cols, optional = fast
-        present = {k: k in optional for k in RESULT_UNCERTAINTY_KEYS}
-        return results_from_columns(lambda key, shape, what: cols[key], lambda key: cols[key], present, file, dataset)
+        return results_from_decoded(fast, file, dataset)
     parsed = _parse_json_bytes(data, file)
     doc = parsed.doc
     if isinstance(doc, dict):
@@ -292,6 +291,14 @@ def results_from_bytes(data: bytes, file: str, dataset: Dataset | None = None) -
     else:
         raise DetcalInputError(f"expected a list of detection records, got {type(doc).__name__}", file=file, record=_TOP)
     return results_from_records(records, file, dataset, bools=parsed.bools)
+
+
+def results_from_decoded(decoded: tuple[dict[str, np.ndarray], tuple[str, ...]], file: str,
+                         dataset: Dataset | None = None) -> Detections:
+    """:class:`Detections` from :func:`detcal.data._fast_results.decode_results` output (the same checks)."""
+    cols, optional = decoded
+    present = {k: k in optional for k in RESULT_UNCERTAINTY_KEYS}
+    return results_from_columns(lambda key, shape, what: cols[key], lambda key: cols[key], present, file, dataset)
 
 
 def results_from_records(records: list, file: str, dataset: Dataset | None = None, *, bools: bool = True) -> Detections:

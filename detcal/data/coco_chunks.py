@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
 from detcal.data._json import TOP, parse_json_bytes
-from detcal.data.coco import RESULT_UNCERTAINTY_KEYS, load_coco_results, results_from_records
+from detcal.data._fast_results import decode_results
+from detcal.data.coco import RESULT_UNCERTAINTY_KEYS, load_coco_results, results_from_decoded, results_from_records
 from detcal.errors import DetcalInputError
 from detcal.types import Dataset, Detections
 
@@ -84,7 +86,7 @@ def iter_coco_results(
                 if not eof:
                     continue
             if eof:
-                records, used = _parse(b"[" + buffer, file, base), len(buffer)
+                records, used = decode_results(b"[" + buffer) or _parse(b"[" + buffer, file, base), len(buffer)
                 if records is None:  # pragma: no cover - _parse raises at EOF
                     break
             else:
@@ -105,17 +107,22 @@ def iter_coco_results(
                     )
                 kind = k
                 yield dets
-            seen += len(records)
+            seen += len(dets)  # every record becomes one detection here
             if eof:
                 return
             buffer = buffer[used + 1:]  # buffer[used] is the comma after the last record
             base += used + 1
 
 
-def _cut_and_parse(buffer: bytes, file: str, base: int) -> tuple[list | None, int]:
-    """Parse the records before the last top-level ``},`` of ``buffer``: (records, bytes used) or (None, 0)."""
+def _cut_and_parse(buffer: bytes, file: str, base: int) -> tuple[Any, int]:
+    """Parse the records before the last top-level ``},`` of ``buffer``: (records or decoded columns,
+    bytes used) or (None, 0). The usual block is decoded straight into columns (the fast path of
+    :func:`detcal.data.coco.load_coco_results`); a block it declines is parsed into records."""
     for end in _last_cuts(buffer):
-        records = _parse(b"[" + buffer[:end] + b"]", file, base, quiet=True)
+        text = b"[" + buffer[:end] + b"]"
+        records = decode_results(text)
+        if records is None:
+            records = _parse(text, file, base, quiet=True)
         if records is not None:
             comma = buffer.index(b",", end)
             return records, comma
@@ -152,8 +159,10 @@ def _parse(text: bytes, file: str, base: int, quiet: bool = False) -> list | Non
     return doc
 
 
-def _to_detections(records: list, file: str, dataset: Dataset | None, offset: int, bools: bool) -> Detections:
+def _to_detections(records: Any, file: str, dataset: Dataset | None, offset: int, bools: bool) -> Detections:
     try:
+        if isinstance(records, tuple):  # decoded columns
+            return results_from_decoded(records, file, dataset)
         return results_from_records(records, file, dataset, bools=bools)
     except DetcalInputError as e:
         if isinstance(e.record, int):
