@@ -16,13 +16,13 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from detcal.binning import _EPS, EDGE_RULES, cell_index, normalise_bins
+from detcal.binning import _EPS, EDGE_RULES, cell_index_columns, normalise_bins
+from detcal.binning_fast import (  # noqa: F401  (NLL_CLIP is re-exported)
+    CHUNK, FX_BITS, NLL_CLIP, Workspace, add_words, cell_index_into, chunks, fx_words_into, term_into,
+)
 from detcal.errors import DetcalInputError
 
-NLL_CLIP: float = 1e-12
-"""p is clipped to [NLL_CLIP, 1 - NLL_CLIP] inside the log-loss (docs/metrics.md)."""
-
-_FX_BITS = 18
+_FX_BITS = FX_BITS
 _FX_MASK = (1 << _FX_BITS) - 1
 _FX_TOTAL = 3 * _FX_BITS  # 54 bits: finer than the 53-bit float64 mantissa
 _MAX_SAMPLES = 1 << 34  # per-call bincount partial sums of 18-bit words stay exact below 2**53
@@ -290,6 +290,18 @@ def sample_terms(p: np.ndarray, y: np.ndarray, names: Sequence[str] | None = Non
     return out
 
 
+def _grid_bins(bins: int | Sequence[int], n_features: int, edges: str) -> tuple[int, ...]:
+    """Checked edge rule and per-feature bin counts (confidence first)."""
+    if edges not in EDGE_RULES:
+        raise DetcalInputError(f"edges must be one of {EDGE_RULES}, got {edges!r}", field="edges")
+    try:
+        return normalise_bins(bins, n_features)
+    except (ValueError, TypeError) as exc:
+        raise DetcalInputError(
+            f"{exc} (bins is an int or one count per feature, confidence first)", field="bins"
+        ) from None
+
+
 def sample_cells(
     p: np.ndarray, features: np.ndarray | None, bins: int | Sequence[int], edges: str = "floor"
 ) -> tuple[np.ndarray, tuple[int, ...], np.ndarray]:
@@ -298,18 +310,35 @@ def sample_cells(
     Under ``edges="netcal"`` the confidence is clipped to [eps, 1 - eps]
     (netcal clips the values it averages too); otherwise p is returned as is.
     """
-    if edges not in EDGE_RULES:
-        raise DetcalInputError(f"edges must be one of {EDGE_RULES}, got {edges!r}", field="edges")
-    grid = p[:, None] if features is None else np.concatenate([p[:, None], features], axis=1)
-    try:
-        b = normalise_bins(bins, grid.shape[1])
-    except (ValueError, TypeError) as exc:
-        raise DetcalInputError(
-            f"{exc} (bins is an int or one count per feature, confidence first)", field="bins"
-        ) from None
-    cell, _ = cell_index(grid, b, edges)
+    b = _grid_bins(bins, 1 + (0 if features is None else features.shape[1]), edges)
     p_used = np.clip(p, _EPS, 1.0 - _EPS) if edges == "netcal" else p
-    return cell, b, p_used
+    cols = [p_used] + ([] if features is None else [features[:, f] for f in range(features.shape[1])])
+    return cell_index_columns(cols, b, edges), b, p_used
+
+
+def _quick_arrays(p: Any, y: Any, features: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
+    """p, y, features as arrays when their shapes and dtypes allow the per-chunk range checks of
+    :func:`_chunk_ok` (y bool or integer); ``None`` sends the caller to :func:`validate_sample`."""
+    p_arr = np.asarray(p, dtype=np.float64)
+    y_arr = np.asarray(y)
+    f_arr = None if features is None else np.asarray(features, dtype=np.float64)
+    if f_arr is not None and f_arr.ndim == 1:
+        f_arr = f_arr[:, None]
+    ok = (p_arr.ndim == 1 and y_arr.shape == p_arr.shape
+          and (y_arr.dtype == np.bool_ or np.issubdtype(y_arr.dtype, np.integer))
+          and (f_arr is None or (f_arr.ndim == 2 and f_arr.shape[0] == p_arr.shape[0])))
+    return (p_arr, y_arr, f_arr) if ok else None
+
+
+def _chunk_ok(p: np.ndarray, y: np.ndarray, f: np.ndarray | None) -> bool:
+    """Whether a chunk is valid: p and f in [0, 1] (NaN fails every comparison), integer y in {0, 1}."""
+    if len(p) == 0:
+        return True
+    if not (p.min() >= 0.0 and p.max() <= 1.0):
+        return False
+    if y.dtype != np.bool_ and not (y.min() >= 0 and y.max() <= 1):
+        return False
+    return f is None or f.size == 0 or bool(f.min() >= 0.0 and f.max() <= 1.0)
 
 
 def cell_stats(
@@ -335,15 +364,20 @@ def cell_stats(
     :data:`FLOAT_STATS`): a metric computes only the sums it reads, e.g. ECE
     needs ``("sum_p0", "sum_p1")``.
 
-    ``cell_stats(a) + cell_stats(b)`` is bitwise equal to ``cell_stats(a ++ b)``.
+    ``cell_stats(a) + cell_stats(b)`` is bitwise equal to ``cell_stats(a ++ b)``;
+    the samples are processed in cache-sized chunks in that way (one pass,
+    range checks per chunk; :func:`validate_sample` names the first bad record).
     """
-    p_arr, y_arr, f_arr = validate_sample(p, y, features)
-    if len(p_arr) >= _MAX_SAMPLES:
+    quick = _quick_arrays(p, y, features)
+    validated = quick is None
+    p_arr, y_arr, f_arr = validate_sample(p, y, features) if quick is None else quick
+    n = len(p_arr)
+    if n >= _MAX_SAMPLES:
         raise DetcalInputError(f"at most {_MAX_SAMPLES - 1} samples per cell_stats call; merge chunks", field="p")
-    cell, b, p_used = sample_cells(p_arr, f_arr, bins, edges)
+    b = _grid_bins(bins, 1 + (0 if f_arr is None else f_arr.shape[1]), edges)
     n_cells = int(np.prod(b))
     lead: tuple[int, ...] = ()
-    key = cell
+    g = None
     if groups is not None:
         g = np.asarray(groups)
         if g.shape != p_arr.shape or (g.size and not np.issubdtype(g.dtype, np.integer)):
@@ -354,32 +388,56 @@ def cell_stats(
         if bad.any():
             i = _bad(bad)
             raise DetcalInputError(f"group {g[i]} outside [0, {n_groups})", record=i, field="groups")
-        key = g.astype(np.int64) * n_cells + cell
         lead = (int(n_groups),)
     size = int(np.prod(lead, dtype=np.int64)) * n_cells
     shape = lead + (n_cells,)
-    # one pass over key2 = 2 * cell + y gives N_c, sum y and the split of sum p by y
-    key2 = key * 2
-    key2 += y_arr
-    count2 = np.bincount(key2, minlength=2 * size).reshape(shape + (2,))
-    count = count2.sum(axis=-1).astype(np.int64)
-    sum_y = count2[..., 1].astype(np.int64)
     wanted = tuple(FLOAT_STATS) if stats is None else tuple(stats)
-    fixed: dict[str, np.ndarray] = {}
-
-    def _sum_words(k: np.ndarray, values: np.ndarray, log2_max: int, n: int) -> np.ndarray:
-        acc = np.stack([np.bincount(k, weights=w, minlength=n) for w in _fx_words(values, log2_max)], axis=-1)
-        return np.rint(acc).astype(np.int64)
-
-    if "sum_p0" in wanted or "sum_p1" in wanted:
-        split = _sum_words(key2, p_used, FLOAT_STATS["sum_p0"], 2 * size).reshape(shape + (2, 3))
-        if "sum_p0" in wanted:
-            fixed["sum_p0"] = np.ascontiguousarray(split[..., 0, :])
-        if "sum_p1" in wanted:
-            fixed["sum_p1"] = np.ascontiguousarray(split[..., 1, :])
+    unknown = [name for name in wanted if name not in FLOAT_STATS]
+    if unknown:
+        raise DetcalInputError(f"unknown statistic {unknown[0]!r}; known: {sorted(FLOAT_STATS)}", field="stats")
+    split = "sum_p0" in wanted or "sum_p1" in wanted
     rest = [name for name in wanted if name not in ("sum_p0", "sum_p1")]
-    for name, values in sample_terms(p_used, y_arr, rest).items():
-        fixed[name] = _sum_words(key, values, FLOAT_STATS[name], size).reshape(shape + (3,))
+    count2 = np.zeros(2 * size, dtype=np.int64)
+    acc_split = np.zeros((2 * size, 3), dtype=np.int64) if split else None
+    acc = {name: np.zeros((size, 3), dtype=np.int64) for name in rest}
+    # a chunk at least 4x the key range keeps the per-chunk bincount outputs a small share of the work
+    step = max(CHUNK, 8 * size)
+    ws = Workspace(min(step, n))
+    for a in chunks(n, step):
+        pc, yc = p_arr[a:a + step], y_arr[a:a + step]
+        fc = None if f_arr is None else f_arr[a:a + step]
+        if not validated and not _chunk_ok(pc, yc, fc):
+            p_arr, y_arr, f_arr = validate_sample(p, y, features)  # raises, naming the first bad record
+            validated = True
+            pc, yc, fc = p_arr[a:a + step], y_arr[a:a + step], None if f_arr is None else f_arr[a:a + step]
+        m = len(pc)
+        p_used = np.clip(pc, _EPS, 1.0 - _EPS, out=ws.get("p_used", np.float64, m)) if edges == "netcal" else pc
+        key = cell_index_into(p_used, fc, b, edges, ws.get("key", np.int64, m), ws, p_clipped=edges == "netcal")
+        if g is not None:
+            gk = ws.get("group", np.int64, m)
+            np.multiply(g[a:a + step], n_cells, out=gk, casting="unsafe")
+            key += gk
+        # one pass over key2 = 2 * key + y gives N_c, sum y and the split of sum p by y
+        key2 = np.multiply(key, 2, out=ws.get("key2", np.int64, m))
+        np.add(key2, yc, out=key2, casting="unsafe")
+        count2 += np.bincount(key2, minlength=2 * size)
+        if acc_split is not None:
+            add_words(acc_split, key2, fx_words_into(p_used, FLOAT_STATS["sum_p0"], ws))
+        if rest:
+            yb = yc if yc.dtype == np.bool_ else np.not_equal(yc, 0, out=ws.get("y_bool", np.bool_, m))
+            for name in rest:
+                add_words(acc[name], key, fx_words_into(term_into(name, p_used, yb, ws), FLOAT_STATS[name], ws))
+    count2 = count2.reshape(shape + (2,))
+    count = count2.sum(axis=-1)
+    sum_y = np.ascontiguousarray(count2[..., 1])
+    fixed: dict[str, np.ndarray] = {}
+    if acc_split is not None:
+        split_words = acc_split.reshape(shape + (2, 3))
+        for name, j in (("sum_p0", 0), ("sum_p1", 1)):
+            if name in wanted:
+                fixed[name] = np.ascontiguousarray(split_words[..., j, :])
+    for name in rest:
+        fixed[name] = acc[name].reshape(shape + (3,))
     return CellStats(bins=b, edges=edges, count=count, sum_y=sum_y, fixed=fixed)
 
 
