@@ -106,3 +106,26 @@ class OrderedBincount:
         for j in range(len(self.sums)):
             self._w[j, :b] = self.sums[j]
             self.sums[j] = np.bincount(key, weights=self._w[j, : b + m], minlength=b)
+
+
+def equal_width_index_into(v: np.ndarray, n_bins: int, lo: float, hi: float, out: np.ndarray, ws: Workspace) -> np.ndarray:
+    """:func:`detcal.binning.equal_width_bins` ``(v, n_bins, lo, hi)`` of one chunk, written into ``out`` (int64)."""
+    if hi <= lo:
+        out[...] = 0
+        return out
+    f = ws.get("ew_f", np.float64, len(v))
+    np.subtract(v, lo, out=f)
+    np.divide(f, hi - lo, out=f)
+    np.multiply(f, n_bins, out=f)
+    np.floor(f, out=f)
+    np.copyto(out, f, casting="unsafe")
+    return np.clip(out, 0, n_bins - 1, out=out)
+
+
+def sigma_range(s: np.ndarray, over: str, range_: tuple[float, float] | None) -> tuple[float, float]:
+    """``[lo, hi]`` of the equal-width bins over sigma (``over="sigma"``) or sigma^2: ``range_`` or the
+    min and max (of sigma^2 from those of sigma: rounding is monotone, so ``fl(min^2) = min fl(s^2)``)."""
+    if range_ is not None:
+        return float(range_[0]), float(range_[1])
+    lo, hi = float(s.min()), float(s.max())
+    return (lo, hi) if over == "sigma" else (lo * lo, hi * hi)
