@@ -128,10 +128,18 @@ def cell_index_into(
     return out
 
 
-def add_words(acc: np.ndarray, key: np.ndarray, words: tuple[np.ndarray, ...]) -> None:
-    """``acc [K, 3] +=`` the exact per-key sums (int64) of the fixed-point words of one chunk."""
+def add_words(acc: np.ndarray, key: np.ndarray, words: tuple[np.ndarray, ...], occ: np.ndarray | None = None) -> None:
+    """``acc [K, 3] +=`` the exact per-key sums (int64) of the fixed-point words of one chunk;
+    with ``occ``, ``key`` indexes the occupied keys ``occ`` of ``acc`` (``acc[occ] += ...``)."""
+    n_keys = len(acc) if occ is None else len(occ)
+    part = np.empty((n_keys, 3), dtype=np.float64)
     for j, w in enumerate(words):
-        acc[:, j] += np.rint(np.bincount(key, weights=w, minlength=len(acc))).astype(np.int64)
+        part[:, j] = np.bincount(key, weights=w, minlength=n_keys)
+    np.rint(part, out=part)
+    if occ is None:
+        acc += part.astype(np.int64)
+    else:
+        acc[occ] += part.astype(np.int64)
 
 
 def fx_words_into(x: np.ndarray, log2_max: int, ws: Workspace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -316,6 +316,10 @@ def sample_cells(
     return cell_index_columns(cols, b, edges), b, p_used
 
 
+_COMPACT_KEYS = 1 << 16
+"""Above this many keys (2 x groups x cells) :func:`cell_stats` sums over the occupied keys of a chunk."""
+
+
 def _quick_arrays(p: Any, y: Any, features: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
     """p, y, features as arrays when their shapes and dtypes allow the per-chunk range checks of
     :func:`_chunk_ok` (y bool or integer); ``None`` sends the caller to :func:`validate_sample`."""
@@ -398,11 +402,14 @@ def cell_stats(
     split = "sum_p0" in wanted or "sum_p1" in wanted
     rest = [name for name in wanted if name not in ("sum_p0", "sum_p1")]
     count2 = np.zeros(2 * size, dtype=np.int64)
-    acc_split = np.zeros((2 * size, 3), dtype=np.int64) if split else None
-    acc = {name: np.zeros((size, 3), dtype=np.int64) for name in rest}
-    # a chunk at least 4x the key range keeps the per-chunk bincount outputs a small share of the work
-    step = max(CHUNK, 8 * size)
+    # every statistic is summed per key2 = 2 * key + y (the y halves of sum_p2, sum_se and sum_nll are
+    # added at the end, exactly); with a large key range (e.g. classes x D-ECE cells) the sums run over
+    # the occupied keys of each chunk only (``occ``), so no bincount output is longer than the chunk
+    acc2 = {name: np.zeros((2 * size, 3), dtype=np.int64) for name in (["sum_p"] if split else []) + rest}
+    compact = 2 * size > _COMPACT_KEYS
+    step = max(CHUNK, 8 * size) if not compact else max(CHUNK, min(n, 8 * _COMPACT_KEYS))
     ws = Workspace(min(step, n))
+    slot = np.zeros(2 * size, dtype=np.int64) if compact else None
     for a in chunks(n, step):
         pc, yc = p_arr[a:a + step], y_arr[a:a + step]
         fc = None if f_arr is None else f_arr[a:a + step]
@@ -417,27 +424,32 @@ def cell_stats(
             gk = ws.get("group", np.int64, m)
             np.multiply(g[a:a + step], n_cells, out=gk, casting="unsafe")
             key += gk
-        # one pass over key2 = 2 * key + y gives N_c, sum y and the split of sum p by y
-        key2 = np.multiply(key, 2, out=ws.get("key2", np.int64, m))
+        # one pass over key2 = 2 * key + y gives N_c, sum y and the split of every sum by y
+        key2 = np.multiply(key, 2, out=key)
         np.add(key2, yc, out=key2, casting="unsafe")
-        count2 += np.bincount(key2, minlength=2 * size)
-        if acc_split is not None:
-            add_words(acc_split, key2, fx_words_into(p_used, FLOAT_STATS["sum_p0"], ws))
-        if rest:
-            yb = yc if yc.dtype == np.bool_ else np.not_equal(yc, 0, out=ws.get("y_bool", np.bool_, m))
-            for name in rest:
-                add_words(acc[name], key, fx_words_into(term_into(name, p_used, yb, ws), FLOAT_STATS[name], ws))
+        cnt = np.bincount(key2, minlength=2 * size)
+        count2 += cnt
+        occ = None
+        if slot is not None:
+            occ = np.flatnonzero(cnt)
+            slot[occ] = np.arange(len(occ))
+            key2 = np.take(slot, key2, out=ws.get("slot_key", np.int64, m))
+        yb = yc if (not rest or yc.dtype == np.bool_) else np.not_equal(yc, 0, out=ws.get("y_bool", np.bool_, m))
+        for name, acc in acc2.items():
+            values = p_used if name == "sum_p" else term_into(name, p_used, yb, ws)
+            add_words(acc, key2, fx_words_into(values, FLOAT_STATS.get(name, 0), ws), occ)
     count2 = count2.reshape(shape + (2,))
     count = count2.sum(axis=-1)
     sum_y = np.ascontiguousarray(count2[..., 1])
     fixed: dict[str, np.ndarray] = {}
-    if acc_split is not None:
-        split_words = acc_split.reshape(shape + (2, 3))
+    if split:
+        split_words = acc2["sum_p"].reshape(shape + (2, 3))
         for name, j in (("sum_p0", 0), ("sum_p1", 1)):
             if name in wanted:
                 fixed[name] = np.ascontiguousarray(split_words[..., j, :])
     for name in rest:
-        fixed[name] = acc[name].reshape(shape + (3,))
+        halves = acc2[name].reshape(shape + (2, 3))
+        fixed[name] = halves[..., 0, :] + halves[..., 1, :]
     return CellStats(bins=b, edges=edges, count=count, sum_y=sum_y, fixed=fixed)
 
 

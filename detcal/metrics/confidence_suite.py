@@ -105,6 +105,20 @@ def per_class(
     return _class_aggregate(name, cats, values, counts, average, inner, params)
 
 
+def category_index(cat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(cat, return_inverse=True)`` (sorted categories, index [S] of each sample); for
+    non-negative ids below ``4 S + 1024`` by a presence table instead of a sort (the same arrays)."""
+    cat = np.asarray(cat)
+    if cat.size and np.issubdtype(cat.dtype, np.integer):
+        lo, hi = int(cat.min()), int(cat.max())
+        if lo >= 0 and hi < 4 * cat.size + 1024:
+            present = np.bincount(cat.reshape(-1), minlength=hi + 1) > 0
+            cats = np.flatnonzero(present).astype(cat.dtype)
+            slot = np.cumsum(present) - 1
+            return cats, slot[cat.reshape(-1)].reshape(cat.shape).astype(np.intp)
+    return np.unique(cat, return_inverse=True)
+
+
 # ---------------------------------------------------------------------------
 # The default suite
 # ---------------------------------------------------------------------------
@@ -188,18 +202,27 @@ def confidence_metrics(
         cat = np.asarray(category)
         if cat.shape != p_arr.shape or (cat.size and not np.issubdtype(cat.dtype, np.integer)):
             raise DetcalInputError(f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category")
-        cats, cat_idx = np.unique(cat, return_inverse=True)
-    grouped: dict[Hashable, CellStats] = {}
+        cats, cat_idx = category_index(cat)
+    n_groups = None if cats is None else len(cats)
+    # one cell_stats pass per distinct grid, computing the statistics its metrics read; the cell-free
+    # metrics read the exact totals of the first floor grid, which then computes every statistic
+    grids: dict[Hashable, ConfidenceMetric] = {}
+    need: dict[Hashable, set[str]] = {}
     for m in suite.values():
-        if not m.binned:
-            continue
-        key = m.grid_key(None, None, features)
-        if key not in grouped:
-            grouped[key] = m.stats(p, y, features, groups=cat_idx, n_groups=None if cats is None else len(cats), which=tuple(FLOAT_STATS))
-    free_key = next((k for k in grouped if k[1] == "floor"), None)
+        if m.binned:
+            key = m.grid_key(None, None, features)
+            grids.setdefault(key, m)
+            need.setdefault(key, set()).update(m.required_stats)
+    free_key = next((k for k in grids if k[1] == "floor"), None)
     if free_key is None:
         free_key = suite["nll"].grid_key()
-        grouped[free_key] = suite["nll"].stats(p, y, groups=cat_idx, n_groups=None if cats is None else len(cats), which=tuple(FLOAT_STATS))
+        grids[free_key] = suite["nll"]
+    need[free_key] = set(FLOAT_STATS)
+    grouped: dict[Hashable, CellStats] = {
+        key: m.stats(p, y, features if m.binned else None, groups=cat_idx, n_groups=n_groups,
+                     which=tuple(s for s in FLOAT_STATS if s in need[key]))
+        for key, m in grids.items()
+    }
     out: dict[str, MetricResult] = {}
     for name, m in suite.items():
         key = m.grid_key(None, None, features) if m.binned else free_key
