@@ -26,8 +26,8 @@ NLL_CLIP: float = 1e-12
 FX_BITS: int = 18
 """Bits per fixed-point word of :mod:`detcal.cell_stats` (three words: 54 bits)."""
 
-CHUNK: int = 1 << 14
-"""Samples per chunk: a float64 buffer is 128 kB, so the few buffers of a kernel stay in the L2 cache."""
+CHUNK: int = 1 << 15
+"""Samples per chunk: a float64 buffer is 256 kB, so the few buffers of a kernel stay in the L2 cache."""
 
 
 class Workspace:

@@ -44,7 +44,7 @@ def dece_maps(spec: EvaluationSpec, p: np.ndarray, y: np.ndarray, feats: np.ndar
         a, c = _feature_cols(pair)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            r = dece(p, y, feats[:, [a, c]], bins=_map_bins(b, pair),
+            r = dece(p, y, np.take(feats, [a, c], axis=1), bins=_map_bins(b, pair),
                      sample_threshold=b.sample_threshold, policy=b.policy)
         shape = tuple(int(v) for v in r.params.get("bins", ())) or (1, 1, 1)
         n = int(np.prod(shape))
@@ -126,7 +126,8 @@ def _one_threshold(i: int, spec: EvaluationSpec, data: LoadedData, mr: MatchResu
         why = "no detection was evaluated" if len(rows) == 0 else f"no detection matched at {label}"
         return label, {"_sample": {"n": int(len(rows)), "n_matched": int(y.sum()), "features": list(b.features),
                                    "skipped": f"{why}: the confidence metrics cannot be computed"}}, None
-    f = feats[rows][:, cols] if cols else None
+    fr = np.take(feats, rows, axis=0)  # ~4x faster than feats[rows] for [N, 4]
+    f = (fr if cols == list(range(fr.shape[1])) else np.take(fr, cols, axis=1)) if cols else None
     if no_pos and f is not None:
         f = np.where(np.isfinite(f), f, 0.5)  # placeholder positions; the position metrics are nulled below
     with warnings.catch_warnings(record=True) as caught:
@@ -140,4 +141,4 @@ def _one_threshold(i: int, spec: EvaluationSpec, data: LoadedData, mr: MatchResu
                         "warnings": sorted({str(w.message) for w in caught})}
     if no_pos:
         _null_position_metrics(block, "images without width/height: box positions cannot be made relative")
-    return label, block, (dece_maps(spec, p, y, feats[rows]) if c.maps and not no_pos else {})
+    return label, block, (dece_maps(spec, p, y, fr) if c.maps and not no_pos else {})
