@@ -30,6 +30,7 @@ LEAF: int = 1 << 15
 """Samples per chunk of the regression passes (a few 256 kB buffers stay in the L2 cache)."""
 
 _PW_UNROLL = 8  # numpy's pairwise sum splits a block of n > 128 at n/2 rounded down to a multiple of 8
+_PW_BLOCK = 128
 
 
 def float_columns(*arrays: Any, names: tuple[str, ...] = ("mu", "sigma", "y")) -> tuple[np.ndarray, ...]:
@@ -64,6 +65,8 @@ def pairwise_sum(n: int, leaf_sums: Callable[[int, int], np.ndarray], leaf: int 
     Equal, bit for bit, to ``np.add.reduce`` of the whole contiguous arrays (numpy splits a
     block of n > 128 elements at ``n2 = n // 2 - (n // 2) % 8`` and adds the two halves).
     """
+    leaf = max(int(leaf), _PW_BLOCK)  # numpy does not split a block of at most 128 elements
+
     def rec(lo: int, n_: int) -> np.ndarray:
         if n_ <= leaf:
             return leaf_sums(lo, lo + n_)

@@ -38,7 +38,8 @@ def gaussian_nll(mu: Any, sigma: Any, y: Any) -> MetricResult:
         ls = np.log(sc, out=ws.get("log_s", np.float64, k))
         return np.array([np.add.reduce(ls), np.add.reduce(z)])
 
-    sum_log_s, sum_z2 = pairwise_sum(n, leaf, LEAF)
+    with np.errstate(divide="ignore", invalid="ignore"):  # only a bad sigma can raise these; checked below
+        sum_log_s, sum_z2 = pairwise_sum(n, leaf, LEAF)
     if not (np.isfinite(sum_log_s) and np.isfinite(sum_z2)):
         _validate(mu, sigma, y)  # names the first bad sample (a finite overflow passes)
     value = 0.5 * _LOG_2PI + float(sum_log_s / n) + 0.5 * float(sum_z2 / n)
