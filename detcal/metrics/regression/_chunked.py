@@ -125,10 +125,22 @@ def equal_width_index_into(v: np.ndarray, n_bins: int, lo: float, hi: float, out
     return np.clip(out, 0, n_bins - 1, out=out)
 
 
-def sigma_range(s: np.ndarray, over: str, range_: tuple[float, float] | None) -> tuple[float, float]:
+def min_max(a: np.ndarray, ws: Workspace) -> tuple[float, float]:
+    """``(a.min(), a.max())`` of a non-empty 1-D array, NaN propagating; a strided column is reduced
+    chunk by chunk from contiguous copies (numpy's strided reductions are several times slower)."""
+    if a.flags.c_contiguous:
+        return float(a.min()), float(a.max())
+    lows, highs = [], []
+    for lo in range(0, len(a), LEAF):
+        c = contiguous(ws, "minmax", a, lo, min(len(a), lo + LEAF))
+        lows.append(c.min())
+        highs.append(c.max())
+    return float(np.min(lows)), float(np.max(highs))
+
+
+def sigma_range(s_min: float, s_max: float, over: str, range_: tuple[float, float] | None) -> tuple[float, float]:
     """``[lo, hi]`` of the equal-width bins over sigma (``over="sigma"``) or sigma^2: ``range_`` or the
     min and max (of sigma^2 from those of sigma: rounding is monotone, so ``fl(min^2) = min fl(s^2)``)."""
     if range_ is not None:
         return float(range_[0]), float(range_[1])
-    lo, hi = float(s.min()), float(s.max())
-    return (lo, hi) if over == "sigma" else (lo * lo, hi * hi)
+    return (s_min, s_max) if over == "sigma" else (s_min * s_min, s_max * s_max)

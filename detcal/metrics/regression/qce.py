@@ -18,7 +18,9 @@ from detcal.metrics.regression._common import (
     BINNINGS, POLICIES, QUANTILE_LEVELS, _check_bins, _check_choice, _nan_result, _validate, _validate_levels,
 )
 from detcal.binning_fast import Workspace
-from detcal.metrics.regression._chunked import LEAF, contiguous, equal_width_index_into, float_columns, sigma_range
+from detcal.metrics.regression._chunked import (
+    LEAF, contiguous, equal_width_index_into, float_columns, min_max, sigma_range,
+)
 from detcal.metrics.regression.sigma_bins import _sigma_bins
 from detcal.types import MetricResult
 
@@ -227,21 +229,24 @@ def _coverage_chunked(
     n, n_lv = len(s), len(lv)
     n_bins = 1 if b is None else b
     edges = None
-    if n and not (s.min() > 0 and np.isfinite(s.max())):
-        _validate(mu, sigma, y)  # raises, naming the first bad sample
+    step = max(min(n, LEAF), 1)
+    ws = Workspace(step)
     if b is not None:
         if n == 0:
             return CoverageStats(np.zeros(b, np.int64), np.zeros((b, n_lv), np.int64), lv, 1, None, binning)
-        lo, hi = sigma_range(s, "sigma", range_)
+        s_min, s_max = min_max(s, ws)
+        if not (s_min > 0 and np.isfinite(s_max)):
+            _validate(mu, sigma, y)  # raises, naming the first bad sample
+        lo, hi = sigma_range(s_min, s_max, "sigma", range_)
         edges = np.linspace(lo, hi, b + 1)
     thr = 2.0 * gammaincinv(0.5, lv)  # chi2_1.ppf
-    step = max(min(n, LEAF), 1)
-    ws = Workspace(step)
     h = np.zeros(n_bins * (n_lv + 1), dtype=np.int64)
     finite = True
     for a in range(0, n, step):
         k = min(n, a + step) - a
         sc = contiguous(ws, "s", s, a, a + k)
+        if b is None and not (sc.min() > 0 and np.isfinite(sc.max())):
+            _validate(mu, sigma, y)  # raises, naming the first bad sample
         eps = np.subtract(t[a:a + k], m[a:a + k], out=ws.get("eps", np.float64, k))
         np.multiply(eps, eps, out=eps)
         np.divide(eps, np.multiply(sc, sc, out=ws.get("s2", np.float64, k)), out=eps)  # as _nees

@@ -16,7 +16,7 @@ from detcal.binning import RankSegments, equal_count_segments, equal_width_bins
 from detcal.errors import DetcalInputError
 from detcal.binning_fast import Workspace
 from detcal.metrics.regression._chunked import (
-    LEAF, OrderedBincount, contiguous, equal_width_index_into, float_columns, sigma_range,
+    LEAF, OrderedBincount, contiguous, equal_width_index_into, float_columns, min_max, sigma_range,
 )
 from detcal.metrics.regression._common import BINNINGS, _check_bins, _check_choice, _nan_result, _validate
 from detcal.types import MetricResult
@@ -114,11 +114,12 @@ def _equal_width_stats(
     n = len(s)
     if n == 0:
         return None
-    if not (s.min() > 0 and np.isfinite(s.max())):
-        _validate(mu, sigma, y)  # raises, naming the first bad sample
-    lo, hi = sigma_range(s, over, range_)
     step = min(n, LEAF)
     ws = Workspace(step)
+    s_min, s_max = min_max(s, ws)
+    if not (s_min > 0 and np.isfinite(s_max)):
+        _validate(mu, sigma, y)  # raises, naming the first bad sample
+    lo, hi = sigma_range(s_min, s_max, over, range_)
     acc = OrderedBincount(b, 2, step)
     for a in range(0, n, step):
         k = min(n, a + step) - a
