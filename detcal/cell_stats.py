@@ -316,7 +316,7 @@ def sample_cells(
     return cell_index_columns(cols, b, edges), b, p_used
 
 
-_COMPACT_KEYS = 1 << 16
+_COMPACT_KEYS = CHUNK
 """Above this many keys (2 x groups x cells) :func:`cell_stats` sums over the occupied keys of a chunk."""
 
 
@@ -407,7 +407,8 @@ def cell_stats(
     # the occupied keys of each chunk only (``occ``), so no bincount output is longer than the chunk
     acc2 = {name: np.zeros((2 * size, 3), dtype=np.int64) for name in (["sum_p"] if split else []) + rest}
     compact = 2 * size > _COMPACT_KEYS
-    step = max(CHUNK, 8 * size) if not compact else max(CHUNK, min(n, 8 * _COMPACT_KEYS))
+    # chunks stay cache-sized unless the per-chunk key pass (bincount over 2 x size) would dominate
+    step = max(CHUNK, size // 2)
     ws = Workspace(min(step, n))
     slot = np.zeros(2 * size, dtype=np.int64) if compact else None
     for a in chunks(n, step):
