@@ -15,6 +15,7 @@ edges per sample (``_netcal_table``).
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -181,3 +182,28 @@ def term_into(name: str, p: np.ndarray, yb: np.ndarray, ws: Workspace) -> np.nda
     np.negative(tmp, out=tmp)
     np.copyto(out, tmp, where=yb)
     return out
+
+
+def quick_arrays(p: Any, y: Any, features: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
+    """p, y, features as arrays when their shapes and dtypes allow the per-chunk range checks of
+    :func:`chunk_ok` (y bool or integer); ``None`` sends the caller to :func:`detcal.cell_stats.validate_sample`."""
+    p_arr = np.asarray(p, dtype=np.float64)
+    y_arr = np.asarray(y)
+    f_arr = None if features is None else np.asarray(features, dtype=np.float64)
+    if f_arr is not None and f_arr.ndim == 1:
+        f_arr = f_arr[:, None]
+    ok = (p_arr.ndim == 1 and y_arr.shape == p_arr.shape
+          and (y_arr.dtype == np.bool_ or np.issubdtype(y_arr.dtype, np.integer))
+          and (f_arr is None or (f_arr.ndim == 2 and f_arr.shape[0] == p_arr.shape[0])))
+    return (p_arr, y_arr, f_arr) if ok else None
+
+
+def chunk_ok(p: np.ndarray, y: np.ndarray, f: np.ndarray | None) -> bool:
+    """Whether a chunk is valid: p and f in [0, 1] (NaN fails every comparison), integer y in {0, 1}."""
+    if len(p) == 0:
+        return True
+    if not (p.min() >= 0.0 and p.max() <= 1.0):
+        return False
+    if y.dtype != np.bool_ and not (y.min() >= 0 and y.max() <= 1):
+        return False
+    return f is None or f.size == 0 or bool(f.min() >= 0.0 and f.max() <= 1.0)

@@ -18,7 +18,8 @@ import numpy as np
 
 from detcal.binning import _EPS, EDGE_RULES, cell_index_columns, normalise_bins
 from detcal.binning_fast import (  # noqa: F401  (NLL_CLIP is re-exported)
-    CHUNK, FX_BITS, NLL_CLIP, Workspace, add_words, cell_index_into, chunks, fx_words_into, term_into,
+    CHUNK, FX_BITS, NLL_CLIP, Workspace, add_words, cell_index_into, chunk_ok, chunks, fx_words_into, quick_arrays,
+    term_into,
 )
 from detcal.errors import DetcalInputError
 
@@ -320,31 +321,6 @@ _COMPACT_KEYS = CHUNK
 """Above this many keys (2 x groups x cells) :func:`cell_stats` sums over the occupied keys of a chunk."""
 
 
-def _quick_arrays(p: Any, y: Any, features: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
-    """p, y, features as arrays when their shapes and dtypes allow the per-chunk range checks of
-    :func:`_chunk_ok` (y bool or integer); ``None`` sends the caller to :func:`validate_sample`."""
-    p_arr = np.asarray(p, dtype=np.float64)
-    y_arr = np.asarray(y)
-    f_arr = None if features is None else np.asarray(features, dtype=np.float64)
-    if f_arr is not None and f_arr.ndim == 1:
-        f_arr = f_arr[:, None]
-    ok = (p_arr.ndim == 1 and y_arr.shape == p_arr.shape
-          and (y_arr.dtype == np.bool_ or np.issubdtype(y_arr.dtype, np.integer))
-          and (f_arr is None or (f_arr.ndim == 2 and f_arr.shape[0] == p_arr.shape[0])))
-    return (p_arr, y_arr, f_arr) if ok else None
-
-
-def _chunk_ok(p: np.ndarray, y: np.ndarray, f: np.ndarray | None) -> bool:
-    """Whether a chunk is valid: p and f in [0, 1] (NaN fails every comparison), integer y in {0, 1}."""
-    if len(p) == 0:
-        return True
-    if not (p.min() >= 0.0 and p.max() <= 1.0):
-        return False
-    if y.dtype != np.bool_ and not (y.min() >= 0 and y.max() <= 1):
-        return False
-    return f is None or f.size == 0 or bool(f.min() >= 0.0 and f.max() <= 1.0)
-
-
 def cell_stats(
     p: Any,
     y: Any,
@@ -355,6 +331,7 @@ def cell_stats(
     groups: Any = None,
     n_groups: int | None = None,
     stats: Sequence[str] | None = None,
+    cells: Any = None,
 ) -> CellStats:
     """The ``_update`` stage: per-cell sufficient statistics of one chunk of samples.
 
@@ -371,15 +348,31 @@ def cell_stats(
     ``cell_stats(a) + cell_stats(b)`` is bitwise equal to ``cell_stats(a ++ b)``;
     the samples are processed in cache-sized chunks in that way (one pass,
     range checks per chunk; :func:`validate_sample` names the first bad record).
+
+    ``cells [S]``: the cell of each sample on this grid, already computed (by
+    :func:`sample_cells` with the same ``bins`` and ``edges``, e.g. once for
+    detections shared by several IoU thresholds, then indexed): the binning is
+    skipped; ``bins`` then gives the whole grid (confidence first) and
+    ``features`` may be None.
     """
-    quick = _quick_arrays(p, y, features)
+    quick = quick_arrays(p, y, features)
     validated = quick is None
     p_arr, y_arr, f_arr = validate_sample(p, y, features) if quick is None else quick
     n = len(p_arr)
     if n >= _MAX_SAMPLES:
         raise DetcalInputError(f"at most {_MAX_SAMPLES - 1} samples per cell_stats call; merge chunks", field="p")
-    b = _grid_bins(bins, 1 + (0 if f_arr is None else f_arr.shape[1]), edges)
+    c_arr = None
+    if cells is not None:
+        c_arr = np.asarray(cells)
+        if c_arr.shape != p_arr.shape or (c_arr.size and not np.issubdtype(c_arr.dtype, np.integer)):
+            raise DetcalInputError(f"cells must be an integer array [S] like p, got {c_arr.dtype} {c_arr.shape}", field="cells")
+        n_feat = len(bins) - 1 if np.ndim(bins) else 0 if f_arr is None else f_arr.shape[1]  # type: ignore[arg-type]
+    else:
+        n_feat = 0 if f_arr is None else f_arr.shape[1]
+    b = _grid_bins(bins, 1 + n_feat, edges)
     n_cells = int(np.prod(b))
+    if c_arr is not None and c_arr.size and (int(c_arr.min()) < 0 or int(c_arr.max()) >= n_cells):
+        raise DetcalInputError(f"cells must lie in [0, {n_cells})", field="cells")
     lead: tuple[int, ...] = ()
     g = None
     if groups is not None:
@@ -414,13 +407,17 @@ def cell_stats(
     for a in chunks(n, step):
         pc, yc = p_arr[a:a + step], y_arr[a:a + step]
         fc = None if f_arr is None else f_arr[a:a + step]
-        if not validated and not _chunk_ok(pc, yc, fc):
+        if not validated and not chunk_ok(pc, yc, fc):
             p_arr, y_arr, f_arr = validate_sample(p, y, features)  # raises, naming the first bad record
             validated = True
             pc, yc, fc = p_arr[a:a + step], y_arr[a:a + step], None if f_arr is None else f_arr[a:a + step]
         m = len(pc)
         p_used = np.clip(pc, _EPS, 1.0 - _EPS, out=ws.get("p_used", np.float64, m)) if edges == "netcal" else pc
-        key = cell_index_into(p_used, fc, b, edges, ws.get("key", np.int64, m), ws, p_clipped=edges == "netcal")
+        if c_arr is None:
+            key = cell_index_into(p_used, fc, b, edges, ws.get("key", np.int64, m), ws, p_clipped=edges == "netcal")
+        else:
+            key = ws.get("key", np.int64, m)
+            np.copyto(key, c_arr[a:a + step], casting="unsafe")
         if g is not None:
             gk = ws.get("group", np.int64, m)
             np.multiply(g[a:a + step], n_cells, out=gk, casting="unsafe")
