@@ -185,3 +185,37 @@ def test_category_index_equals_unique():
         np.testing.assert_array_equal(cats, ref_c)
         np.testing.assert_array_equal(idx, ref_i)
         assert cats.dtype == ref_c.dtype
+
+
+def test_suite_with_shared_cells_gives_the_same_results():
+    """Cells computed once over a superset of detections and indexed per call (as the pipeline does per IoU
+    threshold) give every number of the plain call."""
+    from detcal.metrics.confidence_suite import ConfidenceConfig, confidence_metrics, suite_cells
+
+    rng = np.random.default_rng(4)
+    n = 4000
+    p = np.round(rng.beta(2, 2, n), 3)
+    f = rng.random((n, 4))
+    cat = rng.integers(1, 6, n)
+    for cfg in (ConfidenceConfig(n_boot=0), ConfidenceConfig(n_boot=0, policy="netcal", dece_bins=(4, 3, 2, 2, 3)),
+                ConfidenceConfig(n_boot=0, edges="guo")):
+        shared = suite_cells(p, f, cfg)
+        for t in range(3):
+            keep = np.flatnonzero(rng.random(n) < 0.9)
+            y = rng.random(len(keep)) < p[keep]
+            ref = confidence_metrics(p[keep], y, f[keep], cat[keep], cfg)
+            got = confidence_metrics(p[keep], y, f[keep], cat[keep], cfg, cells={k: c[keep] for k, c in shared.items()})
+            assert got.keys() == ref.keys()
+            for name in ref:
+                assert repr(got[name].to_dict()) == repr(ref[name].to_dict()), name
+
+
+def test_cell_stats_rejects_bad_cells():
+    p = np.full(10, 0.5)
+    y = np.zeros(10, dtype=bool)
+    with pytest.raises(DetcalInputError):
+        CS.cell_stats(p, y, None, (5, 2), cells=np.full(10, 10))
+    with pytest.raises(DetcalInputError):
+        CS.cell_stats(p, y, None, (5, 2), cells=np.zeros(9, dtype=np.int64))
+    st = CS.cell_stats(p, y, None, (5, 2), cells=np.full(10, 7))
+    assert st.count.tolist() == [0] * 7 + [10, 0, 0]
