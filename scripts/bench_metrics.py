@@ -57,20 +57,20 @@ tree leaf by leaf, and weighted ``bincount`` sums carry each bin's running sum
 into the next chunk (same additions, same order). No metric sorts: equal-count
 bins use ``np.partition`` (:func:`detcal.binning.rank_segments`).
 
-Last full run (2026-11-23, 2-core shared machine, load average ~2; see the
-report of issue 11 for the final table)::
+Last full run (2026-11-24, 2-core machine shared with other jobs, load
+average 1.1-1.9 during the run)::
 
     metric   detcal s  netcal s   ratio
-    ECE         0.033     0.195    6.0x
-    MCE         0.027     0.174    6.3x
-    D-ECE       0.063     0.737   11.7x
-    NLL         0.049     0.238    4.8x
-    ENCE        0.161     0.736    4.6x
-    UCE         0.136     0.725    5.3x
-    M-QCE       0.107    17.451  163.4x
-    C-QCE       0.226    17.728   78.6x
-    suite       0.801    37.984   47.4x   (QCE peak memory detcal/netcal < 0.001)
-    --growth 1M 3M 10M: 0.535 s, 1.543 s, 5.336 s, exponent 0.999
+    ECE         0.030     0.207    7.0x
+    MCE         0.022     0.204    9.2x
+    D-ECE       0.069     0.752   10.9x
+    NLL         0.050     0.226    4.5x
+    ENCE        0.104     0.872    8.4x
+    UCE         0.113     0.770    6.8x
+    M-QCE       0.085    16.969  198.9x
+    C-QCE       0.140    17.691  126.2x
+    suite       0.613    37.692   61.5x   (QCE peak memory detcal/netcal: RSS < 0.001)
+    --growth 1M 3M 10M: 0.486 s, 1.455 s, 4.610 s, exponent 0.977
 
 Usage::
 
