@@ -100,12 +100,19 @@ def cell_index(features: np.ndarray, bins: int | Sequence[int], edges: str = "fl
     if x.ndim == 1:
         x = x[:, None]
     b = normalise_bins(bins, x.shape[1])
-    # C-order flattening (as np.ravel_multi_index), accumulated in place
-    flat = feature_bin_index(x[:, 0], b[0], edges)
-    for f in range(1, x.shape[1]):
-        flat *= b[f]
-        flat += feature_bin_index(x[:, f], b[f], edges)
-    return flat, int(np.prod(b))
+    return cell_index_columns([x[:, f] for f in range(x.shape[1])], b, edges), int(np.prod(b))
+
+
+def cell_index_columns(columns: Sequence[np.ndarray], bins: Sequence[int], edges: str = "floor") -> np.ndarray:
+    """:func:`cell_index` over one 1-D array [S] per feature (strided column views welcome: no [S,F] copy).
+
+    ``bins``: one count per column. C-order flattening (as ``np.ravel_multi_index``), accumulated in place.
+    """
+    flat = feature_bin_index(columns[0], bins[0], edges)
+    for f in range(1, len(columns)):
+        flat *= bins[f]
+        flat += feature_bin_index(columns[f], bins[f], edges)
+    return flat
 
 
 def equal_count_bins(sigma: np.ndarray, n_bins: int) -> np.ndarray:

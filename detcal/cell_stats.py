@@ -16,13 +16,14 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from detcal.binning import _EPS, EDGE_RULES, cell_index, normalise_bins
+from detcal.binning import _EPS, EDGE_RULES, cell_index_columns, normalise_bins
+from detcal.binning_fast import (  # noqa: F401  (NLL_CLIP is re-exported)
+    CHUNK, FX_BITS, NLL_CLIP, Workspace, add_words, cell_index_into, chunk_ok, chunks, fx_words_into, quick_arrays,
+    term_into,
+)
 from detcal.errors import DetcalInputError
 
-NLL_CLIP: float = 1e-12
-"""p is clipped to [NLL_CLIP, 1 - NLL_CLIP] inside the log-loss (docs/metrics.md)."""
-
-_FX_BITS = 18
+_FX_BITS = FX_BITS
 _FX_MASK = (1 << _FX_BITS) - 1
 _FX_TOTAL = 3 * _FX_BITS  # 54 bits: finer than the 53-bit float64 mantissa
 _MAX_SAMPLES = 1 << 34  # per-call bincount partial sums of 18-bit words stay exact below 2**53
@@ -290,6 +291,18 @@ def sample_terms(p: np.ndarray, y: np.ndarray, names: Sequence[str] | None = Non
     return out
 
 
+def _grid_bins(bins: int | Sequence[int], n_features: int, edges: str) -> tuple[int, ...]:
+    """Checked edge rule and per-feature bin counts (confidence first)."""
+    if edges not in EDGE_RULES:
+        raise DetcalInputError(f"edges must be one of {EDGE_RULES}, got {edges!r}", field="edges")
+    try:
+        return normalise_bins(bins, n_features)
+    except (ValueError, TypeError) as exc:
+        raise DetcalInputError(
+            f"{exc} (bins is an int or one count per feature, confidence first)", field="bins"
+        ) from None
+
+
 def sample_cells(
     p: np.ndarray, features: np.ndarray | None, bins: int | Sequence[int], edges: str = "floor"
 ) -> tuple[np.ndarray, tuple[int, ...], np.ndarray]:
@@ -298,18 +311,14 @@ def sample_cells(
     Under ``edges="netcal"`` the confidence is clipped to [eps, 1 - eps]
     (netcal clips the values it averages too); otherwise p is returned as is.
     """
-    if edges not in EDGE_RULES:
-        raise DetcalInputError(f"edges must be one of {EDGE_RULES}, got {edges!r}", field="edges")
-    grid = p[:, None] if features is None else np.concatenate([p[:, None], features], axis=1)
-    try:
-        b = normalise_bins(bins, grid.shape[1])
-    except (ValueError, TypeError) as exc:
-        raise DetcalInputError(
-            f"{exc} (bins is an int or one count per feature, confidence first)", field="bins"
-        ) from None
-    cell, _ = cell_index(grid, b, edges)
+    b = _grid_bins(bins, 1 + (0 if features is None else features.shape[1]), edges)
     p_used = np.clip(p, _EPS, 1.0 - _EPS) if edges == "netcal" else p
-    return cell, b, p_used
+    cols = [p_used] + ([] if features is None else [features[:, f] for f in range(features.shape[1])])
+    return cell_index_columns(cols, b, edges), b, p_used
+
+
+_COMPACT_KEYS = CHUNK
+"""Above this many keys (2 x groups x cells) :func:`cell_stats` sums over the occupied keys of a chunk."""
 
 
 def cell_stats(
@@ -322,6 +331,7 @@ def cell_stats(
     groups: Any = None,
     n_groups: int | None = None,
     stats: Sequence[str] | None = None,
+    cells: Any = None,
 ) -> CellStats:
     """The ``_update`` stage: per-cell sufficient statistics of one chunk of samples.
 
@@ -335,15 +345,36 @@ def cell_stats(
     :data:`FLOAT_STATS`): a metric computes only the sums it reads, e.g. ECE
     needs ``("sum_p0", "sum_p1")``.
 
-    ``cell_stats(a) + cell_stats(b)`` is bitwise equal to ``cell_stats(a ++ b)``.
+    ``cell_stats(a) + cell_stats(b)`` is bitwise equal to ``cell_stats(a ++ b)``;
+    the samples are processed in cache-sized chunks in that way (one pass,
+    range checks per chunk; :func:`validate_sample` names the first bad record).
+
+    ``cells [S]``: the cell of each sample on this grid, already computed (by
+    :func:`sample_cells` with the same ``bins`` and ``edges``, e.g. once for
+    detections shared by several IoU thresholds, then indexed): the binning is
+    skipped; ``bins`` then gives the whole grid (confidence first) and
+    ``features`` may be None.
     """
-    p_arr, y_arr, f_arr = validate_sample(p, y, features)
-    if len(p_arr) >= _MAX_SAMPLES:
+    quick = quick_arrays(p, y, features)
+    validated = quick is None
+    p_arr, y_arr, f_arr = validate_sample(p, y, features) if quick is None else quick
+    n = len(p_arr)
+    if n >= _MAX_SAMPLES:
         raise DetcalInputError(f"at most {_MAX_SAMPLES - 1} samples per cell_stats call; merge chunks", field="p")
-    cell, b, p_used = sample_cells(p_arr, f_arr, bins, edges)
+    c_arr = None
+    if cells is not None:
+        c_arr = np.asarray(cells)
+        if c_arr.shape != p_arr.shape or (c_arr.size and not np.issubdtype(c_arr.dtype, np.integer)):
+            raise DetcalInputError(f"cells must be an integer array [S] like p, got {c_arr.dtype} {c_arr.shape}", field="cells")
+        n_feat = len(bins) - 1 if np.ndim(bins) else 0 if f_arr is None else f_arr.shape[1]  # type: ignore[arg-type]
+    else:
+        n_feat = 0 if f_arr is None else f_arr.shape[1]
+    b = _grid_bins(bins, 1 + n_feat, edges)
     n_cells = int(np.prod(b))
+    if c_arr is not None and c_arr.size and (int(c_arr.min()) < 0 or int(c_arr.max()) >= n_cells):
+        raise DetcalInputError(f"cells must lie in [0, {n_cells})", field="cells")
     lead: tuple[int, ...] = ()
-    key = cell
+    g = None
     if groups is not None:
         g = np.asarray(groups)
         if g.shape != p_arr.shape or (g.size and not np.issubdtype(g.dtype, np.integer)):
@@ -354,32 +385,69 @@ def cell_stats(
         if bad.any():
             i = _bad(bad)
             raise DetcalInputError(f"group {g[i]} outside [0, {n_groups})", record=i, field="groups")
-        key = g.astype(np.int64) * n_cells + cell
         lead = (int(n_groups),)
     size = int(np.prod(lead, dtype=np.int64)) * n_cells
     shape = lead + (n_cells,)
-    # one pass over key2 = 2 * cell + y gives N_c, sum y and the split of sum p by y
-    key2 = key * 2
-    key2 += y_arr
-    count2 = np.bincount(key2, minlength=2 * size).reshape(shape + (2,))
-    count = count2.sum(axis=-1).astype(np.int64)
-    sum_y = count2[..., 1].astype(np.int64)
     wanted = tuple(FLOAT_STATS) if stats is None else tuple(stats)
-    fixed: dict[str, np.ndarray] = {}
-
-    def _sum_words(k: np.ndarray, values: np.ndarray, log2_max: int, n: int) -> np.ndarray:
-        acc = np.stack([np.bincount(k, weights=w, minlength=n) for w in _fx_words(values, log2_max)], axis=-1)
-        return np.rint(acc).astype(np.int64)
-
-    if "sum_p0" in wanted or "sum_p1" in wanted:
-        split = _sum_words(key2, p_used, FLOAT_STATS["sum_p0"], 2 * size).reshape(shape + (2, 3))
-        if "sum_p0" in wanted:
-            fixed["sum_p0"] = np.ascontiguousarray(split[..., 0, :])
-        if "sum_p1" in wanted:
-            fixed["sum_p1"] = np.ascontiguousarray(split[..., 1, :])
+    unknown = [name for name in wanted if name not in FLOAT_STATS]
+    if unknown:
+        raise DetcalInputError(f"unknown statistic {unknown[0]!r}; known: {sorted(FLOAT_STATS)}", field="stats")
+    split = "sum_p0" in wanted or "sum_p1" in wanted
     rest = [name for name in wanted if name not in ("sum_p0", "sum_p1")]
-    for name, values in sample_terms(p_used, y_arr, rest).items():
-        fixed[name] = _sum_words(key, values, FLOAT_STATS[name], size).reshape(shape + (3,))
+    count2 = np.zeros(2 * size, dtype=np.int64)
+    # every statistic is summed per key2 = 2 * key + y (the y halves of sum_p2, sum_se and sum_nll are
+    # added at the end, exactly); with a large key range (e.g. classes x D-ECE cells) the sums run over
+    # the occupied keys of each chunk only (``occ``), so no bincount output is longer than the chunk
+    acc2 = {name: np.zeros((2 * size, 3), dtype=np.int64) for name in (["sum_p"] if split else []) + rest}
+    compact = 2 * size > _COMPACT_KEYS
+    # chunks stay cache-sized unless the per-chunk key pass (bincount over 2 x size) would dominate
+    step = max(CHUNK, size // 2)
+    ws = Workspace(min(step, n))
+    slot = np.zeros(2 * size, dtype=np.int64) if compact else None
+    for a in chunks(n, step):
+        pc, yc = p_arr[a:a + step], y_arr[a:a + step]
+        fc = None if f_arr is None else f_arr[a:a + step]
+        if not validated and not chunk_ok(pc, yc, fc):
+            p_arr, y_arr, f_arr = validate_sample(p, y, features)  # raises, naming the first bad record
+            validated = True
+            pc, yc, fc = p_arr[a:a + step], y_arr[a:a + step], None if f_arr is None else f_arr[a:a + step]
+        m = len(pc)
+        p_used = np.clip(pc, _EPS, 1.0 - _EPS, out=ws.get("p_used", np.float64, m)) if edges == "netcal" else pc
+        if c_arr is None:
+            key = cell_index_into(p_used, fc, b, edges, ws.get("key", np.int64, m), ws, p_clipped=edges == "netcal")
+        else:
+            key = ws.get("key", np.int64, m)
+            np.copyto(key, c_arr[a:a + step], casting="unsafe")
+        if g is not None:
+            gk = ws.get("group", np.int64, m)
+            np.multiply(g[a:a + step], n_cells, out=gk, casting="unsafe")
+            key += gk
+        # one pass over key2 = 2 * key + y gives N_c, sum y and the split of every sum by y
+        key2 = np.multiply(key, 2, out=key)
+        np.add(key2, yc, out=key2, casting="unsafe")
+        cnt = np.bincount(key2, minlength=2 * size)
+        count2 += cnt
+        occ = None
+        if slot is not None:
+            occ = np.flatnonzero(cnt)
+            slot[occ] = np.arange(len(occ))
+            key2 = np.take(slot, key2, out=ws.get("slot_key", np.int64, m))
+        yb = yc if (not rest or yc.dtype == np.bool_) else np.not_equal(yc, 0, out=ws.get("y_bool", np.bool_, m))
+        for name, acc in acc2.items():
+            values = p_used if name == "sum_p" else term_into(name, p_used, yb, ws)
+            add_words(acc, key2, fx_words_into(values, FLOAT_STATS.get(name, 0), ws), occ)
+    count2 = count2.reshape(shape + (2,))
+    count = count2.sum(axis=-1)
+    sum_y = np.ascontiguousarray(count2[..., 1])
+    fixed: dict[str, np.ndarray] = {}
+    if split:
+        split_words = acc2["sum_p"].reshape(shape + (2, 3))
+        for name, j in (("sum_p0", 0), ("sum_p1", 1)):
+            if name in wanted:
+                fixed[name] = np.ascontiguousarray(split_words[..., j, :])
+    for name in rest:
+        halves = acc2[name].reshape(shape + (2, 3))
+        fixed[name] = halves[..., 0, :] + halves[..., 1, :]
     return CellStats(bins=b, edges=edges, count=count, sum_y=sum_y, fixed=fixed)
 
 

@@ -232,13 +232,17 @@ class ConfidenceMetric:
             return v * v if (self.name == "homogeneity" and self.spread == "variance") else v
         return _cell_free_values(self.name, sums.total())
 
-    def result(self, stats: CellStats) -> MetricResult:
-        """The :class:`MetricResult` of statistics ``stats`` with cell axis only ([C])."""
+    def result(self, stats: CellStats, sums: CellSums | None = None) -> MetricResult:
+        """The :class:`MetricResult` of statistics ``stats`` with cell axis only ([C]).
+
+        ``sums``: ``stats.sums()`` (binned metrics) or ``stats.total().sums()`` (cell-free), when the
+        caller already has them (a suite sharing one grid between metrics).
+        """
         if stats.count.ndim != 1:
             raise DetcalInputError(f"result() needs stats [C], got {stats.count.shape}; use values()", field="stats")
         if self.binned:
-            return self._binned_result(stats)
-        return self._cell_free_result(stats)
+            return self._binned_result(stats, sums)
+        return self._cell_free_result(stats, sums)
 
     def __call__(self, p: Any, y: Any = None, features: Any = None) -> MetricResult:
         return self.result(self.stats(p, y, features))
@@ -259,8 +263,8 @@ class ConfidenceMetric:
             params["clip"] = 1e-12
         return params
 
-    def _binned_result(self, stats: CellStats) -> MetricResult:
-        s = stats.sums()
+    def _binned_result(self, stats: CellStats, sums: CellSums | None = None) -> MetricResult:
+        s = stats.sums() if sums is None else sums
         summ = _summary(s, self.sample_threshold, self.policy)
         value = float(_binned_values(self.name, summ, self.q))
         if self.name == "homogeneity" and self.spread == "variance":
@@ -313,8 +317,8 @@ class ConfidenceMetric:
             name=self.name, value=value, variant=self.variant, params=self._params(stats), table=table, extra=extra
         )
 
-    def _cell_free_result(self, stats: CellStats) -> MetricResult:
-        value = float(_cell_free_values(self.name, stats.total().sums()))
+    def _cell_free_result(self, stats: CellStats, sums: CellSums | None = None) -> MetricResult:
+        value = float(_cell_free_values(self.name, stats.total().sums() if sums is None else sums))
         n = int(stats.n)
         n1 = int(np.sum(stats.sum_y))
         extra: dict[str, Any] = {"n_matched": n1, "n_unmatched": n - n1}

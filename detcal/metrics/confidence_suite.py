@@ -12,7 +12,7 @@ from typing import Any, Callable, Hashable
 
 import numpy as np
 
-from detcal.cell_stats import FLOAT_STATS, CellStats
+from detcal.cell_stats import FLOAT_STATS, CellStats, cell_stats, sample_cells, validate_sample
 from detcal.errors import DetcalInputError
 from detcal.metrics.confidence import SPARSE_RATIO, ConfidenceMetric, SparseCellsWarning, _bins_arg
 from detcal.types import MetricResult
@@ -105,6 +105,20 @@ def per_class(
     return _class_aggregate(name, cats, values, counts, average, inner, params)
 
 
+def category_index(cat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(cat, return_inverse=True)`` (sorted categories, index [S] of each sample); for
+    non-negative ids below ``4 S + 1024`` by a presence table instead of a sort (the same arrays)."""
+    cat = np.asarray(cat)
+    if cat.size and np.issubdtype(cat.dtype, np.integer):
+        lo, hi = int(cat.min()), int(cat.max())
+        if lo >= 0 and hi < 4 * cat.size + 1024:
+            present = np.bincount(cat.reshape(-1), minlength=hi + 1) > 0
+            cats = np.flatnonzero(present).astype(cat.dtype)
+            slot = np.cumsum(present) - 1
+            return cats, slot[cat.reshape(-1)].reshape(cat.shape).astype(np.intp)
+    return np.unique(cat, return_inverse=True)
+
+
 # ---------------------------------------------------------------------------
 # The default suite
 # ---------------------------------------------------------------------------
@@ -166,6 +180,7 @@ def confidence_metrics(
     category: Any = None,
     config: ConfidenceConfig | None = None,
     image_id: Any = None,
+    cells: dict[Hashable, np.ndarray] | None = None,
 ) -> dict[str, MetricResult]:
     """The default confidence suite from shared statistics: name -> :class:`MetricResult`.
 
@@ -178,6 +193,10 @@ def confidence_metrics(
     ``config.n_boot > 0``, every class-agnostic number gets a bootstrap
     interval over images (``config.ci_method``: BCa by default; shared draws,
     :func:`detcal.metrics.bootstrap.suite_intervals`).
+
+    ``cells``: the cell of each sample on the suite's grids, from :func:`suite_cells`
+    (computed once for detections shared by several calls, e.g. one per IoU
+    threshold, then indexed): those grids skip the binning (same numbers).
     """
     cfg = config or ConfidenceConfig()
     suite = cfg.metrics()
@@ -188,28 +207,50 @@ def confidence_metrics(
         cat = np.asarray(category)
         if cat.shape != p_arr.shape or (cat.size and not np.issubdtype(cat.dtype, np.integer)):
             raise DetcalInputError(f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category")
-        cats, cat_idx = np.unique(cat, return_inverse=True)
-    grouped: dict[Hashable, CellStats] = {}
+        cats, cat_idx = category_index(cat)
+    n_groups = None if cats is None else len(cats)
+    # one cell_stats pass per distinct grid, computing the statistics its metrics read; the cell-free
+    # metrics read the exact totals of the first floor grid, which then computes every statistic
+    grids: dict[Hashable, ConfidenceMetric] = {}
+    need: dict[Hashable, set[str]] = {}
     for m in suite.values():
-        if not m.binned:
-            continue
-        key = m.grid_key(None, None, features)
-        if key not in grouped:
-            grouped[key] = m.stats(p, y, features, groups=cat_idx, n_groups=None if cats is None else len(cats), which=tuple(FLOAT_STATS))
-    free_key = next((k for k in grouped if k[1] == "floor"), None)
+        if m.binned:
+            key = m.grid_key(None, None, features)
+            grids.setdefault(key, m)
+            need.setdefault(key, set()).update(m.required_stats)
+    free_key = next((k for k in grids if k[1] == "floor"), None)
     if free_key is None:
         free_key = suite["nll"].grid_key()
-        grouped[free_key] = suite["nll"].stats(p, y, groups=cat_idx, n_groups=None if cats is None else len(cats), which=tuple(FLOAT_STATS))
+        grids[free_key] = suite["nll"]
+    need[free_key] = set(FLOAT_STATS)
+    grouped: dict[Hashable, CellStats] = {}
+    for key, m in grids.items():
+        which = tuple(s for s in FLOAT_STATS if s in need[key])
+        if cells is not None and key in cells:
+            grouped[key] = cell_stats(p, m._y(p, y), None, key[0], edges=key[1], groups=cat_idx, n_groups=n_groups,
+                                      stats=which, cells=cells[key])
+        else:
+            grouped[key] = m.stats(p, y, features if m.binned else None, groups=cat_idx, n_groups=n_groups, which=which)
     out: dict[str, MetricResult] = {}
+    shared: dict[tuple[Hashable, bool], tuple[CellStats, Any, Any]] = {}  # per grid: agnostic stats and sums
+
+    def _shared(key: Hashable, binned: bool) -> tuple[CellStats, Any, Any]:
+        if (key, binned) not in shared:
+            st = grouped[key]
+            agnostic = st.sum_groups() if cats is not None else st
+            per_group = None if cats is None else (st if binned else st.total()).sums()  # cell-free: exact totals
+            shared[key, binned] = (agnostic, (agnostic if binned else agnostic.total()).sums(), per_group)
+        return shared[key, binned]
+
     for name, m in suite.items():
         key = m.grid_key(None, None, features) if m.binned else free_key
         st = grouped[key]
-        agnostic = st.sum_groups() if cats is not None else st
+        agnostic, agnostic_sums, group_sums = _shared(key, m.binned)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SparseCellsWarning)  # one combined warning below
-            out[name] = m.result(agnostic)
+            out[name] = m.result(agnostic, agnostic_sums)
         if cats is not None:
-            values = m.values((st if m.binned else st.total()).sums())  # cell-free: exact totals first
+            values = m.values(group_sums)
             params = {k: v for k, v in out[name].params.items() if k != "n"}
             out[f"{name}_per_class"] = _class_aggregate(
                 name, cats, values, st.n.astype(np.int64), cfg.average, out[name], params
@@ -227,6 +268,24 @@ def confidence_metrics(
 
         out.update(suite_intervals({name: out[name] for name in suite}, suite, image_id, p, y, features,
                                    n_boot=cfg.n_boot, level=cfg.ci_level, seed=cfg.seed, method=cfg.ci_method))
+    return out
+
+
+def suite_cells(p: Any, features: Any = None, config: ConfidenceConfig | None = None) -> dict[Hashable, np.ndarray]:
+    """Cell [S] of each sample on every binned grid of the suite (for ``confidence_metrics(cells=...)``).
+
+    The cells do not depend on the matched flags: a caller evaluating the same
+    detections at several IoU thresholds computes them once and passes
+    ``{key: c[rows]}`` to each call. ``p`` and ``features`` are checked here.
+    """
+    cfg = config or ConfidenceConfig()
+    p_arr, _, f_arr = validate_sample(p, np.zeros(np.shape(p), dtype=bool), features)
+    out: dict[Hashable, np.ndarray] = {}
+    for m in cfg.metrics().values():
+        if m.binned:
+            key = m.grid_key(None, None, f_arr)
+            if key not in out:
+                out[key] = sample_cells(p_arr, m._grid(f_arr)[0], key[0], key[1])[0]
     return out
 
 

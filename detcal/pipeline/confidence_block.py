@@ -33,25 +33,44 @@ def _map_bins(b: Any, pair: list[str]) -> int | tuple[int, int, int]:
     return (b.bins[0], per.get(pair[0], b.bins[0]), per.get(pair[1], b.bins[0]))
 
 
-def dece_maps(spec: EvaluationSpec, p: np.ndarray, y: np.ndarray, feats: np.ndarray) -> dict[str, Any]:
-    """D-ECE heat maps over the configured feature pairs (Kueppers et al. 2020, Fig. 1)."""
-    from detcal.metrics.confidence import dece
+def _map_metric(spec: EvaluationSpec, pair: list[str]) -> Any:
+    """The D-ECE of a (confidence, f1, f2) map grid."""
+    from detcal.metrics.confidence import ConfidenceMetric, _bins_arg
+
+    b = spec.dece_binning
+    return ConfidenceMetric("dece", _bins_arg(_map_bins(b, pair)), b.sample_threshold, b.policy, use_features=True)
+
+
+def dece_maps(spec: EvaluationSpec, p: np.ndarray, y: np.ndarray, feats: np.ndarray,
+              cells: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+    """D-ECE heat maps over the configured feature pairs (Kueppers et al. 2020, Fig. 1).
+
+    ``cells``: the cell of each sample on each map grid (keyed ``"f1_f2"``), computed once for
+    all IoU thresholds (:func:`_shared_cells`); the same numbers as without.
+    """
+    from detcal.cell_stats import cell_stats
     from detcal.reports.gap_maps import marginal_gap_map
 
     b = spec.dece_binning
     out: dict[str, Any] = {}
     for pair in spec.confidence.maps:
         a, c = _feature_cols(pair)
+        name = f"{pair[0]}_{pair[1]}"
+        metric = _map_metric(spec, pair)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            r = dece(p, y, feats[:, [a, c]], bins=_map_bins(b, pair),
-                     sample_threshold=b.sample_threshold, policy=b.policy)
+            if cells is not None and name in cells:
+                bins = metric.grid_key(None, None, np.empty((0, 2)))[0]
+                r = metric.result(cell_stats(p, y, None, bins, edges=metric.edges, stats=metric.required_stats,
+                                             cells=cells[name]))
+            else:
+                r = metric(p, y, np.take(feats, [a, c], axis=1))
         shape = tuple(int(v) for v in r.params.get("bins", ())) or (1, 1, 1)
         n = int(np.prod(shape))
         m = marginal_gap_map(r.table.get("count", np.zeros(n)), r.table.get("confidence", np.full(n, np.nan)),
                              r.table.get("precision", np.full(n, np.nan)), shape, keep_axes=(1, 2),
                              kept=r.table.get("kept"))
-        out[f"{pair[0]}_{pair[1]}"] = {
+        out[name] = {
             "axes": list(pair), "bins": list(shape[1:]), "gap": m["gap"], "count": m["count"],
             "kept_count": m["kept_count"], "sample_threshold": b.sample_threshold, "policy": b.policy,
             "dece": float(r.value),
@@ -82,7 +101,7 @@ def confidence_blocks(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, f
         if wanted is None and any(abs(float(t) - w) < 1e-9 for w in exclude):
             continue
         todo.append(i)
-    args = (spec, data, mr, feats, no_pos)
+    args = (spec, data, mr, feats, no_pos, _shared_cells(spec, data, mr, feats, no_pos) if todo else None)
     workers, distributed = spec.parallel.workers, spec.parallel.distributed
     if distributed:
         from detcal.pipeline.parallel import distributed_rank, distributed_world, gather_all
@@ -107,31 +126,80 @@ def confidence_blocks(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, f
     return out, maps
 
 
-def _one_threshold(i: int, spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray,
-                   no_pos: str | None) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
-    """(label, metric block, D-ECE maps or None) of matching row ``i``."""
-    from detcal.metrics.confidence import ConfidenceConfig, confidence_metrics
+def _suite_config(spec: EvaluationSpec) -> Any:
+    from detcal.metrics.confidence import ConfidenceConfig
 
-    b, c, bs = spec.dece_binning, spec.confidence, spec.bootstrap
-    dets = data.detections
-    cols = _feature_cols(b.features)
-    ccfg = ConfidenceConfig(ece_bins=b.ece_bins, dece_bins=b.bins_arg(), sample_threshold=b.sample_threshold,
+    b, bs = spec.dece_binning, spec.bootstrap
+    return ConfidenceConfig(ece_bins=b.ece_bins, dece_bins=b.bins_arg(), sample_threshold=b.sample_threshold,
                             policy=b.policy, n_boot=bs.n, ci_level=bs.level, seed=bs.seed,
                             edges=spec.confidence.edges, homogeneity_spread=spec.confidence.homogeneity_spread,
                             ci_method=bs.method)
+
+
+def _sample_features(spec: EvaluationSpec, fr: np.ndarray, no_pos: str | None) -> np.ndarray | None:
+    """The box features of the D-ECE grid for rows ``fr`` of ``feats`` (placeholders without positions)."""
+    cols = _feature_cols(spec.dece_binning.features)
+    f = (fr if cols == list(range(fr.shape[1])) else np.take(fr, cols, axis=1)) if cols else None
+    if no_pos and f is not None:
+        f = np.where(np.isfinite(f), f, 0.5)  # placeholder positions; the position metrics are nulled below
+    return f
+
+
+def _shared_cells(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray,
+                  no_pos: str | None) -> tuple[np.ndarray, dict[Any, np.ndarray], dict[str, np.ndarray]] | None:
+    """The considered detections and their cells on the suite's grids and on the map grids, computed
+    once for every IoU threshold (the cells do not depend on the matched flags); None when a value is
+    invalid (each threshold then reports it as before)."""
+    from detcal.errors import DetcalInputError
+    from detcal.metrics.confidence_suite import suite_cells
+
+    from detcal.cell_stats import sample_cells, validate_sample
+
+    cons = np.flatnonzero(mr.considered)
+    p, fr = data.detections.score[cons], np.take(feats, cons, axis=0)
+    try:
+        cells = suite_cells(p, _sample_features(spec, fr, no_pos), _suite_config(spec))
+        maps = {}
+        if spec.confidence.maps and not no_pos:
+            for pair in spec.confidence.maps:
+                metric = _map_metric(spec, pair)
+                f2 = np.take(fr, _feature_cols(pair), axis=1)
+                validate_sample(p, np.zeros(len(p), dtype=bool), f2)  # checks the two features
+                maps[f"{pair[0]}_{pair[1]}"] = sample_cells(p, f2, metric.grid_key(None, None, f2)[0], metric.edges)[0]
+        return cons, cells, maps
+    except DetcalInputError:
+        return None
+
+
+def _one_threshold(i: int, spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray,
+                   no_pos: str | None, shared: tuple[np.ndarray, dict[Any, np.ndarray], dict[str, np.ndarray]] | None = None,
+                   ) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
+    """(label, metric block, D-ECE maps or None) of matching row ``i``; ``shared``: :func:`_shared_cells`."""
+    from detcal.metrics.confidence import confidence_metrics
+
+    b, c = spec.dece_binning, spec.confidence
+    dets = data.detections
+    ccfg = _suite_config(spec)
     label = threshold_label(float(mr.iou_thresholds[i]))
-    rows = np.flatnonzero(mr.considered & ~mr.ignored[i])
+    cells = map_cells = None
+    if shared is not None:
+        pos = np.flatnonzero(~mr.ignored[i][shared[0]])  # rows = considered & not ignored, in order
+        rows = shared[0][pos]
+        cells = {key: np.take(cell, pos) for key, cell in shared[1].items()}
+        map_cells = {key: np.take(cell, pos) for key, cell in shared[2].items()}
+    else:
+        rows = np.flatnonzero(mr.considered & ~mr.ignored[i])
     p, y = dets.score[rows], mr.matched[i, rows]
     if len(rows) == 0 or not y.any():
         why = "no detection was evaluated" if len(rows) == 0 else f"no detection matched at {label}"
         return label, {"_sample": {"n": int(len(rows)), "n_matched": int(y.sum()), "features": list(b.features),
                                    "skipped": f"{why}: the confidence metrics cannot be computed"}}, None
-    f = feats[rows][:, cols] if cols else None
-    if no_pos and f is not None:
-        f = np.where(np.isfinite(f), f, 0.5)  # placeholder positions; the position metrics are nulled below
+    fr = np.take(feats, rows, axis=0)  # ~4x faster than feats[rows] for [N, 4]
+    f = _sample_features(spec, fr, no_pos)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        res = confidence_metrics(p, y, f, dets.category[rows] if c.per_class else None, ccfg, dets.image_id[rows])
+        res = confidence_metrics(p, y, f, dets.category[rows] if c.per_class else None, ccfg, dets.image_id[rows],
+                                 cells=cells)
     block: dict[str, Any] = {k: r.to_dict() for k, r in res.items()}
     for node in block.values():
         if isinstance(node, dict) and isinstance(node.get("table"), dict):
@@ -140,4 +208,4 @@ def _one_threshold(i: int, spec: EvaluationSpec, data: LoadedData, mr: MatchResu
                         "warnings": sorted({str(w.message) for w in caught})}
     if no_pos:
         _null_position_metrics(block, "images without width/height: box positions cannot be made relative")
-    return label, block, (dece_maps(spec, p, y, feats[rows]) if c.maps and not no_pos else {})
+    return label, block, (dece_maps(spec, p, y, fr, map_cells) if c.maps and not no_pos else {})

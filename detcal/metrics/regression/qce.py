@@ -17,6 +17,10 @@ from detcal.errors import DetcalInputError
 from detcal.metrics.regression._common import (
     BINNINGS, POLICIES, QUANTILE_LEVELS, _check_bins, _check_choice, _nan_result, _validate, _validate_levels,
 )
+from detcal.binning_fast import Workspace
+from detcal.metrics.regression._chunked import (
+    LEAF, contiguous, equal_width_index_into, float_columns, min_max, sigma_range,
+)
 from detcal.metrics.regression.sigma_bins import _sigma_bins
 from detcal.types import MetricResult
 
@@ -183,7 +187,7 @@ def m_qce(mu: Any, sigma: Any, y: Any, *, levels: Any = QUANTILE_LEVELS) -> Metr
     eps = e^2/sigma^2; coverage(tau) = mean 1(eps <= chi2_1.ppf(tau));
     M-QCE = (1/L) sum_tau |coverage(tau) - tau|.
     """
-    return m_qce_from_stats(coverage_stats(nees(mu, sigma, y), None, d=1, levels=levels))
+    return m_qce_from_stats(_coverage_chunked(mu, sigma, y, levels, None, "marginal", None))
 
 
 def c_qce(
@@ -196,9 +200,81 @@ def c_qce(
     sigma (equal-width over [min, max] as netcal, or equal_count) and the
     sparse-bin ``policy`` of :func:`c_qce_from_stats`.
     """
-    m, s, t = _validate(mu, sigma, y)
-    stats = coverage_stats(_nees(m, s, t), s, d=1, levels=levels, bins=bins, binning=binning, range_=range_)
+    try:  # the argument checks of coverage_stats, after the input checks as there
+        _validate_levels(levels)
+        _check_choice(binning, BINNINGS, "binning")
+        b = _check_bins(bins)
+    except DetcalInputError:
+        _validate(mu, sigma, y)
+        raise
+    if binning == "equal_width":
+        stats = _coverage_chunked(mu, sigma, y, levels, b, binning, range_)
+    else:
+        m, s, t = _validate(mu, sigma, y)
+        stats = coverage_stats(_nees(m, s, t), s, d=1, levels=levels, bins=bins, binning=binning, range_=range_)
     return c_qce_from_stats(stats, sample_threshold=sample_threshold, policy=policy)
+
+
+def _coverage_chunked(
+    mu: Any, sigma: Any, y: Any, levels: Any, b: int | None, binning: str, range_: tuple[float, float] | None,
+) -> CoverageStats:
+    """Coverage counts of the per-coordinate NEES (d = 1) in one chunked pass (:mod:`._chunked`): marginal
+    (``b`` None) or over ``b`` equal-width sigma bins; the counts of :func:`coverage_stats` exactly."""
+    m, s, t = float_columns(mu, sigma, y)
+    try:
+        lv = _validate_levels(levels)
+    except DetcalInputError:
+        _validate(mu, sigma, y)  # input errors first, as in the one-shot code
+        raise
+    n, n_lv = len(s), len(lv)
+    n_bins = 1 if b is None else b
+    edges = None
+    step = max(min(n, LEAF), 1)
+    ws = Workspace(step)
+    if b is not None:
+        if n == 0:
+            return CoverageStats(np.zeros(b, np.int64), np.zeros((b, n_lv), np.int64), lv, 1, None, binning)
+        s_min, s_max = min_max(s, ws)
+        if not (s_min > 0 and np.isfinite(s_max)):
+            _validate(mu, sigma, y)  # raises, naming the first bad sample
+        lo, hi = sigma_range(s_min, s_max, "sigma", range_)
+        edges = np.linspace(lo, hi, b + 1)
+    thr = 2.0 * gammaincinv(0.5, lv)  # chi2_1.ppf
+    h = np.zeros(n_bins * (n_lv + 1), dtype=np.int64)
+    finite = True
+    for a in range(0, n, step):
+        k = min(n, a + step) - a
+        sc = contiguous(ws, "s", s, a, a + k)
+        if b is None and not (sc.min() > 0 and np.isfinite(sc.max())):
+            _validate(mu, sigma, y)  # raises, naming the first bad sample
+        eps = np.subtract(t[a:a + k], m[a:a + k], out=ws.get("eps", np.float64, k))
+        np.multiply(eps, eps, out=eps)
+        np.divide(eps, np.multiply(sc, sc, out=ws.get("s2", np.float64, k)), out=eps)  # as _nees
+        finite = finite and bool(np.isfinite(np.add.reduce(eps)))
+        key = ws.get("key", np.int64, k)
+        np.copyto(key, _level_index_into(eps, thr, ws), casting="unsafe")
+        if b is not None:
+            col = equal_width_index_into(sc, b, lo, hi, ws.get("bin", np.int64, k), ws)
+            col *= n_lv + 1
+            key += col
+        h += np.bincount(key, minlength=len(h))
+    if not finite:
+        _validate(mu, sigma, y)  # non-finite mu or y (a finite overflow passes)
+    h = h.reshape(n_bins, n_lv + 1)
+    covered = np.cumsum(h, axis=1)[:, :n_lv].astype(np.int64)
+    return CoverageStats(h.sum(axis=1).astype(np.int64), covered, lv, 1, edges, binning)
+
+
+def _level_index_into(values: np.ndarray, thresholds: np.ndarray, ws: Workspace) -> np.ndarray:
+    """:func:`_level_index` of one chunk in workspace buffers."""
+    k = len(values)
+    acc = ws.get("lvl", np.uint8 if len(thresholds) < 255 else np.uint16, k)
+    acc[...] = 0
+    tmp = ws.get("lvl_tmp", np.bool_, k)
+    for th in thresholds:
+        np.greater(values, th, out=tmp)
+        acc += tmp
+    return acc
 
 
 def _joint_nees(mu: Any, sigma: Any, y: Any, cov: Any | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
