@@ -138,8 +138,12 @@ class Images(_Columnar):
     def index_of(self, image_ids: np.ndarray) -> np.ndarray:
         """Row of each image id (vectorised); -1 for ids not in the set."""
         image_ids = np.asarray(image_ids, dtype=np.int64)
-        order = np.argsort(self.id, kind="stable")
-        sorted_ids = self.id[order]
+        cached = self.__dict__.get("_sorted_ids")  # the sort of the ids, kept while ``id`` is the same array
+        if cached is None or cached[0] is not self.id or len(cached[1]) != len(self.id):
+            order = np.argsort(self.id, kind="stable")
+            cached = (self.id, order, self.id[order])
+            self.__dict__["_sorted_ids"] = cached
+        _, order, sorted_ids = cached
         pos = np.searchsorted(sorted_ids, image_ids)
         pos_c = np.clip(pos, 0, max(len(sorted_ids) - 1, 0))
         ok = (len(sorted_ids) > 0) & (sorted_ids[pos_c] == image_ids) if len(sorted_ids) else np.zeros(image_ids.shape, bool)

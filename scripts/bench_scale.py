@@ -1,7 +1,7 @@
 """Scale benchmark: ``detcal-evaluate`` on COCO results files of 1M, 3M and 10M
 detections, wall time and peak RSS per size, each in a fresh process.
 
-    python scripts/bench_scale.py                       # 1M, 3M, 10M (files cached under /tmp/scale11/)
+    python scripts/bench_scale.py                       # 1M, 3M, 10M (files cached under /tmp/detcal-bench-scale/)
     python scripts/bench_scale.py --sizes 1 3           # millions of detections
     python scripts/bench_scale.py --chunk-bytes 0       # data.chunk_bytes=0: load the results whole (no chunks)
     python scripts/bench_scale.py --with-accuracy       # also COCO AP/AR, LRP, LaECE
@@ -120,7 +120,7 @@ def run(gt: Path, res: Path, run_dir: Path, extra: list[str]) -> tuple[float, fl
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=float, nargs="+", default=[1, 3, 10], help="millions of detections")
-    ap.add_argument("--cache", type=Path, default=Path("/tmp/scale11"))
+    ap.add_argument("--cache", type=Path, default=Path("/tmp/detcal-bench-scale"))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--chunk-bytes", type=int, default=None, help="data.chunk_bytes (default: the config's)")
     ap.add_argument("--with-accuracy", action="store_true", help="also COCO AP/AR, LRP, LaECE")

@@ -85,6 +85,10 @@ CASES = [
     [_rec(), 3],
     [_rec(file_name="caf\u00e9")],
     [_rec(file_name="a\\\"b")],
+    [_rec(id=5, segmentation_id=None), _rec(), _rec(id=7)],
+    [_rec(), _rec(foo=[1, {"a": 2}])],
+    [_rec(bbox_std=[1, 2, 3, 4]), _rec(bbox_std=[1, 2, 3, 4], bbox_covar=np.eye(4).tolist())],
+    [_rec(), _rec(covars=[[[1, 0], [0, 1]], [[1, 0], [0, 1]]])],
 ]
 
 
@@ -98,6 +102,8 @@ def test_the_usual_file_takes_the_fast_path():
     assert _same(json.dumps(CASES[2]).encode())
     assert _same(json.dumps(CASES[3]).encode())
     assert not _same(json.dumps(CASES[5]).encode())  # covariances: the general path
+    assert _same(json.dumps(CASES[-4]).encode())  # extra keys of the first record: read, then left out
+    assert not _same(json.dumps(CASES[-3]).encode())  # a key the first record lacks: the general path
 
 
 def test_text_level_cases_agree():

@@ -12,6 +12,9 @@ reports any error with the file, record and field):
 
 * the text is ASCII without escapes (``\\``): no UTF-8 or escaped-key questions;
 * no covariance fields (``bbox_covar``, ``covars``);
+* every record's keys are among the first record's (when the first record is a
+  flat object; which fields to read is taken from it, with no search of the
+  bytes), or the optional fields are found by searching the bytes;
 * ids are JSON integers within int64, box and score are JSON numbers (no
   booleans, no null, no NaN tokens), ``bbox`` and the optional per-coordinate
   fields hold exactly 4 numbers; an optional field is in every record or in none;
@@ -45,15 +48,53 @@ OPTIONAL_4: tuple[str, ...] = ("bbox_std", "proposal", "delta_mean", "delta_std"
 _DECLINE_KEYS: tuple[bytes, ...] = (b'"bbox_covar"', b'"covars"')
 
 
+_REQUIRED: tuple[str, ...] = ("image_id", "category_id", "bbox", "score")
+
+
 @functools.lru_cache(maxsize=None)
-def _decoder(optional: tuple[str, ...]) -> Any:
+def _decoder(optional: tuple[str, ...], extra: tuple[str, ...] | None = None) -> Any:
+    """Decoder of a list of records with the required fields and ``optional`` 4-number fields;
+    with ``extra`` (the other keys of the first record, read as any JSON value), a record holding
+    a key outside these is refused (the caller then declines), so no byte search is needed."""
     import msgspec
 
     four = tuple[float, float, float, float]
     fields: list[Any] = [("image_id", int), ("category_id", int), ("bbox", four), ("score", float)]
     fields += [(k, four | msgspec.UnsetType, msgspec.UNSET) for k in optional]
-    record = msgspec.defstruct("ResultRecord", fields, gc=False)
+    fields += [(k, Any, msgspec.UNSET) for k in extra or ()]
+    record = msgspec.defstruct("ResultRecord", fields, gc=False, forbid_unknown_fields=extra is not None)
     return msgspec.json.Decoder(list[record])
+
+
+def _first_record_keys(data: bytes) -> tuple[str, ...] | None:
+    """The keys of the first record when it is a flat object (its text has no inner ``{``), else None."""
+    import orjson
+
+    i = data.find(b"{")
+    j = data.find(b"}", i + 1) if i >= 0 else -1
+    if j < 0 or data.find(b"{", i + 1, j) >= 0:
+        return None
+    try:
+        first = orjson.loads(data[i:j + 1])
+    except orjson.JSONDecodeError:
+        return None
+    return tuple(first) if isinstance(first, dict) else None
+
+
+def _fields_of(data: bytes) -> tuple[tuple[str, ...], tuple[str, ...] | None] | None:
+    """(optional 4-number fields, other keys or None) the decoder needs, or None to decline.
+
+    From the first record's keys when it is flat (records with other keys are then refused by the
+    decoder); otherwise by searching the bytes for the optional keys."""
+    keys = _first_record_keys(data)
+    if keys is not None:
+        if any(k in keys for k in ("bbox_covar", "covars")):
+            return None
+        optional = tuple(k for k in OPTIONAL_4 if k in keys)
+        return optional, tuple(k for k in keys if k not in _REQUIRED and k not in OPTIONAL_4)
+    if any(k in data for k in _DECLINE_KEYS):
+        return None
+    return tuple(k for k in OPTIONAL_4 if b'"' + k.encode() + b'"' in data), None
 
 
 def _four(values: list, n: int) -> np.ndarray:
@@ -67,11 +108,14 @@ def decode_results(data: bytes) -> tuple[dict[str, np.ndarray], tuple[str, ...]]
         import msgspec
     except ImportError:  # pragma: no cover - msgspec is a dependency
         return None
-    if not data.isascii() or b"\\" in data or any(k in data for k in _DECLINE_KEYS):
+    if not data.isascii() or b"\\" in data:
         return None
-    optional = tuple(k for k in OPTIONAL_4 if b'"' + k.encode() + b'"' in data)
+    fields = _fields_of(data)
+    if fields is None:
+        return None
+    optional, extra = fields
     try:
-        records = _decoder(optional).decode(data)
+        records = _decoder(optional, extra).decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
     n = len(records)

@@ -96,7 +96,8 @@ def iter_coco_results(
                     eof = not more
                     buffer += more
                     continue
-            bools = buffer.find(b"true", 0, used) >= 0 or buffer.find(b"false", 0, used) >= 0  # no copy of the block
+            bools = not isinstance(records, tuple) and (  # decoded columns hold no booleans
+                buffer.find(b"true", 0, used) >= 0 or buffer.find(b"false", 0, used) >= 0)  # no copy of the block
             dets = _to_detections(records, file, dataset, seen, bools)
             if len(dets):
                 k = _uncertainty_of(dets)
