@@ -52,6 +52,25 @@ def test_tfzoo_subset_equals_pycocotools():
     np.testing.assert_allclose(_mine(d, sub), _pycoco_stats(g, results_to_pycocotools(g, d)), rtol=0, atol=1e-12)
 
 
+def test_workers_and_both_recall_searches_give_the_same_arrays(monkeypatch):
+    """Area ranges in 2 processes, and the all-at-once and per-threshold recall searches: the same arrays."""
+    import detcal.metrics.accuracy as A
+
+    ds, dets = bundled.load("coco_tfzoo", "faster-rcnn-resnet-50")
+    keep_img = ds.images.id[::10]
+    sub = Dataset(images=ds.images.select(np.isin(ds.images.id, keep_img)), gt=ds.gt.select(np.isin(ds.gt.image_id, keep_img)), categories=ds.categories)
+    d = dets.select(np.isin(dets.image_id, keep_img))
+    base = A.coco_eval_arrays(d, sub)
+    assert (base["precision"] > 0).any()
+    variants = [A.coco_eval_arrays(d, sub, workers=2)]
+    for small in (0, 10**12):
+        monkeypatch.setattr(A, "_SMALL", small)
+        variants.append(A.coco_eval_arrays(d, sub))
+    for v in variants:
+        for key in ("precision", "recall"):
+            np.testing.assert_array_equal(v[key], base[key])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("detector", bundled.DETECTORS)
 def test_tfzoo_equals_pycocotools(detector):

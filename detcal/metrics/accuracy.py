@@ -75,12 +75,14 @@ def _rank_in_group(dets: Detections) -> np.ndarray:
     return rank
 
 
-def coco_eval_arrays(dets: Detections, dataset: Dataset, *, gt_area: Any = None) -> dict[str, np.ndarray]:
+def coco_eval_arrays(dets: Detections, dataset: Dataset, *, gt_area: Any = None, workers: int = 1) -> dict[str, np.ndarray]:
     """pycocotools ``COCOeval.eval`` arrays: ``precision [T,R,K,A,M]`` and ``recall [T,K,A,M]``.
 
     ``K`` runs over ``sorted(dataset.categories)``, ``A`` over
     :data:`AREA_RANGES`, ``M`` over :data:`MAX_DETS`; -1 where a category has
-    no non-ignored GT (as pycocotools).
+    no non-ignored GT (as pycocotools). ``workers`` > 1: the area ranges are
+    evaluated in that many forked processes (each range whole by one: the
+    same arrays).
     """
     if not isinstance(dets, Detections) or not isinstance(dataset, Dataset):
         raise DetcalInputError("coco_ap needs Detections and a Dataset", field="dets")
@@ -92,9 +94,7 @@ def coco_eval_arrays(dets: Detections, dataset: Dataset, *, gt_area: Any = None)
         i = int(np.flatnonzero(dataset.images.index_of(dets.image_id) < 0)[0])
         raise DetcalInputError(f"image_id {int(dets.image_id[i])} is not among the dataset's images", record=f"detection row {i}", field="image_id")
     cats = np.array(sorted(dataset.categories), np.int64)
-    T, R, K, A, M = len(IOU_THRESHOLDS), len(RECALL_THRESHOLDS), len(cats), len(AREA_RANGES), len(MAX_DETS)
-    precision = -np.ones((T, R, K, A, M))
-    recall = -np.ones((T, K, A, M))
+    K = len(cats)
     # pycocotools overwrites a GT 'ignore' key with iscrowd; out-of-range boxes are ignored per area range
     base_ignore = gt.iscrowd.astype(bool) if gt.iscrowd is not None else np.zeros(len(gt), bool)
     rank = _rank_in_group(dets)
@@ -104,45 +104,67 @@ def coco_eval_arrays(dets: Detections, dataset: Dataset, *, gt_area: Any = None)
     known = (det_cat_k < K) & (cats[np.minimum(det_cat_k, K - 1)] == dets.category) if K else np.zeros(len(dets), bool)
     order = np.lexsort((rank, dets.image_id, -dets.score, det_cat_k))
     gt_k = np.searchsorted(cats, gt.category)
-    for a, (lo, hi) in enumerate(AREA_RANGES.values()):
-        out_g = (area < lo) | (area > hi)
-        g = dataset.gt.select(np.arange(len(gt)))
-        g.ignore = base_ignore | out_g
-        m = match(dets, g, IOU_THRESHOLDS, mode="exclusive", max_dets=MAX_DETS[-1], gt_ignore="ignore_or_crowd")
-        out_d = (det_area < lo) | (det_area > hi)
-        ignored = m.ignored | (~m.matched & out_d[None, :])
-        npig_k = np.bincount(gt_k[~g.ignore], minlength=K)[:K] if len(gt) else np.zeros(K, np.int64)
-        for mi, md in enumerate(MAX_DETS):
-            keep = known & (rank < md) & m.considered
-            o = order[keep[order]]
-            kk = det_cat_k[o]
-            bounds = np.searchsorted(kk, np.arange(K + 1))
-            tp_all = (m.matched[:, o] & ~ignored[:, o])
-            fp_all = (~m.matched[:, o] & ~ignored[:, o])
-            for k in range(K):
-                npig = npig_k[k]
-                if npig == 0:
-                    continue
-                s, e = bounds[k], bounds[k + 1]
-                tp = np.cumsum(tp_all[:, s:e], axis=1).astype(float)
-                fp = np.cumsum(fp_all[:, s:e], axis=1).astype(float)
-                nd = e - s
-                if nd == 0:
-                    # pycocotools keeps a category whose images have GT but no detections: recall 0, precision 0
-                    recall[:, k, a, mi] = 0.0
-                    precision[:, :, k, a, mi] = 0.0
-                    continue
-                rc = tp / npig
-                pr = tp / (fp + tp + np.spacing(1))
-                recall[:, k, a, mi] = rc[:, -1]
-                pr = np.maximum.accumulate(pr[:, ::-1], axis=1)[:, ::-1]
-                q = np.zeros((T, R))
-                for t in range(T):
-                    inds = np.searchsorted(rc[t], RECALL_THRESHOLDS, side="left")
-                    ok = inds < nd
-                    q[t, ok] = pr[t, inds[ok]]
-                precision[:, :, k, a, mi] = q
-    return {"precision": precision, "recall": recall, "categories": cats}
+    ctx = (dets, dataset, area, base_ignore, rank, det_area, det_cat_k, known, order, gt_k, K)
+    from detcal.utils.processes import map_in_processes
+
+    parts = map_in_processes(_area_arrays, list(AREA_RANGES.values()), ctx, workers)
+    return {"precision": np.stack([p for p, _ in parts], axis=3), "recall": np.stack([r for _, r in parts], axis=2),
+            "categories": cats}
+
+
+_SMALL = 20_000
+"""Categories with at most this many (detections x recall thresholds) compare all at once."""
+
+
+def _area_arrays(bounds: tuple[float, float], dets: Detections, dataset: Dataset, area: np.ndarray,
+                 base_ignore: np.ndarray, rank: np.ndarray, det_area: np.ndarray, det_cat_k: np.ndarray,
+                 known: np.ndarray, order: np.ndarray, gt_k: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:
+    """``precision [T,R,K,M]`` and ``recall [T,K,M]`` of one area range ``(lo, hi)``."""
+    T, R, M = len(IOU_THRESHOLDS), len(RECALL_THRESHOLDS), len(MAX_DETS)
+    precision = -np.ones((T, R, K, M))
+    recall = -np.ones((T, K, M))
+    lo, hi = bounds
+    gt = dataset.gt
+    out_g = (area < lo) | (area > hi)
+    g = gt.select(np.arange(len(gt)))
+    g.ignore = base_ignore | out_g
+    m = match(dets, g, IOU_THRESHOLDS, mode="exclusive", max_dets=MAX_DETS[-1], gt_ignore="ignore_or_crowd")
+    out_d = (det_area < lo) | (det_area > hi)
+    ignored = m.ignored | (~m.matched & out_d[None, :])
+    npig_k = np.bincount(gt_k[~g.ignore], minlength=K)[:K] if len(gt) else np.zeros(K, np.int64)
+    # per detection, its T flags side by side ([D, T]): gathering a detection's row is one access
+    tp_rows = np.ascontiguousarray((m.matched & ~ignored).T)
+    fp_rows = np.ascontiguousarray((~m.matched & ~ignored).T)
+    for mi, md in enumerate(MAX_DETS):
+        keep = known & (rank < md) & m.considered
+        o = order[keep[order]]
+        kk = det_cat_k[o]
+        bounds_k = np.searchsorted(kk, np.arange(K + 1))
+        tp_all, fp_all = tp_rows[o], fp_rows[o]  # [n, T] in accumulate order
+        for k in range(K):
+            npig = npig_k[k]
+            if npig == 0:
+                continue
+            s, e = bounds_k[k], bounds_k[k + 1]
+            tp = np.cumsum(tp_all[s:e], axis=0).T.astype(float)  # [T, nd]
+            fp = np.cumsum(fp_all[s:e], axis=0).T.astype(float)
+            nd = e - s
+            if nd == 0:
+                # pycocotools keeps a category whose images have GT but no detections: recall 0, precision 0
+                recall[:, k, mi] = 0.0
+                precision[:, :, k, mi] = 0.0
+                continue
+            rc = tp / npig
+            pr = tp / (fp + tp + np.spacing(1))
+            recall[:, k, mi] = rc[:, -1]
+            pr = np.maximum.accumulate(pr[:, ::-1], axis=1)[:, ::-1]
+            if nd * R <= _SMALL:  # searchsorted(rc[t], thresholds, "left") of every t at once: rc is sorted
+                inds = (rc[:, :, None] < RECALL_THRESHOLDS[None, None, :]).sum(axis=1)
+            else:
+                inds = np.stack([np.searchsorted(rc[t], RECALL_THRESHOLDS, side="left") for t in range(T)])
+            q = np.take_along_axis(pr, np.minimum(inds, nd - 1), axis=1)
+            precision[:, :, k, mi] = np.where(inds < nd, q, 0.0)
+    return precision, recall
 
 
 def _summarize(arrays: dict[str, np.ndarray], kind: str, iou: float | None, area: str, max_dets: int, k: slice | int = slice(None)) -> float:
@@ -165,16 +187,16 @@ def coco_summary(arrays: dict[str, np.ndarray]) -> dict[str, float]:
     return {name: _summarize(arrays, kind, iou, area, md) for name, kind, iou, area, md in SUMMARY}
 
 
-def coco_ap(dets: Detections, dataset: Dataset, *, gt_area: Any = None) -> dict[str, MetricResult]:
+def coco_ap(dets: Detections, dataset: Dataset, *, gt_area: Any = None, workers: int = 1) -> dict[str, MetricResult]:
     """COCO AP, AP50, AP75, AP_small/medium/large, AR1/10/100, AR_small/medium/large.
 
     Equal to pycocotools ``COCOeval(..., "bbox").summarize()`` (``stats``
     in that order). Each :class:`MetricResult` has ``params`` with the
     area range, max-dets and IoU; the ``AP`` result carries the per-class
     table (``table["category"]``, ``table["ap"]``, ``table["ap50"]``,
-    ``table["n_gt"]``).
+    ``table["n_gt"]``). ``workers``: :func:`coco_eval_arrays`.
     """
-    arrays = coco_eval_arrays(dets, dataset, gt_area=gt_area)
+    arrays = coco_eval_arrays(dets, dataset, gt_area=gt_area, workers=workers)
     out: dict[str, MetricResult] = {}
     for name, kind, iou, area, md in SUMMARY:
         out[name] = MetricResult(

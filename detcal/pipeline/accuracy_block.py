@@ -30,7 +30,7 @@ def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:
     from detcal.metrics.accuracy import coco_ap
 
     area = ds.gt.area
-    res = coco_ap(dets, ds, gt_area=area)
+    res = coco_ap(dets, ds, gt_area=area, workers=spec.parallel.workers)  # area ranges in processes
     out: dict[str, Any] = {k: r.to_dict() for k, r in res.items()}
     out["_areas"] = ("the 'area' of each annotation (as pycocotools)" if area is not None else
                      "box areas w*h (the ground truth gives no 'area'; pycocotools would use the annotation's)")
