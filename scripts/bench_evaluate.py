@@ -103,6 +103,8 @@ def main() -> None:
                  if args.workers > 1 else None)
         t_det = min(timed(detcal_cmd, root)[0] for _ in range(args.repeat))
         timing = stages()
+        t_det_par = (min(timed(detcal_cmd + [f"parallel.workers={args.workers}"], root)[0] for _ in range(args.repeat))
+                     if args.workers > 1 else None)
         t_coco = min(timed(coco_cmd, root)[0] for _ in range(args.repeat))
     print(f"{args.images} images, {n} detections ({size:.0f} MB results JSON), 10 IoU thresholds, "
           f"uncertainty={'yes' if args.uncertainty else 'no'}")
@@ -110,11 +112,15 @@ def main() -> None:
     if t_par is not None:
         print(f"  ... with parallel.workers={args.workers}                 {t_par:8.2f} s")
     print(f"  detcal-evaluate, + COCO AP/AR, LRP, LaECE   {t_det:8.2f} s   stages: {timing}")
+    if t_det_par is not None:
+        print(f"  ... with parallel.workers={args.workers}                 {t_det_par:8.2f} s")
     print(f"  pycocotools load+evaluate+accumulate+summ.  {t_coco:8.2f} s")
     print(f"  ratio pycocotools / detcal (calibration)    {t_coco / t_cal:8.1f}x")
     if t_par is not None:
         print(f"  ratio pycocotools / detcal ({args.workers} workers)      {t_coco / t_par:8.1f}x")
     print(f"  ratio pycocotools / detcal (with AP)        {t_coco / t_det:8.1f}x")
+    if t_det_par is not None:
+        print(f"  ratio pycocotools / detcal (AP, {args.workers} workers)  {t_coco / t_det_par:8.1f}x")
 
 
 if __name__ == "__main__":
