@@ -50,15 +50,9 @@ def _fx_words(x: np.ndarray, log2_max: int) -> tuple[np.ndarray, np.ndarray, np.
     2**18 after rounding, which the sums absorb). Summing the words with
     ``np.bincount`` is exact below 2**34 samples; merging is integer addition.
     """
-    r = np.ldexp(np.asarray(x, dtype=np.float64), _FX_BITS - log2_max)
-    w0 = np.floor(r)
-    r -= w0
-    r *= float(1 << _FX_BITS)
-    w1 = np.floor(r)
-    r -= w1
-    r *= float(1 << _FX_BITS)
-    np.rint(r, out=r)
-    return w0, w1, r
+    x = np.asarray(x, dtype=np.float64).reshape(-1)
+    w0, w1, w2 = fx_words_into(x, log2_max, Workspace(len(x)))  # one implementation, fresh buffers
+    return w0, w1, w2
 
 
 def _fx_value(words: np.ndarray, log2_max: int) -> np.ndarray:
@@ -277,15 +271,9 @@ def sample_terms(p: np.ndarray, y: np.ndarray, names: Sequence[str] | None = Non
             out[name] = np.where(y, 0.0, p)
         elif name == "sum_p1":
             out[name] = np.where(y, p, 0.0)
-        elif name == "sum_p2":
-            out[name] = p * p
-        elif name == "sum_se":
-            out[name] = (p - y.astype(np.float64)) ** 2
-        elif name == "sum_nll":
-            low1 = (1.0 - p) < NLL_CLIP
-            term0 = np.where(low1, -np.log(NLL_CLIP), -np.log1p(-np.where(low1, 0.0, p)))
-            term1 = -np.log(np.maximum(p, NLL_CLIP))
-            out[name] = np.where(y, term1, term0)
+        elif name in ("sum_p2", "sum_se", "sum_nll"):  # one implementation with the chunked pass, fresh buffers
+            pa = np.asarray(p, dtype=np.float64)
+            out[name] = term_into(name, pa, np.asarray(y).astype(bool), Workspace(len(pa)))
         else:
             raise DetcalInputError(f"unknown statistic {name!r}; known: {sorted(FLOAT_STATS)}", field="stats")
     return out

@@ -17,16 +17,7 @@ from detcal.pipeline import sources
 from detcal.pipeline.parallel import match_in_shards
 from detcal.pipeline.sources import load_coco, shard_image_ids
 from detcal.pipeline.spec import BootstrapSpec, DataSpec, EvaluationSpec, MatchingSpec, ParallelSpec
-from detcal.reports import results_json
-
-THRESHOLDS = [0.5, 0.6, 0.75, 0.9]
-
-
-def _text(res: detcal.EvaluationResult) -> str:
-    d = res.to_dict()
-    for k in ("created", "timing_s", "spec"):
-        d.pop(k, None)
-    return results_json.dumps(d)
+from test_parallel import THRESHOLDS, _text  # metrics.json text without timing and provenance
 
 
 def _spec(n_boot: int = 0, **par: object) -> EvaluationSpec:

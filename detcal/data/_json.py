@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 from operator import itemgetter
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,7 +37,6 @@ try:  # optional fast path, same results as json
 except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
 
-PathLike = str | os.PathLike[str]
 
 MAX_ABS: float = 1e30
 """Largest magnitude of a coordinate, size, mean or delta (and of a standard deviation)."""
@@ -97,16 +94,6 @@ def parse_json_bytes(data: bytes, file: str) -> Parsed:
         msg = getattr(e, "msg", str(e))
         raise DetcalInputError(f"not JSON: {msg}", file=file, record=f"line {line}, column {col}") from e
     return Parsed(doc, bools)
-
-
-def parse_json(path: PathLike) -> Parsed:
-    """Read and parse a JSON file (:func:`parse_json_bytes`)."""
-    file = str(path)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise DetcalInputError(f"cannot read file: {e.strerror or e}", file=file) from e
-    return parse_json_bytes(data, file)
 
 
 # --------------------------------------------------------------------------- helpers
