@@ -242,8 +242,10 @@ def run_app(config_name: str, schema: type, task: Callable[[Any, "AppContext"], 
             _fail(prog, msg)  # SystemExit passes through Hydra's job runner
 
     saved = saved_env
+    from detcal.utils.warn import capture
+
     try:
-        with _single_compose(sys.argv[1:]):
+        with _single_compose(sys.argv[1:]), capture():
             _main()
     except SystemExit:
         raise

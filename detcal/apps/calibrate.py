@@ -34,8 +34,9 @@ def task(app: CalibrateApp, ctx: AppContext) -> dict[str, Any]:
     out = app.output
     result = calibrate(app.data, app.evaluation(), app.calibration, confidence=conf, regression=reg,
                        eval_data=app.eval_data, workdir=ctx.run_dir, progress=out.progress, names=names)
+    image_dir = (app.eval_data or app.data).image_dir
     return result.write(ctx.run_dir, plots=out.plots, csv=out.detections_csv, echo=out.print_summary,
-                        header=ctx.header())
+                        header=ctx.header(), report=app.report.enabled, image_dir=image_dir)
 
 
 def main() -> None:

@@ -25,8 +25,7 @@ def task(app: CompareApp, ctx: AppContext) -> dict[str, Any]:
     """Compare the detectors ``app`` names; write metrics.json, summary.md and the diagrams."""
     from detcal import compare as cmp
     from detcal.pipeline.compare_data import load_runs
-    from detcal.reports import results_json
-    from detcal.utils.io import write_text
+    from detcal.apps._finish import finish_run
 
     dataset, runs, gt_area = load_runs(app.data, app.detectors, app.results)
     c = cmp.compare(runs, dataset, baseline=app.baseline, iou=app.iou, matching=app.matching, n_boot=app.bootstrap.n,
@@ -40,12 +39,9 @@ def task(app: CompareApp, ctx: AppContext) -> dict[str, Any]:
         files += ["reliability_overlay.png", "reliability_per_class.png"]
     text = cmp.markdown(c)
     body = {"detectors": list(runs), "table": c.table, "differences": c.diffs, "per_class": c.per_class,
-            "per_size": c.per_size, "params": c.params, "files": files}
-    content = results_json.write_metrics(out / "metrics.json", {**results_json.header(PROG, **ctx.header()), **body})
-    write_text(out / "summary.md", text)
-    if app.output.print_summary:
-        print(text)
-    return content
+            "per_size": c.per_size, "params": c.params}
+    return finish_run(out, PROG, ctx.header(), body, text, files[2:], report=app.report.enabled,
+                      echo=app.output.print_summary)
 
 
 def main() -> None:

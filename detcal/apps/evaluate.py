@@ -31,7 +31,7 @@ def task(app: EvaluateApp, ctx: AppContext) -> dict[str, Any]:
     if is_secondary_rank():
         return result.to_dict()  # rank 0 writes the report
     return result.write(ctx.run_dir, plots=out.plots, csv=out.detections_csv, echo=out.print_summary,
-                        header=ctx.header())
+                        header=ctx.header(), report=app.report.enabled, image_dir=app.data.image_dir)
 
 
 def main() -> None:

@@ -32,7 +32,8 @@ def task(app: MainApp, ctx: AppContext) -> dict[str, Any]:
 
     spec = app.job()
     calibrators = make_calibrators(spec.calibration.methods)
-    return run_main_job(spec, ctx.run_dir, calibrators=calibrators, progress=spec.progress, header=ctx.header())
+    return run_main_job(spec, ctx.run_dir, calibrators=calibrators, progress=spec.progress, header=ctx.header(),
+                        report_html=app.report.enabled)
 
 
 def main() -> None:

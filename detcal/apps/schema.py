@@ -18,6 +18,7 @@ from detcal.pipeline.spec import (
     MatchingSpec,
     ParallelSpec,
     RegressionSpec,
+    ReportSpec,
     SigmaBinningSpec,
 )
 
@@ -67,6 +68,7 @@ class EvaluateApp(_EvaluationFields):
     name: str = "evaluate"
     data: DataSpec = field(default_factory=DataSpec)
     output: OutputSpec = field(default_factory=OutputSpec)
+    report: ReportSpec = field(default_factory=ReportSpec)
 
 
 @dataclass
@@ -80,6 +82,7 @@ class CalibrateApp(_EvaluationFields):
     regression_calibrator: Any = None
     calibration: CalibrationSpec = field(default_factory=CalibrationSpec)
     output: OutputSpec = field(default_factory=OutputSpec)
+    report: ReportSpec = field(default_factory=ReportSpec)
 
 
 @dataclass
@@ -96,6 +99,7 @@ class CompareApp:
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
     top_n_classes: int = 10
     output: OutputSpec = field(default_factory=OutputSpec)
+    report: ReportSpec = field(default_factory=ReportSpec)
 
     def __post_init__(self) -> None:
         from detcal.pipeline.spec import _choice, _prob
@@ -118,6 +122,7 @@ class StudyApp:
     n_images: int = 500                  # lakara_retention: synthetic detector's images
     seed: int = 0
     output: OutputSpec = field(default_factory=OutputSpec)
+    report: ReportSpec = field(default_factory=ReportSpec)
 
     def __post_init__(self) -> None:
         from detcal.pipeline.spec import _choice, _int, _prob

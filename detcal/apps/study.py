@@ -21,17 +21,11 @@ SCHEMA = StudyApp
 def task(app: StudyApp, ctx: AppContext) -> dict[str, Any]:
     """Run ``app.study``; write its table, figure and numbers into the run directory."""
     from detcal.pipeline.studies import run_study
-    from detcal.reports import results_json
-    from detcal.utils.io import write_text
+    from detcal.apps._finish import finish_run
 
     body, text, files = run_study(app, ctx.run_dir)
-    content = results_json.write_metrics(ctx.run_dir / "metrics.json",
-                                         {**results_json.header(PROG, **ctx.header()), **body,
-                                          "files": ["metrics.json", "summary.md", *files]})
-    write_text(ctx.run_dir / "summary.md", text)
-    if app.output.print_summary:
-        print(text)
-    return content
+    return finish_run(ctx.run_dir, PROG, ctx.header(), body, text, files, report=app.report.enabled,
+                      echo=app.output.print_summary)
 
 
 def main() -> None:

@@ -53,6 +53,9 @@ class CalibrationResult(Result):
     def to_markdown(self) -> str:
         return _summary_md({**results_json.strict(results_json.header(self.command)), **self.plain()})
 
+    def _markdown(self, content: Mapping[str, Any]) -> str:
+        return _summary_md(content)
+
 
 
 def _node(block: Mapping[str, Any], *path: str) -> Any:

@@ -313,6 +313,16 @@ def _variants(spec: EvaluationSpec, data: LoadedData) -> dict[str, str]:
     }
 
 
+def _worst(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray, conf: dict[str, Any],
+           no_pos: str | None) -> dict[str, Any]:
+    """The worst-calibrated detections for the report (docs/metrics.md#worst-calibrated-detections)."""
+    if not conf or no_pos or data.shard is not None:
+        return {}
+    from detcal.pipeline.report_data import worst_block
+
+    return worst_block(spec, data, mr, feats, conf)
+
+
 def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *,
              workdir: str | os.PathLike | None = None, progress: bool = False) -> "EvaluationResult":
     """Evaluate one detector's calibration.
@@ -385,6 +395,7 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
         "accuracy": acc,
         "localisation": loc,
         "per_class": _per_class(spec, data, mr, extra, acc) if conf_on and spec.confidence.per_class else {},
+        "worst_detections": _worst(spec, data, mr, feats, conf, no_pos),
         "warnings": warn,
         "timing_s": {k: round(v, 3) for k, v in timing.items()},
     }

@@ -51,23 +51,37 @@ class Result:
     def _write_extra(self, out_dir: Path, plots: bool, csv: bool) -> list[str]:
         return []
 
+    def _markdown(self, content: Mapping[str, Any]) -> str:
+        """summary.md from the written metrics.json content (with its ``files``)."""
+        return self.to_markdown()
+
     def write(self, out_dir: str | Path, *, plots: bool = True, csv: bool = True, echo: bool = False,
-              header: Mapping[str, Any] | None = None) -> dict[str, Any]:
+              header: Mapping[str, Any] | None = None, report: bool = False,
+              image_dir: str | Path | None = None) -> dict[str, Any]:
         """Write metrics.json, summary.md and the command's other files under ``out_dir``.
 
         ``header``: provenance fields added to metrics.json (the apps pass the
         run directory, command-line overrides and the resolved config).
+        ``report``: also write report.html (:mod:`detcal.reports.html`; thumbnails
+        of the worst-calibrated detections from ``image_dir`` when given).
+        ``echo``: print the short end-of-run text (headline, left out, warnings,
+        run directory, files, report path; the full tables are in summary.md).
         Returns the written metrics.json content."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        files = ["metrics.json", "summary.md"] + self._write_extra(out, plots, csv)
+        files = ["metrics.json", "summary.md"] + self._write_extra(out, plots, csv) + (["report.html"] if report else [])
         self.record["files"] = files
         content = self.to_dict(**dict(header or {}))
-        results_json.write_metrics(out / "metrics.json", content, plain=True)
-        text = self.to_markdown()
-        write_text(out / "summary.md", text)
+        content = results_json.write_metrics(out / "metrics.json", content, plain=True)
+        write_text(out / "summary.md", self._markdown(content))
+        if report:
+            from detcal.reports.html import write_report
+
+            write_report(out, content, image_dir=image_dir)
         if echo:
-            print(text)
+            from detcal.reports.console import console_summary
+
+            print(console_summary(content, out))
         return content
 
 
@@ -126,6 +140,9 @@ class EvaluationResult(Result):
 
     def to_markdown(self) -> str:
         return evaluation_summary({**results_json.strict(results_json.header(self.command)), **self.plain()})
+
+    def _markdown(self, content: Mapping[str, Any]) -> str:
+        return evaluation_summary(content)
 
 
 def evaluation_summary(m: Mapping[str, Any]) -> str:

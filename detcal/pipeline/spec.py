@@ -30,6 +30,7 @@ from detcal.errors import DetcalError
 
 __all__ = [
     "FEATURES",
+    "ReportSpec",
     "ConfigError",
     "DataSpec",
     "MatchingSpec",
@@ -303,6 +304,14 @@ class RegressionSpec:
         _prob("regression.sample_iou", self.sample_iou, open_lo=True)
         _int("regression.qce_sample_threshold", self.qce_sample_threshold, 1)
         _int("regression.quantile_levels", self.quantile_levels, 1)
+
+
+@dataclass
+class ReportSpec:
+    """report.html of a run (docs/report.md): ``enabled=false`` skips it. Thumbnails of the
+    worst-calibrated detections come from ``data.image_dir`` when it is set."""
+
+    enabled: bool = True
 
 
 @dataclass

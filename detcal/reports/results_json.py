@@ -184,6 +184,11 @@ def write_metrics(path: str | os.PathLike, record: dict[str, Any], *, plain: boo
     """Atomically write ``record`` as strict JSON; returns the written (plain) content.
     ``plain=True``: ``record`` is already :func:`strict` output."""
     content = record if plain else strict(record)
+    from detcal.utils.warn import collected
+
+    caught = [w for w in collected() if w not in (content.get("warnings") or [])]
+    if caught and isinstance(content, dict):  # Python warnings of the command (detcal.utils.warn.capture)
+        content = {**content, "warnings": [*(content.get("warnings") or []), *caught]}
     write_text(Path(path), _text(content) + "\n")
     return content
 

@@ -183,7 +183,7 @@ def _check_regression(calibrators: Mapping[str, Any]) -> None:
 
 
 def run_main_job(spec: MainJobSpec, run_dir: str | Path, *, calibrators: Mapping[str, Any], progress: bool = False,
-                 header: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                 header: Mapping[str, Any] | None = None, report_html: bool = True) -> dict[str, Any]:
     """Run the whole pipeline of ``spec`` in ``run_dir``; return the Table 1 JSON (also written to table1.json).
 
     ``calibrators``: fresh regression calibrators by name (``fit(mu, sigma, y)``
@@ -251,7 +251,7 @@ def run_main_job(spec: MainJobSpec, run_dir: str | Path, *, calibrators: Mapping
 
         result = evaluate(load_delta_records(split, results, run_dir), spec=spec.evaluation, workdir=run_dir, progress=progress)
         out = run_dir / "eval" / f"{split.name}_{variant}"
-        return result.write(out, plots=spec.output.plots, csv=True, echo=spec.output.print_summary,
+        return result.write(out, plots=spec.output.plots, csv=True, echo=False, report=report_html,
                             header={**dict(header or {}), "variant": variant, "split": split.name})
 
     def _evaluate_all() -> tuple[None, str]:
@@ -312,10 +312,18 @@ def run_main_job(spec: MainJobSpec, run_dir: str | Path, *, calibrators: Mapping
     table["stages"] = stages.record
     table["timing_s"] = {k: v["seconds"] for k, v in stages.record.items()}
     table["timing_s"]["total"] = round(time.perf_counter() - t_start, 3)
+    if report_html:
+        table["files"] = [*table["files"], "report.html"]
     table = to_jsonable(table)
     write_json(run_dir / "table1.json", table)
     md = report.table1_markdown(table)
     write_text(run_dir / "table1.md", md)
-    print(md, flush=True)
+    if report_html:
+        from detcal.reports.html import write_report
+
+        write_report(run_dir, {"command": "detcal-main", **dict(header or {}), **table})
+    from detcal.reports.console import run_footer
+
+    print(md + "\n" + "\n".join(run_footer(run_dir, table["files"])), flush=True)  # always, as before
     log.info("detcal-main: done in %.1f s; results in %s", table["timing_s"]["total"], run_dir)
     return table

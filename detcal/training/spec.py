@@ -21,7 +21,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from detcal.pipeline.spec import ConfigError, DataSpec, EvaluationSpec
+from detcal.pipeline.spec import ConfigError, DataSpec, EvaluationSpec, ReportSpec
 
 __all__ = [
     "ModelSpec", "TrainerSpec", "StageSpec", "SplitsSpec", "TrainDataSpec", "PredictSpec", "MainCalibrationSpec",
@@ -313,6 +313,7 @@ class MainApp(MainJobSpec):
     """``detcal-main`` (configs/main.yaml): :class:`MainJobSpec` plus the run name."""
 
     name: str = "main"
+    report: ReportSpec = field(default_factory=ReportSpec)  # report.html of the run (docs/report.md)
 
     def job(self) -> MainJobSpec:
         """The :class:`MainJobSpec` part (without the app's ``name``)."""

@@ -1,0 +1,30 @@
+"""report.html: the page a researcher opens after a run (docs/report.md).
+
+:func:`write_report` renders the metrics.json content of any command
+(evaluate, calibrate, compare, study, main job) into one self-contained HTML
+file: headline numbers with intervals, findings sentences, reliability
+diagram and D-ECE maps as inline SVG, the worst-calibrated detections (with
+thumbnails when an image directory is given), per-class / per-size /
+box-uncertainty tables, the command's own sections, every other number of
+metrics.json in a generic table, and the provenance of the run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from detcal.reports.html.page import render_report
+
+__all__ = ["render_report", "write_report", "REPORT_NAME"]
+
+REPORT_NAME = "report.html"
+
+
+def write_report(run_dir: str | Path, metrics: Mapping[str, Any], *, image_dir: str | Path | None = None) -> Path:
+    """Write ``run_dir/report.html`` (atomically) from the run's metrics.json content; returns its path."""
+    from detcal.utils.io import write_text
+
+    out = Path(run_dir) / REPORT_NAME
+    write_text(out, render_report(metrics, run_dir, image_dir=image_dir))
+    return out

@@ -1,0 +1,125 @@
+"""One sentence per finding, generated from the numbers of metrics.json (each number shown is one of them)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from detcal.reports.html.fmt import ci_text, esc, is_number, num
+
+__all__ = ["findings"]
+
+
+def _first_block(conf: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
+    for label, blk in (conf or {}).items():
+        if isinstance(blk, Mapping) and "skipped" not in (blk.get("_sample") or {}) and "ece" in blk:
+            return label, blk
+    return None
+
+
+def _bin_sentences(label: str, ece: Mapping[str, Any]) -> list[str]:
+    """Where the confidence is too high or too low, from the ECE bins."""
+    t = ece.get("table") or {}
+    count, prec, conf = t.get("count") or [], t.get("precision") or [], t.get("confidence") or []
+    n_bins = len(count)
+    rows = [(b, count[b], prec[b], conf[b]) for b in range(n_bins)
+            if is_number(prec[b]) and is_number(conf[b]) and count[b]]
+    if not rows:
+        return []
+    out = []
+    over = [r for r in rows if r[3] > r[2]]
+    under = [r for r in rows if r[3] < r[2]]
+    for kind, group in (("over-confident", over), ("under-confident", under)):
+        if not group:
+            continue
+        lo = min(r[0] for r in group) / n_bins
+        worst = max(group, key=lambda r: r[1] * abs(r[3] - r[2]))
+        share = len(group) == len(rows)
+        where = "in every occupied confidence bin" if share else f"in {len(group)} of {len(rows)} occupied bins (from {lo:.2f} up)"
+        out.append(f"At {esc(label)}, the detector is <b>{kind}</b> {where}; the largest weight of the gap is at "
+                   f"confidence {num(worst[3], 2)}: precision {num(worst[2], 2)} over {num(worst[1])} detections.")
+    return out
+
+
+def _headline_sentence(name: str, h: Mapping[str, Any]) -> str:
+    v, ci = h.get("value"), h.get("ci")
+    if not is_number(v):
+        return ""
+    s = f"<b>{esc(name)}</b> = {num(v)}"
+    if ci_text(ci):
+        s += f" ({num(h.get('ci_level'), 2)} interval {ci_text(ci)})"
+        if not (ci[0] <= v <= ci[1]):
+            s += " (the interval does not contain the estimate: the bootstrap distribution is shifted; see its note)"
+    else:
+        s += " (no interval)"
+    return s + "."
+
+
+def _map_sentences(maps: Mapping[str, Any]) -> list[str]:
+    out = []
+    for label, per in (maps or {}).items():
+        if not isinstance(per, Mapping):
+            continue
+        for name, m in per.items():
+            if not isinstance(m, Mapping) or "gap" not in m:
+                continue
+            best = None
+            for i, row in enumerate(m["gap"]):
+                for j, v in enumerate(row):
+                    if is_number(v) and (best is None or abs(v) > abs(best[2])):
+                        best = (i, j, v)
+            if best:
+                a = m.get("axes", ["f1", "f2"])
+                kind = "over-confident" if best[2] > 0 else "under-confident"
+                out.append(f"D-ECE map over ({esc(a[0])}, {esc(a[1])}) at {esc(label)}: the largest gap, "
+                           f"{num(best[2])} ({kind}), is in {esc(a[0])} bin {best[0]}, {esc(a[1])} bin {best[1]}.")
+        break  # the first threshold (or 'before') only
+    return out
+
+
+def _change_sentences(change: Mapping[str, Any]) -> list[str]:
+    out = []
+    for name, c in (change or {}).items():
+        if not isinstance(c, Mapping) or not is_number(c.get("a")) or not is_number(c.get("b")):
+            continue
+        verb = "lowers" if c["b"] < c["a"] else "raises"
+        sure = "the interval excludes 0" if c.get("excludes_zero") else "the interval includes 0: not a clear change"
+        out.append(f"Calibration {verb} {esc(name)} from {num(c['a'])} to {num(c['b'])} "
+                   f"(paired difference {num(c.get('difference'))} {ci_text(c.get('ci'))}; {sure}).")
+    return out
+
+
+def _diff_sentences(diffs: Any) -> list[str]:
+    out = []
+    for d in diffs or []:
+        if isinstance(d, Mapping) and d.get("excludes_zero") and is_number(d.get("diff")):
+            out.append(f"{esc(d['detector'])} vs {esc(d['baseline'])}: {esc(d['metric'])} differs by "
+                       f"{num(d['diff'])} {ci_text(d.get('ci'))} (paired over images; the interval excludes 0).")
+    return out
+
+
+def findings(m: Mapping[str, Any]) -> list[str]:
+    """HTML sentences, most important first."""
+    out: list[str] = []
+    for name, h in list((m.get("headline") or {}).items())[:3]:
+        s = _headline_sentence(name, h) if isinstance(h, Mapping) else ""
+        if s:
+            out.append(s)
+    conf = m.get("confidence") or ((m.get("evaluation") or {}).get("confidence") or {}).get("before")
+    if isinstance(conf, Mapping) and "ece" in conf:  # calibrate: one block per stage
+        conf = {"before": conf}
+    first = _first_block(conf or {})
+    if first:
+        out += _bin_sentences(first[0], first[1]["ece"])
+    out += _map_sentences(m.get("dece_maps") or {})
+    out += _change_sentences(((m.get("evaluation") or {}).get("confidence") or {}).get("change") or {})
+    out += _diff_sentences(m.get("differences"))
+    worst = m.get("worst_detections") or {}
+    cells = worst.get("largest_gap_cells") or []
+    if cells:
+        c = cells[0]
+        out.append(f"The D-ECE cell with the largest share ({num(c['contribution'])} of D-ECE "
+                   f"{num(worst.get('dece_from_contributions'))}) holds {num(c['count'])} detections with mean "
+                   f"confidence {num(c['confidence'], 2)} and precision {num(c['precision'], 2)}.")
+    for w in m.get("warnings") or []:
+        out.append(f"Warning: {esc(w)}")
+    return out

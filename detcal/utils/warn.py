@@ -1,0 +1,50 @@
+"""Python warnings of a command: one log line each, and kept for metrics.json ``warnings``.
+
+:func:`capture` replaces :func:`warnings.showwarning` for the life of a
+command: a warning is logged on the ``detcal`` logger as one line
+(``<Category>: <message>``, no source line) and remembered;
+:func:`collected` returns what was remembered so the metrics.json writer can
+add it to the run's ``warnings`` list.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+from typing import Any, Iterator
+
+__all__ = ["capture", "collected", "note"]
+
+_seen: list[str] = []
+log = logging.getLogger("detcal")
+
+
+def note(text: str) -> None:
+    """Remember one warning line (once) for metrics.json."""
+    if text not in _seen:
+        _seen.append(text)
+
+
+def _show(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+    text = f"{category.__name__}: {str(message).strip().splitlines()[0] if str(message).strip() else ''}"
+    if text not in _seen:
+        log.warning("%s", text)
+    note(text)
+
+
+def collected() -> list[str]:
+    """The warnings of this command so far, in the order they came."""
+    return list(_seen)
+
+
+@contextlib.contextmanager
+def capture() -> Iterator[None]:
+    """Route Python warnings through logging (one line each) while the block runs; resets the collection."""
+    _seen.clear()
+    original = warnings.showwarning
+    warnings.showwarning = _show
+    try:
+        yield
+    finally:
+        warnings.showwarning = original
