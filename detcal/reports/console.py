@@ -14,18 +14,35 @@ __all__ = ["console_summary", "run_footer"]
 def _ci(ci: Any) -> str:
     if isinstance(ci, (list, tuple)) and len(ci) == 2 and all(isinstance(x, (int, float)) for x in ci):
         return f"[{format_value(ci[0])}, {format_value(ci[1])}]"
-    return "(no interval)"
+    return ""
+
+
+def _value(e: Mapping[str, Any]) -> str:
+    if e.get("value") is None:
+        return "null (" + str((e.get("_null") or {}).get("value", "not computable")) + ")"
+    return f"{format_value(e.get('value'))} {_ci(e.get('ci'))}".rstrip()
 
 
 def _headline_lines(m: Mapping[str, Any]) -> list[str]:
-    h = m.get("headline") or {}
+    h = {k: e for k, e in (m.get("headline") or {}).items() if isinstance(e, Mapping)}
     if not h:
         return []
-    width = max(len(k) for k in h)
-    lines = ["headline (value [interval] <- where in metrics.json):"]
-    for k, e in h.items():
-        if isinstance(e, Mapping):
-            lines.append(f"  {k:<{width}}  {format_value(e.get('value'))} {_ci(e.get('ci'))}  <- {e.get('source', '')}")
+    groups: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+    for k, e in h.items():  # per-coordinate entries (regression/<metric>/<coord>) on one line per metric
+        src = str(e.get("source", ""))
+        key = src.rsplit("/", 1)[0] if src.startswith(("regression/", "evaluation/regression/")) else k
+        groups.setdefault(key, []).append((k, e))
+    width = max(len(g[0][0]) if len(g) == 1 else len(key) for key, g in groups.items())
+    some = any(_ci(e.get("ci")) for e in h.values())
+    lines = ["headline (value [interval] <- where in metrics.json)" + ("" if some else "; no intervals (bootstrap.n=0)")
+             + ":"]
+    for key, g in groups.items():
+        if len(g) == 1:
+            k, e = g[0]
+            lines.append(f"  {k:<{width}}  {_value(e)}  <- {e.get('source', '')}")
+        else:
+            coords = [str(e.get("source", "")).rsplit("/", 1)[-1] for _, e in g]
+            lines.append(f"  {key:<{width}}  " + "; ".join(f"{c} {_value(e)}" for c, (_, e) in zip(coords, g)))
     return lines
 
 

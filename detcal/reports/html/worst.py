@@ -131,7 +131,7 @@ def worst_detections(ctx: dict[str, Any], bins: Sequence[int], sample_threshold:
         "params": {"bins": [int(b) for b in bins], "features": names, "sample_threshold": int(sample_threshold),
                    "policy": policy, "edges": edges, "top": int(top), "n": int(len(p)),
                    "n_prime": int(stats["n_prime"])},
-        "dece_from_contributions": float(contrib.sum()),
+        "dece_from_contributions": float(contrib.sum()) if stats["kept"].any() else None,
         "highest_confidence_false_positives": _detection_rows(fp, sub, stats, cell),
         "lowest_confidence_true_positives": _detection_rows(tp, sub, stats, cell),
         "largest_contributions": _detection_rows(worst, sub, stats, cell),
