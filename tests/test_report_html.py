@@ -96,7 +96,7 @@ def test_contributions_sum_to_netcal_dece() -> None:
     f = rng.uniform(0, 1, (n, 2))
     y = rng.uniform(size=n) < p ** 1.5
     ref = netcal.ECE(bins=[4, 3, 3], detection=True, sample_threshold=1).measure(np.column_stack([p, f]), y)
-    from detcal.binning import cell_index
+    from detcal.binning.edges import cell_index
 
     cell, nc = cell_index(np.column_stack([p, f]), (4, 3, 3))
     s = cell_contributions(p, y, cell, nc, 1, "drop")

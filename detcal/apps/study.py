@@ -20,8 +20,8 @@ SCHEMA = StudyApp
 
 def task(app: StudyApp, ctx: AppContext) -> dict[str, Any]:
     """Run ``app.study``; write its table, figure and numbers into the run directory."""
-    from detcal.pipeline.studies import run_study
     from detcal.apps._finish import finish_run
+    from detcal.studies.run import run_study
 
     body, text, files = run_study(app, ctx.run_dir)
     return finish_run(ctx.run_dir, PROG, ctx.header(), body, text, files, report=app.report.enabled,

@@ -9,7 +9,7 @@ import numpy as np
 from detcal.pipeline.confidence_block import _sample_features, threshold_label
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
-from detcal.types import MatchResult
+from detcal.core.types import MatchResult
 
 __all__ = ["worst_block"]
 

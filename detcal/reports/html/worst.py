@@ -111,7 +111,7 @@ def worst_detections(ctx: dict[str, Any], bins: Sequence[int], sample_threshold:
     ``gt_box`` (list, None for a false positive), ``width``, ``height``) and
     ``feature_names`` (confidence first). Returns plain JSON-ready data.
     """
-    from detcal.binning import cell_index
+    from detcal.binning.edges import cell_index
 
     p, y = np.asarray(ctx["p"], dtype=np.float64), np.asarray(ctx["y"], dtype=bool)
     f = ctx.get("features")
