@@ -62,8 +62,12 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
     root = tmp_path_factory.mktemp("rep")
     p = write_synthetic(root / "set", n_images=60, seed=3, render=True)
-    res = detcal.evaluate(str(p["coco_instances"]), str(p["coco_results"]),
-                          EvaluationSpec(bootstrap=BootstrapSpec(n=30), dece_binning=DeceBinningSpec(bins=3)), workdir=root)
+    res = detcal.evaluate(
+        str(p["coco_instances"]),
+        str(p["coco_results"]),
+        EvaluationSpec(bootstrap=BootstrapSpec(n=30), dece_binning=DeceBinningSpec(bins=3)),
+        workdir=root,
+    )
     out = root / "run"
     content = res.write(out, plots=False, csv=False, report=True, image_dir=p["images"])
     return out, {"content": content, "paths": p}
@@ -76,11 +80,27 @@ def test_hand_example_contributions() -> None:
     np.testing.assert_allclose(s["gap"], [-0.25, 0.35])
     np.testing.assert_allclose(s["contribution"], [0.9 / 4, -0.2 / 4, 0.7 / 4, -0.2 / 4])
     assert s["contribution"].sum() == pytest.approx(0.5 * 0.35 + 0.5 * 0.25)  # D-ECE = 0.3
-    w = worst_detections({"p": p, "y": y, "features": None, "iou": np.array([0.3, 0.8, 0.6, 0.1]),
-                          "image_id": np.arange(4), "category": np.ones(4, int), "class_name": ["a"] * 4,
-                          "file_name": [""] * 4, "box": np.zeros((4, 4)), "gt_box": [None] * 4,
-                          "width": np.ones(4), "height": np.ones(4), "feature_names": ["confidence"]},
-                         [2], 1, "drop", top=2)
+    w = worst_detections(
+        {
+            "p": p,
+            "y": y,
+            "features": None,
+            "iou": np.array([0.3, 0.8, 0.6, 0.1]),
+            "image_id": np.arange(4),
+            "category": np.ones(4, int),
+            "class_name": ["a"] * 4,
+            "file_name": [""] * 4,
+            "box": np.zeros((4, 4)),
+            "gt_box": [None] * 4,
+            "width": np.ones(4),
+            "height": np.ones(4),
+            "feature_names": ["confidence"],
+        },
+        [2],
+        1,
+        "drop",
+        top=2,
+    )
     assert [r["score"] for r in w["highest_confidence_false_positives"]] == [0.9, 0.2]
     assert [r["score"] for r in w["lowest_confidence_true_positives"]] == [0.3, 0.8]
     assert [r["score"] for r in w["largest_contributions"]] == [0.9, 0.3]
@@ -94,7 +114,7 @@ def test_contributions_sum_to_netcal_dece() -> None:
     n = 3000
     p = rng.uniform(0.05, 0.99, n)
     f = rng.uniform(0, 1, (n, 2))
-    y = rng.uniform(size=n) < p ** 1.5
+    y = rng.uniform(size=n) < p**1.5
     ref = netcal.ECE(bins=[4, 3, 3], detection=True, sample_threshold=1).measure(np.column_stack([p, f]), y)
     from detcal.binning.edges import cell_index
 
@@ -132,8 +152,10 @@ def test_thumbnails_from_the_image_directory(synthetic: tuple[Path, dict]) -> No
     page = (out / "report.html").read_text(encoding="utf-8")
     thumbs = re.findall(r'<svg class=thumb viewBox="0 0 (\d+) (\d+)".*?base64,([^"]+)".*?</svg>', page)
     w = d["content"]["worst_detections"]
-    shown = sum(len(w[k]) for k in ("highest_confidence_false_positives", "lowest_confidence_true_positives",
-                                     "largest_contributions"))
+    shown = sum(
+        len(w[k])
+        for k in ("highest_confidence_false_positives", "lowest_confidence_true_positives", "largest_contributions")
+    )
     assert len(thumbs) == shown > 0
     for tw, th, data in thumbs:
         im = Image.open(io.BytesIO(base64.b64decode(data)))
@@ -151,9 +173,20 @@ def test_generic_keys_and_other_commands(synthetic: tuple[Path, dict], tmp_path:
     page = render_report(c)
     assert "<h3>oce</h3>" in page and 'data-v="0.123456789"' in page
     _assert_numbers_from(page, c)
-    cmp_like = {"command": "detcal-compare", "table": [{"detector": "a", "AP": 0.4, "ece": 0.1, "ece_ci": [0.05, 0.15]}],
-                "differences": [{"detector": "a", "baseline": "b", "metric": "ece", "diff": -0.02,
-                                 "ci": [-0.03, -0.01], "excludes_zero": True}]}
+    cmp_like = {
+        "command": "detcal-compare",
+        "table": [{"detector": "a", "AP": 0.4, "ece": 0.1, "ece_ci": [0.05, 0.15]}],
+        "differences": [
+            {
+                "detector": "a",
+                "baseline": "b",
+                "metric": "ece",
+                "diff": -0.02,
+                "ci": [-0.03, -0.01],
+                "excludes_zero": True,
+            }
+        ],
+    }
     page = write_report(tmp_path, cmp_like).read_text()
     assert "Paired differences" in page and "excludes 0" in page.replace("the interval excludes 0", "excludes 0")
     _assert_numbers_from(page, cmp_like)
@@ -172,14 +205,16 @@ def test_warnings_go_through_logging_and_into_metrics_json(tmp_path: Path, caplo
 
 
 def _app(module: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", f"detcal.apps.{module}", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", f"detcal.apps.{module}", *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_evaluate_ends_with_run_directory_files_and_report(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    proc = _app("evaluate", ["data.n_images=40", "bootstrap.n=0", "output.progress=false", f"hydra.run.dir={run}"],
-                tmp_path)
+    proc = _app(
+        "evaluate", ["data.n_images=40", "bootstrap.n=0", "output.progress=false", f"hydra.run.dir={run}"], tmp_path
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     m = json.loads((run / "metrics.json").read_text())
     tail = proc.stdout.strip().splitlines()
@@ -189,6 +224,15 @@ def test_evaluate_ends_with_run_directory_files_and_report(tmp_path: Path) -> No
     assert len(tail) < 30 and "| ece |" not in proc.stdout  # the tables stay in summary.md
     assert "Files: " + ", ".join(m["files"]) in (run / "summary.md").read_text()
     assert "warnings.warn" not in proc.stderr and "Warning:" not in proc.stderr.replace("UserWarning: ", "")
-    off = _app("evaluate", ["data.n_images=40", "bootstrap.n=0", "output.progress=false", "report.enabled=false",
-                            f"hydra.run.dir={tmp_path / 'off'}"], tmp_path)
+    off = _app(
+        "evaluate",
+        [
+            "data.n_images=40",
+            "bootstrap.n=0",
+            "output.progress=false",
+            "report.enabled=false",
+            f"hydra.run.dir={tmp_path / 'off'}",
+        ],
+        tmp_path,
+    )
     assert off.returncode == 0 and not (tmp_path / "off" / "report.html").exists()

@@ -23,9 +23,9 @@ SCHEMA = CompareApp
 
 def task(app: CompareApp, ctx: AppContext) -> dict[str, Any]:
     """Compare the detectors ``app`` names; write metrics.json, summary.md and the diagrams."""
+    from detcal.apps._finish import finish_run
     from detcal.pipeline import compare as cmp
     from detcal.pipeline.compare_data import load_runs
-    from detcal.apps._finish import finish_run
 
     dataset, runs, gt_area = load_runs(app.data, app.detectors, app.results)
     c = cmp.compare(runs, dataset, baseline=app.baseline, iou=app.iou, matching=app.matching, n_boot=app.bootstrap.n,

@@ -27,12 +27,11 @@ import numpy as np
 
 from detcal.core.boxes import relative_features, xyxy_to_cxcywh
 from detcal.core.errors import DetcalInputError
-from detcal.pipeline.matcher import run_match
+from detcal.core.types import Dataset, Detections, MatchResult, MetricResult
+from detcal.pipeline.confidence_block import confidence_blocks, dece_maps, threshold_label
 from detcal.pipeline.progress import Progress
 from detcal.pipeline.sources import LoadedData, load_coco, load_data, release_memory
-from detcal.pipeline.confidence_block import confidence_blocks, dece_maps, threshold_label
-from detcal.pipeline.spec import FEATURES, DataSpec, EvaluationSpec, MatchingSpec
-from detcal.core.types import Dataset, Detections, MatchResult, MetricResult
+from detcal.pipeline.spec import FEATURES, DataSpec, EvaluationSpec
 
 if TYPE_CHECKING:
     from detcal.pipeline.result import EvaluationResult
@@ -304,7 +303,7 @@ def _worst(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.nd
 
 
 def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *,
-             workdir: str | os.PathLike | None = None, progress: bool = False) -> "EvaluationResult":
+             workdir: str | os.PathLike | None = None, progress: bool = False) -> EvaluationResult:
     """Evaluate one detector's calibration.
 
     ``gt``/``results``: paths of a COCO instances and a COCO results file, a

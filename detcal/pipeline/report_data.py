@@ -6,10 +6,10 @@ from typing import Any
 
 import numpy as np
 
+from detcal.core.types import MatchResult
 from detcal.pipeline.confidence_block import _sample_features, threshold_label
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
-from detcal.core.types import MatchResult
 
 __all__ = ["worst_block"]
 
@@ -23,8 +23,9 @@ def _gt_boxes(data: LoadedData, image_id: int, category: int) -> list[list[float
     return [[float(v) for v in gt.box[j]] for j in sel]
 
 
-def worst_block(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray,
-                conf: dict[str, Any], top: int = 10) -> dict[str, Any]:
+def worst_block(
+    spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray, conf: dict[str, Any], top: int = 10
+) -> dict[str, Any]:
     """The worst-calibrated detections at the first evaluated IoU threshold (``{}`` when none was)."""
     from detcal.reports.html.worst import worst_detections
 
@@ -43,13 +44,21 @@ def worst_block(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: 
     bins = [b.bins] * len(names) if isinstance(b.bins, int) else list(b.bins)[: len(names)]
     img_rows = ds.images.index_of(d.image_id[rows])
     gi = mr.gt_index[i, rows]
-    ctx = {"p": d.score[rows], "y": y, "features": f, "iou": mr.iou[rows], "image_id": d.image_id[rows],
-           "category": d.category[rows], "box": d.box[rows], "feature_names": names,
-           "class_name": [ds.categories.get(int(c), str(c)) for c in d.category[rows]],
-           "file_name": [ds.images.file_name[r] if r >= 0 else "" for r in img_rows],
-           "width": np.where(img_rows >= 0, ds.images.width[img_rows], np.nan),
-           "height": np.where(img_rows >= 0, ds.images.height[img_rows], np.nan),
-           "gt_box": [None] * len(rows)}
+    ctx = {
+        "p": d.score[rows],
+        "y": y,
+        "features": f,
+        "iou": mr.iou[rows],
+        "image_id": d.image_id[rows],
+        "category": d.category[rows],
+        "box": d.box[rows],
+        "feature_names": names,
+        "class_name": [ds.categories.get(int(c), str(c)) for c in d.category[rows]],
+        "file_name": [ds.images.file_name[r] if r >= 0 else "" for r in img_rows],
+        "width": np.where(img_rows >= 0, ds.images.width[img_rows], np.nan),
+        "height": np.where(img_rows >= 0, ds.images.height[img_rows], np.nan),
+        "gt_box": [None] * len(rows),
+    }
     params = (conf[labels[0]].get("dece") or {}).get("params") or {}
     edges = str(params.get("edges") or "floor")
     if len(params.get("bins") or []) == len(names):

@@ -6,9 +6,10 @@ parameters) and offers ``to_dict()`` (the metrics.json content, strict JSON),
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 

@@ -3,8 +3,9 @@ warnings, the run directory, its files and the report (the full tables stay in s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from detcal.reports.tables import format_value
 
@@ -34,8 +35,11 @@ def _headline_lines(m: Mapping[str, Any]) -> list[str]:
         groups.setdefault(key, []).append((k, e))
     width = max(len(g[0][0]) if len(g) == 1 else len(key) for key, g in groups.items())
     some = any(_ci(e.get("ci")) for e in h.values())
-    lines = ["headline (value [interval] <- where in metrics.json)" + ("" if some else "; no intervals (bootstrap.n=0)")
-             + ":"]
+    lines = [
+        "headline (value [interval] <- where in metrics.json)"
+        + ("" if some else "; no intervals (bootstrap.n=0)")
+        + ":"
+    ]
     for key, g in groups.items():
         if len(g) == 1:
             k, e = g[0]
@@ -51,8 +55,10 @@ def _compare_lines(m: Mapping[str, Any]) -> list[str]:
     lines = []
     for r in rows:
         if isinstance(r, Mapping) and "detector" in r:
-            lines.append(f"  {r['detector']}: AP {format_value(r.get('AP'))}, ECE {format_value(r.get('ece'))} "
-                         f"{_ci(r.get('ece_ci'))}, D-ECE {format_value(r.get('dece'))} {_ci(r.get('dece_ci'))}")
+            lines.append(
+                f"  {r['detector']}: AP {format_value(r.get('AP'))}, ECE {format_value(r.get('ece'))} "
+                f"{_ci(r.get('ece_ci'))}, D-ECE {format_value(r.get('dece'))} {_ci(r.get('dece_ci'))}"
+            )
     return (["detectors:"] + lines) if lines else []
 
 
@@ -70,8 +76,10 @@ def _left_out(m: Mapping[str, Any]) -> list[str]:
     for label, pt in (d.get("per_threshold") or {}).items():
         if pt.get("ignored_region"):
             parts.append(f"{pt['ignored_region']} in ignored regions at {label}")
-    return [f"detections: {d['input']} in the input, {d.get('considered')} considered; left out: "
-            + ("; ".join(parts) if parts else "none")]
+    return [
+        f"detections: {d['input']} in the input, {d.get('considered')} considered; left out: "
+        + ("; ".join(parts) if parts else "none")
+    ]
 
 
 def run_footer(run_dir: str | Path, files: list[str]) -> list[str]:

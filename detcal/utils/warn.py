@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 __all__ = ["capture", "collected", "note"]
 

@@ -11,8 +11,9 @@ metrics.json in a generic table, and the provenance of the run.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from detcal.reports.html.page import render_report
 

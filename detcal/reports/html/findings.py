@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from detcal.reports.html.fmt import ci_text, esc, is_number, num
 
@@ -21,8 +22,9 @@ def _bin_sentences(label: str, ece: Mapping[str, Any]) -> list[str]:
     t = ece.get("table") or {}
     count, prec, conf = t.get("count") or [], t.get("precision") or [], t.get("confidence") or []
     n_bins = len(count)
-    rows = [(b, count[b], prec[b], conf[b]) for b in range(n_bins)
-            if is_number(prec[b]) and is_number(conf[b]) and count[b]]
+    rows = [
+        (b, count[b], prec[b], conf[b]) for b in range(n_bins) if is_number(prec[b]) and is_number(conf[b]) and count[b]
+    ]
     if not rows:
         return []
     out = []
@@ -34,9 +36,15 @@ def _bin_sentences(label: str, ece: Mapping[str, Any]) -> list[str]:
         lo = min(r[0] for r in group) / n_bins
         worst = max(group, key=lambda r: r[1] * abs(r[3] - r[2]))
         share = len(group) == len(rows)
-        where = "in every occupied confidence bin" if share else f"in {len(group)} of {len(rows)} occupied bins (from {lo:.2f} up)"
-        out.append(f"At {esc(label)}, the detector is <b>{kind}</b> {where}; the largest weight of the gap is at "
-                   f"confidence {num(worst[3], 2)}: precision {num(worst[2], 2)} over {num(worst[1])} detections.")
+        where = (
+            "in every occupied confidence bin"
+            if share
+            else f"in {len(group)} of {len(rows)} occupied bins (from {lo:.2f} up)"
+        )
+        out.append(
+            f"At {esc(label)}, the detector is <b>{kind}</b> {where}; the largest weight of the gap is at "
+            f"confidence {num(worst[3], 2)}: precision {num(worst[2], 2)} over {num(worst[1])} detections."
+        )
     return out
 
 
@@ -59,7 +67,7 @@ def _map_sentences(maps: Mapping[str, Any]) -> list[str]:
     for label, per in (maps or {}).items():
         if not isinstance(per, Mapping):
             continue
-        for name, m in per.items():
+        for m in per.values():
             if not isinstance(m, Mapping) or "gap" not in m:
                 continue
             best = None
@@ -70,8 +78,10 @@ def _map_sentences(maps: Mapping[str, Any]) -> list[str]:
             if best:
                 a = m.get("axes", ["f1", "f2"])
                 kind = "over-confident" if best[2] > 0 else "under-confident"
-                out.append(f"D-ECE map over ({esc(a[0])}, {esc(a[1])}) at {esc(label)}: the largest gap, "
-                           f"{num(best[2])} ({kind}), is in {esc(a[0])} bin {best[0]}, {esc(a[1])} bin {best[1]}.")
+                out.append(
+                    f"D-ECE map over ({esc(a[0])}, {esc(a[1])}) at {esc(label)}: the largest gap, "
+                    f"{num(best[2])} ({kind}), is in {esc(a[0])} bin {best[0]}, {esc(a[1])} bin {best[1]}."
+                )
         break  # the first threshold (or 'before') only
     return out
 
@@ -83,8 +93,10 @@ def _change_sentences(change: Mapping[str, Any]) -> list[str]:
             continue
         verb = "lowers" if c["b"] < c["a"] else "raises"
         sure = "the interval excludes 0" if c.get("excludes_zero") else "the interval includes 0: not a clear change"
-        out.append(f"Calibration {verb} {esc(name)} from {num(c['a'])} to {num(c['b'])} "
-                   f"(paired difference {num(c.get('difference'))} {ci_text(c.get('ci'))}; {sure}).")
+        out.append(
+            f"Calibration {verb} {esc(name)} from {num(c['a'])} to {num(c['b'])} "
+            f"(paired difference {num(c.get('difference'))} {ci_text(c.get('ci'))}; {sure})."
+        )
     return out
 
 
@@ -92,8 +104,10 @@ def _diff_sentences(diffs: Any) -> list[str]:
     out = []
     for d in diffs or []:
         if isinstance(d, Mapping) and d.get("excludes_zero") and is_number(d.get("diff")):
-            out.append(f"{esc(d['detector'])} vs {esc(d['baseline'])}: {esc(d['metric'])} differs by "
-                       f"{num(d['diff'])} {ci_text(d.get('ci'))} (paired over images; the interval excludes 0).")
+            out.append(
+                f"{esc(d['detector'])} vs {esc(d['baseline'])}: {esc(d['metric'])} differs by "
+                f"{num(d['diff'])} {ci_text(d.get('ci'))} (paired over images; the interval excludes 0)."
+            )
     return out
 
 
@@ -117,9 +131,11 @@ def findings(m: Mapping[str, Any]) -> list[str]:
     cells = worst.get("largest_gap_cells") or []
     if cells:
         c = cells[0]
-        out.append(f"The D-ECE cell with the largest share ({num(c['contribution'])} of D-ECE "
-                   f"{num(worst.get('dece_from_contributions'))}) holds {num(c['count'])} detections with mean "
-                   f"confidence {num(c['confidence'], 2)} and precision {num(c['precision'], 2)}.")
+        out.append(
+            f"The D-ECE cell with the largest share ({num(c['contribution'])} of D-ECE "
+            f"{num(worst.get('dece_from_contributions'))}) holds {num(c['count'])} detections with mean "
+            f"confidence {num(c['confidence'], 2)} and precision {num(c['precision'], 2)}."
+        )
     for w in m.get("warnings") or []:
         out.append(f"Warning: {esc(w)}")
     return out

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 __all__ = ["esc", "fmt", "num", "num_attr", "table", "is_number"]
 
@@ -75,8 +76,9 @@ def cell(v: Any) -> str:
     return f"<td>{esc(fmt(v))}</td>"
 
 
-def table(header: Sequence[str], rows: Iterable[Sequence[Any]], *, sortable: bool = True, cls: str = "",
-          raw: bool = False) -> str:
+def table(
+    header: Sequence[str], rows: Iterable[Sequence[Any]], *, sortable: bool = True, cls: str = "", raw: bool = False
+) -> str:
     """An HTML table; ``raw`` rows hold ready ``<td>`` strings, else values formatted by :func:`cell`."""
     head = "".join(f"<th>{esc(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(r if raw else (cell(v) for v in r)) + "</tr>" for r in rows)

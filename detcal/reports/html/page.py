@@ -7,10 +7,11 @@ import base64
 import hashlib
 import json
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
-from detcal.reports.html import sections as sec
+import detcal.reports.html.sections as sec
 from detcal.reports.html.findings import findings
 from detcal.reports.html.fmt import cell, esc, is_number, num, table
 from detcal.reports.html.style import CSS, SCRIPT
@@ -28,12 +29,16 @@ def worst_section(m: Mapping[str, Any], image_dir: Path | None) -> str:
     w = m.get("worst_detections") or {}
     if not w:
         return ""
-    out = [f"<h2 id=worst>Worst-calibrated detections at {esc(w.get('iou', ''))}</h2>",
-           f"<p class=note>{esc(w.get('definition', ''))}. Sum of the contributions: "
-           f"{num(w.get('dece_from_contributions'))} (the D-ECE of this grid).</p>"]
-    titles = {"highest_confidence_false_positives": "Highest-confidence false positives",
-              "lowest_confidence_true_positives": "Lowest-confidence true positives",
-              "largest_contributions": "Largest contributions to the D-ECE"}
+    out = [
+        f"<h2 id=worst>Worst-calibrated detections at {esc(w.get('iou', ''))}</h2>",
+        f"<p class=note>{esc(w.get('definition', ''))}. Sum of the contributions: "
+        f"{num(w.get('dece_from_contributions'))} (the D-ECE of this grid).</p>",
+    ]
+    titles = {
+        "highest_confidence_false_positives": "Highest-confidence false positives",
+        "lowest_confidence_true_positives": "Lowest-confidence true positives",
+        "largest_contributions": "Largest contributions to the D-ECE",
+    }
     for key, title in titles.items():
         rows = w.get(key) or []
         if not rows:
@@ -43,24 +48,41 @@ def worst_section(m: Mapping[str, Any], image_dir: Path | None) -> str:
             tds = [cell(r.get(k)) for k in _ROW_KEYS]
             tds.insert(6, f"<td>{esc(', '.join(f'{k}:{v}' for k, v in (r.get('cell_bins') or {}).items()))}</td>")
             body.append(tds)
-        out.append(f"<h3>{title}</h3>" + table(["image", "class", "score", "IoU", "TP", "cell", "bins", "cell gap",
-                                                 "contribution"], body, raw=True))
+        out.append(
+            f"<h3>{title}</h3>"
+            + table(
+                ["image", "class", "score", "IoU", "TP", "cell", "bins", "cell gap", "contribution"], body, raw=True
+            )
+        )
         if image_dir is not None:
             thumbs = []
             for r in rows:
                 p = find_image(image_dir, r.get("file_name", ""), int(r["image_id"]))
                 t = thumbnail(p, r) if p is not None else ""
                 if t:
-                    thumbs.append(f"<figure class=th>{t}<figcaption>{esc(r['class'])} {num(r['score'], 2)}"
-                                  f"</figcaption></figure>")
+                    thumbs.append(
+                        f"<figure class=th>{t}<figcaption>{esc(r['class'])} {num(r['score'], 2)}</figcaption></figure>"
+                    )
             if thumbs:
                 out.append("<div class=thumbs>" + "".join(thumbs) + "</div>")
     cells = w.get("largest_gap_cells") or []
     if cells:
-        body = [[esc(c["cell"]), esc(", ".join(f"{k} {lo:.2f}–{hi:.2f}" for k, (lo, hi) in c["ranges"].items())),
-                 c["count"], c["confidence"], c["precision"], c["gap"], c["contribution"]] for c in cells]
-        out.append("<h3>D-ECE cells with the largest share</h3>"
-                   + table(["cell", "ranges", "N", "confidence", "precision", "gap", "share of D-ECE"], body))
+        body = [
+            [
+                esc(c["cell"]),
+                esc(", ".join(f"{k} {lo:.2f}–{hi:.2f}" for k, (lo, hi) in c["ranges"].items())),
+                c["count"],
+                c["confidence"],
+                c["precision"],
+                c["gap"],
+                c["contribution"],
+            ]
+            for c in cells
+        ]
+        out.append(
+            "<h3>D-ECE cells with the largest share</h3>"
+            + table(["cell", "ranges", "N", "confidence", "precision", "gap", "share of D-ECE"], body)
+        )
     return "".join(out)
 
 
@@ -127,8 +149,13 @@ def _sha256(p: Path) -> str:
 def provenance_section(m: Mapping[str, Any], extra_files: list[tuple[str, str, str]]) -> str:
     """Command line, version, run directory, input files with hashes and the resolved configuration."""
     cmd = " ".join([str(m.get("command", "detcal"))] + [str(o) for o in m.get("overrides") or []])
-    rows = [["command line", cmd], ["detcal version", m.get("detcal_version")], ["created", m.get("created")],
-            ["run directory", m.get("run_dir")], ["schema", m.get("schema_version")]]
+    rows = [
+        ["command line", cmd],
+        ["detcal version", m.get("detcal_version")],
+        ["created", m.get("created")],
+        ["run directory", m.get("run_dir")],
+        ["schema", m.get("schema_version")],
+    ]
     rows += [[f"variant: {k}", v] for k, v in (m.get("variants") or {}).items()]
     files = file_digests(m) + extra_files
     out = "<h2 id=provenance>Configuration and provenance</h2>" + table(["", ""], rows, sortable=False)
@@ -136,7 +163,9 @@ def provenance_section(m: Mapping[str, Any], extra_files: list[tuple[str, str, s
         out += "<h3>Input files</h3>" + table(["key", "path", "hash"], files, sortable=False)
     cfg = m.get("config") or m.get("spec")
     if cfg:
-        out += f"<details><summary>Resolved configuration</summary><pre>{esc(json.dumps(cfg, indent=1))}</pre></details>"
+        out += (
+            f"<details><summary>Resolved configuration</summary><pre>{esc(json.dumps(cfg, indent=1))}</pre></details>"
+        )
     return out
 
 
@@ -149,8 +178,10 @@ def _png_section(run_dir: Path | None, files: Iterable[str]) -> str:
         p = run_dir / f
         if f.endswith(".png") and p.is_file():
             data = base64.b64encode(p.read_bytes()).decode("ascii")
-            figs.append(f'<figure><img alt="{esc(f)}" src="data:image/png;base64,{data}">'
-                        f"<figcaption>{esc(f)}</figcaption></figure>")
+            figs.append(
+                f'<figure><img alt="{esc(f)}" src="data:image/png;base64,{data}">'
+                f"<figcaption>{esc(f)}</figcaption></figure>"
+            )
     return "<h2 id=diagrams>Diagrams</h2><div class=figs>" + "".join(figs) + "</div>" if figs else ""
 
 
@@ -158,11 +189,18 @@ def _nav(body: str) -> str:
     import re
 
     ids = re.findall(r"<h2 id=([a-z-]+)>([^<]*)", body)
-    return "<nav>" + " · ".join(f'<a href="#{i}">{esc(t.split(" (")[0].split(" at ")[0])}</a>' for i, t in ids) + "</nav>"
+    return (
+        "<nav>" + " · ".join(f'<a href="#{i}">{esc(t.split(" (")[0].split(" at ")[0])}</a>' for i, t in ids) + "</nav>"
+    )
 
 
-def render_report(m: Mapping[str, Any], run_dir: str | Path | None = None, *, image_dir: str | Path | None = None,
-                  extra_files: list[tuple[str, str, str]] | None = None) -> str:
+def render_report(
+    m: Mapping[str, Any],
+    run_dir: str | Path | None = None,
+    *,
+    image_dir: str | Path | None = None,
+    extra_files: list[tuple[str, str, str]] | None = None,
+) -> str:
     """report.html of one run from its metrics.json content ``m`` (the page shows only numbers of ``m``)."""
     t0 = time.perf_counter()
     rd = None if run_dir is None else Path(run_dir)
@@ -171,18 +209,37 @@ def render_report(m: Mapping[str, Any], run_dir: str | Path | None = None, *, im
     img = Path(image_dir) if image_dir else None
     facts = findings(m)
     first = [sec.headline(m), sec.confidence_figures(m, "first")]
-    rest = [sec.confidence_figures(m, "rest"), worst_section(m, img), sec.per_class(m), sec.accuracy(m), sec.regression(m), sec.change(m), sec.table1(m), sec.compare(m),
-            generic_section(m, [k for k in m if k not in sec.KNOWN_KEYS]), _png_section(rd, m.get("files") or []),
-            provenance_section(m, extra_files or [])]
-    body = ("<section class=top><div class=left><h2 id=findings>Findings</h2><ul class=findings>"
-            + "".join(f"<li>{f}</li>" for f in facts) + "</ul>" + first[0] + "</div><div class=right>" + first[1]
-            + "</div></section>" + "".join(rest))
+    rest = [
+        sec.confidence_figures(m, "rest"),
+        worst_section(m, img),
+        sec.per_class(m),
+        sec.accuracy(m),
+        sec.regression(m),
+        sec.change(m),
+        sec.table1(m),
+        sec.compare(m),
+        generic_section(m, [k for k in m if k not in sec.KNOWN_KEYS]),
+        _png_section(rd, m.get("files") or []),
+        provenance_section(m, extra_files or []),
+    ]
+    body = (
+        "<section class=top><div class=left><h2 id=findings>Findings</h2><ul class=findings>"
+        + "".join(f"<li>{f}</li>" for f in facts)
+        + "</ul>"
+        + first[0]
+        + "</div><div class=right>"
+        + first[1]
+        + "</div></section>"
+        + "".join(rest)
+    )
     title = f"{m.get('command', 'detcal')} report"
     sub = esc(((m.get("data") or {}).get("source") or "") if isinstance(m.get("data"), Mapping) else "")
     took = time.perf_counter() - t0
-    return (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><meta name=viewport "
-            f'content="width=device-width,initial-scale=1"><title>{esc(title)}</title><style>{CSS}</style></head>'
-            f"<body><header><h1>{esc(title)}</h1><p>{sub} · detcal {esc(m.get('detcal_version', ''))} · "
-            f"{esc(m.get('created', ''))} · {esc(m.get('run_dir', ''))}</p>{_nav(body)}</header><main>{body}</main>"
-            f"<footer>Definitions: docs/metrics.md of detcal {esc(m.get('detcal_version', ''))}. "
-            f"Page assembled in {took * 1000:.0f} ms.</footer><script>{SCRIPT}</script></body></html>")
+    return (
+        f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><meta name=viewport "
+        f'content="width=device-width,initial-scale=1"><title>{esc(title)}</title><style>{CSS}</style></head>'
+        f"<body><header><h1>{esc(title)}</h1><p>{sub} · detcal {esc(m.get('detcal_version', ''))} · "
+        f"{esc(m.get('created', ''))} · {esc(m.get('run_dir', ''))}</p>{_nav(body)}</header><main>{body}</main>"
+        f"<footer>Definitions: docs/metrics.md of detcal {esc(m.get('detcal_version', ''))}. "
+        f"Page assembled in {took * 1000:.0f} ms.</footer><script>{SCRIPT}</script></body></html>"
+    )

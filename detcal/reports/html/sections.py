@@ -2,19 +2,60 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from detcal.reports.html.fmt import cell, ci_text, esc, fmt, is_number, num, table
+from detcal.reports.html.fmt import cell, ci_text, esc, num, table
 from detcal.reports.html.svg import curve_svg, heatmap_svg, reliability_svg
 
-__all__ = ["headline", "confidence_figures", "per_class", "regression", "accuracy", "change", "compare", "generic",
-           "table1", "KNOWN_KEYS"]
+__all__ = [
+    "headline",
+    "confidence_figures",
+    "per_class",
+    "regression",
+    "accuracy",
+    "change",
+    "compare",
+    "table1",
+    "KNOWN_KEYS",
+]
 
 KNOWN_KEYS = {
-    "schema_version", "detcal_version", "command", "created", "run_dir", "overrides", "config", "spec", "headline",
-    "confidence", "dece_maps", "regression", "accuracy", "localisation", "per_class", "warnings", "files",
-    "worst_detections", "variants", "data", "matching", "detections", "features", "timing_s", "evaluation",
-    "table", "differences", "per_size", "params", "detectors", "null_reasons", "report", "rows", "paper", "columns",
+    "schema_version",
+    "detcal_version",
+    "command",
+    "created",
+    "run_dir",
+    "overrides",
+    "config",
+    "spec",
+    "headline",
+    "confidence",
+    "dece_maps",
+    "regression",
+    "accuracy",
+    "localisation",
+    "per_class",
+    "warnings",
+    "files",
+    "worst_detections",
+    "variants",
+    "data",
+    "matching",
+    "detections",
+    "features",
+    "timing_s",
+    "evaluation",
+    "table",
+    "differences",
+    "per_size",
+    "params",
+    "detectors",
+    "null_reasons",
+    "report",
+    "rows",
+    "paper",
+    "columns",
 }
 
 
@@ -32,8 +73,15 @@ def headline(m: Mapping[str, Any]) -> str:
         if not isinstance(e, Mapping):
             continue
         ci = e.get("ci")
-        rows.append([f"<td>{esc(name)}</td>", cell(e.get("value")), f"<td>{ci_text(ci) or '–'}</td>",
-                     cell(e.get("ci_level")), f"<td>{esc(e.get('source', ''))}</td>"])
+        rows.append(
+            [
+                f"<td>{esc(name)}</td>",
+                cell(e.get("value")),
+                f"<td>{ci_text(ci) or '–'}</td>",
+                cell(e.get("ci_level")),
+                f"<td>{esc(e.get('source', ''))}</td>",
+            ]
+        )
     return "<h2 id=headline>Headline</h2>" + table(["metric", "value", "interval", "level", "source"], rows, raw=True)
 
 
@@ -58,18 +106,27 @@ def confidence_figures(m: Mapping[str, Any], part: str = "all") -> str:
             if (part == "first" and k > 1) or (part == "rest" and k == 1):
                 continue
             name = " ".join(x for x in (stage, label) if x)
-            figs.append(_fig(reliability_svg(ece["table"], f"reliability {name}"),
-                             f"Reliability {esc(name)}: precision per confidence bin (blue), gap (red), detections "
-                             f"per bin (grey). ECE {num(ece.get('value'))} {ci_text(ece.get('ci'))}"))
+            figs.append(
+                _fig(
+                    reliability_svg(ece["table"], f"reliability {name}"),
+                    f"Reliability {esc(name)}: precision per confidence bin (blue), gap (red), detections "
+                    f"per bin (grey). ECE {num(ece.get('value'))} {ci_text(ece.get('ci'))}",
+                )
+            )
     for j, (label, per) in enumerate((m.get("dece_maps") or {}).items()):
         if (part == "first" and j > 0) or (part == "rest" and j == 0):
             continue
         for name, mp in (per or {}).items():
             if isinstance(mp, Mapping) and "gap" in mp:
-                figs.append(_fig(heatmap_svg(mp["gap"], mp.get("count"), mp.get("axes", ["f1", "f2"]),
-                                             f"D-ECE map {name} {label}"),
-                                 f"D-ECE map ({esc(', '.join(mp.get('axes', [])))}) {esc(label)}: signed gap, red "
-                                 f"over-confident, blue under-confident; grid D-ECE {num(mp.get('dece'))}"))
+                figs.append(
+                    _fig(
+                        heatmap_svg(
+                            mp["gap"], mp.get("count"), mp.get("axes", ["f1", "f2"]), f"D-ECE map {name} {label}"
+                        ),
+                        f"D-ECE map ({esc(', '.join(mp.get('axes', [])))}) {esc(label)}: signed gap, red "
+                        f"over-confident, blue under-confident; grid D-ECE {num(mp.get('dece'))}",
+                    )
+                )
     if not figs:
         return ""
     head = "<h2 id=more-figures>More reliability diagrams and D-ECE maps</h2>" if part == "rest" else ""
@@ -84,8 +141,11 @@ def per_class(m: Mapping[str, Any], class_figs: str = "") -> str:
         return ""
     cols = list(dict.fromkeys(k for r in rows for k in r))
     body = [[r.get(c) for c in cols] for r in rows]
-    return (f"<h2 id=per-class>Per class at {esc(pc.get('iou', ''))}</h2><p class=note>Click a column to sort.</p>"
-            + table(cols, body) + class_figs)
+    return (
+        f"<h2 id=per-class>Per class at {esc(pc.get('iou', ''))}</h2><p class=note>Click a column to sort.</p>"
+        + table(cols, body)
+        + class_figs
+    )
 
 
 def regression(m: Mapping[str, Any]) -> str:
@@ -96,11 +156,17 @@ def regression(m: Mapping[str, Any]) -> str:
         s = reg.get("_sample") or {}
         return f"<h2 id=box>Box uncertainty</h2><p>Skipped: {esc(s.get('skipped', 'not computed'))}</p>" if reg else ""
     coords = list(dict.fromkeys(c for per in metrics.values() for c in per if not c.startswith("_")))
-    rows = [[f"<td>{esc(name)}</td>"] + [cell((per.get(c) or {}).get("value") if isinstance(per.get(c), Mapping)
-                                              else per.get(c)) for c in coords] for name, per in metrics.items()]
+    rows = [
+        [f"<td>{esc(name)}</td>"]
+        + [cell((per.get(c) or {}).get("value") if isinstance(per.get(c), Mapping) else per.get(c)) for c in coords]
+        for name, per in metrics.items()
+    ]
     figs = []
-    for name, xk, yk, title in (("ence", "rmv", "rmse", "RMSE against RMV"), ("qce", "tau", "coverage", "QCE coverage"),
-                                ("retention", "retained", "error", "retention")):
+    for name, xk, yk, title in (
+        ("ence", "rmv", "rmse", "RMSE against RMV"),
+        ("qce", "tau", "coverage", "QCE coverage"),
+        ("retention", "retained", "error", "retention"),
+    ):
         series = {}
         for c, node in (metrics.get(name) or {}).items():
             t = (node or {}).get("table") if isinstance(node, Mapping) else None
@@ -109,8 +175,11 @@ def regression(m: Mapping[str, Any]) -> str:
         if series:
             figs.append(_fig(curve_svg(series, title, xk, yk, diagonal=name != "retention"), esc(title)))
     s = reg.get("_sample") or {}
-    return (f"<h2 id=box>Box uncertainty ({esc(s.get('space', ''))} space, N = {num(s.get('n'))})</h2>"
-            + table(["metric", *coords], rows, raw=True) + ("<div class=figs>" + "".join(figs) + "</div>"))
+    return (
+        f"<h2 id=box>Box uncertainty ({esc(s.get('space', ''))} space, N = {num(s.get('n'))})</h2>"
+        + table(["metric", *coords], rows, raw=True)
+        + ("<div class=figs>" + "".join(figs) + "</div>")
+    )
 
 
 def accuracy(m: Mapping[str, Any]) -> str:
@@ -119,16 +188,28 @@ def accuracy(m: Mapping[str, Any]) -> str:
     out = []
     names = [k for k, v in acc.items() if isinstance(v, Mapping) and "value" in v]
     if names:
-        out.append("<h2 id=accuracy>Accuracy and per-size breakdown</h2>"
-                   + table(["key", "value", "definition"],
-                           [[k, acc[k].get("value"), acc[k].get("variant", "")] for k in names], sortable=False))
+        out.append(
+            "<h2 id=accuracy>Accuracy and per-size breakdown</h2>"
+            + table(
+                ["key", "value", "definition"],
+                [[k, acc[k].get("value"), acc[k].get("variant", "")] for k in names],
+                sortable=False,
+            )
+        )
     if acc.get("kitti_ap"):
-        out.append("<h2 id=accuracy>KITTI AP</h2>" + table(["category", "difficulty", "AP11", "AP40"], [
-            [r.get("category"), r.get("difficulty"), r.get("ap11"), r.get("ap40")] for r in acc["kitti_ap"]]))
+        out.append(
+            "<h2 id=accuracy>KITTI AP</h2>"
+            + table(
+                ["category", "difficulty", "AP11", "AP40"],
+                [[r.get("category"), r.get("difficulty"), r.get("ap11"), r.get("ap40")] for r in acc["kitti_ap"]],
+            )
+        )
     ln = [k for k, v in loc.items() if isinstance(v, Mapping) and "value" in v]
     if ln:
-        out.append("<h3>Localisation-aware measures</h3>"
-                   + table(["key", "value"], [[k, loc[k].get("value")] for k in ln], sortable=False))
+        out.append(
+            "<h3>Localisation-aware measures</h3>"
+            + table(["key", "value"], [[k, loc[k].get("value")] for k in ln], sortable=False)
+        )
     return "".join(out)
 
 
@@ -138,11 +219,16 @@ def change(m: Mapping[str, Any]) -> str:
     out = []
     for part in ("confidence", "regression"):
         ch = (ev.get(part) or {}).get("change") or {}
-        rows = [[name, c.get("a"), c.get("b"), c.get("difference"), c.get("ci"), c.get("excludes_zero")]
-                for name, c in ch.items() if isinstance(c, Mapping)]
+        rows = [
+            [name, c.get("a"), c.get("b"), c.get("difference"), c.get("ci"), c.get("excludes_zero")]
+            for name, c in ch.items()
+            if isinstance(c, Mapping)
+        ]
         if rows:
-            out.append(f"<h3>{part}: before / after (paired bootstrap over images)</h3>"
-                       + table(["metric", "before", "after", "difference", "interval", "excludes 0"], rows))
+            out.append(
+                f"<h3>{part}: before / after (paired bootstrap over images)</h3>"
+                + table(["metric", "before", "after", "difference", "interval", "excludes 0"], rows)
+            )
     return "<h2 id=change>Before and after calibration</h2>" + "".join(out) if out else ""
 
 
@@ -151,20 +237,33 @@ def table1(m: Mapping[str, Any]) -> str:
     if not isinstance(m.get("table"), str) or not isinstance(m.get("rows"), Mapping):
         return ""
     cols = list(m.get("columns") or [])
-    out = [f"<h2 id=table1>{esc(m['table'])} ({esc(m.get('split', ''))}, N = {num(m.get('n_tp_val'))} TP)</h2>",
-           table(["row", *cols], [[k, *[(v or {}).get(c) for c in cols]] for k, v in m["rows"].items()])]
+    out = [
+        f"<h2 id=table1>{esc(m['table'])} ({esc(m.get('split', ''))}, N = {num(m.get('n_tp_val'))} TP)</h2>",
+        table(["row", *cols], [[k, *[(v or {}).get(c) for c in cols]] for k, v in m["rows"].items()]),
+    ]
     paper = m.get("paper")
     if isinstance(paper, Mapping) and isinstance(paper.get("rows"), Mapping):
-        out.append("<h3>The paper's Table 1</h3>" + table(["row", *cols], [
-            [k, *[(v or {}).get(c) if isinstance(v, Mapping) else v for c in cols]] for k, v in paper["rows"].items()]))
+        out.append(
+            "<h3>The paper's Table 1</h3>"
+            + table(
+                ["row", *cols],
+                [
+                    [k, *[(v or {}).get(c) if isinstance(v, Mapping) else v for c in cols]]
+                    for k, v in paper["rows"].items()
+                ],
+            )
+        )
     return "".join(out)
 
 
 def compare(m: Mapping[str, Any]) -> str:
     """Compare: the detector table, the paired differences and the per-size / per-class tables."""
     out = []
-    for key, title in (("table", "Detectors"), ("differences", "Paired differences from the baseline"),
-                       ("per_size", "Per object size")):
+    for key, title in (
+        ("table", "Detectors"),
+        ("differences", "Paired differences from the baseline"),
+        ("per_size", "Per object size"),
+    ):
         rows = m.get(key)
         if isinstance(rows, list) and rows and isinstance(rows[0], Mapping):
             cols = [c for c in dict.fromkeys(k for r in rows for k in r) if not c.startswith("_")]

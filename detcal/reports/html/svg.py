@@ -7,7 +7,8 @@ tooltip, so the page shows exactly the numbers of metrics.json.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from detcal.reports.html.fmt import esc, fmt, is_number, num_attr
 
@@ -23,8 +24,10 @@ def _axes(w: int, h: int, xlabel: str, ylabel: str, ticks: Sequence[float] = (0,
         parts.append(f'<text x="{x:.1f}" y="{h + 24}" class="tick" text-anchor="middle">{t:g}</text>')
         parts.append(f'<text x="{_PAD - 4}" y="{y + 4:.1f}" class="tick" text-anchor="end">{t:g}</text>')
     parts.append(f'<text x="{_PAD + w / 2}" y="{h + 38}" class="lab" text-anchor="middle">{esc(xlabel)}</text>')
-    parts.append(f'<text x="12" y="{10 + h / 2}" class="lab" text-anchor="middle" '
-                 f'transform="rotate(-90 12 {10 + h / 2})">{esc(ylabel)}</text>')
+    parts.append(
+        f'<text x="12" y="{10 + h / 2}" class="lab" text-anchor="middle" '
+        f'transform="rotate(-90 12 {10 + h / 2})">{esc(ylabel)}</text>'
+    )
     return "".join(parts)
 
 
@@ -39,27 +42,35 @@ def reliability_svg(table: dict[str, Any], title: str) -> str:
     w, h, strip = 260, 220, 40
     bw = w / n_bins
     total = sum(c for c in count if is_number(c)) or 1
-    out = [f'<svg class="fig" role="img" viewBox="0 0 {_PAD + w + 10} {h + strip + 50}" '
-           f'width="{_PAD + w + 10}" height="{h + strip + 50}"><title>{esc(title)}</title>',
-           _axes(w, h, "confidence", "precision"),
-           f'<line x1="{_PAD}" y1="{10 + h}" x2="{_PAD + w}" y2="10" class="diag"/>']
+    out = [
+        f'<svg class="fig" role="img" viewBox="0 0 {_PAD + w + 10} {h + strip + 50}" '
+        f'width="{_PAD + w + 10}" height="{h + strip + 50}"><title>{esc(title)}</title>',
+        _axes(w, h, "confidence", "precision"),
+        f'<line x1="{_PAD}" y1="{10 + h}" x2="{_PAD + w}" y2="10" class="diag"/>',
+    ]
     cmax = max([c for c in count if is_number(c)] or [1])
     for b in range(n_bins):
         x = _PAD + b * bw
         pr, cf = prec[b] if b < len(prec) else None, conf[b] if b < len(conf) else None
         if is_number(pr):
-            out.append(f'<rect x="{x + 1:.1f}" y="{10 + h - pr * h:.1f}" width="{bw - 2:.1f}" height="{pr * h:.1f}" '
-                       f'class="bar"{num_attr(pr)}><title>bin {b}: precision {fmt(pr)}, confidence {fmt(cf)}, '
-                       f'N {fmt(count[b])}</title></rect>')
+            out.append(
+                f'<rect x="{x + 1:.1f}" y="{10 + h - pr * h:.1f}" width="{bw - 2:.1f}" height="{pr * h:.1f}" '
+                f'class="bar"{num_attr(pr)}><title>bin {b}: precision {fmt(pr)}, confidence {fmt(cf)}, '
+                f'N {fmt(count[b])}</title></rect>'
+            )
         if is_number(pr) and is_number(cf):
             lo, hi = sorted((pr, cf))
-            out.append(f'<rect x="{x + bw * 0.3:.1f}" y="{10 + h - hi * h:.1f}" width="{bw * 0.4:.1f}" '
-                       f'height="{max((hi - lo) * h, 0.5):.1f}" class="gap"{num_attr(cf)}>'
-                       f'<title>gap {fmt(cf - pr)} (confidence − precision)</title></rect>')
+            out.append(
+                f'<rect x="{x + bw * 0.3:.1f}" y="{10 + h - hi * h:.1f}" width="{bw * 0.4:.1f}" '
+                f'height="{max((hi - lo) * h, 0.5):.1f}" class="gap"{num_attr(cf)}>'
+                f'<title>gap {fmt(cf - pr)} (confidence − precision)</title></rect>'
+            )
         c = count[b] if is_number(count[b]) else 0
         sh = strip * c / cmax
-        out.append(f'<rect x="{x + 1:.1f}" y="{h + 50 + strip - sh - 8:.1f}" width="{bw - 2:.1f}" height="{sh:.1f}" '
-                   f'class="hist"{num_attr(c)}><title>N = {fmt(c)} ({100 * c / total:.1f}%)</title></rect>')
+        out.append(
+            f'<rect x="{x + 1:.1f}" y="{h + 50 + strip - sh - 8:.1f}" width="{bw - 2:.1f}" height="{sh:.1f}" '
+            f'class="hist"{num_attr(c)}><title>N = {fmt(c)} ({100 * c / total:.1f}%)</title></rect>'
+        )
     out.append("</svg>")
     return "".join(out)
 
@@ -72,8 +83,13 @@ def _colour(v: float, vmax: float) -> str:
     return f"rgb({int(255 * (1 + t))},{int(255 * (1 + t))},255)"
 
 
-def heatmap_svg(grid: Sequence[Sequence[Any]], counts: Sequence[Sequence[Any]] | None, axes: Sequence[str],
-                title: str, vmax: float | None = None) -> str:
+def heatmap_svg(
+    grid: Sequence[Sequence[Any]],
+    counts: Sequence[Sequence[Any]] | None,
+    axes: Sequence[str],
+    title: str,
+    vmax: float | None = None,
+) -> str:
     """A D-ECE map: one square per (axes[0] bin i, axes[1] bin j), coloured by the signed gap; empty cells hatched."""
     rows = [list(r) for r in grid]
     if not rows:
@@ -83,29 +99,38 @@ def heatmap_svg(grid: Sequence[Sequence[Any]], counts: Sequence[Sequence[Any]] |
     vmax = vmax or (max(vals) if vals else 1.0) or 1.0
     w = h = 200
     cw, ch = w / ni, h / nj
-    out = [f'<svg class="fig" role="img" viewBox="0 0 {_PAD + w + 10} {h + 60}" width="{_PAD + w + 10}" '
-           f'height="{h + 60}"><title>{esc(title)}</title>']
+    out = [
+        f'<svg class="fig" role="img" viewBox="0 0 {_PAD + w + 10} {h + 60}" width="{_PAD + w + 10}" '
+        f'height="{h + 60}"><title>{esc(title)}</title>'
+    ]
     for i in range(ni):
         for j in range(nj):
             v = rows[i][j]
             x, y = _PAD + i * cw, 10 + h - (j + 1) * ch
             n = counts[i][j] if counts is not None else None
             if is_number(v):
-                out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{cw:.1f}" height="{ch:.1f}" '
-                           f'fill="{_colour(v, vmax)}" class="cellr"{num_attr(v)}><title>{esc(axes[0])} bin {i}, '
-                           f'{esc(axes[1])} bin {j}: gap {fmt(v)}, N {fmt(n)}</title></rect>')
-                out.append(f'<text x="{x + cw / 2:.1f}" y="{y + ch / 2 + 4:.1f}" class="cellt" '
-                           f'text-anchor="middle">{v:.2f}</text>')
+                out.append(
+                    f'<rect x="{x:.1f}" y="{y:.1f}" width="{cw:.1f}" height="{ch:.1f}" '
+                    f'fill="{_colour(v, vmax)}" class="cellr"{num_attr(v)}><title>{esc(axes[0])} bin {i}, '
+                    f'{esc(axes[1])} bin {j}: gap {fmt(v)}, N {fmt(n)}</title></rect>'
+                )
+                out.append(
+                    f'<text x="{x + cw / 2:.1f}" y="{y + ch / 2 + 4:.1f}" class="cellt" '
+                    f'text-anchor="middle">{v:.2f}</text>'
+                )
             else:
-                out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{cw:.1f}" height="{ch:.1f}" class="empty">'
-                           f'<title>no kept cell</title></rect>')
+                out.append(
+                    f'<rect x="{x:.1f}" y="{y:.1f}" width="{cw:.1f}" height="{ch:.1f}" class="empty">'
+                    f'<title>no kept cell</title></rect>'
+                )
     out.append(_axes(w, h, axes[0], axes[1]).replace('class="frame"', 'class="frame nofill"'))
     out.append("</svg>")
     return "".join(out)
 
 
-def curve_svg(series: dict[str, tuple[Sequence[Any], Sequence[Any]]], title: str, xlabel: str, ylabel: str,
-              diagonal: bool = True) -> str:
+def curve_svg(
+    series: dict[str, tuple[Sequence[Any], Sequence[Any]]], title: str, xlabel: str, ylabel: str, diagonal: bool = True
+) -> str:
     """Lines of (x, y) points per series over the unit square scaled to the data, with the identity line."""
     pts = [(x, y) for xs, ys in series.values() for x, y in zip(xs, ys) if is_number(x) and is_number(y)]
     if not pts:
@@ -114,8 +139,11 @@ def curve_svg(series: dict[str, tuple[Sequence[Any], Sequence[Any]]], title: str
     lo = min(min(x for x, _ in pts), min(y for _, y in pts), 0.0)
     span = hi - lo or 1.0
     w, h = 260, 220
-    out = [f'<svg class="fig" role="img" viewBox="0 0 {_PAD + w + 90} {h + 50}" width="{_PAD + w + 90}" '
-           f'height="{h + 50}"><title>{esc(title)}</title>', _axes(w, h, xlabel, ylabel, ticks=())]
+    out = [
+        f'<svg class="fig" role="img" viewBox="0 0 {_PAD + w + 90} {h + 50}" width="{_PAD + w + 90}" '
+        f'height="{h + 50}"><title>{esc(title)}</title>',
+        _axes(w, h, xlabel, ylabel, ticks=()),
+    ]
     for t in (0, 0.5, 1):
         v = lo + t * span
         out.append(f'<text x="{_PAD + t * w:.1f}" y="{h + 24}" class="tick" text-anchor="middle">{v:.3g}</text>')
@@ -123,14 +151,20 @@ def curve_svg(series: dict[str, tuple[Sequence[Any], Sequence[Any]]], title: str
     if diagonal:
         out.append(f'<line x1="{_PAD}" y1="{10 + h}" x2="{_PAD + w}" y2="10" class="diag"/>')
     for k, (name, (xs, ys)) in enumerate(series.items()):
-        p = [(_PAD + (x - lo) / span * w, 10 + h - (y - lo) / span * h, y) for x, y in zip(xs, ys)
-             if is_number(x) and is_number(y) and math.isfinite(x) and math.isfinite(y)]
+        p = [
+            (_PAD + (x - lo) / span * w, 10 + h - (y - lo) / span * h, y)
+            for x, y in zip(xs, ys)
+            if is_number(x) and is_number(y) and math.isfinite(x) and math.isfinite(y)
+        ]
         if not p:
             continue
         d = " ".join(f"{px:.1f},{py:.1f}" for px, py, _ in p)
         out.append(f'<polyline points="{d}" class="line s{k % 6}"/>')
-        out += [f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5" class="dot s{k % 6}"{num_attr(v)}>'
-                f'<title>{esc(name)}: {fmt(v)}</title></circle>' for px, py, v in p]
+        out += [
+            f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5" class="dot s{k % 6}"{num_attr(v)}>'
+            f'<title>{esc(name)}: {fmt(v)}</title></circle>'
+            for px, py, v in p
+        ]
         out.append(f'<text x="{_PAD + w + 6}" y="{20 + 14 * k}" class="lab s{k % 6}t">{esc(name)}</text>')
     out.append("</svg>")
     return "".join(out)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import base64
 import io
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from detcal.reports.html.fmt import esc
 
@@ -39,8 +40,10 @@ def find_image(image_dir: Path, file_name: str, image_id: int) -> Path | None:
 
 
 def _rect(b: Sequence[float], x0: float, y0: float, s: float, cls: str) -> str:
-    return (f'<rect x="{(b[0] - x0) * s:.1f}" y="{(b[1] - y0) * s:.1f}" width="{(b[2] - b[0]) * s:.1f}" '
-            f'height="{(b[3] - b[1]) * s:.1f}" class="{cls}"/>')
+    return (
+        f'<rect x="{(b[0] - x0) * s:.1f}" y="{(b[1] - y0) * s:.1f}" width="{(b[2] - b[0]) * s:.1f}" '
+        f'height="{(b[3] - b[1]) * s:.1f}" class="{cls}"/>'
+    )
 
 
 def thumbnail(path: Path, row: Mapping[str, Any]) -> str:
@@ -74,6 +77,8 @@ def thumbnail(path: Path, row: Mapping[str, Any]) -> str:
     if row.get("gt_box"):
         layers.append(_rect(row["gt_box"], x0, y0, s, "gtbox"))
     layers.append(_rect(box, x0, y0, s, "detbox"))
-    return (f'<svg class=thumb viewBox="0 0 {tw} {th}" width="{tw}" height="{th}" role="img">'
-            f'<title>image {esc(row["image_id"])}: {esc(row["class"])}</title>'
-            f'<image href="data:image/jpeg;base64,{data}" width="{tw}" height="{th}"/>{"".join(layers)}</svg>')
+    return (
+        f'<svg class=thumb viewBox="0 0 {tw} {th}" width="{tw}" height="{th}" role="img">'
+        f'<title>image {esc(row["image_id"])}: {esc(row["class"])}</title>'
+        f'<image href="data:image/jpeg;base64,{data}" width="{tw}" height="{th}"/>{"".join(layers)}</svg>'
+    )

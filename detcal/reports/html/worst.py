@@ -15,7 +15,8 @@ lowest-confidence true positives and the kept cells with the largest share
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -49,8 +50,15 @@ def cell_contributions(
     n_prime = int(count[kept].sum()) if policy == "drop" else len(p)
     sign = np.where(kept, np.sign(np.nan_to_num(gap)), 0.0)
     contribution = sign[cell] * (p - yf) / max(n_prime, 1)
-    return {"count": count, "confidence": conf, "precision": prec, "gap": gap, "kept": kept,
-            "contribution": contribution, "n_prime": np.asarray(n_prime)}
+    return {
+        "count": count,
+        "confidence": conf,
+        "precision": prec,
+        "gap": gap,
+        "kept": kept,
+        "contribution": contribution,
+        "n_prime": np.asarray(n_prime),
+    }
 
 
 def _bin_ranges(multi: Sequence[int], bins: Sequence[int], names: Sequence[str]) -> dict[str, list[float]]:
@@ -67,23 +75,25 @@ def _detection_rows(
     for j, i in enumerate(idx.tolist()):
         c = int(cell[i])
         gt_box = ctx["gt_box"][i]
-        rows.append({
-            "image_id": int(ctx["image_id"][i]),
-            "file_name": str(ctx["file_name"][i]),
-            "category": int(ctx["category"][i]),
-            "class": str(ctx["class_name"][i]),
-            "score": float(ctx["p"][i]),
-            "iou": float(ctx["iou"][i]) if np.isfinite(ctx["iou"][i]) else None,
-            "matched": bool(ctx["y"][i]),
-            "cell": c,
-            "cell_bins": {n: int(k) for n, k in zip(names, multi[j])},
-            "cell_gap": float(stats["gap"][c]) if np.isfinite(stats["gap"][c]) else None,
-            "cell_kept": bool(stats["kept"][c]),
-            "contribution": float(stats["contribution"][i]),
-            "box": [float(v) for v in ctx["box"][i]],
-            "gt_box": None if gt_box is None else [float(v) for v in gt_box],
-            "image_size": [float(ctx["width"][i]), float(ctx["height"][i])],
-        })
+        rows.append(
+            {
+                "image_id": int(ctx["image_id"][i]),
+                "file_name": str(ctx["file_name"][i]),
+                "category": int(ctx["category"][i]),
+                "class": str(ctx["class_name"][i]),
+                "score": float(ctx["p"][i]),
+                "iou": float(ctx["iou"][i]) if np.isfinite(ctx["iou"][i]) else None,
+                "matched": bool(ctx["y"][i]),
+                "cell": c,
+                "cell_bins": {n: int(k) for n, k in zip(names, multi[j])},
+                "cell_gap": float(stats["gap"][c]) if np.isfinite(stats["gap"][c]) else None,
+                "cell_kept": bool(stats["kept"][c]),
+                "contribution": float(stats["contribution"][i]),
+                "box": [float(v) for v in ctx["box"][i]],
+                "gt_box": None if gt_box is None else [float(v) for v in gt_box],
+                "image_size": [float(ctx["width"][i]), float(ctx["height"][i])],
+            }
+        )
     return rows
 
 
@@ -95,15 +105,24 @@ def _cell_rows(stats: dict[str, np.ndarray], bins: Sequence[int], names: Sequenc
     out = []
     for c in order.tolist():
         multi = [int(v) for v in np.unravel_index(c, tuple(bins))]
-        out.append({"cell": int(c), "cell_bins": dict(zip(names, multi)), "ranges": _bin_ranges(multi, bins, names),
-                    "count": int(stats["count"][c]), "confidence": float(stats["confidence"][c]),
-                    "precision": float(stats["precision"][c]), "gap": float(stats["gap"][c]),
-                    "contribution": float(share[c])})
+        out.append(
+            {
+                "cell": int(c),
+                "cell_bins": dict(zip(names, multi)),
+                "ranges": _bin_ranges(multi, bins, names),
+                "count": int(stats["count"][c]),
+                "confidence": float(stats["confidence"][c]),
+                "precision": float(stats["precision"][c]),
+                "gap": float(stats["gap"][c]),
+                "contribution": float(share[c]),
+            }
+        )
     return out
 
 
-def worst_detections(ctx: dict[str, Any], bins: Sequence[int], sample_threshold: int, policy: str,
-                     edges: str = "floor", top: int = 10) -> dict[str, Any]:
+def worst_detections(
+    ctx: dict[str, Any], bins: Sequence[int], sample_threshold: int, policy: str, edges: str = "floor", top: int = 10
+) -> dict[str, Any]:
     """The worst-calibrated detections of one confidence sample.
 
     ``ctx``: arrays over the sample (``p``, ``y``, ``features`` [S, F] in [0, 1],
@@ -128,9 +147,16 @@ def worst_detections(ctx: dict[str, Any], bins: Sequence[int], sample_threshold:
     sub = {**ctx, "p": p, "y": y, "bins": list(bins)}
     return {
         "definition": DEFINITION,
-        "params": {"bins": [int(b) for b in bins], "features": names, "sample_threshold": int(sample_threshold),
-                   "policy": policy, "edges": edges, "top": int(top), "n": int(len(p)),
-                   "n_prime": int(stats["n_prime"])},
+        "params": {
+            "bins": [int(b) for b in bins],
+            "features": names,
+            "sample_threshold": int(sample_threshold),
+            "policy": policy,
+            "edges": edges,
+            "top": int(top),
+            "n": int(len(p)),
+            "n_prime": int(stats["n_prime"]),
+        },
         "dece_from_contributions": float(contrib.sum()) if stats["kept"].any() else None,
         "highest_confidence_false_positives": _detection_rows(fp, sub, stats, cell),
         "lowest_confidence_true_positives": _detection_rows(tp, sub, stats, cell),
