@@ -62,6 +62,14 @@ def _compare_lines(m: Mapping[str, Any]) -> list[str]:
     return (["detectors:"] + lines) if lines else []
 
 
+def _accuracy(m: Mapping[str, Any]) -> list[str]:
+    acc = m.get("accuracy") or {}
+    names = [k for k in ("AP", "AP50", "AP75", "AR100") if isinstance(acc.get(k), Mapping)]
+    if not names:
+        return []
+    return ["accuracy: " + ", ".join(f"{k} {format_value(acc[k].get('value'))}" for k in names)]
+
+
 def _left_out(m: Mapping[str, Any]) -> list[str]:
     d = m.get("detections") or {}
     if not isinstance(d, Mapping) or "input" not in d:
@@ -97,7 +105,7 @@ def console_summary(m: Mapping[str, Any], run_dir: str | Path) -> str:
     """The end-of-command text of a run from its metrics.json content."""
     lines = [f"{m.get('command', 'detcal')} (detcal {m.get('detcal_version', '')})"]
     lines += _headline_lines(m) or _compare_lines(m)
-    lines += _left_out(m)
+    lines += _accuracy(m) + _left_out(m)
     warns = m.get("warnings") or []
     if warns:
         lines.append(f"warnings ({len(warns)}, also in metrics.json 'warnings'):")
