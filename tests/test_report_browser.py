@@ -1,0 +1,85 @@
+"""report.html in a real browser: headless Chromium (the distribution's package, driven by Playwright)
+loads the page of the bundled R-FCN run without console errors, every figure has a non-zero size and a
+table sorts when its header is clicked. Skips, saying why, where Chromium or Playwright is missing."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = next(
+    (
+        p
+        for p in ("/usr/lib/chromium/chromium", shutil.which("chromium") or "", shutil.which("chromium-browser") or "")
+        if p and Path(p).is_file()
+    ),
+    None,
+)
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="no Chromium installed (apt-get install chromium); the browser test needs /usr/lib/chromium/chromium",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import detcal
+    from detcal.pipeline.spec import BootstrapSpec, DataSpec, EvaluationSpec
+
+    out = tmp_path_factory.mktemp("browser")
+    res = detcal.evaluate(
+        DataSpec(source="bundled", bundle="coco_tfzoo", detector="rfcn-resnet-101"),
+        spec=EvaluationSpec(bootstrap=BootstrapSpec(n=50)),
+    )
+    res.write(out, plots=True, csv=False, report=True)
+    return out / "report.html"
+
+
+def test_report_renders_in_chromium(report: Path) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (test extra)")
+    errors: list[str] = []
+    requests: list[str] = []
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.on("console", lambda m: errors.append(m.text) if m.type in ("error", "warning") else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto(report.as_uri(), wait_until="load")
+            assert not errors, errors
+            assert all(u.startswith(("file:", "data:")) for u in requests), requests  # nothing from the network
+            sizes = page.eval_on_selector_all(
+                "svg.fig, figure img",
+                "els => els.map(e => [e.getBoundingClientRect().width, "
+                "e.getBoundingClientRect().height, e.tagName === 'IMG' ? e.naturalWidth : 1])",
+            )
+            assert len(sizes) >= 6, sizes  # reliability x2, D-ECE maps x4, the run's PNGs
+            assert all(w > 50 and h > 50 and nat > 0 for w, h, nat in sizes), sizes
+            top = page.eval_on_selector("section.top svg.fig", "e => e.getBoundingClientRect().bottom")
+            assert top < 900 * 1.2  # the reliability diagram is on the first screen
+            # sorting: the per-class table by its 'n' column, descending then ascending
+            table = page.locator("#per-class ~ table.sortable").first
+            header = table.locator("th", has_text=re.compile(r"^n$")).first
+            col = header.evaluate("h => Array.from(h.parentNode.children).indexOf(h)")
+            assert col == 2  # category, name, n, ...
+            header.click()
+            first = table.locator("tbody tr").evaluate_all(
+                f"rows => rows.map(r => parseFloat(r.cells[{col}].dataset.sort))"
+            )
+            assert len(first) > 5 and first == sorted(first)
+            header.click()
+            second = table.locator("tbody tr").evaluate_all(
+                f"rows => rows.map(r => parseFloat(r.cells[{col}].dataset.sort))"
+            )
+            assert second == sorted(first, reverse=True)
+            assert not errors, errors
+        finally:
+            browser.close()
