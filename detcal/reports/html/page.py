@@ -194,6 +194,16 @@ def _nav(body: str) -> str:
     )
 
 
+def _data_line(d: Any) -> str:
+    """``source bundle/detector (N images, G GT, D detections)`` of evaluate's ``data`` block."""
+    if not isinstance(d, Mapping):
+        return ""
+    name = " / ".join(str(d[k]) for k in ("source", "bundle", "detector", "gt", "results") if d.get(k))
+    c = d.get("counts") or {}
+    n = ", ".join(f"{num(c[k])} {k}" for k in ("images", "gt", "detections") if is_number(c.get(k)))
+    return esc(name) + (f" ({n})" if n else "")
+
+
 def render_report(
     m: Mapping[str, Any],
     run_dir: str | Path | None = None,
@@ -233,7 +243,7 @@ def render_report(
         + "".join(rest)
     )
     title = f"{m.get('command', 'detcal')} report"
-    sub = esc(((m.get("data") or {}).get("source") or "") if isinstance(m.get("data"), Mapping) else "")
+    sub = _data_line(m.get("data"))
     took = time.perf_counter() - t0
     return (
         f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><meta name=viewport "
