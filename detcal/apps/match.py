@@ -28,12 +28,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Sequence
-
+from collections.abc import Sequence
 
 from detcal.core.errors import DetcalError, DetcalInputError
-from detcal.matching.engine import GT_IGNORE, MODES, match
 from detcal.core.types import Dataset, Detections, KittiRules
+from detcal.matching.engine import GT_IGNORE, MODES, match
 from detcal.reports.match_outputs import match_summary, write_match_outputs
 
 
@@ -96,7 +95,7 @@ def _thresholds(values: list[str] | None, fmt: str) -> tuple[float, ...] | str:
 
 
 def _load(args: argparse.Namespace) -> tuple[Dataset, Detections, KittiRules | None]:
-    from detcal.pipeline.sources import load_data
+    from detcal.pipeline.sources import load_data, unknown_category_warning
     from detcal.pipeline.spec import DataSpec
 
     if args.format == "coco":
@@ -108,7 +107,9 @@ def _load(args: argparse.Namespace) -> tuple[Dataset, Detections, KittiRules | N
                         sizes=args.sizes, difficulty=args.difficulty)
     data = load_data(spec, ".")
     for cause, n in data.dropped.items():
-        print(f"detcal-match: warning: left out {n} detections ({cause.replace('_', ' ')})", file=sys.stderr)
+        src = args.results
+        why = unknown_category_warning(src, n) if cause == "unknown_category" else f"{src}: left out {n} detections ({cause.replace('_', ' ')})"
+        print(f"detcal-match: warning: {why}", file=sys.stderr)
     return data.dataset, data.detections, data.kitti
 
 

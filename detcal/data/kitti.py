@@ -144,7 +144,9 @@ class _Rows:
         uniq, inverse = np.unique(np.asarray(self.types), return_inverse=True)
         ids = np.array([_TYPE_ID.get(u.lower(), 0) for u in uniq], dtype=np.int64)
         cat = ids[inverse.reshape(-1)]
-        self.check(cat == 0, "type", f"unknown type; expected one of {', '.join(KITTI_TYPES)}")
+        bad = _first_true(cat == 0)
+        if bad >= 0:
+            self.error(bad, "type", f"unknown type {self.types[bad]!r}; expected one of {', '.join(KITTI_TYPES)}")
         return cat
 
     def fields(self, results: bool) -> dict[str, np.ndarray]:

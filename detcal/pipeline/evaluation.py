@@ -355,6 +355,11 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
             if "skipped" in blk.get("_sample", {})]
     if no_pos:
         warn.insert(0, no_pos)
+    if data.dropped.get("unknown_category"):
+        from detcal.pipeline.sources import unknown_category_warning
+
+        warn.insert(0, unknown_category_warning(data.provenance.get("results", "the results"),
+                                                data.dropped["unknown_category"]))
     if "skipped" in reg.get("_sample", {}) and reg_on and dets.uncertainty_kind is not None:
         warn.append(f"regression: {reg['_sample']['skipped']}")
     record: dict[str, Any] = {

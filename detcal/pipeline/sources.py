@@ -6,16 +6,18 @@ imported lazily; nothing here imports Hydra or torch.
 """
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
-from detcal.pipeline.spec import DataSpec
 from detcal.core.types import Dataset, Detections, KittiRules
+from detcal.pipeline.spec import DataSpec
 
 __all__ = ["LoadedData", "load_data", "load_coco", "read_image_ids", "subset_images", "results_chunk_bytes",
            "AUTO_CHUNK_ABOVE", "AUTO_CHUNK_BYTES"]
@@ -50,7 +52,9 @@ class LoadedData:
     def format(self) -> str:
         """``coco`` or ``kitti``: the format the detections were read in."""
         p = self.provenance
-        return str(p.get("format") if p.get("source") == "synthetic" else p.get("source", "coco"))
+        if p.get("source") in ("synthetic", "bundled"):  # generated or packaged: the format they carry
+            return str(p.get("format") or "coco")
+        return str(p.get("source", "coco"))
 
 
 def _need(value: Any, key: str) -> Path:
@@ -253,7 +257,19 @@ def load_coco(gt: str | os.PathLike, results: str | os.PathLike, unknown_categor
         dets = load_coco_results(r, dataset=None)
         dets, dropped = _check_results(dets, ds, r, unknown_category)
     prov = {"source": "coco", "gt": str(g.resolve()), "results": str(r.resolve())}
+    if dropped.get("unknown_category"):
+        from detcal.utils.warn import note
+
+        msg = unknown_category_warning(r, dropped["unknown_category"])
+        logging.getLogger("detcal").warning("%s", msg)
+        note(msg)  # metrics.json 'warnings' of whichever command loaded it
     return LoadedData(ds, dets, None, prov, dropped, rows)
+
+
+def unknown_category_warning(results: str | os.PathLike, n: int) -> str:
+    """The one-line warning for detections of a category the ground truth does not have."""
+    return (f"{results}: left out {n} detection{'s' if n != 1 else ''} whose category is not in the ground truth "
+            f"(data.unknown_category=drop; =error stops at the first)")
 
 
 def _load_kitti(spec: DataSpec, label_dir: Any, results_dir: Any, sizes: Any = None) -> LoadedData:

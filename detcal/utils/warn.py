@@ -18,12 +18,13 @@ from typing import Any
 __all__ = ["capture", "collected", "note"]
 
 _seen: list[str] = []
+_active: list[bool] = []
 log = logging.getLogger("detcal")
 
 
 def note(text: str) -> None:
-    """Remember one warning line (once) for metrics.json."""
-    if text not in _seen:
+    """Remember one warning line (once) for metrics.json (only while a command runs: :func:`capture`)."""
+    if _active and text not in _seen:
         _seen.append(text)
 
 
@@ -31,12 +32,13 @@ def _show(message: Any, category: type, filename: str, lineno: int, file: Any = 
     text = f"{category.__name__}: {str(message).strip().splitlines()[0] if str(message).strip() else ''}"
     if text not in _seen:
         log.warning("%s", text)
-    note(text)
+    if text not in _seen:
+        _seen.append(text)
 
 
 def collected() -> list[str]:
-    """The warnings of this command so far, in the order they came."""
-    return list(_seen)
+    """The warnings of this command so far, in the order they came (none outside :func:`capture`)."""
+    return list(_seen) if _active else []
 
 
 @contextlib.contextmanager
@@ -45,7 +47,9 @@ def capture() -> Iterator[None]:
     _seen.clear()
     original = warnings.showwarning
     warnings.showwarning = _show
+    _active.append(True)
     try:
         yield
     finally:
+        _active.pop()
         warnings.showwarning = original
