@@ -30,7 +30,7 @@ def task(app: CompareApp, ctx: AppContext) -> dict[str, Any]:
     dataset, runs, gt_area = load_runs(app.data, app.detectors, app.results)
     c = cmp.compare(runs, dataset, baseline=app.baseline, iou=app.iou, matching=app.matching, n_boot=app.bootstrap.n,
                     level=app.bootstrap.level, seed=app.bootstrap.seed, gt_area=gt_area,
-                    top_n_classes=app.top_n_classes)
+                    top_n_classes=app.top_n_classes, method=app.bootstrap.method, ap_n_boot=app.ap_bootstrap)
     out = ctx.run_dir
     files = ["metrics.json", "summary.md"]
     if app.output.plots:

@@ -98,14 +98,18 @@ class CompareApp:
     matching: str = "exclusive"
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
     top_n_classes: int = 10
+    ap_bootstrap: int = 12  # paired AP/AR-difference resamples (one COCO evaluation each; docs/metrics.md)
     output: OutputSpec = field(default_factory=OutputSpec)
     report: ReportSpec = field(default_factory=ReportSpec)
 
     def __post_init__(self) -> None:
         from detcal.pipeline.spec import _choice, _prob
 
+        from detcal.pipeline.spec import _int
+
         _prob("iou", self.iou, open_lo=True)
         _choice("matching", self.matching, ("exclusive", "netcal_example"))
+        _int("ap_bootstrap", self.ap_bootstrap, 0)
 
 
 @dataclass

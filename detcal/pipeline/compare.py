@@ -7,7 +7,9 @@ and returns a :class:`Comparison`:
   (:func:`detcal.metrics.accuracy.coco_ap`), the calibration sample size and
   precision, ECE (15 bins), D-ECE (5 bins per dimension over confidence and
   relative cx, cy, w, h, cells with >= 8 samples), MCE, NLL, Brier, each
-  calibration metric with a percentile bootstrap interval over images;
+  calibration metric with a bootstrap interval over images from the one
+  interval function of every command (:func:`detcal.metrics.bootstrap.interval`,
+  BCa by default, the acceleration from a delete-a-block jackknife);
 * ``diffs``: for each non-baseline detector, ``metric(detector) -
   metric(baseline)`` with its *paired* bootstrap interval: every replicate
   draws one set of images (with replacement) and evaluates all detectors on
@@ -21,9 +23,10 @@ The calibration sample of a detector: its detections matched at ``iou``
 (``matching="exclusive"``: pycocotools' rule; ``"netcal_example"``:
 :mod:`detcal.matching.netcal_example`), not ignored; ``y`` the matched flag. The
 bootstrap uses per-(image, cell) sums and a weight matrix ``[R, I]`` of how
-often each image was drawn (no loop over detections or replicates). AP has no
-interval (one COCO evaluation per replicate would be too slow); box-uncertainty
-metrics are not part of it yet.
+often each image was drawn (no loop over detections or replicates). AP/AR
+differences get paired intervals from their own, smaller set of resamples
+(``ap_n_boot``; one COCO evaluation per resample:
+:mod:`detcal.metrics.paired_ap`); box-uncertainty metrics are not part of it yet.
 """
 from __future__ import annotations
 
@@ -41,7 +44,7 @@ from detcal.core.errors import DetcalInputError
 from detcal.matching.engine import match
 from detcal.matching.netcal_example import match_netcal_example
 from detcal.metrics.accuracy import AREA_RANGES, coco_ap
-from detcal.metrics.bootstrap import percentile_interval
+from detcal.metrics.bootstrap import interval, jackknife_blocks
 from detcal.metrics.confidence import brier, dece, ece, mce, nll
 from detcal.reports.per_class import per_class_table, reliability_curve, table_markdown
 from detcal.core.types import Dataset, Detections
@@ -50,6 +53,8 @@ CAL_METRICS: tuple[str, ...] = ("ece", "dece", "mce", "nll", "brier")
 """Calibration metrics of the comparison table (each with a bootstrap interval)."""
 ACC_METRICS: tuple[str, ...] = ("AP", "AP50", "AP75", "AR100", "AP_small", "AP_medium", "AP_large")
 ECE_BINS, DECE_BINS, DECE_THRESHOLD = 15, 5, 8
+JACKKNIFE_BLOCKS = 200
+"""Delete-a-block jackknife of the BCa acceleration (as detcal.metrics.bootstrap's generic path)."""
 
 
 @dataclass
@@ -169,6 +174,10 @@ def compare(
     seed: int = 0,
     gt_area: Any = None,
     top_n_classes: int = 10,
+    method: str = "bca",
+    ap_n_boot: int = 0,
+    ap_metrics: tuple[str, ...] = ("AP", "AP50", "AR100"),
+    ap_jackknife_blocks: int = 6,
 ) -> Comparison:
     """Compare detectors (module docstring). ``baseline`` defaults to the first of ``runs``."""
     t0 = time.time()
@@ -181,17 +190,24 @@ def compare(
     if int(n_boot) < 1:
         raise DetcalInputError(f"n_boot must be >= 1, got {n_boot}", field="n_boot")
     W = image_weights(len(dataset.images), int(n_boot), seed)
-    table, per_size, per_cls, rel, samples, reps = [], [], {}, {}, {}, {}
+    block = jackknife_blocks(len(dataset.images), JACKKNIFE_BLOCKS, seed)
+    W_jk = (block[None, :] != np.arange(int(block.max()) + 1)[:, None]).astype(np.float64)  # [B, I]
+    table, per_size, per_cls, rel, samples, reps, jks, accs = [], [], {}, {}, {}, {}, {}, {}
     for name in names:
         acc = coco_ap(runs[name], dataset, gt_area=gt_area)
         s = calibration_sample(runs[name], dataset, iou, matching)
         samples[name] = s
         point = point_metrics(s)
         reps[name] = replicate_metrics(s, W)
+        jks[name] = replicate_metrics(s, W_jk) if method == "bca" else {k: None for k in CAL_METRICS}
+        accs[name] = {k: float(acc[k].value) for k in ACC_METRICS}
         row: dict[str, Any] = {"detector": name, **{k: acc[k].value for k in ACC_METRICS}, "n": int(len(s["p"])), "precision": float(s["y"].mean()) if len(s["p"]) else float("nan")}
         for k in CAL_METRICS:
             row[k] = point[k]
-            row[f"{k}_ci"] = percentile_interval(reps[name][k], level)
+            res = interval(reps[name][k], point[k], level, method, jks[name][k])
+            row[f"{k}_ci"] = res["ci"]
+            if res["note"]:
+                row.setdefault("ci_notes", {})[k] = res["note"]
         table.append(row)
         per_size += _size_rows(name, s, acc)
         per_cls[name] = per_class_table(s["p"], s["y"], s["category"], dataset.categories, bins=ECE_BINS, top_n=top_n_classes, ap_table=acc["AP"].table)
@@ -201,13 +217,23 @@ def compare(
     for row in table:
         if row["detector"] == baseline:
             continue
+        det = row["detector"]
         for k in CAL_METRICS:
-            d = reps[row["detector"]][k] - reps[baseline][k]
-            lo, hi = percentile_interval(d, level)
-            diffs.append({"detector": row["detector"], "baseline": baseline, "metric": k, "diff": row[k] - base_row[k], "ci": (lo, hi), "excludes_zero": bool(lo > 0 or hi < 0)})
-        for k in ACC_METRICS:
-            diffs.append({"detector": row["detector"], "baseline": baseline, "metric": k, "diff": row[k] - base_row[k], "ci": (float("nan"), float("nan")), "excludes_zero": False})
+            d = reps[det][k] - reps[baseline][k]
+            jk = None if jks[det][k] is None else jks[det][k] - jks[baseline][k]
+            res = interval(d, row[k] - base_row[k], level, method, jk)
+            lo, hi = res["ci"]
+            diffs.append({"detector": det, "baseline": baseline, "metric": k, "diff": row[k] - base_row[k],
+                          "ci": (lo, hi), "excludes_zero": bool(lo > 0 or hi < 0), "ci_note": res["note"]})
+    if ap_n_boot > 0 and len(names) > 1:
+        from detcal.metrics.paired_ap import paired_ap_differences
+
+        diffs += paired_ap_differences(runs, dataset, baseline, list(ap_metrics), accs, n_boot=int(ap_n_boot),
+                                       level=level, seed=seed, method=method, gt_area=gt_area,
+                                       n_blocks=ap_jackknife_blocks)
     params = {"iou": iou, "matching": matching, "n_boot": int(n_boot), "level": level, "seed": seed, "baseline": baseline,
+              "method": method, "jackknife_blocks": int(block.max()) + 1, "ap_n_boot": int(ap_n_boot),
+              "ap_metrics": list(ap_metrics) if ap_n_boot > 0 else [],
               "ece_bins": ECE_BINS, "dece_bins": DECE_BINS, "dece_sample_threshold": DECE_THRESHOLD, "seconds": time.time() - t0}
     return Comparison(table=table, diffs=diffs, per_class=per_cls, per_size=per_size, reliability=rel, samples=samples, params=params)
 
@@ -223,10 +249,17 @@ def markdown(c: Comparison, digits: int = 4) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lvl = int(round(100 * c.params["level"]))
     lines += ["", f"## Difference from {c.params['baseline']} (paired bootstrap over images, {lvl}% interval)", "",
-              "| detector | metric | difference | interval |", "|---|---|---|---|"]
+              "| detector | metric | difference | interval | note |", "|---|---|---|---|---|"]
     for d in c.diffs:
         ci = "—" if np.isnan(d["ci"][0]) else f"[{f(d['ci'][0])}, {f(d['ci'][1])}]" + (" *" if d["excludes_zero"] else "")
-        lines.append(f"| {d['detector']} | {d['metric']} | {f(d['diff'])} | {ci} |")
+        lines.append(f"| {d['detector']} | {d['metric']} | {f(d['diff'])} | {ci} | {d.get('ci_note') or ''} |")
+    p = c.params
+    lines += ["", f"Intervals: {p.get('method', 'bca')} over {p['n_boot']} image resamples (calibration metrics) and "
+              f"{p.get('ap_n_boot', 0)} resamples with COCO AP/AR recomputed on each (AP/AR differences); * the "
+              "interval excludes 0."]
+    notes = [f"{r['detector']} {k}: {v}" for r in c.table for k, v in (r.get("ci_notes") or {}).items()]
+    if notes:
+        lines += ["", "Interval notes:", *[f"- {n}" for n in notes]]
     lines += ["", "## By object size", "", table_markdown(c.per_size, digits=digits)]
     for name, rows in c.per_class.items():
         lines += ["", f"## Per class: {name}", "", table_markdown(rows, digits=digits)]
