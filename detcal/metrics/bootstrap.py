@@ -330,7 +330,7 @@ def interval(
     out["bias"] = float(np.mean(v) - est)
     if method == "percentile":
         out["ci"] = percentile_interval(v, level)
-        return out
+        return _outside_note(out, v, est)
     below, equal = int(np.sum(v < est)), int(np.sum(v == est))
     above = len(v) - below - equal
     if min(below + equal, above + equal) < MIN_SIDE:
@@ -355,6 +355,21 @@ def interval(
     if alphas[0] * len(v) < 1.0 or (1.0 - alphas[1]) * len(v) < 1.0:
         out["note"] = (f"the adjusted levels ({alphas[0]:.2g}, {alphas[1]:.2g}) reach the extreme replicates: "
                        "the end point is a Monte-Carlo extreme; more replicates (n_boot) give a steadier one")
+    return _outside_note(out, v, est)
+
+
+def _outside_note(out: dict[str, Any], v: np.ndarray, est: float) -> dict[str, Any]:
+    """Say why, when the interval leaves out its own estimate (the interval itself is unchanged)."""
+    lo, hi = out["ci"]
+    if not (np.isfinite(lo) and np.isfinite(hi)) or lo <= est <= hi:
+        return out
+    side = "below" if hi < est else "above"
+    n_side = int(np.sum(v < est)) if side == "below" else int(np.sum(v > est))
+    why = (f"the estimate {est:.6g} lies {'above' if side == 'below' else 'below'} the interval: {n_side} of {len(v)} "
+           f"replicates fall {side} it (bootstrap bias {out['bias']:.3g}); the metric shifts under resampling of "
+           "images (for D-ECE, drawn-twice images fill sparse cells), so the interval follows the bootstrap "
+           "distribution rather than centring on the estimate")
+    out["note"] = f"{out['note']}; {why}" if out["note"] else why
     return out
 
 

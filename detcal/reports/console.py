@@ -12,16 +12,19 @@ from detcal.reports.tables import format_value
 __all__ = ["console_summary", "run_footer"]
 
 
-def _ci(ci: Any) -> str:
+def _ci(ci: Any, value: Any = None) -> str:
     if isinstance(ci, (list, tuple)) and len(ci) == 2 and all(isinstance(x, (int, float)) for x in ci):
-        return f"[{format_value(ci[0])}, {format_value(ci[1])}]"
+        out = f"[{format_value(ci[0])}, {format_value(ci[1])}]"
+        if isinstance(value, (int, float)) and not ci[0] <= value <= ci[1]:
+            out += " (the estimate lies outside: the interval's note in metrics.json says why)"
+        return out
     return ""
 
 
 def _value(e: Mapping[str, Any]) -> str:
     if e.get("value") is None:
         return "null (" + str((e.get("_null") or {}).get("value", "not computable")) + ")"
-    return f"{format_value(e.get('value'))} {_ci(e.get('ci'))}".rstrip()
+    return f"{format_value(e.get('value'))} {_ci(e.get('ci'), e.get('value'))}".rstrip()
 
 
 def _headline_lines(m: Mapping[str, Any]) -> list[str]:
