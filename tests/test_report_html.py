@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import detcal
-from detcal.pipeline.spec import BootstrapSpec, DeceBinningSpec, EvaluationSpec
+from detcal.pipeline.spec import BootstrapSpec, DataSpec, DeceBinningSpec, EvaluationSpec
 from detcal.reports.html import render_report, write_report
 from detcal.reports.html.worst import cell_contributions, worst_detections
 
@@ -236,3 +236,36 @@ def test_evaluate_ends_with_run_directory_files_and_report(tmp_path: Path) -> No
         tmp_path,
     )
     assert off.returncode == 0 and not (tmp_path / "off" / "report.html").exists()
+
+
+def test_calibrate_report_numbers_and_before_after(tmp_path: Path) -> None:
+    res = detcal.calibrate(
+        DataSpec(n_images=200),
+        EvaluationSpec(bootstrap=BootstrapSpec(n=40), dece_binning=DeceBinningSpec(bins=3)),
+        workdir=tmp_path,
+    )
+    content = res.write(tmp_path / "run", plots=False, csv=False, report=True)
+    page = (tmp_path / "run" / "report.html").read_text(encoding="utf-8")
+    assert _assert_numbers_from(page, content) > 100
+    _assert_self_contained(page)
+    change = content["evaluation"]["confidence"]["change"]["ece"]
+    shown = set(_page_numbers(page))
+    assert {change["a"], change["b"], change["difference"]} <= shown and set(change["ci"]) <= shown
+    assert "Before and after calibration" in page and page.count("Reliability before") == 1
+    assert page.count("Reliability after") == 1
+
+
+def test_main_job_table1_section() -> None:
+    t1 = {
+        "command": "detcal-main",
+        "table": "Levi et al. 2019 Table 1 analogue",
+        "split": "val",
+        "n_tp_val": 812,
+        "columns": ["tx", "ty"],
+        "rows": {"uncalibrated": {"tx": 0.31, "ty": 0.29}, "std scaling": {"tx": 0.05, "ty": 0.04}},
+        "paper": {"ENCE before calibration": {"tx": 0.165, "ty": 0.254}},
+    }
+    page = render_report(t1)
+    assert "Levi et al. 2019 Table 1 analogue" in page and "The paper's Table 1" in page
+    _assert_numbers_from(page, t1)
+    assert {0.31, 0.29, 0.05, 0.04, 0.165, 0.254, 812} <= set(_page_numbers(page))

@@ -96,8 +96,9 @@ def _conf_stages(m: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
 def confidence_figures(m: Mapping[str, Any], part: str = "all") -> str:
     """Reliability diagram per threshold (and stage) and the D-ECE maps. ``part``: ``first`` (the first
     threshold / stage only, for the first screen), ``rest`` (the others) or ``all``."""
-    figs, k = [], 0
-    for stage, blocks in _conf_stages(m).items():
+    figs = []
+    for stage, blocks in _conf_stages(m).items():  # the first threshold of each stage (before, after) first
+        k = 0
         for label, blk in blocks.items():
             ece = (blk or {}).get("ece") if isinstance(blk, Mapping) else None
             if not isinstance(ece, Mapping) or not ece.get("table"):
@@ -242,16 +243,11 @@ def table1(m: Mapping[str, Any]) -> str:
         table(["row", *cols], [[k, *[(v or {}).get(c) for c in cols]] for k, v in m["rows"].items()]),
     ]
     paper = m.get("paper")
-    if isinstance(paper, Mapping) and isinstance(paper.get("rows"), Mapping):
+    prow = paper.get("rows", paper) if isinstance(paper, Mapping) else None
+    if isinstance(prow, Mapping) and all(isinstance(v, Mapping) for v in prow.values()):
         out.append(
             "<h3>The paper's Table 1</h3>"
-            + table(
-                ["row", *cols],
-                [
-                    [k, *[(v or {}).get(c) if isinstance(v, Mapping) else v for c in cols]]
-                    for k, v in paper["rows"].items()
-                ],
-            )
+            + table(["row", *cols], [[k, *[v.get(c) for c in cols]] for k, v in prow.items()])
         )
     return "".join(out)
 
