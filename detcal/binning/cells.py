@@ -324,7 +324,9 @@ def cell_stats(
     """The ``_update`` stage: per-cell sufficient statistics of one chunk of samples.
 
     Cells: equal-width bins over (p, features[:, 0], ...) in [0, 1], bins int
-    or per-feature (confidence first), product grid (docs/metrics.md).
+    or per-feature (confidence first), product grid (docs/metrics.md); the
+    cell of a sample is that of :func:`detcal.metrics.reference.cells` and its
+    exact sums give the cell means of :func:`detcal.metrics.reference.cell_gaps`.
     Per cell c: ``N_c``, ``sum y``, ``sum p`` (over y = 0 and y = 1), ``sum p^2``,
     ``sum (p - y)^2``, ``sum NLL``. With ``groups [S]`` in ``[0, n_groups)``
     (e.g. class index), the result has a leading axis: ``[n_groups, C]``.

@@ -30,6 +30,11 @@ classes, bootstrap replicates). The public functions (:func:`ece`,
 :func:`dece`, ...) are thin wrappers; :func:`confidence_metrics` computes the
 default suite from shared statistics.
 
+Definitions: each binned metric is written out plainly, as its formula, in
+:mod:`detcal.metrics.reference` (``ece``, ``ece_q``, ``mce``, ``dece``,
+``homogeneity``, ``outliers``); the fast path here must equal it
+(tests/test_metrics_reference.py).
+
 Results are :class:`detcal.core.types.MetricResult`; an empty sample or an
 undefined quantity gives ``value = NaN`` with ``extra["note"]``, never an
 exception.
@@ -226,7 +231,10 @@ class ConfidenceMetric:
 
     # -- _compute ---------------------------------------------------------
     def values(self, sums: CellSums) -> np.ndarray:
-        """Metric values [...] from cell sums [..., C] (NaN where undefined)."""
+        """Metric values [...] from cell sums [..., C] (NaN where undefined).
+
+        Per replicate/class, the value of the :mod:`detcal.metrics.reference` function of the same name.
+        """
         if self.binned:
             v = _binned_values(self.name, _summary(sums, self.sample_threshold, self.policy), self.q)
             return v * v if (self.name == "homogeneity" and self.spread == "variance") else v
@@ -346,6 +354,8 @@ def ece(
     With the default ``sample_threshold=1`` both policies agree (netcal
     ``ECE(bins=15)``) up to the edge rule. ``edges="guo"``: Guo et al.'s
     bins ``((m-1)/M, m/M]`` instead of the default ``[a, b)``.
+
+    Definition: :func:`detcal.metrics.reference.ece`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     return ConfidenceMetric("ece", bins, sample_threshold, policy, edge_rule=edges)(p, y)
 
@@ -358,6 +368,8 @@ def ece_q(
 
     Reference: Kumar et al. 2019, "Verified uncertainty calibration" (l_p
     calibration error); cells and policy as :func:`ece`.
+
+    Definition: :func:`detcal.metrics.reference.ece_q`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     return ConfidenceMetric("ece_q", bins, sample_threshold, policy, q=float(q), edge_rule=edges)(p, y)
 
@@ -369,6 +381,8 @@ def mce(
 
     Both policies give the same value (netcal's sparse cells have gap 0), but
     ``policy="netcal"`` selects netcal's edge rule.
+
+    Definition: :func:`detcal.metrics.reference.mce`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     return ConfidenceMetric("mce", bins, sample_threshold, policy, edge_rule=edges)(p, y)
 
@@ -387,6 +401,8 @@ def dece(
     ``features=None``: confidence only. Thetis computes D-ECE with no sample
     threshold (``sample_threshold=1``) and the class label as one more bin
     dimension (:func:`detcal.metrics.confidence_suite.dece_by_class`).
+
+    Definition: :func:`detcal.metrics.reference.dece`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     return ConfidenceMetric("dece", _bins_arg(bins), sample_threshold, policy, use_features=True, edge_rule=edges)(
         p, y, features)
@@ -408,6 +424,8 @@ def homogeneity(
     definition (docs/metrics.md). ``spread="variance"``: the same weighted
     variance without the square root, as Thetis's homogeneity (the variance of
     the calibration error across confidence levels), same weights.
+
+    Definition: :func:`detcal.metrics.reference.homogeneity`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     return ConfidenceMetric("homogeneity", _bins_arg(bins), sample_threshold, "drop", use_features=True, spread=spread)(
         p, y, features)
@@ -423,6 +441,8 @@ def outliers(
     sum_outlier N_c / N_kept``; ``extra`` has the cell count
     (``outlier_cells``), samples, threshold and the rating of
     :data:`OUTLIER_RATINGS`. detcal definition (docs/metrics.md).
+
+    Definition: :func:`detcal.metrics.reference.outliers`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     return ConfidenceMetric("outliers", _bins_arg(bins), sample_threshold, "drop", use_features=True)(p, y, features)
 

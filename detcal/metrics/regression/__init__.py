@@ -13,6 +13,10 @@ optional full covariance ``cov [S,K,K]``. :func:`per_coordinate` and
 :func:`joint` apply them to a :class:`detcal.metrics.spaces.RegressionSample`;
 :func:`regression_metrics` runs the default suite.
 
+Definitions: the binned ones (ENCE, LENCE, UCE, M-QCE, C-QCE, joint QCE,
+Kuleshov's interval CE) are written plainly in :mod:`detcal.metrics.reference`;
+each fast path here must equal its reference (tests/test_metrics_reference.py).
+
 Axis letters: S samples, K coordinates, B bins, L quantile levels.
 
 Mergeable statistics (torchmetrics style): binned metrics over *fixed*

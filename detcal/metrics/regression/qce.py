@@ -117,7 +117,10 @@ def coverage_stats(
 
 
 def m_qce_from_stats(stats: CoverageStats) -> MetricResult:
-    """M-QCE = mean_tau |coverage(tau) - tau| from pooled coverage counts."""
+    """M-QCE = mean_tau |coverage(tau) - tau| from pooled coverage counts.
+
+    Definition: :func:`detcal.metrics.reference.qce_from_nees`, which this fast path must equal (tests/test_metrics_reference.py).
+    """
     n = int(stats.count.sum())
     params = {"levels": stats.levels.tolist(), "d": stats.d, "n": n}
     if n == 0:
@@ -136,6 +139,8 @@ def c_qce_from_stats(stats: CoverageStats, *, sample_threshold: int = 1, policy:
     w_b = N_b / N_kept (dropped sample fraction in ``extra``). ``netcal``
     (netcal 1.4.0, ``marginal=False``): such bins count with coverage 0 and
     keep their weight w_b = N_b / N.
+
+    Definition: :func:`detcal.metrics.reference.qce_from_nees`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     _check_choice(policy, POLICIES, "policy")
     n = stats.count
@@ -186,6 +191,8 @@ def m_qce(mu: Any, sigma: Any, y: Any, *, levels: Any = QUANTILE_LEVELS) -> Metr
 
     eps = e^2/sigma^2; coverage(tau) = mean 1(eps <= chi2_1.ppf(tau));
     M-QCE = (1/L) sum_tau |coverage(tau) - tau|.
+
+    Definition: :func:`detcal.metrics.reference.m_qce`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     return m_qce_from_stats(_coverage_chunked(mu, sigma, y, levels, None, "marginal", None))
 
@@ -199,6 +206,8 @@ def c_qce(
     C-QCE = (1/L) sum_tau sum_b w_b |coverage_b(tau) - tau| with B bins over
     sigma (equal-width over [min, max] as netcal, or equal_count) and the
     sparse-bin ``policy`` of :func:`c_qce_from_stats`.
+
+    Definition: :func:`detcal.metrics.reference.c_qce`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     try:  # the argument checks of coverage_stats, after the input checks as there
         _validate_levels(levels)
@@ -319,6 +328,8 @@ def m_qce_joint(mu: Any, sigma: Any, y: Any, *, cov: Any | None = None, levels: 
     """Joint M-QCE over d = K coordinates: eps = e^T Sigma^-1 e against chi2_d.ppf(tau) (Kueppers et al. 2022).
 
     Sigma = ``cov`` (full) or diag(sigma^2).
+
+    Definition: :func:`detcal.metrics.reference.qce_from_nees` of :func:`detcal.metrics.reference.joint_nees`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     eps, _, _, d = _joint_nees(mu, sigma, y, cov)
     res = m_qce_from_stats(coverage_stats(eps, None, d=d, levels=levels))
@@ -331,7 +342,10 @@ def c_qce_joint(
     binning: str = "equal_width", sample_threshold: int = 1, policy: str = "drop",
     range_: tuple[float, float] | None = None,
 ) -> MetricResult:
-    """Joint C-QCE: bins over sigma_G = det(Sigma)^(1/(2d)) (netcal 1.4.0 with covariances)."""
+    """Joint C-QCE: bins over sigma_G = det(Sigma)^(1/(2d)) (netcal 1.4.0 with covariances).
+
+    Definition: :func:`detcal.metrics.reference.qce_from_nees` of :func:`detcal.metrics.reference.joint_nees`, which this fast path must equal (tests/test_metrics_reference.py).
+    """
     eps, _, sg, d = _joint_nees(mu, sigma, y, cov)
     stats = coverage_stats(eps, sg, d=d, levels=levels, bins=bins, binning=binning, range_=range_)
     res = c_qce_from_stats(stats, sample_threshold=sample_threshold, policy=policy)

@@ -142,6 +142,8 @@ def interval_calibration_error(
     (uncertainty-toolbox, m = 100), w_j = 1; ``reduction`` ``sum`` (Kuleshov)
     or ``mean`` (over the m levels). Note: uncertainty-toolbox normalises
     (mu - y)/sigma; the one-sided curve here uses e = y - mu (docs/metrics.md).
+
+    Definition: :func:`detcal.metrics.reference.interval_calibration_error`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     mu_, s, t = _validate(mu, sigma, y)
     _check_choice(reduction, ("sum", "mean"), "reduction")

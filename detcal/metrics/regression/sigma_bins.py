@@ -159,6 +159,8 @@ def ence_from_stats(stats: SigmaBinStats) -> MetricResult:
     """ENCE = (1/B') sum_b |RMV(b) - RMSE(b)| / RMV(b) over the B' non-empty bins (Levi et al. 2019, Eq. 8).
 
     RMV(b) = sqrt(mean sigma^2), RMSE(b) = sqrt(mean e^2); table = reliability diagram.
+
+    Definition: :func:`detcal.metrics.reference.ence`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     n = stats.count
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -196,6 +198,8 @@ def ence(
     group's mean e^2); the bin sizes stay exactly those of Levi et al. and the
     value does not depend on the input order (:class:`detcal.binning.RankSegments`).
     Without such ties this is the plain split of a stable sort by sigma.
+
+    Definition: :func:`detcal.metrics.reference.ence`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     fast = _equal_width_stats(mu, sigma, y, bins, binning, "sigma", range_)
     if fast is not None:
@@ -236,6 +240,8 @@ def lence(
     Degenerate case (Lakara et al.): when every sigma is equal, C_v = 0 exactly
     and LENCE = inf, whatever the constant; ``extra["reason"]`` says why
     (metrics.json writes it as null with that reason).
+
+    Definition: :func:`detcal.metrics.reference.lence`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     e = ence(mu, sigma, y, bins=bins, binning=binning, range_=range_)
     cv = coefficient_of_variation(mu, sigma, y)
@@ -249,7 +255,10 @@ def lence(
 
 
 def uce_from_stats(stats: SigmaBinStats) -> MetricResult:
-    """UCE = sum_b N_b/N |MSE(b) - MV(b)| from per-bin sums over variance bins."""
+    """UCE = sum_b N_b/N |MSE(b) - MV(b)| from per-bin sums over variance bins.
+
+    Definition: :func:`detcal.metrics.reference.uce`, which this fast path must equal (tests/test_metrics_reference.py).
+    """
     n = stats.count
     total = int(n.sum())
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -274,5 +283,7 @@ def uce(
 
     UCE = sum_b N_b/N |MSE(b) - MV(b)| with B bins over the variance sigma^2,
     equal-width over [min sigma^2, max sigma^2] by default (netcal).
+
+    Definition: :func:`detcal.metrics.reference.uce`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     return uce_from_stats(sigma_bin_stats(mu, sigma, y, bins=bins, binning=binning, over="variance", range_=range_))
