@@ -3,25 +3,33 @@
 Split out of :mod:`detcal.metrics.confidence` (whose names it uses and which
 re-exports these).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable
+from typing import Any
 
 import numpy as np
 
 from detcal.binning.cells import FLOAT_STATS, CellStats, cell_stats, sample_cells, validate_sample
 from detcal.core.errors import DetcalInputError
-from detcal.metrics.confidence import SPARSE_RATIO, ConfidenceMetric, SparseCellsWarning, _bins_arg
 from detcal.core.types import MetricResult
+from detcal.metrics.confidence import SPARSE_RATIO, ConfidenceMetric, SparseCellsWarning, _bins_arg
 
 # Per class
 # ---------------------------------------------------------------------------
 
+
 def _class_aggregate(
-    name: str, categories: np.ndarray, values: np.ndarray, counts: np.ndarray, average: str, inner: MetricResult | None,
+    name: str,
+    categories: np.ndarray,
+    values: np.ndarray,
+    counts: np.ndarray,
+    average: str,
+    inner: MetricResult | None,
     params: dict[str, Any],
 ) -> MetricResult:
     """Weighted (by class sample count) and unweighted means over classes with a finite value."""
@@ -45,7 +53,11 @@ def _class_aggregate(
         value=weighted if average == "weighted" else unweighted,
         variant=(inner.variant if inner is not None else ""),
         params={**params, "average": average, "n": int(counts.sum())},
-        table={"category": categories.astype(np.int64), "value": values.astype(np.float64), "n": counts.astype(np.int64)},
+        table={
+            "category": categories.astype(np.int64),
+            "value": values.astype(np.float64),
+            "n": counts.astype(np.int64),
+        },
         extra=extra,
     )
 
@@ -74,7 +86,9 @@ def per_class(
     y_arr = np.asarray(y)
     cat = np.asarray(category)
     if cat.shape != p_arr.shape or (cat.size and not np.issubdtype(cat.dtype, np.integer)):
-        raise DetcalInputError(f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category")
+        raise DetcalInputError(
+            f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category"
+        )
     if y_arr.shape != p_arr.shape:
         raise DetcalInputError(f"y has shape {y_arr.shape}, expected {p_arr.shape}", field="y")
     f_arr = None if features is None else np.asarray(features, dtype=np.float64)
@@ -99,7 +113,9 @@ def per_class(
         else:
             values[k] = float(r)
     if warned:
-        warnings.warn(f"sparse cells (cells > samples/{SPARSE_RATIO}) in classes {warned}", SparseCellsWarning, stacklevel=2)
+        warnings.warn(
+            f"sparse cells (cells > samples/{SPARSE_RATIO}) in classes {warned}", SparseCellsWarning, stacklevel=2
+        )
     name = inner.name if inner is not None else getattr(metric_fn, "__name__", "metric")
     params = {k: v for k, v in (inner.params.items() if inner is not None else {}.items()) if k != "n"}
     return _class_aggregate(name, cats, values, counts, average, inner, params)
@@ -122,6 +138,7 @@ def category_index(cat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 # ---------------------------------------------------------------------------
 # The default suite
 # ---------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ConfidenceConfig:
@@ -162,8 +179,15 @@ class ConfidenceConfig:
             "ece_q": ConfidenceMetric("ece_q", self.ece_bins, 1, self.policy, q=self.q, edge_rule=e),
             "mce": ConfidenceMetric("mce", self.ece_bins, self.mce_sample_threshold, self.policy, edge_rule=e),
             "dece": ConfidenceMetric("dece", b, self.sample_threshold, self.policy, use_features=True, edge_rule=e),
-            "homogeneity": ConfidenceMetric("homogeneity", b, self.sample_threshold, "drop", use_features=True,
-                                            edge_rule=e, spread=self.homogeneity_spread),
+            "homogeneity": ConfidenceMetric(
+                "homogeneity",
+                b,
+                self.sample_threshold,
+                "drop",
+                use_features=True,
+                edge_rule=e,
+                spread=self.homogeneity_spread,
+            ),
             "outliers": ConfidenceMetric("outliers", b, self.sample_threshold, "drop", use_features=True, edge_rule=e),
             "nll": ConfidenceMetric("nll"),
             "brier": ConfidenceMetric("brier"),
@@ -206,7 +230,9 @@ def confidence_metrics(
     if category is not None:
         cat = np.asarray(category)
         if cat.shape != p_arr.shape or (cat.size and not np.issubdtype(cat.dtype, np.integer)):
-            raise DetcalInputError(f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category")
+            raise DetcalInputError(
+                f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category"
+            )
         cats, cat_idx = category_index(cat)
     n_groups = None if cats is None else len(cats)
     # one cell_stats pass per distinct grid, computing the statistics its metrics read; the cell-free
@@ -227,8 +253,17 @@ def confidence_metrics(
     for key, m in grids.items():
         which = tuple(s for s in FLOAT_STATS if s in need[key])
         if cells is not None and key in cells:
-            grouped[key] = cell_stats(p, m._y(p, y), None, key[0], edges=key[1], groups=cat_idx, n_groups=n_groups,
-                                      stats=which, cells=cells[key])
+            grouped[key] = cell_stats(
+                p,
+                m._y(p, y),
+                None,
+                key[0],
+                edges=key[1],
+                groups=cat_idx,
+                n_groups=n_groups,
+                stats=which,
+                cells=cells[key],
+            )
         else:
             grouped[key] = m.stats(p, y, features if m.binned else None, groups=cat_idx, n_groups=n_groups, which=which)
     out: dict[str, MetricResult] = {}
@@ -255,19 +290,35 @@ def confidence_metrics(
             out[f"{name}_per_class"] = _class_aggregate(
                 name, cats, values, st.n.astype(np.int64), cfg.average, out[name], params
             )
-    sparse = [name for name, r in out.items() if r.extra.get("sparse_warning") and r.params.get("n", 0) > 0
-              and not name.endswith("_per_class")]
+    sparse = [
+        name
+        for name, r in out.items()
+        if r.extra.get("sparse_warning") and r.params.get("n", 0) > 0 and not name.endswith("_per_class")
+    ]
     if sparse:
         warnings.warn(
             f"{sparse}: more cells than samples/{SPARSE_RATIO} ({int(np.size(p_arr))} samples); "
             "the estimates are dominated by sparse cells, consider fewer bins",
-            SparseCellsWarning, stacklevel=2,
+            SparseCellsWarning,
+            stacklevel=2,
         )
     if image_id is not None and cfg.n_boot > 0:
         from detcal.metrics.bootstrap import suite_intervals
 
-        out.update(suite_intervals({name: out[name] for name in suite}, suite, image_id, p, y, features,
-                                   n_boot=cfg.n_boot, level=cfg.ci_level, seed=cfg.seed, method=cfg.ci_method))
+        out.update(
+            suite_intervals(
+                {name: out[name] for name in suite},
+                suite,
+                image_id,
+                p,
+                y,
+                features,
+                n_boot=cfg.n_boot,
+                level=cfg.ci_level,
+                seed=cfg.seed,
+                method=cfg.ci_method,
+            )
+        )
     return out
 
 
@@ -298,8 +349,16 @@ DECE_CLASS_MODES: tuple[str, ...] = ("dimension", "weighted_mean")
 
 
 def dece_by_class(
-    p: Any, y: Any, features: Any, category: Any, bins: int | tuple[int, ...] = 5, sample_threshold: int = 8,
-    policy: str = "drop", *, mode: str = "dimension", edges: str | None = None,
+    p: Any,
+    y: Any,
+    features: Any,
+    category: Any,
+    bins: int | tuple[int, ...] = 5,
+    sample_threshold: int = 8,
+    policy: str = "drop",
+    *,
+    mode: str = "dimension",
+    edges: str | None = None,
 ) -> MetricResult:
     """D-ECE with the class label (``category [S]``, integers) entering the estimate.
 
@@ -321,7 +380,9 @@ def dece_by_class(
     p_arr = np.asarray(p, dtype=np.float64)
     cat = np.asarray(category)
     if cat.shape != p_arr.shape or (cat.size and not np.issubdtype(cat.dtype, np.integer)):
-        raise DetcalInputError(f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category")
+        raise DetcalInputError(
+            f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category"
+        )
     metric = ConfidenceMetric("dece", _bins_arg(bins), sample_threshold, policy, use_features=True, edge_rule=edges)
     cats, idx = np.unique(cat, return_inverse=True)
     st = metric.stats(p, y, features, groups=idx.reshape(-1), n_groups=len(cats))  # [G, C]
@@ -332,7 +393,10 @@ def dece_by_class(
         res = _class_aggregate("dece", cats, values, st.n.astype(np.int64), "weighted", None, params)
         return dataclasses.replace(res, name="dece", variant=f"{metric.variant}+class_weighted_mean")
     flat = CellStats(
-        bins=(len(cats),) + tuple(st.bins), edges=st.edges, count=st.count.reshape(-1), sum_y=st.sum_y.reshape(-1),
+        bins=(len(cats),) + tuple(st.bins),
+        edges=st.edges,
+        count=st.count.reshape(-1),
+        sum_y=st.sum_y.reshape(-1),
         fixed={k: v.reshape(-1, 3) for k, v in st.fixed.items()},
     )
     with warnings.catch_warnings():
