@@ -197,46 +197,32 @@ class ConfidenceConfig:
         }
 
 
-def confidence_metrics(
+def _category_groups(category: Any, p_arr: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The distinct classes [G] and each sample's class index [S] (None, None without ``category``)."""
+    if category is None:
+        return None, None
+    cat = np.asarray(category)
+    if cat.shape != p_arr.shape or (cat.size and not np.issubdtype(cat.dtype, np.integer)):
+        raise DetcalInputError(
+            f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category"
+        )
+    return category_index(cat)
+
+
+def _suite_stats(
+    suite: dict[str, ConfidenceMetric],
     p: Any,
     y: Any,
-    features: Any = None,
-    category: Any = None,
-    config: ConfidenceConfig | None = None,
-    image_id: Any = None,
-    cells: dict[Hashable, np.ndarray] | None = None,
-) -> dict[str, MetricResult]:
-    """The default confidence suite from shared statistics: name -> :class:`MetricResult`.
+    features: Any,
+    cells: dict[Hashable, np.ndarray] | None,
+    cat_idx: np.ndarray | None,
+    n_groups: int | None,
+) -> tuple[dict[Hashable, CellStats], Hashable]:
+    """The statistics of every distinct grid of the suite, and the key of the grid the cell-free metrics read.
 
-    One :func:`~detcal.binning.cell_stats` pass per distinct grid (the ECE
-    grid, the D-ECE grid; the cell-free metrics reuse the exact totals of a
-    ``floor`` grid). With ``category [S]`` the statistics are computed per
-    class in the same pass and ``"<name>_per_class"`` entries are added
-    (weighted/unweighted means, as :func:`per_class`); the class-agnostic
-    numbers are the exact sums over classes. With ``image_id [S]`` and
-    ``config.n_boot > 0``, every class-agnostic number gets a bootstrap
-    interval over images (``config.ci_method``: BCa by default; shared draws,
-    :func:`detcal.metrics.bootstrap.suite_intervals`).
-
-    ``cells``: the cell of each sample on the suite's grids, from :func:`suite_cells`
-    (computed once for detections shared by several calls, e.g. one per IoU
-    threshold, then indexed): those grids skip the binning (same numbers).
+    One cell_stats pass per distinct grid, computing the statistics its metrics read; the cell-free metrics read
+    the exact totals of the first floor grid, which then computes every statistic.
     """
-    cfg = config or ConfidenceConfig()
-    suite = cfg.metrics()
-    p_arr = np.asarray(p, dtype=np.float64)
-    cats: np.ndarray | None = None
-    cat_idx: np.ndarray | None = None
-    if category is not None:
-        cat = np.asarray(category)
-        if cat.shape != p_arr.shape or (cat.size and not np.issubdtype(cat.dtype, np.integer)):
-            raise DetcalInputError(
-                f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category"
-            )
-        cats, cat_idx = category_index(cat)
-    n_groups = None if cats is None else len(cats)
-    # one cell_stats pass per distinct grid, computing the statistics its metrics read; the cell-free
-    # metrics read the exact totals of the first floor grid, which then computes every statistic
     grids: dict[Hashable, ConfidenceMetric] = {}
     need: dict[Hashable, set[str]] = {}
     for m in suite.values():
@@ -266,6 +252,56 @@ def confidence_metrics(
             )
         else:
             grouped[key] = m.stats(p, y, features if m.binned else None, groups=cat_idx, n_groups=n_groups, which=which)
+    return grouped, free_key
+
+
+def _warn_sparse(out: dict[str, MetricResult], n: int) -> None:
+    """One combined :class:`SparseCellsWarning` for the class-agnostic results with more cells than samples/10."""
+
+    sparse = [
+        name
+        for name, r in out.items()
+        if r.extra.get("sparse_warning") and r.params.get("n", 0) > 0 and not name.endswith("_per_class")
+    ]
+    if sparse:
+        warnings.warn(
+            f"{sparse}: more cells than samples/{SPARSE_RATIO} ({n} samples); "
+            "the estimates are dominated by sparse cells, consider fewer bins",
+            SparseCellsWarning,
+            stacklevel=3,
+        )
+
+
+def confidence_metrics(
+    p: Any,
+    y: Any,
+    features: Any = None,
+    category: Any = None,
+    config: ConfidenceConfig | None = None,
+    image_id: Any = None,
+    cells: dict[Hashable, np.ndarray] | None = None,
+) -> dict[str, MetricResult]:
+    """The default confidence suite from shared statistics: name -> :class:`MetricResult`.
+
+    One :func:`~detcal.binning.cell_stats` pass per distinct grid (the ECE
+    grid, the D-ECE grid; the cell-free metrics reuse the exact totals of a
+    ``floor`` grid). With ``category [S]`` the statistics are computed per
+    class in the same pass and ``"<name>_per_class"`` entries are added
+    (weighted/unweighted means, as :func:`per_class`); the class-agnostic
+    numbers are the exact sums over classes. With ``image_id [S]`` and
+    ``config.n_boot > 0``, every class-agnostic number gets a bootstrap
+    interval over images (``config.ci_method``: BCa by default; shared draws,
+    :func:`detcal.metrics.bootstrap.suite_intervals`).
+
+    ``cells``: the cell of each sample on the suite's grids, from :func:`suite_cells`
+    (computed once for detections shared by several calls, e.g. one per IoU
+    threshold, then indexed): those grids skip the binning (same numbers).
+    """
+    cfg = config or ConfidenceConfig()
+    suite = cfg.metrics()
+    p_arr = np.asarray(p, dtype=np.float64)
+    cats, cat_idx = _category_groups(category, p_arr)
+    grouped, free_key = _suite_stats(suite, p, y, features, cells, cat_idx, None if cats is None else len(cats))
     out: dict[str, MetricResult] = {}
     shared: dict[tuple[Hashable, bool], tuple[CellStats, Any, Any]] = {}  # per grid: agnostic stats and sums
 
@@ -290,18 +326,7 @@ def confidence_metrics(
             out[f"{name}_per_class"] = _class_aggregate(
                 name, cats, values, st.n.astype(np.int64), cfg.average, out[name], params
             )
-    sparse = [
-        name
-        for name, r in out.items()
-        if r.extra.get("sparse_warning") and r.params.get("n", 0) > 0 and not name.endswith("_per_class")
-    ]
-    if sparse:
-        warnings.warn(
-            f"{sparse}: more cells than samples/{SPARSE_RATIO} ({int(np.size(p_arr))} samples); "
-            "the estimates are dominated by sparse cells, consider fewer bins",
-            SparseCellsWarning,
-            stacklevel=2,
-        )
+    _warn_sparse(out, int(np.size(p_arr)))
     if image_id is not None and cfg.n_boot > 0:
         from detcal.metrics.bootstrap import suite_intervals
 
