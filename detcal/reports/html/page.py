@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -169,10 +168,10 @@ def provenance_section(m: Mapping[str, Any], extra_files: list[tuple[str, str, s
     return out
 
 
-def _png_section(run_dir: Path | None, files: Iterable[str]) -> str:
-    """The run's PNG diagrams, inline as data (the same files that lie beside report.html)."""
+def _png_figs(run_dir: Path | None, files: Iterable[str]) -> list[str]:
+    """The run's PNG diagrams as inline figures (the same files that lie beside report.html)."""
     if run_dir is None:
-        return ""
+        return []
     figs = []
     for f in files:
         p = run_dir / f
@@ -182,6 +181,12 @@ def _png_section(run_dir: Path | None, files: Iterable[str]) -> str:
                 f'<figure><img alt="{esc(f)}" src="data:image/png;base64,{data}">'
                 f"<figcaption>{esc(f)}</figcaption></figure>"
             )
+    return figs
+
+
+def _png_section(run_dir: Path | None, files: Iterable[str], keep_per_class: bool = True) -> str:
+    """Every PNG of the run (but the per-class diagrams when the per-class table shows them)."""
+    figs = _png_figs(run_dir, [f for f in files if keep_per_class or "per_class" not in f])
     return "<h2 id=diagrams>Diagrams</h2><div class=figs>" + "".join(figs) + "</div>" if figs else ""
 
 
@@ -212,24 +217,25 @@ def render_report(
     extra_files: list[tuple[str, str, str]] | None = None,
 ) -> str:
     """report.html of one run from its metrics.json content ``m`` (the page shows only numbers of ``m``)."""
-    t0 = time.perf_counter()
     rd = None if run_dir is None else Path(run_dir)
     if image_dir is None:
         image_dir = ((m.get("config") or {}).get("data") or {}).get("image_dir")
     img = Path(image_dir) if image_dir else None
+    pc_figs = "".join(_png_figs(rd, [f for f in m.get("files") or [] if "per_class" in f]))
+    pc_html = sec.per_class(m, pc_figs)
     facts = findings(m)
     first = [sec.headline(m), sec.confidence_figures(m, "first")]
     rest = [
         sec.confidence_figures(m, "rest"),
         worst_section(m, img),
-        sec.per_class(m),
+        pc_html,
         sec.accuracy(m),
         sec.regression(m),
         sec.change(m),
         sec.table1(m),
         sec.compare(m),
         generic_section(m, [k for k in m if k not in sec.KNOWN_KEYS]),
-        _png_section(rd, m.get("files") or []),
+        _png_section(rd, m.get("files") or [], keep_per_class=not pc_html),
         provenance_section(m, extra_files or []),
     ]
     body = (
@@ -244,12 +250,11 @@ def render_report(
     )
     title = f"{m.get('command', 'detcal')} report"
     sub = _data_line(m.get("data"))
-    took = time.perf_counter() - t0
     return (
         f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><meta name=viewport "
         f'content="width=device-width,initial-scale=1"><title>{esc(title)}</title><style>{CSS}</style></head>'
         f"<body><header><h1>{esc(title)}</h1><p>{sub} · detcal {esc(m.get('detcal_version', ''))} · "
         f"{esc(m.get('created', ''))} · {esc(m.get('run_dir', ''))}</p>{_nav(body)}</header><main>{body}</main>"
-        f"<footer>Definitions: docs/metrics.md of detcal {esc(m.get('detcal_version', ''))}. "
-        f"Page assembled in {took * 1000:.0f} ms.</footer><script>{SCRIPT}</script></body></html>"
+        f"<footer>Definitions: docs/metrics.md of detcal {esc(m.get('detcal_version', ''))}; what this page shows: "
+        f"docs/report.md. Every number on it is a number of metrics.json.</footer><script>{SCRIPT}</script></body></html>"
     )
