@@ -101,13 +101,34 @@ def _change_sentences(change: Mapping[str, Any]) -> list[str]:
 
 
 def _diff_sentences(diffs: Any) -> list[str]:
-    out = []
+    """One sentence per detector: the differences from the baseline whose paired interval excludes 0."""
+    by_det: dict[str, list[Mapping[str, Any]]] = {}
     for d in diffs or []:
         if isinstance(d, Mapping) and d.get("excludes_zero") and is_number(d.get("diff")):
-            out.append(
-                f"{esc(d['detector'])} vs {esc(d['baseline'])}: {esc(d['metric'])} differs by "
-                f"{num(d['diff'])} {ci_text(d.get('ci'))} (paired over images; the interval excludes 0)."
-            )
+            by_det.setdefault(str(d["detector"]), []).append(d)
+    out = []
+    for det, rows in by_det.items():
+        parts = [
+            f"{esc(d['metric'])} {'+' if d['diff'] > 0 else ''}{num(d['diff'])} {ci_text(d.get('ci'))}" for d in rows
+        ]
+        out.append(
+            f"{esc(det)} vs {esc(rows[0]['baseline'])} (paired over images, intervals that exclude 0): "
+            + "; ".join(parts)
+            + "."
+        )
+    return out
+
+
+def _best_sentences(table: Any) -> list[str]:
+    """compare: the best detector by AP and by ECE / D-ECE, with their intervals."""
+    rows = [r for r in table or [] if isinstance(r, Mapping) and "detector" in r] if isinstance(table, list) else []
+    out = []
+    for key, best, what in (("ece", min, "lowest ECE"), ("dece", min, "lowest D-ECE"), ("AP", max, "highest AP")):
+        ok = [r for r in rows if is_number(r.get(key))]
+        if len(ok) > 1:
+            r = best(ok, key=lambda x: x[key])
+            ci = ci_text(r.get(f"{key}_ci"))
+            out.append(f"{what}: <b>{esc(r['detector'])}</b>, {num(r[key])}{(' ' + ci) if ci else ''}.")
     return out
 
 
@@ -126,6 +147,7 @@ def findings(m: Mapping[str, Any]) -> list[str]:
         out += _bin_sentences(first[0], first[1]["ece"])
     out += _map_sentences(m.get("dece_maps") or {})
     out += _change_sentences(((m.get("evaluation") or {}).get("confidence") or {}).get("change") or {})
+    out += _best_sentences(m.get("table"))
     out += _diff_sentences(m.get("differences"))
     worst = m.get("worst_detections") or {}
     cells = worst.get("largest_gap_cells") or []

@@ -186,7 +186,7 @@ def _png_figs(run_dir: Path | None, files: Iterable[str]) -> list[str]:
 
 def _png_section(run_dir: Path | None, files: Iterable[str], keep_per_class: bool = True) -> str:
     """Every PNG of the run (but the per-class diagrams when the per-class table shows them)."""
-    figs = _png_figs(run_dir, [f for f in files if keep_per_class or "per_class" not in f])
+    figs = _png_figs(run_dir, [f for f in files if (keep_per_class or "per_class" not in f) and "overlay" not in f])
     return "<h2 id=diagrams>Diagrams</h2><div class=figs>" + "".join(figs) + "</div>" if figs else ""
 
 
@@ -225,6 +225,9 @@ def render_report(
     pc_html = sec.per_class(m, pc_figs)
     facts = findings(m)
     first = [sec.headline(m), sec.confidence_figures(m, "first")]
+    overlay = [f for f in m.get("files") or [] if "overlay" in f]
+    if not first[1] and overlay:  # compare: the overlaid reliability diagrams on the first screen
+        first[1] = "<div class=figs>" + "".join(_png_figs(rd, overlay)) + "</div>"
     rest = [
         sec.confidence_figures(m, "rest"),
         worst_section(m, img),

@@ -262,8 +262,24 @@ def compare(m: Mapping[str, Any]) -> str:
     ):
         rows = m.get(key)
         if isinstance(rows, list) and rows and isinstance(rows[0], Mapping):
-            cols = [c for c in dict.fromkeys(k for r in rows for k in r) if not c.startswith("_")]
-            out.append(f"<h2>{title}</h2>" + table(cols, [[r.get(c) for c in cols] for r in rows]))
+            skip = ("ci_notes", "ci_note", "bootstrap")
+            cols = [c for c in dict.fromkeys(k for r in rows for k in r) if not c.startswith("_") and c not in skip]
+            out.append(
+                f"<h2 id={key.replace('_', '-')}>{title}</h2>" + table(cols, [[r.get(c) for c in cols] for r in rows])
+            )
+            notes = [
+                f"{r.get('detector', '')} {r.get('metric', '')} {k}: {v}".replace("  ", " ")
+                for r in rows
+                for k, v in ((r.get("ci_notes") or {}) | ({"": r["ci_note"]} if r.get("ci_note") else {})).items()
+            ]
+            if notes:
+                out.append(
+                    "<details><summary>Interval notes ("
+                    + str(len(notes))
+                    + ")</summary><ul>"
+                    + "".join(f"<li>{esc(n)}</li>" for n in notes)
+                    + "</ul></details>"
+                )
     pcs = m.get("per_class")
     if isinstance(pcs, Mapping) and all(isinstance(v, list) for v in pcs.values()):
         for det, rows in pcs.items():
