@@ -188,7 +188,8 @@ def test_generic_keys_and_other_commands(synthetic: tuple[Path, dict], tmp_path:
         ],
     }
     page = write_report(tmp_path, cmp_like).read_text()
-    assert "Paired differences" in page and "excludes 0" in page.replace("the interval excludes 0", "excludes 0")
+    assert "Paired differences" in page and "<th>excludes_zero</th>" in page
+    assert "a vs b (paired over images, intervals that exclude 0): ece" in page
     _assert_numbers_from(page, cmp_like)
 
 
