@@ -94,12 +94,20 @@ def _left_out(m: Mapping[str, Any]) -> list[str]:
 
 
 def run_footer(run_dir: str | Path, files: list[str]) -> list[str]:
-    """Where the run is and what it wrote."""
+    """Where the run is and what is in it: ``files`` (what the command wrote, in order) and anything
+    else the directory holds (calibrated results, the log; hidden entries left out)."""
     rd = Path(run_dir).resolve()
-    out = [f"run directory: {rd}", "files: " + (", ".join(files) if files else "(none)")]
-    if "report.html" in files:
+    present = (
+        sorted(p.name + ("/" if p.is_dir() else "") for p in rd.iterdir() if not p.name.startswith("."))
+        if rd.is_dir()
+        else []
+    )
+    listed = [f for f in files if not (rd / f.rstrip("/")).exists() or f in present or f.rstrip("/") + "/" in present]
+    names = list(dict.fromkeys(listed + [p for p in present if p not in listed and p.rstrip("/") not in listed]))
+    out = [f"run directory: {rd}", "files: " + (", ".join(names) if names else "(none)")]
+    if "report.html" in names:
         out.append(f"report: {rd / 'report.html'}")
-    if "summary.md" in files:
+    if "summary.md" in names:
         out.append(f"full tables: {rd / 'summary.md'}")
     return out
 
