@@ -164,9 +164,9 @@ def regression(m: Mapping[str, Any]) -> str:
     ]
     figs = []
     for name, xk, yk, title in (
-        ("ence", "rmv", "rmse", "RMSE against RMV"),
-        ("qce", "tau", "coverage", "QCE coverage"),
-        ("retention", "retained", "error", "retention"),
+        ("ence", "rmv", "rmse", "RMSE against RMV per sigma bin"),
+        ("m_qce", "tau", "coverage", "QCE coverage (observed against nominal)"),
+        ("r_auc", "retained_fraction", "error", "retention: error on the retained fraction"),
     ):
         series = {}
         for c, node in (metrics.get(name) or {}).items():
@@ -174,7 +174,7 @@ def regression(m: Mapping[str, Any]) -> str:
             if isinstance(t, Mapping) and xk in t and yk in t:
                 series[c] = (t[xk], t[yk])
         if series:
-            figs.append(_fig(curve_svg(series, title, xk, yk, diagonal=name != "retention"), esc(title)))
+            figs.append(_fig(curve_svg(series, title, xk, yk, diagonal=name != "r_auc"), esc(title)))
     s = reg.get("_sample") or {}
     return (
         f"<h2 id=box>Box uncertainty ({esc(s.get('space', ''))} space, N = {num(s.get('n'))})</h2>"

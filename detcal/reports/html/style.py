@@ -15,7 +15,7 @@ table.sortable th{cursor:pointer;background:#eef2f6}table.sortable th:hover{back
 figure img{max-width:640px;height:auto;display:block}figcaption{font-size:12px;max-width:340px;color:#444}
 svg.fig text{font-size:10px;fill:#333}.frame{fill:#fff;stroke:#999}.nofill{fill:none}.diag{stroke:#888;stroke-dasharray:4 3}
 .bar{fill:#4f81bd;opacity:.85}.gap{fill:#d9534f;opacity:.8}.hist{fill:#9e9e9e}.empty{fill:#eee;stroke:#fff}
-.cellr{stroke:#fff}.cellt{font-size:9px}.line{fill:none;stroke-width:1.6}.dot{stroke:none}
+.cellr{stroke:#fff}.cellt{font-size:9px}polyline.line{fill:none;stroke-width:1.6}.dot{stroke:none}
 .s0{stroke:#1f77b4;fill:#1f77b4}.s1{stroke:#d62728;fill:#d62728}.s2{stroke:#2ca02c;fill:#2ca02c}
 .s3{stroke:#9467bd;fill:#9467bd}.s4{stroke:#ff7f0e;fill:#ff7f0e}.s5{stroke:#8c564b;fill:#8c564b}
 .s0t{fill:#1f77b4}.s1t{fill:#d62728}.s2t{fill:#2ca02c}.s3t{fill:#9467bd}.s4t{fill:#ff7f0e}.s5t{fill:#8c564b}

@@ -131,13 +131,19 @@ def heatmap_svg(
 def curve_svg(
     series: dict[str, tuple[Sequence[Any], Sequence[Any]]], title: str, xlabel: str, ylabel: str, diagonal: bool = True
 ) -> str:
-    """Lines of (x, y) points per series over the unit square scaled to the data, with the identity line."""
-    pts = [(x, y) for xs, ys in series.values() for x, y in zip(xs, ys) if is_number(x) and is_number(y)]
+    """Lines of (x, y) points per series; with ``diagonal`` both axes share one scale and the identity line
+    is drawn (RMSE against RMV, coverage against nominal), else each axis spans its own data (retention)."""
+    pts = [(x, y) for xs, ys in series.values() for x, y in zip(xs, ys) if _finite(x) and _finite(y)]
     if not pts:
         return ""
-    hi = max(max(x for x, _ in pts), max(y for _, y in pts), 1e-12)
-    lo = min(min(x for x, _ in pts), min(y for _, y in pts), 0.0)
-    span = hi - lo or 1.0
+    xs_all, ys_all = [x for x, _ in pts], [y for _, y in pts]
+    if diagonal:
+        lo = min(min(xs_all), min(ys_all), 0.0)
+        hi = max(max(xs_all), max(ys_all), 1e-12)
+        xr = yr = (lo, hi)
+    else:
+        xr, yr = (min(xs_all), max(xs_all)), (min(min(ys_all), 0.0), max(ys_all))
+    xs_span, ys_span = (xr[1] - xr[0]) or 1.0, (yr[1] - yr[0]) or 1.0
     w, h = 260, 220
     out = [
         f'<svg class="fig" role="img" viewBox="0 0 {_PAD + w + 90} {h + 50}" width="{_PAD + w + 90}" '
@@ -145,26 +151,36 @@ def curve_svg(
         _axes(w, h, xlabel, ylabel, ticks=()),
     ]
     for t in (0, 0.5, 1):
-        v = lo + t * span
-        out.append(f'<text x="{_PAD + t * w:.1f}" y="{h + 24}" class="tick" text-anchor="middle">{v:.3g}</text>')
-        out.append(f'<text x="{_PAD - 4}" y="{10 + h - t * h + 4:.1f}" class="tick" text-anchor="end">{v:.3g}</text>')
+        out.append(
+            f'<text x="{_PAD + t * w:.1f}" y="{h + 24}" class="tick" text-anchor="middle">'
+            f"{xr[0] + t * xs_span:.3g}</text>"
+        )
+        out.append(
+            f'<text x="{_PAD - 4}" y="{10 + h - t * h + 4:.1f}" class="tick" text-anchor="end">'
+            f"{yr[0] + t * ys_span:.3g}</text>"
+        )
     if diagonal:
         out.append(f'<line x1="{_PAD}" y1="{10 + h}" x2="{_PAD + w}" y2="10" class="diag"/>')
     for k, (name, (xs, ys)) in enumerate(series.items()):
         p = [
-            (_PAD + (x - lo) / span * w, 10 + h - (y - lo) / span * h, y)
+            (_PAD + (x - xr[0]) / xs_span * w, 10 + h - (y - yr[0]) / ys_span * h, y)
             for x, y in zip(xs, ys)
-            if is_number(x) and is_number(y) and math.isfinite(x) and math.isfinite(y)
+            if _finite(x) and _finite(y)
         ]
         if not p:
             continue
         d = " ".join(f"{px:.1f},{py:.1f}" for px, py, _ in p)
         out.append(f'<polyline points="{d}" class="line s{k % 6}"/>')
-        out += [
-            f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5" class="dot s{k % 6}"{num_attr(v)}>'
-            f'<title>{esc(name)}: {fmt(v)}</title></circle>'
-            for px, py, v in p
-        ]
+        if len(p) <= 40:
+            out += [
+                f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5" class="dot s{k % 6}"{num_attr(v)}>'
+                f"<title>{esc(name)}: {fmt(v)}</title></circle>"
+                for px, py, v in p
+            ]
         out.append(f'<text x="{_PAD + w + 6}" y="{20 + 14 * k}" class="lab s{k % 6}t">{esc(name)}</text>')
     out.append("</svg>")
     return "".join(out)
+
+
+def _finite(v: Any) -> bool:
+    return is_number(v) and math.isfinite(v)
