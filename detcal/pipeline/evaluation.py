@@ -355,6 +355,10 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
             if "skipped" in blk.get("_sample", {})]
     if no_pos:
         warn.insert(0, no_pos)
+    for lbl, blk in conf.items():  # the warnings the metrics raised (kept beside their sample): one log line each
+        for w in (blk.get("_sample") or {}).get("warnings") or []:
+            warn.append(f"confidence at {lbl}: {w}")
+            log.warning("%s", warn[-1])
     if data.dropped.get("unknown_category"):
         from detcal.pipeline.sources import unknown_category_warning
 
