@@ -49,10 +49,11 @@ UNCERTAINTY_KEYS: dict[str, tuple[int, ...]] = {
     "box_cov": (4, 4),  # covariance of (x, y, w, h), pixels^2 (probdet's bbox_covar)
     "box_cov_xyxy": (4, 4),  # covariance of the corners (x1, y1, x2, y2); kept as box_cov (x, y, w, h)
     "corner_cov": (2, 2, 2),  # 2x2 covariances of the top-left and bottom-right corners (PDQ)
+    "delta_std": (4,),  # with proposal [N,4] (box_format) and delta_mean [N,4]: R-CNN delta records
 }
 """Optional box-uncertainty keys of a prediction dict and their per-detection shapes."""
 
-_DET_UNC = ("box_std", "box_cov", "corner_cov")  # as kept (and as Detections fields)
+_DET_UNC = ("box_std", "box_cov", "corner_cov", "delta_std", "delta_mean")  # as kept (Detections fields)
 _IMG = ("img_id", "img_w", "img_h", "img_ndet", "img_ngt")
 _GT_OPT = ("gt_area", "gt_wh", "gt_ignore")
 _CONSOLIDATE_AT = 64  # chunks kept before they are concatenated into one
@@ -342,6 +343,12 @@ class DetectionCalibration:
                                        record=f"update {self._n_updates}", field=key)
             out["det_" + ("box_cov" if key == "box_cov_xyxy" else key)] = (
                 _corner_to_xywh_cov(a) if key == "box_cov_xyxy" else a)
+        if "delta_std" in kinds:
+            for key in ("proposal", "delta_mean"):
+                if any(key not in p for p in preds if "delta_std" in p):
+                    raise DetcalInputError("delta records need proposal, delta_mean and delta_std",
+                                           record=f"update {self._n_updates}", field=key)
+                out["det_" + key] = _cat([p[key] for p in preds if "delta_std" in p], (4,), ints=False)
         return out
 
     def _check_values(self, box: np.ndarray, score: np.ndarray | None, n: np.ndarray, ids: np.ndarray,
@@ -562,6 +569,8 @@ def _loaded(c: dict[str, Any], fmt: str, categories: dict[int, str] | None, dupl
                      area=c["gt_area"][grows] if "gt_area" in c else None)
     box, wh = _xyxy(c["det_box"][drows], fmt)
     unc = {k: np.asarray(c["det_" + k][drows], np.float64) for k in _DET_UNC if "det_" + k in c}
+    if "det_proposal" in c:
+        unc["proposal"] = _xyxy(c["det_proposal"][drows], fmt)[0]
     dets = Detections(image_id=np.repeat(ids, c["img_ndet"][perm]), box=box,
                       score=np.asarray(c["det_score"][drows], np.float64), category=c["det_label"][drows],
                       wh=wh, **unc)
@@ -607,6 +616,8 @@ def from_records(dataset: Dataset, detections: Detections, *, batch: int = 1,
             for k in _DET_UNC:
                 if getattr(detections, k) is not None:
                     p[k] = getattr(detections, k)[d]
+            if detections.proposal is not None:
+                p["proposal"] = fmt(detections.proposal[d], None)
             gt = dataset.gt
             t = {"boxes": fmt(gt.box[g], None if gt.wh is None else gt.wh[g]), "labels": gt.category[g],
                  "iscrowd": gt.iscrowd[g], "image_id": img, "width": dataset.images.width[r],
