@@ -1,10 +1,12 @@
 """Shared helpers of the streaming-evaluator tests: metrics.json as (path -> leaf) and the comparison
 used by the equality tests (integers, flags and text exactly; floats to 1e-12)."""
+
 from __future__ import annotations
 
 import json
 import math
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from detcal.reports import results_json
 
@@ -26,8 +28,11 @@ def _flat(d: Any, p: str = "") -> Iterator[tuple[str, Any]]:
 def leaves(result: Any) -> dict[str, Any]:
     """The metrics.json content of ``result`` (strict JSON, as written) as {path: leaf}, provenance left out."""
     doc = json.loads(results_json.dumps(result.to_dict()))
-    return {k: v for k, v in _flat(doc)
-            if not k.startswith(SKIP) and (not k.startswith("/data/") or k.startswith("/data/counts/"))}
+    return {
+        k: v
+        for k, v in _flat(doc)
+        if not k.startswith(SKIP) and (not k.startswith("/data/") or k.startswith("/data/counts/"))
+    }
 
 
 def text(result: Any) -> str:

@@ -8,6 +8,7 @@ every float to 1e-12. With ``order="arrival"`` and the file's image order the
 arrays are those of the offline run, so the text is bitwise equal; in the
 default ``order="image_id"`` the result does not depend on order, batches or
 merges at all (bitwise equal to each other)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -23,10 +24,10 @@ from detcal.data.coco import load_coco_instances, load_coco_results
 from detcal.integrations.evaluator import DetectionCalibration, from_records
 from detcal.pipeline.spec import BootstrapSpec, EvaluationSpec, MatchingSpec
 
-SPEC = EvaluationSpec(matching=MatchingSpec(iou_thresholds=[0.5, 0.75]), bootstrap=BootstrapSpec(n=20))
+SPEC = EvaluationSpec(matching=MatchingSpec(iou_thresholds=[0.5, 0.75]), bootstrap=BootstrapSpec(n=10))
 
 
-def _file_image_order(ds: detcal.types.Dataset, dets: detcal.types.Detections) -> np.ndarray:
+def _file_image_order(ds: detcal.core.types.Dataset, dets: detcal.core.types.Detections) -> np.ndarray:
     """Image rows in the order the results file first names them, then the images without detections."""
     row = ds.images.index_of(dets.image_id)
     _, first = np.unique(row, return_index=True)
@@ -63,8 +64,11 @@ def test_mini79_every_detector_equals_detcal_evaluate_on_the_files(mini79: dict,
 def test_mini79_batches_and_orders_give_one_result(mini79: dict) -> None:
     ds, (_, dets, offline) = mini79["ds"], mini79["rfcn-resnet-101"]
     shuffled = np.random.default_rng(7).permutation(len(ds.images))
-    results = [_stream(ds, dets, SPEC, batch=b, rows=r, fmt="xywh").compute()
-               for b in (1, 8, 64) for r in (_file_image_order(ds, dets), shuffled)]
+    results = [
+        _stream(ds, dets, SPEC, batch=b, rows=r, fmt="xywh").compute()
+        for b in (1, 8, 64)
+        for r in (_file_image_order(ds, dets), shuffled)
+    ]
     for r in results:
         assert text(r) == text(results[0])  # order- and batch-free: bitwise
     assert_same_numbers(results[0], offline)
@@ -73,8 +77,9 @@ def test_mini79_batches_and_orders_give_one_result(mini79: dict) -> None:
 def test_tfzoo_one_detector_equals_the_bundled_evaluation() -> None:
     spec = EvaluationSpec(matching=MatchingSpec(iou_thresholds=[0.5]), bootstrap=BootstrapSpec(n=0))
     ds, dets = bundled.load("coco_tfzoo", "ssd-inception-v2")
-    offline = detcal.evaluate(detcal.DataSpec(source="bundled", bundle="coco_tfzoo", detector="ssd-inception-v2"),
-                              spec=spec)
+    offline = detcal.evaluate(
+        detcal.DataSpec(source="bundled", bundle="coco_tfzoo", detector="ssd-inception-v2"), spec=spec
+    )
     m = _stream(ds, dets, spec, batch=64, order="arrival")
     assert text(m.compute()) == text(offline)
     assert m.state_bytes()["per_detection"] == 48.0  # xyxy float64 [4] + score float64 + label int64
@@ -107,7 +112,7 @@ def test_merge_and_add_equal_one_evaluator(mini79: dict) -> None:
 
 
 def test_state_dict_round_trip(mini79: dict) -> None:
-    ds, (_, dets, offline) = mini79["ds"], mini79["ssd-inception-v2"]
+    ds, (_, dets, _) = mini79["ds"], mini79["ssd-inception-v2"]
     m = _stream(ds, dets, SPEC, fmt="xywh")
     restored = DetectionCalibration(SPEC, box_format="xywh", categories=ds.categories)
     restored.load_state_dict(m.state_dict())
@@ -122,13 +127,14 @@ def test_torch_tensors_equal_numpy_and_numpy_never_imports_torch(mini79: dict) -
     for preds, targets in from_records(ds, dets, batch=8, box_format="xywh"):
         a.update(preds, targets)
         tp = [{k: torch.as_tensor(v) for k, v in p.items()} for p in preds]
-        tt = [{k: torch.as_tensor(v) if k != "image_id" else torch.tensor([v]) for k, v in t.items()}
-              for t in targets]
+        tt = [{k: torch.as_tensor(v) if k != "image_id" else torch.tensor([v]) for k, v in t.items()} for t in targets]
         b.update(tp, tt)
     assert text(a.compute()) == text(b.compute())
-    code = ("import sys, numpy as np; from detcal.integrations.evaluator import DetectionCalibration as D; "
-            "m = D(); m.update([{'boxes': np.zeros((1, 4)), 'scores': np.ones(1), 'labels': np.ones(1)}], "
-            "[{'boxes': np.zeros((0, 4)), 'labels': np.zeros(0)}]); assert 'torch' not in sys.modules")
+    code = (
+        "import sys, numpy as np; from detcal.integrations.evaluator import DetectionCalibration as D; "
+        "m = D(); m.update([{'boxes': np.zeros((1, 4)), 'scores': np.ones(1), 'labels': np.ones(1)}], "
+        "[{'boxes': np.zeros((0, 4)), 'labels': np.zeros(0)}]); assert 'torch' not in sys.modules"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
 
@@ -139,8 +145,13 @@ def test_float32_input_is_kept_at_float32_and_gives_its_float64_values() -> None
     box = np.concatenate([xy, xy + rng.uniform(5, 50, (50, 2)).astype(np.float32)], axis=1)
     score = rng.uniform(0, 1, 50).astype(np.float32)
     pred = {"boxes": box, "scores": score, "labels": np.ones(50, np.int64)}
-    tgt = {"boxes": box[:10].astype(np.float64), "labels": np.ones(10, np.int64), "image_id": 3,
-           "width": 300, "height": 300}
+    tgt = {
+        "boxes": box[:10].astype(np.float64),
+        "labels": np.ones(10, np.int64),
+        "image_id": 3,
+        "width": 300,
+        "height": 300,
+    }
     m32, m64 = DetectionCalibration(SPEC), DetectionCalibration(SPEC)
     m32.update([pred], [tgt])
     m64.update([{**pred, "boxes": box.astype(np.float64), "scores": score.astype(np.float64)}], [tgt])

@@ -8,6 +8,7 @@
 
 None of them imports torch, torchmetrics, detectron2 or mmengine at detcal import time.
 """
+
 from __future__ import annotations
 
 __all__ = ["DetectionCalibration"]

@@ -27,17 +27,19 @@ does not depend on the update order, the batch sizes, the merge order or the
 number of ranks. The offline evaluation keeps the results file's order; the
 two differ only in the order of floating-point sums (last bits; docs/api.md).
 """
+
 from __future__ import annotations
 
 import copy
 import sys
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import Dataset, Detections, GroundTruth, Images
 from detcal.pipeline.spec import EvaluationSpec
-from detcal.types import Dataset, Detections, GroundTruth, Images
 
 __all__ = ["DetectionCalibration", "BOX_FORMATS", "UNCERTAINTY_KEYS"]
 
@@ -125,7 +127,7 @@ def _hw(t: Mapping[str, Any]) -> tuple[float, float]:
 
 def _xyxy(box: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray | None]:
     """float64 xyxy boxes and, for xywh input, the input's (w, h) (matching takes COCO areas from them)."""
-    from detcal.boxes import cxcywh_to_xyxy, xywh_to_xyxy
+    from detcal.core.boxes import cxcywh_to_xyxy, xywh_to_xyxy
 
     b = np.asarray(box, np.float64)
     if fmt == "xyxy":
@@ -174,13 +176,22 @@ class DetectionCalibration:
         evaluation of that file (bitwise-equal numbers).
     """
 
-    def __init__(self, spec: EvaluationSpec | None = None, *, box_format: str = "xyxy",
-                 categories: Mapping[int, str] | None = None, ground_truth: Dataset | None = None,
-                 sync_on_compute: bool = True, process_group: Any = None, duplicate_images: str = "error",
-                 order: str = "image_id"):
+    def __init__(
+        self,
+        spec: EvaluationSpec | None = None,
+        *,
+        box_format: str = "xyxy",
+        categories: Mapping[int, str] | None = None,
+        ground_truth: Dataset | None = None,
+        sync_on_compute: bool = True,
+        process_group: Any = None,
+        duplicate_images: str = "error",
+        order: str = "image_id",
+    ):
         if box_format not in BOX_FORMATS:
-            raise DetcalInputError(f"unknown box_format {box_format!r}; choose one of {BOX_FORMATS}",
-                                   field="box_format")
+            raise DetcalInputError(
+                f"unknown box_format {box_format!r}; choose one of {BOX_FORMATS}", field="box_format"
+            )
         if order not in ("image_id", "arrival"):
             raise DetcalInputError("order must be 'image_id' or 'arrival'", field="order")
         self.order = order
@@ -226,29 +237,36 @@ class DetectionCalibration:
                     by[k] = by.get(k, 0) + v.nbytes
         n_det = max(self.n_detections, 1)
         det = sum(v for k, v in by.items() if k.startswith("det_"))
-        return {"total": int(sum(by.values())), "per_detection": det / n_det, "columns": by,
-                "images": len(self), "detections": self.n_detections}
+        return {
+            "total": int(sum(by.values())),
+            "per_detection": det / n_det,
+            "columns": by,
+            "images": len(self),
+            "detections": self.n_detections,
+        }
 
     def _options(self) -> tuple[Any, ...]:
         return (self.spec, self.box_format, self.categories, self.duplicate_images, self.order)
 
-    def merge(self, other: "DetectionCalibration") -> "DetectionCalibration":
+    def merge(self, other: DetectionCalibration) -> DetectionCalibration:
         """Add ``other``'s state to this one (in place; returns self). Exact: the result is that of one
         evaluator that saw both streams (images in image-id order)."""
         if not isinstance(other, DetectionCalibration):
             raise TypeError(f"cannot merge {type(other).__name__} into DetectionCalibration")
         if other._options() != self._options():
-            raise DetcalInputError("cannot merge evaluators with different spec, box_format, categories or "
-                                   "duplicate_images", field="merge")
+            raise DetcalInputError(
+                "cannot merge evaluators with different spec, box_format, categories or duplicate_images", field="merge"
+            )
         if (self._auto_ids and other._chunks) or (other._auto_ids and self._chunks):
-            raise DetcalInputError("cannot merge evaluators whose targets carry no image_id (give image_id)",
-                                   field="image_id")
+            raise DetcalInputError(
+                "cannot merge evaluators whose targets carry no image_id (give image_id)", field="image_id"
+            )
         self._chunks.extend(other._chunks)
         self._n_updates += other._n_updates
         self._cached = None
         return self
 
-    def __add__(self, other: "DetectionCalibration") -> "DetectionCalibration":
+    def __add__(self, other: DetectionCalibration) -> DetectionCalibration:
         out = copy.copy(self)
         out._chunks = list(self._chunks)
         out._cached = None
@@ -271,8 +289,11 @@ class DetectionCalibration:
 
     # ----------------------------------------------------------------- update
 
-    def update(self, preds: Sequence[Mapping[str, Any]] | Mapping[str, Any],
-               targets: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None = None) -> None:
+    def update(
+        self,
+        preds: Sequence[Mapping[str, Any]] | Mapping[str, Any],
+        targets: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None = None,
+    ) -> None:
         """Add a batch: ``preds`` one dict per image (``boxes`` [N,4], ``scores`` [N], ``labels`` [N],
         optional box uncertainty, :data:`UNCERTAINTY_KEYS`), ``targets`` one dict per image (``boxes``,
         ``labels``, optional ``iscrowd``, ``area``, ``image_id``, image size as ``width``/``height`` or
@@ -282,14 +303,18 @@ class DetectionCalibration:
             return
         if targets is None:
             if self.ground_truth is None:
-                raise DetcalInputError("give targets, or build the evaluator with ground_truth=<Dataset>",
-                                       field="targets")
+                raise DetcalInputError(
+                    "give targets, or build the evaluator with ground_truth=<Dataset>", field="targets"
+                )
             chunk = self._chunk_from_dataset(preds)
         else:
             targets = [targets] if isinstance(targets, Mapping) else list(targets)
             if len(preds) != len(targets):
-                raise DetcalInputError(f"{len(preds)} prediction dicts but {len(targets)} target dicts",
-                                       record=f"update {self._n_updates}", field="targets")
+                raise DetcalInputError(
+                    f"{len(preds)} prediction dicts but {len(targets)} target dicts",
+                    record=f"update {self._n_updates}",
+                    field="targets",
+                )
             chunk = self._chunk_from_targets(targets)
         if not len(chunk["img_id"]):
             return
@@ -309,8 +334,7 @@ class DetectionCalibration:
         for i, p in enumerate(preds):
             for key in ("boxes", "scores", "labels"):
                 if key not in p:
-                    raise DetcalInputError("missing from the prediction dict", record=self._where(i, ids[i]),
-                                           field=key)
+                    raise DetcalInputError("missing from the prediction dict", record=self._where(i, ids[i]), field=key)
         out: dict[str, Any] = {}
         try:
             out["det_box"] = _cat([p["boxes"] for p in preds], (4,), ints=False)
@@ -323,36 +347,49 @@ class DetectionCalibration:
             sizes = np.fromiter((len(p["boxes" if key == "det_box" else "labels"]) for p in preds), np.int64)
             bad = np.flatnonzero(sizes != n)
             if len(bad):
-                raise DetcalInputError(f"{sizes[bad[0]]} rows but {n[bad[0]]} scores",
-                                       record=self._where(int(bad[0]), ids[bad[0]]), field=key[4:] + "s")
+                raise DetcalInputError(
+                    f"{sizes[bad[0]]} rows but {n[bad[0]]} scores",
+                    record=self._where(int(bad[0]), ids[bad[0]]),
+                    field=key[4:] + "s",
+                )
         self._check_values(out["det_box"], out["det_score"], n, ids, "predictions")
         kinds = {k for p in preds for k in UNCERTAINTY_KEYS if k in p}
         if len(kinds) > 1:
-            raise DetcalInputError(f"predictions carry several uncertainty forms {sorted(kinds)}; give one",
-                                   record=f"update {self._n_updates}", field=sorted(kinds)[1])
+            raise DetcalInputError(
+                f"predictions carry several uncertainty forms {sorted(kinds)}; give one",
+                record=f"update {self._n_updates}",
+                field=sorted(kinds)[1],
+            )
         for key in kinds:
             have = [key in p for p in preds]
             if not all(have) and any(len(p["scores"]) for p, h in zip(preds, have) if not h):
                 i = have.index(False)
-                raise DetcalInputError("every prediction dict of a batch must carry it (or none)",
-                                       record=self._where(i, ids[i]), field=key)
+                raise DetcalInputError(
+                    "every prediction dict of a batch must carry it (or none)", record=self._where(i, ids[i]), field=key
+                )
             parts = [p[key] for p in preds if key in p]
             a = _cat(parts, UNCERTAINTY_KEYS[key], ints=False)
             if len(a) != int(n.sum()):
-                raise DetcalInputError(f"{len(a)} rows but {int(n.sum())} detections",
-                                       record=f"update {self._n_updates}", field=key)
+                raise DetcalInputError(
+                    f"{len(a)} rows but {int(n.sum())} detections", record=f"update {self._n_updates}", field=key
+                )
             out["det_" + ("box_cov" if key == "box_cov_xyxy" else key)] = (
-                _corner_to_xywh_cov(a) if key == "box_cov_xyxy" else a)
+                _corner_to_xywh_cov(a) if key == "box_cov_xyxy" else a
+            )
         if "delta_std" in kinds:
             for key in ("proposal", "delta_mean"):
                 if any(key not in p for p in preds if "delta_std" in p):
-                    raise DetcalInputError("delta records need proposal, delta_mean and delta_std",
-                                           record=f"update {self._n_updates}", field=key)
+                    raise DetcalInputError(
+                        "delta records need proposal, delta_mean and delta_std",
+                        record=f"update {self._n_updates}",
+                        field=key,
+                    )
                 out["det_" + key] = _cat([p[key] for p in preds if "delta_std" in p], (4,), ints=False)
         return out
 
-    def _check_values(self, box: np.ndarray, score: np.ndarray | None, n: np.ndarray, ids: np.ndarray,
-                      what: str) -> None:
+    def _check_values(
+        self, box: np.ndarray, score: np.ndarray | None, n: np.ndarray, ids: np.ndarray, what: str
+    ) -> None:
         """Finite boxes with a non-negative extent (and finite scores), or an error naming the image."""
         ok = np.isfinite(box).all(axis=1)
         if self.box_format == "xyxy":
@@ -365,15 +402,22 @@ class DetectionCalibration:
         if not ok.all():
             row = int(np.flatnonzero(~ok)[0])
             img = int(np.searchsorted(np.cumsum(n), row, side="right"))
-            raise DetcalInputError(f"{what}: row {row - int(np.sum(n[:img]))} is not finite or has a negative "
-                                   f"extent ({self.box_format})", record=self._where(img, ids[img]), field=field)
+            raise DetcalInputError(
+                f"{what}: row {row - int(np.sum(n[:img]))} is not finite or has a negative extent ({self.box_format})",
+                record=self._where(img, ids[img]),
+                field=field,
+            )
 
     def _image_ids(self, targets: list[Mapping[str, Any]]) -> np.ndarray:
         given = ["image_id" in t for t in targets]
-        if any(given) != all(given) or (any(given) and self._auto_ids) or (not any(given) and self._chunks
-                                                                           and not self._auto_ids):
-            raise DetcalInputError("give image_id in every target dict or in none", record=f"update "
-                                   f"{self._n_updates}", field="image_id")
+        if (
+            any(given) != all(given)
+            or (any(given) and self._auto_ids)
+            or (not any(given) and self._chunks and not self._auto_ids)
+        ):
+            raise DetcalInputError(
+                "give image_id in every target dict or in none", record=f"update {self._n_updates}", field="image_id"
+            )
         if all(given):
             return np.array([int(_scalar(t["image_id"])) for t in targets], np.int64)
         ids = np.arange(self._auto_ids, self._auto_ids + len(targets), dtype=np.int64)
@@ -391,14 +435,20 @@ class DetectionCalibration:
         ngt = np.fromiter((len(t["labels"]) for t in targets), np.int64, len(targets))
         raw = _cat([t["boxes"] for t in targets], (4,), ints=False)
         if len(raw) != int(ngt.sum()):
-            raise DetcalInputError("target boxes and labels differ in length", record=f"update {self._n_updates}",
-                                   field="boxes")
+            raise DetcalInputError(
+                "target boxes and labels differ in length", record=f"update {self._n_updates}", field="boxes"
+            )
         self._check_values(raw, None, ngt, ids, "targets")
         box, gwh = _xyxy(raw, self.box_format)
-        c: dict[str, Any] = {"img_id": ids, "img_w": wh[:, 0], "img_h": wh[:, 1], "img_ngt": ngt,
-                             "gt_box": box, "gt_label": _cat([t["labels"] for t in targets], (), ints=True)}
-        crowd = [t.get("iscrowd") if t.get("iscrowd") is not None else np.zeros(len(t["labels"]))
-                 for t in targets]
+        c: dict[str, Any] = {
+            "img_id": ids,
+            "img_w": wh[:, 0],
+            "img_h": wh[:, 1],
+            "img_ngt": ngt,
+            "gt_box": box,
+            "gt_label": _cat([t["labels"] for t in targets], (), ints=True),
+        }
+        crowd = [t.get("iscrowd") if t.get("iscrowd") is not None else np.zeros(len(t["labels"])) for t in targets]
         c["gt_crowd"] = _cat(crowd, (), ints=True).astype(bool)
         if gwh is not None:
             c["gt_wh"] = gwh
@@ -406,8 +456,9 @@ class DetectionCalibration:
         if any(has_area):
             if not all(h or n == 0 for h, n in zip(has_area, ngt)):
                 i = has_area.index(False)
-                raise DetcalInputError("give area in every target dict or in none", record=self._where(i, ids[i]),
-                                       field="area")
+                raise DetcalInputError(
+                    "give area in every target dict or in none", record=self._where(i, ids[i]), field="area"
+                )
             c["gt_area"] = _cat([t["area"] for t in targets if "area" in t], (), ints=False).astype(np.float64)
         self._check_gt_labels(c["gt_label"], ngt, ids)
         return c
@@ -418,21 +469,31 @@ class DetectionCalibration:
         bad = np.flatnonzero(~np.isin(label, self._known))
         if len(bad):
             img = int(np.searchsorted(np.cumsum(ngt), bad[0], side="right"))
-            raise DetcalInputError(f"ground-truth label {int(label[bad[0]])} is not among the categories",
-                                   record=self._where(img, ids[img]), field="labels")
+            raise DetcalInputError(
+                f"ground-truth label {int(label[bad[0]])} is not among the categories",
+                record=self._where(img, ids[img]),
+                field="labels",
+            )
 
     def _chunk_from_dataset(self, preds: list[Mapping[str, Any]]) -> dict[str, Any]:
         """Image and GT columns of the images named by ``preds[i]["image_id"]``, from ``ground_truth``."""
         ds = self.ground_truth
         if any("image_id" not in p for p in preds):
-            raise DetcalInputError("without targets, every prediction dict names its image_id",
-                                   record=f"update {self._n_updates}", field="image_id")
+            raise DetcalInputError(
+                "without targets, every prediction dict names its image_id",
+                record=f"update {self._n_updates}",
+                field="image_id",
+            )
         ids = np.array([int(_scalar(p["image_id"])) for p in preds], np.int64)
         row = ds.images.index_of(ids)
         if (row < 0).any():
             i = int(np.flatnonzero(row < 0)[0])
-            raise DetcalInputError("image id not in the ground truth", file=ds.source or None,
-                                   record=self._where(i, ids[i]), field="image_id")
+            raise DetcalInputError(
+                "image id not in the ground truth",
+                file=ds.source or None,
+                record=self._where(i, ids[i]),
+                field="image_id",
+            )
         if self._gt_index is None:
             order = np.argsort(ds.gt.image_id, kind="stable")
             self._gt_index = (order, ds.gt.image_id[order], np.zeros(0))
@@ -441,9 +502,16 @@ class DetectionCalibration:
         cnt = hi - lo
         rows = order[np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt - lo, cnt)]
         gt = ds.gt
-        c: dict[str, Any] = {"img_id": ids, "img_w": ds.images.width[row], "img_h": ds.images.height[row],
-                             "img_ngt": cnt.astype(np.int64), "gt_box": gt.box[rows], "gt_label": gt.category[rows],
-                             "gt_crowd": gt.iscrowd[rows], "gt_ignore": gt.ignore[rows]}
+        c: dict[str, Any] = {
+            "img_id": ids,
+            "img_w": ds.images.width[row],
+            "img_h": ds.images.height[row],
+            "img_ngt": cnt.astype(np.int64),
+            "gt_box": gt.box[rows],
+            "gt_label": gt.category[rows],
+            "gt_crowd": gt.iscrowd[rows],
+            "gt_ignore": gt.ignore[rows],
+        }
         if gt.wh is not None:
             c["gt_wh"] = gt.wh[rows]
         if gt.area is not None:
@@ -482,8 +550,10 @@ class DetectionCalibration:
         if dist.get_world_size(self.process_group) <= 1:
             return mine
         if self._auto_ids:
-            raise DetcalInputError("under torch.distributed the target dicts must carry image_id (images are "
-                                   "numbered per rank otherwise)", field="image_id")
+            raise DetcalInputError(
+                "under torch.distributed the target dicts must carry image_id (images are numbered per rank otherwise)",
+                field="image_id",
+            )
         if self.process_group is None:
             from detcal.pipeline.parallel import gather_all
 
@@ -498,8 +568,14 @@ class DetectionCalibration:
         chunks = self._gathered()
         if not chunks:
             raise DetcalInputError("nothing to evaluate: update() was never called", field="update")
-        return _loaded(_concat_chunks(chunks), self.box_format, self.categories, self.duplicate_images,
-                       self.order == "arrival" or bool(self._auto_ids), self._n_updates)
+        return _loaded(
+            _concat_chunks(chunks),
+            self.box_format,
+            self.categories,
+            self.duplicate_images,
+            self.order == "arrival" or bool(self._auto_ids),
+            self._n_updates,
+        )
 
     def compute(self) -> Any:
         """The :class:`~detcal.pipeline.result.EvaluationResult` of :func:`detcal.evaluate` on the images
@@ -525,8 +601,7 @@ def _concat_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:
         missing = [c for c in chunks if k not in c and len(c[rows])]
         if missing:
             what = k[4:]
-            raise DetcalInputError(f"some updates give {what} and others do not: give it always or never",
-                                   field=what)
+            raise DetcalInputError(f"some updates give {what} and others do not: give it always or never", field=what)
         out[k] = np.concatenate([c[k] for c in chunks if k in c])
     return out
 
@@ -546,15 +621,20 @@ def _image_order(ids: np.ndarray, duplicates: str, arrival: bool) -> np.ndarray:
     dup = np.concatenate([[False], s[1:] == s[:-1]])
     if dup.any():
         if duplicates == "error":
-            raise DetcalInputError(f"image {int(s[np.flatnonzero(dup)[0]])} was given twice (set "
-                                   "duplicate_images='first' to keep its first copy, e.g. with DistributedSampler "
-                                   "padding)", record=f"image_id {int(s[np.flatnonzero(dup)[0]])}", field="image_id")
+            raise DetcalInputError(
+                f"image {int(s[np.flatnonzero(dup)[0]])} was given twice (set "
+                "duplicate_images='first' to keep its first copy, e.g. with DistributedSampler "
+                "padding)",
+                record=f"image_id {int(s[np.flatnonzero(dup)[0]])}",
+                field="image_id",
+            )
         perm = perm[~dup]
     return np.sort(perm) if arrival else perm
 
 
-def _loaded(c: dict[str, Any], fmt: str, categories: dict[int, str] | None, duplicates: str, arrival: bool,
-            n_updates: int) -> Any:
+def _loaded(
+    c: dict[str, Any], fmt: str, categories: dict[int, str] | None, duplicates: str, arrival: bool, n_updates: int
+) -> Any:
     """:class:`LoadedData` from one chunk: images in id order, detections and GT in per-image blocks."""
     from detcal.pipeline.sources import LoadedData
 
@@ -563,34 +643,54 @@ def _loaded(c: dict[str, Any], fmt: str, categories: dict[int, str] | None, dupl
     drows, grows = _blocks(c["img_ndet"], perm), _blocks(c["img_ngt"], perm)
     images = Images(id=ids, width=c["img_w"][perm], height=c["img_h"][perm])
     g_img = np.repeat(ids, c["img_ngt"][perm])
-    gt = GroundTruth(image_id=g_img, box=c["gt_box"][grows], category=c["gt_label"][grows],
-                     iscrowd=c["gt_crowd"][grows], ignore=c["gt_ignore"][grows] if "gt_ignore" in c else None,
-                     wh=c["gt_wh"][grows] if "gt_wh" in c else None,
-                     area=c["gt_area"][grows] if "gt_area" in c else None)
+    gt = GroundTruth(
+        image_id=g_img,
+        box=c["gt_box"][grows],
+        category=c["gt_label"][grows],
+        iscrowd=c["gt_crowd"][grows],
+        ignore=c["gt_ignore"][grows] if "gt_ignore" in c else None,
+        wh=c["gt_wh"][grows] if "gt_wh" in c else None,
+        area=c["gt_area"][grows] if "gt_area" in c else None,
+    )
     box, wh = _xyxy(c["det_box"][drows], fmt)
     unc = {k: np.asarray(c["det_" + k][drows], np.float64) for k in _DET_UNC if "det_" + k in c}
     if "det_proposal" in c:
         unc["proposal"] = _xyxy(c["det_proposal"][drows], fmt)[0]
-    dets = Detections(image_id=np.repeat(ids, c["img_ndet"][perm]), box=box,
-                      score=np.asarray(c["det_score"][drows], np.float64), category=c["det_label"][drows],
-                      wh=wh, **unc)
+    dets = Detections(
+        image_id=np.repeat(ids, c["img_ndet"][perm]),
+        box=box,
+        score=np.asarray(c["det_score"][drows], np.float64),
+        category=c["det_label"][drows],
+        wh=wh,
+        **unc,
+    )
     if categories is None:
         seen = np.unique(np.concatenate([gt.category, dets.category]))
         categories = {int(k): str(int(k)) for k in seen}
     ds = Dataset(images=images, gt=gt, categories=dict(categories), source="stream")
     dropped = {"unknown_category": int(c.get("dropped", 0))} if c.get("dropped") else {}
-    prov = {"source": "stream", "updates": int(n_updates), "order": "arrival" if arrival else "image_id",
-            "duplicate_images": duplicates, "dropped_duplicates": int(len(c["img_id"]) - len(perm))}
+    prov = {
+        "source": "stream",
+        "updates": int(n_updates),
+        "order": "arrival" if arrival else "image_id",
+        "duplicate_images": duplicates,
+        "dropped_duplicates": int(len(c["img_id"]) - len(perm)),
+    }
     return LoadedData(ds, dets, None, prov, dropped)
 
 
-def from_records(dataset: Dataset, detections: Detections, *, batch: int = 1,
-                 image_order: Iterable[int] | None = None, box_format: str = "xyxy",
-                 ) -> Iterable[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+def from_records(
+    dataset: Dataset,
+    detections: Detections,
+    *,
+    batch: int = 1,
+    image_order: Iterable[int] | None = None,
+    box_format: str = "xyxy",
+) -> Iterable[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
     """(preds, targets) batches of ``batch`` images from offline records, in ``image_order`` (image rows;
     default the dataset's order): what a data loader and a model would hand to ``update`` (tests,
     benchmarks). ``box_format="xywh"`` gives the records' input (w, h) where they keep it."""
-    from detcal.boxes import xyxy_to_cxcywh
+    from detcal.core.boxes import xyxy_to_cxcywh
 
     d_order = np.argsort(detections.image_id, kind="stable")
     d_sorted = detections.image_id[d_order]
@@ -607,21 +707,29 @@ def from_records(dataset: Dataset, detections: Detections, *, batch: int = 1,
 
     for lo in range(0, len(rows), batch):
         preds, targets = [], []
-        for r in rows[lo:lo + batch]:
+        for r in rows[lo : lo + batch]:
             img = int(dataset.images.id[r])
-            d = d_order[np.searchsorted(d_sorted, img, "left"):np.searchsorted(d_sorted, img, "right")]
-            g = g_order[np.searchsorted(g_sorted, img, "left"):np.searchsorted(g_sorted, img, "right")]
-            p = {"boxes": fmt(detections.box[d], None if detections.wh is None else detections.wh[d]),
-                 "scores": detections.score[d], "labels": detections.category[d]}
+            d = d_order[np.searchsorted(d_sorted, img, "left") : np.searchsorted(d_sorted, img, "right")]
+            g = g_order[np.searchsorted(g_sorted, img, "left") : np.searchsorted(g_sorted, img, "right")]
+            p = {
+                "boxes": fmt(detections.box[d], None if detections.wh is None else detections.wh[d]),
+                "scores": detections.score[d],
+                "labels": detections.category[d],
+            }
             for k in _DET_UNC:
                 if getattr(detections, k) is not None:
                     p[k] = getattr(detections, k)[d]
             if detections.proposal is not None:
                 p["proposal"] = fmt(detections.proposal[d], None)
             gt = dataset.gt
-            t = {"boxes": fmt(gt.box[g], None if gt.wh is None else gt.wh[g]), "labels": gt.category[g],
-                 "iscrowd": gt.iscrowd[g], "image_id": img, "width": dataset.images.width[r],
-                 "height": dataset.images.height[r]}
+            t = {
+                "boxes": fmt(gt.box[g], None if gt.wh is None else gt.wh[g]),
+                "labels": gt.category[g],
+                "iscrowd": gt.iscrowd[g],
+                "image_id": img,
+                "width": dataset.images.width[r],
+                "height": dataset.images.height[r],
+            }
             if gt.area is not None:
                 t["area"] = gt.area[g]
             preds.append(p)
