@@ -117,13 +117,16 @@ def test_detectron2_probdet_covariance_is_read_over_the_corners(mini79) -> None:
 def test_mmdet_metric_inside_mmengines_evaluator(mini79) -> None:
     mmengine = pytest.importorskip("mmengine")
     from mmengine.evaluator import BaseMetric, Evaluator
+    from mmengine.registry import METRICS
     from mmengine.structures import BaseDataElement, InstanceData
 
-    from detcal.integrations.mmdet import DetectionCalibrationMetric
+    from detcal.integrations.mmdet import MMDetCalibrationMetric
 
     ds, dets, ids = mini79
-    metric = DetectionCalibrationMetric(SPEC, class_ids=ids, categories=ds.categories)
-    assert isinstance(metric, BaseMetric) and mmengine.__version__
+    metric = METRICS.build(
+        {"type": "MMDetCalibrationMetric", "spec": SPEC, "class_ids": ids, "categories": ds.categories}
+    )
+    assert isinstance(metric, BaseMetric) and isinstance(metric, MMDetCalibrationMetric) and mmengine.__version__
     evaluator = Evaluator(metric)
     ref = DetectionCalibration(SPEC, categories=ds.categories)
     for preds, targets in from_records(ds, dets, batch=8):

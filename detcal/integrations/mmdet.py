@@ -1,9 +1,9 @@
 """An mmengine ``BaseMetric`` for mmdetection: ``process(data_batch, data_samples)`` /
 ``compute_metrics(results)``.
 
-With mmengine installed the class *is* an ``mmengine.evaluator.BaseMetric`` (register it with
-``METRICS.register_module()`` or pass an instance to the evaluator); without it, a class of the same
-shape. It reads mmdet 3.x data samples (as dicts, what mmengine's ``Evaluator`` hands over):
+With mmengine installed the class *is* an ``mmengine.evaluator.BaseMetric``, registered in
+mmengine's ``METRICS`` when this module is imported (``custom_imports`` in an mmdet config); without
+mmengine, a class of the same shape. It reads mmdet 3.x data samples (as dicts, what mmengine's ``Evaluator`` hands over):
 ``pred_instances`` with ``bboxes`` (xyxy pixels of the original image), ``scores``, ``labels``
 (contiguous class indices), ``img_id``, ``ori_shape`` (h, w), and the ground truth as mmdet's
 ``CocoMetric`` does without an annotation file: ``instances``, a list of dicts with ``bbox``
@@ -23,7 +23,9 @@ from detcal.integrations.evaluator import DetectionCalibration, _concat_chunks
 
 try:
     from mmengine.evaluator import BaseMetric as _Base
+    from mmengine.registry import METRICS as _METRICS
 except ImportError:  # the same shape without mmengine
+    _METRICS = None
 
     class _Base:  # type: ignore[no-redef]
         default_prefix: str | None = None
@@ -33,10 +35,10 @@ except ImportError:  # the same shape without mmengine
             self.prefix = prefix or self.default_prefix
 
 
-__all__ = ["DetectionCalibrationMetric"]
+__all__ = ["MMDetCalibrationMetric"]
 
 
-class DetectionCalibrationMetric(_Base):
+class MMDetCalibrationMetric(_Base):
     """``class_ids[k]``: the category id of class index k (mmdet's ``CocoMetric.cat_ids``)."""
 
     default_prefix = "detcal"
@@ -75,3 +77,9 @@ class DetectionCalibrationMetric(_Base):
         ev.load_state_dict({"columns": _concat_chunks(list(results)), "n_updates": len(results)})
         self.result = ev.compute()
         return {k: v["value"] for k, v in self.result.headline.items()}
+
+
+if (
+    _METRICS is not None
+):  # configs can name it: dict(type="MMDetCalibrationMetric", ...) (mmdet's registry asks its parent)
+    _METRICS.register_module(module=MMDetCalibrationMetric, force=True)
