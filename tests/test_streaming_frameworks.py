@@ -145,3 +145,30 @@ def test_mmdet_metric_inside_mmengines_evaluator(mini79) -> None:
     expected = ref.compute()
     assert text(metric.result) == text(expected)
     assert out["detcal/ece"] == expected.headline["ece"]["value"]
+
+
+def test_mmdet_adapter_without_mmengine_has_the_same_shape() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "class _No:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('mmengine', 'torch'):\n"
+        "            raise ImportError('blocked by the test')\n"
+        "sys.meta_path.insert(0, _No())\n"
+        "import numpy as np\n"
+        "from detcal.integrations.mmdet import MMDetCalibrationMetric\n"
+        "m = MMDetCalibrationMetric(class_ids=[5, 9])\n"
+        "box = np.array([[0.0, 0, 10, 10], [20, 20, 30, 30]])\n"
+        "s = {'pred_instances': {'bboxes': box, 'scores': np.array([0.9, 0.4]), 'labels': np.array([0, 1])},\n"
+        "     'img_id': 3, 'ori_shape': (40, 50), 'instances': [{'bbox': [0, 0, 10, 10], 'bbox_label': 0, 'ignore_flag': 0}]}\n"
+        "m.process(None, [s])\n"
+        "out = m.compute_metrics(m.results)\n"
+        "assert m.prefix == 'detcal' and len(m.results) == 1\n"
+        "assert m.result.record['detections']['per_threshold']['iou=0.50']['true_positives'] == 1\n"
+        "assert 'torch' not in sys.modules and 'ece' in out\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
