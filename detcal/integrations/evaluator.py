@@ -101,6 +101,13 @@ def _cat(parts: Sequence[Any], tail: tuple[int, ...], ints: bool) -> np.ndarray:
     return a
 
 
+def _compact_ints(a: np.ndarray) -> np.ndarray:
+    """int32 when every value fits (labels: 4 bytes a detection, the same values), else int64."""
+    if len(a) and (a.min() < -(2**31) or a.max() >= 2**31):
+        return a
+    return a.astype(np.int32)
+
+
 def _scalar(x: Any) -> float:
     if _is_tensor(x):
         x = x.detach().cpu().numpy()
@@ -339,7 +346,7 @@ class DetectionCalibration:
         try:
             out["det_box"] = _cat([p["boxes"] for p in preds], (4,), ints=False)
             out["det_score"] = _cat([p["scores"] for p in preds], (), ints=False)
-            out["det_label"] = _cat([p["labels"] for p in preds], (), ints=True)
+            out["det_label"] = _compact_ints(_cat([p["labels"] for p in preds], (), ints=True))
         except (ValueError, RuntimeError) as e:
             raise DetcalInputError(f"prediction arrays: {e}", record=f"update {self._n_updates}") from None
         n = np.fromiter((len(p["scores"]) for p in preds), np.int64, len(preds))
