@@ -85,6 +85,22 @@ def test_tfzoo_one_detector_equals_the_bundled_evaluation() -> None:
     assert m.state_bytes()["per_detection"] == 44.0  # xyxy float64 [4] + score float64 + label int32
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("detector", bundled.DETECTORS)
+def test_tfzoo_every_detector_batches_and_orders_default_spec(detector: str) -> None:
+    """All 5,000 images, the default spec (10 thresholds of the bootstrap included): batches of 1, 8 and
+    64, the bundled order (bitwise, order="arrival") and shuffled (order="image_id", 1e-12)."""
+    ds, dets = bundled.load("coco_tfzoo", detector)
+    spec = EvaluationSpec()
+    offline = detcal.evaluate(detcal.DataSpec(source="bundled", bundle="coco_tfzoo", detector=detector), spec=spec)
+    assert text(_stream(ds, dets, spec, batch=64, order="arrival").compute()) == text(offline)
+    shuffled = np.random.default_rng(5).permutation(len(ds.images))
+    one = _stream(ds, dets, spec, batch=1, rows=shuffled).compute()
+    eight = _stream(ds, dets, spec, batch=8).compute()
+    assert text(one) == text(eight)
+    assert_same_numbers(one, offline)
+
+
 def test_delta_records_with_regression_metrics_equal_the_files(tmp_path) -> None:
     from detcal.data.synthetic import write_synthetic
 

@@ -52,9 +52,24 @@ def _records(images: list[tuple[dict, dict]]) -> tuple[Dataset, Detections]:
     return Dataset(images_rec, gt, dict(CATS)), dets
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**31), n_images=st.integers(2, 9), with_std=st.booleans(), batch=st.integers(1, 4))
+SETS = {"seed": st.integers(0, 2**31), "n_images": st.integers(2, 9), "with_std": st.booleans(),
+        "batch": st.integers(1, 4)}  # fmt: skip
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**SETS)
 def test_random_sets_equal_detcal_evaluate(seed: int, n_images: int, with_std: bool, batch: int) -> None:
+    _check_random_set(seed, n_images, with_std, batch)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**SETS)
+def test_random_sets_equal_detcal_evaluate_many(seed: int, n_images: int, with_std: bool, batch: int) -> None:
+    _check_random_set(seed, n_images, with_std, batch)
+
+
+def _check_random_set(seed: int, n_images: int, with_std: bool, batch: int) -> None:
     rng = np.random.default_rng(seed)
     ids = rng.permutation(1000)[:n_images]
     images = [_image(rng, int(i), with_std) for i in ids]
