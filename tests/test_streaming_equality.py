@@ -64,10 +64,10 @@ def test_mini79_every_detector_equals_detcal_evaluate_on_the_files(mini79: dict,
 def test_mini79_batches_and_orders_give_one_result(mini79: dict) -> None:
     ds, (_, dets, offline) = mini79["ds"], mini79["rfcn-resnet-101"]
     shuffled = np.random.default_rng(7).permutation(len(ds.images))
+    file_order = _file_image_order(ds, dets)
     results = [
         _stream(ds, dets, SPEC, batch=b, rows=r, fmt="xywh").compute()
-        for b in (1, 8, 64)
-        for r in (_file_image_order(ds, dets), shuffled)
+        for b, r in ((1, shuffled), (8, file_order), (64, shuffled))
     ]
     for r in results:
         assert text(r) == text(results[0])  # order- and batch-free: bitwise
