@@ -15,8 +15,8 @@ Prints (and writes as JSON with --json):
 * memory: the bytes per detection kept, and the peak heap (tracemalloc, numpy buffers included) and
   peak RSS of a fresh process that streams + computes against one that evaluates the files.
 
-The set is detcal's synthetic COCO-scale generator (80 categories, about 7 GT per image, 100
-detections per image with scores in [0, 1]); the spec is the default one with ``--bootstrap``
+The set is detcal's synthetic COCO-scale generator (80 categories, about 7 GT per image), filled up
+to exactly 100 detections per image; the spec is the default one with ``--bootstrap``
 resamples (default 0: the bootstrap costs the same in both paths and would dominate). The memory
 children stream numpy float32 arrays (the state torch float32 tensors give, without torch's own
 few hundred MB of RSS); peak RSS is VmHWM of each fresh process.
@@ -38,11 +38,20 @@ import numpy as np
 
 
 def _records(images: int, seed: int = 0):
+    """The synthetic COCO-scale set with exactly 100 detections per image: the generator's 50 to 100,
+    then copies of them (box moved by 0.5 px per round, score halved per round) up to 100."""
+    from detcal.core.types import Detections
     from detcal.data.synthetic import generate_coco_scale
 
-    ds, dets = generate_coco_scale(n_images=images, dets_per_image=100, seed=seed)
-    return ds, dets.__class__(image_id=dets.image_id, box=np.round(dets.box, 2), score=dets.score,
-                              category=dets.category)  # fmt: skip
+    ds, d = generate_coco_scale(n_images=images, dets_per_image=100, seed=seed)
+    order = np.argsort(d.image_id, kind="stable")
+    ids, start, count = np.unique(d.image_id[order], return_index=True, return_counts=True)
+    k = np.tile(np.arange(100), len(ids))
+    c, s0 = np.repeat(count, 100), np.repeat(start, 100)
+    rows = order[s0 + k % c]
+    rnd = (k // c).astype(np.float64)
+    box = np.round(d.box[rows] + 0.5 * rnd[:, None], 2)
+    return ds, Detections(image_id=d.image_id[rows], box=box, score=d.score[rows] * 0.5**rnd, category=d.category[rows])
 
 
 def _spec(bootstrap: int):
@@ -67,10 +76,25 @@ def _torch_batches(ds, dets, batch: int):
     from detcal.integrations.evaluator import from_records
 
     for preds, targets in from_records(ds, dets, batch=batch, box_format="xywh"):
-        tp = [{"boxes": torch.as_tensor(p["boxes"], dtype=torch.float32), "scores": torch.as_tensor(p["scores"],
-               dtype=torch.float32), "labels": torch.as_tensor(p["labels"])} for p in preds]  # fmt: skip
-        tt = [{"boxes": torch.as_tensor(t["boxes"]), "labels": torch.as_tensor(t["labels"]), "image_id": t["image_id"],
-               "iscrowd": torch.as_tensor(t["iscrowd"]), "width": t["width"], "height": t["height"]} for t in targets]  # fmt: skip
+        tp = [
+            {
+                "boxes": torch.as_tensor(p["boxes"], dtype=torch.float32),
+                "scores": torch.as_tensor(p["scores"], dtype=torch.float32),
+                "labels": torch.as_tensor(p["labels"]),
+            }
+            for p in preds
+        ]
+        tt = [
+            {
+                "boxes": torch.as_tensor(t["boxes"]),
+                "labels": torch.as_tensor(t["labels"]),
+                "image_id": t["image_id"],
+                "iscrowd": torch.as_tensor(t["iscrowd"]),
+                "width": t["width"],
+                "height": t["height"],
+            }
+            for t in targets
+        ]
         yield tp, tt
 
 
@@ -87,6 +111,7 @@ def bench_update(ds, dets, spec, with_map: bool) -> dict:
         m.update(p, t)
     out["detcal_update_torch_s_per_image"] = (time.perf_counter() - t0) / n
     out["state_bytes_per_detection_float32"] = m.state_bytes()["per_detection"]
+    out["state_mb_float32"] = m.state_bytes()["total"] / 2**20
     np_stream = list(from_records(ds, dets, batch=8, box_format="xywh"))
     m64 = DetectionCalibration(spec, box_format="xywh", categories=ds.categories)
     t0 = time.perf_counter()
@@ -157,8 +182,13 @@ def child(kind: str, images: int, root: Path, bootstrap: int) -> None:
         tracemalloc.start()
         m = DetectionCalibration(spec, box_format="xywh", categories=ds.categories)
         for preds, targets in from_records(ds, dets, batch=8, box_format="xywh"):
-            m.update([{**p, "boxes": p["boxes"].astype(np.float32), "scores": p["scores"].astype(np.float32)}
-                      for p in preds], targets)  # fmt: skip
+            m.update(
+                [
+                    {**p, "boxes": p["boxes"].astype(np.float32), "scores": p["scores"].astype(np.float32)}
+                    for p in preds
+                ],
+                targets,
+            )
         m.compute()
     else:
         tracemalloc.start()
@@ -170,8 +200,18 @@ def child(kind: str, images: int, root: Path, bootstrap: int) -> None:
 
 
 def _child_run(kind: str, images: int, root: Path, bootstrap: int) -> dict:
-    cmd = [sys.executable, __file__, "--child", kind, "--images", str(images), "--dir", str(root),
-           "--bootstrap", str(bootstrap)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        kind,
+        "--images",
+        str(images),
+        "--dir",
+        str(root),
+        "--bootstrap",
+        str(bootstrap),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -221,24 +261,38 @@ def main() -> None:
 def _report(o: dict) -> None:
     ms = 1e3
     print(f"{o['images']} images, {o['detections']} detections, bootstrap n={o['bootstrap']}")
-    print(f"update, batches of 8: detcal {o['detcal_update_torch_s_per_image'] * ms:.3f} ms/image (torch float32), "
-          f"{o['detcal_update_numpy_s_per_image'] * ms:.3f} ms/image (numpy float64)", end="")  # fmt: skip
+    print(
+        f"update, batches of 8: detcal {o['detcal_update_torch_s_per_image'] * ms:.3f} ms/image (torch float32), "
+        f"{o['detcal_update_numpy_s_per_image'] * ms:.3f} ms/image (numpy float64)",
+        end="",
+    )
     if "map_update_s_per_image" in o:
-        print(f"; torchmetrics MAP {o['map_update_s_per_image'] * ms:.3f} ms/image "
-              f"(ratio {o['map_update_s_per_image'] / o['detcal_update_torch_s_per_image']:.1f}x)")  # fmt: skip
+        print(
+            f"; torchmetrics MAP {o['map_update_s_per_image'] * ms:.3f} ms/image "
+            f"(ratio {o['map_update_s_per_image'] / o['detcal_update_torch_s_per_image']:.1f}x)"
+        )
     else:
         print()
-    print(f"compute: detcal {o['detcal_compute_s']:.2f} s; detcal.evaluate on the files {o['evaluate_files_s_min']:.2f} s "
-          f"(evaluate / compute {o['evaluate_files_s_min'] / o['detcal_compute_s']:.2f}x; fastest of {len(o['compute_runs_s'])})",
-          end="")  # fmt: skip
+    print(
+        f"compute: detcal {o['detcal_compute_s']:.2f} s; detcal.evaluate on the files {o['evaluate_files_s_min']:.2f} s "
+        f"(evaluate / compute {o['evaluate_files_s_min'] / o['detcal_compute_s']:.2f}x; fastest of {len(o['compute_runs_s'])})",
+        end="",
+    )
     print(f"; torchmetrics MAP compute {o['map_compute_s']:.2f} s" if "map_compute_s" in o else "")
-    print(f"same ECE and AP as detcal.evaluate: {o['detcal_ece'] == o['evaluate_ece']} ({o['detcal_ece']!r}), "
-          f"{o['detcal_ap'] == o['evaluate_ap']} ({o['detcal_ap']!r})", end="")  # fmt: skip
+    print(
+        f"same ECE and AP as detcal.evaluate: {o['detcal_ece'] == o['evaluate_ece']} ({o['detcal_ece']!r}), "
+        f"{o['detcal_ap'] == o['evaluate_ap']} ({o['detcal_ap']!r})",
+        end="",
+    )
     print(f"; torchmetrics MAP {o['map']!r}" if "map" in o else "")
-    print(f"state: {o['state_bytes_per_detection_float32']:.0f} B/detection (float32 input), "
-          f"{o['state_bytes_per_detection_float64']:.0f} B/detection (float64 input)")  # fmt: skip
-    print(f"peak heap: stream+compute {o['stream_peak_heap_mb']:.0f} MB, evaluate files {o['offline_peak_heap_mb']:.0f} MB; "
-          f"peak RSS {o['stream_max_rss_mb']:.0f} MB vs {o['offline_max_rss_mb']:.0f} MB")  # fmt: skip
+    print(
+        f"state: {o['state_mb_float32']:.1f} MB in all; {o['state_bytes_per_detection_float32']:.0f} B/detection (float32 input), "
+        f"{o['state_bytes_per_detection_float64']:.0f} B/detection (float64 input)"
+    )
+    print(
+        f"peak heap: stream+compute {o['stream_peak_heap_mb']:.0f} MB, evaluate files {o['offline_peak_heap_mb']:.0f} MB; "
+        f"peak RSS {o['stream_max_rss_mb']:.0f} MB vs {o['offline_max_rss_mb']:.0f} MB"
+    )
 
 
 if __name__ == "__main__":

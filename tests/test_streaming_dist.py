@@ -63,8 +63,21 @@ def test_two_gloo_ranks_give_every_rank_the_one_process_result(tmp_path: Path) -
     script = tmp_path / "run.py"
     script.write_text(SCRIPT)
     here = str(Path(__file__).resolve().parent)
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29541",
-                           str(script), str(tmp_path), here], capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "--master_port=29541",
+            str(script),
+            str(tmp_path),
+            here,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["local_images"] for r in ranks] == [40, 39]

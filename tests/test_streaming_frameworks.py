@@ -64,13 +64,26 @@ def test_detectron2_adapter_equals_the_evaluator(mini79) -> None:
     from_inputs = DetectionCalibrationEvaluator(None, SPEC, class_ids=ids, categories=ds.categories)
     for preds, targets in from_records(ds, dets, batch=4):
         contiguous = [torch.as_tensor(np.searchsorted(ids, p["labels"])) for p in preds]
-        outputs = [{"instances": Instances(pred_boxes=Boxes(torch.as_tensor(p["boxes"])), scores=torch.as_tensor(p["scores"]),
-                                           pred_classes=c)} for p, c in zip(preds, contiguous)]  # fmt: skip
+        outputs = [
+            {
+                "instances": Instances(
+                    pred_boxes=Boxes(torch.as_tensor(p["boxes"])), scores=torch.as_tensor(p["scores"]), pred_classes=c
+                )
+            }
+            for p, c in zip(preds, contiguous)
+        ]
         inputs = [{"image_id": t["image_id"], "height": t["height"], "width": t["width"]} for t in targets]
         from_gt.process(inputs, outputs)
-        gt_in = [{**i, "instances": Instances(gt_boxes=Boxes(torch.as_tensor(t["boxes"])),
-                                              gt_classes=torch.as_tensor(np.searchsorted(ids, t["labels"])))}
-                 for i, t in zip(inputs, targets)]  # fmt: skip
+        gt_in = [
+            {
+                **i,
+                "instances": Instances(
+                    gt_boxes=Boxes(torch.as_tensor(t["boxes"])),
+                    gt_classes=torch.as_tensor(np.searchsorted(ids, t["labels"])),
+                ),
+            }
+            for i, t in zip(inputs, targets)
+        ]
         from_inputs.process(gt_in, outputs)
         ref.update([{**p, "image_id": t["image_id"]} for p, t in zip(preds, targets)])
     out = from_gt.evaluate()
@@ -95,9 +108,12 @@ def test_detectron2_probdet_covariance_is_read_over_the_corners(mini79) -> None:
     for k, (preds, targets) in enumerate(from_records(ds, dets, batch=8)):
         for p, t in zip(preds, targets):
             c = _cov(len(p["scores"]), k)  # over (x1, y1, x2, y2)
-            inst = Instances(pred_boxes=Boxes(torch.as_tensor(p["boxes"])), scores=torch.as_tensor(p["scores"]),
-                             pred_classes=torch.as_tensor(np.searchsorted(ids, p["labels"])),
-                             pred_boxes_covariance=torch.as_tensor(c))  # fmt: skip
+            inst = Instances(
+                pred_boxes=Boxes(torch.as_tensor(p["boxes"])),
+                scores=torch.as_tensor(p["scores"]),
+                pred_classes=torch.as_tensor(np.searchsorted(ids, p["labels"])),
+                pred_boxes_covariance=torch.as_tensor(c),
+            )
             ev.process([{"image_id": t["image_id"], "height": t["height"], "width": t["width"]}], [{"instances": inst}])
             # by hand: (x, y, w, h) = (x1, y1, x2 - x1, y2 - y1), each a signed sum of corner coordinates
             terms = [[(0, 1.0)], [(1, 1.0)], [(2, 1.0), (0, -1.0)], [(3, 1.0), (1, -1.0)]]
@@ -132,15 +148,24 @@ def test_mmdet_metric_inside_mmengines_evaluator(mini79) -> None:
     for preds, targets in from_records(ds, dets, batch=8):
         samples = []
         for p, t in zip(preds, targets):
-            pred = InstanceData(bboxes=torch.as_tensor(p["boxes"]), scores=torch.as_tensor(p["scores"]),
-                                labels=torch.as_tensor(np.searchsorted(ids, p["labels"])))  # fmt: skip
-            inst = [{"bbox": b.tolist(), "bbox_label": int(np.searchsorted(ids, lab)), "ignore_flag": int(c)}
-                    for b, lab, c in zip(t["boxes"], t["labels"], t["iscrowd"])]  # fmt: skip
-            samples.append(BaseDataElement(pred_instances=pred, img_id=t["image_id"],
-                                           ori_shape=(t["height"], t["width"]), instances=inst))  # fmt: skip
+            pred = InstanceData(
+                bboxes=torch.as_tensor(p["boxes"]),
+                scores=torch.as_tensor(p["scores"]),
+                labels=torch.as_tensor(np.searchsorted(ids, p["labels"])),
+            )
+            inst = [
+                {"bbox": b.tolist(), "bbox_label": int(np.searchsorted(ids, lab)), "ignore_flag": int(c)}
+                for b, lab, c in zip(t["boxes"], t["labels"], t["iscrowd"])
+            ]
+            samples.append(
+                BaseDataElement(
+                    pred_instances=pred, img_id=t["image_id"], ori_shape=(t["height"], t["width"]), instances=inst
+                )
+            )
         evaluator.process(samples)
-        ref.update(preds, [{k: t[k] for k in ("boxes", "labels", "iscrowd", "image_id", "width", "height")}
-                           for t in targets])  # fmt: skip
+        ref.update(
+            preds, [{k: t[k] for k in ("boxes", "labels", "iscrowd", "image_id", "width", "height")} for t in targets]
+        )
     out = evaluator.evaluate(len(ds.images))
     expected = ref.compute()
     assert text(metric.result) == text(expected)

@@ -34,8 +34,14 @@ def _image(rng: np.random.Generator, img: int, with_std: bool) -> tuple[dict, di
     pred = {"boxes": near, "scores": rng.choice([0.2, 0.5, 0.9, 0.55, 0.1], d), "labels": rng.integers(1, 4, d)}
     if with_std:
         pred["box_std"] = rng.uniform(0.5, 5, (d, 4))
-    tgt = {"boxes": gt, "labels": rng.integers(1, 4, g), "iscrowd": rng.random(g) < 0.15, "image_id": img,
-           "width": 130.0, "height": 120.0}  # fmt: skip
+    tgt = {
+        "boxes": gt,
+        "labels": rng.integers(1, 4, g),
+        "iscrowd": rng.random(g) < 0.15,
+        "image_id": img,
+        "width": 130.0,
+        "height": 120.0,
+    }
     return pred, tgt
 
 
@@ -43,17 +49,30 @@ def _records(images: list[tuple[dict, dict]]) -> tuple[Dataset, Detections]:
     ids = [t["image_id"] for _, t in images]
     cat = lambda key, src, tail=(): np.concatenate([np.reshape(x[key], (-1, *tail)) for x in src])  # noqa: E731
     preds, tgts = [p for p, _ in images], [t for _, t in images]
-    gt = GroundTruth(image_id=np.repeat(ids, [len(t["labels"]) for t in tgts]), box=cat("boxes", tgts, (4,)),
-                     category=cat("labels", tgts), iscrowd=cat("iscrowd", tgts))  # fmt: skip
+    gt = GroundTruth(
+        image_id=np.repeat(ids, [len(t["labels"]) for t in tgts]),
+        box=cat("boxes", tgts, (4,)),
+        category=cat("labels", tgts),
+        iscrowd=cat("iscrowd", tgts),
+    )
     n = [len(p["scores"]) for p in preds]
-    dets = Detections(image_id=np.repeat(ids, n), box=cat("boxes", preds, (4,)), score=cat("scores", preds),
-                      category=cat("labels", preds), box_std=cat("box_std", preds, (4,)) if "box_std" in preds[0] else None)  # fmt: skip
+    dets = Detections(
+        image_id=np.repeat(ids, n),
+        box=cat("boxes", preds, (4,)),
+        score=cat("scores", preds),
+        category=cat("labels", preds),
+        box_std=cat("box_std", preds, (4,)) if "box_std" in preds[0] else None,
+    )
     images_rec = Images(id=ids, width=[t["width"] for t in tgts], height=[t["height"] for t in tgts])
     return Dataset(images_rec, gt, dict(CATS)), dets
 
 
-SETS = {"seed": st.integers(0, 2**31), "n_images": st.integers(2, 9), "with_std": st.booleans(),
-        "batch": st.integers(1, 4)}  # fmt: skip
+SETS = {
+    "seed": st.integers(0, 2**31),
+    "n_images": st.integers(2, 9),
+    "with_std": st.booleans(),
+    "batch": st.integers(1, 4),
+}
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -103,10 +122,15 @@ def _one(**over) -> tuple[list[dict], list[dict]]:
 
 @pytest.mark.parametrize(
     "over, field",
-    [({"boxes": np.array([[0.0, 0, np.nan, 10]])}, "boxes"), ({"boxes": np.array([[5.0, 0, 1, 10]])}, "boxes"),
-     ({"scores": np.array([np.inf])}, "scores"), ({"labels": np.array([1, 2])}, "labels"),
-     ({"box_std": np.ones((2, 4))}, "box_std"), ({"t_labels": np.array([9])}, "labels")],
-)  # fmt: skip
+    [
+        ({"boxes": np.array([[0.0, 0, np.nan, 10]])}, "boxes"),
+        ({"boxes": np.array([[5.0, 0, 1, 10]])}, "boxes"),
+        ({"scores": np.array([np.inf])}, "scores"),
+        ({"labels": np.array([1, 2])}, "labels"),
+        ({"box_std": np.ones((2, 4))}, "box_std"),
+        ({"t_labels": np.array([9])}, "labels"),
+    ],
+)
 def test_bad_input_names_update_image_and_field(over: dict, field: str) -> None:
     m = DetectionCalibration(SPEC, categories=CATS)
     with pytest.raises(DetcalInputError) as e:
@@ -127,8 +151,12 @@ def test_missing_keys_counts_duplicates_and_unknown_labels() -> None:
         m.compute()
     unknown = DetectionCalibration(SPEC, categories=CATS)
     p, t = _one()
-    p[0] = {**p[0], "boxes": np.array([[0.0, 0, 10, 10], [1, 1, 9, 9]]), "scores": np.array([0.5, 0.4]),
-            "labels": np.array([1, 42])}  # fmt: skip
+    p[0] = {
+        **p[0],
+        "boxes": np.array([[0.0, 0, 10, 10], [1, 1, 9, 9]]),
+        "scores": np.array([0.5, 0.4]),
+        "labels": np.array([1, 42]),
+    }
     unknown.update(p, t)
     r = unknown.compute()
     assert r.record["detections"]["left_out_at_loading"] == {"unknown_category": 1}

@@ -27,9 +27,17 @@ class DetectionCalibrationEvaluator:
     ``thing_dataset_id_to_contiguous_id``, inverted); None: the class indices are the ids.
     ``cov_field`` / ``cov_format`` (``"xyxy"`` corners or ``"xywh"``): the covariance field, if any."""
 
-    def __init__(self, ground_truth: Any = None, spec: Any = None, *, class_ids: Sequence[int] | None = None,
-                 categories: Mapping[int, str] | None = None, cov_field: str = "pred_boxes_covariance",
-                 cov_format: str = "xyxy", **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        ground_truth: Any = None,
+        spec: Any = None,
+        *,
+        class_ids: Sequence[int] | None = None,
+        categories: Mapping[int, str] | None = None,
+        cov_field: str = "pred_boxes_covariance",
+        cov_format: str = "xyxy",
+        **kwargs: Any,
+    ) -> None:
         self._ev = DetectionCalibration(spec, ground_truth=ground_truth, categories=categories, **kwargs)
         self._ids = None if class_ids is None else np.asarray(class_ids, np.int64)
         self._cov = (cov_field, "box_cov_xyxy" if cov_format == "xyxy" else "box_cov")
@@ -45,15 +53,26 @@ class DetectionCalibrationEvaluator:
         preds, targets = [], []
         for inp, out in zip(inputs, outputs):
             inst = out["instances"]
-            p = {"boxes": inst.pred_boxes.tensor, "scores": inst.scores, "labels": self._labels(inst.pred_classes),
-                 "image_id": inp["image_id"]}  # fmt: skip
+            p = {
+                "boxes": inst.pred_boxes.tensor,
+                "scores": inst.scores,
+                "labels": self._labels(inst.pred_classes),
+                "image_id": inp["image_id"],
+            }
             if inst.has(self._cov[0]):
                 p[self._cov[1]] = inst.get(self._cov[0])
             preds.append(p)
             if "instances" in inp:
                 gt = inp["instances"]
-                targets.append({"boxes": gt.gt_boxes.tensor, "labels": self._labels(gt.gt_classes),
-                                "image_id": inp["image_id"], "height": inp["height"], "width": inp["width"]})  # fmt: skip
+                targets.append(
+                    {
+                        "boxes": gt.gt_boxes.tensor,
+                        "labels": self._labels(gt.gt_classes),
+                        "image_id": inp["image_id"],
+                        "height": inp["height"],
+                        "width": inp["width"],
+                    }
+                )
         self._ev.update(preds, targets if targets else None)
 
     def evaluate(self) -> dict[str, dict[str, float]]:

@@ -3,8 +3,8 @@
 
 With mmengine installed the class *is* an ``mmengine.evaluator.BaseMetric``, registered in
 mmengine's ``METRICS`` when this module is imported (``custom_imports`` in an mmdet config); without
-mmengine, a class of the same shape. It reads mmdet 3.x data samples (as dicts, what mmengine's ``Evaluator`` hands over):
-``pred_instances`` with ``bboxes`` (xyxy pixels of the original image), ``scores``, ``labels``
+mmengine, a class of the same shape. It reads mmdet 3.x data samples (as dicts, what mmengine's
+``Evaluator`` hands over): ``pred_instances`` with ``bboxes`` (xyxy pixels of the original image), ``scores``, ``labels``
 (contiguous class indices), ``img_id``, ``ori_shape`` (h, w), and the ground truth as mmdet's
 ``CocoMetric`` does without an annotation file: ``instances``, a list of dicts with ``bbox``
 (xyxy), ``bbox_label`` and ``ignore_flag`` (crowd); or from ``ground_truth`` (a detcal Dataset).
@@ -43,9 +43,17 @@ class MMDetCalibrationMetric(_Base):
 
     default_prefix = "detcal"
 
-    def __init__(self, spec: Any = None, *, ground_truth: Any = None, class_ids: Sequence[int] | None = None,
-                 categories: Mapping[int, str] | None = None, collect_device: str = "cpu",
-                 prefix: str | None = None, **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        spec: Any = None,
+        *,
+        ground_truth: Any = None,
+        class_ids: Sequence[int] | None = None,
+        categories: Mapping[int, str] | None = None,
+        collect_device: str = "cpu",
+        prefix: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(collect_device=collect_device, prefix=prefix)
         self._opts = dict(spec=spec, ground_truth=ground_truth, categories=categories, sync_on_compute=False, **kwargs)
         self._ids = None if class_ids is None else np.asarray(class_ids, np.int64)
@@ -58,15 +66,26 @@ class MMDetCalibrationMetric(_Base):
         conv = DetectionCalibration(**self._opts)
         for s in data_samples:
             pi = s["pred_instances"]
-            p = {"boxes": pi["bboxes"], "scores": pi["scores"], "labels": self._labels(pi["labels"]),
-                 "image_id": s["img_id"]}  # fmt: skip
+            p = {
+                "boxes": pi["bboxes"],
+                "scores": pi["scores"],
+                "labels": self._labels(pi["labels"]),
+                "image_id": s["img_id"],
+            }
             t = None
             if "instances" in s:
                 inst = s["instances"]
                 h, w = s["ori_shape"][:2]
-                t = [{"boxes": np.asarray([a["bbox"] for a in inst], np.float64).reshape(-1, 4), "image_id": s["img_id"],
-                      "labels": self._labels(np.asarray([a["bbox_label"] for a in inst], np.int64)),
-                      "iscrowd": np.asarray([a.get("ignore_flag", 0) for a in inst], bool), "height": h, "width": w}]  # fmt: skip
+                t = [
+                    {
+                        "boxes": np.asarray([a["bbox"] for a in inst], np.float64).reshape(-1, 4),
+                        "image_id": s["img_id"],
+                        "labels": self._labels(np.asarray([a["bbox_label"] for a in inst], np.int64)),
+                        "iscrowd": np.asarray([a.get("ignore_flag", 0) for a in inst], bool),
+                        "height": h,
+                        "width": w,
+                    }
+                ]
             conv._chunks = []
             conv.update([p], t)
             self.results.append(conv._chunks[0])

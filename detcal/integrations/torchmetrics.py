@@ -28,16 +28,43 @@ from detcal.integrations.evaluator import DetectionCalibration
 __all__ = ["DetectionCalibrationMetric", "COLUMNS"]
 
 COLUMNS: dict[str, tuple[int, ...]] = {
-    "img_id": (), "img_w": (), "img_h": (), "img_ndet": (), "img_ngt": (),
-    "det_box": (4,), "det_score": (), "det_label": (), "det_box_std": (4,), "det_box_cov": (4, 4),
-    "det_corner_cov": (2, 2, 2), "det_delta_std": (4,), "det_delta_mean": (4,), "det_proposal": (4,),
-    "gt_box": (4,), "gt_label": (), "gt_crowd": (), "gt_area": (), "gt_wh": (2,), "gt_ignore": (),
+    "img_id": (),
+    "img_w": (),
+    "img_h": (),
+    "img_ndet": (),
+    "img_ngt": (),
+    "det_box": (4,),
+    "det_score": (),
+    "det_label": (),
+    "det_box_std": (4,),
+    "det_box_cov": (4, 4),
+    "det_corner_cov": (2, 2, 2),
+    "det_delta_std": (4,),
+    "det_delta_mean": (4,),
+    "det_proposal": (4,),
+    "gt_box": (4,),
+    "gt_label": (),
+    "gt_crowd": (),
+    "gt_area": (),
+    "gt_wh": (2,),
+    "gt_ignore": (),
     "dropped": (),
-}  # fmt: skip
+}
 """Registered states (flattened 1-D tensors) and the per-row shape each is put back into."""
 
-_REQUIRED = ("img_id", "img_w", "img_h", "img_ndet", "img_ngt", "det_box", "det_score", "det_label", "gt_box",
-             "gt_label", "gt_crowd")  # fmt: skip
+_REQUIRED = (
+    "img_id",
+    "img_w",
+    "img_h",
+    "img_ndet",
+    "img_ngt",
+    "det_box",
+    "det_score",
+    "det_label",
+    "gt_box",
+    "gt_label",
+    "gt_crowd",
+)
 _BOOL = ("gt_crowd", "gt_ignore")
 
 
@@ -54,12 +81,25 @@ class DetectionCalibrationMetric(Metric):
     higher_is_better = False
     full_state_update = False
 
-    def __init__(self, spec: Any = None, *, box_format: str = "xyxy", categories: Mapping[int, str] | None = None,
-                 ground_truth: Any = None, order: str = "image_id", duplicate_images: str = "error",
-                 **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        spec: Any = None,
+        *,
+        box_format: str = "xyxy",
+        categories: Mapping[int, str] | None = None,
+        ground_truth: Any = None,
+        order: str = "image_id",
+        duplicate_images: str = "error",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
-        self._options = dict(box_format=box_format, categories=categories, ground_truth=ground_truth, order=order,
-                             duplicate_images=duplicate_images)  # fmt: skip
+        self._options = dict(
+            box_format=box_format,
+            categories=categories,
+            ground_truth=ground_truth,
+            order=order,
+            duplicate_images=duplicate_images,
+        )
         self._convert = DetectionCalibration(spec, sync_on_compute=False, **self._options)
         self.result: Any = None
         for name in COLUMNS:
