@@ -275,7 +275,8 @@ def _report(o: dict) -> None:
         print()
     print(
         f"compute: detcal {o['detcal_compute_s']:.2f} s; detcal.evaluate on the files {o['evaluate_files_s_min']:.2f} s "
-        f"(evaluate / compute {o['evaluate_files_s_min'] / o['detcal_compute_s']:.2f}x; fastest of {len(o['compute_runs_s'])})",
+        f"(evaluate / compute {o['evaluate_files_s_min'] / o['detcal_compute_s']:.2f}x, fastest of {len(o['compute_runs_s'])}; "
+        f"medians {np.median(o['compute_runs_s']):.2f} s and {np.median(o['evaluate_runs_s']):.2f} s)",
         end="",
     )
     print(f"; torchmetrics MAP compute {o['map_compute_s']:.2f} s" if "map_compute_s" in o else "")
