@@ -165,3 +165,33 @@ def test_missing_keys_counts_duplicates_and_unknown_labels() -> None:
         DetectionCalibration().compute()
     with pytest.raises(DetcalInputError, match="box_format"):
         DetectionCalibration(box_format="yxyx")
+
+
+@pytest.mark.parametrize("fmt", ["cxcywh", "xywh"])
+def test_other_box_formats_are_the_documented_conversions(fmt: str) -> None:
+    """cxcywh (DETR) and xywh (COCO) input: the offline records of boxes converted as documented
+    (x1 = cx - w/2, x2 = cx + w/2; x2 = x + w, matching areas from the given w * h)."""
+    from detcal.core.boxes import cxcywh_to_xyxy, xyxy_to_cxcywh, xyxy_to_xywh
+
+    rng = np.random.default_rng(11)
+    images = [_image(rng, int(i), False) for i in (5, 3, 9, 1)]
+    to_fmt = xyxy_to_cxcywh if fmt == "cxcywh" else xyxy_to_xywh
+    given = [({**p, "boxes": to_fmt(p["boxes"])}, {**t, "boxes": to_fmt(t["boxes"])}) for p, t in images]
+    back = []
+    for p, t in given:
+        pb, tb = (
+            (cxcywh_to_xyxy(p["boxes"]), cxcywh_to_xyxy(t["boxes"]))
+            if fmt == "cxcywh"
+            else (
+                np.concatenate([p["boxes"][:, :2], p["boxes"][:, :2] + p["boxes"][:, 2:]], axis=1),
+                np.concatenate([t["boxes"][:, :2], t["boxes"][:, :2] + t["boxes"][:, 2:]], axis=1),
+            )
+        )
+        back.append(({**p, "boxes": pb}, {**t, "boxes": tb}))
+    ds, dets = _records(back)
+    if fmt == "xywh":  # the input's w, h, from which matching takes the areas (as the COCO loader keeps them)
+        dets.wh = np.concatenate([p["boxes"][:, 2:] for p, _ in given])
+        ds.gt.wh = np.concatenate([t["boxes"][:, 2:] for _, t in given])
+    m = DetectionCalibration(SPEC, categories=CATS, box_format=fmt, order="arrival")
+    m.update(*map(list, zip(*given)))
+    assert text(m.compute()) == text(detcal.evaluate(ds, dets, spec=SPEC))
