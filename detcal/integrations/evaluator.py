@@ -210,7 +210,7 @@ class DetectionCalibration:
         if categories is None and ground_truth is not None:
             categories = ground_truth.categories
         self.categories = None if categories is None else {int(k): str(v) for k, v in categories.items()}
-        self._known = None if categories is None else np.fromiter(self.categories, np.int64)
+        self._known = None if self.categories is None else np.fromiter(self.categories, np.int64)
         self.sync_on_compute = sync_on_compute
         self.process_group = process_group
         self.duplicate_images = duplicate_images
@@ -491,6 +491,7 @@ class DetectionCalibration:
                 record=f"update {self._n_updates}",
                 field="image_id",
             )
+        assert ds is not None  # update() asks for targets otherwise
         ids = np.array([int(_scalar(p["image_id"])) for p in preds], np.int64)
         row = ds.images.index_of(ids)
         if (row < 0).any():
@@ -655,9 +656,9 @@ def _loaded(
         box=c["gt_box"][grows],
         category=c["gt_label"][grows],
         iscrowd=c["gt_crowd"][grows],
-        ignore=c["gt_ignore"][grows] if "gt_ignore" in c else None,
         wh=c["gt_wh"][grows] if "gt_wh" in c else None,
         area=c["gt_area"][grows] if "gt_area" in c else None,
+        **({"ignore": c["gt_ignore"][grows]} if "gt_ignore" in c else {}),
     )
     box, wh = _xyxy(c["det_box"][drows], fmt)
     unc = {k: np.asarray(c["det_" + k][drows], np.float64) for k in _DET_UNC if "det_" + k in c}
