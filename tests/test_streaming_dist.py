@@ -6,6 +6,7 @@ the torchmetrics Metric (torchmetrics' own ``cat`` state sync)."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -43,15 +44,17 @@ rows = np.arange(len(ds.images))[rank::world]
 padded = np.concatenate([rows, rows[:1]]) if rank == 1 else rows  # DistributedSampler pads with repeats
 plain = DetectionCalibration(spec, box_format="xywh", categories=ds.categories)
 pad = DetectionCalibration(spec, box_format="xywh", categories=ds.categories, duplicate_images="first")
+group = DetectionCalibration(spec, box_format="xywh", categories=ds.categories, process_group=dist.new_group([0, 1]))
 metric = DetectionCalibrationMetric(spec, box_format="xywh", categories=ds.categories)
 for preds, targets in from_records(ds, dets, batch=8, image_order=rows, box_format="xywh"):
     plain.update(preds, targets)
+    group.update(preds, targets)
     metric.update(preds, targets)
 for preds, targets in from_records(ds, dets, batch=8, image_order=padded, box_format="xywh"):
     pad.update(preds, targets)
 head = {k: float(v) for k, v in metric.compute().items()}
-out = {"plain": text(plain.compute()), "pad": text(pad.compute()), "metric": text(metric.result), "head": head,
-       "local_images": len(plain)}
+out = {"plain": text(plain.compute()), "pad": text(pad.compute()), "group": text(group.compute()),
+       "metric": text(metric.result), "head": head, "local_images": len(plain)}
 open(f"{sys.argv[1]}/rank{rank}.json", "w").write(json.dumps(out))
 dist.destroy_process_group()
 """.replace("@DETECTOR@", DETECTOR)
@@ -63,13 +66,16 @@ def test_two_gloo_ranks_give_every_rank_the_one_process_result(tmp_path: Path) -
     script = tmp_path / "run.py"
     script.write_text(SCRIPT)
     here = str(Path(__file__).resolve().parent)
+    with socket.socket() as sock:  # a free port: other test runs may use torchrun at the same time
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
             "torch.distributed.run",
             "--nproc_per_node=2",
-            "--master_port=29541",
+            f"--master_port={port}",
             str(script),
             str(tmp_path),
             here,
@@ -89,7 +95,7 @@ def test_two_gloo_ranks_give_every_rank_the_one_process_result(tmp_path: Path) -
         one.update(preds, targets)
     single = one.compute()
     for r in ranks:
-        assert r["plain"] == r["pad"] == r["metric"] == text(single)  # bitwise, on every rank
+        assert r["plain"] == r["pad"] == r["group"] == r["metric"] == text(single)  # bitwise, on every rank
         assert r["head"] == ranks[0]["head"]
         assert np.isclose(r["head"]["ece"], single.headline["ece"]["value"], rtol=0, atol=0)
     offline = detcal.evaluate(str(bundled.path("coco_mini79")), str(bundled.path("coco_mini79", DETECTOR)), spec=spec)
