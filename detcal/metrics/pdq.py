@@ -269,9 +269,9 @@ def pair_qualities(det_box, det_cov, det_score, det_cat, gt_box, gt_cat, W: int,
             "fg": _snap(np.exp(fg / n)), "bg": _snap(np.exp(bg / n))}
 
 
-def pdq(dataset: Dataset, dets: Detections, *, fixed_cov: float | None = None, inclusive: bool = False,
-        threshold: float = HEATMAP_THRESHOLD) -> MetricResult:
-    """PDQ of ``dets`` on ``dataset`` (module docstring); per-detection results in ``table``."""
+def _pdq_continuous(dataset: Dataset, dets: Detections, *, fixed_cov: float | None = None, inclusive: bool = False,
+                    threshold: float = HEATMAP_THRESHOLD) -> MetricResult:
+    """PDQ of the ``detcal_continuous`` variant (module docstring); per-detection results in ``table``."""
     images = dataset.images
     cov = corner_covariances(dets, fixed_cov)
     gt = dataset.gt
@@ -316,8 +316,8 @@ def pdq(dataset: Dataset, dets: Detections, *, fixed_cov: float | None = None, i
     value = tot["ppdq"] / denom if denom else float("nan")
     avg = {k: (tot[k] / n_tp if n_tp else 0.0) for k in tot}
     return MetricResult(
-        name="pdq", value=value, variant="inclusive_corners" if inclusive else "continuous_corners",
-        params={"fixed_cov": fixed_cov, "heatmap_threshold": threshold, "inclusive": inclusive,
+        name="pdq", value=value, variant="detcal_continuous",
+        params={"corners": "inclusive" if inclusive else "continuous", "fixed_cov": fixed_cov, "heatmap_threshold": threshold, "inclusive": inclusive,
                 "covariance": "fixed" if fixed_cov is not None else (dets.uncertainty_kind or "none"),
                 "gt_mask": "box pixels (centre inside)", "label_quality": "score of the detection's own class",
                 "assignment": "optimal (Hungarian) per image", "ece_scaling": False},
@@ -329,3 +329,90 @@ def pdq(dataset: Dataset, dets: Detections, *, fixed_cov: float | None = None, i
 
 def describe_choices() -> dict[str, Any]:
     return {"heatmap_threshold": HEATMAP_THRESHOLD, "small": SMALL, "window_sigmas": _N_SIGMA}
+
+
+VARIANTS: tuple[str, ...] = ("pdq_evaluation", "detcal_continuous")
+"""PDQ variants: ``pdq_evaluation`` (default; the reference implementation's conventions,
+:mod:`detcal.metrics.pdq_evaluation`) and ``detcal_continuous`` (detcal's earlier definition, module docstring)."""
+
+
+def pdq(dataset: Dataset, dets: Detections, *, variant: str = "pdq_evaluation", gt_mask: str | None = None,
+        segmentations: list[Any] | None = None, class_scores: np.ndarray | None = None, fixed_cov: float | None = None,
+        inclusive: bool = False, threshold: float = HEATMAP_THRESHOLD, workers: int = 1) -> MetricResult:
+    """PDQ of ``dets`` on ``dataset``; per-detection results in ``table``.
+
+    ``variant="pdq_evaluation"``: ``gt_mask`` ``"segmentation"`` (needs ``segmentations``, one COCO
+    segmentation per ground-truth row, :func:`detcal.data.coco_masks.load_segmentations`) or ``"box"``;
+    by default ``"segmentation"`` when segmentations are given, else ``"box"``. ``class_scores [D, C]``:
+    class distributions (categories in ascending id order, :func:`detcal.data.coco_masks.load_class_scores`)
+    for the label quality. ``workers`` processes split the images. ``inclusive`` belongs to
+    ``detcal_continuous`` only; ``threshold`` is fixed at the reference's 0.0027 in ``pdq_evaluation``.
+    """
+    if variant not in VARIANTS:
+        raise DetcalInputError(f"unknown PDQ variant {variant!r}; choose one of {VARIANTS}", field="variant")
+    if variant == "detcal_continuous":
+        return _pdq_continuous(dataset, dets, fixed_cov=fixed_cov, inclusive=inclusive, threshold=threshold)
+    if inclusive or threshold != HEATMAP_THRESHOLD:
+        raise DetcalInputError("inclusive / threshold belong to the detcal_continuous variant", field="variant")
+    return _pdq_reference(dataset, dets, gt_mask=gt_mask, segmentations=segmentations, class_scores=class_scores,
+                          fixed_cov=fixed_cov, workers=workers)
+
+
+def _pdq_reference(dataset: Dataset, dets: Detections, *, gt_mask: str | None, segmentations: list[Any] | None,
+                   class_scores: np.ndarray | None, fixed_cov: float | None, workers: int) -> MetricResult:
+    from detcal.metrics import pdq_evaluation as pe
+    from detcal.utils.processes import map_in_processes
+
+    mode = gt_mask or ("segmentation" if segmentations is not None else "box")
+    if mode not in ("segmentation", "box"):
+        raise DetcalInputError(f"gt_mask must be 'segmentation' or 'box', got {gt_mask!r}", field="gt_mask")
+    cov = corner_covariances(dets, fixed_cov)
+    scores, gt_col = pe.label_table(dataset, dets, class_scores)
+    images = dataset.images
+    img_of_det = images.index_of(dets.image_id)
+    if (img_of_det < 0).any():
+        i = int(np.flatnonzero(img_of_det < 0)[0])
+        raise DetcalInputError(f"image_id {int(dets.image_id[i])} is not among the dataset's images", record=f"detection row {i}", field="image_id")
+    bad = ~((dets.score >= 0) & (dets.score <= 1))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise DetcalInputError(f"score {dets.score[i]} is outside [0, 1]", record=f"detection row {i}", field="score")
+    px = pe.gt_pixels(dataset, mode, segmentations)
+    gt_rows = np.flatnonzero(px["n"] > 0)  # annotations without a pixel are left out, as in the reference
+    img_of_gt = dataset.gt_image_rows()[gt_rows]
+    N = len(images)
+    d_order = np.argsort(img_of_det, kind="stable")
+    g_order = gt_rows[np.argsort(img_of_gt, kind="stable")]
+    ctx = {"d_order": d_order, "d_start": np.searchsorted(img_of_det[d_order], np.arange(N + 1)),
+           "g_order": g_order, "g_start": np.searchsorted(np.sort(img_of_gt, kind="stable"), np.arange(N + 1)),
+           "scores": scores, "gt_col": gt_col, "gt_cat": dataset.gt.category, "det_cat": dets.category,
+           "det_score": dets.score, "cov": cov, "box": dets.box, "px": px,
+           "H": images.height.astype(np.int64), "W": images.width.astype(np.int64)}
+    parts = np.array_split(np.arange(N), max(1, min(int(workers), N) * 4)) if workers > 1 else [np.arange(N)]
+    results = [r for chunk in map_in_processes(pe.evaluate_images, parts, (ctx,), int(workers)) for r in chunk]
+    return _reference_result(results, dets, mode, scores is not None, fixed_cov, cov is not None, workers)
+
+
+def _reference_result(results: list[dict[str, Any]], dets: Detections, mode: str, with_scores: bool,
+                      fixed_cov: float | None, with_cov: bool, workers: int) -> MetricResult:
+    D = len(dets)
+    tot = {k: sum(r.get(k, 0.0) for r in results) for k in ("ppdq", "spatial", "label", "fg", "bg")}
+    n_tp, n_fp, n_fn = (sum(r[k] for r in results) for k in ("TP", "FP", "FN"))
+    det_ppdq = np.zeros(D); det_spatial = np.zeros(D); det_label = np.zeros(D); det_gt = np.full(D, -1, np.int64)
+    for r in results:  # per image: scatter the true positives' qualities
+        if len(r["det"]):
+            det_ppdq[r["det"]] = r["det_ppdq"]; det_spatial[r["det"]] = r["det_spatial"]
+            det_label[r["det"]] = r["det_label"]; det_gt[r["det"]] = r["gt"]
+    denom = n_tp + n_fp + n_fn
+    avg = {k: (tot[k] / n_tp if n_tp else 0.0) for k in tot}
+    return MetricResult(
+        name="pdq", value=tot["ppdq"] / denom if denom else float("nan"), variant="pdq_evaluation",
+        params={"gt_mask": mode, "crowd": "kept (filter_gts=False)", "fixed_cov": fixed_cov,
+                "covariance": "fixed" if fixed_cov is not None else (dets.uncertainty_kind if with_cov else "none (uniform boxes)"),
+                "label_quality": "class distribution (all_scores)" if with_scores else "score of the detection's own class",
+                "heatmap_threshold": HEATMAP_THRESHOLD, "assignment": "Hungarian per image on the float32 cost table",
+                "ece_scaling": False, "reference": "david2611/pdq_evaluation", "workers": int(workers)},
+        table={"det_ppdq": det_ppdq, "det_spatial": det_spatial, "det_label": det_label, "det_gt_index": det_gt},
+        extra={"avg_pPDQ": avg["ppdq"], "avg_spatial": avg["spatial"], "avg_label": avg["label"], "avg_fg": avg["fg"],
+               "avg_bg": avg["bg"], "TP": n_tp, "FP": n_fp, "FN": n_fn},
+    )
