@@ -19,6 +19,7 @@ numpy so that pycocotools stays a test-only reference:
 * pixels are toggled on at each boundary point in column-major order
   (a pixel is inside when an odd number of boundary points precede or equal it).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
-from detcal.types import Dataset
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import Dataset
 
 __all__ = ["polygon_mask", "rle_mask", "segmentation_mask", "load_segmentations", "load_class_scores", "mask_rows"]
 
@@ -136,7 +137,9 @@ def load_segmentations(path: str | Path, dataset: Dataset) -> list[Any]:
     out = []
     for row, aid in enumerate(dataset.gt.id.tolist()):
         if aid not in by_id:
-            raise DetcalInputError(f"annotation id {aid} is not in the file", file=file, record=f"ground-truth row {row}", field="id")
+            raise DetcalInputError(
+                f"annotation id {aid} is not in the file", file=file, record=f"ground-truth row {row}", field="id"
+            )
         out.append(by_id[aid])
     return out
 
@@ -165,13 +168,17 @@ def load_class_scores(path: str | Path, n: int | None = None) -> np.ndarray | No
     try:
         out = np.array([r[key] for r in recs], dtype=np.float64)
     except (KeyError, ValueError, TypeError) as e:
-        raise DetcalInputError(f"every record needs a '{key}' list of the same length ({e})", file=file, field=key) from e
+        raise DetcalInputError(
+            f"every record needs a '{key}' list of the same length ({e})", file=file, field=key
+        ) from e
     if out.ndim != 2 or (n is not None and len(out) != n):
         raise DetcalInputError(f"'{key}' must be one list per record ({n} records)", file=file, field=key)
     bad = ~np.isfinite(out) | (out < 0) | (out > 1)
     if bad.any():
         i = int(np.argwhere(bad)[0, 0])
-        raise DetcalInputError(f"class probability outside [0, 1]: {out[i].tolist()[:5]}...", file=file, record=i, field=key)
+        raise DetcalInputError(
+            f"class probability outside [0, 1]: {out[i].tolist()[:5]}...", file=file, record=i, field=key
+        )
     return out
 
 

@@ -25,15 +25,16 @@ called once per side and replicate.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.metrics.bootstrap import (
-    JACKKNIFE_BLOCKS,
     _BLOCK_ELEMS,
+    JACKKNIFE_BLOCKS,
     _check,
     _check_method,
     _draws,

@@ -37,6 +37,7 @@ conventions, in our words:
 Qualities pass through the reference's float32 cost tables (``1 - (1 - q)``
 in float32) so that the assignment and the TP test see the same numbers.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -44,10 +45,10 @@ from typing import Any
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import Dataset, Detections
 from detcal.data.coco_masks import mask_rows, segmentation_mask
-from detcal.errors import DetcalInputError
 from detcal.metrics import pdq_maps
-from detcal.types import Dataset, Detections
 
 CHUNK_CELLS: int = 4_000_000
 """Detections of an image are processed in groups whose padded grids hold about this many cells."""
@@ -68,7 +69,9 @@ def _gt_pixels(dataset: Dataset, mode: str, segmentations: list[Any] | None) -> 
     H = images.height[rows]
     W = images.width[rows]
     if not (np.isfinite(H).all() and np.isfinite(W).all()):
-        raise DetcalInputError("PDQ needs every image's width and height", file=dataset.source or None, field="width/height")
+        raise DetcalInputError(
+            "PDQ needs every image's width and height", file=dataset.source or None, field="width/height"
+        )
     H, W = H.astype(np.int64), W.astype(np.int64)
     G = len(gt)
     if mode == "box":
@@ -77,10 +80,22 @@ def _gt_pixels(dataset: Dataset, mode: str, segmentations: list[Any] | None) -> 
         c1 = np.minimum(np.minimum(np.ceil(gt.box[:, 2]), W) + 1, W).astype(np.int64)
         r1 = np.minimum(np.minimum(np.ceil(gt.box[:, 3]), H) + 1, H).astype(np.int64)
         n = np.maximum(c1 - c0, 0) * np.maximum(r1 - r0, 0)
-        return {"rect_gt": np.arange(G), "r0": r0, "r1": r1, "c0": c0, "c1": c1, "n": n,
-                "b_r0": r0, "b_r1": r1, "b_c0": c0, "b_c1": c1}
+        return {
+            "rect_gt": np.arange(G),
+            "r0": r0,
+            "r1": r1,
+            "c0": c0,
+            "c1": c1,
+            "n": n,
+            "b_r0": r0,
+            "b_r1": r1,
+            "b_c0": c0,
+            "b_c1": c1,
+        }
     if segmentations is None or len(segmentations) != G:
-        raise DetcalInputError("gt_mask='segmentation' needs one segmentation per ground-truth row", field="segmentations")
+        raise DetcalInputError(
+            "gt_mask='segmentation' needs one segmentation per ground-truth row", field="segmentations"
+        )
     parts = {k: [] for k in ("rect_gt", "r0", "c0", "c1")}
     n = np.zeros(G, np.int64)
     box = np.zeros((G, 4), np.int64)
@@ -90,8 +105,12 @@ def _gt_pixels(dataset: Dataset, mode: str, segmentations: list[Any] | None) -> 
         try:
             m = segmentation_mask(segmentations[g], int(H[g]), int(W[g]))
         except (ValueError, TypeError) as e:
-            raise DetcalInputError(f"bad segmentation: {e}", file=dataset.source or None, record=f"annotation id {int(gt.id[g])}",
-                                   field="segmentation") from e
+            raise DetcalInputError(
+                f"bad segmentation: {e}",
+                file=dataset.source or None,
+                record=f"annotation id {int(gt.id[g])}",
+                field="segmentation",
+            ) from e
         r, a, b = mask_rows(m)
         if len(r) == 0:
             continue
@@ -102,8 +121,18 @@ def _gt_pixels(dataset: Dataset, mode: str, segmentations: list[Any] | None) -> 
         parts["c0"].append(a)
         parts["c1"].append(b)
     cat = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in parts.items()}
-    return {"rect_gt": cat["rect_gt"], "r0": cat["r0"], "r1": cat["r0"] + 1, "c0": cat["c0"], "c1": cat["c1"], "n": n,
-            "b_r0": box[:, 0], "b_r1": box[:, 1], "b_c0": box[:, 2], "b_c1": box[:, 3]}
+    return {
+        "rect_gt": cat["rect_gt"],
+        "r0": cat["r0"],
+        "r1": cat["r0"] + 1,
+        "c0": cat["c0"],
+        "c1": cat["c1"],
+        "n": n,
+        "b_r0": box[:, 0],
+        "b_r1": box[:, 1],
+        "b_c0": box[:, 2],
+        "b_c1": box[:, 3],
+    }
 
 
 def _chunks(box: np.ndarray, cov: np.ndarray | None, H: int, W: int) -> list[np.ndarray]:
@@ -124,8 +153,15 @@ def _chunks(box: np.ndarray, cov: np.ndarray | None, H: int, W: int) -> list[np.
     return out
 
 
-def image_qualities(det_box: np.ndarray, det_cov: np.ndarray | None, label: np.ndarray, px: dict[str, np.ndarray],
-                    gt_rows: np.ndarray, H: int, W: int) -> dict[str, np.ndarray]:
+def image_qualities(
+    det_box: np.ndarray,
+    det_cov: np.ndarray | None,
+    label: np.ndarray,
+    px: dict[str, np.ndarray],
+    gt_rows: np.ndarray,
+    H: int,
+    W: int,
+) -> dict[str, np.ndarray]:
     """The [G, D] qualities of one image: ``spatial``, ``fg``, ``bg`` (float64), ``label`` (float32), ``ppdq``."""
     G, D = len(gt_rows), len(det_box)
     local = np.full(int(gt_rows.max(initial=-1)) + 1, -1)
@@ -141,7 +177,9 @@ def image_qualities(det_box: np.ndarray, det_cov: np.ndarray | None, label: np.n
         f_in, _ = pdq_maps.rect_sums(g, px["r0"][sel], px["r1"][sel], px["c0"][sel], px["c1"][sel])
         fsum = np.zeros((G, len(part)))
         np.add.at(fsum, owner, f_in)
-        _, b_in = pdq_maps.rect_sums(g, px["b_r0"][gt_rows], px["b_r1"][gt_rows], px["b_c0"][gt_rows], px["b_c1"][gt_rows])
+        _, b_in = pdq_maps.rect_sums(
+            g, px["b_r0"][gt_rows], px["b_r1"][gt_rows], px["b_c0"][gt_rows], px["b_c1"][gt_rows]
+        )
         _, b_tot = pdq_maps.totals(g)
         fg[:, part] = fsum
         bg[:, part] = b_tot[None, :] - b_in
@@ -175,13 +213,22 @@ def assign_image(q: dict[str, np.ndarray]) -> dict[str, Any]:
     ok = tab["ppdq"][rows, cols] > 0
     tp_r, tp_c = rows[ok], cols[ok]
     out = {k: float(tab[k][tp_r, tp_c].astype(np.float64).sum()) for k in tab}
-    out.update(TP=int(ok.sum()), FP=int(((~ok) & (cols < D)).sum()), FN=int(((~ok) & (rows < G)).sum()),
-               det=tp_c, gt=tp_r, det_ppdq=tab["ppdq"][tp_r, tp_c], det_spatial=tab["spatial"][tp_r, tp_c],
-               det_label=tab["label"][tp_r, tp_c])
+    out.update(
+        TP=int(ok.sum()),
+        FP=int(((~ok) & (cols < D)).sum()),
+        FN=int(((~ok) & (rows < G)).sum()),
+        det=tp_c,
+        gt=tp_r,
+        det_ppdq=tab["ppdq"][tp_r, tp_c],
+        det_spatial=tab["spatial"][tp_r, tp_c],
+        det_label=tab["label"][tp_r, tp_c],
+    )
     return out
 
 
-def label_table(dataset: Dataset, dets: Detections, class_scores: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray]:
+def label_table(
+    dataset: Dataset, dets: Detections, class_scores: np.ndarray | None
+) -> tuple[np.ndarray | None, np.ndarray]:
     """Column of each ground-truth row's class in ``class_scores`` (ascending category id), checked."""
     cats = np.array(sorted(dataset.categories), dtype=np.int64)
     col = np.searchsorted(cats, dataset.gt.category)
@@ -189,8 +236,11 @@ def label_table(dataset: Dataset, dets: Detections, class_scores: np.ndarray | N
         return None, col
     cs = np.asarray(class_scores, dtype=np.float64)
     if cs.shape != (len(dets), len(cats)):
-        raise DetcalInputError(f"class_scores has shape {cs.shape}, expected ({len(dets)}, {len(cats)}): one probability per "
-                               "detection and category, categories in ascending id order", field="class_scores")
+        raise DetcalInputError(
+            f"class_scores has shape {cs.shape}, expected ({len(dets)}, {len(cats)}): one probability per "
+            "detection and category, categories in ascending id order",
+            field="class_scores",
+        )
     return cs.astype(np.float32), col
 
 
@@ -198,8 +248,8 @@ def evaluate_images(items: np.ndarray, ctx: dict[str, Any]) -> list[dict[str, An
     """The assignments of the images ``items`` (rows into the dataset's images)."""
     out = []
     for i in items:  # one assignment per image
-        dr = ctx["d_order"][ctx["d_start"][i]: ctx["d_start"][i + 1]]
-        gr = ctx["g_order"][ctx["g_start"][i]: ctx["g_start"][i + 1]]
+        dr = ctx["d_order"][ctx["d_start"][i] : ctx["d_start"][i + 1]]
+        gr = ctx["g_order"][ctx["g_start"][i] : ctx["g_start"][i + 1]]
         if len(dr) == 0 or len(gr) == 0:
             out.append({"TP": 0, "FP": len(dr), "FN": len(gr), "det": np.zeros(0, int), "gt": np.zeros(0, int)})
             continue

@@ -46,6 +46,7 @@ ROI". The product of two corner maps therefore changes only at the ROI rows
 of either corner, so a map has at most ``nR_tl + nR_br + 4`` distinct row
 runs and as many column runs, whatever the box's size.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -145,10 +146,32 @@ def find_rois(k: Corners) -> Corners:
         s = np.flatnonzero(ns)
         detn = det[s]
         # rows: source rows i' >= first_y whose line meets a kept source column in [minx + first_x, maxx]
-        fr, lr = _axis_extent(k.my[s], k.mx[s], k.vy[s], k.vx[s], k.cxy[s], detn, miny[s], ny[s],
-                              minx[s] + first_x[s], maxx[s], first_y[s])
-        fc, lc = _axis_extent(k.mx[s], k.my[s], k.vx[s], k.vy[s], k.cxy[s], detn, minx[s], nx[s],
-                              miny[s] + first_y[s], maxy[s], first_x[s])
+        fr, lr = _axis_extent(
+            k.my[s],
+            k.mx[s],
+            k.vy[s],
+            k.vx[s],
+            k.cxy[s],
+            detn,
+            miny[s],
+            ny[s],
+            minx[s] + first_x[s],
+            maxx[s],
+            first_y[s],
+        )
+        fc, lc = _axis_extent(
+            k.mx[s],
+            k.my[s],
+            k.vx[s],
+            k.vy[s],
+            k.cxy[s],
+            detn,
+            minx[s],
+            nx[s],
+            miny[s] + first_y[s],
+            maxy[s],
+            first_x[s],
+        )
 
         def back(first, last, shift, dm):
             # a window index i reads source i + 1 when shifted and i < dm: map the sources back
@@ -256,14 +279,19 @@ def _uniform_axis(lo: np.ndarray, hi: np.ndarray, idx: np.ndarray) -> np.ndarray
 
 @dataclass
 class Grids:
-    """Compressed maps of a batch of detections: run starts ``rs [n, K]`` / ``cs [n, L]`` (first 0, last H / W),
-    values of the foreground and background log terms per cell ``[n, K, L]``, and their prefix sums."""
+    """Compressed maps of a batch of detections: run starts ``rs [n, K]`` / ``cs [n, L]`` (first 0, last H / W) and
+    run lengths ``lr`` / ``lc`` (the last 0); per cell the map ``heat`` and the foreground / background log terms
+    ``vfg`` / ``vbg`` ``[n, K, L]``; ``pfg`` / ``pbg``: their sums over the pixels above and left of each cell's corner."""
 
     rs: np.ndarray
     cs: np.ndarray
+    lr: np.ndarray
+    lc: np.ndarray
     heat: np.ndarray
-    fg: tuple[np.ndarray, ...]
-    bg: tuple[np.ndarray, ...]
+    vfg: np.ndarray
+    vbg: np.ndarray
+    pfg: np.ndarray
+    pbg: np.ndarray
     H: int
     W: int
 
@@ -273,16 +301,13 @@ def _breaks(parts: list[np.ndarray], limit: int) -> np.ndarray:
     return np.sort(np.clip(b, 0, limit), axis=1)
 
 
-def _prefix(V: np.ndarray, lr: np.ndarray, lc: np.ndarray) -> tuple[np.ndarray, ...]:
-    """(V, P, Q, Rr): P[i, j] = sum over cells above-left weighted by run lengths; Q along the row; Rr along the column."""
+def _prefix(V: np.ndarray, lr: np.ndarray, lc: np.ndarray) -> np.ndarray:
+    """``P[i, j]``: sum of ``V`` over the pixels above row ``rs_i`` and left of column ``cs_j``."""
     M = V * lr[:, :, None] * lc[:, None, :]
     P = np.zeros_like(M)
-    P[:, 1:, 1:] = M[:, :-1, :-1].cumsum(1).cumsum(2)
-    Q = np.zeros_like(M)
-    Q[:, :, 1:] = (V * lc[:, None, :])[:, :, :-1].cumsum(2)
-    Rr = np.zeros_like(M)
-    Rr[:, 1:, :] = (V * lr[:, :, None])[:, :-1, :].cumsum(1)
-    return V, P, Q, Rr
+    np.cumsum(M[:, :-1, :-1], axis=1, out=P[:, 1:, 1:])
+    np.cumsum(P[:, 1:, 1:], axis=2, out=P[:, 1:, 1:])
+    return P
 
 
 def build_grids(box: np.ndarray, cov: np.ndarray | None, H: int, W: int) -> Grids:
@@ -319,7 +344,7 @@ def build_grids(box: np.ndarray, cov: np.ndarray | None, H: int, W: int) -> Grid
     lc = np.diff(cs, axis=1, append=cs[:, -1:]).astype(np.float64)
     lfg = np.log((heat + np.float32(SMALL)).astype(np.float64))
     lbg = np.where(heat > 0, np.log((np.float32(1.0) - heat + np.float32(SMALL)).astype(np.float64)), 0.0)
-    return Grids(rs, cs, heat, _prefix(lfg, lr, lc), _prefix(lbg, lr, lc), H, W)
+    return Grids(rs, cs, lr, lc, heat, lfg, lbg, _prefix(lfg, lr, lc), _prefix(lbg, lr, lc), H, W)
 
 
 def _locate(starts: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -332,34 +357,42 @@ def _locate(starts: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return i, pos - np.take_along_axis(starts, i.T, axis=1).T
 
 
-def rect_sums(g: Grids, r0: np.ndarray, r1: np.ndarray, c0: np.ndarray, c1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _at(g: Grids, P: np.ndarray, loc_r: tuple, loc_c: tuple) -> np.ndarray:
+    """Sum over the pixels above and left of (R, C): the prefix, bilinear inside a cell (the map is constant there)."""
+    (i, dr), (j, dc) = loc_r, loc_c
+    n, K, L = P.shape
+    d = np.arange(n)[None, :]
+    i1, j1 = np.minimum(i + 1, K - 1), np.minimum(j + 1, L - 1)
+    fr = dr / np.maximum(g.lr[d, i], 1.0)
+    fc = dc / np.maximum(g.lc[d, j], 1.0)
+    p00, p10, p01, p11 = P[d, i, j], P[d, i1, j], P[d, i, j1], P[d, i1, j1]
+    return p00 + fr * (p10 - p00) + fc * (p01 - p00) + fr * fc * (p11 - p10 - p01 + p00)
+
+
+def rect_sums(
+    g: Grids, r0: np.ndarray, r1: np.ndarray, c0: np.ndarray, c1: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Sums of the foreground and background log terms of every map [n] over rectangles ``[r0, r1) x [c0, c1)`` [m] -> [m, n]."""
     n = g.rs.shape[0]
-    dd = np.arange(n)[None, :]
-    out = []
-    locs = {}
-    for name, v in (("r0", r0), ("r1", r1)):
-        locs[name] = _locate(g.rs, np.broadcast_to(v[:, None], (len(v), n)))
-    for name, v in (("c0", c0), ("c1", c1)):
-        locs[name] = _locate(g.cs, np.broadcast_to(v[:, None], (len(v), n)))
-    for V, P, Q, Rr in (g.fg, g.bg):
-        def F(rn, cn):
-            (i, dr), (j, dc) = locs[rn], locs[cn]
-            return P[dd, i, j] + dr * Q[dd, i, j] + dc * Rr[dd, i, j] + dr * dc * V[dd, i, j]
-        out.append(F("r1", "c1") - F("r0", "c1") - F("r1", "c0") + F("r0", "c0"))
-    return out[0], out[1]
+    lr0, lr1 = (_locate(g.rs, np.broadcast_to(v[:, None], (len(v), n))) for v in (r0, r1))
+    lc0, lc1 = (_locate(g.cs, np.broadcast_to(v[:, None], (len(v), n))) for v in (c0, c1))
+    return tuple(
+        _at(g, P, lr1, lc1) - _at(g, P, lr0, lc1) - _at(g, P, lr1, lc0) + _at(g, P, lr0, lc0) for P in (g.pfg, g.pbg)
+    )
 
 
 def totals(g: Grids) -> tuple[np.ndarray, np.ndarray]:
     """Whole-image sums of the foreground and background log terms [n]."""
-    H = np.array([g.H]); W = np.array([g.W]); z = np.array([0])
+    H = np.array([g.H])
+    W = np.array([g.W])
+    z = np.array([0])
     fg, bg = rect_sums(g, z, H, z, W)
     return fg[0], bg[0]
 
 
 def dense(g: Grids, which: str = "heat") -> np.ndarray:
     """The maps expanded to ``[n, H, W]`` (for tests and pictures): ``which`` 'heat', or 'fg' / 'bg' for the log terms."""
-    V = {"heat": g.heat, "fg": g.fg[0], "bg": g.bg[0]}[which]
+    V = {"heat": g.heat, "fg": g.vfg, "bg": g.vbg}[which]
     n = g.rs.shape[0]
     i, _ = _locate(g.rs, np.broadcast_to(np.arange(g.H)[:, None], (g.H, n)))
     j, _ = _locate(g.cs, np.broadcast_to(np.arange(g.W)[:, None], (g.W, n)))

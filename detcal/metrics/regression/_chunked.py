@@ -19,7 +19,8 @@ elementwise step writes into such buffers. The values stay bit-identical:
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
