@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
-from detcal.core.types import Dataset, Detections, MetricResult
 from detcal.matching.engine import match
+from detcal.core.types import Dataset, Detections, MetricResult
 
 IOU_THRESHOLDS: np.ndarray = np.linspace(0.5, 0.95, int(np.round((0.95 - 0.5) / 0.05)) + 1, endpoint=True)
 """pycocotools ``iouThrs`` (the same float values)."""

@@ -41,15 +41,15 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Callable, Hashable, Iterator, Mapping
-from typing import Any
+from typing import Any, Callable, Hashable, Iterator, Mapping
 
 import numpy as np
+
+from detcal.metrics._special import ndtr, ndtri
 
 from detcal.binning.cells import CellSums
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult
-from detcal.metrics._special import ndtr, ndtri
 
 _BLOCK_ELEMS = 1 << 21
 """Draws per block: replicates are drawn in blocks of ``max(1, 2**21 // I)``."""

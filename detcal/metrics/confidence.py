@@ -37,24 +37,16 @@ exception.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Hashable, Sequence
 
 import numpy as np
 
-from detcal.binning.cells import CellStats, CellSums, cell_stats, pair_sums
 from detcal.binning.edges import EDGE_RULES, normalise_bins
+from detcal.binning.cells import CellStats, CellSums, cell_stats, pair_sums
+from detcal.metrics.confidence_compute import OUTLIER_TOL, _binned_values, _cell_free_values, _homogeneity, _ratio, _summary  # noqa: F401
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult
-from detcal.metrics.confidence_compute import (  # noqa: F401
-    OUTLIER_TOL,
-    _binned_values,
-    _cell_free_values,
-    _homogeneity,
-    _ratio,
-    _summary,
-)
 
 POLICIES: tuple[str, ...] = ("drop", "netcal")
 """Sparse-cell policies."""

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Hashable
 
 import numpy as np
 
 from detcal.binning.cells import FLOAT_STATS, CellStats, cell_stats, sample_cells, validate_sample
 from detcal.core.errors import DetcalInputError
-from detcal.core.types import MetricResult
 from detcal.metrics.confidence import SPARSE_RATIO, ConfidenceMetric, SparseCellsWarning, _bins_arg
+from detcal.core.types import MetricResult
 
 # Per class
 # ---------------------------------------------------------------------------

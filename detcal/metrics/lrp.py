@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
-from detcal.core.types import Detections, GroundTruth, MetricResult
 from detcal.matching.engine import match
+from detcal.core.types import Detections, GroundTruth, MetricResult
 
 DEFAULT_TAU: float = 0.0
 """TP-validation IoU of the reference library's defaults (``LaECE_0``, LRP at tau 0)."""

@@ -25,16 +25,15 @@ called once per side and replicate.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.metrics.bootstrap import (
-    _BLOCK_ELEMS,
     JACKKNIFE_BLOCKS,
+    _BLOCK_ELEMS,
     _check,
     _check_method,
     _draws,

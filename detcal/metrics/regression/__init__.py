@@ -27,74 +27,31 @@ per-bin coverage counts follow from a ``bincount`` + ``cumsum`` (O(S + B L)).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Callable
 
-from detcal.core.types import MetricResult
 from detcal.metrics.regression._common import (  # noqa: F401
-    _LOG_2PI,
-    BINNINGS,
-    POLICIES,
-    QUANTILE_LEVELS,
-    RETENTION_REJECT,
-    _check_bins,
-    _check_choice,
-    _nan_result,
-    _validate,
-    _validate_levels,
+    _LOG_2PI, BINNINGS, POLICIES, QUANTILE_LEVELS, RETENTION_REJECT,
+    _check_bins, _check_choice, _nan_result, _validate, _validate_levels,
 )
 from detcal.metrics.regression.qce import (  # noqa: F401
-    CoverageStats,
-    _coverage_counts,
-    _joint_nees,
-    _level_index,
-    c_qce,
-    c_qce_from_stats,
-    c_qce_joint,
-    coverage_stats,
-    m_qce,
-    m_qce_from_stats,
-    m_qce_joint,
-    nees,
+    CoverageStats, _coverage_counts, _joint_nees, _level_index, c_qce, c_qce_from_stats, c_qce_joint,
+    coverage_stats, m_qce, m_qce_from_stats, m_qce_joint, nees,
 )
 from detcal.metrics.regression.retention import (  # noqa: F401
-    LOG_BASES,
-    MWSE_NORMALISATIONS,
-    _n_keep,
-    _sorted_by_uncertainty,
-    _uncertainty,
-    _validate_rejected,
-    f1_retention,
-    ll_fu,
-    ll_fu_scores,
-    mwse,
-    retention_curve,
-    rmse_rmv_ratio,
+    LOG_BASES, MWSE_NORMALISATIONS, _n_keep, _sorted_by_uncertainty, _uncertainty, _validate_rejected, f1_retention,
+    ll_fu, ll_fu_scores, mwse,
+    retention_curve, rmse_rmv_ratio,
 )
 from detcal.metrics.regression.scores import (  # noqa: F401
-    _abs_z_counts,
-    crps_gaussian,
-    gaussian_nll,
-    gaussian_nll_joint,
-    interval_calibration_error,
-    mpiw,
-    picp,
+    _abs_z_counts, crps_gaussian, gaussian_nll, gaussian_nll_joint, interval_calibration_error, mpiw, picp,
     pinball_loss,
 )
 from detcal.metrics.regression.sigma_bins import (  # noqa: F401
-    SigmaBinStats,
-    _bin_stats,
-    _sigma_bin_stats,
-    _sigma_bins,
-    coefficient_of_variation,
-    ence,
-    ence_from_stats,
-    lence,
-    sigma_bin_stats,
-    uce,
-    uce_from_stats,
+    SigmaBinStats, _bin_stats, _sigma_bin_stats, _sigma_bins, coefficient_of_variation, ence, ence_from_stats,
+    lence, sigma_bin_stats, uce, uce_from_stats,
 )
 from detcal.metrics.spaces import RegressionSample
+from detcal.core.types import MetricResult
 
 # --------------------------------------------------------------------------- wrappers and suite
 

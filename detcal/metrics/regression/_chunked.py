@@ -19,8 +19,7 @@ elementwise step writes into such buffers. The values stay bit-identical:
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 

@@ -1,8 +1,7 @@
 """Shared validation and constants of the box-uncertainty metrics (numpy only)."""
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 

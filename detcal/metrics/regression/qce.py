@@ -10,32 +10,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from detcal.metrics._special import gammaincinv
 
 from detcal.binning.edges import RankSegments
-from detcal.binning.kernels import Workspace
 from detcal.core.errors import DetcalInputError
-from detcal.core.types import MetricResult
-from detcal.metrics._special import gammaincinv
-from detcal.metrics.regression._chunked import (
-    LEAF,
-    contiguous,
-    equal_width_index_into,
-    float_columns,
-    min_max,
-    sigma_range,
-)
 from detcal.metrics.regression._common import (
-    BINNINGS,
-    POLICIES,
-    QUANTILE_LEVELS,
-    _check_bins,
-    _check_choice,
-    _nan_result,
-    _validate,
-    _validate_levels,
+    BINNINGS, POLICIES, QUANTILE_LEVELS, _check_bins, _check_choice, _nan_result, _validate, _validate_levels,
+)
+from detcal.binning.kernels import Workspace
+from detcal.metrics.regression._chunked import (
+    LEAF, contiguous, equal_width_index_into, float_columns, min_max, sigma_range,
 )
 from detcal.metrics.regression.sigma_bins import _sigma_bins
-
+from detcal.core.types import MetricResult
 
 @dataclass
 class CoverageStats:
@@ -54,7 +41,7 @@ class CoverageStats:
     edges: np.ndarray | None
     binning: str
 
-    def merge(self, other: CoverageStats) -> CoverageStats:
+    def merge(self, other: "CoverageStats") -> "CoverageStats":
         """Sum of two chunks' counts (same levels, d and fixed edges)."""
         if self.binning == "equal_count" or other.binning == "equal_count":
             raise DetcalInputError("equal_count statistics need global ranks and cannot be merged", field="binning")

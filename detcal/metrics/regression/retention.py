@@ -9,9 +9,8 @@ import numpy as np
 
 from detcal.binning.edges import rank_segments
 from detcal.core.errors import DetcalInputError
-from detcal.core.types import MetricResult
 from detcal.metrics.regression._common import _LOG_2PI, RETENTION_REJECT, _check_choice, _nan_result, _validate
-
+from detcal.core.types import MetricResult
 
 def _sorted_by_uncertainty(u: np.ndarray, *values: np.ndarray) -> list[np.ndarray]:
     """Values sorted by ascending uncertainty; within ties of u each value is its tie-group mean.

@@ -13,20 +13,13 @@ from typing import Any
 import numpy as np
 
 from detcal.binning.edges import RankSegments, equal_count_segments, equal_width_bins
-from detcal.binning.kernels import Workspace
 from detcal.core.errors import DetcalInputError
-from detcal.core.types import MetricResult
+from detcal.binning.kernels import Workspace
 from detcal.metrics.regression._chunked import (
-    LEAF,
-    OrderedBincount,
-    contiguous,
-    equal_width_index_into,
-    float_columns,
-    min_max,
-    sigma_range,
+    LEAF, OrderedBincount, contiguous, equal_width_index_into, float_columns, min_max, sigma_range,
 )
 from detcal.metrics.regression._common import BINNINGS, _check_bins, _check_choice, _nan_result, _validate
-
+from detcal.core.types import MetricResult
 
 def _sigma_bins(
     values: np.ndarray, bins: int, binning: str, range_: tuple[float, float] | None,
@@ -57,7 +50,7 @@ class SigmaBinStats:
     over: str
     binning: str
 
-    def merge(self, other: SigmaBinStats) -> SigmaBinStats:
+    def merge(self, other: "SigmaBinStats") -> "SigmaBinStats":
         """Sum of two chunks' statistics; both must share the same fixed edges."""
         if self.edges is None or other.edges is None:
             raise DetcalInputError("equal_count statistics need global ranks and cannot be merged", field="binning")
