@@ -65,13 +65,27 @@ SINGULAR_DET: float = 1e-8
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(24)
 _GL_X = 0.5 * (_GL_X + 1.0)
 _GL_W = 0.5 * _GL_W
+_GL_ASIN = {n: tuple(0.5 * v + (0.5 if i == 0 else 0.0) for i, v in enumerate(np.polynomial.legendre.leggauss(n))) for n in (6, 12)}
+
+
+def _bvn_asin(h: np.ndarray, k: np.ndarray, rho: np.ndarray, nodes: int) -> np.ndarray:
+    """``Phi2 - Phi(h) Phi(k)`` by ``(1 / 2 pi) int_0^{asin rho} exp(-(h^2 - 2 h k sin t + k^2) / (2 cos^2 t)) dt``
+    (Genz's form; ``nodes``-point Gauss-Legendre: 6 for ``|rho| < 0.3``, 12 below 0.75)."""
+    x, w = _GL_ASIN[nodes]
+    a = np.arcsin(rho)
+    t = a[..., None] * x
+    sn, cs2 = np.sin(t), np.cos(t) ** 2
+    hh, kk = h[..., None], k[..., None]
+    f = np.exp(-(hh * hh - 2.0 * hh * kk * sn + kk * kk) / (2.0 * cs2))
+    return a * (f @ w) / (2.0 * np.pi)
 
 
 def bvn_cdf(h: np.ndarray, k: np.ndarray, rho: np.ndarray) -> np.ndarray:
     """``P(Z1 <= h, Z2 <= k)`` for standard normals of correlation ``rho`` (broadcast arrays).
 
-    Plackett's identity ``d Phi2 / d rho = phi2(h, k, rho)``, integrated from 0 to ``rho`` by
-    24-point Gauss-Legendre quadrature (accurate to ~1e-9 for ``|rho| <= 0.95``).
+    ``Phi(h) Phi(k)`` plus the correlation term: for ``|rho| < 0.75`` Genz's arcsine form with 6 or 12
+    Gauss-Legendre nodes (double precision); above, Plackett's identity ``d Phi2 / d rho = phi2(h, k, rho)``
+    integrated from 0 to ``rho`` with 24 nodes (~1e-9 for ``|rho| <= 0.95``).
     """
     h, k, rho = np.broadcast_arrays(np.asarray(h, float), np.asarray(k, float), np.asarray(rho, float))
     out = ndtr(h) * ndtr(k)
@@ -79,11 +93,20 @@ def bvn_cdf(h: np.ndarray, k: np.ndarray, rho: np.ndarray) -> np.ndarray:
     if not nz.any():
         return out
     hh, kk, rr = np.clip(h[nz], -40, 40), np.clip(k[nz], -40, 40), rho[nz]
-    r = rr[..., None] * _GL_X
-    one = 1.0 - r * r
-    q = (hh[..., None] ** 2 - 2.0 * r * hh[..., None] * kk[..., None] + kk[..., None] ** 2) / (2.0 * one)
-    dens = np.exp(-q) / (2.0 * np.pi * np.sqrt(one))
-    out[nz] += rr * (dens @ _GL_W)
+    ar = np.abs(rr)
+    add = np.empty(len(rr))
+    for lo, hi, n in ((0.0, 0.3, 6), (0.3, 0.75, 12)):  # three accuracy bands
+        m = (ar >= lo) & (ar < hi)
+        if m.any():
+            add[m] = _bvn_asin(hh[m], kk[m], rr[m], n)
+    m = ar >= 0.75
+    if m.any():
+        r = rr[m][..., None] * _GL_X
+        one = 1.0 - r * r
+        h1, k1 = hh[m][..., None], kk[m][..., None]
+        q = (h1**2 - 2.0 * r * h1 * k1 + k1**2) / (2.0 * one)
+        add[m] = rr[m] * ((np.exp(-q) / (2.0 * np.pi * np.sqrt(one))) @ _GL_W)
+    out[nz] += add
     return np.clip(out, 0.0, 1.0)
 
 
