@@ -86,21 +86,37 @@ def main() -> None:
             cs = load_class_scores(f, len(d))
             for mask in ("segmentation", "box"):
                 sec, r = _best(lambda: pdq(ds, d, gt_mask=mask, segmentations=segs, class_scores=cs), args.repeats)
-                row = {"set": "79 images", "detections": kind, "gt": mask, "detcal_s": round(sec, 2), "PDQ": round(r.value, 6),
-                       "TP/FP/FN": f"{r.extra['TP']}/{r.extra['FP']}/{r.extra['FN']}"}
+                row = {
+                    "set": "79 images",
+                    "detections": kind,
+                    "gt": mask,
+                    "detcal_s": round(sec, 2),
+                    "PDQ": round(r.value, 6),
+                    "TP/FP/FN": f"{r.extra['TP']}/{r.extra['FP']}/{r.extra['FN']}",
+                }
                 if args.reference_dir:
                     rs, rv, tp, fp, fn = _reference(args.reference_dir, gt_file, f, mask == "box")
-                    row.update(reference_s=round(rs, 2), reference_PDQ=round(rv, 6), ratio=round(rs / sec, 1),
-                               reference_counts=f"{tp}/{fp}/{fn}")
+                    row.update(
+                        reference_s=round(rs, 2),
+                        reference_PDQ=round(rv, 6),
+                        ratio=round(rs / sec, 1),
+                        reference_counts=f"{tp}/{fp}/{fn}",
+                    )
                 rows.append(row)
                 print(json.dumps(row))
     if not args.skip_5k:
         ds5, d5 = bundled.load("coco_tfzoo", "ssd-inception-v2")
         for w in sorted({1, args.workers}):
             sec, r = _best(lambda: pdq(ds5, d5, fixed_cov=args.fixed_cov, workers=w), args.repeats)
-            row = {"set": "5,000 images", "detections": f"ssd-inception-v2 ({len(d5)}), fixed_cov={args.fixed_cov}",
-                   "gt": "box", "workers": w, "detcal_s": round(sec, 2), "PDQ": round(r.value, 6),
-                   "TP/FP/FN": f"{r.extra['TP']}/{r.extra['FP']}/{r.extra['FN']}"}
+            row = {
+                "set": "5,000 images",
+                "detections": f"ssd-inception-v2 ({len(d5)}), fixed_cov={args.fixed_cov}",
+                "gt": "box",
+                "workers": w,
+                "detcal_s": round(sec, 2),
+                "PDQ": round(r.value, 6),
+                "TP/FP/FN": f"{r.extra['TP']}/{r.extra['FP']}/{r.extra['FN']}",
+            }
             rows.append(row)
             print(json.dumps(row))
     print()

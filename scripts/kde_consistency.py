@@ -42,7 +42,9 @@ def iou_detector(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarr
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=12)
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "figures" / "kde_consistency.png"))
+    ap.add_argument(
+        "--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "figures" / "kde_consistency.png")
+    )
     args = ap.parse_args()
     import matplotlib
 
@@ -53,11 +55,20 @@ def main() -> None:
     cases = {"binary link, c(s) = s^2": (binary_detector, 1 / 6), "IoU link, c(s) = 0.2 + 0.6 s": (iou_detector, 0.1)}
     rows = {}
     for name, (gen, true) in cases.items():
-        est = np.array([[kde_ece(*gen(n, np.random.default_rng(1000 * i + n))).value for i in range(args.seeds)]
-                        for n in tqdm(SIZES, desc=name)])
-        rows[name] = {"true": true, "N": list(SIZES), "mean": est.mean(1).tolist(),
-                      "mean_abs_error": np.abs(est - true).mean(1).tolist(),
-                      "p10": np.percentile(est, 10, axis=1).tolist(), "p90": np.percentile(est, 90, axis=1).tolist()}
+        est = np.array(
+            [
+                [kde_ece(*gen(n, np.random.default_rng(1000 * i + n))).value for i in range(args.seeds)]
+                for n in tqdm(SIZES, desc=name)
+            ]
+        )
+        rows[name] = {
+            "true": true,
+            "N": list(SIZES),
+            "mean": est.mean(1).tolist(),
+            "mean_abs_error": np.abs(est - true).mean(1).tolist(),
+            "p10": np.percentile(est, 10, axis=1).tolist(),
+            "p90": np.percentile(est, 90, axis=1).tolist(),
+        }
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for ax, (name, r) in zip(axes, rows.items()):
         ax.fill_between(r["N"], r["p10"], r["p90"], alpha=0.25, label="10-90% of seeds")
