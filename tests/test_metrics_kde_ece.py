@@ -119,3 +119,15 @@ def test_code_variant_truncates_ious_past_the_object_count():
     d2 = detection_kde_ece(dets, gt2, iou_thresholds=[0.5], variant="popordanoska2024")
     c2 = detection_kde_ece(dets, gt2, iou_thresholds=[0.5], variant="popordanoska2024_code")
     assert c2.value == pytest.approx(d2.value / 2)
+
+
+def test_through_the_pipeline():
+    import detcal
+    from detcal.pipeline.spec import BootstrapSpec, DataSpec, EvaluationSpec, LocalisationSpec
+
+    spec = EvaluationSpec(bootstrap=BootstrapSpec(n=0), localisation=LocalisationSpec(kde_ece=True))
+    res = detcal.evaluate(DataSpec(source="bundled", bundle="coco_mini79", detector="ssd-inception-v2"), spec=spec)
+    loc = res.to_dict()["localisation"]
+    assert loc["kde_ece"]["variant"] == "popordanoska2024_code" and 0 < loc["kde_ece"]["value"] < 1
+    assert loc["kde_ece"]["params"]["link"] == "binary" and len(loc["kde_ece"]["params"]["iou_thresholds"]) == 10
+    assert loc["kde_ece_iou"]["params"]["iou_thresholds"] == [0.5]

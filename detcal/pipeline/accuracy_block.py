@@ -60,6 +60,11 @@ def localisation_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]
     out["lrp_optimal_thresholds"] = {str(int(c)): (None if not np.isfinite(t) else float(t))
                                      for c, t in zip(table.categories, thr)}
     out["choices"] = describe_choices()
+    if loc.kde_ece:
+        from detcal.metrics.kde_ece import detection_kde_ece
+
+        for key, link in (("kde_ece", "binary"), ("kde_ece_iou", "iou")):
+            out[key] = detection_kde_ece(dets, ds.gt, link=link, max_dets=spec.matching.max_dets).to_dict()
     if loc.pdq:
         from detcal.metrics.pdq import pdq
 

@@ -341,7 +341,9 @@ class LocalisationSpec:
     covariances, or ``pdq_fixed_cov`` px^2 on each corner for detections without. ``pdq_variant``:
     ``pdq_evaluation`` (the reference implementation's conventions, what papers report) or
     ``detcal_continuous`` (detcal's earlier definition); ``pdq_gt_mask``: ``auto`` (the segmentation
-    masks when the ground-truth file has them, else boxes), ``segmentation`` or ``box``."""
+    masks when the ground-truth file has them, else boxes), ``segmentation`` or ``box``. ``kde_ece``:
+    also the KDE detection calibration error of Popordanoska et al. 2024 (binary link over IoU
+    0.50:0.95 and IoU link at 0.5, their evaluation script's variant)."""
 
     enabled: bool = True
     tau: float = 0.0
@@ -352,6 +354,7 @@ class LocalisationSpec:
     pdq_fixed_cov: Optional[float] = None
     pdq_variant: str = "pdq_evaluation"
     pdq_gt_mask: str = "auto"
+    kde_ece: bool = False
 
     def __post_init__(self) -> None:
         _prob("localisation.tau", self.tau)
