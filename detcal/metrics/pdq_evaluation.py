@@ -197,19 +197,20 @@ def _snap(q: np.ndarray) -> np.ndarray:
     return q
 
 
-def _via_cost_table(q: np.ndarray, n: int) -> np.ndarray:
-    """``1 - (1 - q)`` through the reference's float32 ``n x n`` cost table (padding quality 0)."""
+def _cost_table(q: np.ndarray, n: int) -> np.ndarray:
+    """The reference's float32 ``n x n`` cost table ``1 - q``, padded with ones."""
     cost = np.ones((n, n), np.float32)
     cost[: q.shape[0], : q.shape[1]] -= q
-    return np.float32(1.0) - cost
+    return cost
 
 
 def assign_image(q: dict[str, np.ndarray]) -> dict[str, Any]:
     """Hungarian assignment on the float32 cost table; sums over true positives and the counts of one image."""
     G, D = q["ppdq"].shape
     n = max(G, D)
-    tab = {k: _via_cost_table(v, n) for k, v in q.items()}
-    rows, cols = linear_sum_assignment(np.float32(1.0) - tab["ppdq"])
+    cost = {k: _cost_table(v, n) for k, v in q.items()}
+    rows, cols = linear_sum_assignment(cost["ppdq"])
+    tab = {k: np.float32(1.0) - c for k, c in cost.items()}  # qualities read back as the reference does
     ok = tab["ppdq"][rows, cols] > 0
     tp_r, tp_c = rows[ok], cols[ok]
     out = {k: float(tab[k][tp_r, tp_c].astype(np.float64).sum()) for k in tab}
