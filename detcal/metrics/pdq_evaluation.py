@@ -50,7 +50,7 @@ from detcal.core.types import Dataset, Detections
 from detcal.data.coco_masks import mask_rows, segmentation_mask
 from detcal.metrics import pdq_maps
 
-CHUNK_CELLS: int = 4_000_000
+CHUNK_CELLS: int = 1_000_000
 """Detections of an image are processed in groups whose padded grids hold about this many cells."""
 
 
