@@ -229,3 +229,17 @@ def test_workers_split_images_with_equal_results():
     two = pdq(ds, d, fixed_cov=16.0, workers=2)
     assert one.value == two.value and one.extra == two.extra
     assert np.array_equal(one.table["det_ppdq"], two.table["det_ppdq"])
+
+
+def test_cropped_masks_equal_full_masks(mini79):
+    from detcal.data.coco_masks import segmentation_crop
+
+    ds, segs, _ = mini79
+    rows = ds.gt_image_rows()
+    for g in range(0, len(segs), 7):
+        h, w = int(ds.images.height[rows[g]]), int(ds.images.width[rows[g]])
+        full = segmentation_mask(segs[g], h, w)
+        crop, x0 = segmentation_crop(segs[g], h, w)
+        rebuilt = np.zeros_like(full)
+        rebuilt[:, x0 : x0 + crop.shape[1]] = crop
+        assert np.array_equal(rebuilt, full), g

@@ -31,7 +31,15 @@ import numpy as np
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset
 
-__all__ = ["polygon_mask", "rle_mask", "segmentation_mask", "load_segmentations", "load_class_scores", "mask_rows"]
+__all__ = [
+    "polygon_mask",
+    "rle_mask",
+    "segmentation_mask",
+    "segmentation_crop",
+    "load_segmentations",
+    "load_class_scores",
+    "mask_rows",
+]
 
 _SCALE = 5.0
 
@@ -43,6 +51,11 @@ def _c_int(a: np.ndarray) -> np.ndarray:
 
 def polygon_mask(xy: Any, h: int, w: int) -> np.ndarray:
     """``[h, w]`` bool mask of one polygon ``[x0, y0, x1, y1, ...]`` as COCO rasterises it (module docstring)."""
+    return _toggle(_polygon_toggles(xy, h, w), h, w)
+
+
+def _polygon_toggles(xy: Any, h: int, w: int) -> np.ndarray:
+    """Column-major positions ``x h + y`` where the polygon's mask switches (module docstring)."""
     p = np.asarray(xy, dtype=np.float64).reshape(-1, 2)
     x = _c_int(_SCALE * p[:, 0] + 0.5)
     y = _c_int(_SCALE * p[:, 1] + 0.5)
@@ -72,8 +85,34 @@ def polygon_mask(xy: Any, h: int, w: int) -> np.ndarray:
     yd = np.minimum(vj, vk).astype(np.float64)
     yd = (yd + 0.5) / _SCALE - 0.5
     yd = np.ceil(np.clip(yd, 0, h))
-    pos = xd[keep].astype(np.int64) * h + yd[keep].astype(np.int64)
-    return _toggle(pos, h, w)
+    return xd[keep].astype(np.int64) * h + yd[keep].astype(np.int64)
+
+
+def _toggle_crop(pos: np.ndarray, h: int, c0: int, c1: int) -> np.ndarray:
+    """``[h, c1 - c0]`` mask of columns ``c0 .. c1 - 1`` from toggle positions (all of them at or after column c0)."""
+    flips = np.bincount(pos - c0 * h, minlength=(c1 - c0) * h + 1)[: (c1 - c0) * h]
+    return (np.cumsum(flips) % 2 == 1).reshape(c1 - c0, h).T
+
+
+def segmentation_crop(segm: Any, h: int, w: int) -> tuple[np.ndarray, int]:
+    """The mask of a COCO ``segmentation`` on the columns it touches: ``([h, n] bool, first column)``.
+
+    Same pixels as :func:`segmentation_mask`, without drawing the whole image for a small object."""
+    if isinstance(segm, list):
+        toggles = [t for t in (_polygon_toggles(p, h, w) for p in segm) if len(t)]
+        if not toggles:
+            return np.zeros((h, 0), bool), 0
+        c0 = min(int(t.min()) // h for t in toggles)
+        c1 = max((int(t.max()) - 1) // h for t in toggles) + 1
+        out = np.zeros((h, max(c1 - c0, 0)), bool)
+        for t in toggles:  # the polygons of one object, united
+            out |= _toggle_crop(t, h, c0, c1)
+        return out, c0
+    m = segmentation_mask(segm, h, w)
+    cols = np.flatnonzero(m.any(axis=0))
+    if len(cols) == 0:
+        return np.zeros((h, 0), bool), 0
+    return m[:, cols[0] : cols[-1] + 1], int(cols[0])
 
 
 def _toggle(pos: np.ndarray, h: int, w: int) -> np.ndarray:

@@ -47,7 +47,7 @@ from scipy.optimize import linear_sum_assignment
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections
-from detcal.data.coco_masks import mask_rows, segmentation_mask
+from detcal.data.coco_masks import mask_rows, segmentation_crop
 from detcal.metrics import pdq_maps
 
 CHUNK_CELLS: int = 1_000_000
@@ -103,7 +103,7 @@ def _gt_pixels(dataset: Dataset, mode: str, segmentations: list[Any] | None) -> 
         if segmentations[g] is None:
             continue
         try:
-            m = segmentation_mask(segmentations[g], int(H[g]), int(W[g]))
+            m, x0 = segmentation_crop(segmentations[g], int(H[g]), int(W[g]))
         except (ValueError, TypeError) as e:
             raise DetcalInputError(
                 f"bad segmentation: {e}",
@@ -114,6 +114,7 @@ def _gt_pixels(dataset: Dataset, mode: str, segmentations: list[Any] | None) -> 
         r, a, b = mask_rows(m)
         if len(r) == 0:
             continue
+        a, b = a + x0, b + x0
         n[g] = int(m.sum())
         box[g] = (r.min(), r.max() + 1, a.min(), b.max())
         parts["rect_gt"].append(np.full(len(r), g))

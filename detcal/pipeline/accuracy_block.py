@@ -84,8 +84,8 @@ def localisation_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]
 
 def _pdq_inputs(data: LoadedData, gt_mask: str) -> tuple[Any, Any, dict[str, str]]:
     """Segmentations (for ``gt_mask`` auto / segmentation) and class distributions read from the input files."""
-    from detcal.data.coco_masks import load_class_scores, load_segmentations
     from detcal.core.errors import DetcalInputError
+    from detcal.data.coco_masks import load_class_scores, load_segmentations
 
     prov = data.provenance
     gt_file = res_file = None
