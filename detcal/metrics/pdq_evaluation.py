@@ -96,7 +96,7 @@ def _gt_pixels(dataset: Dataset, mode: str, segmentations: list[Any] | None) -> 
         raise DetcalInputError(
             "gt_mask='segmentation' needs one segmentation per ground-truth row", field="segmentations"
         )
-    parts = {k: [] for k in ("rect_gt", "r0", "c0", "c1")}
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("rect_gt", "r0", "c0", "c1")}
     n = np.zeros(G, np.int64)
     box = np.zeros((G, 4), np.int64)
     for g in range(G):  # rasterising the annotations (data loading: one mask each)

@@ -49,7 +49,7 @@ runs and as many column runs, whatever the box's size.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -65,7 +65,10 @@ SINGULAR_DET: float = 1e-8
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(24)
 _GL_X = 0.5 * (_GL_X + 1.0)
 _GL_W = 0.5 * _GL_W
-_GL_ASIN = {n: tuple(0.5 * v + (0.5 if i == 0 else 0.0) for i, v in enumerate(np.polynomial.legendre.leggauss(n))) for n in (6, 12)}
+_GL_ASIN = {
+    n: tuple(0.5 * v + (0.5 if i == 0 else 0.0) for i, v in enumerate(np.polynomial.legendre.leggauss(n)))
+    for n in (6, 12)
+}
 
 
 def _bvn_asin(h: np.ndarray, k: np.ndarray, rho: np.ndarray, nodes: int) -> np.ndarray:
@@ -121,10 +124,10 @@ class Corners:
     cxy: np.ndarray
     H: int
     W: int
-    ry0: np.ndarray | None = None
-    ry1: np.ndarray | None = None
-    rx0: np.ndarray | None = None
-    rx1: np.ndarray | None = None
+    ry0: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    ry1: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rx0: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rx1: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 def _axis_extent(m_a, m_b, v_a, v_b, c, det, lo_a, n_a, lo_b, hi_b, first_a) -> tuple[np.ndarray, np.ndarray]:
@@ -246,7 +249,7 @@ def corner_maps(k: Corners) -> CornerMaps:
     yy = (k.ry0[:, None] + np.arange(R)[None, :] + 1.0 - SMALL)[:, :, None]
     xx = (k.rx0[:, None] + np.arange(C)[None, :] + 1.0 - SMALL)[:, None, :]
     P = _phi2(k, yy, xx).astype(np.float32)
-    left, top = k.rx0 == 0, k.ry0 == 0
+    left, top = np.equal(k.rx0, 0), np.equal(k.ry0, 0)
     ox = np.zeros((len(nR), R), np.float32)
     oy = np.zeros((len(nR), C), np.float32)
     corner = np.zeros(len(nR))
@@ -278,8 +281,8 @@ def corner_values(cm: CornerMaps, rows: np.ndarray, cols: np.ndarray) -> np.ndar
     base = cm.P[n, kr[:, :, None], kc[:, None, :]]
     base = np.where(br[:, :, None] & bc[:, None, :], np.float32(1.0), base)
     base = np.where(zr[:, :, None] | zc[:, None, :], np.float32(0.0), base)
-    left = (k.rx0 == 0)[:, None]
-    top = (k.ry0 == 0)[:, None]
+    left = np.equal(k.rx0, 0)[:, None]
+    top = np.equal(k.ry0, 0)[:, None]
     ox = np.where(left & ~zr, np.take_along_axis(cm.ox, kr, axis=1), np.float32(0.0))
     oy = np.where(top & ~zc, np.take_along_axis(cm.oy, kc, axis=1), np.float32(0.0))
     v = base - ox[:, :, None]
