@@ -220,7 +220,8 @@ def compare(
         det = row["detector"]
         for k in CAL_METRICS:
             d = reps[det][k] - reps[baseline][k]
-            jk = None if jks[det][k] is None else jks[det][k] - jks[baseline][k]
+            jd, jb = jks[det][k], jks[baseline][k]
+            jk = None if jd is None or jb is None else jd - jb
             res = interval(d, row[k] - base_row[k], level, method, jk)
             lo, hi = res["ci"]
             diffs.append({"detector": det, "baseline": baseline, "metric": k, "diff": row[k] - base_row[k],

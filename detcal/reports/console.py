@@ -54,7 +54,8 @@ def _headline_lines(m: Mapping[str, Any]) -> list[str]:
 
 
 def _compare_lines(m: Mapping[str, Any]) -> list[str]:
-    rows = m.get("table") if isinstance(m.get("table"), list) else []
+    table = m.get("table")
+    rows: list[Any] = table if isinstance(table, list) else []
     lines = []
     for r in rows:
         if isinstance(r, Mapping) and "detector" in r:

@@ -53,7 +53,7 @@ def _headline_sentence(name: str, h: Mapping[str, Any]) -> str:
     if not is_number(v):
         return ""
     s = f"<b>{esc(name)}</b> = {num(v)}"
-    if ci_text(ci):
+    if ci and ci_text(ci):
         s += f" ({num(h.get('ci_level'), 2)} interval {ci_text(ci)})"
         if not (ci[0] <= v <= ci[1]):
             s += " (the interval does not contain the estimate: the bootstrap distribution is shifted; see its note)"

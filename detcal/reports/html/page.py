@@ -148,7 +148,7 @@ def _sha256(p: Path) -> str:
 def provenance_section(m: Mapping[str, Any], extra_files: list[tuple[str, str, str]]) -> str:
     """Command line, version, run directory, input files with hashes and the resolved configuration."""
     cmd = " ".join([str(m.get("command", "detcal"))] + [str(o) for o in m.get("overrides") or []])
-    rows = [
+    rows: list[list[Any]] = [
         ["command line", cmd],
         ["detcal version", m.get("detcal_version")],
         ["created", m.get("created")],
@@ -156,7 +156,7 @@ def provenance_section(m: Mapping[str, Any], extra_files: list[tuple[str, str, s
         ["schema", m.get("schema_version")],
     ]
     rows += [[f"variant: {k}", v] for k, v in (m.get("variants") or {}).items()]
-    files = file_digests(m) + extra_files
+    files: list[Any] = [*file_digests(m), *extra_files]
     out = "<h2 id=provenance>Configuration and provenance</h2>" + table(["", ""], rows, sortable=False)
     if files:
         out += "<h3>Input files</h3>" + table(["key", "path", "hash"], files, sortable=False)

@@ -51,7 +51,8 @@ def reliability_svg(table: dict[str, Any], title: str) -> str:
     cmax = max([c for c in count if is_number(c)] or [1])
     for b in range(n_bins):
         x = _PAD + b * bw
-        pr, cf = prec[b] if b < len(prec) else None, conf[b] if b < len(conf) else None
+        pr: Any = prec[b] if b < len(prec) else None
+        cf: Any = conf[b] if b < len(conf) else None
         if is_number(pr):
             out.append(
                 f'<rect x="{x + 1:.1f}" y="{10 + h - pr * h:.1f}" width="{bw - 2:.1f}" height="{pr * h:.1f}" '
