@@ -363,12 +363,11 @@ def _outside_note(out: dict[str, Any], v: np.ndarray, est: float) -> dict[str, A
     lo, hi = out["ci"]
     if not (np.isfinite(lo) and np.isfinite(hi)) or lo <= est <= hi:
         return out
-    side = "below" if hi < est else "above"
-    n_side = int(np.sum(v < est)) if side == "below" else int(np.sum(v > est))
-    why = (f"the estimate {est:.6g} lies {'above' if side == 'below' else 'below'} the interval: {n_side} of {len(v)} "
-           f"replicates fall {side} it (bootstrap bias {out['bias']:.3g}); the metric shifts under resampling of "
-           "images (for D-ECE, drawn-twice images fill sparse cells), so the interval follows the bootstrap "
-           "distribution rather than centring on the estimate")
+    below, above = int(np.sum(v < est)), int(np.sum(v > est))
+    why = (f"the estimate {est:.6g} lies {'above' if hi < est else 'below'} the interval: {below} of {len(v)} "
+           f"replicates fall below it and {above} above (bootstrap bias {out['bias']:.3g}); the metric is strongly "
+           "biased under resampling of images (for D-ECE, an image drawn twice fills sparse cells) and the "
+           f"{out['method']} correction for that bias moves the interval away from the estimate")
     out["note"] = f"{out['note']}; {why}" if out["note"] else why
     return out
 

@@ -61,7 +61,8 @@ def _compare_lines(m: Mapping[str, Any]) -> list[str]:
         if isinstance(r, Mapping) and "detector" in r:
             lines.append(
                 f"  {r['detector']}: AP {format_value(r.get('AP'))}, ECE {format_value(r.get('ece'))} "
-                f"{_ci(r.get('ece_ci'))}, D-ECE {format_value(r.get('dece'))} {_ci(r.get('dece_ci'))}"
+                f"{_ci(r.get('ece_ci'), r.get('ece')) or '(no interval: see ci_notes)'}, "
+                f"D-ECE {format_value(r.get('dece'))} {_ci(r.get('dece_ci'), r.get('dece')) or '(no interval: see ci_notes)'}"
             )
     return (["detectors:"] + lines) if lines else []
 
