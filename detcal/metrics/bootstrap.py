@@ -366,8 +366,9 @@ def _outside_note(out: dict[str, Any], v: np.ndarray, est: float) -> dict[str, A
     below, above = int(np.sum(v < est)), int(np.sum(v > est))
     why = (f"the estimate {est:.6g} lies {'above' if hi < est else 'below'} the interval: {below} of {len(v)} "
            f"replicates fall below it and {above} above (bootstrap bias {out['bias']:.3g}); the metric is strongly "
-           "biased under resampling of images (for D-ECE, an image drawn twice fills sparse cells) and the "
-           f"{out['method']} correction for that bias moves the interval away from the estimate")
+           "biased under resampling of images (for D-ECE, an image drawn twice fills sparse cells) and "
+           + ("the percentile interval follows the replicates" if out["method"] == "percentile" else
+              f"the {out['method']} correction for that bias moves the interval away from the estimate"))
     out["note"] = f"{out['note']}; {why}" if out["note"] else why
     return out
 
