@@ -63,7 +63,28 @@ def _check_sizes(split: Split, n: int) -> dict[str, Any]:
     for row in range(min(int(n), len(ds.images))):
         img = loader.load_image(row)
         sizes.append((int(img.shape[1]), int(img.shape[0])))
-    return {"checked": len(sizes), "sizes_wh": sorted(set(sizes))}
+    return {"checked": len(sizes), "sizes_wh": sorted(set(sizes)), **_boxes_inside(split)}
+
+
+def _boxes_inside(split: Split, slack: float = 2.0) -> dict[str, Any]:
+    """Ground-truth boxes must lie inside their images (``slack`` pixels allowed): boxes beyond the image
+    edge mean labels paired with the wrong (e.g. resized) images. An error names the first such image."""
+    ds = split.dataset
+    if not len(ds.gt):
+        return {"boxes_outside_image": 0}
+    rows = ds.images.index_of(ds.gt.image_id)
+    w, h = ds.images.width[rows], ds.images.height[rows]
+    b = ds.gt.box  # xyxy pixels
+    out = (b[:, 0] < -slack) | (b[:, 1] < -slack) | (b[:, 2] > w + slack) | (b[:, 3] > h + slack)
+    n_out = int(out.sum())
+    if n_out > 0.01 * len(b):
+        i = int(np.flatnonzero(out)[0])
+        r = int(rows[i])
+        raise DetcalInputError(
+            f"{n_out} of {len(b)} ground-truth boxes of the {split.name} split lie outside their images (e.g. box "
+            f"{np.round(b[i], 1).tolist()} in a {w[i]:g} x {h[i]:g} image): the images do not belong to these labels, or were "
+            "resized", file=str(ds.images.file_name[r]), record=int(ds.images.id[r]), field=f"{split.name} images")
+    return {"boxes_outside_image": n_out}
 
 
 def _class_report(splits: Mapping[str, Split], model_categories: list[int]) -> dict[str, Any]:
