@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from detcal.metrics.spaces import RegressionSample
-from detcal.types import COORDS
+from detcal.core.types import COORDS
 
 REPO = Path(__file__).resolve().parents[1]
 

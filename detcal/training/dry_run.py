@@ -28,10 +28,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.training.spec import MainJobSpec
 from detcal.training.splits import Split, prepare_splits
-from detcal.types import Dataset
+from detcal.core.types import Dataset
 from detcal.utils.io import to_jsonable, write_json
 
 __all__ = ["run_dry_run", "first_images"]
@@ -151,7 +151,7 @@ def _predict(spec: MainJobSpec, model: Any, split: Split, out: Path) -> dict[str
     """Predict on the first images of ``split``, write COCO + KITTI results and read the COCO file back."""
     from detcal.data.coco import load_coco_results, write_coco_results
     from detcal.training.predict import predict
-    from detcal.types import KITTI_TYPES
+    from detcal.core.types import KITTI_TYPES
 
     sub = first_images(split.dataset, spec.dry_run.images)
     t0 = time.perf_counter()
