@@ -3,7 +3,7 @@
 Runs ``detcal-main`` (default experiment=smoke, or the overrides given) once per
 training seed (``stage1.seed=k stage2.seed=k+1``; the data splits stay fixed),
 one after the other with a fixed torch thread count, then again for the first
-seed with 1 thread and with ``ATEN_CPU_CAPABILITY`` set to ``default``, ``avx2``
+seed with another thread count (2 when the runs use 1, else 1) and with ``ATEN_CPU_CAPABILITY`` set to ``default``, ``avx2``
 and ``avx512`` (those this CPU supports), and writes
 
 * ``seeds.json``: every run's Table 1 numbers, per-coordinate ENCE changes with
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=REPO / "outputs" / "main_seeds")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-spread", action="store_true", help="skip the thread / ATEN_CPU_CAPABILITY runs")
     p.add_argument("overrides", nargs="*", help="extra detcal-main overrides (after --)")
     a = p.parse_args(argv)
@@ -186,8 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     if not a.no_spread:
         caps = supported_capabilities()
         k = a.seeds[0]
-        runs[f"seed{k}_threads1"] = run_one(a.out / f"seed{k}_threads1", k, 1, None, a.overrides)
-        platform_runs.append(f"seed{k}_threads1")
+        other = 2 if a.threads == 1 else 1
+        runs[f"seed{k}_threads{other}"] = run_one(a.out / f"seed{k}_threads{other}", k, other, None, a.overrides)
+        platform_runs.append(f"seed{k}_threads{other}")
         for cap in CAPABILITIES:
             if cap not in caps:
                 print(f"[main_job_seeds] this CPU cannot run ATEN_CPU_CAPABILITY={cap}: skipped", file=sys.stderr)
