@@ -19,6 +19,7 @@ A run directory that already holds a table1.json is read, not rerun (delete it
 to recompute). Each run is a separate process, so the thread count and the
 CPU capability are fixed before torch starts.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,14 +61,30 @@ def run_one(run_dir: Path, seed: int, threads: int, capability: str | None, over
     table_path = run_dir / "table1.json"
     wall = None
     if not table_path.is_file():
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        }
         env.pop("ATEN_CPU_CAPABILITY", None)
         if capability is not None:
             env["ATEN_CPU_CAPABILITY"] = capability
-        cmd = [sys.executable, "-m", "detcal.apps.main", f"hydra.run.dir={run_dir}", "progress=false", "output.plots=false",
-               f"stage1.seed={seed}", f"stage2.seed={seed + 1}", f"trainer.threads={threads}", *overrides]
-        print(f"[main_job_seeds] {run_dir.name}: seed {seed}, {threads} threads, ATEN_CPU_CAPABILITY={capability}",
-              file=sys.stderr, flush=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "detcal.apps.main",
+            f"hydra.run.dir={run_dir}",
+            "progress=false",
+            "output.plots=false",
+            f"stage1.seed={seed}",
+            f"stage2.seed={seed + 1}",
+            f"trainer.threads={threads}",
+            *overrides,
+        ]
+        print(
+            f"[main_job_seeds] {run_dir.name}: seed {seed}, {threads} threads, ATEN_CPU_CAPABILITY={capability}",
+            file=sys.stderr,
+            flush=True,
+        )
         t0 = time.perf_counter()
         done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
         wall = round(time.perf_counter() - t0, 1)
@@ -75,8 +92,14 @@ def run_one(run_dir: Path, seed: int, threads: int, capability: str | None, over
         if done.returncode != 0:
             raise SystemExit(f"{run_dir.name} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     t = json.loads(table_path.read_text(encoding="utf-8"))
-    return {"seed": seed, "threads": threads, "aten_cpu_capability": capability, "wall_s": wall,
-            "job_s": t["timing_s"]["total"], "table": t}
+    return {
+        "seed": seed,
+        "threads": threads,
+        "aten_cpu_capability": capability,
+        "wall_s": wall,
+        "job_s": t["timing_s"]["total"],
+        "table": t,
+    }
 
 
 def numbers(t: dict[str, Any]) -> dict[str, float]:
@@ -89,16 +112,29 @@ def numbers(t: dict[str, Any]) -> dict[str, float]:
 def run_row(name: str, r: dict[str, Any]) -> dict[str, Any]:
     t = r["table"]
     ch = t["ence_change"]["std_scaling"]["ence"]
-    return {"run": name, "seed": r["seed"], "threads": r["threads"], "aten_cpu_capability": r["aten_cpu_capability"],
-            "cpu_capability": t["platform"]["cpu_capability"], "n_tp_val": t["n_tp_val"],
-            "n_recal_tp": t["calibration"]["n_recal_tp"], "job_s": r["job_s"], "wall_s": r["wall_s"],
-            "ence_before": t["ence"]["before"], "ence_std_scaling": t["ence"]["std_scaling"],
-            "ence_isotonic": t["ence"].get("kuleshov_isotonic"),
-            "change": {c: {"difference": ch[c]["difference"], "ci": ch[c]["ci"], "excludes_zero": ch[c]["excludes_zero"]}
-                       for c in COORDS},
-            "cv": t["rows"]["C_v"], "s": t["std_scaling_s"], "conclusion": t["conclusion"]["holds"],
-            "all_intervals_below_zero": t["conclusion"]["all_intervals_below_zero"],
-            "bootstrap": ch[COORDS[0]]["bootstrap"]}
+    return {
+        "run": name,
+        "seed": r["seed"],
+        "threads": r["threads"],
+        "aten_cpu_capability": r["aten_cpu_capability"],
+        "cpu_capability": t["platform"]["cpu_capability"],
+        "n_tp_val": t["n_tp_val"],
+        "n_recal_tp": t["calibration"]["n_recal_tp"],
+        "job_s": r["job_s"],
+        "wall_s": r["wall_s"],
+        "ence_before": t["ence"]["before"],
+        "ence_std_scaling": t["ence"]["std_scaling"],
+        "ence_isotonic": t["ence"].get("kuleshov_isotonic"),
+        "change": {
+            c: {"difference": ch[c]["difference"], "ci": ch[c]["ci"], "excludes_zero": ch[c]["excludes_zero"]}
+            for c in COORDS
+        },
+        "cv": t["rows"]["C_v"],
+        "s": t["std_scaling_s"],
+        "conclusion": t["conclusion"]["holds"],
+        "all_intervals_below_zero": t["conclusion"]["all_intervals_below_zero"],
+        "bootstrap": ch[COORDS[0]]["bootstrap"],
+    }
 
 
 def spread(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -108,8 +144,12 @@ def spread(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
     out = {}
     for key in keys:
         vals = [n[key] for n in nums.values()]
-        out[key] = {"min": min(vals), "max": max(vals), "range": max(vals) - min(vals),
-                    "sd": statistics.stdev(vals) if len(vals) > 1 else 0.0}
+        out[key] = {
+            "min": min(vals),
+            "max": max(vals),
+            "range": max(vals) - min(vals),
+            "sd": statistics.stdev(vals) if len(vals) > 1 else 0.0,
+        }
     return out
 
 
@@ -119,50 +159,84 @@ def _pct(x: float) -> str:
 
 def markdown(res: dict[str, Any]) -> str:
     seeds = [r for r in res["rows"] if r["run"].startswith("seed")]
-    lines = ["# detcal-main across training seeds and CPU platforms", "",
-             f"Overrides: `{' '.join(res['overrides']) or '(none: experiment=smoke)'}`; torch {res['torch']}; CPU "
-             f"{res['cpu']}. ENCE in %, change = after std scaling - before (percentage points) with its "
-             f"{100 * seeds[0]['bootstrap']['level']:.0f}% paired bootstrap interval over the "
-             f"{seeds[0]['bootstrap']['n_images']} val images ({seeds[0]['bootstrap']['method']}, "
-             f"{seeds[0]['bootstrap']['n_boot']} replicates).", "",
-             "## Table 1 analogue per training seed", "",
-             "| seed | N val TP | " + " | ".join(f"ENCE {c} before -> std scaling (change [CI])" for c in COORDS)
-             + " | C_v tx/ty/tw/th | claim holds | all CIs < 0 | job s |",
-             "|---|---|" + "---|" * len(COORDS) + "---|---|---|---|"]
+    lines = [
+        "# detcal-main across training seeds and CPU platforms",
+        "",
+        f"Overrides: `{' '.join(res['overrides']) or '(none: experiment=smoke)'}`; torch {res['torch']}; CPU "
+        f"{res['cpu']}. ENCE in %, change = after std scaling - before (percentage points) with its "
+        f"{100 * seeds[0]['bootstrap']['level']:.0f}% paired bootstrap interval over the "
+        f"{seeds[0]['bootstrap']['n_images']} val images ({seeds[0]['bootstrap']['method']}, "
+        f"{seeds[0]['bootstrap']['n_boot']} replicates).",
+        "",
+        "## Table 1 analogue per training seed",
+        "",
+        "| seed | N val TP | "
+        + " | ".join(f"ENCE {c} before -> std scaling (change [CI])" for c in COORDS)
+        + " | C_v tx/ty/tw/th | claim holds | all CIs < 0 | job s |",
+        "|---|---|" + "---|" * len(COORDS) + "---|---|---|---|",
+    ]
     for r in seeds:
         cells = []
         for c in COORDS:
             ch = r["change"][c]
             lo, hi = ch["ci"]
-            cells.append(f"{_pct(r['ence_before'][c])} -> {_pct(r['ence_std_scaling'][c])} "
-                         f"({100 * ch['difference']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}])")
+            cells.append(
+                f"{_pct(r['ence_before'][c])} -> {_pct(r['ence_std_scaling'][c])} "
+                f"({100 * ch['difference']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}])"
+            )
         cv = "/".join(f"{r['cv'][c]:.2f}" for c in COORDS)
-        lines.append(f"| {r['seed']} | {r['n_tp_val']} | " + " | ".join(cells) +
-                     f" | {cv} | {'yes' if r['conclusion'] else 'NO'} | {'yes' if r['all_intervals_below_zero'] else 'no'} "
-                     f"| {r['job_s']:.0f} |")
+        lines.append(
+            f"| {r['seed']} | {r['n_tp_val']} | "
+            + " | ".join(cells)
+            + f" | {cv} | {'yes' if r['conclusion'] else 'NO'} | {'yes' if r['all_intervals_below_zero'] else 'no'} "
+            f"| {r['job_s']:.0f} |"
+        )
     n_hold = sum(bool(r["conclusion"]) for r in seeds)
     n_ci = sum(bool(r["all_intervals_below_zero"]) for r in seeds)
-    lines += ["", f"The claim 'std scaling lowers the val ENCE on every coordinate, C_v unchanged' holds on {n_hold} of "
-              f"{len(seeds)} seeds; on {n_ci} of {len(seeds)} every coordinate's interval lies below 0.", ""]
+    lines += [
+        "",
+        f"The claim 'std scaling lowers the val ENCE on every coordinate, C_v unchanged' holds on {n_hold} of "
+        f"{len(seeds)} seeds; on {n_ci} of {len(seeds)} every coordinate's interval lies below 0.",
+        "",
+    ]
     if res.get("platform_spread"):
         plat = [r for r in res["rows"] if r["run"] in res["platform_runs"]]
-        lines += ["## Spread over threads and CPU capability (seed " + str(plat[0]["seed"]) + ")", "",
-                  "| run | threads | ATEN_CPU_CAPABILITY | capability used | ENCE before tx/ty/tw/th | ENCE std scaling "
-                  "tx/ty/tw/th | s tx/ty/tw/th | claim holds |", "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "## Spread over threads and CPU capability (seed " + str(plat[0]["seed"]) + ")",
+            "",
+            "| run | threads | ATEN_CPU_CAPABILITY | capability used | ENCE before tx/ty/tw/th | ENCE std scaling "
+            "tx/ty/tw/th | s tx/ty/tw/th | claim holds |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for r in plat:
-            lines.append(f"| {r['run']} | {r['threads']} | {r['aten_cpu_capability'] or '(unset)'} | {r['cpu_capability']} | "
-                         + "/".join(_pct(r["ence_before"][c]) for c in COORDS) + " | "
-                         + "/".join(_pct(r["ence_std_scaling"][c]) for c in COORDS) + " | "
-                         + "/".join(f"{r['s'][c]:.3f}" for c in COORDS) + f" | {'yes' if r['conclusion'] else 'NO'} |")
-        lines += ["", "Range (max - min) of each Table 1 number over those runs, next to the standard deviation over the "
-                  "training seeds (ENCE and C_v in %/absolute as in Table 1):", "",
-                  "| number | " + " | ".join(COORDS) + " |", "|---|" + "---|" * len(COORDS)]
+            lines.append(
+                f"| {r['run']} | {r['threads']} | {r['aten_cpu_capability'] or '(unset)'} | {r['cpu_capability']} | "
+                + "/".join(_pct(r["ence_before"][c]) for c in COORDS)
+                + " | "
+                + "/".join(_pct(r["ence_std_scaling"][c]) for c in COORDS)
+                + " | "
+                + "/".join(f"{r['s'][c]:.3f}" for c in COORDS)
+                + f" | {'yes' if r['conclusion'] else 'NO'} |"
+            )
+        lines += [
+            "",
+            "Range (max - min) of each Table 1 number over those runs, next to the standard deviation over the "
+            "training seeds (ENCE and C_v in %/absolute as in Table 1):",
+            "",
+            "| number | " + " | ".join(COORDS) + " |",
+            "|---|" + "---|" * len(COORDS),
+        ]
         sp, ss = res["platform_spread"], res["seed_spread"]
         rows = sorted({k.rsplit("/", 1)[0] for k in sp}, key=list(dict.fromkeys(k.rsplit("/", 1)[0] for k in sp)).index)
         for row in rows:
             scale = 1.0 if row in ("C_v", "s") else 100.0
-            lines.append(f"| {row}: platform range / seed sd | " + " | ".join(
-                f"{scale * sp[f'{row}/{c}']['range']:.3g} / {scale * ss[f'{row}/{c}']['sd']:.3g}" for c in COORDS) + " |")
+            lines.append(
+                f"| {row}: platform range / seed sd | "
+                + " | ".join(
+                    f"{scale * sp[f'{row}/{c}']['range']:.3g} / {scale * ss[f'{row}/{c}']['sd']:.3g}" for c in COORDS
+                )
+                + " |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -198,8 +272,12 @@ def main(argv: list[str] | None = None) -> int:
             platform_runs.append(name)
     res: dict[str, Any] = {
         "about": "detcal-main across training seeds and CPU platforms (scripts/main_job_seeds.py)",
-        "overrides": a.overrides, "torch": torch.__version__, "cpu": _cpu_model(), "threads": a.threads,
-        "rows": [run_row(n, r) for n, r in runs.items()], "platform_runs": platform_runs,
+        "overrides": a.overrides,
+        "torch": torch.__version__,
+        "cpu": _cpu_model(),
+        "threads": a.threads,
+        "rows": [run_row(n, r) for n, r in runs.items()],
+        "platform_runs": platform_runs,
         "seed_spread": spread({n: runs[n] for n in (f"seed{k}" for k in a.seeds)}),
         "platform_spread": spread({n: runs[n] for n in platform_runs}) if len(platform_runs) > 1 else {},
     }

@@ -5,6 +5,7 @@ The ENCE changes are checked against an ENCE written out here from its definitio
 al. 2019, Eq. 8: equal-count bins of sigma, (1/B) sum_b |RMV_b - RMSE_b| / RMV_b) and against
 a paired resampling of images written out here (same draws as detcal.metrics.bootstrap._draws
 is not assumed: only the interval's coverage of the point estimate and its side of 0)."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from detcal.metrics.spaces import RegressionSample
 from detcal.core.types import COORDS
+from detcal.metrics.spaces import RegressionSample
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,20 +29,23 @@ def _ence_by_hand(sigma: np.ndarray, err: np.ndarray, bins: int) -> float:
     s, e = sigma[order], err[order]
     vals = []
     for part_s, part_e in zip(np.array_split(s, bins), np.array_split(e, bins)):
-        rmv, rmse = np.sqrt(np.mean(part_s ** 2)), np.sqrt(np.mean(part_e ** 2))
+        rmv, rmse = np.sqrt(np.mean(part_s**2)), np.sqrt(np.mean(part_e**2))
         vals.append(abs(rmv - rmse) / rmv)
     return float(np.mean(vals))
 
 
-def _sample(n_images: int = 300, per_image: int = 4, factor: np.ndarray | None = None, seed: int = 0) -> RegressionSample:
+def _sample(
+    n_images: int = 300, per_image: int = 4, factor: np.ndarray | None = None, seed: int = 0
+) -> RegressionSample:
     """Gaussian errors whose true std is ``factor * sigma`` per coordinate (over-confident for factor > 1)."""
     rng = np.random.default_rng(seed)
     n = n_images * per_image
     sigma = rng.uniform(0.05, 0.5, size=(n, 4))
     f = np.array([1.5, 1.3, 1.8, 1.2]) if factor is None else factor
     y = rng.normal(0.0, sigma * f)
-    return RegressionSample(mu=np.zeros((n, 4)), sigma=sigma, y=y, rows=np.arange(n),
-                            image_id=np.repeat(np.arange(n_images), per_image))
+    return RegressionSample(
+        mu=np.zeros((n, 4)), sigma=sigma, y=y, rows=np.arange(n), image_id=np.repeat(np.arange(n_images), per_image)
+    )
 
 
 class _Scale:
@@ -59,8 +63,9 @@ def test_ence_changes_are_the_hand_computed_differences_with_paired_intervals() 
     # std scaling fitted on an independent recal sample of the same miscalibration (Levi et al. Eq. 12)
     rec = _sample(seed=1)
     s = np.sqrt(np.mean(((rec.y - rec.mu) / rec.sigma) ** 2, axis=0))
-    ch = ence_changes(smp, {"std_scaling": _Scale(s)}, bins=10, binning="equal_count", n_boot=300, level=0.95, seed=0,
-                      method="bca")
+    ch = ence_changes(
+        smp, {"std_scaling": _Scale(s)}, bins=10, binning="equal_count", n_boot=300, level=0.95, seed=0, method="bca"
+    )
     err = smp.y - smp.mu
     for k, c in enumerate(COORDS):
         e = ch["std_scaling"]["ence"][c]
@@ -70,8 +75,15 @@ def test_ence_changes_are_the_hand_computed_differences_with_paired_intervals() 
         assert e["difference"] == pytest.approx(after - before, rel=1e-12)
         lo, hi = e["ci"]
         assert lo < e["difference"] < hi < 0 and e["excludes_zero"]  # a 20-80% over-confidence is no noise at N=1200
-        assert e["bootstrap"] == {"method": "bca", "unit": "image", "paired": True, "n_boot": 300, "level": 0.95,
-                                  "seed": 0, "n_images": 300}
+        assert e["bootstrap"] == {
+            "method": "bca",
+            "unit": "image",
+            "paired": True,
+            "n_boot": 300,
+            "level": 0.95,
+            "seed": 0,
+            "n_images": 300,
+        }
         assert e["params"] == {"bins": 10, "binning": "equal_count"}
         cv = ch["std_scaling"]["cv"][c]
         assert abs(cv["difference"]) <= 1e-12 * cv["a"]
@@ -84,15 +96,33 @@ def test_conclusion_fails_when_a_coordinate_gets_worse_or_cv_moves() -> None:
 
     smp = _sample(factor=np.array([1.5, 1.0, 1.0, 1.0]))
     # a wrong scale on th (too wide by 1.6x) makes that coordinate worse
-    ch = ence_changes(smp, {"std_scaling": _Scale([1.5, 1.0, 1.0, 1.6])}, bins=10, binning="equal_count", n_boot=200,
-                      level=0.95, seed=0, method="percentile")
+    ch = ence_changes(
+        smp,
+        {"std_scaling": _Scale([1.5, 1.0, 1.0, 1.6])},
+        bins=10,
+        binning="equal_count",
+        n_boot=200,
+        level=0.95,
+        seed=0,
+        method="percentile",
+    )
     con = conclusion(ch)
     assert con["ence_lowered"]["tx"] is True and con["ence_lowered"]["th"] is False and con["holds"] is False
     assert con["ence_interval_below_zero"]["th"] is False
     # a transform that is not a scale changes C_v: the claim's second half fails
-    bent = type("Bent", (), {"transform": lambda self, mu, sg: (mu, sg ** 1.5)})()
-    con2 = conclusion(ence_changes(smp, {"std_scaling": bent}, bins=10, binning="equal_count", n_boot=50, level=0.95,
-                                   seed=0, method="percentile"))
+    bent = type("Bent", (), {"transform": lambda self, mu, sg: (mu, sg**1.5)})()
+    con2 = conclusion(
+        ence_changes(
+            smp,
+            {"std_scaling": bent},
+            bins=10,
+            binning="equal_count",
+            n_boot=50,
+            level=0.95,
+            seed=0,
+            method="percentile",
+        )
+    )
     assert con2["holds"] is False and not any(con2["cv_unchanged"].values())
     assert conclusion({}, "std_scaling")["holds"] is None
 
@@ -101,12 +131,32 @@ def test_table1_markdown_reports_the_intervals_and_the_verdict() -> None:
     from detcal.training.report import conclusion, ence_changes, table1_markdown
 
     smp = _sample()
-    ch = ence_changes(smp, {"std_scaling": _Scale([1.5, 1.3, 1.8, 1.2])}, bins=10, binning="equal_count", n_boot=100,
-                      level=0.9, seed=3, method="bca")
+    ch = ence_changes(
+        smp,
+        {"std_scaling": _Scale([1.5, 1.3, 1.8, 1.2])},
+        bins=10,
+        binning="equal_count",
+        n_boot=100,
+        level=0.9,
+        seed=3,
+        method="bca",
+    )
     rows = {"ENCE before calibration": {c: 0.3 for c in COORDS}, "C_v": {c: 0.4 for c in COORDS}}
-    t = {"columns": list(COORDS), "split": "val", "n_tp_val": len(smp), "iou_threshold": 0.5, "bins": 10,
-         "binning": "equal_count", "rows": rows, "cv": {}, "rmse_rmv_spearman": {}, "detection": {}, "files": [],
-         "ence_change": ch, "conclusion": conclusion(ch)}
+    t = {
+        "columns": list(COORDS),
+        "split": "val",
+        "n_tp_val": len(smp),
+        "iou_threshold": 0.5,
+        "bins": 10,
+        "binning": "equal_count",
+        "rows": rows,
+        "cv": {},
+        "rmse_rmv_spearman": {},
+        "detection": {},
+        "files": [],
+        "ence_change": ch,
+        "conclusion": conclusion(ch),
+    }
     md = table1_markdown(t)
     assert "90% paired bootstrap intervals over the 300 val images (bca, 100 replicates, seed 3)" in md
     line = next(x for x in md.splitlines() if x.startswith("| ENCE std scaling - before |"))
@@ -116,10 +166,12 @@ def test_table1_markdown_reports_the_intervals_and_the_verdict() -> None:
 
 def test_platform_facts_and_deterministic_setup_in_a_fresh_process() -> None:
     pytest.importorskip("torch")
-    code = ("import json, torch; from detcal.training.determinism import configure_torch, platform_facts, platform_key; "
-            "s = configure_torch(1, True, 'cpu'); f = platform_facts('cpu'); "
-            "print(json.dumps({'set': s, 'facts': f, 'key': platform_key(f), "
-            "'det': torch.are_deterministic_algorithms_enabled(), 'n': torch.get_num_threads()}))")
+    code = (
+        "import json, torch; from detcal.training.determinism import configure_torch, platform_facts, platform_key; "
+        "s = configure_torch(1, True, 'cpu'); f = platform_facts('cpu'); "
+        "print(json.dumps({'set': s, 'facts': f, 'key': platform_key(f), "
+        "'det': torch.are_deterministic_algorithms_enabled(), 'n': torch.get_num_threads()}))"
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO), "ATEN_CPU_CAPABILITY": "default"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -139,18 +191,28 @@ def test_platform_facts_and_deterministic_setup_in_a_fresh_process() -> None:
 def _mini_overrides(p: dict[str, Path]) -> list[str]:
     from detcal.pipeline.registry import config_dir
 
-    return ["experiment=levi2019_kitti", "model=rfcn_tiny", "trainer=cpu", "trainer.threads=2",
-            f"data.label_dir={p['label_dir']}", f"data.image_dir={p['image_dir']}",
-            f"train_data.instances={p['instances']}", f"train_data.image_dir={p['train_images']}",
-            f"train_data.class_map={config_dir() / 'classmap' / 'coco_kitti_v1.yaml'}", "splits.val_size=8",
-            "dry_run.enabled=true", "progress=false"]
+    return [
+        "experiment=levi2019_kitti",
+        "model=rfcn_tiny",
+        "trainer=cpu",
+        "trainer.threads=2",
+        f"data.label_dir={p['label_dir']}",
+        f"data.image_dir={p['image_dir']}",
+        f"train_data.instances={p['instances']}",
+        f"train_data.image_dir={p['train_images']}",
+        f"train_data.class_map={config_dir() / 'classmap' / 'coco_kitti_v1.yaml'}",
+        "splits.val_size=8",
+        "dry_run.enabled=true",
+        "progress=false",
+    ]
 
 
 def _main(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("DETCAL_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "detcal.apps.main", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "detcal.apps.main", *args], cwd=cwd, capture_output=True, text=True, timeout=600, env=env
+    )
 
 
 @pytest.fixture(scope="module")
@@ -177,14 +239,23 @@ def test_dry_run_of_levi2019_kitti_on_miniature_data(mini: dict[str, Any]) -> No
     # coco_kitti_v1: person -> Pedestrian, bicycle -> Cyclist, car -> Car (bus dropped)
     assert sorted(c["classes"]["model"].values()) == ["Car", "Cyclist", "Pedestrian"]
     for s in ("stage1", "stage2"):
-        assert np.isfinite(c["training_step"][s]["loss"]) and c["training_step"][s]["batch_size"] == 8 if s == "stage1" \
+        assert (
+            np.isfinite(c["training_step"][s]["loss"]) and c["training_step"][s]["batch_size"] == 8
+            if s == "stage1"
             else c["training_step"][s]["batch_size"] == 6
+        )
     for s in ("recal", "val"):
         p = c["prediction"][s]
         assert p["images"] == 4 and Path(p["files"]["coco_results"]).is_file()
         assert len(list(Path(p["files"]["kitti_results"]).glob("*.txt"))) == 4
-    assert set(c["output_dirs_writable"]) == {"train/stage1", "train/stage2", "predictions/recal", "predictions/val",
-                                              "calibration", "eval"}
+    assert set(c["output_dirs_writable"]) == {
+        "train/stage1",
+        "train/stage2",
+        "predictions/recal",
+        "predictions/val",
+        "calibration",
+        "eval",
+    }
     # nothing of the full run was trained or predicted
     assert not list((run / "train").rglob("*.pt")) and not (run / "predictions" / "val" / "detections.json").exists()
     assert not (run / "table1.json").exists()

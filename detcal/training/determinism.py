@@ -15,6 +15,7 @@ exactly.
 
 torch is imported inside the functions only.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,25 @@ __all__ = ["configure_torch", "platform_facts", "platform_key", "cpu_flags", "PL
 PLATFORM_KEY_FIELDS: tuple[str, ...] = ("torch", "cpu_capability", "machine", "cpu", "threads", "device")
 """Fields of :func:`platform_facts` that must agree for two runs to give the same numbers."""
 
-_SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_vnni",
-               "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "avx_vnni", "asimd", "sve")
+_SIMD_FLAGS = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512dq",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "avx_vnni",
+    "asimd",
+    "sve",
+)
 
 
 def configure_torch(threads: int | None, deterministic: bool, device: str = "cpu") -> dict[str, Any]:
@@ -57,8 +75,12 @@ def configure_torch(threads: int | None, deterministic: bool, device: str = "cpu
         torch.use_deterministic_algorithms(True, warn_only=cuda)
         torch.backends.cudnn.benchmark = False
         torch.backends.cudnn.deterministic = True
-    return {"threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
-            "deterministic": bool(deterministic), "deterministic_warn_only": bool(deterministic and cuda)}
+    return {
+        "threads": torch.get_num_threads(),
+        "interop_threads": torch.get_num_interop_threads(),
+        "deterministic": bool(deterministic),
+        "deterministic_warn_only": bool(deterministic and cuda),
+    }
 
 
 def cpu_flags() -> list[str]:
@@ -115,8 +137,12 @@ def platform_facts(device: str = "cpu") -> dict[str, Any]:
     }
     if str(device).startswith("cuda") and torch.cuda.is_available():
         idx = torch.device(device).index or 0
-        facts["cuda"] = {"device": torch.cuda.get_device_name(idx), "cuda": torch.version.cuda,
-                         "cudnn": torch.backends.cudnn.version(), "capability": list(torch.cuda.get_device_capability(idx))}
+        facts["cuda"] = {
+            "device": torch.cuda.get_device_name(idx),
+            "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version(),
+            "capability": list(torch.cuda.get_device_capability(idx)),
+        }
     return facts
 
 

@@ -18,20 +18,22 @@ The dry run writes only under ``<run dir>/dry_run/`` (plus the ``splits/`` the
 full run would write as well), so a later full run into the same directory
 starts clean. torch is imported inside the functions only.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
+from detcal.core.types import Dataset
 from detcal.training.spec import MainJobSpec
 from detcal.training.splits import Split, prepare_splits
-from detcal.core.types import Dataset
 from detcal.utils.io import to_jsonable, write_json
 
 __all__ = ["run_dry_run", "first_images"]
@@ -83,7 +85,11 @@ def _boxes_inside(split: Split, slack: float = 2.0) -> dict[str, Any]:
         raise DetcalInputError(
             f"{n_out} of {len(b)} ground-truth boxes of the {split.name} split lie outside their images (e.g. box "
             f"{np.round(b[i], 1).tolist()} in a {w[i]:g} x {h[i]:g} image): the images do not belong to these labels, or were "
-            "resized", file=str(ds.images.file_name[r]), record=int(ds.images.id[r]), field=f"{split.name} images")
+            "resized",
+            file=str(ds.images.file_name[r]),
+            record=int(ds.images.id[r]),
+            field=f"{split.name} images",
+        )
     return {"boxes_outside_image": n_out}
 
 
@@ -95,20 +101,29 @@ def _class_report(splits: Mapping[str, Split], model_categories: list[int]) -> d
         ds = splits[name].dataset
         present = set(np.unique(ds.gt.category).tolist())
         shared = [c for c in model_categories if c in present]
-        mismatched = {str(c): [train_names[c], ds.categories.get(c)] for c in shared
-                      if ds.categories.get(c) not in (None, train_names[c])}
+        mismatched = {
+            str(c): [train_names[c], ds.categories.get(c)]
+            for c in shared
+            if ds.categories.get(c) not in (None, train_names[c])
+        }
         if not shared:
-            raise DetcalInputError(f"none of the trained categories {train_names} occurs in the {name} split (its categories: "
-                                   f"{dict(sorted(ds.categories.items()))}); check train_data.class_map",
-                                   field="train_data.class_map")
+            raise DetcalInputError(
+                f"none of the trained categories {train_names} occurs in the {name} split (its categories: "
+                f"{dict(sorted(ds.categories.items()))}); check train_data.class_map",
+                field="train_data.class_map",
+            )
         if mismatched:
-            raise DetcalInputError(f"category ids mean different classes in training and {name}: {mismatched} "
-                                   "(id: [training name, evaluation name]); check train_data.class_map",
-                                   field="train_data.class_map")
-        out[name] = {"categories": {str(k): v for k, v in sorted(ds.categories.items())},
-                     "boxes_of_trained_categories": int(np.isin(ds.gt.category, shared).sum()),
-                     "boxes_not_predicted": int((~np.isin(ds.gt.category, model_categories)).sum()),
-                     "trained_but_absent": [train_names[c] for c in model_categories if c not in present]}
+            raise DetcalInputError(
+                f"category ids mean different classes in training and {name}: {mismatched} "
+                "(id: [training name, evaluation name]); check train_data.class_map",
+                field="train_data.class_map",
+            )
+        out[name] = {
+            "categories": {str(k): v for k, v in sorted(ds.categories.items())},
+            "boxes_of_trained_categories": int(np.isin(ds.gt.category, shared).sum()),
+            "boxes_not_predicted": int((~np.isin(ds.gt.category, model_categories)).sum()),
+            "trained_but_absent": [train_names[c] for c in model_categories if c not in present],
+        }
     return out
 
 
@@ -122,7 +137,9 @@ def _check_writable(run_dir: Path) -> list[str]:
             probe.write_text("ok", encoding="utf-8")
             probe.unlink()
         except OSError as exc:
-            raise DetcalInputError(f"cannot write the run's output directory: {exc}", file=d, field="hydra.run.dir") from None
+            raise DetcalInputError(
+                f"cannot write the run's output directory: {exc}", file=d, field="hydra.run.dir"
+            ) from None
         done.append(rel)
     return done
 
@@ -139,24 +156,44 @@ def _one_step(spec: MainJobSpec, model: Any, train: Split, out: Path) -> dict[st
         one = dataclasses.replace(st, iterations=1, checkpoint_every=1, log_every=1)
         d = out / f"stage{st.stage}"
         t0 = time.perf_counter()
-        train_stage(model, train.dataset, train.images, st.stage, d, resume=False, device=spec.trainer.device,
-                    **train_kwargs(one, dataclasses.replace(spec.trainer, num_workers=0), False))
+        train_stage(
+            model,
+            train.dataset,
+            train.images,
+            st.stage,
+            d,
+            resume=False,
+            device=spec.trainer.device,
+            **train_kwargs(one, dataclasses.replace(spec.trainer, num_workers=0), False),
+        )
         rec = json.loads((d / f"stage{st.stage}_log.jsonl").read_text(encoding="utf-8").splitlines()[-1])
-        res[f"stage{st.stage}"] = {"loss": rec["loss"], "losses": rec["losses"], "lr": rec["lr"],
-                                   "batch_size": st.batch_size, "seconds": round(time.perf_counter() - t0, 3)}
+        res[f"stage{st.stage}"] = {
+            "loss": rec["loss"],
+            "losses": rec["losses"],
+            "lr": rec["lr"],
+            "batch_size": st.batch_size,
+            "seconds": round(time.perf_counter() - t0, 3),
+        }
     return res
 
 
 def _predict(spec: MainJobSpec, model: Any, split: Split, out: Path) -> dict[str, Any]:
     """Predict on the first images of ``split``, write COCO + KITTI results and read the COCO file back."""
+    from detcal.core.types import KITTI_TYPES
     from detcal.data.coco import load_coco_results, write_coco_results
     from detcal.training.predict import predict
-    from detcal.core.types import KITTI_TYPES
 
     sub = first_images(split.dataset, spec.dry_run.images)
     t0 = time.perf_counter()
-    res = predict(model, sub, split.images, batch_size=spec.predict.batch_size,
-                  score_threshold=float(spec.predict.score_threshold), device=spec.trainer.device, progress=False)
+    res = predict(
+        model,
+        sub,
+        split.images,
+        batch_size=spec.predict.batch_size,
+        score_threshold=float(spec.predict.score_threshold),
+        device=spec.trainer.device,
+        progress=False,
+    )
     path = out / split.name / "detections.json"
     write_coco_results(path, res.detections)
     back = load_coco_results(path, dataset=sub)
@@ -169,8 +206,12 @@ def _predict(spec: MainJobSpec, model: Any, split: Split, out: Path) -> dict[str
         files["kitti_results"] = str(kdir)
     if len(back) != len(res.detections) or back.delta_std is None and len(back):
         raise DetcalInputError("the written results do not read back as delta records", file=path)
-    return {"images": len(sub.images), "detections": len(back), "seconds": round(time.perf_counter() - t0, 3),
-            "files": files}
+    return {
+        "images": len(sub.images),
+        "detections": len(back),
+        "seconds": round(time.perf_counter() - t0, 3),
+        "files": files,
+    }
 
 
 def run_dry_run(spec: MainJobSpec, run_dir: str | Path) -> dict[str, Any]:
@@ -186,21 +227,36 @@ def run_dry_run(spec: MainJobSpec, run_dir: str | Path) -> dict[str, Any]:
     facts = st.torch_setup(spec.trainer)
     report["platform"] = facts
     splits = prepare_splits(spec.data, spec.splits, spec.train_data, run_dir)
-    checks["splits"] = {k: {"images": len(v.dataset.images), "boxes": len(v.dataset.gt), "format": v.gt_format,
-                            "provenance": v.provenance} for k, v in splits.items()}
+    checks["splits"] = {
+        k: {
+            "images": len(v.dataset.images),
+            "boxes": len(v.dataset.gt),
+            "format": v.gt_format,
+            "provenance": v.provenance,
+        }
+        for k, v in splits.items()
+    }
     checks["image_sizes"] = {k: _check_sizes(v, spec.dry_run.images) for k, v in splits.items()}
     t0 = time.perf_counter()
     model = st.build_model(spec.model, splits["train"], spec.train_data.categories, spec.stage1.seed)
-    checks["model"] = {"backbone": spec.model.backbone, "backbone_weights": spec.model.backbone_weights,
-                       "num_classes": int(model.num_classes), "parameters": int(sum(p.numel() for p in model.parameters())),
-                       "min_size": model.config.get("min_size"), "max_size": model.config.get("max_size"),
-                       "seconds": round(time.perf_counter() - t0, 3)}
+    checks["model"] = {
+        "backbone": spec.model.backbone,
+        "backbone_weights": spec.model.backbone_weights,
+        "num_classes": int(model.num_classes),
+        "parameters": int(sum(p.numel() for p in model.parameters())),
+        "min_size": model.config.get("min_size"),
+        "max_size": model.config.get("max_size"),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
     checks["classes"] = _class_report(splits, [int(c) for c in model.category_ids.tolist()])
     checks["training_step"] = _one_step(spec, model, splits["train"], out / "train")
     checks["prediction"] = {k: _predict(spec, model, splits[k], out / "predictions") for k in ("recal", "val")}
     checks["output_dirs_writable"] = _check_writable(run_dir)
-    report["trainer"] = {"kind": spec.trainer.kind, "device": spec.trainer.device,
-                         "note": "the dry run trains in this process; trainer=ddp runs its stages under torchrun"}
+    report["trainer"] = {
+        "kind": spec.trainer.kind,
+        "device": spec.trainer.device,
+        "note": "the dry run trains in this process; trainer=ddp runs its stages under torchrun",
+    }
     report["seconds"] = round(time.perf_counter() - t_start, 3)
     write_json(out / "dry_run.json", to_jsonable(report))
     print(_summary(report, out / "dry_run.json"), flush=True)
@@ -211,17 +267,25 @@ def _summary(r: Mapping[str, Any], path: Path) -> str:
     c = r["checks"]
     lines = [f"detcal-main dry run: every check passed in {r['seconds']:.1f} s ({path})"]
     for k, v in c["splits"].items():
-        lines.append(f"  {k}: {v['images']} images, {v['boxes']} boxes ({v['format']}); image sizes "
-                     f"{c['image_sizes'][k]['sizes_wh']} (w x h) of the first {c['image_sizes'][k]['checked']}")
+        lines.append(
+            f"  {k}: {v['images']} images, {v['boxes']} boxes ({v['format']}); image sizes "
+            f"{c['image_sizes'][k]['sizes_wh']} (w x h) of the first {c['image_sizes'][k]['checked']}"
+        )
     m = c["model"]
-    lines.append(f"  model: {m['backbone']} ({m['parameters']:,} parameters, {m['num_classes']} classes "
-                 f"{list(c['classes']['model'].values())}), weights {m['backbone_weights']}")
+    lines.append(
+        f"  model: {m['backbone']} ({m['parameters']:,} parameters, {m['num_classes']} classes "
+        f"{list(c['classes']['model'].values())}), weights {m['backbone_weights']}"
+    )
     for s, v in c["training_step"].items():
         lines.append(f"  {s}: one step on {v['batch_size']} images, loss {v['loss']:.4f} ({v['seconds']:.1f} s)")
     for s, v in c["prediction"].items():
-        lines.append(f"  predict {s}: {v['detections']} detections on {v['images']} images -> {v['files']['coco_results']}")
+        lines.append(
+            f"  predict {s}: {v['detections']} detections on {v['images']} images -> {v['files']['coco_results']}"
+        )
     for s in ("recal", "val"):
         cl = c["classes"][s]
-        lines.append(f"  classes {s}: {cl['boxes_of_trained_categories']} boxes of trained classes, "
-                     f"{cl['boxes_not_predicted']} of others; trained but absent: {cl['trained_but_absent'] or 'none'}")
+        lines.append(
+            f"  classes {s}: {cl['boxes_of_trained_categories']} boxes of trained classes, "
+            f"{cl['boxes_not_predicted']} of others; trained but absent: {cl['trained_but_absent'] or 'none'}"
+        )
     return "\n".join(lines)
