@@ -240,6 +240,28 @@ def test_pipeline_writes_table1_json_markdown_and_pngs(tiny_run: dict[str, Any])
 
 
 @pytest.mark.slow
+def test_table1_changes_are_those_of_the_evaluated_variants(tiny_run: dict[str, Any]) -> None:
+    """The intervals' sample is the evaluated one: the paired estimates are the Table 1 ENCE and C_v of
+    before and after; the platform facts and the verdict are recorded."""
+    t = json.loads((tiny_run["dir"] / "table1.json").read_text())
+    for v in ("std_scaling", "kuleshov_isotonic"):
+        for c in COORDS:
+            e = t["ence_change"][v]["ence"][c]
+            assert e["a"] == pytest.approx(t["ence"]["before"][c], rel=1e-12)
+            assert e["b"] == pytest.approx(t["ence"][v][c], rel=1e-12)
+            assert e["difference"] == pytest.approx(e["b"] - e["a"], rel=1e-12, abs=1e-15)
+            assert e["bootstrap"]["method"] == "bca" and e["bootstrap"]["n_boot"] == 1000 and e["bootstrap"]["paired"]
+            lo, hi = e["ci"]
+            assert lo is None or lo <= hi
+            assert t["ence_change"][v]["cv"][c]["a"] == pytest.approx(t["cv"]["before"][c], rel=1e-12)
+    con = t["conclusion"]
+    want = all(t["ence"]["std_scaling"][c] < t["ence"]["before"][c] for c in COORDS)
+    assert con["holds"] is want and con["variant"] == "std_scaling"
+    assert t["platform"]["threads"] == 2 and t["platform"]["torch"] and t["platform"]["cpu_capability"]
+    assert "paired bootstrap intervals over the" in (tiny_run["dir"] / "table1.md").read_text()
+
+
+@pytest.mark.slow
 def test_cv_is_unchanged_by_std_scaling_on_the_real_outputs(tiny_run: dict[str, Any]) -> None:
     d: Path = tiny_run["dir"]
     t = json.loads((d / "table1.json").read_text())
