@@ -277,3 +277,41 @@ def test_dry_run_names_a_wrong_image_folder(mini: dict[str, Any]) -> None:
     assert out.returncode == 2
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("detcal-main: error:") and ("image" in last) and "Traceback" not in out.stderr
+
+
+@pytest.mark.slow
+def test_dataloader_workers_do_not_change_the_trained_weights(tmp_path: Path) -> None:
+    """Items carry their own seeds and workers are seeded: 2 loader processes train the same weights as 0."""
+    torch = pytest.importorskip("torch")
+    from detcal.models.rfcn import build_rfcn
+    from detcal.training.data import LabelMap, toy_scenes
+    from detcal.training.trainer import train_stage
+
+    ds, src = toy_scenes(12, 0)
+    lm = LabelMap.from_dataset(ds)
+    states = []
+    for workers in (0, 2):
+        torch.manual_seed(0)
+        m = build_rfcn(num_classes=lm.num_classes, category_ids=list(lm.category_ids), backbone="tiny", k=3)
+        train_stage(
+            m,
+            ds,
+            src,
+            1,
+            tmp_path / f"w{workers}",
+            iterations=3,
+            batch_size=2,
+            lr=0.01,
+            momentum=0.9,
+            weight_decay=0.0,
+            seed=5,
+            checkpoint_every=3,
+            progress=False,
+            hflip=True,
+            num_workers=workers,
+            num_threads=1,
+        )
+        states.append({k: v.clone() for k, v in m.state_dict().items()})
+    assert states[0].keys() == states[1].keys()
+    for k in states[0]:
+        assert torch.equal(states[0][k], states[1][k]), k
