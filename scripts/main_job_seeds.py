@@ -246,6 +246,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-spread", action="store_true", help="skip the thread / ATEN_CPU_CAPABILITY runs")
+    p.add_argument(
+        "--capabilities",
+        nargs="+",
+        default=list(CAPABILITIES),
+        choices=CAPABILITIES,
+        help="ATEN_CPU_CAPABILITY values to run (those this CPU lacks are skipped; one equal to the "
+        "capability torch picks by itself is the seed run again and is skipped unless --rerun-auto)",
+    )
+    p.add_argument("--rerun-auto", action="store_true")
     p.add_argument("overrides", nargs="*", help="extra detcal-main overrides (after --)")
     a = p.parse_args(argv)
     import torch
@@ -263,9 +272,15 @@ def main(argv: list[str] | None = None) -> int:
         other = 2 if a.threads == 1 else 1
         runs[f"seed{k}_threads{other}"] = run_one(a.out / f"seed{k}_threads{other}", k, other, None, a.overrides)
         platform_runs.append(f"seed{k}_threads{other}")
-        for cap in CAPABILITIES:
+        for cap in a.capabilities:
             if cap not in caps:
                 print(f"[main_job_seeds] this CPU cannot run ATEN_CPU_CAPABILITY={cap}: skipped", file=sys.stderr)
+                continue
+            if caps[cap] == caps["auto"] and not a.rerun_auto:
+                print(
+                    f"[main_job_seeds] ATEN_CPU_CAPABILITY={cap} is what torch picks here: the seed run",
+                    file=sys.stderr,
+                )
                 continue
             name = f"seed{k}_{cap}"
             runs[name] = run_one(a.out / name, k, a.threads, cap, a.overrides)
