@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -85,9 +86,12 @@ def run_one(run_dir: Path, seed: int, threads: int, capability: str | None, over
             file=sys.stderr,
             flush=True,
         )
-        t0 = time.perf_counter()
+        t0, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
         wall = round(time.perf_counter() - t0, 1)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = round(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, 1)
+        write_json(run_dir / "cpu_seconds.json", {"cpu_s": cpu, "wall_s": wall})
         write_text(run_dir.parent / f"{run_dir.name}.log", done.stdout + done.stderr)
         if done.returncode != 0:
             raise SystemExit(f"{run_dir.name} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
@@ -122,6 +126,7 @@ def run_row(name: str, r: dict[str, Any]) -> dict[str, Any]:
         "n_recal_tp": t["calibration"]["n_recal_tp"],
         "job_s": r["job_s"],
         "wall_s": r["wall_s"],
+        "cpu_s": r["cpu_s"],
         "ence_before": t["ence"]["before"],
         "ence_std_scaling": t["ence"]["std_scaling"],
         "ence_isotonic": t["ence"].get("kuleshov_isotonic"),
@@ -172,8 +177,8 @@ def markdown(res: dict[str, Any]) -> str:
         "",
         "| seed | N val TP | "
         + " | ".join(f"ENCE {c} before -> std scaling (change [CI])" for c in COORDS)
-        + " | C_v tx/ty/tw/th | claim holds | all CIs < 0 | job s |",
-        "|---|---|" + "---|" * len(COORDS) + "---|---|---|---|",
+        + " | C_v tx/ty/tw/th | claim holds | all CIs < 0 | wall s | CPU s |",
+        "|---|---|" + "---|" * len(COORDS) + "---|---|---|---|---|",
     ]
     for r in seeds:
         cells = []
@@ -189,7 +194,7 @@ def markdown(res: dict[str, Any]) -> str:
             f"| {r['seed']} | {r['n_tp_val']} | "
             + " | ".join(cells)
             + f" | {cv} | {'yes' if r['conclusion'] else 'NO'} | {'yes' if r['all_intervals_below_zero'] else 'no'} "
-            f"| {r['job_s']:.0f} |"
+            f"| {r['job_s']:.0f} | {r['cpu_s'] if r['cpu_s'] is not None else 'n/a'} |"
         )
     n_hold = sum(bool(r["conclusion"]) for r in seeds)
     n_ci = sum(bool(r["all_intervals_below_zero"]) for r in seeds)
