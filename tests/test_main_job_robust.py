@@ -315,3 +315,50 @@ def test_dataloader_workers_do_not_change_the_trained_weights(tmp_path: Path) ->
     assert states[0].keys() == states[1].keys()
     for k in states[0]:
         assert torch.equal(states[0][k], states[1][k]), k
+
+
+def _script(name: str) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _fake_table(ence_before: float, ence_after: float, cv: float, s: float) -> dict[str, Any]:
+    rows = {
+        "ENCE before calibration": dict.fromkeys(COORDS, ence_before),
+        "ENCE after std scaling": dict.fromkeys(COORDS, ence_after),
+        "ENCE after isotonic (Kuleshov)": dict.fromkeys(COORDS, ence_after),
+        "C_v": dict.fromkeys(COORDS, cv),
+    }
+    return {"rows": rows, "std_scaling_s": dict.fromkeys(COORDS, s)}
+
+
+def test_seed_study_spread_and_fixture_tolerance_by_hand() -> None:
+    seeds_mod, rec = _script("main_job_seeds"), _script("record_main_fixture")
+    runs = {
+        "a": {"table": _fake_table(0.30, 0.08, 0.40, 1.2)},
+        "b": {"table": _fake_table(0.36, 0.10, 0.43, 1.3)},
+        "c": {"table": _fake_table(0.33, 0.05, 0.40, 1.25)},
+    }
+    sp = seeds_mod.spread(runs)
+    assert sp["ENCE before calibration/tx"]["range"] == pytest.approx(0.06)
+    assert sp["ENCE after std scaling/th"]["sd"] == pytest.approx(np.std([0.08, 0.10, 0.05], ddof=1))
+    assert sp["s/tw"]["min"] == 1.2 and sp["s/tw"]["max"] == 1.3 and sp["C_v/ty"]["range"] == pytest.approx(0.03)
+    rows = [
+        {
+            "run": k,
+            "ence_before": r["table"]["rows"]["ENCE before calibration"],
+            "ence_std_scaling": r["table"]["rows"]["ENCE after std scaling"],
+            "ence_isotonic": r["table"]["rows"]["ENCE after isotonic (Kuleshov)"],
+            "cv": r["table"]["rows"]["C_v"],
+            "s": r["table"]["std_scaling_s"],
+        }
+        for k, r in runs.items()
+    ]
+    tol = rec.tolerance(runs["a"]["table"], {"rows": rows}, factor=2.0)
+    # largest |run - recorded| with run a recorded: ENCE 0.06 (before, b), C_v 0.03, s 0.1; times 2
+    assert tol["ENCE"] == pytest.approx(0.12) and tol["C_v"] == pytest.approx(0.06) and tol["s"] == pytest.approx(0.2)
+    assert tol["runs"] == ["a", "b", "c"]
