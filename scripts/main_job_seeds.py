@@ -96,11 +96,14 @@ def run_one(run_dir: Path, seed: int, threads: int, capability: str | None, over
         if done.returncode != 0:
             raise SystemExit(f"{run_dir.name} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     t = json.loads(table_path.read_text(encoding="utf-8"))
+    cpu_file = run_dir / "cpu_seconds.json"
+    cpu_s = json.loads(cpu_file.read_text(encoding="utf-8"))["cpu_s"] if cpu_file.is_file() else None
     return {
         "seed": seed,
         "threads": threads,
         "aten_cpu_capability": capability,
         "wall_s": wall,
+        "cpu_s": cpu_s,
         "job_s": t["timing_s"]["total"],
         "table": t,
     }
