@@ -67,6 +67,9 @@ def run_one(run_dir: Path, seed: int, threads: int, capability: str | None, over
             "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
         }
         env.pop("ATEN_CPU_CAPABILITY", None)
+        # idle OpenMP threads sleep instead of spinning: on a shared, busy machine spinning threads stall each
+        # other at every barrier (a 2-thread run slowed 20-fold here); the numbers do not depend on it
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         if capability is not None:
             env["ATEN_CPU_CAPABILITY"] = capability
         cmd = [
