@@ -169,7 +169,7 @@ def _pct(x: float) -> str:
 
 
 def markdown(res: dict[str, Any]) -> str:
-    seeds = [r for r in res["rows"] if r["run"].startswith("seed")]
+    seeds = [r for r in res["rows"] if "_" not in r["run"]]
     lines = [
         "# detcal-main across training seeds and CPU platforms",
         "",
