@@ -6,7 +6,7 @@
 Keeps every number of the run's table1.json that tests/test_main_job.py::test_smoke_table1_regression
 compares (Table 1 rows, per-variant ENCE / C_v, s, Spearman, reliability tables, recal and detection
 rows, the ENCE changes with their intervals), the platform key the numbers belong to, and the
-tolerance used on other platforms: for each kind of number (ENCE, C_v, s) the largest deviation
+tolerance used on other platforms: for each Table 1 row (and s) the largest deviation
 from the recorded run over the training seeds and the thread / CPU-capability runs of
 scripts/main_job_seeds.py (``seeds.json``), times ``--factor``.
 """
@@ -42,29 +42,28 @@ COORDS = ("tx", "ty", "tw", "th")
 
 
 def tolerance(table: dict[str, Any], seeds: dict[str, Any], factor: float) -> dict[str, Any]:
-    """``factor`` x the largest |run - recorded| over the runs of ``seeds`` (ENCE rows, C_v, s)."""
-    dev = {"ENCE": 0.0, "C_v": 0.0, "s": 0.0}
-    runs = [r["run"] for r in seeds["rows"]]
+    """Per Table 1 row (and s): ``factor`` x the largest |run - recorded| over the runs of ``seeds``."""
+    fields = {
+        "ENCE before calibration": "ence_before",
+        "ENCE after std scaling": "ence_std_scaling",
+        "ENCE after isotonic (Kuleshov)": "ence_isotonic",
+        "C_v": "cv",
+        "s": "s",
+    }
+    dev = dict.fromkeys(fields, 0.0)
     for r in seeds["rows"]:
-        for c in COORDS:
-            dev["ENCE"] = max(
-                dev["ENCE"],
-                abs(r["ence_before"][c] - table["rows"]["ENCE before calibration"][c]),
-                abs(r["ence_std_scaling"][c] - table["rows"]["ENCE after std scaling"][c]),
-            )
-            if r.get("ence_isotonic"):
-                dev["ENCE"] = max(
-                    dev["ENCE"], abs(r["ence_isotonic"][c] - table["rows"]["ENCE after isotonic (Kuleshov)"][c])
-                )
-            dev["C_v"] = max(dev["C_v"], abs(r["cv"][c] - table["rows"]["C_v"][c]))
-            dev["s"] = max(dev["s"], abs(r["s"][c] - table["std_scaling_s"][c]))
+        for row, f in fields.items():
+            if not r.get(f):
+                continue
+            ref = table["std_scaling_s"] if row == "s" else table["rows"][row]
+            dev[row] = max(dev[row], max(abs(r[f][c] - ref[c]) for c in COORDS))
     return {
         **{k: round(factor * v, 4) for k, v in dev.items()},
         "largest_deviation": dev,
         "factor": factor,
-        "runs": runs,
-        "source": "scripts/main_job_seeds.py (seeds.json): training seeds and thread / "
-        "ATEN_CPU_CAPABILITY runs; another platform perturbs float32 training like another seed does",
+        "runs": [r["run"] for r in seeds["rows"]],
+        "source": "scripts/main_job_seeds.py (seeds.json): training seeds and thread / ATEN_CPU_CAPABILITY runs; "
+        "another platform perturbs float32 training like another seed does",
     }
 
 
