@@ -1,0 +1,208 @@
+"""D-ECE, LaECE and LRP with the conventions of uq-detr 0.1.1 (the ``uq_detr`` variants).
+
+uq-detr (Park, Sobolewski and Azizan, IEEE TPAMI 2026) computes the three
+detection-level measures beside its OCE (:mod:`detcal.metrics.oce`). Its
+numbers differ from detcal's defaults (:mod:`detcal.metrics.laece`,
+:mod:`detcal.metrics.lrp`, :func:`detcal.metrics.confidence.dece`) by
+conventions, each reproduced here and named in docs/newest_measures.md:
+
+* **bins** span the lowest to the highest confidence present (per class for
+  LaECE), not [0, 1]: edges ``lo + k (hi - lo) / B`` (``numpy.linspace``),
+  the first bin ``[e_0, e_1]`` and the others ``(e_k, e_k+1]``;
+* **no class filter**: a detection of a class without ground truth in the
+  set is a false positive and its class enters LaECE's average;
+* **LaECE** averages over the classes that have at least one detection;
+* **LRP** is pooled over all classes (one ratio of sums), without components
+  and without a score threshold;
+* **true positives**: ``tp_criterion="greedy"`` matches each image's
+  detections in descending score order to the unmatched ground-truth box of
+  their class with the highest IoU, if that IoU is ``>= tau``
+  (pycocotools' rule, here :func:`detcal.matching.match` with every box
+  plain and no max-detections cut); ``"independent"`` makes a detection a
+  true positive when any box of its class has IoU strictly ``> tau``
+  (several detections may take one box), with target the best such IoU;
+* **crowd** boxes do not exist for it: every ground-truth box is a plain
+  object (``crowd="object"``; ``crowd="drop"`` removes crowd boxes first);
+* **defaults**: ``tau = 0.5`` for all three (detcal's LaECE default is 0),
+  25 bins for D-ECE and LaECE.
+
+IoUs come from the ``xyxy`` corners. ``tau`` must be > 0: at 0 uq-detr's
+greedy rule pairs a detection with a box of another class (its IoU mask
+is 0, and ``0 >= 0``), which is not a definition detcal reproduces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from detcal.errors import DetcalInputError
+from detcal.matching import match
+from detcal.metrics.lrp import paired_iou
+from detcal.types import Detections, GroundTruth, MetricResult
+
+UQ_TAU: float = 0.5
+"""uq-detr's default TP IoU threshold for D-ECE, LaECE and LRP."""
+UQ_BINS: int = 25
+"""uq-detr's default number of bins for D-ECE and LaECE."""
+TP_CRITERIA: tuple[str, ...] = ("greedy", "independent")
+CROWD: tuple[str, ...] = ("object", "drop")
+
+
+@dataclass
+class UqOutcomes:
+    """Per-detection outcome under uq-detr's rules: ``tp [D]``, ``target [D]`` (IoU of a true
+    positive, else 0), ``score [D]``, ``category [D]``; ``n_gt`` objects and ``n_matched`` objects
+    taken (greedy) or true positives (independent); ``tau``, ``tp_criterion``, ``crowd``."""
+
+    tp: np.ndarray
+    target: np.ndarray
+    score: np.ndarray
+    category: np.ndarray
+    n_gt: int
+    tau: float
+    tp_criterion: str
+    crowd: str
+
+    @property
+    def params(self) -> dict:
+        return {"tau": self.tau, "tp_criterion": self.tp_criterion, "crowd": self.crowd,
+                "iou_rule": ">= tau" if self.tp_criterion == "greedy" else "> tau", "max_dets": None}
+
+
+def _plain(dets: Detections, gt: GroundTruth, crowd: str) -> tuple[Detections, GroundTruth]:
+    """Copies with only the fields uq-detr sees (boxes from corners, no crowd / ignore flags)."""
+    if crowd not in CROWD:
+        raise DetcalInputError(f"unknown crowd handling {crowd!r}; choose one of {CROWD}", field="crowd")
+    keep = np.ones(len(gt), bool) if crowd == "object" else ~gt.iscrowd
+    g = GroundTruth(image_id=gt.image_id[keep], box=gt.box[keep], category=gt.category[keep])
+    d = Detections(image_id=dets.image_id, box=dets.box, score=dets.score, category=dets.category)
+    return d, g
+
+
+def uq_outcomes(dets: Detections, gt: GroundTruth, tau: float = UQ_TAU, *, tp_criterion: str = "greedy",
+                crowd: str = "object") -> UqOutcomes:
+    """True positives and targets of every detection under uq-detr's rules (module docstring)."""
+    tau = float(tau)
+    if not (np.isfinite(tau) and 0.0 < tau < 1.0):
+        raise DetcalInputError(f"the uq_detr variants need a TP IoU threshold in (0, 1), got {tau}", field="tau")
+    if tp_criterion not in TP_CRITERIA:
+        raise DetcalInputError(f"unknown tp_criterion {tp_criterion!r}; choose one of {TP_CRITERIA}",
+                               field="tp_criterion")
+    d, g = _plain(dets, gt, crowd)
+    m = match(d, g, (tau,), mode="exclusive", max_dets=None)
+    target = np.zeros(len(d))
+    if tp_criterion == "greedy":
+        tp = m.matched[0].copy()
+        rows = np.flatnonzero(tp)
+        target[rows] = paired_iou(d.box[rows], g.box[m.gt_index[0, rows]])
+    else:
+        tp = m.iou > tau
+        target[tp] = m.iou[tp]
+    return UqOutcomes(tp=tp, target=target, score=d.score.copy(), category=d.category.copy(), n_gt=len(g),
+                      tau=tau, tp_criterion=tp_criterion, crowd=crowd)
+
+
+def range_bins(x: np.ndarray, group: np.ndarray, n_groups: int, bins: int) -> np.ndarray:
+    """Bin [S] of every value among ``bins`` equal-width bins spanning its group's min to max.
+
+    Edges as ``numpy.linspace(min, max, bins + 1)`` computes them; a value's bin is the number of
+    edges strictly below it, minus one, clipped to [0, bins - 1] (``numpy.digitize(..., right=True)``).
+    """
+    lo = np.full(n_groups, np.inf)
+    hi = np.full(n_groups, -np.inf)
+    np.minimum.at(lo, group, x)
+    np.maximum.at(hi, group, x)
+    step = (hi - lo) / bins
+    edges = np.arange(bins + 1, dtype=np.float64)[None, :] * step[:, None] + lo[:, None]
+    edges[:, -1] = hi
+    out = np.empty(len(x), np.int64)
+    chunk = 1 << 18
+    for s in range(0, len(x), chunk):
+        e = edges[group[s:s + chunk]]
+        out[s:s + chunk] = (e < x[s:s + chunk, None]).sum(axis=1)
+    return np.clip(out, 1, bins) - 1
+
+
+def _binned_errors(x: np.ndarray, y: np.ndarray, group: np.ndarray, n_groups: int, bins: int) -> np.ndarray:
+    """Per group: sum over bins of count / N * |mean x - mean y| [n_groups] (NaN: empty group)."""
+    b = range_bins(x, group, n_groups, bins)
+    key = group * bins + b
+    n = np.bincount(key, minlength=n_groups * bins).reshape(n_groups, bins).astype(np.float64)
+    sx = np.bincount(key, weights=x, minlength=n_groups * bins).reshape(n_groups, bins)
+    sy = np.bincount(key, weights=y, minlength=n_groups * bins).reshape(n_groups, bins)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gap = np.where(n > 0, np.abs(sx / n - sy / n), 0.0)
+        total = n.sum(axis=1)
+        return np.where(total > 0, (n / total[:, None] * gap).sum(axis=1), np.nan)
+
+
+def _check_bins(bins: int) -> int:
+    if isinstance(bins, bool) or int(bins) != bins or bins < 1:
+        raise DetcalInputError(f"bins must be a positive int, got {bins!r}", field="bins")
+    return int(bins)
+
+
+def dece_uq_detr_from_outcomes(o: UqOutcomes, *, bins: int = UQ_BINS) -> MetricResult:
+    """uq-detr's D-ECE: all detections pooled, binary targets, bins over the confidence range."""
+    bins = _check_bins(bins)
+    err = _binned_errors(o.score, o.tp.astype(np.float64), np.zeros(len(o.score), np.int64), 1, bins)
+    value = float(err[0]) if len(o.score) else 0.0
+    return MetricResult(name="dece", value=value, variant="uq_detr",
+                        params={**o.params, "bins": bins, "binning": "equal_width over [min, max] of the scores",
+                                "closed": "right", "pooling": "all detections, every class", "target": "TP 1 / FP 0"},
+                        extra={"n_detections": int(len(o.score))})
+
+
+def laece_uq_detr_from_outcomes(o: UqOutcomes, *, bins: int = UQ_BINS) -> MetricResult:
+    """uq-detr's LaECE: per detected class, IoU targets, bins over the class's confidence range."""
+    bins = _check_bins(bins)
+    cats, cls = np.unique(o.category, return_inverse=True)
+    err = _binned_errors(o.score, o.target, cls.reshape(-1), len(cats), bins)
+    value = float(np.mean(err)) if len(cats) else 0.0
+    return MetricResult(name="laece", value=value, variant="uq_detr",
+                        params={**o.params, "bins": bins, "binning": "equal_width over [min, max] of the class's scores",
+                                "closed": "right", "target": "IoU of a true positive, 0 otherwise",
+                                "average": "mean over every class with a detection"},
+                        table={"category": cats, "class_error": err},
+                        extra={"n_detections": int(len(o.score)), "n_classes": int(len(cats))})
+
+
+def lrp_uq_detr_from_outcomes(o: UqOutcomes) -> MetricResult:
+    """uq-detr's LRP: one pooled ratio over every class, ``(FP + FN + sum (1 - IoU) / (1 - tau)) / (TP + FP + FN)``."""
+    n_tp = int(o.tp.sum())
+    n_fp = len(o.tp) - n_tp
+    n_fn = o.n_gt - n_tp
+    loc = float(np.sum((1.0 - o.target[o.tp]) / (1.0 - o.tau)))
+    denom = n_tp + n_fp + n_fn
+    value = (n_fp + n_fn + loc) / denom if denom else 0.0
+    return MetricResult(name="lrp", value=float(value), variant="uq_detr",
+                        params={**o.params, "pooling": "all classes pooled", "score_threshold": None},
+                        extra={"n_tp": n_tp, "n_fp": n_fp, "n_fn": n_fn, "n_gt": o.n_gt})
+
+
+def dece_uq_detr(dets: Detections, gt: GroundTruth, tau: float = UQ_TAU, *, bins: int = UQ_BINS,
+                 tp_criterion: str = "greedy", crowd: str = "object") -> MetricResult:
+    """D-ECE with uq-detr 0.1.1's conventions (module docstring)."""
+    return dece_uq_detr_from_outcomes(uq_outcomes(dets, gt, tau, tp_criterion=tp_criterion, crowd=crowd), bins=bins)
+
+
+def laece_uq_detr(dets: Detections, gt: GroundTruth, tau: float = UQ_TAU, *, bins: int = UQ_BINS,
+                  tp_criterion: str = "greedy", crowd: str = "object") -> MetricResult:
+    """LaECE with uq-detr 0.1.1's conventions (module docstring)."""
+    return laece_uq_detr_from_outcomes(uq_outcomes(dets, gt, tau, tp_criterion=tp_criterion, crowd=crowd), bins=bins)
+
+
+def lrp_uq_detr(dets: Detections, gt: GroundTruth, tau: float = UQ_TAU, *, crowd: str = "object") -> MetricResult:
+    """LRP with uq-detr 0.1.1's conventions (greedy matching; module docstring)."""
+    return lrp_uq_detr_from_outcomes(uq_outcomes(dets, gt, tau, tp_criterion="greedy", crowd=crowd))
+
+
+def uq_detr_suite(dets: Detections, gt: GroundTruth, tau: float = UQ_TAU, *, bins: int = UQ_BINS,
+                  tp_criterion: str = "greedy", crowd: str = "object") -> dict[str, MetricResult]:
+    """D-ECE, LaECE and LRP (uq_detr variants) from one matching; LRP always uses the greedy rule."""
+    o = uq_outcomes(dets, gt, tau, tp_criterion=tp_criterion, crowd=crowd)
+    og = o if tp_criterion == "greedy" else uq_outcomes(dets, gt, tau, tp_criterion="greedy", crowd=crowd)
+    return {"dece": dece_uq_detr_from_outcomes(o, bins=bins), "laece": laece_uq_detr_from_outcomes(o, bins=bins),
+            "lrp": lrp_uq_detr_from_outcomes(og)}
