@@ -114,8 +114,9 @@ def range_bins(x: np.ndarray, group: np.ndarray, n_groups: int, bins: int) -> np
     hi = np.full(n_groups, -np.inf)
     np.minimum.at(lo, group, x)
     np.maximum.at(hi, group, x)
-    step = (hi - lo) / bins
-    edges = np.arange(bins + 1, dtype=np.float64)[None, :] * step[:, None] + lo[:, None]
+    with np.errstate(invalid="ignore"):  # empty groups (inf - inf) never index the edges
+        step = (hi - lo) / bins
+        edges = np.arange(bins + 1, dtype=np.float64)[None, :] * step[:, None] + lo[:, None]
     edges[:, -1] = hi
     out = np.empty(len(x), np.int64)
     chunk = 1 << 18

@@ -1,0 +1,170 @@
+"""OCE and image-level reliability against hand calculations (the definitions in docs/newest_measures.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from detcal.errors import DetcalInputError
+from detcal.metrics._pairs import image_pairs, pair_iou
+from detcal.metrics.image_reliability import contrastive_conf, fit_lambda, pearson, per_image_oce, split_confidence
+from detcal.metrics.oce import object_scores, oce
+from detcal.types import Detections, GroundTruth
+
+
+def _scene(probs: bool = False) -> tuple[Detections, GroundTruth]:
+    """Image 1: object a (class 1, [0,0,10,10]), object b (class 2, missed), a crowd box (missed).
+
+    Detections: A = a's box (IoU 1, score 0.8, class 1); B = [0,0,10,5] (IoU 0.5 with a,
+    score 0.6, class 2); C far from everything (score 0.9, class 1); D on image 2 (no objects)."""
+    gt = GroundTruth(image_id=[1, 1, 1], box=[[0, 0, 10, 10], [50, 50, 60, 60], [20, 20, 30, 30]],
+                     category=[1, 2, 1], iscrowd=[False, False, True])
+    cp = np.array([[0.8, 0.1], [0.3, 0.6], [0.9, 0.05], [0.5, 0.5]]) if probs else None
+    dets = Detections(image_id=[1, 1, 1, 2], box=[[0, 0, 10, 10], [0, 0, 10, 5], [200, 200, 210, 210], [0, 0, 5, 5]],
+                      score=[0.8, 0.6, 0.9, 0.5], category=[1, 2, 1, 1], class_probs=cp)
+    return dets, gt
+
+
+# Hand calculation, binary Brier (2 (1 - s)^2 when the aggregated class is the object's, else 2 s^2).
+# tau 0.5: A and B match object a; tau 0.75: only A.
+#   mean:          s = 0.7, classes {1, 2} tie -> 1 (the smallest): 2 * 0.3^2 = 0.18; tau 0.75: 2 * 0.2^2 = 0.08
+#   max_iou:       A: 0.08 at both thresholds
+#   iou_weighted:  s = (1 * 0.8 + 0.5 * 0.6) / 1.5 = 11/15, class of A: 2 * (4/15)^2; tau 0.75: 0.08
+# object b is missed: 1 at both thresholds.
+BINARY_A = {"mean": (0.18, 0.08), "max_iou": (0.08, 0.08), "iou_weighted": (2 * (4 / 15) ** 2, 0.08)}
+
+
+@pytest.mark.parametrize("aggregation", ["mean", "max_iou", "iou_weighted"])
+def test_oce_binary_hand(aggregation: str) -> None:
+    dets, gt = _scene()
+    a5, a75 = BINARY_A[aggregation]
+    r = oce(dets, gt, aggregation=aggregation)
+    assert r.params["brier"] == "binary" and r.variant == "detcal"
+    np.testing.assert_allclose(r.table["oce"], [(a5 + 1) / 2, (a75 + 1) / 2], rtol=0, atol=1e-15)
+    assert r.value == pytest.approx(((a5 + 1) / 2 + (a75 + 1) / 2) / 2, abs=1e-15)
+    assert r.extra["n_objects"] == 2
+    assert list(r.table["n_missed"]) == [1, 1]
+    s = object_scores(dets, gt, aggregation=aggregation)
+    np.testing.assert_allclose(s.per_object, [(a5 + a75) / 2, 1.0], atol=1e-15)
+    assert list(s.gt_rows) == [0, 1]
+    assert s.n_matched.tolist() == [[2, 0], [1, 0]]
+    # uq-detr's objects: every box, the crowd one too (missed: 1)
+    u = oce(dets, gt, aggregation=aggregation, variant="uq_detr")
+    assert u.value == pytest.approx(((a5 + 2) / 3 + (a75 + 2) / 3) / 2, abs=1e-15)
+
+
+def test_oce_multiclass_hand() -> None:
+    dets, gt = _scene(probs=True)
+    # tau 0.5, mean: pbar = ([0.8, 0.1] + [0.3, 0.6]) / 2 = [0.55, 0.35]; object a is class 1 (column 0):
+    #   (1 - 0.55)^2 + 0.35^2 = 0.325; tau 0.75: A alone: 0.2^2 + 0.1^2 = 0.05
+    r = oce(dets, gt, aggregation="mean")
+    assert r.params["brier"] == "multiclass"
+    np.testing.assert_allclose(r.table["oce"], [(0.325 + 1) / 2, (0.05 + 1) / 2], atol=1e-15)
+    # iou_weighted, tau 0.5: pbar = ([0.8, 0.1] + 0.5 [0.3, 0.6]) / 1.5 = [0.95, 0.4] / 1.5
+    w = np.array([0.95, 0.4]) / 1.5
+    exp = (1 - w[0]) ** 2 + w[1] ** 2
+    r = oce(dets, gt, aggregation="iou_weighted")
+    np.testing.assert_allclose(r.table["oce"], [(exp + 1) / 2, (0.05 + 1) / 2], atol=1e-15)
+    # forcing the binary approximation on the same detections gives the binary numbers
+    b = oce(dets, gt, aggregation="mean", brier="binary")
+    np.testing.assert_allclose(b.table["oce"], [(0.18 + 1) / 2, (0.08 + 1) / 2], atol=1e-15)
+
+
+def test_oce_majority_class_and_ties() -> None:
+    gt = GroundTruth(image_id=[1], box=[[0, 0, 10, 10]], category=[3])
+    box = [[0, 0, 10, 10], [0, 0, 10, 9], [0, 0, 10, 10]]
+    # classes {3, 5, 5}: the majority is 5 (not the object's): 2 * mean^2
+    d = Detections(image_id=[1, 1, 1], box=box, score=[0.9, 0.3, 0.6], category=[3, 5, 5])
+    assert oce(d, gt, (0.5,)).value == pytest.approx(2 * 0.6**2, abs=1e-15)
+    # max_iou: rows 0 and 2 both have IoU 1; the first in the results' order (row 0, class 3) wins
+    assert oce(d, gt, (0.5,), "max_iou").value == pytest.approx(2 * 0.1**2, abs=1e-15)
+
+
+def test_oce_order_invariant_and_images_without_detections() -> None:
+    rng = np.random.default_rng(3)
+    n = 300
+    xy = rng.uniform(0, 80, (n, 2))
+    box = np.hstack([xy, xy + rng.uniform(5, 30, (n, 2))])
+    gt = GroundTruth(image_id=rng.integers(0, 30, 60), box=box[:60] + rng.normal(0, 2, (60, 4)).clip(-1, 1),
+                     category=rng.integers(0, 3, 60))
+    d = Detections(image_id=rng.integers(0, 25, n), box=box, score=rng.uniform(0, 1, n), category=rng.integers(0, 3, n))
+    perm = rng.permutation(n)
+    for agg in ("mean", "iou_weighted"):
+        assert oce(d, gt, aggregation=agg).value == pytest.approx(oce(d.select(perm), gt, aggregation=agg).value, abs=1e-14)
+    # images 25..29 have no detection: their objects all score 1
+    s = object_scores(d, gt)
+    late = s.image_id >= 25
+    assert late.any() and np.all(s.per_object[late] == 1.0)
+    # per-image OCE = mean of the image's per-object scores
+    per = per_image_oce(s, np.arange(31))
+    for i in np.unique(s.image_id)[[0, 3, -1]]:
+        assert per[i] == pytest.approx(s.per_object[s.image_id == i].mean(), abs=1e-15)
+    assert np.isnan(per[30]) and np.isnan(per[np.setdiff1d(np.arange(30), s.image_id)]).all()
+
+
+def test_image_pairs_brute_force() -> None:
+    rng = np.random.default_rng(1)
+    di, gi = rng.integers(0, 6, 40), rng.integers(0, 7, 15)
+    want = sorted((g, d) for g in range(15) for d in range(40) if gi[g] == di[d])
+    got = []
+    for g, d in image_pairs(di, gi, block=7):
+        got += list(zip(g.tolist(), d.tolist()))
+    assert got == want
+    a = np.array([[0, 0, 10, 10.0]])
+    assert pair_iou(a, np.array([[5, 0, 15, 10.0]]))[0] == pytest.approx(50 / 150)
+
+
+def test_oce_errors() -> None:
+    dets, gt = _scene(probs=True)
+    with pytest.raises(DetcalInputError, match="thresholds"):
+        oce(dets, gt, (0.0,))
+    with pytest.raises(DetcalInputError, match="aggregation"):
+        oce(dets, gt, aggregation="median")
+    with pytest.raises(DetcalInputError, match="columns"):
+        oce(dets, gt, categories=[1, 2, 3])
+    with pytest.raises(DetcalInputError, match="no class_probs column"):
+        oce(dets, gt, categories=[1, 7])
+    plain, _ = _scene()
+    with pytest.raises(DetcalInputError, match="class distributions"):
+        oce(plain, gt, brier="multiclass")
+    empty = GroundTruth(image_id=np.zeros(0), box=np.zeros((0, 4)), category=np.zeros(0))
+    assert np.isnan(oce(plain, empty).value)
+
+
+def test_contrastive_conf_hand() -> None:
+    # image 7: scores 0.9, 0.5, 0.2, 0.1; image 8: 0.25, 0.05 (nothing above 0.3); image 9: no prediction
+    ids = np.array([7, 7, 7, 7, 8, 8])
+    s = np.array([0.5, 0.9, 0.1, 0.2, 0.25, 0.05])
+    pos, neg = split_confidence(ids, s, [7, 8, 9], "threshold", 0.3)
+    np.testing.assert_allclose(pos, [0.7, 0.0, 0.0], atol=1e-15)
+    np.testing.assert_allclose(neg, [0.15, 0.15, 0.0], atol=1e-15)
+    np.testing.assert_allclose(contrastive_conf(ids, s, [7, 8, 9], "threshold", 0.3, 2.0), [0.4, -0.3, 0.0], atol=1e-15)
+    pos, neg = split_confidence(ids, s, [7, 8, 9], "topk", 3)
+    np.testing.assert_allclose(pos, [1.6 / 3, 0.15, 0.0], atol=1e-15)
+    np.testing.assert_allclose(neg, [0.1, 0.0, 0.0], atol=1e-15)
+    # NMS at 0.5: boxes 0.9 and 0.5 overlap fully (the 0.5 one is suppressed), 0.2 and 0.1 are apart:
+    # kept {0.9, 0.2, 0.1}; discarded: outside the 3 highest scores -> {0.1}
+    box = np.array([[0, 0, 10, 10], [0, 0, 10, 10], [50, 50, 60, 60], [90, 90, 99, 99], [0, 0, 1, 1], [5, 5, 6, 6.0]])
+    pos, neg = split_confidence(ids, s, [7, 8, 9], "nms", 0.5, box=box)
+    np.testing.assert_allclose(pos, [1.2 / 3, 0.15, 0.0], atol=1e-15)
+    np.testing.assert_allclose(neg, [0.1, 0.0, 0.0], atol=1e-15)
+    with pytest.raises(DetcalInputError, match="unknown image id"):
+        split_confidence(ids, s, [7], "threshold", 0.3)
+
+
+def test_fit_lambda_picks_the_best_correlation() -> None:
+    rng = np.random.default_rng(5)
+    pos, neg = rng.uniform(0.3, 1, 200), rng.uniform(0, 0.3, 200)
+    rel = pos - 4.0 * neg + rng.normal(0, 0.01, 200)
+    rel[3] = np.nan
+    lam, r, all_r = fit_lambda(pos, neg, rel)
+    assert lam == 4.0 and r == all_r.max()
+    ok = ~np.isnan(rel)
+    # the correlation of the chosen lambda, written out
+    x = pos[ok] - 4.0 * neg[ok]
+    want = np.sum((x - x.mean()) * (rel[ok] - rel[ok].mean())) / np.sqrt(
+        np.sum((x - x.mean()) ** 2) * np.sum((rel[ok] - rel[ok].mean()) ** 2))
+    assert r == pytest.approx(want, abs=1e-12)
+    assert pearson(np.ones((1, 5)), np.arange(5.0))[0] != pearson(np.ones((1, 5)), np.arange(5.0))[0]  # NaN
+    with pytest.raises(DetcalInputError, match="at least 3"):
+        fit_lambda(pos[:2], neg[:2], rel[:2])
