@@ -9,7 +9,7 @@ The Python API (Hydra-free, what every command calls)::
 
     cal = detcal.calibrate(detcal.DataSpec(), confidence="temperature", regression="std_scaling")
 """
-__version__ = "0.1.0"
+from detcal._version import __version__
 
 _API = {
     "evaluate": "detcal.pipeline.evaluation",

@@ -1,48 +1,8 @@
-"""Error types for detcal.
+"""Public alias of :mod:`detcal.core.errors`.
 
-Every input error names *where* the problem is: the file, the record (index
-or id within the file) and the field, so that a user can open the file and
-fix it.
+Kept so that ``from detcal.errors import DetcalInputError`` keeps working; the
+package itself imports :mod:`detcal.core.errors`.
 """
-from __future__ import annotations
+from detcal.core.errors import DetcalError, DetcalInputError, NotFittedError
 
-from typing import Any
-
-
-class DetcalError(Exception):
-    """Base class of all detcal errors."""
-
-
-class DetcalInputError(DetcalError, ValueError):
-    """Malformed or inconsistent input data.
-
-    Parameters
-    ----------
-    message:
-        What is wrong, in words.
-    file:
-        The file that holds the bad data (or ``None`` for in-memory input).
-    record:
-        The record: an index, an id, or a line number (``"line 12"``).
-    field:
-        The field name within the record.
-    """
-
-    def __init__(self, message: str, *, file: Any = None, record: Any = None, field: str | None = None):
-        self.file = None if file is None else str(file)
-        self.record = record
-        self.field = field
-        parts = []
-        if self.file is not None:
-            parts.append(f"file {self.file}")
-        if record is not None:
-            parts.append(f"record {record}")
-        if field is not None:
-            parts.append(f"field '{field}'")
-        where = ", ".join(parts)
-        self.message = message
-        super().__init__(f"{where}: {message}" if where else message)
-
-
-class NotFittedError(DetcalError, RuntimeError):
-    """A calibrator was used before ``fit``."""
+__all__ = ["DetcalError", "DetcalInputError", "NotFittedError"]

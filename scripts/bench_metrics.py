@@ -47,7 +47,7 @@ metrics above plus ENCE-EC) and the least-squares exponent of t ~ n^b
 (required: b <= 1.05 from 1M to 10M).
 
 How detcal gets there (values bit-identical to the one-shot numpy code; see
-:mod:`detcal.binning_fast` and :mod:`detcal.metrics.regression._chunked`):
+:mod:`detcal.binning.kernels` and :mod:`detcal.metrics.regression._chunked`):
 every per-sample pass runs over cache-sized chunks in reused workspace
 buffers (fresh full-size temporaries cost more in page faults than the
 arithmetic), strided column slices are never copied whole, netcal's edge rule

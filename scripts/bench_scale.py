@@ -60,7 +60,7 @@ def _block(k: int, seed: int, offset: int):
 def make_files(root: Path, millions: float, seed: int) -> tuple[Path, Path, int]:
     """Instances + results files of about ``millions`` x 1e6 detections (cached in ``root``)."""
     from detcal.data.coco import detections_to_coco_list, write_coco_instances
-    from detcal.types import Dataset, GroundTruth, Images
+    from detcal.core.types import Dataset, GroundTruth, Images
 
     tag = f"{millions:g}M_seed{seed}"
     gt_path, res_path, meta = root / f"instances_{tag}.json", root / f"results_{tag}.json", root / f"meta_{tag}.json"

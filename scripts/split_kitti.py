@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from detcal.data.kitti import split_frames
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.utils.io import write_text
 
 

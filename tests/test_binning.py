@@ -1,4 +1,4 @@
-"""Tests of detcal.binning: edge rules, equal-count/width bins, mergeable CellStats."""
+"""Tests of detcal.binning.edges: edge rules, equal-count/width bins, mergeable CellStats."""
 from __future__ import annotations
 
 import math
@@ -9,17 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from detcal.binning import (
-    CellStats,
-    cell_index,
-    cell_stats,
-    equal_count_bins,
-    equal_width_bins,
-    feature_bin_index,
-    normalise_bins,
-    pair_sums,
-)
-from detcal.errors import DetcalInputError
+from detcal.binning.edges import cell_index, equal_count_bins, equal_width_bins, feature_bin_index, normalise_bins
+from detcal.binning.cells import CellStats, cell_stats, pair_sums
+from detcal.core.errors import DetcalInputError
 
 pytestmark = pytest.mark.filterwarnings("ignore::detcal.metrics.confidence.SparseCellsWarning")
 
@@ -227,7 +219,7 @@ def test_cell_stats_validation(kwargs, field, record):
 def test_netcal_edge_rule_equals_binary_search_on_edges_and_neighbours():
     """The fast netcal edge rule (guess + correction) equals netcal's searchsorted binning exactly,
     including values on the linspace edges and one ulp either side of them."""
-    from detcal.binning import feature_bin_index
+    from detcal.binning.edges import feature_bin_index
 
     rng = np.random.default_rng(1)
     eps = np.finfo(np.float64).eps

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.metrics import ConfidenceConfig, ConfidenceMetric, confidence_metrics, ece
 from detcal.metrics.bootstrap import (
     bootstrap_ci,

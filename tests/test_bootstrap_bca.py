@@ -18,7 +18,7 @@ from detcal.metrics.bootstrap import (
     suite_intervals,
     with_ci,
 )
-from detcal.types import MetricResult
+from detcal.core.types import MetricResult
 
 pytestmark = pytest.mark.filterwarnings("ignore::detcal.metrics.confidence.SparseCellsWarning")
 
@@ -151,7 +151,7 @@ def test_suite_intervals_equal_with_ci_per_metric() -> None:
 
 
 def test_method_validation() -> None:
-    from detcal.errors import DetcalInputError
+    from detcal.core.errors import DetcalInputError
 
     with pytest.raises(DetcalInputError, match="method"):
         bootstrap_ci(lambda v: float(v.mean()), np.arange(5), np.arange(5.0), method="student")

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from pycocotools import mask as mask_api
 
-from detcal import boxes
+from detcal.core import boxes
 
 
 def test_xywh_xyxy_roundtrip_and_values():

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from detcal.data import bundled
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.matching import match
-from detcal.matching_netcal import match_netcal_example
-from detcal.types import Detections, GroundTruth
+from detcal.matching.netcal_example import match_netcal_example
+from detcal.core.types import Detections, GroundTruth
 
 COUNTS = {"faster-rcnn-resnet-50": 40062, "rfcn-resnet-101": 34025, "ssd-inception-v2": 23432, "ssd-resnet-50-v1": 44810}
 

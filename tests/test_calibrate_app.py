@@ -25,7 +25,7 @@ from detcal.calibration.regression import StdScaling
 from detcal.data.coco import load_coco_instances, load_coco_results
 from detcal.data.kitti import load_kitti_labels, load_kitti_results
 from detcal.data.synthetic import write_synthetic
-from detcal.errors import DetcalError, DetcalInputError
+from detcal.core.errors import DetcalError, DetcalInputError
 from omegaconf import OmegaConf, open_dict
 
 from detcal.apps._hydra import AppContext, register_schema
@@ -34,7 +34,7 @@ from detcal.apps.schema import CalibrateApp
 from detcal.pipeline.registry import config_dir
 from detcal.pipeline.writeback import apply_regression_calibrator
 from detcal.metrics.spaces import regression_sample
-from detcal.types import Detections, GroundTruth, MatchResult
+from detcal.core.types import Detections, GroundTruth, MatchResult
 
 REPO = Path(__file__).resolve().parent.parent
 QUIET = ["output.progress=false", "output.print_summary=false", "bootstrap.n=0"]

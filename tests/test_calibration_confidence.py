@@ -29,7 +29,7 @@ from detcal.calibration import (
     make_calibrator,
 )
 from detcal.calibration.confidence import pav
-from detcal.errors import DetcalInputError, NotFittedError
+from detcal.core.errors import DetcalInputError, NotFittedError
 
 
 def _sig(z: np.ndarray) -> np.ndarray:

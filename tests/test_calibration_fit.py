@@ -25,7 +25,7 @@ from detcal.calibration import (
 )
 from detcal.calibration.isotonic import interp_thresholds, pav
 from detcal.calibration.report import CalibrationFitWarning
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 
 
 def _sig(z: np.ndarray) -> np.ndarray:

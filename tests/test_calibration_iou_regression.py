@@ -9,7 +9,7 @@ from sklearn.linear_model import LinearRegression
 from detcal.calibration import IsotonicCalibration, PlattScaling, TemperatureScaling
 from detcal.calibration.base import logit, sigmoid
 from detcal.calibration.iou_regression import IoULinearRegression, PerClassCalibrator, fit_soft
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 
 
 def _sample(seed, n=400, slope=0.6):

@@ -21,7 +21,7 @@ from detcal.calibration import (
     StdScalingSGD,
     make_calibrator,
 )
-from detcal.errors import DetcalInputError, NotFittedError
+from detcal.core.errors import DetcalInputError, NotFittedError
 
 
 def _data(n: int, seed: int, scale: tuple[float, ...] = (1.15, 1.1, 1.2, 0.8), shift: float = 0.0):

@@ -9,7 +9,7 @@ import pytest
 
 from detcal.data.coco import load_coco_results
 from detcal.data.coco_chunks import iter_coco_results
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 
 FIELDS = ("image_id", "box", "score", "category", "box_std", "box_cov", "corner_cov", "proposal", "delta_mean", "delta_std")
 

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from test_matching import coco_eval, ours_ids
-from detcal.boxes import pairwise_iou
+from detcal.core.boxes import pairwise_iou
 from detcal.data.coco import load_coco_instances, load_coco_results
-from detcal.errors import DetcalInputError
-from detcal.match_blocks import box_areas
+from detcal.core.errors import DetcalInputError
+from detcal.matching.blocks import box_areas
 from detcal.matching import match
 
 

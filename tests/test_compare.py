@@ -1,13 +1,13 @@
-"""detcal.compare and detcal.reports.per_class on the bundled 79-image set."""
+"""detcal.pipeline.compare and detcal.reports.per_class on the bundled 79-image set."""
 from __future__ import annotations
 
 
 import numpy as np
 import pytest
 
-from detcal import compare as C
+from detcal.pipeline import compare as C
 from detcal.data import bundled
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.metrics.accuracy import coco_ap
 from detcal.metrics.confidence import ece
 from detcal.reports.per_class import most_frequent, per_class_table, reliability_curve

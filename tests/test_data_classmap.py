@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from detcal.data.classmap import DEFAULT_CLASS_MAP, load_class_map
-from detcal.errors import DetcalInputError
-from detcal.types import KITTI_TYPES, Dataset, Detections, GroundTruth, Images
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import KITTI_TYPES, Dataset, Detections, GroundTruth, Images
 
 
 def test_default_map_choices() -> None:

@@ -20,8 +20,8 @@ from detcal.data.coco import (
     write_coco_instances,
     write_coco_results,
 )
-from detcal.errors import DetcalInputError
-from detcal.types import Dataset, Detections, GroundTruth, Images
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import Dataset, Detections, GroundTruth, Images
 
 
 # --------------------------------------------------------------------------- fixtures

@@ -16,8 +16,8 @@ from detcal.data.kitti import (
     write_kitti_labels,
     write_kitti_results,
 )
-from detcal.errors import DetcalInputError
-from detcal.types import KITTI_CATEGORIES, Dataset, Detections, GroundTruth, Images
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import KITTI_CATEGORIES, Dataset, Detections, GroundTruth, Images
 
 FIXTURE = Path(__file__).parent / "data" / "kitti" / "label_2"
 

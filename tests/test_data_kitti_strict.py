@@ -9,8 +9,8 @@ import pytest
 
 from detcal.data.kitti import load_kitti_labels, load_kitti_results, write_kitti_results
 from detcal.data.kitti_write import remove_stale_temporaries
-from detcal.errors import DetcalInputError
-from detcal.types import Detections
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import Detections
 
 LABEL = "Car 0.00 0 -1.58 587.01 173.33 614.12 200.12 1.65 1.67 3.64 -0.65 1.71 46.70 -1.59"
 RESULT = LABEL + " 0.87"

@@ -14,7 +14,7 @@ import pytest
 
 import detcal.data._json as json_mod
 from detcal.data.coco import load_coco_instances, load_coco_results
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 
 GOOD = {"image_id": 1, "category_id": 1, "bbox": [10.0, 20.0, 30.0, 40.0], "score": 0.5}
 EYE4 = [[1.0 if i == j else 0.0 for j in range(4)] for i in range(4)]

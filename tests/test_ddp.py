@@ -24,7 +24,7 @@ import torch
 
 from detcal.training.distributed import all_reduce_sums, gather_detections, get_rank_world, main
 from detcal.training.predict import concat_detections, empty_detections
-from detcal.types import Detections, Images
+from detcal.core.types import Detections, Images
 
 REPO = Path(__file__).resolve().parents[1]
 COMMON = ["--data", "toy:8", "--batch-size", "4", "--norm", "gn", "--log-every", "1", "--no-progress", "--num-threads", "1",
@@ -137,7 +137,7 @@ def test_job_file_carries_every_field_of_the_stage_and_trainer(tmp_path: Path, m
 
 
 def test_bad_job_file_names_the_file(tmp_path: Path) -> None:
-    from detcal.errors import DetcalInputError
+    from detcal.core.errors import DetcalInputError
     from detcal.training.ddp import read_job
 
     p = tmp_path / "job.json"

@@ -15,7 +15,7 @@ from detcal.reports.detections_csv import (
     format_csv,
     write_detections_parquet,
 )
-from detcal.types import Detections, MatchResult
+from detcal.core.types import Detections, MatchResult
 
 # ------------------------------------------------------------------ the previous writer (the oracle), per cell
 FEATURES = ("cx", "cy", "w", "h")

@@ -11,7 +11,7 @@ import pytest
 
 from detcal.data import _fast_results
 from detcal.data.coco import results_from_bytes
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 
 FIELDS = ("image_id", "box", "score", "category", "wh", "box_std", "box_cov", "corner_cov", "proposal",
           "delta_mean", "delta_std")

@@ -10,9 +10,9 @@ import pytest
 import devkit_reference as ref
 from kitti_like import make_frames, write_frames
 from detcal.data.kitti import load_kitti_labels, load_kitti_results
-from detcal.errors import DetcalInputError
-from detcal.kitti_eval import kitti_ap, score_thresholds
-from detcal.types import Detections, GroundTruth
+from detcal.core.errors import DetcalInputError
+from detcal.matching.kitti_ap import kitti_ap, score_thresholds
+from detcal.core.types import Detections, GroundTruth
 
 _NAMES = {1: "car", 4: "pedestrian", 6: "cyclist"}
 

@@ -14,9 +14,9 @@ import pytest
 import devkit_reference as ref
 from kitti_like import make_frames, write_frames
 from detcal.data.kitti import kitti_rules, load_kitti_labels, load_kitti_results
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.matching import match
-from detcal.types import Detections, GroundTruth
+from detcal.core.types import Detections, GroundTruth
 
 _TAIL = "1.50 1.60 3.90 1.00 1.50 20.00 0.10"
 _DC_TAIL = "-1 -1 -1 -1000 -1000 -1000 -10"
@@ -199,7 +199,7 @@ def test_kitti_like_frames_separate_the_two_walks(tmp_path: Path) -> None:
 
 
 def test_empty_inputs() -> None:
-    from detcal.kitti_eval import kitti_ap
+    from detcal.matching.kitti_ap import kitti_ap
 
     d0 = Detections(image_id=np.zeros(0), box=np.zeros((0, 4)), score=np.zeros(0), category=np.zeros(0))
     g0 = GroundTruth(image_id=np.zeros(0), box=np.zeros((0, 4)), category=np.zeros(0))

@@ -12,7 +12,7 @@ import detcal
 from detcal.data.kitti import load_kitti_results
 from detcal.data.kitti_write import write_kitti_results
 from detcal.data.synthetic import write_synthetic
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.pipeline.spec import BootstrapSpec, DataSpec, EvaluationSpec, RegressionSpec
 
 

@@ -20,7 +20,7 @@ from detcal.data import synthetic
 from detcal.data.coco import load_coco_instances, load_coco_results, write_coco_instances
 from detcal.pipeline.registry import config_dir, make_calibrator
 from detcal.training.spec import MainApp
-from detcal.types import Dataset, GroundTruth
+from detcal.core.types import Dataset, GroundTruth
 
 CONFIG_DIR = config_dir()
 CLASS_MAP = CONFIG_DIR / "classmap" / "coco_kitti_v1.yaml"

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from detcal.data.coco import load_coco_instances, load_coco_results
 from detcal.data.kitti import load_kitti_labels, load_kitti_results
-from detcal.errors import DetcalInputError
-from detcal.types import Dataset, Detections
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import Dataset, Detections
 
 # ------------------------------------------------------------------ value pools
 TRICKY_INTS = [0, 1, -1, 7, 2**31, 2**53 + 1, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64, 10**30]

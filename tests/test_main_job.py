@@ -18,11 +18,11 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from detcal.apps._hydra import register_schema
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.pipeline.registry import config_dir, make_calibrator
 from detcal.pipeline.spec import ConfigError
 from detcal.training.spec import MainApp, MainJobSpec, StageSpec
-from detcal.types import COORDS
+from detcal.core.types import COORDS
 
 CONFIG_DIR = config_dir()
 REPO = Path(__file__).resolve().parents[1]

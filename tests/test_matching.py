@@ -1,8 +1,8 @@
-"""Tests of detcal.matching.
+"""Tests of detcal.matching.engine.
 
 Independent references: pycocotools 2.0.11 COCOeval (exclusive parity on
 seeded synthetic sets with crowd boxes, exact-duplicate boxes and 3-decimal
-scores), a brute-force loop over images with detcal.boxes.pairwise_iou (max
+scores), a brute-force loop over images with detcal.core.boxes.pairwise_iou (max
 mode), and hand-computed golden cases (arithmetic in the comments).
 """
 from __future__ import annotations
@@ -14,10 +14,10 @@ import io
 import numpy as np
 import pytest
 
-from detcal.boxes import pairwise_iou, xywh_to_xyxy
-from detcal.errors import DetcalInputError
+from detcal.core.boxes import pairwise_iou, xywh_to_xyxy
+from detcal.core.errors import DetcalInputError
 from detcal.matching import match
-from detcal.types import Detections, GroundTruth, Images, KittiRules
+from detcal.core.types import Detections, GroundTruth, Images, KittiRules
 
 pycocotools = pytest.importorskip("pycocotools")
 from pycocotools.coco import COCO  # noqa: E402

@@ -11,9 +11,9 @@ from pycocotools.cocoeval import COCOeval
 
 from detcal.data import bundled
 from detcal.data.coco import results_to_pycocotools, to_pycocotools
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.metrics.accuracy import SUMMARY, coco_ap
-from detcal.types import Dataset, Detections, GroundTruth, Images
+from detcal.core.types import Dataset, Detections, GroundTruth, Images
 
 
 def _pycoco_stats(coco_gt, coco_dt) -> np.ndarray:

@@ -1,15 +1,15 @@
-"""The chunked, allocation-free passes (detcal.binning_fast, detcal.metrics.regression._chunked) give
+"""The chunked, allocation-free passes (detcal.binning.kernels, detcal.metrics.regression._chunked) give
 bit for bit the numbers of the one-shot numpy formulas, whatever the chunk size."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-import detcal.binning_fast as BF
-import detcal.cell_stats as CS
+import detcal.binning.kernels as BF
+import detcal.binning.cells as CS
 import detcal.metrics.regression._chunked as CH
-from detcal.binning import feature_bin_index
-from detcal.errors import DetcalInputError
+from detcal.binning.edges import feature_bin_index
+from detcal.core.errors import DetcalInputError
 from detcal.metrics import confidence as C
 from detcal.metrics import regression as R
 from detcal.metrics.confidence_suite import category_index

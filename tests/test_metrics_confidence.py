@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.metrics import (
     ConfidenceConfig,
     ConfidenceMetric,
@@ -29,7 +29,7 @@ from detcal.metrics import (
     sharpness,
     underconfidence,
 )
-from detcal.types import MetricResult
+from detcal.core.types import MetricResult
 
 pytestmark = pytest.mark.filterwarnings("ignore::detcal.metrics.confidence.SparseCellsWarning")
 

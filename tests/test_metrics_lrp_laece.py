@@ -7,10 +7,10 @@ import io
 import numpy as np
 import pytest
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.metrics.laece import bin_index, dece, laace, laece
 from detcal.metrics.lrp import detection_outcomes, lrp, lrp_optimal_thresholds, lrp_table, threshold_mask
-from detcal.types import Detections, GroundTruth
+from detcal.core.types import Detections, GroundTruth
 
 
 def _hand_case():

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.metrics._pairs import image_pairs, pair_iou
 from detcal.metrics.image_reliability import contrastive_conf, fit_lambda, pearson, per_image_oce, split_confidence
 from detcal.metrics.oce import object_scores, oce
-from detcal.types import Detections, GroundTruth
+from detcal.core.types import Detections, GroundTruth
 
 
 def _scene(probs: bool = False) -> tuple[Detections, GroundTruth]:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.metrics.pdq import (
     box_cov_to_corner_cov,
     box_std_to_corner_cov,
@@ -16,7 +16,7 @@ from detcal.metrics.pdq import (
     pair_qualities,
     pdq,
 )
-from detcal.types import Dataset, Detections, GroundTruth, Images
+from detcal.core.types import Dataset, Detections, GroundTruth, Images
 
 
 def _ds(gt_boxes, gt_cats, W=40, H=30, image_ids=None):

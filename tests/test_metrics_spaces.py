@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from detcal.boxes import decode_deltas, encode_deltas, xywh_to_xyxy, xyxy_to_cxcywh
-from detcal.errors import DetcalInputError
+from detcal.core.boxes import decode_deltas, encode_deltas, xywh_to_xyxy, xyxy_to_cxcywh
+from detcal.core.errors import DetcalInputError
 from detcal.metrics.spaces import RegressionSample, regression_sample
-from detcal.types import Detections, GroundTruth, MatchResult
+from detcal.core.types import Detections, GroundTruth, MatchResult
 
 # GT 0: xyxy [1, 2, 13, 22] -> cx 7, cy 12, w 12, h 20 ; GT 1: [50, 50, 70, 90]
 GT = GroundTruth(image_id=[1, 1], box=[[1, 2, 13, 22], [50, 50, 70, 90]], category=[1, 1])

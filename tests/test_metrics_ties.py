@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detcal.binning import equal_count_bins, equal_count_cuts, rank_segments
-from detcal.errors import DetcalInputError
+from detcal.binning.edges import equal_count_bins, equal_count_cuts, rank_segments
+from detcal.core.errors import DetcalInputError
 from detcal.metrics import regression as R
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.metrics import confidence as C
 from detcal.metrics import regression as R
 from detcal.metrics.confidence_suite import dece_by_class

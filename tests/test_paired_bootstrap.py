@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from detcal.calibration import TemperatureScaling
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.metrics import ConfidenceConfig, ConfidenceMetric
 from detcal.metrics.bootstrap import bootstrap_ci, percentile_interval
 from detcal.metrics.paired import confidence_changes, paired_bootstrap, paired_bootstrap_many

@@ -10,7 +10,7 @@ import pytest
 
 import detcal
 from detcal.data.synthetic import write_synthetic
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.pipeline.spec import BootstrapSpec, DataSpec, EvaluationSpec, MatchingSpec
 
 QUIET = dict(bootstrap=BootstrapSpec(n=0))

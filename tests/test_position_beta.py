@@ -8,7 +8,7 @@ import pytest
 from scipy.optimize import check_grad
 
 from detcal.calibration import CONFIDENCE_CALIBRATORS, PositionBetaCalibration, TemperatureScaling
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 
 
 def _sig(z: np.ndarray) -> np.ndarray:

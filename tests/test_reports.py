@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.apps import gather as gather_app
 from detcal.reports import gather as gather_mod
 from detcal.reports import plots, tables
-from detcal.types import MetricResult
+from detcal.core.types import MetricResult
 
 
 def _assert_png(path: Path, min_size: tuple[int, int] = (100, 100)) -> None:

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torchvision.models.detection import _utils as det_utils
 
-from detcal.boxes import decode_deltas
-from detcal.errors import DetcalInputError
+from detcal.core.boxes import decode_deltas
+from detcal.core.errors import DetcalInputError
 from detcal.models import (
     HeadOutput,
     RFCNHead,

@@ -13,7 +13,7 @@ import pytest
 import detcal
 from detcal.apps import _hydra
 from detcal.data.synthetic import write_synthetic
-from detcal.errors import DetcalError
+from detcal.core.errors import DetcalError
 from detcal.pipeline.spec import BootstrapSpec, CalibrationSpec, DataSpec, EvaluationSpec, SplitSpec
 from detcal.utils.fresh_dir import fresh_dir
 

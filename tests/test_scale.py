@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import detcal
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.pipeline import sources
 from detcal.pipeline.parallel import match_in_shards
 from detcal.pipeline.sources import load_coco, shard_image_ids
@@ -136,7 +136,7 @@ def test_errors_and_dropped_counts_are_those_of_the_whole_load(coco: DataSpec, t
 
 
 def test_match_in_shards_equals_one_call(coco: DataSpec) -> None:
-    from detcal.pipeline.evaluation import run_match
+    from detcal.pipeline.matcher import run_match
 
     data = load_coco(coco.gt, coco.results)
     m = MatchingSpec(iou_thresholds=THRESHOLDS)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from detcal.data.kitti import split_frames
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "split_kitti.py"
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.metrics.laece import laece
 from detcal.metrics.lrp import lrp
 from detcal.studies.kuzucu2024 import coco_ap, markdown_table, run
-from detcal.types import Dataset, Detections, GroundTruth, Images
+from detcal.core.types import Dataset, Detections, GroundTruth, Images
 
 
 def _dataset(seed=0, n_img=60):

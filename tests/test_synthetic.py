@@ -2,7 +2,7 @@
 
 Golden values are closed forms of the planted model (written next to each
 check), never numbers read off the code under test. Matching in these tests is
-a few lines of numpy here (same-class max IoU with detcal.boxes.pairwise_iou),
+a few lines of numpy here (same-class max IoU with detcal.core.boxes.pairwise_iou),
 not another module's matcher.
 """
 from __future__ import annotations
@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from detcal.boxes import encode_deltas, pairwise_iou, xyxy_to_cxcywh
+from detcal.core.boxes import encode_deltas, pairwise_iou, xyxy_to_cxcywh
 from detcal.data import synthetic as S
-from detcal.errors import DetcalInputError
-from detcal.types import KITTI_CATEGORIES, KITTI_DIFFICULTY, Dataset, Detections
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import KITTI_CATEGORIES, KITTI_DIFFICULTY, Dataset, Detections
 
 
 # --------------------------------------------------------------------------- helpers
@@ -404,7 +404,7 @@ def test_coco_scale_exercises_exclusive_matching_in_pycocotools():
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 
-    from detcal.boxes import xyxy_to_xywh
+    from detcal.core.boxes import xyxy_to_xywh
 
     ds, dets = S.generate_coco_scale(n_images=150, dets_per_image=60, seed=3)
     gt = ds.gt

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.models import build_rfcn
 from detcal.training import (
     DetectionDataset,
@@ -24,7 +24,7 @@ from detcal.training import (
     train_stage,
 )
 from detcal.training.predict import predict
-from detcal.types import Dataset, GroundTruth, Images
+from detcal.core.types import Dataset, GroundTruth, Images
 
 torch.set_num_threads(2)
 UNC = "head.unc_conv."

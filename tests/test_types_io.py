@@ -5,8 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from detcal.errors import DetcalInputError
-from detcal.types import Detections, GroundTruth, Images, MatchResult, MetricResult
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import Detections, GroundTruth, Images, MatchResult, MetricResult
 from detcal.utils.io import atomic_write, write_json
 
 

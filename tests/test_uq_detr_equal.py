@@ -16,7 +16,7 @@ from detcal.data.bundled import DETECTORS, load
 from detcal.metrics.image_reliability import contrastive_conf, fit_lambda, per_image_oce, split_confidence
 from detcal.metrics.oce import object_scores
 from detcal.metrics.uq_detr import range_bins, uq_detr_suite
-from detcal.types import Detections, GroundTruth
+from detcal.core.types import Detections, GroundTruth
 
 uq = pytest.importorskip("uq_detr")
 assert uq.__version__ == "0.1.1"

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from detcal.errors import DetcalError
+from detcal.core.errors import DetcalError
 
 __all__ = ["run_app", "run_header", "user_error_message", "RUN_ID"]
 

@@ -7,7 +7,7 @@
 One table (AP, ECE, D-ECE, MCE, NLL, Brier with bootstrap intervals), the
 paired-bootstrap difference of each detector from the baseline (images
 resampled jointly), per-class and per-size tables, overlaid and per-class
-reliability diagrams (:mod:`detcal.compare`).
+reliability diagrams (:mod:`detcal.pipeline.compare`).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ SCHEMA = CompareApp
 
 def task(app: CompareApp, ctx: AppContext) -> dict[str, Any]:
     """Compare the detectors ``app`` names; write metrics.json, summary.md and the diagrams."""
-    from detcal import compare as cmp
+    from detcal.pipeline import compare as cmp
     from detcal.pipeline.compare_data import load_runs
     from detcal.reports import results_json
     from detcal.utils.io import write_text

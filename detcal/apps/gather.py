@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from detcal.errors import DetcalError
+from detcal.core.errors import DetcalError
 from detcal.reports.gather import gather
 from detcal.reports.tables import write_table
 from detcal.utils.io import write_text

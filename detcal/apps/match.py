@@ -31,9 +31,9 @@ import time
 from typing import Sequence
 
 
-from detcal.errors import DetcalError, DetcalInputError
-from detcal.matching import GT_IGNORE, MODES, match
-from detcal.types import Dataset, Detections, KittiRules
+from detcal.core.errors import DetcalError, DetcalInputError
+from detcal.matching.engine import GT_IGNORE, MODES, match
+from detcal.core.types import Dataset, Detections, KittiRules
 from detcal.reports.match_outputs import match_summary, write_match_outputs
 
 

@@ -20,7 +20,7 @@ SCHEMA = StudyApp
 
 def task(app: StudyApp, ctx: AppContext) -> dict[str, Any]:
     """Run ``app.study``; write its table, figure and numbers into the run directory."""
-    from detcal.pipeline.studies import run_study
+    from detcal.studies.run import run_study
     from detcal.reports import results_json
     from detcal.utils.io import write_text
 

@@ -28,7 +28,7 @@ from detcal.calibration.confidence import (
 )
 from detcal.calibration.position_beta import PositionBetaCalibration
 from detcal.calibration.regression import KuleshovIsotonic, SigmaHistogramBinning, StdScaling, StdScalingSGD
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 
 CONFIDENCE_CALIBRATORS: dict[str, type[ConfidenceCalibrator]] = {
     "temperature": TemperatureScaling,

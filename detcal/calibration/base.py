@@ -6,7 +6,7 @@ The contract is scikit-learn's (``sklearn/base.py``, ``calibration.py``):
   no validation or computation;
 * ``fit(...)`` validates its inputs, learns attributes whose names end in
   ``_`` and returns ``self``;
-* ``transform(...)`` before ``fit`` raises :class:`detcal.errors.NotFittedError`
+* ``transform(...)`` before ``fit`` raises :class:`detcal.core.errors.NotFittedError`
   naming the class;
 * :meth:`Calibrator.get_params` returns the hyper-parameters, and
   :meth:`Calibrator.describe` the hyper-parameters and the learned values, as
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from detcal.errors import DetcalInputError, NotFittedError
+from detcal.core.errors import DetcalInputError, NotFittedError
 
 P_CLIP: float = 1e-12
 """Probabilities are clipped to ``[P_CLIP, 1 - P_CLIP]`` before ``logit``/``log``."""

@@ -35,7 +35,7 @@ from detcal.calibration.histogram import HistogramBinning
 from detcal.calibration.isotonic import interp_thresholds, isotonic_thresholds, pav
 from detcal.calibration.logistic import fit_logistic, fit_logistic_info
 from detcal.calibration.report import make_report
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 
 # --------------------------------------------------------------------------- calibrators
 

@@ -5,10 +5,10 @@ import warnings
 
 import numpy as np
 
-from detcal.binning import cell_index, feature_bin_index
+from detcal.binning.edges import cell_index, feature_bin_index
 from detcal.calibration.base import ConfidenceCalibrator
 from detcal.calibration.report import CalibrationFitWarning, make_report
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 
 
 class HistogramBinning(ConfidenceCalibrator):

@@ -26,7 +26,7 @@ import numpy as np
 
 from detcal.calibration.base import ConfidenceCalibrator, check_probabilities
 from detcal.calibration.confidence import IsotonicCalibration, PlattScaling, TemperatureScaling
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 
 
 def check_targets(t: Any, n: int, field: str = "target") -> np.ndarray:

@@ -28,7 +28,7 @@ from scipy.optimize import minimize
 
 from detcal.calibration.base import P_CLIP, ConfidenceCalibrator, sigmoid
 from detcal.calibration.report import make_report
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 
 __all__ = ["PositionBetaCalibration"]
 

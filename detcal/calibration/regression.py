@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtr, ndtri
 
-from detcal.binning import equal_count_bins
+from detcal.binning.edges import equal_count_bins
 from detcal.calibration.base import P_CLIP, RegressionCalibrator
 from detcal.calibration.isotonic import interp_thresholds, isotonic_thresholds
 from detcal.calibration.report import make_report
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 
 _SQRT_2PI = float(np.sqrt(2.0 * np.pi))
 

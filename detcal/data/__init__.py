@@ -1,4 +1,4 @@
-"""Dataset adapters: COCO and KITTI files <-> the columnar records of :mod:`detcal.types`.
+"""Dataset adapters: COCO and KITTI files <-> the columnar records of :mod:`detcal.core.types`.
 
 Box-format conversions (COCO ``[x, y, w, h]``, KITTI ``left top right
 bottom``) happen here and nowhere else. numpy only: importing this package

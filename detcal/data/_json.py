@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 
 try:  # optional fast path, same results as json
     import orjson as _orjson

@@ -13,7 +13,7 @@ import re
 import unicodedata
 from pathlib import Path
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 
 KITTI_COLUMNS: tuple[str, ...] = (
     "type", "truncated", "occluded", "alpha", "left", "top", "right", "bottom",

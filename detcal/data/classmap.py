@@ -7,7 +7,7 @@ per choice. Both directions are explicit because the map is not a
 bijection; where both directions map a pair they must agree.
 
 Remapping drops boxes of unmapped classes and renumbers the rest: to the fixed
-KITTI ids (:data:`detcal.types.KITTI_CATEGORIES`) or to the standard COCO ids
+KITTI ids (:data:`detcal.core.types.KITTI_CATEGORIES`) or to the standard COCO ids
 of ``coco_ids``. PyYAML is used directly (never Hydra).
 """
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
-from detcal.types import KITTI_CATEGORIES, KITTI_TYPES, Dataset, Detections
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import KITTI_CATEGORIES, KITTI_TYPES, Dataset, Detections
 
 PathLike = str | os.PathLike[str]
 Direction = Literal["coco_to_kitti", "kitti_to_coco"]

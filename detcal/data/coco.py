@@ -33,7 +33,7 @@ and the standard :mod:`json` otherwise; both give the same records. The
 records are turned into columns in one pass and validated with numpy masks;
 only the error path walks them one by one to name the first bad record.
 
-Every error is a :class:`detcal.errors.DetcalInputError` naming the file, the
+Every error is a :class:`detcal.core.errors.DetcalInputError` naming the file, the
 record (index into the results list, or ``annotations[i]`` / ``images[i]``)
 and the field.
 """
@@ -50,9 +50,9 @@ from typing import Any
 
 import numpy as np
 
-from detcal.boxes import xywh_to_xyxy, xyxy_to_xywh
-from detcal.errors import DetcalInputError
-from detcal.types import Dataset, Detections, GroundTruth, Images
+from detcal.core.boxes import xywh_to_xyxy, xyxy_to_xywh
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import Dataset, Detections, GroundTruth, Images
 from detcal.utils.io import atomic_write
 
 PathLike = str | os.PathLike[str]

@@ -30,8 +30,8 @@ import numpy as np
 from detcal.data._json import TOP, parse_json_bytes
 from detcal.data._fast_results import decode_results
 from detcal.data.coco import RESULT_UNCERTAINTY_KEYS, load_coco_results, results_from_decoded, results_from_records
-from detcal.errors import DetcalInputError
-from detcal.types import Dataset, Detections
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import Dataset, Detections
 
 PathLike = str | os.PathLike[str]
 

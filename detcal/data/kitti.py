@@ -8,7 +8,7 @@ one object per line, whitespace separated::
 15 columns for labels, 16 for results (score last). Image id = ``int(frame)``.
 ``left top right bottom`` become the internal ``xyxy`` box unchanged
 (docs/formats.md). Category ids are fixed across detcal:
-:data:`detcal.types.KITTI_CATEGORIES` (Car=1 ... DontCare=9); type names are
+:data:`detcal.core.types.KITTI_CATEGORIES` (Car=1 ... DontCare=9); type names are
 matched case-insensitively, as the devkit does (``strcasecmp``).
 
 Unknown values use the devkit's sentinels: truncated -1 (read as NaN),
@@ -18,7 +18,7 @@ Difficulty (devkit ``cleanData``): a box is within level L when
 ``occluded <= max_occlusion(L)``, ``truncated <= max_truncation(L)`` and
 ``bottom - top > min_height(L)`` (strict: the devkit ignores
 ``height <= MIN_HEIGHT``); levels easy 40 px / 0 / 0.15, moderate 25 / 1 / 0.30,
-hard 25 / 2 / 0.50 (:data:`detcal.types.KITTI_DIFFICULTY`). ``difficulty`` is
+hard 25 / 2 / 0.50 (:data:`detcal.core.types.KITTI_DIFFICULTY`). ``difficulty`` is
 the easiest level the box is within (0, 1, 2, or -1 for none and for
 DontCare).
 
@@ -45,8 +45,8 @@ _COLS = KITTI_COLUMNS + KITTI_STD_COLUMNS
 from detcal.data._kitti_text import file_tokens as _file_tokens
 from detcal.data._kitti_text import is_number as _is_number
 from detcal.data._json import first_true as _first_true
-from detcal.errors import DetcalInputError
-from detcal.types import (
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import (
     KITTI_CATEGORIES,
     KITTI_DIFFICULTY,
     KITTI_TYPES,

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from detcal.data._json import first_true as _first_true
-from detcal.errors import DetcalInputError
-from detcal.types import KITTI_CATEGORIES, Dataset, Detections
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import KITTI_CATEGORIES, Dataset, Detections
 
 PathLike = str | os.PathLike[str]
 

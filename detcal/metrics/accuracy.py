@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
-from detcal.matching import match
-from detcal.types import Dataset, Detections, MetricResult
+from detcal.core.errors import DetcalInputError
+from detcal.matching.engine import match
+from detcal.core.types import Dataset, Detections, MetricResult
 
 IOU_THRESHOLDS: np.ndarray = np.linspace(0.5, 0.95, int(np.round((0.95 - 0.5) / 0.05)) + 1, endpoint=True)
 """pycocotools ``iouThrs`` (the same float values)."""

@@ -47,9 +47,9 @@ import numpy as np
 
 from detcal.metrics._special import ndtr, ndtri
 
-from detcal.binning import CellSums
-from detcal.errors import DetcalInputError
-from detcal.types import MetricResult
+from detcal.binning.cells import CellSums
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import MetricResult
 
 _BLOCK_ELEMS = 1 << 21
 """Draws per block: replicates are drawn in blocks of ``max(1, 2**21 // I)``."""

@@ -3,7 +3,7 @@
 Sample: the non-ignored detections at one IoU threshold; ``p [S]`` the score
 in [0, 1], ``y [S]`` the matched flag (precision target), optional
 ``features [S,F]`` the relative box features (cx, cy, w, h in [0, 1], from
-:func:`detcal.boxes.relative_features`), optional ``category [S]``.
+:func:`detcal.core.boxes.relative_features`), optional ``category [S]``.
 
 Cells: equal-width bins over (p, features...), half-open ``[a, b)`` with the
 last closed, ``bins`` an int or one count per feature (confidence first),
@@ -20,7 +20,7 @@ Sparse-cell policy (always reported in ``variant`` and ``params``):
 * ``"netcal"``: netcal 1.4.0: non-kept cells count with gap 0 but their
   samples stay in ``N``. This variant also copies netcal's binning exactly
   (features clipped to ``[eps, 1-eps]``, ``np.linspace`` edges; see
-  :mod:`detcal.binning`), so that it reproduces netcal's numbers.
+  :mod:`detcal.binning.edges`), so that it reproduces netcal's numbers.
 
 Every metric is computed in two stages (torchmetrics style): the ``_update``
 stage :func:`detcal.binning.cell_stats` returns mergeable per-cell sums
@@ -30,7 +30,7 @@ classes, bootstrap replicates). The public functions (:func:`ece`,
 :func:`dece`, ...) are thin wrappers; :func:`confidence_metrics` computes the
 default suite from shared statistics.
 
-Results are :class:`detcal.types.MetricResult`; an empty sample or an
+Results are :class:`detcal.core.types.MetricResult`; an empty sample or an
 undefined quantity gives ``value = NaN`` with ``extra["note"]``, never an
 exception.
 """
@@ -42,11 +42,11 @@ from typing import Any, Hashable, Sequence
 
 import numpy as np
 
-from detcal.binning import EDGE_RULES, normalise_bins
-from detcal.cell_stats import CellStats, CellSums, cell_stats, pair_sums
+from detcal.binning.edges import EDGE_RULES, normalise_bins
+from detcal.binning.cells import CellStats, CellSums, cell_stats, pair_sums
 from detcal.metrics.confidence_compute import OUTLIER_TOL, _binned_values, _cell_free_values, _homogeneity, _ratio, _summary  # noqa: F401
-from detcal.errors import DetcalInputError
-from detcal.types import MetricResult
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import MetricResult
 
 POLICIES: tuple[str, ...] = ("drop", "netcal")
 """Sparse-cell policies."""
@@ -105,7 +105,7 @@ class ConfidenceMetric:
     the box features enter the grid (D-ECE, homogeneity, outliers) or are
     ignored (ECE on confidence alone); ``edge_rule`` overrides the edge rule
     of the cells (``None``: netcal's under the netcal policy, else ``floor``;
-    ``"guo"``: Guo et al.'s ``((m-1)/B, m/B]``, :mod:`detcal.binning`);
+    ``"guo"``: Guo et al.'s ``((m-1)/B, m/B]``, :mod:`detcal.binning.edges`);
     ``spread`` of homogeneity: ``"std"`` (detcal default) or ``"variance"``
     (Thetis rates the variance of the calibration error).
 
@@ -458,18 +458,3 @@ def underconfidence(p: Any, y: Any) -> MetricResult:
 
 def _bins_arg(bins: int | Sequence[int]) -> int | tuple[int, ...]:
     return int(bins) if np.ndim(bins) == 0 else tuple(int(b) for b in bins)  # type: ignore[union-attr]
-
-
-# ---------------------------------------------------------------------------
-
-
-_SUITE_NAMES = frozenset({"_class_aggregate", "per_class", "ConfidenceConfig", "confidence_metrics"})
-
-
-def __getattr__(name: str) -> Any:
-    """Lazy re-export of :mod:`detcal.metrics.confidence_suite` (it imports this module)."""
-    if name in _SUITE_NAMES:
-        from detcal.metrics import confidence_suite
-
-        return getattr(confidence_suite, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

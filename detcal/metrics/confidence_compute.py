@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from detcal.cell_stats import CellSums
+from detcal.binning.cells import CellSums
 
 OUTLIER_TOL: float = 1e-12
 """A cell is an outlier when ``gap - mean_gap > 2 * std + OUTLIER_TOL`` (the

@@ -12,10 +12,10 @@ from typing import Any, Callable, Hashable
 
 import numpy as np
 
-from detcal.cell_stats import FLOAT_STATS, CellStats, cell_stats, sample_cells, validate_sample
-from detcal.errors import DetcalInputError
+from detcal.binning.cells import FLOAT_STATS, CellStats, cell_stats, sample_cells, validate_sample
+from detcal.core.errors import DetcalInputError
 from detcal.metrics.confidence import SPARSE_RATIO, ConfidenceMetric, SparseCellsWarning, _bins_arg
-from detcal.types import MetricResult
+from detcal.core.types import MetricResult
 
 # Per class
 # ---------------------------------------------------------------------------

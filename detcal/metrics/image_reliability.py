@@ -37,7 +37,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.metrics.oce import ObjectScores
 
 METHODS: tuple[str, ...] = ("threshold", "topk", "nms")

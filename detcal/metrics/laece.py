@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.metrics.lrp import DEFAULT_TAU, DetectionOutcomes, detection_outcomes
-from detcal.types import Detections, GroundTruth, MetricResult
+from detcal.core.types import Detections, GroundTruth, MetricResult
 
 LAECE_BINS: int = 25
 """Bins of the reference's LaECE."""

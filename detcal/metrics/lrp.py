@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
-from detcal.matching import match
-from detcal.types import Detections, GroundTruth, MetricResult
+from detcal.core.errors import DetcalInputError
+from detcal.matching.engine import match
+from detcal.core.types import Detections, GroundTruth, MetricResult
 
 DEFAULT_TAU: float = 0.0
 """TP-validation IoU of the reference library's defaults (``LaECE_0``, LRP at tau 0)."""

@@ -55,9 +55,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.metrics._pairs import image_pairs, pair_iou
-from detcal.types import Detections, GroundTruth, MetricResult
+from detcal.core.types import Detections, GroundTruth, MetricResult
 
 OCE_THRESHOLDS: tuple[float, ...] = (0.5, 0.75)
 """IoU thresholds of the paper (and of uq-detr's default)."""

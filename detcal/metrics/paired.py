@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.metrics.bootstrap import (
     JACKKNIFE_BLOCKS,
     _BLOCK_ELEMS,
@@ -261,7 +261,7 @@ def confidence_changes(
     method: str = "bca",
 ) -> dict[str, PairedDifference]:
     """Paired differences (B - A) of the confidence suite of ``config`` (a
-    :class:`~detcal.metrics.confidence.ConfidenceConfig`; its ``n_boot``,
+    :class:`~detcal.metrics.confidence_suite.ConfidenceConfig`; its ``n_boot``,
     ``ci_level`` and ``seed``), e.g. after minus before calibration.
 
     Same detections (calibration): ``p_a``, ``p_b`` scores, ``y``,
@@ -269,7 +269,7 @@ def confidence_changes(
     ``features_b`` and ``image_id_b`` of set B. ``names``: a subset of the
     suite (default all).
     """
-    from detcal.metrics.confidence import ConfidenceConfig
+    from detcal.metrics.confidence_suite import ConfidenceConfig
 
     cfg = config or ConfidenceConfig()
     if image_id is None:

@@ -61,8 +61,8 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 from detcal.metrics._special import ndtr
 
-from detcal.errors import DetcalInputError
-from detcal.types import Dataset, Detections, MetricResult
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import Dataset, Detections, MetricResult
 
 HEATMAP_THRESHOLD: float = 0.0027
 """Spatial probabilities below this are 0 (the reference's ``_HEATMAP_THRESH``)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 
 SOURCES: dict[str, dict[str, dict[str, Any]]] = {
     "detcal": {},

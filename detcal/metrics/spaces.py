@@ -53,9 +53,9 @@ from typing import Any
 
 import numpy as np
 
-from detcal.boxes import decode_deltas, encode_deltas, xyxy_to_cxcywh
-from detcal.errors import DetcalInputError
-from detcal.types import COORDS, Detections, GroundTruth, MatchResult
+from detcal.core.boxes import decode_deltas, encode_deltas, xyxy_to_cxcywh
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import COORDS, Detections, GroundTruth, MatchResult
 
 SPACES: tuple[str, ...] = ("delta", "box", "pixel")
 """The evaluation spaces :func:`regression_sample` understands."""

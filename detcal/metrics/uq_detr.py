@@ -37,10 +37,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
-from detcal.matching import match
+from detcal.core.errors import DetcalInputError
+from detcal.matching.engine import match
 from detcal.metrics.lrp import paired_iou
-from detcal.types import Detections, GroundTruth, MetricResult
+from detcal.core.types import Detections, GroundTruth, MetricResult
 
 UQ_TAU: float = 0.5
 """uq-detr's default TP IoU threshold for D-ECE, LaECE and LRP."""

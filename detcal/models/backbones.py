@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from torchvision.models import resnet50, resnet101
 from torchvision.ops.misc import FrozenBatchNorm2d
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 
 BACKBONES: tuple[str, ...] = ("tiny", "resnet50", "resnet101")
 

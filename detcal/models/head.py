@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from torchvision.models.detection import _utils as det_utils
 from torchvision.ops import batched_nms, clip_boxes_to_image, ps_roi_align, remove_small_boxes
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 
 __all__ = ["HeadOutput", "SeededSampler", "RFCNHead", "rfcn_losses", "uncertainty_nll", "postprocess_detections",
            "unweight_deltas"]

@@ -58,7 +58,7 @@ from torchvision.models.detection.rpn import RegionProposalNetwork, RPNHead
 from torchvision.models.detection.transform import GeneralizedRCNNTransform, resize_boxes
 from torchvision.ops import box_iou
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.models.backbones import build_backbone
 
 UNCERTAINTY_PREFIX = "head.unc_conv."

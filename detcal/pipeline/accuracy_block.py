@@ -20,7 +20,7 @@ def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:
         return {"_skipped": "accuracy.enabled=false"}
     ds, dets = data.dataset, data.detections
     if data.kitti is not None:
-        from detcal.kitti_eval import kitti_ap
+        from detcal.matching.kitti_ap import kitti_ap
 
         cats = [c for c in (1, 4, 6) if c in ds.categories]
         rows = kitti_ap(dets, ds.gt, cats, rules=data.kitti)

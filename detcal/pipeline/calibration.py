@@ -24,30 +24,22 @@ import os
 import time
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from detcal.calibration.base import ConfidenceCalibrator, RegressionCalibrator
-from detcal.errors import DetcalInputError
-from detcal.pipeline.evaluation import as_loaded, dece_maps, relative_box_features, require_detections, run_match
+from detcal.core.errors import DetcalInputError
+from detcal.pipeline.evaluation import as_loaded, dece_maps, relative_box_features, require_detections
+from detcal.pipeline.calibration_result import REGRESSION_ROWS, CalibrationResult
+from detcal.pipeline.matcher import run_match
 from detcal.pipeline.progress import Progress
 from detcal.pipeline.sources import LoadedData, subset_images
 from detcal.pipeline.spec import FEATURES, CalibrationSpec, ConfigError, EvaluationSpec
 from detcal.pipeline.writeback import apply_regression_calibrator
-from detcal.types import MatchResult, MetricResult
-
-if TYPE_CHECKING:
-    from detcal.pipeline.calibration_result import CalibrationResult
+from detcal.core.types import MatchResult, MetricResult
 
 __all__ = ["Part", "split_by_image", "calibrate", "resolve_calibrator", "REGRESSION_ROWS"]
-
-REGRESSION_ROWS: tuple[tuple[str, str], ...] = (
-    ("ence", "ENCE"), ("cv", "C_v"), ("m_qce", "M-QCE"), ("c_qce", "C-QCE"), ("nll", "NLL"),
-    ("interval_ce", "Kuleshov CE"),
-)
-"""Regression metrics of the before/after table, per coordinate (key in regression_metrics, label)."""
-
 
 @dataclass
 class Part:
@@ -135,7 +127,7 @@ def resolve_calibrator(obj: Any, want: type, role: str) -> Any:
 
 def _confidence_eval(spec: EvaluationSpec, p: np.ndarray, y: np.ndarray, feats: np.ndarray | None,
                      category: np.ndarray, image_id: np.ndarray) -> dict[str, Any]:
-    from detcal.metrics.confidence import ConfidenceConfig, confidence_metrics
+    from detcal.metrics.confidence_suite import ConfidenceConfig, confidence_metrics
 
     b, bs = spec.dece_binning, spec.bootstrap
     ccfg = ConfidenceConfig(ece_bins=b.ece_bins, dece_bins=b.bins_arg(), sample_threshold=b.sample_threshold,
@@ -151,7 +143,7 @@ def _confidence_eval(spec: EvaluationSpec, p: np.ndarray, y: np.ndarray, feats: 
 def _confidence_change(spec: EvaluationSpec, p_b: np.ndarray, p_a: np.ndarray, y: np.ndarray,
                        feats: np.ndarray | None, image_id: np.ndarray) -> dict[str, Any]:
     """After minus before of the confidence suite, with paired-bootstrap intervals over images."""
-    from detcal.metrics.confidence import ConfidenceConfig
+    from detcal.metrics.confidence_suite import ConfidenceConfig
     from detcal.metrics.paired import confidence_changes
 
     b, bs = spec.dece_binning, spec.bootstrap
@@ -238,7 +230,7 @@ def _fit_report(cal: Any) -> dict[str, Any] | None:
 def calibrate(data: Any, spec: EvaluationSpec | None = None, calibration: CalibrationSpec | None = None, *,
               confidence: Any = "temperature", regression: Any = "std_scaling", eval_data: Any = None,
               workdir: str | os.PathLike | None = None, progress: bool = False,
-              names: dict[str, str] | None = None) -> "CalibrationResult":
+              names: dict[str, str] | None = None) -> CalibrationResult:
     """Fit calibrators on a calibration part, apply them to a disjoint evaluation part, evaluate before/after.
 
     ``data``: what :func:`detcal.evaluate` accepts (DataSpec, LoadedData, (Dataset, Detections) as a
@@ -247,7 +239,6 @@ def calibrate(data: Any, spec: EvaluationSpec | None = None, calibration: Calibr
     Returns a :class:`~detcal.pipeline.calibration_result.CalibrationResult`.
     """
     from detcal.metrics.spaces import regression_sample
-    from detcal.pipeline.calibration_result import CalibrationResult
 
     spec = spec or EvaluationSpec()
     calibration = calibration or CalibrationSpec()

@@ -9,11 +9,16 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from detcal.pipeline.calibration import REGRESSION_ROWS
 from detcal.pipeline.result import Result
 from detcal.reports import results_json
 
-__all__ = ["CalibrationResult"]
+__all__ = ["CalibrationResult", "REGRESSION_ROWS", "CONFIDENCE_ROWS"]
+
+REGRESSION_ROWS: tuple[tuple[str, str], ...] = (
+    ("ence", "ENCE"), ("cv", "C_v"), ("m_qce", "M-QCE"), ("c_qce", "C-QCE"), ("nll", "NLL"),
+    ("interval_ce", "Kuleshov CE"),
+)
+"""Regression metrics of the before/after table, per coordinate (key in regression_metrics, label)."""
 
 CONFIDENCE_ROWS: tuple[tuple[str, str], ...] = (
     ("dece", "D-ECE"), ("ece", "ECE"), ("mce", "MCE"), ("nll", "NLL"), ("brier", "Brier"),

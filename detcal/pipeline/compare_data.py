@@ -6,7 +6,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from detcal.pipeline.spec import ConfigError, DataSpec
-from detcal.types import Dataset, Detections
+from detcal.core.types import Dataset, Detections
 
 __all__ = ["load_runs"]
 

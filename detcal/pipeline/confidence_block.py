@@ -9,7 +9,7 @@ import numpy as np
 from detcal.pipeline.progress import Progress
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import FEATURES, EvaluationSpec
-from detcal.types import MatchResult
+from detcal.core.types import MatchResult
 
 __all__ = ["confidence_blocks", "dece_maps", "threshold_label"]
 
@@ -48,7 +48,7 @@ def dece_maps(spec: EvaluationSpec, p: np.ndarray, y: np.ndarray, feats: np.ndar
     ``cells``: the cell of each sample on each map grid (keyed ``"f1_f2"``), computed once for
     all IoU thresholds (:func:`_shared_cells`); the same numbers as without.
     """
-    from detcal.cell_stats import cell_stats
+    from detcal.binning.cells import cell_stats
     from detcal.reports.gap_maps import marginal_gap_map
 
     b = spec.dece_binning
@@ -127,7 +127,7 @@ def confidence_blocks(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, f
 
 
 def _suite_config(spec: EvaluationSpec) -> Any:
-    from detcal.metrics.confidence import ConfidenceConfig
+    from detcal.metrics.confidence_suite import ConfidenceConfig
 
     b, bs = spec.dece_binning, spec.bootstrap
     return ConfidenceConfig(ece_bins=b.ece_bins, dece_bins=b.bins_arg(), sample_threshold=b.sample_threshold,
@@ -150,10 +150,10 @@ def _shared_cells(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats
     """The considered detections and their cells on the suite's grids and on the map grids, computed
     once for every IoU threshold (the cells do not depend on the matched flags); None when a value is
     invalid (each threshold then reports it as before)."""
-    from detcal.errors import DetcalInputError
+    from detcal.core.errors import DetcalInputError
     from detcal.metrics.confidence_suite import suite_cells
 
-    from detcal.cell_stats import sample_cells, validate_sample
+    from detcal.binning.cells import sample_cells, validate_sample
 
     cons = np.flatnonzero(mr.considered)
     p, fr = data.detections.score[cons], np.take(feats, cons, axis=0)
@@ -175,7 +175,7 @@ def _one_threshold(i: int, spec: EvaluationSpec, data: LoadedData, mr: MatchResu
                    no_pos: str | None, shared: tuple[np.ndarray, dict[Any, np.ndarray], dict[str, np.ndarray]] | None = None,
                    ) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
     """(label, metric block, D-ECE maps or None) of matching row ``i``; ``shared``: :func:`_shared_cells`."""
-    from detcal.metrics.confidence import confidence_metrics
+    from detcal.metrics.confidence_suite import confidence_metrics
 
     b, c = spec.dece_binning, spec.confidence
     dets = data.detections

@@ -25,13 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from detcal.boxes import relative_features, xyxy_to_cxcywh
-from detcal.errors import DetcalInputError
+from detcal.core.boxes import relative_features, xyxy_to_cxcywh
+from detcal.core.errors import DetcalInputError
+from detcal.pipeline.matcher import run_match
 from detcal.pipeline.progress import Progress
 from detcal.pipeline.sources import LoadedData, load_coco, load_data, release_memory
 from detcal.pipeline.confidence_block import confidence_blocks, dece_maps, threshold_label
 from detcal.pipeline.spec import FEATURES, DataSpec, EvaluationSpec, MatchingSpec
-from detcal.types import Dataset, Detections, MatchResult, MetricResult
+from detcal.core.types import Dataset, Detections, MatchResult, MetricResult
 
 if TYPE_CHECKING:
     from detcal.pipeline.result import EvaluationResult
@@ -147,27 +148,6 @@ def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[Ma
 
         mr = mr_reg = gather_shards(data, mr)
     return mr, mr_reg, extra
-
-
-def run_match(m: MatchingSpec, dets: Detections, data: LoadedData, thresholds: Any = None) -> MatchResult:
-    """:func:`detcal.matching.match` of ``dets`` against ``data``'s ground truth as ``m`` says
-    (``thresholds``: instead of ``m``'s, e.g. with the regression sample's IoU added)."""
-    from detcal.matching import match
-
-    if m.mode == "kitti" and data.kitti is None:
-        raise DetcalInputError("matching.mode=kitti needs KITTI data (data=kitti or data.format=kitti)",
-                               field="matching.mode")
-    ds = data.dataset
-    th = m.thresholds() if thresholds is None else thresholds
-    if m.mode == "netcal_example":
-        from detcal.matching_netcal import match_netcal_example
-
-        if isinstance(th, str):
-            raise DetcalInputError("matching.mode=netcal_example needs IoU values, not 'kitti'",
-                                   field="matching.iou_thresholds")
-        return match_netcal_example(dets, ds.gt, th, score_threshold=m.score_threshold)
-    return match(dets, ds.gt, th, mode=m.mode, class_agnostic=m.class_agnostic, score_threshold=m.score_threshold,
-                 max_dets=m.max_dets, kitti=data.kitti, images=ds.images, gt_ignore=m.gt_ignore)
 
 
 def _per_class(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, extra: list[float],
@@ -318,7 +298,7 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
     """Evaluate one detector's calibration.
 
     ``gt``/``results``: paths of a COCO instances and a COCO results file, a
-    (:class:`~detcal.types.Dataset`, :class:`~detcal.types.Detections`) pair,
+    (:class:`~detcal.core.types.Dataset`, :class:`~detcal.core.types.Detections`) pair,
     or ``gt`` a :class:`DataSpec` / :class:`LoadedData` alone. ``spec``:
     :class:`EvaluationSpec` (defaults when None). ``workdir``: where a
     synthetic set is generated. Returns an :class:`EvaluationResult`.

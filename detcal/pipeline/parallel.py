@@ -42,7 +42,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from detcal.types import MatchResult
+from detcal.core.types import MatchResult
 
 __all__ = ["image_shards", "merge_matches", "map_in_processes", "parallel_match", "distributed_rank",
            "distributed_world", "gather_all", "match_in_shards", "gather_shards"]
@@ -90,10 +90,10 @@ def merge_matches(n: int, parts: Sequence[tuple[np.ndarray, MatchResult] | None]
 
 
 def match_in_shards(m: Any, dets: Any, data: Any, thresholds: Any, shard_size: int) -> MatchResult:
-    """:func:`detcal.pipeline.evaluation.run_match` over image shards of about ``shard_size`` detections,
+    """:func:`detcal.pipeline.matcher.run_match` over image shards of about ``shard_size`` detections,
     one after the other, written into one result (GT rows as int32): the same values, with the
     matcher's working memory that of one shard. ``shard_size`` 0 or more than the detections: one call."""
-    from detcal.pipeline.evaluation import run_match
+    from detcal.pipeline.matcher import run_match
 
     n = len(dets)
     if shard_size <= 0 or n <= shard_size:
@@ -136,7 +136,7 @@ def gather_shards(data: Any, mr: MatchResult) -> MatchResult:
     """Sharded reading: every rank's (input rows, detections, match) gathered on every rank and put back
     in input order, one column at a time (so the transient copies are those of one column). ``data``
     gets the whole detections (``data.shard`` None); returns the whole match (GT rows as int32)."""
-    from detcal.types import Detections
+    from detcal.core.types import Detections
 
     rows = gather_all(data.shard)
     n = int(sum(len(r) for r in rows))
@@ -165,7 +165,7 @@ def _match_shard(rows: np.ndarray, m: Any, dets: Any, data: Any, thresholds: Any
 
 def parallel_match(m: Any, dets: Any, data: Any, thresholds: Any, workers: int, distributed: bool,
                    shard_size: int = 0) -> MatchResult:
-    """:func:`detcal.pipeline.evaluation.run_match` over image shards in processes or ranks (each
+    """:func:`detcal.pipeline.matcher.run_match` over image shards in processes or ranks (each
     in pieces of ``shard_size`` detections, :func:`match_in_shards`); the same result."""
     if distributed:
         rank, world = distributed_rank(), distributed_world()

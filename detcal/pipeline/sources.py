@@ -13,9 +13,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.pipeline.spec import DataSpec
-from detcal.types import Dataset, Detections, KittiRules
+from detcal.core.types import Dataset, Detections, KittiRules
 
 __all__ = ["LoadedData", "load_data", "load_coco", "read_image_ids", "subset_images", "results_chunk_bytes",
            "AUTO_CHUNK_ABOVE", "AUTO_CHUNK_BYTES"]

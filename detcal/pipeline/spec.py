@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from detcal.errors import DetcalError
+from detcal.core.errors import DetcalError
 
 __all__ = [
     "FEATURES",
@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 FEATURES: tuple[str, ...] = ("cx", "cy", "w", "h")
-"""Relative box features, the columns of :func:`detcal.boxes.relative_features`."""
+"""Relative box features, the columns of :func:`detcal.core.boxes.relative_features`."""
 
 
 class ConfigError(DetcalError, ValueError):

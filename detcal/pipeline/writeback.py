@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from detcal.boxes import cxcywh_to_xyxy, decode_deltas, encode_deltas
+from detcal.core.boxes import cxcywh_to_xyxy, decode_deltas, encode_deltas
 from detcal.calibration.base import RegressionCalibrator
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.utils.fresh_dir import fresh_dir
-from detcal.types import Dataset, Detections, GroundTruth, MatchResult
+from detcal.core.types import Dataset, Detections, GroundTruth, MatchResult
 from detcal.utils.io import write_text
 
 __all__ = ["space_predictions", "apply_regression_calibrator", "write_calibrated"]
@@ -153,7 +153,7 @@ def write_calibrated(out_dir: Path, fmt: str, dets: Detections, dataset: Dataset
                 paths["gt"] = str(out_dir / "instances.json")
         else:
             from detcal.data.kitti import write_kitti_labels, write_kitti_results
-            from detcal.types import KITTI_CATEGORIES
+            from detcal.core.types import KITTI_CATEGORIES
 
             write_kitti_results(out_dir / "results", dets, categories=KITTI_CATEGORIES, dataset=dataset)
             paths["results"] = str(out_dir / "results")

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from detcal.types import Detections, MatchResult
+from detcal.core.types import Detections, MatchResult
 
 try:  # fast column formatting; the fallback gives the same text
     import orjson as _orjson

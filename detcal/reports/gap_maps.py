@@ -5,7 +5,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 
 __all__ = ["marginal_gap_map"]
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.reports.tables import comparison_csv, comparison_table, iter_metrics
 
 log = logging.getLogger("detcal.gather")

@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from detcal.reports.detections_csv import _column_names, format_csv
-from detcal.types import Dataset, Detections, MatchResult
+from detcal.core.types import Dataset, Detections, MatchResult
 from detcal.utils.io import atomic_write, write_json
 
 __all__ = ["write_match_outputs", "match_summary"]

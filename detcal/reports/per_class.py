@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.metrics.confidence import SparseCellsWarning, brier, ece, mce
 
 
@@ -78,7 +78,7 @@ def table_markdown(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | N
 
 def reliability_curve(p: Any, y: Any, bins: int = 15) -> dict[str, np.ndarray]:
     """Per equal-width confidence bin: ``conf`` (mean p), ``precision`` (mean y), ``n``; NaN in empty bins."""
-    from detcal.binning import feature_bin_index
+    from detcal.binning.edges import feature_bin_index
 
     p_arr = np.asarray(p, np.float64)
     y_arr = np.asarray(y, np.float64)

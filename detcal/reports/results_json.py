@@ -174,9 +174,9 @@ def dumps(obj: Any) -> str:
 
 def header(command: str, **fields: Any) -> dict[str, Any]:
     """The provenance every metrics.json opens with."""
-    import detcal
+    from detcal._version import __version__
 
-    return {"schema_version": SCHEMA_VERSION, "detcal_version": detcal.__version__, "command": command,
+    return {"schema_version": SCHEMA_VERSION, "detcal_version": __version__, "command": command,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), **fields}
 
 

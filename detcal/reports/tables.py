@@ -1,7 +1,7 @@
 """Markdown and CSV tables from metric results (no plotting, numpy only).
 
 A *metric node* is anything with a ``value``: a
-:class:`detcal.types.MetricResult`, its ``to_dict()`` form, or a plain
+:class:`detcal.core.types.MetricResult`, its ``to_dict()`` form, or a plain
 ``{"value": v, "ci": [lo, hi]}`` dict. Nested dicts of metric nodes (the
 ``metrics.json`` written by ``detcal-evaluate``) are flattened into
 ``/``-joined keys, e.g. ``confidence/iou=0.50/ece``.
@@ -19,8 +19,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from detcal.errors import DetcalInputError
-from detcal.types import MetricResult
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import MetricResult
 from detcal.utils.io import write_text
 
 __all__ = [

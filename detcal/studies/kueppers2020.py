@@ -5,9 +5,9 @@ Calibration for Object Detection". Protocol, as run by :func:`run`:
 
 * data: the four bundled detectors on COCO val2017 (``coco_tfzoo``, score >=
   0.3), labelled with netcal's example matching
-  (:func:`detcal.matching_netcal.match_netcal_example`) at IoU 0.60 and 0.75;
+  (:func:`detcal.matching.netcal_example.match_netcal_example`) at IoU 0.60 and 0.75;
 * features: (conf), (conf, cx, cy), (conf, w, h), (conf, cx, cy, w, h), the
-  box features relative to the image size (:func:`detcal.boxes.relative_features`);
+  box features relative to the image size (:func:`detcal.core.boxes.relative_features`);
 * D-ECE with 15 bins (1 dimension), 5 per dimension (3 dimensions), 3 per
   dimension (5 dimensions), netcal's cells, cells with fewer than
   ``sample_threshold`` samples (default 1: every occupied cell counts, netcal's
@@ -31,12 +31,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from detcal.boxes import relative_features
+from detcal.core.boxes import relative_features
 from detcal.calibration import CONFIDENCE_CALIBRATORS, make_calibrator
 from detcal.calibration.base import ConfidenceCalibrator, clip_p, sigmoid
 from detcal.calibration.confidence import fit_logistic
 from detcal.data import bundled
-from detcal.matching_netcal import match_netcal_example
+from detcal.matching.netcal_example import match_netcal_example
 from detcal.metrics.confidence import dece
 
 FEATURE_SETS: dict[str, tuple[str, ...]] = {

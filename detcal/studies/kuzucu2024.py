@@ -35,10 +35,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from detcal.calibration.iou_regression import PerClassCalibrator
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.metrics.laece import DECE_BINS, DECE_TAU, LAECE_BINS, dece_from_outcomes, laace_from_outcomes, laece_from_outcomes
 from detcal.metrics.lrp import DEFAULT_TAU, DetectionOutcomes, detection_outcomes, lrp_table, threshold_mask
-from detcal.types import Dataset, Detections, GroundTruth
+from detcal.core.types import Dataset, Detections, GroundTruth
 
 CALIBRATORS: tuple[str, ...] = ("identity", "temperature", "platt", "linear_regression", "isotonic")
 

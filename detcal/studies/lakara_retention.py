@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.metrics import regression as R
 from detcal.metrics.spaces import RegressionSample
 
@@ -42,7 +42,7 @@ SOURCES: dict[str, dict[str, str]] = {
 def synthetic_sample(n_images: int = 500, seed: int = 0) -> RegressionSample:
     """Regression sample of the seeded synthetic detector (delta records, true positives at IoU 0.5)."""
     from detcal.data.synthetic import generate_scenes, simulate_detector
-    from detcal.matching import match
+    from detcal.matching.engine import match
     from detcal.metrics.spaces import regression_sample
 
     ds, _ = generate_scenes(int(n_images), seed=seed, render=False)

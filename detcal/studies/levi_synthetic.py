@@ -80,9 +80,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-import detcal
+from detcal._version import __version__
 from detcal.pipeline.spec import ConfigError
-from detcal.types import MetricResult
+from detcal.core.types import MetricResult
 from detcal.utils.io import to_jsonable, write_text
 
 __all__ = [
@@ -413,7 +413,7 @@ def run_levi_synthetic(spec: LeviSpec, out_dir: str | Path | None = None, *, pro
     seconds = time.perf_counter() - t_start
 
     metrics: dict[str, Any] = {
-        "detcal_version": detcal.__version__,
+        "detcal_version": __version__,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": "detcal-levi-synthetic",
         "reference": "Levi et al. 2019, section 4.1 and Appendix A.1 (Figures 1, 4, 5)",

@@ -13,9 +13,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.training.records import concat_detections
-from detcal.types import Detections, Images
+from detcal.core.types import Detections, Images
 
 __all__ = ["DistInfo", "get_rank_world", "is_main_process", "init_distributed", "cleanup", "gather_detections",
            "all_reduce_sums"]

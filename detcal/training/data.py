@@ -1,4 +1,4 @@
-"""Training data for the R-FCN: a torch Dataset over a :class:`detcal.types.Dataset`.
+"""Training data for the R-FCN: a torch Dataset over a :class:`detcal.core.types.Dataset`.
 
 Images come from an *image source*: a directory holding the files named by
 ``Images.file_name`` (PNG/JPEG read with PIL, converted to RGB), or a
@@ -41,8 +41,8 @@ import torch
 from torch.utils.data import Dataset as TorchDataset
 from torch.utils.data import Sampler
 
-from detcal.errors import DetcalInputError
-from detcal.types import Dataset, GroundTruth, Images
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import Dataset, GroundTruth, Images
 
 ImageSource = Union[str, os.PathLike, Callable[[int], np.ndarray]]
 """A directory of image files, or ``render(image_index) -> [H, W, 3] uint8``."""

@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.training.comm import (  # noqa: F401 - re-exported
     DistInfo,
     all_reduce_sums,
@@ -39,7 +39,7 @@ from detcal.training.comm import (  # noqa: F401 - re-exported
     init_distributed,
     is_main_process,
 )
-from detcal.types import Dataset
+from detcal.core.types import Dataset
 
 
 def _load_data(spec: str, seed: int, image_dir: str | None) -> tuple[Dataset, Any]:

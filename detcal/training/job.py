@@ -40,15 +40,15 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-import detcal
-from detcal.errors import DetcalInputError
+from detcal._version import __version__
+from detcal.core.errors import DetcalInputError
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
 from detcal.training import report
 from detcal.training.fingerprint import fingerprint
 from detcal.training.spec import MainJobSpec
 from detcal.training.splits import Split, gt_paths, prepare_splits
-from detcal.types import COORDS, Detections
+from detcal.core.types import COORDS, Detections
 from detcal.utils.io import to_jsonable, write_json, write_text
 
 __all__ = ["run_main_job", "make_calibrators", "load_delta_records", "regression_sample_of", "calibrated", "stage_fingerprints"]
@@ -84,7 +84,7 @@ def stage_fingerprints(spec: MainJobSpec, splits: Mapping[str, Split]) -> dict[s
         return {k: v for k, v in dataclasses.asdict(st).items() if k not in _NOT_IN_FINGERPRINT}
 
     model = {"model": dataclasses.asdict(spec.model), "categories": spec.train_data.categories,
-             "train": splits["train"].identity, "detcal_version": detcal.__version__}
+             "train": splits["train"].identity, "detcal_version": __version__}
     d1 = {**model, "stage": stage_desc(spec.stage1)}
     fp1 = fingerprint(d1)
     d2 = {"stage1": fp1, "stage": stage_desc(spec.stage2)}
@@ -122,9 +122,9 @@ def load_delta_records(split: Split, results: Path, run_dir: Path) -> LoadedData
 
 def regression_sample_of(evaluation: EvaluationSpec, iou_threshold: float, split: Split, dets: Detections) -> Any:
     """TP regression sample (delta space) of ``dets`` at ``iou_threshold``, matched with the evaluation's
-    matching rules (:func:`detcal.pipeline.evaluation.run_match`; KITTI devkit rules for KITTI splits)."""
+    matching rules (:func:`detcal.pipeline.matcher.run_match`; KITTI devkit rules for KITTI splits)."""
     from detcal.metrics.spaces import regression_sample
-    from detcal.pipeline.evaluation import run_match
+    from detcal.pipeline.matcher import run_match
 
     rules = None
     if split.gt_format == "kitti":
@@ -279,7 +279,7 @@ def run_main_job(spec: MainJobSpec, run_dir: str | Path, *, calibrators: Mapping
         sb = spec.evaluation.sigma_binning
         table = {
             "table": "Levi et al. 2019 Table 1 analogue",
-            "detcal_version": detcal.__version__,
+            "detcal_version": __version__,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "run_dir": str(run_dir.resolve()),
             "split": "val",

@@ -1,7 +1,7 @@
 """Inference: run the R-FCN over a dataset and export delta records.
 
 :func:`predict` returns a :class:`PredictResult` whose ``detections`` is a
-:class:`detcal.types.Detections` in image order (the rows of
+:class:`detcal.core.types.Detections` in image order (the rows of
 ``dataset.images``; within an image by descending score) with
 
 * ``box [D,4]`` xyxy pixels (``decode(proposal, delta_mean)`` clipped to the image),
@@ -30,12 +30,12 @@ import torch
 from torch.utils.data import DataLoader, Subset
 from tqdm.auto import tqdm
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.models.rfcn import RFCN
 from detcal.training.comm import gather_detections, get_rank_world
 from detcal.training.data import DetectionDataset, ImageSource, LabelMap, collate, shard
 from detcal.training.records import DETECTION_FIELDS, concat_detections, empty_detections
-from detcal.types import Dataset, Detections
+from detcal.core.types import Dataset, Detections
 
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from detcal.types import Detections
+from detcal.core.types import Detections
 
 __all__ = ["DETECTION_FIELDS", "empty_detections", "concat_detections"]
 

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from detcal.types import COORDS
+from detcal.core.types import COORDS
 
 __all__ = ["PAPER_TABLE1", "ROW_LABELS", "DEFINITIONS", "row_label", "summaries", "table1_markdown", "detection_row"]
 

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.pipeline.spec import DataSpec
 from detcal.training.fingerprint import array_digest, file_identity, fingerprint
 from detcal.training.spec import SplitsSpec, TrainDataSpec
-from detcal.types import Dataset
+from detcal.core.types import Dataset
 from detcal.utils.io import write_text
 
 __all__ = ["Split", "prepare_splits", "dataset_digest", "gt_paths"]
@@ -104,7 +104,7 @@ def _synthetic_split(name: str, n_images: int, seed: int, gt_format: str, diffic
     ds, _ = synthetic.generate_scenes(int(n_images), int(seed), render=False)
     if gt_format == "kitti":
         from detcal.data.kitti import kitti_difficulty
-        from detcal.types import KITTI_DIFFICULTY
+        from detcal.core.types import KITTI_DIFFICULTY
 
         level = int(KITTI_DIFFICULTY[difficulty]["level"])
         diff = kitti_difficulty(ds.gt.box, ds.gt.truncation, ds.gt.occlusion)

@@ -16,7 +16,7 @@ from typing import Any
 from detcal.training.fingerprint import prepare_stage_dir
 from detcal.training.spec import ModelSpec, PredictSpec, StageSpec, TrainerSpec
 from detcal.training.splits import Split
-from detcal.types import KITTI_TYPES, Detections
+from detcal.core.types import KITTI_TYPES, Detections
 from detcal.utils.io import to_jsonable, write_json, write_text
 
 __all__ = ["train_kwargs", "torch_setup", "build_model", "train", "predict_split"]
@@ -45,7 +45,7 @@ def torch_setup(trainer: TrainerSpec) -> None:
     require_torch("detcal-main")
     import torch
 
-    from detcal.errors import DetcalInputError
+    from detcal.core.errors import DetcalInputError
 
     if trainer.threads is not None:
         torch.set_num_threads(int(trainer.threads))

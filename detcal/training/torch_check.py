@@ -1,7 +1,7 @@
 """A clear message instead of an ImportError traceback when torch is missing."""
 from __future__ import annotations
 
-from detcal.errors import DetcalError
+from detcal.core.errors import DetcalError
 
 __all__ = ["TorchMissingError", "require_torch"]
 

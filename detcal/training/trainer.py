@@ -54,10 +54,10 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.models.rfcn import RFCN, rfcn_from_config
 from detcal.training.data import DetectionDataset, ImageSource, IterationBatchSampler, LabelMap, collate
-from detcal.types import Dataset
+from detcal.core.types import Dataset
 from detcal.utils.io import atomic_write, write_text
 
 CHECKPOINT_FORMAT = "detcal-rfcn-checkpoint/1"

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
-from detcal.types import Dataset, Detections, GroundTruth, Images
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import Dataset, Detections, GroundTruth, Images
 
 HERE = Path(__file__).resolve().parent
 
@@ -135,7 +135,7 @@ def path(name: str, detector: str | None = None) -> Path:
 
 
 def load_dataset(name: str = "coco_tfzoo") -> Dataset:
-    """The ground truth of a bundled set as a :class:`~detcal.types.Dataset`."""
+    """The ground truth of a bundled set as a :class:`~detcal.core.types.Dataset`."""
     _check(name, None)
     if name == "coco_tfzoo":
         return _tfzoo_dataset()
@@ -147,7 +147,7 @@ def load_dataset(name: str = "coco_tfzoo") -> Dataset:
 
 
 def load_detections(name: str = "coco_tfzoo", detector: str = "rfcn-resnet-101") -> Detections:
-    """One bundled detector's results as :class:`~detcal.types.Detections` (file order)."""
+    """One bundled detector's results as :class:`~detcal.core.types.Detections` (file order)."""
     _check(name, detector)
     if name == "coco_tfzoo":
         return _tfzoo_detections(detector)

@@ -13,7 +13,7 @@ Scenes (:func:`generate_scenes`)
     1..6 objects of the KITTI classes Car (id 1, a wide red body with a cabin,
     windows and two wheels), Pedestrian (id 4, a tall figure: head, blue torso,
     legs) and Cyclist (id 6, two green wheels with a yellow rider). Category
-    ids and names are the fixed KITTI ones (``detcal.types.KITTI_CATEGORIES``)
+    ids and names are the fixed KITTI ones (``detcal.core.types.KITTI_CATEGORIES``)
     so the same records write to COCO and KITTI without any remapping.
     Geometric size ``s = sqrt(w h)`` is log-uniform in ``[min_size,
     max_size]``, the aspect ``w/h`` uniform per class (Car 1.6-2.4,

@@ -5,8 +5,8 @@ from typing import Any
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
-from detcal.types import COORDS
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import COORDS
 
 
 
@@ -14,7 +14,7 @@ SYNTHETIC_CATEGORIES: dict[int, str] = {1: "Car", 4: "Pedestrian", 6: "Cyclist"}
 """Object classes of the synthetic scenes, with the fixed KITTI ids and names."""
 
 DONTCARE_CATEGORY: int = 9
-"""KITTI id of ``DontCare`` (``detcal.types.KITTI_CATEGORIES[9]``)."""
+"""KITTI id of ``DontCare`` (``detcal.core.types.KITTI_CATEGORIES[9]``)."""
 
 COCO_SCALE_CATEGORIES: dict[int, str] = {
     1: "person", 2: "bicycle", 3: "car", 4: "motorcycle", 6: "bus", 8: "truck", 18: "dog", 44: "bottle",
@@ -94,3 +94,13 @@ def _intersection(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     iw = np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0])
     ih = np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1])
     return np.clip(iw, 0, None) * np.clip(ih, 0, None)
+
+
+def _draw_order_key(category: np.ndarray, iscrowd: np.ndarray, location: np.ndarray | None, box: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(kind rank, -depth): DontCare first, then crowds, then objects far to near."""
+    rank = np.where(category == DONTCARE_CATEGORY, 0, np.where(iscrowd, 1, 2))
+    if location is not None:
+        depth = location[:, 2]
+    else:  # records without 3-D fields: taller = nearer
+        depth = -(box[:, 3] - box[:, 1])
+    return rank, -depth

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from detcal.boxes import decode_deltas, encode_deltas
-from detcal.types import Dataset, Detections, GroundTruth, Images
+from detcal.core.boxes import decode_deltas, encode_deltas
+from detcal.core.types import Dataset, Detections, GroundTruth, Images
 
 from detcal.data.synthetic._common import COCO_SCALE_CATEGORIES, _STREAM_COCO, _check, _rng
 from detcal.data.synthetic.detector import _around

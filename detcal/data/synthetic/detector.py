@@ -6,8 +6,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from detcal.boxes import area, decode_deltas, encode_deltas, xyxy_to_cxcywh
-from detcal.types import Dataset, Detections
+from detcal.core.boxes import area, decode_deltas, encode_deltas, xyxy_to_cxcywh
+from detcal.core.types import Dataset, Detections
 
 from detcal.data.synthetic._common import (DONTCARE_CATEGORY, _FP_ROUNDS, _FP_MAX_IOU, _B_MIN, _B_MAX, _STREAM_DETECTOR, _check, _check_pair, _check_vec4, _rng, _padded_groups, _gather, _intersection)
 
@@ -154,7 +154,7 @@ def _detector_params(**kw: Any) -> dict[str, Any]:
 
 
 def _simulate(dataset: Dataset, seed: int, p: dict[str, Any]) -> tuple[Detections, dict[str, Any]]:
-    _check(isinstance(dataset, Dataset), f"expected a detcal.types.Dataset, got {type(dataset).__name__}", "dataset")
+    _check(isinstance(dataset, Dataset), f"expected a detcal.core.types.Dataset, got {type(dataset).__name__}", "dataset")
     gt = dataset.gt
     imgs = dataset.images
     img_rows = _image_rows(dataset)

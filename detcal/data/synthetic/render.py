@@ -6,10 +6,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from detcal.types import Dataset
+from detcal.core.types import Dataset
 
-from detcal.data.synthetic._common import DONTCARE_CATEGORY, _STREAM_PIXELS, _check, _rng
-from detcal.data.synthetic.scenes import _draw_order_key
+from detcal.data.synthetic._common import DONTCARE_CATEGORY, _draw_order_key, _STREAM_PIXELS, _check, _rng
 
 
 # --------------------------------------------------------------------------- rendering

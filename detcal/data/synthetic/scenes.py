@@ -5,12 +5,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from detcal.boxes import area
+from detcal.core.boxes import area
 from detcal.data.kitti import kitti_difficulty
-from detcal.errors import DetcalInputError
-from detcal.types import Dataset, GroundTruth, Images
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import Dataset, GroundTruth, Images
 
-from detcal.data.synthetic._common import (SYNTHETIC_CATEGORIES, DONTCARE_CATEGORY, _ASPECT, _DIMS_3D, _KITTI_FOCAL, _KITTI_IMAGE_HEIGHT, _PLACEMENT_ROUNDS, _STREAM_SCENES, _KIND_OBJECT, _KIND_CROWD, _KIND_DONTCARE, _check, _check_pair, _rng, _padded_groups, _gather, _intersection)
+from detcal.data.synthetic._common import (_draw_order_key, SYNTHETIC_CATEGORIES, DONTCARE_CATEGORY, _ASPECT, _DIMS_3D, _KITTI_FOCAL, _KITTI_IMAGE_HEIGHT, _PLACEMENT_ROUNDS, _STREAM_SCENES, _KIND_OBJECT, _KIND_CROWD, _KIND_DONTCARE, _check, _check_pair, _rng, _padded_groups, _gather, _intersection)
 
 
 # --------------------------------------------------------------------------- scenes
@@ -105,16 +105,6 @@ def _conflicts(vis: np.ndarray, pad: np.ndarray, valid: np.ndarray, max_overlap:
     out = np.zeros(len(vis), bool)
     out[pad[ok]] = bad.any(axis=2)[ok]
     return out
-
-
-def _draw_order_key(category: np.ndarray, iscrowd: np.ndarray, location: np.ndarray | None, box: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(kind rank, -depth): DontCare first, then crowds, then objects far to near."""
-    rank = np.where(category == DONTCARE_CATEGORY, 0, np.where(iscrowd, 1, 2))
-    if location is not None:
-        depth = location[:, 2]
-    else:  # records without 3-D fields: taller = nearer
-        depth = -(box[:, 3] - box[:, 1])
-    return rank, -depth
 
 
 def _occlusion(vis: np.ndarray, image_row: np.ndarray, n_images: int, draw_rank: np.ndarray) -> np.ndarray:

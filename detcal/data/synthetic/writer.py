@@ -70,7 +70,7 @@ def _write_into(
     """
     from detcal.data.coco import write_coco_instances, write_coco_results
     from detcal.data.kitti import write_kitti_labels, write_kitti_results
-    from detcal.types import KITTI_CATEGORIES
+    from detcal.core.types import KITTI_CATEGORIES
 
     out = Path(out_dir)
     scene_kwargs = dict(scene_kwargs or {})

@@ -7,7 +7,7 @@ MWSE, F1); every public name is re-exported here.
 
 Definitions: docs/metrics.md. Every metric takes 1-D arrays
 for ONE coordinate, ``mu [S]``, ``sigma [S]`` (> 0) and ``y [S]`` (residual
-``e = y - mu``), and returns one :class:`detcal.types.MetricResult`. The joint
+``e = y - mu``), and returns one :class:`detcal.core.types.MetricResult`. The joint
 (d = K) variants take ``mu [S,K]``, ``sigma [S,K]``, ``y [S,K]`` and an
 optional full covariance ``cov [S,K,K]``. :func:`per_coordinate` and
 :func:`joint` apply them to a :class:`detcal.metrics.spaces.RegressionSample`;
@@ -51,7 +51,7 @@ from detcal.metrics.regression.sigma_bins import (  # noqa: F401
     lence, sigma_bin_stats, uce, uce_from_stats,
 )
 from detcal.metrics.spaces import RegressionSample
-from detcal.types import MetricResult
+from detcal.core.types import MetricResult
 
 # --------------------------------------------------------------------------- wrappers and suite
 

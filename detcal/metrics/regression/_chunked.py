@@ -4,7 +4,7 @@ A user's per-coordinate call passes column slices ``mu[:, k]`` of [S, K]
 arrays. The one-shot code first copied each column (three full copies) and
 then made a fresh full-size temporary per numpy call. Here every pass runs
 over cache-sized chunks: a chunk of a strided column is copied into a reused
-contiguous buffer (:class:`detcal.binning_fast.Workspace`) and every
+contiguous buffer (:class:`detcal.binning.kernels.Workspace`) and every
 elementwise step writes into such buffers. The values stay bit-identical:
 
 * elementwise operations give the same numbers whatever the chunking (each
@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from detcal.binning_fast import Workspace
-from detcal.errors import DetcalInputError
+from detcal.binning.kernels import Workspace
+from detcal.core.errors import DetcalInputError
 
 LEAF: int = 1 << 15
 """Samples per chunk of the regression passes (a few 256 kB buffers stay in the L2 cache)."""

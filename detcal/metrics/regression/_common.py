@@ -5,8 +5,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
-from detcal.types import MetricResult
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import MetricResult
 
 QUANTILE_LEVELS: np.ndarray = np.linspace(0.05, 0.95, 19)
 """Default quantile levels tau = 0.05, 0.10, ..., 0.95 (L = 19), as netcal's examples."""

@@ -12,17 +12,17 @@ from typing import Any
 import numpy as np
 from detcal.metrics._special import gammaincinv
 
-from detcal.binning import RankSegments
-from detcal.errors import DetcalInputError
+from detcal.binning.edges import RankSegments
+from detcal.core.errors import DetcalInputError
 from detcal.metrics.regression._common import (
     BINNINGS, POLICIES, QUANTILE_LEVELS, _check_bins, _check_choice, _nan_result, _validate, _validate_levels,
 )
-from detcal.binning_fast import Workspace
+from detcal.binning.kernels import Workspace
 from detcal.metrics.regression._chunked import (
     LEAF, contiguous, equal_width_index_into, float_columns, min_max, sigma_range,
 )
 from detcal.metrics.regression.sigma_bins import _sigma_bins
-from detcal.types import MetricResult
+from detcal.core.types import MetricResult
 
 @dataclass
 class CoverageStats:

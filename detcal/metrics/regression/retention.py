@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from detcal.binning import rank_segments
-from detcal.errors import DetcalInputError
+from detcal.binning.edges import rank_segments
+from detcal.core.errors import DetcalInputError
 from detcal.metrics.regression._common import _LOG_2PI, RETENTION_REJECT, _check_choice, _nan_result, _validate
-from detcal.types import MetricResult
+from detcal.core.types import MetricResult
 
 def _sorted_by_uncertainty(u: np.ndarray, *values: np.ndarray) -> list[np.ndarray]:
     """Values sorted by ascending uncertainty; within ties of u each value is its tie-group mean.

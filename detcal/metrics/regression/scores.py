@@ -7,14 +7,14 @@ from typing import Any
 import numpy as np
 from detcal.metrics._special import ndtr, ndtri
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 from detcal.metrics.regression._common import (
     _LOG_2PI, QUANTILE_LEVELS, _check_choice, _nan_result, _validate, _validate_levels,
 )
-from detcal.binning_fast import Workspace
+from detcal.binning.kernels import Workspace
 from detcal.metrics.regression._chunked import LEAF, contiguous, float_columns, pairwise_sum
 from detcal.metrics.regression.qce import _joint_nees, _level_index
-from detcal.types import MetricResult
+from detcal.core.types import MetricResult
 
 def gaussian_nll(mu: Any, sigma: Any, y: Any) -> MetricResult:
     """Gaussian NLL = mean_t [0.5 log(2 pi sigma_t^2) + e_t^2 / (2 sigma_t^2)] (Levi et al. 2019, Eq. 10).

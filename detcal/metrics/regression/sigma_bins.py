@@ -12,14 +12,14 @@ from typing import Any
 
 import numpy as np
 
-from detcal.binning import RankSegments, equal_count_segments, equal_width_bins
-from detcal.errors import DetcalInputError
-from detcal.binning_fast import Workspace
+from detcal.binning.edges import RankSegments, equal_count_segments, equal_width_bins
+from detcal.core.errors import DetcalInputError
+from detcal.binning.kernels import Workspace
 from detcal.metrics.regression._chunked import (
     LEAF, OrderedBincount, contiguous, equal_width_index_into, float_columns, min_max, sigma_range,
 )
 from detcal.metrics.regression._common import BINNINGS, _check_bins, _check_choice, _nan_result, _validate
-from detcal.types import MetricResult
+from detcal.core.types import MetricResult
 
 def _sigma_bins(
     values: np.ndarray, bins: int, binning: str, range_: tuple[float, float] | None,

@@ -16,12 +16,12 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from detcal.binning import _EPS, EDGE_RULES, cell_index_columns, normalise_bins
-from detcal.binning_fast import (  # noqa: F401  (NLL_CLIP is re-exported)
+from detcal.binning.edges import _EPS, EDGE_RULES, cell_index_columns, normalise_bins
+from detcal.binning.kernels import (  # noqa: F401  (NLL_CLIP is re-exported)
     CHUNK, FX_BITS, NLL_CLIP, Workspace, add_words, cell_index_into, chunk_ok, chunks, fx_words_into, quick_arrays,
     term_into,
 )
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 
 _FX_BITS = FX_BITS
 _FX_MASK = (1 << _FX_BITS) - 1
@@ -250,7 +250,7 @@ def validate_sample(
     if bad.any():
         i, j = np.argwhere(bad)[0]
         raise DetcalInputError(
-            f"relative box feature {j} must be finite and in [0, 1] (clip with detcal.boxes.relative_features), "
+            f"relative box feature {j} must be finite and in [0, 1] (clip with detcal.core.boxes.relative_features), "
             f"got {f_arr[i, j]!r}", file=file, record=int(i), field=f"features[:, {j}]",
         )
     return p_arr, y_arr, f_arr

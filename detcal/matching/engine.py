@@ -28,7 +28,7 @@ Modes
 3. IoU as maskApi ``bbIou``: ``inter / (area_d + area_g - inter)``, and for a
    crowd GT ``inter / area_d``; areas are ``w * h`` of the input's width and
    height where the records keep them (``wh``, COCO loader), as pycocotools
-   takes them, else from the corners (:func:`detcal.match_blocks.box_areas`);
+   takes them, else from the corners (:func:`detcal.matching.blocks.box_areas`);
 4. each detection, in score order, takes among the GTs still free (crowd GTs
    are always free) with ``IoU >= min(t, 1 - 1e-10)`` the one with the highest
    IoU; on an exact tie the *later* GT in the order of 2 wins;
@@ -56,7 +56,7 @@ ignored when that GT is ignored/crowd. Several detections may match one GT.
 On an IoU tie the first GT in the order of 2 (non-ignored first) is taken.
 
 ``kitti`` -- the official KITTI devkit's assignment (``computeStatistics``,
-:mod:`detcal.kitti_eval`), per detection: the ground-truth boxes of an image
+:mod:`detcal.matching.kitti_ap`), per detection: the ground-truth boxes of an image
 are walked in label-file order (row order of the GroundTruth within an
 image), each taking the still-free detection of its class with the highest
 overlap ``> t``, whatever the scores (first in results-file order on a tie;
@@ -106,8 +106,8 @@ from typing import Sequence
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
-from detcal.match_blocks import (
+from detcal.core.errors import DetcalInputError
+from detcal.matching.blocks import (
     box_areas,
     _dontcare_ioa,
     _factorize,
@@ -118,8 +118,8 @@ from detcal.match_blocks import (
     _slot_iou,
     _stable_argsort,
 )
-from detcal.kitti_eval import detection_min_height_ignored, devkit_assign
-from detcal.types import Detections, GroundTruth, Images, KittiRules, MatchResult
+from detcal.matching.kitti_ap import detection_min_height_ignored, devkit_assign
+from detcal.core.types import Detections, GroundTruth, Images, KittiRules, MatchResult
 
 MODES: tuple[str, ...] = ("exclusive", "max", "kitti")
 """Matching modes (docs/matching.md)."""
@@ -247,7 +247,7 @@ def match(
     Parameters
     ----------
     dets, gt:
-        Columnar records (``detcal.types``); boxes ``xyxy``.
+        Columnar records (``detcal.core.types``); boxes ``xyxy``.
     iou_thresholds:
         ``T`` thresholds in [0, 1], or ``"kitti"`` (one row, per-class
         thresholds of ``kitti.class_thresholds``; needs ``kitti``).

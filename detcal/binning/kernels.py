@@ -1,6 +1,6 @@
 """Allocation-free chunked kernels of the binning (numpy only): a reusable workspace and in-place bin indices.
 
-The per-sample stage of :func:`detcal.cell_stats.cell_stats` and of the
+The per-sample stage of :func:`detcal.binning.cells.cell_stats` and of the
 regression metrics runs over cache-sized chunks of the samples. Fresh
 temporaries of a few hundred kB per numpy call make glibc grow and trim its
 heap on every call (page faults cost more than the arithmetic), so every
@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from detcal.binning import _EPS, EDGE_RULES
+from detcal.binning.edges import _EPS, EDGE_RULES
 
 NLL_CLIP: float = 1e-12
 """p is clipped to [NLL_CLIP, 1 - NLL_CLIP] inside the log-loss (docs/metrics.md)."""
 
 FX_BITS: int = 18
-"""Bits per fixed-point word of :mod:`detcal.cell_stats` (three words: 54 bits)."""
+"""Bits per fixed-point word of :mod:`detcal.binning.cells` (three words: 54 bits)."""
 
 CHUNK: int = 1 << 15
 """Samples per chunk: a float64 buffer is 256 kB, so the few buffers of a kernel stay in the L2 cache."""
@@ -88,7 +88,7 @@ def bin_index_into(v: np.ndarray, n_bins: int, edges: str, out: np.ndarray, ws: 
             v = np.clip(v, _EPS, 1.0 - _EPS, out=ws.get("bin_v", np.float64, m))
         table = _netcal_table(n_bins)
         if table is None:  # very many bins: the guess-and-fix rule of feature_bin_index
-            from detcal.binning import feature_bin_index
+            from detcal.binning.edges import feature_bin_index
 
             out[...] = feature_bin_index(v, n_bins, "netcal")
             return out
@@ -144,7 +144,7 @@ def add_words(acc: np.ndarray, key: np.ndarray, words: tuple[np.ndarray, ...], o
 
 
 def fx_words_into(x: np.ndarray, log2_max: int, ws: Workspace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`detcal.cell_stats._fx_words` written into workspace buffers (the same operations, bit for bit;
+    """:func:`detcal.binning.cells._fx_words` written into workspace buffers (the same operations, bit for bit;
     the power-of-two scaling is exact as a product, as with ``ldexp``)."""
     m = len(x)
     w0, w1, r = ws.get("fx0", np.float64, m), ws.get("fx1", np.float64, m), ws.get("fx2", np.float64, m)
@@ -160,7 +160,7 @@ def fx_words_into(x: np.ndarray, log2_max: int, ws: Workspace) -> tuple[np.ndarr
 
 
 def term_into(name: str, p: np.ndarray, yb: np.ndarray, ws: Workspace) -> np.ndarray:
-    """:func:`detcal.cell_stats.sample_terms` of one statistic other than sum_p0/sum_p1, in workspace buffers (bit for bit)."""
+    """:func:`detcal.binning.cells.sample_terms` of one statistic other than sum_p0/sum_p1, in workspace buffers (bit for bit)."""
     m = len(p)
     out = ws.get("term", np.float64, m)
     if name == "sum_p2":
@@ -186,7 +186,7 @@ def term_into(name: str, p: np.ndarray, yb: np.ndarray, ws: Workspace) -> np.nda
 
 def quick_arrays(p: Any, y: Any, features: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
     """p, y, features as arrays when their shapes and dtypes allow the per-chunk range checks of
-    :func:`chunk_ok` (y bool or integer); ``None`` sends the caller to :func:`detcal.cell_stats.validate_sample`."""
+    :func:`chunk_ok` (y bool or integer); ``None`` sends the caller to :func:`detcal.binning.cells.validate_sample`."""
     p_arr = np.asarray(p, dtype=np.float64)
     y_arr = np.asarray(y)
     f_arr = None if features is None else np.asarray(features, dtype=np.float64)

@@ -26,8 +26,8 @@ Edge rules for the equal-width cells (``edges``):
   ``0.6`` with ``B = 5`` lands in ``(0.4, 0.6]``.
 
 The exact fixed-point per-cell statistics (:class:`CellStats`,
-:func:`cell_stats`) live in :mod:`detcal.cell_stats`; their names are
-re-exported here.
+:func:`cell_stats`) live in :mod:`detcal.binning.cells`, the fixed-point
+kernels in :mod:`detcal.binning.kernels`; both build on this module.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
+from detcal.core.errors import DetcalInputError
 
 EDGE_RULES: tuple[str, ...] = ("floor", "netcal", "guo")
 """Edge rules of the equal-width cells over [0, 1] (see the module docstring)."""
@@ -298,15 +298,3 @@ def equal_count_segments(u: np.ndarray, n_bins: int) -> RankSegments:
     """Equal-count bins over ``u`` with the shared tie rule of :class:`RankSegments` (Levi et al. 2019 sizes)."""
     u = np.asarray(u, dtype=np.float64).reshape(-1)
     return rank_segments(u, equal_count_cuts(len(u), n_bins))
-
-
-_CELL_NAMES = frozenset({"NLL_CLIP", "FLOAT_STATS", "CellSums", "CellStats", "validate_sample", "sample_terms", "sample_cells", "cell_stats", "pair_sums", "_fx_words", "_fx_value", "_MAX_SAMPLES", "_FX_BITS", "_FX_TOTAL", "_FX_MASK"})
-
-
-def __getattr__(name: str) -> Any:
-    """Lazy re-export of :mod:`detcal.cell_stats` (no import cycle: that module imports this one)."""
-    if name in _CELL_NAMES:
-        from detcal import cell_stats as _cell_stats
-
-        return getattr(_cell_stats, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -25,8 +25,8 @@ from typing import Sequence
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
-from detcal.types import Detections, GroundTruth, MatchResult
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import Detections, GroundTruth, MatchResult
 
 MODE = "netcal_example"
 """The ``MatchResult.mode`` of this rule."""
@@ -90,7 +90,7 @@ def match_netcal_example(
 ) -> MatchResult:
     """netcal's example matching (module docstring) at each of ``T`` thresholds.
 
-    Returns a :class:`~detcal.types.MatchResult` like :func:`detcal.matching.match`:
+    Returns a :class:`~detcal.core.types.MatchResult` like :func:`detcal.matching.match`:
     ``matched [T,D]``, ``ignored [T,D]`` (all False), ``gt_index [T,D]`` (the
     best-overlap GT row where matched, else -1), ``iou [D]`` (best IoU with a
     GT of *any* class), ``considered [D]`` (``score >= score_threshold``);

@@ -45,9 +45,9 @@ from typing import Sequence
 
 import numpy as np
 
-from detcal.errors import DetcalInputError
-from detcal.match_blocks import _dontcare_ioa, _expand, _factorize, _pair_iou, _segment_starts
-from detcal.types import KITTI_DIFFICULTY, Detections, GroundTruth, KittiRules
+from detcal.core.errors import DetcalInputError
+from detcal.matching.blocks import _dontcare_ioa, _expand, _factorize, _pair_iou, _segment_starts
+from detcal.core.types import KITTI_DIFFICULTY, Detections, GroundTruth, KittiRules
 
 NO_DETECTION: float = -10000000.0
 """The devkit's ``NO_DETECTION``: a score must exceed it in the recall pass."""

@@ -1,4 +1,4 @@
-"""Building blocks of the matchers (:mod:`detcal.matching`, :mod:`detcal.kitti_eval`).
+"""Building blocks of the matchers (:mod:`detcal.matching.engine`, :mod:`detcal.matching.kitti_ap`).
 
 Dense codes, stable radix ordering, segment helpers and box IoU in the exact
 arithmetic of the reference tools (docs/matching.md, "IoU arithmetic"). All
@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from detcal.types import Detections, GroundTruth
+from detcal.core.types import Detections, GroundTruth
 
 
 def _factorize(values: np.ndarray) -> tuple[np.ndarray, int]:

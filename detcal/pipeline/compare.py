@@ -1,6 +1,6 @@
 """Compare several detectors on one ground truth: accuracy and calibration side by side.
 
-:func:`compare` takes ``{name: Detections}`` and one :class:`~detcal.types.Dataset`
+:func:`compare` takes ``{name: Detections}`` and one :class:`~detcal.core.types.Dataset`
 and returns a :class:`Comparison`:
 
 * ``table``: one row per detector: COCO AP, AP50, AP75, AR100, AP by size
@@ -19,7 +19,7 @@ and returns a :class:`Comparison`:
 
 The calibration sample of a detector: its detections matched at ``iou``
 (``matching="exclusive"``: pycocotools' rule; ``"netcal_example"``:
-:mod:`detcal.matching_netcal`), not ignored; ``y`` the matched flag. The
+:mod:`detcal.matching.netcal_example`), not ignored; ``y`` the matched flag. The
 bootstrap uses per-(image, cell) sums and a weight matrix ``[R, I]`` of how
 often each image was drawn (no loop over detections or replicates). AP has no
 interval (one COCO evaluation per replicate would be too slow); box-uncertainty
@@ -34,17 +34,17 @@ from typing import Any, Mapping
 import numpy as np
 import scipy.sparse as sp
 
-from detcal.binning import cell_index
-from detcal.boxes import relative_features
+from detcal.binning.edges import cell_index
+from detcal.core.boxes import relative_features
 from detcal.calibration.base import clip_p
-from detcal.errors import DetcalInputError
-from detcal.matching import match
-from detcal.matching_netcal import match_netcal_example
+from detcal.core.errors import DetcalInputError
+from detcal.matching.engine import match
+from detcal.matching.netcal_example import match_netcal_example
 from detcal.metrics.accuracy import AREA_RANGES, coco_ap
 from detcal.metrics.bootstrap import percentile_interval
 from detcal.metrics.confidence import brier, dece, ece, mce, nll
 from detcal.reports.per_class import per_class_table, reliability_curve, table_markdown
-from detcal.types import Dataset, Detections
+from detcal.core.types import Dataset, Detections
 
 CAL_METRICS: tuple[str, ...] = ("ece", "dece", "mce", "nll", "brier")
 """Calibration metrics of the comparison table (each with a bootstrap interval)."""

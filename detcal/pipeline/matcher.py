@@ -1,0 +1,49 @@
+"""The matching stage of a pipeline: a :class:`~detcal.pipeline.spec.MatchingSpec` applied to loaded data.
+
+Below :mod:`detcal.pipeline.parallel` (which runs it over image shards) and
+:mod:`detcal.pipeline.evaluation` (which chooses how to run it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import Detections, MatchResult
+from detcal.pipeline.sources import LoadedData
+from detcal.pipeline.spec import MatchingSpec
+
+__all__ = ["run_match"]
+
+
+def run_match(m: MatchingSpec, dets: Detections, data: LoadedData, thresholds: Any = None) -> MatchResult:
+    """:func:`detcal.matching.match` of ``dets`` against ``data``'s ground truth as ``m`` says
+    (``thresholds``: instead of ``m``'s, e.g. with the regression sample's IoU added)."""
+    from detcal.matching.engine import match
+
+    if m.mode == "kitti" and data.kitti is None:
+        raise DetcalInputError(
+            "matching.mode=kitti needs KITTI data (data=kitti or data.format=kitti)", field="matching.mode"
+        )
+    ds = data.dataset
+    th = m.thresholds() if thresholds is None else thresholds
+    if m.mode == "netcal_example":
+        from detcal.matching.netcal_example import match_netcal_example
+
+        if isinstance(th, str):
+            raise DetcalInputError(
+                "matching.mode=netcal_example needs IoU values, not 'kitti'", field="matching.iou_thresholds"
+            )
+        return match_netcal_example(dets, ds.gt, th, score_threshold=m.score_threshold)
+    return match(
+        dets,
+        ds.gt,
+        th,
+        mode=m.mode,
+        class_agnostic=m.class_agnostic,
+        score_threshold=m.score_threshold,
+        max_dets=m.max_dets,
+        kitti=data.kitti,
+        images=ds.images,
+        gt_ignore=m.gt_ignore,
+    )
