@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from detcal.core.errors import DetcalInputError
+from detcal.core.types import Detections, GroundTruth
 from detcal.metrics._pairs import image_pairs, pair_iou
 from detcal.metrics.image_reliability import contrastive_conf, fit_lambda, pearson, per_image_oce, split_confidence
 from detcal.metrics.oce import object_scores, oce
-from detcal.core.types import Detections, GroundTruth
 
 
 def _scene(probs: bool = False) -> tuple[Detections, GroundTruth]:
@@ -17,11 +17,20 @@ def _scene(probs: bool = False) -> tuple[Detections, GroundTruth]:
 
     Detections: A = a's box (IoU 1, score 0.8, class 1); B = [0,0,10,5] (IoU 0.5 with a,
     score 0.6, class 2); C far from everything (score 0.9, class 1); D on image 2 (no objects)."""
-    gt = GroundTruth(image_id=[1, 1, 1], box=[[0, 0, 10, 10], [50, 50, 60, 60], [20, 20, 30, 30]],
-                     category=[1, 2, 1], iscrowd=[False, False, True])
+    gt = GroundTruth(
+        image_id=[1, 1, 1],
+        box=[[0, 0, 10, 10], [50, 50, 60, 60], [20, 20, 30, 30]],
+        category=[1, 2, 1],
+        iscrowd=[False, False, True],
+    )
     cp = np.array([[0.8, 0.1], [0.3, 0.6], [0.9, 0.05], [0.5, 0.5]]) if probs else None
-    dets = Detections(image_id=[1, 1, 1, 2], box=[[0, 0, 10, 10], [0, 0, 10, 5], [200, 200, 210, 210], [0, 0, 5, 5]],
-                      score=[0.8, 0.6, 0.9, 0.5], category=[1, 2, 1, 1], class_probs=cp)
+    dets = Detections(
+        image_id=[1, 1, 1, 2],
+        box=[[0, 0, 10, 10], [0, 0, 10, 5], [200, 200, 210, 210], [0, 0, 5, 5]],
+        score=[0.8, 0.6, 0.9, 0.5],
+        category=[1, 2, 1, 1],
+        class_probs=cp,
+    )
     return dets, gt
 
 
@@ -85,12 +94,17 @@ def test_oce_order_invariant_and_images_without_detections() -> None:
     n = 300
     xy = rng.uniform(0, 80, (n, 2))
     box = np.hstack([xy, xy + rng.uniform(5, 30, (n, 2))])
-    gt = GroundTruth(image_id=rng.integers(0, 30, 60), box=box[:60] + rng.normal(0, 2, (60, 4)).clip(-1, 1),
-                     category=rng.integers(0, 3, 60))
+    gt = GroundTruth(
+        image_id=rng.integers(0, 30, 60),
+        box=box[:60] + rng.normal(0, 2, (60, 4)).clip(-1, 1),
+        category=rng.integers(0, 3, 60),
+    )
     d = Detections(image_id=rng.integers(0, 25, n), box=box, score=rng.uniform(0, 1, n), category=rng.integers(0, 3, n))
     perm = rng.permutation(n)
     for agg in ("mean", "iou_weighted"):
-        assert oce(d, gt, aggregation=agg).value == pytest.approx(oce(d.select(perm), gt, aggregation=agg).value, abs=1e-14)
+        assert oce(d, gt, aggregation=agg).value == pytest.approx(
+            oce(d.select(perm), gt, aggregation=agg).value, abs=1e-14
+        )
     # images 25..29 have no detection: their objects all score 1
     s = object_scores(d, gt)
     late = s.image_id >= 25
@@ -163,7 +177,8 @@ def test_fit_lambda_picks_the_best_correlation() -> None:
     # the correlation of the chosen lambda, written out
     x = pos[ok] - 4.0 * neg[ok]
     want = np.sum((x - x.mean()) * (rel[ok] - rel[ok].mean())) / np.sqrt(
-        np.sum((x - x.mean()) ** 2) * np.sum((rel[ok] - rel[ok].mean()) ** 2))
+        np.sum((x - x.mean()) ** 2) * np.sum((rel[ok] - rel[ok].mean()) ** 2)
+    )
     assert r == pytest.approx(want, abs=1e-12)
     assert pearson(np.ones((1, 5)), np.arange(5.0))[0] != pearson(np.ones((1, 5)), np.arange(5.0))[0]  # NaN
     with pytest.raises(DetcalInputError, match="at least 3"):

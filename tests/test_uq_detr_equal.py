@@ -12,11 +12,11 @@ import warnings
 import numpy as np
 import pytest
 
+from detcal.core.types import Detections, GroundTruth
 from detcal.data.bundled import DETECTORS, load
 from detcal.metrics.image_reliability import contrastive_conf, fit_lambda, per_image_oce, split_confidence
 from detcal.metrics.oce import object_scores
 from detcal.metrics.uq_detr import range_bins, uq_detr_suite
-from detcal.core.types import Detections, GroundTruth
 
 uq = pytest.importorskip("uq_detr")
 assert uq.__version__ == "0.1.1"
@@ -37,12 +37,18 @@ def _to_uq(images: np.ndarray, dets: Detections, gt: GroundTruth, probs: np.ndar
     return out_d, out_g
 
 
-def _check_all(images: np.ndarray, dets: Detections, gt: GroundTruth, probs: np.ndarray | None = None,
-               categories: np.ndarray | None = None) -> None:
+def _check_all(
+    images: np.ndarray,
+    dets: Detections,
+    gt: GroundTruth,
+    probs: np.ndarray | None = None,
+    categories: np.ndarray | None = None,
+) -> None:
     D, G = _to_uq(images, dets, gt, probs)
     if probs is not None:
-        dets = Detections(image_id=dets.image_id, box=dets.box, score=dets.score, category=dets.category,
-                          class_probs=probs)
+        dets = Detections(
+            image_id=dets.image_id, box=dets.box, score=dets.score, category=dets.category, class_probs=probs
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # uq-detr warns that it uses the binary approximation
         for agg in AGGREGATIONS:
@@ -112,8 +118,9 @@ def test_synthetic_with_class_distributions_equal(seed: int) -> None:
     # uq-detr indexes the class distribution by the label: give it column indices
     col = {int(c): i for i, c in enumerate(cats)}
     gt_col = GroundTruth(image_id=gt.image_id, box=gt.box, category=[col[int(c)] for c in gt.category])
-    dets_col = Detections(image_id=dets.image_id, box=dets.box, score=dets.score,
-                          category=[col[int(c)] for c in dets.category])
+    dets_col = Detections(
+        image_id=dets.image_id, box=dets.box, score=dets.score, category=[col[int(c)] for c in dets.category]
+    )
     _check_all(images, dets_col, gt_col, probs, categories=np.arange(len(cats)))
     # and the same numbers with the category ids themselves (columns in ascending id order)
     D, G = _to_uq(images, dets_col, gt_col, probs)
@@ -123,8 +130,9 @@ def test_synthetic_with_class_distributions_equal(seed: int) -> None:
     _check_all(images, dets, gt)
 
 
-@pytest.mark.parametrize(("method", "param"), [("threshold", 0.3), ("threshold", 0.5), ("topk", 5), ("topk", 1),
-                                               ("nms", 0.5), ("nms", 0.3)])
+@pytest.mark.parametrize(
+    ("method", "param"), [("threshold", 0.3), ("threshold", 0.5), ("topk", 5), ("topk", 1), ("nms", 0.5), ("nms", 0.3)]
+)
 def test_contrastive_conf_and_fit_lambda_equal(method: str, param: float) -> None:
     images, dets, gt, probs, cats = _synthetic(7, n_img=60, queries=50)
     queries = [uq.Detections(boxes=dets.box[dets.image_id == i], scores=probs[dets.image_id == i]) for i in images]

@@ -70,8 +70,12 @@ def _nms_keep(box: np.ndarray, score: np.ndarray, img: np.ndarray, n_img: int, i
         b[img[rows] - lo, rank[rows]] = box[rows]
         valid[img[rows] - lo, rank[rows]] = True
         area = (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
-        iw = np.maximum(0.0, np.minimum(b[:, :, None, 2], b[:, None, :, 2]) - np.maximum(b[:, :, None, 0], b[:, None, :, 0]))
-        ih = np.maximum(0.0, np.minimum(b[:, :, None, 3], b[:, None, :, 3]) - np.maximum(b[:, :, None, 1], b[:, None, :, 1]))
+        iw = np.maximum(
+            0.0, np.minimum(b[:, :, None, 2], b[:, None, :, 2]) - np.maximum(b[:, :, None, 0], b[:, None, :, 0])
+        )
+        ih = np.maximum(
+            0.0, np.minimum(b[:, :, None, 3], b[:, None, :, 3]) - np.maximum(b[:, :, None, 1], b[:, None, :, 1])
+        )
         inter = iw * ih
         union = area[:, :, None] + area[:, None, :] - inter
         iou = np.zeros_like(inter)
@@ -87,8 +91,14 @@ def _nms_keep(box: np.ndarray, score: np.ndarray, img: np.ndarray, n_img: int, i
     return keep
 
 
-def split_confidence(image_id: np.ndarray, score: np.ndarray, images: np.ndarray, method: str = "threshold",
-                     param: float = 0.3, box: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def split_confidence(
+    image_id: np.ndarray,
+    score: np.ndarray,
+    images: np.ndarray,
+    method: str = "threshold",
+    param: float = 0.3,
+    box: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """``(Conf+ [N], Conf- [N])`` of every image in ``images`` from raw predictions (module docstring).
 
     ``image_id [D]``, ``score [D]`` (top class probability) and, for ``nms``, ``box [D,4]`` xyxy.
@@ -101,8 +111,11 @@ def split_confidence(image_id: np.ndarray, score: np.ndarray, images: np.ndarray
     if len(ids) != len(score):
         raise DetcalInputError(f"image_id has {len(ids)} rows, score {len(score)}", field="score")
     if not np.all(np.isfinite(score)):
-        raise DetcalInputError("scores must be finite", record=f"prediction row {int(np.flatnonzero(~np.isfinite(score))[0])}",
-                               field="score")
+        raise DetcalInputError(
+            "scores must be finite",
+            record=f"prediction row {int(np.flatnonzero(~np.isfinite(score))[0])}",
+            field="score",
+        )
     order_img = np.argsort(images, kind="stable")
     pos = np.clip(np.searchsorted(images[order_img], ids), 0, max(len(images) - 1, 0))
     known = (len(images) > 0) & (images[order_img][pos] == ids) if len(images) else np.zeros(len(ids), bool)
@@ -139,8 +152,15 @@ def split_confidence(image_id: np.ndarray, score: np.ndarray, images: np.ndarray
     return conf_pos, conf_neg
 
 
-def contrastive_conf(image_id: np.ndarray, score: np.ndarray, images: np.ndarray, method: str = "threshold",
-                     param: float = 0.3, lambda_: float = 5.0, box: np.ndarray | None = None) -> np.ndarray:
+def contrastive_conf(
+    image_id: np.ndarray,
+    score: np.ndarray,
+    images: np.ndarray,
+    method: str = "threshold",
+    param: float = 0.3,
+    lambda_: float = 5.0,
+    box: np.ndarray | None = None,
+) -> np.ndarray:
     """ContrastiveConf [N] of every image in ``images``: ``Conf+ - lambda_ * Conf-`` (module docstring)."""
     conf_pos, conf_neg = split_confidence(image_id, score, images, method, param, box)
     return conf_pos - float(lambda_) * conf_neg
@@ -158,8 +178,9 @@ def pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.clip(r, -1.0, 1.0)
 
 
-def fit_lambda(conf_pos: np.ndarray, conf_neg: np.ndarray, reliability: np.ndarray,
-               lambdas: Sequence[float] = LAMBDA_GRID) -> tuple[float, float, np.ndarray]:
+def fit_lambda(
+    conf_pos: np.ndarray, conf_neg: np.ndarray, reliability: np.ndarray, lambdas: Sequence[float] = LAMBDA_GRID
+) -> tuple[float, float, np.ndarray]:
     """``(best lambda, its Pearson correlation, correlation of every lambda [L])``.
 
     Maximises the correlation of ``conf_pos - lambda * conf_neg`` with ``reliability`` over the
@@ -168,8 +189,9 @@ def fit_lambda(conf_pos: np.ndarray, conf_neg: np.ndarray, reliability: np.ndarr
     e.g. with ``Conf+`` constant, is rounding noise)."""
     rel = np.asarray(reliability, dtype=np.float64).reshape(-1)
     if not (len(rel) == len(conf_pos) == len(conf_neg)):
-        raise DetcalInputError(f"reliability has {len(rel)} images, the confidences {len(conf_pos)}",
-                               field="reliability")
+        raise DetcalInputError(
+            f"reliability has {len(rel)} images, the confidences {len(conf_pos)}", field="reliability"
+        )
     ok = ~np.isnan(rel)
     if ok.sum() < 3:
         raise DetcalInputError("fitting lambda needs at least 3 images with a reliability value", field="reliability")

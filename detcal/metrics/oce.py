@@ -56,8 +56,8 @@ import numpy as np
 from scipy import sparse
 
 from detcal.core.errors import DetcalInputError
-from detcal.metrics._pairs import image_pairs, pair_iou
 from detcal.core.types import Detections, GroundTruth, MetricResult
+from detcal.metrics._pairs import image_pairs, pair_iou
 
 OCE_THRESHOLDS: tuple[float, ...] = (0.5, 0.75)
 """IoU thresholds of the paper (and of uq-detr's default)."""
@@ -106,8 +106,11 @@ def _check_args(thresholds: Sequence[float], aggregation: str, brier: str, varia
     taus = np.asarray(list(thresholds), dtype=np.float64).reshape(-1)
     if len(taus) == 0 or not np.all(np.isfinite(taus)) or np.any(taus <= 0) or np.any(taus > 1):
         raise DetcalInputError(f"OCE IoU thresholds must lie in (0, 1], got {list(thresholds)}", field="iou_thresholds")
-    for value, allowed, name in ((aggregation, AGGREGATIONS, "aggregation"), (brier, BRIER_KINDS, "brier"),
-                                 (variant, VARIANTS, "variant")):
+    for value, allowed, name in (
+        (aggregation, AGGREGATIONS, "aggregation"),
+        (brier, BRIER_KINDS, "brier"),
+        (variant, VARIANTS, "variant"),
+    ):
         if value not in allowed:
             raise DetcalInputError(f"unknown OCE {name} {value!r}; choose one of {allowed}", field=name)
     return taus
@@ -117,26 +120,32 @@ def _class_columns(dets: Detections, gt: GroundTruth, rows: np.ndarray, categori
     """Column of each object's class in ``class_probs`` [O] (checks the distribution's shape and values)."""
     probs = dets.class_probs
     if probs is None:
-        raise DetcalInputError("the multiclass Brier score needs class distributions (class_probs / all_scores)",
-                               field="class_probs")
+        raise DetcalInputError(
+            "the multiclass Brier score needs class distributions (class_probs / all_scores)", field="class_probs"
+        )
     cats = np.unique(gt.category) if categories is None else np.asarray(list(categories), dtype=np.int64)
     if np.any(np.diff(cats) <= 0):
         raise DetcalInputError("categories must be strictly ascending category ids", field="categories")
     if probs.shape[1] != len(cats):
         raise DetcalInputError(
-            f"class_probs has {probs.shape[1]} columns, expected one per category ({len(cats)})", field="class_probs")
+            f"class_probs has {probs.shape[1]} columns, expected one per category ({len(cats)})", field="class_probs"
+        )
     bad = ~np.isfinite(probs) | (probs < 0) | (probs > 1)
     if bad.any():
         i = int(np.flatnonzero(bad.any(axis=1))[0])
-        raise DetcalInputError("class probabilities must lie in [0, 1]", record=f"detection row {i}",
-                               field="class_probs")
+        raise DetcalInputError(
+            "class probabilities must lie in [0, 1]", record=f"detection row {i}", field="class_probs"
+        )
     col = np.searchsorted(cats, gt.category[rows])
     col_c = np.clip(col, 0, max(len(cats) - 1, 0))
     missing = (len(cats) == 0) | (cats[col_c] != gt.category[rows]) if len(cats) else np.ones(len(rows), bool)
     if np.any(missing):
         j = int(rows[np.flatnonzero(missing)[0]])
-        raise DetcalInputError(f"ground-truth category {int(gt.category[j])} has no class_probs column",
-                               record=f"ground-truth row {j}", field="category")
+        raise DetcalInputError(
+            f"ground-truth category {int(gt.category[j])} has no class_probs column",
+            record=f"ground-truth row {j}",
+            field="category",
+        )
     return col_c
 
 
@@ -165,8 +174,17 @@ def _majority_label(obj: np.ndarray, label: np.ndarray, n_obj: int) -> np.ndarra
     return out
 
 
-def _block_brier(obj: np.ndarray, det: np.ndarray, iou: np.ndarray, n_obj: int, dets: Detections,
-                 ycol: np.ndarray, ycat: np.ndarray, aggregation: str, kind: str) -> tuple[np.ndarray, np.ndarray]:
+def _block_brier(
+    obj: np.ndarray,
+    det: np.ndarray,
+    iou: np.ndarray,
+    n_obj: int,
+    dets: Detections,
+    ycol: np.ndarray,
+    ycat: np.ndarray,
+    aggregation: str,
+    kind: str,
+) -> tuple[np.ndarray, np.ndarray]:
     """Brier [n_obj] and matched counts of one block of pairs already cut at the threshold."""
     n = np.bincount(obj, minlength=n_obj)
     out = np.ones(n_obj)
@@ -195,7 +213,11 @@ def _block_brier(obj: np.ndarray, det: np.ndarray, iou: np.ndarray, n_obj: int, 
         s = np.bincount(obj, weights=conf[det], minlength=n_obj)[hit] / n[hit]
         lab = _majority_label(obj, dets.category[det], n_obj)[hit]
     else:
-        s = conf[best_det[hit]] if aggregation == "max_iou" else np.bincount(obj, weights=w * conf[det], minlength=n_obj)[hit]
+        s = (
+            conf[best_det[hit]]
+            if aggregation == "max_iou"
+            else np.bincount(obj, weights=w * conf[det], minlength=n_obj)[hit]
+        )
         lab = dets.category[best_det[hit]]
     out[hit] = np.where(lab == ycat[hit], 2.0 * (1.0 - s) ** 2, 2.0 * s**2)
     return out, n
@@ -232,26 +254,45 @@ def object_scores(
         obj = local[g] - lo
         for t, tau in enumerate(taus):
             keep = iou >= tau
-            b, n = _block_brier(obj[keep], d[keep], iou[keep], hi - lo, dets, ycol[lo:hi], ycat[lo:hi], aggregation, kind)
+            b, n = _block_brier(
+                obj[keep], d[keep], iou[keep], hi - lo, dets, ycol[lo:hi], ycat[lo:hi], aggregation, kind
+            )
             out[t, lo:hi] = b
             n_matched[t, lo:hi] = n
-    return ObjectScores(gt_rows=rows, image_id=gt.image_id[rows], iou_thresholds=taus, brier=out,
-                        n_matched=n_matched, brier_kind=kind, aggregation=aggregation, variant=variant)
+    return ObjectScores(
+        gt_rows=rows,
+        image_id=gt.image_id[rows],
+        iou_thresholds=taus,
+        brier=out,
+        n_matched=n_matched,
+        brier_kind=kind,
+        aggregation=aggregation,
+        variant=variant,
+    )
 
 
 def oce_from_scores(s: ObjectScores) -> MetricResult:
     """The OCE :class:`MetricResult` of per-object scores."""
     objects = "every ground-truth box" if s.variant == "uq_detr" else "ground-truth boxes that are not crowd or ignored"
     return MetricResult(
-        name="oce", value=s.value, variant=s.variant,
-        params={"iou_thresholds": [float(t) for t in s.iou_thresholds], "aggregation": s.aggregation,
-                "brier": s.brier_kind, "objects": objects, "missed_object": 1.0,
-                "matching": "every detection of the image with IoU >= tau, any class"},
-        table={"iou_threshold": s.iou_thresholds, "oce": s.per_threshold(),
-               "n_missed": (s.n_matched == 0).sum(axis=1)},
-        extra={"n_objects": int(s.brier.shape[1]),
-               "brier_note": "exact multi-class Brier" if s.brier_kind == "multiclass"
-               else "binary approximation from the top score and the predicted class"},
+        name="oce",
+        value=s.value,
+        variant=s.variant,
+        params={
+            "iou_thresholds": [float(t) for t in s.iou_thresholds],
+            "aggregation": s.aggregation,
+            "brier": s.brier_kind,
+            "objects": objects,
+            "missed_object": 1.0,
+            "matching": "every detection of the image with IoU >= tau, any class",
+        },
+        table={"iou_threshold": s.iou_thresholds, "oce": s.per_threshold(), "n_missed": (s.n_matched == 0).sum(axis=1)},
+        extra={
+            "n_objects": int(s.brier.shape[1]),
+            "brier_note": "exact multi-class Brier"
+            if s.brier_kind == "multiclass"
+            else "binary approximation from the top score and the predicted class",
+        },
     )
 
 
@@ -266,5 +307,6 @@ def oce(
     categories: Sequence[int] | None = None,
 ) -> MetricResult:
     """Object-level Calibration Error of ``dets`` against ``gt`` (module docstring)."""
-    return oce_from_scores(object_scores(dets, gt, iou_thresholds, aggregation, brier=brier, variant=variant,
-                                         categories=categories))
+    return oce_from_scores(
+        object_scores(dets, gt, iou_thresholds, aggregation, brier=brier, variant=variant, categories=categories)
+    )

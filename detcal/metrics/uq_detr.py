@@ -38,9 +38,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
+from detcal.core.types import Detections, GroundTruth, MetricResult
 from detcal.matching.engine import match
 from detcal.metrics.lrp import paired_iou
-from detcal.core.types import Detections, GroundTruth, MetricResult
 
 UQ_TAU: float = 0.5
 """uq-detr's default TP IoU threshold for D-ECE, LaECE and LRP."""
@@ -67,8 +67,13 @@ class UqOutcomes:
 
     @property
     def params(self) -> dict:
-        return {"tau": self.tau, "tp_criterion": self.tp_criterion, "crowd": self.crowd,
-                "iou_rule": ">= tau" if self.tp_criterion == "greedy" else "> tau", "max_dets": None}
+        return {
+            "tau": self.tau,
+            "tp_criterion": self.tp_criterion,
+            "crowd": self.crowd,
+            "iou_rule": ">= tau" if self.tp_criterion == "greedy" else "> tau",
+            "max_dets": None,
+        }
 
 
 def _plain(dets: Detections, gt: GroundTruth, crowd: str) -> tuple[Detections, GroundTruth]:
@@ -81,15 +86,17 @@ def _plain(dets: Detections, gt: GroundTruth, crowd: str) -> tuple[Detections, G
     return d, g
 
 
-def uq_outcomes(dets: Detections, gt: GroundTruth, tau: float = UQ_TAU, *, tp_criterion: str = "greedy",
-                crowd: str = "object") -> UqOutcomes:
+def uq_outcomes(
+    dets: Detections, gt: GroundTruth, tau: float = UQ_TAU, *, tp_criterion: str = "greedy", crowd: str = "object"
+) -> UqOutcomes:
     """True positives and targets of every detection under uq-detr's rules (module docstring)."""
     tau = float(tau)
     if not (np.isfinite(tau) and 0.0 < tau < 1.0):
         raise DetcalInputError(f"the uq_detr variants need a TP IoU threshold in (0, 1), got {tau}", field="tau")
     if tp_criterion not in TP_CRITERIA:
-        raise DetcalInputError(f"unknown tp_criterion {tp_criterion!r}; choose one of {TP_CRITERIA}",
-                               field="tp_criterion")
+        raise DetcalInputError(
+            f"unknown tp_criterion {tp_criterion!r}; choose one of {TP_CRITERIA}", field="tp_criterion"
+        )
     d, g = _plain(dets, gt, crowd)
     m = match(d, g, (tau,), mode="exclusive", max_dets=None)
     target = np.zeros(len(d))
@@ -100,8 +107,16 @@ def uq_outcomes(dets: Detections, gt: GroundTruth, tau: float = UQ_TAU, *, tp_cr
     else:
         tp = m.iou > tau
         target[tp] = m.iou[tp]
-    return UqOutcomes(tp=tp, target=target, score=d.score.copy(), category=d.category.copy(), n_gt=len(g),
-                      tau=tau, tp_criterion=tp_criterion, crowd=crowd)
+    return UqOutcomes(
+        tp=tp,
+        target=target,
+        score=d.score.copy(),
+        category=d.category.copy(),
+        n_gt=len(g),
+        tau=tau,
+        tp_criterion=tp_criterion,
+        crowd=crowd,
+    )
 
 
 def range_bins(x: np.ndarray, group: np.ndarray, n_groups: int, bins: int) -> np.ndarray:
@@ -121,8 +136,8 @@ def range_bins(x: np.ndarray, group: np.ndarray, n_groups: int, bins: int) -> np
     out = np.empty(len(x), np.int64)
     chunk = 1 << 18
     for s in range(0, len(x), chunk):
-        e = edges[group[s:s + chunk]]
-        out[s:s + chunk] = (e < x[s:s + chunk, None]).sum(axis=1)
+        e = edges[group[s : s + chunk]]
+        out[s : s + chunk] = (e < x[s : s + chunk, None]).sum(axis=1)
     return np.clip(out, 1, bins) - 1
 
 
@@ -150,10 +165,20 @@ def dece_uq_detr_from_outcomes(o: UqOutcomes, *, bins: int = UQ_BINS) -> MetricR
     bins = _check_bins(bins)
     err = _binned_errors(o.score, o.tp.astype(np.float64), np.zeros(len(o.score), np.int64), 1, bins)
     value = float(err[0]) if len(o.score) else 0.0
-    return MetricResult(name="dece", value=value, variant="uq_detr",
-                        params={**o.params, "bins": bins, "binning": "equal_width over [min, max] of the scores",
-                                "closed": "right", "pooling": "all detections, every class", "target": "TP 1 / FP 0"},
-                        extra={"n_detections": int(len(o.score))})
+    return MetricResult(
+        name="dece",
+        value=value,
+        variant="uq_detr",
+        params={
+            **o.params,
+            "bins": bins,
+            "binning": "equal_width over [min, max] of the scores",
+            "closed": "right",
+            "pooling": "all detections, every class",
+            "target": "TP 1 / FP 0",
+        },
+        extra={"n_detections": int(len(o.score))},
+    )
 
 
 def laece_uq_detr_from_outcomes(o: UqOutcomes, *, bins: int = UQ_BINS) -> MetricResult:
@@ -162,12 +187,21 @@ def laece_uq_detr_from_outcomes(o: UqOutcomes, *, bins: int = UQ_BINS) -> Metric
     cats, cls = np.unique(o.category, return_inverse=True)
     err = _binned_errors(o.score, o.target, cls.reshape(-1), len(cats), bins)
     value = float(np.mean(err)) if len(cats) else 0.0
-    return MetricResult(name="laece", value=value, variant="uq_detr",
-                        params={**o.params, "bins": bins, "binning": "equal_width over [min, max] of the class's scores",
-                                "closed": "right", "target": "IoU of a true positive, 0 otherwise",
-                                "average": "mean over every class with a detection"},
-                        table={"category": cats, "class_error": err},
-                        extra={"n_detections": int(len(o.score)), "n_classes": int(len(cats))})
+    return MetricResult(
+        name="laece",
+        value=value,
+        variant="uq_detr",
+        params={
+            **o.params,
+            "bins": bins,
+            "binning": "equal_width over [min, max] of the class's scores",
+            "closed": "right",
+            "target": "IoU of a true positive, 0 otherwise",
+            "average": "mean over every class with a detection",
+        },
+        table={"category": cats, "class_error": err},
+        extra={"n_detections": int(len(o.score)), "n_classes": int(len(cats))},
+    )
 
 
 def lrp_uq_detr_from_outcomes(o: UqOutcomes) -> MetricResult:
@@ -178,19 +212,37 @@ def lrp_uq_detr_from_outcomes(o: UqOutcomes) -> MetricResult:
     loc = float(np.sum((1.0 - o.target[o.tp]) / (1.0 - o.tau)))
     denom = n_tp + n_fp + n_fn
     value = (n_fp + n_fn + loc) / denom if denom else 0.0
-    return MetricResult(name="lrp", value=float(value), variant="uq_detr",
-                        params={**o.params, "pooling": "all classes pooled", "score_threshold": None},
-                        extra={"n_tp": n_tp, "n_fp": n_fp, "n_fn": n_fn, "n_gt": o.n_gt})
+    return MetricResult(
+        name="lrp",
+        value=float(value),
+        variant="uq_detr",
+        params={**o.params, "pooling": "all classes pooled", "score_threshold": None},
+        extra={"n_tp": n_tp, "n_fp": n_fp, "n_fn": n_fn, "n_gt": o.n_gt},
+    )
 
 
-def dece_uq_detr(dets: Detections, gt: GroundTruth, tau: float = UQ_TAU, *, bins: int = UQ_BINS,
-                 tp_criterion: str = "greedy", crowd: str = "object") -> MetricResult:
+def dece_uq_detr(
+    dets: Detections,
+    gt: GroundTruth,
+    tau: float = UQ_TAU,
+    *,
+    bins: int = UQ_BINS,
+    tp_criterion: str = "greedy",
+    crowd: str = "object",
+) -> MetricResult:
     """D-ECE with uq-detr 0.1.1's conventions (module docstring)."""
     return dece_uq_detr_from_outcomes(uq_outcomes(dets, gt, tau, tp_criterion=tp_criterion, crowd=crowd), bins=bins)
 
 
-def laece_uq_detr(dets: Detections, gt: GroundTruth, tau: float = UQ_TAU, *, bins: int = UQ_BINS,
-                  tp_criterion: str = "greedy", crowd: str = "object") -> MetricResult:
+def laece_uq_detr(
+    dets: Detections,
+    gt: GroundTruth,
+    tau: float = UQ_TAU,
+    *,
+    bins: int = UQ_BINS,
+    tp_criterion: str = "greedy",
+    crowd: str = "object",
+) -> MetricResult:
     """LaECE with uq-detr 0.1.1's conventions (module docstring)."""
     return laece_uq_detr_from_outcomes(uq_outcomes(dets, gt, tau, tp_criterion=tp_criterion, crowd=crowd), bins=bins)
 
@@ -200,10 +252,20 @@ def lrp_uq_detr(dets: Detections, gt: GroundTruth, tau: float = UQ_TAU, *, crowd
     return lrp_uq_detr_from_outcomes(uq_outcomes(dets, gt, tau, tp_criterion="greedy", crowd=crowd))
 
 
-def uq_detr_suite(dets: Detections, gt: GroundTruth, tau: float = UQ_TAU, *, bins: int = UQ_BINS,
-                  tp_criterion: str = "greedy", crowd: str = "object") -> dict[str, MetricResult]:
+def uq_detr_suite(
+    dets: Detections,
+    gt: GroundTruth,
+    tau: float = UQ_TAU,
+    *,
+    bins: int = UQ_BINS,
+    tp_criterion: str = "greedy",
+    crowd: str = "object",
+) -> dict[str, MetricResult]:
     """D-ECE, LaECE and LRP (uq_detr variants) from one matching; LRP always uses the greedy rule."""
     o = uq_outcomes(dets, gt, tau, tp_criterion=tp_criterion, crowd=crowd)
     og = o if tp_criterion == "greedy" else uq_outcomes(dets, gt, tau, tp_criterion="greedy", crowd=crowd)
-    return {"dece": dece_uq_detr_from_outcomes(o, bins=bins), "laece": laece_uq_detr_from_outcomes(o, bins=bins),
-            "lrp": lrp_uq_detr_from_outcomes(og)}
+    return {
+        "dece": dece_uq_detr_from_outcomes(o, bins=bins),
+        "laece": laece_uq_detr_from_outcomes(o, bins=bins),
+        "lrp": lrp_uq_detr_from_outcomes(og),
+    }
