@@ -4,21 +4,23 @@ of :mod:`detcal.pipeline.spec`, registered in Hydra's ConfigStore by
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from detcal.pipeline.spec import (
     AccuracySpec,
-    LocalisationSpec,
     BootstrapSpec,
     CalibrationSpec,
     ConfidenceSpec,
     DataSpec,
     DeceBinningSpec,
     EvaluationSpec,
+    LocalisationSpec,
     MatchingSpec,
+    OCESpec,
     ParallelSpec,
     RegressionSpec,
     SigmaBinningSpec,
+    UqDetrSpec,
 )
 
 __all__ = ["OutputSpec", "EvaluateApp", "CalibrateApp"]
@@ -34,6 +36,8 @@ class _EvaluationFields:
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
     accuracy: AccuracySpec = field(default_factory=AccuracySpec)
     localisation: LocalisationSpec = field(default_factory=LocalisationSpec)
+    oce: OCESpec = field(default_factory=OCESpec)
+    uq_detr: UqDetrSpec = field(default_factory=UqDetrSpec)
     parallel: ParallelSpec = field(default_factory=ParallelSpec)
 
     def evaluation(self) -> EvaluationSpec:
@@ -41,7 +45,8 @@ class _EvaluationFields:
         return EvaluationSpec(matching=self.matching, dece_binning=self.dece_binning,
                               sigma_binning=self.sigma_binning, confidence=self.confidence,
                               regression=self.regression, bootstrap=self.bootstrap, accuracy=self.accuracy,
-                              localisation=self.localisation, parallel=self.parallel)
+                              localisation=self.localisation, oce=self.oce, uq_detr=self.uq_detr,
+                              parallel=self.parallel)
 
 
 @dataclass
@@ -75,7 +80,7 @@ class CalibrateApp(_EvaluationFields):
 
     name: str = "calibrate"
     data: DataSpec = field(default_factory=DataSpec)
-    eval_data: Optional[DataSpec] = None
+    eval_data: DataSpec | None = None
     calibrator: Any = None
     regression_calibrator: Any = None
     calibration: CalibrationSpec = field(default_factory=CalibrationSpec)
@@ -90,7 +95,7 @@ class CompareApp:
     data: DataSpec = field(default_factory=lambda: DataSpec(source="bundled"))
     detectors: list[str] = field(default_factory=list)   # bundled data: which detectors ([] = all)
     results: dict[str, str] = field(default_factory=dict)  # data=coco: name -> COCO results file
-    baseline: Optional[str] = None
+    baseline: str | None = None
     iou: float = 0.5
     matching: str = "exclusive"
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)

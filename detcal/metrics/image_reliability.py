@@ -91,6 +91,57 @@ def _nms_keep(box: np.ndarray, score: np.ndarray, img: np.ndarray, n_img: int, i
     return keep
 
 
+def _sorted_split(
+    image_id: np.ndarray, score: np.ndarray, images: np.ndarray, method: str, param: float, box: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """(order [D], image row [D], score [D], kept [D], rank [D], N), rows sorted by image then descending score."""
+    if method not in METHODS:
+        raise DetcalInputError(f"unknown post-processing {method!r}; choose one of {METHODS}", field="method")
+    images = np.asarray(images, dtype=np.int64).reshape(-1)
+    score = np.asarray(score, dtype=np.float64).reshape(-1)
+    ids = np.asarray(image_id, dtype=np.int64).reshape(-1)
+    if len(ids) != len(score):
+        raise DetcalInputError(f"image_id has {len(ids)} rows, score {len(score)}", field="score")
+    if not np.all(np.isfinite(score)):
+        bad = int(np.flatnonzero(~np.isfinite(score))[0])
+        raise DetcalInputError("scores must be finite", record=f"prediction row {bad}", field="score")
+    order_img = np.argsort(images, kind="stable")
+    pos = np.clip(np.searchsorted(images[order_img], ids), 0, max(len(images) - 1, 0))
+    known = (images[order_img][pos] == ids) if len(images) else np.zeros(len(ids), bool)
+    if not np.all(known):
+        raise DetcalInputError(f"prediction for unknown image id {int(ids[~known][0])}", field="image_id")
+    img = order_img[pos]
+    order = np.lexsort((-score, img))
+    img, s = img[order], score[order]
+    n_img = len(images)
+    counts = np.bincount(img, minlength=n_img)
+    rank = np.arange(len(img)) - (np.cumsum(counts) - counts)[img]
+    if method == "threshold":
+        kept = s > param
+    elif method == "topk":
+        kept = rank < int(param)
+    else:
+        if box is None:
+            raise DetcalInputError("NMS post-processing needs the boxes", field="box")
+        kept = _nms_keep(np.asarray(box, dtype=np.float64).reshape(-1, 4)[order], s, img, n_img, float(param))
+    return order, img, s, kept, rank, n_img
+
+
+def kept_mask(
+    image_id: np.ndarray,
+    score: np.ndarray,
+    images: np.ndarray,
+    method: str = "threshold",
+    param: float = 0.3,
+    box: np.ndarray | None = None,
+) -> np.ndarray:
+    """Which predictions [D] (input order) the post-processing ``method`` at ``param`` keeps."""
+    order, _, _, kept, _, _ = _sorted_split(image_id, score, images, method, param, box)
+    out = np.zeros(len(order), bool)
+    out[order] = kept
+    return out
+
+
 def split_confidence(
     image_id: np.ndarray,
     score: np.ndarray,
@@ -103,43 +154,10 @@ def split_confidence(
 
     ``image_id [D]``, ``score [D]`` (top class probability) and, for ``nms``, ``box [D,4]`` xyxy.
     """
-    if method not in METHODS:
-        raise DetcalInputError(f"unknown post-processing {method!r}; choose one of {METHODS}", field="method")
-    images = np.asarray(images, dtype=np.int64).reshape(-1)
-    score = np.asarray(score, dtype=np.float64).reshape(-1)
-    ids = np.asarray(image_id, dtype=np.int64).reshape(-1)
-    if len(ids) != len(score):
-        raise DetcalInputError(f"image_id has {len(ids)} rows, score {len(score)}", field="score")
-    if not np.all(np.isfinite(score)):
-        raise DetcalInputError(
-            "scores must be finite",
-            record=f"prediction row {int(np.flatnonzero(~np.isfinite(score))[0])}",
-            field="score",
-        )
-    order_img = np.argsort(images, kind="stable")
-    pos = np.clip(np.searchsorted(images[order_img], ids), 0, max(len(images) - 1, 0))
-    known = (len(images) > 0) & (images[order_img][pos] == ids) if len(images) else np.zeros(len(ids), bool)
-    if not np.all(known):
-        raise DetcalInputError(f"prediction for unknown image id {int(ids[~known][0])}", field="image_id")
-    img = order_img[pos]
-    order = np.lexsort((-score, img))
-    img, s = img[order], score[order]
-    n_img = len(images)
+    _, img, s, kept, rank, n_img = _sorted_split(image_id, score, images, method, param, box)
     counts = np.bincount(img, minlength=n_img)
-    rank = np.arange(len(img)) - (np.cumsum(counts) - counts)[img]
-    if method == "threshold":
-        kept = s > param
-    elif method == "topk":
-        kept = rank < min(int(param), np.iinfo(np.int64).max)
-    else:
-        if box is None:
-            raise DetcalInputError("NMS post-processing needs the boxes", field="box")
-        kept = _nms_keep(np.asarray(box, dtype=np.float64).reshape(-1, 4)[order], s, img, n_img, float(param))
     n_pos = np.bincount(img, weights=kept, minlength=n_img)
-    if method == "nms":
-        neg = rank >= n_pos[img]
-    else:
-        neg = ~kept
+    neg = rank >= n_pos[img] if method == "nms" else ~kept
     with np.errstate(divide="ignore", invalid="ignore"):
         conf_pos = np.bincount(img, weights=np.where(kept, s, 0.0), minlength=n_img) / n_pos
         n_neg = np.bincount(img, weights=neg, minlength=n_img)

@@ -73,7 +73,8 @@ class ObjectScores:
     ``gt_rows [O]`` rows of the objects in the ground truth; ``image_id [O]``;
     ``iou_thresholds [T]``; ``brier [T,O]``; ``n_matched [T,O]`` detections
     aggregated (0: missed, Brier 1); ``brier_kind`` ``"multiclass"`` or
-    ``"binary"``; ``aggregation``; ``variant``.
+    ``"binary"``; ``aggregation``; ``variant``; ``det_max_iou [D]`` each detection's highest IoU
+    with any object (0 without one): a detection with ``det_max_iou < tau`` never enters OCE at ``tau``.
     """
 
     gt_rows: np.ndarray
@@ -84,6 +85,7 @@ class ObjectScores:
     brier_kind: str
     aggregation: str
     variant: str
+    det_max_iou: np.ndarray | None = None
 
     @property
     def per_object(self) -> np.ndarray:
@@ -246,10 +248,12 @@ def object_scores(
     ycat = gt.category[rows]
     out = np.ones((len(taus), len(rows)))
     n_matched = np.zeros((len(taus), len(rows)), np.int64)
+    det_max_iou = np.zeros(len(dets))
     for g, d in image_pairs(dets.image_id, gt.image_id, rows):
         if len(g) == 0:
             continue
         iou = pair_iou(gt.box[g], dets.box[d])
+        np.maximum.at(det_max_iou, d, iou)
         lo, hi = int(local[g[0]]), int(local[g[-1]]) + 1
         obj = local[g] - lo
         for t, tau in enumerate(taus):
@@ -268,6 +272,7 @@ def object_scores(
         brier_kind=kind,
         aggregation=aggregation,
         variant=variant,
+        det_max_iou=det_max_iou,
     )
 
 

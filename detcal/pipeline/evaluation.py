@@ -27,12 +27,11 @@ import numpy as np
 
 from detcal.core.boxes import relative_features, xyxy_to_cxcywh
 from detcal.core.errors import DetcalInputError
-from detcal.pipeline.matcher import run_match
+from detcal.core.types import Dataset, Detections, MatchResult, MetricResult
+from detcal.pipeline.confidence_block import confidence_blocks, dece_maps, threshold_label
 from detcal.pipeline.progress import Progress
 from detcal.pipeline.sources import LoadedData, load_coco, load_data, release_memory
-from detcal.pipeline.confidence_block import confidence_blocks, dece_maps, threshold_label
-from detcal.pipeline.spec import FEATURES, DataSpec, EvaluationSpec, MatchingSpec
-from detcal.core.types import Dataset, Detections, MatchResult, MetricResult
+from detcal.pipeline.spec import FEATURES, DataSpec, EvaluationSpec
 
 if TYPE_CHECKING:
     from detcal.pipeline.result import EvaluationResult
@@ -294,7 +293,7 @@ def _variants(spec: EvaluationSpec, data: LoadedData) -> dict[str, str]:
 
 
 def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *,
-             workdir: str | os.PathLike | None = None, progress: bool = False) -> "EvaluationResult":
+             workdir: str | os.PathLike | None = None, progress: bool = False) -> EvaluationResult:
     """Evaluate one detector's calibration.
 
     ``gt``/``results``: paths of a COCO instances and a COCO results file, a
@@ -341,6 +340,12 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
 
         acc, loc = accuracy_block(spec, data), localisation_block(spec, data)
         timing["accuracy"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        from detcal.pipeline.oce_block import oce_block, per_image_rows, uq_detr_block
+
+        oce_rec, uq_rec = oce_block(spec, data), uq_detr_block(spec, data)
+        per_image = per_image_rows(oce_rec)
+        timing["oce"] = time.perf_counter() - t0
     ds, dets = data.dataset, data.detections
     warn = [f"confidence at {lbl}: {blk['_sample']['skipped']}" for lbl, blk in conf.items()
             if "skipped" in blk.get("_sample", {})]
@@ -364,8 +369,11 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
         "regression": reg,
         "accuracy": acc,
         "localisation": loc,
+        "oce": oce_rec,
+        "uq_detr": uq_rec,
         "per_class": _per_class(spec, data, mr, extra, acc) if conf_on and spec.confidence.per_class else {},
         "warnings": warn,
         "timing_s": {k: round(v, 3) for k, v in timing.items()},
     }
-    return EvaluationResult(record=record, data=data, match=mr, features=feats, clipped=clipped, spec=spec)
+    return EvaluationResult(record=record, data=data, match=mr, features=feats, clipped=clipped, spec=spec,
+                            per_image=per_image)

@@ -6,9 +6,10 @@ parameters) and offers ``to_dict()`` (the metrics.json content, strict JSON),
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -81,6 +82,7 @@ class EvaluationResult(Result):
     clipped: np.ndarray | None = None
     spec: Any = None
     detections_format: str = "csv"
+    per_image: Any = None
 
     def __post_init__(self) -> None:
         self.command = "detcal-evaluate"
@@ -103,6 +105,9 @@ class EvaluationResult(Result):
             else:
                 write_columns_csv(out / "detections.csv", cols)
                 files.append("detections.csv")
+        if self.per_image is not None and self.spec is not None and self.spec.oce.per_image_csv:
+            write_text(out / "oce_per_image.csv", per_image_csv(self.per_image))
+            files.append("oce_per_image.csv")
         if plots:
             from detcal.reports.evaluation_plots import evaluation_plots
 
@@ -126,6 +131,40 @@ class EvaluationResult(Result):
 
     def to_markdown(self) -> str:
         return evaluation_summary({**results_json.strict(results_json.header(self.command)), **self.plain()})
+
+
+def per_image_csv(cols: Mapping[str, np.ndarray]) -> str:
+    """oce_per_image.csv: one row per image (image_id, OCE of the kept detections, Conf+, Conf-,
+    contrastive confidence with the fitted lambda, validation half or not); empty for NaN."""
+    names = ["image_id", "oce", "conf_pos", "conf_neg", "contrastive_conf", "validation"]
+    lines = [",".join(names)]
+    vals = [np.asarray(cols[n]) for n in names]
+    for row in zip(*vals):
+        lines.append(",".join(str(int(v)) if i in (0, 5) else ("" if not np.isfinite(v) else repr(float(v)))
+                              for i, v in enumerate(row)))
+    return "\n".join(lines) + "\n"
+
+
+def _oce_md(o: Mapping[str, Any], u: Mapping[str, Any]) -> list[str]:
+    """OCE, what it does not see, the image-level reliability and the uq_detr variants."""
+    out: list[str] = []
+    if "oce" in o:
+        p = o["oce"]["params"]
+        out += [f"### Object-level calibration (OCE, Park et al. 2026; docs/newest_measures.md; Brier: {p['brier']})", "",
+                comparison_table({"detector": o["by_aggregation"]}, list(o["by_aggregation"]), label="aggregation"),
+                f"IoU thresholds {p['iou_thresholds']}; objects: {p['objects']}. Not seen by OCE: "
+                + ", ".join(f"{k}: {v}" for k, v in o["not_seen"]["n_overlapping_no_object"].items())
+                + f" of {o['not_seen']['n_detections']} detections overlap no object.", ""]
+        r = o.get("image_reliability") or {}
+        if r.get("lambda") is not None:
+            out += [f"Image-level reliability (contrastive confidence, {r['method']} {r['param']}): lambda "
+                    f"{r['lambda']} fitted on {r['n_validation']} images (Pearson {format_value(r['pearson_validation'])}"
+                    f"), Pearson with minus the per-image OCE on the other {r['n_test']}: "
+                    f"{format_value(r['pearson_test'])}" + (f" -- WARNING: {r['warning']}" if r.get("warning") else ""), ""]
+    if "lrp" in u:
+        out += ["### D-ECE, LaECE, LRP with uq-detr's conventions (uq_detr variants)", "",
+                comparison_table({"detector": u}, ["dece", "laece", "lrp"], label=""), ""]
+    return out
 
 
 def evaluation_summary(m: Mapping[str, Any]) -> str:
@@ -184,6 +223,7 @@ def evaluation_summary(m: Mapping[str, Any]) -> str:
     else:
         parts += ["### Box-uncertainty calibration", "", f"skipped: {s.get('skipped')}", ""]
     parts += _accuracy_md(m.get("accuracy") or {}, m.get("localisation") or {})
+    parts += _oce_md(m.get("oce") or {}, m.get("uq_detr") or {})
     pc = m.get("per_class") or {}
     if pc.get("rows"):
         from detcal.reports.per_class import table_markdown

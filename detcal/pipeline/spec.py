@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from detcal.core.errors import DetcalError
 
@@ -40,6 +40,8 @@ __all__ = [
     "BootstrapSpec",
     "AccuracySpec",
     "LocalisationSpec",
+    "OCESpec",
+    "UqDetrSpec",
     "ParallelSpec",
     "EvaluationSpec",
     "SplitSpec",
@@ -114,16 +116,16 @@ class DataSpec:
     """
 
     source: str = "synthetic"
-    gt: Optional[str] = None
-    results: Optional[str] = None
-    label_dir: Optional[str] = None
-    results_dir: Optional[str] = None
-    image_dir: Optional[str] = None
-    sizes: Optional[str] = None
+    gt: str | None = None
+    results: str | None = None
+    label_dir: str | None = None
+    results_dir: str | None = None
+    image_dir: str | None = None
+    sizes: str | None = None
     difficulty: str = "moderate"
-    image_ids: Optional[Any] = None
+    image_ids: Any | None = None
     unknown_category: str = "drop"
-    out_dir: Optional[str] = None
+    out_dir: str | None = None
     n_images: int = 2000
     seed: int = 0
     format: str = "coco"
@@ -131,7 +133,7 @@ class DataSpec:
     detector_kwargs: dict[str, Any] = field(default_factory=dict)
     bundle: str = "coco_tfzoo"
     detector: str = "rfcn-resnet-101"
-    chunk_bytes: Optional[int] = None
+    chunk_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.chunk_bytes is not None:
@@ -163,7 +165,7 @@ class MatchingSpec:
     iou_thresholds: Any = field(default_factory=lambda: [0.5, 0.75])
     class_agnostic: bool = False
     score_threshold: float = 0.0
-    max_dets: Optional[int] = 100
+    max_dets: int | None = 100
     gt_ignore: str = "pycocotools"
 
     def __post_init__(self) -> None:
@@ -255,12 +257,12 @@ class ConfidenceSpec:
     ``homogeneity_spread`` (``std``, or Thetis's ``variance``)."""
 
     enabled: bool = True
-    iou_thresholds: Optional[list[float]] = None
+    iou_thresholds: list[float] | None = None
     maps: list[list[str]] = field(default_factory=lambda: [["cx", "cy"], ["w", "h"]])
     per_class: bool = True
     per_class_top_n: int = 9
     log_counts: bool = False
-    edges: Optional[str] = None
+    edges: str | None = None
     homogeneity_spread: str = "std"
 
     def __post_init__(self) -> None:
@@ -346,7 +348,7 @@ class LocalisationSpec:
     closed: str = "right"
     variant: str = "kuzucu2024"
     pdq: bool = False
-    pdq_fixed_cov: Optional[float] = None
+    pdq_fixed_cov: float | None = None
 
     def __post_init__(self) -> None:
         _prob("localisation.tau", self.tau)
@@ -356,6 +358,62 @@ class LocalisationSpec:
         _int("localisation.laece_bins", self.laece_bins, 1)
         _choice("localisation.closed", self.closed, ("right", "left"))
         _choice("localisation.variant", self.variant, ("kuzucu2024", "fiveai"))
+
+
+@dataclass
+class OCESpec:
+    """Object-level calibration (Park et al., TPAMI 2026; docs/newest_measures.md): OCE at the IoU
+    ``iou_thresholds`` with every aggregation (``aggregation`` is the headline one), the Brier
+    score ``brier`` (auto: exact multi-class when the results carry ``all_scores``), the objects of
+    ``variant`` (detcal: crowd / ignored boxes are not objects; uq_detr: every box). ``reliability``:
+    per-image contrastive confidence (kept by ``reliability_method`` at ``reliability_param``), its
+    lambda fitted on a seeded half of the images to the per-image OCE and the correlation on the
+    other half; ``per_image_csv`` writes the per-image scores (oce_per_image.csv)."""
+
+    enabled: bool = True
+    iou_thresholds: list[float] = field(default_factory=lambda: [0.5, 0.75])
+    aggregation: str = "mean"
+    brier: str = "auto"
+    variant: str = "detcal"
+    reliability: bool = True
+    reliability_method: str = "threshold"
+    reliability_param: float = 0.3
+    reliability_seed: int = 0
+    per_image_csv: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.iou_thresholds:
+            raise ConfigError("oce.iou_thresholds", "needs at least one IoU threshold")
+        for t in self.iou_thresholds:
+            _prob("oce.iou_thresholds", t, open_lo=True)
+        _choice("oce.aggregation", self.aggregation, ("mean", "max_iou", "iou_weighted"))
+        _choice("oce.brier", self.brier, ("auto", "multiclass", "binary"))
+        _choice("oce.variant", self.variant, ("detcal", "uq_detr"))
+        _choice("oce.reliability_method", self.reliability_method, ("threshold", "topk", "nms"))
+        if not (isinstance(self.reliability_param, (int, float)) and math.isfinite(self.reliability_param)
+                and self.reliability_param >= 0):
+            raise ConfigError("oce.reliability_param", f"must be a number >= 0, got {self.reliability_param!r}")
+        _int("oce.reliability_seed", self.reliability_seed, 0)
+
+
+@dataclass
+class UqDetrSpec:
+    """D-ECE, LaECE and LRP with uq-detr 0.1.1's conventions (docs/newest_measures.md), recorded
+    under ``uq_detr`` when ``enabled``: TP IoU ``tau`` (> 0), ``bins`` over each sample's score
+    range, ``tp_criterion`` greedy (>= tau, one detection per box) or independent (> tau),
+    crowd boxes as plain objects (``crowd=object``) or removed (``drop``)."""
+
+    enabled: bool = False
+    tau: float = 0.5
+    bins: int = 25
+    tp_criterion: str = "greedy"
+    crowd: str = "object"
+
+    def __post_init__(self) -> None:
+        _prob("uq_detr.tau", self.tau, open_lo=True, open_hi=True)
+        _int("uq_detr.bins", self.bins, 1)
+        _choice("uq_detr.tp_criterion", self.tp_criterion, ("greedy", "independent"))
+        _choice("uq_detr.crowd", self.crowd, ("object", "drop"))
 
 
 @dataclass
@@ -390,6 +448,8 @@ class EvaluationSpec:
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
     accuracy: AccuracySpec = field(default_factory=AccuracySpec)
     localisation: LocalisationSpec = field(default_factory=LocalisationSpec)
+    oce: OCESpec = field(default_factory=OCESpec)
+    uq_detr: UqDetrSpec = field(default_factory=UqDetrSpec)
     parallel: ParallelSpec = field(default_factory=ParallelSpec)
 
 
@@ -413,7 +473,7 @@ class CalibrationSpec:
     calibrator on the regression sample (``regression.sample_iou``).
     ``in_sample`` also evaluates on the calibration part (labelled optimistic)."""
 
-    fit_iou: Optional[float] = 0.5
+    fit_iou: float | None = 0.5
     features: list[str] = field(default_factory=lambda: list(FEATURES))
     in_sample: bool = False
     split: SplitSpec = field(default_factory=SplitSpec)
