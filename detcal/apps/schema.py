@@ -4,23 +4,23 @@ of :mod:`detcal.pipeline.spec`, registered in Hydra's ConfigStore by
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from detcal.pipeline.spec import (
     AccuracySpec,
+    LocalisationSpec,
     BootstrapSpec,
+    OCESpec,
+    UqDetrSpec,
     CalibrationSpec,
     ConfidenceSpec,
     DataSpec,
     DeceBinningSpec,
     EvaluationSpec,
-    LocalisationSpec,
     MatchingSpec,
-    OCESpec,
     ParallelSpec,
     RegressionSpec,
     SigmaBinningSpec,
-    UqDetrSpec,
 )
 
 __all__ = ["OutputSpec", "EvaluateApp", "CalibrateApp"]
@@ -80,7 +80,7 @@ class CalibrateApp(_EvaluationFields):
 
     name: str = "calibrate"
     data: DataSpec = field(default_factory=DataSpec)
-    eval_data: DataSpec | None = None
+    eval_data: Optional[DataSpec] = None
     calibrator: Any = None
     regression_calibrator: Any = None
     calibration: CalibrationSpec = field(default_factory=CalibrationSpec)
@@ -95,7 +95,7 @@ class CompareApp:
     data: DataSpec = field(default_factory=lambda: DataSpec(source="bundled"))
     detectors: list[str] = field(default_factory=list)   # bundled data: which detectors ([] = all)
     results: dict[str, str] = field(default_factory=dict)  # data=coco: name -> COCO results file
-    baseline: str | None = None
+    baseline: Optional[str] = None
     iou: float = 0.5
     matching: str = "exclusive"
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)

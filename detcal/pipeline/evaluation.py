@@ -27,11 +27,12 @@ import numpy as np
 
 from detcal.core.boxes import relative_features, xyxy_to_cxcywh
 from detcal.core.errors import DetcalInputError
-from detcal.core.types import Dataset, Detections, MatchResult, MetricResult
-from detcal.pipeline.confidence_block import confidence_blocks, dece_maps, threshold_label
+from detcal.pipeline.matcher import run_match
 from detcal.pipeline.progress import Progress
 from detcal.pipeline.sources import LoadedData, load_coco, load_data, release_memory
-from detcal.pipeline.spec import FEATURES, DataSpec, EvaluationSpec
+from detcal.pipeline.confidence_block import confidence_blocks, dece_maps, threshold_label
+from detcal.pipeline.spec import FEATURES, DataSpec, EvaluationSpec, MatchingSpec
+from detcal.core.types import Dataset, Detections, MatchResult, MetricResult
 
 if TYPE_CHECKING:
     from detcal.pipeline.result import EvaluationResult
@@ -293,7 +294,7 @@ def _variants(spec: EvaluationSpec, data: LoadedData) -> dict[str, str]:
 
 
 def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *,
-             workdir: str | os.PathLike | None = None, progress: bool = False) -> EvaluationResult:
+             workdir: str | os.PathLike | None = None, progress: bool = False) -> "EvaluationResult":
     """Evaluate one detector's calibration.
 
     ``gt``/``results``: paths of a COCO instances and a COCO results file, a

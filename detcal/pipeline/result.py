@@ -6,10 +6,9 @@ parameters) and offers ``to_dict()`` (the metrics.json content, strict JSON),
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from detcal.core.errors import DetcalError
 
@@ -116,16 +116,16 @@ class DataSpec:
     """
 
     source: str = "synthetic"
-    gt: str | None = None
-    results: str | None = None
-    label_dir: str | None = None
-    results_dir: str | None = None
-    image_dir: str | None = None
-    sizes: str | None = None
+    gt: Optional[str] = None
+    results: Optional[str] = None
+    label_dir: Optional[str] = None
+    results_dir: Optional[str] = None
+    image_dir: Optional[str] = None
+    sizes: Optional[str] = None
     difficulty: str = "moderate"
-    image_ids: Any | None = None
+    image_ids: Optional[Any] = None
     unknown_category: str = "drop"
-    out_dir: str | None = None
+    out_dir: Optional[str] = None
     n_images: int = 2000
     seed: int = 0
     format: str = "coco"
@@ -133,7 +133,7 @@ class DataSpec:
     detector_kwargs: dict[str, Any] = field(default_factory=dict)
     bundle: str = "coco_tfzoo"
     detector: str = "rfcn-resnet-101"
-    chunk_bytes: int | None = None
+    chunk_bytes: Optional[int] = None
 
     def __post_init__(self) -> None:
         if self.chunk_bytes is not None:
@@ -165,7 +165,7 @@ class MatchingSpec:
     iou_thresholds: Any = field(default_factory=lambda: [0.5, 0.75])
     class_agnostic: bool = False
     score_threshold: float = 0.0
-    max_dets: int | None = 100
+    max_dets: Optional[int] = 100
     gt_ignore: str = "pycocotools"
 
     def __post_init__(self) -> None:
@@ -257,12 +257,12 @@ class ConfidenceSpec:
     ``homogeneity_spread`` (``std``, or Thetis's ``variance``)."""
 
     enabled: bool = True
-    iou_thresholds: list[float] | None = None
+    iou_thresholds: Optional[list[float]] = None
     maps: list[list[str]] = field(default_factory=lambda: [["cx", "cy"], ["w", "h"]])
     per_class: bool = True
     per_class_top_n: int = 9
     log_counts: bool = False
-    edges: str | None = None
+    edges: Optional[str] = None
     homogeneity_spread: str = "std"
 
     def __post_init__(self) -> None:
@@ -348,7 +348,7 @@ class LocalisationSpec:
     closed: str = "right"
     variant: str = "kuzucu2024"
     pdq: bool = False
-    pdq_fixed_cov: float | None = None
+    pdq_fixed_cov: Optional[float] = None
 
     def __post_init__(self) -> None:
         _prob("localisation.tau", self.tau)
@@ -473,7 +473,7 @@ class CalibrationSpec:
     calibrator on the regression sample (``regression.sample_iou``).
     ``in_sample`` also evaluates on the calibration part (labelled optimistic)."""
 
-    fit_iou: float | None = 0.5
+    fit_iou: Optional[float] = 0.5
     features: list[str] = field(default_factory=lambda: list(FEATURES))
     in_sample: bool = False
     split: SplitSpec = field(default_factory=SplitSpec)
