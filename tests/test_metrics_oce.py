@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -183,3 +185,95 @@ def test_fit_lambda_picks_the_best_correlation() -> None:
     assert pearson(np.ones((1, 5)), np.arange(5.0))[0] != pearson(np.ones((1, 5)), np.arange(5.0))[0]  # NaN
     with pytest.raises(DetcalInputError, match="at least 3"):
         fit_lambda(pos[:2], neg[:2], rel[:2])
+
+
+def test_evaluate_writes_oce_without_changing_other_numbers(tmp_path) -> None:
+    import csv
+    import json
+
+    import jsonschema
+
+    from detcal.data.bundled import load
+    from detcal.metrics.uq_detr import uq_detr_suite
+    from detcal.pipeline.evaluation import evaluate
+    from detcal.pipeline.spec import BootstrapSpec, EvaluationSpec, OCESpec, UqDetrSpec
+
+    ds, dets = load("coco_mini79", detector="rfcn-resnet-101")
+    on = EvaluationSpec(bootstrap=BootstrapSpec(n=0), oce=OCESpec(per_image_csv=True), uq_detr=UqDetrSpec(enabled=True))
+    off = EvaluationSpec(bootstrap=BootstrapSpec(n=0), oce=OCESpec(enabled=False))
+    a = evaluate(ds, dets, on).write(tmp_path / "on", plots=False, csv=False)
+    b = evaluate(ds, dets, off).write(tmp_path / "off", plots=False, csv=False)
+    schema = json.loads((Path(__file__).parents[1] / "detcal/schemas/metrics.schema.json").read_text())
+    jsonschema.validate(a, schema)
+    same = (
+        "data",
+        "matching",
+        "detections",
+        "headline",
+        "confidence",
+        "regression",
+        "accuracy",
+        "localisation",
+        "per_class",
+    )
+    assert {k: a[k] for k in same} == {k: b[k] for k in same}
+    assert b["oce"] == {"_skipped": "oce.enabled=false"}
+    assert a["oce"]["oce"]["value"] == oce(dets, ds.gt).value
+    assert a["oce"]["oce"]["params"]["brier"] == "binary"
+    for agg in ("max_iou", "iou_weighted"):
+        assert a["oce"]["by_aggregation"][agg]["value"] == oce(dets, ds.gt, aggregation=agg).value
+    ref = uq_detr_suite(dets, ds.gt)
+    assert {k: a["uq_detr"][k]["value"] for k in ref} == {k: r.value for k, r in ref.items()}
+    rel = a["oce"]["image_reliability"]
+    assert rel["n_images"] == 79 and rel["lambda"] in rel["lambda_grid"] and -1 <= rel["pearson_test"] <= 1
+    assert "raw outputs" in rel["warning"]  # the bundled detections are cut at 0.3
+    rows = list(csv.DictReader((tmp_path / "on" / "oce_per_image.csv").open()))
+    assert len(rows) == 79 and "oce_per_image.csv" in a["files"]
+    kept = dets.select(dets.score > 0.3)
+    s = object_scores(kept, ds.gt)
+    per = per_image_oce(s, ds.images.id)
+    got = np.array([float(r["oce"]) if r["oce"] else np.nan for r in rows])
+    np.testing.assert_allclose(got, per, rtol=0, atol=1e-15)
+    assert "Object-level calibration" in (tmp_path / "on" / "summary.md").read_text()
+
+
+def test_all_scores_in_coco_results_give_the_exact_brier(tmp_path: Path) -> None:
+    import json
+
+    from detcal.data.coco import load_coco_instances, load_coco_results
+    from detcal.pipeline.evaluation import evaluate
+    from detcal.pipeline.spec import BootstrapSpec, EvaluationSpec
+
+    inst = {
+        "images": [{"id": 1, "width": 100, "height": 100}, {"id": 2, "width": 100, "height": 100}],
+        "categories": [{"id": 3, "name": "a"}, {"id": 1, "name": "b"}],
+        "annotations": [
+            {"id": 1, "image_id": 1, "category_id": 1, "bbox": [0, 0, 10, 10], "area": 100, "iscrowd": 0},
+            {"id": 2, "image_id": 2, "category_id": 3, "bbox": [20, 20, 10, 10], "area": 100, "iscrowd": 0},
+        ],
+    }
+    res = [
+        {"image_id": 1, "category_id": 1, "bbox": [0, 0, 10, 10], "score": 0.7, "all_scores": [0.7, 0.2]},
+        {"image_id": 1, "category_id": 3, "bbox": [0, 0, 10, 5], "score": 0.6, "all_scores": [0.3, 0.6]},
+        {"image_id": 2, "category_id": 1, "bbox": [50, 50, 10, 10], "score": 0.9, "all_scores": [0.9, 0.1]},
+    ]
+    (tmp_path / "gt.json").write_text(json.dumps(inst))
+    (tmp_path / "res.json").write_text(json.dumps(res))
+    ds = load_coco_instances(tmp_path / "gt.json")
+    dets = load_coco_results(tmp_path / "res.json", dataset=ds)
+    np.testing.assert_array_equal(dets.class_probs, [[0.7, 0.2], [0.3, 0.6], [0.9, 0.1]])
+    # columns in ascending category id: column 0 is category 1, column 1 category 3.
+    # image 1, object of category 1 (column 0): tau 0.5, mean of both rows: [0.5, 0.4] -> 0.5^2 + 0.4^2 = 0.41;
+    # tau 0.75: the first row alone: 0.3^2 + 0.2^2 = 0.13. Image 2's object is missed: 1.
+    r = evaluate(tmp_path / "gt.json", tmp_path / "res.json", EvaluationSpec(bootstrap=BootstrapSpec(n=0)))
+    o = r.to_dict()["oce"]["oce"]
+    assert o["params"]["brier"] == "multiclass"
+    np.testing.assert_allclose(o["table"]["oce"], [(0.41 + 1) / 2, (0.13 + 1) / 2], atol=1e-15)
+    res[1]["all_scores"] = [0.3, 1.5]
+    (tmp_path / "bad.json").write_text(json.dumps(res))
+    with pytest.raises(DetcalInputError, match="all_scores"):
+        load_coco_results(tmp_path / "bad.json", dataset=ds)
+    res[1]["all_scores"] = [0.3, 0.5, 0.2]
+    (tmp_path / "bad.json").write_text(json.dumps(res))
+    with pytest.raises(DetcalInputError, match="all_scores"):
+        load_coco_results(tmp_path / "bad.json", dataset=ds)
