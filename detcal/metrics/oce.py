@@ -57,7 +57,7 @@ from scipy import sparse
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Detections, GroundTruth, MetricResult
-from detcal.metrics._pairs import image_pairs, pair_iou
+from detcal.metrics._pairs import BoxColumns, image_pairs, pairs_at_least
 
 OCE_THRESHOLDS: tuple[float, ...] = (0.5, 0.75)
 """IoU thresholds of the paper (and of uq-detr's default)."""
@@ -74,7 +74,8 @@ class ObjectScores:
     ``iou_thresholds [T]``; ``brier [T,O]``; ``n_matched [T,O]`` detections
     aggregated (0: missed, Brier 1); ``brier_kind`` ``"multiclass"`` or
     ``"binary"``; ``aggregation``; ``variant``; ``det_max_iou [D]`` each detection's highest IoU
-    with any object (0 without one): a detection with ``det_max_iou < tau`` never enters OCE at ``tau``.
+    with any object when it reaches the lowest threshold, else 0: a detection with
+    ``det_max_iou < tau`` never enters OCE at ``tau``.
     """
 
     gt_rows: np.ndarray
@@ -160,6 +161,17 @@ def _first_per_group(group: np.ndarray, *keys: np.ndarray) -> tuple[np.ndarray, 
     return g[first], order[first]
 
 
+def _best_per_object(obj: np.ndarray, iou: np.ndarray, n_obj: int) -> tuple[np.ndarray, np.ndarray]:
+    """(objects, pair index of the highest IoU of each, the first of equal ones) for pairs sorted by
+    object and, within an object, by detection row (the order :func:`image_pairs` gives)."""
+    gmax = np.full(n_obj, -np.inf)
+    np.maximum.at(gmax, obj, iou)
+    cand = np.flatnonzero(iou == gmax[obj])
+    first = np.ones(len(cand), bool)
+    first[1:] = obj[cand[1:]] != obj[cand[:-1]]
+    return obj[cand[first]], cand[first]
+
+
 def _majority_label(obj: np.ndarray, label: np.ndarray, n_obj: int) -> np.ndarray:
     """Most frequent label per object [n_obj] (ties: the smallest label); -1 where no pair."""
     out = np.full(n_obj, -1, np.int64)
@@ -193,7 +205,7 @@ def _block_brier(
     hit = n > 0
     if not hit.any():
         return out, n
-    groups, best = _first_per_group(obj, -iou, det)
+    groups, best = _best_per_object(obj, iou, n_obj)
     best_det = np.zeros(n_obj, np.int64)
     best_det[groups] = det[best]
     if aggregation == "iou_weighted":
@@ -249,10 +261,13 @@ def object_scores(
     out = np.ones((len(taus), len(rows)))
     n_matched = np.zeros((len(taus), len(rows)), np.int64)
     det_max_iou = np.zeros(len(dets))
+    gcols, dcols = BoxColumns(gt.box), BoxColumns(dets.box)
     for g, d in image_pairs(dets.image_id, gt.image_id, rows):
         if len(g) == 0:
             continue
-        iou = pair_iou(gt.box[g], dets.box[d])
+        g, d, iou = pairs_at_least(gcols, dcols, g, d, float(taus.min()))  # pairs below every threshold never count
+        if len(g) == 0:
+            continue
         np.maximum.at(det_max_iou, d, iou)
         lo, hi = int(local[g[0]]), int(local[g[-1]]) + 1
         obj = local[g] - lo
