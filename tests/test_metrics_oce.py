@@ -277,3 +277,42 @@ def test_all_scores_in_coco_results_give_the_exact_brier(tmp_path: Path) -> None
     (tmp_path / "bad.json").write_text(json.dumps(res))
     with pytest.raises(DetcalInputError, match="all_scores"):
         load_coco_results(tmp_path / "bad.json", dataset=ds)
+
+
+@pytest.mark.slow  # a detcal-evaluate subprocess (Hydra start-up)
+def test_oce_and_uq_detr_settings_from_the_command_line(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from detcal.pipeline.spec import ConfigError, OCESpec, UqDetrSpec
+
+    args = [
+        "data=coco_mini79",
+        "bootstrap.n=0",
+        "output.plots=false",
+        "output.detections_csv=false",
+        "output.print_summary=false",
+        "confidence.enabled=false",
+        "regression.enabled=false",
+        "oce.aggregation=iou_weighted",
+        "oce.variant=uq_detr",
+        "oce.reliability_method=topk",
+        "oce.reliability_param=5",
+        "uq_detr.enabled=true",
+        "uq_detr.tp_criterion=independent",
+        f"hydra.run.dir={tmp_path}",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "detcal.apps.evaluate", *args], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = json.loads((tmp_path / "metrics.json").read_text())
+    assert m["oce"]["oce"]["params"]["aggregation"] == "iou_weighted" and m["oce"]["oce"]["variant"] == "uq_detr"
+    assert m["oce"]["image_reliability"]["method"] == "topk"
+    assert m["uq_detr"]["laece"]["params"]["tp_criterion"] == "independent"
+    assert m["uq_detr"]["laece"]["params"]["iou_rule"] == "> tau"
+    with pytest.raises(ConfigError, match="oce.aggregation"):
+        OCESpec(aggregation="median")
+    with pytest.raises(ConfigError, match="uq_detr.tau"):
+        UqDetrSpec(tau=0.0)

@@ -237,19 +237,21 @@ def _block_brier(
     return out, n
 
 
-def object_scores(
+def object_scores_by_aggregation(
     dets: Detections,
     gt: GroundTruth,
     iou_thresholds: Sequence[float] = OCE_THRESHOLDS,
-    aggregation: str = "mean",
+    aggregations: Sequence[str] = AGGREGATIONS,
     *,
     brier: str = "auto",
     variant: str = "detcal",
     categories: Sequence[int] | None = None,
-) -> ObjectScores:
-    """Per-object Brier scores of OCE (see the module docstring); ``categories``: the ascending
-    category ids of the ``class_probs`` columns (default: the ground truth's categories)."""
-    taus = _check_args(iou_thresholds, aggregation, brier, variant)
+) -> dict[str, ObjectScores]:
+    """Per-object Brier scores of OCE for several aggregations from one pass over the pairs."""
+    aggregations = tuple(aggregations)
+    taus = _check_args(iou_thresholds, "mean", brier, variant)
+    for agg in aggregations:
+        _check_args(iou_thresholds, agg, brier, variant)
     kind = ("multiclass" if dets.class_probs is not None else "binary") if brier == "auto" else brier
     rows = np.arange(len(gt)) if variant == "uq_detr" else np.flatnonzero(~(gt.iscrowd | gt.ignore))
     ycol = _class_columns(dets, gt, rows, categories) if kind == "multiclass" else np.zeros(len(rows), np.int64)
@@ -258,7 +260,7 @@ def object_scores(
     local = np.full(len(gt), -1, np.int64)
     local[rows] = np.arange(len(rows))
     ycat = gt.category[rows]
-    out = np.ones((len(taus), len(rows)))
+    out = {a: np.ones((len(taus), len(rows))) for a in aggregations}
     n_matched = np.zeros((len(taus), len(rows)), np.int64)
     det_max_iou = np.zeros(len(dets))
     gcols, dcols = BoxColumns(gt.box), BoxColumns(dets.box)
@@ -273,22 +275,41 @@ def object_scores(
         obj = local[g] - lo
         for t, tau in enumerate(taus):
             keep = iou >= tau
-            b, n = _block_brier(
-                obj[keep], d[keep], iou[keep], hi - lo, dets, ycol[lo:hi], ycat[lo:hi], aggregation, kind
-            )
-            out[t, lo:hi] = b
+            for agg in aggregations:
+                b, n = _block_brier(obj[keep], d[keep], iou[keep], hi - lo, dets, ycol[lo:hi], ycat[lo:hi], agg, kind)
+                out[agg][t, lo:hi] = b
             n_matched[t, lo:hi] = n
-    return ObjectScores(
-        gt_rows=rows,
-        image_id=gt.image_id[rows],
-        iou_thresholds=taus,
-        brier=out,
-        n_matched=n_matched,
-        brier_kind=kind,
-        aggregation=aggregation,
-        variant=variant,
-        det_max_iou=det_max_iou,
-    )
+    return {
+        agg: ObjectScores(
+            gt_rows=rows,
+            image_id=gt.image_id[rows],
+            iou_thresholds=taus,
+            brier=out[agg],
+            n_matched=n_matched,
+            brier_kind=kind,
+            aggregation=agg,
+            variant=variant,
+            det_max_iou=det_max_iou,
+        )
+        for agg in aggregations
+    }
+
+
+def object_scores(
+    dets: Detections,
+    gt: GroundTruth,
+    iou_thresholds: Sequence[float] = OCE_THRESHOLDS,
+    aggregation: str = "mean",
+    *,
+    brier: str = "auto",
+    variant: str = "detcal",
+    categories: Sequence[int] | None = None,
+) -> ObjectScores:
+    """Per-object Brier scores of OCE (see the module docstring); ``categories``: the ascending
+    category ids of the ``class_probs`` columns (default: the ground truth's categories)."""
+    return object_scores_by_aggregation(
+        dets, gt, iou_thresholds, (aggregation,), brier=brier, variant=variant, categories=categories
+    )[aggregation]
 
 
 def oce_from_scores(s: ObjectScores) -> MetricResult:

@@ -31,7 +31,7 @@ def _not_seen(s: Any, n_det: int) -> dict[str, Any]:
     }
 
 
-def _reliability(spec: EvaluationSpec, data: LoadedData, images: np.ndarray) -> dict[str, Any]:
+def _reliability(spec: EvaluationSpec, data: LoadedData, images: np.ndarray, all_kept: Any) -> dict[str, Any]:
     """Contrastive confidence per image, lambda fitted on a seeded half, correlation on the other."""
     from detcal.metrics.image_reliability import LAMBDA_GRID, fit_lambda, pearson, per_image_oce, split_confidence
     from detcal.metrics.oce import object_scores
@@ -41,15 +41,18 @@ def _reliability(spec: EvaluationSpec, data: LoadedData, images: np.ndarray) -> 
         dets.image_id, dets.score, images, o.reliability_method, o.reliability_param, box=dets.box
     )
     kept = _kept(dets, images, o)
-    s = object_scores(
-        dets.select(kept),
-        data.dataset.gt,
-        o.iou_thresholds,
-        o.aggregation,
-        brier=o.brier,
-        variant=o.variant,
-        categories=_categories(data),
-    )
+    if kept.all():  # nothing discarded: the per-object scores of every detection
+        s = all_kept
+    else:
+        s = object_scores(
+            dets.select(kept),
+            data.dataset.gt,
+            o.iou_thresholds,
+            o.aggregation,
+            brier=o.brier,
+            variant=o.variant,
+            categories=_categories(data),
+        )
     rel = -per_image_oce(s, images)
     val = np.random.default_rng(o.reliability_seed).permutation(len(images)) < len(images) // 2
     out: dict[str, Any] = {
@@ -107,22 +110,25 @@ def oce_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:
         return {"_skipped": "oce.enabled=false"}
     if data.kitti is not None:
         return {"_skipped": "defined for COCO-style ground truth; not computed with KITTI rules"}
-    from detcal.metrics.oce import object_scores, oce_from_scores
+    from detcal.metrics.oce import object_scores_by_aggregation, oce_from_scores
 
     ds, dets = data.dataset, data.detections
-    by_agg = {}
-    for agg in ("mean", "max_iou", "iou_weighted"):
-        s = object_scores(
-            dets, ds.gt, o.iou_thresholds, agg, brier=o.brier, variant=o.variant, categories=_categories(data)
-        )
-        by_agg[agg] = s
+    by_agg = object_scores_by_aggregation(
+        dets,
+        ds.gt,
+        o.iou_thresholds,
+        ("mean", "max_iou", "iou_weighted"),
+        brier=o.brier,
+        variant=o.variant,
+        categories=_categories(data),
+    )
     out: dict[str, Any] = {
         "oce": oce_from_scores(by_agg[o.aggregation]).to_dict(),
         "by_aggregation": {k: oce_from_scores(v).to_dict() for k, v in by_agg.items()},
         "not_seen": _not_seen(by_agg["mean"], len(dets)),
     }
     if o.reliability:
-        out["image_reliability"] = _reliability(spec, data, np.asarray(ds.images.id))
+        out["image_reliability"] = _reliability(spec, data, np.asarray(ds.images.id), by_agg[o.aggregation])
     return out
 
 
