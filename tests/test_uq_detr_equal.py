@@ -163,6 +163,9 @@ def test_range_bins_are_linspace_digitize() -> None:
     for n, bins in ((1, 25), (2, 3), (500, 25), (200, 10)):
         x = np.round(rng.uniform(0.2, 0.95, n), 3)  # rounded: values on the edges occur
         group = rng.integers(0, 3, n)
+        if n > 2:  # group 0 also holds every edge of its own range exactly
+            x = np.concatenate([x, np.linspace(0.2, 0.95, bins + 1)])
+            group = np.concatenate([group, np.zeros(bins + 1, np.int64)])
         got = range_bins(x, group, 3, bins)
         for g in np.unique(group):
             xs = x[group == g]

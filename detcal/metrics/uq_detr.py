@@ -129,15 +129,21 @@ def range_bins(x: np.ndarray, group: np.ndarray, n_groups: int, bins: int) -> np
     hi = np.full(n_groups, -np.inf)
     np.minimum.at(lo, group, x)
     np.maximum.at(hi, group, x)
-    with np.errstate(invalid="ignore"):  # empty groups (inf - inf) never index the edges
+    with np.errstate(invalid="ignore"):  # empty groups (inf - inf) are never looked up
         step = (hi - lo) / bins
-        edges = np.arange(bins + 1, dtype=np.float64)[None, :] * step[:, None] + lo[:, None]
-    edges[:, -1] = hi
-    out = np.empty(len(x), np.int64)
-    chunk = 1 << 18
-    for s in range(0, len(x), chunk):
-        e = edges[group[s : s + chunk]]
-        out[s : s + chunk] = (e < x[s : s + chunk, None]).sum(axis=1)
+    lo_x, hi_x, step_x = lo[group], hi[group], step[group]
+
+    def edge(k: np.ndarray) -> np.ndarray:  # linspace's arithmetic: k * step + lo, the last edge hi
+        return np.where(k >= bins, hi_x, k * step_x + lo_x)
+
+    flat = step_x > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        guess = np.where(flat, np.ceil((x - lo_x) / np.where(flat, step_x, 1.0)), 0.0)
+    out = np.clip(guess, 0, bins + 1)  # the number of edges below x, up to rounding of the guess
+    for _ in range(2):  # exact against the edges themselves (the guess is off by at most one)
+        out -= (out > 0) & (edge(np.maximum(out - 1, 0)) >= x)
+        out += (out <= bins) & (edge(np.minimum(out, bins)) < x)
+    out = out.astype(np.int64)
     return np.clip(out, 1, bins) - 1
 
 
