@@ -9,16 +9,27 @@ accumulated in exact fixed point (three int64 words of 18 bits, resolution
 merging is integer addition: associative, order-free and bitwise identical to
 the one-shot computation, whatever the chunking.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from detcal.binning.edges import _EPS, EDGE_RULES, cell_index_columns, normalise_bins
 from detcal.binning.kernels import (  # noqa: F401  (NLL_CLIP is re-exported)
-    CHUNK, FX_BITS, NLL_CLIP, Workspace, add_words, cell_index_into, chunk_ok, chunks, fx_words_into, quick_arrays,
+    CHUNK,
+    FX_BITS,
+    NLL_CLIP,
+    Workspace,
+    add_words,
+    cell_index_into,
+    chunk_ok,
+    chunks,
+    fx_words_into,
+    quick_arrays,
     term_into,
 )
 from detcal.core.errors import DetcalInputError
@@ -85,7 +96,7 @@ class CellSums(NamedTuple):
     sum_se: np.ndarray
     sum_nll: np.ndarray
 
-    def total(self) -> "CellSums":
+    def total(self) -> CellSums:
         """Sums over the cell axis, keeping it with length 1: [..., 1]."""
         return CellSums(*(None if a is None else np.sum(a, axis=-1, keepdims=True) for a in self))
 
@@ -154,42 +165,59 @@ class CellStats:
         have = self.fixed.keys()
         get = lambda name: self._value(name) if name in have else None  # noqa: E731
         return CellSums(
-            self.count.astype(np.float64), self.sum_y.astype(np.float64),
+            self.count.astype(np.float64),
+            self.sum_y.astype(np.float64),
             self.sum_p if {"sum_p0", "sum_p1"} <= have else None,
-            get("sum_p0"), get("sum_p1"), get("sum_p2"), get("sum_se"), get("sum_nll"),
+            get("sum_p0"),
+            get("sum_p1"),
+            get("sum_p2"),
+            get("sum_se"),
+            get("sum_nll"),
         )
 
-    def total(self) -> "CellStats":
+    def total(self) -> CellStats:
         """Exact sums over the cells: a one-cell CellStats [..., 1] (for the cell-free metrics)."""
         return CellStats(
-            bins=(1,), edges=self.edges,
-            count=self.count.sum(axis=-1, keepdims=True), sum_y=self.sum_y.sum(axis=-1, keepdims=True),
+            bins=(1,),
+            edges=self.edges,
+            count=self.count.sum(axis=-1, keepdims=True),
+            sum_y=self.sum_y.sum(axis=-1, keepdims=True),
             fixed={k: v.sum(axis=-2, keepdims=True) for k, v in self.fixed.items()},
         )
 
-    def sum_groups(self) -> "CellStats":
+    def sum_groups(self) -> CellStats:
         """Exact sums over the leading group axis 0: [G, ..., C] -> [..., C]."""
         return CellStats(
-            bins=self.bins, edges=self.edges, count=self.count.sum(axis=0), sum_y=self.sum_y.sum(axis=0),
+            bins=self.bins,
+            edges=self.edges,
+            count=self.count.sum(axis=0),
+            sum_y=self.sum_y.sum(axis=0),
             fixed={k: v.sum(axis=0) for k, v in self.fixed.items()},
         )
 
-    def __add__(self, other: "CellStats") -> "CellStats":
+    def __add__(self, other: CellStats) -> CellStats:
         if not isinstance(other, CellStats):
             return NotImplemented
-        if (self.bins != other.bins or self.edges != other.edges or self.count.shape != other.count.shape
-                or self.fixed.keys() != other.fixed.keys()):
+        if (
+            self.bins != other.bins
+            or self.edges != other.edges
+            or self.count.shape != other.count.shape
+            or self.fixed.keys() != other.fixed.keys()
+        ):
             raise ValueError(
                 f"cannot merge CellStats with bins {self.bins}/{other.bins}, edges {self.edges}/{other.edges}, "
                 f"shapes {self.count.shape}/{other.count.shape}, statistics {sorted(self.fixed)}/{sorted(other.fixed)}"
             )
         return CellStats(
-            bins=self.bins, edges=self.edges, count=self.count + other.count, sum_y=self.sum_y + other.sum_y,
+            bins=self.bins,
+            edges=self.edges,
+            count=self.count + other.count,
+            sum_y=self.sum_y + other.sum_y,
             fixed={k: self.fixed[k] + other.fixed[k] for k in self.fixed},
         )
 
     @classmethod
-    def merge(cls, parts: Sequence["CellStats"]) -> "CellStats":
+    def merge(cls, parts: Sequence[CellStats]) -> CellStats:
         """Sum of a non-empty sequence of compatible CellStats."""
         if len(parts) == 0:
             raise ValueError("CellStats.merge needs at least one part")
@@ -198,11 +226,13 @@ class CellStats:
             out = out + part
         return out
 
-    def equals(self, other: "CellStats") -> bool:
+    def equals(self, other: CellStats) -> bool:
         """Bitwise equality of every statistic (and the same grid)."""
         return (
-            self.bins == other.bins and self.edges == other.edges
-            and np.array_equal(self.count, other.count) and np.array_equal(self.sum_y, other.sum_y)
+            self.bins == other.bins
+            and self.edges == other.edges
+            and np.array_equal(self.count, other.count)
+            and np.array_equal(self.sum_y, other.sum_y)
             and self.fixed.keys() == other.fixed.keys()
             and all(np.array_equal(self.fixed[k], other.fixed[k]) for k in self.fixed)
         )
@@ -225,7 +255,9 @@ def validate_sample(
     bad = ~np.isfinite(p_arr) | (p_arr < 0.0) | (p_arr > 1.0)
     if bad.any():
         i = _bad(bad)
-        raise DetcalInputError(f"confidence must be finite and in [0, 1], got {p_arr[i]!r}", file=file, record=i, field="p")
+        raise DetcalInputError(
+            f"confidence must be finite and in [0, 1], got {p_arr[i]!r}", file=file, record=i, field="p"
+        )
     y_raw = np.asarray(y)
     if y_raw.shape != p_arr.shape:
         raise DetcalInputError(f"y has shape {y_raw.shape}, expected {p_arr.shape} like p", file=file, field="y")
@@ -251,7 +283,10 @@ def validate_sample(
         i, j = np.argwhere(bad)[0]
         raise DetcalInputError(
             f"relative box feature {j} must be finite and in [0, 1] (clip with detcal.core.boxes.relative_features), "
-            f"got {f_arr[i, j]!r}", file=file, record=int(i), field=f"features[:, {j}]",
+            f"got {f_arr[i, j]!r}",
+            file=file,
+            record=int(i),
+            field=f"features[:, {j}]",
         )
     return p_arr, y_arr, f_arr
 
@@ -324,7 +359,9 @@ def cell_stats(
     """The ``_update`` stage: per-cell sufficient statistics of one chunk of samples.
 
     Cells: equal-width bins over (p, features[:, 0], ...) in [0, 1], bins int
-    or per-feature (confidence first), product grid (docs/metrics.md).
+    or per-feature (confidence first), product grid (docs/metrics.md); the
+    cell of a sample is that of :func:`detcal.metrics.reference.cells` and its
+    exact sums give the cell means of :func:`detcal.metrics.reference.cell_gaps`.
     Per cell c: ``N_c``, ``sum y``, ``sum p`` (over y = 0 and y = 1), ``sum p^2``,
     ``sum (p - y)^2``, ``sum NLL``. With ``groups [S]`` in ``[0, n_groups)``
     (e.g. class index), the result has a leading axis: ``[n_groups, C]``.
@@ -349,39 +386,12 @@ def cell_stats(
     n = len(p_arr)
     if n >= _MAX_SAMPLES:
         raise DetcalInputError(f"at most {_MAX_SAMPLES - 1} samples per cell_stats call; merge chunks", field="p")
-    c_arr = None
-    if cells is not None:
-        c_arr = np.asarray(cells)
-        if c_arr.shape != p_arr.shape or (c_arr.size and not np.issubdtype(c_arr.dtype, np.integer)):
-            raise DetcalInputError(f"cells must be an integer array [S] like p, got {c_arr.dtype} {c_arr.shape}", field="cells")
-        n_feat = len(bins) - 1 if np.ndim(bins) else 0 if f_arr is None else f_arr.shape[1]  # type: ignore[arg-type]
-    else:
-        n_feat = 0 if f_arr is None else f_arr.shape[1]
-    b = _grid_bins(bins, 1 + n_feat, edges)
+    c_arr, b = _given_cells(cells, p_arr, f_arr, bins, edges)
     n_cells = int(np.prod(b))
-    if c_arr is not None and c_arr.size and (int(c_arr.min()) < 0 or int(c_arr.max()) >= n_cells):
-        raise DetcalInputError(f"cells must lie in [0, {n_cells})", field="cells")
-    lead: tuple[int, ...] = ()
-    g = None
-    if groups is not None:
-        g = np.asarray(groups)
-        if g.shape != p_arr.shape or (g.size and not np.issubdtype(g.dtype, np.integer)):
-            raise DetcalInputError(f"groups must be an integer array [S], got {g.dtype} {g.shape}", field="groups")
-        if n_groups is None:
-            n_groups = int(g.max()) + 1 if g.size else 0
-        bad = (g < 0) | (g >= n_groups)
-        if bad.any():
-            i = _bad(bad)
-            raise DetcalInputError(f"group {g[i]} outside [0, {n_groups})", record=i, field="groups")
-        lead = (int(n_groups),)
+    g, lead = _given_groups(groups, n_groups, p_arr)
     size = int(np.prod(lead, dtype=np.int64)) * n_cells
     shape = lead + (n_cells,)
-    wanted = tuple(FLOAT_STATS) if stats is None else tuple(stats)
-    unknown = [name for name in wanted if name not in FLOAT_STATS]
-    if unknown:
-        raise DetcalInputError(f"unknown statistic {unknown[0]!r}; known: {sorted(FLOAT_STATS)}", field="stats")
-    split = "sum_p0" in wanted or "sum_p1" in wanted
-    rest = [name for name in wanted if name not in ("sum_p0", "sum_p1")]
+    wanted, split, rest = _wanted_stats(stats)
     count2 = np.zeros(2 * size, dtype=np.int64)
     # every statistic is summed per key2 = 2 * key + y (the y halves of sum_p2, sum_se and sum_nll are
     # added at the end, exactly); with a large key range (e.g. classes x D-ECE cells) the sums run over
@@ -393,26 +403,24 @@ def cell_stats(
     ws = Workspace(min(step, n))
     slot = np.zeros(2 * size, dtype=np.int64) if compact else None
     for a in chunks(n, step):
-        pc, yc = p_arr[a:a + step], y_arr[a:a + step]
-        fc = None if f_arr is None else f_arr[a:a + step]
+        pc, yc = p_arr[a : a + step], y_arr[a : a + step]
+        fc = None if f_arr is None else f_arr[a : a + step]
         if not validated and not chunk_ok(pc, yc, fc):
             p_arr, y_arr, f_arr = validate_sample(p, y, features)  # raises, naming the first bad record
             validated = True
-            pc, yc, fc = p_arr[a:a + step], y_arr[a:a + step], None if f_arr is None else f_arr[a:a + step]
+            pc, yc, fc = p_arr[a : a + step], y_arr[a : a + step], None if f_arr is None else f_arr[a : a + step]
         m = len(pc)
-        p_used = np.clip(pc, _EPS, 1.0 - _EPS, out=ws.get("p_used", np.float64, m)) if edges == "netcal" else pc
-        if c_arr is None:
-            key = cell_index_into(p_used, fc, b, edges, ws.get("key", np.int64, m), ws, p_clipped=edges == "netcal")
-        else:
-            key = ws.get("key", np.int64, m)
-            np.copyto(key, c_arr[a:a + step], casting="unsafe")
-        if g is not None:
-            gk = ws.get("group", np.int64, m)
-            np.multiply(g[a:a + step], n_cells, out=gk, casting="unsafe")
-            key += gk
-        # one pass over key2 = 2 * key + y gives N_c, sum y and the split of every sum by y
-        key2 = np.multiply(key, 2, out=key)
-        np.add(key2, yc, out=key2, casting="unsafe")
+        p_used, key2 = _chunk_keys(
+            pc,
+            yc,
+            fc,
+            None if c_arr is None else c_arr[a : a + step],
+            None if g is None else g[a : a + step],
+            b,
+            n_cells,
+            edges,
+            ws,
+        )
         cnt = np.bincount(key2, minlength=2 * size)
         count2 += cnt
         occ = None
@@ -424,18 +432,116 @@ def cell_stats(
         for name, acc in acc2.items():
             values = p_used if name == "sum_p" else term_into(name, p_used, yb, ws)
             add_words(acc, key2, fx_words_into(values, FLOAT_STATS.get(name, 0), ws), occ)
+    return _assemble(count2, acc2, shape, wanted, b, edges)
+
+
+def _wanted_stats(stats: Sequence[str] | None) -> tuple[tuple[str, ...], bool, list[str]]:
+    """The checked statistics to compute, whether sum_p is split by y, and the others."""
+    wanted = tuple(FLOAT_STATS) if stats is None else tuple(stats)
+    unknown = [name for name in wanted if name not in FLOAT_STATS]
+    if unknown:
+        raise DetcalInputError(f"unknown statistic {unknown[0]!r}; known: {sorted(FLOAT_STATS)}", field="stats")
+    return (
+        wanted,
+        "sum_p0" in wanted or "sum_p1" in wanted,
+        [name for name in wanted if name not in ("sum_p0", "sum_p1")],
+    )
+
+
+def _chunk_keys(
+    pc: np.ndarray,
+    yc: np.ndarray,
+    fc: np.ndarray | None,
+    cc: np.ndarray | None,
+    gc: np.ndarray | None,
+    b: tuple[int, ...],
+    n_cells: int,
+    edges: str,
+    ws: Workspace,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One chunk's p as averaged (clipped under netcal's rule) and key2 = 2 * (group * C + cell) + y [m].
+
+    One pass over key2 gives N_c, sum y and the split of every sum by y.
+    """
+    m = len(pc)
+    p_used = np.clip(pc, _EPS, 1.0 - _EPS, out=ws.get("p_used", np.float64, m)) if edges == "netcal" else pc
+    if cc is None:
+        key = cell_index_into(p_used, fc, b, edges, ws.get("key", np.int64, m), ws, p_clipped=edges == "netcal")
+    else:
+        key = ws.get("key", np.int64, m)
+        np.copyto(key, cc, casting="unsafe")
+    if gc is not None:
+        gk = ws.get("group", np.int64, m)
+        np.multiply(gc, n_cells, out=gk, casting="unsafe")
+        key += gk
+    key2 = np.multiply(key, 2, out=key)
+    np.add(key2, yc, out=key2, casting="unsafe")
+    return p_used, key2
+
+
+def _given_cells(
+    cells: Any,
+    p_arr: np.ndarray,
+    f_arr: np.ndarray | None,
+    bins: int | Sequence[int],
+    edges: str,
+) -> tuple[np.ndarray | None, tuple[int, ...]]:
+    """The checked ``cells [S]`` argument of :func:`cell_stats` (or None) and the grid's bins."""
+    c_arr = None
+    if cells is not None:
+        c_arr = np.asarray(cells)
+        if c_arr.shape != p_arr.shape or (c_arr.size and not np.issubdtype(c_arr.dtype, np.integer)):
+            raise DetcalInputError(
+                f"cells must be an integer array [S] like p, got {c_arr.dtype} {c_arr.shape}", field="cells"
+            )
+        n_feat = len(bins) - 1 if np.ndim(bins) else 0 if f_arr is None else f_arr.shape[1]  # type: ignore[arg-type]
+    else:
+        n_feat = 0 if f_arr is None else f_arr.shape[1]
+    b = _grid_bins(bins, 1 + n_feat, edges)
+    n_cells = int(np.prod(b))
+    if c_arr is not None and c_arr.size and (int(c_arr.min()) < 0 or int(c_arr.max()) >= n_cells):
+        raise DetcalInputError(f"cells must lie in [0, {n_cells})", field="cells")
+    return c_arr, b
+
+
+def _given_groups(groups: Any, n_groups: int | None, p_arr: np.ndarray) -> tuple[np.ndarray | None, tuple[int, ...]]:
+    """The checked ``groups [S]`` argument of :func:`cell_stats` (or None) and the leading axis it adds."""
+    if groups is None:
+        return None, ()
+    g = np.asarray(groups)
+    if g.shape != p_arr.shape or (g.size and not np.issubdtype(g.dtype, np.integer)):
+        raise DetcalInputError(f"groups must be an integer array [S], got {g.dtype} {g.shape}", field="groups")
+    if n_groups is None:
+        n_groups = int(g.max()) + 1 if g.size else 0
+    bad = (g < 0) | (g >= n_groups)
+    if bad.any():
+        i = _bad(bad)
+        raise DetcalInputError(f"group {g[i]} outside [0, {n_groups})", record=i, field="groups")
+    return g, (int(n_groups),)
+
+
+def _assemble(
+    count2: np.ndarray,
+    acc2: dict[str, np.ndarray],
+    shape: tuple[int, ...],
+    wanted: tuple[str, ...],
+    b: tuple[int, ...],
+    edges: str,
+) -> CellStats:
+    """:class:`CellStats` from the sums per key2 = 2 * key + y (the y halves joined, sum_p split by y)."""
     count2 = count2.reshape(shape + (2,))
     count = count2.sum(axis=-1)
     sum_y = np.ascontiguousarray(count2[..., 1])
     fixed: dict[str, np.ndarray] = {}
-    if split:
+    if "sum_p" in acc2:
         split_words = acc2["sum_p"].reshape(shape + (2, 3))
         for name, j in (("sum_p0", 0), ("sum_p1", 1)):
             if name in wanted:
                 fixed[name] = np.ascontiguousarray(split_words[..., j, :])
-    for name in rest:
-        halves = acc2[name].reshape(shape + (2, 3))
-        fixed[name] = halves[..., 0, :] + halves[..., 1, :]
+    for name in wanted:
+        if name not in ("sum_p0", "sum_p1"):
+            halves = acc2[name].reshape(shape + (2, 3))
+            fixed[name] = halves[..., 0, :] + halves[..., 1, :]
     return CellStats(bins=b, edges=edges, count=count, sum_y=sum_y, fixed=fixed)
 
 
@@ -463,7 +569,13 @@ def pair_sums(
     sum_y = np.bincount(inv, weights=y_arr.astype(np.float64), minlength=n_pairs)
     terms = {k: np.bincount(inv, weights=v, minlength=n_pairs) for k, v in sample_terms(p_used, y_arr).items()}
     sums = CellSums(
-        count, sum_y, terms["sum_p0"] + terms["sum_p1"], terms["sum_p0"], terms["sum_p1"],
-        terms["sum_p2"], terms["sum_se"], terms["sum_nll"],
+        count,
+        sum_y,
+        terms["sum_p0"] + terms["sum_p1"],
+        terms["sum_p0"],
+        terms["sum_p1"],
+        terms["sum_p2"],
+        terms["sum_se"],
+        terms["sum_nll"],
     )
     return uniq // n_cells, uniq % n_cells, sums, n_cells

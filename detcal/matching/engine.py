@@ -99,16 +99,18 @@ under the devkit's rules above. It differs from the devkit on crowded scenes
 References: pycocotools 2.0.11 ``cocoeval.py`` / ``maskApi.c``; netcal 1.4.0
 examples; KITTI object devkit ``evaluate_object.cpp``.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
+from detcal.core.types import Detections, GroundTruth, Images, KittiRules, MatchResult
 from detcal.matching.blocks import (
-    box_areas,
     _dontcare_ioa,
     _factorize,
     _float_key,
@@ -117,9 +119,9 @@ from detcal.matching.blocks import (
     _segment_starts,
     _slot_iou,
     _stable_argsort,
+    box_areas,
 )
 from detcal.matching.kitti_ap import detection_min_height_ignored, devkit_assign
-from detcal.core.types import Detections, GroundTruth, Images, KittiRules, MatchResult
 
 MODES: tuple[str, ...] = ("exclusive", "max", "kitti")
 """Matching modes (docs/matching.md)."""
@@ -139,7 +141,9 @@ _COCO_MAX_THR: float = 1.0 - 1e-10  # pycocotools: iou = min([t, 1 - 1e-10])
 def _check_boxes(box: np.ndarray, what: str) -> None:
     finite = np.isfinite(box).all(axis=1)
     if not finite.all():
-        raise DetcalInputError("box has a non-finite coordinate", record=f"{what} row {int(np.flatnonzero(~finite)[0])}", field="box")
+        raise DetcalInputError(
+            "box has a non-finite coordinate", record=f"{what} row {int(np.flatnonzero(~finite)[0])}", field="box"
+        )
     bad = (box[:, 2] < box[:, 0]) | (box[:, 3] < box[:, 1])
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -169,7 +173,9 @@ def _validate(
     per_class = isinstance(iou_thresholds, str)
     if per_class:
         if iou_thresholds != "kitti":
-            raise DetcalInputError(f"iou_thresholds string must be 'kitti', got {iou_thresholds!r}", field="iou_thresholds")
+            raise DetcalInputError(
+                f"iou_thresholds string must be 'kitti', got {iou_thresholds!r}", field="iou_thresholds"
+            )
         if kitti is None:
             raise DetcalInputError("iou_thresholds='kitti' needs kitti=KittiRules(...)", field="iou_thresholds")
         thr = np.array([np.nan])
@@ -187,25 +193,43 @@ def _validate(
         raise DetcalInputError(f"kitti must be KittiRules, got {type(kitti).__name__}", field="kitti")
     if mode == "kitti":
         if kitti is None:
-            raise DetcalInputError("mode='kitti' needs kitti=KittiRules(...) (detcal.data.kitti.kitti_rules)", field="kitti")
+            raise DetcalInputError(
+                "mode='kitti' needs kitti=KittiRules(...) (detcal.data.kitti.kitti_rules)", field="kitti"
+            )
         if class_agnostic:
-            raise DetcalInputError("mode='kitti' evaluates one class at a time, as the devkit; class_agnostic must be False", field="class_agnostic")
+            raise DetcalInputError(
+                "mode='kitti' evaluates one class at a time, as the devkit; class_agnostic must be False",
+                field="class_agnostic",
+            )
         if not kitti.strict:
-            raise DetcalInputError("mode='kitti' is the devkit's strict overlap test; strict=False exists for exclusive/max only", field="kitti.strict")
+            raise DetcalInputError(
+                "mode='kitti' is the devkit's strict overlap test; strict=False exists for exclusive/max only",
+                field="kitti.strict",
+            )
     _check_boxes(dets.box, "detection")
     _check_boxes(gt.box, "ground truth")
     if not np.isfinite(dets.score).all():
-        raise DetcalInputError("score is not finite", record=f"detection row {int(np.flatnonzero(~np.isfinite(dets.score))[0])}", field="score")
+        raise DetcalInputError(
+            "score is not finite",
+            record=f"detection row {int(np.flatnonzero(~np.isfinite(dets.score))[0])}",
+            field="score",
+        )
     if images is not None:
         for what, ids in (("detection", dets.image_id), ("ground truth", gt.image_id)):
             missing = images.index_of(ids) < 0
             if missing.any():
                 i = int(np.flatnonzero(missing)[0])
-                raise DetcalInputError(f"image_id {int(ids[i])} is not among the dataset's images", record=f"{what} row {i}", field="image_id")
+                raise DetcalInputError(
+                    f"image_id {int(ids[i])} is not among the dataset's images",
+                    record=f"{what} row {i}",
+                    field="image_id",
+                )
     return thr, per_class
 
 
-def _working_gt(gt: GroundTruth, kitti: KittiRules | None, class_agnostic: bool, gt_ignore: str = "ignore_or_crowd") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _working_gt(
+    gt: GroundTruth, kitti: KittiRules | None, class_agnostic: bool, gt_ignore: str = "ignore_or_crowd"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """GT rows that take part in matching: (row [W], category [W], ignored [W], crowd [W]).
 
     KITTI: DontCare rows leave, neighbour-class rows are added a second time
@@ -220,9 +244,11 @@ def _working_gt(gt: GroundTruth, kitti: KittiRules | None, class_agnostic: bool,
         return rows, cat, ign, crowd
     keep = np.ones(len(gt), bool) if kitti.dontcare_category is None else cat != kitti.dontcare_category
     parts = [(rows[keep], cat[keep], ign[keep], crowd[keep])]
-    for evaluated, neighbours in ([] if class_agnostic else sorted(kitti.neighbours.items())):
+    for evaluated, neighbours in [] if class_agnostic else sorted(kitti.neighbours.items()):
         sel = np.isin(cat, np.asarray(neighbours, np.int64)) & keep
-        parts.append((rows[sel], np.full(int(sel.sum()), evaluated, np.int64), np.ones(int(sel.sum()), bool), crowd[sel]))
+        parts.append(
+            (rows[sel], np.full(int(sel.sum()), evaluated, np.int64), np.ones(int(sel.sum()), bool), crowd[sel])
+        )
     return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))  # type: ignore[return-value]
 
 
@@ -276,6 +302,26 @@ def match(
         e.g. for data that mark ignored boxes). With ``kitti`` rules the
         ``ignore`` flags (outside the difficulty) always count.
 
+    Steps (one private function each, in this order)
+    -----------------------------------------------
+    1. check every argument; the threshold of each detection, ``[T,1]`` or
+       ``[1,D]`` with per-class KITTI thresholds (:func:`_threshold_rows`);
+    2. group the detections by (image[, category]), rank them by descending
+       score in their group (stable), cut at ``score_threshold`` and
+       ``max_dets``; KITTI: mark the detections under the min height
+       (:func:`_rank_detections`);
+    3. order the GTs of each group: non-ignored first, then file order
+       (:func:`_order_gt`);
+    4. the IoU of every (detection, GT of its group) pair, once for all
+       thresholds, and each detection's best IoU (:func:`_pair_ious`);
+    5. assign, per mode: the greedy walk of ``exclusive``
+       (:func:`_assign_exclusive`), the best GT of ``max``
+       (:func:`_assign_max`), or the devkit's label-order walk of ``kitti``
+       (:func:`_assign_kitti`);
+    6. KITTI rules: small detections and detections inside DontCare regions
+       are ignored (:func:`_kitti_ignores`);
+    7. record the rules applied in ``params`` (:func:`_match_params`).
+
     Returns
     -------
     MatchResult
@@ -285,147 +331,40 @@ def match(
         included; crowd as intersection over detection area), 0 without one,
         for every detection (considered or not).
     """
+    # 1. arguments and per-detection thresholds
     thr, per_class = _validate(dets, gt, iou_thresholds, mode, score_threshold, max_dets, kitti, images, class_agnostic)
     if gt_ignore not in GT_IGNORE:
         raise DetcalInputError(f"unknown gt_ignore {gt_ignore!r}; choose one of {GT_IGNORE}", field="gt_ignore")
-    T, D = len(thr), len(dets)
     strict = bool(kitti.strict) if kitti is not None else False
-
-    # per-detection thresholds [T,D] only when they differ by class
-    if per_class:
-        assert kitti is not None
-        cls_thr = {int(k): float(v) for k, v in kitti.class_thresholds.items()}
-        thr_det = np.full((1, D), KITTI_DEFAULT_THRESHOLD)
-        for c, v in cls_thr.items():
-            thr_det[0, dets.category == c] = v
-    else:
-        thr_det = thr[:, None]
+    thr_det = _threshold_rows(dets, thr, kitti if per_class else None)
     thr_eff = thr_det if strict else np.minimum(thr_det, _COCO_MAX_THR)
-
-    # ---- groups, ranks, considered
+    # 2. groups, ranks, considered
     w_row, w_cat, w_ign, w_crowd = _working_gt(gt, kitti, class_agnostic, gt_ignore)
     det_grp, gt_grp, n_grp = _group_codes(dets.image_id, dets.category, gt.image_id[w_row], w_cat, class_agnostic)
-    score_ok = dets.score >= score_threshold
-    sc = np.flatnonzero(score_ok)
-    # stable order by (group, descending score[, category when agnostic], file order)
-    keys = [~_float_key(dets.score[sc]), det_grp[sc]]
-    if class_agnostic:
-        keys.insert(0, _factorize(dets.category[sc])[0])
-    order = sc[_stable_argsort(keys)]
-    og = det_grp[order]
-    starts = _segment_starts(og)
-    rank_sorted = np.arange(len(order), dtype=np.int64) - np.repeat(starts, np.diff(np.append(starts, len(order))))
-    considered = score_ok.copy()
-    if max_dets is not None:
-        considered[order[rank_sorted >= max_dets]] = False
-    rank = np.full(D, -1, np.int64)
-    rank[order] = rank_sorted
-
-    small = np.zeros(D, bool)
-    if kitti is not None:
-        small = considered & detection_min_height_ignored(dets.box, kitti.min_height)
-
-    # ---- GT order within groups: group, non-ignored first, (category when agnostic), file order
-    if class_agnostic:
-        gord = np.lexsort((w_row, w_cat, w_ign, gt_grp))
-    else:
-        gord = np.lexsort((w_row, w_ign, gt_grp))
-    s_grp = gt_grp[gord]
-    s_row, s_ign, s_crowd = w_row[gord], w_ign[gord], w_crowd[gord]
-    gcount = np.bincount(s_grp, minlength=n_grp)
-    gstart = np.cumsum(gcount) - gcount
-
-    # ---- (detection, GT) pairs: every detection against the GTs of its group; IoU once for all t
-    greedy = considered & ~small
-    seg_cnt = gcount[det_grp]
-    seg_det = np.flatnonzero(seg_cnt > 0)  # detections meeting at least one GT ("segments")
-    seg_cnt = seg_cnt[seg_det]
-    so = _stable_argsort([int(seg_cnt.max(initial=0)) - seg_cnt])  # by GT count, descending
-    seg_det, seg_cnt = seg_det[so], seg_cnt[so]
-    n_slot = np.searchsorted(-seg_cnt, -np.arange(int(seg_cnt.max(initial=0))), side="left")
-    g0 = gstart[det_grp[seg_det]]
-    pair_iou, off, best, arg = _slot_iou(
-        np.take(dets.box.T, seg_det, axis=1), g0, n_slot, np.take(gt.box.T, s_row, axis=1), s_crowd,
-        box_areas(dets.box, dets.wh)[seg_det], box_areas(gt.box, gt.wh)[s_row],
-    )
-
+    rank, considered, small = _rank_detections(dets, det_grp, score_threshold, max_dets, class_agnostic, kitti)
+    # 3. GT order within groups
+    gts = _order_gt(w_row, w_cat, w_ign, w_crowd, gt_grp, n_grp, class_agnostic)
+    # 4. (detection, GT) pairs: IoU once for all thresholds
+    pairs = _pair_ious(dets, gt, det_grp, gts)
+    # 5. assignment
+    T, D = len(thr), len(dets)
     iou = np.zeros(D)
-    matched = np.zeros((T, D), bool)
-    ignored = np.zeros((T, D), bool)
-    gt_index = np.full((T, D), -1, np.int64)
-    if len(seg_det):
-        iou[seg_det] = best
-        seg_greedy = greedy[seg_det]
-        thr_seg = thr_eff[:, seg_det] if per_class else thr_eff  # [T,S] or [T,1]
-        if mode == "exclusive":
-            # pairs below every threshold can never be taken: drop them before the sequential pass
-            lowest = thr_seg.min(axis=0)
-            cand = seg_greedy & ((best > lowest) if strict else (best >= lowest))
-            pj = np.repeat(np.arange(len(n_slot)), n_slot)  # slot of each pair
-            pi = np.arange(len(pair_iou)) - off[pj]  # segment of each pair
-            low_p = lowest[pi] if per_class else lowest
-            keep = (pair_iou > low_p) if strict else (pair_iou >= low_p)
-            kp = np.flatnonzero(keep & cand[pi])
-            ki, kj = pi[kp], pj[kp]
-            # kept pairs: segments rank-major, then GT order (slot) within each segment
-            ko = _stable_argsort([kj, ki, rank[seg_det[ki]]])
-            kp, ki, kj = kp[ko], ki[ko], kj[ko]
-            k_start = _segment_starts(ki)
-            k_ids = ki[k_start]
-            k_pair_seg = np.repeat(np.arange(len(k_start)), np.diff(np.append(k_start, len(kp))))
-            seg_rank = rank[seg_det[k_ids]]
-            n_steps = int(seg_rank.max()) + 1 if len(seg_rank) else 0
-            chosen_k = _greedy(
-                pair_iou[kp], g0[ki] + kj, k_pair_seg, k_start,
-                np.searchsorted(seg_rank, np.arange(n_steps + 1)),
-                thr_seg[:, ki] if per_class else thr_seg, strict, s_ign, s_crowd, len(s_row),
-            )
-            chosen = np.full((T, len(seg_det)), -1, np.int64)
-            chosen[:, k_ids] = chosen_k
-        elif mode == "max":
-            # the first GT reaching the best IoU (non-ignored come first in the group)
-            ok = (best[None, :] > thr_seg) if strict else (best[None, :] >= thr_seg)
-            chosen = np.where(ok & seg_greedy[None, :], (g0 + arg)[None, :], -1)
-        if mode != "kitti":
-            ti, si = np.nonzero(chosen >= 0)
-            gpos = chosen[ti, si]
-            drow = seg_det[si]
-            gt_index[ti, drow] = s_row[gpos]
-            ignored[ti, drow] = s_ign[gpos]
-            matched[ti, drow] = ~s_ign[gpos]
+    iou[pairs.seg_det] = pairs.best
     if mode == "kitti":
         assert kitti is not None
-        classes = np.unique(dets.category[considered])
-        if per_class:
-            thr_cls = np.array([[cls_thr.get(int(c), KITTI_DEFAULT_THRESHOLD) for c in classes.tolist()]]).reshape(1, -1)
+        matched, ignored, gt_index = _assign_kitti(dets, gt, kitti, thr, per_class, considered, small)
+    else:
+        greedy = considered & ~small
+        thr_seg = thr_eff[:, pairs.seg_det] if per_class else thr_eff  # [T,S] or [T,1]
+        if mode == "exclusive":
+            chosen = _assign_exclusive(pairs, gts, greedy, rank, thr_seg, per_class, strict, T)
         else:
-            thr_cls = np.repeat(thr[:, None], len(classes), axis=1)
-        matched, ignored, gt_index = devkit_assign(dets, gt, kitti, thr_cls, classes, considered, small)
-
+            chosen = _assign_max(pairs, greedy, thr_seg, strict)
+        matched, ignored, gt_index = _outcome(chosen, pairs.seg_det, gts, T, D)
+    # 6. KITTI: small detections and DontCare regions
     if kitti is not None:
-        ignored[:, small] = True
-        if kitti.dontcare_category is not None:
-            cand = np.flatnonzero(considered & ~small)
-            ioa = _dontcare_ioa(dets, gt, int(kitti.dontcare_category), cand)
-            thr_c = thr_det[:, cand] if per_class else thr_det
-            free = ~matched[:, cand] & ~ignored[:, cand]
-            ignored[:, cand] |= free & (ioa[None, :] > thr_c)
-
-    params: dict = {
-        "iou_rule": ">" if strict else ">= min(t, 1-1e-10)",
-        "gt_ignored": "iscrowd (pycocotools)" if (gt_ignore == "pycocotools" and kitti is None) else "ignore | iscrowd",
-        "box_area": "w*h of the input's width/height where given, else corners",
-        "tie_break": {"exclusive": "later GT", "max": "first GT (non-ignored first)",
-                      "kitti": "first detection in file order"}[mode],
-    }
-    if mode == "kitti":
-        params["assignment"] = "devkit: boxes in label-file order (ignored ones too) take the free detection of highest overlap"
-    if kitti is not None:
-        params["kitti"] = {k: (v if not isinstance(v, dict) else {str(a): b for a, b in v.items()}) for k, v in asdict(kitti).items()}
-    if per_class:
-        params["class_thresholds"] = {str(k): float(v) for k, v in kitti.class_thresholds.items()}  # type: ignore[union-attr]
-        params["default_threshold"] = KITTI_DEFAULT_THRESHOLD
-        params["iou_thresholds"] = "kitti"
+        _kitti_ignores(dets, gt, kitti, considered, small, thr_det, per_class, matched, ignored)
+    # 7. the rules applied
     return MatchResult(
         iou_thresholds=thr,
         matched=matched,
@@ -437,5 +376,263 @@ def match(
         class_agnostic=bool(class_agnostic),
         score_threshold=float(score_threshold),
         max_dets=None if max_dets is None else int(max_dets),
-        params=params,
+        params=_match_params(mode, strict, gt_ignore, kitti, per_class),
     )
+
+
+# --------------------------------------------------------------------------- the steps of match
+
+
+class _GtOrder(NamedTuple):
+    """Working GTs ordered by (group, non-ignored first[, category], file order) [W]; group starts/counts [G]."""
+
+    row: np.ndarray
+    ign: np.ndarray
+    crowd: np.ndarray
+    start: np.ndarray
+    count: np.ndarray
+
+
+class _Pairs(NamedTuple):
+    """Every (detection, GT of its group) pair, laid out by GT slot (:func:`detcal.matching.blocks._slot_iou`).
+
+    ``seg_det [S]`` the detections meeting at least one GT, by GT count descending; ``g0 [S]`` the first GT
+    of their group in :class:`_GtOrder`; ``n_slot [J]`` the detections having a j-th GT; ``pair_iou [P]``
+    and ``off [J]`` the pair IoUs slot by slot; ``best``/``arg [S]`` each detection's best IoU and its slot.
+    """
+
+    seg_det: np.ndarray
+    g0: np.ndarray
+    n_slot: np.ndarray
+    pair_iou: np.ndarray
+    off: np.ndarray
+    best: np.ndarray
+    arg: np.ndarray
+
+
+def _threshold_rows(dets: Detections, thr: np.ndarray, per_class_rules: KittiRules | None) -> np.ndarray:
+    """Step 1: the thresholds [T,1], or [1,D] with each detection's class threshold (``iou_thresholds="kitti"``)."""
+    if per_class_rules is None:
+        return thr[:, None]
+    thr_det = np.full((1, len(dets)), KITTI_DEFAULT_THRESHOLD)
+    for c, v in _class_thresholds(per_class_rules).items():
+        thr_det[0, dets.category == c] = v
+    return thr_det
+
+
+def _class_thresholds(kitti: KittiRules) -> dict[int, float]:
+    return {int(k): float(v) for k, v in kitti.class_thresholds.items()}
+
+
+def _rank_detections(
+    dets: Detections,
+    det_grp: np.ndarray,
+    score_threshold: float,
+    max_dets: int | None,
+    class_agnostic: bool,
+    kitti: KittiRules | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step 2: rank [D] in the group (-1 under the score threshold), considered [D], small [D] (KITTI min height).
+
+    Stable order by (group, descending score[, category when agnostic], file order).
+    """
+    D = len(dets)
+    score_ok = dets.score >= score_threshold
+    sc = np.flatnonzero(score_ok)
+    keys = [~_float_key(dets.score[sc]), det_grp[sc]]
+    if class_agnostic:
+        keys.insert(0, _factorize(dets.category[sc])[0])
+    order = sc[_stable_argsort(keys)]
+    starts = _segment_starts(det_grp[order])
+    rank_sorted = np.arange(len(order), dtype=np.int64) - np.repeat(starts, np.diff(np.append(starts, len(order))))
+    considered = score_ok.copy()
+    if max_dets is not None:
+        considered[order[rank_sorted >= max_dets]] = False
+    rank = np.full(D, -1, np.int64)
+    rank[order] = rank_sorted
+    small = np.zeros(D, bool)
+    if kitti is not None:
+        small = considered & detection_min_height_ignored(dets.box, kitti.min_height)
+    return rank, considered, small
+
+
+def _order_gt(
+    w_row: np.ndarray,
+    w_cat: np.ndarray,
+    w_ign: np.ndarray,
+    w_crowd: np.ndarray,
+    gt_grp: np.ndarray,
+    n_grp: int,
+    class_agnostic: bool,
+) -> _GtOrder:
+    """Step 3: GT order within groups: group, non-ignored first, (category when agnostic), file order."""
+    if class_agnostic:
+        gord = np.lexsort((w_row, w_cat, w_ign, gt_grp))
+    else:
+        gord = np.lexsort((w_row, w_ign, gt_grp))
+    gcount = np.bincount(gt_grp[gord], minlength=n_grp)
+    return _GtOrder(w_row[gord], w_ign[gord], w_crowd[gord], np.cumsum(gcount) - gcount, gcount)
+
+
+def _pair_ious(dets: Detections, gt: GroundTruth, det_grp: np.ndarray, gts: _GtOrder) -> _Pairs:
+    """Step 4: every detection against the GTs of its group, IoU once for all thresholds (by GT slot)."""
+    seg_cnt = gts.count[det_grp]
+    seg_det = np.flatnonzero(seg_cnt > 0)  # detections meeting at least one GT ("segments")
+    seg_cnt = seg_cnt[seg_det]
+    so = _stable_argsort([int(seg_cnt.max(initial=0)) - seg_cnt])  # by GT count, descending
+    seg_det, seg_cnt = seg_det[so], seg_cnt[so]
+    n_slot = np.searchsorted(-seg_cnt, -np.arange(int(seg_cnt.max(initial=0))), side="left")
+    g0 = gts.start[det_grp[seg_det]]
+    pair_iou, off, best, arg = _slot_iou(
+        np.take(dets.box.T, seg_det, axis=1),
+        g0,
+        n_slot,
+        np.take(gt.box.T, gts.row, axis=1),
+        gts.crowd,
+        box_areas(dets.box, dets.wh)[seg_det],
+        box_areas(gt.box, gt.wh)[gts.row],
+    )
+    return _Pairs(seg_det, g0, n_slot, pair_iou, off, best, arg)
+
+
+def _assign_exclusive(
+    pairs: _Pairs,
+    gts: _GtOrder,
+    greedy: np.ndarray,
+    rank: np.ndarray,
+    thr_seg: np.ndarray,
+    per_class: bool,
+    strict: bool,
+    T: int,
+) -> np.ndarray:
+    """Step 5, ``exclusive``: the chosen GT position [T,S] (-1 none) of each segment, pycocotools' greedy walk.
+
+    Pairs below every threshold can never be taken and are dropped before the sequential pass; the kept pairs
+    are laid out segments rank-major, then GT order (slot) within each segment (:func:`_greedy`).
+    """
+    seg_det, n_slot, pair_iou, off, best = pairs.seg_det, pairs.n_slot, pairs.pair_iou, pairs.off, pairs.best
+    chosen = np.full((T, len(seg_det)), -1, np.int64)
+    if not len(seg_det):
+        return chosen
+    lowest = thr_seg.min(axis=0)
+    cand = greedy[seg_det] & ((best > lowest) if strict else (best >= lowest))
+    pj = np.repeat(np.arange(len(n_slot)), n_slot)  # slot of each pair
+    pi = np.arange(len(pair_iou)) - off[pj]  # segment of each pair
+    low_p = lowest[pi] if per_class else lowest
+    keep = (pair_iou > low_p) if strict else (pair_iou >= low_p)
+    kp = np.flatnonzero(keep & cand[pi])
+    ki, kj = pi[kp], pj[kp]
+    ko = _stable_argsort([kj, ki, rank[seg_det[ki]]])
+    kp, ki, kj = kp[ko], ki[ko], kj[ko]
+    k_start = _segment_starts(ki)
+    k_ids = ki[k_start]
+    k_pair_seg = np.repeat(np.arange(len(k_start)), np.diff(np.append(k_start, len(kp))))
+    seg_rank = rank[seg_det[k_ids]]
+    n_steps = int(seg_rank.max()) + 1 if len(seg_rank) else 0
+    chosen[:, k_ids] = _greedy(
+        pair_iou[kp],
+        pairs.g0[ki] + kj,
+        k_pair_seg,
+        k_start,
+        np.searchsorted(seg_rank, np.arange(n_steps + 1)),
+        thr_seg[:, ki] if per_class else thr_seg,
+        strict,
+        gts.ign,
+        gts.crowd,
+        len(gts.row),
+    )
+    return chosen
+
+
+def _assign_max(pairs: _Pairs, greedy: np.ndarray, thr_seg: np.ndarray, strict: bool) -> np.ndarray:
+    """Step 5, ``max``: the first GT reaching the best IoU (non-ignored come first in the group) [T,S]."""
+    ok = (pairs.best[None, :] > thr_seg) if strict else (pairs.best[None, :] >= thr_seg)
+    return np.where(ok & greedy[pairs.seg_det][None, :], (pairs.g0 + pairs.arg)[None, :], -1)
+
+
+def _outcome(
+    chosen: np.ndarray,
+    seg_det: np.ndarray,
+    gts: _GtOrder,
+    T: int,
+    D: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """matched, ignored, gt_index [T,D] from the chosen GT position of each segment (ignored GT: ignored)."""
+    matched = np.zeros((T, D), bool)
+    ignored = np.zeros((T, D), bool)
+    gt_index = np.full((T, D), -1, np.int64)
+    ti, si = np.nonzero(chosen >= 0)
+    gpos = chosen[ti, si]
+    drow = seg_det[si]
+    gt_index[ti, drow] = gts.row[gpos]
+    ignored[ti, drow] = gts.ign[gpos]
+    matched[ti, drow] = ~gts.ign[gpos]
+    return matched, ignored, gt_index
+
+
+def _assign_kitti(
+    dets: Detections,
+    gt: GroundTruth,
+    kitti: KittiRules,
+    thr: np.ndarray,
+    per_class: bool,
+    considered: np.ndarray,
+    small: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step 5, ``kitti``: the devkit's label-order walk per evaluated class (:func:`devkit_assign`)."""
+    classes = np.unique(dets.category[considered])
+    if per_class:
+        cls_thr = _class_thresholds(kitti)
+        thr_cls = np.array([[cls_thr.get(int(c), KITTI_DEFAULT_THRESHOLD) for c in classes.tolist()]]).reshape(1, -1)
+    else:
+        thr_cls = np.repeat(thr[:, None], len(classes), axis=1)
+    return devkit_assign(dets, gt, kitti, thr_cls, classes, considered, small)
+
+
+def _kitti_ignores(
+    dets: Detections,
+    gt: GroundTruth,
+    kitti: KittiRules,
+    considered: np.ndarray,
+    small: np.ndarray,
+    thr_det: np.ndarray,
+    per_class: bool,
+    matched: np.ndarray,
+    ignored: np.ndarray,
+) -> None:
+    """Step 6 (in place): small detections are ignored; so is a free considered one inside a DontCare box."""
+    ignored[:, small] = True
+    if kitti.dontcare_category is not None:
+        cand = np.flatnonzero(considered & ~small)
+        ioa = _dontcare_ioa(dets, gt, int(kitti.dontcare_category), cand)
+        thr_c = thr_det[:, cand] if per_class else thr_det
+        free = ~matched[:, cand] & ~ignored[:, cand]
+        ignored[:, cand] |= free & (ioa[None, :] > thr_c)
+
+
+def _match_params(mode: str, strict: bool, gt_ignore: str, kitti: KittiRules | None, per_class: bool) -> dict[str, Any]:
+    """Step 7: the rules applied, for ``MatchResult.params``."""
+    params: dict[str, Any] = {
+        "iou_rule": ">" if strict else ">= min(t, 1-1e-10)",
+        "gt_ignored": "iscrowd (pycocotools)" if (gt_ignore == "pycocotools" and kitti is None) else "ignore | iscrowd",
+        "box_area": "w*h of the input's width/height where given, else corners",
+        "tie_break": {
+            "exclusive": "later GT",
+            "max": "first GT (non-ignored first)",
+            "kitti": "first detection in file order",
+        }[mode],
+    }
+    if mode == "kitti":
+        params["assignment"] = (
+            "devkit: boxes in label-file order (ignored ones too) take the free detection of highest overlap"
+        )
+    if kitti is not None:
+        params["kitti"] = {
+            k: (v if not isinstance(v, dict) else {str(a): b for a, b in v.items()}) for k, v in asdict(kitti).items()
+        }
+    if per_class:
+        assert kitti is not None
+        params["class_thresholds"] = {str(k): float(v) for k, v in kitti.class_thresholds.items()}
+        params["default_threshold"] = KITTI_DEFAULT_THRESHOLD
+        params["iou_thresholds"] = "kitti"
+    return params

@@ -30,23 +30,35 @@ classes, bootstrap replicates). The public functions (:func:`ece`,
 :func:`dece`, ...) are thin wrappers; :func:`confidence_metrics` computes the
 default suite from shared statistics.
 
+Definitions: each binned metric is written out plainly, as its formula, in
+:mod:`detcal.metrics.reference` (``ece``, ``ece_q``, ``mce``, ``dece``,
+``homogeneity``, ``outliers``); the fast path here must equal it
+(tests/test_metrics_reference.py).
+
 Results are :class:`detcal.core.types.MetricResult`; an empty sample or an
 undefined quantity gives ``value = NaN`` with ``extra["note"]``, never an
 exception.
 """
+
 from __future__ import annotations
 
 import warnings
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Hashable, Sequence
+from typing import Any
 
 import numpy as np
 
-from detcal.binning.edges import EDGE_RULES, normalise_bins
 from detcal.binning.cells import CellStats, CellSums, cell_stats, pair_sums
-from detcal.metrics.confidence_compute import OUTLIER_TOL, _binned_values, _cell_free_values, _homogeneity, _ratio, _summary  # noqa: F401
+from detcal.binning.edges import EDGE_RULES, normalise_bins
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult
+from detcal.metrics.confidence_compute import (
+    _binned_values,
+    _cell_free_values,
+    _homogeneity,
+    _summary,
+)  # noqa: F401
 
 POLICIES: tuple[str, ...] = ("drop", "netcal")
 """Sparse-cell policies."""
@@ -125,7 +137,9 @@ class ConfidenceMetric:
 
     def __post_init__(self) -> None:
         if self.edge_rule is not None and self.edge_rule not in EDGE_RULES:
-            raise DetcalInputError(f"edge_rule must be one of {EDGE_RULES} or None, got {self.edge_rule!r}", field="edges")
+            raise DetcalInputError(
+                f"edge_rule must be one of {EDGE_RULES} or None, got {self.edge_rule!r}", field="edges"
+            )
         if self.spread not in ("std", "variance"):
             raise DetcalInputError(f"spread must be 'std' or 'variance', got {self.spread!r}", field="spread")
         if self.name not in BINNED_METRICS + CELL_FREE_METRICS:
@@ -134,7 +148,9 @@ class ConfidenceMetric:
             )
         if self.policy not in POLICIES:
             raise DetcalInputError(f"policy must be one of {POLICIES}, got {self.policy!r}", field="policy")
-        if isinstance(self.bins, (bool, float)) or (np.ndim(self.bins) == 0 and not isinstance(self.bins, (int, np.integer))):
+        if isinstance(self.bins, (bool, float)) or (
+            np.ndim(self.bins) == 0 and not isinstance(self.bins, (int, np.integer))
+        ):
             raise DetcalInputError(f"bins must be an int or a list of ints, got {self.bins!r}", field="bins")
         bins = int(self.bins) if np.ndim(self.bins) == 0 else tuple(int(b) for b in self.bins)  # type: ignore[union-attr]
         if min(np.atleast_1d(bins)) < 1:
@@ -166,7 +182,11 @@ class ConfidenceMetric:
     def variant(self) -> str:
         """Variant label recorded in results: the policy, plus ``+guo`` / ``+variance`` when chosen."""
         v = self.policy
-        if self.binned and self.edge_rule is not None and self.edge_rule != ("netcal" if self.policy == "netcal" else "floor"):
+        if (
+            self.binned
+            and self.edge_rule is not None
+            and self.edge_rule != ("netcal" if self.policy == "netcal" else "floor")
+        ):
             v += f"+edges={self.edge_rule}"
         if self.name == "homogeneity" and self.spread == "variance":
             v += "+variance"
@@ -196,7 +216,13 @@ class ConfidenceMetric:
 
     # -- _update ----------------------------------------------------------
     def stats(
-        self, p: Any, y: Any = None, features: Any = None, *, groups: Any = None, n_groups: int | None = None,
+        self,
+        p: Any,
+        y: Any = None,
+        features: Any = None,
+        *,
+        groups: Any = None,
+        n_groups: int | None = None,
         which: Sequence[str] | None = None,
     ) -> CellStats:
         """Per-cell statistics on this metric's grid (:func:`detcal.binning.cell_stats`).
@@ -207,11 +233,19 @@ class ConfidenceMetric:
         """
         f, b = self._grid(features)
         return cell_stats(
-            p, self._y(p, y), f, b, edges=self.edges, groups=groups, n_groups=n_groups,
+            p,
+            self._y(p, y),
+            f,
+            b,
+            edges=self.edges,
+            groups=groups,
+            n_groups=n_groups,
             stats=self.required_stats if which is None else which,
         )
 
-    def pair_sums(self, group_index: np.ndarray, p: Any, y: Any = None, features: Any = None) -> tuple[np.ndarray, np.ndarray, CellSums, int]:
+    def pair_sums(
+        self, group_index: np.ndarray, p: Any, y: Any = None, features: Any = None
+    ) -> tuple[np.ndarray, np.ndarray, CellSums, int]:
         """Float sums per occupied (image, cell) pair (:func:`detcal.binning.pair_sums`)."""
         f, b = self._grid(features)
         return pair_sums(group_index, p, self._y(p, y), f, b, edges=self.edges)
@@ -226,7 +260,10 @@ class ConfidenceMetric:
 
     # -- _compute ---------------------------------------------------------
     def values(self, sums: CellSums) -> np.ndarray:
-        """Metric values [...] from cell sums [..., C] (NaN where undefined)."""
+        """Metric values [...] from cell sums [..., C] (NaN where undefined).
+
+        Per replicate/class, the value of the :mod:`detcal.metrics.reference` function of the same name.
+        """
         if self.binned:
             v = _binned_values(self.name, _summary(sums, self.sample_threshold, self.policy), self.q)
             return v * v if (self.name == "homogeneity" and self.spread == "variance") else v
@@ -252,8 +289,11 @@ class ConfidenceMetric:
         params: dict[str, Any] = {"n": int(stats.n)}
         if self.binned:
             params.update(
-                bins=list(stats.bins), n_features=len(stats.bins), sample_threshold=self.sample_threshold,
-                policy=self.policy, edges=stats.edges,
+                bins=list(stats.bins),
+                n_features=len(stats.bins),
+                sample_threshold=self.sample_threshold,
+                policy=self.policy,
+                edges=stats.edges,
             )
         if self.name == "ece_q":
             params["q"] = float(self.q)
@@ -286,7 +326,8 @@ class ConfidenceMetric:
             warnings.warn(
                 f"{self.name}: {n_cells} cells for {n} samples (more than samples/{SPARSE_RATIO}); "
                 "the estimate is dominated by sparse cells, consider fewer bins",
-                SparseCellsWarning, stacklevel=5,
+                SparseCellsWarning,
+                stacklevel=5,
             )
         if n == 0:
             extra["note"] = "empty sample: no detections to evaluate"
@@ -336,8 +377,15 @@ class ConfidenceMetric:
 # Public functions
 # ---------------------------------------------------------------------------
 
+
 def ece(
-    p: Any, y: Any, bins: int = 15, *, sample_threshold: int = 1, policy: str = "drop", edges: str | None = None,
+    p: Any,
+    y: Any,
+    bins: int = 15,
+    *,
+    sample_threshold: int = 1,
+    policy: str = "drop",
+    edges: str | None = None,
 ) -> MetricResult:
     """Expected calibration error on confidence alone (Guo et al. 2017; Naeini et al. 2015).
 
@@ -346,36 +394,60 @@ def ece(
     With the default ``sample_threshold=1`` both policies agree (netcal
     ``ECE(bins=15)``) up to the edge rule. ``edges="guo"``: Guo et al.'s
     bins ``((m-1)/M, m/M]`` instead of the default ``[a, b)``.
+
+    Definition: :func:`detcal.metrics.reference.ece`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     return ConfidenceMetric("ece", bins, sample_threshold, policy, edge_rule=edges)(p, y)
 
 
 def ece_q(
-    p: Any, y: Any, q: float = 2, bins: int = 15, *, sample_threshold: int = 1, policy: str = "drop",
+    p: Any,
+    y: Any,
+    q: float = 2,
+    bins: int = 15,
+    *,
+    sample_threshold: int = 1,
+    policy: str = "drop",
     edges: str | None = None,
 ) -> MetricResult:
     """ECE with exponent q: ``(sum_c N_c / N' * gap(c)^q)^(1/q)`` (``q = 1``: ECE; ``q = 2``: the l2-ECE).
 
     Reference: Kumar et al. 2019, "Verified uncertainty calibration" (l_p
     calibration error); cells and policy as :func:`ece`.
+
+    Definition: :func:`detcal.metrics.reference.ece_q`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     return ConfidenceMetric("ece_q", bins, sample_threshold, policy, q=float(q), edge_rule=edges)(p, y)
 
 
 def mce(
-    p: Any, y: Any, bins: int = 15, sample_threshold: int = 1, *, policy: str = "drop", edges: str | None = None,
+    p: Any,
+    y: Any,
+    bins: int = 15,
+    sample_threshold: int = 1,
+    *,
+    policy: str = "drop",
+    edges: str | None = None,
 ) -> MetricResult:
     """Maximum calibration error ``max_c gap(c)`` over kept cells (Naeini et al. 2015).
 
     Both policies give the same value (netcal's sparse cells have gap 0), but
     ``policy="netcal"`` selects netcal's edge rule.
+
+    Definition: :func:`detcal.metrics.reference.mce`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     return ConfidenceMetric("mce", bins, sample_threshold, policy, edge_rule=edges)(p, y)
 
 
 def dece(
-    p: Any, y: Any, features: Any = None, bins: int | Sequence[int] = 5, sample_threshold: int = 8, policy: str = "drop",
-    *, edges: str | None = None,
+    p: Any,
+    y: Any,
+    features: Any = None,
+    bins: int | Sequence[int] = 5,
+    sample_threshold: int = 8,
+    policy: str = "drop",
+    *,
+    edges: str | None = None,
 ) -> MetricResult:
     """Detection ECE over (confidence, box features) (Kueppers et al. 2020, CVPR-W).
 
@@ -387,13 +459,21 @@ def dece(
     ``features=None``: confidence only. Thetis computes D-ECE with no sample
     threshold (``sample_threshold=1``) and the class label as one more bin
     dimension (:func:`detcal.metrics.confidence_suite.dece_by_class`).
+
+    Definition: :func:`detcal.metrics.reference.dece`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     return ConfidenceMetric("dece", _bins_arg(bins), sample_threshold, policy, use_features=True, edge_rule=edges)(
-        p, y, features)
+        p, y, features
+    )
 
 
 def homogeneity(
-    p: Any, y: Any, features: Any = None, bins: int | Sequence[int] = 5, sample_threshold: int = 8, *,
+    p: Any,
+    y: Any,
+    features: Any = None,
+    bins: int | Sequence[int] = 5,
+    sample_threshold: int = 8,
+    *,
     spread: str = "std",
 ) -> MetricResult:
     """Weighted standard deviation of the gap over kept cells of the D-ECE grid.
@@ -408,9 +488,12 @@ def homogeneity(
     definition (docs/metrics.md). ``spread="variance"``: the same weighted
     variance without the square root, as Thetis's homogeneity (the variance of
     the calibration error across confidence levels), same weights.
+
+    Definition: :func:`detcal.metrics.reference.homogeneity`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     return ConfidenceMetric("homogeneity", _bins_arg(bins), sample_threshold, "drop", use_features=True, spread=spread)(
-        p, y, features)
+        p, y, features
+    )
 
 
 def outliers(
@@ -423,6 +506,8 @@ def outliers(
     sum_outlier N_c / N_kept``; ``extra`` has the cell count
     (``outlier_cells``), samples, threshold and the rating of
     :data:`OUTLIER_RATINGS`. detcal definition (docs/metrics.md).
+
+    Definition: :func:`detcal.metrics.reference.outliers`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     return ConfidenceMetric("outliers", _bins_arg(bins), sample_threshold, "drop", use_features=True)(p, y, features)
 

@@ -3,25 +3,33 @@
 Split out of :mod:`detcal.metrics.confidence` (whose names it uses and which
 re-exports these).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable
+from typing import Any
 
 import numpy as np
 
 from detcal.binning.cells import FLOAT_STATS, CellStats, cell_stats, sample_cells, validate_sample
 from detcal.core.errors import DetcalInputError
-from detcal.metrics.confidence import SPARSE_RATIO, ConfidenceMetric, SparseCellsWarning, _bins_arg
 from detcal.core.types import MetricResult
+from detcal.metrics.confidence import SPARSE_RATIO, ConfidenceMetric, SparseCellsWarning, _bins_arg
 
 # Per class
 # ---------------------------------------------------------------------------
 
+
 def _class_aggregate(
-    name: str, categories: np.ndarray, values: np.ndarray, counts: np.ndarray, average: str, inner: MetricResult | None,
+    name: str,
+    categories: np.ndarray,
+    values: np.ndarray,
+    counts: np.ndarray,
+    average: str,
+    inner: MetricResult | None,
     params: dict[str, Any],
 ) -> MetricResult:
     """Weighted (by class sample count) and unweighted means over classes with a finite value."""
@@ -45,7 +53,11 @@ def _class_aggregate(
         value=weighted if average == "weighted" else unweighted,
         variant=(inner.variant if inner is not None else ""),
         params={**params, "average": average, "n": int(counts.sum())},
-        table={"category": categories.astype(np.int64), "value": values.astype(np.float64), "n": counts.astype(np.int64)},
+        table={
+            "category": categories.astype(np.int64),
+            "value": values.astype(np.float64),
+            "n": counts.astype(np.int64),
+        },
         extra=extra,
     )
 
@@ -74,7 +86,9 @@ def per_class(
     y_arr = np.asarray(y)
     cat = np.asarray(category)
     if cat.shape != p_arr.shape or (cat.size and not np.issubdtype(cat.dtype, np.integer)):
-        raise DetcalInputError(f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category")
+        raise DetcalInputError(
+            f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category"
+        )
     if y_arr.shape != p_arr.shape:
         raise DetcalInputError(f"y has shape {y_arr.shape}, expected {p_arr.shape}", field="y")
     f_arr = None if features is None else np.asarray(features, dtype=np.float64)
@@ -99,7 +113,9 @@ def per_class(
         else:
             values[k] = float(r)
     if warned:
-        warnings.warn(f"sparse cells (cells > samples/{SPARSE_RATIO}) in classes {warned}", SparseCellsWarning, stacklevel=2)
+        warnings.warn(
+            f"sparse cells (cells > samples/{SPARSE_RATIO}) in classes {warned}", SparseCellsWarning, stacklevel=2
+        )
     name = inner.name if inner is not None else getattr(metric_fn, "__name__", "metric")
     params = {k: v for k, v in (inner.params.items() if inner is not None else {}.items()) if k != "n"}
     return _class_aggregate(name, cats, values, counts, average, inner, params)
@@ -122,6 +138,7 @@ def category_index(cat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 # ---------------------------------------------------------------------------
 # The default suite
 # ---------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ConfidenceConfig:
@@ -162,8 +179,15 @@ class ConfidenceConfig:
             "ece_q": ConfidenceMetric("ece_q", self.ece_bins, 1, self.policy, q=self.q, edge_rule=e),
             "mce": ConfidenceMetric("mce", self.ece_bins, self.mce_sample_threshold, self.policy, edge_rule=e),
             "dece": ConfidenceMetric("dece", b, self.sample_threshold, self.policy, use_features=True, edge_rule=e),
-            "homogeneity": ConfidenceMetric("homogeneity", b, self.sample_threshold, "drop", use_features=True,
-                                            edge_rule=e, spread=self.homogeneity_spread),
+            "homogeneity": ConfidenceMetric(
+                "homogeneity",
+                b,
+                self.sample_threshold,
+                "drop",
+                use_features=True,
+                edge_rule=e,
+                spread=self.homogeneity_spread,
+            ),
             "outliers": ConfidenceMetric("outliers", b, self.sample_threshold, "drop", use_features=True, edge_rule=e),
             "nll": ConfidenceMetric("nll"),
             "brier": ConfidenceMetric("brier"),
@@ -171,6 +195,81 @@ class ConfidenceConfig:
             "overconfidence": ConfidenceMetric("overconfidence"),
             "underconfidence": ConfidenceMetric("underconfidence"),
         }
+
+
+def _category_groups(category: Any, p_arr: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The distinct classes [G] and each sample's class index [S] (None, None without ``category``)."""
+    if category is None:
+        return None, None
+    cat = np.asarray(category)
+    if cat.shape != p_arr.shape or (cat.size and not np.issubdtype(cat.dtype, np.integer)):
+        raise DetcalInputError(
+            f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category"
+        )
+    return category_index(cat)
+
+
+def _suite_stats(
+    suite: dict[str, ConfidenceMetric],
+    p: Any,
+    y: Any,
+    features: Any,
+    cells: dict[Hashable, np.ndarray] | None,
+    cat_idx: np.ndarray | None,
+    n_groups: int | None,
+) -> tuple[dict[Hashable, CellStats], Hashable]:
+    """The statistics of every distinct grid of the suite, and the key of the grid the cell-free metrics read.
+
+    One cell_stats pass per distinct grid, computing the statistics its metrics read; the cell-free metrics read
+    the exact totals of the first floor grid, which then computes every statistic.
+    """
+    grids: dict[Hashable, ConfidenceMetric] = {}
+    need: dict[Hashable, set[str]] = {}
+    for m in suite.values():
+        if m.binned:
+            key = m.grid_key(None, None, features)
+            grids.setdefault(key, m)
+            need.setdefault(key, set()).update(m.required_stats)
+    free_key = next((k for k in grids if k[1] == "floor"), None)
+    if free_key is None:
+        free_key = suite["nll"].grid_key()
+        grids[free_key] = suite["nll"]
+    need[free_key] = set(FLOAT_STATS)
+    grouped: dict[Hashable, CellStats] = {}
+    for key, m in grids.items():
+        which = tuple(s for s in FLOAT_STATS if s in need[key])
+        if cells is not None and key in cells:
+            grouped[key] = cell_stats(
+                p,
+                m._y(p, y),
+                None,
+                key[0],
+                edges=key[1],
+                groups=cat_idx,
+                n_groups=n_groups,
+                stats=which,
+                cells=cells[key],
+            )
+        else:
+            grouped[key] = m.stats(p, y, features if m.binned else None, groups=cat_idx, n_groups=n_groups, which=which)
+    return grouped, free_key
+
+
+def _warn_sparse(out: dict[str, MetricResult], n: int) -> None:
+    """One combined :class:`SparseCellsWarning` for the class-agnostic results with more cells than samples/10."""
+
+    sparse = [
+        name
+        for name, r in out.items()
+        if r.extra.get("sparse_warning") and r.params.get("n", 0) > 0 and not name.endswith("_per_class")
+    ]
+    if sparse:
+        warnings.warn(
+            f"{sparse}: more cells than samples/{SPARSE_RATIO} ({n} samples); "
+            "the estimates are dominated by sparse cells, consider fewer bins",
+            SparseCellsWarning,
+            stacklevel=3,
+        )
 
 
 def confidence_metrics(
@@ -201,36 +300,8 @@ def confidence_metrics(
     cfg = config or ConfidenceConfig()
     suite = cfg.metrics()
     p_arr = np.asarray(p, dtype=np.float64)
-    cats: np.ndarray | None = None
-    cat_idx: np.ndarray | None = None
-    if category is not None:
-        cat = np.asarray(category)
-        if cat.shape != p_arr.shape or (cat.size and not np.issubdtype(cat.dtype, np.integer)):
-            raise DetcalInputError(f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category")
-        cats, cat_idx = category_index(cat)
-    n_groups = None if cats is None else len(cats)
-    # one cell_stats pass per distinct grid, computing the statistics its metrics read; the cell-free
-    # metrics read the exact totals of the first floor grid, which then computes every statistic
-    grids: dict[Hashable, ConfidenceMetric] = {}
-    need: dict[Hashable, set[str]] = {}
-    for m in suite.values():
-        if m.binned:
-            key = m.grid_key(None, None, features)
-            grids.setdefault(key, m)
-            need.setdefault(key, set()).update(m.required_stats)
-    free_key = next((k for k in grids if k[1] == "floor"), None)
-    if free_key is None:
-        free_key = suite["nll"].grid_key()
-        grids[free_key] = suite["nll"]
-    need[free_key] = set(FLOAT_STATS)
-    grouped: dict[Hashable, CellStats] = {}
-    for key, m in grids.items():
-        which = tuple(s for s in FLOAT_STATS if s in need[key])
-        if cells is not None and key in cells:
-            grouped[key] = cell_stats(p, m._y(p, y), None, key[0], edges=key[1], groups=cat_idx, n_groups=n_groups,
-                                      stats=which, cells=cells[key])
-        else:
-            grouped[key] = m.stats(p, y, features if m.binned else None, groups=cat_idx, n_groups=n_groups, which=which)
+    cats, cat_idx = _category_groups(category, p_arr)
+    grouped, free_key = _suite_stats(suite, p, y, features, cells, cat_idx, None if cats is None else len(cats))
     out: dict[str, MetricResult] = {}
     shared: dict[tuple[Hashable, bool], tuple[CellStats, Any, Any]] = {}  # per grid: agnostic stats and sums
 
@@ -255,19 +326,24 @@ def confidence_metrics(
             out[f"{name}_per_class"] = _class_aggregate(
                 name, cats, values, st.n.astype(np.int64), cfg.average, out[name], params
             )
-    sparse = [name for name, r in out.items() if r.extra.get("sparse_warning") and r.params.get("n", 0) > 0
-              and not name.endswith("_per_class")]
-    if sparse:
-        warnings.warn(
-            f"{sparse}: more cells than samples/{SPARSE_RATIO} ({int(np.size(p_arr))} samples); "
-            "the estimates are dominated by sparse cells, consider fewer bins",
-            SparseCellsWarning, stacklevel=2,
-        )
+    _warn_sparse(out, int(np.size(p_arr)))
     if image_id is not None and cfg.n_boot > 0:
         from detcal.metrics.bootstrap import suite_intervals
 
-        out.update(suite_intervals({name: out[name] for name in suite}, suite, image_id, p, y, features,
-                                   n_boot=cfg.n_boot, level=cfg.ci_level, seed=cfg.seed, method=cfg.ci_method))
+        out.update(
+            suite_intervals(
+                {name: out[name] for name in suite},
+                suite,
+                image_id,
+                p,
+                y,
+                features,
+                n_boot=cfg.n_boot,
+                level=cfg.ci_level,
+                seed=cfg.seed,
+                method=cfg.ci_method,
+            )
+        )
     return out
 
 
@@ -298,8 +374,16 @@ DECE_CLASS_MODES: tuple[str, ...] = ("dimension", "weighted_mean")
 
 
 def dece_by_class(
-    p: Any, y: Any, features: Any, category: Any, bins: int | tuple[int, ...] = 5, sample_threshold: int = 8,
-    policy: str = "drop", *, mode: str = "dimension", edges: str | None = None,
+    p: Any,
+    y: Any,
+    features: Any,
+    category: Any,
+    bins: int | tuple[int, ...] = 5,
+    sample_threshold: int = 8,
+    policy: str = "drop",
+    *,
+    mode: str = "dimension",
+    edges: str | None = None,
 ) -> MetricResult:
     """D-ECE with the class label (``category [S]``, integers) entering the estimate.
 
@@ -313,13 +397,17 @@ def dece_by_class(
     the ``netcal`` policy); under ``drop`` with sparse cells the first
     normalises by all kept samples, the second per class.
     Thetis's D-ECE: ``mode="dimension", sample_threshold=1``.
+
+    Definition: :func:`detcal.metrics.reference.dece_by_class`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     if mode not in DECE_CLASS_MODES:
         raise DetcalInputError(f"mode must be one of {DECE_CLASS_MODES}, got {mode!r}", field="mode")
     p_arr = np.asarray(p, dtype=np.float64)
     cat = np.asarray(category)
     if cat.shape != p_arr.shape or (cat.size and not np.issubdtype(cat.dtype, np.integer)):
-        raise DetcalInputError(f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category")
+        raise DetcalInputError(
+            f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category"
+        )
     metric = ConfidenceMetric("dece", _bins_arg(bins), sample_threshold, policy, use_features=True, edge_rule=edges)
     cats, idx = np.unique(cat, return_inverse=True)
     st = metric.stats(p, y, features, groups=idx.reshape(-1), n_groups=len(cats))  # [G, C]
@@ -330,7 +418,10 @@ def dece_by_class(
         res = _class_aggregate("dece", cats, values, st.n.astype(np.int64), "weighted", None, params)
         return dataclasses.replace(res, name="dece", variant=f"{metric.variant}+class_weighted_mean")
     flat = CellStats(
-        bins=(len(cats),) + tuple(st.bins), edges=st.edges, count=st.count.reshape(-1), sum_y=st.sum_y.reshape(-1),
+        bins=(len(cats),) + tuple(st.bins),
+        edges=st.edges,
+        count=st.count.reshape(-1),
+        sum_y=st.sum_y.reshape(-1),
         fixed={k: v.reshape(-1, 3) for k, v in st.fixed.items()},
     )
     with warnings.catch_warnings():

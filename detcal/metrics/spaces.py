@@ -46,6 +46,7 @@ considered and not ignored (true positives).
 
 Numpy only; must not import torch.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -129,12 +130,18 @@ class RegressionSample:
         """Residual ``e = y - mu`` [S,K]."""
         return self.y - self.mu
 
-    def select(self, index: Any) -> "RegressionSample":
+    def select(self, index: Any) -> RegressionSample:
         """Rows ``index`` (bool mask or integer array) of every per-sample field."""
         return RegressionSample(
-            mu=self.mu[index], sigma=self.sigma[index], y=self.y[index], rows=self.rows[index],
-            image_id=self.image_id[index], space=self.space,
-            cov=None if self.cov is None else self.cov[index], coords=self.coords, notes=dict(self.notes),
+            mu=self.mu[index],
+            sigma=self.sigma[index],
+            y=self.y[index],
+            rows=self.rows[index],
+            image_id=self.image_id[index],
+            space=self.space,
+            cov=None if self.cov is None else self.cov[index],
+            coords=self.coords,
+            notes=dict(self.notes),
         )
 
 
@@ -152,7 +159,8 @@ def _check_positive_finite(values: np.ndarray, rows: np.ndarray, name: str, what
         raise DetcalInputError(
             f"{what} must be finite and > 0, got {values[i].tolist()} ({int(bad.reshape(len(bad), -1).any(axis=1).sum())} "
             "detection(s) affected)",
-            record=f"detection row {int(rows[i])}", field=name,
+            record=f"detection row {int(rows[i])}",
+            field=name,
         )
 
 
@@ -184,7 +192,8 @@ def _check_covariance(cov: np.ndarray, rows: np.ndarray, name: str) -> None:
             i = int(np.flatnonzero(neg)[0])
             raise DetcalInputError(
                 f"covariance is not positive semi-definite (smallest eigenvalue {min_eig[i]:.3g}): {cov[i].tolist()}",
-                record=f"detection row {int(rows[i])}", field=name,
+                record=f"detection row {int(rows[i])}",
+                field=name,
             )
 
 
@@ -251,6 +260,42 @@ def regression_sample(
             f"match result has matched of shape {match.matched.shape}, expected [T, {len(dets)}] for these Detections",
             field="matched",
         )
+    rows, gbox = _true_positives(gt, match, iou_threshold)
+    b = dets.box[rows]
+    gc = xyxy_to_cxcywh(gbox)
+    _check_finite(gbox, rows, "gt box")
+    _check_positive_finite(gc[:, 2:], rows, "gt box", "matched GT width and height")
+    _check_finite(b, rows, "box")
+
+    notes: dict[str, Any] = {
+        "uncertainty_kind": kind,
+        "iou_threshold": float(iou_threshold),
+        "n_true_positives": int(len(rows)),
+        "matching": match.describe(),
+    }
+    cov: np.ndarray | None = None
+    if kind == "delta":
+        mu, sigma, y, coords = _from_delta_records(dets, rows, b, gbox, gc, space, notes)
+    else:
+        mu, sigma, y, cov, coords = _from_box_records(dets, rows, b, gbox, gc, kind, space, notes)
+
+    _check_positive_finite(sigma, rows, "sigma", f"propagated standard deviations ({space} space)")
+    _check_finite(y, rows, "target")
+    return RegressionSample(
+        mu=mu,
+        sigma=sigma,
+        y=y,
+        rows=rows,
+        image_id=dets.image_id[rows],
+        space=space,
+        cov=cov,
+        coords=coords,
+        notes=notes,
+    )
+
+
+def _true_positives(gt: GroundTruth, match: MatchResult, iou_threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """Rows [S] of the true positives at ``iou_threshold`` and the boxes [S,4] of the GTs they matched."""
     t = match.threshold_index(iou_threshold)
     keep = match.considered & match.matched[t] & ~match.ignored[t]
     rows = np.flatnonzero(keep)
@@ -259,71 +304,72 @@ def regression_sample(
         i = int(np.flatnonzero((g < 0) | (g >= len(gt)))[0])
         raise DetcalInputError(
             f"matched detection has gt_index {int(g[i])} outside 0..{len(gt) - 1}",
-            record=f"detection row {int(rows[i])}", field="gt_index",
+            record=f"detection row {int(rows[i])}",
+            field="gt_index",
         )
-    gbox = gt.box[g]
-    b = dets.box[rows]
-    gc = xyxy_to_cxcywh(gbox)
-    _check_finite(gbox, rows, "gt box")
-    _check_positive_finite(gc[:, 2:], rows, "gt box", "matched GT width and height")
-    _check_finite(b, rows, "box")
+    return rows, gt.box[g]
 
-    notes: dict[str, Any] = {
-        "uncertainty_kind": kind, "iou_threshold": float(iou_threshold), "n_true_positives": int(len(rows)),
-        "matching": match.describe(),
-    }
-    cov: np.ndarray | None = None
-    coords = COORDS
 
-    if kind == "delta":
-        p = dets.proposal[rows]
-        mu_d = dets.delta_mean[rows]
-        sig_d = dets.delta_std[rows]
-        _check_finite(p, rows, "proposal")
-        pc = xyxy_to_cxcywh(p)
-        _check_positive_finite(pc[:, 2:], rows, "proposal", "proposal width and height")
-        _check_finite(mu_d, rows, "delta_mean")
-        _check_positive_finite(sig_d, rows, "delta_std", "delta standard deviations")
-        if space == "delta":
-            mu, sigma, y = mu_d.copy(), sig_d.copy(), encode_deltas(p, gbox)
-            notes.update(reference="proposal", propagation="none (native deltas)")
-        elif space == "box":
-            bc = xyxy_to_cxcywh(b)
-            _check_positive_finite(bc[:, 2:], rows, "box", "box width and height")
-            scale = np.stack([pc[:, 2] / bc[:, 2], pc[:, 3] / bc[:, 3], np.ones(len(rows)), np.ones(len(rows))], axis=1)
-            mu, sigma, y = np.zeros_like(mu_d), sig_d * scale, encode_deltas(b, gbox)
-            notes.update(reference="box", propagation="sigma_tx*Pw/Bw, sigma_ty*Ph/Bh, sigma_tw, sigma_th")
-        else:
-            pred = xyxy_to_cxcywh(decode_deltas(p, mu_d))
-            scale = np.stack([pc[:, 2], pc[:, 3], pred[:, 2], pred[:, 3]], axis=1)
-            mu, sigma, y = pred, sig_d * scale, gc
-            coords = PIXEL_COORDS
-            notes.update(
-                reference="pixels", mean="decode_deltas(proposal, delta_mean)",
-                propagation="first order at the predicted box: s_cx=sigma_tx*Pw, s_cy=sigma_ty*Ph, "
-                "s_w=sigma_tw*Pw*exp(mu_tw), s_h=sigma_th*Ph*exp(mu_th)",
-            )
-    else:
+def _from_delta_records(
+    dets: Detections,
+    rows: np.ndarray,
+    b: np.ndarray,
+    gbox: np.ndarray,
+    gc: np.ndarray,
+    space: str,
+    notes: dict[str, Any],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
+    """mu, sigma, y [S,4] and the coordinate names of delta records (proposal, delta_mean, delta_std) in ``space``."""
+    p = dets.proposal[rows]
+    mu_d = dets.delta_mean[rows]
+    sig_d = dets.delta_std[rows]
+    _check_finite(p, rows, "proposal")
+    pc = xyxy_to_cxcywh(p)
+    _check_positive_finite(pc[:, 2:], rows, "proposal", "proposal width and height")
+    _check_finite(mu_d, rows, "delta_mean")
+    _check_positive_finite(sig_d, rows, "delta_std", "delta standard deviations")
+    if space == "delta":
+        notes.update(reference="proposal", propagation="none (native deltas)")
+        return mu_d.copy(), sig_d.copy(), encode_deltas(p, gbox), COORDS
+    if space == "box":
         bc = xyxy_to_cxcywh(b)
         _check_positive_finite(bc[:, 2:], rows, "box", "box width and height")
-        sig_c, cov_c = _pixel_covariance(dets, rows, kind)
-        if space == "pixel":
-            mu, sigma, y, cov = bc, sig_c, gc, cov_c
-            coords = PIXEL_COORDS
-            notes.update(reference="pixels", propagation=_propagation_note(kind, pixel=True))
-        else:
-            inv = np.stack([1 / bc[:, 2], 1 / bc[:, 3], 1 / bc[:, 2], 1 / bc[:, 3]], axis=1)
-            mu, sigma, y = np.zeros((len(rows), 4)), sig_c * inv, encode_deltas(b, gbox)
-            if cov_c is not None:
-                cov = cov_c * inv[:, :, None] * inv[:, None, :]
-            notes.update(reference="box", propagation=_propagation_note(kind, pixel=False))
-
-    _check_positive_finite(sigma, rows, "sigma", f"propagated standard deviations ({space} space)")
-    _check_finite(y, rows, "target")
-    return RegressionSample(
-        mu=mu, sigma=sigma, y=y, rows=rows, image_id=dets.image_id[rows], space=space, cov=cov,
-        coords=coords, notes=notes,
+        scale = np.stack([pc[:, 2] / bc[:, 2], pc[:, 3] / bc[:, 3], np.ones(len(rows)), np.ones(len(rows))], axis=1)
+        notes.update(reference="box", propagation="sigma_tx*Pw/Bw, sigma_ty*Ph/Bh, sigma_tw, sigma_th")
+        return np.zeros_like(mu_d), sig_d * scale, encode_deltas(b, gbox), COORDS
+    pred = xyxy_to_cxcywh(decode_deltas(p, mu_d))
+    scale = np.stack([pc[:, 2], pc[:, 3], pred[:, 2], pred[:, 3]], axis=1)
+    notes.update(
+        reference="pixels",
+        mean="decode_deltas(proposal, delta_mean)",
+        propagation="first order at the predicted box: s_cx=sigma_tx*Pw, s_cy=sigma_ty*Ph, "
+        "s_w=sigma_tw*Pw*exp(mu_tw), s_h=sigma_th*Ph*exp(mu_th)",
     )
+    return pred, sig_d * scale, gc, PIXEL_COORDS
+
+
+def _from_box_records(
+    dets: Detections,
+    rows: np.ndarray,
+    b: np.ndarray,
+    gbox: np.ndarray,
+    gc: np.ndarray,
+    kind: str,
+    space: str,
+    notes: dict[str, Any],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, tuple[str, ...]]:
+    """mu, sigma, y [S,4], covariance [S,4,4] (or None) and coordinate names of box records (box_std, box_cov,
+    corner_cov) in ``space`` (pixels, or box deltas for ``delta``/``box``)."""
+    bc = xyxy_to_cxcywh(b)
+    _check_positive_finite(bc[:, 2:], rows, "box", "box width and height")
+    sig_c, cov_c = _pixel_covariance(dets, rows, kind)
+    if space == "pixel":
+        notes.update(reference="pixels", propagation=_propagation_note(kind, pixel=True))
+        return bc, sig_c, gc, cov_c, PIXEL_COORDS
+    inv = np.stack([1 / bc[:, 2], 1 / bc[:, 3], 1 / bc[:, 2], 1 / bc[:, 3]], axis=1)
+    cov = None if cov_c is None else cov_c * inv[:, :, None] * inv[:, None, :]
+    notes.update(reference="box", propagation=_propagation_note(kind, pixel=False))
+    return np.zeros((len(rows), 4)), sig_c * inv, encode_deltas(b, gbox), cov, COORDS
 
 
 def _propagation_note(kind: str, pixel: bool) -> str:

@@ -238,8 +238,6 @@ def calibrate(data: Any, spec: EvaluationSpec | None = None, calibration: Calibr
     ``confidence`` / ``regression``: calibrator objects or registry names (``None`` skips one).
     Returns a :class:`~detcal.pipeline.calibration_result.CalibrationResult`.
     """
-    from detcal.metrics.spaces import regression_sample
-
     spec = spec or EvaluationSpec()
     calibration = calibration or CalibrationSpec()
     names = dict(names or {})
@@ -252,25 +250,10 @@ def calibrate(data: Any, spec: EvaluationSpec | None = None, calibration: Calibr
     workdir = workdir or "."
     timing: dict[str, float] = {}
 
-    def _load(x: Any, sub: str) -> LoadedData:
-        if isinstance(x, tuple):
-            return as_loaded(*x, workdir=os.path.join(workdir, sub))
-        return as_loaded(x, workdir=os.path.join(workdir, sub) if sub else workdir)
-
     with Progress(progress, "detcal-calibrate", total=6) as bar:
         t0 = time.perf_counter()
         bar.step("load data")
-        loaded = _load(data, "")
-        require_detections(loaded)
-        if eval_data is not None:
-            ev_loaded, cal_loaded = _load(eval_data, "eval_data"), loaded
-            split = {"mode": "two_datasets", "calibration_fraction": None, "seed": None,
-                     "n_images": {"calibration": len(cal_loaded.dataset.images),
-                                  "evaluation": len(ev_loaded.dataset.images)}}
-        else:
-            cal_loaded, ev_loaded, split = split_by_image(loaded, calibration.split.calibration_fraction,
-                                                          calibration.split.seed)
-        split["in_sample"] = bool(calibration.in_sample)
+        cal_loaded, ev_loaded, split = _load_and_split(data, eval_data, calibration, workdir)
         timing["load"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -278,118 +261,172 @@ def calibrate(data: Any, spec: EvaluationSpec | None = None, calibration: Calibr
         cal, ev = _prepare(cal_loaded, spec), _prepare(ev_loaded, spec)
         row_c, row_e = _threshold_row(cal.match, calibration.fit_iou), _threshold_row(ev.match, calibration.fit_iou)
         timing["match"] = time.perf_counter() - t0
-        fit_cols = [FEATURES.index(n) for n in calibration.features]
-        dece_cols = [FEATURES.index(n) for n in spec.dece_binning.features]
-        calibrators: dict[str, Any] = {}
-        evaluation: dict[str, Any] = {}
-        in_sample: dict[str, Any] = {}
-        maps: dict[str, Any] = {}
-        dets_out = ev.data.detections
+        out = _Outputs(dets_out=ev.data.detections)
 
         t0 = time.perf_counter()
         rows_e, y_e = ev.confidence_rows(row_e)
         if conf_cal is not None:
-            bar.step(f"fit {type(conf_cal).__name__}")
-            rows_c, y_c = cal.confidence_rows(row_c)
-            if len(rows_c) == 0 or not y_c.any() or y_c.all():
-                raise DetcalInputError(f"the calibration part has {len(rows_c)} detections at IoU "
-                                       f"{float(cal.match.iou_thresholds[row_c])} of which {int(y_c.sum())} matched: "
-                                       "a confidence calibrator needs both matched and unmatched detections",
-                                       field="calibration.fit_iou")
-            use_f = bool(getattr(conf_cal, "uses_features", False)) and len(fit_cols) > 0
-            f_c = cal.features[rows_c][:, fit_cols] if use_f else None
-            conf_cal.fit(cal.data.detections.score[rows_c], y_c, f_c)
-            new_score = conf_cal.transform(dets_out.score, ev.features[:, fit_cols] if use_f else None)
-            dets_out = dataclasses.replace(dets_out, score=new_score)
-            calibrators["confidence"] = {
-                "name": names.get("confidence", type(conf_cal).__name__), "describe": conf_cal.describe(),
-                "fit_report": _fit_report(conf_cal), "n_fit": int(len(rows_c)), "n_fit_matched": int(y_c.sum()),
-                "iou_threshold": float(cal.match.iou_thresholds[row_c]),
-                "features": [FEATURES[j] for j in fit_cols] if use_f else []}
-            bar.step("evaluate confidence")
-            fe = ev.features[rows_e][:, dece_cols] if dece_cols else None
-            cat, img = ev.data.detections.category[rows_e], ev.data.detections.image_id[rows_e]
-            p_b, p_a = ev.data.detections.score[rows_e], new_score[rows_e]
-            evaluation["confidence"] = {"before": _confidence_eval(spec, p_b, y_e, fe, cat, img),
-                                        "after": _confidence_eval(spec, p_a, y_e, fe, cat, img),
-                                        "change": _confidence_change(spec, p_b, p_a, y_e, fe, img)}
-            maps = {"before": dece_maps(spec, p_b, y_e, ev.features[rows_e]),
-                    "after": dece_maps(spec, p_a, y_e, ev.features[rows_e])}
-            if calibration.in_sample:
-                p_in = conf_cal.transform(cal.data.detections.score[rows_c], f_c)
-                fc = cal.features[rows_c][:, dece_cols] if dece_cols else None
-                cat_c, img_c = cal.data.detections.category[rows_c], cal.data.detections.image_id[rows_c]
-                in_sample["confidence"] = {
-                    "before": _confidence_eval(spec, cal.data.detections.score[rows_c], y_c, fc, cat_c, img_c),
-                    "after": _confidence_eval(spec, p_in, y_c, fc, cat_c, img_c)}
+            _fit_confidence(conf_cal, cal, ev, row_c, row_e, spec, calibration, names, bar, out)
         else:
-            calibrators["confidence_skipped"] = "no confidence calibrator configured"
+            out.calibrators["confidence_skipped"] = "no confidence calibrator configured"
         timing["confidence"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        space, t_reg = spec.regression.space, float(spec.regression.sample_iou)
         has_unc = ev.data.detections.uncertainty_kind is not None and cal.data.detections.uncertainty_kind is not None
         if reg_cal is not None and has_unc:
-            bar.step(f"fit {type(reg_cal).__name__}")
-            s_c = regression_sample(cal.data.detections, cal.data.dataset.gt, _reg_match(cal, spec), iou_threshold=t_reg,
-                                    space=space)
-            if len(s_c) == 0:
-                raise DetcalInputError(f"no true positives at IoU {t_reg} in the calibration data: nothing to fit",
-                                       field="regression.sample_iou")
-            reg_cal.fit(s_c.mu, s_c.sigma, s_c.y)
-            dets_out, wb = apply_regression_calibrator(dets_out, reg_cal, space)
-            calibrators["regression"] = {"name": names.get("regression", type(reg_cal).__name__),
-                                         "describe": reg_cal.describe(), "fit_report": _fit_report(reg_cal),
-                                         "n_fit": int(len(s_c)), "iou_threshold": t_reg, "space": space,
-                                         "coords": list(s_c.coords), "writeback": wb}
-            bar.step("evaluate box uncertainty")
-            s_e = regression_sample(ev.data.detections, ev.data.dataset.gt, _reg_match(ev, spec), iou_threshold=t_reg,
-                                    space=space)
-            mu_a, sg_a = reg_cal.transform(s_e.mu, s_e.sigma) if len(s_e) else (s_e.mu, s_e.sigma)
-            evaluation["regression"] = {
-                "before": _regression_eval(spec, s_e.mu, s_e.sigma, s_e.y, s_e.image_id, s_e.coords, space),
-                "after": _regression_eval(spec, mu_a, sg_a, s_e.y, s_e.image_id, s_e.coords, space),
-                "change": _regression_change(spec, s_e, mu_a, sg_a)}
-            cdf = getattr(reg_cal, "cdf", None)
-            if cdf is not None and len(s_e):
-                # Kuleshov CE of the recalibrated CDF itself, next to that of the Gaussian the written file carries
-                from detcal.metrics.regression import interval_calibration_error
-
-                z = _probit(cdf(s_e.y, s_e.mu, s_e.sigma))
-                evaluation["regression"]["after"]["interval_ce_cdf"] = {
-                    c: interval_calibration_error(np.zeros(len(z)), np.ones(len(z)), z[:, k]).to_dict()
-                    for k, c in enumerate(s_e.coords)}
-            if calibration.in_sample:
-                mu_i, sg_i = reg_cal.transform(s_c.mu, s_c.sigma)
-                in_sample["regression"] = {
-                    "before": _regression_eval(spec, s_c.mu, s_c.sigma, s_c.y, s_c.image_id, s_c.coords, space),
-                    "after": _regression_eval(spec, mu_i, sg_i, s_c.y, s_c.image_id, s_c.coords, space)}
+            _fit_regression(reg_cal, cal, ev, spec, calibration, names, bar, out)
         elif reg_cal is None:
-            calibrators["regression_skipped"] = "no box-uncertainty calibrator configured"
+            out.calibrators["regression_skipped"] = "no box-uncertainty calibrator configured"
         else:
-            calibrators["regression_skipped"] = "the detections carry no box uncertainty (docs/formats.md)"
+            out.calibrators["regression_skipped"] = "the detections carry no box uncertainty (docs/formats.md)"
         timing["regression"] = time.perf_counter() - t0
 
+    record = _calibration_record(spec, calibration, cal, ev, row_c, row_e, rows_e, y_e, split, out, timing)
+    return CalibrationResult(record=record, calibrated=out.dets_out, evaluation_data=ev.data, spec=spec,
+                             write_gt=split["mode"] == "split")
 
-    rematched = run_match(spec.matching, dets_out, ev.data)
+
+def _load_and_split(data: Any, eval_data: Any, calibration: CalibrationSpec,
+                    workdir: str | os.PathLike) -> tuple[LoadedData, LoadedData, dict[str, Any]]:
+    """The calibration part, the evaluation part and the record of the split (step "load data" of calibrate)."""
+
+    def _load(x: Any, sub: str) -> LoadedData:
+        if isinstance(x, tuple):
+            return as_loaded(*x, workdir=os.path.join(workdir, sub))
+        return as_loaded(x, workdir=os.path.join(workdir, sub) if sub else workdir)
+
+    loaded = _load(data, "")
+    require_detections(loaded)
+    if eval_data is not None:
+        ev_loaded, cal_loaded = _load(eval_data, "eval_data"), loaded
+        split = {"mode": "two_datasets", "calibration_fraction": None, "seed": None,
+                 "n_images": {"calibration": len(cal_loaded.dataset.images),
+                              "evaluation": len(ev_loaded.dataset.images)}}
+    else:
+        cal_loaded, ev_loaded, split = split_by_image(loaded, calibration.split.calibration_fraction,
+                                                      calibration.split.seed)
+    split["in_sample"] = bool(calibration.in_sample)
+    return cal_loaded, ev_loaded, split
+
+
+@dataclass
+class _Outputs:
+    """What :func:`calibrate` gathers: the written detections and the record's sections."""
+
+    dets_out: Any
+    calibrators: dict[str, Any] = dataclasses.field(default_factory=dict)
+    evaluation: dict[str, Any] = dataclasses.field(default_factory=dict)
+    in_sample: dict[str, Any] = dataclasses.field(default_factory=dict)
+    maps: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _fit_confidence(conf_cal: Any, cal: Part, ev: Part, row_c: int, row_e: int, spec: EvaluationSpec,
+                    calibration: CalibrationSpec, names: dict[str, str], bar: Progress, out: _Outputs) -> None:
+    """Fit the confidence calibrator on the calibration part, rescore the evaluation part, evaluate both ways."""
+    fit_cols = [FEATURES.index(n) for n in calibration.features]
+    dece_cols = [FEATURES.index(n) for n in spec.dece_binning.features]
+    rows_e, y_e = ev.confidence_rows(row_e)
+    bar.step(f"fit {type(conf_cal).__name__}")
+    rows_c, y_c = cal.confidence_rows(row_c)
+    if len(rows_c) == 0 or not y_c.any() or y_c.all():
+        raise DetcalInputError(f"the calibration part has {len(rows_c)} detections at IoU "
+                               f"{float(cal.match.iou_thresholds[row_c])} of which {int(y_c.sum())} matched: "
+                               "a confidence calibrator needs both matched and unmatched detections",
+                               field="calibration.fit_iou")
+    use_f = bool(getattr(conf_cal, "uses_features", False)) and len(fit_cols) > 0
+    f_c = cal.features[rows_c][:, fit_cols] if use_f else None
+    conf_cal.fit(cal.data.detections.score[rows_c], y_c, f_c)
+    new_score = conf_cal.transform(out.dets_out.score, ev.features[:, fit_cols] if use_f else None)
+    out.dets_out = dataclasses.replace(out.dets_out, score=new_score)
+    out.calibrators["confidence"] = {
+        "name": names.get("confidence", type(conf_cal).__name__), "describe": conf_cal.describe(),
+        "fit_report": _fit_report(conf_cal), "n_fit": int(len(rows_c)), "n_fit_matched": int(y_c.sum()),
+        "iou_threshold": float(cal.match.iou_thresholds[row_c]),
+        "features": [FEATURES[j] for j in fit_cols] if use_f else []}
+    bar.step("evaluate confidence")
+    fe = ev.features[rows_e][:, dece_cols] if dece_cols else None
+    cat, img = ev.data.detections.category[rows_e], ev.data.detections.image_id[rows_e]
+    p_b, p_a = ev.data.detections.score[rows_e], new_score[rows_e]
+    out.evaluation["confidence"] = {"before": _confidence_eval(spec, p_b, y_e, fe, cat, img),
+                                    "after": _confidence_eval(spec, p_a, y_e, fe, cat, img),
+                                    "change": _confidence_change(spec, p_b, p_a, y_e, fe, img)}
+    out.maps = {"before": dece_maps(spec, p_b, y_e, ev.features[rows_e]),
+                "after": dece_maps(spec, p_a, y_e, ev.features[rows_e])}
+    if calibration.in_sample:
+        p_in = conf_cal.transform(cal.data.detections.score[rows_c], f_c)
+        fc = cal.features[rows_c][:, dece_cols] if dece_cols else None
+        cat_c, img_c = cal.data.detections.category[rows_c], cal.data.detections.image_id[rows_c]
+        out.in_sample["confidence"] = {
+            "before": _confidence_eval(spec, cal.data.detections.score[rows_c], y_c, fc, cat_c, img_c),
+            "after": _confidence_eval(spec, p_in, y_c, fc, cat_c, img_c)}
+
+
+def _fit_regression(reg_cal: Any, cal: Part, ev: Part, spec: EvaluationSpec, calibration: CalibrationSpec,
+                    names: dict[str, str], bar: Progress, out: _Outputs) -> None:
+    """Fit the box-uncertainty calibrator on the calibration TPs, rewrite the evaluation part, evaluate both ways."""
+    from detcal.metrics.spaces import regression_sample
+
+    space, t_reg = spec.regression.space, float(spec.regression.sample_iou)
+    bar.step(f"fit {type(reg_cal).__name__}")
+    s_c = regression_sample(cal.data.detections, cal.data.dataset.gt, _reg_match(cal, spec), iou_threshold=t_reg,
+                            space=space)
+    if len(s_c) == 0:
+        raise DetcalInputError(f"no true positives at IoU {t_reg} in the calibration data: nothing to fit",
+                               field="regression.sample_iou")
+    reg_cal.fit(s_c.mu, s_c.sigma, s_c.y)
+    out.dets_out, wb = apply_regression_calibrator(out.dets_out, reg_cal, space)
+    out.calibrators["regression"] = {"name": names.get("regression", type(reg_cal).__name__),
+                                     "describe": reg_cal.describe(), "fit_report": _fit_report(reg_cal),
+                                     "n_fit": int(len(s_c)), "iou_threshold": t_reg, "space": space,
+                                     "coords": list(s_c.coords), "writeback": wb}
+    bar.step("evaluate box uncertainty")
+    s_e = regression_sample(ev.data.detections, ev.data.dataset.gt, _reg_match(ev, spec), iou_threshold=t_reg,
+                            space=space)
+    mu_a, sg_a = reg_cal.transform(s_e.mu, s_e.sigma) if len(s_e) else (s_e.mu, s_e.sigma)
+    out.evaluation["regression"] = {
+        "before": _regression_eval(spec, s_e.mu, s_e.sigma, s_e.y, s_e.image_id, s_e.coords, space),
+        "after": _regression_eval(spec, mu_a, sg_a, s_e.y, s_e.image_id, s_e.coords, space),
+        "change": _regression_change(spec, s_e, mu_a, sg_a)}
+    cdf = getattr(reg_cal, "cdf", None)
+    if cdf is not None and len(s_e):
+        # Kuleshov CE of the recalibrated CDF itself, next to that of the Gaussian the written file carries
+        from detcal.metrics.regression import interval_calibration_error
+
+        z = _probit(cdf(s_e.y, s_e.mu, s_e.sigma))
+        out.evaluation["regression"]["after"]["interval_ce_cdf"] = {
+            c: interval_calibration_error(np.zeros(len(z)), np.ones(len(z)), z[:, k]).to_dict()
+            for k, c in enumerate(s_e.coords)}
+    if calibration.in_sample:
+        mu_i, sg_i = reg_cal.transform(s_c.mu, s_c.sigma)
+        out.in_sample["regression"] = {
+            "before": _regression_eval(spec, s_c.mu, s_c.sigma, s_c.y, s_c.image_id, s_c.coords, space),
+            "after": _regression_eval(spec, mu_i, sg_i, s_c.y, s_c.image_id, s_c.coords, space)}
+
+
+def _calibration_record(spec: EvaluationSpec, calibration: CalibrationSpec, cal: Part, ev: Part, row_c: int,
+                        row_e: int, rows_e: np.ndarray, y_e: np.ndarray, split: dict[str, Any], out: _Outputs,
+                        timing: dict[str, float]) -> dict[str, Any]:
+    """The record of :class:`CalibrationResult`: data, split, matching, calibrators, before/after, rematch, variants."""
+    space, t_reg = spec.regression.space, float(spec.regression.sample_iou)
+    rematched = run_match(spec.matching, out.dets_out, ev.data)
     changed = (rematched.matched[row_e] != ev.match.matched[row_e]) | (rematched.ignored[row_e] != ev.match.ignored[row_e]) \
         | (rematched.considered != ev.match.considered)
-    evaluation["_sample"] = {"n_confidence": int(len(rows_e)), "n_matched": int(y_e.sum()),
-                             "iou_threshold": float(ev.match.iou_thresholds[row_e])}
-    record: dict[str, Any] = {
+    out.evaluation["_sample"] = {"n_confidence": int(len(rows_e)), "n_matched": int(y_e.sum()),
+                                 "iou_threshold": float(ev.match.iou_thresholds[row_e])}
+    return {
         "data": {"calibration": {**cal.data.provenance, "counts": cal.counts(row_c)},
                  "evaluation": {**ev.data.provenance, "counts": ev.counts(row_e)}},
         "spec": {"evaluation": spec, "calibration": calibration},
         "split": split,
         "matching": {"calibration": cal.match.describe(), "evaluation": ev.match.describe()},
-        "calibrators": calibrators,
-        "evaluation": evaluation,
-        "in_sample": in_sample if calibration.in_sample else None,
-        "rematch": {"n": int(len(dets_out)), "changed": int(changed.sum()),
+        "calibrators": out.calibrators,
+        "evaluation": out.evaluation,
+        "in_sample": out.in_sample if calibration.in_sample else None,
+        "rematch": {"n": int(len(out.dets_out)), "changed": int(changed.sum()),
                     "iou_threshold": float(ev.match.iou_thresholds[row_e]),
                     "note": "outcomes of the written file re-matched (score order / max_dets may differ); "
                             "before/after above use the original labels"},
-        "dece_maps": maps,
+        "dece_maps": out.maps,
         "variants": {
             "protocol": "docs/calibration.md#protocol: fit on the calibration part, evaluate on a disjoint part "
                         "(or a second dataset); labels and TP sample fixed by the original matching",
@@ -403,5 +440,3 @@ def calibrate(data: Any, spec: EvaluationSpec | None = None, calibration: Calibr
                          f"seed={spec.bootstrap.seed}"},
         "timing_s": {k: round(v, 3) for k, v in timing.items()},
     }
-    return CalibrationResult(record=record, calibrated=dets_out, evaluation_data=ev.data, spec=spec,
-                             write_gt=split["mode"] == "split")

@@ -1,17 +1,36 @@
 """Synthetic scenes: objects, crowds, DontCare regions, truncation and occlusion."""
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from detcal.core.boxes import area
-from detcal.data.kitti import kitti_difficulty
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, GroundTruth, Images
-
-from detcal.data.synthetic._common import (_draw_order_key, SYNTHETIC_CATEGORIES, DONTCARE_CATEGORY, _ASPECT, _DIMS_3D, _KITTI_FOCAL, _KITTI_IMAGE_HEIGHT, _PLACEMENT_ROUNDS, _STREAM_SCENES, _KIND_OBJECT, _KIND_CROWD, _KIND_DONTCARE, _check, _check_pair, _rng, _padded_groups, _gather, _intersection)
-
+from detcal.data.kitti import kitti_difficulty
+from detcal.data.synthetic._common import (
+    _ASPECT,
+    _DIMS_3D,
+    _KIND_CROWD,
+    _KIND_DONTCARE,
+    _KIND_OBJECT,
+    _KITTI_FOCAL,
+    _KITTI_IMAGE_HEIGHT,
+    _PLACEMENT_ROUNDS,
+    _STREAM_SCENES,
+    DONTCARE_CATEGORY,
+    SYNTHETIC_CATEGORIES,
+    _check,
+    _check_pair,
+    _draw_order_key,
+    _gather,
+    _intersection,
+    _padded_groups,
+    _rng,
+)
 
 # --------------------------------------------------------------------------- scenes
 
@@ -27,30 +46,49 @@ def _scene_params(
     dontcare_per_image: float,
     crowd_per_image: float,
 ) -> dict[str, Any]:
-    _check(isinstance(n_images, (int, np.integer)) and n_images >= 0, f"expected an int >= 0, got {n_images!r}", "n_images")
+    _check(
+        isinstance(n_images, (int, np.integer)) and n_images >= 0, f"expected an int >= 0, got {n_images!r}", "n_images"
+    )
     try:
         w, h = (int(v) for v in image_size)
     except (TypeError, ValueError):
         raise DetcalInputError(f"expected (width, height), got {image_size!r}", field="image_size") from None
     _check(w >= 16 and h >= 16, f"expected width and height >= 16 px, got {image_size!r}", "image_size")
     lo, hi = _check_pair(objects_per_image, "objects_per_image", positive=False)
-    _check(lo >= 0 and lo == int(lo) and hi == int(hi), f"expected integers >= 0, got {objects_per_image!r}", "objects_per_image")
+    _check(
+        lo >= 0 and lo == int(lo) and hi == int(hi),
+        f"expected integers >= 0, got {objects_per_image!r}",
+        "objects_per_image",
+    )
     smin, smax = _check_pair((min_size, max_size), "min_size/max_size")
     _check(smin >= 4, f"min_size must be >= 4 px, got {min_size}", "min_size")
-    _check(smax <= min(w, h) - 2, f"max_size must be <= min(image_size) - 2 = {min(w, h) - 2}, got {max_size}", "max_size")
-    _check(0.0 <= truncated_fraction <= 1.0, f"expected a fraction in [0, 1], got {truncated_fraction}", "truncated_fraction")
+    _check(
+        smax <= min(w, h) - 2, f"max_size must be <= min(image_size) - 2 = {min(w, h) - 2}, got {max_size}", "max_size"
+    )
+    _check(
+        0.0 <= truncated_fraction <= 1.0,
+        f"expected a fraction in [0, 1], got {truncated_fraction}",
+        "truncated_fraction",
+    )
     _check(0.0 <= max_overlap <= 1.0, f"expected a value in [0, 1], got {max_overlap}", "max_overlap")
     _check(dontcare_per_image >= 0, f"expected a rate >= 0, got {dontcare_per_image}", "dontcare_per_image")
     _check(crowd_per_image >= 0, f"expected a rate >= 0, got {crowd_per_image}", "crowd_per_image")
     return {
-        "n_images": int(n_images), "image_size": [w, h], "objects_per_image": [int(lo), int(hi)],
-        "min_size": smin, "max_size": smax, "truncated_fraction": float(truncated_fraction),
-        "max_overlap": float(max_overlap), "dontcare_per_image": float(dontcare_per_image),
+        "n_images": int(n_images),
+        "image_size": [w, h],
+        "objects_per_image": [int(lo), int(hi)],
+        "min_size": smin,
+        "max_size": smax,
+        "truncated_fraction": float(truncated_fraction),
+        "max_overlap": float(max_overlap),
+        "dontcare_per_image": float(dontcare_per_image),
         "crowd_per_image": float(crowd_per_image),
     }
 
 
-def _object_sizes(rng: np.random.Generator, kind: np.ndarray, cat: np.ndarray, p: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+def _object_sizes(
+    rng: np.random.Generator, kind: np.ndarray, cat: np.ndarray, p: dict[str, Any]
+) -> tuple[np.ndarray, np.ndarray]:
     """Full (unclipped) width and height [G] in pixels."""
     g = len(kind)
     W, H = p["image_size"]
@@ -124,6 +162,91 @@ def _occlusion(vis: np.ndarray, image_row: np.ndarray, n_images: int, draw_rank:
     return out
 
 
+def _place_without_overlap(
+    rng: np.random.Generator,
+    w: np.ndarray,
+    h: np.ndarray,
+    trunc: np.ndarray,
+    edge: np.ndarray,
+    image_row: np.ndarray,
+    N: int,
+    W: int,
+    H: int,
+    max_overlap: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Full and visible boxes [G,4], re-drawing conflicting ones for a few rounds; valid [G] (False: dropped)."""
+    g = len(w)
+    full = _place(rng, w, h, trunc, edge, W, H)
+    vis = _visible(full, W, H)
+    valid = np.ones(g, bool)
+    pad = _padded_groups(image_row, N)
+    active = pad  # rows of pad (images) that may hold a conflict: first all, then those that moved
+    for _ in range(_PLACEMENT_ROUNDS):
+        bad = _conflicts(vis, active, valid, max_overlap) if g else np.zeros(0, bool)
+        if not bad.any():
+            break
+        idx = np.flatnonzero(bad)
+        full[idx] = _place(rng, w[idx], h[idx], trunc[idx], edge[idx], W, H)
+        vis[idx] = _visible(full[idx], W, H)
+        active = pad[np.unique(image_row[idx])]
+    else:
+        valid &= ~_conflicts(vis, active, valid, max_overlap)
+    return full, vis, valid
+
+
+def _dummies_3d(
+    rng: np.random.Generator,
+    kind: np.ndarray,
+    cat: np.ndarray,
+    full: np.ndarray,
+    classes: np.ndarray,
+    W: int,
+    H: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """KITTI's 3-D fields (dimensions, location, rotation_y, alpha) of a pinhole camera with KITTI's focal
+    length scaled to this image height; DontCare rows get the devkit's placeholders."""
+    g = len(kind)
+    f = _KITTI_FOCAL * H / _KITTI_IMAGE_HEIGHT
+    base = np.array([_DIMS_3D.get(int(c), _DIMS_3D[4]) for c in classes], dtype=np.float64)
+    dims = base[np.searchsorted(classes, np.where(kind == _KIND_DONTCARE, 4, cat))]
+    dims = np.round(dims * np.exp(rng.normal(0.0, 0.05, size=(g, 3))), 2)
+    h_full = full[:, 3] - full[:, 1]
+    z = np.round(f * dims[:, 0] / h_full, 2)
+    x = np.round(((full[:, 0] + full[:, 2]) / 2 - W / 2) * z / f, 2)
+    y = np.round((full[:, 3] - H / 2) * z / f, 2)
+    rot = np.round(rng.uniform(-np.pi, np.pi, size=g), 2)
+    alpha = np.round(np.angle(np.exp(1j * (rot - np.arctan2(x, z)))), 2)
+    loc = np.stack([x, y, z], axis=1)
+    dc = kind == _KIND_DONTCARE
+    dims[dc], loc[dc], rot[dc], alpha[dc] = -1.0, -1000.0, -10.0, -10.0
+    return dims, loc, rot, alpha
+
+
+def _kitti_fields(
+    cat: np.ndarray,
+    iscrowd: np.ndarray,
+    dc: np.ndarray,
+    loc: np.ndarray,
+    vis: np.ndarray,
+    trunc: np.ndarray,
+    image_row: np.ndarray,
+    N: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Truncation, occlusion level (from the drawing order) and KITTI difficulty [G] (DontCare, crowd: -1)."""
+    g = len(cat)
+    rank_kind, neg_depth = _draw_order_key(cat, iscrowd, loc, vis)
+    order = np.lexsort((np.arange(g), neg_depth, rank_kind, image_row))
+    draw_rank = np.empty(g, np.int64)
+    draw_rank[order] = np.arange(g)
+    occ_share = _occlusion(vis, image_row, N, draw_rank)
+    occ = np.where(occ_share < 0.1, 0, np.where(occ_share < 0.5, 1, 2)).astype(np.int64)
+    occ[dc] = -1
+    truncation = np.where(dc, np.nan, trunc)
+    difficulty = kitti_difficulty(vis, truncation, occ)
+    difficulty[dc | iscrowd] = -1
+    return truncation, occ, difficulty
+
+
 def generate_scenes(
     n_images: int,
     seed: int = 0,
@@ -154,8 +277,17 @@ def generate_scenes(
     ``render_scene(dataset, i, seed)`` for row ``i``, or ``None`` when
     ``render=False`` (records only: 10K scenes need not sit in memory).
     """
-    p = _scene_params(n_images, image_size, objects_per_image, min_size, max_size, truncated_fraction,
-                      max_overlap, dontcare_per_image, crowd_per_image)
+    p = _scene_params(
+        n_images,
+        image_size,
+        objects_per_image,
+        min_size,
+        max_size,
+        truncated_fraction,
+        max_overlap,
+        dontcare_per_image,
+        crowd_per_image,
+    )
     W, H = p["image_size"]
     N = p["n_images"]
     rng = _rng(seed, _STREAM_SCENES)
@@ -176,59 +308,34 @@ def generate_scenes(
     trunc = np.where(truncated, np.round(rng.uniform(0.05, 0.5, size=g), 2), 0.0)
     edge = rng.integers(0, 4, size=g)
 
-    full = _place(rng, w, h, trunc, edge, W, H)
-    vis = _visible(full, W, H)
-    valid = np.ones(g, bool)
-    pad = _padded_groups(image_row, N)
-    active = pad  # rows of pad (images) that may hold a conflict: first all, then those that moved
-    for _ in range(_PLACEMENT_ROUNDS):
-        bad = _conflicts(vis, active, valid, p["max_overlap"]) if g else np.zeros(0, bool)
-        if not bad.any():
-            break
-        idx = np.flatnonzero(bad)
-        full[idx] = _place(rng, w[idx], h[idx], trunc[idx], edge[idx], W, H)
-        vis[idx] = _visible(full[idx], W, H)
-        active = pad[np.unique(image_row[idx])]
-    else:
-        valid &= ~_conflicts(vis, active, valid, p["max_overlap"])
+    full, vis, valid = _place_without_overlap(rng, w, h, trunc, edge, image_row, N, W, H, p["max_overlap"])
     keep = np.flatnonzero(valid)
     kind, image_row, cat, full, vis, trunc = kind[keep], image_row[keep], cat[keep], full[keep], vis[keep], trunc[keep]
     g = len(keep)
-
-    # 3-D dummies (pinhole camera with KITTI's focal length scaled to this image height)
-    f = _KITTI_FOCAL * H / _KITTI_IMAGE_HEIGHT
-    base = np.array([_DIMS_3D.get(int(c), _DIMS_3D[4]) for c in classes], dtype=np.float64)
-    dims = base[np.searchsorted(classes, np.where(kind == _KIND_DONTCARE, 4, cat))]
-    dims = np.round(dims * np.exp(rng.normal(0.0, 0.05, size=(g, 3))), 2)
-    h_full = full[:, 3] - full[:, 1]
-    z = np.round(f * dims[:, 0] / h_full, 2)
-    x = np.round(((full[:, 0] + full[:, 2]) / 2 - W / 2) * z / f, 2)
-    y = np.round((full[:, 3] - H / 2) * z / f, 2)
-    rot = np.round(rng.uniform(-np.pi, np.pi, size=g), 2)
-    alpha = np.round(np.angle(np.exp(1j * (rot - np.arctan2(x, z)))), 2)
-    loc = np.stack([x, y, z], axis=1)
+    dims, loc, rot, alpha = _dummies_3d(rng, kind, cat, full, classes, W, H)
     dc = kind == _KIND_DONTCARE
-    dims[dc], loc[dc], rot[dc], alpha[dc] = -1.0, -1000.0, -10.0, -10.0
 
     iscrowd = kind == _KIND_CROWD
-    rank_kind, neg_depth = _draw_order_key(cat, iscrowd, loc, vis)
-    order = np.lexsort((np.arange(g), neg_depth, rank_kind, image_row))
-    draw_rank = np.empty(g, np.int64)
-    draw_rank[order] = np.arange(g)
-    occ_share = _occlusion(vis, image_row, N, draw_rank)
-    occ = np.where(occ_share < 0.1, 0, np.where(occ_share < 0.5, 1, 2)).astype(np.int64)
-    occ[dc] = -1
-    truncation = np.where(dc, np.nan, trunc)
-    difficulty = kitti_difficulty(vis, truncation, occ)
-    difficulty[dc | iscrowd] = -1
+    truncation, occ, difficulty = _kitti_fields(cat, iscrowd, dc, loc, vis, trunc, image_row, N)
 
     ids = np.arange(1, N + 1, dtype=np.int64)
-    images = Images(id=ids, width=np.full(N, float(W)), height=np.full(N, float(H)),
-                    file_name=[f"{i:06d}.png" for i in ids])
+    images = Images(
+        id=ids, width=np.full(N, float(W)), height=np.full(N, float(H)), file_name=[f"{i:06d}.png" for i in ids]
+    )
     gt = GroundTruth(
-        image_id=ids[image_row], box=vis, category=cat, iscrowd=iscrowd, ignore=iscrowd | dc,
-        id=np.arange(1, g + 1, dtype=np.int64), truncation=truncation, occlusion=occ, difficulty=difficulty,
-        alpha=alpha, dimensions=dims, location=loc, rotation_y=rot,
+        image_id=ids[image_row],
+        box=vis,
+        category=cat,
+        iscrowd=iscrowd,
+        ignore=iscrowd | dc,
+        id=np.arange(1, g + 1, dtype=np.int64),
+        truncation=truncation,
+        occlusion=occ,
+        difficulty=difficulty,
+        alpha=alpha,
+        dimensions=dims,
+        location=loc,
+        rotation_y=rot,
     )
     categories = dict(SYNTHETIC_CATEGORIES)
     if p["dontcare_per_image"] > 0:

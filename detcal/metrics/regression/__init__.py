@@ -13,6 +13,10 @@ optional full covariance ``cov [S,K,K]``. :func:`per_coordinate` and
 :func:`joint` apply them to a :class:`detcal.metrics.spaces.RegressionSample`;
 :func:`regression_metrics` runs the default suite.
 
+Definitions: the binned ones (ENCE, LENCE, UCE, M-QCE, C-QCE, joint QCE,
+Kuleshov's interval CE) are written plainly in :mod:`detcal.metrics.reference`;
+each fast path here must equal its reference (tests/test_metrics_reference.py).
+
 Axis letters: S samples, K coordinates, B bins, L quantile levels.
 
 Mergeable statistics (torchmetrics style): binned metrics over *fixed*
@@ -25,33 +29,77 @@ Memory: QCE never builds an [S, L] matrix; each sample's NEES is located
 among the L sorted chi^2 thresholds once (a small-integer level index) and
 per-bin coverage counts follow from a ``bincount`` + ``cumsum`` (O(S + B L)).
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+from detcal.core.types import MetricResult
 from detcal.metrics.regression._common import (  # noqa: F401
-    _LOG_2PI, BINNINGS, POLICIES, QUANTILE_LEVELS, RETENTION_REJECT,
-    _check_bins, _check_choice, _nan_result, _validate, _validate_levels,
+    _LOG_2PI,
+    BINNINGS,
+    POLICIES,
+    QUANTILE_LEVELS,
+    RETENTION_REJECT,
+    _check_bins,
+    _check_choice,
+    _nan_result,
+    _validate,
+    _validate_levels,
 )
 from detcal.metrics.regression.qce import (  # noqa: F401
-    CoverageStats, _coverage_counts, _joint_nees, _level_index, c_qce, c_qce_from_stats, c_qce_joint,
-    coverage_stats, m_qce, m_qce_from_stats, m_qce_joint, nees,
+    CoverageStats,
+    _coverage_counts,
+    _joint_nees,
+    _level_index,
+    c_qce,
+    c_qce_from_stats,
+    c_qce_joint,
+    coverage_stats,
+    m_qce,
+    m_qce_from_stats,
+    m_qce_joint,
+    nees,
 )
 from detcal.metrics.regression.retention import (  # noqa: F401
-    LOG_BASES, MWSE_NORMALISATIONS, _n_keep, _sorted_by_uncertainty, _uncertainty, _validate_rejected, f1_retention,
-    ll_fu, ll_fu_scores, mwse,
-    retention_curve, rmse_rmv_ratio,
+    LOG_BASES,
+    MWSE_NORMALISATIONS,
+    _n_keep,
+    _sorted_by_uncertainty,
+    _uncertainty,
+    _validate_rejected,
+    f1_retention,
+    ll_fu,
+    ll_fu_scores,
+    mwse,
+    retention_curve,
+    rmse_rmv_ratio,
 )
 from detcal.metrics.regression.scores import (  # noqa: F401
-    _abs_z_counts, crps_gaussian, gaussian_nll, gaussian_nll_joint, interval_calibration_error, mpiw, picp,
+    _abs_z_counts,
+    crps_gaussian,
+    gaussian_nll,
+    gaussian_nll_joint,
+    interval_calibration_error,
+    mpiw,
+    picp,
     pinball_loss,
 )
 from detcal.metrics.regression.sigma_bins import (  # noqa: F401
-    SigmaBinStats, _bin_stats, _sigma_bin_stats, _sigma_bins, coefficient_of_variation, ence, ence_from_stats,
-    lence, sigma_bin_stats, uce, uce_from_stats,
+    SigmaBinStats,
+    _bin_stats,
+    _sigma_bin_stats,
+    _sigma_bins,
+    coefficient_of_variation,
+    ence,
+    ence_from_stats,
+    lence,
+    sigma_bin_stats,
+    uce,
+    uce_from_stats,
 )
 from detcal.metrics.spaces import RegressionSample
-from detcal.core.types import MetricResult
 
 # --------------------------------------------------------------------------- wrappers and suite
 
@@ -77,10 +125,21 @@ def joint(fn: Callable[..., MetricResult], sample: RegressionSample, **kw: Any) 
 
 
 def regression_metrics(
-    sample: RegressionSample, *, bins: int = 10, binning: str = "equal_count", qce_bins: int = 10,
-    qce_binning: str = "equal_width", qce_sample_threshold: int = 1, qce_policy: str = "drop",
-    levels: Any = QUANTILE_LEVELS, interval_m: int = 100, tau: float = 0.95, retention_error: str = "rmse",
-    f1_threshold: float | None = None, with_joint: bool = True, ll_fu_log_base: str = "e",
+    sample: RegressionSample,
+    *,
+    bins: int = 10,
+    binning: str = "equal_count",
+    qce_bins: int = 10,
+    qce_binning: str = "equal_width",
+    qce_sample_threshold: int = 1,
+    qce_policy: str = "drop",
+    levels: Any = QUANTILE_LEVELS,
+    interval_m: int = 100,
+    tau: float = 0.95,
+    retention_error: str = "rmse",
+    f1_threshold: float | None = None,
+    with_joint: bool = True,
+    ll_fu_log_base: str = "e",
     mwse_normalise: str = "retained",
 ) -> dict[str, dict[str, MetricResult]]:
     """Default regression-calibration suite: {metric: {coordinate | "joint": MetricResult}}.
@@ -92,7 +151,9 @@ def regression_metrics(
     Source variants: ``ll_fu_log_base`` ("e" | "10"), ``mwse_normalise``
     ("retained" | "total"); see docs/metrics.md.
     """
-    qce_kw = dict(levels=levels, bins=qce_bins, binning=qce_binning, sample_threshold=qce_sample_threshold, policy=qce_policy)
+    qce_kw = dict(
+        levels=levels, bins=qce_bins, binning=qce_binning, sample_threshold=qce_sample_threshold, policy=qce_policy
+    )
     out: dict[str, dict[str, MetricResult]] = {
         "ence": per_coordinate(ence, sample, bins=bins, binning=binning),
         "cv": per_coordinate(coefficient_of_variation, sample),

@@ -4,25 +4,39 @@ Memory: QCE never builds an [S, L] matrix; each sample's NEES is located
 among the L sorted chi^2 thresholds once (a small-integer level index) and
 per-bin coverage counts follow from a ``bincount`` + ``cumsum`` (O(S + B L)).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from detcal.metrics._special import gammaincinv
 
 from detcal.binning.edges import RankSegments
-from detcal.core.errors import DetcalInputError
-from detcal.metrics.regression._common import (
-    BINNINGS, POLICIES, QUANTILE_LEVELS, _check_bins, _check_choice, _nan_result, _validate, _validate_levels,
-)
 from detcal.binning.kernels import Workspace
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import MetricResult
+from detcal.metrics._special import gammaincinv
 from detcal.metrics.regression._chunked import (
-    LEAF, contiguous, equal_width_index_into, float_columns, min_max, sigma_range,
+    LEAF,
+    contiguous,
+    equal_width_index_into,
+    float_columns,
+    min_max,
+    sigma_range,
+)
+from detcal.metrics.regression._common import (
+    BINNINGS,
+    POLICIES,
+    QUANTILE_LEVELS,
+    _check_bins,
+    _check_choice,
+    _nan_result,
+    _validate,
+    _validate_levels,
 )
 from detcal.metrics.regression.sigma_bins import _sigma_bins
-from detcal.core.types import MetricResult
+
 
 @dataclass
 class CoverageStats:
@@ -41,7 +55,7 @@ class CoverageStats:
     edges: np.ndarray | None
     binning: str
 
-    def merge(self, other: "CoverageStats") -> "CoverageStats":
+    def merge(self, other: CoverageStats) -> CoverageStats:
         """Sum of two chunks' counts (same levels, d and fixed edges)."""
         if self.binning == "equal_count" or other.binning == "equal_count":
             raise DetcalInputError("equal_count statistics need global ranks and cannot be merged", field="binning")
@@ -50,7 +64,9 @@ class CoverageStats:
         )
         if not (same_edges and self.d == other.d and np.array_equal(self.levels, other.levels)):
             raise DetcalInputError("cannot merge coverage statistics with different edges, levels or d", field="range_")
-        return CoverageStats(self.count + other.count, self.covered + other.covered, self.levels, self.d, self.edges, self.binning)
+        return CoverageStats(
+            self.count + other.count, self.covered + other.covered, self.levels, self.d, self.edges, self.binning
+        )
 
 
 def _level_index(values: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
@@ -69,7 +85,11 @@ def _level_index(values: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
 
 
 def _coverage_counts(
-    eps: np.ndarray, bin_idx: np.ndarray | RankSegments | None, n_bins: int, levels: np.ndarray, d: int,
+    eps: np.ndarray,
+    bin_idx: np.ndarray | RankSegments | None,
+    n_bins: int,
+    levels: np.ndarray,
+    d: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """count [B] and covered [B,L]: #{i in b : eps_i <= chi2_d.ppf(tau_l)}, in O(S + B L) memory.
 
@@ -99,8 +119,14 @@ def _coverage_counts(
 
 
 def coverage_stats(
-    eps: Any, sigma_bin: Any | None, *, d: int = 1, levels: Any = QUANTILE_LEVELS, bins: int = 10,
-    binning: str = "equal_width", range_: tuple[float, float] | None = None,
+    eps: Any,
+    sigma_bin: Any | None,
+    *,
+    d: int = 1,
+    levels: Any = QUANTILE_LEVELS,
+    bins: int = 10,
+    binning: str = "equal_width",
+    range_: tuple[float, float] | None = None,
 ) -> CoverageStats:
     """Coverage counts of NEES values ``eps [S]`` per bin of ``sigma_bin [S]`` (None: one bin, marginal)."""
     lv = _validate_levels(levels)
@@ -117,14 +143,20 @@ def coverage_stats(
 
 
 def m_qce_from_stats(stats: CoverageStats) -> MetricResult:
-    """M-QCE = mean_tau |coverage(tau) - tau| from pooled coverage counts."""
+    """M-QCE = mean_tau |coverage(tau) - tau| from pooled coverage counts.
+
+    Definition: :func:`detcal.metrics.reference.qce_from_nees`, which this fast path must equal (tests/test_metrics_reference.py).
+    """
     n = int(stats.count.sum())
     params = {"levels": stats.levels.tolist(), "d": stats.d, "n": n}
     if n == 0:
         return _nan_result("m_qce", "marginal", params)
     cov = stats.covered.sum(axis=0) / n
     return MetricResult(
-        name="m_qce", value=float(np.mean(np.abs(cov - stats.levels))), variant="marginal", params=params,
+        name="m_qce",
+        value=float(np.mean(np.abs(cov - stats.levels))),
+        variant="marginal",
+        params=params,
         table={"tau": stats.levels.copy(), "coverage": cov},
     )
 
@@ -136,17 +168,24 @@ def c_qce_from_stats(stats: CoverageStats, *, sample_threshold: int = 1, policy:
     w_b = N_b / N_kept (dropped sample fraction in ``extra``). ``netcal``
     (netcal 1.4.0, ``marginal=False``): such bins count with coverage 0 and
     keep their weight w_b = N_b / N.
+
+    Definition: :func:`detcal.metrics.reference.qce_from_nees`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     _check_choice(policy, POLICIES, "policy")
     n = stats.count
     total = int(n.sum())
     params = {
-        "levels": stats.levels.tolist(), "d": stats.d, "bins": int(len(n)), "binning": stats.binning,
-        "sample_threshold": int(sample_threshold), "policy": policy, "n": total,
+        "levels": stats.levels.tolist(),
+        "d": stats.d,
+        "bins": int(len(n)),
+        "binning": stats.binning,
+        "sample_threshold": int(sample_threshold),
+        "policy": policy,
+        "n": total,
     }
     if total == 0:
         return _nan_result("c_qce", policy, params)
-    kept = (n >= max(int(sample_threshold), 1))
+    kept = n >= max(int(sample_threshold), 1)
     with np.errstate(invalid="ignore", divide="ignore"):
         cov_b = stats.covered / n[:, None]
     if policy == "drop":
@@ -163,8 +202,16 @@ def c_qce_from_stats(stats: CoverageStats, *, sample_threshold: int = 1, policy:
     if stats.edges is not None:
         table["edges"] = stats.edges.copy()
     return MetricResult(
-        name="c_qce", value=value, variant=policy, params=params, table=table,
-        extra={"dropped_fraction": 1.0 - n_kept / total, "kept_bins": int(kept.sum()), "occupied_bins": int((n > 0).sum())},
+        name="c_qce",
+        value=value,
+        variant=policy,
+        params=params,
+        table=table,
+        extra={
+            "dropped_fraction": 1.0 - n_kept / total,
+            "kept_bins": int(kept.sum()),
+            "occupied_bins": int((n > 0).sum()),
+        },
     )
 
 
@@ -186,19 +233,31 @@ def m_qce(mu: Any, sigma: Any, y: Any, *, levels: Any = QUANTILE_LEVELS) -> Metr
 
     eps = e^2/sigma^2; coverage(tau) = mean 1(eps <= chi2_1.ppf(tau));
     M-QCE = (1/L) sum_tau |coverage(tau) - tau|.
+
+    Definition: :func:`detcal.metrics.reference.m_qce`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     return m_qce_from_stats(_coverage_chunked(mu, sigma, y, levels, None, "marginal", None))
 
 
 def c_qce(
-    mu: Any, sigma: Any, y: Any, *, levels: Any = QUANTILE_LEVELS, bins: int = 10, binning: str = "equal_width",
-    sample_threshold: int = 1, policy: str = "drop", range_: tuple[float, float] | None = None,
+    mu: Any,
+    sigma: Any,
+    y: Any,
+    *,
+    levels: Any = QUANTILE_LEVELS,
+    bins: int = 10,
+    binning: str = "equal_width",
+    sample_threshold: int = 1,
+    policy: str = "drop",
+    range_: tuple[float, float] | None = None,
 ) -> MetricResult:
     """Conditional Quantile Calibration Error (Kueppers et al. 2022; netcal ``QCE(marginal=False)``).
 
     C-QCE = (1/L) sum_tau sum_b w_b |coverage_b(tau) - tau| with B bins over
     sigma (equal-width over [min, max] as netcal, or equal_count) and the
     sparse-bin ``policy`` of :func:`c_qce_from_stats`.
+
+    Definition: :func:`detcal.metrics.reference.c_qce`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     try:  # the argument checks of coverage_stats, after the input checks as there
         _validate_levels(levels)
@@ -216,7 +275,13 @@ def c_qce(
 
 
 def _coverage_chunked(
-    mu: Any, sigma: Any, y: Any, levels: Any, b: int | None, binning: str, range_: tuple[float, float] | None,
+    mu: Any,
+    sigma: Any,
+    y: Any,
+    levels: Any,
+    b: int | None,
+    binning: str,
+    range_: tuple[float, float] | None,
 ) -> CoverageStats:
     """Coverage counts of the per-coordinate NEES (d = 1) in one chunked pass (:mod:`._chunked`): marginal
     (``b`` None) or over ``b`` equal-width sigma bins; the counts of :func:`coverage_stats` exactly."""
@@ -247,7 +312,7 @@ def _coverage_chunked(
         sc = contiguous(ws, "s", s, a, a + k)
         if b is None and not (sc.min() > 0 and np.isfinite(sc.max())):
             _validate(mu, sigma, y)  # raises, naming the first bad sample
-        eps = np.subtract(t[a:a + k], m[a:a + k], out=ws.get("eps", np.float64, k))
+        eps = np.subtract(t[a : a + k], m[a : a + k], out=ws.get("eps", np.float64, k))
         np.multiply(eps, eps, out=eps)
         np.divide(eps, np.multiply(sc, sc, out=ws.get("s2", np.float64, k)), out=eps)  # as _nees
         finite = finite and bool(np.isfinite(np.add.reduce(eps)))
@@ -303,7 +368,9 @@ def _joint_nees(mu: Any, sigma: Any, y: Any, cov: Any | None) -> tuple[np.ndarra
             min_eig = np.linalg.eigvalsh(c)[:, 0]
             i = int(np.flatnonzero(min_eig <= 0)[0]) if (min_eig <= 0).any() else 0
             raise DetcalInputError(
-                f"covariance is not positive definite (smallest eigenvalue {min_eig[i]:.3g})", record=f"sample {i}", field="cov"
+                f"covariance is not positive definite (smallest eigenvalue {min_eig[i]:.3g})",
+                record=f"sample {i}",
+                field="cov",
             ) from None
         diag = np.diagonal(chol, axis1=1, axis2=2)
         z = np.empty_like(e)
@@ -319,6 +386,8 @@ def m_qce_joint(mu: Any, sigma: Any, y: Any, *, cov: Any | None = None, levels: 
     """Joint M-QCE over d = K coordinates: eps = e^T Sigma^-1 e against chi2_d.ppf(tau) (Kueppers et al. 2022).
 
     Sigma = ``cov`` (full) or diag(sigma^2).
+
+    Definition: :func:`detcal.metrics.reference.qce_from_nees` of :func:`detcal.metrics.reference.joint_nees`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     eps, _, _, d = _joint_nees(mu, sigma, y, cov)
     res = m_qce_from_stats(coverage_stats(eps, None, d=d, levels=levels))
@@ -327,11 +396,22 @@ def m_qce_joint(mu: Any, sigma: Any, y: Any, *, cov: Any | None = None, levels: 
 
 
 def c_qce_joint(
-    mu: Any, sigma: Any, y: Any, *, cov: Any | None = None, levels: Any = QUANTILE_LEVELS, bins: int = 10,
-    binning: str = "equal_width", sample_threshold: int = 1, policy: str = "drop",
+    mu: Any,
+    sigma: Any,
+    y: Any,
+    *,
+    cov: Any | None = None,
+    levels: Any = QUANTILE_LEVELS,
+    bins: int = 10,
+    binning: str = "equal_width",
+    sample_threshold: int = 1,
+    policy: str = "drop",
     range_: tuple[float, float] | None = None,
 ) -> MetricResult:
-    """Joint C-QCE: bins over sigma_G = det(Sigma)^(1/(2d)) (netcal 1.4.0 with covariances)."""
+    """Joint C-QCE: bins over sigma_G = det(Sigma)^(1/(2d)) (netcal 1.4.0 with covariances).
+
+    Definition: :func:`detcal.metrics.reference.qce_from_nees` of :func:`detcal.metrics.reference.joint_nees`, which this fast path must equal (tests/test_metrics_reference.py).
+    """
     eps, _, sg, d = _joint_nees(mu, sigma, y, cov)
     stats = coverage_stats(eps, sg, d=d, levels=levels, bins=bins, binning=binning, range_=range_)
     res = c_qce_from_stats(stats, sample_threshold=sample_threshold, policy=policy)

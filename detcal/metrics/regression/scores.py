@@ -1,20 +1,26 @@
-"""Proper scores and interval metrics: Gaussian NLL, PICP, MPIW, pinball loss, CRPS, Kuleshov's calibration error.
-"""
+"""Proper scores and interval metrics: Gaussian NLL, PICP, MPIW, pinball loss, CRPS, Kuleshov's calibration error."""
+
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
-from detcal.metrics._special import ndtr, ndtri
 
-from detcal.core.errors import DetcalInputError
-from detcal.metrics.regression._common import (
-    _LOG_2PI, QUANTILE_LEVELS, _check_choice, _nan_result, _validate, _validate_levels,
-)
 from detcal.binning.kernels import Workspace
-from detcal.metrics.regression._chunked import LEAF, contiguous, float_columns, pairwise_sum
-from detcal.metrics.regression.qce import _joint_nees, _level_index
+from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult
+from detcal.metrics._special import ndtr, ndtri
+from detcal.metrics.regression._chunked import LEAF, contiguous, float_columns, pairwise_sum
+from detcal.metrics.regression._common import (
+    _LOG_2PI,
+    QUANTILE_LEVELS,
+    _check_choice,
+    _nan_result,
+    _validate,
+    _validate_levels,
+)
+from detcal.metrics.regression.qce import _joint_nees, _level_index
+
 
 def gaussian_nll(mu: Any, sigma: Any, y: Any) -> MetricResult:
     """Gaussian NLL = mean_t [0.5 log(2 pi sigma_t^2) + e_t^2 / (2 sigma_t^2)] (Levi et al. 2019, Eq. 10).
@@ -81,7 +87,10 @@ def picp(mu: Any, sigma: Any, y: Any, *, tau: float = 0.95, levels: Any = QUANTI
     mpiw = 2.0 * z * s.mean()
     i = int(np.flatnonzero(lv == tau)[0])
     return MetricResult(
-        name="picp", value=float(cov[i]), variant="central", params=params,
+        name="picp",
+        value=float(cov[i]),
+        variant="central",
+        params=params,
         table={"tau": lv, "picp": cov, "mpiw": mpiw},
     )
 
@@ -93,7 +102,9 @@ def mpiw(mu: Any, sigma: Any, y: Any, *, tau: float = 0.95) -> MetricResult:
     params = {"tau": float(tau), "n": int(len(s))}
     if len(s) == 0:
         return _nan_result("mpiw", "central", params)
-    return MetricResult(name="mpiw", value=float(2.0 * ndtri(0.5 + tau / 2.0) * s.mean()), variant="central", params=params)
+    return MetricResult(
+        name="mpiw", value=float(2.0 * ndtri(0.5 + tau / 2.0) * s.mean()), variant="central", params=params
+    )
 
 
 def pinball_loss(mu: Any, sigma: Any, y: Any, *, levels: Any = QUANTILE_LEVELS) -> MetricResult:
@@ -112,7 +123,9 @@ def pinball_loss(mu: Any, sigma: Any, y: Any, *, levels: Any = QUANTILE_LEVELS) 
     for j, tau in enumerate(lv):  # loop over L levels keeps memory O(S)
         u = t - (m + s * ndtri(tau))
         per[j] = np.mean(np.maximum(tau * u, (tau - 1.0) * u))
-    return MetricResult(name="pinball", value=float(per.mean()), variant="textbook", params=params, table={"tau": lv, "loss": per})
+    return MetricResult(
+        name="pinball", value=float(per.mean()), variant="textbook", params=params, table={"tau": lv, "loss": per}
+    )
 
 
 def crps_gaussian(mu: Any, sigma: Any, y: Any) -> MetricResult:
@@ -131,8 +144,15 @@ def crps_gaussian(mu: Any, sigma: Any, y: Any) -> MetricResult:
 
 
 def interval_calibration_error(
-    mu: Any, sigma: Any, y: Any, *, m: int = 100, levels: Any | None = None, weights: Any | None = None,
-    reduction: str = "sum", kind: str = "one_sided",
+    mu: Any,
+    sigma: Any,
+    y: Any,
+    *,
+    m: int = 100,
+    levels: Any | None = None,
+    weights: Any | None = None,
+    reduction: str = "sum",
+    kind: str = "one_sided",
 ) -> MetricResult:
     """Calibration error of Kuleshov et al. 2018: CE = sum_j w_j (p_j - P_hat(p_j))^2.
 
@@ -142,6 +162,8 @@ def interval_calibration_error(
     (uncertainty-toolbox, m = 100), w_j = 1; ``reduction`` ``sum`` (Kuleshov)
     or ``mean`` (over the m levels). Note: uncertainty-toolbox normalises
     (mu - y)/sigma; the one-sided curve here uses e = y - mu (docs/metrics.md).
+
+    Definition: :func:`detcal.metrics.reference.interval_calibration_error`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     mu_, s, t = _validate(mu, sigma, y)
     _check_choice(reduction, ("sum", "mean"), "reduction")
@@ -152,7 +174,13 @@ def interval_calibration_error(
     w = np.ones(len(lv)) if weights is None else np.asarray(weights, dtype=np.float64).reshape(-1)
     if w.shape != lv.shape:
         raise DetcalInputError(f"weights must have {len(lv)} entries, got {w.shape}", field="weights")
-    params = {"m": int(len(lv)), "reduction": reduction, "kind": kind, "n": int(len(s)), "weighted": weights is not None}
+    params = {
+        "m": int(len(lv)),
+        "reduction": reduction,
+        "kind": kind,
+        "n": int(len(s)),
+        "weighted": weights is not None,
+    }
     if len(s) == 0:
         return _nan_result("interval_ce", kind, params)
     z = (t - mu_) / s

@@ -5,6 +5,7 @@ per-bin sums (:class:`SigmaBinStats`) merge across chunks by addition; pass
 the same ``range_`` to every chunk. ``equal_count`` binning needs global
 ranks and is computed one-shot only.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,16 +14,26 @@ from typing import Any
 import numpy as np
 
 from detcal.binning.edges import RankSegments, equal_count_segments, equal_width_bins
-from detcal.core.errors import DetcalInputError
 from detcal.binning.kernels import Workspace
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import MetricResult
 from detcal.metrics.regression._chunked import (
-    LEAF, OrderedBincount, contiguous, equal_width_index_into, float_columns, min_max, sigma_range,
+    LEAF,
+    OrderedBincount,
+    contiguous,
+    equal_width_index_into,
+    float_columns,
+    min_max,
+    sigma_range,
 )
 from detcal.metrics.regression._common import BINNINGS, _check_bins, _check_choice, _nan_result, _validate
-from detcal.core.types import MetricResult
+
 
 def _sigma_bins(
-    values: np.ndarray, bins: int, binning: str, range_: tuple[float, float] | None,
+    values: np.ndarray,
+    bins: int,
+    binning: str,
+    range_: tuple[float, float] | None,
 ) -> tuple[np.ndarray | RankSegments, np.ndarray | None]:
     """Bins over ``values``: the bin index [S] and edges [B+1] (equal_width), or the
     :class:`~detcal.binning.RankSegments` and None (equal_count, ties shared)."""
@@ -50,36 +61,64 @@ class SigmaBinStats:
     over: str
     binning: str
 
-    def merge(self, other: "SigmaBinStats") -> "SigmaBinStats":
+    def merge(self, other: SigmaBinStats) -> SigmaBinStats:
         """Sum of two chunks' statistics; both must share the same fixed edges."""
         if self.edges is None or other.edges is None:
             raise DetcalInputError("equal_count statistics need global ranks and cannot be merged", field="binning")
-        if self.over != other.over or self.edges.shape != other.edges.shape or not np.array_equal(self.edges, other.edges):
-            raise DetcalInputError("cannot merge statistics with different bin edges; pass the same range_", field="range_")
+        if (
+            self.over != other.over
+            or self.edges.shape != other.edges.shape
+            or not np.array_equal(self.edges, other.edges)
+        ):
+            raise DetcalInputError(
+                "cannot merge statistics with different bin edges; pass the same range_", field="range_"
+            )
         return SigmaBinStats(
-            self.count + other.count, self.sum_var + other.sum_var, self.sum_sq_err + other.sum_sq_err,
-            self.edges, self.over, self.binning,
+            self.count + other.count,
+            self.sum_var + other.sum_var,
+            self.sum_sq_err + other.sum_sq_err,
+            self.edges,
+            self.over,
+            self.binning,
         )
 
 
 def _bin_stats(
-    var: np.ndarray, e2: np.ndarray, idx: np.ndarray | RankSegments, edges: np.ndarray | None, b: int, over: str,
+    var: np.ndarray,
+    e2: np.ndarray,
+    idx: np.ndarray | RankSegments,
+    edges: np.ndarray | None,
+    b: int,
+    over: str,
     binning: str,
 ) -> SigmaBinStats:
     if isinstance(idx, RankSegments):
         return SigmaBinStats(
-            count=idx.count, sum_var=idx.sums(var), sum_sq_err=idx.sums(e2), edges=edges, over=over, binning=binning,
+            count=idx.count,
+            sum_var=idx.sums(var),
+            sum_sq_err=idx.sums(e2),
+            edges=edges,
+            over=over,
+            binning=binning,
         )
     return SigmaBinStats(
         count=np.bincount(idx, minlength=b).astype(np.int64),
         sum_var=np.bincount(idx, weights=var, minlength=b),
         sum_sq_err=np.bincount(idx, weights=e2, minlength=b),
-        edges=edges, over=over, binning=binning,
+        edges=edges,
+        over=over,
+        binning=binning,
     )
 
 
 def _sigma_bin_stats(
-    m: np.ndarray, s: np.ndarray, t: np.ndarray, bins: int, binning: str, over: str, range_: tuple[float, float] | None,
+    m: np.ndarray,
+    s: np.ndarray,
+    t: np.ndarray,
+    bins: int,
+    binning: str,
+    over: str,
+    range_: tuple[float, float] | None,
 ) -> tuple[SigmaBinStats, np.ndarray | RankSegments]:
     """Validated-input core of :func:`sigma_bin_stats`; also returns the bins (index [S] or RankSegments)."""
     b = _check_bins(bins)
@@ -97,7 +136,13 @@ def _sigma_bin_stats(
 
 
 def _equal_width_stats(
-    mu: Any, sigma: Any, y: Any, bins: int, binning: str, over: str, range_: tuple[float, float] | None,
+    mu: Any,
+    sigma: Any,
+    y: Any,
+    bins: int,
+    binning: str,
+    over: str,
+    range_: tuple[float, float] | None,
 ) -> SigmaBinStats | None:
     """:func:`_sigma_bin_stats` for ``equal_width`` bins in one chunked pass (:mod:`._chunked`), bit for bit:
     no copies of strided columns, the per-bin sums added in input order. ``None``: use the one-shot path
@@ -125,20 +170,30 @@ def _equal_width_stats(
         k = min(n, a + step) - a
         sc = contiguous(ws, "s", s, a, a + k)
         var = np.multiply(sc, sc, out=acc.weight_buffer(0, k))
-        e2 = np.subtract(t[a:a + k], m[a:a + k], out=acc.weight_buffer(1, k))
+        e2 = np.subtract(t[a : a + k], m[a : a + k], out=acc.weight_buffer(1, k))
         np.multiply(e2, e2, out=e2)
         equal_width_index_into(sc if over == "sigma" else var, b, lo, hi, acc.key_buffer(k), ws)
         acc.add(k)
     if not np.isfinite(acc.sums[1].sum()):
         _validate(mu, sigma, y)  # non-finite mu or y (a finite overflow passes)
     return SigmaBinStats(
-        count=acc.counts.copy(), sum_var=acc.sums[0].copy(), sum_sq_err=acc.sums[1].copy(),
-        edges=np.linspace(lo, hi, b + 1), over=over, binning=binning,
+        count=acc.counts.copy(),
+        sum_var=acc.sums[0].copy(),
+        sum_sq_err=acc.sums[1].copy(),
+        edges=np.linspace(lo, hi, b + 1),
+        over=over,
+        binning=binning,
     )
 
 
 def sigma_bin_stats(
-    mu: Any, sigma: Any, y: Any, *, bins: int = 10, binning: str = "equal_count", over: str = "sigma",
+    mu: Any,
+    sigma: Any,
+    y: Any,
+    *,
+    bins: int = 10,
+    binning: str = "equal_count",
+    over: str = "sigma",
     range_: tuple[float, float] | None = None,
 ) -> SigmaBinStats:
     """Per-bin counts and sums of sigma^2 and e^2 over bins of ``sigma`` (or sigma^2 when ``over="variance"``).
@@ -159,6 +214,8 @@ def ence_from_stats(stats: SigmaBinStats) -> MetricResult:
     """ENCE = (1/B') sum_b |RMV(b) - RMSE(b)| / RMV(b) over the B' non-empty bins (Levi et al. 2019, Eq. 8).
 
     RMV(b) = sqrt(mean sigma^2), RMSE(b) = sqrt(mean e^2); table = reliability diagram.
+
+    Definition: :func:`detcal.metrics.reference.ence`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     n = stats.count
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -171,14 +228,22 @@ def ence_from_stats(stats: SigmaBinStats) -> MetricResult:
     if stats.edges is not None:
         table["edges"] = stats.edges.copy()
     return MetricResult(
-        name="ence", value=value, variant=stats.binning,
+        name="ence",
+        value=value,
+        variant=stats.binning,
         params={"bins": int(len(n)), "binning": stats.binning, "over": stats.over, "n": int(n.sum())},
-        table=table, extra={"occupied_bins": int(occupied.sum())},
+        table=table,
+        extra={"occupied_bins": int(occupied.sum())},
     )
 
 
 def ence(
-    mu: Any, sigma: Any, y: Any, *, bins: int = 10, binning: str = "equal_count",
+    mu: Any,
+    sigma: Any,
+    y: Any,
+    *,
+    bins: int = 10,
+    binning: str = "equal_count",
     range_: tuple[float, float] | None = None,
 ) -> MetricResult:
     """Expected Normalized Calibration Error (Levi et al. 2019, Eq. 8).
@@ -196,6 +261,8 @@ def ence(
     group's mean e^2); the bin sizes stay exactly those of Levi et al. and the
     value does not depend on the input order (:class:`detcal.binning.RankSegments`).
     Without such ties this is the plain split of a stable sort by sigma.
+
+    Definition: :func:`detcal.metrics.reference.ence`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     fast = _equal_width_stats(mu, sigma, y, bins, binning, "sigma", range_)
     if fast is not None:
@@ -225,7 +292,12 @@ def coefficient_of_variation(mu: Any, sigma: Any, y: Any) -> MetricResult:
 
 
 def lence(
-    mu: Any, sigma: Any, y: Any, *, bins: int = 10, binning: str = "equal_count",
+    mu: Any,
+    sigma: Any,
+    y: Any,
+    *,
+    bins: int = 10,
+    binning: str = "equal_count",
     range_: tuple[float, float] | None = None,
 ) -> MetricResult:
     """Logarithmic ENCE (Lakara et al. 2022, Eq. 5): LENCE = ln|ENCE + 1/C_v|.
@@ -236,6 +308,8 @@ def lence(
     Degenerate case (Lakara et al.): when every sigma is equal, C_v = 0 exactly
     and LENCE = inf, whatever the constant; ``extra["reason"]`` says why
     (metrics.json writes it as null with that reason).
+
+    Definition: :func:`detcal.metrics.reference.lence`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     e = ence(mu, sigma, y, bins=bins, binning=binning, range_=range_)
     cv = coefficient_of_variation(mu, sigma, y)
@@ -249,7 +323,10 @@ def lence(
 
 
 def uce_from_stats(stats: SigmaBinStats) -> MetricResult:
-    """UCE = sum_b N_b/N |MSE(b) - MV(b)| from per-bin sums over variance bins."""
+    """UCE = sum_b N_b/N |MSE(b) - MV(b)| from per-bin sums over variance bins.
+
+    Definition: :func:`detcal.metrics.reference.uce`, which this fast path must equal (tests/test_metrics_reference.py).
+    """
     n = stats.count
     total = int(n.sum())
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -261,18 +338,28 @@ def uce_from_stats(stats: SigmaBinStats) -> MetricResult:
     if stats.edges is not None:
         table["edges"] = stats.edges.copy()
     return MetricResult(
-        name="uce", value=value, variant=stats.binning,
-        params={"bins": int(len(n)), "binning": stats.binning, "over": stats.over, "n": total}, table=table,
+        name="uce",
+        value=value,
+        variant=stats.binning,
+        params={"bins": int(len(n)), "binning": stats.binning, "over": stats.over, "n": total},
+        table=table,
     )
 
 
 def uce(
-    mu: Any, sigma: Any, y: Any, *, bins: int = 10, binning: str = "equal_width",
+    mu: Any,
+    sigma: Any,
+    y: Any,
+    *,
+    bins: int = 10,
+    binning: str = "equal_width",
     range_: tuple[float, float] | None = None,
 ) -> MetricResult:
     """Uncertainty Calibration Error (Laves et al. 2020; netcal 1.4.0 ``UCE``).
 
     UCE = sum_b N_b/N |MSE(b) - MV(b)| with B bins over the variance sigma^2,
     equal-width over [min sigma^2, max sigma^2] by default (netcal).
+
+    Definition: :func:`detcal.metrics.reference.uce`, which this fast path must equal (tests/test_metrics_reference.py).
     """
     return uce_from_stats(sigma_bin_stats(mu, sigma, y, bins=bins, binning=binning, over="variance", range_=range_))
