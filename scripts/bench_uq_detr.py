@@ -9,7 +9,8 @@ On the bundled 5,000-image COCO set (four detectors, scores >= 0.3), measures in
   :func:`detcal.metrics.oce.object_scores` (mean aggregation), on the columnar records;
 
 checks that every number agrees to 1e-12 and prints the times and their ratios per
-detector and in total (best of ``--repeat`` runs each). With ``--json PATH`` the figures are
+detector and in total (best of ``--repeat`` rounds; in each round the four timed calls run in
+turn, so that the load of a shared machine falls on both tools alike). With ``--json PATH`` the figures are
 also written as JSON.
 
 Usage::
@@ -29,13 +30,18 @@ from typing import Any
 import numpy as np
 
 
-def _best(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    best, out = float("inf"), None
+def _interleaved(fns: tuple[Callable[[], Any], ...], repeat: int) -> list[tuple[float, Any]]:
+    """Best time and result of each function, the functions run in turn in every round (so that the
+    load of a shared machine falls on all of them alike)."""
+    best = [(float("inf"), None)] * len(fns)
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            out = fn()
+            dt = time.perf_counter() - t0
+            if dt < best[i][0]:
+                best[i] = (dt, out)
+    return best
 
 
 def _uq_inputs(uq: Any, ds: Any, dets: Any) -> tuple[list, list]:
@@ -85,10 +91,9 @@ def run(name: str, repeat: int) -> dict[str, Any]:
         def ours_oce() -> float:
             return object_scores(dets, ds.gt, aggregation="mean", variant="uq_detr").value
 
-        t_r3, v_r3 = _best(ref_three, repeat)
-        t_ro, v_ro = _best(ref_oce, repeat)
-        t_o3, v_o3 = _best(ours_three, repeat)
-        t_oo, v_oo = _best(ours_oce, repeat)
+        (t_r3, v_r3), (t_ro, v_ro), (t_o3, v_o3), (t_oo, v_oo) = _interleaved(
+            (ref_three, ref_oce, ours_three, ours_oce), repeat
+        )
         diff = float(np.max(np.abs(np.subtract(v_r3 + [v_ro], v_o3 + [v_oo]))))
         rows[det] = {
             "detections": int(len(dets)),

@@ -17,8 +17,9 @@ conventions, each reproduced here and named in docs/newest_measures.md:
 * **true positives**: ``tp_criterion="greedy"`` matches each image's
   detections in descending score order to the unmatched ground-truth box of
   their class with the highest IoU, if that IoU is ``>= tau``
-  (pycocotools' rule, here :func:`detcal.matching.match` with every box
-  plain and no max-detections cut); ``"independent"`` makes a detection a
+  (pycocotools' rule with every box plain and no max-detections cut; equal
+  IoUs: the first box), computed on the same-class candidate pairs by
+  :func:`_greedy`; ``"independent"`` makes a detection a
   true positive when any box of its class has IoU strictly ``> tau``
   (several detections may take one box), with target the best such IoU;
 * **crowd** boxes do not exist for it: every ground-truth box is a plain
@@ -39,8 +40,7 @@ import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Detections, GroundTruth, MetricResult
-from detcal.matching.engine import match
-from detcal.metrics.lrp import paired_iou
+from detcal.metrics._pairs import BoxColumns, image_pairs, pairs_at_least
 
 UQ_TAU: float = 0.5
 """uq-detr's default TP IoU threshold for D-ECE, LaECE and LRP."""
@@ -98,15 +98,18 @@ def uq_outcomes(
             f"unknown tp_criterion {tp_criterion!r}; choose one of {TP_CRITERIA}", field="tp_criterion"
         )
     d, g = _plain(dets, gt, crowd)
-    m = match(d, g, (tau,), mode="exclusive", max_dets=None)
+    gi, di, iou = _class_pairs(d, g, tau)
     target = np.zeros(len(d))
     if tp_criterion == "greedy":
-        tp = m.matched[0].copy()
-        rows = np.flatnonzero(tp)
-        target[rows] = paired_iou(d.box[rows], g.box[m.gt_index[0, rows]])
+        pair = _greedy(d.score, d.image_id, d.category, gi, di, iou, len(g))
+        tp = pair >= 0
+        target[tp] = iou[pair[tp]]
     else:
-        tp = m.iou > tau
-        target[tp] = m.iou[tp]
+        strict = iou > tau
+        best = np.zeros(len(d))
+        np.maximum.at(best, di[strict], iou[strict])
+        tp = best > tau
+        target[tp] = best[tp]
     return UqOutcomes(
         tp=tp,
         target=target,
@@ -117,6 +120,75 @@ def uq_outcomes(
         tp_criterion=tp_criterion,
         crowd=crowd,
     )
+
+
+def _class_pairs(d: Detections, g: GroundTruth, tau: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(box row, detection row, IoU) of every same-image, same-class pair with IoU >= ``tau``, ordered by
+    box row and then detection row; the IoU with uq-detr's arithmetic (areas from the corners)."""
+    img = np.unique(np.concatenate([d.image_id, g.image_id]), return_inverse=True)[1].reshape(-1)
+    cat = np.unique(np.concatenate([d.category, g.category]), return_inverse=True)[1].reshape(-1)
+    key = img * (int(cat.max()) + 1 if len(cat) else 1) + cat  # one code per (image, class)
+    dk, gk = key[: len(d)], key[len(d) :]
+    gc, dc = BoxColumns(g.box), BoxColumns(d.box)
+    parts = [pairs_at_least(gc, dc, gi, di, tau) for gi, di in image_pairs(dk, gk)]
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    return tuple(np.concatenate([p[k] for p in parts]) for k in range(3))  # type: ignore[return-value]
+
+
+def _greedy(
+    score: np.ndarray,
+    image: np.ndarray,
+    category: np.ndarray,
+    gi: np.ndarray,
+    di: np.ndarray,
+    iou: np.ndarray,
+    n_gt: int,
+) -> np.ndarray:
+    """uq-detr's greedy rule on the candidate pairs: the pair each detection takes [D] (-1: none).
+
+    Per image and class, detections in descending score order (ties: the results' order) take the
+    untaken box with the highest IoU (ties: the first box). Only detections with a candidate pair can
+    take a box, so the others are skipped. Detections of equal rank within their (image, class) group
+    meet disjoint boxes, so each rank is one vectorised step over all groups (the loop runs over ranks,
+    at most the largest group's number of candidate detections)."""
+    out = np.full(len(score), -1, np.int64)
+    if len(di) == 0:
+        return out
+    # a pair whose detection and box meet no other candidate is taken as it is
+    alone = (np.bincount(di, minlength=len(score))[di] == 1) & (np.bincount(gi, minlength=n_gt)[gi] == 1)
+    out[di[alone]] = np.flatnonzero(alone)
+    rest = np.flatnonzero(~alone)
+    if len(rest) == 0:
+        return out
+    p_index, gi, di, iou = rest, gi[rest], di[rest], iou[rest]
+    cand = np.unique(di)
+    order = np.lexsort((cand, -score[cand], category[cand], image[cand]))
+    c = cand[order]
+    new_group = np.ones(len(c), bool)
+    new_group[1:] = (image[c][1:] != image[c][:-1]) | (category[c][1:] != category[c][:-1])
+    start = np.maximum.accumulate(np.where(new_group, np.arange(len(c)), 0))
+    rank = np.empty(len(score), np.int64)
+    rank[c] = np.arange(len(c)) - start
+    p_order = np.lexsort((gi, di, rank[di]))
+    gi, di, iou, pr = gi[p_order], di[p_order], iou[p_order], rank[di[p_order]]
+    bounds = np.searchsorted(pr, np.arange(int(pr.max()) + 2))
+    taken = np.zeros(n_gt, bool)
+    for r in range(len(bounds) - 1):
+        p0, p1 = int(bounds[r]), int(bounds[r + 1])
+        g, d, u = gi[p0:p1], di[p0:p1], iou[p0:p1]
+        head = np.ones(len(d), bool)
+        head[1:] = d[1:] != d[:-1]
+        starts = np.flatnonzero(head)
+        key = np.where(taken[g], -1.0, u)
+        best = np.maximum.reduceat(key, starts)
+        hit = (key == best[np.cumsum(head) - 1]) & (key >= 0)
+        pos = np.where(hit, np.arange(p1 - p0), p1 - p0)
+        pick = np.minimum.reduceat(pos, starts)
+        ok = pick < p1 - p0
+        taken[g[pick[ok]]] = True
+        out[d[pick[ok]]] = p_index[p_order[p0 + pick[ok]]]
+    return out
 
 
 def range_bins(x: np.ndarray, group: np.ndarray, n_groups: int, bins: int) -> np.ndarray:
