@@ -9,7 +9,7 @@ import pytest
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Detections, GroundTruth
-from detcal.metrics._pairs import image_pairs, pair_iou
+from detcal.metrics._pairs import pair_iou
 from detcal.metrics.image_reliability import contrastive_conf, fit_lambda, pearson, per_image_oce, split_confidence
 from detcal.metrics.oce import object_scores, oce
 
@@ -118,16 +118,10 @@ def test_oce_order_invariant_and_images_without_detections() -> None:
     assert np.isnan(per[30]) and np.isnan(per[np.setdiff1d(np.arange(30), s.image_id)]).all()
 
 
-def test_image_pairs_brute_force() -> None:
-    rng = np.random.default_rng(1)
-    di, gi = rng.integers(0, 6, 40), rng.integers(0, 7, 15)
-    want = sorted((g, d) for g in range(15) for d in range(40) if gi[g] == di[d])
-    got = []
-    for g, d in image_pairs(di, gi, block=7):
-        got += list(zip(g.tolist(), d.tolist()))
-    assert got == want
+def test_pair_iou() -> None:
     a = np.array([[0, 0, 10, 10.0]])
     assert pair_iou(a, np.array([[5, 0, 15, 10.0]]))[0] == pytest.approx(50 / 150)
+    assert pair_iou(a, np.array([[20, 20, 30, 30.0]]))[0] == 0.0
 
 
 def test_oce_errors() -> None:
@@ -316,3 +310,26 @@ def test_oce_and_uq_detr_settings_from_the_command_line(tmp_path: Path) -> None:
         OCESpec(aggregation="median")
     with pytest.raises(ConfigError, match="uq_detr.tau"):
         UqDetrSpec(tau=0.0)
+
+
+def test_overlap_pairs_finds_every_pair_at_the_threshold() -> None:
+    from detcal.metrics._pairs import BoxColumns, overlap_pairs
+
+    rng = np.random.default_rng(4)
+    n_g, n_d = 80, 400
+    gi, di = rng.integers(0, 5, n_g) * 7 + 3, rng.integers(0, 6, n_d) * 7 + 3
+    xy = rng.uniform(-50, 150, (n_g, 2))
+    gb = np.hstack([xy, xy + rng.uniform(1, 60, (n_g, 2))])
+    near = rng.integers(0, n_g, n_d)
+    db = gb[near] + rng.normal(0, 8, (n_d, 4))
+    db[:, 2:] = np.maximum(db[:, 2:], db[:, :2] + 0.5)
+    db[:40] = gb[near[:40]]  # identical boxes: IoU exactly 1
+    db[40:60] = gb[near[40:60]] + [5, 0, 5, 0]  # shifted copies
+    gc, dc = BoxColumns(gb), BoxColumns(db)
+    rows = np.flatnonzero(rng.uniform(size=n_g) < 0.8)
+    for t in (0.1, 0.5, 0.75, 1.0):
+        got = [(g, d) for G, D, _ in overlap_pairs(di, dc, gi, gc, t, rows, block=50) for g, d in zip(G, D)]
+        want = [
+            (g, d) for g in rows for d in range(n_d) if di[d] == gi[g] and pair_iou(gb[g][None], db[d][None])[0] >= t
+        ]
+        assert got == want, t

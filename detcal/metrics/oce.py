@@ -57,7 +57,7 @@ from scipy import sparse
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Detections, GroundTruth, MetricResult
-from detcal.metrics._pairs import BoxColumns, image_pairs, pairs_at_least
+from detcal.metrics._pairs import BoxColumns, overlap_pairs
 
 OCE_THRESHOLDS: tuple[float, ...] = (0.5, 0.75)
 """IoU thresholds of the paper (and of uq-detr's default)."""
@@ -163,7 +163,7 @@ def _first_per_group(group: np.ndarray, *keys: np.ndarray) -> tuple[np.ndarray, 
 
 def _best_per_object(obj: np.ndarray, iou: np.ndarray, n_obj: int) -> tuple[np.ndarray, np.ndarray]:
     """(objects, pair index of the highest IoU of each, the first of equal ones) for pairs sorted by
-    object and, within an object, by detection row (the order :func:`image_pairs` gives)."""
+    object and, within an object, by detection row (the order :func:`detcal.metrics._pairs.overlap_pairs` gives)."""
     gmax = np.full(n_obj, -np.inf)
     np.maximum.at(gmax, obj, iou)
     cand = np.flatnonzero(iou == gmax[obj])
@@ -264,10 +264,8 @@ def object_scores_by_aggregation(
     n_matched = np.zeros((len(taus), len(rows)), np.int64)
     det_max_iou = np.zeros(len(dets))
     gcols, dcols = BoxColumns(gt.box), BoxColumns(dets.box)
-    for g, d in image_pairs(dets.image_id, gt.image_id, rows):
-        if len(g) == 0:
-            continue
-        g, d, iou = pairs_at_least(gcols, dcols, g, d, float(taus.min()))  # pairs below every threshold never count
+    # pairs below every threshold never count
+    for g, d, iou in overlap_pairs(dets.image_id, dcols, gt.image_id, gcols, float(taus.min()), rows):
         if len(g) == 0:
             continue
         np.maximum.at(det_max_iou, d, iou)

@@ -40,7 +40,7 @@ import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Detections, GroundTruth, MetricResult
-from detcal.metrics._pairs import BoxColumns, image_pairs, pairs_at_least
+from detcal.metrics._pairs import BoxColumns, overlap_pairs
 
 UQ_TAU: float = 0.5
 """uq-detr's default TP IoU threshold for D-ECE, LaECE and LRP."""
@@ -129,8 +129,7 @@ def _class_pairs(d: Detections, g: GroundTruth, tau: float) -> tuple[np.ndarray,
     cat = np.unique(np.concatenate([d.category, g.category]), return_inverse=True)[1].reshape(-1)
     key = img * (int(cat.max()) + 1 if len(cat) else 1) + cat  # one code per (image, class)
     dk, gk = key[: len(d)], key[len(d) :]
-    gc, dc = BoxColumns(g.box), BoxColumns(d.box)
-    parts = [pairs_at_least(gc, dc, gi, di, tau) for gi, di in image_pairs(dk, gk)]
+    parts = list(overlap_pairs(dk, BoxColumns(d.box), gk, BoxColumns(g.box), tau))
     if not parts:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
     return tuple(np.concatenate([p[k] for p in parts]) for k in range(3))  # type: ignore[return-value]
