@@ -77,13 +77,14 @@ class UqOutcomes:
 
 
 def _plain(dets: Detections, gt: GroundTruth, crowd: str) -> tuple[Detections, GroundTruth]:
-    """Copies with only the fields uq-detr sees (boxes from corners, no crowd / ignore flags)."""
+    """The records uq-detr sees: every box a plain object (``object``), or the crowd boxes removed
+    (``drop``); only ``image_id``, ``box``, ``category`` and ``score`` are read, and no flag."""
     if crowd not in CROWD:
         raise DetcalInputError(f"unknown crowd handling {crowd!r}; choose one of {CROWD}", field="crowd")
-    keep = np.ones(len(gt), bool) if crowd == "object" else ~gt.iscrowd
-    g = GroundTruth(image_id=gt.image_id[keep], box=gt.box[keep], category=gt.category[keep])
-    d = Detections(image_id=dets.image_id, box=dets.box, score=dets.score, category=dets.category)
-    return d, g
+    if crowd == "object":
+        return dets, gt
+    keep = ~gt.iscrowd
+    return dets, GroundTruth(image_id=gt.image_id[keep], box=gt.box[keep], category=gt.category[keep])
 
 
 def uq_outcomes(
@@ -125,9 +126,14 @@ def uq_outcomes(
 def _class_pairs(d: Detections, g: GroundTruth, tau: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(box row, detection row, IoU) of every same-image, same-class pair with IoU >= ``tau``, ordered by
     box row and then detection row; the IoU with uq-detr's arithmetic (areas from the corners)."""
-    img = np.unique(np.concatenate([d.image_id, g.image_id]), return_inverse=True)[1].reshape(-1)
-    cat = np.unique(np.concatenate([d.category, g.category]), return_inverse=True)[1].reshape(-1)
-    key = img * (int(cat.max()) + 1 if len(cat) else 1) + cat  # one code per (image, class)
+    ids = np.concatenate([d.image_id, g.image_id])
+    cats = np.concatenate([d.category, g.category])
+    if len(ids) and ids.min() >= 0 and cats.min() >= 0 and (int(ids.max()) + 1) * (int(cats.max()) + 1) < 2**62:
+        key = ids * (int(cats.max()) + 1) + cats  # one code per (image, class)
+    else:
+        img = np.unique(ids, return_inverse=True)[1].reshape(-1)
+        cat = np.unique(cats, return_inverse=True)[1].reshape(-1)
+        key = img * (int(cat.max()) + 1 if len(cat) else 1) + cat
     dk, gk = key[: len(d)], key[len(d) :]
     parts = list(overlap_pairs(dk, BoxColumns(d.box), gk, BoxColumns(g.box), tau))
     if not parts:
