@@ -43,8 +43,9 @@ not penalised. Report it beside a detection-level measure (D-ECE, LaECE) and
 the false-positive part of LRP.
 
 IoUs are computed from the ``xyxy`` corners (``(x2 - x1) * (y2 - y1)``
-areas). Every (object, detection) pair of an image is built with array
-operations (:mod:`detcal.metrics._pairs`); there is no loop over objects.
+areas). The (object, detection) pairs that can reach the lowest threshold are
+built with array operations (:func:`detcal.metrics._pairs.overlap_pairs`);
+there is no loop over objects.
 """
 
 from __future__ import annotations
