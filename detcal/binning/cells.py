@@ -87,7 +87,7 @@ class CellSums(NamedTuple):
     ``None`` (any use of it then fails loudly).
     """
 
-    count: np.ndarray
+    count: np.ndarray  # type: ignore[assignment]  # shadows tuple.count, as intended
     sum_y: np.ndarray
     sum_p: np.ndarray
     sum_p0: np.ndarray
@@ -163,11 +163,15 @@ class CellStats:
     def sums(self) -> CellSums:
         """Float view [..., C] of the statistics (``None`` for those not computed)."""
         have = self.fixed.keys()
-        get = lambda name: self._value(name) if name in have else None  # noqa: E731
+
+        def get(name: str) -> Any:  # statistics not computed are None
+            return self._value(name) if name in have else None
+
+        sum_p: Any = self.sum_p if {"sum_p0", "sum_p1"} <= have else None
         return CellSums(
             self.count.astype(np.float64),
             self.sum_y.astype(np.float64),
-            self.sum_p if {"sum_p0", "sum_p1"} <= have else None,
+            sum_p,
             get("sum_p0"),
             get("sum_p1"),
             get("sum_p2"),

@@ -47,9 +47,9 @@ _EPS = float(np.finfo(np.float64).eps)
 def normalise_bins(bins: int | Sequence[int], n_features: int) -> tuple[int, ...]:
     """Per-feature bin counts as a tuple of length F (an int is broadcast)."""
     if np.ndim(bins) == 0:
-        b = (int(bins),) * n_features
+        b = (int(bins),) * n_features  # type: ignore[arg-type]
     else:
-        b = tuple(int(x) for x in bins)
+        b = tuple(int(x) for x in bins)  # type: ignore[union-attr]
         if len(b) != n_features:
             raise ValueError(f"bins has {len(b)} entries but there are {n_features} features")
     if any(x < 1 for x in b):
@@ -200,7 +200,7 @@ class RankSegments:
         input order; each straddling group adds ``share * sum(group)``.
         """
         j = self.n_segments
-        out = np.bincount(self.index, weights=values, minlength=j + 1)[:j]
+        out: np.ndarray = np.bincount(self.index, weights=values, minlength=j + 1)[:j]
         for members, share in self.groups:
             out += share * float(np.sum(values[members]))
         return out

@@ -348,6 +348,7 @@ class RegressionCalibrator(Calibrator):
         if mu_a.shape[0] == 0:
             raise DetcalInputError("cannot fit on an empty calibration sample", field="mu")
         self._start_fit()
+        assert y_a is not None
         self._fit(mu_a, sg_a, y_a)
         self.n_coords_ = int(mu_a.shape[1])
         self.n_samples_fit_ = int(mu_a.shape[0])

@@ -55,7 +55,7 @@ class HistogramBinning(ConfidenceCalibrator):
 
     def _grid(self, n_features: int) -> int | list[int]:
         gb = self.grid_bins
-        return int(gb) if np.ndim(gb) == 0 else [int(b) for b in gb]  # type: ignore[union-attr]
+        return int(gb) if np.ndim(gb) == 0 else [int(b) for b in gb]  # type: ignore[arg-type,union-attr]
 
     def _minima(self) -> tuple[int, int]:
         ms = self.min_samples

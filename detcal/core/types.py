@@ -99,13 +99,13 @@ class _Columnar:
         raise NotImplementedError
 
     def _array_fields(self) -> list[str]:
-        return [f.name for f in dataclasses.fields(self) if isinstance(getattr(self, f.name), np.ndarray)]
+        return [f.name for f in dataclasses.fields(self) if isinstance(getattr(self, f.name), np.ndarray)]  # type: ignore[arg-type]
 
     def select(self, index: Any):
         """Rows ``index`` (bool mask or integer array) of every per-row field."""
         n = len(self)
         kwargs = {}
-        for f in dataclasses.fields(self):
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
             v = getattr(self, f.name)
             if isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == n:
                 kwargs[f.name] = v[index]
@@ -163,12 +163,12 @@ class GroundTruth(_Columnar):
     image_id: np.ndarray
     box: np.ndarray
     category: np.ndarray
-    iscrowd: np.ndarray | None = None
-    ignore: np.ndarray | None = None
-    id: np.ndarray | None = None
-    truncation: np.ndarray | None = None
-    occlusion: np.ndarray | None = None
-    difficulty: np.ndarray | None = None
+    iscrowd: np.ndarray = None  # type: ignore[assignment]  # None on input; an array after __post_init__
+    ignore: np.ndarray = None  # type: ignore[assignment]  # None on input; an array after __post_init__
+    id: np.ndarray = None  # type: ignore[assignment]  # None on input; an array after __post_init__
+    truncation: np.ndarray = None  # type: ignore[assignment]  # None on input; an array after __post_init__
+    occlusion: np.ndarray = None  # type: ignore[assignment]  # None on input; an array after __post_init__
+    difficulty: np.ndarray = None  # type: ignore[assignment]  # None on input; an array after __post_init__
     alpha: np.ndarray | None = None
     dimensions: np.ndarray | None = None
     location: np.ndarray | None = None

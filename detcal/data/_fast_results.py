@@ -63,7 +63,7 @@ def _decoder(optional: tuple[str, ...], extra: tuple[str, ...] | None = None) ->
     fields += [(k, four | msgspec.UnsetType, msgspec.UNSET) for k in optional]
     fields += [(k, Any, msgspec.UNSET) for k in extra or ()]
     record = msgspec.defstruct("ResultRecord", fields, gc=False, forbid_unknown_fields=extra is not None)
-    return msgspec.json.Decoder(list[record])
+    return msgspec.json.Decoder(list[record])  # type: ignore[valid-type]
 
 
 def _first_record_keys(data: bytes) -> tuple[str, ...] | None:
@@ -158,9 +158,9 @@ def _instances_decoder() -> Any:
     def record(name: str, keys: tuple[str, ...]) -> Any:
         return msgspec.defstruct(name, [(k, Any, msgspec.UNSET) for k in keys], gc=False)
 
-    doc = msgspec.defstruct("Instances", [("images", list[record("Image", _IMAGE_KEYS)]),
-                                          ("annotations", list[record("Annotation", _ANNOTATION_KEYS)]),
-                                          ("categories", list[record("Category", _CATEGORY_KEYS)])])
+    doc = msgspec.defstruct("Instances", [("images", list[record("Image", _IMAGE_KEYS)]),  # type: ignore[misc]
+                                          ("annotations", list[record("Annotation", _ANNOTATION_KEYS)]),  # type: ignore[misc]
+                                          ("categories", list[record("Category", _CATEGORY_KEYS)])])  # type: ignore[misc]
     return msgspec.json.Decoder(doc)
 
 

@@ -35,7 +35,7 @@ from detcal.core.errors import DetcalInputError
 try:  # optional fast path, same results as json
     import orjson as _orjson
 except ImportError:  # pragma: no cover - depends on the environment
-    _orjson = None
+    _orjson = None  # type: ignore[assignment]
 
 
 MAX_ABS: float = 1e30
@@ -105,7 +105,7 @@ def first_true(mask: np.ndarray) -> int:
     """Index of the first row of ``mask`` [R,...] holding a True; -1 if none."""
     m = np.asarray(mask, dtype=bool)
     if m.ndim > 1:
-        m = m.reshape(m.shape[0], -1).any(axis=1) if m.size else np.zeros(m.shape[0], dtype=bool)
+        m = np.asarray(m.reshape(m.shape[0], -1).any(axis=1) if m.size else np.zeros(m.shape[0], dtype=bool))
     hits = np.flatnonzero(m)
     return int(hits[0]) if len(hits) else -1
 

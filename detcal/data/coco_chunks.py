@@ -123,7 +123,7 @@ def _cut_and_parse(buffer: bytes, file: str, base: int) -> tuple[Any, int]:
         text = b"[" + buffer[:end] + b"]"
         records = decode_results(text)
         if records is None:
-            records = _parse(text, file, base, quiet=True)
+            records = _parse(text, file, base, quiet=True)  # type: ignore[assignment]
         if records is not None:
             comma = buffer.index(b",", end)
             return records, comma

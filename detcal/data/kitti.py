@@ -112,7 +112,7 @@ class _Rows:
         try:
             self.num = text.astype(np.float64)
         except ValueError:
-            self.num = None
+            self.num = None  # type: ignore[assignment]
         # numpy also reads '1_0' as 10: strict decimal numbers only ('_' is common in type names)
         if self.num is None or (underscore and bool((np.char.find(text, b"_") >= 0).any())):
             for r, c in zip(*np.nonzero(~np.vectorize(_is_number, otypes=[bool])(text))):
@@ -226,7 +226,7 @@ def read_image_size(path: PathLike) -> tuple[int, int]:
         with open(p, "rb") as fh:
             head = fh.read(24)
     except OSError as e:
-        raise DetcalInputError(f"cannot read image: {e.strerror or e}", file=p, field="image header") from e
+        raise DetcalInputError(f"cannot read image: {getattr(e, 'strerror', None) or e}", file=p, field="image header") from e
     if len(head) == 24 and head[:8] == _PNG_SIGNATURE and head[12:16] == b"IHDR":
         w, h = struct.unpack(">II", head[16:24])
         return int(w), int(h)
@@ -335,7 +335,7 @@ def _select_frames(
         try:
             wanted_tokens = split_file.read_text(encoding="utf-8-sig").split()
         except (OSError, UnicodeDecodeError) as e:
-            raise DetcalInputError(f"cannot read frame list: {e.strerror or e}", file=split_file) from e
+            raise DetcalInputError(f"cannot read frame list: {getattr(e, 'strerror', None) or e}", file=split_file) from e
     else:
         wanted_tokens = [str(v) for v in image_ids]
     wanted = np.empty(len(wanted_tokens), dtype=np.int64)

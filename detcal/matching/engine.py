@@ -390,7 +390,7 @@ class _GtOrder(NamedTuple):
     ign: np.ndarray
     crowd: np.ndarray
     start: np.ndarray
-    count: np.ndarray
+    count: np.ndarray  # type: ignore[assignment]  # shadows tuple.count, as intended
 
 
 class _Pairs(NamedTuple):

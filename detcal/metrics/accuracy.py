@@ -128,7 +128,7 @@ def _area_arrays(bounds: tuple[float, float], dets: Detections, dataset: Dataset
     out_g = (area < lo) | (area > hi)
     g = gt.select(np.arange(len(gt)))
     g.ignore = base_ignore | out_g
-    m = match(dets, g, IOU_THRESHOLDS, mode="exclusive", max_dets=MAX_DETS[-1], gt_ignore="ignore_or_crowd")
+    m = match(dets, g, IOU_THRESHOLDS.tolist(), mode="exclusive", max_dets=MAX_DETS[-1], gt_ignore="ignore_or_crowd")
     out_d = (det_area < lo) | (det_area > hi)
     ignored = m.ignored | (~m.matched & out_d[None, :])
     npig_k = np.bincount(gt_k[~g.ignore], minlength=K)[:K] if len(gt) else np.zeros(K, np.int64)

@@ -152,7 +152,7 @@ class ConfidenceMetric:
             np.ndim(self.bins) == 0 and not isinstance(self.bins, (int, np.integer))
         ):
             raise DetcalInputError(f"bins must be an int or a list of ints, got {self.bins!r}", field="bins")
-        bins = int(self.bins) if np.ndim(self.bins) == 0 else tuple(int(b) for b in self.bins)  # type: ignore[union-attr]
+        bins = int(self.bins) if np.ndim(self.bins) == 0 else tuple(int(b) for b in self.bins)  # type: ignore[arg-type,union-attr]
         if min(np.atleast_1d(bins)) < 1:
             raise DetcalInputError(f"every bin count must be >= 1, got {self.bins!r}", field="bins")
         object.__setattr__(self, "bins", bins)
@@ -542,4 +542,4 @@ def underconfidence(p: Any, y: Any) -> MetricResult:
 
 
 def _bins_arg(bins: int | Sequence[int]) -> int | tuple[int, ...]:
-    return int(bins) if np.ndim(bins) == 0 else tuple(int(b) for b in bins)  # type: ignore[union-attr]
+    return int(bins) if np.ndim(bins) == 0 else tuple(int(b) for b in bins)  # type: ignore[arg-type,union-attr]

@@ -223,8 +223,8 @@ def _suite_stats(
     One cell_stats pass per distinct grid, computing the statistics its metrics read; the cell-free metrics read
     the exact totals of the first floor grid, which then computes every statistic.
     """
-    grids: dict[Hashable, ConfidenceMetric] = {}
-    need: dict[Hashable, set[str]] = {}
+    grids: dict[Any, ConfidenceMetric] = {}  # keys: (bins, edge rule, with features)
+    need: dict[Any, set[str]] = {}
     for m in suite.values():
         if m.binned:
             key = m.grid_key(None, None, features)
@@ -359,7 +359,7 @@ def suite_cells(p: Any, features: Any = None, config: ConfidenceConfig | None = 
     out: dict[Hashable, np.ndarray] = {}
     for m in cfg.metrics().values():
         if m.binned:
-            key = m.grid_key(None, None, f_arr)
+            key: Any = m.grid_key(None, None, f_arr)  # (bins, edge rule, with features)
             if key not in out:
                 out[key] = sample_cells(p_arr, m._grid(f_arr)[0], key[0], key[1])[0]
     return out

@@ -147,7 +147,7 @@ def laace_from_outcomes(
     else:
         order = np.lexsort((sv, cls))
         start = np.searchsorted(cls[order], np.arange(C))
-        cnt = np.bincount(cls, minlength=C)
+        cnt = np.bincount(cls, minlength=C)  # type: ignore[assignment]
         rank = np.empty(len(order), np.int64)
         rank[order] = np.arange(len(order)) - start[cls[order]]
         b = (rank * bins) // np.maximum(cnt[cls], 1)

@@ -241,7 +241,7 @@ def paired_bootstrap(
     name: str | None = None,
 ) -> PairedDifference:
     """The paired difference ``metric_fn(*arrays_b) - metric_fn(*arrays_a)`` (:func:`paired_bootstrap_many`)."""
-    label = name or getattr(metric_fn, "name", None) or getattr(metric_fn, "__name__", "metric")
+    label = str(name or getattr(metric_fn, "name", None) or getattr(metric_fn, "__name__", "metric"))
     return paired_bootstrap_many({label: metric_fn}, groups_a, arrays_a, groups_b, arrays_b, n_boot=n_boot,
                                  level=level, seed=seed, method=method, fast=fast)[label]
 

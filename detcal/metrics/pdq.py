@@ -294,7 +294,7 @@ def pdq(dataset: Dataset, dets: Detections, *, fixed_cov: float | None = None, i
     tot = {"ppdq": 0.0, "spatial": 0.0, "label": 0.0, "fg": 0.0, "bg": 0.0}
     n_tp = 0
     active = np.flatnonzero((np.diff(d_start) > 0) & (np.diff(g_start) > 0))
-    for i in active:  # loop over images: one assignment each
+    for i in active.tolist():  # loop over images: one assignment each
         dr = d_order[d_start[i]: d_start[i + 1]]
         gr = gt_rows[g_order[g_start[i]: g_start[i + 1]]]
         W = max(int(np.ceil(images.width[i])), 1); H = max(int(np.ceil(images.height[i])), 1)

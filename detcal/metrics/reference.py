@@ -65,7 +65,7 @@ def cells(p: np.ndarray, features: np.ndarray | None, bins: int | Sequence[int],
     if features is not None:
         f = np.asarray(features, dtype=np.float64)
         columns += list((f[:, None] if f.ndim == 1 else f).T)
-    b = [int(bins)] * len(columns) if np.ndim(bins) == 0 else [int(x) for x in bins]  # type: ignore[union-attr]
+    b = [int(bins)] * len(columns) if np.ndim(bins) == 0 else [int(x) for x in bins]  # type: ignore[arg-type,union-attr]
     return np.ravel_multi_index([bin_of(c, k, edges) for c, k in zip(columns, b)], b)
 
 
@@ -232,6 +232,8 @@ def dece_by_class(
             values.append(dece(p[category == g], y[category == g], f, bins, sample_threshold, policy))
             weights.append(np.sum(category == g))
         ok = np.isfinite(values)
+        if not ok.any():
+            return float("nan")
         return float(np.sum(np.array(weights)[ok] * np.array(values)[ok]) / np.sum(np.array(weights)[ok]))
     edges = _edge_rule(None, policy)
     cell = cells(p, features, bins, edges)

@@ -213,14 +213,17 @@ def _sandwich(jac: np.ndarray, cov: np.ndarray) -> np.ndarray:
 def _pixel_covariance(dets: Detections, rows: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray | None]:
     """Pixel uncertainty of (cx, cy, w, h) of box records: (sigma_c [S,4], cov_c [S,4,4] or None)."""
     if kind == "box_std":
+        assert dets.box_std is not None
         std = dets.box_std[rows]
         _check_positive_finite(std, rows, "box_std", "pixel standard deviations")
         return std, None
     if kind == "box_cov":
+        assert dets.box_cov is not None
         c = dets.box_cov[rows]
         _check_covariance(c, rows, "box_cov")
         cov_c = _sandwich(J_XYWH_TO_CXCYWH, c)
     else:
+        assert dets.corner_cov is not None
         c = dets.corner_cov[rows]
         _check_covariance(c.reshape(-1, 2, 2), np.repeat(rows, 2), "corner_cov")
         cov_c = _sandwich(J_CORNERS_TO_CXCYWH, _corner_block(c))
@@ -320,6 +323,7 @@ def _from_delta_records(
     notes: dict[str, Any],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]]:
     """mu, sigma, y [S,4] and the coordinate names of delta records (proposal, delta_mean, delta_std) in ``space``."""
+    assert dets.proposal is not None and dets.delta_mean is not None and dets.delta_std is not None
     p = dets.proposal[rows]
     mu_d = dets.delta_mean[rows]
     sig_d = dets.delta_std[rows]

@@ -91,8 +91,8 @@ class ResNetBackbone(nn.Module):
                 for p in self.body[i].parameters():
                     p.requires_grad_(False)
         self.reduce = nn.Sequential(nn.Conv2d(2048, out_channels, 1), nn.ReLU(inplace=True))
-        nn.init.normal_(self.reduce[0].weight, std=0.01)
-        nn.init.zeros_(self.reduce[0].bias)
+        nn.init.normal_(self.reduce[0].weight, std=0.01)  # type: ignore[arg-type]
+        nn.init.zeros_(self.reduce[0].bias)  # type: ignore[arg-type]
         self.out_channels = int(out_channels)
         self.stride = 16
 

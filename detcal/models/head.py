@@ -99,7 +99,7 @@ class RFCNHead(nn.Module):
         self.unc_conv = nn.Conv2d(in_channels, kk * 4, 1)
         for conv, std in ((self.cls_conv, 0.01), (self.reg_conv, 0.001), (self.unc_conv, 0.001)):
             nn.init.normal_(conv.weight, std=std)
-            nn.init.zeros_(conv.bias)
+            nn.init.zeros_(conv.bias)  # type: ignore[arg-type]
 
     def _vote(self, maps: Tensor, proposals: list[Tensor]) -> Tensor:
         pooled = ps_roi_align(maps, proposals, self.k, self.spatial_scale, self.sampling_ratio)

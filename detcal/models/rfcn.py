@@ -262,7 +262,7 @@ class RFCN(nn.Module):
             d["boxes"] = resize_boxes(d["boxes"], list(size), list(orig))
             d["proposals"] = resize_boxes(d["proposals"], list(size), list(orig))
             d["delta_mean"], d["delta_std"] = unweight_deltas(d["box_regression"], d["logvar"], self.box_coder_weights)
-            d["category"] = self.category_ids[d["labels"] - 1]
+            d["category"] = self.category_ids[d["labels"] - 1]  # type: ignore[index]
             del d["box_regression"]
         return dets
 
@@ -329,7 +329,7 @@ def build_rfcn(
     given = dict(min_size=min_size, max_size=max_size, anchor_sizes=anchor_sizes, rpn_pre_nms_top_n_train=rpn_pre_nms_top_n_train,
                  rpn_post_nms_top_n_train=rpn_post_nms_top_n_train, rpn_pre_nms_top_n_test=rpn_pre_nms_top_n_test,
                  rpn_post_nms_top_n_test=rpn_post_nms_top_n_test)
-    p = {name: (defaults[name] if v is None else v) for name, v in given.items()}
+    p: dict[str, Any] = {name: (defaults[name] if v is None else v) for name, v in given.items()}
     config["frozen_bn"] = backbone_weights is not None if frozen_bn is None else bool(frozen_bn)
     bb = build_backbone(backbone, backbone_weights, norm=norm, trainable_layers=trainable_layers, frozen_bn=config["frozen_bn"])
     transform = GeneralizedRCNNTransform(int(p["min_size"]), int(p["max_size"]), list(image_mean), list(image_std))
@@ -342,7 +342,7 @@ def build_rfcn(
         rpn_nms_thresh,
     )
     rpn.fg_bg_sampler = SeededSampler(rpn_batch_size_per_image, rpn_positive_fraction)
-    head = RFCNHead(bb.out_channels, num_classes, k, 1.0 / bb.stride, sampling_ratio, logvar_clamp)
+    head = RFCNHead(bb.out_channels, num_classes, k, 1.0 / bb.stride, sampling_ratio, logvar_clamp)  # type: ignore[arg-type,operator]
     return RFCN(
         transform, bb, rpn, head, category_ids, config, box_coder_weights, roi_batch_size_per_image, roi_positive_fraction,
         roi_fg_iou_thresh, roi_bg_iou_thresh, add_gt_as_proposals, stage2_positives_per_image, box_score_thresh, box_nms_thresh,

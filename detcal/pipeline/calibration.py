@@ -299,7 +299,7 @@ def _load_and_split(data: Any, eval_data: Any, calibration: CalibrationSpec,
     require_detections(loaded)
     if eval_data is not None:
         ev_loaded, cal_loaded = _load(eval_data, "eval_data"), loaded
-        split = {"mode": "two_datasets", "calibration_fraction": None, "seed": None,
+        split: dict[str, Any] = {"mode": "two_datasets", "calibration_fraction": None, "seed": None,
                  "n_images": {"calibration": len(cal_loaded.dataset.images),
                               "evaluation": len(ev_loaded.dataset.images)}}
     else:

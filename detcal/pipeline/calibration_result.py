@@ -48,7 +48,7 @@ class CalibrationResult(Result):
                                    self.evaluation_data.dataset, write_gt=self.write_gt)
         if "gt" not in outputs:
             prov = self.evaluation_data.provenance
-            outputs["gt"] = prov.get("gt") or prov.get("label_dir") or (prov.get("adapter") or {}).get("gt")
+            outputs["gt"] = prov.get("gt") or prov.get("label_dir") or (prov.get("adapter") or {}).get("gt")  # type: ignore[assignment]
         self.record["outputs"] = outputs
         if not plots:
             return []

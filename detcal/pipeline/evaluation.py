@@ -139,7 +139,7 @@ def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[Ma
 
         def _match(th: Any) -> MatchResult:
             return match_in_shards(m, dets, data, th, par.shard_size)
-    mr = _match(thresholds + extra if extra else thresholds)
+    mr = _match(thresholds + extra if extra else thresholds)  # type: ignore[operator]  # extra only with a list
     mr_reg = mr
     if reg_on and not isinstance(thresholds, list):
         mr_reg = _match([t_reg])
@@ -208,7 +208,7 @@ def _regression_block(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, p
                              qce_sample_threshold=r.qce_sample_threshold, levels=levels,
                              ll_fu_log_base=r.ll_fu_log_base, mwse_normalise=r.mwse_normalise)
     if bs.n > 0:
-        boot = dict(n_boot=bs.n, level=bs.level, seed=bs.seed, method=bs.method)
+        boot: dict[str, Any] = dict(n_boot=bs.n, level=bs.level, seed=bs.seed, method=bs.method)
         g = sample.image_id
         for k, name in enumerate(sample.coords):
             arrays = (sample.mu[:, k], sample.sigma[:, k], sample.y[:, k])

@@ -80,13 +80,13 @@ def merge_matches(n: int, parts: Sequence[tuple[np.ndarray, MatchResult] | None]
                   n_gt: int | None = None) -> MatchResult:
     """One :class:`MatchResult` over ``n`` detections from shard results (rows, result); with ``n_gt``
     (the GT count) the GT rows are kept as int32 when they fit."""
-    parts = [p for p in parts if p is not None]
-    first = next((r for rows, r in parts if len(rows)), parts[0][1])
+    done = [p for p in parts if p is not None]
+    first = next((r for rows, r in done if len(rows)), done[0][1])
     fields = _empty_match(first, n, n_gt)
-    for rows, r in parts:
+    for rows, r in done:
         for name in _MATCH_FIELDS:
             fields[name][..., rows] = getattr(r, name)
-    return dataclasses.replace(first, **fields)
+    return dataclasses.replace(first, **fields)  # type: ignore[arg-type]
 
 
 def match_in_shards(m: Any, dets: Any, data: Any, thresholds: Any, shard_size: int) -> MatchResult:
@@ -111,7 +111,7 @@ def match_in_shards(m: Any, dets: Any, data: Any, thresholds: Any, shard_size: i
     from detcal.pipeline.sources import release_memory
 
     release_memory()
-    return dataclasses.replace(first, **fields)
+    return dataclasses.replace(first, **fields)  # type: ignore[arg-type]
 
 
 def _scatter(n: int, rows: Sequence[np.ndarray], pieces: Sequence[Any], axis_last: bool,
@@ -145,7 +145,7 @@ def gather_shards(data: Any, mr: MatchResult) -> MatchResult:
     for f in dataclasses.fields(Detections):
         mine = getattr(dets, f.name)
         cols[f.name] = _scatter(n, rows, gather_all(mine if len(dets) else None), axis_last=False)
-    fields = {}
+    fields: dict[str, Any] = {}
     for name in _MATCH_FIELDS:
         mine = getattr(mr, name)
         dtype = _compact_gt_index(len(data.dataset.gt)) if name == "gt_index" else None

@@ -58,6 +58,6 @@ def make_calibrator(name: str, **overrides: Any) -> Any:
     unknown = [k for k in overrides if k not in node]
     if unknown:
         raise ConfigError(f"calibrator.{unknown[0]}", f"not a parameter of {name} "
-                          f"({', '.join(k for k in node if k != '_target_') or 'it takes none'})")
+                          f"({', '.join(str(k) for k in node if k != '_target_') or 'it takes none'})")
     node = OmegaConf.merge(node, overrides)
     return instantiate(node)

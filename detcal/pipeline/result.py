@@ -90,6 +90,7 @@ class EvaluationResult(Result):
         """One row per detection: match outcome per threshold, box, relative features."""
         from detcal.reports.detections_csv import detections_csv
 
+        assert self.features is not None and self.clipped is not None
         return detections_csv(self.data, self.match, self.features, self.clipped)
 
     def _write_extra(self, out: Path, plots: bool, csv: bool) -> list[str]:
@@ -97,6 +98,7 @@ class EvaluationResult(Result):
         if csv:
             from detcal.reports.detections_csv import evaluation_columns, write_columns_csv, write_detections_parquet
 
+            assert self.features is not None and self.clipped is not None
             cols = evaluation_columns(self.data, self.match, self.features, self.clipped)
             if self.detections_format == "parquet":
                 write_detections_parquet(out / "detections.parquet", cols)

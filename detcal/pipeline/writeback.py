@@ -77,11 +77,12 @@ def apply_regression_calibrator(
                                              "max": float(r.max()) if r.size else None}}
     kw: dict[str, Any] = {}
     box = dets.box
+    proposal: Any = dets.proposal  # set for delta records
     if moved:
         if space == "pixel":
             box = cxcywh_to_xyxy(mu2)
         elif space == "delta" and kind == "delta":
-            box = decode_deltas(dets.proposal, mu2)
+            box = decode_deltas(proposal, mu2)
         else:  # deltas w.r.t. the final box B: mu = 0, mu' = dm
             box = decode_deltas(dets.box, mu2)
         kw["box"] = box
@@ -90,7 +91,7 @@ def apply_regression_calibrator(
     if kind == "delta":
         kw["delta_std"] = dets.delta_std * r
         if moved:
-            kw["delta_mean"] = mu2.copy() if space == "delta" else encode_deltas(dets.proposal, box)
+            kw["delta_mean"] = mu2.copy() if space == "delta" else encode_deltas(proposal, box)
         notes["fields"] = ["delta_std"] + (["delta_mean", "box"] if moved else [])
     elif kind == "box_std":
         kw["box_std"] = dets.box_std * r
@@ -98,9 +99,11 @@ def apply_regression_calibrator(
     elif kind == "box_cov":
         j_inv = np.linalg.inv(J_XYWH_TO_CXCYWH)
         a = np.einsum("ij,dj,jk->dik", j_inv, r, J_XYWH_TO_CXCYWH)
+        assert dets.box_cov is not None
         kw["box_cov"] = np.einsum("dij,djk,dlk->dil", a, dets.box_cov, a)
         notes["fields"] = ["box_cov"] + (["box"] if moved else [])
     else:  # corner_cov
+        assert dets.corner_cov is not None
         uniform = np.all(np.isclose(r, r[:, :1], rtol=1e-12, atol=0.0)) if r.size else True
         if uniform:
             kw["corner_cov"] = dets.corner_cov * (r[:, :1] ** 2)[:, :, None, None]

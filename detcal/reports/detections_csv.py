@@ -29,7 +29,7 @@ from detcal.core.types import Detections, MatchResult
 try:  # fast column formatting; the fallback gives the same text
     import orjson as _orjson
 except ImportError:  # pragma: no cover - depends on the environment
-    _orjson = None
+    _orjson = None  # type: ignore[assignment]
 
 __all__ = [
     "format_csv",

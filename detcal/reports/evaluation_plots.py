@@ -43,7 +43,7 @@ def evaluation_plots(out_dir: Path, m: Mapping[str, Any], spec: Any) -> list[str
         files.append("rmse_rmv.png")
     if "m_qce" in reg:
         per = reg["m_qce"]
-        tau = next((v["table"].get("tau") for v in per.values() if v.get("table", {}).get("tau") is not None), [])
+        tau: Any = next((v["table"].get("tau") for v in per.values() if v.get("table", {}).get("tau") is not None), [])
         plots.qce_coverage_diagram(out_dir / "qce_coverage.png", tau,
                                    {c: v["table"].get("coverage", [np.nan] * len(tau)) for c, v in per.items()},
                                    mqce={c: _f(v["value"]) for c, v in per.items()})

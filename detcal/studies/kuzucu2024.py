@@ -147,7 +147,7 @@ def run(
     gt_a, gt_b = gt.select(np.isin(gt.image_id, ids_a)), gt.select(np.isin(gt.image_id, ids_b))
     d_a, d_b = dets.select(np.isin(dets.image_id, ids_a)), dets.select(np.isin(dets.image_id, ids_b))
     ap = (lambda d: coco_ap(gt_b, d, ids_b, dataset.categories)) if with_ap else None
-    ev = dict(tau=tau, max_dets=max_dets, bins=bins, dece_bins=dece_bins, dece_tau=dece_tau, ap=ap)
+    ev: dict[str, Any] = dict(tau=tau, max_dets=max_dets, bins=bins, dece_bins=dece_bins, dece_tau=dece_tau, ap=ap)
 
     rows: list[dict[str, Any]] = []
     thr0 = _thresholds(d_a, gt_a, tau, max_dets)

@@ -200,7 +200,7 @@ def _optimiser(params: Any, cfg: LeviSpec) -> tuple[Any, Any]:
     import torch
 
     if cfg.optimizer == "adam":
-        opt = torch.optim.Adam(params, lr=float(cfg.lr))
+        opt: torch.optim.Optimizer = torch.optim.Adam(params, lr=float(cfg.lr))
         sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=int(cfg.steps), eta_min=float(cfg.lr) * 0.01)
     else:
         opt = torch.optim.SGD(params, lr=float(cfg.lr), momentum=float(cfg.momentum))
@@ -373,9 +373,9 @@ def run_levi_synthetic(spec: LeviSpec, out_dir: str | Path | None = None, *, pro
     t_start = time.perf_counter()
     ss = np.random.SeedSequence(int(cfg.seed))
     r_train, r_recal, r_test, r_sig = (np.random.default_rng(s) for s in ss.spawn(4))
-    x_tr, y_tr = sample_data(cfg.n_train, r_train, cfg.x_range)
-    x_rc, y_rc = sample_data(cfg.n_recal, r_recal, cfg.x_range)
-    x_te, y_te = sample_data(cfg.n_test, r_test, cfg.x_range)
+    x_tr, y_tr = sample_data(cfg.n_train, r_train, (cfg.x_range[0], cfg.x_range[1]))
+    x_rc, y_rc = sample_data(cfg.n_recal, r_recal, (cfg.x_range[0], cfg.x_range[1]))
+    x_te, y_te = sample_data(cfg.n_test, r_test, (cfg.x_range[0], cfg.x_range[1]))
     f, u, train_info = train_mean_and_variance(x_tr, y_tr, cfg)
     mu_rc, mu_te = _predict(f, x_rc), _predict(f, x_te)
     lo, hi = (float(v) for v in cfg.random_sigma_range)
@@ -391,8 +391,8 @@ def run_levi_synthetic(spec: LeviSpec, out_dir: str | Path | None = None, *, pro
     learned: dict[str, Any] = {}
     curves: dict[str, Any] = {}
     for name, (s_rc, s_te) in sigmas.items():
-        std = StdScaling().fit(mu_rc, s_rc, y_rc)
-        kul = KuleshovIsotonic().fit(mu_rc, s_rc, y_rc)
+        std: Any = StdScaling().fit(mu_rc, s_rc, y_rc)
+        kul: Any = KuleshovIsotonic().fit(mu_rc, s_rc, y_rc)
         preds = {
             "before": (mu_te, s_te, None),
             "std_scaling": (*std.transform(mu_te, s_te), None),

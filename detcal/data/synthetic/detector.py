@@ -142,10 +142,10 @@ def _detector_params(**kw: Any) -> dict[str, Any]:
     _check(kw["score_concentration"] > 0, f"expected a value > 0, got {kw['score_concentration']}", "score_concentration")
     for name in ("position_bins", "size_bins"):
         v = kw[name]
-        _check(v is None or (isinstance(v, (int, np.integer)) and 1 <= v <= 20), f"expected None or an int in 1..20, got {v!r}", name)
+        _check(bool(v is None or (isinstance(v, (int, np.integer)) and 1 <= v <= 20)), f"expected None or an int in 1..20, got {v!r}", name)
     _check(kw["duplicate_rate"] >= 0, f"expected a rate >= 0, got {kw['duplicate_rate']}", "duplicate_rate")
     sd = kw["score_decimals"]
-    _check(sd is None or (isinstance(sd, (int, np.integer)) and 0 <= sd <= 15), f"expected None or an int in 0..15, got {sd!r}", "score_decimals")
+    _check(bool(sd is None or (isinstance(sd, (int, np.integer)) and 0 <= sd <= 15)), f"expected None or an int in 0..15, got {sd!r}", "score_decimals")
     _check(kw["uncertainty"] in ("delta", "box_std", "none"), f"expected 'delta', 'box_std' or 'none', got {kw['uncertainty']!r}", "uncertainty")
     out = dict(kw)
     out.update(std_scale=std_scale.tolist(), true_delta_std=true_std.tolist(), proposal_jitter=jitter.tolist(),

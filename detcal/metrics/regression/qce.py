@@ -112,7 +112,7 @@ def _coverage_counts(
         for members, share in bin_idx.groups:
             hf += share[:, None] * np.bincount(lvl[members], minlength=n_lv + 1)[None, :]
         return bin_idx.count.astype(np.int64), np.cumsum(hf, axis=1)[:, :n_lv]
-    flat = lvl if n_bins == 1 else bin_idx * (n_lv + 1) + lvl
+    flat = lvl if bin_idx is None else bin_idx * (n_lv + 1) + lvl
     h = np.bincount(flat, minlength=n_bins * (n_lv + 1)).reshape(n_bins, n_lv + 1)
     covered = np.cumsum(h, axis=1)[:, :n_lv]
     return h.sum(axis=1).astype(np.int64), covered.astype(np.int64)
@@ -325,9 +325,9 @@ def _coverage_chunked(
         h += np.bincount(key, minlength=len(h))
     if not finite:
         _validate(mu, sigma, y)  # non-finite mu or y (a finite overflow passes)
-    h = h.reshape(n_bins, n_lv + 1)
-    covered = np.cumsum(h, axis=1)[:, :n_lv].astype(np.int64)
-    return CoverageStats(h.sum(axis=1).astype(np.int64), covered, lv, 1, edges, binning)
+    h2 = h.reshape(n_bins, n_lv + 1)
+    covered = np.cumsum(h2, axis=1)[:, :n_lv].astype(np.int64)
+    return CoverageStats(h2.sum(axis=1).astype(np.int64), covered, lv, 1, edges, binning)
 
 
 def _level_index_into(values: np.ndarray, thresholds: np.ndarray, ws: Workspace) -> np.ndarray:

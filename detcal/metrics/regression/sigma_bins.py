@@ -128,7 +128,7 @@ def _sigma_bin_stats(
     e2 = np.subtract(t, m)
     np.multiply(e2, e2, out=e2)
     if len(s) == 0:
-        idx = np.zeros(0, np.int64)
+        idx: np.ndarray | RankSegments = np.zeros(0, np.int64)
         edges = None if binning == "equal_count" else np.full(b + 1, np.nan)
     else:
         idx, edges = _sigma_bins(s if over == "sigma" else var, b, binning, range_)
@@ -270,7 +270,7 @@ def ence(
     m, s, t = _validate(mu, sigma, y)
     stats, idx = _sigma_bin_stats(m, s, t, bins, binning, "sigma", range_)
     res = ence_from_stats(stats)
-    if len(s) and binning == "equal_count":
+    if len(s) and isinstance(idx, RankSegments):
         res.table.update(sigma_lo=idx.lo_value.copy(), sigma_hi=idx.hi_value.copy())
     return res
 
