@@ -213,6 +213,7 @@ def _block_brier(
         w = iou / np.bincount(obj, weights=iou, minlength=n_obj)[obj]
     if kind == "multiclass":
         probs = dets.class_probs
+        assert probs is not None  # checked by _class_columns
         if aggregation == "max_iou":
             pbar = probs[best_det[hit]]
         else:
@@ -224,15 +225,15 @@ def _block_brier(
         out[hit] = np.sum(pbar * pbar, axis=1)
         return out, n
     conf = dets.score
+    s: np.ndarray
     if aggregation == "mean":
         s = np.bincount(obj, weights=conf[det], minlength=n_obj)[hit] / n[hit]
         lab = _majority_label(obj, dets.category[det], n_obj)[hit]
+    elif aggregation == "max_iou":
+        s = conf[best_det[hit]]
+        lab = dets.category[best_det[hit]]
     else:
-        s = (
-            conf[best_det[hit]]
-            if aggregation == "max_iou"
-            else np.bincount(obj, weights=w * conf[det], minlength=n_obj)[hit]
-        )
+        s = np.bincount(obj, weights=w * conf[det], minlength=n_obj)[hit]
         lab = dets.category[best_det[hit]]
     out[hit] = np.where(lab == ycat[hit], 2.0 * (1.0 - s) ** 2, 2.0 * s**2)
     return out, n
