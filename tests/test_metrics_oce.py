@@ -256,6 +256,10 @@ def test_all_scores_in_coco_results_give_the_exact_brier(tmp_path: Path) -> None
     ds = load_coco_instances(tmp_path / "gt.json")
     dets = load_coco_results(tmp_path / "res.json", dataset=ds)
     np.testing.assert_array_equal(dets.class_probs, [[0.7, 0.2], [0.3, 0.6], [0.9, 0.1]])
+    from detcal.data.coco import write_coco_results
+
+    write_coco_results(tmp_path / "again.json", dets)  # written back as all_scores, read back exactly
+    np.testing.assert_array_equal(load_coco_results(tmp_path / "again.json", dataset=ds).class_probs, dets.class_probs)
     # columns in ascending category id: column 0 is category 1, column 1 category 3.
     # image 1, object of category 1 (column 0): tau 0.5, mean of both rows: [0.5, 0.4] -> 0.5^2 + 0.4^2 = 0.41;
     # tau 0.75: the first row alone: 0.3^2 + 0.2^2 = 0.13. Image 2's object is missed: 1.
