@@ -225,7 +225,9 @@ def test_evaluate_writes_oce_without_changing_other_numbers(tmp_path) -> None:
     assert len(rows) == 79 and "oce_per_image.csv" in a["files"]
     kept = dets.select(dets.score > 0.3)
     s = object_scores(kept, ds.gt)
-    per = per_image_oce(s, ds.images.id)
+    ids = np.sort(ds.images.id)  # the CSV lists the images in ascending id
+    assert [int(r["image_id"]) for r in rows] == ids.tolist()
+    per = per_image_oce(s, ids)
     got = np.array([float(r["oce"]) if r["oce"] else np.nan for r in rows])
     np.testing.assert_allclose(got, per, rtol=0, atol=1e-15)
     assert "Object-level calibration" in (tmp_path / "on" / "summary.md").read_text()
@@ -337,3 +339,43 @@ def test_overlap_pairs_finds_every_pair_at_the_threshold() -> None:
             (g, d) for g in rows for d in range(n_d) if di[d] == gi[g] and pair_iou(gb[g][None], db[d][None])[0] >= t
         ]
         assert got == want, t
+
+
+def test_training_loop_evaluator_takes_class_distributions() -> None:
+    from detcal.integrations.evaluator import DetectionCalibration
+    from detcal.pipeline.spec import BootstrapSpec, EvaluationSpec
+
+    dets, gt = _scene(probs=True)
+    spec = EvaluationSpec(bootstrap=BootstrapSpec(n=0))
+    metric = DetectionCalibration(spec=spec, categories={1: "a", 2: "b"})
+    targets = [
+        {
+            "image_id": i,
+            "boxes": gt.box[gt.image_id == i],
+            "labels": gt.category[gt.image_id == i],
+            "iscrowd": gt.iscrowd[gt.image_id == i],
+            "width": 300,
+            "height": 300,
+        }
+        for i in (1, 2)
+    ]
+    preds = [
+        {
+            "boxes": dets.box[dets.image_id == i],
+            "scores": dets.class_probs[dets.image_id == i],
+            "labels": dets.category[dets.image_id == i],
+        }
+        for i in (1, 2)
+    ]
+    metric.update(preds, targets)
+    o = metric.compute().to_dict()["oce"]["oce"]
+    assert o["params"]["brier"] == "multiclass"
+    # the hand calculation of test_oce_multiclass_hand (the same scene)
+    np.testing.assert_allclose(o["table"]["oce"], [(0.325 + 1) / 2, (0.05 + 1) / 2], atol=1e-15)
+    bad = DetectionCalibration(spec=spec, categories={1: "a", 2: "b", 3: "c"})
+    bad.update(preds, targets)
+    with pytest.raises(DetcalInputError, match="class columns"):
+        bad.compute()
+    mixed = [dict(preds[0]), dict(preds[1], scores=dets.score[dets.image_id == 2])]
+    with pytest.raises(DetcalInputError, match="class distributions"):
+        DetectionCalibration(spec=spec).update(mixed, targets)

@@ -95,10 +95,13 @@ class ObjectScores:
         return self.brier.mean(axis=0) if self.brier.shape[0] else np.zeros(self.brier.shape[1])
 
     def per_threshold(self) -> np.ndarray:
-        """OCE at each threshold [T] (NaN without objects)."""
+        """OCE at each threshold [T] (NaN without objects).
+
+        Summed image by image in ascending image id (each image's objects in their order), so the
+        value does not depend on the order in which the images were given (to the last bit)."""
         if self.brier.shape[1] == 0:
             return np.full(self.brier.shape[0], np.nan)
-        return self.brier.mean(axis=1)
+        return self.brier[:, np.argsort(self.image_id, kind="stable")].mean(axis=1)
 
     @property
     def value(self) -> float:

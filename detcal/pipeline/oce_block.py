@@ -54,7 +54,10 @@ def _reliability(spec: EvaluationSpec, data: LoadedData, images: np.ndarray, all
             categories=_categories(data),
         )
     rel = -per_image_oce(s, images)
-    val = np.random.default_rng(o.reliability_seed).permutation(len(images)) < len(images) // 2
+    # the validation half is chosen by image id (not by position), so it does not depend on the image order
+    by_id = np.empty(len(images), np.int64)
+    by_id[np.argsort(images, kind="stable")] = np.arange(len(images))
+    val = np.random.default_rng(o.reliability_seed).permutation(len(images))[by_id] < len(images) // 2
     out: dict[str, Any] = {
         "name": "contrastive_conf",
         "method": o.reliability_method,
@@ -128,7 +131,7 @@ def oce_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:
         "not_seen": _not_seen(by_agg["mean"], len(dets)),
     }
     if o.reliability:
-        out["image_reliability"] = _reliability(spec, data, np.asarray(ds.images.id), by_agg[o.aggregation])
+        out["image_reliability"] = _reliability(spec, data, np.sort(np.asarray(ds.images.id)), by_agg[o.aggregation])
     return out
 
 
