@@ -242,7 +242,8 @@ def _snap(q: np.ndarray) -> np.ndarray:
     return q
 
 
-def pair_qualities(det_box, det_cov, det_score, det_cat, gt_box, gt_cat, W: int, H: int, *, inclusive: bool = False,
+def pair_qualities(det_box: np.ndarray, det_cov: np.ndarray | None, det_score: np.ndarray, det_cat: np.ndarray,
+                   gt_box: np.ndarray, gt_cat: np.ndarray, W: int, H: int, *, inclusive: bool = False,
                    threshold: float = HEATMAP_THRESHOLD, chunk: int = 16) -> dict[str, np.ndarray]:
     """All [G,D] qualities of one image: ``ppdq``, ``spatial``, ``label``, ``fg``, ``bg``."""
     shift = 1.0 if inclusive else 0.0
