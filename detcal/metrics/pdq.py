@@ -213,7 +213,7 @@ def _maps(box: np.ndarray, cov: np.ndarray | None, W: int, H: int, shift: float,
 
 def gt_pixel_ranges(box: np.ndarray, W: int, H: int) -> tuple[np.ndarray, ...]:
     """Pixel ranges ``[c0, c1) x [r0, r1)`` of GT boxes [G,4]: centres inside the box, at least the centre pixel."""
-    def axis(a, b, n):
+    def axis(a: np.ndarray, b: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         lo = np.ceil(a - 0.5).astype(np.int64)
         hi = np.ceil(b - 0.5).astype(np.int64)
         mid = np.floor(0.5 * (a + b)).astype(np.int64)
@@ -226,7 +226,7 @@ def gt_pixel_ranges(box: np.ndarray, W: int, H: int) -> tuple[np.ndarray, ...]:
     return c0, c1, r0, r1
 
 
-def _rect_sums(S: np.ndarray, m: _ImageMaps, c0, c1, r0, r1) -> tuple[np.ndarray, np.ndarray]:
+def _rect_sums(S: np.ndarray, m: _ImageMaps, c0: np.ndarray, c1: np.ndarray, r0: np.ndarray, r1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sum over each GT rectangle [G] of each detection's map [D] (integral image S [D,...]); and the pixel counts inside the windows."""
     lx0 = np.clip(c0[:, None] - m.x0[None, :], 0, m.nw[None, :]); lx1 = np.clip(c1[:, None] - m.x0[None, :], 0, m.nw[None, :])
     ly0 = np.clip(r0[:, None] - m.y0[None, :], 0, m.nh[None, :]); ly1 = np.clip(r1[:, None] - m.y0[None, :], 0, m.nh[None, :])
