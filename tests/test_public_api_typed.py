@@ -63,7 +63,9 @@ def _modules() -> list[Path]:
 def test_the_test_finds_modules_and_missing_hints(tmp_path):
     assert len(_modules()) > 50
     sample = tmp_path / "m.py"
-    sample.write_text("def f(a, b: int):\n    pass\n\nclass C:\n    def g(self) -> None: ...\n    def h(self, x): ...\n")
+    sample.write_text(
+        "def f(a, b: int):\n    pass\n\nclass C:\n    def g(self) -> None: ...\n    def h(self, x): ...\n"
+    )
     assert _unannotated(sample) == ["f: a, return", "C.h: x, return"]
 
 
