@@ -216,3 +216,19 @@ def test_bad_input():
         laece(bad, gt)
     with pytest.raises(DetcalInputError, match="variant"):
         laece(dets, gt, variant="nope")
+
+
+def test_laace_fiveai_keeps_crowd_matched_detections_with_iou_zero():
+    # one regular box and one crowd box of class 1; the third detection lies inside the crowd region
+    gt = GroundTruth(image_id=[1, 1], box=[[0, 0, 10, 10], [40, 40, 80, 80]], category=[1, 1], iscrowd=[False, True])
+    dets = Detections(image_id=[1, 1, 1], box=[[0, 0, 10, 5], [50, 50, 60, 60], [200, 200, 210, 210]],
+                      score=[0.9, 0.6, 0.2], category=[1, 1, 1])
+    # kuzucu2024: the crowd-matched detection leaves the sample: (|0.9 - 0.5| + |0.2 - 0|) / 2
+    assert laace(dets, gt, 0.1).value == pytest.approx(0.3)
+    # fiveai (the reference's LaACE_0): it stays with target 0: (0.4 + 0.6 + 0.2) / 3
+    r = laace(dets, gt, 0.1, variant="fiveai")
+    assert r.value == pytest.approx(0.4) and r.extra["n_detections"] == 3
+    # LaECE keeps leaving it out under both variants (the reference's bins hold TPs and FPs only)
+    assert laece(dets, gt, 0.1, variant="fiveai").value == laece(dets, gt, 0.1).value
+    # past the max-detections cut it leaves the sample under both variants
+    assert laace(dets, gt, 0.1, variant="fiveai", max_dets=2).extra["n_detections"] == 2

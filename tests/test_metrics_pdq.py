@@ -1,4 +1,5 @@
-"""PDQ: closed forms, a Gaussian box against numerical integration, assignment and conversions."""
+"""PDQ, the ``detcal_continuous`` variant (detcal's earlier definition): closed forms, a Gaussian box against numerical integration, assignment and conversions."""
+
 from __future__ import annotations
 
 import itertools
@@ -8,6 +9,7 @@ import pytest
 from scipy.stats import multivariate_normal
 
 from detcal.core.errors import DetcalInputError
+from detcal.core.types import Dataset, Detections, GroundTruth, Images
 from detcal.metrics.pdq import (
     box_cov_to_corner_cov,
     box_std_to_corner_cov,
@@ -16,7 +18,8 @@ from detcal.metrics.pdq import (
     pair_qualities,
     pdq,
 )
-from detcal.core.types import Dataset, Detections, GroundTruth, Images
+
+V = "detcal_continuous"
 
 
 def _ds(gt_boxes, gt_cats, W=40, H=30, image_ids=None):
@@ -24,7 +27,11 @@ def _ds(gt_boxes, gt_cats, W=40, H=30, image_ids=None):
     n = len(gt_boxes)
     return Dataset(
         images=Images(id=sorted(set(ids)), width=np.full(len(set(ids)), W), height=np.full(len(set(ids)), H)),
-        gt=GroundTruth(image_id=ids if image_ids is not None else [1] * n, box=np.array(gt_boxes, float).reshape(-1, 4), category=gt_cats),
+        gt=GroundTruth(
+            image_id=ids if image_ids is not None else [1] * n,
+            box=np.array(gt_boxes, float).reshape(-1, 4),
+            category=gt_cats,
+        ),
         categories={1: "a", 2: "b"},
     )
 
@@ -42,16 +49,16 @@ def test_bvn_cdf_against_scipy():
 def test_deterministic_box_closed_forms():
     ds = _ds([[4, 5, 12, 13]], [1])
     exact = Detections(image_id=[1], box=[[4, 5, 12, 13]], score=[0.64], category=[1])
-    r = pdq(ds, exact)
+    r = pdq(ds, exact, variant=V)
     # the box covers exactly the GT pixels: spatial 1, pPDQ = sqrt(label)
     assert r.extra["avg_spatial"] == 1.0 and r.value == pytest.approx(0.8)
     assert (r.extra["TP"], r.extra["FP"], r.extra["FN"]) == (1, 0, 0)
     # shifted by half a pixel: 8 GT pixels (one column) at p = 0.5, 8 background pixels at p = 0.5, over 64 GT pixels
     half = Detections(image_id=[1], box=[[4.5, 5, 12.5, 13]], score=[1.0], category=[1])
-    assert pdq(ds, half).extra["avg_spatial"] == pytest.approx(np.exp(16 * np.log(0.5) / 64), rel=1e-9)
+    assert pdq(ds, half, variant=V).extra["avg_spatial"] == pytest.approx(np.exp(16 * np.log(0.5) / 64), rel=1e-9)
     # wrong class: label 0, so no TP: one FP and one FN
     wrong = Detections(image_id=[1], box=[[4, 5, 12, 13]], score=[0.9], category=[2])
-    r = pdq(ds, wrong)
+    r = pdq(ds, wrong, variant=V)
     assert r.value == 0.0 and (r.extra["TP"], r.extra["FP"], r.extra["FN"]) == (0, 1, 1)
 
 
@@ -65,7 +72,9 @@ def _numeric_corner_cdf(mu, cov, xs, ys, upper):
     X, Y = np.meshgrid(cx, cy)
     inv = np.linalg.inv(cov)
     dx, dy = X - mu[0], Y - mu[1]
-    dens = np.exp(-0.5 * (inv[0, 0] * dx * dx + 2 * inv[0, 1] * dx * dy + inv[1, 1] * dy * dy)) / (2 * np.pi * np.sqrt(np.linalg.det(cov)))
+    dens = np.exp(-0.5 * (inv[0, 0] * dx * dx + 2 * inv[0, 1] * dx * dy + inv[1, 1] * dy * dy)) / (
+        2 * np.pi * np.sqrt(np.linalg.det(cov))
+    )
     mass = dens * step * step
     if upper:
         mass = mass[::-1, ::-1]
@@ -77,7 +86,11 @@ def _numeric_corner_cdf(mu, cov, xs, ys, upper):
             for b, x in enumerate(xs):
                 i = len(gy) - 1 - np.searchsorted(gy, y)
                 j = len(gx) - 1 - np.searchsorted(gx, x)
-                out[a, b] = cum[min(max(i, 0), len(gy) - 1), min(max(j, 0), len(gx) - 1)] if y <= gy[-1] and x <= gx[-1] else 0.0
+                out[a, b] = (
+                    cum[min(max(i, 0), len(gy) - 1), min(max(j, 0), len(gx) - 1)]
+                    if y <= gy[-1] and x <= gx[-1]
+                    else 0.0
+                )
                 if y < gy[0] and x < gx[0]:
                     out[a, b] = 1.0
                 elif y < gy[0]:
@@ -114,7 +127,7 @@ def test_single_gaussian_box_against_numerical_integration(rho):
     spatial = np.exp((fg + bg) / gmask.sum())
     ds = _ds([gt_box], [1], W, H)
     dets = Detections(image_id=[1], box=[mu], score=[score], category=[1], corner_cov=np.stack([c_tl, c_br])[None])
-    r = pdq(ds, dets)
+    r = pdq(ds, dets, variant=V)
     assert r.extra["avg_spatial"] == pytest.approx(spatial, rel=2e-3)
     assert r.value == pytest.approx(np.sqrt(spatial * score), rel=1e-3)
     assert 0.05 < spatial < 0.95  # a non-trivial case
@@ -125,12 +138,13 @@ def test_optimal_assignment_and_counts():
     dets = Detections(
         image_id=[1] * 4,
         box=[[3, 2, 11, 10], [11, 2, 19, 10], [2, 2, 10, 10], [25, 25, 29, 29]],
-        score=[0.9, 0.7, 0.5, 0.6], category=[1, 1, 1, 2],
+        score=[0.9, 0.7, 0.5, 0.6],
+        category=[1, 1, 1, 2],
         corner_cov=np.broadcast_to(np.eye(2) * 0.5, (4, 2, 2, 2)).copy(),
     )
     q = pair_qualities(dets.box, dets.corner_cov, dets.score, dets.category, ds.gt.box, ds.gt.category, 30, 30)["ppdq"]
     best = max(sum(q[g, d] for g, d in zip(range(3), perm)) for perm in itertools.permutations(range(4), 3))
-    r = pdq(ds, dets)
+    r = pdq(ds, dets, variant=V)
     n_tp = r.extra["TP"]
     assert r.value * (n_tp + r.extra["FP"] + r.extra["FN"]) == pytest.approx(best)
     assert n_tp + r.extra["FP"] == 4 and n_tp + r.extra["FN"] == 3
@@ -141,7 +155,7 @@ def test_images_without_gt_or_dets_count():
     ds = _ds([[2, 2, 10, 10], [2, 2, 10, 10]], [1, 1], image_ids=[1, 2])
     dets = Detections(image_id=[1, 3], box=[[2, 2, 10, 10], [0, 0, 5, 5]], score=[1.0, 0.5], category=[1, 1])
     ds.images = Images(id=[1, 2, 3], width=[40, 40, 40], height=[30, 30, 30])
-    r = pdq(ds, dets)
+    r = pdq(ds, dets, variant=V)
     assert (r.extra["TP"], r.extra["FP"], r.extra["FN"]) == (1, 1, 1)
     assert r.value == pytest.approx(1 / 3)
 
@@ -149,8 +163,8 @@ def test_images_without_gt_or_dets_count():
 def test_fixed_cov_and_conversions():
     ds = _ds([[4, 5, 12, 13]], [1])
     dets = Detections(image_id=[1], box=[[4, 5, 12, 13]], score=[1.0], category=[1])
-    q1 = pdq(ds, dets, fixed_cov=1.0).extra["avg_spatial"]
-    q4 = pdq(ds, dets, fixed_cov=4.0).extra["avg_spatial"]
+    q1 = pdq(ds, dets, fixed_cov=1.0, variant=V).extra["avg_spatial"]
+    q4 = pdq(ds, dets, fixed_cov=4.0, variant=V).extra["avg_spatial"]
     assert 0 < q4 < q1 < 1  # a perfectly placed box loses spatial quality with its variance
     S = np.arange(16, dtype=float).reshape(4, 4)
     S = S @ S.T + np.eye(4)
@@ -168,19 +182,25 @@ def test_inclusive_variant_and_bad_input():
     ds = _ds([[4, 5, 12, 13]], [1])
     # in the reference's inclusive corners the box of GT pixels 4..11 x 5..12 is written [4, 5, 11, 12]
     incl = Detections(image_id=[1], box=[[4, 5, 11, 12]], score=[1.0], category=[1])
-    assert pdq(ds, incl, inclusive=True).value == 1.0
-    assert pdq(ds, incl).value < 1.0
-    bad = Detections(image_id=[1], box=[[4, 5, 12, 13]], score=[1.0], category=[1],
-                     corner_cov=np.array([[[[1.0, 2.0], [2.0, 1.0]], [[1.0, 0], [0, 1.0]]]]))
+    assert pdq(ds, incl, inclusive=True, variant=V).value == 1.0
+    assert pdq(ds, incl, variant=V).value < 1.0
+    bad = Detections(
+        image_id=[1],
+        box=[[4, 5, 12, 13]],
+        score=[1.0],
+        category=[1],
+        corner_cov=np.array([[[[1.0, 2.0], [2.0, 1.0]], [[1.0, 0], [0, 1.0]]]]),
+    )
     with pytest.raises(DetcalInputError, match="positive semi-definite"):
-        pdq(ds, bad)
+        pdq(ds, bad, variant=V)
     with pytest.raises(DetcalInputError, match="fixed_cov"):
-        pdq(ds, incl, fixed_cov=-1.0)
+        pdq(ds, incl, fixed_cov=-1.0, variant=V)
 
 
 def test_chunking_does_not_change_qualities():
     rng = np.random.default_rng(5)
-    xy = rng.uniform(0, 60, (12, 2)); wh = rng.uniform(2, 30, (12, 2))
+    xy = rng.uniform(0, 60, (12, 2))
+    wh = rng.uniform(2, 30, (12, 2))
     det_box = np.hstack([xy, xy + wh])
     cov = np.zeros((12, 2, 2, 2))
     v = rng.uniform(0.2, 6, (12, 2, 2))

@@ -34,7 +34,11 @@ closed on the right, ``sum_b N_b / N | precision_b - mean score_b |``.
 
 Variants: ``"kuzucu2024"`` (default) averages over every class with at least
 one detection; ``"fiveai"`` also drops classes whose error is exactly 0
-(the reference library's ``bin_sum[bin_sum == 0] = nan``).
+(the reference library's ``bin_sum[bin_sum == 0] = nan``), and in LaACE keeps
+the detections matched to crowd (or ignored) ground truth with target 0, as
+the reference's LaACE_0 does: it selects a class's detections with a scalar
+``tps.sum() or fps.sum()``, which keeps every detection past the
+max-detections cut, and their IoU is 0 because they are not true positives.
 """
 from __future__ import annotations
 
@@ -102,9 +106,10 @@ def _average(err: np.ndarray, variant: str) -> float:
     return float(np.nanmean(e)) if np.isfinite(e).any() else float("nan")
 
 
-def _sample(o: DetectionOutcomes, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _sample(o: DetectionOutcomes, s: np.ndarray, keep_ignored: bool = False) -> tuple[np.ndarray, ...]:
     ci = o.class_index()
-    rows = np.flatnonzero(o.valid & (ci >= 0))
+    pool = o.considered if keep_ignored and o.considered is not None else o.valid
+    rows = np.flatnonzero(pool & (ci >= 0))
     return rows, ci[rows], s[rows], np.where(o.tp[rows], o.iou[rows], 0.0)
 
 
@@ -138,7 +143,7 @@ def laace_from_outcomes(
     """LaACE: per-detection bins (``bins=None``, the reference's LaACE_0) or ``bins`` equal-count bins per class."""
     s = _check(o, score, bins, variant)
     C = len(o.gt_categories)
-    rows, cls, sv, tgt = _sample(o, s)
+    rows, cls, sv, tgt = _sample(o, s, keep_ignored=variant == "fiveai")
     if bins is None:
         cnt = np.bincount(cls, minlength=C).astype(np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -157,7 +162,8 @@ def laace_from_outcomes(
     return MetricResult(
         name="laace", value=_average(err, variant), variant=variant,
         params={"tau": o.tau, "bins": "per_detection" if bins is None else B, "binning": "equal_count",
-                "max_dets": o.max_dets, "target": "IoU with the matched GT, 0 for a false positive", "average": "mean over classes"},
+                "max_dets": o.max_dets, "target": "IoU with the matched GT, 0 for a false positive", "average": "mean over classes",
+                "crowd_matched": "kept, target 0" if variant == "fiveai" else "left out"},
         table={"category": o.gt_categories, "class_error": err, "class_count": cnt},
         extra={"n_detections": int(len(rows)), "n_classes": int(np.isfinite(err).sum())},
     )

@@ -67,6 +67,8 @@ class DetectionOutcomes:
     gt_categories: np.ndarray
     n_gt: np.ndarray
     max_dets: int | None
+    considered: np.ndarray | None = None
+    """[D] passed the max-detections cut (matched, unmatched or ignored); None: not recorded (taken as ``valid``)."""
 
     @property
     def fp(self) -> np.ndarray:
@@ -113,7 +115,7 @@ def detection_outcomes(dets: Detections, gt: GroundTruth, tau: float = DEFAULT_T
     return DetectionOutcomes(
         tau=tau, score=dets.score.copy(), category=dets.category.copy(), image_id=dets.image_id.copy(),
         valid=valid, tp=tp, iou=iou, gt_categories=cats.astype(np.int64), n_gt=counts.astype(np.int64),
-        max_dets=max_dets,
+        max_dets=max_dets, considered=m.considered.copy(),
     )
 
 

@@ -60,12 +60,55 @@ def localisation_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]
     out["lrp_optimal_thresholds"] = {str(int(c)): (None if not np.isfinite(t) else float(t))
                                      for c, t in zip(table.categories, thr)}
     out["choices"] = describe_choices()
+    if loc.kde_ece:
+        from detcal.metrics.kde_ece import detection_kde_ece
+
+        for key, link in (("kde_ece", "binary"), ("kde_ece_iou", "iou")):
+            out[key] = detection_kde_ece(dets, ds.gt, link=link, max_dets=spec.matching.max_dets).to_dict()
     if loc.pdq:
         from detcal.metrics.pdq import pdq
 
         if dets.uncertainty_kind not in ("box_std", "box_cov", "corner_cov") and loc.pdq_fixed_cov is None:
             out["pdq"] = {"_skipped": "the detections carry no box covariance: give localisation.pdq_fixed_cov"}
-        else:
-            r = pdq(ds, dets, fixed_cov=loc.pdq_fixed_cov)
+        elif loc.pdq_variant == "detcal_continuous":
+            r = pdq(ds, dets, variant="detcal_continuous", fixed_cov=loc.pdq_fixed_cov)
             out["pdq"] = {**r.to_dict(), "table": None}  # per-detection qualities stay out of metrics.json
+        else:
+            segs, scores, notes = _pdq_inputs(data, loc.pdq_gt_mask)
+            mask = "segmentation" if segs is not None else "box"
+            r = pdq(ds, dets, gt_mask=mask, segmentations=segs, class_scores=scores, fixed_cov=loc.pdq_fixed_cov,
+                    workers=spec.parallel.workers)
+            out["pdq"] = {**r.to_dict(), "table": None, "inputs": notes}
     return out
+
+
+def _pdq_inputs(data: LoadedData, gt_mask: str) -> tuple[Any, Any, dict[str, str]]:
+    """Segmentations (for ``gt_mask`` auto / segmentation) and class distributions read from the input files."""
+    from detcal.core.errors import DetcalInputError
+    from detcal.data.coco_masks import load_class_scores, load_segmentations
+
+    prov = data.provenance
+    gt_file = res_file = None
+    if prov.get("source") == "coco":
+        gt_file, res_file = prov.get("gt"), prov.get("results")
+    elif prov.get("source") == "bundled" and prov.get("bundle") == "coco_mini79":
+        from detcal.data import bundled
+
+        gt_file, res_file = bundled.path("coco_mini79"), bundled.path("coco_mini79", prov.get("detector"))
+    notes: dict[str, str] = {}
+    segs = None
+    if gt_mask != "box":
+        if gt_file is not None:
+            segs = load_segmentations(gt_file, data.dataset)
+            if any(s is None for s in segs):
+                segs = None
+        if segs is None and gt_mask == "segmentation":
+            raise DetcalInputError("localisation.pdq_gt_mask=segmentation: the ground truth has no segmentation "
+                                   "for every annotation", field="localisation.pdq_gt_mask")
+        notes["gt_mask"] = "segmentations of the ground-truth file" if segs is not None else "boxes (no segmentations)"
+    scores = None
+    if res_file is not None and data.shard is None and not any(data.dropped.values()):
+        scores = load_class_scores(res_file, len(data.detections))
+    notes["label_quality"] = ("all_scores of the results file" if scores is not None
+                              else "score of the detection's own class (no all_scores)")
+    return segs, scores, notes

@@ -338,7 +338,12 @@ class LocalisationSpec:
     components and LRP-optimal thresholds, LaECE (``laece_bins`` equal-width bins, closed on the
     ``closed`` side) and LaACE; ``tau``: the IoU a true positive needs (0, as the reference).
     ``pdq``: also the Probabilistic Detection Quality (Hall et al. 2020) from the detections' box
-    covariances, or ``pdq_fixed_cov`` px^2 on each corner for detections without (slow on large sets)."""
+    covariances, or ``pdq_fixed_cov`` px^2 on each corner for detections without. ``pdq_variant``:
+    ``pdq_evaluation`` (the reference implementation's conventions, what papers report) or
+    ``detcal_continuous`` (detcal's earlier definition); ``pdq_gt_mask``: ``auto`` (the segmentation
+    masks when the ground-truth file has them, else boxes), ``segmentation`` or ``box``. ``kde_ece``:
+    also the KDE detection calibration error of Popordanoska et al. 2024 (binary link over IoU
+    0.50:0.95 and IoU link at 0.5, their evaluation script's variant)."""
 
     enabled: bool = True
     tau: float = 0.0
@@ -347,9 +352,14 @@ class LocalisationSpec:
     variant: str = "kuzucu2024"
     pdq: bool = False
     pdq_fixed_cov: Optional[float] = None
+    pdq_variant: str = "pdq_evaluation"
+    pdq_gt_mask: str = "auto"
+    kde_ece: bool = False
 
     def __post_init__(self) -> None:
         _prob("localisation.tau", self.tau)
+        _choice("localisation.pdq_variant", self.pdq_variant, ("pdq_evaluation", "detcal_continuous"))
+        _choice("localisation.pdq_gt_mask", self.pdq_gt_mask, ("auto", "segmentation", "box"))
         if self.pdq_fixed_cov is not None and not (isinstance(self.pdq_fixed_cov, (int, float))
                                                    and math.isfinite(self.pdq_fixed_cov) and self.pdq_fixed_cov > 0):
             raise ConfigError("localisation.pdq_fixed_cov", f"must be a positive number of px^2, got {self.pdq_fixed_cov!r}")
