@@ -310,6 +310,38 @@ def pair_qualities(
     }
 
 
+def _image_rows_checked(images: Any, dets: Detections) -> np.ndarray:
+    """Row of each detection's image [D]; a clear error for an unknown image id or a score outside [0, 1]."""
+    img_of_det = images.index_of(dets.image_id)
+    if (img_of_det < 0).any():
+        i = int(np.flatnonzero(img_of_det < 0)[0])
+        raise DetcalInputError(
+            f"image_id {int(dets.image_id[i])} is not among the dataset's images",
+            record=f"detection row {i}",
+            field="image_id",
+        )
+    bad = ~((dets.score >= 0) & (dets.score <= 1))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise DetcalInputError(f"score {dets.score[i]} is outside [0, 1]", record=f"detection row {i}", field="score")
+    return img_of_det
+
+
+def _continuous_params(dets: Detections, fixed_cov: float | None, inclusive: bool, threshold: float) -> dict[str, Any]:
+    """The parameters recorded with a ``detcal_continuous`` PDQ."""
+    return {
+        "corners": "inclusive" if inclusive else "continuous",
+        "fixed_cov": fixed_cov,
+        "heatmap_threshold": threshold,
+        "inclusive": inclusive,
+        "covariance": "fixed" if fixed_cov is not None else (dets.uncertainty_kind or "none"),
+        "gt_mask": "box pixels (centre inside)",
+        "label_quality": "score of the detection's own class",
+        "assignment": "optimal (Hungarian) per image",
+        "ece_scaling": False,
+    }
+
+
 def _pdq_continuous(
     dataset: Dataset,
     dets: Detections,
@@ -324,18 +356,7 @@ def _pdq_continuous(
     gt = dataset.gt
     keep_gt = ~(gt.iscrowd | gt.ignore)
     gt_rows = np.flatnonzero(keep_gt)
-    img_of_det = images.index_of(dets.image_id)
-    if (img_of_det < 0).any():
-        i = int(np.flatnonzero(img_of_det < 0)[0])
-        raise DetcalInputError(
-            f"image_id {int(dets.image_id[i])} is not among the dataset's images",
-            record=f"detection row {i}",
-            field="image_id",
-        )
-    bad = ~((dets.score >= 0) & (dets.score <= 1))
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise DetcalInputError(f"score {dets.score[i]} is outside [0, 1]", record=f"detection row {i}", field="score")
+    img_of_det = _image_rows_checked(images, dets)
     img_of_gt = dataset.gt_image_rows()[gt_rows]
     N = len(images)
     d_order = np.argsort(img_of_det, kind="stable")
@@ -386,17 +407,7 @@ def _pdq_continuous(
         name="pdq",
         value=value,
         variant="detcal_continuous",
-        params={
-            "corners": "inclusive" if inclusive else "continuous",
-            "fixed_cov": fixed_cov,
-            "heatmap_threshold": threshold,
-            "inclusive": inclusive,
-            "covariance": "fixed" if fixed_cov is not None else (dets.uncertainty_kind or "none"),
-            "gt_mask": "box pixels (centre inside)",
-            "label_quality": "score of the detection's own class",
-            "assignment": "optimal (Hungarian) per image",
-            "ece_scaling": False,
-        },
+        params=_continuous_params(dets, fixed_cov, inclusive, threshold),
         table={"det_ppdq": det_ppdq, "det_spatial": det_spatial, "det_label": det_label, "det_gt_index": det_gt},
         extra={
             "avg_pPDQ": avg["ppdq"],
@@ -478,18 +489,7 @@ def _pdq_reference(
     cov = corner_covariances(dets, fixed_cov)
     scores, gt_col = pe.label_table(dataset, dets, class_scores)
     images = dataset.images
-    img_of_det = images.index_of(dets.image_id)
-    if (img_of_det < 0).any():
-        i = int(np.flatnonzero(img_of_det < 0)[0])
-        raise DetcalInputError(
-            f"image_id {int(dets.image_id[i])} is not among the dataset's images",
-            record=f"detection row {i}",
-            field="image_id",
-        )
-    bad = ~((dets.score >= 0) & (dets.score <= 1))
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise DetcalInputError(f"score {dets.score[i]} is outside [0, 1]", record=f"detection row {i}", field="score")
+    img_of_det = _image_rows_checked(images, dets)
     px = pe.gt_pixels(dataset, mode, segmentations)
     gt_rows = np.flatnonzero(px["n"] > 0)  # annotations without a pixel are left out, as in the reference
     img_of_gt = dataset.gt_image_rows()[gt_rows]
