@@ -18,6 +18,7 @@ _API = {
     "calibrate": "detcal.pipeline.calibration",
     "EvaluationResult": "detcal.pipeline.result",
     "CalibrationResult": "detcal.pipeline.calibration_result",
+    "DetectionCalibration": "detcal.integrations.evaluator",
 }
 _SPECS = ("DataSpec", "EvaluationSpec", "MatchingSpec", "DeceBinningSpec", "SigmaBinningSpec", "ConfidenceSpec",
           "RegressionSpec", "BootstrapSpec", "CalibrationSpec", "SplitSpec", "ConfigError")
