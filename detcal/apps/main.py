@@ -4,6 +4,7 @@
     detcal-main experiment=levi2019_kitti            # COCO -> KITTI, R-101, GPU
     detcal-main hydra.run.dir=outputs/main/run1      # rerun in the same dir: unchanged stages are reused
     detcal-main trainer=ddp trainer.nproc=4          # stages 1-2 under torchrun
+    detcal-main experiment=levi2019_kitti dry_run.enabled=true   # checks paths, classes, sizes, one step: a minute
 
 The config (configs/main.yaml, schema :class:`detcal.training.spec.MainApp`)
 becomes a :class:`~detcal.training.spec.MainJobSpec`; the calibrators named in
@@ -31,6 +32,10 @@ def task(app: MainApp, ctx: AppContext) -> dict[str, Any]:
     from detcal.training.job import make_calibrators, run_main_job
 
     spec = app.job()
+    if spec.dry_run.enabled:
+        from detcal.training.dry_run import run_dry_run
+
+        return run_dry_run(spec, ctx.run_dir)
     calibrators = make_calibrators(spec.calibration.methods)
     return run_main_job(spec, ctx.run_dir, calibrators=calibrators, progress=spec.progress, header=ctx.header())
 

@@ -211,7 +211,7 @@ def run_main_job(spec: MainJobSpec, run_dir: str | Path, *, calibrators: Mapping
 
     splits: dict[str, Split] = stages.run("data", _data)
     fps = stage_fingerprints(spec, splits)
-    st.torch_setup(spec.trainer)
+    facts = st.torch_setup(spec.trainer)
     model = st.build_model(spec.model, splits["train"], spec.train_data.categories, spec.stage1.seed)
     train_dir = run_dir / "train"
     stages.run("stage1", lambda: st.train(spec.stage1, spec.trainer, model, splits["train"], train_dir / "stage1",
@@ -230,7 +230,7 @@ def run_main_job(spec: MainJobSpec, run_dir: str | Path, *, calibrators: Mapping
 
     stages.run("predict", _predict_all)
 
-    def _calibrate() -> tuple[tuple[dict[str, Any], dict[str, Path]], str]:
+    def _calibrate() -> tuple[tuple[dict[str, Any], dict[str, Path], dict[str, Any]], str]:
         from detcal.data.coco import write_coco_results
 
         fitted, info = _fit(spec, calibrators, splits["recal"], dets["recal"])
@@ -240,10 +240,10 @@ def run_main_job(spec: MainJobSpec, run_dir: str | Path, *, calibrators: Mapping
             write_coco_results(files[m], calibrated(dets["val"], c))
         write_json(run_dir / "calibration" / "calibrators.json", to_jsonable(info))
         s = info.get("s", {})
-        return (info, files), (f"fitted on {info['n_recal_tp']} recal TPs" +
+        return (info, files, fitted), (f"fitted on {info['n_recal_tp']} recal TPs" +
                                ("; s = " + ", ".join(f"{k} {v:.3f}" for k, v in s.items()) if s else ""))
 
-    calib_info, variant_files = stages.run("calibrate", _calibrate)
+    calib_info, variant_files, fitted = stages.run("calibrate", _calibrate)
     summ: dict[str, dict[str, Any]] = {}
 
     def _evaluate(split: Split, results: Path, variant: str) -> dict[str, Any]:
@@ -276,7 +276,12 @@ def run_main_job(spec: MainJobSpec, run_dir: str | Path, *, calibrators: Mapping
         files += [f"eval/val_{v}/" for v in variant_files] + ["eval/recal_before/"]
         rows = {report.row_label(v): summ[v]["ence"] for v in variant_files}
         rows["C_v"] = summ["before"]["cv"]
-        sb = spec.evaluation.sigma_binning
+        sb, tb = spec.evaluation.sigma_binning, spec.table1.bootstrap
+        changes: dict[str, Any] = {}
+        if tb.n > 0:
+            val_sample = regression_sample_of(spec.evaluation, spec.calibration.iou_threshold, splits["val"], dets["val"])
+            changes = report.ence_changes(val_sample, fitted, bins=int(sb.bins), binning=str(sb.scheme), n_boot=tb.n,
+                                          level=tb.level, seed=tb.seed, method=tb.method)
         table = {
             "table": "Levi et al. 2019 Table 1 analogue",
             "detcal_version": __version__,
@@ -285,6 +290,9 @@ def run_main_job(spec: MainJobSpec, run_dir: str | Path, *, calibrators: Mapping
             "split": "val",
             "columns": list(COORDS),
             "rows": rows,
+            "ence_change": changes,
+            "conclusion": report.conclusion(changes) if changes else {"holds": None, "note": "table1.bootstrap.n=0"},
+            "platform": facts,
             "ence": {v: summ[v]["ence"] for v in variant_files},
             "cv": {v: summ[v]["cv"] for v in variant_files},
             "std_scaling_s": calib_info.get("s"),

@@ -21,11 +21,11 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from detcal.pipeline.spec import ConfigError, DataSpec, EvaluationSpec
+from detcal.pipeline.spec import BootstrapSpec, ConfigError, DataSpec, EvaluationSpec
 
 __all__ = [
     "ModelSpec", "TrainerSpec", "StageSpec", "SplitsSpec", "TrainDataSpec", "PredictSpec", "MainCalibrationSpec",
-    "MainOutputSpec", "MainJobSpec", "MainApp", "stage1_defaults", "stage2_defaults",
+    "MainOutputSpec", "Table1Spec", "DryRunSpec", "MainJobSpec", "MainApp", "stage1_defaults", "stage2_defaults",
 ]
 
 
@@ -269,6 +269,33 @@ class MainOutputSpec:
     print_summary: bool = False   # print each evaluation's summary.md (the Table 1 analogue is printed anyway)
 
 
+def _table1_bootstrap() -> BootstrapSpec:
+    return BootstrapSpec(n=1000)
+
+
+@dataclass
+class Table1Spec:
+    """The Table 1 analogue's intervals: the change of each coordinate's val ENCE (and C_v) after minus
+    before calibration, paired bootstrap over the val images with ``bootstrap`` (n, level, seed, method;
+    the evaluation's interval method, BCa by default; ``n=0`` leaves the intervals out)."""
+
+    bootstrap: BootstrapSpec = field(default_factory=_table1_bootstrap)
+
+
+@dataclass
+class DryRunSpec:
+    """``dry_run.enabled``: instead of the whole job, check in a minute that a full run would work: the
+    splits load, the model builds, one SGD step of each stage runs on the first training batch, and a
+    prediction runs on ``images`` recal and val images whose results are written where the full run
+    writes them (dry_run.json says what was checked; nothing is trained or reused)."""
+
+    enabled: bool = False
+    images: int = 4
+
+    def __post_init__(self) -> None:
+        _int("dry_run.images", self.images, 1)
+
+
 @dataclass
 class MainJobSpec:
     """Everything that determines a main-job run (see :func:`detcal.training.job.run_main_job`)."""
@@ -284,6 +311,8 @@ class MainJobSpec:
     calibration: MainCalibrationSpec = field(default_factory=MainCalibrationSpec)
     evaluation: EvaluationSpec = field(default_factory=EvaluationSpec)
     output: MainOutputSpec = field(default_factory=MainOutputSpec)
+    table1: Table1Spec = field(default_factory=Table1Spec)
+    dry_run: DryRunSpec = field(default_factory=DryRunSpec)
     progress: bool = True
 
     def __post_init__(self) -> None:

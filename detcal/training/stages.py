@@ -38,20 +38,23 @@ def train_kwargs(stage: StageSpec, trainer: TrainerSpec, progress: bool) -> dict
     )
 
 
-def torch_setup(trainer: TrainerSpec) -> None:
-    """Thread count and a clear error when CUDA is asked for but absent."""
+def torch_setup(trainer: TrainerSpec) -> dict[str, Any]:
+    """Thread counts and deterministic mode (:func:`detcal.training.determinism.configure_torch`), a clear
+    error when CUDA is asked for but absent; return the platform facts of the run
+    (:func:`detcal.training.determinism.platform_facts`)."""
     from detcal.training.torch_check import require_torch
 
     require_torch("detcal-main")
     import torch
 
     from detcal.core.errors import DetcalInputError
+    from detcal.training.determinism import configure_torch, platform_facts
 
-    if trainer.threads is not None:
-        torch.set_num_threads(int(trainer.threads))
     if trainer.device.startswith("cuda") and not torch.cuda.is_available():
         raise DetcalInputError("trainer.device is cuda but no CUDA device is available (use trainer=cpu)",
                                file="configs/trainer", field="device")
+    configure_torch(trainer.threads, trainer.deterministic, trainer.device)
+    return platform_facts(trainer.device)
 
 
 def build_model(model: ModelSpec, train: Split, categories: list[int] | None, seed: int) -> Any:

@@ -224,10 +224,9 @@ def train_stage(
     rank, world = _world()
     if batch_size % world:
         raise DetcalInputError(f"batch_size {batch_size} is not divisible by the world size {world}", field="batch_size")
-    if num_threads is not None:
-        torch.set_num_threads(int(num_threads))
-    if deterministic:
-        torch.use_deterministic_algorithms(True)
+    from detcal.training.determinism import configure_torch
+
+    configure_torch(num_threads, deterministic, str(device))
     device = torch.device(device)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -275,7 +274,11 @@ def train_stage(
             model, device_ids=[device.index] if device.type == "cuda" else None)
     ds = DetectionDataset(dataset, images, label_map, hflip=hflip, cache=cache_images)
     sampler = IterationBatchSampler(len(dataset.images), batch_size, seed, start, iterations, rank, world)
-    loader = DataLoader(ds, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers)
+    # Every item carries its own seed (detcal.training.data); the workers' RNGs are seeded as well, so that
+    # nothing a transform might draw depends on the process that loaded it.
+    gen = torch.Generator().manual_seed(int(seed) * 1000 + stage)
+    loader = DataLoader(ds, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers,
+                        worker_init_fn=_seed_worker if num_workers else None, generator=gen)
     model.train_mode_for_stage(stage)
     bar = tqdm(total=iterations, initial=start, desc=f"R-FCN stage {stage}", disable=not progress or rank != 0, dynamic_ncols=True)
     t0 = time.time()
@@ -315,6 +318,13 @@ def train_stage(
         if log_fh is not None:
             log_fh.close()
     return final_path
+
+
+def _seed_worker(worker_id: int) -> None:
+    """DataLoader ``worker_init_fn``: numpy and python RNGs from the worker's torch seed (set by the loader's generator)."""
+    s = torch.initial_seed() % 2**32
+    np.random.seed(s)
+    random.seed(s)
 
 
 def _barrier() -> None:
