@@ -101,7 +101,7 @@ class _Columnar:
     def _array_fields(self) -> list[str]:
         return [f.name for f in dataclasses.fields(self) if isinstance(getattr(self, f.name), np.ndarray)]  # type: ignore[arg-type]
 
-    def select(self, index: Any):
+    def select(self, index: Any) -> Any:
         """Rows ``index`` (bool mask or integer array) of every per-row field."""
         n = len(self)
         kwargs = {}

@@ -158,9 +158,15 @@ def _instances_decoder() -> Any:
     def record(name: str, keys: tuple[str, ...]) -> Any:
         return msgspec.defstruct(name, [(k, Any, msgspec.UNSET) for k in keys], gc=False)
 
-    doc = msgspec.defstruct("Instances", [("images", list[record("Image", _IMAGE_KEYS)]),  # type: ignore[misc]
-                                          ("annotations", list[record("Annotation", _ANNOTATION_KEYS)]),  # type: ignore[misc]
-                                          ("categories", list[record("Category", _CATEGORY_KEYS)])])  # type: ignore[misc]
+    fields: list[tuple[str, Any]] = [
+        (name, list[record(title, keys)])  # type: ignore[misc]  # a struct type made at run time
+        for name, title, keys in (
+            ("images", "Image", _IMAGE_KEYS),
+            ("annotations", "Annotation", _ANNOTATION_KEYS),
+            ("categories", "Category", _CATEGORY_KEYS),
+        )
+    ]
+    doc = msgspec.defstruct("Instances", fields)
     return msgspec.json.Decoder(doc)
 
 

@@ -214,7 +214,7 @@ class DetectionCalibration:
         process_group: Any = None,
         duplicate_images: str = "error",
         order: str = "image_id",
-    ):
+    ) -> None:
         if box_format not in BOX_FORMATS:
             raise DetcalInputError(
                 f"unknown box_format {box_format!r}; choose one of {BOX_FORMATS}", field="box_format"

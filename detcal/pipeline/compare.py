@@ -157,6 +157,24 @@ def _size_rows(name: str, s: Mapping[str, np.ndarray], acc: Mapping[str, Any]) -
     return rows
 
 
+def _paired_diffs(
+    table: list[dict[str, Any]], reps: dict[str, Any], baseline: str, level: float
+) -> list[dict[str, Any]]:
+    """Each detector's difference from the baseline: calibration metrics with a paired-bootstrap interval, accuracy without."""
+    diffs = []
+    base_row = next(r for r in table if r["detector"] == baseline)
+    for row in table:
+        if row["detector"] == baseline:
+            continue
+        for k in CAL_METRICS:
+            d = reps[row["detector"]][k] - reps[baseline][k]
+            lo, hi = percentile_interval(d, level)
+            diffs.append({"detector": row["detector"], "baseline": baseline, "metric": k, "diff": row[k] - base_row[k], "ci": (lo, hi), "excludes_zero": bool(lo > 0 or hi < 0)})
+        for k in ACC_METRICS:
+            diffs.append({"detector": row["detector"], "baseline": baseline, "metric": k, "diff": row[k] - base_row[k], "ci": (float("nan"), float("nan")), "excludes_zero": False})
+    return diffs
+
+
 def compare(
     runs: Mapping[str, Detections],
     dataset: Dataset,
@@ -196,17 +214,7 @@ def compare(
         per_size += _size_rows(name, s, acc)
         per_cls[name] = per_class_table(s["p"], s["y"], s["category"], dataset.categories, bins=ECE_BINS, top_n=top_n_classes, ap_table=acc["AP"].table)
         rel[name] = reliability_curve(s["p"], s["y"], ECE_BINS)
-    diffs = []
-    base_row = next(r for r in table if r["detector"] == baseline)
-    for row in table:
-        if row["detector"] == baseline:
-            continue
-        for k in CAL_METRICS:
-            d = reps[row["detector"]][k] - reps[baseline][k]
-            lo, hi = percentile_interval(d, level)
-            diffs.append({"detector": row["detector"], "baseline": baseline, "metric": k, "diff": row[k] - base_row[k], "ci": (lo, hi), "excludes_zero": bool(lo > 0 or hi < 0)})
-        for k in ACC_METRICS:
-            diffs.append({"detector": row["detector"], "baseline": baseline, "metric": k, "diff": row[k] - base_row[k], "ci": (float("nan"), float("nan")), "excludes_zero": False})
+    diffs = _paired_diffs(table, reps, baseline, level)
     params = {"iou": iou, "matching": matching, "n_boot": int(n_boot), "level": level, "seed": seed, "baseline": baseline,
               "ece_bins": ECE_BINS, "dece_bins": DECE_BINS, "dece_sample_threshold": DECE_THRESHOLD, "seconds": time.time() - t0}
     return Comparison(table=table, diffs=diffs, per_class=per_cls, per_size=per_size, reliability=rel, samples=samples, params=params)

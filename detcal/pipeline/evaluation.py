@@ -293,6 +293,17 @@ def _variants(spec: EvaluationSpec, data: LoadedData) -> dict[str, str]:
     }
 
 
+def _warnings(conf: dict[str, Any], reg: dict[str, Any], reg_expected: bool, no_pos: str | None) -> list[str]:
+    """The run's warnings: missing image sizes, skipped confidence thresholds, a skipped box-uncertainty block."""
+    warn = [f"confidence at {lbl}: {blk['_sample']['skipped']}" for lbl, blk in conf.items()
+            if "skipped" in blk.get("_sample", {})]
+    if no_pos:
+        warn.insert(0, no_pos)
+    if "skipped" in reg.get("_sample", {}) and reg_expected:
+        warn.append(f"regression: {reg['_sample']['skipped']}")
+    return warn
+
+
 def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *,
              workdir: str | os.PathLike | None = None, progress: bool = False) -> "EvaluationResult":
     """Evaluate one detector's calibration.
@@ -348,12 +359,7 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
         per_image = per_image_rows(oce_rec)
         timing["oce"] = time.perf_counter() - t0
     ds, dets = data.dataset, data.detections
-    warn = [f"confidence at {lbl}: {blk['_sample']['skipped']}" for lbl, blk in conf.items()
-            if "skipped" in blk.get("_sample", {})]
-    if no_pos:
-        warn.insert(0, no_pos)
-    if "skipped" in reg.get("_sample", {}) and reg_on and dets.uncertainty_kind is not None:
-        warn.append(f"regression: {reg['_sample']['skipped']}")
+    warn = _warnings(conf, reg, reg_on and dets.uncertainty_kind is not None, no_pos)
     record: dict[str, Any] = {
         "data": {**data.provenance, "counts": {
             "images": len(ds.images), "gt": len(ds.gt), "detections": len(dets),

@@ -58,7 +58,7 @@ class ConfigError(DetcalError, ValueError):
     ``key`` is the dotted config key (``matching.mode``); the message says what is allowed.
     """
 
-    def __init__(self, key: str, message: str):
+    def __init__(self, key: str, message: str) -> None:
         self.key = key
         self.message = message
         super().__init__(f"config key '{key}': {message}")
