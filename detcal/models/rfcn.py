@@ -114,6 +114,8 @@ class RFCN(nn.Module):
     ``detect(images)`` -> per-image dicts (see :meth:`detect`).
     """
 
+    category_ids: torch.Tensor  # buffer [C] int64: dataset category id of label 1..C
+
     def __init__(
         self,
         transform: GeneralizedRCNNTransform,
@@ -305,7 +307,7 @@ class RFCN(nn.Module):
             d["boxes"] = resize_boxes(d["boxes"], list(size), list(orig))
             d["proposals"] = resize_boxes(d["proposals"], list(size), list(orig))
             d["delta_mean"], d["delta_std"] = unweight_deltas(d["box_regression"], d["logvar"], self.box_coder_weights)
-            d["category"] = self.category_ids[d["labels"] - 1]  # type: ignore[index]
+            d["category"] = self.category_ids[d["labels"] - 1]
             del d["box_regression"]
         return dets
 
