@@ -9,6 +9,8 @@ The Python API (Hydra-free, what every command calls)::
 
     cal = detcal.calibrate(detcal.DataSpec(), confidence="temperature", regression="std_scaling")
 """
+from typing import Any
+
 from detcal._version import __version__
 
 _API = {
@@ -24,7 +26,7 @@ _SPECS = ("DataSpec", "EvaluationSpec", "MatchingSpec", "DeceBinningSpec", "Sigm
 __all__ = ["__version__", *_API, *_SPECS]
 
 
-def __getattr__(name: str):  # lazy, so that `import detcal.metrics` stays light
+def __getattr__(name: str) -> Any:  # lazy, so that `import detcal.metrics` stays light
     import importlib
 
     if name in _API:

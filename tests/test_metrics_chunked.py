@@ -208,7 +208,7 @@ def test_suite_with_shared_cells_gives_the_same_results():
     for cfg in (ConfidenceConfig(n_boot=0), ConfidenceConfig(n_boot=0, policy="netcal", dece_bins=(4, 3, 2, 2, 3)),
                 ConfidenceConfig(n_boot=0, edges="guo")):
         shared = suite_cells(p, f, cfg)
-        for t in range(3):
+        for _ in range(3):
             keep = np.flatnonzero(rng.random(n) < 0.9)
             y = rng.random(len(keep)) < p[keep]
             ref = confidence_metrics(p[keep], y, f[keep], cat[keep], cfg)

@@ -142,7 +142,7 @@ def test_lrp_laece_against_pycocotools_matching(seed, tau):
     out, n_gt = _pycoco_outcomes(dets, gt, n_img, n_cls, tau)
     t = lrp_table(detection_outcomes(dets, gt, tau))
     la = laece(dets, gt, tau, bins=7)
-    lrps, olrps, errs = [], [], []
+    lrps, errs = [], []
     for k, c in enumerate(t.categories):
         rows = sorted((r for r, v in out.items() if v[2] == c), key=lambda r: -dets.score[r])
         tp = np.array([out[r][0] for r in rows], bool)

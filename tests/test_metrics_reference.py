@@ -299,3 +299,71 @@ def test_fast_confidence_paths_name_their_reference(name):
 )
 def test_fast_regression_paths_name_their_reference(name):
     assert "detcal.metrics.reference" in (getattr(G, name).__doc__ or "")
+
+
+# ----------------------------------------------------------------------------- LaECE, LaACE, pooled D-ECE
+
+
+@pytest.fixture(scope="module")
+def outcomes():
+    """Matched detections of a small synthetic set (TPs, FPs, several classes)."""
+    from detcal.data.synthetic import generate_scenes, simulate_detector
+    from detcal.metrics.lrp import detection_outcomes
+
+    ds, _ = generate_scenes(25, seed=3, render=False)
+    dets = simulate_detector(ds, seed=3, fp_per_image=3.0)
+    return detection_outcomes(dets, ds.gt, 0.1)
+
+
+def _outcome_sample(o, score):
+    """(score, IoU target, class) of the detections LaECE reads: valid rows of a class with ground truth."""
+    ci = o.class_index()
+    rows = np.flatnonzero(o.valid & (ci >= 0))
+    return score[rows], np.where(o.tp[rows], o.iou[rows], 0.0), ci[rows]
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    kind=SCORE_KINDS,
+    bins=st.integers(1, 30),
+    closed=st.sampled_from(["right", "left"]),
+    variant=st.sampled_from(["kuzucu2024", "fiveai"]),
+)
+def test_laece_laace_dece_equal_reference(outcomes, seed, kind, bins, closed, variant):
+    from detcal.metrics import laece as L
+
+    score = _scores(seed, len(outcomes.score), bins, kind)
+    s, t, c = _outcome_sample(outcomes, score)
+    _same(
+        L.laece_from_outcomes(outcomes, score, bins=bins, closed=closed, variant=variant).value,
+        R.laece(s, t, c, bins=bins, closed=closed, variant=variant),
+        atol=1e-15,
+    )
+    if variant == "kuzucu2024":  # fiveai's LaACE reads the crowd-matched detections too (a different sample)
+        for b in (None, 1, bins):
+            _same(L.laace_from_outcomes(outcomes, score, bins=b).value, R.laace(s, t, c, bins=b), atol=1e-15)
+    y = outcomes.tp[np.flatnonzero(outcomes.valid & (outcomes.class_index() >= 0))]
+    _same(
+        L.dece_from_outcomes(outcomes, score, bins=bins, closed=closed).value,
+        R.dece_pooled(s, y, bins=bins, closed=closed),
+        atol=1e-15,
+    )
+
+
+def test_reference_laece_hand_example():
+    """One class, B = 2 right-closed: 0.5 lands in [0, 0.5]; bins {0.2, 0.5} and {0.9}."""
+    s = np.array([0.2, 0.5, 0.9])
+    t = np.array([0.6, 0.0, 0.8])  # IoU targets (0: a false positive)
+    want = 2 / 3 * abs(0.35 - 0.3) + 1 / 3 * abs(0.9 - 0.8)
+    assert R.laece(s, t, np.zeros(3, int), bins=2) == pytest.approx(want)
+    assert R.laace(s, t, np.zeros(3, int)) == pytest.approx((0.4 + 0.5 + 0.1) / 3)
+
+
+@pytest.mark.parametrize("name", ["laece_from_outcomes", "laace_from_outcomes", "dece_from_outcomes"])
+def test_fast_localisation_paths_name_their_reference(name):
+    from detcal.metrics import laece as L
+
+    assert "detcal.metrics.reference" in (getattr(L, name).__doc__ or "")

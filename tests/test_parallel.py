@@ -59,13 +59,13 @@ def test_two_workers_equal_one_process_bitwise(coco: DataSpec) -> None:
     assert np.array_equal(one.match.gt_index, two.match.gt_index)
 
 
-SCRIPT = """
+SCRIPT = f"""
 import sys, json
 import detcal
 from detcal.pipeline.spec import BootstrapSpec, DataSpec, EvaluationSpec, MatchingSpec, ParallelSpec
 from detcal.pipeline.parallel import distributed_rank
 from detcal.reports import results_json
-spec = EvaluationSpec(matching=MatchingSpec(iou_thresholds=%r), bootstrap=BootstrapSpec(n=15),
+spec = EvaluationSpec(matching=MatchingSpec(iou_thresholds={THRESHOLDS!r}), bootstrap=BootstrapSpec(n=15),
                       parallel=ParallelSpec(distributed=True))
 res = detcal.evaluate(DataSpec(source="coco", gt=sys.argv[1], results=sys.argv[3]), spec=spec)
 if distributed_rank() == 0:
@@ -73,7 +73,7 @@ if distributed_rank() == 0:
     for k in ("created", "timing_s", "spec"):
         d.pop(k, None)
     open(sys.argv[2], "w").write(results_json.dumps(d))
-""" % (THRESHOLDS,)
+"""
 
 
 @pytest.mark.slow

@@ -177,7 +177,7 @@ if rank == 0:
     for k in ("created", "timing_s", "spec"):
         d.pop(k, None)
     open(sys.argv[2], "w").write(results_json.dumps(d))
-""" % (THRESHOLDS,)
+""" % (THRESHOLDS,)  # noqa: UP031  (a script text with braces of its own)
 
 
 @pytest.mark.slow

@@ -289,6 +289,7 @@ class AppContext:
             return instantiate(dict(node))
         except Exception as exc:  # noqa: BLE001 - reported with the key
             cause = exc.__cause__ or exc
-            if isinstance(cause, DetcalError) and getattr(cause, "field", None):
-                raise ConfigError(f"{key}.{cause.field}", getattr(cause, "message", str(cause))) from exc
+            field = getattr(cause, "field", None)
+            if isinstance(cause, DetcalError) and field:
+                raise ConfigError(f"{key}.{field}", getattr(cause, "message", str(cause))) from exc
             raise ConfigError(key, f"cannot build {node['_target_']}: {_first_line(cause)}") from exc

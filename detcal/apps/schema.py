@@ -10,6 +10,8 @@ from detcal.pipeline.spec import (
     AccuracySpec,
     LocalisationSpec,
     BootstrapSpec,
+    OCESpec,
+    UqDetrSpec,
     CalibrationSpec,
     ConfidenceSpec,
     DataSpec,
@@ -35,6 +37,8 @@ class _EvaluationFields:
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
     accuracy: AccuracySpec = field(default_factory=AccuracySpec)
     localisation: LocalisationSpec = field(default_factory=LocalisationSpec)
+    oce: OCESpec = field(default_factory=OCESpec)
+    uq_detr: UqDetrSpec = field(default_factory=UqDetrSpec)
     parallel: ParallelSpec = field(default_factory=ParallelSpec)
 
     def evaluation(self) -> EvaluationSpec:
@@ -42,7 +46,8 @@ class _EvaluationFields:
         return EvaluationSpec(matching=self.matching, dece_binning=self.dece_binning,
                               sigma_binning=self.sigma_binning, confidence=self.confidence,
                               regression=self.regression, bootstrap=self.bootstrap, accuracy=self.accuracy,
-                              localisation=self.localisation, parallel=self.parallel)
+                              localisation=self.localisation, oce=self.oce, uq_detr=self.uq_detr,
+                              parallel=self.parallel)
 
 
 @dataclass

@@ -37,7 +37,7 @@ class Workspace:
     ``ws.get("name", dtype, m)`` is the first ``m`` elements of the buffer ``name``.
     """
 
-    def __init__(self, size: int):
+    def __init__(self, size: int) -> None:
         self.size = int(size)
         self._buf: dict[tuple[str, str], np.ndarray] = {}
 

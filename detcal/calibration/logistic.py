@@ -4,9 +4,11 @@
 L2 penalty) and says whether it converged; :func:`fit_logistic` returns the
 weights only.
 """
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize
@@ -72,27 +74,55 @@ def fit_logistic_info(
     l2v = np.broadcast_to(np.asarray(l2, dtype=np.float64), (n_col,)).copy()
     w = np.zeros(n_col) if w0 is None else np.asarray(w0, dtype=np.float64).copy()
     if bounds is not None:
-        res = minimize(
-            _logistic_objective,
-            w,
-            args=(X, y, l2v),
-            jac=True,
-            method="L-BFGS-B",
-            bounds=bounds,
-            options={"maxiter": 10_000, "ftol": 1e-15, "gtol": 1e-11},
-        )
-        w = np.asarray(res.x, dtype=np.float64)
-        f, g = _logistic_objective(w, X, y, l2v)
-        gmax = float(np.max(np.abs(_projected_grad(w, g, bounds))))
-        ok = bool(np.all(np.isfinite(w))) and gmax < CONVERGED_GRAD
-        msg = str(res.message)
-        if not ok and bool(res.success):
-            msg = f"{msg}; but the projected gradient is still {gmax:.3g} (weights diverging: separable data?)"
-        if ok and np.any(l2v == 0) and _separates(X @ w, y):
-            ok = False
-            msg = f"{msg}; but the fitted weights separate the labels completely: no finite maximiser"
-        return w, {"converged": ok, "method": "L-BFGS-B", "n_iter": int(res.nit), "message": msg,
-                   "grad_max": gmax, "nll": float(f)}
+        return _fit_bounded(X, y, l2v, w, bounds)
+    return _fit_newton(X, y, l2v, w, max_iter)
+
+
+def _fit_bounded(
+    X: np.ndarray,
+    y: np.ndarray,
+    l2v: np.ndarray,
+    w: np.ndarray,
+    bounds: Sequence[tuple[float | None, float | None]],
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """:func:`fit_logistic_info` with bounds: L-BFGS-B from ``w``."""
+    res = minimize(
+        _logistic_objective,
+        w,
+        args=(X, y, l2v),
+        jac=True,
+        method="L-BFGS-B",
+        bounds=bounds,
+        options={"maxiter": 10_000, "ftol": 1e-15, "gtol": 1e-11},
+    )
+    w = np.asarray(res.x, dtype=np.float64)
+    f, g = _logistic_objective(w, X, y, l2v)
+    gmax = float(np.max(np.abs(_projected_grad(w, g, bounds))))
+    ok = bool(np.all(np.isfinite(w))) and gmax < CONVERGED_GRAD
+    msg = str(res.message)
+    if not ok and bool(res.success):
+        msg = f"{msg}; but the projected gradient is still {gmax:.3g} (weights diverging: separable data?)"
+    if ok and np.any(l2v == 0) and _separates(X @ w, y):
+        ok = False
+        msg = f"{msg}; but the fitted weights separate the labels completely: no finite maximiser"
+    return w, {
+        "converged": ok,
+        "method": "L-BFGS-B",
+        "n_iter": int(res.nit),
+        "message": msg,
+        "grad_max": gmax,
+        "nll": float(f),
+    }
+
+
+def _fit_newton(
+    X: np.ndarray,
+    y: np.ndarray,
+    l2v: np.ndarray,
+    w: np.ndarray,
+    max_iter: int,
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """:func:`fit_logistic_info` without bounds: damped Newton steps from ``w`` (Armijo backtracking)."""
     f, g = _logistic_objective(w, X, y, l2v)
     n_iter = 0
     reason = "iteration limit reached"
@@ -135,8 +165,10 @@ def fit_logistic_info(
     msg = reason if ok else f"{reason}; gradient max norm {gmax:.3g} (weights diverging: separable data?)"
     if ok and np.any(l2v == 0) and _separates(X @ w, y):
         ok = False
-        msg = (f"{reason}, but the fitted weights separate the labels completely (every y=1 above every y=0): "
-               "the likelihood has no finite maximiser and the weights grow until the gradient underflows")
+        msg = (
+            f"{reason}, but the fitted weights separate the labels completely (every y=1 above every y=0): "
+            "the likelihood has no finite maximiser and the weights grow until the gradient underflows"
+        )
     return w, {"converged": ok, "method": "Newton", "n_iter": n_iter, "message": msg, "grad_max": gmax, "nll": float(f)}
 
 

@@ -19,6 +19,7 @@ model's own symmetries). For K = 1 the map is monotone in neither direction
 by construction: it can fit non-monotone miscalibration, and its extra
 ``A ln(1 + l s*)`` terms let the slope depend on the box position.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -85,8 +86,8 @@ class PositionBetaCalibration(ConfidenceCalibrator):
     @staticmethod
     def _unpack(theta: np.ndarray, k: int) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         c = float(theta[0])
-        ap, an = theta[1:k + 2], theta[k + 2:2 * k + 3]
-        lp, ln_ = theta[2 * k + 3:3 * k + 3], theta[3 * k + 3:4 * k + 3]
+        ap, an = theta[1 : k + 2], theta[k + 2 : 2 * k + 3]
+        lp, ln_ = theta[2 * k + 3 : 3 * k + 3], theta[3 * k + 3 : 4 * k + 3]
         return c, ap, an, lp, ln_
 
     @classmethod
@@ -150,15 +151,26 @@ class PositionBetaCalibration(ConfidenceCalibrator):
                     raise StopIteration
 
             with np.errstate(over="ignore", invalid="ignore"):
-                res = minimize(objective, phi0, jac=True, method="L-BFGS-B", bounds=bounds,
-                               callback=stop_when_stalled,
-                               options={"maxiter": int(self.max_iter), "ftol": 1e-12, "gtol": 1e-8})
+                res = minimize(
+                    objective,
+                    phi0,
+                    jac=True,
+                    method="L-BFGS-B",
+                    bounds=bounds,
+                    callback=stop_when_stalled,
+                    options={"maxiter": int(self.max_iter), "ftol": 1e-12, "gtol": 1e-8},
+                )
             stalled = len(history) > STALL_ITER and history[-STALL_ITER - 1] - history[-1] < STALL_TOL
             if np.isfinite(res.fun) and (best is None or res.fun < best.fun):
                 best, stalled_best = res, stalled
         if best is None:
-            raise DetcalInputError("the likelihood is not finite at any start: check the scores and features",
-                                   field="p")
+            raise DetcalInputError(
+                "the likelihood is not finite at any start: check the scores and features", field="p"
+            )
+        self._store(best, stalled_best, k, lo, hi)
+
+    def _store(self, best: Any, stalled_best: bool, k: int, lo: float, hi: float) -> None:
+        """The fitted parameters of the best start, and the fit report (parameters at a bound, stalls)."""
         phi = np.asarray(best.x, dtype=np.float64)
         theta = np.concatenate((phi[:1], np.exp(phi[1:])))
         c, ap, an, lp, ln_ = self._unpack(theta, k)
@@ -166,28 +178,46 @@ class PositionBetaCalibration(ConfidenceCalibrator):
         self.alpha_pos_, self.alpha_neg_ = ap.copy(), an.copy()
         self.lambda_pos_, self.lambda_neg_ = lp.copy(), ln_.copy()
         self.nll_ = float(best.fun)
-        names = ([f"alpha_pos[{i}]" for i in range(k + 1)] + [f"alpha_neg[{i}]" for i in range(k + 1)]
-                 + [f"lambda_pos[{i}]" for i in range(k)] + [f"lambda_neg[{i}]" for i in range(k)])
-        active = [{"parameter": nm, "value": float(v), "bound": POS_EPS}
-                  for nm, v, ph in zip(names, theta[1:], phi[1:]) if ph <= lo + 1e-9]
-        at_bound = [{"parameter": nm, "value": float(v), "bound": POS_MAX}
-                    for nm, v, ph in zip(names, theta[1:], phi[1:]) if ph >= hi - 1e-9]
-        msg = (f"NLL gained < {STALL_TOL:g} over {STALL_ITER} iterations (flat valley)" if stalled_best
-               else str(best.message))
+        names = (
+            [f"alpha_pos[{i}]" for i in range(k + 1)]
+            + [f"alpha_neg[{i}]" for i in range(k + 1)]
+            + [f"lambda_pos[{i}]" for i in range(k)]
+            + [f"lambda_neg[{i}]" for i in range(k)]
+        )
+        active = [
+            {"parameter": nm, "value": float(v), "bound": POS_EPS}
+            for nm, v, ph in zip(names, theta[1:], phi[1:])
+            if ph <= lo + 1e-9
+        ]
+        at_bound = [
+            {"parameter": nm, "value": float(v), "bound": POS_MAX}
+            for nm, v, ph in zip(names, theta[1:], phi[1:])
+            if ph >= hi - 1e-9
+        ]
+        msg = (
+            f"NLL gained < {STALL_TOL:g} over {STALL_ITER} iterations (flat valley)"
+            if stalled_best
+            else str(best.message)
+        )
         self.fit_report_ = make_report(
             converged=(bool(best.success) or stalled_best) and bool(np.all(np.isfinite(theta))),
-            method="L-BFGS-B over (c, ln params)", n_iter=int(best.nit),
+            method="L-BFGS-B over (c, ln params)",
+            n_iter=int(best.nit),
             message=f"{msg}; best of {int(self.n_init)} start(s)",
-            at_bound=at_bound, active_constraints=active)
+            at_bound=at_bound,
+            active_constraints=active,
+        )
 
     def _transform(self, p: np.ndarray, features: np.ndarray | None) -> np.ndarray:
         assert features is not None
         x, sx = self._inputs(p, features)
         if x.shape[1] != len(self.lambda_pos_):
-            raise DetcalInputError(f"{x.shape[1] - 1} features given, {len(self.lambda_pos_) - 1} at fit",
-                                   field="features")
-        theta = np.concatenate(([self.intercept_], self.alpha_pos_, self.alpha_neg_, self.lambda_pos_,
-                                self.lambda_neg_))
+            raise DetcalInputError(
+                f"{x.shape[1] - 1} features given, {len(self.lambda_pos_) - 1} at fit", field="features"
+            )
+        theta = np.concatenate(
+            ([self.intercept_], self.alpha_pos_, self.alpha_neg_, self.lambda_pos_, self.lambda_neg_)
+        )
         return sigmoid(self._logit(theta, x, sx)[0])
 
     def logit(self, p: Any, features: Any) -> np.ndarray:
@@ -196,6 +226,7 @@ class PositionBetaCalibration(ConfidenceCalibrator):
         from detcal.calibration.base import check_features, check_probabilities
 
         p_a = check_probabilities(p)
-        theta = np.concatenate(([self.intercept_], self.alpha_pos_, self.alpha_neg_, self.lambda_pos_,
-                                self.lambda_neg_))
+        theta = np.concatenate(
+            ([self.intercept_], self.alpha_pos_, self.alpha_neg_, self.lambda_pos_, self.lambda_neg_)
+        )
         return self._logit(theta, *self._inputs(p_a, check_features(features, len(p_a))))[0]

@@ -28,7 +28,7 @@ class DetcalInputError(DetcalError, ValueError):
         The field name within the record.
     """
 
-    def __init__(self, message: str, *, file: Any = None, record: Any = None, field: str | None = None):
+    def __init__(self, message: str, *, file: Any = None, record: Any = None, field: str | None = None) -> None:
         self.file = None if file is None else str(file)
         self.record = record
         self.field = field

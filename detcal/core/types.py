@@ -47,7 +47,10 @@ Detections
 
     Optional KITTI fields as for GroundTruth (``alpha``, ``dimensions``,
     ``location``, ``rotation_y``, ``truncation``, ``occlusion``), and
-    ``wh [D,2]`` as for GroundTruth.
+    ``wh [D,2]`` as for GroundTruth; optional ``class_probs [D,C]``: the
+    detection's probability for every category of the ground-truth file, in
+    ascending category-id order (COCO results key ``all_scores``), used by the
+    exact multi-class Brier score of OCE (:mod:`detcal.metrics.oce`).
 MatchResult
     ``iou_thresholds [T]``, ``matched [T,D]`` bool, ``ignored [T,D]`` bool,
     ``gt_index [T,D]`` int64 row into GroundTruth (-1 none), ``iou [D]``
@@ -98,7 +101,7 @@ class _Columnar:
     def _array_fields(self) -> list[str]:
         return [f.name for f in dataclasses.fields(self) if isinstance(getattr(self, f.name), np.ndarray)]  # type: ignore[arg-type]
 
-    def select(self, index: Any):
+    def select(self, index: Any) -> Any:
         """Rows ``index`` (bool mask or integer array) of every per-row field."""
         n = len(self)
         kwargs = {}
@@ -221,6 +224,7 @@ class Detections(_Columnar):
     location: np.ndarray | None = None
     rotation_y: np.ndarray | None = None
     wh: np.ndarray | None = None
+    class_probs: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.image_id = _i64(self.image_id)
@@ -244,7 +248,11 @@ class Detections(_Columnar):
             if len(getattr(self, name)) != d:
                 raise ValueError(f"Detections: field {name} has length {len(getattr(self, name))}, expected D={d}")
         self.wh = _opt(self.wh, (2,))
-        for name in ("proposal", "delta_mean", "delta_std", "box_std", "box_cov", "corner_cov", "wh"):
+        if self.class_probs is not None:
+            self.class_probs = np.asarray(self.class_probs, dtype=np.float64)
+            if self.class_probs.ndim != 2:
+                raise ValueError(f"Detections: field class_probs must be [D, C], got shape {self.class_probs.shape}")
+        for name in ("proposal", "delta_mean", "delta_std", "box_std", "box_cov", "corner_cov", "wh", "class_probs"):
             v = getattr(self, name)
             if v is not None and v.shape[0] != d:
                 raise ValueError(f"Detections: field {name} has {v.shape[0]} rows, expected D={d}")

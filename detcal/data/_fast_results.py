@@ -45,7 +45,7 @@ __all__ = ["decode_results", "decode_instances", "OPTIONAL_4"]
 
 OPTIONAL_4: tuple[str, ...] = ("bbox_std", "proposal", "delta_mean", "delta_std", "delta_logvar")
 """Optional fields of 4 numbers the fast path reads."""
-_DECLINE_KEYS: tuple[bytes, ...] = (b'"bbox_covar"', b'"covars"')
+_DECLINE_KEYS: tuple[bytes, ...] = (b'"bbox_covar"', b'"covars"', b'"all_scores"')
 
 
 _REQUIRED: tuple[str, ...] = ("image_id", "category_id", "bbox", "score")
@@ -88,7 +88,7 @@ def _fields_of(data: bytes) -> tuple[tuple[str, ...], tuple[str, ...] | None] | 
     decoder); otherwise by searching the bytes for the optional keys."""
     keys = _first_record_keys(data)
     if keys is not None:
-        if any(k in keys for k in ("bbox_covar", "covars")):
+        if any(k in keys for k in ("bbox_covar", "covars", "all_scores")):
             return None
         optional = tuple(k for k in OPTIONAL_4 if k in keys)
         return optional, tuple(k for k in keys if k not in _REQUIRED and k not in OPTIONAL_4)
@@ -158,9 +158,15 @@ def _instances_decoder() -> Any:
     def record(name: str, keys: tuple[str, ...]) -> Any:
         return msgspec.defstruct(name, [(k, Any, msgspec.UNSET) for k in keys], gc=False)
 
-    doc = msgspec.defstruct("Instances", [("images", list[record("Image", _IMAGE_KEYS)]),  # type: ignore[misc]
-                                          ("annotations", list[record("Annotation", _ANNOTATION_KEYS)]),  # type: ignore[misc]
-                                          ("categories", list[record("Category", _CATEGORY_KEYS)])])  # type: ignore[misc]
+    fields: list[tuple[str, Any]] = [
+        (name, list[record(title, keys)])  # type: ignore[misc]  # a struct type made at run time
+        for name, title, keys in (
+            ("images", "Image", _IMAGE_KEYS),
+            ("annotations", "Annotation", _ANNOTATION_KEYS),
+            ("categories", "Category", _CATEGORY_KEYS),
+        )
+    ]
+    doc = msgspec.defstruct("Instances", fields)
     return msgspec.json.Decoder(doc)
 
 

@@ -20,6 +20,8 @@ Formats (https://cocodataset.org/#format-data and #format-results):
   delta_mean     [4]      unweighted R-CNN delta means mu          (delta_mean)
   delta_std      [4]      delta stds sigma                          (delta_std)
   delta_logvar   [4]      log sigma^2, read as sigma = exp(0.5 logvar)
+  all_scores     [C]      class distribution: one probability per category
+                          of the ground truth, ascending id     (class_probs)
   ============== ======== =====================================================
 
 COCO ``[x, y, w, h]`` is converted to the internal ``xyxy`` here and nowhere
@@ -73,7 +75,7 @@ __all__ = [
 ]
 
 RESULT_UNCERTAINTY_KEYS: tuple[str, ...] = (
-    "bbox_std", "bbox_covar", "covars", "proposal", "delta_mean", "delta_std", "delta_logvar",
+    "bbox_std", "bbox_covar", "covars", "proposal", "delta_mean", "delta_std", "delta_logvar", "all_scores",
 )
 """Optional uncertainty keys of a results record (module docstring)."""
 
@@ -310,8 +312,10 @@ def results_from_records(records: list, file: str, dataset: Dataset | None = Non
     _check_dicts(records, file=file)
     required = {"image_id", "category_id", "bbox", "score"}
 
-    def numbers(key: str, shape: tuple[int, ...], what: str) -> np.ndarray:
+    def numbers(key: str, shape: tuple[int, ...] | None, what: str) -> np.ndarray:
         values = _require(records, key, file=file) if key in required else _column(records, key)
+        if shape is None:  # a list of one length per record: the first record's gives it
+            shape = (len(values[0]),) if values and isinstance(values[0], list) else (-1,)
         return _numeric_column(values, shape, file=file, field=key, what=what, bools=bools)
 
     def integers(key: str) -> np.ndarray:
@@ -358,6 +362,13 @@ def results_from_columns(numbers: Any, integers: Any, present: Any, file: str, d
         cov = numbers("covars", (2, 2, 2), "two 2x2 matrices")
         _check_covariance(cov, file=file, field="covars")
         kw["corner_cov"] = cov
+    if present.get("all_scores"):
+        n_cls = len(dataset.categories) if dataset is not None else None
+        what = "a list of class probabilities (one per category of the ground truth, ascending category id)"
+        probs = numbers("all_scores", None if n_cls is None else (n_cls,), what)
+        _check_mask((~np.isfinite(probs) | (probs < 0) | (probs > 1)).any(axis=1), probs, "class probabilities must be in [0, 1]",
+                    file=file, field="all_scores")
+        kw["class_probs"] = probs
     delta_keys = ("proposal", "delta_mean", "delta_std", "delta_logvar")
     if any(present[k] for k in delta_keys) and n:
         for k in ("proposal", "delta_mean"):
@@ -457,6 +468,8 @@ def detections_to_coco_list(dets: Detections) -> list[dict[str, Any]]:
         cols["bbox_covar"] = dets.box_cov.tolist()
     if dets.corner_cov is not None:
         cols["covars"] = dets.corner_cov.tolist()
+    if dets.class_probs is not None:
+        cols["all_scores"] = dets.class_probs.tolist()
     if dets.proposal is not None:
         cols["proposal"] = xyxy_to_xywh(dets.proposal).tolist()
     if dets.delta_mean is not None:

@@ -40,8 +40,6 @@ import numpy as np
 
 from detcal.data._json import MAX_ABS, MIN_SCALE
 from detcal.data._kitti_text import KITTI_COLUMNS, KITTI_STD_COLUMNS
-
-_COLS = KITTI_COLUMNS + KITTI_STD_COLUMNS
 from detcal.data._kitti_text import file_tokens as _file_tokens
 from detcal.data._kitti_text import is_number as _is_number
 from detcal.data._json import first_true as _first_true
@@ -56,6 +54,8 @@ from detcal.core.types import (
     Images,
     KittiRules,
 )
+
+_COLS = KITTI_COLUMNS + KITTI_STD_COLUMNS
 
 PathLike = str | os.PathLike[str]
 

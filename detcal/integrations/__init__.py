@@ -11,10 +11,12 @@ None of them imports torch, torchmetrics, detectron2 or mmengine at detcal impor
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["DetectionCalibration"]
 
 
-def __getattr__(name: str):  # lazy: the evaluator pulls in the pipeline
+def __getattr__(name: str) -> Any:  # lazy: the evaluator pulls in the pipeline
     if name == "DetectionCalibration":
         from detcal.integrations.evaluator import DetectionCalibration
 

@@ -64,6 +64,26 @@ _CONSOLIDATE_AT = 64  # chunks kept before they are concatenated into one
 # --------------------------------------------------------------------------- array conversion
 
 
+def _class_columns(preds: list[Mapping[str, Any]], where: Any, ids: np.ndarray) -> int:
+    """C when the batch's ``scores`` are class distributions [N, C] (0 for top scores [N]); all or none."""
+    dims = [int(getattr(p["scores"], "ndim", np.ndim(p["scores"]))) for p in preds]
+    if all(d == 1 for d in dims):
+        return 0
+    widths = {int(p["scores"].shape[1]) for p, d in zip(preds, dims) if d == 2}
+    if (
+        any(d not in (1, 2) for d in dims)
+        or (1 in dims and any(len(p["scores"]) for p, d in zip(preds, dims) if d == 1))
+        or len(widths) != 1
+    ):
+        i = next((i for i, d in enumerate(dims) if d != 2), 0)
+        raise DetcalInputError(
+            "scores are [N] top scores or [N, C] class distributions (one C), the same in every prediction dict",
+            record=where(i, ids[i]),
+            field="scores",
+        )
+    return widths.pop()
+
+
 def _torch() -> Any:
     """torch when it is already imported (a tensor can only exist then), else None: never imports it."""
     return sys.modules.get("torch")
@@ -194,7 +214,7 @@ class DetectionCalibration:
         process_group: Any = None,
         duplicate_images: str = "error",
         order: str = "image_id",
-    ):
+    ) -> None:
         if box_format not in BOX_FORMATS:
             raise DetcalInputError(
                 f"unknown box_format {box_format!r}; choose one of {BOX_FORMATS}", field="box_format"
@@ -301,7 +321,8 @@ class DetectionCalibration:
         preds: Sequence[Mapping[str, Any]] | Mapping[str, Any],
         targets: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None = None,
     ) -> None:
-        """Add a batch: ``preds`` one dict per image (``boxes`` [N,4], ``scores`` [N], ``labels`` [N],
+        """Add a batch: ``preds`` one dict per image (``boxes`` [N,4], ``scores`` [N] or class distributions
+        [N, C] (columns: the categories in ascending id order; used by OCE's exact Brier score), ``labels`` [N],
         optional box uncertainty, :data:`UNCERTAINTY_KEYS`), ``targets`` one dict per image (``boxes``,
         ``labels``, optional ``iscrowd``, ``area``, ``image_id``, image size as ``width``/``height`` or
         ``orig_size``/``image_size`` (h, w)). numpy arrays or torch tensors on any device."""
@@ -343,9 +364,15 @@ class DetectionCalibration:
                 if key not in p:
                     raise DetcalInputError("missing from the prediction dict", record=self._where(i, ids[i]), field=key)
         out: dict[str, Any] = {}
+        n_cls = _class_columns(preds, self._where, ids)
         try:
             out["det_box"] = _cat([p["boxes"] for p in preds], (4,), ints=False)
-            out["det_score"] = _cat([p["scores"] for p in preds], (), ints=False)
+            if n_cls:  # class distributions [N, C]: the top score is the detection's score
+                probs = _cat([p["scores"] for p in preds], (n_cls,), ints=False)
+                out["det_class_probs"] = probs
+                out["det_score"] = probs.max(axis=1) if len(probs) else np.zeros(0, probs.dtype)
+            else:
+                out["det_score"] = _cat([p["scores"] for p in preds], (), ints=False)
             out["det_label"] = _compact_ints(_cat([p["labels"] for p in preds], (), ints=True))
         except (ValueError, RuntimeError) as e:
             raise DetcalInputError(f"prediction arrays: {e}", record=f"update {self._n_updates}") from None
@@ -664,17 +691,25 @@ def _loaded(
     unc = {k: np.asarray(c["det_" + k][drows], np.float64) for k in _DET_UNC if "det_" + k in c}
     if "det_proposal" in c:
         unc["proposal"] = _xyxy(c["det_proposal"][drows], fmt)[0]
+    probs = np.asarray(c["det_class_probs"][drows], np.float64) if "det_class_probs" in c else None
     dets = Detections(
         image_id=np.repeat(ids, c["img_ndet"][perm]),
         box=box,
         score=np.asarray(c["det_score"][drows], np.float64),
         category=c["det_label"][drows],
         wh=wh,
+        class_probs=probs,
         **unc,
     )
     if categories is None:
         seen = np.unique(np.concatenate([gt.category, dets.category]))
         categories = {int(k): str(int(k)) for k in seen}
+    if probs is not None and probs.shape[1] != len(categories):
+        raise DetcalInputError(
+            f"scores have {probs.shape[1]} class columns but there are {len(categories)} categories: the columns "
+            "are the categories in ascending id order (give categories= or ground_truth= to name them all)",
+            field="scores",
+        )
     ds = Dataset(images=images, gt=gt, categories=dict(categories), source="stream")
     dropped = {"unknown_category": int(c.get("dropped", 0))} if c.get("dropped") else {}
     prov = {

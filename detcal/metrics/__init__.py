@@ -1,6 +1,8 @@
 """Calibration metrics (numpy/scipy only; importing this package never imports torch).
 
-Confidence calibration (:mod:`detcal.metrics.confidence`), the percentile
+Confidence calibration (:mod:`detcal.metrics.confidence`), object-level calibration
+(:mod:`detcal.metrics.oce`, :mod:`detcal.metrics.image_reliability`; uq-detr's conventions in
+:mod:`detcal.metrics.uq_detr`), the percentile
 bootstrap over images (:mod:`detcal.metrics.bootstrap`) and the
 regression-uncertainty metrics (:mod:`detcal.metrics.regression`).
 """
@@ -27,6 +29,8 @@ from detcal.metrics.confidence import (
     underconfidence,
 )
 from detcal.metrics.confidence_suite import ConfidenceConfig, confidence_metrics, per_class
+from detcal.metrics.image_reliability import contrastive_conf, fit_lambda, per_image_oce, split_confidence
+from detcal.metrics.oce import ObjectScores, object_scores, oce
 from detcal.metrics.regression import (
     CoverageStats,
     SigmaBinStats,
@@ -66,6 +70,7 @@ from detcal.metrics.regression import (
 __all__ = [
     "ConfidenceConfig",
     "ConfidenceMetric",
+    "ObjectScores",
     "CoverageStats",
     "SigmaBinStats",
     "SparseCellsWarning",
@@ -78,6 +83,7 @@ __all__ = [
     "c_qce_joint",
     "coefficient_of_variation",
     "confidence_metrics",
+    "contrastive_conf",
     "coverage_stats",
     "crps_gaussian",
     "dece",
@@ -86,6 +92,7 @@ __all__ = [
     "ence",
     "ence_from_stats",
     "f1_retention",
+    "fit_lambda",
     "gaussian_nll",
     "gaussian_nll_joint",
     "homogeneity",
@@ -102,9 +109,12 @@ __all__ = [
     "mwse",
     "nees",
     "nll",
+    "object_scores",
+    "oce",
     "outliers",
     "overconfidence",
     "per_class",
+    "per_image_oce",
     "per_coordinate",
     "percentile_interval",
     "picp",
@@ -114,6 +124,7 @@ __all__ = [
     "rmse_rmv_ratio",
     "sharpness",
     "sigma_bin_stats",
+    "split_confidence",
     "uce",
     "uce_from_stats",
     "underconfidence",

@@ -116,7 +116,10 @@ def _sample(o: DetectionOutcomes, s: np.ndarray, keep_ignored: bool = False) -> 
 def laece_from_outcomes(
     o: DetectionOutcomes, score: np.ndarray | None = None, *, bins: int = LAECE_BINS, closed: str = "right", variant: str = "kuzucu2024"
 ) -> MetricResult:
-    """LaECE of matched detections ``o`` (``score`` [D] replaces ``o.score``, e.g. calibrated)."""
+    """LaECE of matched detections ``o`` (``score`` [D] replaces ``o.score``, e.g. calibrated).
+
+    Definition: :func:`detcal.metrics.reference.laece`, which this fast path must equal (tests/test_metrics_reference.py).
+    """
     s = _check(o, score, bins, variant)
     C = len(o.gt_categories)
     rows, cls, sv, tgt = _sample(o, s)
@@ -140,7 +143,10 @@ def _nanmean_cols(a: np.ndarray) -> np.ndarray:
 def laace_from_outcomes(
     o: DetectionOutcomes, score: np.ndarray | None = None, *, bins: int | None = None, variant: str = "kuzucu2024"
 ) -> MetricResult:
-    """LaACE: per-detection bins (``bins=None``, the reference's LaACE_0) or ``bins`` equal-count bins per class."""
+    """LaACE: per-detection bins (``bins=None``, the reference's LaACE_0) or ``bins`` equal-count bins per class.
+
+    Definition: :func:`detcal.metrics.reference.laace`, which this fast path must equal (tests/test_metrics_reference.py).
+    """
     s = _check(o, score, bins, variant)
     C = len(o.gt_categories)
     rows, cls, sv, tgt = _sample(o, s, keep_ignored=variant == "fiveai")
@@ -170,7 +176,10 @@ def laace_from_outcomes(
 
 
 def dece_from_outcomes(o: DetectionOutcomes, score: np.ndarray | None = None, *, bins: int = DECE_BINS, closed: str = "right") -> MetricResult:
-    """Class-agnostic D-ECE of the benchmark (binary TP targets, pooled over classes)."""
+    """Class-agnostic D-ECE of the benchmark (binary TP targets, pooled over classes).
+
+    Definition: :func:`detcal.metrics.reference.dece_pooled`, which this fast path must equal (tests/test_metrics_reference.py).
+    """
     s = _check(o, score, bins, "kuzucu2024")
     rows, _, sv, _ = _sample(o, s)
     y = o.tp[rows].astype(np.float64)

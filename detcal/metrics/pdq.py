@@ -230,7 +230,7 @@ def _maps(box: np.ndarray, cov: np.ndarray | None, W: int, H: int, shift: float,
 def gt_pixel_ranges(box: np.ndarray, W: int, H: int) -> tuple[np.ndarray, ...]:
     """Pixel ranges ``[c0, c1) x [r0, r1)`` of GT boxes [G,4]: centres inside the box, at least the centre pixel."""
 
-    def axis(a, b, n):
+    def axis(a: np.ndarray, b: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         lo = np.ceil(a - 0.5).astype(np.int64)
         hi = np.ceil(b - 0.5).astype(np.int64)
         mid = np.floor(0.5 * (a + b)).astype(np.int64)
@@ -246,7 +246,7 @@ def gt_pixel_ranges(box: np.ndarray, W: int, H: int) -> tuple[np.ndarray, ...]:
     return c0, c1, r0, r1
 
 
-def _rect_sums(S: np.ndarray, m: _ImageMaps, c0, c1, r0, r1) -> tuple[np.ndarray, np.ndarray]:
+def _rect_sums(S: np.ndarray, m: _ImageMaps, c0: np.ndarray, c1: np.ndarray, r0: np.ndarray, r1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sum over each GT rectangle [G] of each detection's map [D] (integral image S [D,...]); and the pixel counts inside the windows."""
     lx0 = np.clip(c0[:, None] - m.x0[None, :], 0, m.nw[None, :])
     lx1 = np.clip(c1[:, None] - m.x0[None, :], 0, m.nw[None, :])
@@ -265,12 +265,12 @@ def _snap(q: np.ndarray) -> np.ndarray:
 
 
 def pair_qualities(
-    det_box,
-    det_cov,
-    det_score,
-    det_cat,
-    gt_box,
-    gt_cat,
+    det_box: np.ndarray,
+    det_cov: np.ndarray | None,
+    det_score: np.ndarray,
+    det_cat: np.ndarray,
+    gt_box: np.ndarray,
+    gt_cat: np.ndarray,
     W: int,
     H: int,
     *,
@@ -310,6 +310,38 @@ def pair_qualities(
     }
 
 
+def _image_rows_checked(images: Any, dets: Detections) -> np.ndarray:
+    """Row of each detection's image [D]; a clear error for an unknown image id or a score outside [0, 1]."""
+    img_of_det = images.index_of(dets.image_id)
+    if (img_of_det < 0).any():
+        i = int(np.flatnonzero(img_of_det < 0)[0])
+        raise DetcalInputError(
+            f"image_id {int(dets.image_id[i])} is not among the dataset's images",
+            record=f"detection row {i}",
+            field="image_id",
+        )
+    bad = ~((dets.score >= 0) & (dets.score <= 1))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise DetcalInputError(f"score {dets.score[i]} is outside [0, 1]", record=f"detection row {i}", field="score")
+    return img_of_det
+
+
+def _continuous_params(dets: Detections, fixed_cov: float | None, inclusive: bool, threshold: float) -> dict[str, Any]:
+    """The parameters recorded with a ``detcal_continuous`` PDQ."""
+    return {
+        "corners": "inclusive" if inclusive else "continuous",
+        "fixed_cov": fixed_cov,
+        "heatmap_threshold": threshold,
+        "inclusive": inclusive,
+        "covariance": "fixed" if fixed_cov is not None else (dets.uncertainty_kind or "none"),
+        "gt_mask": "box pixels (centre inside)",
+        "label_quality": "score of the detection's own class",
+        "assignment": "optimal (Hungarian) per image",
+        "ece_scaling": False,
+    }
+
+
 def _pdq_continuous(
     dataset: Dataset,
     dets: Detections,
@@ -324,18 +356,7 @@ def _pdq_continuous(
     gt = dataset.gt
     keep_gt = ~(gt.iscrowd | gt.ignore)
     gt_rows = np.flatnonzero(keep_gt)
-    img_of_det = images.index_of(dets.image_id)
-    if (img_of_det < 0).any():
-        i = int(np.flatnonzero(img_of_det < 0)[0])
-        raise DetcalInputError(
-            f"image_id {int(dets.image_id[i])} is not among the dataset's images",
-            record=f"detection row {i}",
-            field="image_id",
-        )
-    bad = ~((dets.score >= 0) & (dets.score <= 1))
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise DetcalInputError(f"score {dets.score[i]} is outside [0, 1]", record=f"detection row {i}", field="score")
+    img_of_det = _image_rows_checked(images, dets)
     img_of_gt = dataset.gt_image_rows()[gt_rows]
     N = len(images)
     d_order = np.argsort(img_of_det, kind="stable")
@@ -386,17 +407,7 @@ def _pdq_continuous(
         name="pdq",
         value=value,
         variant="detcal_continuous",
-        params={
-            "corners": "inclusive" if inclusive else "continuous",
-            "fixed_cov": fixed_cov,
-            "heatmap_threshold": threshold,
-            "inclusive": inclusive,
-            "covariance": "fixed" if fixed_cov is not None else (dets.uncertainty_kind or "none"),
-            "gt_mask": "box pixels (centre inside)",
-            "label_quality": "score of the detection's own class",
-            "assignment": "optimal (Hungarian) per image",
-            "ece_scaling": False,
-        },
+        params=_continuous_params(dets, fixed_cov, inclusive, threshold),
         table={"det_ppdq": det_ppdq, "det_spatial": det_spatial, "det_label": det_label, "det_gt_index": det_gt},
         extra={
             "avg_pPDQ": avg["ppdq"],
@@ -478,18 +489,7 @@ def _pdq_reference(
     cov = corner_covariances(dets, fixed_cov)
     scores, gt_col = pe.label_table(dataset, dets, class_scores)
     images = dataset.images
-    img_of_det = images.index_of(dets.image_id)
-    if (img_of_det < 0).any():
-        i = int(np.flatnonzero(img_of_det < 0)[0])
-        raise DetcalInputError(
-            f"image_id {int(dets.image_id[i])} is not among the dataset's images",
-            record=f"detection row {i}",
-            field="image_id",
-        )
-    bad = ~((dets.score >= 0) & (dets.score <= 1))
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise DetcalInputError(f"score {dets.score[i]} is outside [0, 1]", record=f"detection row {i}", field="score")
+    img_of_det = _image_rows_checked(images, dets)
     px = pe.gt_pixels(dataset, mode, segmentations)
     gt_rows = np.flatnonzero(px["n"] > 0)  # annotations without a pixel are left out, as in the reference
     img_of_gt = dataset.gt_image_rows()[gt_rows]

@@ -130,7 +130,10 @@ class Corners:
     rx1: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
-def _axis_extent(m_a, m_b, v_a, v_b, c, det, lo_a, n_a, lo_b, hi_b, first_a) -> tuple[np.ndarray, np.ndarray]:
+def _axis_extent(
+    m_a: np.ndarray, m_b: np.ndarray, v_a: np.ndarray, v_b: np.ndarray, c: np.ndarray, det: np.ndarray,
+    lo_a: np.ndarray, n_a: np.ndarray, lo_b: np.ndarray, hi_b: np.ndarray, first_a: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """First and last window index along axis ``a`` (``first_a`` = first source index kept) whose
     line holds an integer position along ``b`` in ``[lo_b, hi_b]`` within the Mahalanobis threshold; -1 if none."""
     n = int(n_a.max(initial=0))
@@ -199,7 +202,9 @@ def find_rois(k: Corners) -> Corners:
             first_x[s],
         )
 
-        def back(first, last, shift, dm):
+        def back(
+            first: np.ndarray, last: np.ndarray, shift: np.ndarray, dm: np.ndarray
+        ) -> tuple[np.ndarray, np.ndarray]:
             # a window index i reads source i + 1 when shifted and i < dm: map the sources back
             lo = np.where(shift & (first >= 1) & (first <= dm), first - 1, first)
             hi = np.where(shift & (last < dm), last - 1, last)

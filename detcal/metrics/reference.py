@@ -1,4 +1,4 @@
-"""The binned metrics written as their formulas in docs/metrics.md: the definitions, not the fast paths.
+"""The binned metrics written as their formulas in docs/metrics.md (and docs/newest_measures.md): the definitions.
 
 Read this module to learn what a number means. The package computes the same
 numbers with fast paths built for millions of detections (chunked passes,
@@ -423,3 +423,78 @@ def interval_calibration_error(
     levels = np.linspace(0.0, 1.0, m)
     squares = [(p - np.mean(p_t <= p)) ** 2 for p in levels]
     return float(np.sum(squares) if reduction == "sum" else np.mean(squares))
+
+
+# ----------------------------------------------------------------------------- localisation-aware (Kuzucu et al. 2024)
+
+
+def right_closed_bins(score: np.ndarray, bins: int, closed: str = "right") -> list[np.ndarray]:
+    """Members of each equal-width score bin with edges e = linspace(0, 1, B + 1) (docs/newest_measures.md).
+
+    ``right``: [e_0, e_1], then (e_b, e_b+1]; ``left``: [e_b, e_b+1), the last bin closed.
+    """
+    e = np.linspace(0.0, 1.0, bins + 1)
+    if closed == "right":
+        return [np.flatnonzero((score > e[b] if b else score >= e[0]) & (score <= e[b + 1])) for b in range(bins)]
+    return [
+        np.flatnonzero((score >= e[b]) & ((score < e[b + 1]) if b < bins - 1 else (score <= 1))) for b in range(bins)
+    ]
+
+
+def _binned_class_error(score: np.ndarray, target: np.ndarray, members: list[np.ndarray]) -> float:
+    """sum_b N_b / N |mean score in b - mean target in b| over the non-empty bins."""
+    n = sum(len(m) for m in members)
+    return float(sum(len(m) / n * abs(_mean(score[m]) - _mean(target[m])) for m in members if len(m)))
+
+
+def _class_average(errors: list[float], variant: str) -> float:
+    """Mean over the classes with detections; ``fiveai`` also leaves out a class whose error is exactly 0."""
+    kept = [e for e in errors if not (variant == "fiveai" and e == 0.0)]
+    return float(np.mean(kept)) if kept else float("nan")
+
+
+def laece(
+    score: np.ndarray,
+    target: np.ndarray,
+    category: np.ndarray,
+    *,
+    bins: int = 25,
+    closed: str = "right",
+    variant: str = "kuzucu2024",
+) -> float:
+    """LaECE = mean over classes of sum_b N_cb / N_c |mean score in b - mean IoU target in b| (target 0 for a FP)."""
+    errors = []
+    for c in np.unique(category):
+        s, t = score[category == c], target[category == c]
+        errors.append(_binned_class_error(s, t, right_closed_bins(s, bins, closed)))
+    return _class_average(errors, variant)
+
+
+def laace(
+    score: np.ndarray,
+    target: np.ndarray,
+    category: np.ndarray,
+    *,
+    bins: int | None = None,
+    variant: str = "kuzucu2024",
+) -> float:
+    """LaACE: per class, ``bins=None`` mean |score - target| (every detection its own bin), else B equal-count bins
+    of the class's detections in ascending score (ties in input order): bin of rank r = floor(r B / N_c)."""
+    errors = []
+    for c in np.unique(category):
+        s, t = score[category == c], target[category == c]
+        if bins is None:
+            errors.append(_mean(np.abs(s - t)))
+            continue
+        rank = np.empty(len(s), np.int64)
+        rank[np.argsort(s, kind="stable")] = np.arange(len(s))
+        members = [np.flatnonzero(rank * bins // len(s) == b) for b in range(bins)]
+        errors.append(_binned_class_error(s, t, members))
+    return _class_average(errors, variant)
+
+
+def dece_pooled(score: np.ndarray, tp: np.ndarray, *, bins: int = 10, closed: str = "right") -> float:
+    """The benchmark's class-agnostic D-ECE: sum_b N_b / N |precision_b - mean score_b|, right-closed bins."""
+    if len(score) == 0:
+        return float("nan")
+    return _binned_class_error(score, np.asarray(tp, dtype=np.float64), right_closed_bins(score, bins, closed))

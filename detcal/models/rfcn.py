@@ -44,11 +44,13 @@ losses; :func:`postprocess_detections` is the inference. :class:`RFCN`'s
 ``DistributedDataParallel`` can wrap it) and :meth:`RFCN.detect` always returns
 per-image detection dicts.
 """
+
 from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -77,13 +79,27 @@ from detcal.models.head import (  # noqa: E402,F401 - the head's names stay impo
 
 
 def _tiny_defaults() -> dict[str, Any]:
-    return dict(min_size=120, max_size=400, anchor_sizes=(16, 32, 64, 128), rpn_pre_nms_top_n_train=1000, rpn_post_nms_top_n_train=300,
-                rpn_pre_nms_top_n_test=600, rpn_post_nms_top_n_test=150)
+    return dict(
+        min_size=120,
+        max_size=400,
+        anchor_sizes=(16, 32, 64, 128),
+        rpn_pre_nms_top_n_train=1000,
+        rpn_post_nms_top_n_train=300,
+        rpn_pre_nms_top_n_test=600,
+        rpn_post_nms_top_n_test=150,
+    )
 
 
 def _resnet_defaults() -> dict[str, Any]:
-    return dict(min_size=600, max_size=1000, anchor_sizes=(32, 64, 128, 256, 512), rpn_pre_nms_top_n_train=6000, rpn_post_nms_top_n_train=300,
-                rpn_pre_nms_top_n_test=6000, rpn_post_nms_top_n_test=300)
+    return dict(
+        min_size=600,
+        max_size=1000,
+        anchor_sizes=(32, 64, 128, 256, 512),
+        rpn_pre_nms_top_n_train=6000,
+        rpn_post_nms_top_n_train=300,
+        rpn_pre_nms_top_n_test=6000,
+        rpn_post_nms_top_n_test=300,
+    )
 
 
 class RFCN(nn.Module):
@@ -98,11 +114,27 @@ class RFCN(nn.Module):
     ``detect(images)`` -> per-image dicts (see :meth:`detect`).
     """
 
-    def __init__(self, transform: GeneralizedRCNNTransform, backbone: nn.Module, rpn: RegionProposalNetwork, head: RFCNHead,
-                 category_ids: Sequence[int], config: dict[str, Any], box_coder_weights: Sequence[float] = (10.0, 10.0, 5.0, 5.0),
-                 roi_batch_size_per_image: int = 128, roi_positive_fraction: float = 0.25, roi_fg_iou_thresh: float = 0.5,
-                 roi_bg_iou_thresh: float = 0.5, add_gt_as_proposals: bool = True, stage2_positives_per_image: int | None = None,
-                 box_score_thresh: float = 0.05, box_nms_thresh: float = 0.3, box_detections_per_img: int = 100) -> None:
+    category_ids: torch.Tensor  # buffer [C] int64: dataset category id of label 1..C
+
+    def __init__(
+        self,
+        transform: GeneralizedRCNNTransform,
+        backbone: nn.Module,
+        rpn: RegionProposalNetwork,
+        head: RFCNHead,
+        category_ids: Sequence[int],
+        config: dict[str, Any],
+        box_coder_weights: Sequence[float] = (10.0, 10.0, 5.0, 5.0),
+        roi_batch_size_per_image: int = 128,
+        roi_positive_fraction: float = 0.25,
+        roi_fg_iou_thresh: float = 0.5,
+        roi_bg_iou_thresh: float = 0.5,
+        add_gt_as_proposals: bool = True,
+        stage2_positives_per_image: int | None = None,
+        box_score_thresh: float = 0.05,
+        box_nms_thresh: float = 0.3,
+        box_detections_per_img: int = 100,
+    ) -> None:
         super().__init__()
         self.transform = transform
         self.backbone = backbone
@@ -158,7 +190,9 @@ class RFCN(nn.Module):
     def forward(self, images: list[Tensor], targets: list[dict[str, Tensor]], stage: int = 1) -> dict[str, Tensor]:
         """Loss dict for ``stage`` (1: RPN + R-FCN, 2: uncertainty NLL); see the class docstring."""
         if targets is None or len(targets) != len(images):
-            raise DetcalInputError("forward needs one target dict per image (use detect() for inference)", field="targets")
+            raise DetcalInputError(
+                "forward needs one target dict per image (use detect() for inference)", field="targets"
+            )
         if stage not in (1, 2):
             raise DetcalInputError(f"stage must be 1 or 2, got {stage}", field="stage")
         image_list, targets_t = self.transform(images, targets)
@@ -180,13 +214,16 @@ class RFCN(nn.Module):
 
     def _match(self, props: Tensor, gt_boxes: Tensor) -> Tensor:
         if gt_boxes.numel() == 0:
-            return torch.full((len(props),), self.roi_matcher.BELOW_LOW_THRESHOLD, dtype=torch.int64, device=props.device)
+            return torch.full(
+                (len(props),), self.roi_matcher.BELOW_LOW_THRESHOLD, dtype=torch.int64, device=props.device
+            )
         if len(props) == 0:
             return torch.zeros((0,), dtype=torch.int64, device=props.device)
         return self.roi_matcher(box_iou(gt_boxes, props))
 
-    def select_training_samples(self, proposals: list[Tensor], targets: list[dict[str, Tensor]], seeds: list[int] | None
-                                ) -> tuple[list[Tensor], Tensor, Tensor]:
+    def select_training_samples(
+        self, proposals: list[Tensor], targets: list[dict[str, Tensor]], seeds: list[int] | None
+    ) -> tuple[list[Tensor], Tensor, Tensor]:
         """Stage-1 RoIs: proposals (+ GT boxes), matched at IoU >= fg (labels) / < bg (background), then
         ``roi_batch_size_per_image`` sampled with ``roi_positive_fraction`` positives.
         Returns RoIs per image, ``labels [R]`` and coded ``regression_targets [R,4]``."""
@@ -212,11 +249,14 @@ class RFCN(nn.Module):
             keep = torch.where((p | n).bool())[0]
             out_rois.append(props[keep])
             out_labels.append(lab[keep])
-            out_targets.append(self.box_coder.encode_single(mg[keep], props[keep]) if len(keep) else props.new_zeros((0, 4)))
+            out_targets.append(
+                self.box_coder.encode_single(mg[keep], props[keep]) if len(keep) else props.new_zeros((0, 4))
+            )
         return out_rois, torch.cat(out_labels), torch.cat(out_targets)
 
-    def select_positive_samples(self, proposals: list[Tensor], targets: list[dict[str, Tensor]], seeds: list[int] | None
-                                ) -> tuple[list[Tensor], Tensor]:
+    def select_positive_samples(
+        self, proposals: list[Tensor], targets: list[dict[str, Tensor]], seeds: list[int] | None
+    ) -> tuple[list[Tensor], Tensor]:
         """Stage-2 RoIs: the proposals (no GT boxes added) whose best IoU with a GT is >= ``roi_fg_iou_thresh``,
         at most ``stage2_positives_per_image`` (seeded draw). Returns RoIs per image and coded targets [R,4]."""
         rois, reg_targets = [], []
@@ -255,18 +295,24 @@ class RFCN(nn.Module):
         proposals, _ = self.rpn(image_list, OrderedDict([("0", features)]))
         out = self.head(features, proposals)
         dets = postprocess_detections(
-            out, proposals, image_list.image_sizes, self.box_coder,
-            self.box_score_thresh if score_thresh is None else float(score_thresh), self.box_nms_thresh, self.box_detections_per_img,
+            out,
+            proposals,
+            image_list.image_sizes,
+            self.box_coder,
+            self.box_score_thresh if score_thresh is None else float(score_thresh),
+            self.box_nms_thresh,
+            self.box_detections_per_img,
         )
         for d, size, orig in zip(dets, image_list.image_sizes, original_sizes):
             d["boxes"] = resize_boxes(d["boxes"], list(size), list(orig))
             d["proposals"] = resize_boxes(d["proposals"], list(size), list(orig))
             d["delta_mean"], d["delta_std"] = unweight_deltas(d["box_regression"], d["logvar"], self.box_coder_weights)
-            d["category"] = self.category_ids[d["labels"] - 1]  # type: ignore[index]
+            d["category"] = self.category_ids[d["labels"] - 1]
             del d["box_regression"]
         return dets
 
 
+# long function: one keyword argument per model setting (all stored in model.config); the body is about 35 lines
 def build_rfcn(
     num_classes: int,
     backbone: str = "tiny",
@@ -326,17 +372,32 @@ def build_rfcn(
     if len(category_ids) != num_classes:
         raise DetcalInputError(f"{len(category_ids)} category ids for {num_classes} classes", field="category_ids")
     defaults = _tiny_defaults() if backbone == "tiny" else _resnet_defaults()
-    given = dict(min_size=min_size, max_size=max_size, anchor_sizes=anchor_sizes, rpn_pre_nms_top_n_train=rpn_pre_nms_top_n_train,
-                 rpn_post_nms_top_n_train=rpn_post_nms_top_n_train, rpn_pre_nms_top_n_test=rpn_pre_nms_top_n_test,
-                 rpn_post_nms_top_n_test=rpn_post_nms_top_n_test)
+    given = dict(
+        min_size=min_size,
+        max_size=max_size,
+        anchor_sizes=anchor_sizes,
+        rpn_pre_nms_top_n_train=rpn_pre_nms_top_n_train,
+        rpn_post_nms_top_n_train=rpn_post_nms_top_n_train,
+        rpn_pre_nms_top_n_test=rpn_pre_nms_top_n_test,
+        rpn_post_nms_top_n_test=rpn_post_nms_top_n_test,
+    )
     p: dict[str, Any] = {name: (defaults[name] if v is None else v) for name, v in given.items()}
     config["frozen_bn"] = backbone_weights is not None if frozen_bn is None else bool(frozen_bn)
-    bb = build_backbone(backbone, backbone_weights, norm=norm, trainable_layers=trainable_layers, frozen_bn=config["frozen_bn"])
+    bb = build_backbone(
+        backbone, backbone_weights, norm=norm, trainable_layers=trainable_layers, frozen_bn=config["frozen_bn"]
+    )
     transform = GeneralizedRCNNTransform(int(p["min_size"]), int(p["max_size"]), list(image_mean), list(image_std))
-    anchor_gen = AnchorGenerator(sizes=(tuple(int(s) for s in p["anchor_sizes"]),), aspect_ratios=(tuple(float(a) for a in aspect_ratios),))
+    anchor_gen = AnchorGenerator(
+        sizes=(tuple(int(s) for s in p["anchor_sizes"]),), aspect_ratios=(tuple(float(a) for a in aspect_ratios),)
+    )
     rpn_head = RPNHead(bb.out_channels, anchor_gen.num_anchors_per_location()[0])
     rpn = RegionProposalNetwork(
-        anchor_gen, rpn_head, rpn_fg_iou_thresh, rpn_bg_iou_thresh, rpn_batch_size_per_image, rpn_positive_fraction,
+        anchor_gen,
+        rpn_head,
+        rpn_fg_iou_thresh,
+        rpn_bg_iou_thresh,
+        rpn_batch_size_per_image,
+        rpn_positive_fraction,
         dict(training=int(p["rpn_pre_nms_top_n_train"]), testing=int(p["rpn_pre_nms_top_n_test"])),
         dict(training=int(p["rpn_post_nms_top_n_train"]), testing=int(p["rpn_post_nms_top_n_test"])),
         rpn_nms_thresh,
@@ -344,8 +405,21 @@ def build_rfcn(
     rpn.fg_bg_sampler = SeededSampler(rpn_batch_size_per_image, rpn_positive_fraction)
     head = RFCNHead(bb.out_channels, num_classes, k, 1.0 / bb.stride, sampling_ratio, logvar_clamp)  # type: ignore[arg-type,operator]
     return RFCN(
-        transform, bb, rpn, head, category_ids, config, box_coder_weights, roi_batch_size_per_image, roi_positive_fraction,
-        roi_fg_iou_thresh, roi_bg_iou_thresh, add_gt_as_proposals, stage2_positives_per_image, box_score_thresh, box_nms_thresh,
+        transform,
+        bb,
+        rpn,
+        head,
+        category_ids,
+        config,
+        box_coder_weights,
+        roi_batch_size_per_image,
+        roi_positive_fraction,
+        roi_fg_iou_thresh,
+        roi_bg_iou_thresh,
+        add_gt_as_proposals,
+        stage2_positives_per_image,
+        box_score_thresh,
+        box_nms_thresh,
         box_detections_per_img,
     )
 

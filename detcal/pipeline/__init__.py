@@ -9,6 +9,8 @@ See :func:`detcal.pipeline.evaluation.evaluate` and
 """
 from __future__ import annotations
 
+from typing import Any
+
 from detcal.pipeline.spec import (
     FEATURES,
     BootstrapSpec,
@@ -33,7 +35,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):  # lazy: importing the specs stays cheap
+def __getattr__(name: str) -> Any:  # lazy: importing the specs stays cheap
     if name == "evaluate":
         from detcal.pipeline.evaluation import evaluate
 

@@ -302,6 +302,17 @@ def _worst(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.nd
     return worst_block(spec, data, mr, feats, conf)
 
 
+def _warnings(conf: dict[str, Any], reg: dict[str, Any], reg_expected: bool, no_pos: str | None) -> list[str]:
+    """The run's warnings: missing image sizes, skipped confidence thresholds, a skipped box-uncertainty block."""
+    warn = [f"confidence at {lbl}: {blk['_sample']['skipped']}" for lbl, blk in conf.items()
+            if "skipped" in blk.get("_sample", {})]
+    if no_pos:
+        warn.insert(0, no_pos)
+    if "skipped" in reg.get("_sample", {}) and reg_expected:
+        warn.append(f"regression: {reg['_sample']['skipped']}")
+    return warn
+
+
 def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *,
              workdir: str | os.PathLike | None = None, progress: bool = False) -> EvaluationResult:
     """Evaluate one detector's calibration.
@@ -350,11 +361,14 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
 
         acc, loc = accuracy_block(spec, data), localisation_block(spec, data)
         timing["accuracy"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        from detcal.pipeline.oce_block import oce_block, per_image_rows, uq_detr_block
+
+        oce_rec, uq_rec = oce_block(spec, data), uq_detr_block(spec, data)
+        per_image = per_image_rows(oce_rec)
+        timing["oce"] = time.perf_counter() - t0
     ds, dets = data.dataset, data.detections
-    warn = [f"confidence at {lbl}: {blk['_sample']['skipped']}" for lbl, blk in conf.items()
-            if "skipped" in blk.get("_sample", {})]
-    if no_pos:
-        warn.insert(0, no_pos)
+    warn = _warnings(conf, reg, reg_on and dets.uncertainty_kind is not None, no_pos)
     for lbl, blk in conf.items():  # the warnings the metrics raised (kept beside their sample): one log line each
         for w in (blk.get("_sample") or {}).get("warnings") or []:
             warn.append(f"confidence at {lbl}: {w}")
@@ -364,8 +378,6 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
 
         warn.insert(0, unknown_category_warning(data.provenance.get("results", "the results"),
                                                 data.dropped["unknown_category"]))
-    if "skipped" in reg.get("_sample", {}) and reg_on and dets.uncertainty_kind is not None:
-        warn.append(f"regression: {reg['_sample']['skipped']}")
     record: dict[str, Any] = {
         "data": {**data.provenance, "counts": {
             "images": len(ds.images), "gt": len(ds.gt), "detections": len(dets),
@@ -382,9 +394,12 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
         "regression": reg,
         "accuracy": acc,
         "localisation": loc,
+        "oce": oce_rec,
+        "uq_detr": uq_rec,
         "per_class": _per_class(spec, data, mr, extra, acc) if conf_on and spec.confidence.per_class else {},
         "worst_detections": _worst(spec, data, mr, feats, conf, no_pos),
         "warnings": warn,
         "timing_s": {k: round(v, 3) for k, v in timing.items()},
     }
-    return EvaluationResult(record=record, data=data, match=mr, features=feats, clipped=clipped, spec=spec)
+    return EvaluationResult(record=record, data=data, match=mr, features=feats, clipped=clipped, spec=spec,
+                            per_image=per_image)

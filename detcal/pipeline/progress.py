@@ -13,7 +13,7 @@ log = logging.getLogger("detcal")
 class Progress:
     """``with Progress(enabled, desc, total) as bar: bar.step("match")``."""
 
-    def __init__(self, enabled: bool, desc: str, total: int | None = None):
+    def __init__(self, enabled: bool, desc: str, total: int | None = None) -> None:
         self.desc = desc
         self._bar: Any = None
         if enabled and sys.stderr.isatty():

@@ -4,6 +4,7 @@ Each result holds the plain record (every number with its variant and
 parameters) and offers ``to_dict()`` (the metrics.json content, strict JSON),
 ``to_markdown()`` (summary.md) and ``write(out_dir, plots=...)``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -43,8 +44,11 @@ class Result:
     def to_dict(self, **header: Any) -> dict[str, Any]:
         """The metrics.json content: strict JSON (``null`` + reason for what cannot be computed)."""
         files = self.record.get("files")
-        return {**results_json.strict(results_json.header(self.command, **header)), **self.plain(),
-                **({"files": [str(f) for f in files]} if files else {})}
+        return {
+            **results_json.strict(results_json.header(self.command, **header)),
+            **self.plain(),
+            **({"files": [str(f) for f in files]} if files else {}),
+        }
 
     def to_markdown(self) -> str:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -96,6 +100,7 @@ class EvaluationResult(Result):
     clipped: np.ndarray | None = None
     spec: Any = None
     detections_format: str = "csv"
+    per_image: Any = None
 
     def __post_init__(self) -> None:
         self.command = "detcal-evaluate"
@@ -120,6 +125,9 @@ class EvaluationResult(Result):
             else:
                 write_columns_csv(out / "detections.csv", cols)
                 files.append("detections.csv")
+        if self.per_image is not None and self.spec is not None and self.spec.oce.per_image_csv:
+            write_text(out / "oce_per_image.csv", per_image_csv(self.per_image))
+            files.append("oce_per_image.csv")
         if plots:
             from detcal.reports.evaluation_plots import evaluation_plots
 
@@ -136,9 +144,12 @@ class EvaluationResult(Result):
         i = [f"iou={t:.2f}" for t in self.match.iou_thresholds].index(pc["iou"]) if pc["iou"] != "iou=kitti" else 0
         keep = np.flatnonzero(self.match.considered & ~self.match.ignored[i])
         d = self.data.detections
-        plot_per_class_reliability({"detections": (d.score[keep], self.match.matched[i, keep], d.category[keep])},
-                                   self.data.dataset.categories, top_n=int(pc["top_n"]),
-                                   path=out / "reliability_per_class.png")
+        plot_per_class_reliability(
+            {"detections": (d.score[keep], self.match.matched[i, keep], d.category[keep])},
+            self.data.dataset.categories,
+            top_n=int(pc["top_n"]),
+            path=out / "reliability_per_class.png",
+        )
         return ["reliability_per_class.png"]
 
     def to_markdown(self) -> str:
@@ -148,76 +159,153 @@ class EvaluationResult(Result):
         return evaluation_summary(content)
 
 
+def per_image_csv(cols: Mapping[str, np.ndarray]) -> str:
+    """oce_per_image.csv: one row per image (image_id, OCE of the kept detections, Conf+, Conf-,
+    contrastive confidence with the fitted lambda, validation half or not); empty for NaN."""
+    names = ["image_id", "oce", "conf_pos", "conf_neg", "contrastive_conf", "validation"]
+    lines = [",".join(names)]
+    vals = [np.asarray(cols[n]) for n in names]
+    for row in zip(*vals):
+        lines.append(",".join(str(int(v)) if i in (0, 5) else ("" if not np.isfinite(v) else repr(float(v)))
+                              for i, v in enumerate(row)))
+    return "\n".join(lines) + "\n"
+
+
+def _oce_md(o: Mapping[str, Any], u: Mapping[str, Any]) -> list[str]:
+    """OCE, what it does not see, the image-level reliability and the uq_detr variants."""
+    out: list[str] = []
+    if "oce" in o:
+        p = o["oce"]["params"]
+        out += [f"### Object-level calibration (OCE, Park et al. 2026; docs/newest_measures.md; Brier: {p['brier']})", "",
+                comparison_table({"detector": o["by_aggregation"]}, list(o["by_aggregation"]), label="aggregation"),
+                f"IoU thresholds {p['iou_thresholds']}; objects: {p['objects']}. Not seen by OCE: "
+                + ", ".join(f"{k}: {v}" for k, v in o["not_seen"]["n_overlapping_no_object"].items())
+                + f" of {o['not_seen']['n_detections']} detections overlap no object.", ""]
+        r = o.get("image_reliability") or {}
+        if r.get("lambda") is not None:
+            out += [f"Image-level reliability (contrastive confidence, {r['method']} {r['param']}): lambda "
+                    f"{r['lambda']} fitted on {r['n_validation']} images (Pearson {format_value(r['pearson_validation'])}"
+                    f"), Pearson with minus the per-image OCE on the other {r['n_test']}: "
+                    f"{format_value(r['pearson_test'])}" + (f" -- WARNING: {r['warning']}" if r.get("warning") else ""), ""]
+    if "lrp" in u:
+        out += ["### D-ECE, LaECE, LRP with uq-detr's conventions (uq_detr variants)", "",
+                comparison_table({"detector": u}, ["dece", "laece", "lrp"], label=""), ""]
+    return out
+
+
 def evaluation_summary(m: Mapping[str, Any]) -> str:
     """summary.md of an evaluation (from the strict metrics.json content)."""
+    parts = _header_md(m)
+    head = {k: {"value [CI]": v, "source": v.get("source", "")} for k, v in m["headline"].items()}
+    if head:
+        parts += ["", "## Headline", "", comparison_table(head, ["value [CI]", "source"], label="metric")]
+    parts += _confidence_md(m["confidence"])
+    reg = {k: v for k, v in m["regression"].items() if not k.startswith("_")}
+    s = m["regression"]["_sample"]
+    if reg:
+        coords = list(dict.fromkeys(c for per in reg.values() for c in per))
+        parts += [
+            f"### Box-uncertainty calibration ({s['space']} space, N = {s['n']} TP at IoU {s['iou_threshold']})",
+            "",
+            comparison_table(reg, coords, label="metric"),
+            "",
+        ]
+    else:
+        parts += ["### Box-uncertainty calibration", "", f"skipped: {s.get('skipped')}", ""]
+    parts += _accuracy_md(m.get("accuracy") or {}, m.get("localisation") or {})
+    parts += _oce_md(m.get("oce") or {}, m.get("uq_detr") or {})
+    pc = m.get("per_class") or {}
+    if pc.get("rows"):
+        from detcal.reports.per_class import table_markdown
+
+        parts += [
+            f"### Per class at {pc['iou']} (the {pc['top_n']} most frequent classes)",
+            "",
+            table_markdown(pc["rows"]),
+            "",
+        ]
+    for label, mp in (m.get("dece_maps") or {}).items():
+        for name, spec in mp.items():
+            g = np.asarray([[np.nan if v is None else v for v in row] for row in spec["gap"]], dtype=float)
+            parts.append(
+                f"- D-ECE map {name} at {label}: grid {list(g.shape)}, "
+                f"max gap {format_value(np.nanmax(g) if np.isfinite(g).any() else None)}"
+            )
+    parts += [
+        "",
+        "Definitions: docs/metrics.md; matching rules: docs/matching.md.",
+        "Files: " + ", ".join(m.get("files") or []),
+        "",
+    ]
+    return "\n".join(parts)
+
+
+def _header_md(m: Mapping[str, Any]) -> list[str]:
+    """The title and the data / matching / detection-accounting / variants lines of summary.md."""
     parts = [f"# detcal-evaluate summary (detcal {m['detcal_version']})", ""]
     d = m["data"]
     c = d["counts"]
-    parts.append(f"- data: {d.get('source')} ({c['images']} images, {c['gt']} GT, {c['detections']} detections; "
-                 f"box uncertainty: {c['uncertainty'] or 'none'})")
+    parts.append(
+        f"- data: {d.get('source')} ({c['images']} images, {c['gt']} GT, {c['detections']} detections; "
+        f"box uncertainty: {c['uncertainty'] or 'none'})"
+    )
     mt = m["matching"]
     asked = [t for t in (mt.get("iou_thresholds") or []) if t not in (mt.get("regression_only_thresholds") or [])]
-    parts.append(f"- matching: mode={mt['mode']}, IoU thresholds={asked if asked else mt.get('iou_thresholds')}"
-                 + (f" (+ {mt['regression_only_thresholds']} for the box-uncertainty sample only)"
-                    if mt.get("regression_only_thresholds") else "")
-                 + f", class_agnostic={mt['class_agnostic']}, score_threshold={mt['score_threshold']}, "
-                   f"max_dets={mt['max_dets']}")
+    parts.append(
+        f"- matching: mode={mt['mode']}, IoU thresholds={asked if asked else mt.get('iou_thresholds')}"
+        + (
+            f" (+ {mt['regression_only_thresholds']} for the box-uncertainty sample only)"
+            if mt.get("regression_only_thresholds")
+            else ""
+        )
+        + f", class_agnostic={mt['class_agnostic']}, score_threshold={mt['score_threshold']}, "
+        f"max_dets={mt['max_dets']}"
+    )
     acc = m["detections"]
     left = acc.get("left_out_at_loading") or {}
-    parts.append(f"- detections: {acc['input']} in the input; left out: "
-                 f"{left.get('unknown_category', 0)} with a category not in the ground truth, "
-                 f"{acc['below_score_threshold']} below the score threshold, {acc['beyond_max_dets']} beyond max_dets; "
-                 f"{acc['considered']} considered")
+    parts.append(
+        f"- detections: {acc['input']} in the input; left out: "
+        f"{left.get('unknown_category', 0)} with a category not in the ground truth, "
+        f"{acc['below_score_threshold']} below the score threshold, {acc['beyond_max_dets']} beyond max_dets; "
+        f"{acc['considered']} considered"
+    )
     for label, pt in acc["per_threshold"].items():
-        parts.append(f"  - at {label}: {pt['evaluated']} evaluated ({pt['true_positives']} TP, "
-                     f"{pt['false_positives']} FP), {pt['ignored_region']} in ignored regions (crowd, DontCare, "
-                     f"neighbour class) left out")
+        parts.append(
+            f"  - at {label}: {pt['evaluated']} evaluated ({pt['true_positives']} TP, "
+            f"{pt['false_positives']} FP), {pt['ignored_region']} in ignored regions (crowd, DontCare, "
+            f"neighbour class) left out"
+        )
     parts.append(f"- relative features clipped to [0, 1]: {m['features']['n_clipped']} detections")
     for k, v in m["variants"].items():
         parts.append(f"- {k}: {v}")
     for w in m.get("warnings") or []:
         parts.append(f"- WARNING: {w}")
-    head = {k: {"value [CI]": v, "source": v.get("source", "")} for k, v in m["headline"].items()}
-    if head:
-        parts += ["", "## Headline", "", comparison_table(head, ["value [CI]", "source"], label="metric")]
-    for label, block in m["confidence"].items():
+    return parts
+
+
+def _confidence_md(confidence: Mapping[str, Any]) -> list[str]:
+    """The confidence-calibration tables of summary.md, one per IoU threshold, with the D-ECE grid's occupancy."""
+    parts: list[str] = []
+    for label, block in confidence.items():
         s = block["_sample"]
         if "skipped" in s:
             parts += [f"### Confidence calibration at {label}", "", f"skipped: {s['skipped']}", ""]
             continue
         shown = {k: v for k, v in block.items() if not k.startswith("_")}
-        parts += [metrics_table(shown, title=f"Confidence calibration at {label} (N = {s['n']}, matched {s['n_matched']})")]
+        parts += [
+            metrics_table(shown, title=f"Confidence calibration at {label} (N = {s['n']}, matched {s['n_matched']})")
+        ]
         ex = (block.get("dece") or {}).get("extra") or {}
         if ex:
-            parts.append(f"D-ECE grid: {ex.get('cells')} cells, {ex.get('occupied_cells')} occupied, "
-                         f"{ex.get('kept_cells')} kept (N_c >= threshold); sparse-sample fraction "
-                         f"{format_value(ex.get('sparse_fraction'))}, dropped fraction "
-                         f"{format_value(ex.get('dropped_fraction'))}"
-                         + (" -- WARNING: more cells than samples/10" if ex.get("sparse_warning") else ""))
+            parts.append(
+                f"D-ECE grid: {ex.get('cells')} cells, {ex.get('occupied_cells')} occupied, "
+                f"{ex.get('kept_cells')} kept (N_c >= threshold); sparse-sample fraction "
+                f"{format_value(ex.get('sparse_fraction'))}, dropped fraction "
+                f"{format_value(ex.get('dropped_fraction'))}"
+                + (" -- WARNING: more cells than samples/10" if ex.get("sparse_warning") else "")
+            )
         parts.append("")
-    reg = {k: v for k, v in m["regression"].items() if not k.startswith("_")}
-    s = m["regression"]["_sample"]
-    if reg:
-        coords = list(dict.fromkeys(c for per in reg.values() for c in per))
-        parts += [f"### Box-uncertainty calibration ({s['space']} space, N = {s['n']} TP at IoU {s['iou_threshold']})",
-                  "", comparison_table(reg, coords, label="metric"), ""]
-    else:
-        parts += ["### Box-uncertainty calibration", "", f"skipped: {s.get('skipped')}", ""]
-    parts += _accuracy_md(m.get("accuracy") or {}, m.get("localisation") or {})
-    pc = m.get("per_class") or {}
-    if pc.get("rows"):
-        from detcal.reports.per_class import table_markdown
-
-        parts += [f"### Per class at {pc['iou']} (the {pc['top_n']} most frequent classes)", "",
-                  table_markdown(pc["rows"]), ""]
-    for label, mp in (m.get("dece_maps") or {}).items():
-        for name, spec in mp.items():
-            g = np.asarray([[np.nan if v is None else v for v in row] for row in spec["gap"]], dtype=float)
-            parts.append(f"- D-ECE map {name} at {label}: grid {list(g.shape)}, "
-                         f"max gap {format_value(np.nanmax(g) if np.isfinite(g).any() else None)}")
-    parts += ["", "Definitions: docs/metrics.md; matching rules: docs/matching.md.",
-              "Files: " + ", ".join(m.get("files") or []), ""]
-    return "\n".join(parts)
+    return parts
 
 
 def _accuracy_md(acc: Mapping[str, Any], loc: Mapping[str, Any]) -> list[str]:
@@ -226,18 +314,32 @@ def _accuracy_md(acc: Mapping[str, Any], loc: Mapping[str, Any]) -> list[str]:
     if "AP" in acc:
         names = [k for k in acc if not k.startswith("_") and isinstance(acc[k], Mapping) and "value" in acc[k]]
         row = {"value": {k: acc[k] for k in names}}
-        out += ["### Accuracy (COCO AP/AR from detcal's matching; equal to pycocotools' summarize)", "",
-                comparison_table({"detector": row["value"]}, names, label=""), f"GT areas: {acc.get('_areas')}", ""]
+        out += [
+            "### Accuracy (COCO AP/AR from detcal's matching; equal to pycocotools' summarize)",
+            "",
+            comparison_table({"detector": row["value"]}, names, label=""),
+            f"GT areas: {acc.get('_areas')}",
+            "",
+        ]
     elif acc.get("kitti_ap"):
-        rows = {f"{r['category']} {r['difficulty']}": {"AP11": r.get("ap11"), "AP40": r.get("ap40")}
-                for r in acc["kitti_ap"]}
-        out += ["### Accuracy (KITTI AP, the devkit's eval_class)", "",
-                comparison_table(rows, ["AP11", "AP40"], label="class, difficulty"), ""]
+        rows = {
+            f"{r['category']} {r['difficulty']}": {"AP11": r.get("ap11"), "AP40": r.get("ap40")}
+            for r in acc["kitti_ap"]
+        }
+        out += [
+            "### Accuracy (KITTI AP, the devkit's eval_class)",
+            "",
+            comparison_table(rows, ["AP11", "AP40"], label="class, difficulty"),
+            "",
+        ]
     if "lrp" in loc:
         names = [k for k in ("lrp", "olrp", "laece", "laace") if k in loc]
-        out += ["### Localisation-aware measures (Kuzucu et al. 2024; docs/newest_measures.md)", "",
-                comparison_table({"detector": {k: loc[k] for k in names}}, names, label=""),
-                "LRP components (loc, FP, FN): " + ", ".join(
-                    format_value((loc["lrp"].get("extra") or {}).get(k)) for k in ("lrp_loc", "lrp_fp", "lrp_fn")),
-                ""]
+        out += [
+            "### Localisation-aware measures (Kuzucu et al. 2024; docs/newest_measures.md)",
+            "",
+            comparison_table({"detector": {k: loc[k] for k in names}}, names, label=""),
+            "LRP components (loc, FP, FN): "
+            + ", ".join(format_value((loc["lrp"].get("extra") or {}).get(k)) for k in ("lrp_loc", "lrp_fp", "lrp_fn")),
+            "",
+        ]
     return out

@@ -72,7 +72,7 @@ def read_image_ids(spec: Any, key: str = "data.image_ids") -> list[Any]:
         return list(spec)
     p = _need(spec, key)
     out = []
-    for n, line in enumerate(p.read_text(encoding="utf-8-sig").splitlines(), 1):
+    for line in p.read_text(encoding="utf-8-sig").splitlines():
         s = line.strip()
         if s and not s.startswith("#"):
             out.append(s)

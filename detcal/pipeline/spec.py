@@ -41,6 +41,8 @@ __all__ = [
     "BootstrapSpec",
     "AccuracySpec",
     "LocalisationSpec",
+    "OCESpec",
+    "UqDetrSpec",
     "ParallelSpec",
     "EvaluationSpec",
     "SplitSpec",
@@ -57,7 +59,7 @@ class ConfigError(DetcalError, ValueError):
     ``key`` is the dotted config key (``matching.mode``); the message says what is allowed.
     """
 
-    def __init__(self, key: str, message: str):
+    def __init__(self, key: str, message: str) -> None:
         self.key = key
         self.message = message
         super().__init__(f"config key '{key}': {message}")
@@ -378,6 +380,62 @@ class LocalisationSpec:
 
 
 @dataclass
+class OCESpec:
+    """Object-level calibration (Park et al., TPAMI 2026; docs/newest_measures.md): OCE at the IoU
+    ``iou_thresholds`` with every aggregation (``aggregation`` is the headline one), the Brier
+    score ``brier`` (auto: exact multi-class when the results carry ``all_scores``), the objects of
+    ``variant`` (detcal: crowd / ignored boxes are not objects; uq_detr: every box). ``reliability``:
+    per-image contrastive confidence (kept by ``reliability_method`` at ``reliability_param``), its
+    lambda fitted on a seeded half of the images to the per-image OCE and the correlation on the
+    other half; ``per_image_csv`` writes the per-image scores (oce_per_image.csv)."""
+
+    enabled: bool = True
+    iou_thresholds: list[float] = field(default_factory=lambda: [0.5, 0.75])
+    aggregation: str = "mean"
+    brier: str = "auto"
+    variant: str = "detcal"
+    reliability: bool = True
+    reliability_method: str = "threshold"
+    reliability_param: float = 0.3
+    reliability_seed: int = 0
+    per_image_csv: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.iou_thresholds:
+            raise ConfigError("oce.iou_thresholds", "needs at least one IoU threshold")
+        for t in self.iou_thresholds:
+            _prob("oce.iou_thresholds", t, open_lo=True)
+        _choice("oce.aggregation", self.aggregation, ("mean", "max_iou", "iou_weighted"))
+        _choice("oce.brier", self.brier, ("auto", "multiclass", "binary"))
+        _choice("oce.variant", self.variant, ("detcal", "uq_detr"))
+        _choice("oce.reliability_method", self.reliability_method, ("threshold", "topk", "nms"))
+        if not (isinstance(self.reliability_param, (int, float)) and math.isfinite(self.reliability_param)
+                and self.reliability_param >= 0):
+            raise ConfigError("oce.reliability_param", f"must be a number >= 0, got {self.reliability_param!r}")
+        _int("oce.reliability_seed", self.reliability_seed, 0)
+
+
+@dataclass
+class UqDetrSpec:
+    """D-ECE, LaECE and LRP with uq-detr 0.1.1's conventions (docs/newest_measures.md), recorded
+    under ``uq_detr`` when ``enabled``: TP IoU ``tau`` (> 0), ``bins`` over each sample's score
+    range, ``tp_criterion`` greedy (>= tau, one detection per box) or independent (> tau),
+    crowd boxes as plain objects (``crowd=object``) or removed (``drop``)."""
+
+    enabled: bool = False
+    tau: float = 0.5
+    bins: int = 25
+    tp_criterion: str = "greedy"
+    crowd: str = "object"
+
+    def __post_init__(self) -> None:
+        _prob("uq_detr.tau", self.tau, open_lo=True, open_hi=True)
+        _int("uq_detr.bins", self.bins, 1)
+        _choice("uq_detr.tp_criterion", self.tp_criterion, ("greedy", "independent"))
+        _choice("uq_detr.crowd", self.crowd, ("object", "drop"))
+
+
+@dataclass
 class ParallelSpec:
     """How the work is spread; never what is computed (the numbers are bitwise those of one process).
 
@@ -409,6 +467,8 @@ class EvaluationSpec:
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
     accuracy: AccuracySpec = field(default_factory=AccuracySpec)
     localisation: LocalisationSpec = field(default_factory=LocalisationSpec)
+    oce: OCESpec = field(default_factory=OCESpec)
+    uq_detr: UqDetrSpec = field(default_factory=UqDetrSpec)
     parallel: ParallelSpec = field(default_factory=ParallelSpec)
 
 

@@ -11,6 +11,7 @@ all coordinates, otherwise converted to the equivalent ``bbox_covar``
 records), ``decode(B, dm)`` (deltas w.r.t. the box), or ``(cx, cy, w, h) = mu'``
 (pixel space); delta records then get ``delta_mean = encode(P, box')``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,16 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from detcal.core.boxes import cxcywh_to_xyxy, decode_deltas, encode_deltas
 from detcal.calibration.base import RegressionCalibrator
+from detcal.core.boxes import cxcywh_to_xyxy, decode_deltas, encode_deltas
 from detcal.core.errors import DetcalInputError
-from detcal.utils.fresh_dir import fresh_dir
 from detcal.core.types import Dataset, Detections, GroundTruth, MatchResult
+from detcal.utils.fresh_dir import fresh_dir
 from detcal.utils.io import write_text
 
 __all__ = ["space_predictions", "apply_regression_calibrator", "write_calibrated"]
-
-
 
 
 def space_predictions(dets: Detections, space: str) -> tuple[np.ndarray, np.ndarray]:
@@ -46,10 +45,42 @@ def space_predictions(dets: Detections, space: str) -> tuple[np.ndarray, np.ndar
     bad = ~np.all(np.isfinite(box), axis=1) | (box[:, 2] <= box[:, 0]) | (box[:, 3] <= box[:, 1])
     box[bad] = [0.0, 0.0, 1.0, 1.0]
     gt = GroundTruth(image_id=dets.image_id, box=box, category=dets.category)
-    mr = MatchResult(iou_thresholds=np.array([0.5]), matched=np.ones((1, d), bool), ignored=np.zeros((1, d), bool),
-                     gt_index=np.arange(d, dtype=np.int64)[None, :], iou=np.ones(d), considered=np.ones(d, bool))
+    mr = MatchResult(
+        iou_thresholds=np.array([0.5]),
+        matched=np.ones((1, d), bool),
+        ignored=np.zeros((1, d), bool),
+        gt_index=np.arange(d, dtype=np.int64)[None, :],
+        iou=np.ones(d),
+        considered=np.ones(d, bool),
+    )
     s = regression_sample(dets, gt, mr, iou_threshold=0.5, space=space)
     return s.mu, s.sigma
+
+
+def _write_corner_cov(dets: Detections, r: np.ndarray, moved: bool, kw: dict[str, Any], notes: dict[str, Any]) -> None:
+    """Corner covariances scaled by ``r``: kept as corners when the scaling is the same for every coordinate of a
+    detection, else converted to a 4x4 box covariance (a per-coordinate scaling couples the corners)."""
+    from detcal.metrics.spaces import J_CORNERS_TO_CXCYWH, J_XYWH_TO_CXCYWH
+
+    assert dets.corner_cov is not None
+    uniform = np.all(np.isclose(r, r[:, :1], rtol=1e-12, atol=0.0)) if r.size else True
+    if uniform:
+        kw["corner_cov"] = dets.corner_cov * (r[:, :1] ** 2)[:, :, None, None]
+        notes["fields"] = ["corner_cov"] + (["box"] if moved else [])
+    else:
+        block = np.zeros((len(dets), 4, 4))
+        block[:, :2, :2] = dets.corner_cov[:, 0]
+        block[:, 2:, 2:] = dets.corner_cov[:, 1]
+        cov_c = np.einsum("ij,djk,lk->dil", J_CORNERS_TO_CXCYWH, block, J_CORNERS_TO_CXCYWH)
+        cov_c = cov_c * r[:, :, None] * r[:, None, :]
+        j_inv = np.linalg.inv(J_XYWH_TO_CXCYWH)
+        kw["box_cov"] = np.einsum("ij,djk,lk->dil", j_inv, cov_c, j_inv)
+        kw["corner_cov"] = None
+        notes["fields"] = ["box_cov (converted from corner covariances)"] + (["box"] if moved else [])
+        notes["converted"] = (
+            "covars (corner 2x2) -> bbox_covar (4x4 in x, y, w, h): a per-coordinate "
+            "scaling does not keep the corners independent"
+        )
 
 
 def apply_regression_calibrator(
@@ -62,7 +93,7 @@ def apply_regression_calibrator(
     module docstring describes. Returns the new record and notes (fields
     changed, corner covariances converted, boxes moved).
     """
-    from detcal.metrics.spaces import J_XYWH_TO_CXCYWH, J_CORNERS_TO_CXCYWH
+    from detcal.metrics.spaces import J_XYWH_TO_CXCYWH
 
     kind = dets.uncertainty_kind
     if kind is None:
@@ -72,9 +103,12 @@ def apply_regression_calibrator(
     r = sg2 / sigma
     shift = mu2 - mu
     moved = bool(np.any(shift != 0.0))
-    notes: dict[str, Any] = {"space": space, "uncertainty_kind": kind, "mean_shifted": moved,
-                             "scale_ratio": {"min": float(r.min()) if r.size else None,
-                                             "max": float(r.max()) if r.size else None}}
+    notes: dict[str, Any] = {
+        "space": space,
+        "uncertainty_kind": kind,
+        "mean_shifted": moved,
+        "scale_ratio": {"min": float(r.min()) if r.size else None, "max": float(r.max()) if r.size else None},
+    }
     kw: dict[str, Any] = {}
     box = dets.box
     proposal: Any = dets.proposal  # set for delta records
@@ -86,8 +120,11 @@ def apply_regression_calibrator(
         else:  # deltas w.r.t. the final box B: mu = 0, mu' = dm
             box = decode_deltas(dets.box, mu2)
         kw["box"] = box
-        notes["box_update"] = {"pixel": "(cx, cy, w, h) = mu'", "delta": "decode(P, mu')" if kind == "delta"
-                               else "decode(B, dm)", "box": "decode(B, dm)"}[space]
+        notes["box_update"] = {
+            "pixel": "(cx, cy, w, h) = mu'",
+            "delta": "decode(P, mu')" if kind == "delta" else "decode(B, dm)",
+            "box": "decode(B, dm)",
+        }[space]
     if kind == "delta":
         kw["delta_std"] = dets.delta_std * r
         if moved:
@@ -103,23 +140,7 @@ def apply_regression_calibrator(
         kw["box_cov"] = np.einsum("dij,djk,dlk->dil", a, dets.box_cov, a)
         notes["fields"] = ["box_cov"] + (["box"] if moved else [])
     else:  # corner_cov
-        assert dets.corner_cov is not None
-        uniform = np.all(np.isclose(r, r[:, :1], rtol=1e-12, atol=0.0)) if r.size else True
-        if uniform:
-            kw["corner_cov"] = dets.corner_cov * (r[:, :1] ** 2)[:, :, None, None]
-            notes["fields"] = ["corner_cov"] + (["box"] if moved else [])
-        else:
-            block = np.zeros((len(dets), 4, 4))
-            block[:, :2, :2] = dets.corner_cov[:, 0]
-            block[:, 2:, 2:] = dets.corner_cov[:, 1]
-            cov_c = np.einsum("ij,djk,lk->dil", J_CORNERS_TO_CXCYWH, block, J_CORNERS_TO_CXCYWH)
-            cov_c = cov_c * r[:, :, None] * r[:, None, :]
-            j_inv = np.linalg.inv(J_XYWH_TO_CXCYWH)
-            kw["box_cov"] = np.einsum("ij,djk,lk->dil", j_inv, cov_c, j_inv)
-            kw["corner_cov"] = None
-            notes["fields"] = ["box_cov (converted from corner covariances)"] + (["box"] if moved else [])
-            notes["converted"] = "covars (corner 2x2) -> bbox_covar (4x4 in x, y, w, h): a per-coordinate " \
-                                 "scaling does not keep the corners independent"
+        _write_corner_cov(dets, r, moved, kw, notes)
     new = dataclasses.replace(dets, **kw)
     mu_w, sg_w = space_predictions(new, space)
     if not (space == "pixel" or (space == "delta" and kind == "delta")):
@@ -127,11 +148,12 @@ def apply_regression_calibrator(
     with np.errstate(invalid="ignore", divide="ignore"):
         dev_s = float(np.max(np.abs(sg_w / sg2 - 1.0))) if sg2.size else 0.0
         dev_m = float(np.max(np.abs(mu_w - mu2) / sg2)) if sg2.size else 0.0
-    notes["writeback"] = {"max_rel_sigma_deviation": dev_s, "max_mean_deviation_in_sigmas": dev_m,
-                          "note": "written record fields re-read in the space vs the calibrator's output"}
+    notes["writeback"] = {
+        "max_rel_sigma_deviation": dev_s,
+        "max_mean_deviation_in_sigmas": dev_m,
+        "note": "written record fields re-read in the space vs the calibrator's output",
+    }
     return new, notes
-
-
 
 
 def write_calibrated(out_dir: Path, fmt: str, dets: Detections, dataset: Dataset, write_gt: bool) -> dict[str, str]:
@@ -155,16 +177,18 @@ def write_calibrated(out_dir: Path, fmt: str, dets: Detections, dataset: Dataset
                 write_coco_instances(out_dir / "instances.json", dataset)
                 paths["gt"] = str(out_dir / "instances.json")
         else:
-            from detcal.data.kitti import write_kitti_labels, write_kitti_results
             from detcal.core.types import KITTI_CATEGORIES
+            from detcal.data.kitti import write_kitti_labels, write_kitti_results
 
             write_kitti_results(out_dir / "results", dets, categories=KITTI_CATEGORIES, dataset=dataset)
             paths["results"] = str(out_dir / "results")
             if write_gt:
                 write_kitti_labels(out_dir / "label_2", dataset)
                 im = dataset.images
-                lines = [f"{Path(n).stem if n else f'{int(i):06d}'} {w:g} {h:g}"
-                         for i, w, h, n in zip(im.id.tolist(), im.width.tolist(), im.height.tolist(), im.file_name)]
+                lines = [
+                    f"{Path(n).stem if n else f'{int(i):06d}'} {w:g} {h:g}"
+                    for i, w, h, n in zip(im.id.tolist(), im.width.tolist(), im.height.tolist(), im.file_name)
+                ]
                 write_text(out_dir / "sizes.txt", "\n".join(lines) + ("\n" if lines else ""))
                 paths["gt"] = str(out_dir / "label_2")
                 paths["sizes"] = str(out_dir / "sizes.txt")

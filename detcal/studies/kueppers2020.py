@@ -23,18 +23,20 @@ Calibration for Object Detection". Protocol, as run by :func:`run`:
 * result: D-ECE on the test split before and after calibration, mean and std
   over the splits; :func:`markdown_table` and :func:`plot`.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from detcal.core.boxes import relative_features
 from detcal.calibration import CONFIDENCE_CALIBRATORS, make_calibrator
 from detcal.calibration.base import ConfidenceCalibrator, clip_p, sigmoid
 from detcal.calibration.confidence import fit_logistic
+from detcal.core.boxes import relative_features
 from detcal.data import bundled
 from detcal.matching.netcal_example import match_netcal_example
 from detcal.metrics.confidence import dece
@@ -51,7 +53,14 @@ BINS_PER_DIM: dict[int, int] = {1: 15, 3: 5, 5: 3}
 IOUS: tuple[float, ...] = (0.60, 0.75)
 POSITION_DEPENDENT: frozenset[str] = frozenset({"position_logistic", "position_beta"})
 """Calibrators that need box features (no row for the (conf) set)."""
-DEFAULT_CALIBRATORS: tuple[str, ...] = ("histogram", "platt", "position_logistic", "beta", "position_beta", "temperature")
+DEFAULT_CALIBRATORS: tuple[str, ...] = (
+    "histogram",
+    "platt",
+    "position_logistic",
+    "beta",
+    "position_beta",
+    "temperature",
+)
 """The paper's calibrators. ``position_beta`` is detcal's registered one when
 it exists, else the interim :class:`InterimPositionBeta` of this module."""
 _FEATURE_COLUMN = {"cx": 0, "cy": 1, "w": 2, "h": 3}
@@ -92,7 +101,9 @@ def set_dece(p: np.ndarray, y: np.ndarray, f: np.ndarray | None, sample_threshol
     return dece(p, y, f, bins=BINS_PER_DIM[n_dim], sample_threshold=sample_threshold, policy="netcal").value
 
 
-def image_splits(image_ids: np.ndarray, n_splits: int = 20, cal_fraction: float = 0.7, seed: int = 0) -> list[np.ndarray]:
+def image_splits(
+    image_ids: np.ndarray, n_splits: int = 20, cal_fraction: float = 0.7, seed: int = 0
+) -> list[np.ndarray]:
     """``n_splits`` boolean masks over the *unique* images: True = calibration split."""
     uniq = np.unique(image_ids)
     n_cal = int(round(cal_fraction * len(uniq)))
@@ -152,6 +163,44 @@ def _make(name: str, n_dim: int) -> Any:
     return make_calibrator(name)
 
 
+def _split_deces(
+    p: np.ndarray,
+    y: np.ndarray,
+    feats: np.ndarray,
+    img_row: np.ndarray,
+    splits: Sequence[np.ndarray],
+    feature_sets: Sequence[str],
+    calibrators: Sequence[str],
+    sample_threshold: int,
+) -> dict[tuple[str, str], list[float]]:
+    """Held-out D-ECE per (feature set, calibrator) over the image splits ("uncalibrated" included)."""
+    vals: dict[tuple[str, str], list[float]] = {}
+    for cal_img in splits:
+        cal = cal_img[img_row]
+        test = ~cal
+        conf_only: dict[str, np.ndarray] = {}
+        for fs in feature_sets:
+            f_all = feature_columns(feats, fs)
+            n_dim = 1 + (0 if f_all is None else f_all.shape[1])
+            f_cal = None if f_all is None else f_all[cal]
+            f_test = None if f_all is None else f_all[test]
+            vals.setdefault((fs, "uncalibrated"), []).append(set_dece(p[test], y[test], f_test, sample_threshold))
+            for name in calibrators:
+                pos = name in POSITION_DEPENDENT
+                if pos and f_all is None:
+                    continue
+                if name == "histogram":
+                    q = _make(name, n_dim).fit(p[cal], y[cal], f_cal).transform(p[test], f_test)
+                elif pos:
+                    q = _make(name, n_dim).fit(p[cal], y[cal], f_cal).transform(p[test], f_test)
+                else:  # confidence-only: one fit per split, shared by the feature sets
+                    if name not in conf_only:
+                        conf_only[name] = _make(name, 1).fit(p[cal], y[cal]).transform(p[test])
+                    q = conf_only[name]
+                vals.setdefault((fs, name), []).append(set_dece(q, y[test], f_test, sample_threshold))
+    return vals
+
+
 def run(
     detectors: Sequence[str] = bundled.DETECTORS,
     ious: Sequence[float] = IOUS,
@@ -173,35 +222,40 @@ def run(
             uniq, img_row = np.unique(s["image"], return_inverse=True)
             splits = image_splits(s["image"], n_splits, cal_fraction, seed)
             for fs in feature_sets:
-                full.append({"detector": det, "iou": float(iou), "features": fs, "dece": set_dece(p, y, feature_columns(feats, fs), sample_threshold)})
-            vals: dict[tuple[str, str], list[float]] = {}
-            for cal_img in splits:
-                cal = cal_img[img_row]
-                test = ~cal
-                conf_only: dict[str, np.ndarray] = {}
-                for fs in feature_sets:
-                    f_all = feature_columns(feats, fs)
-                    n_dim = 1 + (0 if f_all is None else f_all.shape[1])
-                    f_cal = None if f_all is None else f_all[cal]
-                    f_test = None if f_all is None else f_all[test]
-                    vals.setdefault((fs, "uncalibrated"), []).append(set_dece(p[test], y[test], f_test, sample_threshold))
-                    for name in calibrators:
-                        pos = name in POSITION_DEPENDENT
-                        if pos and f_all is None:
-                            continue
-                        if name == "histogram":
-                            q = _make(name, n_dim).fit(p[cal], y[cal], f_cal).transform(p[test], f_test)
-                        elif pos:
-                            q = _make(name, n_dim).fit(p[cal], y[cal], f_cal).transform(p[test], f_test)
-                        else:  # confidence-only: one fit per split, shared by the feature sets
-                            if name not in conf_only:
-                                conf_only[name] = _make(name, 1).fit(p[cal], y[cal]).transform(p[test])
-                            q = conf_only[name]
-                        vals.setdefault((fs, name), []).append(set_dece(q, y[test], f_test, sample_threshold))
+                full.append(
+                    {
+                        "detector": det,
+                        "iou": float(iou),
+                        "features": fs,
+                        "dece": set_dece(p, y, feature_columns(feats, fs), sample_threshold),
+                    }
+                )
+            vals = _split_deces(p, y, feats, img_row, splits, feature_sets, calibrators, sample_threshold)
             for (fs, name), v in vals.items():
                 arr = np.asarray(v)
-                rows.append({"detector": det, "iou": float(iou), "features": fs, "calibrator": name, "mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if len(arr) > 1 else 0.0, "values": arr})
-    params = {"detectors": list(detectors), "ious": [float(i) for i in ious], "feature_sets": list(feature_sets), "calibrators": list(calibrators), "n_splits": n_splits, "cal_fraction": cal_fraction, "sample_threshold": sample_threshold, "seed": seed, "bins_per_dim": BINS_PER_DIM, "seconds": time.time() - t0}
+                rows.append(
+                    {
+                        "detector": det,
+                        "iou": float(iou),
+                        "features": fs,
+                        "calibrator": name,
+                        "mean": float(arr.mean()),
+                        "std": float(arr.std(ddof=1)) if len(arr) > 1 else 0.0,
+                        "values": arr,
+                    }
+                )
+    params = {
+        "detectors": list(detectors),
+        "ious": [float(i) for i in ious],
+        "feature_sets": list(feature_sets),
+        "calibrators": list(calibrators),
+        "n_splits": n_splits,
+        "cal_fraction": cal_fraction,
+        "sample_threshold": sample_threshold,
+        "seed": seed,
+        "bins_per_dim": BINS_PER_DIM,
+        "seconds": time.time() - t0,
+    }
     return StudyResult(rows=rows, full=full, params=params)
 
 
@@ -219,7 +273,9 @@ def markdown_table(result: StudyResult, scale: float = 100.0) -> str:
                 for fs in fsets:
                     r = idx.get((det, iou, fs, c))
                     cells.append("—" if r is None else f"{scale * r['mean']:.2f} ± {scale * r['std']:.2f}")
-                lines.append(f"| {bundled.DETECTOR_LABELS.get(det, det)} | {iou:.2f} | {c} | " + " | ".join(cells) + " |")
+                lines.append(
+                    f"| {bundled.DETECTOR_LABELS.get(det, det)} | {iou:.2f} | {c} | " + " | ".join(cells) + " |"
+                )
     return "\n".join(lines)
 
 
@@ -235,7 +291,20 @@ def position_gain(result: StudyResult, features: str = "conf,cx,cy,w,h") -> list
                 if a is None or b is None:
                     continue
                 diff = a["values"] - b["values"]
-                out.append({"detector": det, "iou": iou, "position": pos, "baseline": base, "position_mean": a["mean"], "baseline_mean": b["mean"], "diff_mean": float(diff.mean()), "diff_std": float(diff.std(ddof=1)) if len(diff) > 1 else 0.0, "lower_in_splits": int((diff < 0).sum()), "n_splits": len(diff)})
+                out.append(
+                    {
+                        "detector": det,
+                        "iou": iou,
+                        "position": pos,
+                        "baseline": base,
+                        "position_mean": a["mean"],
+                        "baseline_mean": b["mean"],
+                        "diff_mean": float(diff.mean()),
+                        "diff_std": float(diff.std(ddof=1)) if len(diff) > 1 else 0.0,
+                        "lower_in_splits": int((diff < 0).sum()),
+                        "n_splits": len(diff),
+                    }
+                )
     return out
 
 
@@ -249,7 +318,9 @@ def plot(result: StudyResult, path: Any = None) -> Any:
     fsets, ious, dets = result.params["feature_sets"], result.params["ious"], result.params["detectors"]
     cals = ["uncalibrated"] + list(result.params["calibrators"])
     idx = {(r["detector"], r["iou"], r["features"], r["calibrator"]): r for r in result.rows}
-    fig, axes = plt.subplots(len(ious), len(fsets), figsize=(4.2 * len(fsets), 3.4 * len(ious)), squeeze=False, sharey="row")
+    fig, axes = plt.subplots(
+        len(ious), len(fsets), figsize=(4.2 * len(fsets), 3.4 * len(ious)), squeeze=False, sharey="row"
+    )
     width = 0.8 / len(cals)
     for i, iou in enumerate(ious):
         for j, fs in enumerate(fsets):
@@ -270,7 +341,12 @@ def plot(result: StudyResult, path: Any = None) -> Any:
                 ax.set_ylabel("held-out D-ECE (%)")
     from matplotlib.patches import Patch
 
-    fig.legend(handles=[Patch(color=f"C{k}", label=c) for k, c in enumerate(cals)], loc="upper center", ncol=len(cals), fontsize=8)
+    fig.legend(
+        handles=[Patch(color=f"C{k}", label=c) for k, c in enumerate(cals)],
+        loc="upper center",
+        ncol=len(cals),
+        fontsize=8,
+    )
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     if path is not None:
         fig.savefig(path, dpi=120)
@@ -278,4 +354,19 @@ def plot(result: StudyResult, path: Any = None) -> Any:
     return fig
 
 
-__all__ = ["BINS_PER_DIM", "DEFAULT_CALIBRATORS", "FEATURE_SETS", "IOUS", "InterimPositionBeta", "StudyResult", "detector_sample", "feature_columns", "image_splits", "markdown_table", "plot", "position_gain", "run", "set_dece"]
+__all__ = [
+    "BINS_PER_DIM",
+    "DEFAULT_CALIBRATORS",
+    "FEATURE_SETS",
+    "IOUS",
+    "InterimPositionBeta",
+    "StudyResult",
+    "detector_sample",
+    "feature_columns",
+    "image_splits",
+    "markdown_table",
+    "plot",
+    "position_gain",
+    "run",
+    "set_dece",
+]

@@ -26,19 +26,28 @@ Calibrators: ``identity``, ``temperature``, ``platt``, ``linear_regression``,
 A class without ground truth in A keeps every detection (NaN threshold) and
 stays uncalibrated.
 """
+
 from __future__ import annotations
 
 import contextlib
 import io
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from detcal.calibration.iou_regression import PerClassCalibrator
 from detcal.core.errors import DetcalInputError
-from detcal.metrics.laece import DECE_BINS, DECE_TAU, LAECE_BINS, dece_from_outcomes, laace_from_outcomes, laece_from_outcomes
-from detcal.metrics.lrp import DEFAULT_TAU, DetectionOutcomes, detection_outcomes, lrp_table, threshold_mask
 from detcal.core.types import Dataset, Detections, GroundTruth
+from detcal.metrics.laece import (
+    DECE_BINS,
+    DECE_TAU,
+    LAECE_BINS,
+    dece_from_outcomes,
+    laace_from_outcomes,
+    laece_from_outcomes,
+)
+from detcal.metrics.lrp import DEFAULT_TAU, DetectionOutcomes, detection_outcomes, lrp_table, threshold_mask
 
 CALIBRATORS: tuple[str, ...] = ("identity", "temperature", "platt", "linear_regression", "isotonic")
 
@@ -52,16 +61,33 @@ def coco_ap(gt: GroundTruth, dets: Detections, image_ids: np.ndarray, categories
         return 0.0
     g = gt.box
     anns = [
-        {"id": int(i) + 1, "image_id": int(im), "category_id": int(c), "bbox": [float(b[0]), float(b[1]), float(b[2] - b[0]), float(b[3] - b[1])],
-         "area": float((b[2] - b[0]) * (b[3] - b[1])), "iscrowd": int(cr), "ignore": int(ig)}
+        {
+            "id": int(i) + 1,
+            "image_id": int(im),
+            "category_id": int(c),
+            "bbox": [float(b[0]), float(b[1]), float(b[2] - b[0]), float(b[3] - b[1])],
+            "area": float((b[2] - b[0]) * (b[3] - b[1])),
+            "iscrowd": int(cr),
+            "ignore": int(ig),
+        }
         for i, (im, c, b, cr, ig) in enumerate(zip(gt.image_id, gt.category, g, gt.iscrowd, gt.ignore))
     ]
     coco = COCO()
-    coco.dataset = {"images": [{"id": int(i)} for i in image_ids], "annotations": anns,
-                    "categories": [{"id": int(k), "name": v} for k, v in categories.items()]}
+    coco.dataset = {
+        "images": [{"id": int(i)} for i in image_ids],
+        "annotations": anns,
+        "categories": [{"id": int(k), "name": v} for k, v in categories.items()],
+    }
     d = dets.box
-    res = [{"image_id": int(im), "category_id": int(c), "bbox": [float(b[0]), float(b[1]), float(b[2] - b[0]), float(b[3] - b[1])], "score": float(s)}
-           for im, c, b, s in zip(dets.image_id, dets.category, d, dets.score)]
+    res = [
+        {
+            "image_id": int(im),
+            "category_id": int(c),
+            "bbox": [float(b[0]), float(b[1]), float(b[2] - b[0]), float(b[3] - b[1])],
+            "score": float(s),
+        }
+        for im, c, b, s in zip(dets.image_id, dets.category, d, dets.score)
+    ]
     with contextlib.redirect_stdout(io.StringIO()):
         coco.createIndex()
         ev = COCOeval(coco, coco.loadRes(res), "bbox")
@@ -93,14 +119,25 @@ def _thresholds(dets: Detections, gt: GroundTruth, tau: float, max_dets: int | N
     return {int(c): float(v) for c, v in zip(t.categories, t.threshold)}
 
 
-def evaluate(dets: Detections, gt: GroundTruth, *, tau: float = DEFAULT_TAU, max_dets: int | None = 100, bins: int = LAECE_BINS,
-             dece_bins: int = DECE_BINS, dece_tau: float = DECE_TAU,
-             ap: Callable[[Detections], float] | None = None) -> dict[str, Any]:
+def evaluate(
+    dets: Detections,
+    gt: GroundTruth,
+    *,
+    tau: float = DEFAULT_TAU,
+    max_dets: int | None = 100,
+    bins: int = LAECE_BINS,
+    dece_bins: int = DECE_BINS,
+    dece_tau: float = DECE_TAU,
+    ap: Callable[[Detections], float] | None = None,
+) -> dict[str, Any]:
     """LRP (+ components), LaECE, LaACE_0, D-ECE and (if ``ap`` is given) AP of ``dets``."""
     o = detection_outcomes(dets, gt, tau, max_dets=max_dets)
     means = lrp_table(o).means()
     out: dict[str, Any] = {
-        "lrp": means["lrp"], "lrp_loc": means["loc"], "lrp_fp": means["fp"], "lrp_fn": means["fn"],
+        "lrp": means["lrp"],
+        "lrp_loc": means["loc"],
+        "lrp_fp": means["fp"],
+        "lrp_fn": means["fn"],
         "laece": laece_from_outcomes(o, bins=bins).value,
         "laace": laace_from_outcomes(o).value,
         "dece": dece_from_outcomes(detection_outcomes(dets, gt, dece_tau, max_dets=max_dets), bins=dece_bins).value,
@@ -108,6 +145,64 @@ def evaluate(dets: Detections, gt: GroundTruth, *, tau: float = DEFAULT_TAU, max
     }
     out["ap"] = float(ap(dets)) if ap is not None else float("nan")
     return out
+
+
+def _split_images(image_ids: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The seeded image split: calibration half A (``fraction`` of the images) and test half B, each sorted."""
+    ids = np.sort(image_ids)
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(len(ids))
+    n_a = int(round(fraction * len(ids)))
+    ids_a, ids_b = np.sort(ids[perm[:n_a]]), np.sort(ids[perm[n_a:]])
+    if len(ids_a) == 0 or len(ids_b) == 0:
+        raise DetcalInputError(f"{len(ids)} images cannot be split into two non-empty halves", field="images")
+    return ids_a, ids_b
+
+
+def _calibrated_rows(
+    calibrators: Sequence[str],
+    d_a: Detections,
+    gt_a: GroundTruth,
+    d_b: Detections,
+    gt_b: GroundTruth,
+    tau: float,
+    max_dets: int | None,
+    ev: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """Per calibrator, the measures on half B with LRP-optimal thresholding (the benchmark's protocol) and without."""
+    rows: list[dict[str, Any]] = []
+    thr0 = _thresholds(d_a, gt_a, tau, max_dets)
+    a0 = d_a.select(threshold_mask(d_a, thr0))
+    b0 = d_b.select(threshold_mask(d_b, thr0))
+    for method in calibrators:  # loop over calibrators
+        # with thresholding (the benchmark's protocol)
+        cal = _fit(method, a0, gt_a, tau, max_dets)
+        a1 = _with_scores(a0, cal.transform(a0.score, a0.category))
+        thr1 = _thresholds(a1, gt_a, tau, max_dets)
+        b1 = _with_scores(b0, cal.transform(b0.score, b0.category))
+        b1 = b1.select(threshold_mask(b1, thr1))
+        rows.append(
+            {
+                "calibrator": method,
+                "thresholded": True,
+                **evaluate(b1, gt_b, **ev),
+                "thr0": thr0,
+                "thr1": thr1,
+                "n_classes_fitted": len(cal.calibrators_),
+            }
+        )
+        # without thresholding
+        cal_all = _fit(method, d_a, gt_a, tau, max_dets)
+        b_all = _with_scores(d_b, cal_all.transform(d_b.score, d_b.category))
+        rows.append(
+            {
+                "calibrator": method,
+                "thresholded": False,
+                **evaluate(b_all, gt_b, **ev),
+                "n_classes_fitted": len(cal_all.calibrators_),
+            }
+        )
+    return rows
 
 
 def run(
@@ -136,48 +231,41 @@ def run(
         raise DetcalInputError(f"unknown calibrator(s) {unknown}; choose from {CALIBRATORS}", field="calibrators")
     if not 0.0 < fraction < 1.0:
         raise DetcalInputError(f"fraction must lie in (0, 1), got {fraction}", field="fraction")
-    ids = np.sort(dataset.images.id)
-    rng = np.random.default_rng(seed)
-    perm = rng.permutation(len(ids))
-    n_a = int(round(fraction * len(ids)))
-    ids_a, ids_b = np.sort(ids[perm[:n_a]]), np.sort(ids[perm[n_a:]])
-    if len(ids_a) == 0 or len(ids_b) == 0:
-        raise DetcalInputError(f"{len(ids)} images cannot be split into two non-empty halves", field="images")
+    ids_a, ids_b = _split_images(dataset.images.id, fraction, seed)
     gt = dataset.gt
     gt_a, gt_b = gt.select(np.isin(gt.image_id, ids_a)), gt.select(np.isin(gt.image_id, ids_b))
     d_a, d_b = dets.select(np.isin(dets.image_id, ids_a)), dets.select(np.isin(dets.image_id, ids_b))
     ap = (lambda d: coco_ap(gt_b, d, ids_b, dataset.categories)) if with_ap else None
     ev: dict[str, Any] = dict(tau=tau, max_dets=max_dets, bins=bins, dece_bins=dece_bins, dece_tau=dece_tau, ap=ap)
 
-    rows: list[dict[str, Any]] = []
-    thr0 = _thresholds(d_a, gt_a, tau, max_dets)
-    a0 = d_a.select(threshold_mask(d_a, thr0))
-    b0 = d_b.select(threshold_mask(d_b, thr0))
-    for method in calibrators:  # loop over calibrators
-        # with thresholding (the benchmark's protocol)
-        cal = _fit(method, a0, gt_a, tau, max_dets)
-        a1 = _with_scores(a0, cal.transform(a0.score, a0.category))
-        thr1 = _thresholds(a1, gt_a, tau, max_dets)
-        b1 = _with_scores(b0, cal.transform(b0.score, b0.category))
-        b1 = b1.select(threshold_mask(b1, thr1))
-        rows.append({"calibrator": method, "thresholded": True, **evaluate(b1, gt_b, **ev), "thr0": thr0, "thr1": thr1,
-                     "n_classes_fitted": len(cal.calibrators_)})
-        # without thresholding
-        cal_all = _fit(method, d_a, gt_a, tau, max_dets)
-        b_all = _with_scores(d_b, cal_all.transform(d_b.score, d_b.category))
-        rows.append({"calibrator": method, "thresholded": False, **evaluate(b_all, gt_b, **ev),
-                     "n_classes_fitted": len(cal_all.calibrators_)})
+    rows = _calibrated_rows(calibrators, d_a, gt_a, d_b, gt_b, tau, max_dets, ev)
     choices = {
-        "tau": tau, "max_dets": max_dets, "matching": "pycocotools greedy per class",
-        "laece": {"bins": bins, "binning": "equal_width", "closed": "right", "average": "mean over classes with detections"},
+        "tau": tau,
+        "max_dets": max_dets,
+        "matching": "pycocotools greedy per class",
+        "laece": {
+            "bins": bins,
+            "binning": "equal_width",
+            "closed": "right",
+            "average": "mean over classes with detections",
+        },
         "laace": {"bins": "per_detection"},
         "dece": {"bins": dece_bins, "tau": dece_tau, "pooling": "class_agnostic", "target": "TP 1 / FP 0"},
-        "lrp": {"average": "nanmean over classes with ground truth", "thresholds": "LRP-optimal per class, score >= threshold kept"},
+        "lrp": {
+            "average": "nanmean over classes with ground truth",
+            "thresholds": "LRP-optimal per class, score >= threshold kept",
+        },
         "calibrators": {"fit": "per class on IoU targets (FP 0)", "methods": list(calibrators)},
         "ap": "pycocotools bbox AP@[0.50:0.95]" if with_ap else None,
     }
-    split = {"seed": seed, "fraction": fraction, "n_images_calibration": int(len(ids_a)), "n_images_test": int(len(ids_b)),
-             "n_detections_calibration": int(len(d_a)), "n_detections_test": int(len(d_b))}
+    split = {
+        "seed": seed,
+        "fraction": fraction,
+        "n_images_calibration": int(len(ids_a)),
+        "n_images_test": int(len(ids_b)),
+        "n_detections_calibration": int(len(d_a)),
+        "n_detections_test": int(len(d_b)),
+    }
     return {"name": name, "choices": choices, "split": split, "rows": rows, "markdown": markdown_table(rows, name)}
 
 
@@ -186,6 +274,8 @@ def markdown_table(rows: Sequence[dict[str, Any]], title: str = "") -> str:
     head = "| calibrator | thresholded | LRP | LRP loc | LRP FP | LRP FN | LaECE | LaACE | D-ECE | AP | detections |"
     lines = ([f"**{title}**", ""] if title else []) + [head, "|" + "---|" * 11]
     for r in rows:
-        vals = " | ".join(f"{100 * r[k]:.1f}" for k in ("lrp", "lrp_loc", "lrp_fp", "lrp_fn", "laece", "laace", "dece", "ap"))
+        vals = " | ".join(
+            f"{100 * r[k]:.1f}" for k in ("lrp", "lrp_loc", "lrp_fp", "lrp_fn", "laece", "laace", "dece", "ap")
+        )
         lines.append(f"| {r['calibrator']} | {'yes' if r['thresholded'] else 'no'} | {vals} | {r['n_detections']} |")
     return "\n".join(lines) + "\n"

@@ -67,6 +67,7 @@ Python API (no Hydra)::
 torch is imported inside the training functions only (the ``train`` extra);
 without it :func:`run_levi_synthetic` raises a one-line error saying so.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -76,13 +77,13 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
 from detcal._version import __version__
-from detcal.pipeline.spec import ConfigError
 from detcal.core.types import MetricResult
+from detcal.pipeline.spec import ConfigError
 from detcal.utils.io import to_jsonable, write_text
 
 __all__ = [
@@ -126,7 +127,7 @@ class LeviSpec:
     lr: float = 0.01
     momentum: float = 0.9
     steps: int = 2000
-    batch_size: Optional[int] = 1024
+    batch_size: int | None = 1024
     variance_training: str = "detached"
     oracle: bool = True
     bins: int = 10
@@ -142,8 +143,19 @@ class LeviSpec:
             if not cond:
                 raise ConfigError(f"levi.{name}", msg)
 
-        for name in ("n_train", "n_recal", "n_test", "hidden", "layers", "steps", "bins", "kuleshov_m", "seed",
-                     "threads", "scatter_points"):
+        for name in (
+            "n_train",
+            "n_recal",
+            "n_test",
+            "hidden",
+            "layers",
+            "steps",
+            "bins",
+            "kuleshov_m",
+            "seed",
+            "threads",
+            "scatter_points",
+        ):
             v = getattr(self, name)
             need(isinstance(v, int) and not isinstance(v, bool), f"must be an integer, got {v!r}", name)
         for name in ("x_range", "random_sigma_range"):
@@ -158,8 +170,11 @@ class LeviSpec:
         need(0 < a < b, f"expected 0 < low < high, got {self.random_sigma_range}", "random_sigma_range")
         need(self.layers >= 2 and self.hidden >= 1, "need layers >= 2 and hidden >= 1", "layers")
         need(self.optimizer in ("adam", "sgd"), f"expected 'adam' or 'sgd', got {self.optimizer!r}", "optimizer")
-        need(self.variance_training in ("detached", "joint"),
-             f"expected 'detached' or 'joint', got {self.variance_training!r}", "variance_training")
+        need(
+            self.variance_training in ("detached", "joint"),
+            f"expected 'detached' or 'joint', got {self.variance_training!r}",
+            "variance_training",
+        )
         need(float(self.lr) > 0, f"must be > 0, got {self.lr}", "lr")
         need(0 <= float(self.momentum) < 1, f"must be in [0, 1), got {self.momentum}", "momentum")
         need(self.steps >= 1, "must be >= 1", "steps")
@@ -177,7 +192,9 @@ log = logging.getLogger("detcal.levi_synthetic")
 # ----------------------------------------------------------------------------- data and networks
 
 
-def sample_data(n: int, rng: np.random.Generator, x_range: tuple[float, float] = (0.1, 1.0)) -> tuple[np.ndarray, np.ndarray]:
+def sample_data(
+    n: int, rng: np.random.Generator, x_range: tuple[float, float] = (0.1, 1.0)
+) -> tuple[np.ndarray, np.ndarray]:
     """``x [n] ~ U[x_range]``, ``y [n] ~ N(x, x^2)`` (Levi et al. 2019, section 4.1)."""
     lo, hi = (float(v) for v in x_range)
     x = rng.uniform(lo, hi, size=int(n))
@@ -217,7 +234,7 @@ def _batches(n: int, cfg: LeviSpec, gen: Any) -> Any:
     while True:
         perm = torch.randperm(n, generator=gen)
         for i in range(0, n - int(cfg.batch_size) + 1, int(cfg.batch_size)):
-            yield perm[i:i + int(cfg.batch_size)]
+            yield perm[i : i + int(cfg.batch_size)]
 
 
 def train_mean_and_variance(x: np.ndarray, y: np.ndarray, cfg: LeviSpec) -> tuple[Any, Any, dict[str, Any]]:
@@ -237,8 +254,12 @@ def train_mean_and_variance(x: np.ndarray, y: np.ndarray, cfg: LeviSpec) -> tupl
     yt = torch.as_tensor(y, dtype=torch.float32).reshape(-1, 1)
     f = _mlp(int(cfg.hidden), int(cfg.layers))
     u = _mlp(int(cfg.hidden), int(cfg.layers))
-    info: dict[str, Any] = {"variance_training": cfg.variance_training, "optimizer": cfg.optimizer,
-                            "steps": int(cfg.steps), "batch_size": cfg.batch_size}
+    info: dict[str, Any] = {
+        "variance_training": cfg.variance_training,
+        "optimizer": cfg.optimizer,
+        "steps": int(cfg.steps),
+        "batch_size": cfg.batch_size,
+    }
     t0 = time.perf_counter()
 
     def nll(uu: Any, resid: Any) -> Any:
@@ -308,12 +329,17 @@ def _interval_ce_from_p(p_t: np.ndarray, cfg: LeviSpec) -> MetricResult:
     from detcal.metrics.regression import interval_calibration_error
 
     z = ndtri(np.clip(p_t, 1e-12, 1.0 - 1e-12))
-    return interval_calibration_error(np.zeros(len(z)), np.ones(len(z)), z, m=int(cfg.kuleshov_m),
-                                      reduction=cfg.kuleshov_reduction)
+    return interval_calibration_error(
+        np.zeros(len(z)), np.ones(len(z)), z, m=int(cfg.kuleshov_m), reduction=cfg.kuleshov_reduction
+    )
 
 
 def evaluate_uncertainty(
-    mu: np.ndarray, sigma: np.ndarray, y: np.ndarray, true_std: np.ndarray, cfg: LeviSpec,
+    mu: np.ndarray,
+    sigma: np.ndarray,
+    y: np.ndarray,
+    true_std: np.ndarray,
+    cfg: LeviSpec,
     cdf_values: np.ndarray | None = None,
 ) -> dict[str, MetricResult]:
     """ENCE (equal-count bins), C_v, Kuleshov CE, Gaussian NLL and corr(sigma, true std) on one sample.
@@ -333,8 +359,12 @@ def evaluate_uncertainty(
     ce_other = dataclasses.replace(cfg, kuleshov_reduction=other)
     ce.extra[f"value_{other}"] = float(_interval_ce_from_p(p_t, ce_other).value)
     ce.params["p_t"] = "Phi((y - mu) / sigma)" if cdf_values is None else "recalibrated CDF R(Phi((y - mu) / sigma))"
-    corr = MetricResult(name="corr_sigma_true_std", value=float(pearsonr(sigma, true_std).statistic),
-                        variant="pearson", extra={"spearman": float(spearmanr(sigma, true_std).statistic)})
+    corr = MetricResult(
+        name="corr_sigma_true_std",
+        value=float(pearsonr(sigma, true_std).statistic),
+        variant="pearson",
+        extra={"spearman": float(spearmanr(sigma, true_std).statistic)},
+    )
     return {
         "ence": ence(mu, sigma, y, bins=int(cfg.bins), binning="equal_count"),
         "cv": coefficient_of_variation(mu, sigma, y),
@@ -347,8 +377,97 @@ def evaluate_uncertainty(
 # ----------------------------------------------------------------------------- the experiment
 
 
-def run_levi_synthetic(spec: LeviSpec, out_dir: str | Path | None = None, *, progress: bool = False,
-                       echo: bool = False) -> dict[str, Any]:
+def _recalibrate(
+    sigmas: dict[str, tuple[np.ndarray, np.ndarray]],
+    recal: tuple[np.ndarray, np.ndarray, np.ndarray],
+    test: tuple[np.ndarray, np.ndarray, np.ndarray],
+    cfg: LeviSpec,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Per uncertainty (random, trained, oracle): STD scaling and Kuleshov's isotonic recalibration fitted on the
+    recalibration set (mu, y, x), evaluated on the test set and in sample; the learned maps and the curves."""
+    from detcal.calibration.regression import KuleshovIsotonic, StdScaling
+
+    mu_rc, y_rc, x_rc = recal
+    mu_te, y_te, x_te = test
+    results: dict[str, Any] = {}
+    in_sample: dict[str, Any] = {}
+    learned: dict[str, Any] = {}
+    curves: dict[str, Any] = {}
+    for name, (s_rc, s_te) in sigmas.items():
+        std: Any = StdScaling().fit(mu_rc, s_rc, y_rc)
+        kul: Any = KuleshovIsotonic().fit(mu_rc, s_rc, y_rc)
+        preds = {
+            "before": (mu_te, s_te, None),
+            "std_scaling": (*std.transform(mu_te, s_te), None),
+            "kuleshov_isotonic": (*kul.transform(mu_te, s_te), kul.cdf(y_te, mu_te, s_te)),
+        }
+        results[name] = {k: evaluate_uncertainty(m, s, y_te, x_te, cfg, c) for k, (m, s, c) in preds.items()}
+        preds_in = {
+            "before": (mu_rc, s_rc, None),
+            "std_scaling": (*std.transform(mu_rc, s_rc), None),
+            "kuleshov_isotonic": (*kul.transform(mu_rc, s_rc), kul.cdf(y_rc, mu_rc, s_rc)),
+        }
+        in_sample[name] = {
+            k: {m: r.value for m, r in evaluate_uncertainty(mm, s, y_rc, x_rc, cfg, c).items()}
+            for k, (mm, s, c) in preds_in.items()
+        }
+        learned[name] = {
+            "std_scaling": std.describe(),
+            "kuleshov_isotonic": {
+                "mean_z": float(kul.mean_z_[0]),
+                "std_z": float(kul.std_z_[0]),
+                "n_thresholds": int(len(kul.x_thresholds_[0])),
+            },
+            "s": float(std.scale_[0]),
+        }
+        curves[name] = {k: (preds[k][1], x_te) for k in preds}
+    return results, in_sample, learned, curves
+
+
+def _levi_record(
+    cfg: LeviSpec,
+    train_info: dict[str, Any],
+    learned: dict[str, Any],
+    results: dict[str, Any],
+    in_sample: dict[str, Any],
+    seconds: float,
+) -> dict[str, Any]:
+    """The metrics.json content of the experiment (before the headline's s entries and the files)."""
+    return {
+        "detcal_version": __version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": "detcal-levi-synthetic",
+        "reference": "Levi et al. 2019, section 4.1 and Appendix A.1 (Figures 1, 4, 5)",
+        "config": {k: v for k, v in dataclasses.asdict(cfg).items()},
+        "protocol": {
+            "data": "x ~ U[x_range], y ~ N(x, x^2); train / recalibration / test drawn independently "
+            "(numpy SeedSequence(seed).spawn(4): train, recal, test, random sigma)",
+            "evaluated_on": "test set (held out); in_sample = the recalibration set",
+            "ence": f"{cfg.bins} equal-count bins over sigma (docs/metrics.md, ENCE)",
+            "kuleshov_ce": f"{cfg.kuleshov_reduction} over m={cfg.kuleshov_m} levels linspace(0, 1, m), one-sided; "
+            "isotonic: p_t from the recalibrated CDF",
+            "deviation": "Adam (minibatch, cosine decay) instead of SGD(0.001, 0.9), for speed; optimizer=sgd available",
+        },
+        "training": train_info,
+        "learned": learned,
+        "results": {
+            n: {k: {m: r.to_dict() for m, r in per.items()} for k, per in res.items()} for n, res in results.items()
+        },
+        "in_sample": in_sample,
+        "headline": {
+            f"{n}/{k}/{m}": {"value": float(results[n][k][m].value)}
+            for n in results
+            for k in RECALIBRATIONS
+            for m in ("ence", "cv", "kuleshov_ce")
+        },
+        "timing_s": {"total": round(seconds, 3), "training": train_info["seconds"]},
+        "files": ["metrics.json", "summary.md"],
+    }
+
+
+def run_levi_synthetic(
+    spec: LeviSpec, out_dir: str | Path | None = None, *, progress: bool = False, echo: bool = False
+) -> dict[str, Any]:
     """Run the whole experiment; write figures and tables under ``out_dir`` (when given).
 
     ``progress``: log each phase (training, recalibration, figures) at INFO;
@@ -363,8 +482,6 @@ def run_levi_synthetic(spec: LeviSpec, out_dir: str | Path | None = None, *, pro
 
     require_torch("detcal-levi-synthetic")
     import torch
-
-    from detcal.calibration.regression import KuleshovIsotonic, StdScaling
 
     cfg = spec
     say = log.info if progress else log.debug
@@ -386,57 +503,9 @@ def run_levi_synthetic(spec: LeviSpec, out_dir: str | Path | None = None, *, pro
     if cfg.oracle:
         sigmas["oracle"] = (x_rc.copy(), x_te.copy())
 
-    results: dict[str, Any] = {}
-    in_sample: dict[str, Any] = {}
-    learned: dict[str, Any] = {}
-    curves: dict[str, Any] = {}
-    for name, (s_rc, s_te) in sigmas.items():
-        std: Any = StdScaling().fit(mu_rc, s_rc, y_rc)
-        kul: Any = KuleshovIsotonic().fit(mu_rc, s_rc, y_rc)
-        preds = {
-            "before": (mu_te, s_te, None),
-            "std_scaling": (*std.transform(mu_te, s_te), None),
-            "kuleshov_isotonic": (*kul.transform(mu_te, s_te), kul.cdf(y_te, mu_te, s_te)),
-        }
-        results[name] = {k: evaluate_uncertainty(m, s, y_te, x_te, cfg, c) for k, (m, s, c) in preds.items()}
-        preds_in = {
-            "before": (mu_rc, s_rc, None),
-            "std_scaling": (*std.transform(mu_rc, s_rc), None),
-            "kuleshov_isotonic": (*kul.transform(mu_rc, s_rc), kul.cdf(y_rc, mu_rc, s_rc)),
-        }
-        in_sample[name] = {k: {m: r.value for m, r in evaluate_uncertainty(mm, s, y_rc, x_rc, cfg, c).items()}
-                           for k, (mm, s, c) in preds_in.items()}
-        learned[name] = {"std_scaling": std.describe(), "kuleshov_isotonic": {
-            "mean_z": float(kul.mean_z_[0]), "std_z": float(kul.std_z_[0]), "n_thresholds": int(len(kul.x_thresholds_[0]))},
-            "s": float(std.scale_[0])}
-        curves[name] = {k: (preds[k][1], x_te) for k in preds}
+    results, in_sample, learned, curves = _recalibrate(sigmas, (mu_rc, y_rc, x_rc), (mu_te, y_te, x_te), cfg)
     seconds = time.perf_counter() - t_start
-
-    metrics: dict[str, Any] = {
-        "detcal_version": __version__,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": "detcal-levi-synthetic",
-        "reference": "Levi et al. 2019, section 4.1 and Appendix A.1 (Figures 1, 4, 5)",
-        "config": {k: v for k, v in dataclasses.asdict(cfg).items()},
-        "protocol": {
-            "data": "x ~ U[x_range], y ~ N(x, x^2); train / recalibration / test drawn independently "
-                    "(numpy SeedSequence(seed).spawn(4): train, recal, test, random sigma)",
-            "evaluated_on": "test set (held out); in_sample = the recalibration set",
-            "ence": f"{cfg.bins} equal-count bins over sigma (docs/metrics.md, ENCE)",
-            "kuleshov_ce": f"{cfg.kuleshov_reduction} over m={cfg.kuleshov_m} levels linspace(0, 1, m), one-sided; "
-                           "isotonic: p_t from the recalibrated CDF",
-            "deviation": "Adam (minibatch, cosine decay) instead of SGD(0.001, 0.9), for speed; optimizer=sgd available",
-        },
-        "training": train_info,
-        "learned": learned,
-        "results": {n: {k: {m: r.to_dict() for m, r in per.items()} for k, per in res.items()}
-                    for n, res in results.items()},
-        "in_sample": in_sample,
-        "headline": {f"{n}/{k}/{m}": {"value": float(results[n][k][m].value)}
-                     for n in results for k in RECALIBRATIONS for m in ("ence", "cv", "kuleshov_ce")},
-        "timing_s": {"total": round(seconds, 3), "training": train_info["seconds"]},
-        "files": ["metrics.json", "summary.md"],
-    }
+    metrics = _levi_record(cfg, train_info, learned, results, in_sample, seconds)
     for n in results:
         metrics["headline"][f"{n}/s"] = {"value": learned[n]["s"]}
     metrics = to_jsonable(metrics)

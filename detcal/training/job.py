@@ -89,7 +89,7 @@ def stage_fingerprints(spec: MainJobSpec, splits: Mapping[str, Split]) -> dict[s
     fp1 = fingerprint(d1)
     d2 = {"stage1": fp1, "stage": stage_desc(spec.stage2)}
     fp2 = fingerprint(d2)
-    out = {"stage1": (fp1, d1), "stage2": (fp2, d2)}
+    out: dict[str, tuple[str, dict[str, Any]]] = {"stage1": (fp1, d1), "stage2": (fp2, d2)}
     for name in ("recal", "val"):
         dp = {"stage2": fp2, "split": splits[name].identity, "predict": dataclasses.asdict(spec.predict)}
         out[f"predict_{name}"] = (fingerprint(dp), dp)
@@ -182,6 +182,156 @@ def _check_regression(calibrators: Mapping[str, Any]) -> None:
                               "(e.g. std_scaling, kuleshov_isotonic, std_scaling_sgd, sigma_histogram)")
 
 
+@dataclasses.dataclass
+class _Job:
+    """The state one run of the main job carries from stage to stage (each method is one stage)."""
+
+    spec: MainJobSpec
+    run_dir: Path
+    calibrators: Mapping[str, Any]
+    progress: bool
+    header: Mapping[str, Any] | None
+    splits: dict[str, Split] = dataclasses.field(default_factory=dict)
+    fps: dict[str, tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    model: Any = None
+    dets: dict[str, Detections] = dataclasses.field(default_factory=dict)
+    summ: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    variant_files: dict[str, Path] = dataclasses.field(default_factory=dict)
+    report_html: bool = True
+
+    def data(self) -> tuple[dict[str, Split], str]:
+        sp = prepare_splits(self.spec.data, self.spec.splits, self.spec.train_data, self.run_dir)
+        write_json(self.run_dir / "splits" / "identity.json", {k: v.identity for k, v in sp.items()})
+        return sp, "prepared " + ", ".join(f"{k} {len(v.dataset.images)} images / {len(v.dataset.gt)} boxes" for k, v in sp.items())
+
+    def predict_all(self) -> tuple[None, str]:
+        from detcal.training import stages as st
+
+        msgs = []
+        for name in ("recal", "val"):
+            self.dets[name], msg = st.predict_split(self.model, self.splits[name], self.spec.predict,
+                                                    self.spec.trainer.device, self.run_dir / "predictions" / name,
+                                                    *self.fps[f"predict_{name}"], self.progress)
+            msgs.append(f"{name}: {msg}")
+        return None, "; ".join(msgs)
+
+    def calibrate(self) -> tuple[tuple[dict[str, Any], dict[str, Path], dict[str, Any]], str]:
+        from detcal.data.coco import write_coco_results
+
+        fitted, info = _fit(self.spec, self.calibrators, self.splits["recal"], self.dets["recal"])
+        files = {"before": self.run_dir / "predictions" / "val" / "detections.json"}
+        for m, c in fitted.items():
+            files[m] = self.run_dir / "calibration" / f"val_{m}.json"
+            write_coco_results(files[m], calibrated(self.dets["val"], c))
+        write_json(self.run_dir / "calibration" / "calibrators.json", to_jsonable(info))
+        s = info.get("s", {})
+        return (info, files, fitted), (f"fitted on {info['n_recal_tp']} recal TPs" +
+                                       ("; s = " + ", ".join(f"{k} {v:.3f}" for k, v in s.items()) if s else ""))
+
+    def _evaluate(self, split: Split, results: Path, variant: str) -> dict[str, Any]:
+        from detcal.pipeline.evaluation import evaluate
+
+        spec, run_dir = self.spec, self.run_dir
+        result = evaluate(load_delta_records(split, results, run_dir), spec=spec.evaluation, workdir=run_dir,
+                          progress=self.progress)
+        out = run_dir / "eval" / f"{split.name}_{variant}"
+        return result.write(out, plots=spec.output.plots, csv=True, echo=spec.output.print_summary,
+                            header={**dict(self.header or {}), "variant": variant, "split": split.name},
+                            report=self.report_html)
+
+    def evaluate_all(self) -> tuple[None, str]:
+        for v, path in self.variant_files.items():
+            self.summ[v] = report.summaries(self._evaluate(self.splits["val"], path, v))
+        recal = self.run_dir / "predictions" / "recal" / "detections.json"
+        self.summ["_recal"] = report.summaries(self._evaluate(self.splits["recal"], recal, "before"))
+        return None, "evaluated val " + ", ".join(self.variant_files) + " and recal before"
+
+    def diagrams(self) -> list[str]:
+        """The RMSE-vs-RMV diagram of each val variant; the files the report lists."""
+        from detcal.reports import plots
+
+        files = ["table1.json", "table1.md", "stages.json", "main_spec.json", "calibration/calibrators.json"]
+        for v in self.variant_files:
+            name = f"reliability_{v}.png"
+            s = self.summ[v]
+            plots.rmse_rmv_diagram(self.run_dir / name, s["ence_tables"], ence=s["ence"],
+                                   title=f"val, {v.replace('_', ' ')}: RMSE vs RMV per coordinate ({s['n_tp']} TPs)")
+            files.append(name)
+        return files + [f"eval/val_{v}/" for v in self.variant_files] + ["eval/recal_before/"]
+
+    def ence_changes(self, fitted: dict[str, Any]) -> dict[str, Any]:
+        """Per calibrator and coordinate, the val ENCE change with its paired bootstrap interval (empty when off)."""
+        spec = self.spec
+        sb, tb = spec.evaluation.sigma_binning, spec.table1.bootstrap
+        if tb.n <= 0:
+            return {}
+        val_sample = regression_sample_of(spec.evaluation, spec.calibration.iou_threshold, self.splits["val"],
+                                          self.dets["val"])
+        return report.ence_changes(val_sample, fitted, bins=int(sb.bins), binning=str(sb.scheme), n_boot=tb.n,
+                                   level=tb.level, seed=tb.seed, method=tb.method)
+
+    def table1(self, calib_info: dict[str, Any], fitted: dict[str, Any], facts: Any,
+               stages: _Stages) -> tuple[dict[str, Any], str]:
+        spec, summ, variants = self.spec, self.summ, self.variant_files
+        files = self.diagrams()
+        rows = {report.row_label(v): summ[v]["ence"] for v in variants}
+        rows["C_v"] = summ["before"]["cv"]
+        sb = spec.evaluation.sigma_binning
+        changes = self.ence_changes(fitted)
+        table = {
+            "table": "Levi et al. 2019 Table 1 analogue",
+            "detcal_version": __version__,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "run_dir": str(self.run_dir.resolve()),
+            "split": "val",
+            "columns": list(COORDS),
+            "rows": rows,
+            "ence_change": changes,
+            "conclusion": report.conclusion(changes) if changes else {"holds": None, "note": "table1.bootstrap.n=0"},
+            "platform": facts,
+            "ence": {v: summ[v]["ence"] for v in variants},
+            "cv": {v: summ[v]["cv"] for v in variants},
+            "std_scaling_s": calib_info.get("s"),
+            "rmse_rmv_spearman": {v: summ[v]["rmse_rmv_spearman"] for v in variants},
+            "reliability": {v: summ[v]["ence_tables"] for v in variants},
+            "recal": {"n_tp": summ["_recal"]["n_tp"], "ence_before": summ["_recal"]["ence"],
+                      "cv_before": summ["_recal"]["cv"]},
+            "n_tp_val": summ["before"]["n_tp"],
+            "iou_threshold": float(spec.calibration.iou_threshold),
+            "bins": int(sb.bins),
+            "binning": str(sb.scheme),
+            "definitions": dict(report.DEFINITIONS),
+            "detection": {"val": report.detection_row("val", summ["before"]),
+                          "recal": report.detection_row("recal", summ["_recal"])},
+            "calibration": calib_info,
+            "paper": report.PAPER_TABLE1,
+            "data": {k: v.provenance for k, v in self.splits.items()},
+            "fingerprints": {k: v[0] for k, v in self.fps.items()},
+            "stages": stages.record,
+            "files": files,
+        }
+        return table, "wrote table1.json, table1.md and the reliability diagrams"
+
+
+def _write_table1(run_dir: Path, table: dict[str, Any], header: Mapping[str, Any] | None,
+                  report_html: bool) -> dict[str, Any]:
+    """table1.json, table1.md, report.html (when asked); print the table, the run directory and its files."""
+    from detcal.reports.console import run_footer
+
+    if report_html:
+        table["files"] = [*table["files"], "report.html"]
+    table = to_jsonable(table)
+    write_json(run_dir / "table1.json", table)
+    md = report.table1_markdown(table)
+    write_text(run_dir / "table1.md", md)
+    if report_html:
+        from detcal.reports.html import write_report
+
+        write_report(run_dir, {"command": "detcal-main", **dict(header or {}), **table})
+    print(md + "\n" + "\n".join(run_footer(run_dir, table["files"])), flush=True)  # printed whatever print_summary says
+    return table
+
+
 def run_main_job(spec: MainJobSpec, run_dir: str | Path, *, calibrators: Mapping[str, Any], progress: bool = False,
                  header: Mapping[str, Any] | None = None, report_html: bool = True) -> dict[str, Any]:
     """Run the whole pipeline of ``spec`` in ``run_dir``; return the Table 1 JSON (also written to table1.json).
@@ -190,7 +340,11 @@ def run_main_job(spec: MainJobSpec, run_dir: str | Path, *, calibrators: Mapping
     / ``transform(mu, sigma)`` / ``describe()``), one for each name of
     ``spec.calibration.methods`` (the app builds them from the registry,
     :func:`detcal.pipeline.registry.make_calibrator`). ``progress``: progress
-    bars on stderr. ``header``: provenance fields for the evaluations' metrics.json.
+    bars on stderr. ``header``: provenance fields for the evaluations' metrics.json. ``report_html``:
+    report.html in the run directory and in each evaluation's (docs/report.md).
+
+    Stages (each resumable, see :class:`_Stages`): data -> stage1 -> stage2 -> predict -> calibrate ->
+    evaluate -> report.
     """
     missing = [m for m in spec.calibration.methods if m not in calibrators]
     if missing:
@@ -203,135 +357,23 @@ def run_main_job(spec: MainJobSpec, run_dir: str | Path, *, calibrators: Mapping
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json(run_dir / "main_spec.json", to_jsonable(dataclasses.asdict(spec)))
     stages = _Stages(run_dir)
-
-    def _data() -> tuple[dict[str, Split], str]:
-        sp = prepare_splits(spec.data, spec.splits, spec.train_data, run_dir)
-        write_json(run_dir / "splits" / "identity.json", {k: v.identity for k, v in sp.items()})
-        return sp, "prepared " + ", ".join(f"{k} {len(v.dataset.images)} images / {len(v.dataset.gt)} boxes" for k, v in sp.items())
-
-    splits: dict[str, Split] = stages.run("data", _data)
-    fps = stage_fingerprints(spec, splits)
+    job = _Job(spec, run_dir, calibrators, progress, header, report_html=report_html)
+    job.splits = stages.run("data", job.data)
+    job.fps = stage_fingerprints(spec, job.splits)
     facts = st.torch_setup(spec.trainer)
-    model = st.build_model(spec.model, splits["train"], spec.train_data.categories, spec.stage1.seed)
+    job.model = st.build_model(spec.model, job.splits["train"], spec.train_data.categories, spec.stage1.seed)
     train_dir = run_dir / "train"
-    stages.run("stage1", lambda: st.train(spec.stage1, spec.trainer, model, splits["train"], train_dir / "stage1",
-                                          *fps["stage1"], progress))
-    stages.run("stage2", lambda: st.train(spec.stage2, spec.trainer, model, splits["train"], train_dir / "stage2",
-                                          *fps["stage2"], progress))
-    dets: dict[str, Detections] = {}
-
-    def _predict_all() -> tuple[None, str]:
-        msgs = []
-        for name in ("recal", "val"):
-            dets[name], msg = st.predict_split(model, splits[name], spec.predict, spec.trainer.device,
-                                               run_dir / "predictions" / name, *fps[f"predict_{name}"], progress)
-            msgs.append(f"{name}: {msg}")
-        return None, "; ".join(msgs)
-
-    stages.run("predict", _predict_all)
-
-    def _calibrate() -> tuple[tuple[dict[str, Any], dict[str, Path], dict[str, Any]], str]:
-        from detcal.data.coco import write_coco_results
-
-        fitted, info = _fit(spec, calibrators, splits["recal"], dets["recal"])
-        files = {"before": run_dir / "predictions" / "val" / "detections.json"}
-        for m, c in fitted.items():
-            files[m] = run_dir / "calibration" / f"val_{m}.json"
-            write_coco_results(files[m], calibrated(dets["val"], c))
-        write_json(run_dir / "calibration" / "calibrators.json", to_jsonable(info))
-        s = info.get("s", {})
-        return (info, files, fitted), (f"fitted on {info['n_recal_tp']} recal TPs" +
-                               ("; s = " + ", ".join(f"{k} {v:.3f}" for k, v in s.items()) if s else ""))
-
-    calib_info, variant_files, fitted = stages.run("calibrate", _calibrate)
-    summ: dict[str, dict[str, Any]] = {}
-
-    def _evaluate(split: Split, results: Path, variant: str) -> dict[str, Any]:
-        from detcal.pipeline.evaluation import evaluate
-
-        result = evaluate(load_delta_records(split, results, run_dir), spec=spec.evaluation, workdir=run_dir, progress=progress)
-        out = run_dir / "eval" / f"{split.name}_{variant}"
-        return result.write(out, plots=spec.output.plots, csv=True, echo=False, report=report_html,
-                            header={**dict(header or {}), "variant": variant, "split": split.name})
-
-    def _evaluate_all() -> tuple[None, str]:
-        for v, path in variant_files.items():
-            summ[v] = report.summaries(_evaluate(splits["val"], path, v))
-        summ["_recal"] = report.summaries(_evaluate(splits["recal"], run_dir / "predictions" / "recal" / "detections.json",
-                                                    "before"))
-        return None, "evaluated val " + ", ".join(variant_files) + " and recal before"
-
-    stages.run("evaluate", _evaluate_all)
-
-    def _report() -> tuple[dict[str, Any], str]:
-        from detcal.reports import plots
-
-        files = ["table1.json", "table1.md", "stages.json", "main_spec.json", "calibration/calibrators.json"]
-        for v in variant_files:
-            name = f"reliability_{v}.png"
-            s = summ[v]
-            plots.rmse_rmv_diagram(run_dir / name, s["ence_tables"], ence=s["ence"],
-                                   title=f"val, {v.replace('_', ' ')}: RMSE vs RMV per coordinate ({s['n_tp']} TPs)")
-            files.append(name)
-        files += [f"eval/val_{v}/" for v in variant_files] + ["eval/recal_before/"]
-        rows = {report.row_label(v): summ[v]["ence"] for v in variant_files}
-        rows["C_v"] = summ["before"]["cv"]
-        sb, tb = spec.evaluation.sigma_binning, spec.table1.bootstrap
-        changes: dict[str, Any] = {}
-        if tb.n > 0:
-            val_sample = regression_sample_of(spec.evaluation, spec.calibration.iou_threshold, splits["val"], dets["val"])
-            changes = report.ence_changes(val_sample, fitted, bins=int(sb.bins), binning=str(sb.scheme), n_boot=tb.n,
-                                          level=tb.level, seed=tb.seed, method=tb.method)
-        table = {
-            "table": "Levi et al. 2019 Table 1 analogue",
-            "detcal_version": __version__,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "run_dir": str(run_dir.resolve()),
-            "split": "val",
-            "columns": list(COORDS),
-            "rows": rows,
-            "ence_change": changes,
-            "conclusion": report.conclusion(changes) if changes else {"holds": None, "note": "table1.bootstrap.n=0"},
-            "platform": facts,
-            "ence": {v: summ[v]["ence"] for v in variant_files},
-            "cv": {v: summ[v]["cv"] for v in variant_files},
-            "std_scaling_s": calib_info.get("s"),
-            "rmse_rmv_spearman": {v: summ[v]["rmse_rmv_spearman"] for v in variant_files},
-            "reliability": {v: summ[v]["ence_tables"] for v in variant_files},
-            "recal": {"n_tp": summ["_recal"]["n_tp"], "ence_before": summ["_recal"]["ence"],
-                      "cv_before": summ["_recal"]["cv"]},
-            "n_tp_val": summ["before"]["n_tp"],
-            "iou_threshold": float(spec.calibration.iou_threshold),
-            "bins": int(sb.bins),
-            "binning": str(sb.scheme),
-            "definitions": dict(report.DEFINITIONS),
-            "detection": {"val": report.detection_row("val", summ["before"]),
-                          "recal": report.detection_row("recal", summ["_recal"])},
-            "calibration": calib_info,
-            "paper": report.PAPER_TABLE1,
-            "data": {k: v.provenance for k, v in splits.items()},
-            "fingerprints": {k: v[0] for k, v in fps.items()},
-            "stages": stages.record,
-            "files": files,
-        }
-        return table, "wrote table1.json, table1.md and the reliability diagrams"
-
-    table = stages.run("report", _report)
+    stages.run("stage1", lambda: st.train(spec.stage1, spec.trainer, job.model, job.splits["train"],
+                                          train_dir / "stage1", *job.fps["stage1"], progress))
+    stages.run("stage2", lambda: st.train(spec.stage2, spec.trainer, job.model, job.splits["train"],
+                                          train_dir / "stage2", *job.fps["stage2"], progress))
+    stages.run("predict", job.predict_all)
+    calib_info, job.variant_files, fitted = stages.run("calibrate", job.calibrate)
+    stages.run("evaluate", job.evaluate_all)
+    table = stages.run("report", lambda: job.table1(calib_info, fitted, facts, stages))
     table["stages"] = stages.record
     table["timing_s"] = {k: v["seconds"] for k, v in stages.record.items()}
     table["timing_s"]["total"] = round(time.perf_counter() - t_start, 3)
-    if report_html:
-        table["files"] = [*table["files"], "report.html"]
-    table = to_jsonable(table)
-    write_json(run_dir / "table1.json", table)
-    md = report.table1_markdown(table)
-    write_text(run_dir / "table1.md", md)
-    if report_html:
-        from detcal.reports.html import write_report
-
-        write_report(run_dir, {"command": "detcal-main", **dict(header or {}), **table})
-    from detcal.reports.console import run_footer
-
-    print(md + "\n" + "\n".join(run_footer(run_dir, table["files"])), flush=True)  # always, as before
+    table = _write_table1(run_dir, table, header, report_html)
     log.info("detcal-main: done in %.1f s; results in %s", table["timing_s"]["total"], run_dir)
     return table

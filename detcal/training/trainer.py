@@ -174,6 +174,7 @@ def _trim_log(log_path: Path, iteration: int) -> None:
     write_text(log_path, "".join(k + "\n" for k in keep))
 
 
+# long function: its signature takes one keyword per training setting (29 lines); the body is about 55.
 def train_stage(
     model: RFCN,
     dataset: Dataset,
@@ -216,14 +217,8 @@ def train_stage(
     call ``model`` holds the final weights (also when an existing final
     checkpoint is simply reloaded).
     """
-    if stage not in (1, 2):
-        raise DetcalInputError(f"stage must be 1 or 2, got {stage}", field="stage")
-    for name, v in (("iterations", iterations), ("batch_size", batch_size), ("checkpoint_every", checkpoint_every), ("log_every", log_every)):
-        if int(v) < 1:
-            raise DetcalInputError(f"{name} must be >= 1, got {v}", field=name)
     rank, world = _world()
-    if batch_size % world:
-        raise DetcalInputError(f"batch_size {batch_size} is not divisible by the world size {world}", field="batch_size")
+    _check_stage_args(stage, iterations, batch_size, checkpoint_every, log_every, world)
     from detcal.training.determinism import configure_torch
 
     configure_torch(num_threads, deterministic, str(device))
@@ -231,10 +226,8 @@ def train_stage(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     label_map = LabelMap(tuple(int(c) for c in model.category_ids.tolist()))
-    run_config = {"stage": stage, "iterations": int(iterations), "batch_size": int(batch_size), "seed": int(seed), "lr": float(lr),
-                  "momentum": float(momentum), "weight_decay": float(weight_decay), "warmup_iters": int(warmup_iters),
-                  "lr_steps": [int(s) for s in lr_steps], "lr_gamma": float(lr_gamma),
-                  "max_grad_norm": None if max_grad_norm is None else float(max_grad_norm), "hflip": bool(hflip)}
+    run_config = _run_config(stage, iterations, batch_size, seed, lr, momentum, weight_decay, warmup_iters, lr_steps,
+                             lr_gamma, max_grad_norm, hflip)
     final_path = out_dir / f"stage{stage}_final.pt"
     last_path = out_dir / f"stage{stage}_last.pt"
     log_path = out_dir / f"stage{stage}_log.jsonl"
@@ -242,25 +235,10 @@ def train_stage(
     model.to(device)
     params = model.set_stage(stage)
     optimizer = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    start = 0
-    ckpt_path = _latest_checkpoint(out_dir, stage) if resume else None
-    if ckpt_path is not None:
-        state = read_checkpoint(ckpt_path, map_location="cpu")
-        for key in RESUME_KEYS:
-            if state["run_config"].get(key) != run_config[key]:
-                raise DetcalInputError(f"resume: checkpoint has {key}={state['run_config'].get(key)!r}, this run {run_config[key]!r}",
-                                       file=ckpt_path, field=key)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        _set_rng_state(state["rng"])
-        start = int(state["sampler"]["next_iteration"])
-        if start >= iterations:
-            if start > iterations:
-                raise DetcalInputError(f"checkpoint is at iteration {start} > requested {iterations}", file=ckpt_path, field="iteration")
-            if rank == 0 and ckpt_path != final_path:
-                save_checkpoint(final_path, {**state, "run_config": run_config})
-            _barrier()
-            return final_path
+    start = _resume(model, optimizer, _latest_checkpoint(out_dir, stage) if resume else None, run_config, iterations,
+                    final_path, rank)
+    if start >= iterations:
+        return final_path
     if rank == 0:
         if start > 0:
             _trim_log(log_path, start)
@@ -274,11 +252,7 @@ def train_stage(
             model, device_ids=[device.index] if device.type == "cuda" else None)
     ds = DetectionDataset(dataset, images, label_map, hflip=hflip, cache=cache_images)
     sampler = IterationBatchSampler(len(dataset.images), batch_size, seed, start, iterations, rank, world)
-    # Every item carries its own seed (detcal.training.data); the workers' RNGs are seeded as well, so that
-    # nothing a transform might draw depends on the process that loaded it.
-    gen = torch.Generator().manual_seed(int(seed) * 1000 + stage)
-    loader = DataLoader(ds, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers,
-                        worker_init_fn=_seed_worker if num_workers else None, generator=gen)
+    loader = _loader(ds, sampler, num_workers, seed, stage)
     model.train_mode_for_stage(stage)
     bar = tqdm(total=iterations, initial=start, desc=f"R-FCN stage {stage}", disable=not progress or rank != 0, dynamic_ncols=True)
     t0 = time.time()
@@ -286,29 +260,14 @@ def train_stage(
     try:
         for it, (imgs, targets) in zip(range(start, iterations), loader):
             lr_it = learning_rate(it, lr, warmup_iters, lr_steps, lr_gamma)
-            for group in optimizer.param_groups:
-                group["lr"] = lr_it
-            imgs = [im.to(device, non_blocking=True) for im in imgs]
-            targets = [{k: v.to(device) for k, v in t.items()} for t in targets]
-            losses = forward_model(imgs, targets, stage)
-            loss = sum(losses.values())
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"stage {stage}: non-finite loss at iteration {it}: {({k: float(v) for k, v in losses.items()})}")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-            optimizer.step()
+            values = _sgd_step(forward_model, optimizer, params, imgs, targets, device, stage, it, lr_it, max_grad_norm,
+                               world)
             done = it + 1
-            values = _reduce_losses(losses, world)
             bar.update(1)
             if done % log_every == 0 or done == iterations or it == start:
                 bar.set_postfix(loss=f"{sum(values.values()):.4f}")
                 if log_fh is not None:
-                    rec = {"stage": stage, "iteration": done, "loss": float(sum(values.values())), "losses": values, "lr": lr_it,
-                           "time": round(time.time() - t0, 3), "world_size": world}
-                    log_fh.write(json.dumps(rec) + "\n")
-                    log_fh.flush()
+                    _log_line(log_fh, stage, done, values, lr_it, time.time() - t0, world)
             if done % checkpoint_every == 0 or done == iterations:
                 _checkpoint(final_path if done == iterations else last_path, model, optimizer, run_config, done, seed, batch_size, rank)
             if callback is not None:
@@ -318,6 +277,91 @@ def train_stage(
         if log_fh is not None:
             log_fh.close()
     return final_path
+
+
+def _check_stage_args(stage: int, iterations: int, batch_size: int, checkpoint_every: int, log_every: int,
+                      world: int) -> None:
+    """Errors naming the argument for a stage, counts or a batch size that cannot run."""
+    if stage not in (1, 2):
+        raise DetcalInputError(f"stage must be 1 or 2, got {stage}", field="stage")
+    for name, v in (("iterations", iterations), ("batch_size", batch_size), ("checkpoint_every", checkpoint_every), ("log_every", log_every)):
+        if int(v) < 1:
+            raise DetcalInputError(f"{name} must be >= 1, got {v}", field=name)
+    if batch_size % world:
+        raise DetcalInputError(f"batch_size {batch_size} is not divisible by the world size {world}", field="batch_size")
+
+
+def _resume(model: RFCN, optimizer: torch.optim.Optimizer, ckpt_path: Path | None, run_config: dict[str, Any],
+            iterations: int, final_path: Path, rank: int) -> int:
+    """The iteration to start from: 0 without a checkpoint, else the checkpoint's (model, optimizer and RNGs
+    restored). A checkpoint at the last iteration is made the final one (rank 0) before returning."""
+    if ckpt_path is None:
+        return 0
+    state = read_checkpoint(ckpt_path, map_location="cpu")
+    for key in RESUME_KEYS:
+        if state["run_config"].get(key) != run_config[key]:
+            raise DetcalInputError(f"resume: checkpoint has {key}={state['run_config'].get(key)!r}, this run {run_config[key]!r}",
+                                   file=ckpt_path, field=key)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    _set_rng_state(state["rng"])
+    start = int(state["sampler"]["next_iteration"])
+    if start >= iterations:
+        if start > iterations:
+            raise DetcalInputError(f"checkpoint is at iteration {start} > requested {iterations}", file=ckpt_path, field="iteration")
+        if rank == 0 and ckpt_path != final_path:
+            save_checkpoint(final_path, {**state, "run_config": run_config})
+        _barrier()
+    return start
+
+
+def _sgd_step(forward_model: torch.nn.Module, optimizer: torch.optim.Optimizer, params: Any, imgs: Sequence[torch.Tensor],
+              targets: Sequence[dict[str, torch.Tensor]], device: torch.device, stage: int, it: int, lr_it: float,
+              max_grad_norm: float | None, world: int) -> dict[str, float]:
+    """One SGD step at learning rate ``lr_it``; the losses averaged over ranks."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr_it
+    imgs = [im.to(device, non_blocking=True) for im in imgs]
+    targets = [{k: v.to(device) for k, v in t.items()} for t in targets]
+    losses = forward_model(imgs, targets, stage)
+    loss = sum(losses.values())
+    if not torch.isfinite(loss):
+        raise FloatingPointError(f"stage {stage}: non-finite loss at iteration {it}: {({k: float(v) for k, v in losses.items()})}")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if max_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    optimizer.step()
+    return _reduce_losses(losses, world)
+
+
+def _run_config(stage: int, iterations: int, batch_size: int, seed: int, lr: float, momentum: float,
+                weight_decay: float, warmup_iters: int, lr_steps: Sequence[int], lr_gamma: float,
+                max_grad_norm: float | None, hflip: bool) -> dict[str, Any]:
+    """The settings a checkpoint records (and a resume must match, :data:`RESUME_KEYS`), as plain JSON values."""
+    return {"stage": stage, "iterations": int(iterations), "batch_size": int(batch_size), "seed": int(seed), "lr": float(lr),
+            "momentum": float(momentum), "weight_decay": float(weight_decay), "warmup_iters": int(warmup_iters),
+            "lr_steps": [int(s) for s in lr_steps], "lr_gamma": float(lr_gamma),
+            "max_grad_norm": None if max_grad_norm is None else float(max_grad_norm), "hflip": bool(hflip)}
+
+
+def _loader(ds: DetectionDataset, sampler: IterationBatchSampler, num_workers: int, seed: int, stage: int) -> DataLoader:
+    """The stage's DataLoader over ``sampler``'s batches.
+
+    Every item carries its own seed (detcal.training.data); the workers' RNGs are seeded as well, so that
+    nothing a transform might draw depends on the process that loaded it."""
+    gen = torch.Generator().manual_seed(int(seed) * 1000 + stage)
+    return DataLoader(ds, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers,
+                      worker_init_fn=_seed_worker if num_workers else None, generator=gen)
+
+
+def _log_line(log_fh: Any, stage: int, done: int, values: dict[str, float], lr_it: float, elapsed: float,
+              world: int) -> None:
+    """One line of the stage's JSONL training log."""
+    rec = {"stage": stage, "iteration": done, "loss": float(sum(values.values())), "losses": values, "lr": lr_it,
+           "time": round(elapsed, 3), "world_size": world}
+    log_fh.write(json.dumps(rec) + "\n")
+    log_fh.flush()
 
 
 def _seed_worker(worker_id: int) -> None:

@@ -62,6 +62,6 @@ from detcal.data.synthetic.render import (render_scene, render_image)
 from detcal.data.synthetic.detector import (simulate_detector, detector_defaults)
 from detcal.data.synthetic.coco_scale import (generate_coco_scale)
 from detcal.data.synthetic.writer import (write_synthetic)
-from detcal.data.synthetic._common import (SYNTHETIC_CATEGORIES, DONTCARE_CATEGORY, COCO_SCALE_CATEGORIES, _STREAM_SCENES, _STREAM_DETECTOR, _STREAM_PIXELS, _STREAM_COCO)
+from detcal.data.synthetic._common import (SYNTHETIC_CATEGORIES, DONTCARE_CATEGORY, COCO_SCALE_CATEGORIES)
 
 __all__ = ['SYNTHETIC_CATEGORIES', 'DONTCARE_CATEGORY', 'COCO_SCALE_CATEGORIES', 'generate_scenes', 'render_scene', 'render_image', 'simulate_detector', 'detector_defaults', 'generate_coco_scale', 'write_synthetic']

@@ -58,6 +58,19 @@ def _background_and_crowd_boxes(
     return np.where(in_crowd[:, None], np.stack([cx0, cy0, cx0 + cw, cy0 + ch], axis=1), box)
 
 
+def _pick_gt(
+    rng: np.random.Generator, mask: np.ndarray, g_img: np.ndarray, d_img: np.ndarray, N: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """A random GT row of each detection's image among ``mask`` rows (-1 when none), and whether there is one."""
+    D = len(d_img)
+    rows = np.flatnonzero(mask)
+    cnt = np.bincount(g_img[rows], minlength=N)
+    start = np.concatenate([[0], np.cumsum(cnt)[:-1]])
+    k = cnt[d_img]
+    r = start[d_img] + np.floor(rng.random(D) * np.maximum(k, 1)).astype(np.int64)
+    return np.where(k > 0, rows[np.minimum(r, max(len(rows) - 1, 0))] if len(rows) else -1, -1), k > 0
+
+
 def generate_coco_scale(
     n_images: int = 5000,
     dets_per_image: int = 60,
@@ -113,17 +126,8 @@ def generate_coco_scale(
     D = len(d_img)
     kind_u = rng.random(D)
 
-    def pick(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """A random GT row of each detection's image among ``mask`` rows (-1 when none)."""
-        rows = np.flatnonzero(mask)
-        cnt = np.bincount(g_img[rows], minlength=N)
-        start = np.concatenate([[0], np.cumsum(cnt)[:-1]])
-        k = cnt[d_img]
-        r = start[d_img] + np.floor(rng.random(D) * np.maximum(k, 1)).astype(np.int64)
-        return np.where(k > 0, rows[np.minimum(r, max(len(rows) - 1, 0))] if len(rows) else -1, -1), k > 0
-
-    reg_gt, has_reg = pick(~crowd)
-    crowd_gt, has_crowd = pick(crowd)
+    reg_gt, has_reg = _pick_gt(rng, ~crowd, g_img, d_img, N)
+    crowd_gt, has_crowd = _pick_gt(rng, crowd, g_img, d_img, N)
     around = (kind_u < 0.55) & has_reg
     in_crowd = (kind_u >= 0.55) & (kind_u < 0.60) & has_crowd
     box = _background_and_crowd_boxes(rng, wh_img[d_img], g_box[np.maximum(crowd_gt, 0)], in_crowd)

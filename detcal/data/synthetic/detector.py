@@ -1,22 +1,39 @@
 """The simulated detector with planted miscalibration."""
+
 from __future__ import annotations
 
 import inspect
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from detcal.core.boxes import area, decode_deltas, encode_deltas, xyxy_to_cxcywh
 from detcal.core.types import Dataset, Detections
-
-from detcal.data.synthetic._common import (DONTCARE_CATEGORY, _FP_ROUNDS, _FP_MAX_IOU, _B_MIN, _B_MAX, _STREAM_DETECTOR, _check, _check_pair, _check_vec4, _rng, _padded_groups, _gather, _intersection)
-
+from detcal.data.synthetic._common import (
+    _B_MAX,
+    _B_MIN,
+    _FP_MAX_IOU,
+    _FP_ROUNDS,
+    _STREAM_DETECTOR,
+    DONTCARE_CATEGORY,
+    _check,
+    _check_pair,
+    _check_vec4,
+    _gather,
+    _intersection,
+    _padded_groups,
+    _rng,
+)
 
 # --------------------------------------------------------------------------- simulated detector
 
 
 def _around(
-    rng: np.random.Generator, target: np.ndarray, true_std: np.ndarray, std_range: tuple[float, float],
+    rng: np.random.Generator,
+    target: np.ndarray,
+    true_std: np.ndarray,
+    std_range: tuple[float, float],
     proposal_jitter: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Delta records around target boxes [n,4]: (proposal, mu, sigma_true, box), all [n,4].
@@ -38,8 +55,12 @@ def _image_rows(dataset: Dataset) -> np.ndarray:
 
 
 def _fp_boxes(
-    rng: np.random.Generator, dataset: Dataset, gt_rows_img: np.ndarray, n_fp_img: np.ndarray,
-    pool: np.ndarray, classes: np.ndarray,
+    rng: np.random.Generator,
+    dataset: Dataset,
+    gt_rows_img: np.ndarray,
+    n_fp_img: np.ndarray,
+    pool: np.ndarray,
+    classes: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """False-positive boxes with the GT laws of shape and position, overlapping no GT.
 
@@ -93,8 +114,15 @@ def _fp_boxes(
     return fp_img[keep], box[keep], cat[keep], int(len(todo))
 
 
-def _auto_bins(n_det: int, n_classes: int, position_bins: int | None, size_bins: int | None,
-               max_position: int = 5, max_size: int = 3, min_per_group: float = 40.0) -> tuple[int, int]:
+def _auto_bins(
+    n_det: int,
+    n_classes: int,
+    position_bins: int | None,
+    size_bins: int | None,
+    max_position: int = 5,
+    max_size: int = 3,
+    min_per_group: float = 40.0,
+) -> tuple[int, int]:
     """Bins of the score groups: the given ones, else the most (<= 5, <= 3) with >= 40 detections per group."""
     p = max_position if position_bins is None else int(position_bins)
     s = max_size if size_bins is None else int(size_bins)
@@ -109,8 +137,14 @@ def _auto_bins(n_det: int, n_classes: int, position_bins: int | None, size_bins:
 
 
 def _score_groups(
-    border: np.ndarray, category: np.ndarray, classes: np.ndarray, rx: np.ndarray, ry: np.ndarray,
-    rel_area: np.ndarray, position_bins: int, size_bins: int,
+    border: np.ndarray,
+    category: np.ndarray,
+    classes: np.ndarray,
+    rx: np.ndarray,
+    ry: np.ndarray,
+    rel_area: np.ndarray,
+    position_bins: int,
+    size_bins: int,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Group [D] of each detection: (border?, class, cx bin, cy bin, size bin), raveled.
 
@@ -123,38 +157,107 @@ def _score_groups(
     edges = np.quantile(size, np.linspace(0, 1, size_bins + 1)[1:-1]) if len(size) else np.zeros(max(size_bins - 1, 0))
     gs = np.searchsorted(edges, size, side="right").astype(np.int64)
     shape = (2, len(classes), position_bins, position_bins, size_bins)
-    group = np.ravel_multi_index((border.astype(np.int64), cls_idx, gx, gy, gs), shape) if len(border) else np.zeros(0, np.int64)
+    group = (
+        np.ravel_multi_index((border.astype(np.int64), cls_idx, gx, gy, gs), shape)
+        if len(border)
+        else np.zeros(0, np.int64)
+    )
     info = {"n_groups": int(np.prod(shape)), "shape": list(shape), "size_edges": edges.tolist()}
     return group, info
 
 
 def _detector_params(**kw: Any) -> dict[str, Any]:
     """Validate and normalise the keyword arguments of :func:`simulate_detector`."""
-    _check(0.0 <= kw["border_overconfidence"] < 1.0, f"expected a value in [0, 1), got {kw['border_overconfidence']}", "border_overconfidence")
-    _check(0.0 <= kw["border_width"] <= 0.5, f"expected a relative width in [0, 0.5], got {kw['border_width']}", "border_width")
+    _check(
+        0.0 <= kw["border_overconfidence"] < 1.0,
+        f"expected a value in [0, 1), got {kw['border_overconfidence']}",
+        "border_overconfidence",
+    )
+    _check(
+        0.0 <= kw["border_width"] <= 0.5,
+        f"expected a relative width in [0, 0.5], got {kw['border_width']}",
+        "border_width",
+    )
     std_scale = _check_vec4(kw["std_scale"], "std_scale")
     true_std = _check_vec4(kw["true_delta_std"], "true_delta_std")
     jitter = np.asarray(kw["proposal_jitter"], dtype=np.float64).reshape(-1)
-    _check(jitter.shape == (4,) and bool(np.all(jitter >= 0)), f"expected 4 values >= 0, got {kw['proposal_jitter']!r}", "proposal_jitter")
+    _check(
+        jitter.shape == (4,) and bool(np.all(jitter >= 0)),
+        f"expected 4 values >= 0, got {kw['proposal_jitter']!r}",
+        "proposal_jitter",
+    )
     lo, hi = _check_pair(kw["std_range"], "std_range")
     _check(kw["fp_per_image"] >= 0, f"expected a rate >= 0, got {kw['fp_per_image']}", "fp_per_image")
     _check(0.0 <= kw["recall"] <= 1.0, f"expected a probability, got {kw['recall']}", "recall")
-    _check(kw["score_concentration"] > 0, f"expected a value > 0, got {kw['score_concentration']}", "score_concentration")
+    _check(
+        kw["score_concentration"] > 0, f"expected a value > 0, got {kw['score_concentration']}", "score_concentration"
+    )
     for name in ("position_bins", "size_bins"):
         v = kw[name]
-        _check(bool(v is None or (isinstance(v, (int, np.integer)) and 1 <= v <= 20)), f"expected None or an int in 1..20, got {v!r}", name)
+        _check(
+            bool(v is None or (isinstance(v, (int, np.integer)) and 1 <= v <= 20)),
+            f"expected None or an int in 1..20, got {v!r}",
+            name,
+        )
     _check(kw["duplicate_rate"] >= 0, f"expected a rate >= 0, got {kw['duplicate_rate']}", "duplicate_rate")
     sd = kw["score_decimals"]
-    _check(bool(sd is None or (isinstance(sd, (int, np.integer)) and 0 <= sd <= 15)), f"expected None or an int in 0..15, got {sd!r}", "score_decimals")
-    _check(kw["uncertainty"] in ("delta", "box_std", "none"), f"expected 'delta', 'box_std' or 'none', got {kw['uncertainty']!r}", "uncertainty")
+    _check(
+        bool(sd is None or (isinstance(sd, (int, np.integer)) and 0 <= sd <= 15)),
+        f"expected None or an int in 0..15, got {sd!r}",
+        "score_decimals",
+    )
+    _check(
+        kw["uncertainty"] in ("delta", "box_std", "none"),
+        f"expected 'delta', 'box_std' or 'none', got {kw['uncertainty']!r}",
+        "uncertainty",
+    )
     out = dict(kw)
-    out.update(std_scale=std_scale.tolist(), true_delta_std=true_std.tolist(), proposal_jitter=jitter.tolist(),
-               std_range=[lo, hi], categories=None if kw["categories"] is None else [int(c) for c in kw["categories"]])
+    out.update(
+        std_scale=std_scale.tolist(),
+        true_delta_std=true_std.tolist(),
+        proposal_jitter=jitter.tolist(),
+        std_range=[lo, hi],
+        categories=None if kw["categories"] is None else [int(c) for c in kw["categories"]],
+    )
     return out
 
 
+def _planted_scores(
+    rng: np.random.Generator,
+    p: dict[str, Any],
+    border: np.ndarray,
+    category: np.ndarray,
+    classes: np.ndarray,
+    rx: np.ndarray,
+    ry: np.ndarray,
+    rel_area: np.ndarray,
+    planted_tp: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    """Latent precision q, reported score, b per detection [D] and the score groups' description.
+
+    q ~ Beta(a+1, b_g) for planted TPs, Beta(a, b_g+1) for FPs, b_g = a n_fp / n_tp per group (see
+    :func:`simulate_detector`); the description also carries the per-group TP/FP counts (``_n_tp_g``, ``_n_fp_g``).
+    """
+    a = float(p["score_concentration"])
+    pos_bins, size_bins = _auto_bins(len(category), len(classes), p["position_bins"], p["size_bins"])
+    group, group_info = _score_groups(border, category, classes, rx, ry, rel_area, pos_bins, size_bins)
+    n_groups = int(group_info["n_groups"])
+    n_tp_g = np.bincount(group[planted_tp], minlength=n_groups).astype(np.float64)
+    n_fp_g = np.bincount(group[~planted_tp], minlength=n_groups).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):  # n_tp = 0: all FP, b = B_MAX gives q ~ 0
+        b_g = np.clip(np.where(n_tp_g > 0, a * n_fp_g / n_tp_g, _B_MAX), _B_MIN, _B_MAX)
+    b = b_g[group]
+    q = rng.beta(np.where(planted_tp, a + 1.0, a), np.where(planted_tp, b, b + 1.0))
+    score = np.where(border, q ** (1.0 - p["border_overconfidence"]), q)
+    if p["score_decimals"] is not None:
+        score = np.round(score, int(p["score_decimals"]))
+    return q, score, b, {**group_info, "_n_tp_g": n_tp_g, "_n_fp_g": n_fp_g}
+
+
 def _simulate(dataset: Dataset, seed: int, p: dict[str, Any]) -> tuple[Detections, dict[str, Any]]:
-    _check(isinstance(dataset, Dataset), f"expected a detcal.core.types.Dataset, got {type(dataset).__name__}", "dataset")
+    _check(
+        isinstance(dataset, Dataset), f"expected a detcal.core.types.Dataset, got {type(dataset).__name__}", "dataset"
+    )
     gt = dataset.gt
     imgs = dataset.images
     img_rows = _image_rows(dataset)
@@ -194,21 +297,9 @@ def _simulate(dataset: Dataset, seed: int, p: dict[str, Any]) -> tuple[Detection
     bw = p["border_width"]
     border = (rx < bw) | (rx > 1 - bw) | (ry < bw) | (ry > 1 - bw)
 
-    # latent precision q: Beta(a+1, b_g) for planted TPs, Beta(a, b_g+1) for FPs, b_g = a n_fp / n_tp per group
-    a = float(p["score_concentration"])
-    pos_bins, size_bins = _auto_bins(len(row), len(classes), p["position_bins"], p["size_bins"])
-    group, group_info = _score_groups(border, category, classes, rx, ry, c[:, 2] * c[:, 3] / (imgs.width[row] * imgs.height[row]),
-                                      pos_bins, size_bins)
-    n_groups = int(group_info["n_groups"])
-    n_tp_g = np.bincount(group[planted_tp], minlength=n_groups).astype(np.float64)
-    n_fp_g = np.bincount(group[~planted_tp], minlength=n_groups).astype(np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):  # n_tp = 0: all FP, b = B_MAX gives q ~ 0
-        b_g = np.clip(np.where(n_tp_g > 0, a * n_fp_g / n_tp_g, _B_MAX), _B_MIN, _B_MAX)
-    b = b_g[group]
-    q = rng.beta(np.where(planted_tp, a + 1.0, a), np.where(planted_tp, b, b + 1.0))
-    score = np.where(border, q ** (1.0 - p["border_overconfidence"]), q)
-    if p["score_decimals"] is not None:
-        score = np.round(score, int(p["score_decimals"]))
+    rel_area = c[:, 2] * c[:, 3] / (imgs.width[row] * imgs.height[row])
+    q, score, b, group_info = _planted_scores(rng, p, border, category, classes, rx, ry, rel_area, planted_tp)
+    n_tp_g, n_fp_g = group_info.pop("_n_tp_g"), group_info.pop("_n_fp_g")
 
     order = np.lexsort((rng.random(len(row)), row))
     kw: dict[str, Any] = {}
@@ -222,14 +313,24 @@ def _simulate(dataset: Dataset, seed: int, p: dict[str, Any]) -> tuple[Detection
         kw = {"box_std": box_std[order]}
     dets = Detections(image_id=imgs.id[row[order]], box=box[order], score=score[order], category=category[order], **kw)
     info = {
-        "n_detections": int(len(row)), "n_planted_tp": int(len(tp_gt)), "n_duplicates": int(len(src) - len(tp_gt)),
-        "n_false_positives": int(len(fp_box)), "n_fp_dropped": fp_dropped,
-        "n_eligible_gt": int(eligible.sum()), "border_share": float(border.mean()) if len(border) else float("nan"),
+        "n_detections": int(len(row)),
+        "n_planted_tp": int(len(tp_gt)),
+        "n_duplicates": int(len(src) - len(tp_gt)),
+        "n_false_positives": int(len(fp_box)),
+        "n_fp_dropped": fp_dropped,
+        "n_eligible_gt": int(eligible.sum()),
+        "border_share": float(border.mean()) if len(border) else float("nan"),
         "classes": classes.tolist(),
-        "score_groups": {**group_info, "occupied": int(np.count_nonzero(n_tp_g + n_fp_g)),
-                         "occupied_without_tp": int(np.count_nonzero((n_tp_g == 0) & (n_fp_g > 0))),
-                         "b_median_per_detection": float(np.median(b)) if len(b) else float("nan")},
-        "planted_tp": planted_tp[order], "latent_q": q[order], "true_std": sigma[order], "border": border[order],
+        "score_groups": {
+            **group_info,
+            "occupied": int(np.count_nonzero(n_tp_g + n_fp_g)),
+            "occupied_without_tp": int(np.count_nonzero((n_tp_g == 0) & (n_fp_g > 0))),
+            "b_median_per_detection": float(np.median(b)) if len(b) else float("nan"),
+        },
+        "planted_tp": planted_tp[order],
+        "latent_q": q[order],
+        "true_std": sigma[order],
+        "border": border[order],
     }
     return dets, info
 

@@ -247,6 +247,31 @@ def _kitti_fields(
     return truncation, occ, difficulty
 
 
+def _draw_objects(
+    rng: np.random.Generator, p: dict[str, Any], classes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Kind, image row, category, size (w, h), truncation and truncated edge [G] of every record.
+
+    Per image: DontCare regions and crowds first, then objects (their order is the row order).
+    """
+    N = p["n_images"]
+    lo, hi = p["objects_per_image"]
+    n_obj = rng.integers(lo, hi + 1, size=N)
+    n_dc = rng.poisson(p["dontcare_per_image"], size=N)
+    n_crowd = rng.poisson(p["crowd_per_image"], size=N)
+    per_image = np.stack([n_dc, n_crowd, n_obj], axis=1).reshape(-1)
+    kind = np.repeat(np.tile([_KIND_DONTCARE, _KIND_CROWD, _KIND_OBJECT], N), per_image)
+    image_row = np.repeat(np.repeat(np.arange(N), 3), per_image)
+    g = len(kind)
+    cat = classes[rng.integers(0, len(classes), size=g)]
+    cat = np.where(kind == _KIND_CROWD, 4, np.where(kind == _KIND_DONTCARE, DONTCARE_CATEGORY, cat))
+    w, h = _object_sizes(rng, kind, cat, p)
+    truncated = (rng.random(g) < p["truncated_fraction"]) & (kind == _KIND_OBJECT)
+    trunc = np.where(truncated, np.round(rng.uniform(0.05, 0.5, size=g), 2), 0.0)
+    edge = rng.integers(0, 4, size=g)
+    return kind, image_row, cat, w, h, trunc, edge
+
+
 def generate_scenes(
     n_images: int,
     seed: int = 0,
@@ -291,23 +316,8 @@ def generate_scenes(
     W, H = p["image_size"]
     N = p["n_images"]
     rng = _rng(seed, _STREAM_SCENES)
-    lo, hi = p["objects_per_image"]
-    n_obj = rng.integers(lo, hi + 1, size=N)
-    n_dc = rng.poisson(p["dontcare_per_image"], size=N)
-    n_crowd = rng.poisson(p["crowd_per_image"], size=N)
-    # per image: crowds and DontCare first, then objects (order = row order)
-    per_image = np.stack([n_dc, n_crowd, n_obj], axis=1).reshape(-1)
-    kind = np.repeat(np.tile([_KIND_DONTCARE, _KIND_CROWD, _KIND_OBJECT], N), per_image)
-    image_row = np.repeat(np.repeat(np.arange(N), 3), per_image)
-    g = len(kind)
     classes = np.array(sorted(SYNTHETIC_CATEGORIES), dtype=np.int64)
-    cat = classes[rng.integers(0, len(classes), size=g)]
-    cat = np.where(kind == _KIND_CROWD, 4, np.where(kind == _KIND_DONTCARE, DONTCARE_CATEGORY, cat))
-    w, h = _object_sizes(rng, kind, cat, p)
-    truncated = (rng.random(g) < p["truncated_fraction"]) & (kind == _KIND_OBJECT)
-    trunc = np.where(truncated, np.round(rng.uniform(0.05, 0.5, size=g), 2), 0.0)
-    edge = rng.integers(0, 4, size=g)
-
+    kind, image_row, cat, w, h, trunc, edge = _draw_objects(rng, p, classes)
     full, vis, valid = _place_without_overlap(rng, w, h, trunc, edge, image_row, N, W, H, p["max_overlap"])
     keep = np.flatnonzero(valid)
     kind, image_row, cat, full, vis, trunc = kind[keep], image_row[keep], cat[keep], full[keep], vis[keep], trunc[keep]

@@ -1,4 +1,5 @@
 """Writing a synthetic set in COCO and KITTI formats."""
+
 from __future__ import annotations
 
 import inspect
@@ -8,12 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from detcal.utils.io import write_bytes, write_json, write_text
-from detcal.data.synthetic._common import _STREAM_SCENES, _STREAM_DETECTOR, _STREAM_PIXELS, _check
-from detcal.data.synthetic.scenes import generate_scenes
-from detcal.data.synthetic.render import render_scene
+from detcal.core.types import Dataset
+from detcal.data.synthetic._common import _STREAM_DETECTOR, _STREAM_PIXELS, _STREAM_SCENES, _check
 from detcal.data.synthetic.detector import _detector_params, _simulate, detector_defaults
-
+from detcal.data.synthetic.render import render_scene
+from detcal.data.synthetic.scenes import generate_scenes
+from detcal.utils.io import write_bytes, write_json, write_text
 
 # --------------------------------------------------------------------------- writer
 
@@ -46,6 +47,47 @@ def write_synthetic(
     return {k: final / v.relative_to(tmp) if v != tmp else final for k, v in paths.items()}
 
 
+def _meta(
+    dataset: Dataset,
+    info: dict[str, Any],
+    seed: int,
+    scene_params: dict[str, Any],
+    det_params: dict[str, Any],
+    paths: dict[str, Path],
+    out: Path,
+) -> dict[str, Any]:
+    """The content of meta.json: seed and random streams, every generator parameter, the planted truth, counts."""
+    public_info = {k: v for k, v in info.items() if not isinstance(v, np.ndarray)}
+    return {
+        "generator": "detcal.data.synthetic",
+        "seed": seed,
+        "random_streams": {
+            "scenes": [seed, _STREAM_SCENES],
+            "detector": [seed, _STREAM_DETECTOR],
+            "pixels": [seed, _STREAM_PIXELS, "<image id>"],
+        },
+        "scene_params": scene_params,
+        "detector_params": det_params,
+        "planted": {
+            "confidence": "score = q away from the border; q ** (1 - border_overconfidence) when the box centre "
+            "is within border_width (relative) of an image edge; P(TP | q) = q",
+            "regression": "reported std = true std * std_scale[k]; std scaling should learn 1 / std_scale[k]",
+            "std_scaling_target": [1.0 / s for s in det_params["std_scale"]],
+        },
+        "counts": {
+            "images": len(dataset.images),
+            "gt": len(dataset.gt),
+            "gt_per_category": {
+                dataset.categories.get(int(c), str(int(c))): int((dataset.gt.category == c).sum())
+                for c in np.unique(dataset.gt.category)
+            },
+            **public_info,
+        },
+        "categories": {str(k): v for k, v in dataset.categories.items()},
+        "files": {k: str(v.relative_to(out)) if v != out else "." for k, v in paths.items()},
+    }
+
+
 def _write_into(
     out_dir: str | Path,
     n_images: int = 200,
@@ -68,15 +110,19 @@ def _write_into(
     :func:`generate_scenes`, ``detector_kwargs`` to :func:`simulate_detector`
     (same ``seed``; independent random streams). Returns the paths by role.
     """
+    from detcal.core.types import KITTI_CATEGORIES
     from detcal.data.coco import write_coco_instances, write_coco_results
     from detcal.data.kitti import write_kitti_labels, write_kitti_results
-    from detcal.core.types import KITTI_CATEGORIES
 
     out = Path(out_dir)
     scene_kwargs = dict(scene_kwargs or {})
     scene_sig = inspect.signature(generate_scenes).parameters
     for k in scene_kwargs:
-        _check(k in scene_sig and k not in ("n_images", "seed", "image_size", "render"), f"unknown scene argument {k!r}", "scene_kwargs")
+        _check(
+            k in scene_sig and k not in ("n_images", "seed", "image_size", "render"),
+            f"unknown scene argument {k!r}",
+            "scene_kwargs",
+        )
     det_defaults = detector_defaults()
     detector_kwargs = dict(detector_kwargs or {})
     for k in detector_kwargs:
@@ -104,33 +150,19 @@ def _write_into(
     paths["kitti_results"] = out / "kitti" / "results"
     write_kitti_results(paths["kitti_results"], dets, categories=KITTI_CATEGORIES, dataset=dataset)
     paths["kitti_sizes"] = out / "kitti" / "sizes.txt"
-    lines = [f"{int(i):06d} {int(w)} {int(h)}" for i, w, h in zip(dataset.images.id, dataset.images.width, dataset.images.height)]
+    lines = [
+        f"{int(i):06d} {int(w)} {int(h)}"
+        for i, w, h in zip(dataset.images.id, dataset.images.width, dataset.images.height)
+    ]
     write_text(paths["kitti_sizes"], "\n".join(lines) + ("\n" if lines else ""))
 
-    scene_params = {k: v.default for k, v in scene_sig.items()
-                    if v.default is not inspect.Parameter.empty and k not in ("seed", "render")}
+    scene_params = {
+        k: v.default
+        for k, v in scene_sig.items()
+        if v.default is not inspect.Parameter.empty and k not in ("seed", "render")
+    }
     scene_params.update(scene_kwargs)
     scene_params.update(n_images=int(n_images), image_size=[int(v) for v in image_size], render=bool(render))
-    public_info = {k: v for k, v in info.items() if not isinstance(v, np.ndarray)}
     paths["meta"] = out / "meta.json"
-    write_json(paths["meta"], {
-        "generator": "detcal.data.synthetic",
-        "seed": int(seed),
-        "random_streams": {"scenes": [int(seed), _STREAM_SCENES], "detector": [int(seed), _STREAM_DETECTOR],
-                           "pixels": [int(seed), _STREAM_PIXELS, "<image id>"]},
-        "scene_params": scene_params,
-        "detector_params": det_params,
-        "planted": {
-            "confidence": "score = q away from the border; q ** (1 - border_overconfidence) when the box centre "
-                          "is within border_width (relative) of an image edge; P(TP | q) = q",
-            "regression": "reported std = true std * std_scale[k]; std scaling should learn 1 / std_scale[k]",
-            "std_scaling_target": [1.0 / s for s in det_params["std_scale"]],
-        },
-        "counts": {"images": len(dataset.images), "gt": len(dataset.gt),
-                   "gt_per_category": {dataset.categories.get(int(c), str(int(c))): int((dataset.gt.category == c).sum())
-                                       for c in np.unique(dataset.gt.category)},
-                   **public_info},
-        "categories": {str(k): v for k, v in dataset.categories.items()},
-        "files": {k: str(v.relative_to(out)) if v != out else "." for k, v in paths.items()},
-    })
+    write_json(paths["meta"], _meta(dataset, info, int(seed), scene_params, det_params, paths, out))
     return paths

@@ -1,0 +1,117 @@
+"""The (ground-truth box, detection) pairs of the same image that reach an IoU, built with array operations.
+
+Used by the object-level measures (:mod:`detcal.metrics.oce`), which look at
+every detection overlapping an object whatever its class, and by the uq_detr
+variants (:mod:`detcal.metrics.uq_detr`) with one group per image and class.
+Pairs are generated in blocks of ground-truth rows so that memory stays
+bounded on large sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+PAIR_BLOCK: int = 4_000_000
+"""Largest number of pairs built at once."""
+
+
+def pair_iou(gt_box: np.ndarray, det_box: np.ndarray) -> np.ndarray:
+    """IoU [P] of row-paired ``xyxy`` boxes (areas from the corners; 0 where the union is 0)."""
+    iw = np.maximum(0.0, np.minimum(gt_box[:, 2], det_box[:, 2]) - np.maximum(gt_box[:, 0], det_box[:, 0]))
+    ih = np.maximum(0.0, np.minimum(gt_box[:, 3], det_box[:, 3]) - np.maximum(gt_box[:, 1], det_box[:, 1]))
+    inter = iw * ih
+    area_g = (gt_box[:, 2] - gt_box[:, 0]) * (gt_box[:, 3] - gt_box[:, 1])
+    area_d = (det_box[:, 2] - det_box[:, 0]) * (det_box[:, 3] - det_box[:, 1])
+    union = area_g + area_d - inter
+    out = np.zeros(len(inter))
+    np.divide(inter, union, out=out, where=union > 0)
+    return out
+
+
+class BoxColumns:
+    """The corners and area of boxes as contiguous columns, gathered per pair by :meth:`pair_iou`."""
+
+    def __init__(self, box: np.ndarray) -> None:
+        b = np.asarray(box, dtype=np.float64)
+        self.x1, self.y1 = np.ascontiguousarray(b[:, 0]), np.ascontiguousarray(b[:, 1])
+        self.x2, self.y2 = np.ascontiguousarray(b[:, 2]), np.ascontiguousarray(b[:, 3])
+        self.area = (self.x2 - self.x1) * (self.y2 - self.y1)
+
+
+def columns_iou(a: BoxColumns, b: BoxColumns, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
+    """IoU [P] of the pairs (``a`` row ``ia``, ``b`` row ``ib``); the same arithmetic as :func:`pair_iou`."""
+    iw = np.minimum(a.x2[ia], b.x2[ib])
+    iw -= np.maximum(a.x1[ia], b.x1[ib])
+    np.maximum(iw, 0.0, out=iw)
+    ih = np.minimum(a.y2[ia], b.y2[ib])
+    ih -= np.maximum(a.y1[ia], b.y1[ib])
+    np.maximum(ih, 0.0, out=ih)
+    iw *= ih  # the intersection
+    union = a.area[ia]
+    union += b.area[ib]
+    union -= iw
+    np.divide(iw, union, out=iw, where=union > 0)
+    iw[union <= 0] = 0.0
+    return iw
+
+
+def overlap_pairs(
+    det_image: np.ndarray,
+    dcols: BoxColumns,
+    gt_image: np.ndarray,
+    gcols: BoxColumns,
+    min_iou: float,
+    gt_rows: np.ndarray | None = None,
+    block: int = PAIR_BLOCK,
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Blocks of ``(gt_row, det_row, IoU)`` of the same-image pairs with IoU >= ``min_iou`` (> 0).
+
+    IoU >= t bounds a detection's left edge: ``x1_g - (1 - t) / t * w_g <= x1_d <= x2_g - t * w_g``
+    (the intersection is at least ``t`` times each box's area, so its width is at least ``t`` times
+    each box's width). Detections are sorted by image and left edge, so each ground-truth row meets
+    only the detections in that window (widened by a margin for the rounding of the sort key);
+    the IoU of those pairs is then computed exactly (:func:`columns_iou`). ``gt_rows`` must be
+    ascending; within a block, pairs are ordered by ground-truth row and then by detection row.
+    """
+    gt_rows = np.arange(len(gt_image)) if gt_rows is None else np.asarray(gt_rows, dtype=np.int64)
+    if len(gt_rows) > 1 and np.any(gt_rows[1:] <= gt_rows[:-1]):
+        raise ValueError("overlap_pairs: gt_rows must be strictly ascending")
+    t = float(min_iou)
+    if not 0.0 < t <= 1.0:
+        raise ValueError(f"overlap_pairs: min_iou must lie in (0, 1], got {t}")
+    codes, inv = np.unique(np.concatenate([det_image, gt_image[gt_rows]]), return_inverse=True)
+    d_code, g_code = inv[: len(det_image)].reshape(-1), inv[len(det_image) :].reshape(-1)
+    coords = [dcols.x1, dcols.x2, gcols.x1[gt_rows], gcols.x2[gt_rows]]
+    lo_c = min((float(c.min()) for c in coords if len(c)), default=0.0)
+    span = max((float(c.max()) for c in coords if len(c)), default=0.0) - lo_c
+    stride = 4.0 * (span + 1.0)  # one image's key range [code * stride, code * stride + 3 (span + 1))
+    key = d_code * stride + (dcols.x1 - lo_c + stride / 4)
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    margin = 8.0 * np.finfo(float).eps * (len(codes) + 1) * stride + 1e-9 * stride
+    gw = gcols.x2[gt_rows] - gcols.x1[gt_rows]
+    base = g_code * stride - lo_c + stride / 4
+    left = base + gcols.x1[gt_rows] - (1.0 - t) / t * gw - margin
+    right = base + gcols.x2[gt_rows] - t * gw + margin
+    start = np.searchsorted(key, left, side="left")
+    count = np.maximum(np.searchsorted(key, right, side="right") - start, 0)
+    cum = np.cumsum(count)
+    lo = 0
+    while lo < len(gt_rows):
+        first = cum[lo - 1] if lo else 0
+        hi = max(int(np.searchsorted(cum, first + block, side="right")), lo + 1)
+        cnt = count[lo:hi]
+        n = int(cnt.sum())
+        g = np.repeat(gt_rows[lo:hi], cnt)
+        offset = np.arange(n) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        d = order[np.repeat(start[lo:hi], cnt) + offset]
+        same = np.flatnonzero(det_image[d] == gt_image[g])
+        g, d = g[same], d[same]
+        iou = columns_iou(gcols, dcols, g, d)
+        keep = np.flatnonzero(iou >= t)
+        g, d, iou = g[keep], d[keep], iou[keep]
+        o = np.lexsort((d, g))
+        yield g[o], d[o], iou[o]
+        lo = hi

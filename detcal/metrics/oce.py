@@ -1,0 +1,356 @@
+"""Object-level Calibration Error (OCE) of Park, Sobolewski and Azizan (IEEE TPAMI 2026, arXiv 2412.01782).
+
+OCE scores calibration per ground-truth *object* instead of per detection.
+For an IoU threshold ``tau`` and an object ``g`` of class ``y``, let ``M_g``
+be every detection of the same image whose IoU with ``g`` is at least ``tau``
+(whatever the detection's class). The detections of ``M_g`` are aggregated
+into one prediction and scored with a Brier score against ``y``; an object
+with ``M_g`` empty (missed) scores 1::
+
+    OCE_tau = mean over objects of Brier(g)
+    OCE     = mean over tau in iou_thresholds (default 0.5 and 0.75)
+
+Aggregation (``aggregation``):
+
+``mean``          the mean of the matched predictions;
+``max_iou``       the prediction of the matched detection with the highest
+                  IoU (ties: the first in the results' order);
+``iou_weighted``  the IoU-weighted mean, weights ``IoU / sum IoU``.
+
+Brier score (``brier``):
+
+``multiclass``    exact: with class distributions ``p`` [C] (``Detections.class_probs``,
+                  one column per category of the ground-truth file in
+                  ascending category-id order), ``sum_c (1[c = y] - pbar_c)^2``
+                  of the aggregated distribution ``pbar``;
+``binary``        the approximation used when only the top score ``s`` and
+                  the predicted class ``l`` are known: the classes collapse
+                  to {l, not l}, so the Brier score is ``2 (1 - s)^2`` when
+                  ``l = y`` and ``2 s^2`` otherwise. The aggregated ``s`` is
+                  the mean / best-IoU / IoU-weighted score and ``l`` the
+                  majority class of ``M_g`` (ties: the smallest category id)
+                  for ``mean``, the best-IoU detection's class otherwise.
+``auto``          ``multiclass`` when the detections carry ``class_probs``.
+
+Variants (``variant``): ``detcal`` (default) takes the ground-truth boxes
+that are neither crowd regions nor ignored as the objects; ``uq_detr`` takes
+every box as an object, as uq-detr 0.1.1 does (it has no crowd flag). With
+no object at all OCE is NaN (uq-detr returns 1).
+
+What OCE does not see: a detection that overlaps no object at IoU ``tau``
+never enters any ``M_g``, so false positives away from every object are
+not penalised. Report it beside a detection-level measure (D-ECE, LaECE) and
+the false-positive part of LRP.
+
+IoUs are computed from the ``xyxy`` corners (``(x2 - x1) * (y2 - y1)``
+areas). The (object, detection) pairs that can reach the lowest threshold are
+built with array operations (:func:`detcal.metrics._pairs.overlap_pairs`);
+there is no loop over objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import sparse
+
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import Detections, GroundTruth, MetricResult
+from detcal.metrics._pairs import BoxColumns, overlap_pairs
+
+OCE_THRESHOLDS: tuple[float, ...] = (0.5, 0.75)
+"""IoU thresholds of the paper (and of uq-detr's default)."""
+AGGREGATIONS: tuple[str, ...] = ("mean", "max_iou", "iou_weighted")
+BRIER_KINDS: tuple[str, ...] = ("auto", "multiclass", "binary")
+VARIANTS: tuple[str, ...] = ("detcal", "uq_detr")
+
+
+@dataclass
+class ObjectScores:
+    """Per-object Brier scores of OCE.
+
+    ``gt_rows [O]`` rows of the objects in the ground truth; ``image_id [O]``;
+    ``iou_thresholds [T]``; ``brier [T,O]``; ``n_matched [T,O]`` detections
+    aggregated (0: missed, Brier 1); ``brier_kind`` ``"multiclass"`` or
+    ``"binary"``; ``aggregation``; ``variant``; ``det_max_iou [D]`` each detection's highest IoU
+    with any object when it reaches the lowest threshold, else 0: a detection with
+    ``det_max_iou < tau`` never enters OCE at ``tau``.
+    """
+
+    gt_rows: np.ndarray
+    image_id: np.ndarray
+    iou_thresholds: np.ndarray
+    brier: np.ndarray
+    n_matched: np.ndarray
+    brier_kind: str
+    aggregation: str
+    variant: str
+    det_max_iou: np.ndarray | None = None
+
+    @property
+    def per_object(self) -> np.ndarray:
+        """Brier score of every object averaged over the thresholds [O]."""
+        return self.brier.mean(axis=0) if self.brier.shape[0] else np.zeros(self.brier.shape[1])
+
+    def per_threshold(self) -> np.ndarray:
+        """OCE at each threshold [T] (NaN without objects).
+
+        Summed image by image in ascending image id (each image's objects in their order), so the
+        value does not depend on the order in which the images were given (to the last bit)."""
+        if self.brier.shape[1] == 0:
+            return np.full(self.brier.shape[0], np.nan)
+        return self.brier[:, np.argsort(self.image_id, kind="stable")].mean(axis=1)
+
+    @property
+    def value(self) -> float:
+        """OCE: the mean over thresholds of the mean over objects."""
+        return float(self.per_threshold().mean()) if self.brier.shape[0] else float("nan")
+
+
+def _check_args(thresholds: Sequence[float], aggregation: str, brier: str, variant: str) -> np.ndarray:
+    taus = np.asarray(list(thresholds), dtype=np.float64).reshape(-1)
+    if len(taus) == 0 or not np.all(np.isfinite(taus)) or np.any(taus <= 0) or np.any(taus > 1):
+        raise DetcalInputError(f"OCE IoU thresholds must lie in (0, 1], got {list(thresholds)}", field="iou_thresholds")
+    for value, allowed, name in (
+        (aggregation, AGGREGATIONS, "aggregation"),
+        (brier, BRIER_KINDS, "brier"),
+        (variant, VARIANTS, "variant"),
+    ):
+        if value not in allowed:
+            raise DetcalInputError(f"unknown OCE {name} {value!r}; choose one of {allowed}", field=name)
+    return taus
+
+
+def _class_columns(dets: Detections, gt: GroundTruth, rows: np.ndarray, categories: Sequence[int] | None) -> np.ndarray:
+    """Column of each object's class in ``class_probs`` [O] (checks the distribution's shape and values)."""
+    probs = dets.class_probs
+    if probs is None:
+        raise DetcalInputError(
+            "the multiclass Brier score needs class distributions (class_probs / all_scores)", field="class_probs"
+        )
+    cats = np.unique(gt.category) if categories is None else np.asarray(list(categories), dtype=np.int64)
+    if np.any(np.diff(cats) <= 0):
+        raise DetcalInputError("categories must be strictly ascending category ids", field="categories")
+    if probs.shape[1] != len(cats):
+        raise DetcalInputError(
+            f"class_probs has {probs.shape[1]} columns, expected one per category ({len(cats)})", field="class_probs"
+        )
+    bad = ~np.isfinite(probs) | (probs < 0) | (probs > 1)
+    if bad.any():
+        i = int(np.flatnonzero(bad.any(axis=1))[0])
+        raise DetcalInputError(
+            "class probabilities must lie in [0, 1]", record=f"detection row {i}", field="class_probs"
+        )
+    col = np.searchsorted(cats, gt.category[rows])
+    col_c = np.clip(col, 0, max(len(cats) - 1, 0))
+    missing = (len(cats) == 0) | (cats[col_c] != gt.category[rows]) if len(cats) else np.ones(len(rows), bool)
+    if np.any(missing):
+        j = int(rows[np.flatnonzero(missing)[0]])
+        raise DetcalInputError(
+            f"ground-truth category {int(gt.category[j])} has no class_probs column",
+            record=f"ground-truth row {j}",
+            field="category",
+        )
+    return col_c
+
+
+def _first_per_group(group: np.ndarray, *keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(groups, index of the first element of each group in the order of ``keys`` (last key most minor))."""
+    order = np.lexsort(tuple(reversed(keys)) + (group,))
+    g = group[order]
+    first = np.ones(len(g), bool)
+    first[1:] = g[1:] != g[:-1]
+    return g[first], order[first]
+
+
+def _best_per_object(obj: np.ndarray, iou: np.ndarray, n_obj: int) -> tuple[np.ndarray, np.ndarray]:
+    """(objects, pair index of the highest IoU of each, the first of equal ones) for pairs sorted by
+    object and, within an object, by detection row (the order :func:`detcal.metrics._pairs.overlap_pairs` gives)."""
+    gmax = np.full(n_obj, -np.inf)
+    np.maximum.at(gmax, obj, iou)
+    cand = np.flatnonzero(iou == gmax[obj])
+    first = np.ones(len(cand), bool)
+    first[1:] = obj[cand[1:]] != obj[cand[:-1]]
+    return obj[cand[first]], cand[first]
+
+
+def _majority_label(obj: np.ndarray, label: np.ndarray, n_obj: int) -> np.ndarray:
+    """Most frequent label per object [n_obj] (ties: the smallest label); -1 where no pair."""
+    out = np.full(n_obj, -1, np.int64)
+    if len(obj) == 0:
+        return out
+    order = np.lexsort((label, obj))
+    o, lab = obj[order], label[order]
+    new = np.ones(len(o), bool)
+    new[1:] = (o[1:] != o[:-1]) | (lab[1:] != lab[:-1])
+    starts = np.flatnonzero(new)
+    counts = np.diff(np.append(starts, len(o)))
+    groups, first = _first_per_group(o[starts], -counts, lab[starts])
+    out[groups] = lab[starts][first]
+    return out
+
+
+def _block_brier(
+    obj: np.ndarray,
+    det: np.ndarray,
+    iou: np.ndarray,
+    n_obj: int,
+    dets: Detections,
+    ycol: np.ndarray,
+    ycat: np.ndarray,
+    aggregation: str,
+    kind: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Brier [n_obj] and matched counts of one block of pairs already cut at the threshold."""
+    n = np.bincount(obj, minlength=n_obj)
+    out = np.ones(n_obj)
+    hit = n > 0
+    if not hit.any():
+        return out, n
+    groups, best = _best_per_object(obj, iou, n_obj)
+    best_det = np.zeros(n_obj, np.int64)
+    best_det[groups] = det[best]
+    if aggregation == "iou_weighted":
+        w = iou / np.bincount(obj, weights=iou, minlength=n_obj)[obj]
+    if kind == "multiclass":
+        probs = dets.class_probs
+        assert probs is not None  # checked by _class_columns
+        if aggregation == "max_iou":
+            pbar = probs[best_det[hit]]
+        else:
+            wt = np.ones(len(obj)) if aggregation == "mean" else w
+            pbar = np.asarray(sparse.csr_matrix((wt, (obj, det)), shape=(n_obj, len(probs))) @ probs)[hit]
+            if aggregation == "mean":
+                pbar = pbar / n[hit][:, None]
+        pbar[np.arange(len(pbar)), ycol[hit]] -= 1.0
+        out[hit] = np.sum(pbar * pbar, axis=1)
+        return out, n
+    conf = dets.score
+    s: np.ndarray
+    if aggregation == "mean":
+        s = np.bincount(obj, weights=conf[det], minlength=n_obj)[hit] / n[hit]
+        lab = _majority_label(obj, dets.category[det], n_obj)[hit]
+    elif aggregation == "max_iou":
+        s = conf[best_det[hit]]
+        lab = dets.category[best_det[hit]]
+    else:
+        s = np.bincount(obj, weights=w * conf[det], minlength=n_obj)[hit]
+        lab = dets.category[best_det[hit]]
+    out[hit] = np.where(lab == ycat[hit], 2.0 * (1.0 - s) ** 2, 2.0 * s**2)
+    return out, n
+
+
+def object_scores_by_aggregation(
+    dets: Detections,
+    gt: GroundTruth,
+    iou_thresholds: Sequence[float] = OCE_THRESHOLDS,
+    aggregations: Sequence[str] = AGGREGATIONS,
+    *,
+    brier: str = "auto",
+    variant: str = "detcal",
+    categories: Sequence[int] | None = None,
+) -> dict[str, ObjectScores]:
+    """Per-object Brier scores of OCE for several aggregations from one pass over the pairs."""
+    aggregations = tuple(aggregations)
+    taus = _check_args(iou_thresholds, "mean", brier, variant)
+    for agg in aggregations:
+        _check_args(iou_thresholds, agg, brier, variant)
+    kind = ("multiclass" if dets.class_probs is not None else "binary") if brier == "auto" else brier
+    rows = np.arange(len(gt)) if variant == "uq_detr" else np.flatnonzero(~(gt.iscrowd | gt.ignore))
+    ycol = _class_columns(dets, gt, rows, categories) if kind == "multiclass" else np.zeros(len(rows), np.int64)
+    if kind == "binary" and (np.any(~np.isfinite(dets.score)) or np.any((dets.score < 0) | (dets.score > 1))):
+        raise DetcalInputError("detection scores must lie in [0, 1]", field="score")
+    local = np.full(len(gt), -1, np.int64)
+    local[rows] = np.arange(len(rows))
+    ycat = gt.category[rows]
+    out = {a: np.ones((len(taus), len(rows))) for a in aggregations}
+    n_matched = np.zeros((len(taus), len(rows)), np.int64)
+    det_max_iou = np.zeros(len(dets))
+    gcols, dcols = BoxColumns(gt.box), BoxColumns(dets.box)
+    # pairs below every threshold never count
+    for g, d, iou in overlap_pairs(dets.image_id, dcols, gt.image_id, gcols, float(taus.min()), rows):
+        if len(g) == 0:
+            continue
+        np.maximum.at(det_max_iou, d, iou)
+        lo, hi = int(local[g[0]]), int(local[g[-1]]) + 1
+        obj = local[g] - lo
+        for t, tau in enumerate(taus):
+            keep = iou >= tau
+            for agg in aggregations:
+                b, n = _block_brier(obj[keep], d[keep], iou[keep], hi - lo, dets, ycol[lo:hi], ycat[lo:hi], agg, kind)
+                out[agg][t, lo:hi] = b
+            n_matched[t, lo:hi] = n
+    return {
+        agg: ObjectScores(
+            gt_rows=rows,
+            image_id=gt.image_id[rows],
+            iou_thresholds=taus,
+            brier=out[agg],
+            n_matched=n_matched,
+            brier_kind=kind,
+            aggregation=agg,
+            variant=variant,
+            det_max_iou=det_max_iou,
+        )
+        for agg in aggregations
+    }
+
+
+def object_scores(
+    dets: Detections,
+    gt: GroundTruth,
+    iou_thresholds: Sequence[float] = OCE_THRESHOLDS,
+    aggregation: str = "mean",
+    *,
+    brier: str = "auto",
+    variant: str = "detcal",
+    categories: Sequence[int] | None = None,
+) -> ObjectScores:
+    """Per-object Brier scores of OCE (see the module docstring); ``categories``: the ascending
+    category ids of the ``class_probs`` columns (default: the ground truth's categories)."""
+    return object_scores_by_aggregation(
+        dets, gt, iou_thresholds, (aggregation,), brier=brier, variant=variant, categories=categories
+    )[aggregation]
+
+
+def oce_from_scores(s: ObjectScores) -> MetricResult:
+    """The OCE :class:`MetricResult` of per-object scores."""
+    objects = "every ground-truth box" if s.variant == "uq_detr" else "ground-truth boxes that are not crowd or ignored"
+    return MetricResult(
+        name="oce",
+        value=s.value,
+        variant=s.variant,
+        params={
+            "iou_thresholds": [float(t) for t in s.iou_thresholds],
+            "aggregation": s.aggregation,
+            "brier": s.brier_kind,
+            "objects": objects,
+            "missed_object": 1.0,
+            "matching": "every detection of the image with IoU >= tau, any class",
+        },
+        table={"iou_threshold": s.iou_thresholds, "oce": s.per_threshold(), "n_missed": (s.n_matched == 0).sum(axis=1)},
+        extra={
+            "n_objects": int(s.brier.shape[1]),
+            "brier_note": "exact multi-class Brier"
+            if s.brier_kind == "multiclass"
+            else "binary approximation from the top score and the predicted class",
+        },
+    )
+
+
+def oce(
+    dets: Detections,
+    gt: GroundTruth,
+    iou_thresholds: Sequence[float] = OCE_THRESHOLDS,
+    aggregation: str = "mean",
+    *,
+    brier: str = "auto",
+    variant: str = "detcal",
+    categories: Sequence[int] | None = None,
+) -> MetricResult:
+    """Object-level Calibration Error of ``dets`` against ``gt`` (module docstring)."""
+    return oce_from_scores(
+        object_scores(dets, gt, iou_thresholds, aggregation, brier=brier, variant=variant, categories=categories)
+    )
