@@ -10,8 +10,10 @@ from typing import Any
 
 from detcal.reports import results_json
 
-# the clock and the run time; under /data only the counts (the rest names where the data came from)
-SKIP = ("/created", "/timing_s")
+# the clock and the run time; under /data only the counts (the rest names where the data came from);
+# /worst_detections: the report's example rows, with file names and boxes as the input wrote them and
+# ties in input order (docs/metrics.md#worst-calibrated-detections), so they follow the input's form
+SKIP = ("/created", "/timing_s", "/worst_detections")
 
 
 def _flat(d: Any, p: str = "") -> Iterator[tuple[str, Any]]:

@@ -292,6 +292,22 @@ def _variants(spec: EvaluationSpec, data: LoadedData) -> dict[str, str]:
     }
 
 
+def _metric_warnings(conf: dict[str, Any], data: LoadedData) -> list[str]:
+    """Detections left out for an unknown category, and the warnings the metrics raised (kept beside their
+    sample too): each also one log line."""
+    out = []
+    if data.dropped.get("unknown_category"):
+        from detcal.pipeline.sources import unknown_category_warning
+
+        out.append(unknown_category_warning(data.provenance.get("results", "the results"),
+                                            data.dropped["unknown_category"]))  # logged where it was loaded
+    for lbl, blk in conf.items():
+        for w in (blk.get("_sample") or {}).get("warnings") or []:
+            out.append(f"confidence at {lbl}: {w}")
+            log.warning("%s", out[-1])
+    return out
+
+
 def _worst(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray, conf: dict[str, Any],
            no_pos: str | None) -> dict[str, Any]:
     """The worst-calibrated detections for the report (docs/metrics.md#worst-calibrated-detections)."""
@@ -368,16 +384,7 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
         per_image = per_image_rows(oce_rec)
         timing["oce"] = time.perf_counter() - t0
     ds, dets = data.dataset, data.detections
-    warn = _warnings(conf, reg, reg_on and dets.uncertainty_kind is not None, no_pos)
-    for lbl, blk in conf.items():  # the warnings the metrics raised (kept beside their sample): one log line each
-        for w in (blk.get("_sample") or {}).get("warnings") or []:
-            warn.append(f"confidence at {lbl}: {w}")
-            log.warning("%s", warn[-1])
-    if data.dropped.get("unknown_category"):
-        from detcal.pipeline.sources import unknown_category_warning
-
-        warn.insert(0, unknown_category_warning(data.provenance.get("results", "the results"),
-                                                data.dropped["unknown_category"]))
+    warn = _warnings(conf, reg, reg_on and dets.uncertainty_kind is not None, no_pos) + _metric_warnings(conf, data)
     record: dict[str, Any] = {
         "data": {**data.provenance, "counts": {
             "images": len(ds.images), "gt": len(ds.gt), "detections": len(dets),
