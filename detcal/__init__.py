@@ -9,6 +9,7 @@ The Python API (Hydra-free, what every command calls)::
 
     cal = detcal.calibrate(detcal.DataSpec(), confidence="temperature", regression="std_scaling")
 """
+
 from typing import Any
 
 from detcal._version import __version__
@@ -20,8 +21,19 @@ _API = {
     "CalibrationResult": "detcal.pipeline.calibration_result",
     "DetectionCalibration": "detcal.integrations.evaluator",
 }
-_SPECS = ("DataSpec", "EvaluationSpec", "MatchingSpec", "DeceBinningSpec", "SigmaBinningSpec", "ConfidenceSpec",
-          "RegressionSpec", "BootstrapSpec", "CalibrationSpec", "SplitSpec", "ConfigError")
+_SPECS = (
+    "DataSpec",
+    "EvaluationSpec",
+    "MatchingSpec",
+    "DeceBinningSpec",
+    "SigmaBinningSpec",
+    "ConfidenceSpec",
+    "RegressionSpec",
+    "BootstrapSpec",
+    "CalibrationSpec",
+    "SplitSpec",
+    "ConfigError",
+)
 
 __all__ = ["__version__", *_API, *_SPECS]
 

@@ -3,6 +3,7 @@
 Kept so that ``from detcal.types import Dataset, Detections`` keeps working; the
 package itself imports :mod:`detcal.core.types`.
 """
+
 from detcal.core.types import Dataset, Detections, GroundTruth, Images, KittiRules, MatchResult, MetricResult
 
 __all__ = ["Dataset", "Detections", "GroundTruth", "Images", "KittiRules", "MatchResult", "MetricResult"]

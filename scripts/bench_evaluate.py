@@ -15,6 +15,7 @@ LaECE added, which are on by default). pycocotools: a
 fresh process running COCO(), loadRes, evaluate, accumulate, summarize.
 Prints both wall times and the ratio.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,8 +71,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="best of N runs of each")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2, help="also time parallel.workers=N (0: skip)")
-    ap.add_argument("--files", type=Path, default=None,
-                    help="keep the generated files in this folder and reuse them on the next run")
+    ap.add_argument(
+        "--files",
+        type=Path,
+        default=None,
+        help="keep the generated files in this folder and reuse them on the next run",
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -86,10 +91,21 @@ def main() -> None:
             gt, res, n = make_files(args.files or root, args.images, args.dets_per_image, args.uncertainty, args.seed)
         size = res.stat().st_size / 1e6
         thr = "[" + ",".join(f"{t:.2f}" for t in np.linspace(0.5, 0.95, 10)) + "]"
-        detcal_cmd = [sys.executable, "-m", "detcal.apps.evaluate", "data=coco", f"data.gt={gt}", f"data.results={res}",
-                      f"matching.iou_thresholds={thr}", "bootstrap.n=0", "output.plots=false",
-                      "output.detections_csv=false", "output.print_summary=false", "output.progress=false",
-                      f"hydra.run.dir={root / 'run'}"]
+        detcal_cmd = [
+            sys.executable,
+            "-m",
+            "detcal.apps.evaluate",
+            "data=coco",
+            f"data.gt={gt}",
+            f"data.results={res}",
+            f"matching.iou_thresholds={thr}",
+            "bootstrap.n=0",
+            "output.plots=false",
+            "output.detections_csv=false",
+            "output.print_summary=false",
+            "output.progress=false",
+            f"hydra.run.dir={root / 'run'}",
+        ]
         coco_cmd = [sys.executable, "-c", PYCOCO, str(gt), str(res)]
         no_acc = detcal_cmd + ["accuracy.enabled=false", "localisation.enabled=false"]
         import json
@@ -99,15 +115,23 @@ def main() -> None:
 
         t_cal = min(timed(no_acc, root)[0] for _ in range(args.repeat))
         timing_cal = stages()
-        t_par = (min(timed(no_acc + [f"parallel.workers={args.workers}"], root)[0] for _ in range(args.repeat))
-                 if args.workers > 1 else None)
+        t_par = (
+            min(timed(no_acc + [f"parallel.workers={args.workers}"], root)[0] for _ in range(args.repeat))
+            if args.workers > 1
+            else None
+        )
         t_det = min(timed(detcal_cmd, root)[0] for _ in range(args.repeat))
         timing = stages()
-        t_det_par = (min(timed(detcal_cmd + [f"parallel.workers={args.workers}"], root)[0] for _ in range(args.repeat))
-                     if args.workers > 1 else None)
+        t_det_par = (
+            min(timed(detcal_cmd + [f"parallel.workers={args.workers}"], root)[0] for _ in range(args.repeat))
+            if args.workers > 1
+            else None
+        )
         t_coco = min(timed(coco_cmd, root)[0] for _ in range(args.repeat))
-    print(f"{args.images} images, {n} detections ({size:.0f} MB results JSON), 10 IoU thresholds, "
-          f"uncertainty={'yes' if args.uncertainty else 'no'}")
+    print(
+        f"{args.images} images, {n} detections ({size:.0f} MB results JSON), 10 IoU thresholds, "
+        f"uncertainty={'yes' if args.uncertainty else 'no'}"
+    )
     print(f"  detcal-evaluate, calibration only           {t_cal:8.2f} s   stages: {timing_cal}")
     if t_par is not None:
         print(f"  ... with parallel.workers={args.workers}                 {t_par:8.2f} s")

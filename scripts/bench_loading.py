@@ -16,6 +16,7 @@ Usage::
 
     python scripts/bench_loading.py --images 5000 --dets-per-image 60 --repeat 3 --csv
 """
+
 from __future__ import annotations
 
 import argparse
@@ -88,6 +89,7 @@ def main() -> None:
         except ImportError:
             iter_coco_results = None
         if iter_coco_results is not None:
+
             def chunked():
                 return sum(len(c) for c in iter_coco_results(res_path, g))
 
@@ -102,11 +104,17 @@ def main() -> None:
             t, mr = _best(lambda: match(r, g.gt, thresholds, images=g.images), 1)
             rows.append(("match at 10 IoU thresholds", t))
             try:
-                from detcal.reports.detections_csv import columns_to_csv_bytes, detections_columns, write_detections_parquet
+                from detcal.reports.detections_csv import (
+                    columns_to_csv_bytes,
+                    detections_columns,
+                    write_detections_parquet,
+                )
             except ImportError:  # an older detcal: the per-cell writer
                 from detcal.reports.detections_csv import format_csv
 
-                rows.append(("per-detection CSV (format_csv)", _best(lambda: format_csv(r, mr, g.gt.id), args.repeat)[0]))
+                rows.append(
+                    ("per-detection CSV (format_csv)", _best(lambda: format_csv(r, mr, g.gt.id), args.repeat)[0])
+                )
             else:
                 cols = detections_columns(r, mr, g.gt.id)
                 t, text = _best(lambda: columns_to_csv_bytes(detections_columns(r, mr, g.gt.id)), args.repeat)

@@ -19,6 +19,7 @@ Usage::
 
     python scripts/bench_matching.py --images 5000 --dets-per-image 60 --seed 0
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,14 @@ from pathlib import Path
 import numpy as np
 
 
-def make_coco(n_images: int, dets_per_image: float, seed: int, n_cats: int = 80, gt_per_image: float = 7.0,
-              crowd_frac: float = 0.01) -> tuple[dict, list[dict]]:
+def make_coco(
+    n_images: int,
+    dets_per_image: float,
+    seed: int,
+    n_cats: int = 80,
+    gt_per_image: float = 7.0,
+    crowd_frac: float = 0.01,
+) -> tuple[dict, list[dict]]:
     """Seeded synthetic COCO instances dict and results list (see the module docstring)."""
     rng = np.random.default_rng(seed)
     cat_ids = np.sort(rng.choice(np.arange(1, 91), n_cats, replace=False))
@@ -69,15 +76,28 @@ def make_coco(n_images: int, dets_per_image: float, seed: int, n_cats: int = 80,
     dx, dy = np.round(dx, 2), np.round(dy, 2)
     dw, dh = np.round(np.maximum(dw, 1.0), 2), np.round(np.maximum(dh, 1.0), 2)
     score = np.round(np.clip(rng.beta(2, 2, D) + 0.3 * near, 0.001, 1.0), 3)
-    images = [{"id": int(i + 1), "width": float(width[i]), "height": float(height[i]), "file_name": f"{i + 1:012d}.jpg"}
-              for i in range(n_images)]
+    images = [
+        {"id": int(i + 1), "width": float(width[i]), "height": float(height[i]), "file_name": f"{i + 1:012d}.jpg"}
+        for i in range(n_images)
+    ]
     gb = np.stack([x, y, w, h], 1).tolist()
-    anns = [{"id": i + 1, "image_id": int(g_img[i]) + 1, "category_id": int(g_cat[i]), "bbox": gb[i],
-             "area": gb[i][2] * gb[i][3], "iscrowd": int(crowd[i])} for i in range(G)]
+    anns = [
+        {
+            "id": i + 1,
+            "image_id": int(g_img[i]) + 1,
+            "category_id": int(g_cat[i]),
+            "bbox": gb[i],
+            "area": gb[i][2] * gb[i][3],
+            "iscrowd": int(crowd[i]),
+        }
+        for i in range(G)
+    ]
     gt = {"images": images, "annotations": anns, "categories": [{"id": int(c), "name": f"cat{c}"} for c in cat_ids]}
     db = np.stack([dx, dy, dw, dh], 1).tolist()
-    res = [{"image_id": int(d_img[i]) + 1, "category_id": int(dcat[i]), "bbox": db[i], "score": float(score[i])}
-           for i in range(D)]
+    res = [
+        {"image_id": int(d_img[i]) + 1, "category_id": int(dcat[i]), "bbox": db[i], "score": float(score[i])}
+        for i in range(D)
+    ]
     return gt, res
 
 
@@ -145,17 +165,25 @@ def main(argv: list[str] | None = None) -> int:
 
     ours_e2e = t_load_gt + t_load_res + t_match
     ref_e2e = t_coco_gt + t_coco_res + t_eval
-    print(f"data: {args.images} images, {len(ds.gt)} GT ({int(ds.gt.iscrowd.sum())} crowd), {D} detections, seed {args.seed}")
+    print(
+        f"data: {args.images} images, {len(ds.gt)} GT ({int(ds.gt.iscrowd.sum())} crowd), {D} detections, seed {args.seed}"
+    )
     print(f"{'stage':<34}{'detcal [s]':>12}{'pycocotools [s]':>17}{'ratio':>9}")
     print(f"{'load GT json':<34}{t_load_gt:>12.3f}{t_coco_gt:>17.3f}{t_coco_gt / t_load_gt:>9.1f}")
     print(f"{'load results json':<34}{t_load_res:>12.3f}{t_coco_res:>17.3f}{t_coco_res / t_load_res:>9.1f}")
     print(f"{'match @0.5 / evaluate() @0.5':<34}{t_match:>12.3f}{t_eval:>17.3f}{t_eval / t_match:>9.1f}")
     print(f"{'end to end':<34}{ours_e2e:>12.3f}{ref_e2e:>17.3f}{ref_e2e / ours_e2e:>9.1f}")
-    print(f"detcal match wall times: {', '.join(f'{t:.3f}' for t in all_match)} (first {all_match[0]:.3f}, "
-          f"median {statistics.median(all_match):.3f}); ratio with the first call {t_eval / all_match[0]:.1f}")
-    print(f"CPU time (process_time): detcal match {c_match:.3f} s, pycocotools evaluate {c_eval:.3f} s, ratio {c_eval / c_match:.1f}")
-    print(f"parity vs evalImgs dtMatches/dtIgnore @0.5: {agree.mean() * 100:.4f} % of {D} detections "
-          f"({int((~agree).sum())} differ); TP {int(result.matched[0].sum())}, ignored {int(result.ignored[0].sum())}")
+    print(
+        f"detcal match wall times: {', '.join(f'{t:.3f}' for t in all_match)} (first {all_match[0]:.3f}, "
+        f"median {statistics.median(all_match):.3f}); ratio with the first call {t_eval / all_match[0]:.1f}"
+    )
+    print(
+        f"CPU time (process_time): detcal match {c_match:.3f} s, pycocotools evaluate {c_eval:.3f} s, ratio {c_eval / c_match:.1f}"
+    )
+    print(
+        f"parity vs evalImgs dtMatches/dtIgnore @0.5: {agree.mean() * 100:.4f} % of {D} detections "
+        f"({int((~agree).sum())} differ); TP {int(result.matched[0].sum())}, ignored {int(result.ignored[0].sum())}"
+    )
     return 0 if agree.all() else 1
 
 

@@ -80,6 +80,7 @@ Usage::
     python scripts/bench_metrics.py --quick         # 200k samples, quick check
     python scripts/bench_metrics.py --n 500000 --repeats 3 --metrics ENCE C-QCE
 """
+
 from __future__ import annotations
 
 import argparse
@@ -88,8 +89,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -124,11 +126,13 @@ def _kind(metric: str) -> str:
 
 def _per_coordinate(fn: Callable[..., Any]) -> Callable[[dict[str, np.ndarray]], float]:
     """The hard workload: a user's per-coordinate calls on column slices of [n, 4] arrays; mean value."""
+
     def run(d: dict[str, np.ndarray]) -> float:
         mu, sigma, y = d["mu"], d["sigma"], d["y"]
         if mu.ndim == 1:
             return float(fn(mu, sigma, y).value)
         return float(np.mean([fn(mu[:, k], sigma[:, k], y[:, k]).value for k in range(mu.shape[1])]))
+
     return run
 
 
@@ -197,7 +201,9 @@ def _reset_peak_rss() -> bool:
         return False
 
 
-def worker(metric: str, impl: str, n: int, seed: int, repeats: int, tracemalloc_run: bool, hard: bool = True) -> dict[str, Any]:
+def worker(
+    metric: str, impl: str, n: int, seed: int, repeats: int, tracemalloc_run: bool, hard: bool = True
+) -> dict[str, Any]:
     """Measure one (metric, implementation) in this process; returns the numbers as a dict."""
     import tracemalloc
 
@@ -214,7 +220,11 @@ def worker(metric: str, impl: str, n: int, seed: int, repeats: int, tracemalloc_
         best = min(best, time.perf_counter() - t0)
     hwm = _status_kb("VmHWM")
     out: dict[str, Any] = {
-        "metric": metric, "impl": impl, "n": n, "time_s": best, "value": value,
+        "metric": metric,
+        "impl": impl,
+        "n": n,
+        "time_s": best,
+        "value": value,
         "rss_peak_mb": (hwm - rss0) / 1024.0 if resettable else float("nan"),
     }
     if tracemalloc_run:
@@ -229,8 +239,19 @@ def worker(metric: str, impl: str, n: int, seed: int, repeats: int, tracemalloc_
 
 
 def run_one(metric: str, impl: str, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", metric, impl, "--n", str(args.n),
-           "--seed", str(args.seed), "--repeats", str(args.repeats)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        metric,
+        impl,
+        "--n",
+        str(args.n),
+        "--seed",
+        str(args.seed),
+        "--repeats",
+        str(args.repeats),
+    ]
     if args.no_tracemalloc:
         cmd.append("--no-tracemalloc")
     if args.easy:
@@ -251,15 +272,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--metrics", nargs="+", default=list(METRICS), choices=list(METRICS) + list(DETCAL_ONLY))
     ap.add_argument("--no-tracemalloc", action="store_true", help="skip the tracemalloc pass")
     ap.add_argument("--json", type=str, default=None, help="also write the rows to this JSON file")
-    ap.add_argument("--easy", action="store_true",
-                    help="the old workload: one contiguous regression coordinate, continuous scores")
-    ap.add_argument("--growth", nargs="*", type=int, default=None, metavar="N",
-                    help="time detcal's suite alone at these sizes (default 1M 3M 10M) and fit the growth exponent")
+    ap.add_argument(
+        "--easy", action="store_true", help="the old workload: one contiguous regression coordinate, continuous scores"
+    )
+    ap.add_argument(
+        "--growth",
+        nargs="*",
+        type=int,
+        default=None,
+        metavar="N",
+        help="time detcal's suite alone at these sizes (default 1M 3M 10M) and fit the growth exponent",
+    )
     ap.add_argument("--worker", nargs=2, metavar=("METRIC", "IMPL"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(args.worker[0], args.worker[1], args.n, args.seed, args.repeats,
-                                not args.no_tracemalloc, hard=not args.easy)))
+        print(
+            json.dumps(
+                worker(
+                    args.worker[0],
+                    args.worker[1],
+                    args.n,
+                    args.seed,
+                    args.repeats,
+                    not args.no_tracemalloc,
+                    hard=not args.easy,
+                )
+            )
+        )
         return 0
     if args.growth is not None:
         return growth(args.growth or [1_000_000, 3_000_000, 10_000_000], args)
@@ -267,8 +306,10 @@ def main(argv: list[str] | None = None) -> int:
         args.n = min(args.n, 200_000)
         args.no_tracemalloc = True
     rows = []
-    hdr = (f"{'metric':<7} {'detcal s':>9} {'netcal s':>9} {'ratio':>7} {'detcal RSS MB':>13} {'netcal RSS MB':>13} "
-           f"{'detcal tm MB':>12} {'netcal tm MB':>12} {'|diff|':>9}")
+    hdr = (
+        f"{'metric':<7} {'detcal s':>9} {'netcal s':>9} {'ratio':>7} {'detcal RSS MB':>13} {'netcal RSS MB':>13} "
+        f"{'detcal tm MB':>12} {'netcal tm MB':>12} {'|diff|':>9}"
+    )
     print(f"n = {args.n:,}, seed = {args.seed}, repeats = {args.repeats}, workload = {'easy' if args.easy else 'hard'}")
     print(hdr)
     print("-" * len(hdr))
@@ -277,27 +318,36 @@ def main(argv: list[str] | None = None) -> int:
         nc = run_one(m, "netcal", args)
         ratio = nc["time_s"] / d["time_s"]
         rows.append({"metric": m, "detcal": d, "netcal": nc, "ratio": ratio})
-        print(f"{m:<7} {d['time_s']:>9.3f} {nc['time_s']:>9.3f} {ratio:>6.1f}x {d['rss_peak_mb']:>13.1f} "
-              f"{nc['rss_peak_mb']:>13.1f} {d['tm_peak_mb']:>12.1f} {nc['tm_peak_mb']:>12.1f} "
-              f"{abs(d['value'] - nc['value']):>9.1e}", flush=True)
+        print(
+            f"{m:<7} {d['time_s']:>9.3f} {nc['time_s']:>9.3f} {ratio:>6.1f}x {d['rss_peak_mb']:>13.1f} "
+            f"{nc['rss_peak_mb']:>13.1f} {d['tm_peak_mb']:>12.1f} {nc['tm_peak_mb']:>12.1f} "
+            f"{abs(d['value'] - nc['value']):>9.1e}",
+            flush=True,
+        )
     td = sum(r["detcal"]["time_s"] for r in rows)
     tn = sum(r["netcal"]["time_s"] for r in rows)
     print("-" * len(hdr))
     print(f"{'suite':<7} {td:>9.3f} {tn:>9.3f} {tn / td:>6.1f}x")
-    print(f"slowest ratio: {min(r['ratio'] for r in rows):.1f}x "
-          f"({min(rows, key=lambda r: r['ratio'])['metric']})")
+    print(f"slowest ratio: {min(r['ratio'] for r in rows):.1f}x ({min(rows, key=lambda r: r['ratio'])['metric']})")
     mem_ok = True
     for q in ("M-QCE", "C-QCE"):
         r = next((r for r in rows if r["metric"] == q), None)
         if r:
             rss = r['detcal']['rss_peak_mb'] / max(r['netcal']['rss_peak_mb'], 1e-9)
             mem_ok = mem_ok and rss <= 0.1
-            print(f"{q} peak memory detcal/netcal: RSS {rss:.3f}"
-                  + (f", tracemalloc {r['detcal']['tm_peak_mb'] / max(r['netcal']['tm_peak_mb'], 1e-9):.3f}"
-                     if not args.no_tracemalloc else ""))
+            print(
+                f"{q} peak memory detcal/netcal: RSS {rss:.3f}"
+                + (
+                    f", tracemalloc {r['detcal']['tm_peak_mb'] / max(r['netcal']['tm_peak_mb'], 1e-9):.3f}"
+                    if not args.no_tracemalloc
+                    else ""
+                )
+            )
     slow = [r["metric"] for r in rows if r["ratio"] < 3.0]
-    print(f"requirements: every ratio >= 3x {'ok' if not slow else 'FAILED ' + str(slow)}; "
-          f"suite >= 20x {'ok' if tn / td >= 20 else 'FAILED'}; QCE peak memory <= 1/10 {'ok' if mem_ok else 'FAILED'}")
+    print(
+        f"requirements: every ratio >= 3x {'ok' if not slow else 'FAILED ' + str(slow)}; "
+        f"suite >= 20x {'ok' if tn / td >= 20 else 'FAILED'}; QCE peak memory <= 1/10 {'ok' if mem_ok else 'FAILED'}"
+    )
     print(f"load average (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.json:
         Path(args.json).write_text(json.dumps({"n": args.n, "seed": args.seed, "rows": rows}, indent=2))
@@ -316,8 +366,10 @@ def growth(sizes: list[int], args: argparse.Namespace) -> int:
         print(f"n = {n:>12,}  suite {t:8.3f} s", flush=True)
     if len(sizes) > 1:
         b = np.polyfit(np.log(sizes), np.log(times), 1)[0]
-        print(f"growth exponent (least squares over {len(sizes)} sizes): {b:.3f} "
-              f"(required <= 1.05: {'ok' if b <= 1.05 else 'FAILED'})")
+        print(
+            f"growth exponent (least squares over {len(sizes)} sizes): {b:.3f} "
+            f"(required <= 1.05: {'ok' if b <= 1.05 else 'FAILED'})"
+        )
     print(f"load average (1, 5, 15 min): {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

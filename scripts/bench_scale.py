@@ -21,6 +21,7 @@ per-detection CSV off; accuracy and localisation off unless
 read after each run, in a fresh wrapper process per size, so it is the
 command's own peak.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,7 +29,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -52,15 +52,16 @@ def _block(k: int, seed: int, offset: int):
     from detcal.data.synthetic import generate_coco_scale
 
     ds, dets = generate_coco_scale(n_images=BLOCK_IMAGES, dets_per_image=DETS_PER_IMAGE, seed=seed * 1000 + k)
-    dets = dataclasses.replace(dets, box=np.round(dets.box, 2), image_id=dets.image_id + offset,
-                               proposal=None, delta_mean=None, delta_std=None)
+    dets = dataclasses.replace(
+        dets, box=np.round(dets.box, 2), image_id=dets.image_id + offset, proposal=None, delta_mean=None, delta_std=None
+    )
     return ds, dets
 
 
 def make_files(root: Path, millions: float, seed: int) -> tuple[Path, Path, int]:
     """Instances + results files of about ``millions`` x 1e6 detections (cached in ``root``)."""
-    from detcal.data.coco import detections_to_coco_list, write_coco_instances
     from detcal.core.types import Dataset, GroundTruth, Images
+    from detcal.data.coco import detections_to_coco_list, write_coco_instances
 
     tag = f"{millions:g}M_seed{seed}"
     gt_path, res_path, meta = root / f"instances_{tag}.json", root / f"results_{tag}.json", root / f"meta_{tag}.json"
@@ -78,8 +79,11 @@ def make_files(root: Path, millions: float, seed: int) -> tuple[Path, Path, int]
                 last = dets.image_id[target - n - 1]
                 dets = dets.select(np.flatnonzero(dets.image_id <= last))
                 keep_img = ds.images.id <= last - k * BLOCK_IMAGES
-                ds = Dataset(images=ds.images.select(keep_img), gt=ds.gt.select(ds.gt.image_id <= last - k * BLOCK_IMAGES),
-                             categories=ds.categories)
+                ds = Dataset(
+                    images=ds.images.select(keep_img),
+                    gt=ds.gt.select(ds.gt.image_id <= last - k * BLOCK_IMAGES),
+                    categories=ds.categories,
+                )
             images.append((ds.images.id + k * BLOCK_IMAGES, ds.images.width, ds.images.height))
             g = ds.gt
             gts.append((g.image_id + k * BLOCK_IMAGES, g.box, g.category, g.iscrowd, g.ignore))
@@ -91,9 +95,13 @@ def make_files(root: Path, millions: float, seed: int) -> tuple[Path, Path, int]
             print(f"  generated {n:,} detections", file=sys.stderr, end="\r")
         fh.write(b"]\n")
     ids = np.concatenate([i[0] for i in images])
-    dataset = Dataset(images=Images(id=ids, width=np.concatenate([i[1] for i in images]),
-                                    height=np.concatenate([i[2] for i in images])),
-                      gt=GroundTruth(*(np.concatenate([g[j] for g in gts]) for j in range(5))), categories=cats)
+    dataset = Dataset(
+        images=Images(
+            id=ids, width=np.concatenate([i[1] for i in images]), height=np.concatenate([i[2] for i in images])
+        ),
+        gt=GroundTruth(*(np.concatenate([g[j] for g in gts]) for j in range(5))),
+        categories=cats,
+    )
     write_coco_instances(gt_path, dataset)
     os.replace(tmp, res_path)
     meta.write_text(json.dumps({"detections": n, "images": int(len(ids)), "gt": int(len(dataset.gt))}))
@@ -104,10 +112,22 @@ def make_files(root: Path, millions: float, seed: int) -> tuple[Path, Path, int]
 def run(gt: Path, res: Path, run_dir: Path, extra: list[str]) -> tuple[float, float, dict]:
     """(wall s, peak RSS MB, timing_s of metrics.json) of one ``detcal-evaluate`` in a fresh process."""
     thr = "[" + ",".join(f"{t:.2f}" for t in np.linspace(0.5, 0.95, 10)) + "]"
-    cmd = [sys.executable, "-m", "detcal.apps.evaluate", "data=coco", f"data.gt={gt}", f"data.results={res}",
-           f"matching.iou_thresholds={thr}", "bootstrap.n=0", "output.plots=false",
-           "output.detections_csv=false", "output.print_summary=false", "output.progress=false",
-           f"hydra.run.dir={run_dir}", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "detcal.apps.evaluate",
+        "data=coco",
+        f"data.gt={gt}",
+        f"data.results={res}",
+        f"matching.iou_thresholds={thr}",
+        "bootstrap.n=0",
+        "output.plots=false",
+        "output.detections_csv=false",
+        "output.print_summary=false",
+        "output.progress=false",
+        f"hydra.run.dir={run_dir}",
+        *extra,
+    ]
     out = subprocess.run([sys.executable, "-c", MEASURE, *cmd], capture_output=True, text=True)
     line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
     parts = line.split()
@@ -136,8 +156,7 @@ def main() -> None:
         gt, res, n = make_files(args.cache, m, args.seed)
         wall, rss, timing = run(gt, res, args.cache / f"run_{m:g}M", extra)
         rows.append((n, res.stat().st_size / 1e6, wall, rss, timing))
-        print(f"{n:>11,} detections {rows[-1][1]:8.0f} MB  {wall:8.1f} s  peak RSS {rss:8.0f} MB  {timing}",
-              flush=True)
+        print(f"{n:>11,} detections {rows[-1][1]:8.0f} MB  {wall:8.1f} s  peak RSS {rss:8.0f} MB  {timing}", flush=True)
     print(f"\nload average: {os.getloadavg()}")
     print("| detections | results JSON | wall time | peak RSS |\n|---:|---:|---:|---:|")
     for n, mb, wall, rss, _ in rows:

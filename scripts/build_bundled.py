@@ -15,6 +15,7 @@ float32 relative [ymin, xmin, ymax, xmax], lossless) and
 ``detcal/data/bundled/coco_mini79/*.json.gz`` (the 79-image files, gzipped,
 byte-for-byte otherwise).
 """
+
 from __future__ import annotations
 
 import gzip

@@ -12,14 +12,15 @@ It writes ``recal.txt`` and ``val.txt`` (one frame name per line, sorted)
 atomically and prints the counts. The split logic is
 :func:`detcal.data.kitti.split_frames`.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
-from detcal.data.kitti import split_frames
 from detcal.core.errors import DetcalInputError
+from detcal.data.kitti import split_frames
 from detcal.utils.io import write_text
 
 
@@ -42,7 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--label-dir", type=Path, required=True, help="KITTI label_2 directory (<frame>.txt files)")
     p.add_argument("--out-dir", type=Path, required=True, help="where recal.txt and val.txt are written")
-    p.add_argument("--val-size", type=_val_size, default=1500, help="validation frames: a count (1500) or a fraction (0.2)")
+    p.add_argument(
+        "--val-size", type=_val_size, default=1500, help="validation frames: a count (1500) or a fraction (0.2)"
+    )
     p.add_argument("--seed", type=int, default=0, help="random seed (numpy default_rng)")
     return p
 

@@ -8,6 +8,7 @@ the tests: ``computeStatistics`` also reports, per detection, which box took
 it and whether a DontCare region took it; classes other than car/pedestrian/
 cyclist are evaluated with the same rules (no neighbour class).
 """
+
 from __future__ import annotations
 
 import math
@@ -27,8 +28,17 @@ def parse_labels(lines: list[str]) -> list[dict]:
         t = line.split()
         if len(t) != 15:
             continue
-        out.append({"type": t[0], "truncation": float(t[1]), "occlusion": int(float(t[2])),
-                    "x1": float(t[4]), "y1": float(t[5]), "x2": float(t[6]), "y2": float(t[7])})
+        out.append(
+            {
+                "type": t[0],
+                "truncation": float(t[1]),
+                "occlusion": int(float(t[2])),
+                "x1": float(t[4]),
+                "y1": float(t[5]),
+                "x2": float(t[6]),
+                "y2": float(t[7]),
+            }
+        )
     return out
 
 
@@ -38,8 +48,16 @@ def parse_results(lines: list[str]) -> list[dict]:
         t = line.split()
         if len(t) != 16:
             continue
-        out.append({"type": t[0], "x1": float(t[4]), "y1": float(t[5]), "x2": float(t[6]), "y2": float(t[7]),
-                    "thresh": float(t[15])})
+        out.append(
+            {
+                "type": t[0],
+                "x1": float(t[4]),
+                "y1": float(t[5]),
+                "x2": float(t[6]),
+                "y2": float(t[7]),
+                "thresh": float(t[15]),
+            }
+        )
     return out
 
 
@@ -75,8 +93,11 @@ def clean_data(cls: str, gt: list[dict], det: list[dict], difficulty: str):
             valid_class = 0
         else:
             valid_class = -1
-        ignore = (g["occlusion"] > MAX_OCCLUSION[difficulty] or g["truncation"] > MAX_TRUNCATION[difficulty]
-                  or height <= MIN_HEIGHT[difficulty])
+        ignore = (
+            g["occlusion"] > MAX_OCCLUSION[difficulty]
+            or g["truncation"] > MAX_TRUNCATION[difficulty]
+            or height <= MIN_HEIGHT[difficulty]
+        )
         if valid_class == 1 and not ignore:
             ignored_gt.append(0)
             n_gt += 1
@@ -130,7 +151,12 @@ def compute_statistics(cls, gt, det, dc, ignored_gt, ignored_det, compute_fp, mi
             if not compute_fp and overlap > min_overlap and det[j]["thresh"] > valid_detection:
                 det_idx = j
                 valid_detection = det[j]["thresh"]
-            elif compute_fp and overlap > min_overlap and (overlap > max_overlap or assigned_ignored_det) and ignored_det[j] == 0:
+            elif (
+                compute_fp
+                and overlap > min_overlap
+                and (overlap > max_overlap or assigned_ignored_det)
+                and ignored_det[j] == 0
+            ):
                 max_overlap = overlap
                 det_idx = j
                 valid_detection = 1
@@ -188,8 +214,13 @@ def get_thresholds(v: list[float], n_groundtruth: float) -> list[float]:
     return t
 
 
-def eval_class(cls: str, groundtruth: list[list[dict]], detections: list[list[dict]], difficulty: str,
-               min_overlap: float | None = None) -> dict:
+def eval_class(
+    cls: str,
+    groundtruth: list[list[dict]],
+    detections: list[list[dict]],
+    difficulty: str,
+    min_overlap: float | None = None,
+) -> dict:
     """Precision [41] (and the counts per score threshold) as eval_class computes them."""
     mo = MIN_OVERLAP.get(cls, 0.5) if min_overlap is None else min_overlap
     n_gt = 0
@@ -207,8 +238,9 @@ def eval_class(cls: str, groundtruth: list[list[dict]], detections: list[list[di
     pr = [[0, 0, 0] for _ in thresholds]
     for i in range(len(groundtruth)):
         for t in range(len(thresholds)):
-            tp, fp, fn, _, _, _ = compute_statistics(cls, groundtruth[i], detections[i], dontcare[i],
-                                                     ignored_gt[i], ignored_det[i], True, mo, thresholds[t])
+            tp, fp, fn, _, _, _ = compute_statistics(
+                cls, groundtruth[i], detections[i], dontcare[i], ignored_gt[i], ignored_det[i], True, mo, thresholds[t]
+            )
             pr[t][0] += tp
             pr[t][1] += fp
             pr[t][2] += fn
@@ -218,16 +250,23 @@ def eval_class(cls: str, groundtruth: list[list[dict]], detections: list[list[di
         precision[i] = tp / (tp + fp) if tp + fp > 0 else math.nan
     for i in range(len(thresholds)):
         largest = precision[i]  # std::max_element: the first element not less than any other
-        for x in precision[i + 1:]:
+        for x in precision[i + 1 :]:
             if largest < x:
                 largest = x
         precision[i] = largest
-    return {"precision": precision, "thresholds": thresholds, "n_gt": n_gt,
-            "tp": [p[0] for p in pr], "fp": [p[1] for p in pr], "fn": [p[2] for p in pr]}
+    return {
+        "precision": precision,
+        "thresholds": thresholds,
+        "n_gt": n_gt,
+        "tp": [p[0] for p in pr],
+        "fp": [p[1] for p in pr],
+        "fn": [p[2] for p in pr],
+    }
 
 
-def outcomes(cls: str, gt: list[dict], det: list[dict], difficulty: str, thresh: float = 0.0,
-             min_overlap: float | None = None) -> list[tuple[int, str, int]]:
+def outcomes(
+    cls: str, gt: list[dict], det: list[dict], difficulty: str, thresh: float = 0.0, min_overlap: float | None = None
+) -> list[tuple[int, str, int]]:
     """Per detection j of class ``cls`` in one frame: (j, 'tp'|'fp'|'ignored'|'below', box index or -1)."""
     mo = MIN_OVERLAP.get(cls, 0.5) if min_overlap is None else min_overlap
     i_gt, dc, i_det, _ = clean_data(cls, gt, det, difficulty)

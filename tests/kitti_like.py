@@ -10,6 +10,7 @@ positives, some inside DontCare regions, 2-decimal scores (many ties) and
 2-decimal coordinates, in random file order. Everything is written as the
 text lines of KITTI ``label_2`` and result files.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -69,7 +70,9 @@ def make_frame(rng: np.random.Generator) -> tuple[list[str], list[str]]:
         x1, y2 = rng.uniform(0, _W - w), rng.uniform(140, _H)
         objs.append(("Cyclist", _clip(np.array([x1, y2 - h, x1 + w, y2]))))
     for _ in range(rng.integers(0, 2)):
-        objs.append(("Truck" if rng.random() < 0.5 else "Misc", _clip(np.array([0, 100, 80, 180]) + rng.uniform(0, 900))))
+        objs.append(
+            ("Truck" if rng.random() < 0.5 else "Misc", _clip(np.array([0, 100, 80, 180]) + rng.uniform(0, 900)))
+        )
 
     labels: list[tuple[str, str, np.ndarray]] = []
     for kind, b in objs:

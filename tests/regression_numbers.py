@@ -1,9 +1,11 @@
 """Flatten the numbers of a metrics.json for the regression tests (tests/test_regression_numbers.py)."""
+
 from __future__ import annotations
 
 import json
 import math
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 
 def numbers(node: Any, prefix: str = "") -> Iterator[tuple[str, float | None]]:

@@ -1,6 +1,7 @@
 """Accuracy beside calibration in detcal-evaluate: the twelve COCO summarize()
 numbers equal pycocotools' on the bundled official 79-image set and on a
 synthetic set (crowd-free, small/medium boxes), through the pipeline."""
+
 from __future__ import annotations
 
 import contextlib
@@ -17,8 +18,20 @@ from detcal.data import bundled
 from detcal.data.synthetic import write_synthetic
 from detcal.pipeline.spec import BootstrapSpec, DataSpec, EvaluationSpec
 
-NAMES = ("AP", "AP50", "AP75", "AP_small", "AP_medium", "AP_large", "AR1", "AR10", "AR100", "AR_small",
-         "AR_medium", "AR_large")
+NAMES = (
+    "AP",
+    "AP50",
+    "AP75",
+    "AP_small",
+    "AP_medium",
+    "AP_large",
+    "AR1",
+    "AR10",
+    "AR100",
+    "AR_small",
+    "AR_medium",
+    "AR_large",
+)
 
 
 def _pycoco(gt: str, res: str) -> np.ndarray:
@@ -53,21 +66,38 @@ def test_synthetic_set_equals_pycocotools_in_every_area_range(tmp_path: Path) ->
 
 
 def test_localisation_block_is_written(tmp_path: Path) -> None:
-    m = detcal.evaluate(DataSpec(source="bundled", bundle="coco_mini79"), spec=EvaluationSpec(bootstrap=BootstrapSpec(n=0)),
-                        workdir=tmp_path).to_dict()
+    m = detcal.evaluate(
+        DataSpec(source="bundled", bundle="coco_mini79"),
+        spec=EvaluationSpec(bootstrap=BootstrapSpec(n=0)),
+        workdir=tmp_path,
+    ).to_dict()
     loc = m["localisation"]
     assert 0 <= loc["lrp"]["value"] <= 1 and loc["olrp"]["value"] <= loc["lrp"]["value"]
     assert 0 <= loc["laece"]["value"] <= 1 and loc["choices"]
-    assert set(loc["lrp_optimal_thresholds"]) and all(v is None or 0 <= v <= 1 for v in loc["lrp_optimal_thresholds"].values())
+    assert set(loc["lrp_optimal_thresholds"]) and all(
+        v is None or 0 <= v <= 1 for v in loc["lrp_optimal_thresholds"].values()
+    )
 
 
 def test_readme_real_detector_command_works(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "detcal.apps.evaluate", "data=coco_tfzoo",
-                           "data.detector=rfcn-resnet-101", "bootstrap.n=0", "output.plots=false",
-                           f"hydra.run.dir={tmp_path}"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "detcal.apps.evaluate",
+            "data=coco_tfzoo",
+            "data.detector=rfcn-resnet-101",
+            "bootstrap.n=0",
+            "output.plots=false",
+            f"hydra.run.dir={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "accuracy: AP " in proc.stdout and (tmp_path / "metrics.json").is_file()
     assert "### Accuracy" in (tmp_path / "summary.md").read_text()  # the full tables stay in summary.md
@@ -78,8 +108,10 @@ def test_netcal_example_matching_through_the_pipeline_reproduces_netcal_flags(tm
     from detcal.pipeline.spec import MatchingSpec
 
     det = "ssd-resnet-50-v1"
-    spec = EvaluationSpec(matching=MatchingSpec(mode="netcal_example", iou_thresholds=[0.6, 0.75], max_dets=None),
-                          bootstrap=BootstrapSpec(n=0))
+    spec = EvaluationSpec(
+        matching=MatchingSpec(mode="netcal_example", iou_thresholds=[0.6, 0.75], max_dets=None),
+        bootstrap=BootstrapSpec(n=0),
+    )
     res = detcal.evaluate(DataSpec(source="bundled", bundle="coco_tfzoo", detector=det), spec=spec)
     rec = bundled.netcal_records(det)
     for i, t in enumerate((0.6, 0.75)):

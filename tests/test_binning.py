@@ -1,22 +1,23 @@
 """Tests of detcal.binning.edges: edge rules, equal-count/width bins, mergeable CellStats."""
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from detcal.binning.edges import cell_index, equal_count_bins, equal_width_bins, feature_bin_index, normalise_bins
 from detcal.binning.cells import CellStats, cell_stats, pair_sums
+from detcal.binning.edges import cell_index, equal_count_bins, equal_width_bins, feature_bin_index, normalise_bins
 from detcal.core.errors import DetcalInputError
 
 pytestmark = pytest.mark.filterwarnings("ignore::detcal.metrics.confidence.SparseCellsWarning")
 
 
 # --- core API (unchanged signatures) -----------------------------------------
+
 
 def test_normalise_bins():
     assert normalise_bins(5, 3) == (5, 5, 5)
@@ -83,6 +84,7 @@ def test_equal_width_bins():
 
 
 # --- CellStats ---------------------------------------------------------------
+
 
 def test_cell_stats_golden():
     # p = [0.1, 0.3, 0.35, 0.8, 1.0], y = [0, 1, 0, 1, 0], 5 bins (floor):
@@ -225,8 +227,16 @@ def test_netcal_edge_rule_equals_binary_search_on_edges_and_neighbours():
     eps = np.finfo(np.float64).eps
     for n_bins in (1, 2, 3, 5, 7, 10, 15, 20, 100):
         grid = np.linspace(0.0, 1.0, n_bins + 1)
-        v = np.concatenate([rng.random(20000), grid, np.nextafter(grid, 2.0), np.nextafter(grid, -1.0),
-                            np.round(rng.random(5000), 3), [0.0, 1.0]])
+        v = np.concatenate(
+            [
+                rng.random(20000),
+                grid,
+                np.nextafter(grid, 2.0),
+                np.nextafter(grid, -1.0),
+                np.round(rng.random(5000), 3),
+                [0.0, 1.0],
+            ]
+        )
         v = np.clip(v, 0.0, 1.0)
         ref = np.clip(np.searchsorted(grid, np.clip(v, eps, 1 - eps), side="right") - 1, 0, n_bins - 1)
         np.testing.assert_array_equal(feature_bin_index(v, n_bins, "netcal"), ref)

@@ -1,4 +1,5 @@
 """Tests of detcal.metrics.bootstrap: grouped resampling, fast == generic path, intervals."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -147,8 +148,9 @@ def test_with_ci(data):
     r = ece(p, y)
     rc = with_ci(r, ConfidenceMetric("ece", 15), img, p, y, n_boot=50, level=0.9, seed=4, method="percentile")
     assert rc.value == r.value and r.ci is None  # the original is untouched
-    assert rc.ci == bootstrap_ci(ConfidenceMetric("ece", 15), img, p, y, n_boot=50, level=0.9, seed=4,
-                                 method="percentile")
+    assert rc.ci == bootstrap_ci(
+        ConfidenceMetric("ece", 15), img, p, y, n_boot=50, level=0.9, seed=4, method="percentile"
+    )
     assert rc.ci[0] < r.value < rc.ci[1]
     assert rc.ci_level == 0.9
     assert rc.params["bootstrap"] == {"method": "percentile", "unit": "image", "n_boot": 50, "level": 0.9, "seed": 4}

@@ -1,10 +1,12 @@
 """BCa / bias-corrected bootstrap intervals over images, the jackknife, and the bootstrap bias."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from scipy import stats
 
+from detcal.core.types import MetricResult
 from detcal.metrics import ConfidenceConfig, ConfidenceMetric, confidence_metrics, ece
 from detcal.metrics.bootstrap import (
     bootstrap_ci,
@@ -18,7 +20,6 @@ from detcal.metrics.bootstrap import (
     suite_intervals,
     with_ci,
 )
-from detcal.core.types import MetricResult
 
 pytestmark = pytest.mark.filterwarnings("ignore::detcal.metrics.confidence.SparseCellsWarning")
 
@@ -61,8 +62,14 @@ def test_bca_agrees_with_scipy_bootstrap() -> None:
     x = rng.exponential(1.0, 150)
     var = lambda v: float(np.var(v, ddof=1))  # noqa: E731
     ours = bootstrap_interval(var, np.arange(150), x, n_boot=8000, seed=2, level=0.9)
-    ref = stats.bootstrap((x,), lambda v, axis=-1: np.var(v, ddof=1, axis=axis), method="BCa",
-                          n_resamples=8000, confidence_level=0.9, random_state=3).confidence_interval
+    ref = stats.bootstrap(
+        (x,),
+        lambda v, axis=-1: np.var(v, ddof=1, axis=axis),
+        method="BCa",
+        n_resamples=8000,
+        confidence_level=0.9,
+        random_state=3,
+    ).confidence_interval
     width = ref.high - ref.low
     assert ours["ci"][0] == pytest.approx(ref.low, abs=0.06 * width)
     assert ours["ci"][1] == pytest.approx(ref.high, abs=0.06 * width)
@@ -147,7 +154,8 @@ def test_suite_intervals_equal_with_ci_per_metric() -> None:
     assert both["ece"].ci == one.ci and both["x"].ci is None
     assert one.ci == bootstrap_ci(m, img, p, y, n_boot=200, seed=7)
     assert one.extra["bootstrap_bias"] == pytest.approx(
-        np.mean(bootstrap_values(m, img, p, y, n_boot=200, seed=7)) - r.value, rel=1e-12)
+        np.mean(bootstrap_values(m, img, p, y, n_boot=200, seed=7)) - r.value, rel=1e-12
+    )
 
 
 def test_method_validation() -> None:

@@ -1,6 +1,6 @@
 """Box conversions, deltas and IoU: hand-computed golden values and pycocotools parity."""
+
 import numpy as np
-import pytest
 from pycocotools import mask as mask_api
 
 from detcal.core import boxes

@@ -1,16 +1,22 @@
 """Bundled real-detector data: loader and netcal's example matching."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from detcal.data import bundled
 from detcal.core.errors import DetcalInputError
+from detcal.core.types import Detections, GroundTruth
+from detcal.data import bundled
 from detcal.matching import match
 from detcal.matching.netcal_example import match_netcal_example
-from detcal.core.types import Detections, GroundTruth
 
-COUNTS = {"faster-rcnn-resnet-50": 40062, "rfcn-resnet-101": 34025, "ssd-inception-v2": 23432, "ssd-resnet-50-v1": 44810}
+COUNTS = {
+    "faster-rcnn-resnet-50": 40062,
+    "rfcn-resnet-101": 34025,
+    "ssd-inception-v2": 23432,
+    "ssd-resnet-50-v1": 44810,
+}
 
 
 def test_tfzoo_counts_and_boxes():
@@ -25,7 +31,9 @@ def test_tfzoo_counts_and_boxes():
         # pixel boxes inside their image
         row = ds.images.index_of(d.image_id)
         assert (row >= 0).all()
-        assert (d.box[:, 2] <= ds.images.width[row] + 1e-6).all() and (d.box[:, 3] <= ds.images.height[row] + 1e-6).all()
+        assert (d.box[:, 2] <= ds.images.width[row] + 1e-6).all() and (
+            d.box[:, 3] <= ds.images.height[row] + 1e-6
+        ).all()
         assert (d.box[:, :2] >= 0).all()
 
 
@@ -38,7 +46,11 @@ def test_pixel_boxes_are_relative_times_size():
     np.testing.assert_array_equal(d.box[:, 3], r.box_rel[:, 2] * h)
     # first detection of the first image: the COCO results file had bbox [x, y, w, h] rounded to 0.001 px
     assert ds.images.id[0] == 397133
-    np.testing.assert_allclose(bundled.load_detections("coco_tfzoo", "rfcn-resnet-101").box[0], [380.56, 70.412, 380.56 + 117.7, 70.412 + 278.667], atol=1e-3)
+    np.testing.assert_allclose(
+        bundled.load_detections("coco_tfzoo", "rfcn-resnet-101").box[0],
+        [380.56, 70.412, 380.56 + 117.7, 70.412 + 278.667],
+        atol=1e-3,
+    )
 
 
 def test_mini79_official_annotations():
@@ -96,7 +108,12 @@ def test_netcal_example_differs_from_class_wise_max():
 
 def test_netcal_example_hand_case_and_errors():
     gt = GroundTruth(image_id=[1, 2], box=[[0, 0, 4, 4], [0, 0, 2, 2]], category=[1, 1])
-    det = Detections(image_id=[1, 1, 2, 3], box=[[0, 0, 4, 2], [2, 0, 6, 4], [0, 0, 2, 2], [0, 0, 1, 1]], score=[0.9, 0.8, 0.7, 0.6], category=[1, 1, 1, 1])
+    det = Detections(
+        image_id=[1, 1, 2, 3],
+        box=[[0, 0, 4, 2], [2, 0, 6, 4], [0, 0, 2, 2], [0, 0, 1, 1]],
+        score=[0.9, 0.8, 0.7, 0.6],
+        category=[1, 1, 1, 1],
+    )
     m = match_netcal_example(det, gt, [0.5, 0.34])
     np.testing.assert_allclose(m.iou, [0.5, 8 / 24, 1.0, 0.0])
     assert m.matched.tolist() == [[True, False, True, False], [True, False, True, False]]

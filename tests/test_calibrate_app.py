@@ -8,6 +8,7 @@ that sees the box position can. Golden values below are closed forms
 (temperature/STD scaling formulas applied by numpy to the files) or
 properties of the planted truth, never numbers copied from a run.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,21 +21,20 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-
-from detcal.calibration.regression import StdScaling
-from detcal.data.coco import load_coco_instances, load_coco_results
-from detcal.data.kitti import load_kitti_labels, load_kitti_results
-from detcal.data.synthetic import write_synthetic
-from detcal.core.errors import DetcalError, DetcalInputError
 from omegaconf import OmegaConf, open_dict
 
 from detcal.apps._hydra import AppContext, register_schema
 from detcal.apps.calibrate import task
 from detcal.apps.schema import CalibrateApp
+from detcal.calibration.regression import StdScaling
+from detcal.core.errors import DetcalError
+from detcal.core.types import Detections, GroundTruth, MatchResult
+from detcal.data.coco import load_coco_instances, load_coco_results
+from detcal.data.kitti import load_kitti_labels, load_kitti_results
+from detcal.data.synthetic import write_synthetic
+from detcal.metrics.spaces import regression_sample
 from detcal.pipeline.registry import config_dir
 from detcal.pipeline.writeback import apply_regression_calibrator
-from detcal.metrics.spaces import regression_sample
-from detcal.core.types import Detections, GroundTruth, MatchResult
 
 REPO = Path(__file__).resolve().parent.parent
 QUIET = ["output.progress=false", "output.print_summary=false", "bootstrap.n=0"]
@@ -100,11 +100,26 @@ def test_end_to_end_coco_writes_and_reloads(border_set: dict[str, Path], tmp_pat
     # before/after table (printed and written) and the diagrams
     summary = (tmp_path / "summary.md").read_text()
     assert "## Before / after (held-out evaluation split)" in summary
-    for row in ("| D-ECE |", "| ECE |", "| NLL |", "| Brier |", "| ENCE tx |", "| C_v th |", "| M-QCE tw |",
-                "| Kuleshov CE ty |"):
+    for row in (
+        "| D-ECE |",
+        "| ECE |",
+        "| NLL |",
+        "| Brier |",
+        "| ENCE tx |",
+        "| C_v th |",
+        "| M-QCE tw |",
+        "| Kuleshov CE ty |",
+    ):
         assert row in summary, row
-    for f in ("reliability_before.png", "reliability_after.png", "dece_maps_before.png", "dece_maps_after.png",
-              "rmse_rmv_before.png", "rmse_rmv_after.png", "metrics.json"):
+    for f in (
+        "reliability_before.png",
+        "reliability_after.png",
+        "dece_maps_before.png",
+        "dece_maps_after.png",
+        "rmse_rmv_before.png",
+        "rmse_rmv_after.png",
+        "metrics.json",
+    ):
         assert (tmp_path / f).is_file() and f in m["files"] + ["metrics.json"], f
     on_disk = json.loads((tmp_path / "metrics.json").read_text())
     assert on_disk["headline"]["ece"]["value"] == pytest.approx(m["headline"]["ece"]["value"])
@@ -117,8 +132,7 @@ def test_end_to_end_coco_writes_and_reloads(border_set: dict[str, Path], tmp_pat
 
 
 def test_position_dependent_calibrators_beat_temperature_on_dece(border_set: dict[str, Path], tmp_path: Path) -> None:
-    common = _coco(border_set) + ["output.plots=false", "dece_binning.features=[cx,cy]",
-                                  "calibration.features=[cx,cy]"]
+    common = _coco(border_set) + ["output.plots=false", "dece_binning.features=[cx,cy]", "calibration.features=[cx,cy]"]
     fall = {}
     for name in ("temperature", "position_logistic", "histogram"):
         m = _run(tmp_path / name, common + [f"calibrator={name}"])
@@ -132,15 +146,28 @@ def test_position_dependent_calibrators_beat_temperature_on_dece(border_set: dic
 
 
 def test_kitti_input_is_written_as_kitti(tmp_path: Path) -> None:
-    m = _run(tmp_path, ["data=synthetic", "data.n_images=40", f"data.out_dir={tmp_path / 'syn'}", "data.format=kitti",
-                        "calibrator=platt", "output.plots=false", "calibration.in_sample=true"])
+    m = _run(
+        tmp_path,
+        [
+            "data=synthetic",
+            "data.n_images=40",
+            f"data.out_dir={tmp_path / 'syn'}",
+            "data.format=kitti",
+            "calibrator=platt",
+            "output.plots=false",
+            "calibration.in_sample=true",
+        ],
+    )
     assert m["outputs"]["format"] == "kitti"
     cal = tmp_path / "calibrated"
     ds = load_kitti_labels(cal / "label_2", sizes=cal / "sizes.txt")
     dets = load_kitti_results(cal / "results", dataset=ds)
     assert set(ds.images.id.tolist()) == set(m["split"]["evaluation_image_ids"])
     assert len(dets) == m["data"]["evaluation"]["counts"]["detections"]
-    a, b = m["calibrators"]["confidence"]["describe"]["fitted"]["a_"], m["calibrators"]["confidence"]["describe"]["fitted"]["b_"]
+    a, b = (
+        m["calibrators"]["confidence"]["describe"]["fitted"]["a_"],
+        m["calibrators"]["confidence"]["describe"]["fitted"]["b_"],
+    )
     orig = load_kitti_results(tmp_path / "syn" / "kitti" / "results")
     orig = orig.select(np.isin(orig.image_id, ds.images.id))
     z = np.log(orig.score.clip(1e-12, 1 - 1e-12)) - np.log1p(-orig.score.clip(1e-12, 1 - 1e-12))
@@ -156,9 +183,17 @@ def test_kitti_input_is_written_as_kitti(tmp_path: Path) -> None:
 def test_two_datasets_mode(tmp_path: Path) -> None:
     a = write_synthetic(tmp_path / "a", n_images=60, seed=1, render=False)
     b = write_synthetic(tmp_path / "b", n_images=50, seed=2, render=False)
-    m = _run(tmp_path / "run", _coco(a) + ["data@eval_data=coco", f"eval_data.gt={b['coco_instances']}",
-                                          f"eval_data.results={b['coco_results']}", "output.plots=false",
-                                          "calibrator@regression_calibrator=kuleshov_isotonic"])
+    m = _run(
+        tmp_path / "run",
+        _coco(a)
+        + [
+            "data@eval_data=coco",
+            f"eval_data.gt={b['coco_instances']}",
+            f"eval_data.results={b['coco_results']}",
+            "output.plots=false",
+            "calibrator@regression_calibrator=kuleshov_isotonic",
+        ],
+    )
     assert m["split"]["mode"] == "two_datasets"
     assert m["split"]["n_images"] == {"calibration": 60, "evaluation": 50}
     assert m["outputs"]["gt"] == str(Path(b["coco_instances"]).resolve())
@@ -191,8 +226,14 @@ def _box_records(n: int, rng: np.random.Generator, kind: str) -> tuple[Detection
         kw["corner_cov"] = np.einsum("nsij,nskj->nsik", c, c) + 3.0 * np.eye(2)
     dets = Detections(image_id=np.zeros(n), box=box, score=np.full(n, 0.5), category=np.ones(n), **kw)
     gt = GroundTruth(image_id=np.zeros(n), box=gt_box, category=np.ones(n))
-    mr = MatchResult(iou_thresholds=np.array([0.5]), matched=np.ones((1, n), bool), ignored=np.zeros((1, n), bool),
-                     gt_index=np.arange(n)[None], iou=np.ones(n), considered=np.ones(n, bool))
+    mr = MatchResult(
+        iou_thresholds=np.array([0.5]),
+        matched=np.ones((1, n), bool),
+        ignored=np.zeros((1, n), bool),
+        gt_index=np.arange(n)[None],
+        iou=np.ones(n),
+        considered=np.ones(n, bool),
+    )
     return dets, gt, mr
 
 
@@ -216,8 +257,17 @@ def test_covariance_writeback_scales_each_coordinate(kind: str, space: str) -> N
 
 def test_sweep_then_gather_gives_one_table(border_set: dict[str, Path], tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
-    cmd = [sys.executable, "-m", "detcal.apps.calibrate", "-m", "calibrator=temperature,platt",
-           f"hydra.sweep.dir={sweep}", *(o for o in _coco(border_set)), *QUIET, "output.plots=false"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "detcal.apps.calibrate",
+        "-m",
+        "calibrator=temperature,platt",
+        f"hydra.sweep.dir={sweep}",
+        *(o for o in _coco(border_set)),
+        *QUIET,
+        "output.plots=false",
+    ]
     res = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     from detcal.reports.gather import gather

@@ -5,6 +5,7 @@ scikit-learn (LogisticRegression, IsotonicRegression), from scipy
 (optimize.isotonic_regression, integrate.quad) or from planted parameters of
 seeded synthetic data; none is copied from the code under test.
 """
+
 from __future__ import annotations
 
 import json

@@ -2,6 +2,7 @@
 
 Each test here fails on the code before fit reports existed (issue 9, item 5).
 """
+
 from __future__ import annotations
 
 import json
@@ -271,8 +272,9 @@ def test_temperature_at_bound_reaches_the_calibrate_record(tmp_path) -> None:
     dets = dataclasses.replace(data.detections, score=1.0 - data.detections.score)
     spec = EvaluationSpec(bootstrap=BootstrapSpec(n=0))
     with pytest.warns(CalibrationFitWarning, match="temperature"):
-        res = calibrate((data.dataset, dets), spec, confidence="temperature", regression=None,
-                        workdir=str(tmp_path / "run"))
+        res = calibrate(
+            (data.dataset, dets), spec, confidence="temperature", regression=None, workdir=str(tmp_path / "run")
+        )
     rep = res.record["calibrators"]["confidence"]["fit_report"]
     assert rep["ok"] is False and rep["at_bound"][0]["parameter"] == "temperature"
     assert json.loads(json.dumps(rep)) == rep

@@ -1,4 +1,5 @@
 """Calibrators on IoU targets: scikit-learn references and first-order conditions."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -56,7 +57,8 @@ def test_soft_isotonic_matches_sklearn():
 def test_per_class():
     p1, t1 = _sample(3, slope=0.9)
     p2, t2 = _sample(4, slope=0.2)
-    p = np.concatenate([p1, p2]); t = np.concatenate([t1, t2])
+    p = np.concatenate([p1, p2])
+    t = np.concatenate([t1, t2])
     cat = np.r_[np.full(len(p1), 5), np.full(len(p2), 9)]
     pc = PerClassCalibrator("linear_regression").fit(p, t, cat)
     a5 = IoULinearRegression().fit(p1, t1)

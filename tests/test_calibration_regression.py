@@ -4,6 +4,7 @@ References: the NLL minimiser found by scipy.optimize, netcal 1.4.0's
 VarianceScaling, scipy.integrate (Romberg and quad) for the moments of the
 recalibrated CDF, and hand arithmetic written out in comments.
 """
+
 from __future__ import annotations
 
 import json
@@ -195,7 +196,13 @@ def test_sigma_histogram_binning_zeroes_in_sample_ence() -> None:
         order = np.argsort(sigma[:, k], kind="stable")
         groups = np.array_split(order, 10)  # Levi et al. equal-count bins
         e = y[:, k] - mu[:, k]
-        ence = np.mean([abs(np.sqrt(np.mean(s_new[g, k] ** 2)) - np.sqrt(np.mean(e[g] ** 2))) / np.sqrt(np.mean(s_new[g, k] ** 2)) for g in groups])
+        ence = np.mean(
+            [
+                abs(np.sqrt(np.mean(s_new[g, k] ** 2)) - np.sqrt(np.mean(e[g] ** 2)))
+                / np.sqrt(np.mean(s_new[g, k] ** 2))
+                for g in groups
+            ]
+        )
         assert ence < 1e-12
 
 

@@ -1,4 +1,5 @@
 """Chunked COCO results reading: the chunks concatenate to the whole-file load, errors keep their record index."""
+
 from __future__ import annotations
 
 import json
@@ -7,19 +8,34 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from detcal.core.errors import DetcalInputError
 from detcal.data.coco import load_coco_results
 from detcal.data.coco_chunks import iter_coco_results
-from detcal.core.errors import DetcalInputError
 
-FIELDS = ("image_id", "box", "score", "category", "box_std", "box_cov", "corner_cov", "proposal", "delta_mean", "delta_std")
+FIELDS = (
+    "image_id",
+    "box",
+    "score",
+    "category",
+    "box_std",
+    "box_cov",
+    "corner_cov",
+    "proposal",
+    "delta_mean",
+    "delta_std",
+)
 
 
 def _records(n: int, seed: int = 0, **extra) -> list[dict]:
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
-        r = {"image_id": int(rng.integers(1, 50)), "category_id": int(rng.integers(1, 5)),
-             "bbox": [round(float(v), 2) for v in rng.uniform(0, 300, 4)], "score": float(rng.random())}
+        r = {
+            "image_id": int(rng.integers(1, 50)),
+            "category_id": int(rng.integers(1, 5)),
+            "bbox": [round(float(v), 2) for v in rng.uniform(0, 300, 4)],
+            "score": float(rng.random()),
+        }
         for k, v in extra.items():
             r[k] = v(i) if callable(v) else v
         out.append(r)
@@ -27,14 +43,19 @@ def _records(n: int, seed: int = 0, **extra) -> list[dict]:
 
 
 def _concat(chunks: list) -> dict:
-    return {f: (None if getattr(chunks[0], f) is None else np.concatenate([getattr(c, f) for c in chunks])) for f in FIELDS}
+    return {
+        f: (None if getattr(chunks[0], f) is None else np.concatenate([getattr(c, f) for c in chunks])) for f in FIELDS
+    }
 
 
 @pytest.mark.parametrize("chunk_bytes", [1, 200, 1000, 5000, 1 << 20])
 @pytest.mark.parametrize("indent", [None, 2])
 def test_chunks_concatenate_to_the_whole_file(tmp_path: Path, chunk_bytes: int, indent) -> None:
-    recs = _records(300, bbox_std=lambda i: [1.0, 2.0, 3.0, 4.0 + i],
-                    note=lambda i: ["}, {", "{\"a\": [1, 2]}, ", "\\\"},", "true"][i % 4])  # braces, commas and quotes in strings
+    recs = _records(
+        300,
+        bbox_std=lambda i: [1.0, 2.0, 3.0, 4.0 + i],
+        note=lambda i: ["}, {", "{\"a\": [1, 2]}, ", "\\\"},", "true"][i % 4],
+    )  # braces, commas and quotes in strings
     path = tmp_path / "r.json"
     path.write_text(json.dumps(recs, indent=indent))
     whole = load_coco_results(path)

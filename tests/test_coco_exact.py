@@ -4,6 +4,7 @@ Boxes whose IoU is exactly 0.5 or 0.75 in decimal arithmetic land on either
 side of the threshold in float64 depending on how the areas are computed;
 detcal must take COCOeval's side on every one of them.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,13 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from test_matching import coco_eval, ours_ids
+
 from detcal.core.boxes import pairwise_iou
-from detcal.data.coco import load_coco_instances, load_coco_results
 from detcal.core.errors import DetcalInputError
-from detcal.matching.blocks import box_areas
+from detcal.data.coco import load_coco_instances, load_coco_results
 from detcal.matching import match
+from detcal.matching.blocks import box_areas
 
 
 def exact_iou_cases(n: int, seed: int = 0) -> tuple[dict, list[dict], np.ndarray]:
@@ -55,10 +56,17 @@ def exact_iou_cases(n: int, seed: int = 0) -> tuple[dict, list[dict], np.ndarray
             g = [g[1], g[0], g[3], g[2]]
             d = [d[1], d[0], d[3], d[2]]
         images.append({"id": i + 1, "width": 1000, "height": 1000, "file_name": f"{i + 1}.jpg"})
-        anns.append({"id": i + 1, "image_id": i + 1, "category_id": 1, "iscrowd": 0,
-                     "bbox": [float(f"{v / 100:.2f}") for v in g], "area": 1.0})
-        res.append({"image_id": i + 1, "category_id": 1, "bbox": [float(f"{v / 100:.2f}") for v in d],
-                    "score": 0.5})
+        anns.append(
+            {
+                "id": i + 1,
+                "image_id": i + 1,
+                "category_id": 1,
+                "iscrowd": 0,
+                "bbox": [float(f"{v / 100:.2f}") for v in g],
+                "area": 1.0,
+            }
+        )
+        res.append({"image_id": i + 1, "category_id": 1, "bbox": [float(f"{v / 100:.2f}") for v in d], "score": 0.5})
         target.append(0.5 if half else 0.75)
     gt = {"images": images, "annotations": anns, "categories": [{"id": 1, "name": "thing"}]}
     return gt, res, np.asarray(target)
@@ -104,7 +112,9 @@ def test_pairwise_iou_with_input_width_height(tmp_path: Path) -> None:
     _, _, _, E = coco_eval(gt, res, [0.5])
     for k in range(0, 200, 7):
         want = float(np.asarray(E.ious[(k + 1, 1)]).reshape(-1)[0])
-        got = pairwise_iou(dets.box[k:k + 1], ds.gt.box[k:k + 1], a_wh=dets.wh[k:k + 1], b_wh=ds.gt.wh[k:k + 1])[0, 0]
+        got = pairwise_iou(
+            dets.box[k : k + 1], ds.gt.box[k : k + 1], a_wh=dets.wh[k : k + 1], b_wh=ds.gt.wh[k : k + 1]
+        )[0, 0]
         assert got == want
         r = match(dets.select([k]), ds.gt.select([k]), [0.5])
         assert r.iou[0] == want
@@ -115,9 +125,11 @@ def _ignore_set() -> tuple[dict, list[dict]]:
     # image 3: ignore=1 and iscrowd=1.
     box = [10.0, 10.0, 50.0, 40.0]
     images = [{"id": i, "width": 100, "height": 100, "file_name": f"{i}.jpg"} for i in (1, 2, 3)]
-    anns = [{"id": 1, "image_id": 1, "category_id": 1, "bbox": box, "area": 2000.0, "iscrowd": 0, "ignore": 1},
-            {"id": 2, "image_id": 2, "category_id": 1, "bbox": box, "area": 2000.0, "iscrowd": 1, "ignore": 0},
-            {"id": 3, "image_id": 3, "category_id": 1, "bbox": box, "area": 2000.0, "iscrowd": 1, "ignore": 1}]
+    anns = [
+        {"id": 1, "image_id": 1, "category_id": 1, "bbox": box, "area": 2000.0, "iscrowd": 0, "ignore": 1},
+        {"id": 2, "image_id": 2, "category_id": 1, "bbox": box, "area": 2000.0, "iscrowd": 1, "ignore": 0},
+        {"id": 3, "image_id": 3, "category_id": 1, "bbox": box, "area": 2000.0, "iscrowd": 1, "ignore": 1},
+    ]
     res = [{"image_id": i, "category_id": 1, "bbox": box, "score": 0.9} for i in (1, 2, 3)]
     return {"images": images, "annotations": anns, "categories": [{"id": 1, "name": "thing"}]}, res
 

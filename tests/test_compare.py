@@ -1,15 +1,15 @@
 """detcal.pipeline.compare and detcal.reports.per_class on the bundled 79-image set."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from detcal.pipeline import compare as C
-from detcal.data import bundled
 from detcal.core.errors import DetcalInputError
+from detcal.data import bundled
 from detcal.metrics.accuracy import coco_ap
 from detcal.metrics.confidence import ece
+from detcal.pipeline import compare as C
 from detcal.reports.per_class import most_frequent, per_class_table, reliability_curve
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -70,7 +70,9 @@ def test_compare_on_four_detectors(mini, tmp_path):
     d = {(x["detector"], x["metric"]): x for x in c.diffs}
     assert ("rfcn-resnet-101", "ece") not in d
     t = {r["detector"]: r for r in c.table}
-    assert d[("ssd-inception-v2", "brier")]["diff"] == pytest.approx(t["ssd-inception-v2"]["brier"] - t["rfcn-resnet-101"]["brier"])
+    assert d[("ssd-inception-v2", "brier")]["diff"] == pytest.approx(
+        t["ssd-inception-v2"]["brier"] - t["rfcn-resnet-101"]["brier"]
+    )
     md = C.markdown(c)
     assert "## Difference from rfcn-resnet-101" in md and "## Per class: ssd-resnet-50-v1" in md
     C.plot(c, tmp_path / "rel.png")
@@ -126,4 +128,6 @@ def test_reliability_curve_matches_ece():
     c = reliability_curve(p, y, 10)
     ok = c["n"] > 0
     assert c["n"].sum() == 500
-    assert np.sum(c["n"][ok] * np.abs(c["precision"][ok] - c["conf"][ok])) / 500 == pytest.approx(ece(p, y, 10).value, abs=1e-12)
+    assert np.sum(c["n"][ok] * np.abs(c["precision"][ok] - c["conf"][ok])) / 500 == pytest.approx(
+        ece(p, y, 10).value, abs=1e-12
+    )

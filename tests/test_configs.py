@@ -3,6 +3,7 @@ app's typed schema (which validates every value); instantiate every
 calibrator. The cases are globbed from configs/, so config files added later
 are picked up automatically. Each primary config ``configs/<name>.yaml`` is
 the config of the app module ``detcal.apps.<name>`` (``CONFIG_NAME``, ``SCHEMA``)."""
+
 from __future__ import annotations
 
 import importlib
@@ -26,8 +27,12 @@ CONFIG_DIR = config_dir()
 PRIMARIES = sorted(f.stem for f in CONFIG_DIR.glob("*.yaml"))
 GROUPS = sorted(p.name for p in CONFIG_DIR.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
 DATA_FILES = ("classmap",)  # read by path (train_data.class_map), not composed as a group
-CASES = [(g, f.relative_to(CONFIG_DIR / g).with_suffix("").as_posix())
-         for g in GROUPS if g not in DATA_FILES for f in sorted((CONFIG_DIR / g).rglob("*.yaml"))]
+CASES = [
+    (g, f.relative_to(CONFIG_DIR / g).with_suffix("").as_posix())
+    for g in GROUPS
+    if g not in DATA_FILES
+    for f in sorted((CONFIG_DIR / g).rglob("*.yaml"))
+]
 
 
 def _app(primary: str) -> Any:
@@ -40,7 +45,7 @@ def _primary_defaults(primary: str) -> dict[str, str]:
     out = {}
     for entry in data.get("defaults", []):
         if isinstance(entry, dict):
-            (k, v), = entry.items()
+            ((k, v),) = entry.items()
             out[k.replace("optional ", "").replace("override ", "").strip().lstrip("/")] = v
     return out
 
@@ -101,11 +106,17 @@ def test_every_group_option_composes_and_validates(group: str, option: str) -> N
             continue
         keys = [k for k in _primary_defaults(primary) if k.split("@")[0] == group]
         for key in keys:
-            if group == "calibrator" and "@" not in key and option in ("std_scaling", "std_scaling_sgd",
-                                                                       "kuleshov_isotonic", "sigma_histogram"):
+            if (
+                group == "calibrator"
+                and "@" not in key
+                and option in ("std_scaling", "std_scaling_sgd", "kuleshov_isotonic", "sigma_histogram")
+            ):
                 continue  # a box-uncertainty calibrator is not a confidence calibrator
-            if group == "calibrator" and "@" in key and option not in ("std_scaling", "std_scaling_sgd",
-                                                                       "kuleshov_isotonic", "sigma_histogram"):
+            if (
+                group == "calibrator"
+                and "@" in key
+                and option not in ("std_scaling", "std_scaling_sgd", "kuleshov_isotonic", "sigma_histogram")
+            ):
                 continue
             try:
                 _typed(_compose([f"{key}={option}"], primary), primary)
@@ -142,10 +153,25 @@ def test_run_name_cannot_leave_the_outputs_root() -> None:
 
 
 def test_group_values_reach_the_spec() -> None:
-    app = _typed(_compose(["data=coco", "data.gt=a.json", "data.results=b.json", "matching=max",
-                           "matching.iou_thresholds=[0.6]", "dece_binning=netcal", "sigma_binning=equal_width"]),
-                 "evaluate")
-    assert isinstance(app.data, DataSpec) and (app.data.source, app.data.gt, app.data.results) == ("coco", "a.json", "b.json")
+    app = _typed(
+        _compose(
+            [
+                "data=coco",
+                "data.gt=a.json",
+                "data.results=b.json",
+                "matching=max",
+                "matching.iou_thresholds=[0.6]",
+                "dece_binning=netcal",
+                "sigma_binning=equal_width",
+            ]
+        ),
+        "evaluate",
+    )
+    assert isinstance(app.data, DataSpec) and (app.data.source, app.data.gt, app.data.results) == (
+        "coco",
+        "a.json",
+        "b.json",
+    )
     ev = app.evaluation()
     assert isinstance(ev, EvaluationSpec) and isinstance(ev.matching, MatchingSpec)
     assert ev.matching.mode == "max" and ev.matching.iou_thresholds == [0.6]
@@ -155,14 +181,17 @@ def test_group_values_reach_the_spec() -> None:
     assert app.data.source == "kitti" and app.data.difficulty == "hard" and app.matching.iou_thresholds == "kitti"
 
 
-@pytest.mark.parametrize(("override", "key"), [
-    ("matching.mode=foo", "matching.mode"),
-    ("matching.iou_thresholds=[1.5]", "matching.iou_thresholds"),
-    ("dece_binning.bins=[5,5]", "dece_binning.bins"),
-    ("bootstrap.level=1.0", "bootstrap.level"),
-    ("data.source=nope", "data.source"),
-    ("regression.space=pixels", "regression.space"),
-])
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("matching.mode=foo", "matching.mode"),
+        ("matching.iou_thresholds=[1.5]", "matching.iou_thresholds"),
+        ("dece_binning.bins=[5,5]", "dece_binning.bins"),
+        ("bootstrap.level=1.0", "bootstrap.level"),
+        ("data.source=nope", "data.source"),
+        ("regression.space=pixels", "regression.space"),
+    ],
+)
 def test_invalid_values_name_the_key(override: str, key: str) -> None:
     with pytest.raises(ConfigError) as info:
         _typed(_compose([override]), "evaluate")
@@ -184,8 +213,9 @@ def test_help_opens_with_what_the_app_does(primary: str) -> None:
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", f"detcal.apps.{primary}", "--help"], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", f"detcal.apps.{primary}", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     first = proc.stdout.splitlines()[0]
     assert first.startswith(f"{_app(primary).PROG}: ") and "powered by Hydra" not in proc.stdout
@@ -220,9 +250,14 @@ def test_single_compose_only_for_plain_command_lines() -> None:
     from detcal.apps._hydra import _single_compose
 
     original = Hydra.get_mode
-    for argv, patched in ((["data=coco", "hydra.run.dir=x"], True), (["-m", "seed=1,2"], False),
-                          (["--cfg", "job"], False), (["hydra.mode=MULTIRUN"], False),
-                          (["hydra/sweeper=basic"], False), (["+hydra.searchpath=[pkg://x]"], False)):
+    for argv, patched in (
+        (["data=coco", "hydra.run.dir=x"], True),
+        (["-m", "seed=1,2"], False),
+        (["--cfg", "job"], False),
+        (["hydra.mode=MULTIRUN"], False),
+        (["hydra/sweeper=basic"], False),
+        (["+hydra.searchpath=[pkg://x]"], False),
+    ):
         with _single_compose(argv):
             assert (Hydra.get_mode is not original) == patched, argv
         assert Hydra.get_mode is original

@@ -1,4 +1,5 @@
 """Tests of detcal.data.classmap and configs/classmap/coco_kitti_v1.yaml."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,9 +8,9 @@ import numpy as np
 import pytest
 import yaml
 
-from detcal.data.classmap import DEFAULT_CLASS_MAP, load_class_map
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import KITTI_TYPES, Dataset, Detections, GroundTruth, Images
+from detcal.data.classmap import DEFAULT_CLASS_MAP, load_class_map
 
 
 def test_default_map_choices() -> None:
@@ -34,16 +35,30 @@ def test_every_choice_is_commented() -> None:
     assert "version: 1" in text
     lines = text.splitlines()
     # each of these entries is preceded by a comment line explaining it
-    for entry in ("person: Pedestrian", "bicycle: Cyclist", "bus: null", "train: Tram", "motorcycle: null",
-                  "Van: null", "Person_sitting: null", "Misc: null", "DontCare: null"):
+    for entry in (
+        "person: Pedestrian",
+        "bicycle: Cyclist",
+        "bus: null",
+        "train: Tram",
+        "motorcycle: null",
+        "Van: null",
+        "Person_sitting: null",
+        "Misc: null",
+        "DontCare: null",
+    ):
         i = next(k for k, line in enumerate(lines) if line.strip() == entry)
         assert lines[i - 1].strip().startswith("#"), entry
 
 
 def _kitti_dataset() -> Dataset:
     # categories: Car=1, Van=2, Pedestrian=4, Person_sitting=5, Cyclist=6, DontCare=9
-    gt = GroundTruth(image_id=[0, 0, 1, 1, 1, 2], box=np.tile([0, 0, 10, 10], (6, 1)), category=[1, 2, 4, 5, 6, 9],
-                     ignore=[0, 0, 1, 0, 0, 1], id=[1, 2, 3, 4, 5, 6])
+    gt = GroundTruth(
+        image_id=[0, 0, 1, 1, 1, 2],
+        box=np.tile([0, 0, 10, 10], (6, 1)),
+        category=[1, 2, 4, 5, 6, 9],
+        ignore=[0, 0, 1, 0, 0, 1],
+        id=[1, 2, 3, 4, 5, 6],
+    )
     images = Images(id=[0, 1, 2], width=[100] * 3, height=[100] * 3)
     return Dataset(images=images, gt=gt, categories={i + 1: n for i, n in enumerate(KITTI_TYPES)})
 
@@ -60,8 +75,13 @@ def test_remap_dataset_kitti_to_coco() -> None:
 
 def test_remap_detections_coco_to_kitti() -> None:
     coco_cats = {1: "person", 2: "bicycle", 3: "car", 4: "motorcycle", 6: "bus", 18: "dog"}
-    dets = Detections(image_id=[0, 0, 1, 1, 2, 2], box=np.tile([0, 0, 5, 5], (6, 1)), score=[0.9, 0.8, 0.7, 0.6, 0.5, 0.4],
-                      category=[3, 6, 1, 18, 2, 4], box_std=np.ones((6, 4)))
+    dets = Detections(
+        image_id=[0, 0, 1, 1, 2, 2],
+        box=np.tile([0, 0, 5, 5], (6, 1)),
+        score=[0.9, 0.8, 0.7, 0.6, 0.5, 0.4],
+        category=[3, 6, 1, 18, 2, 4],
+        box_std=np.ones((6, 4)),
+    )
     out = load_class_map().remap_detections(dets, coco_cats, "coco_to_kitti")
     # car -> Car (1), person -> Pedestrian (4), bicycle -> Cyclist (6); bus, dog, motorcycle dropped
     np.testing.assert_array_equal(out.category, [1, 4, 6])

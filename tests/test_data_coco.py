@@ -1,4 +1,5 @@
 """Tests of detcal.data.coco: round trips, pycocotools parity, malformed input."""
+
 from __future__ import annotations
 
 import contextlib
@@ -11,6 +12,8 @@ import numpy as np
 import pytest
 from pycocotools.coco import COCO
 
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import Dataset, Detections, GroundTruth, Images
 from detcal.data.coco import (
     dataset_to_coco_dict,
     load_coco_instances,
@@ -20,8 +23,6 @@ from detcal.data.coco import (
     write_coco_instances,
     write_coco_results,
 )
-from detcal.core.errors import DetcalInputError
-from detcal.core.types import Dataset, Detections, GroundTruth, Images
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -196,8 +197,12 @@ def test_results_file_order_and_pycocotools_loadres(tmp_path: Path) -> None:
     ds = load_coco_instances(_write(tmp_path / "gt.json", _instances_dict()))
     rng = np.random.default_rng(1)
     recs = [
-        {"image_id": int(100 + rng.integers(12)), "category_id": int(rng.choice([1, 3, 18])),
-         "bbox": [float(v) for v in rng.uniform(1, 200, 4).round(2)], "score": round(float(rng.random()), 3)}
+        {
+            "image_id": int(100 + rng.integers(12)),
+            "category_id": int(rng.choice([1, 3, 18])),
+            "bbox": [float(v) for v in rng.uniform(1, 200, 4).round(2)],
+            "score": round(float(rng.random()), 3),
+        }
         for _ in range(60)
     ]
     path = _write(tmp_path / "res.json", recs)
@@ -218,8 +223,15 @@ def test_results_file_order_and_pycocotools_loadres(tmp_path: Path) -> None:
 
 def test_results_delta_logvar_and_dict_form(tmp_path: Path) -> None:
     recs = [
-        {"image_id": 1, "category_id": 1, "bbox": [0, 0, 10, 10], "score": 0.9,
-         "proposal": [1, 1, 8, 8], "delta_mean": [0.1, -0.1, 0.0, 0.2], "delta_logvar": [0.0, -2.0, 2.0, -7.0]},
+        {
+            "image_id": 1,
+            "category_id": 1,
+            "bbox": [0, 0, 10, 10],
+            "score": 0.9,
+            "proposal": [1, 1, 8, 8],
+            "delta_mean": [0.1, -0.1, 0.0, 0.2],
+            "delta_logvar": [0.0, -2.0, 2.0, -7.0],
+        },
     ]
     dets = load_coco_results(_write(tmp_path / "r.json", {"annotations": recs}))
     # sigma = exp(0.5 * logvar): exp(0) = 1, exp(-1), exp(1), exp(-3.5)
@@ -276,7 +288,16 @@ def test_results_mixed_presence_is_an_error(tmp_path: Path) -> None:
 
 
 def test_results_delta_needs_a_complete_record(tmp_path: Path) -> None:
-    recs = [{"image_id": 1, "category_id": 1, "bbox": [0, 0, 1, 1], "score": 0.5, "delta_mean": [0, 0, 0, 0], "delta_std": [1, 1, 1, 1]}]
+    recs = [
+        {
+            "image_id": 1,
+            "category_id": 1,
+            "bbox": [0, 0, 1, 1],
+            "score": 0.5,
+            "delta_mean": [0, 0, 0, 0],
+            "delta_std": [1, 1, 1, 1],
+        }
+    ]
     path = _write(tmp_path / "r.json", recs)
     with pytest.raises(DetcalInputError) as info:
         load_coco_results(path)
@@ -458,7 +479,10 @@ def test_non_psd_box_covariance(tmp_path: Path) -> None:
     good = np.eye(4).tolist()
     # symmetric but indefinite: [[1, 2], [2, 1]] block has eigenvalues 3 and -1
     bad = [[1, 2, 0, 0], [2, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
-    path = _write(tmp_path / "r.json", [_good_result(bbox_covar=good), _good_result(bbox_covar=good), _good_result(bbox_covar=bad)])
+    path = _write(
+        tmp_path / "r.json",
+        [_good_result(bbox_covar=good), _good_result(bbox_covar=good), _good_result(bbox_covar=bad)],
+    )
     with pytest.raises(DetcalInputError) as info:
         load_coco_results(path)
     _assert_error(info, path, 2, "bbox_covar")

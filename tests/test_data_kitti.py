@@ -1,4 +1,5 @@
 """Tests of detcal.data.kitti: difficulty and ignore flags, lossless round trips, sizes, errors."""
+
 from __future__ import annotations
 
 import shutil
@@ -7,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import KITTI_CATEGORIES, Dataset, Detections, GroundTruth, Images
 from detcal.data.kitti import (
     kitti_difficulty,
     kitti_rules,
@@ -16,8 +19,6 @@ from detcal.data.kitti import (
     write_kitti_labels,
     write_kitti_results,
 )
-from detcal.core.errors import DetcalInputError
-from detcal.core.types import KITTI_CATEGORIES, Dataset, Detections, GroundTruth, Images
 
 FIXTURE = Path(__file__).parent / "data" / "kitti" / "label_2"
 
@@ -129,11 +130,21 @@ def test_labels_records_round_trip_at_full_precision(tmp_path: Path) -> None:
     xy = rng.uniform(0, 1000, (g, 2))
     box = np.concatenate([xy, xy + rng.uniform(1, 200, (g, 2))], axis=1)
     gt = GroundTruth(
-        image_id=rng.integers(0, 5, g), box=box, category=rng.integers(1, 9, g),
-        truncation=rng.uniform(0, 1, g), occlusion=rng.integers(0, 4, g), alpha=rng.uniform(-3, 3, g),
-        dimensions=rng.uniform(1, 5, (g, 3)), location=rng.uniform(-20, 60, (g, 3)), rotation_y=rng.uniform(-3, 3, g),
+        image_id=rng.integers(0, 5, g),
+        box=box,
+        category=rng.integers(1, 9, g),
+        truncation=rng.uniform(0, 1, g),
+        occlusion=rng.integers(0, 4, g),
+        alpha=rng.uniform(-3, 3, g),
+        dimensions=rng.uniform(1, 5, (g, 3)),
+        location=rng.uniform(-20, 60, (g, 3)),
+        rotation_y=rng.uniform(-3, 3, g),
     )
-    ds = Dataset(images=Images(id=np.arange(6), width=np.full(6, 1242.0), height=np.full(6, 375.0)), gt=gt, categories=dict(KITTI_CATEGORIES))
+    ds = Dataset(
+        images=Images(id=np.arange(6), width=np.full(6, 1242.0), height=np.full(6, 375.0)),
+        gt=gt,
+        categories=dict(KITTI_CATEGORIES),
+    )
     write_kitti_labels(tmp_path / "l", ds)
     assert (tmp_path / "l" / "000005.txt").read_text() == ""  # an image without boxes still gets a file
     back = load_kitti_labels(tmp_path / "l", difficulty="hard")
@@ -147,7 +158,9 @@ def test_coco_style_dataset_gets_devkit_sentinels(tmp_path: Path) -> None:
     ds = Dataset(images=Images(id=[7], width=[100], height=[100]), gt=gt, categories={1: "Car"})
     write_kitti_labels(tmp_path / "l", ds)
     # truncation NaN and occlusion -1 (unknown), no 3-D fields -> the integer sentinels
-    assert (tmp_path / "l" / "000007.txt").read_text() == "Car -1 -1 -10 1.50 2.00 30.25 40.00 -1 -1 -1 -1000 -1000 -1000 -10\n"
+    assert (
+        tmp_path / "l" / "000007.txt"
+    ).read_text() == "Car -1 -1 -10 1.50 2.00 30.25 40.00 -1 -1 -1 -1000 -1000 -1000 -10\n"
 
 
 def test_kitti_rules() -> None:
@@ -230,7 +243,7 @@ def test_missing_image_file(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- results
 RESULTS = {
     "000003": "Car -1 -1 -10 10.00 20.00 110.00 80.00 -1 -1 -1 -1000 -1000 -1000 -10 0.95\n"
-              "Pedestrian -1 -1 -10 5.50 6.25 25.75 66.00 -1 -1 -1 -1000 -1000 -1000 -10 0.1234\n",
+    "Pedestrian -1 -1 -10 5.50 6.25 25.75 66.00 -1 -1 -1 -1000 -1000 -1000 -10 0.1234\n",
     "000001": "Cyclist 0.00 0 1.20 300.00 100.00 350.00 140.00 1.70 0.60 1.80 2.00 1.60 20.00 1.10 0.50\n",
 }
 

@@ -1,4 +1,5 @@
 """Strict KITTI text: BOM, ASCII-only separators, frame names, number syntax, writer leftovers."""
+
 from __future__ import annotations
 
 import os
@@ -7,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from detcal.data.kitti import load_kitti_labels, load_kitti_results, write_kitti_results
-from detcal.data.kitti_write import remove_stale_temporaries
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Detections
+from detcal.data.kitti import load_kitti_labels, load_kitti_results, write_kitti_results
+from detcal.data.kitti_write import remove_stale_temporaries
 
 LABEL = "Car 0.00 0 -1.58 587.01 173.33 614.12 200.12 1.65 1.67 3.64 -0.65 1.71 46.70 -1.59"
 RESULT = LABEL + " 0.87"
@@ -75,7 +76,9 @@ def test_largest_frame_number_loads(tmp_path: Path) -> None:
     assert load_kitti_labels(d).images.id.tolist() == [2**63 - 1]
 
 
-@pytest.mark.parametrize("token, field", [("1_0", "left"), ("0x10", "left"), ("1e31", "left"), ("nan", "left"), ("-inf", "left")])
+@pytest.mark.parametrize(
+    "token, field", [("1_0", "left"), ("0x10", "left"), ("1e31", "left"), ("nan", "left"), ("-inf", "left")]
+)
 def test_number_syntax_and_range(tmp_path: Path, token: str, field: str) -> None:
     d = _dir(tmp_path, {"000000.txt": LABEL + "\n" + LABEL.replace("587.01", token) + "\n"})
     err = _err(load_kitti_labels, d)
@@ -126,8 +129,15 @@ def test_writer_removes_leftover_temporaries(tmp_path: Path) -> None:
     assert remove_stale_temporaries(tmp_path / "missing") == []
 
 
-@pytest.mark.parametrize("line, field", [("000000 1_242 375", "width"), ("000000 1242 nan", "height"),
-                                         ("000000\u00a01242 375", "frame"), ("000000 0x10 375", "width")])
+@pytest.mark.parametrize(
+    "line, field",
+    [
+        ("000000 1_242 375", "width"),
+        ("000000 1242 nan", "height"),
+        ("000000\u00a01242 375", "frame"),
+        ("000000 0x10 375", "width"),
+    ],
+)
 def test_sizes_file_numbers_are_strict(tmp_path: Path, line: str, field: str) -> None:
     d = _dir(tmp_path, {"000000.txt": LABEL + "\n"})
     sizes = tmp_path / "sizes.txt"

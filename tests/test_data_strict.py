@@ -4,6 +4,7 @@ Every case used to load silently (or crash with a non-detcal exception); each
 must now be a DetcalInputError naming file, record and field, with the value
 as written.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,8 @@ import numpy as np
 import pytest
 
 import detcal.data._json as json_mod
-from detcal.data.coco import load_coco_instances, load_coco_results
 from detcal.core.errors import DetcalInputError
+from detcal.data.coco import load_coco_instances, load_coco_results
 
 GOOD = {"image_id": 1, "category_id": 1, "bbox": [10.0, 20.0, 30.0, 40.0], "score": 0.5}
 EYE4 = [[1.0 if i == j else 0.0 for j in range(4)] for i in range(4)]
@@ -81,8 +82,10 @@ def test_boolean_in_gt_width_and_ids_is_an_error(tmp_path: Path, parser: str) ->
 def test_true_flag_and_the_word_true_in_strings_are_fine(tmp_path: Path, parser: str) -> None:
     doc = {
         "images": [{"id": 1, "width": 640, "height": 480, "file_name": "true_false.jpg"}],
-        "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [0, 0, 5, 5], "iscrowd": True},
-                        {"id": 2, "image_id": 1, "category_id": 1, "bbox": [1, 1, 5, 5], "iscrowd": False}],
+        "annotations": [
+            {"id": 1, "image_id": 1, "category_id": 1, "bbox": [0, 0, 5, 5], "iscrowd": True},
+            {"id": 2, "image_id": 1, "category_id": 1, "bbox": [1, 1, 5, 5], "iscrowd": False},
+        ],
         "categories": [{"id": 1, "name": "true"}],
     }
     ds = load_coco_instances(_write_text(tmp_path / "gt.json", json.dumps(doc)))
@@ -106,12 +109,16 @@ def test_int64_extremes_load_exactly(tmp_path: Path, parser: str) -> None:
 
 def test_float_ids_beyond_2_pow_53_are_errors(tmp_path: Path, parser: str) -> None:
     # 2**60 + 1 written next to a float becomes 2**60 in float64: refused instead of silently changed
-    path = _write_text(tmp_path / "r.json",
-                       '[{"image_id": 1.0, "category_id": 1, "bbox": [0, 0, 1, 1], "score": 0.5},'
-                       ' {"image_id": 1152921504606846977, "category_id": 1, "bbox": [0, 0, 1, 1], "score": 0.5}]')
+    path = _write_text(
+        tmp_path / "r.json",
+        '[{"image_id": 1.0, "category_id": 1, "bbox": [0, 0, 1, 1], "score": 0.5},'
+        ' {"image_id": 1152921504606846977, "category_id": 1, "bbox": [0, 0, 1, 1], "score": 0.5}]',
+    )
     err = _err(path, 1, "image_id")
     assert "1152921504606846977" in str(err)
-    path = _write_text(tmp_path / "r.json", '[{"image_id": 1e17, "category_id": 1, "bbox": [0, 0, 1, 1], "score": 0.5}]')
+    path = _write_text(
+        tmp_path / "r.json", '[{"image_id": 1e17, "category_id": 1, "bbox": [0, 0, 1, 1], "score": 0.5}]'
+    )
     _err(path, 0, "image_id")
     # an integral float in range is still an id
     path = _write_text(tmp_path / "r.json", '[{"image_id": 7.0, "category_id": 1, "bbox": [0, 0, 1, 1], "score": 0.5}]')
@@ -157,7 +164,11 @@ def test_delta_record_extremes_are_errors(tmp_path: Path, parser: str) -> None:
     _err(_results(tmp_path, ok, {**ok, "delta_std": [1e-200, 0.1, 0.1, 0.1]}), 1, "delta_std")
     _err(_results(tmp_path, ok, {**ok, "proposal": [10.0, 20.0, 1e-300, 40.0]}), 1, "proposal")
     lv = {k: v for k, v in ok.items() if k != "delta_std"}
-    _err(_results(tmp_path, {**lv, "delta_logvar": [0.0] * 4}, {**lv, "delta_logvar": [-1000.0, 0, 0, 0]}), 1, "delta_logvar")
+    _err(
+        _results(tmp_path, {**lv, "delta_logvar": [0.0] * 4}, {**lv, "delta_logvar": [-1000.0, 0, 0, 0]}),
+        1,
+        "delta_logvar",
+    )
 
 
 def test_deep_nesting_is_a_clear_error(tmp_path: Path, parser: str) -> None:

@@ -10,6 +10,7 @@ every logged loss and < 1e-5 absolute on the final weights (observed ~6e-8 and
 so only a loose 25 % agreement is asked there, plus the frozen parts staying
 bitwise unchanged.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,18 +23,44 @@ import numpy as np
 import pytest
 import torch
 
+from detcal.core.types import Detections, Images
 from detcal.training.distributed import all_reduce_sums, gather_detections, get_rank_world, main
 from detcal.training.predict import concat_detections, empty_detections
-from detcal.core.types import Detections, Images
 
 REPO = Path(__file__).resolve().parents[1]
-COMMON = ["--data", "toy:8", "--batch-size", "4", "--norm", "gn", "--log-every", "1", "--no-progress", "--num-threads", "1",
-          "--seed", "3"]
+COMMON = [
+    "--data",
+    "toy:8",
+    "--batch-size",
+    "4",
+    "--norm",
+    "gn",
+    "--log-every",
+    "1",
+    "--no-progress",
+    "--num-threads",
+    "1",
+    "--seed",
+    "3",
+]
 
 
 def _torchrun(args: list[str], tmp: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "detcal.training.distributed", *args]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "OMP_NUM_THREADS": "1",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "detcal.training.distributed",
+        *args,
+    ]
     proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
@@ -45,8 +72,15 @@ def _log(path: Path) -> list[dict]:
 
 def test_single_process_helpers_are_identities() -> None:
     assert get_rank_world() == (0, 1)
-    d = Detections(image_id=[2, 1], box=[[0, 0, 1, 1], [0, 0, 2, 2]], score=[0.5, 0.6], category=[1, 1],
-                   proposal=[[0, 0, 1, 1], [0, 0, 2, 2]], delta_mean=np.zeros((2, 4)), delta_std=np.ones((2, 4)))
+    d = Detections(
+        image_id=[2, 1],
+        box=[[0, 0, 1, 1], [0, 0, 2, 2]],
+        score=[0.5, 0.6],
+        category=[1, 1],
+        proposal=[[0, 0, 1, 1], [0, 0, 2, 2]],
+        delta_mean=np.zeros((2, 4)),
+        delta_std=np.ones((2, 4)),
+    )
     assert gather_detections(d, Images(id=[1, 2], width=[5, 5], height=[5, 5])) is d
     out = all_reduce_sums({"count": np.array([1, 2]), "sum": np.array([0.5])})
     assert out["count"].tolist() == [1.0, 2.0] and out["sum"].tolist() == [0.5]
@@ -94,16 +128,46 @@ def test_job_file_carries_every_field_of_the_stage_and_trainer(tmp_path: Path, m
     from detcal.training.stages import train_kwargs
 
     # every field away from its default, so a dropped one cannot pass by accident
-    stage = StageSpec(stage=2, iterations=7, batch_size=6, lr=0.0123, momentum=0.8, weight_decay=0.002, warmup_iters=3,
-                      lr_steps=[4, 6], lr_gamma=0.5, max_grad_norm=2.5, hflip=True, seed=9, checkpoint_every=2, log_every=3)
-    tr = TrainerSpec(kind="ddp", device="cpu", threads=1, nproc=2, backend="gloo", num_workers=0, cache_images=False,
-                     deterministic=True)
+    stage = StageSpec(
+        stage=2,
+        iterations=7,
+        batch_size=6,
+        lr=0.0123,
+        momentum=0.8,
+        weight_decay=0.002,
+        warmup_iters=3,
+        lr_steps=[4, 6],
+        lr_gamma=0.5,
+        max_grad_norm=2.5,
+        hflip=True,
+        seed=9,
+        checkpoint_every=2,
+        log_every=3,
+    )
+    tr = TrainerSpec(
+        kind="ddp",
+        device="cpu",
+        threads=1,
+        nproc=2,
+        backend="gloo",
+        num_workers=0,
+        cache_images=False,
+        deterministic=True,
+    )
     defaults = (StageSpec(stage=2), TrainerSpec())
     for spec, default in zip((stage, tr), defaults):
         same = [f.name for f in dataclasses.fields(spec) if getattr(spec, f.name) == getattr(default, f.name)]
         assert set(same) <= {"stage", "num_workers", "device"}, same
-    job = DdpJob(stage=stage, trainer=tr, data="toy:6", data_seed=5, image_dir=None, init=str(tmp_path / "init.pt"),
-                 out_dir=str(tmp_path / "out"), progress=False)
+    job = DdpJob(
+        stage=stage,
+        trainer=tr,
+        data="toy:6",
+        data_seed=5,
+        image_dir=None,
+        init=str(tmp_path / "init.pt"),
+        out_dir=str(tmp_path / "out"),
+        progress=False,
+    )
     path = write_job(tmp_path / "job.json", job)
     back = read_job(path)
     assert back == job
@@ -112,9 +176,13 @@ def test_job_file_carries_every_field_of_the_stage_and_trainer(tmp_path: Path, m
     assert cmd[-4:] == ["-m", "detcal.training.distributed", "--job", str(path)]
 
     seen: dict = {}
-    monkeypatch.setattr(distributed, "init_distributed",
-                        lambda backend=None, device=None: seen.update(backend=backend, device=device) or
-                        distributed.DistInfo(0, 1, 0, torch.device("cpu")))
+    monkeypatch.setattr(
+        distributed,
+        "init_distributed",
+        lambda backend=None, device=None: (
+            seen.update(backend=backend, device=device) or distributed.DistInfo(0, 1, 0, torch.device("cpu"))
+        ),
+    )
     monkeypatch.setattr(trainer, "load_checkpoint", lambda p, model=None: seen.update(init=p) or "MODEL")
 
     def fake_train_stage(model, dataset, images, st, out_dir, **kw):
@@ -129,11 +197,28 @@ def test_job_file_carries_every_field_of_the_stage_and_trainer(tmp_path: Path, m
     kw = seen["kw"]
     assert kw.pop("resume") is True and str(kw.pop("device")) == "cpu"
     assert kw == train_kwargs(stage, tr, False)
-    assert (kw["lr_steps"], kw["hflip"], kw["lr_gamma"], kw["max_grad_norm"], kw["warmup_iters"]) == ([4, 6], True, 0.5, 2.5, 3)
-    assert (kw["iterations"], kw["batch_size"], kw["lr"], kw["momentum"], kw["weight_decay"], kw["seed"]) == \
-        (7, 6, 0.0123, 0.8, 0.002, 9)
-    assert (kw["checkpoint_every"], kw["log_every"], kw["num_threads"], kw["deterministic"], kw["cache_images"]) == \
-        (2, 3, 1, True, False)
+    assert (kw["lr_steps"], kw["hflip"], kw["lr_gamma"], kw["max_grad_norm"], kw["warmup_iters"]) == (
+        [4, 6],
+        True,
+        0.5,
+        2.5,
+        3,
+    )
+    assert (kw["iterations"], kw["batch_size"], kw["lr"], kw["momentum"], kw["weight_decay"], kw["seed"]) == (
+        7,
+        6,
+        0.0123,
+        0.8,
+        0.002,
+        9,
+    )
+    assert (kw["checkpoint_every"], kw["log_every"], kw["num_threads"], kw["deterministic"], kw["cache_images"]) == (
+        2,
+        3,
+        1,
+        True,
+        False,
+    )
 
 
 def test_bad_job_file_names_the_file(tmp_path: Path) -> None:
@@ -184,14 +269,34 @@ def test_main_job_under_torchrun_gets_every_stage_setting(tmp_path: Path, monkey
     register_schema("main", MainApp)
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        cfg = compose(config_name="main", overrides=[
-            "trainer=ddp", "trainer.device=cpu", "trainer.nproc=2", "trainer.threads=1", "trainer.backend=gloo",
-            "splits.train_images=16", "splits.recal_images=12", "splits.val_images=12",
-            "stage1.iterations=6", "stage1.batch_size=2", "stage1.warmup_iters=2", "stage1.checkpoint_every=3",
-            "stage1.lr_steps=[4]", "stage1.lr_gamma=0.5", "stage1.hflip=true",
-            "stage2.iterations=4", "stage2.batch_size=2", "stage2.checkpoint_every=2",
-            "predict.score_threshold=0.0", "evaluation.matching.class_agnostic=true", "evaluation.bootstrap.n=0",
-            "output.plots=false", "progress=false"])
+        cfg = compose(
+            config_name="main",
+            overrides=[
+                "trainer=ddp",
+                "trainer.device=cpu",
+                "trainer.nproc=2",
+                "trainer.threads=1",
+                "trainer.backend=gloo",
+                "splits.train_images=16",
+                "splits.recal_images=12",
+                "splits.val_images=12",
+                "stage1.iterations=6",
+                "stage1.batch_size=2",
+                "stage1.warmup_iters=2",
+                "stage1.checkpoint_every=3",
+                "stage1.lr_steps=[4]",
+                "stage1.lr_gamma=0.5",
+                "stage1.hflip=true",
+                "stage2.iterations=4",
+                "stage2.batch_size=2",
+                "stage2.checkpoint_every=2",
+                "predict.score_threshold=0.0",
+                "evaluation.matching.class_agnostic=true",
+                "evaluation.bootstrap.n=0",
+                "output.plots=false",
+                "progress=false",
+            ],
+        )
     spec = OmegaConf.to_object(cfg).job()
     d = tmp_path / "run"
     table = run_main_job(spec, d, calibrators=make_calibrators(spec.calibration.methods))

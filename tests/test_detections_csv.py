@@ -1,4 +1,5 @@
 """The vectorised per-detection CSV is byte-identical to the previous per-cell writer; Parquet holds the same table."""
+
 from __future__ import annotations
 
 import types
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 import detcal.reports.detections_csv as mod
+from detcal.core.types import Detections, MatchResult
 from detcal.reports.detections_csv import (
     detections_columns,
     detections_csv,
@@ -15,7 +17,6 @@ from detcal.reports.detections_csv import (
     format_csv,
     write_detections_parquet,
 )
-from detcal.core.types import Detections, MatchResult
 
 # ------------------------------------------------------------------ the previous writer (the oracle), per cell
 FEATURES = ("cx", "cy", "w", "h")
@@ -63,13 +64,34 @@ def old_detections_csv(data, mr, feats, clipped):
 
 
 # ------------------------------------------------------------------ inputs
-EDGE = [0.0, -0.0, 1e-4, 9.999999999999999e-05, 1e-5, 5e-324, 1e16, 9999999999999998.0, 1e22, 1.7976931348623157e308,
-        -1e-7, 0.1 + 0.2, 1.0, 3.0, 123456.789, np.nan, np.inf, -np.inf, 2.5e-300]
+EDGE = [
+    0.0,
+    -0.0,
+    1e-4,
+    9.999999999999999e-05,
+    1e-5,
+    5e-324,
+    1e16,
+    9999999999999998.0,
+    1e22,
+    1.7976931348623157e308,
+    -1e-7,
+    0.1 + 0.2,
+    1.0,
+    3.0,
+    123456.789,
+    np.nan,
+    np.inf,
+    -np.inf,
+    2.5e-300,
+]
 
 
 def _floats(rng, n):
     kinds = rng.integers(0, 4, n)
-    v = np.where(kinds == 0, rng.random(n), np.where(kinds == 1, rng.normal(0, 500, n), 10.0 ** rng.uniform(-12, 20, n)))
+    v = np.where(
+        kinds == 0, rng.random(n), np.where(kinds == 1, rng.normal(0, 500, n), 10.0 ** rng.uniform(-12, 20, n))
+    )
     v = np.where(kinds == 3, np.round(v), v)
     v[rng.integers(0, n, min(n, len(EDGE)))] = EDGE[: min(n, len(EDGE))]
     return v
@@ -78,18 +100,26 @@ def _floats(rng, n):
 def _case(seed: int, n: int, t: int, n_gt: int, per_class: bool = False):
     rng = np.random.default_rng(seed)
     dets = Detections(
-        image_id=rng.integers(-5, 2**62, n), box=np.sort(rng.uniform(0, 640, (n, 4)), axis=1), score=rng.random(n),
+        image_id=rng.integers(-5, 2**62, n),
+        box=np.sort(rng.uniform(0, 640, (n, 4)), axis=1),
+        score=rng.random(n),
         category=rng.integers(1, 91, n),
     )
-    dets.box[: min(n, 4)] = np.array([[1e-5, 0.0, 1e16, 1e17], [-0.0, 2.0, 3.0, 4.5], [0.1, 0.2, 0.3, 0.4], [5e-324, 1, 2, 3]])[: min(n, 4)]
+    dets.box[: min(n, 4)] = np.array(
+        [[1e-5, 0.0, 1e16, 1e17], [-0.0, 2.0, 3.0, 4.5], [0.1, 0.2, 0.3, 0.4], [5e-324, 1, 2, 3]]
+    )[: min(n, 4)]
     dets.score[: min(n, 3)] = [0.0, 1e-5, 1.0][: min(n, 3)]
     thresholds = np.array([np.nan]) if per_class else np.round(np.linspace(0.5, 0.95, t), 2)
     gi = np.where(rng.random((len(thresholds), n)) < 0.5, rng.integers(0, max(n_gt, 1), (len(thresholds), n)), -1)
     if n_gt == 0:
         gi[:] = -1
     mr = MatchResult(
-        iou_thresholds=thresholds, matched=gi >= 0, ignored=rng.random((len(thresholds), n)) < 0.1, gt_index=gi,
-        iou=_floats(rng, n), considered=rng.random(n) < 0.9,
+        iou_thresholds=thresholds,
+        matched=gi >= 0,
+        ignored=rng.random((len(thresholds), n)) < 0.1,
+        gt_index=gi,
+        iou=_floats(rng, n),
+        considered=rng.random(n) < 0.9,
     )
     gt_ids = rng.integers(0, 2**63 - 1, n_gt)
     feats = _floats(rng, 4 * n).reshape(n, 4)
@@ -105,9 +135,13 @@ def formatter(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     return request.param
 
 
-@pytest.mark.parametrize("seed, n, t, n_gt, per_class", [(0, 2000, 10, 300, False), (1, 37, 2, 5, False),
-                                                         (2, 500, 1, 40, True), (3, 1, 1, 0, False), (4, 0, 10, 3, False)])
-def test_byte_identical_to_the_previous_writer(formatter: str, seed: int, n: int, t: int, n_gt: int, per_class: bool) -> None:
+@pytest.mark.parametrize(
+    "seed, n, t, n_gt, per_class",
+    [(0, 2000, 10, 300, False), (1, 37, 2, 5, False), (2, 500, 1, 40, True), (3, 1, 1, 0, False), (4, 0, 10, 3, False)],
+)
+def test_byte_identical_to_the_previous_writer(
+    formatter: str, seed: int, n: int, t: int, n_gt: int, per_class: bool
+) -> None:
     dets, mr, gt_ids, data, feats, clipped = _case(seed, n, t, n_gt, per_class)
     assert format_csv(dets, mr, gt_ids, per_class) == old_format_csv(dets, mr, gt_ids, per_class)
     assert detections_csv(data, mr, feats, clipped) == old_detections_csv(data, mr, feats, clipped)
@@ -123,9 +157,14 @@ def test_every_float_is_repr(formatter: str) -> None:
 
 def test_hand_made_rows() -> None:
     dets = Detections(image_id=[7, 9], box=[[0, 0, 10, 10], [1, 2, 3, 4]], score=[0.5, 1e-05], category=[3, 1])
-    mr = MatchResult(iou_thresholds=np.array([0.5, 0.75]), matched=np.array([[1, 0], [0, 0]], bool),
-                     ignored=np.array([[0, 1], [0, 0]], bool), gt_index=np.array([[1, -1], [-1, -1]]),
-                     iou=np.array([0.8, 0.0]), considered=np.array([True, False]))
+    mr = MatchResult(
+        iou_thresholds=np.array([0.5, 0.75]),
+        matched=np.array([[1, 0], [0, 0]], bool),
+        ignored=np.array([[0, 1], [0, 0]], bool),
+        gt_index=np.array([[1, -1], [-1, -1]]),
+        iou=np.array([0.8, 0.0]),
+        considered=np.array([True, False]),
+    )
     assert format_csv(dets, mr, np.array([100, 200])) == (
         "image_id,category,score,considered,iou,matched@0.5,ignored@0.5,gt_id@0.5,matched@0.75,ignored@0.75,gt_id@0.75\n"
         "7,3,0.5,1,0.8,1,0,200,0,0,-1\n"

@@ -1,6 +1,7 @@
 """The README's KITTI example and the tutorial's commands run word for word
 (on generated data laid out where the text says it is), and the docs exist
 without pointing outside the repository."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,12 @@ import pytest
 from detcal.data.synthetic import write_synthetic
 
 REPO = Path(__file__).resolve().parents[1]
-APPS = {"detcal-evaluate": "evaluate", "detcal-calibrate": "calibrate", "detcal-gather": "gather",
-        "detcal-match": "match"}
+APPS = {
+    "detcal-evaluate": "evaluate",
+    "detcal-calibrate": "calibrate",
+    "detcal-gather": "gather",
+    "detcal-match": "match",
+}
 
 
 def _commands(text: str, program: str) -> list[str]:
@@ -88,8 +93,15 @@ def test_docs_exist_and_stay_inside_the_repository() -> None:
     for name in ("api.md", "configuration.md", "tutorial.md"):
         assert (docs / name).is_file(), name
     offenders = []
-    for f in [*REPO.glob("*.md"), *docs.rglob("*.md"), *(REPO / "detcal").rglob("*.py"), *(REPO / "configs").rglob("*.yaml"),
-              *(REPO / "tests").rglob("*.py"), *(REPO / "scripts").rglob("*.py"), *(REPO / "data").rglob("*.md")]:
+    for f in [
+        *REPO.glob("*.md"),
+        *docs.rglob("*.md"),
+        *(REPO / "detcal").rglob("*.py"),
+        *(REPO / "configs").rglob("*.yaml"),
+        *(REPO / "tests").rglob("*.py"),
+        *(REPO / "scripts").rglob("*.py"),
+        *(REPO / "data").rglob("*.md"),
+    ]:
         text = f.read_text(encoding="utf-8", errors="replace")
         if f.name == Path(__file__).name:
             continue

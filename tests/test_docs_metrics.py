@@ -1,4 +1,5 @@
 """Every metric name the apps can write into metrics.json has an entry in docs/metrics.md."""
+
 from __future__ import annotations
 
 import re

@@ -6,40 +6,45 @@ The quick loop runs every input through ``detcal-evaluate`` and
 ``detcal-match`` in-process; the slow test also runs ``detcal-calibrate`` and
 checks a few inputs as real subprocesses (the console scripts' behaviour).
 """
+
 from __future__ import annotations
 
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
-from detcal.apps import calibrate as calibrate_app
-from detcal.apps import evaluate as evaluate_app
-from detcal.apps import match as match_cli
+from detcal.apps import calibrate as calibrate_app, evaluate as evaluate_app, match as match_cli
 
 W, H = 640, 480
 
 
 def _gt() -> dict:
     return {
-        "images": [{"id": 1, "width": W, "height": H, "file_name": "a.jpg"},
-                   {"id": 2, "width": W, "height": H, "file_name": "b.jpg"}],
-        "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [10, 10, 100, 80], "area": 8000, "iscrowd": 0},
-                        {"id": 2, "image_id": 2, "category_id": 2, "bbox": [200, 100, 50, 60], "area": 3000, "iscrowd": 0},
-                        {"id": 3, "image_id": 2, "category_id": 1, "bbox": [300, 200, 80, 40], "area": 3200, "iscrowd": 0}],
+        "images": [
+            {"id": 1, "width": W, "height": H, "file_name": "a.jpg"},
+            {"id": 2, "width": W, "height": H, "file_name": "b.jpg"},
+        ],
+        "annotations": [
+            {"id": 1, "image_id": 1, "category_id": 1, "bbox": [10, 10, 100, 80], "area": 8000, "iscrowd": 0},
+            {"id": 2, "image_id": 2, "category_id": 2, "bbox": [200, 100, 50, 60], "area": 3000, "iscrowd": 0},
+            {"id": 3, "image_id": 2, "category_id": 1, "bbox": [300, 200, 80, 40], "area": 3200, "iscrowd": 0},
+        ],
         "categories": [{"id": 1, "name": "car"}, {"id": 2, "name": "person"}],
     }
 
 
 def _res() -> list:
-    return [{"image_id": 1, "category_id": 1, "bbox": [12, 11, 98, 80], "score": 0.9},
-            {"image_id": 1, "category_id": 2, "bbox": [400, 300, 30, 30], "score": 0.4},
-            {"image_id": 2, "category_id": 2, "bbox": [201, 101, 50, 58], "score": 0.8},
-            {"image_id": 2, "category_id": 1, "bbox": [305, 200, 80, 40], "score": 0.7}]
+    return [
+        {"image_id": 1, "category_id": 1, "bbox": [12, 11, 98, 80], "score": 0.9},
+        {"image_id": 1, "category_id": 2, "bbox": [400, 300, 30, 30], "score": 0.4},
+        {"image_id": 2, "category_id": 2, "bbox": [201, 101, 50, 58], "score": 0.8},
+        {"image_id": 2, "category_id": 1, "bbox": [305, 200, 80, 40], "score": 0.7},
+    ]
 
 
 def _set(obj: dict | list, path: tuple, value: object) -> None:
@@ -93,8 +98,11 @@ COCO_CASES: list[tuple[str, str, object]] = [
     ("res_bbox_std_nan", "res", lambda r: [d.update(bbox_std=[1, 1, float("nan"), 1]) for d in r]),
     ("res_bbox_std_wrong_length", "res", lambda r: [d.update(bbox_std=[1, 1, 1]) for d in r]),
     ("res_bbox_covar_wrong_shape", "res", lambda r: [d.update(bbox_covar=[[1, 0], [0, 1]]) for d in r]),
-    ("res_bbox_covar_not_psd", "res",
-     lambda r: [d.update(bbox_covar=[[1, 5, 0, 0], [5, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]) for d in r]),
+    (
+        "res_bbox_covar_not_psd",
+        "res",
+        lambda r: [d.update(bbox_covar=[[1, 5, 0, 0], [5, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]) for d in r],
+    ),
     ("res_std_only_on_some", "res", lambda r: r[0].update(bbox_std=[1, 1, 1, 1])),
 ]
 
@@ -169,18 +177,41 @@ def _run_inprocess(main: Callable[[], object], argv: list[str], capsys: pytest.C
 def _hydra_args(prog: str, root: Path, name: str, kind: str) -> list[str]:
     if name.startswith("kitti"):
         labels, results, sizes = root / "label_2", root / "results", root / "sizes.txt"
-        data = ["data=kitti", f"data.label_dir={labels}", f"data.results_dir={results}", f"data.sizes={sizes}",
-                "matching=kitti"]
+        data = [
+            "data=kitti",
+            f"data.label_dir={labels}",
+            f"data.results_dir={results}",
+            f"data.sizes={sizes}",
+            "matching=kitti",
+        ]
     else:
         data = ["data=coco", f"data.gt={root / 'gt.json'}", f"data.results={root / 'results.json'}"]
-    return [prog, *data, f"hydra.run.dir={root / 'run'}", "bootstrap.n=0", "output.plots=false",
-            "output.print_summary=false", "output.progress=false", "regression.enabled=false"]
+    return [
+        prog,
+        *data,
+        f"hydra.run.dir={root / 'run'}",
+        "bootstrap.n=0",
+        "output.plots=false",
+        "output.print_summary=false",
+        "output.progress=false",
+        "regression.enabled=false",
+    ]
 
 
 def _match_args(root: Path, name: str) -> list[str]:
     if name.startswith("kitti"):
-        return ["--gt", str(root / "label_2"), "--results", str(root / "results"), "--format", "kitti",
-                "--sizes", str(root / "sizes.txt"), "--out", str(root / "m.csv")]
+        return [
+            "--gt",
+            str(root / "label_2"),
+            "--results",
+            str(root / "results"),
+            "--format",
+            "kitti",
+            "--sizes",
+            str(root / "sizes.txt"),
+            "--out",
+            str(root / "m.csv"),
+        ]
     return ["--gt", str(root / "gt.json"), "--results", str(root / "results.json"), "--out", str(root / "m.csv")]
 
 
@@ -211,8 +242,9 @@ def test_corpus_is_large_enough() -> None:
 
 
 @pytest.mark.parametrize(("name", "kind", "mutation"), ALL, ids=IDS)
-def test_evaluate_and_match_fail_cleanly(name: str, kind: str, mutation: object, tmp_path: Path,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_evaluate_and_match_fail_cleanly(
+    name: str, kind: str, mutation: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = _make(tmp_path, name, kind, mutation)
     bad = _bad_file(root, name, kind)
     code, err = _run_inprocess(evaluate_app.main, _hydra_args("detcal-evaluate", root, name, kind), capsys)
@@ -223,8 +255,9 @@ def test_evaluate_and_match_fail_cleanly(name: str, kind: str, mutation: object,
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "kind", "mutation"), ALL, ids=IDS)
-def test_calibrate_fails_cleanly(name: str, kind: str, mutation: object, tmp_path: Path,
-                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_calibrate_fails_cleanly(
+    name: str, kind: str, mutation: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = _make(tmp_path, name, kind, mutation)
     code, err = _run_inprocess(calibrate_app.main, _hydra_args("detcal-calibrate", root, name, kind), capsys)
     _check(code, err, "detcal-calibrate", _bad_file(root, name, kind))
@@ -236,8 +269,9 @@ def test_console_script_prints_one_line_and_exits_2(name: str, tmp_path: Path) -
     root = _make(tmp_path, *case)
     argv = _hydra_args("detcal-evaluate", root, name, case[1])
     env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "DETCAL_DEBUG")}
-    proc = subprocess.run([sys.executable, "-m", "detcal.apps.evaluate", *argv[1:]], capture_output=True, text=True,
-                          env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "detcal.apps.evaluate", *argv[1:]], capture_output=True, text=True, env=env, timeout=300
+    )
     _check(proc.returncode, proc.stderr, "detcal-evaluate", _bad_file(root, name, case[1]))
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
     # the run directory says why it failed
@@ -245,18 +279,33 @@ def test_console_script_prints_one_line_and_exits_2(name: str, tmp_path: Path) -
     assert "run failed" in log
     assert not (root / "run" / "metrics.json").exists()
     # the traceback appears when asked for
-    proc = subprocess.run([sys.executable, "-m", "detcal.apps.evaluate", *argv[1:]], capture_output=True, text=True,
-                          env={**env, "DETCAL_DEBUG": "1"}, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "detcal.apps.evaluate", *argv[1:]],
+        capture_output=True,
+        text=True,
+        env={**env, "DETCAL_DEBUG": "1"},
+        timeout=300,
+    )
     assert proc.returncode != 0 and "Traceback" in proc.stderr
 
 
 def test_config_mistakes_are_one_line(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("HYDRA_FULL_ERROR", "DETCAL_DEBUG")}
-    for override, expect in [("matching.max_dets=abc", "matching.max_dets"), ("matching.mode=foo", "matching.mode"),
-                             ("dece_binning=nope", "dece_binning/nope"), ("bogus.key=1", "bogus"),
-                             ("name=../../x", "plain directory name")]:
-        proc = subprocess.run([sys.executable, "-m", "detcal.apps.evaluate", override, "data.n_images=5"],
-                              capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    for override, expect in [
+        ("matching.max_dets=abc", "matching.max_dets"),
+        ("matching.mode=foo", "matching.mode"),
+        ("dece_binning=nope", "dece_binning/nope"),
+        ("bogus.key=1", "bogus"),
+        ("name=../../x", "plain directory name"),
+    ]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "detcal.apps.evaluate", override, "data.n_images=5"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            cwd=tmp_path,
+        )
         assert proc.returncode == 2, (override, proc.stderr)
         assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr, proc.stderr
         assert proc.stderr.startswith("detcal-evaluate: error:") and expect in proc.stderr, proc.stderr

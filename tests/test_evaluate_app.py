@@ -1,5 +1,6 @@
 """detcal-evaluate end to end on a synthetic set with planted miscalibration,
 a 2-run Hydra sweep (-m) and detcal-gather over it."""
+
 from __future__ import annotations
 
 import csv
@@ -7,17 +8,16 @@ import json
 import os
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
 from PIL import Image
 from scipy.stats import chi2
-
-from omegaconf import OmegaConf
 
 from detcal.apps._hydra import AppContext, register_schema
 from detcal.apps.evaluate import task
@@ -35,10 +35,17 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     GlobalHydra.instance().clear()
     register_schema("evaluate", EvaluateApp)
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        cfg = compose("evaluate", overrides=[
-            "experiment=planted_std_scale", "data.n_images=300", "data.seed=0", "bootstrap.n=30",
-            "output.progress=false", "output.print_summary=false",
-        ])
+        cfg = compose(
+            "evaluate",
+            overrides=[
+                "experiment=planted_std_scale",
+                "data.n_images=300",
+                "data.seed=0",
+                "bootstrap.n=30",
+                "output.progress=false",
+                "output.print_summary=false",
+            ],
+        )
     app = OmegaConf.to_object(cfg)
     assert isinstance(app, EvaluateApp)
     ctx = AppContext("detcal-evaluate", out, ["experiment=planted_std_scale"], {}, cfg)
@@ -50,8 +57,20 @@ def test_metrics_json_keys_and_provenance(run: tuple[Path, dict]) -> None:
     out, returned = run
     m = json.loads((out / "metrics.json").read_text())
     assert m["headline"] == returned["headline"]
-    for key in ("detcal_version", "created", "config", "data", "matching", "variants", "headline",
-                "confidence", "dece_maps", "regression", "files", "overrides"):
+    for key in (
+        "detcal_version",
+        "created",
+        "config",
+        "data",
+        "matching",
+        "variants",
+        "headline",
+        "confidence",
+        "dece_maps",
+        "regression",
+        "files",
+        "overrides",
+    ):
         assert key in m, key
     import detcal
 
@@ -95,8 +114,13 @@ def test_summary_csv_and_pngs(run: tuple[Path, dict]) -> None:
     assert tp == m["detections"]["per_threshold"]["iou=0.50"]["true_positives"] > 0
     np.testing.assert_allclose([float(r["score"]) for r in rows[:50]], dets.score[:50])
     pngs = [f for f in m["files"] if f.endswith(".png")]
-    assert {"reliability_iou0.50.png", "dece_maps_iou0.50.png", "rmse_rmv.png", "qce_coverage.png",
-            "retention.png"} <= set(pngs)
+    assert {
+        "reliability_iou0.50.png",
+        "dece_maps_iou0.50.png",
+        "rmse_rmv.png",
+        "qce_coverage.png",
+        "retention.png",
+    } <= set(pngs)
     for f in pngs:
         with Image.open(out / f) as im:
             im.verify()
@@ -135,7 +159,7 @@ def test_planted_std_scale_shows_in_ence_and_qce(run: tuple[Path, dict]) -> None
     tau = np.linspace(0.05, 0.95, 19)
     for k, s in zip(("tx", "ty", "tw", "th"), STD_SCALE):
         expected_ence = abs(1.0 - 1.0 / s)
-        expected_mqce = float(np.mean(np.abs(chi2.cdf(s ** 2 * chi2.ppf(tau, 1), 1) - tau)))
+        expected_mqce = float(np.mean(np.abs(chi2.cdf(s**2 * chi2.ppf(tau, 1), 1) - tau)))
         assert h[f"ence_{k}"] == pytest.approx(expected_ence, abs=0.15), k
         assert h[f"m_qce_{k}"] == pytest.approx(expected_mqce, abs=0.04), k
     floor = max(h["ence_tx"], h["ence_ty"])
@@ -146,18 +170,32 @@ def test_planted_std_scale_shows_in_ence_and_qce(run: tuple[Path, dict]) -> None
 
 def test_sweep_and_gather(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    cmd = [sys.executable, "-m", "detcal.apps.evaluate", "-m", "matching.iou_thresholds=[0.5],[0.75]",
-           "data.n_images=25", "bootstrap.n=0", "output.plots=false", "output.progress=false",
-           "output.print_summary=false",
-           f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "detcal.apps.evaluate",
+        "-m",
+        "matching.iou_thresholds=[0.5],[0.75]",
+        "data.n_images=25",
+        "bootstrap.n=0",
+        "output.plots=false",
+        "output.progress=false",
+        "output.print_summary=false",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    ]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = sorted((tmp_path / "sweep").glob("*/metrics.json"))
     assert len(runs) == 2
     assert not (tmp_path / "outputs").exists()  # nothing written outside the sweep directory
-    proc = subprocess.run([sys.executable, "-m", "detcal.apps.gather", str(tmp_path / "sweep"), "--out",
-                           str(tmp_path / "table.md")], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "detcal.apps.gather", str(tmp_path / "sweep"), "--out", str(tmp_path / "table.md")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [ln for ln in (tmp_path / "table.md").read_text().splitlines() if ln.startswith("| ")]
     assert len(lines) == 1 + 2  # header + 2 runs

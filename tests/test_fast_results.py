@@ -2,6 +2,7 @@
 
 Every file either reads to the same Detections on both paths, or raises the
 same error (message, file, record, field); the fast path may only decline."""
+
 from __future__ import annotations
 
 import json
@@ -9,12 +10,23 @@ import json
 import numpy as np
 import pytest
 
+from detcal.core.errors import DetcalInputError
 from detcal.data import _fast_results
 from detcal.data.coco import results_from_bytes
-from detcal.core.errors import DetcalInputError
 
-FIELDS = ("image_id", "box", "score", "category", "wh", "box_std", "box_cov", "corner_cov", "proposal",
-          "delta_mean", "delta_std")
+FIELDS = (
+    "image_id",
+    "box",
+    "score",
+    "category",
+    "wh",
+    "box_std",
+    "box_cov",
+    "corner_cov",
+    "proposal",
+    "delta_mean",
+    "delta_std",
+)
 
 
 def _general(data: bytes, file: str = "r.json"):
@@ -108,11 +120,23 @@ def test_the_usual_file_takes_the_fast_path():
 
 def test_text_level_cases_agree():
     base = json.dumps([_rec(), _rec(image_id=3)])
-    for text in (base, "\ufeff" + base, base.replace(", ", ","), base.replace("0.5", "NaN"), base + " x",
-                 base[:-1] + ",]", base.replace('"image_id": 3', '"image_id": 3, "image_id": 4'),
-                 base.replace("1.5", "1.50000000000000000000000000001"), base.replace("1.5", "1e400"),
-                 base.replace('"image_id"', '"image\\u005fid"'), "[" + base + "]", "{}", "3", "",
-                 base.replace("0.5", "5e-1").replace("2.0", "0.2E+1")):
+    for text in (
+        base,
+        "\ufeff" + base,
+        base.replace(", ", ","),
+        base.replace("0.5", "NaN"),
+        base + " x",
+        base[:-1] + ",]",
+        base.replace('"image_id": 3', '"image_id": 3, "image_id": 4'),
+        base.replace("1.5", "1.50000000000000000000000000001"),
+        base.replace("1.5", "1e400"),
+        base.replace('"image_id"', '"image\\u005fid"'),
+        "[" + base + "]",
+        "{}",
+        "3",
+        "",
+        base.replace("0.5", "5e-1").replace("2.0", "0.2E+1"),
+    ):
         _same(text.encode("utf-8"))
 
 
@@ -124,9 +148,12 @@ def test_random_files_agree_exactly():
         for _ in range(n):
             x = rng.uniform(-10, 1000, 4)
             x[2:] = np.abs(x[2:])
-            r = {"image_id": int(rng.integers(-5, 10**12)), "category_id": int(rng.integers(1, 90)),
-                 "bbox": [float(v) if rng.random() < 0.8 else int(v) for v in x],
-                 "score": float(rng.random()) if rng.random() < 0.9 else int(rng.integers(0, 2))}
+            r = {
+                "image_id": int(rng.integers(-5, 10**12)),
+                "category_id": int(rng.integers(1, 90)),
+                "bbox": [float(v) if rng.random() < 0.8 else int(v) for v in x],
+                "score": float(rng.random()) if rng.random() < 0.9 else int(rng.integers(0, 2)),
+            }
             if trial % 3 == 1:
                 r["bbox_std"] = rng.uniform(0.1, 5, 4).tolist()
             recs.append(r)
@@ -149,20 +176,53 @@ def _instances_outcome(data: bytes, fast: bool, tmp_path):
     finally:
         _fast_results.decode_instances = saved
     gt, im = ds.gt, ds.images
-    return ("ok", im.id.tolist(), repr(im.width.tolist()), repr(im.height.tolist()), list(im.file_name), gt.image_id.tolist(),
-            gt.box.tolist(), gt.category.tolist(), gt.iscrowd.tolist(), gt.ignore.tolist(), gt.id.tolist(),
-            None if gt.area is None else gt.area.tolist(), sorted(ds.categories.items()))
+    return (
+        "ok",
+        im.id.tolist(),
+        repr(im.width.tolist()),
+        repr(im.height.tolist()),
+        list(im.file_name),
+        gt.image_id.tolist(),
+        gt.box.tolist(),
+        gt.category.tolist(),
+        gt.iscrowd.tolist(),
+        gt.ignore.tolist(),
+        gt.id.tolist(),
+        None if gt.area is None else gt.area.tolist(),
+        sorted(ds.categories.items()),
+    )
 
 
 def _doc(**changes):
-    doc = {"info": {"description": "x"}, "licenses": [],
-           "images": [{"id": 1, "width": 640, "height": 480, "file_name": "a.jpg"},
-                      {"id": 2, "width": 320.5, "height": 200, "file_name": "b.jpg"}],
-           "annotations": [{"id": 10, "image_id": 1, "category_id": 3, "bbox": [1, 2, 30.5, 40], "area": 1220.0,
-                            "iscrowd": 0, "segmentation": [[1, 2, 3, 4, 5, 6]]},
-                           {"id": 11, "image_id": 2, "category_id": 3, "bbox": [5, 5, 10, 10], "area": 100,
-                            "iscrowd": 1, "segmentation": {"counts": "abc1", "size": [200, 320]}}],
-           "categories": [{"id": 3, "name": "car", "supercategory": "vehicle"}]}
+    doc = {
+        "info": {"description": "x"},
+        "licenses": [],
+        "images": [
+            {"id": 1, "width": 640, "height": 480, "file_name": "a.jpg"},
+            {"id": 2, "width": 320.5, "height": 200, "file_name": "b.jpg"},
+        ],
+        "annotations": [
+            {
+                "id": 10,
+                "image_id": 1,
+                "category_id": 3,
+                "bbox": [1, 2, 30.5, 40],
+                "area": 1220.0,
+                "iscrowd": 0,
+                "segmentation": [[1, 2, 3, 4, 5, 6]],
+            },
+            {
+                "id": 11,
+                "image_id": 2,
+                "category_id": 3,
+                "bbox": [5, 5, 10, 10],
+                "area": 100,
+                "iscrowd": 1,
+                "segmentation": {"counts": "abc1", "size": [200, 320]},
+            },
+        ],
+        "categories": [{"id": 3, "name": "car", "supercategory": "vehicle"}],
+    }
     for path, value in changes.items():
         node = doc
         keys = path.split(".")
@@ -183,16 +243,41 @@ def _doc(**changes):
 
 _DELETE = object()
 INSTANCE_CASES = [
-    {}, {"annotations.0.iscrowd": True}, {"annotations.0.iscrowd": 2}, {"annotations.0.iscrowd": None},
-    {"annotations.0.iscrowd": _DELETE}, {"annotations.1.ignore": 1}, {"annotations.0.area": _DELETE},
-    {"annotations.0.area": True}, {"annotations.0.area": -1.0}, {"annotations.0.area": None},
-    {"images.0.width": None}, {"images.0.width": _DELETE}, {"images.0.width": True}, {"images.0.width": "640"},
-    {"images.0.width": -3}, {"images.1.file_name": None}, {"images.1.file_name": 7}, {"images.1.file_name": _DELETE},
-    {"images.0.id": 1.0}, {"images.0.id": 2}, {"images.0.id": None}, {"images.0.id": 2**63},
-    {"annotations.0.bbox": [1, 2, 3]}, {"annotations.0.bbox": [1, 2, -3, 4]}, {"annotations.0.bbox": [1, 2, True, 4]},
-    {"annotations.0.image_id": 99}, {"annotations.0.category_id": 99}, {"annotations.1.id": 10},
-    {"categories.0.name": 5}, {"categories.0.name": _DELETE}, {"categories": "x"}, {"images": _DELETE},
-    {"annotations.0": 3}, {"categories.0.name": "caf\u00e9"}, {"images.0.file_name": "a\\b.jpg"},
+    {},
+    {"annotations.0.iscrowd": True},
+    {"annotations.0.iscrowd": 2},
+    {"annotations.0.iscrowd": None},
+    {"annotations.0.iscrowd": _DELETE},
+    {"annotations.1.ignore": 1},
+    {"annotations.0.area": _DELETE},
+    {"annotations.0.area": True},
+    {"annotations.0.area": -1.0},
+    {"annotations.0.area": None},
+    {"images.0.width": None},
+    {"images.0.width": _DELETE},
+    {"images.0.width": True},
+    {"images.0.width": "640"},
+    {"images.0.width": -3},
+    {"images.1.file_name": None},
+    {"images.1.file_name": 7},
+    {"images.1.file_name": _DELETE},
+    {"images.0.id": 1.0},
+    {"images.0.id": 2},
+    {"images.0.id": None},
+    {"images.0.id": 2**63},
+    {"annotations.0.bbox": [1, 2, 3]},
+    {"annotations.0.bbox": [1, 2, -3, 4]},
+    {"annotations.0.bbox": [1, 2, True, 4]},
+    {"annotations.0.image_id": 99},
+    {"annotations.0.category_id": 99},
+    {"annotations.1.id": 10},
+    {"categories.0.name": 5},
+    {"categories.0.name": _DELETE},
+    {"categories": "x"},
+    {"images": _DELETE},
+    {"annotations.0": 3},
+    {"categories.0.name": "caf\u00e9"},
+    {"images.0.file_name": "a\\b.jpg"},
 ]
 
 
@@ -205,9 +290,18 @@ def test_instances_fast_and_general_paths_agree(i, tmp_path):
 def test_instances_text_level_cases_agree(tmp_path):
     base = json.dumps(_doc())
     took = []
-    for text in (base, "\ufeff" + base, base.replace("640", "NaN"), base.replace("640", "1e400"), base + " x",
-                 base.replace('"id": 1,', '"id": 1, "id": 5,', 1), base.replace("30.5", "30.50000000000000000000001"),
-                 "[]", "{}", base.replace('"images"', '"imag\\u0065s"')):
+    for text in (
+        base,
+        "\ufeff" + base,
+        base.replace("640", "NaN"),
+        base.replace("640", "1e400"),
+        base + " x",
+        base.replace('"id": 1,', '"id": 1, "id": 5,', 1),
+        base.replace("30.5", "30.50000000000000000000001"),
+        "[]",
+        "{}",
+        base.replace('"images"', '"imag\\u0065s"'),
+    ):
         data = text.encode("utf-8")
         assert _instances_outcome(data, True, tmp_path) == _instances_outcome(data, False, tmp_path), text[:80]
         took.append(_fast_results.decode_instances(data[3:] if data.startswith(b"\xef\xbb\xbf") else data) is not None)

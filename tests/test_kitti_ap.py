@@ -1,18 +1,19 @@
 """KITTI AP (11- and 40-point) equal to the devkit's eval_class (line-by-line reading in tests/devkit_reference.py)."""
+
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+import devkit_reference as ref
 import numpy as np
 import pytest
-
-import devkit_reference as ref
 from kitti_like import make_frames, write_frames
-from detcal.data.kitti import load_kitti_labels, load_kitti_results
+
 from detcal.core.errors import DetcalInputError
-from detcal.matching.kitti_ap import kitti_ap, score_thresholds
 from detcal.core.types import Detections, GroundTruth
+from detcal.data.kitti import load_kitti_labels, load_kitti_results
+from detcal.matching.kitti_ap import kitti_ap, score_thresholds
 
 _NAMES = {1: "car", 4: "pedestrian", 6: "cyclist"}
 
@@ -40,8 +41,12 @@ def _check(frames, tmp_path: Path, difficulties=("easy", "moderate", "hard")) ->
         assert r.tp.tolist() == want["tp"] and r.fp.tolist() == want["fp"] and r.fn.tolist() == want["fn"]
         assert _same(r.precision, want["precision"]), (r.category, r.difficulty)
         p = want["precision"]
-        assert r.ap11 == pytest.approx(sum(p[0::4]) / 11, rel=0, abs=1e-15) or (math.isnan(r.ap11) and math.isnan(sum(p[0::4])))
-        assert r.ap40 == pytest.approx(sum(p[1:41]) / 40, rel=0, abs=1e-15) or (math.isnan(r.ap40) and math.isnan(sum(p[1:41])))
+        assert r.ap11 == pytest.approx(sum(p[0::4]) / 11, rel=0, abs=1e-15) or (
+            math.isnan(r.ap11) and math.isnan(sum(p[0::4]))
+        )
+        assert r.ap40 == pytest.approx(sum(p[1:41]) / 40, rel=0, abs=1e-15) or (
+            math.isnan(r.ap40) and math.isnan(sum(p[1:41]))
+        )
     return out
 
 
@@ -65,7 +70,9 @@ def test_ap_by_hand() -> None:
     # AP11 = (1 + 0 ...) / 11 = 1/11 (only index 0 of 0, 4, ...); AP40 = (2/3) / 40.
     box = [[0, 0, 40, 100], [100, 0, 140, 100], [200, 0, 240, 100]]
     g = GroundTruth(image_id=[1, 1, 1], box=box, category=[4, 4, 4], difficulty=[0, 0, 0])
-    d = Detections(image_id=[1, 1, 1], box=[box[0], [500, 0, 540, 100], box[1]], score=[0.9, 0.8, 0.7], category=[4, 4, 4])
+    d = Detections(
+        image_id=[1, 1, 1], box=[box[0], [500, 0, 540, 100], box[1]], score=[0.9, 0.8, 0.7], category=[4, 4, 4]
+    )
     (r,) = kitti_ap(d, g, categories=[4], difficulties=["easy"])
     assert r.score_thresholds.tolist() == [0.9, 0.7]
     assert r.tp.tolist() == [1, 2] and r.fp.tolist() == [0, 1] and r.fn.tolist() == [2, 1]

@@ -4,19 +4,20 @@ Hand-written label/result files with the devkit's outcome worked out from
 ``computeStatistics`` in the comments, and agreement on generated KITTI-like
 frames with a line-by-line reading of the devkit (tests/devkit_reference.py).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
+import devkit_reference as ref
 import numpy as np
 import pytest
-
-import devkit_reference as ref
 from kitti_like import make_frames, write_frames
-from detcal.data.kitti import kitti_rules, load_kitti_labels, load_kitti_results
+
 from detcal.core.errors import DetcalInputError
-from detcal.matching import match
 from detcal.core.types import Detections, GroundTruth
+from detcal.data.kitti import kitti_rules, load_kitti_labels, load_kitti_results
+from detcal.matching import match
 
 _TAIL = "1.50 1.60 3.90 1.00 1.50 20.00 0.10"
 _DC_TAIL = "-1 -1 -1 -1000 -1000 -1000 -10"
@@ -28,21 +29,24 @@ HAND_LABELS = {
     # with L1 (Pedestrian) = 38*100 / (4400 + 4000 - 3800) = 0.826.
     # Devkit: L0 (ignored_gt = 1) is visited first, D0 is free with 0.75 > 0.5 -> L0 takes it, D0 is
     # ignored; L1 finds no free detection -> FN. (The COCO walk would give D0 to L1: TP.)
-    0: [f"Person_sitting 0.00 0 -10 100.00 100.00 140.00 200.00 {_TAIL}",
-        f"Pedestrian 0.00 0 -10 110.00 100.00 150.00 200.00 {_TAIL}"],
+    0: [
+        f"Person_sitting 0.00 0 -10 100.00 100.00 140.00 200.00 {_TAIL}",
+        f"Pedestrian 0.00 0 -10 110.00 100.00 150.00 200.00 {_TAIL}",
+    ],
     # frame 1: two detections on one box, the lower score with the higher IoU.
     # D0 score 0.90 [190,100,240,200]: IoU 4000/5000 = 0.80; D1 score 0.60 [198,100,240,200]: 4000/4200 = 0.952.
     # Devkit: L0 takes the free detection of highest overlap, D1 -> TP; D0 is left -> FP.
     1: [f"Pedestrian 0.00 0 -10 200.00 100.00 240.00 200.00 {_TAIL}"],
     # frame 2: as frame 1, plus a DontCare region [180,90,260,210] around both detections.
     # Devkit: D1 TP; the leftover D0 has intersection / own area = 5000/5000 = 1 > 0.5 with the region -> ignored.
-    2: [f"Pedestrian 0.00 0 -10 200.00 100.00 240.00 200.00 {_TAIL}",
-        f"DontCare -1 -1 -10 180.00 90.00 260.00 210.00 {_DC_TAIL}"],
+    2: [
+        f"Pedestrian 0.00 0 -10 200.00 100.00 240.00 200.00 {_TAIL}",
+        f"DontCare -1 -1 -10 180.00 90.00 260.00 210.00 {_DC_TAIL}",
+    ],
     # frame 3, Car: L0 has occlusion 2 (outside moderate, inside hard) and comes first.
     # D0 [300,100,402,160]: IoU with L0 = 6000/6120 = 0.980, with L1 = 5820/6300 = 0.924.
     # Devkit moderate: L0 (ignored) takes D0 -> ignored, L1 FN. Hard: L0 is valid -> D0 TP on L0.
-    3: [f"Car 0.00 2 -10 300.00 100.00 400.00 160.00 {_TAIL}",
-        f"Car 0.00 0 -10 305.00 100.00 405.00 160.00 {_TAIL}"],
+    3: [f"Car 0.00 2 -10 300.00 100.00 400.00 160.00 {_TAIL}", f"Car 0.00 0 -10 305.00 100.00 405.00 160.00 {_TAIL}"],
     # frame 4: a Car detection 39.5 px high (int 39 < 40: ignored_det = 1 at easy in *every* class's walk)
     # on a 50 px Pedestrian: IoU 20*39.5 / (20*50) = 0.79. Easy: in the Car walk D0 is small -> ignored,
     # no box takes it; in the Pedestrian walk L0 has no regular candidate and takes D0 (not an FN).
@@ -56,14 +60,20 @@ HAND_LABELS = {
 }
 HAND_RESULTS = {
     0: [f"Pedestrian -1 -1 -10 104.00 100.00 148.00 200.00 {_TAIL} 0.80"],
-    1: [f"Pedestrian -1 -1 -10 190.00 100.00 240.00 200.00 {_TAIL} 0.90",
-        f"Pedestrian -1 -1 -10 198.00 100.00 240.00 200.00 {_TAIL} 0.60"],
-    2: [f"Pedestrian -1 -1 -10 190.00 100.00 240.00 200.00 {_TAIL} 0.90",
-        f"Pedestrian -1 -1 -10 198.00 100.00 240.00 200.00 {_TAIL} 0.60"],
+    1: [
+        f"Pedestrian -1 -1 -10 190.00 100.00 240.00 200.00 {_TAIL} 0.90",
+        f"Pedestrian -1 -1 -10 198.00 100.00 240.00 200.00 {_TAIL} 0.60",
+    ],
+    2: [
+        f"Pedestrian -1 -1 -10 190.00 100.00 240.00 200.00 {_TAIL} 0.90",
+        f"Pedestrian -1 -1 -10 198.00 100.00 240.00 200.00 {_TAIL} 0.60",
+    ],
     3: [f"Car -1 -1 -10 300.00 100.00 402.00 160.00 {_TAIL} 0.50"],
     4: [f"Car -1 -1 -10 500.00 105.00 520.00 144.50 {_TAIL} 0.70"],
-    5: [f"Pedestrian -1 -1 -10 600.00 108.00 620.00 144.50 {_TAIL} 0.30",
-        f"Pedestrian -1 -1 -10 600.00 103.00 620.00 142.90 {_TAIL} 0.90"],
+    5: [
+        f"Pedestrian -1 -1 -10 600.00 108.00 620.00 144.50 {_TAIL} 0.30",
+        f"Pedestrian -1 -1 -10 600.00 103.00 620.00 142.90 {_TAIL} 0.90",
+    ],
 }
 # Detection rows: f0 D0 = 0; f1 D0, D1 = 1, 2; f2 D0, D1 = 3, 4; f3 D0 = 5; f4 D0 = 6; f5 D0, D1 = 7, 8.
 # GT rows: f0 L0, L1 = 0, 1; f1 L0 = 2; f2 L0, DontCare = 3, 4; f3 L0, L1 = 5, 6; f4 L0 = 7; f5 L0 = 8.
@@ -141,6 +151,7 @@ def test_mode_kitti_input_errors() -> None:
     with pytest.raises(DetcalInputError, match="class_agnostic"):
         match(d, g, [0.5], mode="kitti", kitti=kitti_rules(), class_agnostic=True)
     from dataclasses import replace
+
     with pytest.raises(DetcalInputError, match="strict"):
         match(d, g, [0.5], mode="kitti", kitti=replace(kitti_rules(), strict=False))
 

@@ -1,4 +1,5 @@
 """Küppers et al. 2020 protocol on the bundled records; D-ECE equal to netcal 1.4.0."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,7 +32,9 @@ def test_netcal_sample_threshold_8():
     r = bundled.netcal_records("rfcn-resnet-101")
     s = k.detector_sample("rfcn-resnet-101", 0.6)
     f = k.feature_columns(s["features"], "conf,cx,cy,w,h")
-    ref = netcal_metrics.ECE(bins=3, detection=True, sample_threshold=8).measure(np.column_stack([s["p"], f]), r.matched_060.astype(float))
+    ref = netcal_metrics.ECE(bins=3, detection=True, sample_threshold=8).measure(
+        np.column_stack([s["p"], f]), r.matched_060.astype(float)
+    )
     assert k.set_dece(s["p"], r.matched_060.astype(float), f, sample_threshold=8) == pytest.approx(float(ref), abs=1e-9)
 
 
@@ -44,7 +47,13 @@ def test_image_splits_are_seeded_and_70_30():
 
 
 def test_small_run_table_and_figure(tmp_path):
-    res = k.run(detectors=["ssd-inception-v2"], ious=[0.75], feature_sets=["conf", "conf,cx,cy,w,h"], calibrators=["platt", "position_logistic", "histogram"], n_splits=2)
+    res = k.run(
+        detectors=["ssd-inception-v2"],
+        ious=[0.75],
+        feature_sets=["conf", "conf,cx,cy,w,h"],
+        calibrators=["platt", "position_logistic", "histogram"],
+        n_splits=2,
+    )
     table = k.markdown_table(res)
     assert table.count("\n") == 1 + 4  # header rule + uncalibrated + 3 calibrators
     rows = {(r["features"], r["calibrator"]): r for r in res.rows}

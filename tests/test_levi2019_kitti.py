@@ -2,6 +2,7 @@
 miniature KITTI-format dataset (COCO-format training set + KITTI label_2 / image_2 PNGs
 written here from detcal.data.synthetic) with overrides that change only paths, sizes,
 iteration counts, model=rfcn_tiny and trainer=cpu."""
+
 from __future__ import annotations
 
 import json
@@ -16,11 +17,11 @@ from omegaconf import OmegaConf
 from PIL import Image
 
 from detcal.apps._hydra import register_schema
+from detcal.core.types import Dataset, GroundTruth
 from detcal.data import synthetic
 from detcal.data.coco import load_coco_instances, load_coco_results, write_coco_instances
 from detcal.pipeline.registry import config_dir, make_calibrator
 from detcal.training.spec import MainApp
-from detcal.core.types import Dataset, GroundTruth
 
 CONFIG_DIR = config_dir()
 CLASS_MAP = CONFIG_DIR / "classmap" / "coco_kitti_v1.yaml"
@@ -41,7 +42,9 @@ def compose_main(overrides: list[str]) -> Any:
 
 def write_miniature(root: Path) -> dict[str, Path]:
     """data/coco (instances_train2017.json + train2017/*.png) and data/kitti/training (label_2, image_2)."""
-    paths = synthetic.write_synthetic(root / "kitti_src", n_images=24, seed=5, render=True, kitti_images=True, scene_kwargs=SCENES)
+    paths = synthetic.write_synthetic(
+        root / "kitti_src", n_images=24, seed=5, render=True, kitti_images=True, scene_kwargs=SCENES
+    )
     ds, images = synthetic.generate_scenes(24, 7, render=True, **SCENES)
     cat = np.array([COCO_OF_KITTI[int(c)] for c in ds.gt.category])
     cat[::7] = 6  # a few "bus" boxes: unmapped, dropped by the class map
@@ -52,8 +55,12 @@ def write_miniature(root: Path) -> dict[str, Path]:
     for name, arr in zip(ds.images.file_name, images):
         Image.fromarray(arr).save(img_dir / name)
     write_coco_instances(root / "coco" / "annotations" / "instances_train2017.json", coco)
-    return {"label_dir": paths["kitti_labels"], "image_dir": paths["kitti_images"],
-            "instances": root / "coco" / "annotations" / "instances_train2017.json", "train_images": img_dir}
+    return {
+        "label_dir": paths["kitti_labels"],
+        "image_dir": paths["kitti_images"],
+        "instances": root / "coco" / "annotations" / "instances_train2017.json",
+        "train_images": img_dir,
+    }
 
 
 def test_experiment_composes_with_the_paper_settings() -> None:
@@ -81,16 +88,26 @@ def miniature_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("mini_kitti")
     p = write_miniature(root / "data")
     overrides = [
-        "experiment=levi2019_kitti", "model=rfcn_tiny", "trainer=cpu",
+        "experiment=levi2019_kitti",
+        "model=rfcn_tiny",
+        "trainer=cpu",
         # paths
-        f"data.label_dir={p['label_dir']}", f"data.image_dir={p['image_dir']}",
-        f"train_data.instances={p['instances']}", f"train_data.image_dir={p['train_images']}",
+        f"data.label_dir={p['label_dir']}",
+        f"data.image_dir={p['image_dir']}",
+        f"train_data.instances={p['instances']}",
+        f"train_data.image_dir={p['train_images']}",
         f"train_data.class_map={CLASS_MAP}",
         # sizes
-        "splits.val_size=8", "stage1.batch_size=2", "stage2.batch_size=2", "evaluation.bootstrap.n=20",
+        "splits.val_size=8",
+        "stage1.batch_size=2",
+        "stage2.batch_size=2",
+        "evaluation.bootstrap.n=20",
         # iteration counts
-        "stage1.iterations=40", "stage1.warmup_iters=5", "stage1.checkpoint_every=20",
-        "stage2.iterations=6", "stage2.checkpoint_every=3",
+        "stage1.iterations=40",
+        "stage1.warmup_iters=5",
+        "stage1.checkpoint_every=20",
+        "stage2.iterations=6",
+        "stage2.checkpoint_every=3",
     ]
     from detcal.training.job import run_main_job
 
@@ -104,7 +121,12 @@ def miniature_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_runs_to_completion_on_miniature_kitti(miniature_run: dict[str, Any]) -> None:
     d: Path = miniature_run["dir"]
     t = json.loads((d / "table1.json").read_text())
-    assert list(t["rows"]) == ["ENCE before calibration", "ENCE after std scaling", "ENCE after isotonic (Kuleshov)", "C_v"]
+    assert list(t["rows"]) == [
+        "ENCE before calibration",
+        "ENCE after std scaling",
+        "ENCE after isotonic (Kuleshov)",
+        "C_v",
+    ]
     assert t["columns"] == ["tx", "ty", "tw", "th"] and t["n_tp_val"] >= 1
     assert all(np.isfinite(v) for row in t["rows"].values() for v in row.values() if t["n_tp_val"] >= 2)
     assert (d / "table1.md").read_text().count("| ENCE") >= 3

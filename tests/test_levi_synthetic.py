@@ -22,6 +22,7 @@ e has E[e^2] = E[x^2] = (1 - 0.1^3) / (3 * 0.9) = 0.37, so RMSE = sqrt(0.37) =
       uncertainty remains uninformative.
 (b) trained log-variance: ENCE small, s about 1 (Appendix A.1, Fig. 5).
 """
+
 from __future__ import annotations
 
 import json
@@ -153,8 +154,14 @@ def test_config_is_a_typed_spec_and_names_bad_keys() -> None:
     app = OmegaConf.to_object(_compose(["experiment=levi2019_synthetic"]))
     assert isinstance(app, LeviApp) and app.name == "levi2019_synthetic"
     lc = app.levi
-    assert (lc.n_train, lc.n_recal, lc.x_range, lc.random_sigma_range, lc.layers, lc.bins) == \
-        (50_000, 6_000, [0.1, 1.0], [1.0, 10.0], 4, 10)
+    assert (lc.n_train, lc.n_recal, lc.x_range, lc.random_sigma_range, lc.layers, lc.bins) == (
+        50_000,
+        6_000,
+        [0.1, 1.0],
+        [1.0, 10.0],
+        4,
+        10,
+    )
     with pytest.raises(Exception, match="bogus"):
         _compose(["levi.bogus=1"])
     with pytest.raises(Exception) as e:
@@ -169,14 +176,31 @@ def test_config_is_a_typed_spec_and_names_bad_keys() -> None:
 @pytest.mark.slow
 def test_hydra_app(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "detcal.apps.levi_synthetic", f"hydra.run.dir={run_dir}",
-           "levi.n_train=2000", "levi.n_recal=500", "levi.n_test=1000", "levi.steps=20", "levi.plots=false",
-           "levi.oracle=false", "print_summary=false"]
-    res = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    cmd = [
+        sys.executable,
+        "-m",
+        "detcal.apps.levi_synthetic",
+        f"hydra.run.dir={run_dir}",
+        "levi.n_train=2000",
+        "levi.n_recal=500",
+        "levi.n_test=1000",
+        "levi.steps=20",
+        "levi.plots=false",
+        "levi.oracle=false",
+        "print_summary=false",
+    ]
+    res = subprocess.run(
+        cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     m = json.loads((run_dir / "metrics.json").read_text())
     assert set(m["results"]) == {"random", "trained"} and m["config"]["n_train"] == 2000
-    bad = subprocess.run([*cmd[:4], "levi.optimizer=rmsprop"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    bad = subprocess.run(
+        [*cmd[:4], "levi.optimizer=rmsprop"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert bad.returncode == 2 and "levi.optimizer" in bad.stderr.strip().splitlines()[-1]

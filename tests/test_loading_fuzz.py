@@ -5,6 +5,7 @@ quantities the metrics use finite too) or raise a DetcalInputError naming the
 file; any other exception is a failure. The normal suite runs a small,
 derandomised budget; the ``slow`` test runs a larger random one.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,18 +15,36 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
-from detcal.data.coco import load_coco_instances, load_coco_results
-from detcal.data.kitti import load_kitti_labels, load_kitti_results
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections
+from detcal.data.coco import load_coco_instances, load_coco_results
+from detcal.data.kitti import load_kitti_labels, load_kitti_results
 
 # ------------------------------------------------------------------ value pools
 TRICKY_INTS = [0, 1, -1, 7, 2**31, 2**53 + 1, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**64, 10**30]
-TRICKY_FLOATS = [0.0, -0.0, 0.5, 1.0, 1.5, 1e-320, 1e-200, 1e-30, 1e30, 1e31, 1e200, 1e308, -1e308,
-                 math.nan, math.inf, -math.inf, 2.0**53, 2.0**63, 640.0]
+TRICKY_FLOATS = [
+    0.0,
+    -0.0,
+    0.5,
+    1.0,
+    1.5,
+    1e-320,
+    1e-200,
+    1e-30,
+    1e30,
+    1e31,
+    1e200,
+    1e308,
+    -1e308,
+    math.nan,
+    math.inf,
+    -math.inf,
+    2.0**53,
+    2.0**63,
+    640.0,
+]
 SCALARS = st.one_of(
     st.sampled_from(TRICKY_INTS),
     st.sampled_from(TRICKY_FLOATS),
@@ -67,7 +86,9 @@ UNCERTAINTY = ["bbox_std", "bbox_covar", "covars", "proposal", "delta_mean", "de
 
 @st.composite
 def result_records(draw) -> list:
-    keys = ["image_id", "category_id", "bbox", "score"] + draw(st.lists(st.sampled_from(UNCERTAINTY), max_size=3, unique=True))
+    keys = ["image_id", "category_id", "bbox", "score"] + draw(
+        st.lists(st.sampled_from(UNCERTAINTY), max_size=3, unique=True)
+    )
     n = draw(st.integers(0, 4))
     records = []
     for _ in range(n):
@@ -81,17 +102,28 @@ def result_records(draw) -> list:
 @st.composite
 def instances_doc(draw) -> object:
     images = [
-        {"id": draw(st.one_of(st.just(i + 1), SCALARS)), "width": draw(st.one_of(st.just(640), NUMBERS)),
-         "height": draw(st.one_of(st.just(480), NUMBERS)), "file_name": draw(st.sampled_from(["a.jpg", "true", ""]))}
+        {
+            "id": draw(st.one_of(st.just(i + 1), SCALARS)),
+            "width": draw(st.one_of(st.just(640), NUMBERS)),
+            "height": draw(st.one_of(st.just(480), NUMBERS)),
+            "file_name": draw(st.sampled_from(["a.jpg", "true", ""])),
+        }
         for i in range(draw(st.integers(0, 3)))
     ]
     anns = [
-        {"id": draw(st.one_of(st.just(k + 1), SCALARS)), "image_id": draw(FIELD["image_id"]),
-         "category_id": draw(FIELD["category_id"]), "bbox": draw(FIELD["bbox"]),
-         "iscrowd": draw(st.one_of(st.sampled_from([0, 1, True, False]), SCALARS))}
+        {
+            "id": draw(st.one_of(st.just(k + 1), SCALARS)),
+            "image_id": draw(FIELD["image_id"]),
+            "category_id": draw(FIELD["category_id"]),
+            "bbox": draw(FIELD["bbox"]),
+            "iscrowd": draw(st.one_of(st.sampled_from([0, 1, True, False]), SCALARS)),
+        }
         for k in range(draw(st.integers(0, 4)))
     ]
-    cats = [{"id": 1, "name": "a"}, {"id": draw(st.one_of(st.just(2), SCALARS)), "name": draw(st.sampled_from(["b", 3]))}]
+    cats = [
+        {"id": 1, "name": "a"},
+        {"id": draw(st.one_of(st.just(2), SCALARS)), "name": draw(st.sampled_from(["b", 3]))},
+    ]
     doc = {"images": images, "annotations": anns, "categories": cats}
     for key in ("images", "annotations", "categories"):
         if draw(st.integers(0, 20)) == 0:
@@ -108,7 +140,7 @@ def _text(doc: object, draw_bytes: bytes) -> bytes:
         return text[: max(len(text) - 1 - draw_bytes[-1] % 10, 0)]
     if mode == 3:  # flip one byte
         i = int.from_bytes(draw_bytes[1:3] or b"\x00", "big") % max(len(text), 1)
-        return text[:i] + bytes([draw_bytes[-1]]) + text[i + 1:]
+        return text[:i] + bytes([draw_bytes[-1]]) + text[i + 1 :]
     return text
 
 
@@ -167,9 +199,40 @@ def check_instances(doc: object, raw: bytes) -> None:
 
 # ------------------------------------------------------------------ KITTI
 KITTI_TOKENS = st.one_of(
-    st.sampled_from(["Car", "car", "Pedestrian", "Person_sitting", "DontCare", "Truck", "Bus", "", "0", "1", "-1",
-                     "-10", "-1000", "0.5", "1_0", "0x1", "nan", "inf", "1e31", "1e308", "1e-320", "\u00b2", "1\u00a0",
-                     "\u0661", "2.5e", ".5", "+3", "100.00", "300.50", "3"]),
+    st.sampled_from(
+        [
+            "Car",
+            "car",
+            "Pedestrian",
+            "Person_sitting",
+            "DontCare",
+            "Truck",
+            "Bus",
+            "",
+            "0",
+            "1",
+            "-1",
+            "-10",
+            "-1000",
+            "0.5",
+            "1_0",
+            "0x1",
+            "nan",
+            "inf",
+            "1e31",
+            "1e308",
+            "1e-320",
+            "\u00b2",
+            "1\u00a0",
+            "\u0661",
+            "2.5e",
+            ".5",
+            "+3",
+            "100.00",
+            "300.50",
+            "3",
+        ]
+    ),
     st.floats(-1e3, 1e3, allow_nan=False).map(lambda v: f"{v:.2f}"),
 )
 SEPARATORS = st.sampled_from([" ", " ", " ", "\t", "  ", "\u00a0", "\u2028", "\x0b", "\x1c"])
@@ -198,8 +261,12 @@ def kitti_file(draw, ncols: int) -> bytes:
     return data
 
 
-FRAME_NAMES = st.one_of(st.sampled_from(["000000", "000001", "99999999999999999999", "9223372036854775807",
-                                         "\u00b2", "\u0661", "1a", "00001"]), st.integers(0, 50).map(lambda i: f"{i:06d}"))
+FRAME_NAMES = st.one_of(
+    st.sampled_from(
+        ["000000", "000001", "99999999999999999999", "9223372036854775807", "\u00b2", "\u0661", "1a", "00001"]
+    ),
+    st.integers(0, 50).map(lambda i: f"{i:06d}"),
+)
 
 
 def check_kitti(files: dict[str, bytes], results: bool) -> None:
@@ -225,7 +292,9 @@ def kitti_dirs(ncols: int) -> st.SearchStrategy:
 
 # ------------------------------------------------------------------ tests
 FAST = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-SLOW = settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SLOW = settings(
+    max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
 
 @FAST
@@ -254,12 +323,14 @@ def test_fuzz_kitti_results(files: dict[str, bytes]) -> None:
 
 @pytest.mark.slow
 @SLOW
-@given(st.one_of(
-    st.tuples(st.just("results"), result_records(), st.binary(max_size=4)),
-    st.tuples(st.just("instances"), instances_doc(), st.binary(max_size=4)),
-    st.tuples(st.just("labels"), kitti_dirs(15), st.just(b"")),
-    st.tuples(st.just("kitti_results"), kitti_dirs(16), st.just(b"")),
-))
+@given(
+    st.one_of(
+        st.tuples(st.just("results"), result_records(), st.binary(max_size=4)),
+        st.tuples(st.just("instances"), instances_doc(), st.binary(max_size=4)),
+        st.tuples(st.just("labels"), kitti_dirs(15), st.just(b"")),
+        st.tuples(st.just("kitti_results"), kitti_dirs(16), st.just(b"")),
+    )
+)
 def test_fuzz_all_formats_large_budget(case: tuple) -> None:
     kind, value, raw = case
     if kind == "results":

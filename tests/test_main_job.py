@@ -1,6 +1,7 @@
 """detcal-main (detcal.training.job.run_main_job, app detcal.apps.main): the pipeline end to end on a
 tiny config, the Table 1 analogue, the C_v invariance under std scaling, fingerprint-keyed reuse,
 the smoke regression numbers, and the config."""
+
 from __future__ import annotations
 
 import json
@@ -32,11 +33,22 @@ REGRESSION = Path(__file__).parent / "data" / "regression" / "main_table1.json"
 # scenes. Every detection is kept (score > 0) and matching is class-agnostic, so that an
 # R-FCN trained for seconds still yields true positives for the regression sample.
 TINY = [
-    "splits.train_images=16", "splits.recal_images=12", "splits.val_images=12",
-    "stage1.iterations=30", "stage1.batch_size=2", "stage1.warmup_iters=5", "stage1.checkpoint_every=10",
-    "stage2.iterations=10", "stage2.batch_size=2", "stage2.checkpoint_every=5",
-    "predict.score_threshold=0.0", "evaluation.matching.class_agnostic=true",
-    "evaluation.bootstrap.n=0", "output.plots=false", "progress=false", "trainer.threads=2",
+    "splits.train_images=16",
+    "splits.recal_images=12",
+    "splits.val_images=12",
+    "stage1.iterations=30",
+    "stage1.batch_size=2",
+    "stage1.warmup_iters=5",
+    "stage1.checkpoint_every=10",
+    "stage2.iterations=10",
+    "stage2.batch_size=2",
+    "stage2.checkpoint_every=5",
+    "predict.score_threshold=0.0",
+    "evaluation.matching.class_agnostic=true",
+    "evaluation.bootstrap.n=0",
+    "output.plots=false",
+    "progress=false",
+    "trainer.threads=2",
 ]
 
 
@@ -68,8 +80,18 @@ def _mtimes(d: Path) -> dict[str, int]:
 # ----------------------------------------------------------------------------- fast: config and specs
 
 
-@pytest.mark.parametrize("overrides", [[], ["trainer=gpu"], ["trainer=ddp"], ["experiment=levi2019_kitti"],
-                                       ["data=kitti"], ["data.format=kitti"], ["model=rfcn_r101"]])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["trainer=gpu"],
+        ["trainer=ddp"],
+        ["experiment=levi2019_kitti"],
+        ["data=kitti"],
+        ["data.format=kitti"],
+        ["model=rfcn_r101"],
+    ],
+)
 def test_main_config_becomes_a_typed_spec(overrides: list[str]) -> None:
     spec = main_spec(overrides)
     assert isinstance(spec, MainJobSpec) and not isinstance(spec, MainApp)
@@ -95,12 +117,19 @@ def test_levi2019_kitti_composes_with_the_paper_settings() -> None:
     assert s.evaluation.sigma_binning.scheme == "equal_count" and s.evaluation.sigma_binning.bins == 10
 
 
-@pytest.mark.parametrize("override,key", [
-    ("stage1.lr=-1", "stage1.lr"), ("stage2.batch_size=0", "stage2.batch_size"), ("trainer.kind=mpi", "trainer.kind"),
-    ("model.backbone=vgg", "model.backbone"), ("predict.score_threshold=1.5", "predict.score_threshold"),
-    ("splits.val_seed=2", "splits.*_seed"), ("evaluation.regression.sample_iou=0.7", "evaluation.regression.sample_iou"),
-    ("stage1.lr_steps=[50,10]", "stage1.lr_steps"),
-])
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("stage1.lr=-1", "stage1.lr"),
+        ("stage2.batch_size=0", "stage2.batch_size"),
+        ("trainer.kind=mpi", "trainer.kind"),
+        ("model.backbone=vgg", "model.backbone"),
+        ("predict.score_threshold=1.5", "predict.score_threshold"),
+        ("splits.val_seed=2", "splits.*_seed"),
+        ("evaluation.regression.sample_iou=0.7", "evaluation.regression.sample_iou"),
+        ("stage1.lr_steps=[50,10]", "stage1.lr_steps"),
+    ],
+)
 def test_bad_values_name_the_config_key(override: str, key: str) -> None:
     with pytest.raises(Exception) as e:
         main_spec([override])
@@ -118,7 +147,9 @@ def test_stage_spec_message() -> None:
     with pytest.raises(ConfigError, match="stage2.iterations"):
         StageSpec(stage=2, iterations=0)
     with pytest.raises(ConfigError, match="trainer.nproc"):
-        MainJobSpec(trainer=__import__("detcal.training.spec", fromlist=["TrainerSpec"]).TrainerSpec(kind="ddp", nproc=3))
+        MainJobSpec(
+            trainer=__import__("detcal.training.spec", fromlist=["TrainerSpec"]).TrainerSpec(kind="ddp", nproc=3)
+        )
 
 
 def test_calibrators_come_from_the_registry_and_must_be_box_uncertainty_ones() -> None:
@@ -163,11 +194,19 @@ def test_splits_are_disjoint_seeded_and_identified(tmp_path: Path) -> None:
 
 
 def test_job_imports_without_torch_at_module_level() -> None:
-    code = ("import sys; import detcal.apps.main, detcal.training.job, detcal.training.spec, detcal.training.splits, "
-            "detcal.studies.levi_synthetic, detcal.apps.levi_synthetic; "
-            "print(sorted(m for m in ('torch', 'torchvision') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    code = (
+        "import sys; import detcal.apps.main, detcal.training.job, detcal.training.spec, detcal.training.splits, "
+        "detcal.studies.levi_synthetic, detcal.apps.levi_synthetic; "
+        "print(sorted(m for m in ('torch', 'torchvision') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 
@@ -182,12 +221,19 @@ def test_without_torch_the_app_says_so_in_one_line(tmp_path: Path) -> None:
         "        if name.split('.')[0] in ('torch', 'torchvision'):\n"
         "            raise ModuleNotFoundError(f\"No module named '{name}'\")\n"
         "        return None\n"
-        "sys.meta_path.insert(0, _NoTorch())\n")
+        "sys.meta_path.insert(0, _NoTorch())\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
     env.pop("HYDRA_FULL_ERROR", None)
     env.pop("DETCAL_DEBUG", None)
-    out = subprocess.run([sys.executable, "-m", "detcal.apps.main", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "detcal.apps.main", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert out.returncode == 2, out.stderr[-2000:]
     lines = out.stderr.strip().splitlines()
     assert lines[-1].startswith("detcal-main: error:") and "torch" in lines[-1] and "train" in lines[-1]
@@ -208,20 +254,40 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.mark.slow
 def test_pipeline_writes_table1_json_markdown_and_pngs(tiny_run: dict[str, Any]) -> None:
     d: Path = tiny_run["dir"]
-    for name in ("table1.json", "table1.md", "stages.json", "main_spec.json", "calibration/calibrators.json",
-                 "reliability_before.png", "reliability_std_scaling.png", "reliability_kuleshov_isotonic.png",
-                 "train/stage1/stage1_final.pt", "train/stage2/stage2_final.pt", "predictions/val/detections.json",
-                 "predictions/recal/detections.json", "predictions/val/meta.json", "calibration/val_std_scaling.json",
-                 "calibration/val_kuleshov_isotonic.json", "eval/val_before/metrics.json",
-                 "eval/val_std_scaling/metrics.json", "eval/val_kuleshov_isotonic/metrics.json",
-                 "eval/recal_before/metrics.json", "splits/val/instances.json"):
+    for name in (
+        "table1.json",
+        "table1.md",
+        "stages.json",
+        "main_spec.json",
+        "calibration/calibrators.json",
+        "reliability_before.png",
+        "reliability_std_scaling.png",
+        "reliability_kuleshov_isotonic.png",
+        "train/stage1/stage1_final.pt",
+        "train/stage2/stage2_final.pt",
+        "predictions/val/detections.json",
+        "predictions/recal/detections.json",
+        "predictions/val/meta.json",
+        "calibration/val_std_scaling.json",
+        "calibration/val_kuleshov_isotonic.json",
+        "eval/val_before/metrics.json",
+        "eval/val_std_scaling/metrics.json",
+        "eval/val_kuleshov_isotonic/metrics.json",
+        "eval/recal_before/metrics.json",
+        "splits/val/instances.json",
+    ):
         assert (d / name).is_file(), name
     for png in d.glob("reliability_*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(list((d / "predictions" / "val" / "kitti").glob("*.txt"))) == 12
     t = json.loads((d / "table1.json").read_text())
     assert t["columns"] == ["tx", "ty", "tw", "th"]
-    assert list(t["rows"]) == ["ENCE before calibration", "ENCE after std scaling", "ENCE after isotonic (Kuleshov)", "C_v"]
+    assert list(t["rows"]) == [
+        "ENCE before calibration",
+        "ENCE after std scaling",
+        "ENCE after isotonic (Kuleshov)",
+        "C_v",
+    ]
     assert t["bins"] == 10 and t["binning"] == "equal_count" and t["iou_threshold"] == 0.5
     assert t["n_tp_val"] >= 2 and t["calibration"]["n_recal_tp"] >= 2
     for row in t["rows"].values():
@@ -274,15 +340,20 @@ def test_cv_is_unchanged_by_std_scaling_on_the_real_outputs(tiny_run: dict[str, 
     s = np.array([t["std_scaling_s"][c] for c in COORDS])
     ratio = np.array([a["delta_std"] for a in after]) / np.array([b["delta_std"] for b in before])
     np.testing.assert_allclose(ratio, np.broadcast_to(s, ratio.shape), rtol=1e-13)
-    np.testing.assert_array_equal(np.array([a["delta_mean"] for a in after]), np.array([b["delta_mean"] for b in before]))
+    np.testing.assert_array_equal(
+        np.array([a["delta_mean"] for a in after]), np.array([b["delta_mean"] for b in before])
+    )
     # C_v = std(sigma, ddof=1) / mean(sigma) (Levi et al. Eq. 9) recomputed here from the val TP rows
     rows = _tp_rows(d, "val")
     assert len(rows) == t["n_tp_val"]
     sig = np.array([before[i]["delta_std"] for i in rows])
     sig_s = np.array([after[i]["delta_std"] for i in rows])
-    np.testing.assert_allclose([t["cv"]["before"][c] for c in COORDS], sig.std(axis=0, ddof=1) / sig.mean(axis=0), rtol=1e-12)
-    np.testing.assert_allclose([t["cv"]["std_scaling"][c] for c in COORDS], sig_s.std(axis=0, ddof=1) / sig_s.mean(axis=0),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        [t["cv"]["before"][c] for c in COORDS], sig.std(axis=0, ddof=1) / sig.mean(axis=0), rtol=1e-12
+    )
+    np.testing.assert_allclose(
+        [t["cv"]["std_scaling"][c] for c in COORDS], sig_s.std(axis=0, ddof=1) / sig_s.mean(axis=0), rtol=1e-12
+    )
 
 
 def _tp_rows(d: Path, split: str) -> np.ndarray:
@@ -351,8 +422,10 @@ def test_rerun_after_changing_train_images_retrains(tiny_run: dict[str, Any], tm
     assert "predicted" in st["predict"] and "reused" not in st["predict"]
     after = _mtimes(d)
     assert all(after[k] != before[k] for k in before)
-    assert not (d / "train" / "stage1" / "stage1_last.pt").exists() or \
-        (d / "train" / "stage1" / "stage1_last.pt").stat().st_mtime_ns > before["stage1_final.pt"]
+    assert (
+        not (d / "train" / "stage1" / "stage1_last.pt").exists()
+        or (d / "train" / "stage1" / "stage1_last.pt").stat().st_mtime_ns > before["stage1_final.pt"]
+    )
 
 
 @pytest.mark.slow
@@ -364,7 +437,9 @@ def test_rerun_after_changing_a_stage2_parameter_retrains_stage2_only(tiny_run: 
     st = _stages(d)
     assert st["stage1"].startswith("skipped") and st["stage2"].startswith("trained (stale")
     after = _mtimes(d)
-    assert after["stage1_final.pt"] == before["stage1_final.pt"] and after["stage2_final.pt"] != before["stage2_final.pt"]
+    assert (
+        after["stage1_final.pt"] == before["stage1_final.pt"] and after["stage2_final.pt"] != before["stage2_final.pt"]
+    )
     assert st["predict"].count("predicted") == 2
     # log cadence is not part of the fingerprint
     run(main_spec(TINY + ["stage2.lr=0.002", "stage2.log_every=3"]), d)
@@ -391,9 +466,14 @@ def test_smoke_table1_regression(tmp_path: Path) -> None:
     ``_tolerance``, measured with scripts/main_job_seeds.py (docs/main_job.md)."""
     from detcal.training.determinism import platform_key
 
-    out = subprocess.run([sys.executable, "-m", "detcal.apps.main", f"hydra.run.dir={tmp_path / 'run'}", "progress=false"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=1800,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    out = subprocess.run(
+        [sys.executable, "-m", "detcal.apps.main", f"hydra.run.dir={tmp_path / 'run'}", "progress=false"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads((tmp_path / "run" / "table1.json").read_text())
     want = json.loads(REGRESSION.read_text())

@@ -3,6 +3,7 @@
 Inputs are small COCO JSON / KITTI text files written here; expected rows are
 worked out by hand in the comments.
 """
+
 from __future__ import annotations
 
 import csv
@@ -22,8 +23,10 @@ def read_rows(path: Path) -> list[dict[str, str]]:
 @pytest.fixture()
 def coco_files(tmp_path: Path) -> tuple[Path, Path]:
     gt = {
-        "images": [{"id": 1, "width": 100, "height": 100, "file_name": "a.jpg"},
-                   {"id": 2, "width": 100, "height": 100, "file_name": "b.jpg"}],
+        "images": [
+            {"id": 1, "width": 100, "height": 100, "file_name": "a.jpg"},
+            {"id": 2, "width": 100, "height": 100, "file_name": "b.jpg"},
+        ],
         "annotations": [
             {"id": 17, "image_id": 1, "category_id": 3, "bbox": [0, 0, 10, 10], "area": 100, "iscrowd": 0},
             {"id": 42, "image_id": 2, "category_id": 3, "bbox": [0, 0, 50, 50], "area": 2500, "iscrowd": 1},
@@ -71,8 +74,22 @@ def test_coco_options(coco_files: tuple[Path, Path], tmp_path: Path) -> None:
     g, r = coco_files
     out = tmp_path / "m.csv"
     # --score-threshold 0.1 drops row 3; --max-dets 1 keeps only row 1 in image 1 (and row 2 in image 2)
-    rc = main(["--gt", str(g), "--results", str(r), "--score-threshold", "0.1", "--max-dets", "1",
-               "--mode", "max", "--out", str(out)])
+    rc = main(
+        [
+            "--gt",
+            str(g),
+            "--results",
+            str(r),
+            "--score-threshold",
+            "0.1",
+            "--max-dets",
+            "1",
+            "--mode",
+            "max",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     rows = read_rows(out)
     assert [row["considered"] for row in rows] == ["0", "1", "1", "0"]
@@ -98,8 +115,8 @@ def test_bad_input_fails_cleanly(coco_files: tuple[Path, Path], tmp_path: Path, 
 
 
 KITTI_LABEL = (
-    "Car 0.00 0 0.0 0.00 0.00 10.00 100.00 1.5 1.6 3.9 1.0 1.0 10.0 0.0\n"     # GT row 0, id 1: Car
-    "Van 0.00 0 0.0 50.00 0.00 60.00 100.00 2.0 1.8 4.5 1.0 1.0 10.0 0.0\n"    # GT row 1, id 2: Van
+    "Car 0.00 0 0.0 0.00 0.00 10.00 100.00 1.5 1.6 3.9 1.0 1.0 10.0 0.0\n"  # GT row 0, id 1: Car
+    "Van 0.00 0 0.0 50.00 0.00 60.00 100.00 2.0 1.8 4.5 1.0 1.0 10.0 0.0\n"  # GT row 1, id 2: Van
     "DontCare -1 -1 -10 200.00 0.00 300.00 100.00 -1 -1 -1 -1000 -1000 -1000 -10\n"
 )
 KITTI_RESULT = (
@@ -123,8 +140,22 @@ def test_kitti_rules(tmp_path: Path) -> None:
     sizes = tmp_path / "sizes.txt"
     sizes.write_text("000000 1242 375\n")
     out = tmp_path / "k.csv"
-    rc = main(["--gt", str(labels), "--results", str(results), "--format", "kitti", "--sizes", str(sizes),
-               "--difficulty", "moderate", "--out", str(out)])
+    rc = main(
+        [
+            "--gt",
+            str(labels),
+            "--results",
+            str(results),
+            "--format",
+            "kitti",
+            "--sizes",
+            str(sizes),
+            "--difficulty",
+            "moderate",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     rows = read_rows(out)
     assert [row["matched@kitti"] for row in rows] == ["0", "0", "0", "1"]

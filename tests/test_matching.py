@@ -5,6 +5,7 @@ seeded synthetic sets with crowd boxes, exact-duplicate boxes and 3-decimal
 scores), a brute-force loop over images with detcal.core.boxes.pairwise_iou (max
 mode), and hand-computed golden cases (arithmetic in the comments).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,18 +17,19 @@ import pytest
 
 from detcal.core.boxes import pairwise_iou, xywh_to_xyxy
 from detcal.core.errors import DetcalInputError
-from detcal.matching import match
 from detcal.core.types import Detections, GroundTruth, Images, KittiRules
+from detcal.matching import match
 
 pycocotools = pytest.importorskip("pycocotools")
 from pycocotools.coco import COCO  # noqa: E402
 from pycocotools.cocoeval import COCOeval  # noqa: E402
 
-
 # --------------------------------------------------------------------------- synthetic COCO data
 
 
-def make_coco(n_images: int = 120, seed: int = 0, dets_per_img: float = 40.0, crowd_frac: float = 0.03) -> tuple[dict, list[dict]]:
+def make_coco(
+    n_images: int = 120, seed: int = 0, dets_per_img: float = 40.0, crowd_frac: float = 0.03
+) -> tuple[dict, list[dict]]:
     """Seeded COCO-like set: crowd GTs, duplicate GT/det boxes (IoU ties), integer boxes (IoU exactly t), 3-decimal scores."""
     rng = np.random.default_rng(seed)
     cat_ids = np.array([1, 2, 3, 5, 8, 13])
@@ -60,7 +62,9 @@ def make_coco(n_images: int = 120, seed: int = 0, dets_per_img: float = 40.0, cr
     dy = np.where(near, y[anchor] + rng.normal(0, s) * h[anchor], rng.uniform(0, 440, D))
     # a share of detections on the integer grid: exact IoU values against integer GTs
     snap = rng.random(D) < 0.3
-    dx, dy, dw, dh = (np.where(snap, np.round(v), np.round(v, 2)) for v in (dx, dy, np.maximum(dw, 1), np.maximum(dh, 1)))
+    dx, dy, dw, dh = (
+        np.where(snap, np.round(v), np.round(v, 2)) for v in (dx, dy, np.maximum(dw, 1), np.maximum(dh, 1))
+    )
     dcat = np.where(near & (rng.random(D) < 0.85), g_cat[anchor], img_cats[d_img, rng.integers(0, 3, D)])
     dd = np.flatnonzero(rng.random(D) < 0.03)  # duplicate detections
     dd = dd[dd > 0]
@@ -68,24 +72,44 @@ def make_coco(n_images: int = 120, seed: int = 0, dets_per_img: float = 40.0, cr
         v[dd] = v[dd - 1]
     score = np.round(rng.beta(2, 2, D), 2 if seed % 2 else 3)  # many score ties
     images = [{"id": int(i + 1), "width": 640, "height": 480, "file_name": f"{i + 1}.jpg"} for i in range(n_images)]
-    anns = [{"id": int(10 * i + 7), "image_id": int(g_img[i]) + 1, "category_id": int(g_cat[i]),
-             "bbox": [float(x[i]), float(y[i]), float(w[i]), float(h[i])], "area": float(w[i] * h[i]),
-             "iscrowd": int(crowd[i])} for i in range(G)]
+    anns = [
+        {
+            "id": int(10 * i + 7),
+            "image_id": int(g_img[i]) + 1,
+            "category_id": int(g_cat[i]),
+            "bbox": [float(x[i]), float(y[i]), float(w[i]), float(h[i])],
+            "area": float(w[i] * h[i]),
+            "iscrowd": int(crowd[i]),
+        }
+        for i in range(G)
+    ]
     gt = {"images": images, "annotations": anns, "categories": [{"id": int(c), "name": f"c{c}"} for c in cat_ids]}
-    res = [{"image_id": int(d_img[i]) + 1, "category_id": int(dcat[i]),
-            "bbox": [float(dx[i]), float(dy[i]), float(dw[i]), float(dh[i])], "score": float(score[i])} for i in range(D)]
+    res = [
+        {
+            "image_id": int(d_img[i]) + 1,
+            "category_id": int(dcat[i]),
+            "bbox": [float(dx[i]), float(dy[i]), float(dw[i]), float(dh[i])],
+            "score": float(score[i]),
+        }
+        for i in range(D)
+    ]
     return gt, res
 
 
 def to_records(gt_dict: dict, res: list[dict]) -> tuple[GroundTruth, Detections]:
     a = gt_dict["annotations"]
     gt = GroundTruth(
-        image_id=[o["image_id"] for o in a], box=xywh_to_xyxy(np.array([o["bbox"] for o in a]).reshape(-1, 4)),
-        category=[o["category_id"] for o in a], iscrowd=[bool(o["iscrowd"]) for o in a], id=[o["id"] for o in a],
+        image_id=[o["image_id"] for o in a],
+        box=xywh_to_xyxy(np.array([o["bbox"] for o in a]).reshape(-1, 4)),
+        category=[o["category_id"] for o in a],
+        iscrowd=[bool(o["iscrowd"]) for o in a],
+        id=[o["id"] for o in a],
     )
     dets = Detections(
-        image_id=[o["image_id"] for o in res], box=xywh_to_xyxy(np.array([o["bbox"] for o in res]).reshape(-1, 4)),
-        score=[o["score"] for o in res], category=[o["category_id"] for o in res],
+        image_id=[o["image_id"] for o in res],
+        box=xywh_to_xyxy(np.array([o["bbox"] for o in res]).reshape(-1, 4)),
+        score=[o["score"] for o in res],
+        category=[o["category_id"] for o in res],
     )
     return gt, dets
 
@@ -256,13 +280,20 @@ def test_max_mode_equals_brute_force() -> None:
 
 def dets_of(boxes, scores, cats=None, imgs=None) -> Detections:
     n = len(boxes)
-    return Detections(image_id=imgs or [1] * n, box=np.array(boxes, float).reshape(-1, 4), score=scores, category=cats or [1] * n)
+    return Detections(
+        image_id=imgs or [1] * n, box=np.array(boxes, float).reshape(-1, 4), score=scores, category=cats or [1] * n
+    )
 
 
 def gt_of(boxes, cats=None, imgs=None, crowd=None, ignore=None) -> GroundTruth:
     n = len(boxes)
-    return GroundTruth(image_id=imgs or [1] * n, box=np.array(boxes, float).reshape(-1, 4), category=cats or [1] * n,
-                       iscrowd=crowd, ignore=ignore)
+    return GroundTruth(
+        image_id=imgs or [1] * n,
+        box=np.array(boxes, float).reshape(-1, 4),
+        category=cats or [1] * n,
+        iscrowd=crowd,
+        ignore=ignore,
+    )
 
 
 def test_tie_goes_to_later_gt() -> None:
@@ -310,8 +341,11 @@ def test_second_detection_falls_back_to_crowd() -> None:
 def test_ignored_non_crowd_gt_takes_one_detection() -> None:
     # an ignored (non-crowd) GT is matched at most once: the second det becomes a false positive
     # (the `ignore` flag counts with gt_ignore="ignore_or_crowd"; by default, as pycocotools, only iscrowd does)
-    r = match(dets_of([[0, 0, 10, 10], [0, 0, 10, 10]], [0.9, 0.8]), gt_of([[0, 0, 10, 10]], ignore=[True]),
-              gt_ignore="ignore_or_crowd")
+    r = match(
+        dets_of([[0, 0, 10, 10], [0, 0, 10, 10]], [0.9, 0.8]),
+        gt_of([[0, 0, 10, 10]], ignore=[True]),
+        gt_ignore="ignore_or_crowd",
+    )
     assert r.ignored[0].tolist() == [True, False] and not r.matched[0].any()
     assert r.gt_index[0].tolist() == [0, -1]
 
@@ -368,7 +402,9 @@ def test_score_threshold() -> None:
 
 def test_max_dets_per_image_and_category() -> None:
     # 3 dets of class 1 (scores .9, .7, .7) and 1 of class 2; max_dets=2 drops the later .7 of class 1 only
-    d = dets_of([[0, 0, 10, 10], [0, 0, 10, 10], [0, 0, 10, 10], [0, 0, 10, 10]], [0.9, 0.7, 0.7, 0.1], cats=[1, 1, 1, 2])
+    d = dets_of(
+        [[0, 0, 10, 10], [0, 0, 10, 10], [0, 0, 10, 10], [0, 0, 10, 10]], [0.9, 0.7, 0.7, 0.1], cats=[1, 1, 1, 2]
+    )
     r = match(d, gt_of([[0, 0, 10, 10], [0, 0, 10, 10]], cats=[1, 2]), max_dets=2)
     assert r.considered.tolist() == [True, True, False, True]
     assert r.matched[0].tolist() == [True, False, False, True]

@@ -1,4 +1,5 @@
 """COCO AP/AR from detcal's matching equals pycocotools COCOeval.summarize()."""
+
 from __future__ import annotations
 
 import contextlib
@@ -9,11 +10,11 @@ import pytest
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
+from detcal.core.errors import DetcalInputError
+from detcal.core.types import Dataset, Detections, GroundTruth, Images
 from detcal.data import bundled
 from detcal.data.coco import results_to_pycocotools, to_pycocotools
-from detcal.core.errors import DetcalInputError
 from detcal.metrics.accuracy import SUMMARY, coco_ap
-from detcal.core.types import Dataset, Detections, GroundTruth, Images
 
 
 def _pycoco_stats(coco_gt, coco_dt) -> np.ndarray:
@@ -46,7 +47,11 @@ def test_mini79_equals_pycocotools(detector):
 def test_tfzoo_subset_equals_pycocotools():
     ds, dets = bundled.load("coco_tfzoo", "ssd-resnet-50-v1")
     keep_img = ds.images.id[::25]  # 200 images
-    sub = Dataset(images=ds.images.select(np.isin(ds.images.id, keep_img)), gt=ds.gt.select(np.isin(ds.gt.image_id, keep_img)), categories=ds.categories)
+    sub = Dataset(
+        images=ds.images.select(np.isin(ds.images.id, keep_img)),
+        gt=ds.gt.select(np.isin(ds.gt.image_id, keep_img)),
+        categories=ds.categories,
+    )
     d = dets.select(np.isin(dets.image_id, keep_img))
     g = to_pycocotools(sub)
     np.testing.assert_allclose(_mine(d, sub), _pycoco_stats(g, results_to_pycocotools(g, d)), rtol=0, atol=1e-12)
@@ -58,7 +63,11 @@ def test_workers_and_both_recall_searches_give_the_same_arrays(monkeypatch):
 
     ds, dets = bundled.load("coco_tfzoo", "faster-rcnn-resnet-50")
     keep_img = ds.images.id[::10]
-    sub = Dataset(images=ds.images.select(np.isin(ds.images.id, keep_img)), gt=ds.gt.select(np.isin(ds.gt.image_id, keep_img)), categories=ds.categories)
+    sub = Dataset(
+        images=ds.images.select(np.isin(ds.images.id, keep_img)),
+        gt=ds.gt.select(np.isin(ds.gt.image_id, keep_img)),
+        categories=ds.categories,
+    )
     d = dets.select(np.isin(dets.image_id, keep_img))
     base = A.coco_eval_arrays(d, sub)
     assert (base["precision"] > 0).any()
@@ -89,7 +98,12 @@ def _tiny():
 def test_hand_computed_ap():
     """3 GT; detections TP (0.9), FP (0.8), TP (0.7): precision 1, 1/2, 2/3 at recall 1/3, 1/3, 2/3."""
     ds = _tiny()
-    dets = Detections(image_id=[1, 1, 2], box=[[0, 0, 10, 10], [20, 20, 30, 30], [0, 0, 50, 50]], score=[0.9, 0.8, 0.7], category=[1, 1, 1])
+    dets = Detections(
+        image_id=[1, 1, 2],
+        box=[[0, 0, 10, 10], [20, 20, 30, 30], [0, 0, 50, 50]],
+        score=[0.9, 0.8, 0.7],
+        category=[1, 1, 1],
+    )
     r = coco_ap(dets, ds)
     # interpolated precision: 1 up to recall 1/3 (34 points 0..0.33), 2/3 up to 2/3 (33 points 0.34..0.66), 0 after
     expected = (34 * 1.0 + 33 * (2 / 3)) / 101

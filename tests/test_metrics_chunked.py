@@ -1,17 +1,17 @@
 """The chunked, allocation-free passes (detcal.binning.kernels, detcal.metrics.regression._chunked) give
 bit for bit the numbers of the one-shot numpy formulas, whatever the chunk size."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-import detcal.binning.kernels as BF
 import detcal.binning.cells as CS
+import detcal.binning.kernels as BF
 import detcal.metrics.regression._chunked as CH
 from detcal.binning.edges import feature_bin_index
 from detcal.core.errors import DetcalInputError
-from detcal.metrics import confidence as C
-from detcal.metrics import regression as R
+from detcal.metrics import confidence as C, regression as R
 from detcal.metrics.confidence_suite import category_index
 
 pytestmark = pytest.mark.filterwarnings("ignore::detcal.metrics.confidence.SparseCellsWarning")
@@ -43,8 +43,19 @@ def test_bin_index_into_equals_feature_bin_index(edges):
     for n_bins in (1, 2, 3, 5, 7, 10, 15, 20, 64, 100, 1000):
         grid = np.linspace(0.0, 1.0, n_bins + 1)
         k = np.arange(n_bins + 1) / n_bins
-        v = np.concatenate([rng.random(3000), grid, np.nextafter(grid, 2.0), np.nextafter(grid, -1.0), k,
-                            np.nextafter(k, 2.0), np.nextafter(k, -1.0), np.round(rng.random(3000), 3), [0.0, 1.0]])
+        v = np.concatenate(
+            [
+                rng.random(3000),
+                grid,
+                np.nextafter(grid, 2.0),
+                np.nextafter(grid, -1.0),
+                k,
+                np.nextafter(k, 2.0),
+                np.nextafter(k, -1.0),
+                np.round(rng.random(3000), 3),
+                [0.0, 1.0],
+            ]
+        )
         v = np.clip(v, 0.0, 1.0)
         strided = np.repeat(v, 2)[::2]  # a strided view, as a column of [S, F] features
         out = np.empty(len(v), dtype=np.int64)
@@ -83,9 +94,9 @@ def test_ordered_bincount_equals_one_shot_bincount():
         acc = CH.OrderedBincount(b, 2, chunk)
         for a in range(0, n, chunk):
             k = min(n, a + chunk) - a
-            acc.key_buffer(k)[...] = key[a:a + k]
+            acc.key_buffer(k)[...] = key[a : a + k]
             for j in range(2):
-                acc.weight_buffer(j, k)[...] = w[j, a:a + k]
+                acc.weight_buffer(j, k)[...] = w[j, a : a + k]
             acc.add(k)
         for j in range(2):
             np.testing.assert_array_equal(acc.sums[j], np.bincount(key, weights=w[j], minlength=b))
@@ -108,7 +119,10 @@ def test_regression_metrics_on_strided_columns_are_the_one_shot_numbers(small_ch
             np.testing.assert_array_equal(st.count, np.bincount(idx, minlength=10))
             np.testing.assert_array_equal(st.sum_var, np.bincount(idx, weights=sc * sc, minlength=10))
             np.testing.assert_array_equal(st.sum_sq_err, np.bincount(idx, weights=(tc - mc) ** 2, minlength=10))
-            assert fn(m, s, t, bins=10, binning="equal_width").value == fn(mc, sc, tc, bins=10, binning="equal_width").value
+            assert (
+                fn(m, s, t, bins=10, binning="equal_width").value
+                == fn(mc, sc, tc, bins=10, binning="equal_width").value
+            )
         # QCE: coverage counts equal the one-shot coverage_stats of the NEES
         eps = (tc - mc) ** 2 / (sc * sc)
         ref_m = R.m_qce_from_stats(R.coverage_stats(eps, None))
@@ -125,8 +139,13 @@ def test_chunked_regression_passes_still_name_the_bad_sample(small_chunks):
     m[1234] = np.nan
     s_bad = s.copy()
     s_bad[777] = -1.0
-    fns = (R.gaussian_nll, R.m_qce, lambda a, b, c: R.c_qce(a, b, c, bins=10),
-           lambda a, b, c: R.ence(a, b, c, binning="equal_width"), R.uce)
+    fns = (
+        R.gaussian_nll,
+        R.m_qce,
+        lambda a, b, c: R.c_qce(a, b, c, bins=10),
+        lambda a, b, c: R.ence(a, b, c, binning="equal_width"),
+        R.uce,
+    )
     for fn in fns:
         with pytest.raises(DetcalInputError) as ei:
             fn(m, s, t)
@@ -145,7 +164,9 @@ def test_cell_stats_equal_under_any_chunking(monkeypatch):
     f = rng.random((n, 4))
     g = rng.integers(0, 9, n)
     cases = [dict(bins=15, edges=e) for e in ("floor", "netcal", "guo")] + [
-        dict(features=f, bins=5, edges="netcal", groups=g), dict(features=f[:, :2], bins=(4, 3, 2), groups=g)]
+        dict(features=f, bins=5, edges="netcal", groups=g),
+        dict(features=f[:, :2], bins=(4, 3, 2), groups=g),
+    ]
     for kw in cases:
         ref = CS.cell_stats(p, y.astype(bool), **kw)
         with monkeypatch.context() as mp:
@@ -159,8 +180,9 @@ def test_cell_stats_equal_under_any_chunking(monkeypatch):
         q = np.clip(p, eps, 1 - eps) if kw.get("edges") == "netcal" else p
         c = 1e-12
         low1 = (1.0 - q) < c
-        nll = np.where(y.astype(bool), -np.log(np.maximum(q, c)),
-                       np.where(low1, -np.log(c), -np.log1p(-np.where(low1, 0.0, q))))
+        nll = np.where(
+            y.astype(bool), -np.log(np.maximum(q, c)), np.where(low1, -np.log(c), -np.log1p(-np.where(low1, 0.0, q)))
+        )
         r = np.ldexp(nll, 18 - 5)
         w0 = np.floor(r)
         w1 = np.floor((r - w0) * 2.0**18)
@@ -186,8 +208,13 @@ def test_cell_stats_chunk_checks_name_the_first_bad_record(monkeypatch):
 
 def test_category_index_equals_unique():
     rng = np.random.default_rng(2)
-    for cat in (rng.integers(1, 45, 1000), rng.integers(-3, 5, 100), np.array([10**12, 3, 3]),
-                np.array([], dtype=np.int64), rng.integers(0, 3, 50).astype(np.int32)):
+    for cat in (
+        rng.integers(1, 45, 1000),
+        rng.integers(-3, 5, 100),
+        np.array([10**12, 3, 3]),
+        np.array([], dtype=np.int64),
+        rng.integers(0, 3, 50).astype(np.int32),
+    ):
         cats, idx = category_index(cat)
         ref_c, ref_i = np.unique(cat, return_inverse=True)
         np.testing.assert_array_equal(cats, ref_c)
@@ -205,8 +232,11 @@ def test_suite_with_shared_cells_gives_the_same_results():
     p = np.round(rng.beta(2, 2, n), 3)
     f = rng.random((n, 4))
     cat = rng.integers(1, 6, n)
-    for cfg in (ConfidenceConfig(n_boot=0), ConfidenceConfig(n_boot=0, policy="netcal", dece_bins=(4, 3, 2, 2, 3)),
-                ConfidenceConfig(n_boot=0, edges="guo")):
+    for cfg in (
+        ConfidenceConfig(n_boot=0),
+        ConfidenceConfig(n_boot=0, policy="netcal", dece_bins=(4, 3, 2, 2, 3)),
+        ConfidenceConfig(n_boot=0, edges="guo"),
+    ):
         shared = suite_cells(p, f, cfg)
         for _ in range(3):
             keep = np.flatnonzero(rng.random(n) < 0.9)

@@ -1,4 +1,5 @@
 """Tests of detcal.metrics.confidence: hand-computed goldens and parity with netcal/scikit-learn."""
+
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from detcal.core.errors import DetcalInputError
+from detcal.core.types import MetricResult
 from detcal.metrics import (
     ConfidenceConfig,
     ConfidenceMetric,
@@ -29,7 +31,6 @@ from detcal.metrics import (
     sharpness,
     underconfidence,
 )
-from detcal.core.types import MetricResult
 
 pytestmark = pytest.mark.filterwarnings("ignore::detcal.metrics.confidence.SparseCellsWarning")
 
@@ -137,8 +138,12 @@ def test_empty_sample_is_nan_with_note(fn):
 
 
 def test_empty_sample_dece_and_sharpness():
-    for r in (dece(np.zeros(0), np.zeros(0), np.zeros((0, 4))), homogeneity(np.zeros(0), np.zeros(0)),
-              outliers(np.zeros(0), np.zeros(0)), sharpness(np.zeros(0))):
+    for r in (
+        dece(np.zeros(0), np.zeros(0), np.zeros((0, 4))),
+        homogeneity(np.zeros(0), np.zeros(0)),
+        outliers(np.zeros(0), np.zeros(0)),
+        sharpness(np.zeros(0)),
+    ):
         assert np.isnan(r.value) and "empty" in r.extra["note"]
 
 
@@ -222,6 +227,7 @@ def test_sparse_cells_warning():
 
 # --- parity with netcal 1.4.0 and scikit-learn ---------------------------------
 
+
 @pytest.fixture(scope="module")
 def seeded():
     rng = np.random.default_rng(20240601)
@@ -302,6 +308,7 @@ def test_nll_brier_parity_sklearn(seeded):
 
 
 # --- per class and the suite ---------------------------------------------------
+
 
 def test_per_class_golden():
     # class 1 = the tiny example (ECE, 5 bins, 1.15/6, n 6); class 2 = all matched, p = .5, .7:

@@ -1,4 +1,5 @@
 """LRP, LRP-optimal thresholds, LaECE / LaACE / D-ECE: hand-worked cases and pycocotools cross-checks."""
+
 from __future__ import annotations
 
 import contextlib
@@ -8,9 +9,9 @@ import numpy as np
 import pytest
 
 from detcal.core.errors import DetcalInputError
+from detcal.core.types import Detections, GroundTruth
 from detcal.metrics.laece import bin_index, dece, laace, laece
 from detcal.metrics.lrp import detection_outcomes, lrp, lrp_optimal_thresholds, lrp_table, threshold_mask
-from detcal.core.types import Detections, GroundTruth
 
 
 def _hand_case():
@@ -79,15 +80,22 @@ def _random_case(seed, n_img=12, n_cls=3):
         wh = rng.uniform(8, 30, (k, 2))
         boxes = np.hstack([xy, xy + wh])
         cls = rng.integers(1, n_cls + 1, k)
-        gi += [im] * k; gb += boxes.tolist(); gc += cls.tolist()
+        gi += [im] * k
+        gb += boxes.tolist()
+        gc += cls.tolist()
         for b, c in zip(boxes, cls):
             for _ in range(rng.integers(0, 3)):
                 j = b + rng.normal(0, 3, 4)
                 j[2:] = np.maximum(j[2:], j[:2] + 1)
-                di.append(im); db.append(j.tolist()); ds.append(rng.uniform(0.05, 1)); dc.append(int(c))
+                di.append(im)
+                db.append(j.tolist())
+                ds.append(rng.uniform(0.05, 1))
+                dc.append(int(c))
         for _ in range(rng.integers(0, 3)):
             xy = rng.uniform(0, 80, 2)
-            di.append(im); db.append([*xy, *(xy + rng.uniform(5, 20, 2))]); ds.append(rng.uniform(0.05, 1))
+            di.append(im)
+            db.append([*xy, *(xy + rng.uniform(5, 20, 2))])
+            ds.append(rng.uniform(0.05, 1))
             dc.append(int(rng.integers(1, n_cls + 1)))
     gt = GroundTruth(image_id=gi, box=np.array(gb).reshape(-1, 4), category=gc)
     dets = Detections(image_id=di, box=np.array(db).reshape(-1, 4), score=np.round(ds, 6), category=dc)
@@ -102,15 +110,36 @@ def _pycoco_outcomes(dets, gt, n_img, n_cls, tau):
     def xywh(b):
         return [float(b[0]), float(b[1]), float(b[2] - b[0]), float(b[3] - b[1])]
 
-    anns = [{"id": i + 1, "image_id": int(gt.image_id[i]), "category_id": int(gt.category[i]), "bbox": xywh(gt.box[i]),
-             "area": float((gt.box[i, 2] - gt.box[i, 0]) * (gt.box[i, 3] - gt.box[i, 1])), "iscrowd": 0} for i in range(len(gt))]
+    anns = [
+        {
+            "id": i + 1,
+            "image_id": int(gt.image_id[i]),
+            "category_id": int(gt.category[i]),
+            "bbox": xywh(gt.box[i]),
+            "area": float((gt.box[i, 2] - gt.box[i, 0]) * (gt.box[i, 3] - gt.box[i, 1])),
+            "iscrowd": 0,
+        }
+        for i in range(len(gt))
+    ]
     coco = COCO()
-    coco.dataset = {"images": [{"id": i, "width": 200, "height": 200} for i in range(1, n_img + 1)], "annotations": anns,
-                    "categories": [{"id": c} for c in range(1, n_cls + 1)]}
+    coco.dataset = {
+        "images": [{"id": i, "width": 200, "height": 200} for i in range(1, n_img + 1)],
+        "annotations": anns,
+        "categories": [{"id": c} for c in range(1, n_cls + 1)],
+    }
     with contextlib.redirect_stdout(io.StringIO()):
         coco.createIndex()
-        res = coco.loadRes([{"image_id": int(dets.image_id[i]), "category_id": int(dets.category[i]), "bbox": xywh(dets.box[i]),
-                             "score": float(dets.score[i])} for i in range(len(dets))])
+        res = coco.loadRes(
+            [
+                {
+                    "image_id": int(dets.image_id[i]),
+                    "category_id": int(dets.category[i]),
+                    "bbox": xywh(dets.box[i]),
+                    "score": float(dets.score[i]),
+                }
+                for i in range(len(dets))
+            ]
+        )
         ev = COCOeval(coco, res, "bbox")
         ev.params.iouThrs = np.array([tau])
         ev.params.areaRng = [ev.params.areaRng[0]]
@@ -127,7 +156,8 @@ def _pycoco_outcomes(dets, gt, n_img, n_cls, tau):
             if g > 0:
                 gb = gt.box[g - 1]
                 db = dets.box[row]
-                iw = max(0, min(db[2], gb[2]) - max(db[0], gb[0])); ih = max(0, min(db[3], gb[3]) - max(db[1], gb[1]))
+                iw = max(0, min(db[2], gb[2]) - max(db[0], gb[0]))
+                ih = max(0, min(db[3], gb[3]) - max(db[1], gb[1]))
                 u = (db[2] - db[0]) * (db[3] - db[1]) + (gb[2] - gb[0]) * (gb[3] - gb[1]) - iw * ih
                 out[row] = (True, iw * ih / u, int(dets.category[row]))
             else:
@@ -173,8 +203,12 @@ def test_lrp_laece_against_pycocotools_matching(seed, tau):
 
 def test_laece_hand_worked():
     gt = GroundTruth(image_id=[1, 1], box=[[0, 0, 10, 10], [20, 20, 30, 30]], category=[1, 1])
-    dets = Detections(image_id=[1, 1, 1], box=[[0, 0, 10, 5], [20, 20, 30, 30], [100, 100, 110, 110]],
-                      score=[0.9, 0.7, 0.3], category=[1, 1, 1])
+    dets = Detections(
+        image_id=[1, 1, 1],
+        box=[[0, 0, 10, 5], [20, 20, 30, 30], [100, 100, 110, 110]],
+        score=[0.9, 0.7, 0.3],
+        category=[1, 1, 1],
+    )
     # each detection alone in its bin: (|0.9 - 0.5| + |0.7 - 1| + |0.3 - 0|) / 3
     assert laece(dets, gt, 0.1).value == pytest.approx(1 / 3)
     assert laace(dets, gt, 0.1).value == pytest.approx(1 / 3)
@@ -197,8 +231,12 @@ def test_bins_closed_right_is_the_reference_convention():
 
 def test_dece_hand_worked_and_variant():
     gt = GroundTruth(image_id=[1, 1], box=[[0, 0, 10, 10], [20, 20, 30, 30]], category=[1, 2])
-    dets = Detections(image_id=[1, 1, 1], box=[[0, 0, 10, 10], [60, 60, 70, 70], [20, 20, 30, 30]],
-                      score=[0.9, 0.3, 0.85], category=[1, 1, 2])
+    dets = Detections(
+        image_id=[1, 1, 1],
+        box=[[0, 0, 10, 10], [60, 60, 70, 70], [20, 20, 30, 30]],
+        score=[0.9, 0.3, 0.85],
+        category=[1, 1, 2],
+    )
     # bin (0.8, 0.9]: conf 0.875, precision 1, weight 2/3; bin (0.2, 0.3]: conf 0.3, precision 0, weight 1/3
     assert dece(dets, gt).value == pytest.approx(2 / 3 * 0.125 + 1 / 3 * 0.3)
     # class 2 is perfectly calibrated at IoU 1 only if its score is 1: fiveai drops a zero-error class
@@ -221,8 +259,12 @@ def test_bad_input():
 def test_laace_fiveai_keeps_crowd_matched_detections_with_iou_zero():
     # one regular box and one crowd box of class 1; the third detection lies inside the crowd region
     gt = GroundTruth(image_id=[1, 1], box=[[0, 0, 10, 10], [40, 40, 80, 80]], category=[1, 1], iscrowd=[False, True])
-    dets = Detections(image_id=[1, 1, 1], box=[[0, 0, 10, 5], [50, 50, 60, 60], [200, 200, 210, 210]],
-                      score=[0.9, 0.6, 0.2], category=[1, 1, 1])
+    dets = Detections(
+        image_id=[1, 1, 1],
+        box=[[0, 0, 10, 5], [50, 50, 60, 60], [200, 200, 210, 210]],
+        score=[0.9, 0.6, 0.2],
+        category=[1, 1, 1],
+    )
     # kuzucu2024: the crowd-matched detection leaves the sample: (|0.9 - 0.5| + |0.2 - 0|) / 2
     assert laace(dets, gt, 0.1).value == pytest.approx(0.3)
     # fiveai (the reference's LaACE_0): it stays with target 0: (0.4 + 0.6 + 0.2) / 3

@@ -1,4 +1,5 @@
 """Tests of detcal.metrics.regression: hand-computed goldens, netcal 1.4.0 parity, mergeability."""
+
 from __future__ import annotations
 
 import tracemalloc
@@ -162,7 +163,9 @@ def test_interval_calibration_error_golden():
     lv = [0.25, 0.5, 0.75]
     r = R.interval_calibration_error(np.zeros(3), np.ones(3), [-1.0, 0.0, 1.0], levels=lv)
     assert r.value == pytest.approx(1 / 24)
-    assert R.interval_calibration_error(np.zeros(3), np.ones(3), [-1.0, 0.0, 1.0], levels=lv, reduction="mean").value == pytest.approx(1 / 72)
+    assert R.interval_calibration_error(
+        np.zeros(3), np.ones(3), [-1.0, 0.0, 1.0], levels=lv, reduction="mean"
+    ).value == pytest.approx(1 / 72)
     # interval: |2 p_t - 1| = [0.6827, 0, 0.6827] -> P_hat = [1/3, 1/3, 1] -> (1/12)^2 + (1/6)^2 + (1/4)^2 = 7/72
     ri = R.interval_calibration_error(np.zeros(3), np.ones(3), [-1.0, 0.0, 1.0], levels=lv, kind="interval")
     assert ri.value == pytest.approx(7 / 72)
@@ -200,7 +203,9 @@ def test_retention_curve_shifts_variant_matches_shifts_asserts():
     # errors [2, 1], uncertainty [1, 0] -> mean of curve 2/3 ; errors 0..4, u [0,0,2,1,1] -> 0.8
     r = R.retention_curve(np.zeros(2), [1.0, 1.0], [2.0, 1.0], error="mae", uncertainty=[1.0, 0.0], variant="shifts")
     assert r.value == pytest.approx(2 / 3)
-    r = R.retention_curve(np.zeros(5), np.ones(5), np.arange(5.0), error="mae", uncertainty=[0, 0, 2, 1, 1], variant="shifts")
+    r = R.retention_curve(
+        np.zeros(5), np.ones(5), np.arange(5.0), error="mae", uncertainty=[0, 0, 2, 1, 1], variant="shifts"
+    )
     assert r.value == pytest.approx(0.8)
     # constant uncertainty -> mean error / 2
     err = np.random.default_rng(1).random(10)
@@ -334,13 +339,17 @@ def test_parity_joint_covariance(netcal_reg):
     a = rng.normal(size=(len(mu), 4, 4)) * 0.4
     cov = a @ a.transpose(0, 2, 1) + np.eye(4) * np.square(s)[:, :, None]
     assert R.gaussian_nll_joint(mu, s, y, cov=cov).value == pytest.approx(NLL().measure((mu, cov), y), abs=1e-9)
-    assert R.m_qce_joint(mu, s, y, cov=cov, levels=Q).value == pytest.approx(QCE(marginal=True).measure((mu, cov), y, q=Q), abs=1e-9)
+    assert R.m_qce_joint(mu, s, y, cov=cov, levels=Q).value == pytest.approx(
+        QCE(marginal=True).measure((mu, cov), y, q=Q), abs=1e-9
+    )
     assert R.c_qce_joint(mu, s, y, cov=cov, levels=Q).value == pytest.approx(
         QCE(bins=10, marginal=False).measure((mu, cov), y, q=Q), abs=1e-9
     )
     # diagonal: joint with sigma equals netcal with diag covariances
     dcov = np.einsum("sk,kl->skl", np.square(s), np.eye(4))
-    assert R.m_qce_joint(mu, s, y, levels=Q).value == pytest.approx(QCE(marginal=True).measure((mu, dcov), y, q=Q), abs=1e-9)
+    assert R.m_qce_joint(mu, s, y, levels=Q).value == pytest.approx(
+        QCE(marginal=True).measure((mu, dcov), y, q=Q), abs=1e-9
+    )
 
 
 # ----------------------------------------------------------------------------- mergeable statistics and memory

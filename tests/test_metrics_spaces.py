@@ -1,4 +1,5 @@
 """Tests of detcal.metrics.spaces: sample selection, delta targets by hand, propagation vs numeric Jacobians."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -6,8 +7,8 @@ import pytest
 
 from detcal.core.boxes import decode_deltas, encode_deltas, xywh_to_xyxy, xyxy_to_cxcywh
 from detcal.core.errors import DetcalInputError
-from detcal.metrics.spaces import RegressionSample, regression_sample
 from detcal.core.types import Detections, GroundTruth, MatchResult
+from detcal.metrics.spaces import RegressionSample, regression_sample
 
 # GT 0: xyxy [1, 2, 13, 22] -> cx 7, cy 12, w 12, h 20 ; GT 1: [50, 50, 70, 90]
 GT = GroundTruth(image_id=[1, 1], box=[[1, 2, 13, 22], [50, 50, 70, 90]], category=[1, 1])
@@ -22,8 +23,12 @@ def _match(n: int = 5) -> MatchResult:
     gt_index = np.array([[0, -1, 1, 0, 0]])
     considered = np.array([True, True, True, True, False])
     return MatchResult(
-        iou_thresholds=np.array([0.5]), matched=matched[:, :n], ignored=ignored[:, :n], gt_index=gt_index[:, :n],
-        iou=np.full(n, 0.8), considered=considered[:n],
+        iou_thresholds=np.array([0.5]),
+        matched=matched[:, :n],
+        ignored=ignored[:, :n],
+        gt_index=gt_index[:, :n],
+        iou=np.full(n, 0.8),
+        considered=considered[:n],
     )
 
 
@@ -118,8 +123,15 @@ def test_delta_records_box_and_pixel_spaces():
     mean = rng.normal(size=(5, 4)) * 0.1
     std = rng.uniform(0.05, 0.3, size=(5, 4))
     boxes = decode_deltas(PROPOSALS, mean)  # final box B = decode(P, mu)
-    dets = Detections(image_id=np.ones(5), box=boxes, score=np.ones(5), category=np.ones(5),
-                      proposal=PROPOSALS, delta_mean=mean, delta_std=std)
+    dets = Detections(
+        image_id=np.ones(5),
+        box=boxes,
+        score=np.ones(5),
+        category=np.ones(5),
+        proposal=PROPOSALS,
+        delta_mean=mean,
+        delta_std=std,
+    )
     d = regression_sample(dets, GT, _match(), space="delta")
     b = regression_sample(dets, GT, _match(), space="box")
     # with B = decode(P, mu) the normalised residuals e/sigma agree in both spaces

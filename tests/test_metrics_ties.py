@@ -4,12 +4,12 @@ Reference implementations here are written independently of the code under
 test: a full stable sort with each tie group replaced by its mean, then
 plain slicing.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from detcal.binning.edges import equal_count_bins, equal_count_cuts, rank_segments
 from detcal.core.errors import DetcalInputError
@@ -101,8 +101,10 @@ def test_ence_permutation_invariant_on_tied_sigmas(seed):
     sigma = np.exp(np.clip(rng.normal(0, 3, n), -2, 2))  # clamped log-variances: two big tie groups
     e = rng.normal(size=n) * sigma * 1.3
     ref = _ref_ence(sigma, e, 10)
-    values = [R.ence(np.zeros(n), sigma[p], e[p], bins=10).value
-              for p in [np.arange(n), np.arange(n)[::-1]] + [rng.permutation(n) for _ in range(5)]]
+    values = [
+        R.ence(np.zeros(n), sigma[p], e[p], bins=10).value
+        for p in [np.arange(n), np.arange(n)[::-1]] + [rng.permutation(n) for _ in range(5)]
+    ]
     np.testing.assert_allclose(values, ref, rtol=0, atol=1e-12)
     assert max(values) - min(values) <= 1e-12
 

@@ -1,12 +1,12 @@
 """Named source variants (issue 13 item 2): each checked by hand or against an independent implementation."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from detcal.core.errors import DetcalInputError
-from detcal.metrics import confidence as C
-from detcal.metrics import regression as R
+from detcal.metrics import confidence as C, regression as R
 from detcal.metrics.confidence_suite import dece_by_class
 
 pytestmark = pytest.mark.filterwarnings("ignore::detcal.metrics.confidence.SparseCellsWarning")
@@ -163,8 +163,14 @@ def test_regression_suite_passes_variants():
     from detcal.metrics.spaces import RegressionSample
 
     n = 200
-    s = RegressionSample(mu=np.zeros((n, 4)), sigma=rng.uniform(0.5, 2, (n, 4)), y=rng.normal(size=(n, 4)), rows=np.arange(n),
-                         image_id=np.arange(n), space="delta")
+    s = RegressionSample(
+        mu=np.zeros((n, 4)),
+        sigma=rng.uniform(0.5, 2, (n, 4)),
+        y=rng.normal(size=(n, 4)),
+        rows=np.arange(n),
+        image_id=np.arange(n),
+        space="delta",
+    )
     out = R.regression_metrics(s, ll_fu_log_base="10", mwse_normalise="total", with_joint=False)
     assert out["ll_fu"]["tx"].variant == "log10"
     assert out["mwse"]["tw"].params["normalise"] == "total"
@@ -175,9 +181,35 @@ def test_docs_have_a_section_per_metric():
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "metrics.md").read_text(encoding="utf-8")
     heads = {line[3:].split(" ")[0] for line in text.splitlines() if line.startswith("## ")}
-    names = ["lence", "ll_fu", "mwse", "homogeneity", "outliers", "interval_ce", "r_auc", "f1_auc", "picp", "mpiw",
-             "pinball", "crps", "ence", "uce", "cv", "m_qce", "c_qce", "nll", "ece", "ece_q", "mce", "dece", "brier",
-             "sharpness", "overconfidence", "underconfidence", "rmse_rmv"]
+    names = [
+        "lence",
+        "ll_fu",
+        "mwse",
+        "homogeneity",
+        "outliers",
+        "interval_ce",
+        "r_auc",
+        "f1_auc",
+        "picp",
+        "mpiw",
+        "pinball",
+        "crps",
+        "ence",
+        "uce",
+        "cv",
+        "m_qce",
+        "c_qce",
+        "nll",
+        "ece",
+        "ece_q",
+        "mce",
+        "dece",
+        "brier",
+        "sharpness",
+        "overconfidence",
+        "underconfidence",
+        "rmse_rmv",
+    ]
     assert not [n for n in names if n not in heads]
     from detcal.metrics.confidence_suite import ConfidenceConfig
 
@@ -196,12 +228,19 @@ def test_sources_registry_selects_each_variant():
     f = rng.random((n, 1))  # a 5 x 5 grid: cells keep >= 8 samples
     cat = rng.integers(0, 3, n)
     mu, s, t = np.zeros(n), rng.uniform(0.5, 2, n), rng.normal(size=n)
-    fns = {"ece": lambda **k: C.ece(p, y, **k), "mce": lambda **k: C.mce(p, y, **k),
-           "dece": lambda **k: dece_by_class(p, y, f, cat, **k) if "mode" in k else C.dece(p, y, f, **k),
-           "homogeneity": lambda **k: C.homogeneity(p, y, f, **k), "ence": lambda **k: R.ence(mu, s, t, **k),
-           "lence": lambda **k: R.lence(mu, s, t, **k), "uce": lambda **k: R.uce(mu, s, t, **k),
-           "c_qce": lambda **k: R.c_qce(mu, s, t, **k), "ll_fu": lambda **k: R.ll_fu(mu, s, t, **k),
-           "mwse": lambda **k: R.mwse(mu, s, t, **k), "r_auc": lambda **k: R.retention_curve(mu, s, t, **k)}
+    fns = {
+        "ece": lambda **k: C.ece(p, y, **k),
+        "mce": lambda **k: C.mce(p, y, **k),
+        "dece": lambda **k: dece_by_class(p, y, f, cat, **k) if "mode" in k else C.dece(p, y, f, **k),
+        "homogeneity": lambda **k: C.homogeneity(p, y, f, **k),
+        "ence": lambda **k: R.ence(mu, s, t, **k),
+        "lence": lambda **k: R.lence(mu, s, t, **k),
+        "uce": lambda **k: R.uce(mu, s, t, **k),
+        "c_qce": lambda **k: R.c_qce(mu, s, t, **k),
+        "ll_fu": lambda **k: R.ll_fu(mu, s, t, **k),
+        "mwse": lambda **k: R.mwse(mu, s, t, **k),
+        "r_auc": lambda **k: R.retention_curve(mu, s, t, **k),
+    }
     for source, table in SOURCES.items():
         for metric, kw in table.items():
             assert np.isfinite(fns[metric](**kw).value), (source, metric)
@@ -211,8 +250,13 @@ def test_sources_registry_selects_each_variant():
     out = confidence_metrics(p, y, f, config=ConfidenceConfig(n_boot=0, **conf_kw))
     assert out["homogeneity"].params["spread"] == "variance" and out["ece"].params["bins"] == [20]
     assert out["dece"].params["sample_threshold"] == 1
-    smp = RegressionSample(mu=np.zeros((n, 4)), sigma=rng.uniform(0.5, 2, (n, 4)), y=rng.normal(size=(n, 4)),
-                           rows=np.arange(n), image_id=np.arange(n))
+    smp = RegressionSample(
+        mu=np.zeros((n, 4)),
+        sigma=rng.uniform(0.5, 2, (n, 4)),
+        y=rng.normal(size=(n, 4)),
+        rows=np.arange(n),
+        image_id=np.arange(n),
+    )
     reg = R.regression_metrics(smp, with_joint=False, **suite_kwargs("lakara2022_code")[1])
     assert reg["mwse"]["tx"].params["normalise"] == "total"
     out_g = confidence_metrics(p, y, f, config=ConfidenceConfig(n_boot=0, **suite_kwargs("guo2017")[0]))

@@ -1,4 +1,5 @@
 """Paired bootstrap over images for the difference of a metric between two result sets."""
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,10 @@ def test_two_result_sets_on_different_images_by_hand() -> None:
     assert res.bias == pytest.approx(np.nanmean(d) - 1.5, rel=1e-12)
 
 
-@pytest.mark.parametrize("metric", [ConfidenceMetric("ece", 10), ConfidenceMetric("dece", [3, 2], 2, use_features=True),
-                                    ConfidenceMetric("brier")])
+@pytest.mark.parametrize(
+    "metric",
+    [ConfidenceMetric("ece", 10), ConfidenceMetric("dece", [3, 2], 2, use_features=True), ConfidenceMetric("brier")],
+)
 def test_fast_path_equals_generic_path(metric) -> None:
     rng = np.random.default_rng(1)
     img = np.repeat(np.arange(80), rng.integers(1, 6, 80))
@@ -112,8 +115,9 @@ def test_two_detectors_on_the_same_ground_truth() -> None:
     p_a, p_b = rng.random(len(img_a)), rng.random(len(img_b))
     y_a = rng.random(len(img_a)) < p_a**2  # A over-confident
     y_b = rng.random(len(img_b)) < p_b  # B calibrated
-    ch = confidence_changes(p_a, p_b, y_a, None, img_a, ConfidenceConfig(n_boot=300), y_b=y_b, image_id_b=img_b,
-                            names=["ece"])
+    ch = confidence_changes(
+        p_a, p_b, y_a, None, img_a, ConfidenceConfig(n_boot=300), y_b=y_b, image_id_b=img_b, names=["ece"]
+    )
     assert ch["ece"].difference < 0 and ch["ece"].excludes_zero()
 
 

@@ -1,5 +1,6 @@
 """Choices instead of failures, and nothing silent: unknown categories, images
 without sizes, thresholds with no match, and an account of every input detection."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,8 @@ import numpy as np
 import pytest
 
 import detcal
-from detcal.data.synthetic import write_synthetic
 from detcal.core.errors import DetcalInputError
+from detcal.data.synthetic import write_synthetic
 from detcal.pipeline.spec import BootstrapSpec, DataSpec, EvaluationSpec, MatchingSpec
 
 QUIET = dict(bootstrap=BootstrapSpec(n=0))
@@ -37,8 +38,10 @@ def test_unknown_categories_are_dropped_and_counted_or_an_error(coco: dict[str, 
     assert acc["considered"] == len(res) - 7
     assert "7 with a category not in the ground truth" in out.to_markdown()
     with pytest.raises(DetcalInputError, match="category_id") as info:
-        detcal.evaluate(DataSpec(source="coco", gt=str(coco["coco_instances"]), results=str(f),
-                                 unknown_category="error"), spec=EvaluationSpec(**QUIET))
+        detcal.evaluate(
+            DataSpec(source="coco", gt=str(coco["coco_instances"]), results=str(f), unknown_category="error"),
+            spec=EvaluationSpec(**QUIET),
+        )
     assert str(f) in str(info.value)
 
 
@@ -61,8 +64,11 @@ def test_images_without_sizes_skip_only_the_position_metrics(coco: dict[str, Pat
 
 
 def test_a_threshold_without_matches_says_which_metrics_and_why(coco: dict[str, Path]) -> None:
-    out = detcal.evaluate(str(coco["coco_instances"]), str(coco["coco_results"]),
-                          EvaluationSpec(matching=MatchingSpec(iou_thresholds=[0.5, 0.999]), **QUIET))
+    out = detcal.evaluate(
+        str(coco["coco_instances"]),
+        str(coco["coco_results"]),
+        EvaluationSpec(matching=MatchingSpec(iou_thresholds=[0.5, 0.999]), **QUIET),
+    )
     m = out.to_dict()
     assert "iou=0.999" in m["confidence"]
     why = m["confidence"]["iou=0.999"]["_sample"]["skipped"]

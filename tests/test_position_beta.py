@@ -1,4 +1,5 @@
 """Position-dependent (multivariate) beta calibration against its definition and netcal 1.4.0."""
+
 from __future__ import annotations
 
 import warnings
@@ -38,8 +39,13 @@ def test_logit_is_the_written_out_likelihood_ratio() -> None:
     cal.n_features_, cal.n_samples_fit_ = 1, 1
     p, f = 0.7, 0.2
     sp, sf = p / (1 - p), f / (1 - f)
-    z = (0.3 + (2.0 - 1.0) * np.log(sp) + (1.0 - 0.7) * np.log(sf)
-         + 3.2 * np.log(1 + 1.2 * sp + 0.4 * sf) - 3.5 * np.log(1 + 0.8 * sp + 2.0 * sf))
+    z = (
+        0.3
+        + (2.0 - 1.0) * np.log(sp)
+        + (1.0 - 0.7) * np.log(sf)
+        + 3.2 * np.log(1 + 1.2 * sp + 0.4 * sf)
+        - 3.5 * np.log(1 + 0.8 * sp + 2.0 * sf)
+    )
     assert cal.logit([p], [[f]])[0] == pytest.approx(z, rel=1e-13)
     assert cal.transform([p], [[f]])[0] == pytest.approx(_sig(z), rel=1e-13)
 
@@ -50,8 +56,11 @@ def test_gradient_is_exact() -> None:
     rng = np.random.default_rng(2)
     for _ in range(3):
         th = np.concatenate(([rng.normal()], rng.uniform(0.3, 3.0, 4 * 5 + 2)))
-        err = check_grad(lambda t: PositionBetaCalibration._objective(t, x, sx, y)[0],
-                         lambda t: PositionBetaCalibration._objective(t, x, sx, y)[1], th)
+        err = check_grad(
+            lambda t: PositionBetaCalibration._objective(t, x, sx, y)[0],
+            lambda t: PositionBetaCalibration._objective(t, x, sx, y)[1],
+            th,
+        )
         assert err < 1e-6
 
 
@@ -105,7 +114,8 @@ def test_same_model_as_netcal_beta_calibration_dependent() -> None:
     lp, ln_ = bp[1:] / bp[0], bn[1:] / bn[0]
     cal = PositionBetaCalibration()
     cal.intercept_ = float(np.asarray(nc.intercept).reshape(-1)[0]) + float(
-        np.sum(ap[1:] * np.log(lp) - an[1:] * np.log(ln_)))
+        np.sum(ap[1:] * np.log(lp) - an[1:] * np.log(ln_))
+    )
     cal.alpha_pos_, cal.alpha_neg_, cal.lambda_pos_, cal.lambda_neg_ = ap, an, lp, ln_
     cal.n_features_, cal.n_samples_fit_ = 1, len(p)
     np.testing.assert_allclose(cal.transform(p, f), q_nc, rtol=1e-9, atol=1e-12)

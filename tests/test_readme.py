@@ -1,4 +1,5 @@
 """The README's Python lines run as written (on a generated COCO pair)."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,9 @@ def _python_blocks(text: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
-def test_readme_api_lines_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_readme_api_lines_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     blocks = _python_blocks((REPO / "README.md").read_text())
     assert blocks, "the README shows the Python API"
     code = blocks[0]

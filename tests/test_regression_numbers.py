@@ -10,6 +10,7 @@ One deliberate change since: bootstrap intervals became bias-corrected (BCa)
 by default, so the ``ci`` entries were re-recorded then (every point estimate
 was checked unchanged at that moment, by the same comparison).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -17,9 +18,9 @@ import json
 from pathlib import Path
 
 import pytest
+from regression_numbers import numbers
 
 import detcal
-from regression_numbers import numbers
 
 DATA = Path(__file__).parent / "data" / "regression"
 
@@ -32,9 +33,14 @@ def _expected(name: str) -> dict[str, float | None]:
 def _compare(expected: dict[str, float | None], got: dict[str, float | None]) -> None:
     missing = [k for k in expected if k not in got]
     assert not missing, f"{len(missing)} recorded numbers are gone, e.g. {missing[:5]}"
-    bad = [(k, v, got[k]) for k, v in expected.items()
-           if not ((v is None and got[k] is None)
-                   or (v is not None and got[k] is not None and abs(v - got[k]) <= 1e-12 * max(1.0, abs(v))))]
+    bad = [
+        (k, v, got[k])
+        for k, v in expected.items()
+        if not (
+            (v is None and got[k] is None)
+            or (v is not None and got[k] is not None and abs(v - got[k]) <= 1e-12 * max(1.0, abs(v)))
+        )
+    ]
     assert not bad, f"{len(bad)} numbers changed, e.g. {bad[:5]}"
 
 
@@ -54,8 +60,10 @@ def test_default_evaluate_numbers_unchanged(tmp_path: Path) -> None:
 def test_default_calibrate_numbers_unchanged(tmp_path: Path) -> None:
     res = detcal.calibrate(detcal.DataSpec(), workdir=tmp_path)
     res.write(tmp_path / "out", plots=False)
-    got = _flat(json.loads((tmp_path / "out" / "metrics.json").read_text()),
-                ("headline", "evaluation", "dece_maps", "calibrators"))
+    got = _flat(
+        json.loads((tmp_path / "out" / "metrics.json").read_text()),
+        ("headline", "evaluation", "dece_maps", "calibrators"),
+    )
     _compare(_expected("calibrate"), got)
 
 

@@ -222,7 +222,7 @@ def test_evaluate_ends_with_run_directory_files_and_report(tmp_path: Path) -> No
     assert f"run directory: {run.resolve()}" in tail
     files = next(ln for ln in tail if ln.startswith("files: "))
     assert files.startswith(f"files: {', '.join(m['files'])}") and "report.html" in m["files"]
-    assert "evaluate.log" in files.split(", ")[len(m["files"]):]  # and what else the directory holds
+    assert "evaluate.log" in files.split(", ")[len(m["files"]) :]  # and what else the directory holds
     assert f"report: {run.resolve() / 'report.html'}" in tail and (run / "report.html").is_file()
     assert len(tail) < 30 and "| ece |" not in proc.stdout  # the tables stay in summary.md
     assert "Files: " + ", ".join(m["files"]) in (run / "summary.md").read_text()

@@ -1,6 +1,7 @@
 """Reports: PNG diagrams (valid images for normal, empty and single-bin inputs),
 Markdown/CSV tables with bootstrap intervals, the D-ECE map marginalisation,
 and detcal-gather on a hand-made sweep directory."""
+
 from __future__ import annotations
 
 import csv
@@ -12,11 +13,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from detcal.core.errors import DetcalInputError
 from detcal.apps import gather as gather_app
-from detcal.reports import gather as gather_mod
-from detcal.reports import plots, tables
+from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult
+from detcal.reports import gather as gather_mod, plots, tables
 
 
 def _assert_png(path: Path, min_size: tuple[int, int] = (100, 100)) -> None:
@@ -56,8 +56,10 @@ def test_dece_heatmaps_normal_empty_single(tmp_path: Path) -> None:
     gap = rng.uniform(0, 0.3, (5, 5))
     gap[0, 0] = np.nan
     cnt = rng.integers(0, 40, (5, 5)).astype(float)
-    maps = {"cx_cy": {"gap": gap, "count": cnt, "axes": ("cx", "cy")},
-            "w_h": {"gap": gap.T, "count": cnt.T, "axes": ("w", "h")}}
+    maps = {
+        "cx_cy": {"gap": gap, "count": cnt, "axes": ("cx", "cy")},
+        "w_h": {"gap": gap.T, "count": cnt.T, "axes": ("w", "h")},
+    }
     _assert_png(plots.dece_heatmaps(tmp_path / "maps.png", maps, sample_threshold=8, dece=0.05))
     _assert_png(plots.dece_heatmaps(tmp_path / "empty.png", {}))
     one = {"cx_cy": {"gap": np.array([[0.1]]), "count": np.array([[3.0]]), "axes": ("cx", "cy")}}
@@ -70,8 +72,10 @@ def test_dece_heatmaps_normal_empty_single(tmp_path: Path) -> None:
 
 def test_rmse_rmv_diagram_normal_log_empty_single(tmp_path: Path) -> None:
     rmv = np.linspace(0.05, 0.5, 10)
-    tabs = {k: {"rmv": rmv, "rmse": rmv * s, "count": np.full(10, 30)}
-            for k, s in zip(("tx", "ty", "tw", "th"), (1.0, 1.1, 0.5, 2.0))}
+    tabs = {
+        k: {"rmv": rmv, "rmse": rmv * s, "count": np.full(10, 30)}
+        for k, s in zip(("tx", "ty", "tw", "th"), (1.0, 1.1, 0.5, 2.0))
+    }
     ence = {"tx": 0.0, "ty": 0.1, "tw": 0.5, "th": 1.0}
     _assert_png(plots.rmse_rmv_diagram(tmp_path / "lin.png", tabs, ence=ence))
     _assert_png(plots.rmse_rmv_diagram(tmp_path / "log.png", tabs, ence=ence, log=True))
@@ -82,12 +86,12 @@ def test_rmse_rmv_diagram_normal_log_empty_single(tmp_path: Path) -> None:
 
 def test_qce_and_retention_diagrams(tmp_path: Path) -> None:
     tau = np.linspace(0.05, 0.95, 19)
-    cov = {"tx": tau, "ty": tau ** 0.8, "tw": tau ** 2, "th": np.sqrt(tau), "joint": tau ** 1.2}
+    cov = {"tx": tau, "ty": tau**0.8, "tw": tau**2, "th": np.sqrt(tau), "joint": tau**1.2}
     _assert_png(plots.qce_coverage_diagram(tmp_path / "qce.png", tau, cov, mqce={"tx": 0.0, "joint": 0.05}))
     _assert_png(plots.qce_coverage_diagram(tmp_path / "qce_empty.png", [], {}))
     _assert_png(plots.qce_coverage_diagram(tmp_path / "qce_one.png", [0.5], {"tx": [0.4]}))
     r = np.linspace(0.01, 1, 50)
-    curves = {"tx": {"retained": r, "error": r ** 2, "auc": 0.33, "oracle": r ** 3}, "ty": {"retained": r, "error": r}}
+    curves = {"tx": {"retained": r, "error": r**2, "auc": 0.33, "oracle": r**3}, "ty": {"retained": r, "error": r}}
     _assert_png(plots.retention_diagram(tmp_path / "ret.png", curves))
     _assert_png(plots.retention_diagram(tmp_path / "ret_empty.png", {}))
     _assert_png(plots.retention_diagram(tmp_path / "ret_one.png", {"tx": {"retained": [1.0], "error": [0.3]}}))
@@ -132,12 +136,28 @@ def test_format_value_with_ci() -> None:
 
 
 def _tree() -> dict:
-    ece = MetricResult(name="ece", value=0.03121, variant="equal_width", params={"bins": 15},
-                       table={"count": np.arange(3)}, ci=(0.02812, 0.03449), ci_level=0.95)
+    ece = MetricResult(
+        name="ece",
+        value=0.03121,
+        variant="equal_width",
+        params={"bins": 15},
+        table={"count": np.arange(3)},
+        ci=(0.02812, 0.03449),
+        ci_level=0.95,
+    )
     return {
         "confidence": {"iou=0.50": {"ece": ece.to_dict(), "nll": {"value": 0.4, "params": {}}}},
-        "regression": {"ence": {"tx": {"value": 0.1, "variant": "equal_count", "params": {"bins": 10},
-                                       "table": {"rmv": [1, 2]}, "extra": {"value": 9.0}}}},
+        "regression": {
+            "ence": {
+                "tx": {
+                    "value": 0.1,
+                    "variant": "equal_count",
+                    "params": {"bins": 10},
+                    "table": {"rmv": [1, 2]},
+                    "extra": {"value": 9.0},
+                }
+            }
+        },
         "data": {"n_images": 200},
         "headline": {"ece": {"value": 0.03121, "ci": [0.02812, 0.03449]}},
     }
@@ -145,8 +165,12 @@ def _tree() -> dict:
 
 def test_flatten_metrics_and_markdown_table() -> None:
     flat = tables.flatten_metrics(_tree())
-    assert flat == {"confidence/iou=0.50/ece": pytest.approx(0.03121), "confidence/iou=0.50/nll": 0.4,
-                    "regression/ence/tx": 0.1, "headline/ece": pytest.approx(0.03121)}
+    assert flat == {
+        "confidence/iou=0.50/ece": pytest.approx(0.03121),
+        "confidence/iou=0.50/nll": 0.4,
+        "regression/ence/tx": 0.1,
+        "headline/ece": pytest.approx(0.03121),
+    }
     # MetricResult objects are metric nodes too
     assert tables.flatten_metrics({"a": MetricResult(name="x", value=2.0)}) == {"a": 2.0}
     md = tables.metrics_table(_tree(), title="Summary")
@@ -180,20 +204,31 @@ def test_write_table_prints_and_writes(tmp_path: Path, capsys: pytest.CaptureFix
 def _fake_run(d: Path, overrides: list[str], ece: float) -> None:
     (d / ".hydra").mkdir(parents=True)
     (d / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
-    (d / "metrics.json").write_text(json.dumps({"headline": {"ece": {"value": ece, "ci": [ece - 0.01, ece + 0.01]},
-                                                             "ence_tx": {"value": 2 * ece}},
-                                                "confidence": {"x": {"ece": {"value": ece}}}}))
+    (d / "metrics.json").write_text(
+        json.dumps(
+            {
+                "headline": {"ece": {"value": ece, "ci": [ece - 0.01, ece + 0.01]}, "ence_tx": {"value": 2 * ece}},
+                "confidence": {"x": {"ece": {"value": ece}}},
+            }
+        )
+    )
 
 
 def test_gather_fake_sweep(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     for i, (thr, e) in enumerate([("0.5", 0.1), ("0.75", 0.2), ("0.9", 0.3)]):
-        _fake_run(tmp_path / str(i if i < 2 else 10), ["data.n_images=20", f"matching.iou_thresholds=[{thr}]",
-                                                     f"output.progress={i % 2 == 0}"], e)
+        _fake_run(
+            tmp_path / str(i if i < 2 else 10),
+            ["data.n_images=20", f"matching.iou_thresholds=[{thr}]", f"output.progress={i % 2 == 0}"],
+            e,
+        )
     res = gather_mod.gather(tmp_path)
     assert res.columns == ["ece", "ence_tx"]
     # the shared override is left out of the labels; natural order puts 10 after 1
-    assert list(res.rows) == ["matching.iou_thresholds=[0.5]", "matching.iou_thresholds=[0.75]",
-                              "matching.iou_thresholds=[0.9]"]
+    assert list(res.rows) == [
+        "matching.iou_thresholds=[0.5]",
+        "matching.iou_thresholds=[0.75]",
+        "matching.iou_thresholds=[0.9]",
+    ]
     assert "| matching.iou_thresholds=[0.75] | 0.2000 [0.1900, 0.2100] | 0.4000 |" in res.markdown
     assert gather_app.main([str(tmp_path), "--out", str(tmp_path / "cmp.md"), "--quiet"]) == 0
     assert (tmp_path / "cmp.md").read_text() == res.markdown
@@ -230,8 +265,10 @@ def test_gather_reads_one_sweep(tmp_path: Path, caplog: pytest.LogCaptureFixture
     res = gather_mod.gather(tmp_path)
     assert list(res.rows) == ["calibrator=c10", "calibrator=c11"]  # the most recent sweep only
     assert "11-00-00-bbbbbb" in caplog.text
-    assert list(gather_mod.gather(tmp_path / "2026-01-01" / "10-00-00-aaaaaa").rows) == ["calibrator=c00",
-                                                                                         "calibrator=c01"]
+    assert list(gather_mod.gather(tmp_path / "2026-01-01" / "10-00-00-aaaaaa").rows) == [
+        "calibrator=c00",
+        "calibrator=c01",
+    ]
 
 
 def test_before_after_dece_maps_share_one_colour_scale_and_counts_can_be_log_scaled(tmp_path: Path) -> None:

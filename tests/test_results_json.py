@@ -1,6 +1,7 @@
 """metrics.json is strict JSON (no NaN/Infinity tokens; a value that cannot be
 computed is null with a reason beside it) and validates against the schema
 shipped in the package, for every command that writes one."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,7 @@ import jsonschema
 import pytest
 
 import detcal
-from detcal.apps import calibrate as calibrate_app
-from detcal.apps import evaluate as evaluate_app
+from detcal.apps import calibrate as calibrate_app, evaluate as evaluate_app
 from detcal.pipeline.spec import BootstrapSpec, DataSpec, EvaluationSpec, MatchingSpec
 from detcal.reports import results_json
 
@@ -76,8 +76,17 @@ def _run_app(main: Any, argv: list[str]) -> None:
 
 @pytest.mark.parametrize("app", [evaluate_app, calibrate_app], ids=["evaluate", "calibrate"])
 def test_every_app_writes_schema_valid_strict_json(app: Any, tmp_path: Path) -> None:
-    _run_app(app.main, [app.PROG, "data.n_images=60", "bootstrap.n=5", "output.plots=false",
-                        "output.print_summary=false", f"hydra.run.dir={tmp_path}"])
+    _run_app(
+        app.main,
+        [
+            app.PROG,
+            "data.n_images=60",
+            "bootstrap.n=5",
+            "output.plots=false",
+            "output.print_summary=false",
+            f"hydra.run.dir={tmp_path}",
+        ],
+    )
     m = _load_strict(tmp_path / "metrics.json")
     _validate(m)
     assert m["command"] == app.PROG and m["run_dir"] == str(tmp_path.resolve())
@@ -86,5 +95,12 @@ def test_every_app_writes_schema_valid_strict_json(app: Any, tmp_path: Path) -> 
 
 def test_schema_rejects_a_wrong_layout() -> None:
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({"schema_version": "detcal.metrics/1", "detcal_version": "x", "command": "detcal-evaluate",
-                             "created": "now"}, results_json.schema())
+        jsonschema.validate(
+            {
+                "schema_version": "detcal.metrics/1",
+                "detcal_version": "x",
+                "command": "detcal-evaluate",
+                "created": "now",
+            },
+            results_json.schema(),
+        )

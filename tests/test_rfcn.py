@@ -1,4 +1,5 @@
 """R-FCN head, losses, inference alignment and model building (detcal.models)."""
+
 from __future__ import annotations
 
 import math
@@ -78,7 +79,9 @@ def test_postprocess_alignment_through_nms() -> None:
     out, props = _handmade()
     # score threshold 0.2 leaves (P0,c1,.8) (P1,c1,.6) (P2,c2,.7) (P3,c2,.5) (P3,c0 is background).
     # Class-wise NMS at 0.3: P1 is suppressed by P0 in class 1 (IoU 0.818); P3 survives (class 2).
-    det = postprocess_detections(out, props, [(100, 100)], CODER, score_thresh=0.2, nms_thresh=0.3, detections_per_img=10)[0]
+    det = postprocess_detections(
+        out, props, [(100, 100)], CODER, score_thresh=0.2, nms_thresh=0.3, detections_per_img=10
+    )[0]
     assert det["roi_index"].tolist() == [0, 2, 3]
     torch.testing.assert_close(det["scores"], torch.tensor([0.8, 0.7, 0.5]))
     assert det["labels"].tolist() == [1, 2, 2]
@@ -87,7 +90,9 @@ def test_postprocess_alignment_through_nms() -> None:
     torch.testing.assert_close(det["logvar"], out.logvar[[0, 2, 3]])
     # P2 = centre (55, 55), size 10; coded (1, 2) -> tx = 0.1, ty = 0.2 -> centre (56, 57) -> [51, 52, 61, 62]
     torch.testing.assert_close(det["boxes"], torch.tensor([[0.0, 0, 10, 10], [51, 52, 61, 62], [0, 0, 10, 10]]))
-    top2 = postprocess_detections(out, props, [(100, 100)], CODER, score_thresh=0.2, nms_thresh=0.3, detections_per_img=2)[0]
+    top2 = postprocess_detections(
+        out, props, [(100, 100)], CODER, score_thresh=0.2, nms_thresh=0.3, detections_per_img=2
+    )[0]
     assert top2["roi_index"].tolist() == [0, 2]
     # Clipping to a 55x58 image changes the box but not the carried proposal / deltas.
     clipped = postprocess_detections(out, props, [(58, 55)], CODER, score_thresh=0.2, nms_thresh=0.3)[0]
@@ -105,7 +110,9 @@ def test_postprocess_empty() -> None:
 
 
 def test_unweight_deltas() -> None:
-    mean, std = unweight_deltas(torch.tensor([[10.0, 10.0, 5.0, 5.0]]), torch.full((1, 4), math.log(4.0)), (10.0, 10.0, 5.0, 5.0))
+    mean, std = unweight_deltas(
+        torch.tensor([[10.0, 10.0, 5.0, 5.0]]), torch.full((1, 4), math.log(4.0)), (10.0, 10.0, 5.0, 5.0)
+    )
     torch.testing.assert_close(mean, torch.ones(1, 4))
     torch.testing.assert_close(std, torch.tensor([[0.2, 0.2, 0.4, 0.4]]))  # sqrt(4) / w
 
@@ -117,8 +124,11 @@ def test_rfcn_losses_golden() -> None:
     # only the positive row counts, divided by R = 2; the background row's 5s are ignored.
     assert losses["loss_classifier"].item() == pytest.approx(math.log(3.0), rel=1e-6)
     assert losses["loss_box_reg"].item() == pytest.approx((0.5 - 1 / 18) / 2, rel=1e-6)
-    empty = rfcn_losses(HeadOutput(torch.zeros(0, 3, requires_grad=True), torch.zeros(0, 4), torch.zeros(0, 4)),
-                        torch.zeros(0, dtype=torch.int64), torch.zeros(0, 4))
+    empty = rfcn_losses(
+        HeadOutput(torch.zeros(0, 3, requires_grad=True), torch.zeros(0, 4), torch.zeros(0, 4)),
+        torch.zeros(0, dtype=torch.int64),
+        torch.zeros(0, 4),
+    )
     assert empty["loss_classifier"].item() == 0.0 and empty["loss_box_reg"].item() == 0.0
 
 
@@ -131,7 +141,9 @@ def test_uncertainty_nll_golden_and_detached_mean() -> None:
     assert nll.item() == pytest.approx((0.5 + 0.5 * math.log(4.0) + 0.5) / 2, rel=1e-6)
     nll.backward()
     assert reg.grad is None and logvar.grad is not None
-    empty = uncertainty_nll(HeadOutput(torch.zeros(0, 2), torch.zeros(0, 4), torch.zeros(0, 4, requires_grad=True)), torch.zeros(0, 4))
+    empty = uncertainty_nll(
+        HeadOutput(torch.zeros(0, 2), torch.zeros(0, 4), torch.zeros(0, 4, requires_grad=True)), torch.zeros(0, 4)
+    )
     assert empty.item() == 0.0 and empty.requires_grad
 
 
@@ -164,8 +176,10 @@ def test_model_losses_detect_and_empty_targets() -> None:
     torch.manual_seed(0)
     model = build_rfcn(2, category_ids=[4, 1], min_size=96, max_size=128)
     imgs = _images()
-    targets = [{"boxes": torch.tensor([[10.0, 10, 50, 60]]), "labels": torch.tensor([1]), "seed": torch.tensor(5)},
-               {"boxes": torch.zeros((0, 4)), "labels": torch.zeros(0, dtype=torch.int64), "seed": torch.tensor(6)}]
+    targets = [
+        {"boxes": torch.tensor([[10.0, 10, 50, 60]]), "labels": torch.tensor([1]), "seed": torch.tensor(5)},
+        {"boxes": torch.zeros((0, 4)), "labels": torch.zeros(0, dtype=torch.int64), "seed": torch.tensor(6)},
+    ]
     model.set_stage(1)
     model.train()
     losses = model(imgs, targets, 1)
@@ -196,7 +210,13 @@ def test_detect_outputs_aligned_in_input_coordinates() -> None:
     for d in dets:
         n = len(d["scores"])
         assert n > 0
-        for key, shape in (("boxes", (n, 4)), ("proposals", (n, 4)), ("delta_mean", (n, 4)), ("delta_std", (n, 4)), ("labels", (n,))):
+        for key, shape in (
+            ("boxes", (n, 4)),
+            ("proposals", (n, 4)),
+            ("delta_mean", (n, 4)),
+            ("delta_std", (n, 4)),
+            ("labels", (n,)),
+        ):
             assert d[key].shape == shape
         assert torch.all(d["boxes"][:, [0, 2]] <= 64.0 + 1e-4) and torch.all(d["boxes"][:, [1, 3]] <= 48.0 + 1e-4)
         assert torch.all(d["proposals"][:, [0, 2]] <= 64.0 + 1e-4)
@@ -234,7 +254,9 @@ def test_resnet50_backbone_local_weights(tmp_path) -> None:
     bb = build_backbone("resnet50", path)
     assert bb.stride == 16 and bb.out_channels == 1024
     torch.testing.assert_close(bb.body[0].weight, ref.conv1.weight)  # loaded, not random
-    assert not bb.body[0].weight.requires_grad and bb.body[6][0].conv1.weight.requires_grad  # conv1 frozen, layer3 trained
+    assert (
+        not bb.body[0].weight.requires_grad and bb.body[6][0].conv1.weight.requires_grad
+    )  # conv1 frozen, layer3 trained
     with torch.no_grad():
         assert bb(torch.zeros(1, 3, 64, 96)).shape == (1, 1024, 4, 6)
     bad = {k: v for k, v in ref.state_dict().items() if k != "layer2.0.conv1.weight"}

@@ -1,6 +1,7 @@
 """Bounded-memory and sharded evaluation (docs/scale.md) change no number: results read in
 chunks (data.chunk_bytes), matching in image shards (parallel.shard_size), and each rank reading
 only its image shard under torchrun give metrics.json bitwise equal to loading whole in one process."""
+
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_parallel import THRESHOLDS, _text  # metrics.json text without timing and provenance
 
 import detcal
 from detcal.core.errors import DetcalInputError
@@ -17,12 +19,14 @@ from detcal.pipeline import sources
 from detcal.pipeline.parallel import match_in_shards
 from detcal.pipeline.sources import load_coco, shard_image_ids
 from detcal.pipeline.spec import BootstrapSpec, DataSpec, EvaluationSpec, MatchingSpec, ParallelSpec
-from test_parallel import THRESHOLDS, _text  # metrics.json text without timing and provenance
 
 
 def _spec(n_boot: int = 0, **par: object) -> EvaluationSpec:
-    return EvaluationSpec(matching=MatchingSpec(iou_thresholds=THRESHOLDS), bootstrap=BootstrapSpec(n=n_boot),
-                          parallel=ParallelSpec(**par))
+    return EvaluationSpec(
+        matching=MatchingSpec(iou_thresholds=THRESHOLDS),
+        bootstrap=BootstrapSpec(n=n_boot),
+        parallel=ParallelSpec(**par),
+    )
 
 
 def _data(coco: DataSpec, **kw: object) -> DataSpec:
@@ -61,15 +65,42 @@ def test_two_workers_with_chunks_and_small_shards_equal_one_process_bitwise(coco
 
 
 def test_evaluate_app_with_tiny_chunks_writes_the_same_metrics_json(coco: DataSpec, tmp_path: Path) -> None:
-    args = ["data=coco", f"data.gt={coco.gt}", f"data.results={coco.results}", "matching.iou_thresholds=[0.5,0.75]",
-            "bootstrap.n=0", "output.plots=false", "output.print_summary=false", "output.detections_csv=false"]
-    for name, extra in (("whole", ["data.chunk_bytes=0"]), ("chunked", ["data.chunk_bytes=700", "parallel.shard_size=50"])):
-        proc = subprocess.run([sys.executable, "-m", "detcal.apps.evaluate", *args, *extra,
-                               f"hydra.run.dir={tmp_path / name}"], capture_output=True, text=True, timeout=300)
+    args = [
+        "data=coco",
+        f"data.gt={coco.gt}",
+        f"data.results={coco.results}",
+        "matching.iou_thresholds=[0.5,0.75]",
+        "bootstrap.n=0",
+        "output.plots=false",
+        "output.print_summary=false",
+        "output.detections_csv=false",
+    ]
+    for name, extra in (
+        ("whole", ["data.chunk_bytes=0"]),
+        ("chunked", ["data.chunk_bytes=700", "parallel.shard_size=50"]),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "detcal.apps.evaluate", *args, *extra, f"hydra.run.dir={tmp_path / name}"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
     a, b = (json.loads((tmp_path / n / "metrics.json").read_text()) for n in ("whole", "chunked"))
-    numbers = ("data", "matching", "detections", "features", "headline", "confidence", "dece_maps", "regression",
-               "accuracy", "localisation", "per_class", "warnings")
+    numbers = (
+        "data",
+        "matching",
+        "detections",
+        "features",
+        "headline",
+        "confidence",
+        "dece_maps",
+        "regression",
+        "accuracy",
+        "localisation",
+        "per_class",
+        "warnings",
+    )
     assert a["headline"]["ece"]["value"] is not None
     assert {k: a[k] for k in numbers} == {k: b[k] for k in numbers}
 
@@ -182,8 +213,9 @@ if rank == 0:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("empty_rank", [False, True])
-def test_two_gloo_ranks_each_reading_its_shard_equal_one_process_bitwise(coco: DataSpec, tmp_path: Path,
-                                                                          empty_rank: bool) -> None:
+def test_two_gloo_ranks_each_reading_its_shard_equal_one_process_bitwise(
+    coco: DataSpec, tmp_path: Path, empty_rank: bool
+) -> None:
     """Each rank keeps only its image shard of the results; bootstrap intervals and every number of
     metrics.json equal one process loading whole (also when one rank's shard holds no detection)."""
     pytest.importorskip("torch")
@@ -196,9 +228,24 @@ def test_two_gloo_ranks_each_reading_its_shard_equal_one_process_bitwise(coco: D
     script = tmp_path / "run.py"
     script.write_text(SCRIPT)
     out = tmp_path / "rank0.json"
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                           f"--master_port={29541 + empty_rank}", str(script), str(coco.gt), str(out), str(results),
-                           "4000", "200"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            f"--master_port={29541 + empty_rank}",
+            str(script),
+            str(coco.gt),
+            str(out),
+            str(results),
+            "4000",
+            "200",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     one = detcal.evaluate(data, spec=_spec(n_boot=15, shard_size=0))
     assert out.read_text() == _text(one)

@@ -1,4 +1,5 @@
 """Tests of the KITTI recalibration/validation split (detcal.data.kitti.split_frames, scripts/split_kitti.py)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -8,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from detcal.data.kitti import split_frames
 from detcal.core.errors import DetcalInputError
+from detcal.data.kitti import split_frames
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "split_kitti.py"
 
@@ -67,7 +68,9 @@ def test_split_frames_rejects_duplicates() -> None:
 
 def test_script_writes_sorted_disjoint_complete_lists(label_dir: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "splits"
-    assert _script().main(["--label-dir", str(label_dir), "--out-dir", str(out), "--val-size", "15", "--seed", "7"]) == 0
+    assert (
+        _script().main(["--label-dir", str(label_dir), "--out-dir", str(out), "--val-size", "15", "--seed", "7"]) == 0
+    )
     recal = (out / "recal.txt").read_text().splitlines()
     val = (out / "val.txt").read_text().splitlines()
     assert (len(recal), len(val)) == (60, 15)
@@ -87,13 +90,17 @@ def test_script_runs_as_a_program(label_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "s"
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--label-dir", str(label_dir), "--out-dir", str(out), "--val-size", "5"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     assert len((out / "val.txt").read_text().splitlines()) == 5
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--label-dir", str(tmp_path / "missing"), "--out-dir", str(out)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 2 and "does not exist" in proc.stderr
 
@@ -121,25 +128,61 @@ def test_split_files_are_accepted_by_every_command(tmp_path: Path) -> None:
 
     p = write_synthetic(tmp_path / "s", n_images=40, seed=0, render=False)
     repo = Path(__file__).resolve().parents[1]
-    proc = subprocess.run([sys.executable, str(repo / "scripts" / "split_kitti.py"), "--label-dir",
-                           str(p["kitti_labels"]), "--out-dir", str(tmp_path / "splits"), "--val-size", "10"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(repo / "scripts" / "split_kitti.py"),
+            "--label-dir",
+            str(p["kitti_labels"]),
+            "--out-dir",
+            str(tmp_path / "splits"),
+            "--val-size",
+            "10",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     val = tmp_path / "splits" / "val.txt"
     frames = [ln for ln in val.read_text().split() if ln]
     assert len(frames) == 10
-    data = ["data=kitti", f"data.label_dir={p['kitti_labels']}", f"data.results_dir={p['kitti_results']}",
-            f"data.sizes={p['kitti_sizes']}", f"data.image_ids={val}"]
+    data = [
+        "data=kitti",
+        f"data.label_dir={p['kitti_labels']}",
+        f"data.results_dir={p['kitti_results']}",
+        f"data.sizes={p['kitti_sizes']}",
+        f"data.image_ids={val}",
+    ]
     for app in ("evaluate", "calibrate"):
         out = tmp_path / app
-        proc = subprocess.run([sys.executable, "-m", f"detcal.apps.{app}", *data, "bootstrap.n=0",
-                               "output.plots=false", "output.print_summary=false", f"hydra.run.dir={out}",
-                               *(["~calibrator@regression_calibrator"] if app == "calibrate" else [])],
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                f"detcal.apps.{app}",
+                *data,
+                "bootstrap.n=0",
+                "output.plots=false",
+                "output.print_summary=false",
+                f"hydra.run.dir={out}",
+                *(["~calibrator@regression_calibrator"] if app == "calibrate" else []),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, (app, proc.stderr[-2000:])
         m = json.loads((out / "metrics.json").read_text())
         assert m["data"]["image_ids"]["n"] == 10 if app == "evaluate" else True
-    res = detcal.evaluate(DataSpec(source="kitti", label_dir=str(p["kitti_labels"]), results_dir=str(p["kitti_results"]),
-                                   sizes=str(p["kitti_sizes"]), image_ids=str(val)),
-                          spec=EvaluationSpec(bootstrap=BootstrapSpec(n=0)))
+    res = detcal.evaluate(
+        DataSpec(
+            source="kitti",
+            label_dir=str(p["kitti_labels"]),
+            results_dir=str(p["kitti_results"]),
+            sizes=str(p["kitti_sizes"]),
+            image_ids=str(val),
+        ),
+        spec=EvaluationSpec(bootstrap=BootstrapSpec(n=0)),
+    )
     assert res.record["data"]["counts"]["images"] == 10

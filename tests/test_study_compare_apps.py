@@ -1,4 +1,5 @@
 """detcal-compare and detcal-study write their tables, figures and strict metrics.json."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,12 @@ from detcal.reports import results_json
 
 
 def _run(module: str, args: list[str], out: Path) -> dict:
-    proc = subprocess.run([sys.executable, "-m", f"detcal.apps.{module}", *args, f"hydra.run.dir={out}",
-                           "output.print_summary=false"], capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", f"detcal.apps.{module}", *args, f"hydra.run.dir={out}", "output.print_summary=false"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     m = json.loads((out / "metrics.json").read_text(), parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
     jsonschema.validate(m, results_json.schema())
@@ -22,8 +27,11 @@ def _run(module: str, args: list[str], out: Path) -> dict:
 
 
 def test_compare_two_bundled_detectors(tmp_path: Path) -> None:
-    m = _run("compare", ["data.bundle=coco_mini79", "detectors=[ssd-resnet-50-v1,rfcn-resnet-101]", "bootstrap.n=30"],
-             tmp_path)
+    m = _run(
+        "compare",
+        ["data.bundle=coco_mini79", "detectors=[ssd-resnet-50-v1,rfcn-resnet-101]", "bootstrap.n=30"],
+        tmp_path,
+    )
     assert m["command"] == "detcal-compare" and m["detectors"] == ["ssd-resnet-50-v1", "rfcn-resnet-101"]
     assert len(m["table"]) == 2 and {d["detector"] for d in m["differences"]} == {"rfcn-resnet-101"}
     assert {"ece", "dece", "AP"} <= {d["metric"] for d in m["differences"]}
@@ -32,8 +40,12 @@ def test_compare_two_bundled_detectors(tmp_path: Path) -> None:
 
 
 def test_unknown_detector_is_a_config_error(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "detcal.apps.compare", "detectors=[nope]",
-                           f"hydra.run.dir={tmp_path}"], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "detcal.apps.compare", "detectors=[nope]", f"hydra.run.dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2 and "detectors" in proc.stderr and "Traceback" not in proc.stderr
 
 

@@ -1,14 +1,15 @@
 """The Kuzucu et al. (2024) protocol on a generated over-confident detector."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from detcal.core.errors import DetcalInputError
+from detcal.core.types import Dataset, Detections, GroundTruth, Images
 from detcal.metrics.laece import laece
 from detcal.metrics.lrp import lrp
 from detcal.studies.kuzucu2024 import coco_ap, markdown_table, run
-from detcal.core.types import Dataset, Detections, GroundTruth, Images
 
 
 def _dataset(seed=0, n_img=60):
@@ -20,13 +21,21 @@ def _dataset(seed=0, n_img=60):
             wh = rng.uniform(20, 50, 2)
             b = np.r_[xy, xy + wh]
             c = int(rng.integers(1, 3))
-            gi.append(im); gb.append(b); gc.append(c)
+            gi.append(im)
+            gb.append(b)
+            gc.append(c)
             if rng.uniform() < 0.85:  # a detection shifted by a fraction of its size: IoU about 0.5 to 0.9
                 sh = rng.uniform(0.02, 0.2) * wh[0]
-                di.append(im); db.append(b + [sh, 0, sh, 0]); ds.append(rng.uniform(0.9, 1.0)); dc.append(c)
+                di.append(im)
+                db.append(b + [sh, 0, sh, 0])
+                ds.append(rng.uniform(0.9, 1.0))
+                dc.append(c)
         for _ in range(rng.integers(0, 3)):  # confident false positives far away
             xy = rng.uniform(300, 400, 2)
-            di.append(im); db.append(np.r_[xy, xy + 20]); ds.append(rng.uniform(0.5, 0.95)); dc.append(int(rng.integers(1, 3)))
+            di.append(im)
+            db.append(np.r_[xy, xy + 20])
+            ds.append(rng.uniform(0.5, 0.95))
+            dc.append(int(rng.integers(1, 3)))
     images = Images(id=np.arange(1, n_img + 1), width=np.full(n_img, 500.0), height=np.full(n_img, 500.0))
     gt = GroundTruth(image_id=gi, box=np.array(gb), category=gc)
     dets = Detections(image_id=di, box=np.array(db), score=np.array(ds), category=dc)

@@ -1,4 +1,5 @@
 """The Lakara et al. retention study (detcal.studies.lakara_retention) on the synthetic detector."""
+
 from __future__ import annotations
 
 import numpy as np

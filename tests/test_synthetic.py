@@ -5,21 +5,21 @@ check), never numbers read off the code under test. Matching in these tests is
 a few lines of numpy here (same-class max IoU with detcal.core.boxes.pairwise_iou),
 not another module's matcher.
 """
+
 from __future__ import annotations
 
 import contextlib
 import io
 import json
-import time
 
 import numpy as np
 import pytest
 from PIL import Image
 
 from detcal.core.boxes import encode_deltas, pairwise_iou, xyxy_to_cxcywh
-from detcal.data import synthetic as S
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import KITTI_CATEGORIES, KITTI_DIFFICULTY, Dataset, Detections
+from detcal.data import synthetic as S
 
 
 # --------------------------------------------------------------------------- helpers
@@ -74,8 +74,20 @@ def test_scenes_deterministic_by_seed_and_seed_sensitive():
     a, ia = S.generate_scenes(6, seed=5, dontcare_per_image=0.5, crowd_per_image=0.5)
     b, ib = S.generate_scenes(6, seed=5, dontcare_per_image=0.5, crowd_per_image=0.5)
     c, ic = S.generate_scenes(6, seed=6, dontcare_per_image=0.5, crowd_per_image=0.5)
-    for f in ("image_id", "box", "category", "iscrowd", "ignore", "truncation", "occlusion", "difficulty",
-              "alpha", "dimensions", "location", "rotation_y"):
+    for f in (
+        "image_id",
+        "box",
+        "category",
+        "iscrowd",
+        "ignore",
+        "truncation",
+        "occlusion",
+        "difficulty",
+        "alpha",
+        "dimensions",
+        "location",
+        "rotation_y",
+    ):
         np.testing.assert_array_equal(getattr(a.gt, f), getattr(b.gt, f), err_msg=f)
     assert all(np.array_equal(x, y) for x, y in zip(ia, ib))
     assert len(a.gt) != len(c.gt) or not np.array_equal(a.gt.box, c.gt.box)
@@ -411,15 +423,27 @@ def test_coco_scale_exercises_exclusive_matching_in_pycocotools():
     xywh = xyxy_to_xywh(gt.box)
     coco = COCO()
     coco.dataset = {
-        "images": [{"id": int(i), "width": int(w), "height": int(h)}
-                   for i, w, h in zip(ds.images.id, ds.images.width, ds.images.height)],
-        "annotations": [{"id": int(k), "image_id": int(i), "category_id": int(c), "bbox": list(map(float, bb)),
-                         "area": float(bb[2] * bb[3]), "iscrowd": int(cr)}
-                        for k, i, c, bb, cr in zip(gt.id, gt.image_id, gt.category, xywh, gt.iscrowd)],
+        "images": [
+            {"id": int(i), "width": int(w), "height": int(h)}
+            for i, w, h in zip(ds.images.id, ds.images.width, ds.images.height)
+        ],
+        "annotations": [
+            {
+                "id": int(k),
+                "image_id": int(i),
+                "category_id": int(c),
+                "bbox": list(map(float, bb)),
+                "area": float(bb[2] * bb[3]),
+                "iscrowd": int(cr),
+            }
+            for k, i, c, bb, cr in zip(gt.id, gt.image_id, gt.category, xywh, gt.iscrowd)
+        ],
         "categories": [{"id": k, "name": v} for k, v in ds.categories.items()],
     }
-    res = [{"image_id": int(i), "category_id": int(c), "bbox": list(map(float, bb)), "score": float(s)}
-           for i, c, bb, s in zip(dets.image_id, dets.category, xyxy_to_xywh(dets.box), dets.score)]
+    res = [
+        {"image_id": int(i), "category_id": int(c), "bbox": list(map(float, bb)), "score": float(s)}
+        for i, c, bb, s in zip(dets.image_id, dets.category, xyxy_to_xywh(dets.box), dets.score)
+    ]
     with contextlib.redirect_stdout(io.StringIO()):
         coco.createIndex()
         cdt = coco.loadRes(res)
@@ -452,8 +476,9 @@ def test_write_synthetic_writes_parsable_files(tmp_path):
     from detcal.data.kitti import load_kitti_labels
 
     kw = {"std_scale": [1.0, 1.0, 2.0, 0.5], "border_overconfidence": 0.3}
-    paths = S.write_synthetic(tmp_path / "syn", n_images=12, seed=4, detector_kwargs=kw,
-                              scene_kwargs={"dontcare_per_image": 0.5})
+    paths = S.write_synthetic(
+        tmp_path / "syn", n_images=12, seed=4, detector_kwargs=kw, scene_kwargs={"dontcare_per_image": 0.5}
+    )
     root = tmp_path / "syn"
     for role in ("images", "coco_instances", "coco_results", "kitti_labels", "kitti_results", "kitti_sizes", "meta"):
         assert paths[role].exists(), role
@@ -465,7 +490,9 @@ def test_write_synthetic_writes_parsable_files(tmp_path):
     assert len(inst["images"]) == 12 and len(inst["annotations"]) == len(ds.gt)
     assert {c["id"]: c["name"] for c in inst["categories"]} == {1: "Car", 4: "Pedestrian", 6: "Cyclist", 9: "DontCare"}
     res = json.loads(paths["coco_results"].read_text())
-    assert len(res) > 12 and {"image_id", "category_id", "bbox", "score", "proposal", "delta_mean", "delta_std"} <= set(res[0])
+    assert len(res) > 12 and {"image_id", "category_id", "bbox", "score", "proposal", "delta_mean", "delta_std"} <= set(
+        res[0]
+    )
     labels = sorted(paths["kitti_labels"].glob("*.txt"))
     assert len(labels) == 12
     rows = [ln.split() for p in labels for ln in p.read_text().splitlines()]
@@ -481,8 +508,18 @@ def test_write_synthetic_writes_parsable_files(tmp_path):
     assert meta["scene_params"]["dontcare_per_image"] == 0.5 and meta["counts"]["n_detections"] == len(res)
     # the KITTI files read back to exactly the generated records
     back = load_kitti_labels(paths["kitti_labels"], sizes=paths["kitti_sizes"])
-    for f in ("image_id", "box", "category", "truncation", "occlusion", "difficulty", "alpha", "dimensions",
-              "location", "rotation_y"):
+    for f in (
+        "image_id",
+        "box",
+        "category",
+        "truncation",
+        "occlusion",
+        "difficulty",
+        "alpha",
+        "dimensions",
+        "location",
+        "rotation_y",
+    ):
         np.testing.assert_array_equal(getattr(back.gt, f), getattr(ds.gt, f), err_msg=f)
     # the COCO results carry the simulated detector's records (same seed, same parameters)
     from detcal.data.coco import load_coco_results

@@ -1,4 +1,5 @@
 """Training data, two-stage training, checkpoint/resume and prediction (detcal.training)."""
+
 from __future__ import annotations
 
 import json
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from detcal.core.errors import DetcalInputError
+from detcal.core.types import Dataset, GroundTruth, Images
 from detcal.models import build_rfcn
 from detcal.training import (
     DetectionDataset,
@@ -24,7 +26,6 @@ from detcal.training import (
     train_stage,
 )
 from detcal.training.predict import predict
-from detcal.core.types import Dataset, GroundTruth, Images
 
 torch.set_num_threads(2)
 UNC = "head.unc_conv."
@@ -126,8 +127,13 @@ def test_learning_rate_schedule() -> None:
 
 def _model(seed: int = 0, norm: str = "bn", category_ids=(1, 4, 6)):
     torch.manual_seed(seed)
-    return build_rfcn(len(category_ids), category_ids=list(category_ids), norm=norm, rpn_post_nms_top_n_train=100,
-                      roi_batch_size_per_image=32)
+    return build_rfcn(
+        len(category_ids),
+        category_ids=list(category_ids),
+        norm=norm,
+        rpn_post_nms_top_n_train=100,
+        roi_batch_size_per_image=32,
+    )
 
 
 TRAIN = dict(lr=0.01, momentum=0.9, weight_decay=1e-4, seed=5, progress=False, log_every=1)
@@ -189,8 +195,21 @@ def test_stage2_changes_only_the_uncertainty_branch_and_lowers_nll(tmp_path) -> 
     assert any(k.endswith("running_mean") and not torch.all(v == 0) for k, v in before.items())  # BN stats were trained
     nll0 = _nll_on(model, ds, render, range(8))
     model2 = load_checkpoint(stage1)
-    train_stage(model2, ds, render, 2, tmp_path, 30, 4, checkpoint_every=100, lr=0.01, momentum=0.9, weight_decay=0.0, seed=2,
-                progress=False)
+    train_stage(
+        model2,
+        ds,
+        render,
+        2,
+        tmp_path,
+        30,
+        4,
+        checkpoint_every=100,
+        lr=0.01,
+        momentum=0.9,
+        weight_decay=0.0,
+        seed=2,
+        progress=False,
+    )
     after = model2.state_dict()
     changed = [k for k in before if not torch.equal(before[k], after[k])]
     assert changed and all(k.startswith(UNC) for k in changed), changed
@@ -234,7 +253,23 @@ def test_tiny_model_learns_toy_scenes(tmp_path) -> None:
 
     ds, render = toy_scenes(200, 0)
     model = build_rfcn(3, category_ids=[1, 4, 6])
-    train_stage(model, ds, render, 1, tmp_path, 250, 4, 0.02, 0.9, 1e-4, 0, 1000, progress=False, warmup_iters=50, max_grad_norm=10.0)
+    train_stage(
+        model,
+        ds,
+        render,
+        1,
+        tmp_path,
+        250,
+        4,
+        0.02,
+        0.9,
+        1e-4,
+        0,
+        1000,
+        progress=False,
+        warmup_iters=50,
+        max_grad_norm=10.0,
+    )
     val, vrender = toy_scenes(40, 1)
     res = predict(model, val, vrender, batch_size=8, progress=False)
     gt = to_pycocotools(val)

@@ -1,4 +1,5 @@
 """Typed records and atomic output."""
+
 import json
 import os
 
@@ -11,8 +12,15 @@ from detcal.utils.io import atomic_write, write_json
 
 
 def test_detections_shapes_and_select():
-    d = Detections(image_id=[1, 2, 3], box=np.arange(12).reshape(3, 4), score=[0.1, 0.2, 0.3], category=[1, 1, 2],
-                   delta_std=np.ones((3, 4)), delta_mean=np.zeros((3, 4)), proposal=np.ones((3, 4)))
+    d = Detections(
+        image_id=[1, 2, 3],
+        box=np.arange(12).reshape(3, 4),
+        score=[0.1, 0.2, 0.3],
+        category=[1, 1, 2],
+        delta_std=np.ones((3, 4)),
+        delta_mean=np.zeros((3, 4)),
+        proposal=np.ones((3, 4)),
+    )
     assert len(d) == 3 and d.uncertainty_kind == "delta"
     s = d.select(np.array([True, False, True]))
     assert len(s) == 2 and s.delta_std.shape == (2, 4)
@@ -37,9 +45,14 @@ def test_images_index_of():
 
 
 def test_match_result_sample():
-    m = MatchResult(iou_thresholds=np.array([0.5, 0.75]), matched=np.array([[1, 0, 1], [0, 0, 1]], bool),
-                    ignored=np.array([[0, 1, 0], [0, 0, 0]], bool), gt_index=np.full((2, 3), -1),
-                    iou=np.zeros(3), considered=np.array([True, True, False]))
+    m = MatchResult(
+        iou_thresholds=np.array([0.5, 0.75]),
+        matched=np.array([[1, 0, 1], [0, 0, 1]], bool),
+        ignored=np.array([[0, 1, 0], [0, 0, 0]], bool),
+        gt_index=np.full((2, 3), -1),
+        iou=np.zeros(3),
+        considered=np.array([True, True, False]),
+    )
     rows, y = m.sample(0.5)
     np.testing.assert_array_equal(rows, [0])  # row 1 ignored, row 2 not considered
     np.testing.assert_array_equal(y, [True])

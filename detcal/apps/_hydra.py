@@ -15,6 +15,7 @@ Run directories are unique: ``outputs/<name>/<date>/<time>-<id>`` (``<id>``
 is random per process), and a run refuses a directory another live run holds
 (an advisory lock released by the operating system when the process ends).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,8 +24,9 @@ import os
 import re
 import secrets
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from detcal.core.errors import DetcalError
 
@@ -41,8 +43,9 @@ log = logging.getLogger("detcal")
 def _safe_name(name: Any) -> str:
     s = str(name)
     if not _NAME_OK.match(s) or ".." in s:
-        raise ValueError(f"name must be a plain directory name (letters, digits, _ . + = , -; no '/' or '..'), "
-                         f"got {s!r}")
+        raise ValueError(
+            f"name must be a plain directory name (letters, digits, _ . + = , -; no '/' or '..'), got {s!r}"
+        )
     return s
 
 
@@ -122,8 +125,10 @@ def _lock_run_dir(run_dir: Path) -> None:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         fh.close()
-        raise DetcalError(f"run directory {run_dir} is in use by another detcal run; "
-                          "choose another hydra.run.dir or wait for that run to end") from None
+        raise DetcalError(
+            f"run directory {run_dir} is in use by another detcal run; "
+            "choose another hydra.run.dir or wait for that run to end"
+        ) from None
     fh.seek(0)
     fh.truncate()
     fh.write(f"{os.getpid()}\n")
@@ -135,8 +140,12 @@ def run_header(command: str, cfg: Any, run_dir: Path, overrides: list[str]) -> d
     """Provenance fields of metrics.json: command, run directory, overrides and the resolved config."""
     from omegaconf import OmegaConf
 
-    return {"command": command, "run_dir": str(Path(run_dir).resolve()), "overrides": list(overrides),
-            "config": OmegaConf.to_container(cfg, resolve=True)}
+    return {
+        "command": command,
+        "run_dir": str(Path(run_dir).resolve()),
+        "overrides": list(overrides),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
 
 
 def _header_fields(h: dict[str, Any]) -> dict[str, Any]:
@@ -154,9 +163,14 @@ def _quiet_other_ranks() -> None:
         return
     import tempfile
 
-    keep = [a for a in sys.argv[1:] if not a.startswith(("hydra.run.dir=", "hydra.output_subdir=", "hydra/job_logging="))]
-    sys.argv[1:] = keep + [f"hydra.run.dir={tempfile.mkdtemp(prefix='detcal-rank')}", "hydra.output_subdir=null",
-                           "hydra/job_logging=disabled"]
+    keep = [
+        a for a in sys.argv[1:] if not a.startswith(("hydra.run.dir=", "hydra.output_subdir=", "hydra/job_logging="))
+    ]
+    sys.argv[1:] = keep + [
+        f"hydra.run.dir={tempfile.mkdtemp(prefix='detcal-rank')}",
+        "hydra.output_subdir=null",
+        "hydra/job_logging=disabled",
+    ]
 
 
 def _debug() -> bool:
@@ -168,8 +182,17 @@ def _fail(prog: str, message: str) -> None:
     raise SystemExit(2)
 
 
-_SWEEP_KEYS = ("hydra.mode", "hydra.sweeper", "hydra/sweeper", "hydra.searchpath", "hydra/launcher", "hydra.launcher",
-               "+hydra", "++hydra", "~hydra")
+_SWEEP_KEYS = (
+    "hydra.mode",
+    "hydra.sweeper",
+    "hydra/sweeper",
+    "hydra.searchpath",
+    "hydra/launcher",
+    "hydra.launcher",
+    "+hydra",
+    "++hydra",
+    "~hydra",
+)
 
 
 @contextlib.contextmanager
@@ -198,7 +221,7 @@ def _single_compose(argv: list[str]) -> Any:
         Hydra.get_mode = original  # type: ignore[method-assign]
 
 
-def run_app(config_name: str, schema: type, task: Callable[[Any, "AppContext"], Any], prog: str) -> None:
+def run_app(config_name: str, schema: type, task: Callable[[Any, AppContext], Any], prog: str) -> None:
     """Run ``task(spec, ctx)`` as the Hydra app ``prog`` on ``configs/<config_name>.yaml``.
 
     ``spec`` is the typed ``schema`` object; ``ctx`` carries the run directory,
@@ -231,8 +254,9 @@ def run_app(config_name: str, schema: type, task: Callable[[Any, "AppContext"], 
         try:
             _lock_run_dir(run_dir)
             spec = OmegaConf.to_object(cfg)
-            ctx = AppContext(prog=prog, run_dir=run_dir, overrides=list(hc.overrides.task),
-                             choices=dict(hc.runtime.choices), cfg=cfg)
+            ctx = AppContext(
+                prog=prog, run_dir=run_dir, overrides=list(hc.overrides.task), choices=dict(hc.runtime.choices), cfg=cfg
+            )
             return task(spec, ctx)
         except Exception as exc:
             msg = user_error_message(exc)
@@ -284,7 +308,9 @@ class AppContext:
         if node is None:
             return None
         if not isinstance(node, Mapping) or "_target_" not in node:
-            raise ConfigError(key, f"expected a config with _target_ (one of configs/{key.split('.')[0]}/), got {node!r}")
+            raise ConfigError(
+                key, f"expected a config with _target_ (one of configs/{key.split('.')[0]}/), got {node!r}"
+            )
         try:
             return instantiate(dict(node))
         except Exception as exc:  # noqa: BLE001 - reported with the key

@@ -10,6 +10,7 @@ calibration part, apply them to a disjoint evaluation part, evaluate before/afte
 
 Calibrators are the files of configs/calibrator/ (one registry, ``_target_``).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -28,15 +29,33 @@ def task(app: CalibrateApp, ctx: AppContext) -> dict[str, Any]:
 
     conf = ctx.instantiate(app.calibrator, "calibrator")
     reg = ctx.instantiate(app.regression_calibrator, "regression_calibrator")
-    names = {k: str(ctx.choices[g]) for k, g in (("confidence", "calibrator"),
-                                                  ("regression", "calibrator@regression_calibrator"))
-             if ctx.choices.get(g)}
+    names = {
+        k: str(ctx.choices[g])
+        for k, g in (("confidence", "calibrator"), ("regression", "calibrator@regression_calibrator"))
+        if ctx.choices.get(g)
+    }
     out = app.output
-    result = calibrate(app.data, app.evaluation(), app.calibration, confidence=conf, regression=reg,
-                       eval_data=app.eval_data, workdir=ctx.run_dir, progress=out.progress, names=names)
+    result = calibrate(
+        app.data,
+        app.evaluation(),
+        app.calibration,
+        confidence=conf,
+        regression=reg,
+        eval_data=app.eval_data,
+        workdir=ctx.run_dir,
+        progress=out.progress,
+        names=names,
+    )
     image_dir = (app.eval_data or app.data).image_dir
-    return result.write(ctx.run_dir, plots=out.plots, csv=out.detections_csv, echo=out.print_summary,
-                        header=ctx.header(), report=app.report.enabled, image_dir=image_dir)
+    return result.write(
+        ctx.run_dir,
+        plots=out.plots,
+        csv=out.detections_csv,
+        echo=out.print_summary,
+        header=ctx.header(),
+        report=app.report.enabled,
+        image_dir=image_dir,
+    )
 
 
 def main() -> None:

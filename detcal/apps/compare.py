@@ -9,6 +9,7 @@ paired-bootstrap difference of each detector from the baseline (images
 resampled jointly), per-class and per-size tables, overlaid and per-class
 reliability diagrams (:mod:`detcal.pipeline.compare`).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -28,20 +29,40 @@ def task(app: CompareApp, ctx: AppContext) -> dict[str, Any]:
     from detcal.pipeline.compare_data import load_runs
 
     dataset, runs, gt_area = load_runs(app.data, app.detectors, app.results)
-    c = cmp.compare(runs, dataset, baseline=app.baseline, iou=app.iou, matching=app.matching, n_boot=app.bootstrap.n,
-                    level=app.bootstrap.level, seed=app.bootstrap.seed, gt_area=gt_area,
-                    top_n_classes=app.top_n_classes, method=app.bootstrap.method, ap_n_boot=app.ap_bootstrap)
+    c = cmp.compare(
+        runs,
+        dataset,
+        baseline=app.baseline,
+        iou=app.iou,
+        matching=app.matching,
+        n_boot=app.bootstrap.n,
+        level=app.bootstrap.level,
+        seed=app.bootstrap.seed,
+        gt_area=gt_area,
+        top_n_classes=app.top_n_classes,
+        method=app.bootstrap.method,
+        ap_n_boot=app.ap_bootstrap,
+    )
     out = ctx.run_dir
     files = ["metrics.json", "summary.md"]
     if app.output.plots:
         cmp.plot(c, out / "reliability_overlay.png")
-        cmp.plot_per_class(c, {int(k): v for k, v in dataset.categories.items()}, path=out / "reliability_per_class.png")
+        cmp.plot_per_class(
+            c, {int(k): v for k, v in dataset.categories.items()}, path=out / "reliability_per_class.png"
+        )
         files += ["reliability_overlay.png", "reliability_per_class.png"]
     text = cmp.markdown(c)
-    body = {"detectors": list(runs), "table": c.table, "differences": c.diffs, "per_class": c.per_class,
-            "per_size": c.per_size, "params": c.params}
-    return finish_run(out, PROG, ctx.header(), body, text, files[2:], report=app.report.enabled,
-                      echo=app.output.print_summary)
+    body = {
+        "detectors": list(runs),
+        "table": c.table,
+        "differences": c.diffs,
+        "per_class": c.per_class,
+        "per_size": c.per_size,
+        "params": c.params,
+    }
+    return finish_run(
+        out, PROG, ctx.header(), body, text, files[2:], report=app.report.enabled, echo=app.output.print_summary
+    )
 
 
 def main() -> None:

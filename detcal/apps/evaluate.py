@@ -9,6 +9,7 @@ The config (configs/evaluate.yaml, schema :class:`detcal.apps.schema.EvaluateApp
 becomes an :class:`~detcal.pipeline.spec.EvaluationSpec`; the evaluation is
 :func:`detcal.evaluate`; the result is written into the run directory.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -30,8 +31,15 @@ def task(app: EvaluateApp, ctx: AppContext) -> dict[str, Any]:
     result.detections_format = out.detections_format
     if is_secondary_rank():
         return result.to_dict()  # rank 0 writes the report
-    return result.write(ctx.run_dir, plots=out.plots, csv=out.detections_csv, echo=out.print_summary,
-                        header=ctx.header(), report=app.report.enabled, image_dir=app.data.image_dir)
+    return result.write(
+        ctx.run_dir,
+        plots=out.plots,
+        csv=out.detections_csv,
+        echo=out.print_summary,
+        header=ctx.header(),
+        report=app.report.enabled,
+        image_dir=app.data.image_dir,
+    )
 
 
 def main() -> None:

@@ -1,15 +1,16 @@
 """``detcal-gather``: one comparison table from a sweep directory (see :mod:`detcal.reports.gather`).
 
-    detcal-gather multirun/calibrate                      # the most recent sweep below it
-    detcal-gather multirun/calibrate/<date>/<time>-<id> --metrics 'headline/*'
+detcal-gather multirun/calibrate                      # the most recent sweep below it
+detcal-gather multirun/calibrate/<date>/<time>-<id> --metrics 'headline/*'
 """
+
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from detcal.core.errors import DetcalError
 from detcal.reports.gather import gather
@@ -19,7 +20,10 @@ from detcal.utils.io import write_text
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point of ``detcal-gather``; returns the exit status."""
-    ap = argparse.ArgumentParser(prog="detcal-gather", description="One comparison table (Markdown + CSV) from the runs of a detcal sweep directory.")
+    ap = argparse.ArgumentParser(
+        prog="detcal-gather",
+        description="One comparison table (Markdown + CSV) from the runs of a detcal sweep directory.",
+    )
     ap.add_argument("multirun_dir", help="a Hydra sweep directory written by detcal-evaluate -m")
     ap.add_argument("--out", default=None, help="Markdown output (default <multirun_dir>/comparison.md)")
     ap.add_argument("--csv", default=None, help="CSV output (default: --out with .csv suffix)")

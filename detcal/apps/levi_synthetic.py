@@ -10,6 +10,7 @@ The config (configs/levi_synthetic.yaml, schema
 :func:`detcal.studies.levi_synthetic.run_levi_synthetic`, written into the run
 directory. torch is needed (the ``train`` extra); without it the command says so in one line.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -12,6 +12,7 @@ becomes a :class:`~detcal.training.spec.MainJobSpec`; the calibrators named in
 pipeline is :func:`detcal.training.job.run_main_job`. torch is needed (the
 ``train`` extra); without it the command says so in one line.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -37,8 +38,14 @@ def task(app: MainApp, ctx: AppContext) -> dict[str, Any]:
 
         return run_dry_run(spec, ctx.run_dir)
     calibrators = make_calibrators(spec.calibration.methods)
-    return run_main_job(spec, ctx.run_dir, calibrators=calibrators, progress=spec.progress, header=ctx.header(),
-                        report_html=app.report.enabled)
+    return run_main_job(
+        spec,
+        ctx.run_dir,
+        calibrators=calibrators,
+        progress=spec.progress,
+        header=ctx.header(),
+        report_html=app.report.enabled,
+    )
 
 
 def main() -> None:

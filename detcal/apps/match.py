@@ -23,6 +23,7 @@ max dets, class-agnostic, KITTI rules, inputs) and the counts.
 
 Matching rules: docs/matching.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,19 +62,41 @@ def build_parser() -> argparse.ArgumentParser:
     size = ap.add_mutually_exclusive_group()
     size.add_argument("--sizes", help="KITTI: file of '<frame> <W> <H>' lines with the image sizes")
     size.add_argument("--images", help="KITTI: image_2 directory (sizes read from the image headers)")
-    ap.add_argument("--iou", nargs="+", default=None,
-                    help="IoU thresholds (default 0.5 for coco, 'kitti' = per-class devkit thresholds for kitti)")
-    ap.add_argument("--mode", choices=MODES, default=None,
-                    help="exclusive (pycocotools; default for coco), kitti (the devkit's walk; default for kitti), max")
-    ap.add_argument("--gt-ignore", choices=GT_IGNORE, default="pycocotools",
-                    help="COCO 'ignore' key: overwritten by iscrowd as pycocotools does, or ignore_or_crowd")
+    ap.add_argument(
+        "--iou",
+        nargs="+",
+        default=None,
+        help="IoU thresholds (default 0.5 for coco, 'kitti' = per-class devkit thresholds for kitti)",
+    )
+    ap.add_argument(
+        "--mode",
+        choices=MODES,
+        default=None,
+        help="exclusive (pycocotools; default for coco), kitti (the devkit's walk; default for kitti), max",
+    )
+    ap.add_argument(
+        "--gt-ignore",
+        choices=GT_IGNORE,
+        default="pycocotools",
+        help="COCO 'ignore' key: overwritten by iscrowd as pycocotools does, or ignore_or_crowd",
+    )
     ap.add_argument("--class-agnostic", action="store_true", help="match regardless of category")
-    ap.add_argument("--score-threshold", type=float, default=0.0, help="detections with a lower score are not considered")
-    ap.add_argument("--max-dets", type=_max_dets, default=None,
-                    help="keep the best N per image and category ('none' = all; default 100 for coco, none for kitti)")
+    ap.add_argument(
+        "--score-threshold", type=float, default=0.0, help="detections with a lower score are not considered"
+    )
+    ap.add_argument(
+        "--max-dets",
+        type=_max_dets,
+        default=None,
+        help="keep the best N per image and category ('none' = all; default 100 for coco, none for kitti)",
+    )
     ap.add_argument("--difficulty", choices=("easy", "moderate", "hard"), default="moderate", help="KITTI difficulty")
-    ap.add_argument("--unknown-category", choices=("drop", "error"), default="drop",
-                    help="detections of a category absent from the ground truth: drop (counted) or error")
+    ap.add_argument(
+        "--unknown-category",
+        choices=("drop", "error"),
+        default="drop",
+        help="detections of a category absent from the ground truth: drop (counted) or error",
+    )
     ap.add_argument("--out", required=True, help="output CSV path")
     return ap
 
@@ -103,12 +126,22 @@ def _load(args: argparse.Namespace) -> tuple[Dataset, Detections, KittiRules | N
             raise DetcalInputError("--sizes/--images are for --format kitti only", field="--sizes")
         spec = DataSpec(source="coco", gt=args.gt, results=args.results, unknown_category=args.unknown_category)
     else:
-        spec = DataSpec(source="kitti", label_dir=args.gt, results_dir=args.results, image_dir=args.images,
-                        sizes=args.sizes, difficulty=args.difficulty)
+        spec = DataSpec(
+            source="kitti",
+            label_dir=args.gt,
+            results_dir=args.results,
+            image_dir=args.images,
+            sizes=args.sizes,
+            difficulty=args.difficulty,
+        )
     data = load_data(spec, ".")
     for cause, n in data.dropped.items():
         src = args.results
-        why = unknown_category_warning(src, n) if cause == "unknown_category" else f"{src}: left out {n} detections ({cause.replace('_', ' ')})"
+        why = (
+            unknown_category_warning(src, n)
+            if cause == "unknown_category"
+            else f"{src}: left out {n} detections ({cause.replace('_', ' ')})"
+        )
         print(f"detcal-match: warning: {why}", file=sys.stderr)
     return data.dataset, data.detections, data.kitti
 
@@ -128,21 +161,33 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_dets = args.max_dets or None
         t1 = time.perf_counter()
         result = match(
-            dets, ds.gt, iou, mode=args.mode or ("kitti" if args.format == "kitti" else "exclusive"),
-            class_agnostic=args.class_agnostic, gt_ignore=args.gt_ignore,
-            score_threshold=args.score_threshold, max_dets=max_dets, kitti=rules, images=ds.images,
+            dets,
+            ds.gt,
+            iou,
+            mode=args.mode or ("kitti" if args.format == "kitti" else "exclusive"),
+            class_agnostic=args.class_agnostic,
+            gt_ignore=args.gt_ignore,
+            score_threshold=args.score_threshold,
+            max_dets=max_dets,
+            kitti=rules,
+            images=ds.images,
         )
         t2 = time.perf_counter()
         per_class = isinstance(iou, str)
-        inputs = {"format": args.format, "gt": str(args.gt), "results": str(args.results),
-                  "difficulty": args.difficulty if args.format == "kitti" else None}
-        counts = write_match_outputs(args.out, ds, dets, result, per_class, inputs,
-                                     {"load": t1 - t0, "match": t2 - t1})
+        inputs = {
+            "format": args.format,
+            "gt": str(args.gt),
+            "results": str(args.results),
+            "difficulty": args.difficulty if args.format == "kitti" else None,
+        }
+        counts = write_match_outputs(args.out, ds, dets, result, per_class, inputs, {"load": t1 - t0, "match": t2 - t1})
     except (DetcalError, OSError) as e:
         print(f"detcal-match: error: {e}", file=sys.stderr)
         return 2
-    print(f"detcal-match: {match_summary(counts, result, per_class)}; load {t1 - t0:.2f}s, "
-          f"match {t2 - t1:.3f}s -> {args.out}")
+    print(
+        f"detcal-match: {match_summary(counts, result, per_class)}; load {t1 - t0:.2f}s, "
+        f"match {t2 - t1:.3f}s -> {args.out}"
+    )
     return 0
 
 

@@ -1,27 +1,28 @@
 """The config schema of each command: typed dataclasses built from the specs
 of :mod:`detcal.pipeline.spec`, registered in Hydra's ConfigStore by
 :mod:`detcal.apps._hydra`. The YAML files under configs/ hold values only."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from detcal.pipeline.spec import (
     AccuracySpec,
-    LocalisationSpec,
     BootstrapSpec,
-    OCESpec,
-    UqDetrSpec,
     CalibrationSpec,
     ConfidenceSpec,
     DataSpec,
     DeceBinningSpec,
     EvaluationSpec,
+    LocalisationSpec,
     MatchingSpec,
+    OCESpec,
     ParallelSpec,
     RegressionSpec,
     ReportSpec,
     SigmaBinningSpec,
+    UqDetrSpec,
 )
 
 __all__ = ["OutputSpec", "EvaluateApp", "CalibrateApp"]
@@ -43,27 +44,36 @@ class _EvaluationFields:
 
     def evaluation(self) -> EvaluationSpec:
         """The :class:`EvaluationSpec` these fields describe."""
-        return EvaluationSpec(matching=self.matching, dece_binning=self.dece_binning,
-                              sigma_binning=self.sigma_binning, confidence=self.confidence,
-                              regression=self.regression, bootstrap=self.bootstrap, accuracy=self.accuracy,
-                              localisation=self.localisation, oce=self.oce, uq_detr=self.uq_detr,
-                              parallel=self.parallel)
+        return EvaluationSpec(
+            matching=self.matching,
+            dece_binning=self.dece_binning,
+            sigma_binning=self.sigma_binning,
+            confidence=self.confidence,
+            regression=self.regression,
+            bootstrap=self.bootstrap,
+            accuracy=self.accuracy,
+            localisation=self.localisation,
+            oce=self.oce,
+            uq_detr=self.uq_detr,
+            parallel=self.parallel,
+        )
 
 
 @dataclass
 class OutputSpec:
     """What a command writes beside metrics.json and summary.md."""
 
-    plots: bool = True            # PNG diagrams
-    detections_csv: bool = True   # one row per detection (matched flags, IoU, features)
+    plots: bool = True  # PNG diagrams
+    detections_csv: bool = True  # one row per detection (matched flags, IoU, features)
     detections_format: str = "csv"  # csv | parquet (columnar, pyarrow)
 
     def __post_init__(self) -> None:
         from detcal.pipeline.spec import _choice
 
         _choice("output.detections_format", self.detections_format, ("csv", "parquet"))
-    print_summary: bool = True    # print summary.md at the end
-    progress: bool = True         # progress bar on a terminal
+
+    print_summary: bool = True  # print summary.md at the end
+    progress: bool = True  # progress bar on a terminal
 
 
 @dataclass
@@ -82,7 +92,7 @@ class CalibrateApp(_EvaluationFields):
 
     name: str = "calibrate"
     data: DataSpec = field(default_factory=DataSpec)
-    eval_data: Optional[DataSpec] = None
+    eval_data: DataSpec | None = None
     calibrator: Any = None
     regression_calibrator: Any = None
     calibration: CalibrationSpec = field(default_factory=CalibrationSpec)
@@ -96,9 +106,9 @@ class CompareApp:
 
     name: str = "compare"
     data: DataSpec = field(default_factory=lambda: DataSpec(source="bundled"))
-    detectors: list[str] = field(default_factory=list)   # bundled data: which detectors ([] = all)
+    detectors: list[str] = field(default_factory=list)  # bundled data: which detectors ([] = all)
     results: dict[str, str] = field(default_factory=dict)  # data=coco: name -> COCO results file
-    baseline: Optional[str] = None
+    baseline: str | None = None
     iou: float = 0.5
     matching: str = "exclusive"
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
@@ -108,9 +118,7 @@ class CompareApp:
     report: ReportSpec = field(default_factory=ReportSpec)
 
     def __post_init__(self) -> None:
-        from detcal.pipeline.spec import _choice, _prob
-
-        from detcal.pipeline.spec import _int
+        from detcal.pipeline.spec import _choice, _int, _prob
 
         _prob("iou", self.iou, open_lo=True)
         _choice("matching", self.matching, ("exclusive", "netcal_example"))
@@ -123,12 +131,12 @@ class StudyApp:
     docs/newest_measures.md, docs/metrics.md)."""
 
     name: str = "study"
-    study: str = "kueppers2020"          # kueppers2020 | kuzucu2024 | lakara_retention
-    detectors: list[str] = field(default_factory=list)   # bundled detectors ([] = all four)
-    n_splits: int = 20                   # kueppers2020: seeded 70/30 calibration/test splits over images
-    fraction: float = 0.5                # kuzucu2024: share of the images that fit the calibrators
-    source: str = "code"                 # lakara_retention: code | paper variants
-    n_images: int = 500                  # lakara_retention: synthetic detector's images
+    study: str = "kueppers2020"  # kueppers2020 | kuzucu2024 | lakara_retention
+    detectors: list[str] = field(default_factory=list)  # bundled detectors ([] = all four)
+    n_splits: int = 20  # kueppers2020: seeded 70/30 calibration/test splits over images
+    fraction: float = 0.5  # kuzucu2024: share of the images that fit the calibrators
+    source: str = "code"  # lakara_retention: code | paper variants
+    n_images: int = 500  # lakara_retention: synthetic detector's images
     seed: int = 0
     output: OutputSpec = field(default_factory=OutputSpec)
     report: ReportSpec = field(default_factory=ReportSpec)

@@ -6,6 +6,7 @@
 
 Each writes metrics.json (the numbers), summary.md (the table) and its figure.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -24,8 +25,9 @@ def task(app: StudyApp, ctx: AppContext) -> dict[str, Any]:
     from detcal.studies.run import run_study
 
     body, text, files = run_study(app, ctx.run_dir)
-    return finish_run(ctx.run_dir, PROG, ctx.header(), body, text, files, report=app.report.enabled,
-                      echo=app.output.print_summary)
+    return finish_run(
+        ctx.run_dir, PROG, ctx.header(), body, text, files, report=app.report.enabled, echo=app.output.print_summary
+    )
 
 
 def main() -> None:

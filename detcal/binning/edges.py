@@ -29,10 +29,12 @@ The exact fixed-point per-cell statistics (:class:`CellStats`,
 :func:`cell_stats`) live in :mod:`detcal.binning.cells`, the fixed-point
 kernels in :mod:`detcal.binning.kernels`; both build on this module.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -148,7 +150,6 @@ def equal_width_bins(values: np.ndarray, n_bins: int, lo: float | None = None, h
         return np.zeros(len(v), dtype=np.int64)
     idx = np.floor((v - lo) / (hi - lo) * n_bins).astype(np.int64)
     return np.clip(idx, 0, n_bins - 1)
-
 
 
 # ---------------------------------------------------------------------------
@@ -275,7 +276,7 @@ def rank_segments(u: np.ndarray, cuts: Any) -> RankSegments:
         uniq, first = np.unique(keys_sorted, return_index=True)
         bounds = np.append(first, len(keys_sorted))
         for g, k_last in enumerate(uniq):
-            members = members_all[order[bounds[g]:bounds[g + 1]]]
+            members = members_all[order[bounds[g] : bounds[g + 1]]]
             k_first = int(np.searchsorted(v, v[k_last], side="left"))
             lo = int(below[k_first])
             hi = lo + len(members)

@@ -12,6 +12,7 @@ per call of the metric.
 rule uses a lookup table over a dyadic grid instead of two gathers of the
 edges per sample (``_netcal_table``).
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -116,7 +117,12 @@ def bin_index_into(v: np.ndarray, n_bins: int, edges: str, out: np.ndarray, ws: 
 
 
 def cell_index_into(
-    p: np.ndarray, features: np.ndarray | None, bins: tuple[int, ...], edges: str, out: np.ndarray, ws: Workspace,
+    p: np.ndarray,
+    features: np.ndarray | None,
+    bins: tuple[int, ...],
+    edges: str,
+    out: np.ndarray,
+    ws: Workspace,
     p_clipped: bool = False,
 ) -> np.ndarray:
     """Flat C-order cell [m] over (p, features[:, 0], ...) of one chunk, written into ``out`` (int64)."""
@@ -192,9 +198,12 @@ def quick_arrays(p: Any, y: Any, features: Any) -> tuple[np.ndarray, np.ndarray,
     f_arr = None if features is None else np.asarray(features, dtype=np.float64)
     if f_arr is not None and f_arr.ndim == 1:
         f_arr = f_arr[:, None]
-    ok = (p_arr.ndim == 1 and y_arr.shape == p_arr.shape
-          and (y_arr.dtype == np.bool_ or np.issubdtype(y_arr.dtype, np.integer))
-          and (f_arr is None or (f_arr.ndim == 2 and f_arr.shape[0] == p_arr.shape[0])))
+    ok = (
+        p_arr.ndim == 1
+        and y_arr.shape == p_arr.shape
+        and (y_arr.dtype == np.bool_ or np.issubdtype(y_arr.dtype, np.integer))
+        and (f_arr is None or (f_arr.ndim == 2 and f_arr.shape[0] == p_arr.shape[0]))
+    )
     return (p_arr, y_arr, f_arr) if ok else None
 
 

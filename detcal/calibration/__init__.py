@@ -12,6 +12,7 @@ Registries (used by the Hydra layer through :func:`make_calibrator`):
 * ``REGRESSION_CALIBRATORS``: ``std_scaling``, ``std_scaling_sgd``,
   ``kuleshov_isotonic``, ``sigma_histogram``.
 """
+
 from __future__ import annotations
 
 from typing import Any

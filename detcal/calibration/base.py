@@ -25,6 +25,7 @@ Two families share the validation helpers defined here:
 
 The evaluation core must not import torch or hydra: this module does not.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -105,7 +106,7 @@ class Calibrator:
         """Hyper-parameters given to ``__init__``, by name."""
         return {name: getattr(self, name) for name in self._param_names()}
 
-    def set_params(self, **params: Any) -> "Calibrator":
+    def set_params(self, **params: Any) -> Calibrator:
         """Set hyper-parameters (unknown names raise ``DetcalInputError``); returns self."""
         valid = set(self._param_names())
         for name, value in params.items():
@@ -232,7 +233,9 @@ def check_features(features: Any, n: int, field: str = "features") -> np.ndarray
     return arr
 
 
-def check_regression_array(a: Any, field: str, shape: tuple[int, ...] | None = None, positive: bool = False) -> np.ndarray:
+def check_regression_array(
+    a: Any, field: str, shape: tuple[int, ...] | None = None, positive: bool = False
+) -> np.ndarray:
     """A finite ``[S]`` or ``[S,K]`` float64 array; ``positive`` demands ``> 0``; ``shape`` must match."""
     arr = np.asarray(a, dtype=np.float64)
     if arr.ndim not in (1, 2):
@@ -262,7 +265,7 @@ class ConfidenceCalibrator(Calibrator):
     uses_features: bool = False
     requires_features: bool = False
 
-    def fit(self, p: Any, y: Any, features: Any = None) -> "ConfidenceCalibrator":
+    def fit(self, p: Any, y: Any, features: Any = None) -> ConfidenceCalibrator:
         """Validate, learn the map on a calibration split, return ``self``.
 
         ``p [S]`` scores in [0, 1], ``y [S]`` 1 = true positive (matched), 0 =
@@ -295,9 +298,7 @@ class ConfidenceCalibrator(Calibrator):
                 )
             f_arr = check_features(features, len(p_arr))
             if f_arr.shape[1] != self.n_features_:
-                raise DetcalInputError(
-                    f"{f_arr.shape[1]} features given, {self.n_features_} at fit", field="features"
-                )
+                raise DetcalInputError(f"{f_arr.shape[1]} features given, {self.n_features_} at fit", field="features")
         elif features is not None:
             check_features(features, len(p_arr))
         if len(p_arr) == 0:
@@ -338,7 +339,7 @@ class RegressionCalibrator(Calibrator):
             y_a = None if y_a is None else y_a[:, None]
         return mu_a, sg_a, y_a, one_d
 
-    def fit(self, mu: Any, sigma: Any, y: Any) -> "RegressionCalibrator":
+    def fit(self, mu: Any, sigma: Any, y: Any) -> RegressionCalibrator:
         """Validate, learn one map per coordinate on a calibration split, return ``self``.
 
         ``mu [S,K]`` predicted means, ``sigma [S,K]`` predicted standard
@@ -359,9 +360,7 @@ class RegressionCalibrator(Calibrator):
         self._check_fitted()
         mu_a, sg_a, _, one_d = self._validate(mu, sigma, None)
         if mu_a.shape[1] != self.n_coords_:
-            raise DetcalInputError(
-                f"{mu_a.shape[1]} coordinates given, {self.n_coords_} at fit", field="mu"
-            )
+            raise DetcalInputError(f"{mu_a.shape[1]} coordinates given, {self.n_coords_} at fit", field="mu")
         return mu_a, sg_a, one_d
 
     def transform(self, mu: Any, sigma: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -22,6 +22,7 @@ All fit by maximum likelihood (mean Bernoulli NLL) unless stated; the
 logistic models use exact gradients and Hessians vectorised over samples:
 damped Newton without constraints, scipy's L-BFGS-B with bounds.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -42,9 +43,9 @@ from detcal.core.errors import DetcalInputError
 
 def _logistic_report(info: dict[str, Any], **kw: Any) -> dict[str, Any]:
     """Fit report of a logistic fit (:func:`detcal.calibration.logistic.fit_logistic_info`)."""
-    return make_report(converged=info["converged"], method=info["method"], n_iter=info["n_iter"],
-                       message=info["message"], **kw)
-
+    return make_report(
+        converged=info["converged"], method=info["method"], n_iter=info["n_iter"], message=info["message"], **kw
+    )
 
 
 def _newton_polish(theta: float, z: np.ndarray, y: np.ndarray, bound: float, max_iter: int = 50) -> float:
@@ -121,15 +122,24 @@ class TemperatureScaling(ConfidenceCalibrator):
         at_bound = []
         # at the box and the NLL still decreasing outwards: the optimum lies beyond the bound
         if abs(abs(theta) - b) <= 1e-9 * max(b, 1.0) and grad * np.sign(theta) < 0:
-            at_bound.append({"parameter": "temperature", "value": self.temperature_,
-                             "bound": float(np.exp(np.sign(theta) * b))})
+            at_bound.append(
+                {"parameter": "temperature", "value": self.temperature_, "bound": float(np.exp(np.sign(theta) * b))}
+            )
         lo, hi = sigmoid(np.array([z.min(), z.max()]) / self.temperature_)
         notes = []
         if hi - lo < 0.1:
-            notes.append(f"T = {self.temperature_:.4g} squeezes the calibration scores into [{lo:.4f}, {hi:.4f}]: "
-                         "they carry almost no information about y at this IoU")
-        self.fit_report_ = make_report(converged=bool(res.success), method="L-BFGS-B over log T",
-                                       n_iter=int(res.nit), message=str(res.message), at_bound=at_bound, notes=notes)
+            notes.append(
+                f"T = {self.temperature_:.4g} squeezes the calibration scores into [{lo:.4f}, {hi:.4f}]: "
+                "they carry almost no information about y at this IoU"
+            )
+        self.fit_report_ = make_report(
+            converged=bool(res.success),
+            method="L-BFGS-B over log T",
+            n_iter=int(res.nit),
+            message=str(res.message),
+            at_bound=at_bound,
+            notes=notes,
+        )
 
     def _transform(self, p: np.ndarray, features: np.ndarray | None) -> np.ndarray:
         return sigmoid(logit(p) / self.temperature_)
@@ -380,8 +390,9 @@ class BetaCalibration(ConfidenceCalibrator):
         q = clip_p(p)
         if self.parameters == "abm":
             X = np.column_stack([np.log(q), -np.log1p(-q), np.ones_like(q)])
-            w, info = fit_logistic_info(X, y, 0.0, bounds=[(0.0, None), (0.0, None), (None, None)],
-                                        w0=np.array([1.0, 1.0, 0.0]))
+            w, info = fit_logistic_info(
+                X, y, 0.0, bounds=[(0.0, None), (0.0, None), (None, None)], w0=np.array([1.0, 1.0, 0.0])
+            )
             a, b, c = w
         elif self.parameters == "am":
             X = np.column_stack([logit(q), np.ones_like(q)])

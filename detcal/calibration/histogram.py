@@ -1,4 +1,5 @@
 """Histogram binning of confidence scores (docs/calibration.md#histogram), numpy only."""
+
 from __future__ import annotations
 
 import warnings
@@ -61,8 +62,9 @@ class HistogramBinning(ConfidenceCalibrator):
         ms = self.min_samples
         if isinstance(ms, str):
             if ms != "auto":
-                raise DetcalInputError(f"min_samples must be an integer >= 1 or 'auto', got {ms!r}",
-                                       field="min_samples")
+                raise DetcalInputError(
+                    f"min_samples must be an integer >= 1 or 'auto', got {ms!r}", field="min_samples"
+                )
             return 1, self.AUTO_MIN_CELL_SAMPLES
         if isinstance(ms, bool) or int(ms) != ms or int(ms) < 1:
             raise DetcalInputError(f"min_samples must be an integer >= 1 or 'auto', got {ms!r}", field="min_samples")
@@ -83,8 +85,10 @@ class HistogramBinning(ConfidenceCalibrator):
         self.global_freq_ = float(np.mean(y))
         self.min_bin_samples_, self.min_cell_samples_ = min_bin, min_cell
         n = float(len(p))
-        notes = [f"1-D bins: {int((cnt >= min_bin).sum())} of {nb} hold >= {min_bin} samples; "
-                 f"{cnt[cnt < min_bin].sum() / n:.1%} of the calibration samples fall back to the global frequency"]
+        notes = [
+            f"1-D bins: {int((cnt >= min_bin).sum())} of {nb} hold >= {min_bin} samples; "
+            f"{cnt[cnt < min_bin].sum() / n:.1%} of the calibration samples fall back to the global frequency"
+        ]
         if features is not None:
             try:
                 c, n_cells = cell_index(np.column_stack([p, features]), self._grid(features.shape[1] + 1))
@@ -97,14 +101,18 @@ class HistogramBinning(ConfidenceCalibrator):
             self.cell_count_ = ccnt.astype(np.int64)
             n_used = int(used.sum())
             mean_used = float(ccnt[used].mean()) if n_used else 0.0
-            notes.append(f"grid: {n_used} of {n_cells} cells hold >= {min_cell} samples (mean {mean_used:.1f} in "
-                         f"those); {ccnt[~used].sum() / n:.1%} of the calibration samples fall back to the 1-D bins")
+            notes.append(
+                f"grid: {n_used} of {n_cells} cells hold >= {min_cell} samples (mean {mean_used:.1f} in "
+                f"those); {ccnt[~used].sum() / n:.1%} of the calibration samples fall back to the 1-D bins"
+            )
             if n_used and mean_used < self.SPARSE_MEAN_COUNT:
                 warnings.warn(
                     f"HistogramBinning: the {n_used} grid cells in use hold {mean_used:.1f} calibration samples on "
                     f"average (< {self.SPARSE_MEAN_COUNT:g}): their frequencies are noise and will worsen held-out "
                     f"calibration; use min_samples='auto' or more, or fewer grid_bins",
-                    CalibrationFitWarning, stacklevel=3)
+                    CalibrationFitWarning,
+                    stacklevel=3,
+                )
                 notes.append(f"sparse: cells in use hold {mean_used:.1f} samples on average")
         else:
             self.cell_freq_ = np.zeros(0)

@@ -18,6 +18,7 @@ fitted per class on such soft targets ``t [S]`` in [0, 1]:
 :func:`fit_soft` fits any of these on soft targets; :class:`PerClassCalibrator`
 keeps one per class (a class without samples stays the identity).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -52,7 +53,7 @@ class IoULinearRegression(ConfidenceCalibrator):
     def __init__(self) -> None:
         pass
 
-    def fit(self, p: Any, y: Any, features: Any = None) -> "IoULinearRegression":
+    def fit(self, p: Any, y: Any, features: Any = None) -> IoULinearRegression:
         """Fit on scores ``p [S]`` and targets ``y [S]`` in [0, 1] (IoU or 0/1)."""
         p_arr = check_probabilities(p)
         t = check_targets(y, len(p_arr), "y")
@@ -90,7 +91,9 @@ def fit_soft(cal: ConfidenceCalibrator, p: Any, target: Any) -> ConfidenceCalibr
     ``fit`` only checks 0/1 labels, so this validates and fits directly.
     """
     if cal.uses_features:
-        raise DetcalInputError(f"{type(cal).__name__} needs box features; use a score-only calibrator", field="calibrator")
+        raise DetcalInputError(
+            f"{type(cal).__name__} needs box features; use a score-only calibrator", field="calibrator"
+        )
     p_arr = check_probabilities(p)
     t = check_targets(target, len(p_arr))
     if len(p_arr) == 0:
@@ -110,13 +113,15 @@ class PerClassCalibrator:
 
     def __init__(self, method: str, min_samples: int = 1, **kwargs: Any) -> None:
         if method != "identity" and method not in IOU_CALIBRATORS:
-            raise DetcalInputError(f"unknown calibrator {method!r}; known: {['identity', *IOU_CALIBRATORS]}", field="method")
+            raise DetcalInputError(
+                f"unknown calibrator {method!r}; known: {['identity', *IOU_CALIBRATORS]}", field="method"
+            )
         self.method = method
         self.min_samples = int(min_samples)
         self.kwargs = kwargs
         self.calibrators_: dict[int, ConfidenceCalibrator] = {}
 
-    def fit(self, p: Any, target: Any, category: Any) -> "PerClassCalibrator":
+    def fit(self, p: Any, target: Any, category: Any) -> PerClassCalibrator:
         p_arr = check_probabilities(p)
         t = check_targets(target, len(p_arr))
         cat = np.asarray(category, dtype=np.int64).reshape(-1)
@@ -130,7 +135,7 @@ class PerClassCalibrator:
         for c, s0, n in zip(uniq, start, count):  # loop over classes
             if n < self.min_samples:
                 continue
-            rows = order[s0: s0 + n]
+            rows = order[s0 : s0 + n]
             self.calibrators_[int(c)] = fit_soft(IOU_CALIBRATORS[self.method](**self.kwargs), p_arr[rows], t[rows])
         return self
 
@@ -145,5 +150,10 @@ class PerClassCalibrator:
         return out
 
     def describe(self) -> dict[str, Any]:
-        return {"method": self.method, "per_class": True, "min_samples": self.min_samples, "params": dict(self.kwargs),
-                "n_classes_fitted": len(self.calibrators_)}
+        return {
+            "method": self.method,
+            "per_class": True,
+            "min_samples": self.min_samples,
+            "params": dict(self.kwargs),
+            "n_classes_fitted": len(self.calibrators_),
+        }

@@ -9,6 +9,7 @@
   thresholds, constant outside them, finite for any gap between two
   thresholds (subnormal gaps included).
 """
+
 from __future__ import annotations
 
 import numpy as np

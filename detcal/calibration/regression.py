@@ -13,6 +13,7 @@ StdScalingSGD         the same s_k by momentum SGD on the Gaussian NLL        Le
 KuleshovIsotonic      recalibrated CDF R(Phi(r)), R isotonic                  Kuleshov et al. 2018
 SigmaHistogramBinning sigma' = sigma * RMSE_b / RMV_b in sigma's bin b         (histogram binning of sigma)
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -51,9 +52,7 @@ def std_scaling_factor(mu: np.ndarray, sigma: np.ndarray, y: np.ndarray) -> np.n
     scale = np.sqrt(np.mean(r2, axis=0))
     if np.any(scale == 0):
         k = int(np.flatnonzero(scale == 0)[0])
-        raise DetcalInputError(
-            f"every residual of coordinate {k} is 0: no scale > 0 minimises the NLL", field="y"
-        )
+        raise DetcalInputError(f"every residual of coordinate {k} is 0: no scale > 0 minimises the NLL", field="y")
     return scale
 
 
@@ -187,9 +186,12 @@ class StdScalingSGD(RegressionCalibrator):
         self.n_steps_ = int(steps)
         self.converged_ = bool(converged)
         self.stationarity_ = np.abs(1.0 - m_full / self.scale_**2)
-        msg = (f"full-data stationarity |1 - mean r^2 / s^2| below tol={self.tol} after {steps} steps" if converged
-               else f"max_steps={self.max_steps} reached with stationarity {float(self.stationarity_.max()):.3g} "
-                    f"> tol={self.tol}; the closed form StdScaling gives the exact minimiser")
+        msg = (
+            f"full-data stationarity |1 - mean r^2 / s^2| below tol={self.tol} after {steps} steps"
+            if converged
+            else f"max_steps={self.max_steps} reached with stationarity {float(self.stationarity_.max()):.3g} "
+            f"> tol={self.tol}; the closed form StdScaling gives the exact minimiser"
+        )
         self.fit_report_ = make_report(converged=converged, method="momentum SGD", n_iter=steps, message=msg)
 
     def _transform(self, mu: np.ndarray, sigma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -272,8 +274,9 @@ class KuleshovIsotonic(RegressionCalibrator):
         if y_a.shape != mu_a.shape:
             raise DetcalInputError(f"shape {y_a.shape} does not match mu {mu_a.shape}", field="y")
         p = ndtr((y_a - mu_a) / sg_a)
-        out = np.column_stack([interp_thresholds(p[:, j], self.x_thresholds_[j], self.y_thresholds_[j])
-                               for j in range(self.n_coords_)])
+        out = np.column_stack(
+            [interp_thresholds(p[:, j], self.x_thresholds_[j], self.y_thresholds_[j]) for j in range(self.n_coords_)]
+        )
         return out[:, 0] if one_d else out
 
     def quantile(self, q: Any, mu: Any, sigma: Any) -> np.ndarray:
@@ -350,8 +353,11 @@ class SigmaHistogramBinning(RegressionCalibrator):
         self.rmv_ = rmvs
         self.rmse_ = rmses
         self.count_ = counts
-        floor = [{"parameter": f"factor[coord {j}][bin {b}]", "value": float(f[b]), "bound": 1e-12}
-                 for j, f in enumerate(factors) for b in np.flatnonzero(f <= 1e-12)]
+        floor = [
+            {"parameter": f"factor[coord {j}][bin {b}]", "value": float(f[b]), "bound": 1e-12}
+            for j, f in enumerate(factors)
+            for b in np.flatnonzero(f <= 1e-12)
+        ]
         self.fit_report_ = make_report(at_bound=floor, message="closed form (per-bin RMSE / RMV)")
 
     def _transform(self, mu: np.ndarray, sigma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -19,10 +19,12 @@ in ``metrics.json``):
 When ``ok`` is false, ``fit`` issues a :class:`CalibrationFitWarning` that
 names the calibrator, the parameter, its value and the bound.
 """
+
 from __future__ import annotations
 
 import warnings
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 
 class CalibrationFitWarning(UserWarning):
@@ -75,7 +77,8 @@ def warn_report(owner: str, report: dict[str, Any], stacklevel: int = 3) -> None
     problems = report_problems(report)
     if problems:
         warnings.warn(
-            f"{owner}: fit is not trustworthy: " + "; ".join(problems)
+            f"{owner}: fit is not trustworthy: "
+            + "; ".join(problems)
             + ". The learned map is recorded in fit_report_; consider another calibrator.",
             CalibrationFitWarning,
             stacklevel=stacklevel,

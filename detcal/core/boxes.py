@@ -7,6 +7,7 @@ Deltas (Girshick 2015), reference box P and target box G as centre/size::
 
     tx = (Gx - Px) / Pw,  ty = (Gy - Py) / Ph,  tw = log(Gw / Pw),  th = log(Gh / Ph)
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -72,8 +73,11 @@ def area(b: np.ndarray) -> np.ndarray:
 
 
 def pairwise_iou(
-    a: np.ndarray, b: np.ndarray, crowd: np.ndarray | None = None,
-    a_wh: np.ndarray | None = None, b_wh: np.ndarray | None = None,
+    a: np.ndarray,
+    b: np.ndarray,
+    crowd: np.ndarray | None = None,
+    a_wh: np.ndarray | None = None,
+    b_wh: np.ndarray | None = None,
 ) -> np.ndarray:
     """IoU matrix [A,B] between ``xyxy`` boxes ``a`` [A,4] and ``b`` [B,4].
 

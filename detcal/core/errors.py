@@ -4,6 +4,7 @@ Every input error names *where* the problem is: the file, the record (index
 or id within the file) and the field, so that a user can open the file and
 fix it.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -63,11 +63,11 @@ MetricResult
     optional per-bin table and optional bootstrap interval. Always the same
     type, whatever the flags.
 """
+
 from __future__ import annotations
 
-import os
-
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,7 +149,11 @@ class Images(_Columnar):
         _, order, sorted_ids = cached
         pos = np.searchsorted(sorted_ids, image_ids)
         pos_c = np.clip(pos, 0, max(len(sorted_ids) - 1, 0))
-        ok = (len(sorted_ids) > 0) & (sorted_ids[pos_c] == image_ids) if len(sorted_ids) else np.zeros(image_ids.shape, bool)
+        ok = (
+            (len(sorted_ids) > 0) & (sorted_ids[pos_c] == image_ids)
+            if len(sorted_ids)
+            else np.zeros(image_ids.shape, bool)
+        )
         out = np.full(image_ids.shape, -1, dtype=np.int64)
         if len(sorted_ids):
             out[ok] = order[pos_c[ok]]
@@ -293,7 +297,9 @@ class Dataset:
         if len(bad):
             raise DetcalInputError(
                 f"ground truth refers to image id {int(self.gt.image_id[bad[0]])} not in the images",
-                file=self.source or None, record=int(bad[0]), field="image_id",
+                file=self.source or None,
+                record=int(bad[0]),
+                field="image_id",
             )
         return rows
 
@@ -390,7 +396,15 @@ class MetricResult:
 
 
 KITTI_TYPES: tuple[str, ...] = (
-    "Car", "Van", "Truck", "Pedestrian", "Person_sitting", "Cyclist", "Tram", "Misc", "DontCare",
+    "Car",
+    "Van",
+    "Truck",
+    "Pedestrian",
+    "Person_sitting",
+    "Cyclist",
+    "Tram",
+    "Misc",
+    "DontCare",
 )
 """The 9 KITTI label types; their category ids are 1..9 in this order."""
 

@@ -4,6 +4,7 @@ Box-format conversions (COCO ``[x, y, w, h]``, KITTI ``left top right
 bottom``) happen here and nowhere else. numpy only: importing this package
 never imports torch (pycocotools and PIL are imported lazily, when used).
 """
+
 from detcal.data.classmap import ClassMap, load_class_map
 from detcal.data.coco import (
     dataset_to_coco_dict,

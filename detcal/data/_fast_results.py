@@ -32,6 +32,7 @@ checks see exactly what the whole parse would have given them; read per key by
 escapes, or hold integer literals of 19 or more digits (where parsers differ
 on what such a number becomes).
 """
+
 from __future__ import annotations
 
 import functools
@@ -51,7 +52,7 @@ _DECLINE_KEYS: tuple[bytes, ...] = (b'"bbox_covar"', b'"covars"', b'"all_scores"
 _REQUIRED: tuple[str, ...] = ("image_id", "category_id", "bbox", "score")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _decoder(optional: tuple[str, ...], extra: tuple[str, ...] | None = None) -> Any:
     """Decoder of a list of records with the required fields and ``optional`` 4-number fields;
     with ``extra`` (the other keys of the first record, read as any JSON value), a record holding
@@ -75,7 +76,7 @@ def _first_record_keys(data: bytes) -> tuple[str, ...] | None:
     if j < 0 or data.find(b"{", i + 1, j) >= 0:
         return None
     try:
-        first = orjson.loads(data[i:j + 1])
+        first = orjson.loads(data[i : j + 1])
     except orjson.JSONDecodeError:
         return None
     return tuple(first) if isinstance(first, dict) else None
@@ -151,7 +152,7 @@ def _long_digit_run(data: bytes, n: int = 19) -> bool:
     return b"0" * n in data.translate(_DIGITS)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _instances_decoder() -> Any:
     import msgspec
 

@@ -21,6 +21,7 @@ Strict numbers (docs/formats.md, "Acceptance rules"):
   proposal and image sizes) in ``[MIN_SCALE, MAX_ABS]``, covariance entries
   ``|c| <= MAX_ABS**2`` with each diagonal entry 0 or ``>= MIN_SCALE**2``.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -128,7 +129,13 @@ def _is_numeric(value: Any, shape: tuple[int, ...]) -> bool:
 
 
 def numeric_column(
-    values: list, shape: tuple[int, ...], *, file: str, field: str, prefix: str = "", what: str = "a number",
+    values: list,
+    shape: tuple[int, ...],
+    *,
+    file: str,
+    field: str,
+    prefix: str = "",
+    what: str = "a number",
     bools: bool = True,
 ) -> np.ndarray:
     """One JSON value per record -> float64 ``[R, *shape]``; numbers only (no bool, no str).
@@ -165,16 +172,23 @@ def integer_column(values: list, *, file: str, field: str, prefix: str = "", boo
         bad = first_true(raw >= np.uint64(INT_LIMIT))
         raise DetcalInputError(
             f"integer out of range (must be below 2**63 = {INT_LIMIT}), got {values[bad]!r}",
-            file=file, record=rec(prefix, bad), field=field,
+            file=file,
+            record=rec(prefix, bad),
+            field=field,
         )
     bad = first_true(~np.isfinite(arr) | (arr != np.round(arr)))
     if bad >= 0:
-        raise DetcalInputError(f"expected an integer, got {values[bad]!r}", file=file, record=rec(prefix, bad), field=field)
+        raise DetcalInputError(
+            f"expected an integer, got {values[bad]!r}", file=file, record=rec(prefix, bad), field=field
+        )
     bad = first_true(np.abs(arr) > FLOAT_INT_LIMIT)
     if bad >= 0:
         big = [v for v in values if type(v) is int and not -INT_LIMIT <= v < INT_LIMIT]
-        msg = (f"integer out of range (must be below 2**63 = {INT_LIMIT}), got {big[0]!r}" if big else
-               f"integer written as a float must be at most 2**53 in magnitude (write it without a fraction), got {values[bad]!r}")
+        msg = (
+            f"integer out of range (must be below 2**63 = {INT_LIMIT}), got {big[0]!r}"
+            if big
+            else f"integer written as a float must be at most 2**53 in magnitude (write it without a fraction), got {values[bad]!r}"
+        )
         where = next((i for i, v in enumerate(values) if big and v is big[0]), bad)
         raise DetcalInputError(msg, file=file, record=rec(prefix, where), field=field)
     return arr.astype(np.int64)
@@ -190,10 +204,10 @@ def flag_column(values: list, *, file: str, field: str, prefix: str = "") -> np.
     except (ValueError, TypeError, OverflowError):
         ok = False
     if not ok:
-        bad = next(
-            (i for i, v in enumerate(values) if not (isinstance(v, (bool, int)) and v in (0, 1))), 0
+        bad = next((i for i, v in enumerate(values) if not (isinstance(v, (bool, int)) and v in (0, 1))), 0)
+        raise DetcalInputError(
+            f"expected 0/1 or true/false, got {values[bad]!r}", file=file, record=rec(prefix, bad), field=field
         )
-        raise DetcalInputError(f"expected 0/1 or true/false, got {values[bad]!r}", file=file, record=rec(prefix, bad), field=field)
     return raw.astype(bool)
 
 
@@ -205,14 +219,18 @@ def require(records: list[dict], key: str, *, file: str, prefix: str = "") -> li
         values = [r.get(key) for r in records]
     if None in values:
         bad = next(i for i, v in enumerate(values) if v is None)
-        raise DetcalInputError(f"missing required key {key!r} (or it is null)", file=file, record=rec(prefix, bad), field=key)
+        raise DetcalInputError(
+            f"missing required key {key!r} (or it is null)", file=file, record=rec(prefix, bad), field=key
+        )
     return values
 
 
 def check_dicts(records: list, *, file: str, prefix: str = "") -> None:
     if records and set(map(type, records)) != {dict}:
         bad = next(i for i, r in enumerate(records) if type(r) is not dict)
-        raise DetcalInputError(f"expected a JSON object, got {type(records[bad]).__name__}", file=file, record=rec(prefix, bad))
+        raise DetcalInputError(
+            f"expected a JSON object, got {type(records[bad]).__name__}", file=file, record=rec(prefix, bad)
+        )
 
 
 def check_unique(ids: np.ndarray, *, file: str, field: str, prefix: str = "") -> None:
@@ -227,23 +245,35 @@ def check_unique(ids: np.ndarray, *, file: str, field: str, prefix: str = "") ->
         raise DetcalInputError(f"duplicate id {int(ids[bad])}", file=file, record=rec(prefix, bad), field=field)
 
 
-def check_mask(bad_mask: np.ndarray, values: np.ndarray, message: str, *, file: str, field: str, prefix: str = "") -> None:
+def check_mask(
+    bad_mask: np.ndarray, values: np.ndarray, message: str, *, file: str, field: str, prefix: str = ""
+) -> None:
     bad = first_true(bad_mask)
     if bad >= 0:
-        raise DetcalInputError(f"{message}, got {np.asarray(values[bad]).tolist()!r}", file=file, record=rec(prefix, bad), field=field)
+        raise DetcalInputError(
+            f"{message}, got {np.asarray(values[bad]).tolist()!r}", file=file, record=rec(prefix, bad), field=field
+        )
 
 
 def check_bounded(values: np.ndarray, what: str, *, file: str, field: str, prefix: str = "") -> None:
     """Finite and ``|v| <= MAX_ABS``."""
     check_mask(~np.isfinite(values), values, f"non-finite {what}", file=file, field=field, prefix=prefix)
-    check_mask(np.abs(values) > MAX_ABS, values, f"{what} out of range (|value| must be at most {MAX_ABS:g})",
-               file=file, field=field, prefix=prefix)
+    check_mask(
+        np.abs(values) > MAX_ABS,
+        values,
+        f"{what} out of range (|value| must be at most {MAX_ABS:g})",
+        file=file,
+        field=field,
+        prefix=prefix,
+    )
 
 
 def check_scale(values: np.ndarray, what: str, *, file: str, field: str, prefix: str = "") -> None:
     """Finite and in ``[MIN_SCALE, MAX_ABS]``."""
     ok = np.isfinite(values) & (values >= MIN_SCALE) & (values <= MAX_ABS)
-    check_mask(~ok, values, f"{what} must be finite and in [{MIN_SCALE:g}, {MAX_ABS:g}]", file=file, field=field, prefix=prefix)
+    check_mask(
+        ~ok, values, f"{what} must be finite and in [{MIN_SCALE:g}, {MAX_ABS:g}]", file=file, field=field, prefix=prefix
+    )
 
 
 def check_box(xywh: np.ndarray, *, file: str, field: str, prefix: str = "") -> None:
@@ -261,11 +291,21 @@ def check_covariance(cov: np.ndarray, *, file: str, field: str) -> None:
     overflow), >= -1e-9 (numpy ``eigvalsh``, vectorised over records).
     """
     check_mask(~np.isfinite(cov), cov, "non-finite covariance entry", file=file, field=field)
-    check_mask(np.abs(cov) > MAX_ABS**2, cov, f"covariance entry out of range (|entry| must be at most {MAX_ABS**2:g})",
-               file=file, field=field)
+    check_mask(
+        np.abs(cov) > MAX_ABS**2,
+        cov,
+        f"covariance entry out of range (|entry| must be at most {MAX_ABS**2:g})",
+        file=file,
+        field=field,
+    )
     diag = np.diagonal(cov, axis1=-2, axis2=-1)
-    check_mask((diag != 0) & (np.abs(diag) < MIN_SCALE**2), cov,
-               f"variance on the diagonal must be 0 or at least {MIN_SCALE**2:g}", file=file, field=field)
+    check_mask(
+        (diag != 0) & (np.abs(diag) < MIN_SCALE**2),
+        cov,
+        f"variance on the diagonal must be 0 or at least {MIN_SCALE**2:g}",
+        file=file,
+        field=field,
+    )
     scale = np.abs(cov).max(axis=(-1, -2), keepdims=True)
     unit = cov / np.where(scale > 0, scale, 1.0)
     asym = np.abs(unit - np.swapaxes(unit, -1, -2)) > _SYM_RTOL

@@ -7,6 +7,7 @@ character outside ASCII (a no-break space, U+2028 LINE SEPARATOR, a
 superscript digit) is an error naming the file, the line and the column,
 instead of being read as a separator or a digit.
 """
+
 from __future__ import annotations
 
 import re
@@ -16,8 +17,22 @@ from pathlib import Path
 from detcal.core.errors import DetcalInputError
 
 KITTI_COLUMNS: tuple[str, ...] = (
-    "type", "truncated", "occluded", "alpha", "left", "top", "right", "bottom",
-    "height", "width", "length", "x", "y", "z", "rotation_y", "score",
+    "type",
+    "truncated",
+    "occluded",
+    "alpha",
+    "left",
+    "top",
+    "right",
+    "bottom",
+    "height",
+    "width",
+    "length",
+    "x",
+    "y",
+    "z",
+    "rotation_y",
+    "score",
 )
 """Column names of a KITTI row (labels: the first 15, results: all 16)."""
 
@@ -56,7 +71,10 @@ def file_tokens(path: Path, columns: tuple[str, ...] = KITTI_COLUMNS) -> tuple[l
                 ch = next(c for c in text if ord(c) > 127)
                 raise DetcalInputError(
                     f"non-ASCII character U+{ord(ch):04X} ({unicodedata.name(ch, 'unnamed')}): KITTI fields are "
-                    "ASCII, separated by spaces or tabs", file=path, record=f"line {ln}", field=column_at(text, ch, columns),
+                    "ASCII, separated by spaces or tabs",
+                    file=path,
+                    record=f"line {ln}",
+                    field=column_at(text, ch, columns),
                 )
     rows = [(ln, parts) for ln, parts in enumerate(map(bytes.split, lines), 1) if parts]
     return rows, b"_" in data

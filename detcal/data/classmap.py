@@ -10,6 +10,7 @@ Remapping drops boxes of unmapped classes and renumbers the rest: to the fixed
 KITTI ids (:data:`detcal.core.types.KITTI_CATEGORIES`) or to the standard COCO ids
 of ``coco_ids``. PyYAML is used directly (never Hydra).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -55,7 +56,11 @@ class ClassMap:
         """COCO category of KITTI type ``name`` (case-insensitive); None when unmapped."""
         canonical = {t.lower(): t for t in KITTI_TYPES}.get(str(name).lower())
         if canonical is None:
-            raise DetcalInputError(f"unknown KITTI type {name!r}; expected one of {', '.join(KITTI_TYPES)}", file=self.source or None, field="kitti_to_coco")
+            raise DetcalInputError(
+                f"unknown KITTI type {name!r}; expected one of {', '.join(KITTI_TYPES)}",
+                file=self.source or None,
+                field="kitti_to_coco",
+            )
         return self.kitti_to_coco_map.get(canonical)
 
     def target_categories(self, direction: Direction) -> dict[int, str]:
@@ -85,7 +90,9 @@ class ClassMap:
             out[int(cid)] = None if mapped is None else target[mapped]
         return out
 
-    def _remap_ids(self, category: np.ndarray, src_categories: Mapping[int, str], direction: Direction, what: str) -> np.ndarray:
+    def _remap_ids(
+        self, category: np.ndarray, src_categories: Mapping[int, str], direction: Direction, what: str
+    ) -> np.ndarray:
         """Target id per row of ``category`` [R] (-1 unmapped); error for ids missing from ``src_categories``."""
         lut = self.category_lut(src_categories, direction)
         src = np.array(sorted(lut), dtype=np.int64)
@@ -96,7 +103,11 @@ class ClassMap:
         known = (src[pos] == category) if len(src) else np.zeros(len(category), bool)
         if not known.all():
             bad = int(np.flatnonzero(~known)[0])
-            raise DetcalInputError(f"category id {int(category[bad])} is not in the source categories", record=bad, field=f"{what}.category")
+            raise DetcalInputError(
+                f"category id {int(category[bad])} is not in the source categories",
+                record=bad,
+                field=f"{what}.category",
+            )
         return dst[pos]
 
     def remap_dataset(self, dataset: Dataset, direction: Direction) -> Dataset:
@@ -109,7 +120,9 @@ class ClassMap:
         keep = new >= 0
         gt = dataset.gt.select(keep)
         gt = dataclasses.replace(gt, category=new[keep])
-        return Dataset(images=dataset.images, gt=gt, categories=self.target_categories(direction), source=dataset.source)
+        return Dataset(
+            images=dataset.images, gt=gt, categories=self.target_categories(direction), source=dataset.source
+        )
 
     def remap_detections(self, dets: Detections, src_categories: Mapping[int, str], direction: Direction) -> Detections:
         """``dets`` (categories named by ``src_categories``) with unmapped classes dropped and ids renumbered.
@@ -124,7 +137,9 @@ class ClassMap:
 
 def _check_direction(direction: str) -> None:
     if direction not in _DIRECTIONS:
-        raise DetcalInputError(f"unknown direction {direction!r}; expected one of {', '.join(_DIRECTIONS)}", field="direction")
+        raise DetcalInputError(
+            f"unknown direction {direction!r}; expected one of {', '.join(_DIRECTIONS)}", field="direction"
+        )
 
 
 def _section(doc: dict, key: str, file: str) -> dict:
@@ -157,37 +172,62 @@ def load_class_map(path: PathLike | None = None) -> ClassMap:
         raise DetcalInputError("expected a YAML mapping", file=file, record="(top level)")
     version = doc.get("version")
     if version not in SUPPORTED_VERSIONS:
-        raise DetcalInputError(f"unsupported class-map version {version!r}; supported: {SUPPORTED_VERSIONS}", file=file, record="(top level)", field="version")
+        raise DetcalInputError(
+            f"unsupported class-map version {version!r}; supported: {SUPPORTED_VERSIONS}",
+            file=file,
+            record="(top level)",
+            field="version",
+        )
     coco_ids_raw = _section(doc, "coco_ids", file)
     c2k = _section(doc, "coco_to_kitti", file)
     k2c = _section(doc, "kitti_to_coco", file)
     coco_ids: dict[str, int] = {}
     for name, cid in coco_ids_raw.items():
         if not isinstance(cid, int) or isinstance(cid, bool):
-            raise DetcalInputError(f"expected an integer COCO id, got {cid!r}", file=file, record="coco_ids", field=str(name))
+            raise DetcalInputError(
+                f"expected an integer COCO id, got {cid!r}", file=file, record="coco_ids", field=str(name)
+            )
         coco_ids[str(name)] = cid
     for name, kitti in c2k.items():
         if kitti is not None and kitti not in KITTI_TYPES:
-            raise DetcalInputError(f"{kitti!r} is not a KITTI type ({', '.join(KITTI_TYPES)})", file=file, record="coco_to_kitti", field=str(name))
+            raise DetcalInputError(
+                f"{kitti!r} is not a KITTI type ({', '.join(KITTI_TYPES)})",
+                file=file,
+                record="coco_to_kitti",
+                field=str(name),
+            )
         if kitti is not None and name not in coco_ids:
-            raise DetcalInputError("mapped COCO name has no entry in coco_ids", file=file, record="coco_to_kitti", field=str(name))
+            raise DetcalInputError(
+                "mapped COCO name has no entry in coco_ids", file=file, record="coco_to_kitti", field=str(name)
+            )
     for kitti in KITTI_TYPES:
         if kitti not in k2c:
-            raise DetcalInputError("every KITTI type needs an entry (null for unmapped)", file=file, record="kitti_to_coco", field=kitti)
+            raise DetcalInputError(
+                "every KITTI type needs an entry (null for unmapped)", file=file, record="kitti_to_coco", field=kitti
+            )
     for kitti, coco in k2c.items():
         if kitti not in KITTI_TYPES:
-            raise DetcalInputError(f"{kitti!r} is not a KITTI type", file=file, record="kitti_to_coco", field=str(kitti))
+            raise DetcalInputError(
+                f"{kitti!r} is not a KITTI type", file=file, record="kitti_to_coco", field=str(kitti)
+            )
         if coco is None:
             continue
         if coco not in coco_ids:
-            raise DetcalInputError(f"COCO name {coco!r} has no entry in coco_ids", file=file, record="kitti_to_coco", field=kitti)
+            raise DetcalInputError(
+                f"COCO name {coco!r} has no entry in coco_ids", file=file, record="kitti_to_coco", field=kitti
+            )
         if c2k.get(coco) != kitti:
             raise DetcalInputError(
                 f"directions disagree: kitti_to_coco maps {kitti} -> {coco} but coco_to_kitti maps {coco} -> {c2k.get(coco)!r}",
-                file=file, record="kitti_to_coco", field=kitti,
+                file=file,
+                record="kitti_to_coco",
+                field=kitti,
             )
     return ClassMap(
-        version=int(version), name=str(doc.get("name", p.stem)), coco_ids=coco_ids,
-        coco_to_kitti_map={str(k): v for k, v in c2k.items()}, kitti_to_coco_map={str(k): v for k, v in k2c.items()},
+        version=int(version),
+        name=str(doc.get("name", p.stem)),
+        coco_ids=coco_ids,
+        coco_to_kitti_map={str(k): v for k, v in c2k.items()},
+        kitti_to_coco_map={str(k): v for k, v in k2c.items()},
         source=file,
     )

@@ -39,6 +39,7 @@ Every error is a :class:`detcal.core.errors.DetcalInputError` naming the file, t
 record (index into the results list, or ``annotations[i]`` / ``images[i]``)
 and the field.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -75,14 +76,21 @@ __all__ = [
 ]
 
 RESULT_UNCERTAINTY_KEYS: tuple[str, ...] = (
-    "bbox_std", "bbox_covar", "covars", "proposal", "delta_mean", "delta_std", "delta_logvar", "all_scores",
+    "bbox_std",
+    "bbox_covar",
+    "covars",
+    "proposal",
+    "delta_mean",
+    "delta_std",
+    "delta_logvar",
+    "all_scores",
 )
 """Optional uncertainty keys of a results record (module docstring)."""
 
 from detcal.data._json import (  # noqa: E402  (strict column helpers, shared with the chunked reader)
     TOP as _TOP,
-    check_box as _check_box,
     check_bounded as _check_bounded,
+    check_box as _check_box,
     check_covariance as _check_covariance,
     check_dicts as _check_dicts,
     check_mask as _check_mask,
@@ -128,8 +136,12 @@ class _Fields:
         values = self.get(key)
         if None in values:
             bad = values.index(None)
-            raise DetcalInputError(f"missing required key {key!r} (or it is null)", file=self.file,
-                                   record=f"{self.prefix}[{bad}]" if self.prefix else bad, field=key)
+            raise DetcalInputError(
+                f"missing required key {key!r} (or it is null)",
+                file=self.file,
+                record=f"{self.prefix}[{bad}]" if self.prefix else bad,
+                field=key,
+            )
         return values
 
 
@@ -141,7 +153,14 @@ def _load_images(records: _Fields, file: str, bools: bool = True) -> Images:
     for key in ("width", "height"):
         vals = [np.nan if v is None else v for v in records.get(key)]
         arr = _numeric_column(vals, (), file=file, field=key, prefix="images", bools=bools)
-        _check_mask(~np.isnan(arr) & ~(np.isfinite(arr) & (arr > 0)), arr, f"{key} must be a positive number", file=file, field=key, prefix="images")
+        _check_mask(
+            ~np.isnan(arr) & ~(np.isfinite(arr) & (arr > 0)),
+            arr,
+            f"{key} must be a positive number",
+            file=file,
+            field=key,
+            prefix="images",
+        )
         _check_scale(np.nan_to_num(arr, nan=1.0), key, file=file, field=key, prefix="images")
         size[key] = arr
     names = [str(v or "") for v in records.get("file_name")]
@@ -154,32 +173,60 @@ def _load_categories(records: _Fields, file: str, bools: bool = True) -> dict[in
     names = records.require("name")
     bad = next((i for i, n in enumerate(names) if not isinstance(n, str)), -1)
     if bad >= 0:
-        raise DetcalInputError(f"expected a string, got {names[bad]!r}", file=file, record=f"categories[{bad}]", field="name")
+        raise DetcalInputError(
+            f"expected a string, got {names[bad]!r}", file=file, record=f"categories[{bad}]", field="name"
+        )
     _check_unique(ids, file=file, field="id", prefix="categories")
     return {int(i): n for i, n in zip(ids.tolist(), names)}
 
 
-def _load_annotations(records: _Fields, file: str, images: Images, categories: dict[int, str], bools: bool = True) -> GroundTruth:
+def _load_annotations(
+    records: _Fields, file: str, images: Images, categories: dict[int, str], bools: bool = True
+) -> GroundTruth:
     p = "annotations"
     records.check_objects()
     image_id = _integer_column(records.require("image_id"), file=file, field="image_id", prefix=p, bools=bools)
     category = _integer_column(records.require("category_id"), file=file, field="category_id", prefix=p, bools=bools)
-    bbox = _numeric_column(records.require("bbox"), (4,), file=file, field="bbox", prefix=p, what="[x, y, w, h] (4 numbers)", bools=bools)
+    bbox = _numeric_column(
+        records.require("bbox"), (4,), file=file, field="bbox", prefix=p, what="[x, y, w, h] (4 numbers)", bools=bools
+    )
     ann_id = _integer_column(records.require("id"), file=file, field="id", prefix=p, bools=bools)
     iscrowd = _flag_column(records.get("iscrowd", 0), file=file, field="iscrowd", prefix=p)
     ignore = _flag_column(records.get("ignore", 0), file=file, field="ignore", prefix=p)
     _check_box(bbox, file=file, field="bbox", prefix=p)
     _check_unique(ann_id, file=file, field="id", prefix=p)
-    _check_mask(images.index_of(image_id) < 0, image_id, "unknown image id (not in 'images')", file=file, field="image_id", prefix=p)
+    _check_mask(
+        images.index_of(image_id) < 0,
+        image_id,
+        "unknown image id (not in 'images')",
+        file=file,
+        field="image_id",
+        prefix=p,
+    )
     known = np.fromiter(categories.keys(), dtype=np.int64, count=len(categories))
-    _check_mask(~np.isin(category, known), category, "unknown category id (not in 'categories')", file=file, field="category_id", prefix=p)
+    _check_mask(
+        ~np.isin(category, known),
+        category,
+        "unknown category id (not in 'categories')",
+        file=file,
+        field="category_id",
+        prefix=p,
+    )
     area = None  # the COCO 'area' (mask area) when every annotation has a finite one: COCO AP's size ranges
     areas = records.get("area")
     if len(records) and all(type(v) in (int, float) for v in areas):
         a = np.array(areas, dtype=np.float64)
         area = a if np.isfinite(a).all() and (a >= 0).all() else None
-    return GroundTruth(image_id=image_id, box=xywh_to_xyxy(bbox), category=category, iscrowd=iscrowd, ignore=ignore, id=ann_id,
-                       wh=bbox[:, 2:4].copy(), area=area)
+    return GroundTruth(
+        image_id=image_id,
+        box=xywh_to_xyxy(bbox),
+        category=category,
+        iscrowd=iscrowd,
+        ignore=ignore,
+        id=ann_id,
+        wh=bbox[:, 2:4].copy(),
+        area=area,
+    )
 
 
 def load_coco_instances(path: PathLike) -> Dataset:
@@ -217,13 +264,17 @@ def load_coco_instances(path: PathLike) -> Dataset:
         bools = b"true" in body or b"false" in body
         images = _load_images(_Fields(fast.images, file, "images", msgspec.UNSET), file, bools)
         categories = _load_categories(_Fields(fast.categories, file, "categories", msgspec.UNSET), file, bools)
-        gt = _load_annotations(_Fields(fast.annotations, file, "annotations", msgspec.UNSET), file, images, categories, bools)
+        gt = _load_annotations(
+            _Fields(fast.annotations, file, "annotations", msgspec.UNSET), file, images, categories, bools
+        )
         return Dataset(images=images, gt=gt, categories=categories, source=file)
     parsed = _parse_json_bytes(data, file)
     doc, bools = parsed.doc, parsed.bools
     if not isinstance(doc, dict):
         raise DetcalInputError(
-            f"expected a JSON object with 'images', 'annotations', 'categories', got {type(doc).__name__}", file=file, record=_TOP
+            f"expected a JSON object with 'images', 'annotations', 'categories', got {type(doc).__name__}",
+            file=file,
+            record=_TOP,
         )
     raw_images = _top_list(doc, "images", file=file)
     raw_annotations = _top_list(doc, "annotations", file=file)
@@ -242,7 +293,9 @@ def _presence(records: list[dict], key: str, *, file: str) -> bool:
         bad = next(i for i, r in enumerate(records) if key not in r)
         raise DetcalInputError(
             f"{key!r} is present in {count} of {len(records)} records: either all records carry it or none",
-            file=file, record=bad, field=key,
+            file=file,
+            record=bad,
+            field=key,
         )
     return count > 0 and count == len(records)
 
@@ -291,12 +344,15 @@ def results_from_bytes(data: bytes, file: str, dataset: Dataset | None = None) -
     elif isinstance(doc, list):
         records = doc
     else:
-        raise DetcalInputError(f"expected a list of detection records, got {type(doc).__name__}", file=file, record=_TOP)
+        raise DetcalInputError(
+            f"expected a list of detection records, got {type(doc).__name__}", file=file, record=_TOP
+        )
     return results_from_records(records, file, dataset, bools=parsed.bools)
 
 
-def results_from_decoded(decoded: tuple[dict[str, np.ndarray], tuple[str, ...]], file: str,
-                         dataset: Dataset | None = None) -> Detections:
+def results_from_decoded(
+    decoded: tuple[dict[str, np.ndarray], tuple[str, ...]], file: str, dataset: Dataset | None = None
+) -> Detections:
     """:class:`Detections` from :func:`detcal.data._fast_results.decode_results` output (the same checks)."""
     cols, optional = decoded
     present = {k: k in optional for k in RESULT_UNCERTAINTY_KEYS}
@@ -366,8 +422,13 @@ def results_from_columns(numbers: Any, integers: Any, present: Any, file: str, d
         n_cls = len(dataset.categories) if dataset is not None else None
         what = "a list of class probabilities (one per category of the ground truth, ascending category id)"
         probs = numbers("all_scores", None if n_cls is None else (n_cls,), what)
-        _check_mask((~np.isfinite(probs) | (probs < 0) | (probs > 1)).any(axis=1), probs, "class probabilities must be in [0, 1]",
-                    file=file, field="all_scores")
+        _check_mask(
+            (~np.isfinite(probs) | (probs < 0) | (probs > 1)).any(axis=1),
+            probs,
+            "class probabilities must be in [0, 1]",
+            file=file,
+            field="all_scores",
+        )
         kw["class_probs"] = probs
     delta_keys = ("proposal", "delta_mean", "delta_std", "delta_logvar")
     if any(present[k] for k in delta_keys) and n:
@@ -376,7 +437,9 @@ def results_from_columns(numbers: Any, integers: Any, present: Any, file: str, d
                 raise DetcalInputError(f"a delta record needs {k!r} too", file=file, record=0, field=k)
         if present["delta_std"] == present["delta_logvar"]:
             raise DetcalInputError(
-                "a delta record needs exactly one of 'delta_std' or 'delta_logvar'", file=file, record=0,
+                "a delta record needs exactly one of 'delta_std' or 'delta_logvar'",
+                file=file,
+                record=0,
                 field="delta_std" if not present["delta_std"] else "delta_logvar",
             )
         prop = numbers("proposal", (4,), "[x, y, w, h] (4 numbers)")
@@ -397,10 +460,24 @@ def results_from_columns(numbers: Any, integers: Any, present: Any, file: str, d
         kw.update(proposal=xywh_to_xyxy(prop), delta_mean=mean, delta_std=std)
 
     if dataset is not None:
-        _check_mask(dataset.images.index_of(image_id) < 0, image_id, f"unknown image id (not in {dataset.source or 'the dataset'})", file=file, field="image_id")
+        _check_mask(
+            dataset.images.index_of(image_id) < 0,
+            image_id,
+            f"unknown image id (not in {dataset.source or 'the dataset'})",
+            file=file,
+            field="image_id",
+        )
         known = np.fromiter(dataset.categories.keys(), dtype=np.int64, count=len(dataset.categories))
-        _check_mask(~np.isin(category, known), category, f"unknown category id (not in {dataset.source or 'the dataset'})", file=file, field="category_id")
-    return Detections(image_id=image_id, box=xywh_to_xyxy(bbox), score=score, category=category, wh=bbox[:, 2:4].copy(), **kw)
+        _check_mask(
+            ~np.isin(category, known),
+            category,
+            f"unknown category id (not in {dataset.source or 'the dataset'})",
+            file=file,
+            field="category_id",
+        )
+    return Detections(
+        image_id=image_id, box=xywh_to_xyxy(bbox), score=score, category=category, wh=bbox[:, 2:4].copy(), **kw
+    )
 
 
 # --------------------------------------------------------------------------- writers
@@ -490,12 +567,27 @@ def _dump_json(path: PathLike, obj: Any) -> None:
 
 def write_coco_instances(path: PathLike, dataset: Dataset) -> None:
     """Atomically write ``dataset`` as a COCO instances JSON file (:func:`dataset_to_coco_dict`)."""
-    _check_mask(~np.isfinite(dataset.gt.box), dataset.gt.box, "non-finite box", file=str(path), field="bbox", prefix="annotations")
+    _check_mask(
+        ~np.isfinite(dataset.gt.box),
+        dataset.gt.box,
+        "non-finite box",
+        file=str(path),
+        field="bbox",
+        prefix="annotations",
+    )
     _dump_json(path, dataset_to_coco_dict(dataset))
 
 
-_WRITTEN_AS = {"box": "bbox", "score": "score", "box_std": "bbox_std", "box_cov": "bbox_covar", "corner_cov": "covars",
-               "proposal": "proposal", "delta_mean": "delta_mean", "delta_std": "delta_std"}
+_WRITTEN_AS = {
+    "box": "bbox",
+    "score": "score",
+    "box_std": "bbox_std",
+    "box_cov": "bbox_covar",
+    "corner_cov": "covars",
+    "proposal": "proposal",
+    "delta_mean": "delta_mean",
+    "delta_std": "delta_std",
+}
 
 
 def write_coco_results(path: PathLike, dets: Detections) -> None:
@@ -537,7 +629,10 @@ def results_to_pycocotools(coco_gt: Any, dets: Detections) -> Any:
         if records:
             return coco_gt.loadRes(records)
         res = COCO()
-        res.dataset = {"images": copy.deepcopy(coco_gt.dataset["images"]), "annotations": [],
-                       "categories": copy.deepcopy(coco_gt.dataset["categories"])}
+        res.dataset = {
+            "images": copy.deepcopy(coco_gt.dataset["images"]),
+            "annotations": [],
+            "categories": copy.deepcopy(coco_gt.dataset["categories"]),
+        }
         res.createIndex()
         return res

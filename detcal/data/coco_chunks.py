@@ -19,6 +19,7 @@ tries more bytes are read. Parsing is orjson's (json's without orjson).
 Only the list form is streamed; a file whose top level is a dict (with an
 ``annotations`` list) is read whole and then cut into chunks.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,11 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from detcal.data._json import TOP, parse_json_bytes
-from detcal.data._fast_results import decode_results
-from detcal.data.coco import RESULT_UNCERTAINTY_KEYS, load_coco_results, results_from_decoded, results_from_records
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections
+from detcal.data._fast_results import decode_results
+from detcal.data._json import TOP, parse_json_bytes
+from detcal.data.coco import RESULT_UNCERTAINTY_KEYS, load_coco_results, results_from_decoded, results_from_records
 
 PathLike = str | os.PathLike[str]
 
@@ -45,7 +46,10 @@ _MAX_TRIES = 8
 
 
 def _uncertainty_of(dets: Detections) -> tuple[bool, ...]:
-    return tuple(getattr(dets, k) is not None for k in ("box_std", "box_cov", "corner_cov", "proposal", "delta_mean", "delta_std"))
+    return tuple(
+        getattr(dets, k) is not None
+        for k in ("box_std", "box_cov", "corner_cov", "proposal", "delta_mean", "delta_std")
+    )
 
 
 def iter_coco_results(
@@ -69,12 +73,12 @@ def iter_coco_results(
         head = fh.read(min(chunk_bytes, 1 << 16))
         start = 3 if head.startswith(b"\xef\xbb\xbf") else 0
         lead = len(head[start:]) - len(head[start:].lstrip(_WS))
-        if not head[start + lead:start + lead + 1] == b"[":
+        if not head[start + lead : start + lead + 1] == b"[":
             fh.close()
             yield from _whole_file(path, dataset, chunk_bytes)
             return
         base = start + lead + 1  # byte offset of buffer[0] in the file
-        buffer = head[start + lead + 1:]
+        buffer = head[start + lead + 1 :]
         seen = 0  # records yielded so far
         kind: tuple[bool, ...] | None = None
         eof = False
@@ -97,21 +101,24 @@ def iter_coco_results(
                     buffer += more
                     continue
             bools = not isinstance(records, tuple) and (  # decoded columns hold no booleans
-                buffer.find(b"true", 0, used) >= 0 or buffer.find(b"false", 0, used) >= 0)  # no copy of the block
+                buffer.find(b"true", 0, used) >= 0 or buffer.find(b"false", 0, used) >= 0
+            )  # no copy of the block
             dets = _to_detections(records, file, dataset, seen, bools)
             if len(dets):
                 k = _uncertainty_of(dets)
                 if kind is not None and k != kind:
                     raise DetcalInputError(
                         "the uncertainty fields change from one record to another: either all records carry a field or none",
-                        file=file, record=seen, field=", ".join(RESULT_UNCERTAINTY_KEYS),
+                        file=file,
+                        record=seen,
+                        field=", ".join(RESULT_UNCERTAINTY_KEYS),
                     )
                 kind = k
                 yield dets
             seen += len(dets)  # every record becomes one detection here
             if eof:
                 return
-            buffer = buffer[used + 1:]  # buffer[used] is the comma after the last record
+            buffer = buffer[used + 1 :]  # buffer[used] is the comma after the last record
             base += used + 1
 
 

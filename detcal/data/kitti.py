@@ -29,6 +29,7 @@ exactly is written at ``repr`` precision instead, so records -> files ->
 records is always exact, and files in the standard 2-decimal format come back
 byte for byte.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,11 +39,6 @@ from pathlib import Path
 
 import numpy as np
 
-from detcal.data._json import MAX_ABS, MIN_SCALE
-from detcal.data._kitti_text import KITTI_COLUMNS, KITTI_STD_COLUMNS
-from detcal.data._kitti_text import file_tokens as _file_tokens
-from detcal.data._kitti_text import is_number as _is_number
-from detcal.data._json import first_true as _first_true
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import (
     KITTI_CATEGORIES,
@@ -53,6 +49,13 @@ from detcal.core.types import (
     GroundTruth,
     Images,
     KittiRules,
+)
+from detcal.data._json import MAX_ABS, MIN_SCALE, first_true as _first_true
+from detcal.data._kitti_text import (
+    KITTI_COLUMNS,
+    KITTI_STD_COLUMNS,
+    file_tokens as _file_tokens,
+    is_number as _is_number,
 )
 
 _COLS = KITTI_COLUMNS + KITTI_STD_COLUMNS
@@ -76,7 +79,6 @@ DONTCARE: int = KITTI_TYPES.index("DontCare") + 1
 _TYPE_ID: dict[str, int] = {name.lower(): i + 1 for i, name in enumerate(KITTI_TYPES)}
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".PNG", ".JPG", ".JPEG")
-
 
 
 # --------------------------------------------------------------------------- parsing
@@ -104,8 +106,11 @@ class _Rows:
         bad = _first_true(counts != ncols)
         if bad >= 0:
             what = " or ".join(str(a) for a in allowed)
-            self.error(bad, "columns", f"expected {what} whitespace-separated columns (the same in every row), "
-                                       f"found {counts[bad]}")
+            self.error(
+                bad,
+                "columns",
+                f"expected {what} whitespace-separated columns (the same in every row), found {counts[bad]}",
+            )
         self.ncols = ncols
         self.types = [t[0].decode("ascii") for t in tokens]
         text = np.array([t[1:] for t in tokens], dtype=np.bytes_).reshape(len(tokens), self.ncols - 1)
@@ -124,13 +129,19 @@ class _Rows:
         bad_rc = np.argwhere(np.abs(self.num) > MAX_ABS)
         if len(bad_rc):
             r, c = (int(v) for v in bad_rc[0])
-            self.error(r, _COLS[c + 1], f"number out of range (|value| must be at most {MAX_ABS:g}): {tokens[r][c + 1].decode('ascii')!r}")
+            self.error(
+                r,
+                _COLS[c + 1],
+                f"number out of range (|value| must be at most {MAX_ABS:g}): {tokens[r][c + 1].decode('ascii')!r}",
+            )
 
     def __len__(self) -> int:
         return len(self.types)
 
     def error(self, row: int, field: str, message: str) -> None:
-        raise DetcalInputError(message, file=self.paths[self.file_idx[row]], record=f"line {self.line_no[row]}", field=field)
+        raise DetcalInputError(
+            message, file=self.paths[self.file_idx[row]], record=f"line {self.line_no[row]}", field=field
+        )
 
     def check(self, bad_mask: np.ndarray, field: str, message: str) -> None:
         bad = _first_true(bad_mask)
@@ -192,13 +203,17 @@ def _frame_files(directory: PathLike, what: str) -> tuple[list[str], np.ndarray]
     stems = [p.stem for p in d.glob("*.txt")]
     ids = np.empty(len(stems), dtype=np.int64)
     for i, s in enumerate(stems):
-        ids[i] = _frame_number(s, "file name is not a frame number like 000123.txt", file=d / f"{s}.txt", record="file name", field="frame")
+        ids[i] = _frame_number(
+            s, "file name is not a frame number like 000123.txt", file=d / f"{s}.txt", record="file name", field="frame"
+        )
     order = np.argsort(ids, kind="stable")
     stems = [stems[i] for i in order]
     ids = ids[order]
     if len(ids) > 1 and (ids[1:] == ids[:-1]).any():
         i = int(np.flatnonzero(ids[1:] == ids[:-1])[0]) + 1
-        raise DetcalInputError(f"two files name image id {ids[i]}", file=d / f"{stems[i]}.txt", record="file name", field="frame")
+        raise DetcalInputError(
+            f"two files name image id {ids[i]}", file=d / f"{stems[i]}.txt", record="file name", field="frame"
+        )
     return stems, ids
 
 
@@ -228,7 +243,9 @@ def read_image_size(path: PathLike) -> tuple[int, int]:
         with open(p, "rb") as fh:
             head = fh.read(24)
     except OSError as e:
-        raise DetcalInputError(f"cannot read image: {getattr(e, 'strerror', None) or e}", file=p, field="image header") from e
+        raise DetcalInputError(
+            f"cannot read image: {getattr(e, 'strerror', None) or e}", file=p, field="image header"
+        ) from e
     if len(head) == 24 and head[:8] == _PNG_SIGNATURE and head[12:16] == b"IHDR":
         w, h = struct.unpack(">II", head[16:24])
         return int(w), int(h)
@@ -250,19 +267,30 @@ def _read_sizes_file(path: Path) -> dict[int, tuple[float, float]]:
     for ln, raw in rows:
         parts = [t.decode("ascii") for t in raw]
         if len(parts) != 3:
-            raise DetcalInputError(f"expected '<frame> <width> <height>', found {len(parts)} columns", file=path, record=f"line {ln}", field="columns")
+            raise DetcalInputError(
+                f"expected '<frame> <width> <height>', found {len(parts)} columns",
+                file=path,
+                record=f"line {ln}",
+                field="columns",
+            )
         for name, tok in zip(names, parts):
             if name == "frame":
                 _frame_number(tok, f"not a frame number: {tok!r}", file=path, record=f"line {ln}", field=name)
             elif not (_is_number(tok.encode()) and np.isfinite(float(tok)) and MIN_SCALE <= float(tok) <= MAX_ABS):
-                raise DetcalInputError(f"{name} must be a positive number in [{MIN_SCALE:g}, {MAX_ABS:g}], got {tok!r}",
-                                       file=path, record=f"line {ln}", field=name)
+                raise DetcalInputError(
+                    f"{name} must be a positive number in [{MIN_SCALE:g}, {MAX_ABS:g}], got {tok!r}",
+                    file=path,
+                    record=f"line {ln}",
+                    field=name,
+                )
         out[int(parts[0])] = (float(parts[1]), float(parts[2]))
     return out
 
 
 def _image_table(
-    stems: list[str], ids: np.ndarray, image_dir: PathLike | None,
+    stems: list[str],
+    ids: np.ndarray,
+    image_dir: PathLike | None,
     sizes: Mapping[int, tuple[float, float]] | PathLike | None,
 ) -> Images:
     n = len(ids)
@@ -274,7 +302,12 @@ def _image_table(
         for i, s in enumerate(stems):
             found = next((d / f"{s}{ext}" for ext in _IMAGE_EXTENSIONS if (d / f"{s}{ext}").is_file()), None)
             if found is None:
-                raise DetcalInputError("no image file for this frame (.png or .jpg)", file=d / f"{s}.png", record=f"frame {s}", field="image")
+                raise DetcalInputError(
+                    "no image file for this frame (.png or .jpg)",
+                    file=d / f"{s}.png",
+                    record=f"frame {s}",
+                    field="image",
+                )
             names[i] = found.name
             if sizes is None:
                 width[i], height[i] = read_image_size(found)
@@ -323,7 +356,9 @@ def kitti_rules(difficulty: str = "moderate") -> KittiRules:
 
 def _check_difficulty(difficulty: str) -> None:
     if difficulty not in KITTI_DIFFICULTY:
-        raise DetcalInputError(f"unknown difficulty {difficulty!r}; expected one of {', '.join(KITTI_DIFFICULTY)}", field="difficulty")
+        raise DetcalInputError(
+            f"unknown difficulty {difficulty!r}; expected one of {', '.join(KITTI_DIFFICULTY)}", field="difficulty"
+        )
 
 
 def _select_frames(
@@ -337,7 +372,9 @@ def _select_frames(
         try:
             wanted_tokens = split_file.read_text(encoding="utf-8-sig").split()
         except (OSError, UnicodeDecodeError) as e:
-            raise DetcalInputError(f"cannot read frame list: {getattr(e, 'strerror', None) or e}", file=split_file) from e
+            raise DetcalInputError(
+                f"cannot read frame list: {getattr(e, 'strerror', None) or e}", file=split_file
+            ) from e
     else:
         wanted_tokens = [str(v) for v in image_ids]
     wanted = np.empty(len(wanted_tokens), dtype=np.int64)
@@ -349,7 +386,12 @@ def _select_frames(
     missing = (len(ids) == 0) | (ids[pos_c] != wanted) if len(ids) else np.ones(len(wanted), bool)
     if missing.any():
         m = int(wanted[_first_true(missing)])
-        raise DetcalInputError("no label file for a requested frame", file=label_dir / f"{m:06d}.txt", record=f"frame {m}", field="image_ids")
+        raise DetcalInputError(
+            "no label file for a requested frame",
+            file=label_dir / f"{m:06d}.txt",
+            record=f"frame {m}",
+            field="image_ids",
+        )
     return [stems[i] for i in pos_c.tolist()], ids[pos_c]
 
 
@@ -396,9 +438,17 @@ def load_kitti_labels(
     level = int(KITTI_DIFFICULTY[difficulty]["level"])
     ignore = (diff < 0) | (diff > level)
     gt = GroundTruth(
-        image_id=_row_image_ids(rows, ids), box=f["box"], category=f["category"], ignore=ignore,
-        truncation=f["truncation"], occlusion=f["occlusion"], difficulty=diff, alpha=f["alpha"],
-        dimensions=f["dimensions"], location=f["location"], rotation_y=f["rotation_y"],
+        image_id=_row_image_ids(rows, ids),
+        box=f["box"],
+        category=f["category"],
+        ignore=ignore,
+        truncation=f["truncation"],
+        occlusion=f["occlusion"],
+        difficulty=diff,
+        alpha=f["alpha"],
+        dimensions=f["dimensions"],
+        location=f["location"],
+        rotation_y=f["rotation_y"],
     )
     return Dataset(images=images, gt=gt, categories=dict(KITTI_CATEGORIES), source=str(label_dir))
 
@@ -425,13 +475,26 @@ def load_kitti_results(result_dir: PathLike, dataset: Dataset | None = None) -> 
         unknown = dataset.images.index_of(ids) < 0
         if unknown.any():
             i = _first_true(unknown)
-            raise DetcalInputError(f"frame is not an image of {dataset.source or 'the dataset'}", file=result_dir / f"{stems[i]}.txt", record=f"frame {stems[i]}", field="image_id")
+            raise DetcalInputError(
+                f"frame is not an image of {dataset.source or 'the dataset'}",
+                file=result_dir / f"{stems[i]}.txt",
+                record=f"frame {stems[i]}",
+                field="image_id",
+            )
     rows = _Rows([result_dir / f"{s}.txt" for s in stems], (16, 16 + len(KITTI_STD_COLUMNS)))
     f = rows.fields(results=True)
     return Detections(
-        image_id=_row_image_ids(rows, ids), box=f["box"], score=f.get("score", np.zeros(0)), category=f["category"],
-        truncation=f["truncation"], occlusion=f["occlusion"], alpha=f["alpha"], dimensions=f["dimensions"],
-        location=f["location"], rotation_y=f["rotation_y"], box_std=f.get("box_std"),
+        image_id=_row_image_ids(rows, ids),
+        box=f["box"],
+        score=f.get("score", np.zeros(0)),
+        category=f["category"],
+        truncation=f["truncation"],
+        occlusion=f["occlusion"],
+        alpha=f["alpha"],
+        dimensions=f["dimensions"],
+        location=f["location"],
+        rotation_y=f["rotation_y"],
+        box_std=f.get("box_std"),
     )
 
 

@@ -11,6 +11,7 @@ Files are replaced atomically with one disk flush for all of them
 was killed (``.<frame>.txt.<random>.tmp``) are removed by the next write into
 the same directory.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,16 +23,23 @@ from pathlib import Path
 
 import numpy as np
 
-from detcal.data._json import first_true as _first_true
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import KITTI_CATEGORIES, Dataset, Detections
+from detcal.data._json import first_true as _first_true
 
 PathLike = str | os.PathLike[str]
 
 __all__ = ["write_kitti_labels", "write_kitti_results", "remove_stale_temporaries"]
 
 # devkit sentinels for unknown values, per numeric column group
-_SENTINEL = {"truncated": -1.0, "occluded": -1, "alpha": -10.0, "dimensions": -1.0, "location": -1000.0, "rotation_y": -10.0}
+_SENTINEL = {
+    "truncated": -1.0,
+    "occluded": -1,
+    "alpha": -10.0,
+    "dimensions": -1.0,
+    "location": -1000.0,
+    "rotation_y": -10.0,
+}
 
 _TMP_NAME = re.compile(r"^\.[^/]+\.txt\.[A-Za-z0-9_]+\.tmp$")
 """Names of this module's temporary files (``tempfile.mkstemp(prefix=".<name>.", suffix=".tmp")``)."""
@@ -60,20 +68,32 @@ def _optional(arr: np.ndarray | None, n: int, width: int | None, sentinel: float
 
 
 def _kitti_lines(
-    category: np.ndarray, names: Mapping[int, str], box: np.ndarray, truncation: np.ndarray | None,
-    occlusion: np.ndarray | None, alpha: np.ndarray | None, dimensions: np.ndarray | None,
-    location: np.ndarray | None, rotation_y: np.ndarray | None, score: np.ndarray | None, file: str,
+    category: np.ndarray,
+    names: Mapping[int, str],
+    box: np.ndarray,
+    truncation: np.ndarray | None,
+    occlusion: np.ndarray | None,
+    alpha: np.ndarray | None,
+    dimensions: np.ndarray | None,
+    location: np.ndarray | None,
+    rotation_y: np.ndarray | None,
+    score: np.ndarray | None,
+    file: str,
 ) -> list[str]:
     n = len(category)
     known = np.fromiter(names.keys(), dtype=np.int64, count=len(names))
     bad = _first_true(~np.isin(category, known))
     if bad >= 0:
-        raise DetcalInputError(f"category id {int(category[bad])} has no KITTI type name", file=file, record=bad, field="category")
+        raise DetcalInputError(
+            f"category id {int(category[bad])} has no KITTI type name", file=file, record=bad, field="category"
+        )
     bad = _first_true(~np.isfinite(box))
     if bad >= 0:
         raise DetcalInputError("non-finite box", file=file, record=bad, field="box")
     known = np.sort(known)
-    type_names = np.array([names[int(k)] for k in known.tolist()] or [""], dtype=object)[np.searchsorted(known, category)]
+    type_names = np.array([names[int(k)] for k in known.tolist()] or [""], dtype=object)[
+        np.searchsorted(known, category)
+    ]
     occ = np.full(n, -1, dtype=np.int64) if occlusion is None else np.asarray(occlusion, dtype=np.int64).reshape(n)
     dims = _optional(dimensions, n, 3, _SENTINEL["dimensions"])
     loc = _optional(location, n, 3, _SENTINEL["location"])
@@ -155,7 +175,9 @@ def _atomic_write_files(out_dir: Path, files: dict[str, str]) -> None:
         raise
 
 
-def _write_per_image(out_dir: Path, image_id: np.ndarray, lines: list[str], all_ids: np.ndarray, names: dict[int, str]) -> None:
+def _write_per_image(
+    out_dir: Path, image_id: np.ndarray, lines: list[str], all_ids: np.ndarray, names: dict[int, str]
+) -> None:
     """One file per id in ``all_ids``: its lines (stable, in record order), each ending in a newline."""
     order = np.argsort(image_id, kind="stable")
     sorted_ids = image_id[order]
@@ -179,15 +201,29 @@ def write_kitti_labels(out_dir: PathLike, dataset: Dataset) -> None:
     """
     out = Path(out_dir)
     gt = dataset.gt
-    lines = _kitti_lines(gt.category, dataset.categories, gt.box, gt.truncation, gt.occlusion, gt.alpha,
-                         gt.dimensions, gt.location, gt.rotation_y, None, str(out))
+    lines = _kitti_lines(
+        gt.category,
+        dataset.categories,
+        gt.box,
+        gt.truncation,
+        gt.occlusion,
+        gt.alpha,
+        gt.dimensions,
+        gt.location,
+        gt.rotation_y,
+        None,
+        str(out),
+    )
     all_ids = np.unique(np.concatenate([dataset.images.id, gt.image_id]))
     _write_per_image(out, gt.image_id, lines, all_ids, _frame_names(all_ids, dataset))
 
 
 def write_kitti_results(
-    out_dir: PathLike, dets: Detections, categories: Mapping[int, str] = KITTI_CATEGORIES,
-    *, dataset: Dataset | None = None,
+    out_dir: PathLike,
+    dets: Detections,
+    categories: Mapping[int, str] = KITTI_CATEGORIES,
+    *,
+    dataset: Dataset | None = None,
 ) -> None:
     """Write ``dets`` as KITTI results (16 columns, score last; 20 with ``box_std``), one file per image.
 
@@ -201,8 +237,19 @@ def write_kitti_results(
     bad = _first_true(~np.isfinite(dets.score))
     if bad >= 0:
         raise DetcalInputError("non-finite score", file=out, record=bad, field="score")
-    lines = _kitti_lines(dets.category, categories, dets.box, dets.truncation, dets.occlusion, dets.alpha,
-                         dets.dimensions, dets.location, dets.rotation_y, dets.score, str(out))
+    lines = _kitti_lines(
+        dets.category,
+        categories,
+        dets.box,
+        dets.truncation,
+        dets.occlusion,
+        dets.alpha,
+        dets.dimensions,
+        dets.location,
+        dets.rotation_y,
+        dets.score,
+        str(out),
+    )
     if dets.box_std is not None:  # 4 more columns: std_cx std_cy std_w std_h (pixels; read back as box_std)
         std = np.asarray(dets.box_std, dtype=np.float64)
         lines = [f"{ln} {a!r} {b!r} {c!r} {d!r}" for ln, (a, b, c, d) in zip(lines, std.tolist())]

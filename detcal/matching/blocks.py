@@ -4,9 +4,10 @@ Dense codes, stable radix ordering, segment helpers and box IoU in the exact
 arithmetic of the reference tools (docs/matching.md, "IoU arithmetic"). All
 vectorised; no loop over detections.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -31,7 +32,9 @@ def _factorize(values: np.ndarray) -> tuple[np.ndarray, int]:
     return inv.reshape(-1).astype(np.int64), len(uniq)
 
 
-def _group_codes(det_img: np.ndarray, det_cat: np.ndarray, gt_img: np.ndarray, gt_cat: np.ndarray, class_agnostic: bool) -> tuple[np.ndarray, np.ndarray, int]:
+def _group_codes(
+    det_img: np.ndarray, det_cat: np.ndarray, gt_img: np.ndarray, gt_cat: np.ndarray, class_agnostic: bool
+) -> tuple[np.ndarray, np.ndarray, int]:
     """Group id per detection and per GT, (image) or (image, category), and the id bound."""
     nd = len(det_img)
     img, n_img = _factorize(np.concatenate([det_img, gt_img]))
@@ -125,8 +128,13 @@ def box_areas(box: np.ndarray, wh: np.ndarray | None = None) -> np.ndarray:
 
 
 def _slot_iou(
-    dcol: np.ndarray, g0: np.ndarray, n_slot: np.ndarray, gcol: np.ndarray, crowd: np.ndarray,
-    da: np.ndarray | None = None, ga: np.ndarray | None = None,
+    dcol: np.ndarray,
+    g0: np.ndarray,
+    n_slot: np.ndarray,
+    gcol: np.ndarray,
+    crowd: np.ndarray,
+    da: np.ndarray | None = None,
+    ga: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """IoU of every detection with every GT of its group, in slot-major layout.
 
@@ -167,7 +175,7 @@ def _slot_iou(
         if any_crowd:
             c = np.flatnonzero(g_crowd)
             union[c] = da[c]
-        x = out[off[j]: off[j] + n]
+        x = out[off[j] : off[j] + n]
         np.divide(inter, union, out=x, where=inter > 0)  # no overlap: stays 0 (union may be 0 there)
         np.copyto(arg[:n], j, where=x > best[:n])  # strict: the first slot reaching the best is kept
         np.maximum(best[:n], x, out=best[:n])

@@ -38,16 +38,17 @@ in the label file (at most the largest number of boxes of one class and its
 neighbour in one image), for all IoU thresholds, or all score thresholds of
 the PR curve, at once.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
-from detcal.matching.blocks import _dontcare_ioa, _expand, _factorize, _pair_iou, _segment_starts
 from detcal.core.types import KITTI_DIFFICULTY, Detections, GroundTruth, KittiRules
+from detcal.matching.blocks import _dontcare_ioa, _expand, _factorize, _pair_iou, _segment_starts
 
 NO_DETECTION: float = -10000000.0
 """The devkit's ``NO_DETECTION``: a score must exceed it in the recall pass."""
@@ -103,17 +104,27 @@ def _build(
         g_parts.append((sel, nb[sel] | gt_ignored[sel], np.full(len(sel), ci, np.int64)))
         dsel = np.flatnonzero(cand_mask & ((dets.category == c) | small))
         c_parts.append((dsel, small[dsel], dets.category[dsel] == c, np.full(len(dsel), ci, np.int64)))
-    gt_row, gt_ign, gt_cls = (np.concatenate([p[i] for p in g_parts]) if g_parts else np.zeros(0, np.int64) for i in range(3))
-    cand_row, cand_small, cand_own, cand_cls = (np.concatenate([p[i] for p in c_parts]) if c_parts else np.zeros(0, np.int64) for i in range(4))
+    gt_row, gt_ign, gt_cls = (
+        np.concatenate([p[i] for p in g_parts]) if g_parts else np.zeros(0, np.int64) for i in range(3)
+    )
+    cand_row, cand_small, cand_own, cand_cls = (
+        np.concatenate([p[i] for p in c_parts]) if c_parts else np.zeros(0, np.int64) for i in range(4)
+    )
     gt_ign, cand_small, cand_own = gt_ign.astype(bool), cand_small.astype(bool), cand_own.astype(bool)
 
     img, n_img = _factorize(np.concatenate([gt.image_id[gt_row], dets.image_id[cand_row]]))
     g_grp = gt_cls * max(n_img, 1) + img[: len(gt_row)]
-    c_grp = cand_cls * max(n_img, 1) + img[len(gt_row):]
+    c_grp = cand_cls * max(n_img, 1) + img[len(gt_row) :]
     go = np.lexsort((gt_row, g_grp))  # group, then label-file order
     co = np.lexsort((cand_row, c_grp))  # group, then results-file order
     gt_row, gt_ign, gt_cls, g_grp = gt_row[go], gt_ign[go], gt_cls[go], g_grp[go]
-    cand_row, cand_small, cand_own, cand_cls, c_grp = cand_row[co], cand_small[co], cand_own[co], cand_cls[co], c_grp[co]
+    cand_row, cand_small, cand_own, cand_cls, c_grp = (
+        cand_row[co],
+        cand_small[co],
+        cand_own[co],
+        cand_cls[co],
+        c_grp[co],
+    )
 
     n_grp = int(max(g_grp.max(initial=-1), c_grp.max(initial=-1))) + 1
     ccount = np.bincount(c_grp, minlength=n_grp)
@@ -208,8 +219,17 @@ def devkit_assign(
     each detection's own class; DontCare regions are left to the caller.
     """
     T, D = thr_cls.shape[0], len(dets)
-    w = _build(dets, gt, classes, dict(rules.neighbours), rules.dontcare_category, gt.ignore | gt.iscrowd,
-               considered, small, thr_cls.min(axis=0))
+    w = _build(
+        dets,
+        gt,
+        classes,
+        dict(rules.neighbours),
+        rules.dontcare_category,
+        gt.ignore | gt.iscrowd,
+        considered,
+        small,
+        thr_cls.min(axis=0),
+    )
     chosen = _run(w, thr_cls, np.ones((1, len(w.cand_row)), bool))
     ri, gi = np.nonzero(chosen >= 0)
     cs = chosen[ri, gi]
@@ -257,10 +277,17 @@ class KittiAP:
     def to_dict(self) -> dict:
         """JSON-ready dict (arrays as lists)."""
         return {
-            "category": int(self.category), "difficulty": self.difficulty, "iou_threshold": float(self.iou_threshold),
-            "ap11": float(self.ap11), "ap40": float(self.ap40), "n_gt": int(self.n_gt),
-            "precision": self.precision.tolist(), "score_thresholds": self.score_thresholds.tolist(),
-            "tp": self.tp.tolist(), "fp": self.fp.tolist(), "fn": self.fn.tolist(),
+            "category": int(self.category),
+            "difficulty": self.difficulty,
+            "iou_threshold": float(self.iou_threshold),
+            "ap11": float(self.ap11),
+            "ap40": float(self.ap40),
+            "n_gt": int(self.n_gt),
+            "precision": self.precision.tolist(),
+            "score_thresholds": self.score_thresholds.tolist(),
+            "tp": self.tp.tolist(),
+            "fp": self.fp.tolist(),
+            "fn": self.fn.tolist(),
         }
 
 
@@ -310,8 +337,17 @@ def _class_ap(dets: Detections, gt: GroundTruth, c: int, difficulty: str, thr: f
     level, min_h = int(spec["level"]), float(spec["min_height"])
     small = detection_min_height_ignored(dets.box, min_h)
     gt_ign = (gt.difficulty < 0) | (gt.difficulty > level) | gt.iscrowd
-    w = _build(dets, gt, np.array([c], np.int64), dict(rules.neighbours), rules.dontcare_category, gt_ign,
-               np.ones(len(dets), bool), small, np.array([thr]))
+    w = _build(
+        dets,
+        gt,
+        np.array([c], np.int64),
+        dict(rules.neighbours),
+        rules.dontcare_category,
+        gt_ign,
+        np.ones(len(dets), bool),
+        small,
+        np.array([thr]),
+    )
     thr_cls = np.array([[thr]])
     score = dets.score[w.cand_row]
     valid_gt = ~w.gt_ign
@@ -342,8 +378,19 @@ def _class_ap(dets: Detections, gt: GroundTruth, c: int, difficulty: str, thr: f
     precision = _filtered_precision(tp, fp)
     ap11 = sum(float(x) for x in precision[0::4]) / 11.0
     ap40 = sum(float(x) for x in precision[1:]) / 40.0
-    return KittiAP(int(c), difficulty, float(thr), ap11, ap40, precision, thresholds,
-                   tp.astype(np.int64), fp.astype(np.int64), fn.astype(np.int64), n_gt)
+    return KittiAP(
+        int(c),
+        difficulty,
+        float(thr),
+        ap11,
+        ap40,
+        precision,
+        thresholds,
+        tp.astype(np.int64),
+        fp.astype(np.int64),
+        fn.astype(np.int64),
+        n_gt,
+    )
 
 
 def kitti_ap(
@@ -374,11 +421,17 @@ def kitti_ap(
     rules = KittiRules() if rules is None else rules
     for d in difficulties:
         if d not in KITTI_DIFFICULTY:
-            raise DetcalInputError(f"unknown difficulty {d!r}; expected one of {', '.join(KITTI_DIFFICULTY)}", field="difficulties")
+            raise DetcalInputError(
+                f"unknown difficulty {d!r}; expected one of {', '.join(KITTI_DIFFICULTY)}", field="difficulties"
+            )
     if iou_threshold is not None and not (0.0 <= float(iou_threshold) <= 1.0):
         raise DetcalInputError(f"iou_threshold must lie in [0, 1], got {iou_threshold}", field="iou_threshold")
     if not np.isfinite(dets.score).all():
-        raise DetcalInputError("score is not finite", record=f"detection row {int(np.flatnonzero(~np.isfinite(dets.score))[0])}", field="score")
+        raise DetcalInputError(
+            "score is not finite",
+            record=f"detection row {int(np.flatnonzero(~np.isfinite(dets.score))[0])}",
+            field="score",
+        )
     out = []
     for c in categories:  # loop over classes and difficulties
         thr = float(iou_threshold) if iou_threshold is not None else float(rules.class_thresholds.get(int(c), 0.5))

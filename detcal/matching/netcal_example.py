@@ -19,9 +19,10 @@ Compare ``detcal.matching.match(..., mode="max")``, which picks the
 highest-IoU box among those *of the detection's class*: a detection whose
 best overlap is a box of another class is matched there but not here.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -35,7 +36,9 @@ MODE = "netcal_example"
 def _check_boxes(box: np.ndarray, what: str) -> None:
     finite = np.isfinite(box).all(axis=1)
     if not finite.all():
-        raise DetcalInputError("box has a non-finite coordinate", record=f"{what} row {int(np.flatnonzero(~finite)[0])}", field="box")
+        raise DetcalInputError(
+            "box has a non-finite coordinate", record=f"{what} row {int(np.flatnonzero(~finite)[0])}", field="box"
+        )
     bad = (box[:, 2] < box[:, 0]) | (box[:, 3] < box[:, 1])
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -102,7 +105,9 @@ def match_netcal_example(
         raise DetcalInputError(f"gt must be GroundTruth, got {type(gt).__name__}", field="gt")
     thr = np.asarray(iou_thresholds, dtype=np.float64).reshape(-1)
     if thr.size == 0 or not (np.isfinite(thr).all() and (thr >= 0).all() and (thr <= 1).all()):
-        raise DetcalInputError(f"IoU thresholds must be a non-empty list in [0, 1], got {thr.tolist()}", field="iou_thresholds")
+        raise DetcalInputError(
+            f"IoU thresholds must be a non-empty list in [0, 1], got {thr.tolist()}", field="iou_thresholds"
+        )
     if not np.isfinite(score_threshold):
         raise DetcalInputError(f"score_threshold must be finite, got {score_threshold}", field="score_threshold")
     _check_boxes(dets.box, "detection")

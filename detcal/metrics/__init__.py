@@ -6,6 +6,7 @@ Confidence calibration (:mod:`detcal.metrics.confidence`), object-level calibrat
 bootstrap over images (:mod:`detcal.metrics.bootstrap`) and the
 regression-uncertainty metrics (:mod:`detcal.metrics.regression`).
 """
+
 from detcal.metrics.bootstrap import (
     bootstrap_ci,
     bootstrap_many,

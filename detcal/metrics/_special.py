@@ -1,4 +1,5 @@
 """scipy.special functions imported on first use, so that ``import detcal.metrics`` stays light."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -23,6 +23,7 @@ The GT area is ``dataset`` GT box area unless ``gt_area`` (COCO ``area``,
 e.g. mask areas) is given. No Python loop over detections: one loop over
 categories (the cumulative sums are per category).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -30,14 +31,19 @@ from typing import Any
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
-from detcal.matching.engine import match
 from detcal.core.types import Dataset, Detections, MetricResult
+from detcal.matching.engine import match
 
 IOU_THRESHOLDS: np.ndarray = np.linspace(0.5, 0.95, int(np.round((0.95 - 0.5) / 0.05)) + 1, endpoint=True)
 """pycocotools ``iouThrs`` (the same float values)."""
 RECALL_THRESHOLDS: np.ndarray = np.linspace(0.0, 1.00, int(np.round((1.00 - 0.0) / 0.01)) + 1, endpoint=True)
 """pycocotools ``recThrs``."""
-AREA_RANGES: dict[str, tuple[float, float]] = {"all": (0.0, 1e5**2), "small": (0.0, 32.0**2), "medium": (32.0**2, 96.0**2), "large": (96.0**2, 1e5**2)}
+AREA_RANGES: dict[str, tuple[float, float]] = {
+    "all": (0.0, 1e5**2),
+    "small": (0.0, 32.0**2),
+    "medium": (32.0**2, 96.0**2),
+    "large": (96.0**2, 1e5**2),
+}
 """pycocotools ``areaRng`` by ``areaRngLbl``."""
 MAX_DETS: tuple[int, int, int] = (1, 10, 100)
 
@@ -75,7 +81,9 @@ def _rank_in_group(dets: Detections) -> np.ndarray:
     return rank
 
 
-def coco_eval_arrays(dets: Detections, dataset: Dataset, *, gt_area: Any = None, workers: int = 1) -> dict[str, np.ndarray]:
+def coco_eval_arrays(
+    dets: Detections, dataset: Dataset, *, gt_area: Any = None, workers: int = 1
+) -> dict[str, np.ndarray]:
     """pycocotools ``COCOeval.eval`` arrays: ``precision [T,R,K,A,M]`` and ``recall [T,K,A,M]``.
 
     ``K`` runs over ``sorted(dataset.categories)``, ``A`` over
@@ -92,7 +100,11 @@ def coco_eval_arrays(dets: Detections, dataset: Dataset, *, gt_area: Any = None,
         raise DetcalInputError(f"gt_area must hold {len(gt)} finite numbers", field="gt_area")
     if len(dets) and (dataset.images.index_of(dets.image_id) < 0).any():
         i = int(np.flatnonzero(dataset.images.index_of(dets.image_id) < 0)[0])
-        raise DetcalInputError(f"image_id {int(dets.image_id[i])} is not among the dataset's images", record=f"detection row {i}", field="image_id")
+        raise DetcalInputError(
+            f"image_id {int(dets.image_id[i])} is not among the dataset's images",
+            record=f"detection row {i}",
+            field="image_id",
+        )
     cats = np.array(sorted(dataset.categories), np.int64)
     K = len(cats)
     # pycocotools overwrites a GT 'ignore' key with iscrowd; out-of-range boxes are ignored per area range
@@ -108,17 +120,31 @@ def coco_eval_arrays(dets: Detections, dataset: Dataset, *, gt_area: Any = None,
     from detcal.utils.processes import map_in_processes
 
     parts = map_in_processes(_area_arrays, list(AREA_RANGES.values()), ctx, workers)
-    return {"precision": np.stack([p for p, _ in parts], axis=3), "recall": np.stack([r for _, r in parts], axis=2),
-            "categories": cats}
+    return {
+        "precision": np.stack([p for p, _ in parts], axis=3),
+        "recall": np.stack([r for _, r in parts], axis=2),
+        "categories": cats,
+    }
 
 
 _SMALL = 20_000
 """Categories with at most this many (detections x recall thresholds) compare all at once."""
 
 
-def _area_arrays(bounds: tuple[float, float], dets: Detections, dataset: Dataset, area: np.ndarray,
-                 base_ignore: np.ndarray, rank: np.ndarray, det_area: np.ndarray, det_cat_k: np.ndarray,
-                 known: np.ndarray, order: np.ndarray, gt_k: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:
+def _area_arrays(
+    bounds: tuple[float, float],
+    dets: Detections,
+    dataset: Dataset,
+    area: np.ndarray,
+    base_ignore: np.ndarray,
+    rank: np.ndarray,
+    det_area: np.ndarray,
+    det_cat_k: np.ndarray,
+    known: np.ndarray,
+    order: np.ndarray,
+    gt_k: np.ndarray,
+    K: int,
+) -> tuple[np.ndarray, np.ndarray]:
     """``precision [T,R,K,M]`` and ``recall [T,K,M]`` of one area range ``(lo, hi)``."""
     T, R, M = len(IOU_THRESHOLDS), len(RECALL_THRESHOLDS), len(MAX_DETS)
     precision = -np.ones((T, R, K, M))
@@ -167,7 +193,9 @@ def _area_arrays(bounds: tuple[float, float], dets: Detections, dataset: Dataset
     return precision, recall
 
 
-def _summarize(arrays: dict[str, np.ndarray], kind: str, iou: float | None, area: str, max_dets: int, k: slice | int = slice(None)) -> float:
+def _summarize(
+    arrays: dict[str, np.ndarray], kind: str, iou: float | None, area: str, max_dets: int, k: slice | int = slice(None)
+) -> float:
     a = list(AREA_RANGES).index(area)
     mi = MAX_DETS.index(max_dets)
     if kind == "ap":
@@ -200,13 +228,19 @@ def coco_ap(dets: Detections, dataset: Dataset, *, gt_area: Any = None, workers:
     out: dict[str, MetricResult] = {}
     for name, kind, iou, area, md in SUMMARY:
         out[name] = MetricResult(
-            name=name, value=_summarize(arrays, kind, iou, area, md), variant="coco",
+            name=name,
+            value=_summarize(arrays, kind, iou, area, md),
+            variant="coco",
             params={"kind": kind, "iou": "0.50:0.95" if iou is None else iou, "area": area, "max_dets": md},
         )
     cats = arrays["categories"]
     per_ap = np.array([_summarize(arrays, "ap", None, "all", 100, k) for k in range(len(cats))])
     per_ap50 = np.array([_summarize(arrays, "ap", 0.5, "all", 100, k) for k in range(len(cats))])
-    out["AP"].table = {"category": cats, "ap": np.where(per_ap < 0, np.nan, per_ap), "ap50": np.where(per_ap50 < 0, np.nan, per_ap50)}
+    out["AP"].table = {
+        "category": cats,
+        "ap": np.where(per_ap < 0, np.nan, per_ap),
+        "ap50": np.where(per_ap50 < 0, np.nan, per_ap50),
+    }
     return out
 
 
@@ -215,4 +249,14 @@ def per_class_ap(dets: Detections, dataset: Dataset, *, gt_area: Any = None) -> 
     return coco_ap(dets, dataset, gt_area=gt_area)["AP"].table
 
 
-__all__ = ["AREA_RANGES", "IOU_THRESHOLDS", "MAX_DETS", "RECALL_THRESHOLDS", "SUMMARY", "coco_ap", "coco_eval_arrays", "coco_summary", "per_class_ap"]
+__all__ = [
+    "AREA_RANGES",
+    "IOU_THRESHOLDS",
+    "MAX_DETS",
+    "RECALL_THRESHOLDS",
+    "SUMMARY",
+    "coco_ap",
+    "coco_eval_arrays",
+    "coco_summary",
+    "per_class_ap",
+]

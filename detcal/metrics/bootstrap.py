@@ -37,19 +37,20 @@ Two paths give the same replicates (the draws are identical):
   product ``W [R,I] @ A [I, C*8]`` with multinomial weights ``W`` (how often
   each image was drawn), then ``values`` on the replicate sums ``[R, C]``.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
-
-from detcal.metrics._special import ndtr, ndtri
 
 from detcal.binning.cells import CellSums
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult
+from detcal.metrics._special import ndtr, ndtri
 
 _BLOCK_ELEMS = 1 << 21
 """Draws per block: replicates are drawn in blocks of ``max(1, 2**21 // I)``."""
@@ -134,8 +135,9 @@ def _value(r: Any) -> float:
     return float(r.value) if isinstance(r, MetricResult) else float(r)
 
 
-def _fast_mats(metric_fns: Mapping[str, Any], names: list[str], inv: np.ndarray, n_groups: int,
-               arrays: tuple[Any, ...]) -> list[tuple[list[str], Any, int]]:
+def _fast_mats(
+    metric_fns: Mapping[str, Any], names: list[str], inv: np.ndarray, n_groups: int, arrays: tuple[Any, ...]
+) -> list[tuple[list[str], Any, int]]:
     """Per grid: (metric names, ``A^T [C_occ*k, I]`` of per-(image, cell) sums, C_occ)."""
     grids: dict[Hashable, list[str]] = {}
     for n in names:
@@ -156,18 +158,23 @@ def _fast_mats(metric_fns: Mapping[str, Any], names: list[str], inv: np.ndarray,
     return mats
 
 
-def _weighted_values(metric_fns: Mapping[str, Any], mats: list[tuple[list[str], Any, int]],
-                     w: np.ndarray, out: dict[str, np.ndarray], r0: int) -> None:
+def _weighted_values(
+    metric_fns: Mapping[str, Any],
+    mats: list[tuple[list[str], Any, int]],
+    w: np.ndarray,
+    out: dict[str, np.ndarray],
+    r0: int,
+) -> None:
     """Values of the fast metrics for group weights ``w [b, I]`` into ``out[name][r0:r0+b]``."""
     k = len(CellSums._fields)
     for members, at, n_occ in mats:
         sub = max(1, _BLOCK_ELEMS // (n_occ * k))  # bound the dense [sub, C_occ, k] result
         for s0 in range(0, len(w), sub):
-            ws = w[s0:s0 + sub]
+            ws = w[s0 : s0 + sub]
             rep = np.asarray(at @ ws.T).T.reshape(len(ws), n_occ, k)  # [sub, C_occ, k]
             rep_sums = CellSums(*np.moveaxis(rep, -1, 0))
             for n in members:
-                out[n][r0 + s0:r0 + s0 + len(ws)] = metric_fns[n].values(rep_sums)
+                out[n][r0 + s0 : r0 + s0 + len(ws)] = metric_fns[n].values(rep_sums)
 
 
 def bootstrap_many(
@@ -322,8 +329,14 @@ def interval(
     v = np.asarray(values, dtype=np.float64)
     v = v[np.isfinite(v)]
     est = float(estimate)
-    out: dict[str, Any] = {"ci": (float("nan"), float("nan")), "method": method, "bias": float("nan"),
-                           "z0": None, "acceleration": None, "note": ""}
+    out: dict[str, Any] = {
+        "ci": (float("nan"), float("nan")),
+        "method": method,
+        "bias": float("nan"),
+        "z0": None,
+        "acceleration": None,
+        "note": "",
+    }
     if len(v) == 0 or not np.isfinite(est):
         out["note"] = "no finite replicate" if len(v) == 0 else "the estimate is undefined"
         return out
@@ -334,9 +347,11 @@ def interval(
     below, equal = int(np.sum(v < est)), int(np.sum(v == est))
     above = len(v) - below - equal
     if min(below + equal, above + equal) < MIN_SIDE:
-        out["note"] = (f"{below} of {len(v)} replicates below and {above} above the estimate: the bootstrap bias "
-                       f"({out['bias']:.4g}) dominates the spread, z0 is not estimable and no {method} interval "
-                       "is given")
+        out["note"] = (
+            f"{below} of {len(v)} replicates below and {above} above the estimate: the bootstrap bias "
+            f"({out['bias']:.4g}) dominates the spread, z0 is not estimable and no {method} interval "
+            "is given"
+        )
         return out
     z0 = float(ndtri((below + 0.5 * equal) / len(v)))
     acc = 0.0
@@ -353,8 +368,10 @@ def interval(
     lo, hi = np.quantile(v, alphas)
     out.update(ci=(float(lo), float(hi)), z0=z0, acceleration=acc if method == "bca" else None)
     if alphas[0] * len(v) < 1.0 or (1.0 - alphas[1]) * len(v) < 1.0:
-        out["note"] = (f"the adjusted levels ({alphas[0]:.2g}, {alphas[1]:.2g}) reach the extreme replicates: "
-                       "the end point is a Monte-Carlo extreme; more replicates (n_boot) give a steadier one")
+        out["note"] = (
+            f"the adjusted levels ({alphas[0]:.2g}, {alphas[1]:.2g}) reach the extreme replicates: "
+            "the end point is a Monte-Carlo extreme; more replicates (n_boot) give a steadier one"
+        )
     return _outside_note(out, v, est)
 
 
@@ -364,11 +381,16 @@ def _outside_note(out: dict[str, Any], v: np.ndarray, est: float) -> dict[str, A
     if not (np.isfinite(lo) and np.isfinite(hi)) or lo <= est <= hi:
         return out
     below, above = int(np.sum(v < est)), int(np.sum(v > est))
-    why = (f"the estimate {est:.6g} lies {'above' if hi < est else 'below'} the interval: {below} of {len(v)} "
-           f"replicates fall below it and {above} above (bootstrap bias {out['bias']:.3g}); the metric is strongly "
-           "biased under resampling of images (for D-ECE, an image drawn twice fills sparse cells) and "
-           + ("the percentile interval follows the replicates" if out["method"] == "percentile" else
-              f"the {out['method']} correction for that bias moves the interval away from the estimate"))
+    why = (
+        f"the estimate {est:.6g} lies {'above' if hi < est else 'below'} the interval: {below} of {len(v)} "
+        f"replicates fall below it and {above} above (bootstrap bias {out['bias']:.3g}); the metric is strongly "
+        "biased under resampling of images (for D-ECE, an image drawn twice fills sparse cells) and "
+        + (
+            "the percentile interval follows the replicates"
+            if out["method"] == "percentile"
+            else f"the {out['method']} correction for that bias moves the interval away from the estimate"
+        )
+    )
     out["note"] = f"{out['note']}; {why}" if out["note"] else why
     return out
 
@@ -423,8 +445,9 @@ def bootstrap_ci(
     uses the per-(image, cell) matrix path when the metric supports it
     (identical replicates).
     """
-    return bootstrap_interval(metric_fn, groups, *arrays, n_boot=n_boot, level=level, seed=seed, fast=fast,
-                              method=method)["ci"]
+    return bootstrap_interval(
+        metric_fn, groups, *arrays, n_boot=n_boot, level=level, seed=seed, fast=fast, method=method
+    )["ci"]
 
 
 def attach_interval(result: MetricResult, res: dict[str, Any], n_boot: int, level: float, seed: int) -> MetricResult:
@@ -436,8 +459,12 @@ def attach_interval(result: MetricResult, res: dict[str, Any], n_boot: int, leve
     ``ci_acceleration`` (BCa/BC), and ``ci_note`` when the interval is not
     given.
     """
-    extra = {**result.extra, "ci_undefined_replicates": int(res.get("undefined_replicates", 0)),
-             "bootstrap_bias": res["bias"], "bias_corrected": float(result.value) - res["bias"]}
+    extra = {
+        **result.extra,
+        "ci_undefined_replicates": int(res.get("undefined_replicates", 0)),
+        "bootstrap_bias": res["bias"],
+        "bias_corrected": float(result.value) - res["bias"],
+    }
     if res["z0"] is not None:
         extra["ci_z0"] = res["z0"]
     if res["acceleration"] is not None:
@@ -445,8 +472,12 @@ def attach_interval(result: MetricResult, res: dict[str, Any], n_boot: int, leve
     if res["note"]:
         extra["ci_note"] = res["note"]
     return dataclasses.replace(
-        result, ci=tuple(res["ci"]), ci_level=float(level),
-        params={**result.params, "bootstrap": ci_params(n_boot, level, seed, res["method"])}, extra=extra)
+        result,
+        ci=tuple(res["ci"]),
+        ci_level=float(level),
+        params={**result.params, "bootstrap": ci_params(n_boot, level, seed, res["method"])},
+        extra=extra,
+    )
 
 
 def with_ci(
@@ -462,8 +493,17 @@ def with_ci(
 ) -> MetricResult:
     """A copy of ``result`` with the bootstrap interval of ``metric_fn(*arrays)`` over ``groups``
     (:func:`bootstrap_interval` with ``estimate = result.value``; fields as :func:`attach_interval`)."""
-    res = bootstrap_interval(metric_fn, groups, *arrays, n_boot=n_boot, level=level, seed=seed, fast=fast,
-                             method=method, estimate=float(result.value))
+    res = bootstrap_interval(
+        metric_fn,
+        groups,
+        *arrays,
+        n_boot=n_boot,
+        level=level,
+        seed=seed,
+        fast=fast,
+        method=method,
+        estimate=float(result.value),
+    )
     return attach_interval(result, res, n_boot, level, seed)
 
 

@@ -1,4 +1,5 @@
 """The ``_compute`` stages of the confidence metrics: values [...] from cell sums [..., C] (vectorised over leading axes)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,8 +23,17 @@ def _summary(s: CellSums, sample_threshold: int, policy: str) -> dict[str, np.nd
     n = n_c.sum(axis=-1)
     n_kept = np.where(kept, n_c, 0.0).sum(axis=-1)
     denom = n_kept if policy == "drop" else n
-    return {"n_c": n_c, "occupied": occupied, "kept": kept, "prec": prec, "conf": conf, "gap": gap,
-            "n": n, "n_kept": n_kept, "denom": denom}
+    return {
+        "n_c": n_c,
+        "occupied": occupied,
+        "kept": kept,
+        "prec": prec,
+        "conf": conf,
+        "gap": gap,
+        "n": n,
+        "n_kept": n_kept,
+        "denom": denom,
+    }
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -74,5 +84,3 @@ def _cell_free_values(name: str, t: CellSums) -> np.ndarray:
     if name == "overconfidence":
         return _ratio(t.sum_p0[..., 0], n - n1)
     return _ratio(n1 - t.sum_p1[..., 0], n1)  # underconfidence
-
-

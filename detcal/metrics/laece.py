@@ -40,6 +40,7 @@ the reference's LaACE_0 does: it selects a class's detections with a scalar
 ``tps.sum() or fps.sum()``, which keeps every detection past the
 max-detections cut, and their IoU is 0 because they are not true positives.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -47,8 +48,8 @@ from typing import Any
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
-from detcal.metrics.lrp import DEFAULT_TAU, DetectionOutcomes, detection_outcomes
 from detcal.core.types import Detections, GroundTruth, MetricResult
+from detcal.metrics.lrp import DEFAULT_TAU, DetectionOutcomes, detection_outcomes
 
 LAECE_BINS: int = 25
 """Bins of the reference's LaECE."""
@@ -84,7 +85,9 @@ def _check(o: DetectionOutcomes, score: np.ndarray | None, bins: int | None, var
     return s
 
 
-def _class_errors(cls: np.ndarray, b: np.ndarray, s: np.ndarray, target: np.ndarray, C: int, B: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _class_errors(
+    cls: np.ndarray, b: np.ndarray, s: np.ndarray, target: np.ndarray, C: int, B: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per (class, bin): count, mean score, mean target [C,B]; per-class weighted error [C] (NaN: no detection)."""
     key = cls * B + b
     n = np.bincount(key, minlength=C * B).reshape(C, B).astype(np.float64)
@@ -114,7 +117,12 @@ def _sample(o: DetectionOutcomes, s: np.ndarray, keep_ignored: bool = False) -> 
 
 
 def laece_from_outcomes(
-    o: DetectionOutcomes, score: np.ndarray | None = None, *, bins: int = LAECE_BINS, closed: str = "right", variant: str = "kuzucu2024"
+    o: DetectionOutcomes,
+    score: np.ndarray | None = None,
+    *,
+    bins: int = LAECE_BINS,
+    closed: str = "right",
+    variant: str = "kuzucu2024",
 ) -> MetricResult:
     """LaECE of matched detections ``o`` (``score`` [D] replaces ``o.score``, e.g. calibrated).
 
@@ -125,12 +133,26 @@ def laece_from_outcomes(
     rows, cls, sv, tgt = _sample(o, s)
     n, conf, acc, err = _class_errors(cls, bin_index(sv, bins, closed), sv, tgt, C, bins)
     return MetricResult(
-        name="laece", value=_average(err, variant), variant=variant,
-        params={"tau": o.tau, "bins": int(bins), "closed": closed, "binning": "equal_width", "max_dets": o.max_dets,
-                "target": "IoU with the matched GT, 0 for a false positive", "average": "mean over classes"},
+        name="laece",
+        value=_average(err, variant),
+        variant=variant,
+        params={
+            "tau": o.tau,
+            "bins": int(bins),
+            "closed": closed,
+            "binning": "equal_width",
+            "max_dets": o.max_dets,
+            "target": "IoU with the matched GT, 0 for a false positive",
+            "average": "mean over classes",
+        },
         table={"category": o.gt_categories, "class_error": err, "class_count": n.sum(axis=1)},
-        extra={"n_detections": int(len(rows)), "n_classes": int(np.isfinite(err).sum()),
-               "bin_count": n.sum(axis=0), "bin_confidence": _nanmean_cols(conf), "bin_iou": _nanmean_cols(acc)},
+        extra={
+            "n_detections": int(len(rows)),
+            "n_classes": int(np.isfinite(err).sum()),
+            "bin_count": n.sum(axis=0),
+            "bin_confidence": _nanmean_cols(conf),
+            "bin_iou": _nanmean_cols(acc),
+        },
     )
 
 
@@ -166,16 +188,26 @@ def laace_from_outcomes(
         cnt = cnt.astype(np.float64)
         B = int(bins)
     return MetricResult(
-        name="laace", value=_average(err, variant), variant=variant,
-        params={"tau": o.tau, "bins": "per_detection" if bins is None else B, "binning": "equal_count",
-                "max_dets": o.max_dets, "target": "IoU with the matched GT, 0 for a false positive", "average": "mean over classes",
-                "crowd_matched": "kept, target 0" if variant == "fiveai" else "left out"},
+        name="laace",
+        value=_average(err, variant),
+        variant=variant,
+        params={
+            "tau": o.tau,
+            "bins": "per_detection" if bins is None else B,
+            "binning": "equal_count",
+            "max_dets": o.max_dets,
+            "target": "IoU with the matched GT, 0 for a false positive",
+            "average": "mean over classes",
+            "crowd_matched": "kept, target 0" if variant == "fiveai" else "left out",
+        },
         table={"category": o.gt_categories, "class_error": err, "class_count": cnt},
         extra={"n_detections": int(len(rows)), "n_classes": int(np.isfinite(err).sum())},
     )
 
 
-def dece_from_outcomes(o: DetectionOutcomes, score: np.ndarray | None = None, *, bins: int = DECE_BINS, closed: str = "right") -> MetricResult:
+def dece_from_outcomes(
+    o: DetectionOutcomes, score: np.ndarray | None = None, *, bins: int = DECE_BINS, closed: str = "right"
+) -> MetricResult:
     """Class-agnostic D-ECE of the benchmark (binary TP targets, pooled over classes).
 
     Definition: :func:`detcal.metrics.reference.dece_pooled`, which this fast path must equal (tests/test_metrics_reference.py).
@@ -185,28 +217,61 @@ def dece_from_outcomes(o: DetectionOutcomes, score: np.ndarray | None = None, *,
     y = o.tp[rows].astype(np.float64)
     n, conf, acc, err = _class_errors(np.zeros(len(rows), np.int64), bin_index(sv, bins, closed), sv, y, 1, bins)
     return MetricResult(
-        name="dece", value=float(err[0]), variant="class_agnostic",
-        params={"tau": o.tau, "bins": int(bins), "closed": closed, "binning": "equal_width", "max_dets": o.max_dets,
-                "target": "TP 1 / FP 0", "features": "confidence only"},
+        name="dece",
+        value=float(err[0]),
+        variant="class_agnostic",
+        params={
+            "tau": o.tau,
+            "bins": int(bins),
+            "closed": closed,
+            "binning": "equal_width",
+            "max_dets": o.max_dets,
+            "target": "TP 1 / FP 0",
+            "features": "confidence only",
+        },
         table={"count": n[0], "confidence": conf[0], "precision": acc[0]},
         extra={"n_detections": int(len(rows))},
     )
 
 
-def laece(dets: Detections, gt: GroundTruth, tau: float = DEFAULT_TAU, *, bins: int = LAECE_BINS, closed: str = "right",
-          variant: str = "kuzucu2024", max_dets: int | None = 100) -> MetricResult:
+def laece(
+    dets: Detections,
+    gt: GroundTruth,
+    tau: float = DEFAULT_TAU,
+    *,
+    bins: int = LAECE_BINS,
+    closed: str = "right",
+    variant: str = "kuzucu2024",
+    max_dets: int | None = 100,
+) -> MetricResult:
     """LaECE of ``dets`` against ``gt`` (matching at ``tau``); see the module docstring."""
-    return laece_from_outcomes(detection_outcomes(dets, gt, tau, max_dets=max_dets), bins=bins, closed=closed, variant=variant)
+    return laece_from_outcomes(
+        detection_outcomes(dets, gt, tau, max_dets=max_dets), bins=bins, closed=closed, variant=variant
+    )
 
 
-def laace(dets: Detections, gt: GroundTruth, tau: float = DEFAULT_TAU, *, bins: int | None = None,
-          variant: str = "kuzucu2024", max_dets: int | None = 100) -> MetricResult:
+def laace(
+    dets: Detections,
+    gt: GroundTruth,
+    tau: float = DEFAULT_TAU,
+    *,
+    bins: int | None = None,
+    variant: str = "kuzucu2024",
+    max_dets: int | None = 100,
+) -> MetricResult:
     """LaACE of ``dets`` against ``gt``; ``bins=None`` is the reference's per-detection LaACE_0."""
     return laace_from_outcomes(detection_outcomes(dets, gt, tau, max_dets=max_dets), bins=bins, variant=variant)
 
 
-def dece(dets: Detections, gt: GroundTruth, tau: float = DECE_TAU, *, bins: int = DECE_BINS, closed: str = "right",
-         max_dets: int | None = 100) -> MetricResult:
+def dece(
+    dets: Detections,
+    gt: GroundTruth,
+    tau: float = DECE_TAU,
+    *,
+    bins: int = DECE_BINS,
+    closed: str = "right",
+    max_dets: int | None = 100,
+) -> MetricResult:
     """The benchmark's class-agnostic D-ECE (10 bins, tau 0.5, binary targets)."""
     return dece_from_outcomes(detection_outcomes(dets, gt, tau, max_dets=max_dets), bins=bins, closed=closed)
 

@@ -31,6 +31,7 @@ Matching is pycocotools' greedy rule (:func:`detcal.matching.match`,
 at the single IoU threshold ``tau``; crowd / ignored GT make a detection
 ignored; a detection outside the ``max_dets`` cut is not counted.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,8 +40,8 @@ from typing import Any
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
-from detcal.matching.engine import match
 from detcal.core.types import Detections, GroundTruth, MetricResult
+from detcal.matching.engine import match
 
 DEFAULT_TAU: float = 0.0
 """TP-validation IoU of the reference library's defaults (``LaECE_0``, LRP at tau 0)."""
@@ -101,7 +102,9 @@ def _check_tau(tau: float) -> float:
     return tau
 
 
-def detection_outcomes(dets: Detections, gt: GroundTruth, tau: float = DEFAULT_TAU, *, max_dets: int | None = 100) -> DetectionOutcomes:
+def detection_outcomes(
+    dets: Detections, gt: GroundTruth, tau: float = DEFAULT_TAU, *, max_dets: int | None = 100
+) -> DetectionOutcomes:
     """Match at IoU ``tau`` (pycocotools rule) and return the TP/FP/IoU of every detection."""
     tau = _check_tau(tau)
     m = match(dets, gt, (tau,), mode="exclusive", max_dets=max_dets)
@@ -113,9 +116,17 @@ def detection_outcomes(dets: Detections, gt: GroundTruth, tau: float = DEFAULT_T
     real = ~(gt.ignore | gt.iscrowd)
     cats, counts = np.unique(gt.category[real], return_counts=True)
     return DetectionOutcomes(
-        tau=tau, score=dets.score.copy(), category=dets.category.copy(), image_id=dets.image_id.copy(),
-        valid=valid, tp=tp, iou=iou, gt_categories=cats.astype(np.int64), n_gt=counts.astype(np.int64),
-        max_dets=max_dets, considered=m.considered.copy(),
+        tau=tau,
+        score=dets.score.copy(),
+        category=dets.category.copy(),
+        image_id=dets.image_id.copy(),
+        valid=valid,
+        tp=tp,
+        iou=iou,
+        gt_categories=cats.astype(np.int64),
+        n_gt=counts.astype(np.int64),
+        max_dets=max_dets,
+        considered=m.considered.copy(),
     )
 
 
@@ -215,13 +226,26 @@ def lrp_table(o: DetectionOutcomes) -> LRPTable:
         olrp_fn[cls] = fn_c[first] / n_gt[cls]
         thr[cls] = o.score[rows[first]]
     return LRPTable(
-        tau=o.tau, categories=o.gt_categories.copy(), lrp=lrp, loc=loc_comp, fp=fp_comp, fn=fn_comp,
-        n_tp=n_tp.astype(np.int64), n_fp=n_fp.astype(np.int64), n_gt=o.n_gt.copy(),
-        olrp=olrp, olrp_loc=olrp_loc, olrp_fp=olrp_fp, olrp_fn=olrp_fn, threshold=thr,
+        tau=o.tau,
+        categories=o.gt_categories.copy(),
+        lrp=lrp,
+        loc=loc_comp,
+        fp=fp_comp,
+        fn=fn_comp,
+        n_tp=n_tp.astype(np.int64),
+        n_fp=n_fp.astype(np.int64),
+        n_gt=o.n_gt.copy(),
+        olrp=olrp,
+        olrp_loc=olrp_loc,
+        olrp_fp=olrp_fp,
+        olrp_fn=olrp_fn,
+        threshold=thr,
     )
 
 
-def lrp(dets: Detections, gt: GroundTruth, tau: float = DEFAULT_TAU, *, max_dets: int | None = 100, optimal: bool = False) -> MetricResult:
+def lrp(
+    dets: Detections, gt: GroundTruth, tau: float = DEFAULT_TAU, *, max_dets: int | None = 100, optimal: bool = False
+) -> MetricResult:
     """Mean LRP over classes (``optimal=True``: mean oLRP), with per-class table and components in ``extra``."""
     t = lrp_table(detection_outcomes(dets, gt, tau, max_dets=max_dets))
     return lrp_result(t, optimal=optimal, max_dets=max_dets)
@@ -233,21 +257,35 @@ def lrp_result(t: LRPTable, *, optimal: bool = False, max_dets: int | None = 100
     pre = "olrp" if optimal else ""
     comp = {k: means[(pre + "_" + k) if pre else k] for k in ("loc", "fp", "fn")}
     table: dict[str, Any] = {
-        "category": t.categories, "lrp": t.lrp, "loc": t.loc, "fp": t.fp, "fn": t.fn,
-        "n_tp": t.n_tp, "n_fp": t.n_fp, "n_gt": t.n_gt, "olrp": t.olrp, "threshold": t.threshold,
+        "category": t.categories,
+        "lrp": t.lrp,
+        "loc": t.loc,
+        "fp": t.fp,
+        "fn": t.fn,
+        "n_tp": t.n_tp,
+        "n_fp": t.n_fp,
+        "n_gt": t.n_gt,
+        "olrp": t.olrp,
+        "threshold": t.threshold,
     }
     return MetricResult(
         name="olrp" if optimal else "lrp",
         value=means["olrp" if optimal else "lrp"],
         variant="optimal" if optimal else "all_detections",
-        params={"tau": t.tau, "max_dets": max_dets, "matching": "pycocotools greedy, per class",
-                "average": "nanmean over classes with ground truth"},
+        params={
+            "tau": t.tau,
+            "max_dets": max_dets,
+            "matching": "pycocotools greedy, per class",
+            "average": "nanmean over classes with ground truth",
+        },
         table=table,
         extra={"lrp_loc": comp["loc"], "lrp_fp": comp["fp"], "lrp_fn": comp["fn"], "n_classes": int(len(t.categories))},
     )
 
 
-def lrp_optimal_thresholds(dets: Detections, gt: GroundTruth, tau: float = DEFAULT_TAU, *, max_dets: int | None = 100) -> dict[int, float]:
+def lrp_optimal_thresholds(
+    dets: Detections, gt: GroundTruth, tau: float = DEFAULT_TAU, *, max_dets: int | None = 100
+) -> dict[int, float]:
     """LRP-optimal score threshold per class id (NaN: keep every detection of that class)."""
     t = lrp_table(detection_outcomes(dets, gt, tau, max_dets=max_dets))
     return {int(c): float(v) for c, v in zip(t.categories, t.threshold)}

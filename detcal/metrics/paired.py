@@ -22,18 +22,20 @@ per-(image, cell) sums of each side and one sparse product per block of
 replicates; any other ``metric_fn(*arrays) -> MetricResult | float`` is
 called once per side and replicate.
 """
+
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.metrics.bootstrap import (
-    JACKKNIFE_BLOCKS,
     _BLOCK_ELEMS,
+    JACKKNIFE_BLOCKS,
     _check,
     _check_method,
     _draws,
@@ -84,16 +86,32 @@ class PairedDifference:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (NaN as None)."""
+
         def f(x: Any) -> Any:
             return None if x is None or not np.isfinite(x) else float(x)
 
         return {
-            "name": self.name, "a": f(self.a), "b": f(self.b), "difference": f(self.difference),
-            "ci": [f(self.ci[0]), f(self.ci[1])], "ci_level": self.ci_level, "bootstrap_bias": f(self.bias),
-            "excludes_zero": self.excludes_zero(), "ci_z0": f(self.z0), "ci_acceleration": f(self.acceleration),
-            "ci_note": self.note, "undefined_replicates": int(self.undefined_replicates),
-            "bootstrap": {"method": self.method, "unit": "image", "paired": True, "n_boot": int(self.n_boot),
-                          "level": float(self.ci_level), "seed": int(self.seed), "n_images": int(self.n_images)},
+            "name": self.name,
+            "a": f(self.a),
+            "b": f(self.b),
+            "difference": f(self.difference),
+            "ci": [f(self.ci[0]), f(self.ci[1])],
+            "ci_level": self.ci_level,
+            "bootstrap_bias": f(self.bias),
+            "excludes_zero": self.excludes_zero(),
+            "ci_z0": f(self.z0),
+            "ci_acceleration": f(self.acceleration),
+            "ci_note": self.note,
+            "undefined_replicates": int(self.undefined_replicates),
+            "bootstrap": {
+                "method": self.method,
+                "unit": "image",
+                "paired": True,
+                "n_boot": int(self.n_boot),
+                "level": float(self.ci_level),
+                "seed": int(self.seed),
+                "n_images": int(self.n_images),
+            },
             "params": self.params,
         }
 
@@ -105,8 +123,11 @@ def _side(groups: Any, arrays: Sequence[Any], label: str) -> tuple[np.ndarray, t
     arrays = tuple(arrays)
     for k, a in enumerate(arrays):
         if a is not None and np.shape(a)[0:1] != g.shape:
-            raise DetcalInputError(f"array {k} of set {label.upper()} has {np.shape(a)[0] if np.ndim(a) else 'no'} "
-                                   f"rows, expected S={len(g)} like its image ids", field=f"arrays_{label}[{k}]")
+            raise DetcalInputError(
+                f"array {k} of set {label.upper()} has {np.shape(a)[0] if np.ndim(a) else 'no'} "
+                f"rows, expected S={len(g)} like its image ids",
+                field=f"arrays_{label}[{k}]",
+            )
     return g, arrays
 
 
@@ -189,16 +210,36 @@ def paired_bootstrap_many(
         jk = jack[1][nm] - jack[0][nm] if method == "bca" else None
         res = interval(d, b - a, level, method, jk)
         out[nm] = PairedDifference(
-            name=nm, a=a, b=b, difference=b - a, ci=tuple(res["ci"]), ci_level=float(level), method=method,
-            bias=res["bias"], n_boot=int(n_boot), seed=int(seed), n_images=n,
-            undefined_replicates=int(np.sum(~np.isfinite(d))), z0=res["z0"], acceleration=res["acceleration"],
-            note=res["note"])
+            name=nm,
+            a=a,
+            b=b,
+            difference=b - a,
+            ci=tuple(res["ci"]),
+            ci_level=float(level),
+            method=method,
+            bias=res["bias"],
+            n_boot=int(n_boot),
+            seed=int(seed),
+            n_images=n,
+            undefined_replicates=int(np.sum(~np.isfinite(d))),
+            z0=res["z0"],
+            acceleration=res["acceleration"],
+            note=res["note"],
+        )
     return out
 
 
-def _paired_jackknife(metric_fns: Mapping[str, Any], fast_names: list[str], slow_names: list[str],
-                      mats: list[Any], inv: tuple[np.ndarray, np.ndarray], sides: tuple[tuple[Any, ...], ...],
-                      n: int, seed: int, jack: list[dict[str, np.ndarray]]) -> None:
+def _paired_jackknife(
+    metric_fns: Mapping[str, Any],
+    fast_names: list[str],
+    slow_names: list[str],
+    mats: list[Any],
+    inv: tuple[np.ndarray, np.ndarray],
+    sides: tuple[tuple[Any, ...], ...],
+    n: int,
+    seed: int,
+    jack: list[dict[str, np.ndarray]],
+) -> None:
     """Jackknife values of both sides with the same image (block) left out of both."""
     if fast_names:
         block = jackknife_blocks(n, None, seed)
@@ -242,8 +283,18 @@ def paired_bootstrap(
 ) -> PairedDifference:
     """The paired difference ``metric_fn(*arrays_b) - metric_fn(*arrays_a)`` (:func:`paired_bootstrap_many`)."""
     label = str(name or getattr(metric_fn, "name", None) or getattr(metric_fn, "__name__", "metric"))
-    return paired_bootstrap_many({label: metric_fn}, groups_a, arrays_a, groups_b, arrays_b, n_boot=n_boot,
-                                 level=level, seed=seed, method=method, fast=fast)[label]
+    return paired_bootstrap_many(
+        {label: metric_fn},
+        groups_a,
+        arrays_a,
+        groups_b,
+        arrays_b,
+        n_boot=n_boot,
+        level=level,
+        seed=seed,
+        method=method,
+        fast=fast,
+    )[label]
 
 
 def confidence_changes(
@@ -284,5 +335,14 @@ def confidence_changes(
         suite = {k: m for k, m in suite.items() if not m.use_features}
     arrays_a = (p_a, y, features)
     arrays_b = (p_b, y if y_b is None else y_b, features if features_b is None else features_b)
-    return paired_bootstrap_many(suite, image_id, arrays_a, image_id_b, arrays_b, n_boot=max(int(cfg.n_boot), 1),
-                                 level=cfg.ci_level, seed=cfg.seed, method=method)
+    return paired_bootstrap_many(
+        suite,
+        image_id,
+        arrays_a,
+        image_id_b,
+        arrays_b,
+        n_boot=max(int(cfg.n_boot), 1),
+        level=cfg.ci_level,
+        seed=cfg.seed,
+        method=method,
+    )

@@ -246,7 +246,9 @@ def gt_pixel_ranges(box: np.ndarray, W: int, H: int) -> tuple[np.ndarray, ...]:
     return c0, c1, r0, r1
 
 
-def _rect_sums(S: np.ndarray, m: _ImageMaps, c0: np.ndarray, c1: np.ndarray, r0: np.ndarray, r1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _rect_sums(
+    S: np.ndarray, m: _ImageMaps, c0: np.ndarray, c1: np.ndarray, r0: np.ndarray, r1: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Sum over each GT rectangle [G] of each detection's map [D] (integral image S [D,...]); and the pixel counts inside the windows."""
     lx0 = np.clip(c0[:, None] - m.x0[None, :], 0, m.nw[None, :])
     lx1 = np.clip(c1[:, None] - m.x0[None, :], 0, m.nw[None, :])

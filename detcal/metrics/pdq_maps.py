@@ -131,8 +131,17 @@ class Corners:
 
 
 def _axis_extent(
-    m_a: np.ndarray, m_b: np.ndarray, v_a: np.ndarray, v_b: np.ndarray, c: np.ndarray, det: np.ndarray,
-    lo_a: np.ndarray, n_a: np.ndarray, lo_b: np.ndarray, hi_b: np.ndarray, first_a: np.ndarray,
+    m_a: np.ndarray,
+    m_b: np.ndarray,
+    v_a: np.ndarray,
+    v_b: np.ndarray,
+    c: np.ndarray,
+    det: np.ndarray,
+    lo_a: np.ndarray,
+    n_a: np.ndarray,
+    lo_b: np.ndarray,
+    hi_b: np.ndarray,
+    first_a: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """First and last window index along axis ``a`` (``first_a`` = first source index kept) whose
     line holds an integer position along ``b`` in ``[lo_b, hi_b]`` within the Mahalanobis threshold; -1 if none."""

@@ -9,6 +9,7 @@ default suites (:class:`~detcal.metrics.confidence_suite.ConfidenceConfig`
 and :func:`~detcal.metrics.regression.regression_metrics`). docs/metrics.md
 lists every variant with its reference.
 """
+
 from __future__ import annotations
 
 from typing import Any

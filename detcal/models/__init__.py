@@ -1,4 +1,5 @@
 """Detectors that produce delta records with uncertainty (torch; never imported by the numpy core)."""
+
 from detcal.models.backbones import BACKBONES, ResNetBackbone, TinyBackbone, build_backbone
 from detcal.models.rfcn import (
     RFCN,
@@ -14,6 +15,18 @@ from detcal.models.rfcn import (
 )
 
 __all__ = [
-    "BACKBONES", "HeadOutput", "RFCN", "RFCNHead", "ResNetBackbone", "SeededSampler", "TinyBackbone", "build_backbone",
-    "build_rfcn", "postprocess_detections", "rfcn_from_config", "rfcn_losses", "uncertainty_nll", "unweight_deltas",
+    "BACKBONES",
+    "HeadOutput",
+    "RFCN",
+    "RFCNHead",
+    "ResNetBackbone",
+    "SeededSampler",
+    "TinyBackbone",
+    "build_backbone",
+    "build_rfcn",
+    "postprocess_detections",
+    "rfcn_from_config",
+    "rfcn_losses",
+    "uncertainty_nll",
+    "unweight_deltas",
 ]

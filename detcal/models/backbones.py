@@ -18,6 +18,7 @@ Every backbone maps images ``[B, 3, H, W]`` to one feature map
   independent, so a DDP shard computes exactly what a single process does) or
   no normalisation, for CPU runs on small synthetic images.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -51,7 +52,11 @@ class TinyBackbone(nn.Module):
         spec = [(3, w, 2), (w, 2 * w, 2), (2 * w, 2 * w, 1), (2 * w, 4 * w, 2), (4 * w, 4 * w, 1)]
         layers: list[nn.Module] = []
         for cin, cout, stride in spec:
-            layers += [nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=norm == "none"), _norm(norm, cout), nn.ReLU(inplace=True)]
+            layers += [
+                nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=norm == "none"),
+                _norm(norm, cout),
+                nn.ReLU(inplace=True),
+            ]
         self.body = nn.Sequential(*layers)
         self.out_channels = 4 * w
         self.stride = 8
@@ -68,8 +73,14 @@ class TinyBackbone(nn.Module):
 class ResNetBackbone(nn.Module):
     """ResNet conv1..conv5 (conv5 dilated, stride 16) + 1x1 conv to ``out_channels`` + ReLU."""
 
-    def __init__(self, depth: int = 101, weights: str | Path | None = None, out_channels: int = 1024, trainable_layers: int | None = None,
-                 frozen_bn: bool | None = None) -> None:
+    def __init__(
+        self,
+        depth: int = 101,
+        weights: str | Path | None = None,
+        out_channels: int = 1024,
+        trainable_layers: int | None = None,
+        frozen_bn: bool | None = None,
+    ) -> None:
         super().__init__()
         if depth not in (50, 101):
             raise DetcalInputError(f"ResNet depth must be 50 or 101, got {depth}", field="backbone")
@@ -79,11 +90,15 @@ class ResNetBackbone(nn.Module):
         net = ctor(weights=None, replace_stride_with_dilation=[False, False, True], norm_layer=norm_layer)
         if weights is not None:
             load_resnet_weights(net, weights)
-        self.body = nn.Sequential(net.conv1, net.bn1, net.relu, net.maxpool, net.layer1, net.layer2, net.layer3, net.layer4)
+        self.body = nn.Sequential(
+            net.conv1, net.bn1, net.relu, net.maxpool, net.layer1, net.layer2, net.layer3, net.layer4
+        )
         if trainable_layers is None:
             trainable_layers = 3 if pretrained else 5
         if not 0 <= trainable_layers <= 5:
-            raise DetcalInputError(f"trainable_layers must be in 0..5, got {trainable_layers}", field="trainable_layers")
+            raise DetcalInputError(
+                f"trainable_layers must be in 0..5, got {trainable_layers}", field="trainable_layers"
+            )
         frozen = ["layer4", "layer3", "layer2", "layer1", "conv1"][trainable_layers:]
         names = {"conv1": [0, 1], "layer1": [4], "layer2": [5], "layer3": [6], "layer4": [7]}
         for name in frozen:
@@ -108,7 +123,9 @@ def load_resnet_weights(net: nn.Module, path: str | Path) -> None:
     """
     path = Path(path)
     if not path.is_file():
-        raise DetcalInputError("backbone weights file not found (detcal never downloads weights)", file=path, field="backbone_weights")
+        raise DetcalInputError(
+            "backbone weights file not found (detcal never downloads weights)", file=path, field="backbone_weights"
+        )
     state = torch.load(path, map_location="cpu", weights_only=True)
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
@@ -124,12 +141,22 @@ def load_resnet_weights(net: nn.Module, path: str | Path) -> None:
                 continue
             raise DetcalInputError("backbone weight missing", file=path, record=key, field="state_dict")
         if tuple(state[key].shape) != tuple(value.shape):
-            raise DetcalInputError(f"shape {tuple(state[key].shape)} != expected {tuple(value.shape)}", file=path, record=key, field="state_dict")
+            raise DetcalInputError(
+                f"shape {tuple(state[key].shape)} != expected {tuple(value.shape)}",
+                file=path,
+                record=key,
+                field="state_dict",
+            )
     net.load_state_dict(state, strict=False)
 
 
-def build_backbone(name: str, weights: str | Path | None = None, norm: str = "bn", trainable_layers: int | None = None,
-                   frozen_bn: bool | None = None) -> nn.Module:
+def build_backbone(
+    name: str,
+    weights: str | Path | None = None,
+    norm: str = "bn",
+    trainable_layers: int | None = None,
+    frozen_bn: bool | None = None,
+) -> nn.Module:
     """Backbone by name (``tiny``, ``resnet50``, ``resnet101``); see the module docstring.
 
     ``frozen_bn`` (ResNet only): frozen batch norms and ``trainable_layers=3`` by
@@ -143,5 +170,7 @@ def build_backbone(name: str, weights: str | Path | None = None, norm: str = "bn
             return bb
         return TinyBackbone(norm=norm)
     if name in ("resnet50", "resnet101"):
-        return ResNetBackbone(depth=int(name[6:]), weights=weights, trainable_layers=trainable_layers, frozen_bn=frozen_bn)
+        return ResNetBackbone(
+            depth=int(name[6:]), weights=weights, trainable_layers=trainable_layers, frozen_bn=frozen_bn
+        )
     raise DetcalInputError(f"unknown backbone {name!r}; expected one of {BACKBONES}", field="backbone")

@@ -3,10 +3,11 @@ logits, the box deltas and their log-variances; seeded RoI sampling; the detecti
 Gaussian NLL of the uncertainty branch and the post-processing into per-image detections.
 Assembled into the detector by :mod:`detcal.models.rfcn`.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -16,8 +17,15 @@ from torchvision.ops import batched_nms, clip_boxes_to_image, ps_roi_align, remo
 
 from detcal.core.errors import DetcalInputError
 
-__all__ = ["HeadOutput", "SeededSampler", "RFCNHead", "rfcn_losses", "uncertainty_nll", "postprocess_detections",
-           "unweight_deltas"]
+__all__ = [
+    "HeadOutput",
+    "SeededSampler",
+    "RFCNHead",
+    "rfcn_losses",
+    "uncertainty_nll",
+    "postprocess_detections",
+    "unweight_deltas",
+]
 
 
 @dataclass
@@ -126,7 +134,10 @@ def rfcn_losses(out: HeadOutput, labels: Tensor, regression_targets: Tensor) -> 
         return {"loss_classifier": zero, "loss_box_reg": zero.clone()}
     loss_cls = F.cross_entropy(out.class_logits, labels)
     pos = labels > 0
-    loss_box = F.smooth_l1_loss(out.box_regression[pos], regression_targets[pos], beta=1.0 / 9, reduction="sum") / labels.numel()
+    loss_box = (
+        F.smooth_l1_loss(out.box_regression[pos], regression_targets[pos], beta=1.0 / 9, reduction="sum")
+        / labels.numel()
+    )
     return {"loss_classifier": loss_cls, "loss_box_reg": loss_box}
 
 
@@ -176,7 +187,12 @@ def postprocess_detections(
     scores = F.softmax(out.class_logits, dim=-1)
     results = []
     for props, boxes, sc, reg, lv, shape in zip(
-        proposals, pred_boxes.split(counts), scores.split(counts), out.box_regression.split(counts), out.logvar.split(counts), image_shapes
+        proposals,
+        pred_boxes.split(counts),
+        scores.split(counts),
+        out.box_regression.split(counts),
+        out.logvar.split(counts),
+        image_shapes,
     ):
         boxes = clip_boxes_to_image(boxes, shape)
         r, c = torch.nonzero(sc[:, 1:] > score_thresh, as_tuple=True)

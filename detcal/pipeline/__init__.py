@@ -7,10 +7,12 @@
 See :func:`detcal.pipeline.evaluation.evaluate` and
 :func:`detcal.pipeline.calibration.calibrate`.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
+from detcal.pipeline.sources import LoadedData, load_data
 from detcal.pipeline.spec import (
     FEATURES,
     BootstrapSpec,
@@ -26,12 +28,27 @@ from detcal.pipeline.spec import (
     SigmaBinningSpec,
     SplitSpec,
 )
-from detcal.pipeline.sources import LoadedData, load_data
 
 __all__ = [
-    "FEATURES", "BootstrapSpec", "CalibrationSpec", "ConfidenceSpec", "ConfigError", "DataSpec", "DeceBinningSpec",
-    "EvaluationSpec", "MatchingSpec", "ParallelSpec", "RegressionSpec", "SigmaBinningSpec", "SplitSpec", "LoadedData", "load_data",
-    "evaluate", "calibrate", "EvaluationResult", "CalibrationResult",
+    "FEATURES",
+    "BootstrapSpec",
+    "CalibrationSpec",
+    "ConfidenceSpec",
+    "ConfigError",
+    "DataSpec",
+    "DeceBinningSpec",
+    "EvaluationSpec",
+    "MatchingSpec",
+    "ParallelSpec",
+    "RegressionSpec",
+    "SigmaBinningSpec",
+    "SplitSpec",
+    "LoadedData",
+    "load_data",
+    "evaluate",
+    "calibrate",
+    "EvaluationResult",
+    "CalibrationResult",
 ]
 
 

@@ -1,6 +1,7 @@
 """Accuracy beside calibration: COCO AP/AR (pycocotools' summarize numbers) or KITTI AP
 (the devkit's 11- and 40-point AP), and the localisation-aware measures of the 2024
 benchmark (LRP with its components and optimal thresholds, LaECE, LaACE)."""
+
 from __future__ import annotations
 
 import warnings
@@ -24,16 +25,21 @@ def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:
 
         cats = [c for c in (1, 4, 6) if c in ds.categories]
         rows = kitti_ap(dets, ds.gt, cats, rules=data.kitti)
-        return {"kitti_ap": [r.to_dict() for r in rows],
-                "definition": "KITTI devkit eval_class: 11- and 40-point interpolated AP per class and difficulty, "
-                              "per-class IoU 0.7/0.5/0.5, from the devkit's assignment (docs/matching.md)"}
+        return {
+            "kitti_ap": [r.to_dict() for r in rows],
+            "definition": "KITTI devkit eval_class: 11- and 40-point interpolated AP per class and difficulty, "
+            "per-class IoU 0.7/0.5/0.5, from the devkit's assignment (docs/matching.md)",
+        }
     from detcal.metrics.accuracy import coco_ap
 
     area = ds.gt.area
     res = coco_ap(dets, ds, gt_area=area, workers=spec.parallel.workers)  # area ranges in processes
     out: dict[str, Any] = {k: r.to_dict() for k, r in res.items()}
-    out["_areas"] = ("the 'area' of each annotation (as pycocotools)" if area is not None else
-                     "box areas w*h (the ground truth gives no 'area'; pycocotools would use the annotation's)")
+    out["_areas"] = (
+        "the 'area' of each annotation (as pycocotools)"
+        if area is not None
+        else "box areas w*h (the ground truth gives no 'area'; pycocotools would use the annotation's)"
+    )
     return out
 
 
@@ -52,13 +58,16 @@ def localisation_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]
         warnings.simplefilter("ignore")
         o = detection_outcomes(dets, ds.gt, loc.tau, max_dets=spec.matching.max_dets)
         table = lrp_table(o)
-        out = {"lrp": lrp_result(table, max_dets=spec.matching.max_dets).to_dict(),
-               "olrp": lrp_result(table, optimal=True, max_dets=spec.matching.max_dets).to_dict(),
-               "laece": laece_from_outcomes(o, bins=loc.laece_bins, closed=loc.closed, variant=loc.variant).to_dict(),
-               "laace": laace_from_outcomes(o, variant=loc.variant).to_dict()}
+        out = {
+            "lrp": lrp_result(table, max_dets=spec.matching.max_dets).to_dict(),
+            "olrp": lrp_result(table, optimal=True, max_dets=spec.matching.max_dets).to_dict(),
+            "laece": laece_from_outcomes(o, bins=loc.laece_bins, closed=loc.closed, variant=loc.variant).to_dict(),
+            "laace": laace_from_outcomes(o, variant=loc.variant).to_dict(),
+        }
     thr = np.asarray(table.threshold, dtype=float)
-    out["lrp_optimal_thresholds"] = {str(int(c)): (None if not np.isfinite(t) else float(t))
-                                     for c, t in zip(table.categories, thr)}
+    out["lrp_optimal_thresholds"] = {
+        str(int(c)): (None if not np.isfinite(t) else float(t)) for c, t in zip(table.categories, thr)
+    }
     out["choices"] = describe_choices()
     if loc.kde_ece:
         from detcal.metrics.kde_ece import detection_kde_ece
@@ -76,8 +85,15 @@ def localisation_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]
         else:
             segs, scores, notes = _pdq_inputs(data, loc.pdq_gt_mask)
             mask = "segmentation" if segs is not None else "box"
-            r = pdq(ds, dets, gt_mask=mask, segmentations=segs, class_scores=scores, fixed_cov=loc.pdq_fixed_cov,
-                    workers=spec.parallel.workers)
+            r = pdq(
+                ds,
+                dets,
+                gt_mask=mask,
+                segmentations=segs,
+                class_scores=scores,
+                fixed_cov=loc.pdq_fixed_cov,
+                workers=spec.parallel.workers,
+            )
             out["pdq"] = {**r.to_dict(), "table": None, "inputs": notes}
     return out
 
@@ -103,12 +119,15 @@ def _pdq_inputs(data: LoadedData, gt_mask: str) -> tuple[Any, Any, dict[str, str
             if any(s is None for s in segs):
                 segs = None
         if segs is None and gt_mask == "segmentation":
-            raise DetcalInputError("localisation.pdq_gt_mask=segmentation: the ground truth has no segmentation "
-                                   "for every annotation", field="localisation.pdq_gt_mask")
+            raise DetcalInputError(
+                "localisation.pdq_gt_mask=segmentation: the ground truth has no segmentation for every annotation",
+                field="localisation.pdq_gt_mask",
+            )
         notes["gt_mask"] = "segmentations of the ground-truth file" if segs is not None else "boxes (no segmentations)"
     scores = None
     if res_file is not None and data.shard is None and not any(data.dropped.values()):
         scores = load_class_scores(res_file, len(data.detections))
-    notes["label_quality"] = ("all_scores of the results file" if scores is not None
-                              else "score of the detection's own class (no all_scores)")
+    notes["label_quality"] = (
+        "all_scores of the results file" if scores is not None else "score of the detection's own class (no all_scores)"
+    )
     return segs, scores, notes

@@ -17,29 +17,32 @@ same TP sample (the matching of the original detections): calibration changes
 scores and uncertainties, not outcomes. A tool that re-matches the written
 file may see some outcomes change (score order, max_dets): counted under ``rematch``.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import os
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from detcal.calibration.base import ConfidenceCalibrator, RegressionCalibrator
 from detcal.core.errors import DetcalInputError
-from detcal.pipeline.evaluation import as_loaded, dece_maps, relative_box_features, require_detections
+from detcal.core.types import MatchResult, MetricResult
 from detcal.pipeline.calibration_result import REGRESSION_ROWS, CalibrationResult
+from detcal.pipeline.evaluation import as_loaded, dece_maps, relative_box_features, require_detections
 from detcal.pipeline.matcher import run_match
 from detcal.pipeline.progress import Progress
 from detcal.pipeline.sources import LoadedData, subset_images
 from detcal.pipeline.spec import FEATURES, CalibrationSpec, ConfigError, EvaluationSpec
 from detcal.pipeline.writeback import apply_regression_calibrator
-from detcal.core.types import MatchResult, MetricResult
 
 __all__ = ["Part", "split_by_image", "calibrate", "resolve_calibrator", "REGRESSION_ROWS"]
+
 
 @dataclass
 class Part:
@@ -58,29 +61,43 @@ class Part:
 
     def counts(self, row: int) -> dict[str, Any]:
         mr = self.match
-        return {"images": len(self.data.dataset.images), "gt": len(self.data.dataset.gt),
-                "detections": len(self.data.detections), "considered": int(mr.considered.sum()),
-                "true_positives": int((mr.matched[row] & mr.considered).sum()),
-                "false_positives": int((mr.considered & ~mr.matched[row] & ~mr.ignored[row]).sum()),
-                "ignored": int((mr.considered & mr.ignored[row]).sum()), "n_clipped_features": int(self.n_clipped),
-                "left_out_at_loading": dict(self.data.dropped)}
+        return {
+            "images": len(self.data.dataset.images),
+            "gt": len(self.data.dataset.gt),
+            "detections": len(self.data.detections),
+            "considered": int(mr.considered.sum()),
+            "true_positives": int((mr.matched[row] & mr.considered).sum()),
+            "false_positives": int((mr.considered & ~mr.matched[row] & ~mr.ignored[row]).sum()),
+            "ignored": int((mr.considered & mr.ignored[row]).sum()),
+            "n_clipped_features": int(self.n_clipped),
+            "left_out_at_loading": dict(self.data.dropped),
+        }
 
 
-def split_by_image(data: LoadedData, calibration_fraction: float, seed: int) -> tuple[LoadedData, LoadedData, dict[str, Any]]:
+def split_by_image(
+    data: LoadedData, calibration_fraction: float, seed: int
+) -> tuple[LoadedData, LoadedData, dict[str, Any]]:
     """Seeded split of the images into (calibration, evaluation): images sorted by id, permuted by
     ``numpy.random.default_rng(seed)``, the first ``round(f N)`` calibrate (1 <= k <= N - 1)."""
     ids = np.unique(data.dataset.images.id)
     n = len(ids)
     k = int(round(float(calibration_fraction) * n))
     if not 1 <= k <= n - 1:
-        raise ConfigError("calibration.split.calibration_fraction", f"{n} images cannot be split with fraction "
-                          f"{calibration_fraction} (needs at least one image on each side)")
+        raise ConfigError(
+            "calibration.split.calibration_fraction",
+            f"{n} images cannot be split with fraction {calibration_fraction} (needs at least one image on each side)",
+        )
     perm = np.random.default_rng(int(seed)).permutation(n)
     cal_ids, eval_ids = np.sort(ids[perm[:k]]), np.sort(ids[perm[k:]])
-    info = {"mode": "split", "unit": "image", "calibration_fraction": float(calibration_fraction), "seed": int(seed),
-            "method": "numpy.random.default_rng(seed).permutation over sorted image ids; first round(f N) calibrate",
-            "n_images": {"calibration": int(k), "evaluation": int(n - k)},
-            "evaluation_image_ids": eval_ids.tolist()}
+    info = {
+        "mode": "split",
+        "unit": "image",
+        "calibration_fraction": float(calibration_fraction),
+        "seed": int(seed),
+        "method": "numpy.random.default_rng(seed).permutation over sorted image ids; first round(f N) calibrate",
+        "n_images": {"calibration": int(k), "evaluation": int(n - k)},
+        "evaluation_image_ids": eval_ids.tolist(),
+    }
     return subset_images(data, cal_ids, "calibration"), subset_images(data, eval_ids, "evaluation"), info
 
 
@@ -125,23 +142,43 @@ def resolve_calibrator(obj: Any, want: type, role: str) -> Any:
     return obj
 
 
-def _confidence_eval(spec: EvaluationSpec, p: np.ndarray, y: np.ndarray, feats: np.ndarray | None,
-                     category: np.ndarray, image_id: np.ndarray) -> dict[str, Any]:
+def _confidence_eval(
+    spec: EvaluationSpec,
+    p: np.ndarray,
+    y: np.ndarray,
+    feats: np.ndarray | None,
+    category: np.ndarray,
+    image_id: np.ndarray,
+) -> dict[str, Any]:
     from detcal.metrics.confidence_suite import ConfidenceConfig, confidence_metrics
 
     b, bs = spec.dece_binning, spec.bootstrap
-    ccfg = ConfidenceConfig(ece_bins=b.ece_bins, dece_bins=b.bins_arg(), sample_threshold=b.sample_threshold,
-                            policy=b.policy, n_boot=bs.n, ci_level=bs.level, seed=bs.seed,
-                            edges=spec.confidence.edges, homogeneity_spread=spec.confidence.homogeneity_spread,
-                            ci_method=bs.method)
+    ccfg = ConfidenceConfig(
+        ece_bins=b.ece_bins,
+        dece_bins=b.bins_arg(),
+        sample_threshold=b.sample_threshold,
+        policy=b.policy,
+        n_boot=bs.n,
+        ci_level=bs.level,
+        seed=bs.seed,
+        edges=spec.confidence.edges,
+        homogeneity_spread=spec.confidence.homogeneity_spread,
+        ci_method=bs.method,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = confidence_metrics(p, y, feats, category if spec.confidence.per_class else None, ccfg, image_id)
     return {k: v.to_dict() for k, v in res.items()}
 
 
-def _confidence_change(spec: EvaluationSpec, p_b: np.ndarray, p_a: np.ndarray, y: np.ndarray,
-                       feats: np.ndarray | None, image_id: np.ndarray) -> dict[str, Any]:
+def _confidence_change(
+    spec: EvaluationSpec,
+    p_b: np.ndarray,
+    p_a: np.ndarray,
+    y: np.ndarray,
+    feats: np.ndarray | None,
+    image_id: np.ndarray,
+) -> dict[str, Any]:
     """After minus before of the confidence suite, with paired-bootstrap intervals over images."""
     from detcal.metrics.confidence_suite import ConfidenceConfig
     from detcal.metrics.paired import confidence_changes
@@ -149,10 +186,18 @@ def _confidence_change(spec: EvaluationSpec, p_b: np.ndarray, p_a: np.ndarray, y
     b, bs = spec.dece_binning, spec.bootstrap
     if bs.n == 0:
         return {"_skipped": "bootstrap.n=0: no intervals for the changes"}
-    ccfg = ConfidenceConfig(ece_bins=b.ece_bins, dece_bins=b.bins_arg(), sample_threshold=b.sample_threshold,
-                            policy=b.policy, n_boot=bs.n, ci_level=bs.level, seed=bs.seed,
-                            edges=spec.confidence.edges, homogeneity_spread=spec.confidence.homogeneity_spread,
-                            ci_method=bs.method)
+    ccfg = ConfidenceConfig(
+        ece_bins=b.ece_bins,
+        dece_bins=b.bins_arg(),
+        sample_threshold=b.sample_threshold,
+        policy=b.policy,
+        n_boot=bs.n,
+        ci_level=bs.level,
+        seed=bs.seed,
+        edges=spec.confidence.edges,
+        homogeneity_spread=spec.confidence.homogeneity_spread,
+        ci_method=bs.method,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ch = confidence_changes(p_b, p_a, y, feats, image_id, ccfg, method=bs.method)
@@ -168,26 +213,50 @@ def _regression_change(spec: EvaluationSpec, s_e: Any, mu_a: np.ndarray, sg_a: n
     if bs.n == 0 or len(s_e) == 0:
         return {"_skipped": "bootstrap.n=0 or an empty sample: no intervals for the changes"}
     levels = np.linspace(0.05, 0.95, r.quantile_levels)
-    means = {"ence": _mean_over_coords(ence, "ence_mean", bins=sb.bins, binning=sb.scheme),
-             "m_qce": _mean_over_coords(m_qce, "m_qce_mean", levels=levels),
-             "nll": _mean_over_coords(gaussian_nll, "nll_mean")}
+    means = {
+        "ence": _mean_over_coords(ence, "ence_mean", bins=sb.bins, binning=sb.scheme),
+        "m_qce": _mean_over_coords(m_qce, "m_qce_mean", levels=levels),
+        "nll": _mean_over_coords(gaussian_nll, "nll_mean"),
+    }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ch = paired_bootstrap_many(means, s_e.image_id, (s_e.mu, s_e.sigma, s_e.y), None, (mu_a, sg_a, s_e.y),
-                                   n_boot=bs.n, level=bs.level, seed=bs.seed, method=bs.method, fast=False)
+        ch = paired_bootstrap_many(
+            means,
+            s_e.image_id,
+            (s_e.mu, s_e.sigma, s_e.y),
+            None,
+            (mu_a, sg_a, s_e.y),
+            n_boot=bs.n,
+            level=bs.level,
+            seed=bs.seed,
+            method=bs.method,
+            fast=False,
+        )
     return {k: v.to_dict() for k, v in ch.items()}
 
 
 def _mean_over_coords(fn: Callable[..., MetricResult], name: str, **kw: Any) -> Callable[..., MetricResult]:
     def mean_fn(mu: np.ndarray, sigma: np.ndarray, y: np.ndarray) -> MetricResult:
         vals = [float(fn(mu[:, k], sigma[:, k], y[:, k], **kw).value) for k in range(mu.shape[1])]
-        return MetricResult(name=name, value=float(np.mean(vals)), variant="mean over coordinates",
-                            params={**kw, "per_coordinate": vals})
+        return MetricResult(
+            name=name,
+            value=float(np.mean(vals)),
+            variant="mean over coordinates",
+            params={**kw, "per_coordinate": vals},
+        )
+
     return mean_fn
 
 
-def _regression_eval(spec: EvaluationSpec, mu: np.ndarray, sigma: np.ndarray, y: np.ndarray, image_id: np.ndarray,
-                     coords: Sequence[str], space: str) -> dict[str, Any]:
+def _regression_eval(
+    spec: EvaluationSpec,
+    mu: np.ndarray,
+    sigma: np.ndarray,
+    y: np.ndarray,
+    image_id: np.ndarray,
+    coords: Sequence[str],
+    space: str,
+) -> dict[str, Any]:
     """Regression suite per coordinate, plus coordinate means with bootstrap intervals."""
     from detcal.metrics.bootstrap import with_ci
     from detcal.metrics.regression import ence, gaussian_nll, m_qce, regression_metrics
@@ -195,22 +264,36 @@ def _regression_eval(spec: EvaluationSpec, mu: np.ndarray, sigma: np.ndarray, y:
 
     r, sb, bs = spec.regression, spec.sigma_binning, spec.bootstrap
     levels = np.linspace(0.05, 0.95, r.quantile_levels)
-    sample = RegressionSample(mu=mu, sigma=sigma, y=y, rows=np.arange(len(mu)), image_id=image_id, space=space,
-                              coords=tuple(coords))
-    res = regression_metrics(sample, bins=sb.bins, binning=sb.scheme, qce_bins=sb.qce_bins, qce_binning=sb.qce_scheme,
-                             qce_sample_threshold=r.qce_sample_threshold, levels=levels,
-                             ll_fu_log_base=r.ll_fu_log_base, mwse_normalise=r.mwse_normalise, with_joint=False)
-    out: dict[str, Any] = {k: {c: v.to_dict() for c, v in per.items()} for k, per in res.items()
-                           if k in dict(REGRESSION_ROWS)}
-    means = {"ence": _mean_over_coords(ence, "ence_mean", bins=sb.bins, binning=sb.scheme),
-             "m_qce": _mean_over_coords(m_qce, "m_qce_mean", levels=levels),
-             "nll": _mean_over_coords(gaussian_nll, "nll_mean")}
+    sample = RegressionSample(
+        mu=mu, sigma=sigma, y=y, rows=np.arange(len(mu)), image_id=image_id, space=space, coords=tuple(coords)
+    )
+    res = regression_metrics(
+        sample,
+        bins=sb.bins,
+        binning=sb.scheme,
+        qce_bins=sb.qce_bins,
+        qce_binning=sb.qce_scheme,
+        qce_sample_threshold=r.qce_sample_threshold,
+        levels=levels,
+        ll_fu_log_base=r.ll_fu_log_base,
+        mwse_normalise=r.mwse_normalise,
+        with_joint=False,
+    )
+    out: dict[str, Any] = {
+        k: {c: v.to_dict() for c, v in per.items()} for k, per in res.items() if k in dict(REGRESSION_ROWS)
+    }
+    means = {
+        "ence": _mean_over_coords(ence, "ence_mean", bins=sb.bins, binning=sb.scheme),
+        "m_qce": _mean_over_coords(m_qce, "m_qce_mean", levels=levels),
+        "nll": _mean_over_coords(gaussian_nll, "nll_mean"),
+    }
     summary: dict[str, Any] = {}
     for key, fn in means.items():
         m = fn(mu, sigma, y) if len(mu) else MetricResult(name=f"{key}_mean", value=float("nan"))
         if bs.n > 0 and len(mu):
-            m = with_ci(m, fn, image_id, mu, sigma, y, n_boot=bs.n, level=bs.level, seed=bs.seed, fast=False,
-                        method=bs.method)
+            m = with_ci(
+                m, fn, image_id, mu, sigma, y, n_boot=bs.n, level=bs.level, seed=bs.seed, fast=False, method=bs.method
+            )
         summary[key] = m.to_dict()
     out["_mean"] = summary
     return out
@@ -227,10 +310,18 @@ def _fit_report(cal: Any) -> dict[str, Any] | None:
     return dict(rep) if isinstance(rep, dict) else None
 
 
-def calibrate(data: Any, spec: EvaluationSpec | None = None, calibration: CalibrationSpec | None = None, *,
-              confidence: Any = "temperature", regression: Any = "std_scaling", eval_data: Any = None,
-              workdir: str | os.PathLike | None = None, progress: bool = False,
-              names: dict[str, str] | None = None) -> CalibrationResult:
+def calibrate(
+    data: Any,
+    spec: EvaluationSpec | None = None,
+    calibration: CalibrationSpec | None = None,
+    *,
+    confidence: Any = "temperature",
+    regression: Any = "std_scaling",
+    eval_data: Any = None,
+    workdir: str | os.PathLike | None = None,
+    progress: bool = False,
+    names: dict[str, str] | None = None,
+) -> CalibrationResult:
     """Fit calibrators on a calibration part, apply them to a disjoint evaluation part, evaluate before/after.
 
     ``data``: what :func:`detcal.evaluate` accepts (DataSpec, LoadedData, (Dataset, Detections) as a
@@ -282,12 +373,14 @@ def calibrate(data: Any, spec: EvaluationSpec | None = None, calibration: Calibr
         timing["regression"] = time.perf_counter() - t0
 
     record = _calibration_record(spec, calibration, cal, ev, row_c, row_e, rows_e, y_e, split, out, timing)
-    return CalibrationResult(record=record, calibrated=out.dets_out, evaluation_data=ev.data, spec=spec,
-                             write_gt=split["mode"] == "split")
+    return CalibrationResult(
+        record=record, calibrated=out.dets_out, evaluation_data=ev.data, spec=spec, write_gt=split["mode"] == "split"
+    )
 
 
-def _load_and_split(data: Any, eval_data: Any, calibration: CalibrationSpec,
-                    workdir: str | os.PathLike) -> tuple[LoadedData, LoadedData, dict[str, Any]]:
+def _load_and_split(
+    data: Any, eval_data: Any, calibration: CalibrationSpec, workdir: str | os.PathLike
+) -> tuple[LoadedData, LoadedData, dict[str, Any]]:
     """The calibration part, the evaluation part and the record of the split (step "load data" of calibrate)."""
 
     def _load(x: Any, sub: str) -> LoadedData:
@@ -299,12 +392,16 @@ def _load_and_split(data: Any, eval_data: Any, calibration: CalibrationSpec,
     require_detections(loaded)
     if eval_data is not None:
         ev_loaded, cal_loaded = _load(eval_data, "eval_data"), loaded
-        split: dict[str, Any] = {"mode": "two_datasets", "calibration_fraction": None, "seed": None,
-                 "n_images": {"calibration": len(cal_loaded.dataset.images),
-                              "evaluation": len(ev_loaded.dataset.images)}}
+        split: dict[str, Any] = {
+            "mode": "two_datasets",
+            "calibration_fraction": None,
+            "seed": None,
+            "n_images": {"calibration": len(cal_loaded.dataset.images), "evaluation": len(ev_loaded.dataset.images)},
+        }
     else:
-        cal_loaded, ev_loaded, split = split_by_image(loaded, calibration.split.calibration_fraction,
-                                                      calibration.split.seed)
+        cal_loaded, ev_loaded, split = split_by_image(
+            loaded, calibration.split.calibration_fraction, calibration.split.seed
+        )
     split["in_sample"] = bool(calibration.in_sample)
     return cal_loaded, ev_loaded, split
 
@@ -320,8 +417,18 @@ class _Outputs:
     maps: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def _fit_confidence(conf_cal: Any, cal: Part, ev: Part, row_c: int, row_e: int, spec: EvaluationSpec,
-                    calibration: CalibrationSpec, names: dict[str, str], bar: Progress, out: _Outputs) -> None:
+def _fit_confidence(
+    conf_cal: Any,
+    cal: Part,
+    ev: Part,
+    row_c: int,
+    row_e: int,
+    spec: EvaluationSpec,
+    calibration: CalibrationSpec,
+    names: dict[str, str],
+    bar: Progress,
+    out: _Outputs,
+) -> None:
     """Fit the confidence calibrator on the calibration part, rescore the evaluation part, evaluate both ways."""
     fit_cols = [FEATURES.index(n) for n in calibration.features]
     dece_cols = [FEATURES.index(n) for n in spec.dece_binning.features]
@@ -329,64 +436,93 @@ def _fit_confidence(conf_cal: Any, cal: Part, ev: Part, row_c: int, row_e: int, 
     bar.step(f"fit {type(conf_cal).__name__}")
     rows_c, y_c = cal.confidence_rows(row_c)
     if len(rows_c) == 0 or not y_c.any() or y_c.all():
-        raise DetcalInputError(f"the calibration part has {len(rows_c)} detections at IoU "
-                               f"{float(cal.match.iou_thresholds[row_c])} of which {int(y_c.sum())} matched: "
-                               "a confidence calibrator needs both matched and unmatched detections",
-                               field="calibration.fit_iou")
+        raise DetcalInputError(
+            f"the calibration part has {len(rows_c)} detections at IoU "
+            f"{float(cal.match.iou_thresholds[row_c])} of which {int(y_c.sum())} matched: "
+            "a confidence calibrator needs both matched and unmatched detections",
+            field="calibration.fit_iou",
+        )
     use_f = bool(getattr(conf_cal, "uses_features", False)) and len(fit_cols) > 0
     f_c = cal.features[rows_c][:, fit_cols] if use_f else None
     conf_cal.fit(cal.data.detections.score[rows_c], y_c, f_c)
     new_score = conf_cal.transform(out.dets_out.score, ev.features[:, fit_cols] if use_f else None)
     out.dets_out = dataclasses.replace(out.dets_out, score=new_score)
     out.calibrators["confidence"] = {
-        "name": names.get("confidence", type(conf_cal).__name__), "describe": conf_cal.describe(),
-        "fit_report": _fit_report(conf_cal), "n_fit": int(len(rows_c)), "n_fit_matched": int(y_c.sum()),
+        "name": names.get("confidence", type(conf_cal).__name__),
+        "describe": conf_cal.describe(),
+        "fit_report": _fit_report(conf_cal),
+        "n_fit": int(len(rows_c)),
+        "n_fit_matched": int(y_c.sum()),
         "iou_threshold": float(cal.match.iou_thresholds[row_c]),
-        "features": [FEATURES[j] for j in fit_cols] if use_f else []}
+        "features": [FEATURES[j] for j in fit_cols] if use_f else [],
+    }
     bar.step("evaluate confidence")
     fe = ev.features[rows_e][:, dece_cols] if dece_cols else None
     cat, img = ev.data.detections.category[rows_e], ev.data.detections.image_id[rows_e]
     p_b, p_a = ev.data.detections.score[rows_e], new_score[rows_e]
-    out.evaluation["confidence"] = {"before": _confidence_eval(spec, p_b, y_e, fe, cat, img),
-                                    "after": _confidence_eval(spec, p_a, y_e, fe, cat, img),
-                                    "change": _confidence_change(spec, p_b, p_a, y_e, fe, img)}
-    out.maps = {"before": dece_maps(spec, p_b, y_e, ev.features[rows_e]),
-                "after": dece_maps(spec, p_a, y_e, ev.features[rows_e])}
+    out.evaluation["confidence"] = {
+        "before": _confidence_eval(spec, p_b, y_e, fe, cat, img),
+        "after": _confidence_eval(spec, p_a, y_e, fe, cat, img),
+        "change": _confidence_change(spec, p_b, p_a, y_e, fe, img),
+    }
+    out.maps = {
+        "before": dece_maps(spec, p_b, y_e, ev.features[rows_e]),
+        "after": dece_maps(spec, p_a, y_e, ev.features[rows_e]),
+    }
     if calibration.in_sample:
         p_in = conf_cal.transform(cal.data.detections.score[rows_c], f_c)
         fc = cal.features[rows_c][:, dece_cols] if dece_cols else None
         cat_c, img_c = cal.data.detections.category[rows_c], cal.data.detections.image_id[rows_c]
         out.in_sample["confidence"] = {
             "before": _confidence_eval(spec, cal.data.detections.score[rows_c], y_c, fc, cat_c, img_c),
-            "after": _confidence_eval(spec, p_in, y_c, fc, cat_c, img_c)}
+            "after": _confidence_eval(spec, p_in, y_c, fc, cat_c, img_c),
+        }
 
 
-def _fit_regression(reg_cal: Any, cal: Part, ev: Part, spec: EvaluationSpec, calibration: CalibrationSpec,
-                    names: dict[str, str], bar: Progress, out: _Outputs) -> None:
+def _fit_regression(
+    reg_cal: Any,
+    cal: Part,
+    ev: Part,
+    spec: EvaluationSpec,
+    calibration: CalibrationSpec,
+    names: dict[str, str],
+    bar: Progress,
+    out: _Outputs,
+) -> None:
     """Fit the box-uncertainty calibrator on the calibration TPs, rewrite the evaluation part, evaluate both ways."""
     from detcal.metrics.spaces import regression_sample
 
     space, t_reg = spec.regression.space, float(spec.regression.sample_iou)
     bar.step(f"fit {type(reg_cal).__name__}")
-    s_c = regression_sample(cal.data.detections, cal.data.dataset.gt, _reg_match(cal, spec), iou_threshold=t_reg,
-                            space=space)
+    s_c = regression_sample(
+        cal.data.detections, cal.data.dataset.gt, _reg_match(cal, spec), iou_threshold=t_reg, space=space
+    )
     if len(s_c) == 0:
-        raise DetcalInputError(f"no true positives at IoU {t_reg} in the calibration data: nothing to fit",
-                               field="regression.sample_iou")
+        raise DetcalInputError(
+            f"no true positives at IoU {t_reg} in the calibration data: nothing to fit", field="regression.sample_iou"
+        )
     reg_cal.fit(s_c.mu, s_c.sigma, s_c.y)
     out.dets_out, wb = apply_regression_calibrator(out.dets_out, reg_cal, space)
-    out.calibrators["regression"] = {"name": names.get("regression", type(reg_cal).__name__),
-                                     "describe": reg_cal.describe(), "fit_report": _fit_report(reg_cal),
-                                     "n_fit": int(len(s_c)), "iou_threshold": t_reg, "space": space,
-                                     "coords": list(s_c.coords), "writeback": wb}
+    out.calibrators["regression"] = {
+        "name": names.get("regression", type(reg_cal).__name__),
+        "describe": reg_cal.describe(),
+        "fit_report": _fit_report(reg_cal),
+        "n_fit": int(len(s_c)),
+        "iou_threshold": t_reg,
+        "space": space,
+        "coords": list(s_c.coords),
+        "writeback": wb,
+    }
     bar.step("evaluate box uncertainty")
-    s_e = regression_sample(ev.data.detections, ev.data.dataset.gt, _reg_match(ev, spec), iou_threshold=t_reg,
-                            space=space)
+    s_e = regression_sample(
+        ev.data.detections, ev.data.dataset.gt, _reg_match(ev, spec), iou_threshold=t_reg, space=space
+    )
     mu_a, sg_a = reg_cal.transform(s_e.mu, s_e.sigma) if len(s_e) else (s_e.mu, s_e.sigma)
     out.evaluation["regression"] = {
         "before": _regression_eval(spec, s_e.mu, s_e.sigma, s_e.y, s_e.image_id, s_e.coords, space),
         "after": _regression_eval(spec, mu_a, sg_a, s_e.y, s_e.image_id, s_e.coords, space),
-        "change": _regression_change(spec, s_e, mu_a, sg_a)}
+        "change": _regression_change(spec, s_e, mu_a, sg_a),
+    }
     cdf = getattr(reg_cal, "cdf", None)
     if cdf is not None and len(s_e):
         # Kuleshov CE of the recalibrated CDF itself, next to that of the Gaussian the written file carries
@@ -395,48 +531,72 @@ def _fit_regression(reg_cal: Any, cal: Part, ev: Part, spec: EvaluationSpec, cal
         z = _probit(cdf(s_e.y, s_e.mu, s_e.sigma))
         out.evaluation["regression"]["after"]["interval_ce_cdf"] = {
             c: interval_calibration_error(np.zeros(len(z)), np.ones(len(z)), z[:, k]).to_dict()
-            for k, c in enumerate(s_e.coords)}
+            for k, c in enumerate(s_e.coords)
+        }
     if calibration.in_sample:
         mu_i, sg_i = reg_cal.transform(s_c.mu, s_c.sigma)
         out.in_sample["regression"] = {
             "before": _regression_eval(spec, s_c.mu, s_c.sigma, s_c.y, s_c.image_id, s_c.coords, space),
-            "after": _regression_eval(spec, mu_i, sg_i, s_c.y, s_c.image_id, s_c.coords, space)}
+            "after": _regression_eval(spec, mu_i, sg_i, s_c.y, s_c.image_id, s_c.coords, space),
+        }
 
 
-def _calibration_record(spec: EvaluationSpec, calibration: CalibrationSpec, cal: Part, ev: Part, row_c: int,
-                        row_e: int, rows_e: np.ndarray, y_e: np.ndarray, split: dict[str, Any], out: _Outputs,
-                        timing: dict[str, float]) -> dict[str, Any]:
+def _calibration_record(
+    spec: EvaluationSpec,
+    calibration: CalibrationSpec,
+    cal: Part,
+    ev: Part,
+    row_c: int,
+    row_e: int,
+    rows_e: np.ndarray,
+    y_e: np.ndarray,
+    split: dict[str, Any],
+    out: _Outputs,
+    timing: dict[str, float],
+) -> dict[str, Any]:
     """The record of :class:`CalibrationResult`: data, split, matching, calibrators, before/after, rematch, variants."""
     space, t_reg = spec.regression.space, float(spec.regression.sample_iou)
     rematched = run_match(spec.matching, out.dets_out, ev.data)
-    changed = (rematched.matched[row_e] != ev.match.matched[row_e]) | (rematched.ignored[row_e] != ev.match.ignored[row_e]) \
+    changed = (
+        (rematched.matched[row_e] != ev.match.matched[row_e])
+        | (rematched.ignored[row_e] != ev.match.ignored[row_e])
         | (rematched.considered != ev.match.considered)
-    out.evaluation["_sample"] = {"n_confidence": int(len(rows_e)), "n_matched": int(y_e.sum()),
-                                 "iou_threshold": float(ev.match.iou_thresholds[row_e])}
+    )
+    out.evaluation["_sample"] = {
+        "n_confidence": int(len(rows_e)),
+        "n_matched": int(y_e.sum()),
+        "iou_threshold": float(ev.match.iou_thresholds[row_e]),
+    }
     return {
-        "data": {"calibration": {**cal.data.provenance, "counts": cal.counts(row_c)},
-                 "evaluation": {**ev.data.provenance, "counts": ev.counts(row_e)}},
+        "data": {
+            "calibration": {**cal.data.provenance, "counts": cal.counts(row_c)},
+            "evaluation": {**ev.data.provenance, "counts": ev.counts(row_e)},
+        },
         "spec": {"evaluation": spec, "calibration": calibration},
         "split": split,
         "matching": {"calibration": cal.match.describe(), "evaluation": ev.match.describe()},
         "calibrators": out.calibrators,
         "evaluation": out.evaluation,
         "in_sample": out.in_sample if calibration.in_sample else None,
-        "rematch": {"n": int(len(out.dets_out)), "changed": int(changed.sum()),
-                    "iou_threshold": float(ev.match.iou_thresholds[row_e]),
-                    "note": "outcomes of the written file re-matched (score order / max_dets may differ); "
-                            "before/after above use the original labels"},
+        "rematch": {
+            "n": int(len(out.dets_out)),
+            "changed": int(changed.sum()),
+            "iou_threshold": float(ev.match.iou_thresholds[row_e]),
+            "note": "outcomes of the written file re-matched (score order / max_dets may differ); "
+            "before/after above use the original labels",
+        },
         "dece_maps": out.maps,
         "variants": {
             "protocol": "docs/calibration.md#protocol: fit on the calibration part, evaluate on a disjoint part "
-                        "(or a second dataset); labels and TP sample fixed by the original matching",
+            "(or a second dataset); labels and TP sample fixed by the original matching",
             "confidence": f"docs/metrics.md#dece: ECE bins={spec.dece_binning.ece_bins}, D-ECE bins="
-                          f"{spec.dece_binning.bins} over (confidence, {', '.join(spec.dece_binning.features)}), "
-                          f"sample_threshold={spec.dece_binning.sample_threshold}, policy={spec.dece_binning.policy}",
+            f"{spec.dece_binning.bins} over (confidence, {', '.join(spec.dece_binning.features)}), "
+            f"sample_threshold={spec.dece_binning.sample_threshold}, policy={spec.dece_binning.policy}",
             "regression": f"docs/metrics.md#ence: space={space}, TP at IoU {t_reg}, ENCE bins={spec.sigma_binning.bins} "
-                          f"{spec.sigma_binning.scheme}; Kuleshov CE m=100 levels, sum, one-sided; "
-                          "headline box metrics are means over the coordinates",
+            f"{spec.sigma_binning.scheme}; Kuleshov CE m=100 levels, sum, one-sided; "
+            "headline box metrics are means over the coordinates",
             "bootstrap": f"docs/metrics.md#bootstrap: over images, n={spec.bootstrap.n}, level={spec.bootstrap.level}, "
-                         f"seed={spec.bootstrap.seed}"},
+            f"seed={spec.bootstrap.seed}",
+        },
         "timing_s": {k: round(v, 3) for k, v in timing.items()},
     }

@@ -28,26 +28,28 @@ differences get paired intervals from their own, smaller set of resamples
 (``ap_n_boot``; one COCO evaluation per resample:
 :mod:`detcal.metrics.paired_ap`); box-uncertainty metrics are not part of it yet.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from detcal.binning.edges import cell_index
-from detcal.core.boxes import relative_features
 from detcal.calibration.base import clip_p
+from detcal.core.boxes import relative_features
 from detcal.core.errors import DetcalInputError
+from detcal.core.types import Dataset, Detections
 from detcal.matching.engine import match
 from detcal.matching.netcal_example import match_netcal_example
 from detcal.metrics.accuracy import AREA_RANGES, coco_ap
 from detcal.metrics.bootstrap import interval, jackknife_blocks
 from detcal.metrics.confidence import brier, dece, ece, mce, nll
 from detcal.reports.per_class import per_class_table, reliability_curve, table_markdown
-from detcal.core.types import Dataset, Detections
 
 CAL_METRICS: tuple[str, ...] = ("ece", "dece", "mce", "nll", "brier")
 """Calibration metrics of the comparison table (each with a bootstrap interval)."""
@@ -70,24 +72,36 @@ class Comparison:
     params: dict[str, Any] = field(default_factory=dict)
 
 
-def calibration_sample(dets: Detections, dataset: Dataset, iou: float = 0.5, matching: str = "exclusive") -> dict[str, np.ndarray]:
+def calibration_sample(
+    dets: Detections, dataset: Dataset, iou: float = 0.5, matching: str = "exclusive"
+) -> dict[str, np.ndarray]:
     """``p, y, features [S,4], category, image (row into dataset.images), area`` of the non-ignored considered detections."""
     if matching == "exclusive":
         m = match(dets, dataset.gt, [iou], images=dataset.images)
     elif matching == "netcal_example":
         m = match_netcal_example(dets, dataset.gt, [iou])
     else:
-        raise DetcalInputError(f"unknown matching {matching!r}; choose 'exclusive' or 'netcal_example'", field="matching")
+        raise DetcalInputError(
+            f"unknown matching {matching!r}; choose 'exclusive' or 'netcal_example'", field="matching"
+        )
     keep = m.considered & ~m.ignored[0]
     row = dataset.images.index_of(dets.image_id)
     if (row < 0).any():
         i = int(np.flatnonzero(row < 0)[0])
-        raise DetcalInputError(f"image_id {int(dets.image_id[i])} is not among the dataset's images", record=f"detection row {i}", field="image_id")
+        raise DetcalInputError(
+            f"image_id {int(dets.image_id[i])} is not among the dataset's images",
+            record=f"detection row {i}",
+            field="image_id",
+        )
     f, _ = relative_features(dets.box, dataset.images.width[row], dataset.images.height[row])
     b = dets.box
     return {
-        "p": dets.score[keep], "y": m.matched[0][keep].astype(np.float64), "features": f[keep],
-        "category": dets.category[keep], "image": row[keep], "area": ((b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]))[keep],
+        "p": dets.score[keep],
+        "y": m.matched[0][keep].astype(np.float64),
+        "features": f[keep],
+        "category": dets.category[keep],
+        "image": row[keep],
+        "area": ((b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]))[keep],
     }
 
 
@@ -110,7 +124,9 @@ def image_weights(n_images: int, n_boot: int, seed: int) -> np.ndarray:
     return np.bincount(flat.ravel(), minlength=n_boot * n_images).reshape(n_boot, n_images).astype(np.float64)
 
 
-def _cell_sums(W: np.ndarray, image: np.ndarray, cell: np.ndarray, n_cells: int, values: tuple[np.ndarray, ...]) -> list[np.ndarray]:
+def _cell_sums(
+    W: np.ndarray, image: np.ndarray, cell: np.ndarray, n_cells: int, values: tuple[np.ndarray, ...]
+) -> list[np.ndarray]:
     """``W @ A`` for per-(image, cell) sums A of each of ``values``: ``[R, C]`` each."""
     n_img = W.shape[1]
     out = []
@@ -150,15 +166,26 @@ def replicate_metrics(s: Mapping[str, np.ndarray], W: np.ndarray) -> dict[str, n
 def _size_rows(name: str, s: Mapping[str, np.ndarray], acc: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per COCO size (detection box area: small <= 32^2 < medium <= 96^2 < large): AP/AR and calibration."""
     small, medium = AREA_RANGES["small"][1], AREA_RANGES["medium"][1]
-    which = {"small": s["area"] <= small, "medium": (s["area"] > small) & (s["area"] <= medium), "large": s["area"] > medium}
+    which = {
+        "small": s["area"] <= small,
+        "medium": (s["area"] > small) & (s["area"] <= medium),
+        "large": s["area"] > medium,
+    }
     rows = []
     for size, m in which.items():
         pc, yc = s["p"][m], s["y"][m]
-        rows.append({
-            "detector": name, "size": size, "AP": acc[f"AP_{size}"].value, "AR100": acc[f"AR_{size}"].value, "n": int(m.sum()),
-            "precision": float(yc.mean()) if m.any() else float("nan"), "mean_conf": float(pc.mean()) if m.any() else float("nan"),
-            "ece": ece(pc, yc, ECE_BINS).value,
-        })
+        rows.append(
+            {
+                "detector": name,
+                "size": size,
+                "AP": acc[f"AP_{size}"].value,
+                "AR100": acc[f"AR_{size}"].value,
+                "n": int(m.sum()),
+                "precision": float(yc.mean()) if m.any() else float("nan"),
+                "mean_conf": float(pc.mean()) if m.any() else float("nan"),
+                "ece": ece(pc, yc, ECE_BINS).value,
+            }
+        )
     return rows
 
 
@@ -201,7 +228,12 @@ def compare(
         reps[name] = replicate_metrics(s, W)
         jks[name] = replicate_metrics(s, W_jk) if method == "bca" else {k: None for k in CAL_METRICS}
         accs[name] = {k: float(acc[k].value) for k in ACC_METRICS}
-        row: dict[str, Any] = {"detector": name, **{k: acc[k].value for k in ACC_METRICS}, "n": int(len(s["p"])), "precision": float(s["y"].mean()) if len(s["p"]) else float("nan")}
+        row: dict[str, Any] = {
+            "detector": name,
+            **{k: acc[k].value for k in ACC_METRICS},
+            "n": int(len(s["p"])),
+            "precision": float(s["y"].mean()) if len(s["p"]) else float("nan"),
+        }
         for k in CAL_METRICS:
             row[k] = point[k]
             res = interval(reps[name][k], point[k], level, method, jks[name][k])
@@ -210,7 +242,15 @@ def compare(
                 row.setdefault("ci_notes", {})[k] = res["note"]
         table.append(row)
         per_size += _size_rows(name, s, acc)
-        per_cls[name] = per_class_table(s["p"], s["y"], s["category"], dataset.categories, bins=ECE_BINS, top_n=top_n_classes, ap_table=acc["AP"].table)
+        per_cls[name] = per_class_table(
+            s["p"],
+            s["y"],
+            s["category"],
+            dataset.categories,
+            bins=ECE_BINS,
+            top_n=top_n_classes,
+            ap_table=acc["AP"].table,
+        )
         rel[name] = reliability_curve(s["p"], s["y"], ECE_BINS)
     diffs = []
     base_row = next(r for r in table if r["detector"] == baseline)
@@ -224,19 +264,52 @@ def compare(
             jk = None if jd is None or jb is None else jd - jb
             res = interval(d, row[k] - base_row[k], level, method, jk)
             lo, hi = res["ci"]
-            diffs.append({"detector": det, "baseline": baseline, "metric": k, "diff": row[k] - base_row[k],
-                          "ci": (lo, hi), "excludes_zero": bool(lo > 0 or hi < 0), "ci_note": res["note"]})
+            diffs.append(
+                {
+                    "detector": det,
+                    "baseline": baseline,
+                    "metric": k,
+                    "diff": row[k] - base_row[k],
+                    "ci": (lo, hi),
+                    "excludes_zero": bool(lo > 0 or hi < 0),
+                    "ci_note": res["note"],
+                }
+            )
     if ap_n_boot > 0 and len(names) > 1:
         from detcal.metrics.paired_ap import paired_ap_differences
 
-        diffs += paired_ap_differences(runs, dataset, baseline, list(ap_metrics), accs, n_boot=int(ap_n_boot),
-                                       level=level, seed=seed, method=method, gt_area=gt_area,
-                                       n_blocks=ap_jackknife_blocks)
-    params = {"iou": iou, "matching": matching, "n_boot": int(n_boot), "level": level, "seed": seed, "baseline": baseline,
-              "method": method, "jackknife_blocks": int(block.max()) + 1, "ap_n_boot": int(ap_n_boot),
-              "ap_metrics": list(ap_metrics) if ap_n_boot > 0 else [],
-              "ece_bins": ECE_BINS, "dece_bins": DECE_BINS, "dece_sample_threshold": DECE_THRESHOLD, "seconds": time.time() - t0}
-    return Comparison(table=table, diffs=diffs, per_class=per_cls, per_size=per_size, reliability=rel, samples=samples, params=params)
+        diffs += paired_ap_differences(
+            runs,
+            dataset,
+            baseline,
+            list(ap_metrics),
+            accs,
+            n_boot=int(ap_n_boot),
+            level=level,
+            seed=seed,
+            method=method,
+            gt_area=gt_area,
+            n_blocks=ap_jackknife_blocks,
+        )
+    params = {
+        "iou": iou,
+        "matching": matching,
+        "n_boot": int(n_boot),
+        "level": level,
+        "seed": seed,
+        "baseline": baseline,
+        "method": method,
+        "jackknife_blocks": int(block.max()) + 1,
+        "ap_n_boot": int(ap_n_boot),
+        "ap_metrics": list(ap_metrics) if ap_n_boot > 0 else [],
+        "ece_bins": ECE_BINS,
+        "dece_bins": DECE_BINS,
+        "dece_sample_threshold": DECE_THRESHOLD,
+        "seconds": time.time() - t0,
+    }
+    return Comparison(
+        table=table, diffs=diffs, per_class=per_cls, per_size=per_size, reliability=rel, samples=samples, params=params
+    )
 
 
 def markdown(c: Comparison, digits: int = 4) -> str:
@@ -249,15 +322,27 @@ def markdown(c: Comparison, digits: int = 4) -> str:
         cells += [f"{f(r[k])} [{f(r[k + '_ci'][0])}, {f(r[k + '_ci'][1])}]" for k in CAL_METRICS]
         lines.append("| " + " | ".join(cells) + " |")
     lvl = int(round(100 * c.params["level"]))
-    lines += ["", f"## Difference from {c.params['baseline']} (paired bootstrap over images, {lvl}% interval)", "",
-              "| detector | metric | difference | interval | note |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        f"## Difference from {c.params['baseline']} (paired bootstrap over images, {lvl}% interval)",
+        "",
+        "| detector | metric | difference | interval | note |",
+        "|---|---|---|---|---|",
+    ]
     for d in c.diffs:
-        ci = "—" if np.isnan(d["ci"][0]) else f"[{f(d['ci'][0])}, {f(d['ci'][1])}]" + (" *" if d["excludes_zero"] else "")
+        ci = (
+            "—"
+            if np.isnan(d["ci"][0])
+            else f"[{f(d['ci'][0])}, {f(d['ci'][1])}]" + (" *" if d["excludes_zero"] else "")
+        )
         lines.append(f"| {d['detector']} | {d['metric']} | {f(d['diff'])} | {ci} | {d.get('ci_note') or ''} |")
     p = c.params
-    lines += ["", f"Intervals: {p.get('method', 'bca')} over {p['n_boot']} image resamples (calibration metrics) and "
-              f"{p.get('ap_n_boot', 0)} resamples with COCO AP/AR recomputed on each (AP/AR differences); * the "
-              "interval excludes 0."]
+    lines += [
+        "",
+        f"Intervals: {p.get('method', 'bca')} over {p['n_boot']} image resamples (calibration metrics) and "
+        f"{p.get('ap_n_boot', 0)} resamples with COCO AP/AR recomputed on each (AP/AR differences); * the "
+        "interval excludes 0.",
+    ]
     notes = [f"{r['detector']} {k}: {v}" for r in c.table for k, v in (r.get("ci_notes") or {}).items()]
     if notes:
         lines += ["", "Interval notes:", *[f"- {n}" for n in notes]]
@@ -290,7 +375,21 @@ def plot_per_class(c: Comparison, names: Mapping[int, str] | None = None, top_n:
     """Per-class reliability diagrams of the most frequent classes, all detectors overlaid."""
     from detcal.reports.per_class import plot_per_class_reliability
 
-    return plot_per_class_reliability({k: (s["p"], s["y"], s["category"]) for k, s in c.samples.items()}, names, top_n=top_n, bins=ECE_BINS, path=path)
+    return plot_per_class_reliability(
+        {k: (s["p"], s["y"], s["category"]) for k, s in c.samples.items()}, names, top_n=top_n, bins=ECE_BINS, path=path
+    )
 
 
-__all__ = ["ACC_METRICS", "CAL_METRICS", "Comparison", "calibration_sample", "compare", "image_weights", "markdown", "plot", "plot_per_class", "point_metrics", "replicate_metrics"]
+__all__ = [
+    "ACC_METRICS",
+    "CAL_METRICS",
+    "Comparison",
+    "calibration_sample",
+    "compare",
+    "image_weights",
+    "markdown",
+    "plot",
+    "plot_per_class",
+    "point_metrics",
+    "replicate_metrics",
+]

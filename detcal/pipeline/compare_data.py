@@ -1,18 +1,21 @@
 """The inputs of a detector comparison: one ground truth and several detectors' results."""
+
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from detcal.pipeline.spec import ConfigError, DataSpec
 from detcal.core.types import Dataset, Detections
+from detcal.pipeline.spec import ConfigError, DataSpec
 
 __all__ = ["load_runs"]
 
 
-def load_runs(data: DataSpec, detectors: Sequence[str], results: Mapping[str, str]
-              ) -> tuple[Dataset, dict[str, Detections], np.ndarray | None]:
+def load_runs(
+    data: DataSpec, detectors: Sequence[str], results: Mapping[str, str]
+) -> tuple[Dataset, dict[str, Detections], np.ndarray | None]:
     """``(dataset, {name: detections}, gt areas or None)``: the bundled detectors (``data.source=bundled``;
     ``detectors`` empty: all four) or COCO results files (``data.source=coco``: ``results`` name -> path)."""
     if data.source == "bundled":

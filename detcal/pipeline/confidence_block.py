@@ -1,4 +1,5 @@
 """The confidence part of an evaluation: metrics and D-ECE maps per IoU threshold."""
+
 from __future__ import annotations
 
 import warnings
@@ -6,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
+from detcal.core.types import MatchResult
 from detcal.pipeline.progress import Progress
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import FEATURES, EvaluationSpec
-from detcal.core.types import MatchResult
 
 __all__ = ["confidence_blocks", "dece_maps", "threshold_label"]
 
@@ -41,8 +42,9 @@ def _map_metric(spec: EvaluationSpec, pair: list[str]) -> Any:
     return ConfidenceMetric("dece", _bins_arg(_map_bins(b, pair)), b.sample_threshold, b.policy, use_features=True)
 
 
-def dece_maps(spec: EvaluationSpec, p: np.ndarray, y: np.ndarray, feats: np.ndarray,
-              cells: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+def dece_maps(
+    spec: EvaluationSpec, p: np.ndarray, y: np.ndarray, feats: np.ndarray, cells: dict[str, np.ndarray] | None = None
+) -> dict[str, Any]:
     """D-ECE heat maps over the configured feature pairs (Kueppers et al. 2020, Fig. 1).
 
     ``cells``: the cell of each sample on each map grid (keyed ``"f1_f2"``), computed once for
@@ -61,21 +63,33 @@ def dece_maps(spec: EvaluationSpec, p: np.ndarray, y: np.ndarray, feats: np.ndar
             warnings.simplefilter("ignore")
             if cells is not None and name in cells:
                 bins = metric.grid_key(None, None, np.empty((0, 2)))[0]
-                r = metric.result(cell_stats(p, y, None, bins, edges=metric.edges, stats=metric.required_stats,
-                                             cells=cells[name]))
+                r = metric.result(
+                    cell_stats(p, y, None, bins, edges=metric.edges, stats=metric.required_stats, cells=cells[name])
+                )
             else:
                 r = metric(p, y, np.take(feats, [a, c], axis=1))
         shape = tuple(int(v) for v in r.params.get("bins", ())) or (1, 1, 1)
         n = int(np.prod(shape))
-        m = marginal_gap_map(r.table.get("count", np.zeros(n)), r.table.get("confidence", np.full(n, np.nan)),
-                             r.table.get("precision", np.full(n, np.nan)), shape, keep_axes=(1, 2),
-                             kept=r.table.get("kept"))
+        m = marginal_gap_map(
+            r.table.get("count", np.zeros(n)),
+            r.table.get("confidence", np.full(n, np.nan)),
+            r.table.get("precision", np.full(n, np.nan)),
+            shape,
+            keep_axes=(1, 2),
+            kept=r.table.get("kept"),
+        )
         out[name] = {
-            "axes": list(pair), "bins": list(shape[1:]), "gap": m["gap"], "count": m["count"],
-            "kept_count": m["kept_count"], "sample_threshold": b.sample_threshold, "policy": b.policy,
+            "axes": list(pair),
+            "bins": list(shape[1:]),
+            "gap": m["gap"],
+            "count": m["count"],
+            "kept_count": m["kept_count"],
+            "sample_threshold": b.sample_threshold,
+            "policy": b.policy,
             "dece": float(r.value),
             "definition": "M(i,j) = sum_kept N_c gap(c) / sum_kept N_c over the confidence bins of "
-                          "position cell (i,j) of a D-ECE grid over (confidence, f1, f2)"}
+            "position cell (i,j) of a D-ECE grid over (confidence, f1, f2)",
+        }
     return out
 
 
@@ -83,13 +97,24 @@ def _null_position_metrics(block: dict[str, Any], reason: str) -> None:
     """Replace the metrics over (confidence, box features) by null with ``reason``."""
     for key, node in block.items():
         if isinstance(node, dict) and int((node.get("params") or {}).get("n_features", 1)) > 1:
-            block[key] = {"name": node.get("name", key), "value": None, "variant": node.get("variant"),
-                          "params": node.get("params"), "_null": {"value": reason}}
+            block[key] = {
+                "name": node.get("name", key),
+                "value": None,
+                "variant": node.get("variant"),
+                "params": node.get("params"),
+                "_null": {"value": reason},
+            }
 
 
-def confidence_blocks(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray,
-                      progress: Progress, exclude: list[float],
-                      no_pos: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def confidence_blocks(
+    spec: EvaluationSpec,
+    data: LoadedData,
+    mr: MatchResult,
+    feats: np.ndarray,
+    progress: Progress,
+    exclude: list[float],
+    no_pos: str | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Confidence metrics and D-ECE maps per IoU threshold (docs/metrics.md). ``no_pos``: images lack
     sizes, so the metrics over box positions are null with that reason. ``spec.parallel`` spreads the
     thresholds over processes or ranks (the same numbers: each threshold is computed whole by one)."""
@@ -130,10 +155,18 @@ def _suite_config(spec: EvaluationSpec) -> Any:
     from detcal.metrics.confidence_suite import ConfidenceConfig
 
     b, bs = spec.dece_binning, spec.bootstrap
-    return ConfidenceConfig(ece_bins=b.ece_bins, dece_bins=b.bins_arg(), sample_threshold=b.sample_threshold,
-                            policy=b.policy, n_boot=bs.n, ci_level=bs.level, seed=bs.seed,
-                            edges=spec.confidence.edges, homogeneity_spread=spec.confidence.homogeneity_spread,
-                            ci_method=bs.method)
+    return ConfidenceConfig(
+        ece_bins=b.ece_bins,
+        dece_bins=b.bins_arg(),
+        sample_threshold=b.sample_threshold,
+        policy=b.policy,
+        n_boot=bs.n,
+        ci_level=bs.level,
+        seed=bs.seed,
+        edges=spec.confidence.edges,
+        homogeneity_spread=spec.confidence.homogeneity_spread,
+        ci_method=bs.method,
+    )
 
 
 def _sample_features(spec: EvaluationSpec, fr: np.ndarray, no_pos: str | None) -> np.ndarray | None:
@@ -145,15 +178,15 @@ def _sample_features(spec: EvaluationSpec, fr: np.ndarray, no_pos: str | None) -
     return f
 
 
-def _shared_cells(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray,
-                  no_pos: str | None) -> tuple[np.ndarray, dict[Any, np.ndarray], dict[str, np.ndarray]] | None:
+def _shared_cells(
+    spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray, no_pos: str | None
+) -> tuple[np.ndarray, dict[Any, np.ndarray], dict[str, np.ndarray]] | None:
     """The considered detections and their cells on the suite's grids and on the map grids, computed
     once for every IoU threshold (the cells do not depend on the matched flags); None when a value is
     invalid (each threshold then reports it as before)."""
+    from detcal.binning.cells import sample_cells, validate_sample
     from detcal.core.errors import DetcalInputError
     from detcal.metrics.confidence_suite import suite_cells
-
-    from detcal.binning.cells import sample_cells, validate_sample
 
     cons = np.flatnonzero(mr.considered)
     p, fr = data.detections.score[cons], np.take(feats, cons, axis=0)
@@ -171,9 +204,15 @@ def _shared_cells(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats
         return None
 
 
-def _one_threshold(i: int, spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray,
-                   no_pos: str | None, shared: tuple[np.ndarray, dict[Any, np.ndarray], dict[str, np.ndarray]] | None = None,
-                   ) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
+def _one_threshold(
+    i: int,
+    spec: EvaluationSpec,
+    data: LoadedData,
+    mr: MatchResult,
+    feats: np.ndarray,
+    no_pos: str | None,
+    shared: tuple[np.ndarray, dict[Any, np.ndarray], dict[str, np.ndarray]] | None = None,
+) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
     """(label, metric block, D-ECE maps or None) of matching row ``i``; ``shared``: :func:`_shared_cells`."""
     from detcal.metrics.confidence_suite import confidence_metrics
 
@@ -192,20 +231,35 @@ def _one_threshold(i: int, spec: EvaluationSpec, data: LoadedData, mr: MatchResu
     p, y = dets.score[rows], mr.matched[i, rows]
     if len(rows) == 0 or not y.any():
         why = "no detection was evaluated" if len(rows) == 0 else f"no detection matched at {label}"
-        return label, {"_sample": {"n": int(len(rows)), "n_matched": int(y.sum()), "features": list(b.features),
-                                   "skipped": f"{why}: the confidence metrics cannot be computed"}}, None
+        return (
+            label,
+            {
+                "_sample": {
+                    "n": int(len(rows)),
+                    "n_matched": int(y.sum()),
+                    "features": list(b.features),
+                    "skipped": f"{why}: the confidence metrics cannot be computed",
+                }
+            },
+            None,
+        )
     fr = np.take(feats, rows, axis=0)  # ~4x faster than feats[rows] for [N, 4]
     f = _sample_features(spec, fr, no_pos)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        res = confidence_metrics(p, y, f, dets.category[rows] if c.per_class else None, ccfg, dets.image_id[rows],
-                                 cells=cells)
+        res = confidence_metrics(
+            p, y, f, dets.category[rows] if c.per_class else None, ccfg, dets.image_id[rows], cells=cells
+        )
     block: dict[str, Any] = {k: r.to_dict() for k, r in res.items()}
     for node in block.values():
         if isinstance(node, dict) and isinstance(node.get("table"), dict):
             node["table"].pop("bin_index", None)  # cells are in C order over params.bins
-    block["_sample"] = {"n": int(len(rows)), "n_matched": int(y.sum()), "features": list(b.features),
-                        "warnings": sorted({str(w.message) for w in caught})}
+    block["_sample"] = {
+        "n": int(len(rows)),
+        "n_matched": int(y.sum()),
+        "features": list(b.features),
+        "warnings": sorted({str(w.message) for w in caught}),
+    }
     if no_pos:
         _null_position_metrics(block, "images without width/height: box positions cannot be made relative")
     return label, block, (dece_maps(spec, p, y, fr, map_cells) if c.maps and not no_pos else {})

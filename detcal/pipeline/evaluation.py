@@ -15,6 +15,7 @@ Data flow (docs/pipeline.md)::
     regression sample + metrics (RegressionSpec, SigmaBinningSpec) ->
     EvaluationResult (to_dict / to_markdown / write)
 """
+
 from __future__ import annotations
 
 import functools
@@ -38,15 +39,29 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("detcal")
 
-__all__ = ["evaluate", "as_loaded", "match_data", "relative_box_features", "threshold_label", "dece_maps",
-           "HEADLINE_CONFIDENCE", "HEADLINE_REGRESSION"]
+__all__ = [
+    "evaluate",
+    "as_loaded",
+    "match_data",
+    "relative_box_features",
+    "threshold_label",
+    "dece_maps",
+    "HEADLINE_CONFIDENCE",
+    "HEADLINE_REGRESSION",
+]
 
 HEADLINE_CONFIDENCE: tuple[str, ...] = ("ece", "dece", "mce", "nll", "brier")
 HEADLINE_REGRESSION: tuple[str, ...] = ("ence", "m_qce", "c_qce", "nll")
 
 
-def as_loaded(gt: Any, results: Any = None, *, workdir: str | os.PathLike = ".",
-              unknown_category: str = "drop", shard: tuple[int, int] | None = None) -> LoadedData:
+def as_loaded(
+    gt: Any,
+    results: Any = None,
+    *,
+    workdir: str | os.PathLike = ".",
+    unknown_category: str = "drop",
+    shard: tuple[int, int] | None = None,
+) -> LoadedData:
     """Anything the API accepts as input, as :class:`LoadedData`: a LoadedData, a
     DataSpec, a (Dataset, Detections) pair, or paths of COCO instances + results files.
     ``shard`` (rank, world): COCO results are read for that rank's image shard only (docs/scale.md)."""
@@ -70,9 +85,13 @@ def require_detections(data: LoadedData) -> None:
     if len(data.detections) == 0:
         p = data.provenance
         where = p.get("results") or p.get("results_dir") or (p.get("adapter") or {}).get("results")
-        raise DetcalInputError("there are no detections to evaluate (after leaving out "
-                               f"{sum(data.dropped.values())} with unknown categories)" if data.dropped else
-                               "there are no detections to evaluate", file=where)
+        raise DetcalInputError(
+            "there are no detections to evaluate (after leaving out "
+            f"{sum(data.dropped.values())} with unknown categories)"
+            if data.dropped
+            else "there are no detections to evaluate",
+            file=where,
+        )
 
 
 _FEATURE_BLOCK = 1 << 20
@@ -93,9 +112,13 @@ def relative_box_features(data: LoadedData, needed: bool) -> tuple[np.ndarray, i
     if no_size.any():
         if needed:
             img = int(dets.image_id[np.flatnonzero(no_size)[0]])
-            raise DetcalInputError(f"image {img} has no width/height, which the box-position features of D-ECE "
-                                   f"need; add them, or set dece_binning.features=[] and confidence.maps=[]",
-                                   file=ds.source or None, record=f"image {img}", field="width")
+            raise DetcalInputError(
+                f"image {img} has no width/height, which the box-position features of D-ECE "
+                f"need; add them, or set dece_binning.features=[] and confidence.maps=[]",
+                file=ds.source or None,
+                record=f"image {img}",
+                field="width",
+            )
         feats = np.full((len(dets), 4), np.nan)
         return feats, 0, np.zeros(len(dets), bool)
     feats, clipped, n_clipped = np.empty((len(dets), 4)), np.empty(len(dets), bool), 0
@@ -121,8 +144,10 @@ def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[Ma
     dets = data.detections
     thresholds = m.thresholds()
     if thresholds == "kitti" and data.kitti is None:
-        raise DetcalInputError("matching.iou_thresholds=kitti needs KITTI data (data=kitti or data.format=kitti)",
-                               field="matching.iou_thresholds")
+        raise DetcalInputError(
+            "matching.iou_thresholds=kitti needs KITTI data (data=kitti or data.format=kitti)",
+            field="matching.iou_thresholds",
+        )
     t_reg = float(spec.regression.sample_iou)
     extra: list[float] = []
     if reg_on and isinstance(thresholds, list) and not any(abs(t - t_reg) < 1e-9 for t in thresholds):
@@ -138,6 +163,7 @@ def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[Ma
 
         def _match(th: Any) -> MatchResult:
             return match_in_shards(m, dets, data, th, par.shard_size)
+
     mr = _match(thresholds + extra if extra else thresholds)  # type: ignore[operator]  # extra only with a list
     mr_reg = mr
     if reg_on and not isinstance(thresholds, list):
@@ -149,8 +175,9 @@ def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[Ma
     return mr, mr_reg, extra
 
 
-def _per_class(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, extra: list[float],
-               acc: dict[str, Any]) -> dict[str, Any]:
+def _per_class(
+    spec: EvaluationSpec, data: LoadedData, mr: MatchResult, extra: list[float], acc: dict[str, Any]
+) -> dict[str, Any]:
     """Per-class table (n, precision, mean confidence, ECE, MCE, Brier, AP) of the most frequent classes at
     the first evaluated threshold."""
     from detcal.reports.per_class import per_class_table
@@ -164,12 +191,21 @@ def _per_class(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, extra: l
         return {}
     dets = data.detections
     ap = acc.get("AP", {}).get("table") if isinstance(acc.get("AP"), dict) else None
-    ap_table = ({k: np.asarray([np.nan if v is None else v for v in ap[k]], float) for k in ("category", "ap", "ap50")}
-                if ap else None)
-    rows = per_class_table(dets.score[keep], mr.matched[i, keep], dets.category[keep], data.dataset.categories,
-                           bins=spec.dece_binning.ece_bins, top_n=spec.confidence.per_class_top_n, ap_table=ap_table)
-    return {"iou": threshold_label(float(mr.iou_thresholds[i])), "top_n": spec.confidence.per_class_top_n,
-            "rows": rows}
+    ap_table = (
+        {k: np.asarray([np.nan if v is None else v for v in ap[k]], float) for k in ("category", "ap", "ap50")}
+        if ap
+        else None
+    )
+    rows = per_class_table(
+        dets.score[keep],
+        mr.matched[i, keep],
+        dets.category[keep],
+        data.dataset.categories,
+        bins=spec.dece_binning.ece_bins,
+        top_n=spec.confidence.per_class_top_n,
+        ap_table=ap_table,
+    )
+    return {"iou": threshold_label(float(mr.iou_thresholds[i])), "top_n": spec.confidence.per_class_top_n, "rows": rows}
 
 
 def _missing_sizes(data: LoadedData, feats: np.ndarray) -> str | None:
@@ -178,10 +214,12 @@ def _missing_sizes(data: LoadedData, feats: np.ndarray) -> str | None:
     if not bad.any():
         return None
     img = int(data.detections.image_id[np.flatnonzero(bad)[0]])
-    msg = (f"file {data.dataset.source or data.provenance.get('gt')}, image {img}, field 'width': "
-           f"{int(bad.sum())} detections lie in images without width/height; D-ECE, homogeneity, outliers and "
-           "the D-ECE maps need box positions relative to the image size and are not computed (the other "
-           "metrics are)")
+    msg = (
+        f"file {data.dataset.source or data.provenance.get('gt')}, image {img}, field 'width': "
+        f"{int(bad.sum())} detections lie in images without width/height; D-ECE, homogeneity, outliers and "
+        "the D-ECE maps need box positions relative to the image size and are not computed (the other "
+        "metrics are)"
+    )
     log.warning(msg)
     return msg
 
@@ -200,29 +238,52 @@ def _regression_block(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, p
     t = float(r.sample_iou)
     sample = regression_sample(dets, data.dataset.gt, mr, iou_threshold=t, space=r.space)
     if len(sample) == 0:
-        return {"_sample": {"n": 0, "iou_threshold": t,
-                            "skipped": f"no true positive at IoU {t}: the box-uncertainty metrics cannot be computed"}}
+        return {
+            "_sample": {
+                "n": 0,
+                "iou_threshold": t,
+                "skipped": f"no true positive at IoU {t}: the box-uncertainty metrics cannot be computed",
+            }
+        }
     levels = np.linspace(0.05, 0.95, r.quantile_levels)
-    res = regression_metrics(sample, bins=sb.bins, binning=sb.scheme, qce_bins=sb.qce_bins, qce_binning=sb.qce_scheme,
-                             qce_sample_threshold=r.qce_sample_threshold, levels=levels,
-                             ll_fu_log_base=r.ll_fu_log_base, mwse_normalise=r.mwse_normalise)
+    res = regression_metrics(
+        sample,
+        bins=sb.bins,
+        binning=sb.scheme,
+        qce_bins=sb.qce_bins,
+        qce_binning=sb.qce_scheme,
+        qce_sample_threshold=r.qce_sample_threshold,
+        levels=levels,
+        ll_fu_log_base=r.ll_fu_log_base,
+        mwse_normalise=r.mwse_normalise,
+    )
     if bs.n > 0:
         boot: dict[str, Any] = dict(n_boot=bs.n, level=bs.level, seed=bs.seed, method=bs.method)
         g = sample.image_id
         for k, name in enumerate(sample.coords):
             arrays = (sample.mu[:, k], sample.sigma[:, k], sample.y[:, k])
-            res["ence"][name] = with_ci(res["ence"][name], functools.partial(ence, bins=sb.bins, binning=sb.scheme),
-                                        g, *arrays, **boot)
-            res["m_qce"][name] = with_ci(res["m_qce"][name], functools.partial(m_qce, levels=levels), g, *arrays, **boot)
+            res["ence"][name] = with_ci(
+                res["ence"][name], functools.partial(ence, bins=sb.bins, binning=sb.scheme), g, *arrays, **boot
+            )
+            res["m_qce"][name] = with_ci(
+                res["m_qce"][name], functools.partial(m_qce, levels=levels), g, *arrays, **boot
+            )
         if "joint" in res["m_qce"]:
+
             def _joint(mu: np.ndarray, sigma: np.ndarray, y: np.ndarray, cov: np.ndarray | None) -> MetricResult:
                 return m_qce_joint(mu, sigma, y, cov=cov, levels=levels)
 
-            res["m_qce"]["joint"] = with_ci(res["m_qce"]["joint"], _joint, g, sample.mu, sample.sigma, sample.y,
-                                            sample.cov, **boot)
+            res["m_qce"]["joint"] = with_ci(
+                res["m_qce"]["joint"], _joint, g, sample.mu, sample.sigma, sample.y, sample.cov, **boot
+            )
     out: dict[str, Any] = {m: {c: v.to_dict() for c, v in per.items()} for m, per in res.items()}
-    out["_sample"] = {"n": int(len(sample)), "space": sample.space, "coords": list(sample.coords),
-                      "iou_threshold": t, "notes": sample.notes}
+    out["_sample"] = {
+        "n": int(len(sample)),
+        "space": sample.space,
+        "coords": list(sample.coords),
+        "iou_threshold": t,
+        "notes": sample.notes,
+    }
     return out
 
 
@@ -245,7 +306,8 @@ def _accounting(data: LoadedData, spec: EvaluationSpec, mr: MatchResult) -> dict
             "evaluated": int((mr.considered & ~mr.ignored[i]).sum()),
             "ignored_region": int(ign.sum()),
             "true_positives": int((mr.matched[i] & mr.considered).sum()),
-            "false_positives": int((mr.considered & ~mr.matched[i] & ~mr.ignored[i]).sum())}
+            "false_positives": int((mr.considered & ~mr.matched[i] & ~mr.ignored[i]).sum()),
+        }
     return acc
 
 
@@ -258,13 +320,21 @@ def _headline(conf: dict[str, Any], reg: dict[str, Any]) -> dict[str, Any]:
         for name in HEADLINE_CONFIDENCE:
             node = block.get(name)
             if node is not None:
-                out[name] = {"value": node["value"], "ci": node.get("ci"), "ci_level": node.get("ci_level"),
-                             "source": f"confidence/{label}/{name}"}
+                out[name] = {
+                    "value": node["value"],
+                    "ci": node.get("ci"),
+                    "ci_level": node.get("ci_level"),
+                    "source": f"confidence/{label}/{name}",
+                }
         break
     for name in HEADLINE_REGRESSION:
         for coord, node in (reg.get(name) or {}).items():
-            out[f"{name}_{coord}"] = {"value": node["value"], "ci": node.get("ci"), "ci_level": node.get("ci_level"),
-                                      "source": f"regression/{name}/{coord}"}
+            out[f"{name}_{coord}"] = {
+                "value": node["value"],
+                "ci": node.get("ci"),
+                "ci_level": node.get("ci_level"),
+                "source": f"regression/{name}/{coord}",
+            }
     return out
 
 
@@ -272,23 +342,30 @@ def _variants(spec: EvaluationSpec, data: LoadedData) -> dict[str, str]:
     """Which definitions and variants produced the numbers (docs sections)."""
     b, r, sb, bs, m = spec.dece_binning, spec.regression, spec.sigma_binning, spec.bootstrap, spec.matching
     kitti = data.kitti is not None
-    rules = ("KITTI devkit rules (difficulty " + str(data.provenance.get("difficulty", "moderate")) +
-             ", neighbour classes, DontCare, min height)") if kitti else "COCO rules (crowd regions, maxDets)"
+    rules = (
+        (
+            "KITTI devkit rules (difficulty "
+            + str(data.provenance.get("difficulty", "moderate"))
+            + ", neighbour classes, DontCare, min height)"
+        )
+        if kitti
+        else "COCO rules (crowd regions, maxDets)"
+    )
     if kitti and m.thresholds() != "kitti":
         rules += "; IoU thresholds as given, NOT the devkit's per-class 0.7/0.5/0.5 (matching=kitti for those)"
     return {
         "boxes": "docs/metrics.md#boxes: xyxy pixels; relative features cx/W, cy/H, w/W, h/H clipped to [0, 1]",
         "matching": f"docs/matching.md: mode={m.mode}, IoU thresholds={m.thresholds()}, {rules}",
         "confidence": f"docs/metrics.md#ece: equal-width cells over [0, 1], ECE bins={b.ece_bins}, D-ECE bins="
-                      f"{b.bins} over (confidence, {', '.join(b.features)}), sample_threshold={b.sample_threshold}, "
-                      f"sparse-cell policy={b.policy}, edges={spec.confidence.edges or 'policy default'}, "
-                      f"homogeneity spread={spec.confidence.homogeneity_spread}",
+        f"{b.bins} over (confidence, {', '.join(b.features)}), sample_threshold={b.sample_threshold}, "
+        f"sparse-cell policy={b.policy}, edges={spec.confidence.edges or 'policy default'}, "
+        f"homogeneity spread={spec.confidence.homogeneity_spread}",
         "regression": f"docs/metrics.md#ence: space={r.space}, TP at IoU {r.sample_iou}, ENCE bins={sb.bins} "
-                      f"{sb.scheme} (tied sigmas on a bin edge shared by rank), C-QCE bins={sb.qce_bins} "
-                      f"{sb.qce_scheme}, QCE levels={r.quantile_levels}, UCE equal-width over sigma^2, "
-                      f"LL-FU log base {r.ll_fu_log_base}, MWSE normalised by the {r.mwse_normalise} count",
+        f"{sb.scheme} (tied sigmas on a bin edge shared by rank), C-QCE bins={sb.qce_bins} "
+        f"{sb.qce_scheme}, QCE levels={r.quantile_levels}, UCE equal-width over sigma^2, "
+        f"LL-FU log base {r.ll_fu_log_base}, MWSE normalised by the {r.mwse_normalise} count",
         "bootstrap": f"docs/calibration.md#bootstrap: over images, n={bs.n}, level={bs.level}, seed={bs.seed}, "
-                     f"interval={bs.method} (the bootstrap bias is reported beside each interval)",
+        f"interval={bs.method} (the bootstrap bias is reported beside each interval)",
     }
 
 
@@ -299,8 +376,9 @@ def _metric_warnings(conf: dict[str, Any], data: LoadedData) -> list[str]:
     if data.dropped.get("unknown_category"):
         from detcal.pipeline.sources import unknown_category_warning
 
-        out.append(unknown_category_warning(data.provenance.get("results", "the results"),
-                                            data.dropped["unknown_category"]))  # logged where it was loaded
+        out.append(
+            unknown_category_warning(data.provenance.get("results", "the results"), data.dropped["unknown_category"])
+        )  # logged where it was loaded
     for lbl, blk in conf.items():
         for w in (blk.get("_sample") or {}).get("warnings") or []:
             out.append(f"confidence at {lbl}: {w}")
@@ -308,8 +386,9 @@ def _metric_warnings(conf: dict[str, Any], data: LoadedData) -> list[str]:
     return out
 
 
-def _worst(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray, conf: dict[str, Any],
-           no_pos: str | None) -> dict[str, Any]:
+def _worst(
+    spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray, conf: dict[str, Any], no_pos: str | None
+) -> dict[str, Any]:
     """The worst-calibrated detections for the report (docs/metrics.md#worst-calibrated-detections)."""
     if not conf or no_pos or data.shard is not None:
         return {}
@@ -320,8 +399,11 @@ def _worst(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.nd
 
 def _warnings(conf: dict[str, Any], reg: dict[str, Any], reg_expected: bool, no_pos: str | None) -> list[str]:
     """The run's warnings: missing image sizes, skipped confidence thresholds, a skipped box-uncertainty block."""
-    warn = [f"confidence at {lbl}: {blk['_sample']['skipped']}" for lbl, blk in conf.items()
-            if "skipped" in blk.get("_sample", {})]
+    warn = [
+        f"confidence at {lbl}: {blk['_sample']['skipped']}"
+        for lbl, blk in conf.items()
+        if "skipped" in blk.get("_sample", {})
+    ]
     if no_pos:
         warn.insert(0, no_pos)
     if "skipped" in reg.get("_sample", {}) and reg_expected:
@@ -329,8 +411,14 @@ def _warnings(conf: dict[str, Any], reg: dict[str, Any], reg_expected: bool, no_
     return warn
 
 
-def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *,
-             workdir: str | os.PathLike | None = None, progress: bool = False) -> EvaluationResult:
+def evaluate(
+    gt: Any,
+    results: Any = None,
+    spec: EvaluationSpec | None = None,
+    *,
+    workdir: str | os.PathLike | None = None,
+    progress: bool = False,
+) -> EvaluationResult:
     """Evaluate one detector's calibration.
 
     ``gt``/``results``: paths of a COCO instances and a COCO results file, a
@@ -386,14 +474,24 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
     ds, dets = data.dataset, data.detections
     warn = _warnings(conf, reg, reg_on and dets.uncertainty_kind is not None, no_pos) + _metric_warnings(conf, data)
     record: dict[str, Any] = {
-        "data": {**data.provenance, "counts": {
-            "images": len(ds.images), "gt": len(ds.gt), "detections": len(dets),
-            "categories": {str(k): v for k, v in ds.categories.items()}, "uncertainty": dets.uncertainty_kind}},
+        "data": {
+            **data.provenance,
+            "counts": {
+                "images": len(ds.images),
+                "gt": len(ds.gt),
+                "detections": len(dets),
+                "categories": {str(k): v for k, v in ds.categories.items()},
+                "uncertainty": dets.uncertainty_kind,
+            },
+        },
         "spec": spec,
         "matching": {**mr.describe(), "regression_only_thresholds": extra},
         "detections": _accounting(data, spec, mr),
-        "features": {"names": list(FEATURES), "n_clipped": int(n_clipped),
-                     "note": "relative (cx/W, cy/H, w/W, h/H), values outside [0, 1] clipped"},
+        "features": {
+            "names": list(FEATURES),
+            "n_clipped": int(n_clipped),
+            "note": "relative (cx/W, cy/H, w/W, h/H), values outside [0, 1] clipped",
+        },
         "variants": _variants(spec, data),
         "headline": _headline(conf, reg),
         "confidence": conf,
@@ -408,5 +506,6 @@ def evaluate(gt: Any, results: Any = None, spec: EvaluationSpec | None = None, *
         "warnings": warn,
         "timing_s": {k: round(v, 3) for k, v in timing.items()},
     }
-    return EvaluationResult(record=record, data=data, match=mr, features=feats, clipped=clipped, spec=spec,
-                            per_image=per_image)
+    return EvaluationResult(
+        record=record, data=data, match=mr, features=feats, clipped=clipped, spec=spec, per_image=per_image
+    )

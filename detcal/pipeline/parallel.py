@@ -34,18 +34,29 @@ box-uncertainty sample), so an integer all-reduce of cell counts could not
 reproduce them exactly. The confidence metrics are still split by threshold
 across the ranks.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Callable, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from detcal.core.types import MatchResult
 
-__all__ = ["image_shards", "merge_matches", "map_in_processes", "parallel_match", "distributed_rank",
-           "distributed_world", "gather_all", "match_in_shards", "gather_shards"]
+__all__ = [
+    "image_shards",
+    "merge_matches",
+    "map_in_processes",
+    "parallel_match",
+    "distributed_rank",
+    "distributed_world",
+    "gather_all",
+    "match_in_shards",
+    "gather_shards",
+]
 
 from detcal.utils.processes import map_in_processes  # noqa: E402  (re-exported)
 
@@ -76,8 +87,9 @@ def _empty_match(first: MatchResult, n: int, n_gt: int | None = None) -> dict[st
     return out
 
 
-def merge_matches(n: int, parts: Sequence[tuple[np.ndarray, MatchResult] | None],
-                  n_gt: int | None = None) -> MatchResult:
+def merge_matches(
+    n: int, parts: Sequence[tuple[np.ndarray, MatchResult] | None], n_gt: int | None = None
+) -> MatchResult:
     """One :class:`MatchResult` over ``n`` detections from shard results (rows, result); with ``n_gt``
     (the GT count) the GT rows are kept as int32 when they fit."""
     done = [p for p in parts if p is not None]
@@ -114,8 +126,9 @@ def match_in_shards(m: Any, dets: Any, data: Any, thresholds: Any, shard_size: i
     return dataclasses.replace(first, **fields)  # type: ignore[arg-type]
 
 
-def _scatter(n: int, rows: Sequence[np.ndarray], pieces: Sequence[Any], axis_last: bool,
-             dtype: Any = None) -> np.ndarray | None:
+def _scatter(
+    n: int, rows: Sequence[np.ndarray], pieces: Sequence[Any], axis_last: bool, dtype: Any = None
+) -> np.ndarray | None:
     """Pieces (one per rank, None for a rank without the column) put at their input ``rows``."""
     full = [p for r, p in zip(rows, pieces) if p is not None and len(r)]
     if not full:
@@ -158,13 +171,15 @@ def gather_shards(data: Any, mr: MatchResult) -> MatchResult:
     return dataclasses.replace(mr, **fields)
 
 
-def _match_shard(rows: np.ndarray, m: Any, dets: Any, data: Any, thresholds: Any,
-                 shard_size: int = 0) -> tuple[np.ndarray, MatchResult]:
+def _match_shard(
+    rows: np.ndarray, m: Any, dets: Any, data: Any, thresholds: Any, shard_size: int = 0
+) -> tuple[np.ndarray, MatchResult]:
     return rows, match_in_shards(m, dets.select(rows), data, thresholds, shard_size)
 
 
-def parallel_match(m: Any, dets: Any, data: Any, thresholds: Any, workers: int, distributed: bool,
-                   shard_size: int = 0) -> MatchResult:
+def parallel_match(
+    m: Any, dets: Any, data: Any, thresholds: Any, workers: int, distributed: bool, shard_size: int = 0
+) -> MatchResult:
     """:func:`detcal.pipeline.matcher.run_match` over image shards in processes or ranks (each
     in pieces of ``shard_size`` detections, :func:`match_in_shards`); the same result."""
     if distributed:

@@ -1,6 +1,7 @@
 """One progress mechanism for every command: a tqdm bar on a terminal, nothing
 otherwise (or with ``progress=False``), and each step logged through
 :mod:`logging` (the run's log file under the apps)."""
+
 from __future__ import annotations
 
 import logging
@@ -41,7 +42,7 @@ class Progress:
             self._started = True
             self._bar.set_description(f"{self.desc}: {what}")
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -8,6 +8,7 @@ Config directory, searched in this order: the environment variable
 ``DETCAL_CONFIG_DIR``; ``<repo>/configs`` beside the package (a source
 checkout or an editable install); ``detcal/_configs`` inside an installed package.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,10 @@ def config_dir() -> Path:
     for c in cands:
         if (c / _PRIMARY).is_file():
             return c
-    raise FileNotFoundError(f"detcal configs not found (looked for {_PRIMARY} in: {', '.join(map(str, cands))}); "
-                            f"set {CONFIG_ENV} to a copy of the repository's configs/ directory")
+    raise FileNotFoundError(
+        f"detcal configs not found (looked for {_PRIMARY} in: {', '.join(map(str, cands))}); "
+        f"set {CONFIG_ENV} to a copy of the repository's configs/ directory"
+    )
 
 
 def calibrator_names() -> list[str]:
@@ -57,7 +60,9 @@ def make_calibrator(name: str, **overrides: Any) -> Any:
     node = OmegaConf.load(path)
     unknown = [k for k in overrides if k not in node]
     if unknown:
-        raise ConfigError(f"calibrator.{unknown[0]}", f"not a parameter of {name} "
-                          f"({', '.join(str(k) for k in node if k != '_target_') or 'it takes none'})")
+        raise ConfigError(
+            f"calibrator.{unknown[0]}",
+            f"not a parameter of {name} ({', '.join(str(k) for k in node if k != '_target_') or 'it takes none'})",
+        )
     node = OmegaConf.merge(node, overrides)
     return instantiate(node)

@@ -60,9 +60,17 @@ class Result:
         """summary.md from the written metrics.json content (with its ``files``)."""
         return self.to_markdown()
 
-    def write(self, out_dir: str | Path, *, plots: bool = True, csv: bool = True, echo: bool = False,
-              header: Mapping[str, Any] | None = None, report: bool = False,
-              image_dir: str | Path | None = None) -> dict[str, Any]:
+    def write(
+        self,
+        out_dir: str | Path,
+        *,
+        plots: bool = True,
+        csv: bool = True,
+        echo: bool = False,
+        header: Mapping[str, Any] | None = None,
+        report: bool = False,
+        image_dir: str | Path | None = None,
+    ) -> dict[str, Any]:
         """Write metrics.json, summary.md and the command's other files under ``out_dir``.
 
         ``header``: provenance fields added to metrics.json (the apps pass the
@@ -74,7 +82,9 @@ class Result:
         Returns the written metrics.json content."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        files = ["metrics.json", "summary.md"] + self._write_extra(out, plots, csv) + (["report.html"] if report else [])
+        files = (
+            ["metrics.json", "summary.md"] + self._write_extra(out, plots, csv) + (["report.html"] if report else [])
+        )
         self.record["files"] = files
         content = self.to_dict(**dict(header or {}))
         content = results_json.write_metrics(out / "metrics.json", content, plain=True)
@@ -166,8 +176,12 @@ def per_image_csv(cols: Mapping[str, np.ndarray]) -> str:
     lines = [",".join(names)]
     vals = [np.asarray(cols[n]) for n in names]
     for row in zip(*vals):
-        lines.append(",".join(str(int(v)) if i in (0, 5) else ("" if not np.isfinite(v) else repr(float(v)))
-                              for i, v in enumerate(row)))
+        lines.append(
+            ",".join(
+                str(int(v)) if i in (0, 5) else ("" if not np.isfinite(v) else repr(float(v)))
+                for i, v in enumerate(row)
+            )
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -176,20 +190,31 @@ def _oce_md(o: Mapping[str, Any], u: Mapping[str, Any]) -> list[str]:
     out: list[str] = []
     if "oce" in o:
         p = o["oce"]["params"]
-        out += [f"### Object-level calibration (OCE, Park et al. 2026; docs/newest_measures.md; Brier: {p['brier']})", "",
-                comparison_table({"detector": o["by_aggregation"]}, list(o["by_aggregation"]), label="aggregation"),
-                f"IoU thresholds {p['iou_thresholds']}; objects: {p['objects']}. Not seen by OCE: "
-                + ", ".join(f"{k}: {v}" for k, v in o["not_seen"]["n_overlapping_no_object"].items())
-                + f" of {o['not_seen']['n_detections']} detections overlap no object.", ""]
+        out += [
+            f"### Object-level calibration (OCE, Park et al. 2026; docs/newest_measures.md; Brier: {p['brier']})",
+            "",
+            comparison_table({"detector": o["by_aggregation"]}, list(o["by_aggregation"]), label="aggregation"),
+            f"IoU thresholds {p['iou_thresholds']}; objects: {p['objects']}. Not seen by OCE: "
+            + ", ".join(f"{k}: {v}" for k, v in o["not_seen"]["n_overlapping_no_object"].items())
+            + f" of {o['not_seen']['n_detections']} detections overlap no object.",
+            "",
+        ]
         r = o.get("image_reliability") or {}
         if r.get("lambda") is not None:
-            out += [f"Image-level reliability (contrastive confidence, {r['method']} {r['param']}): lambda "
-                    f"{r['lambda']} fitted on {r['n_validation']} images (Pearson {format_value(r['pearson_validation'])}"
-                    f"), Pearson with minus the per-image OCE on the other {r['n_test']}: "
-                    f"{format_value(r['pearson_test'])}" + (f" -- WARNING: {r['warning']}" if r.get("warning") else ""), ""]
+            out += [
+                f"Image-level reliability (contrastive confidence, {r['method']} {r['param']}): lambda "
+                f"{r['lambda']} fitted on {r['n_validation']} images (Pearson {format_value(r['pearson_validation'])}"
+                f"), Pearson with minus the per-image OCE on the other {r['n_test']}: "
+                f"{format_value(r['pearson_test'])}" + (f" -- WARNING: {r['warning']}" if r.get("warning") else ""),
+                "",
+            ]
     if "lrp" in u:
-        out += ["### D-ECE, LaECE, LRP with uq-detr's conventions (uq_detr variants)", "",
-                comparison_table({"detector": u}, ["dece", "laece", "lrp"], label=""), ""]
+        out += [
+            "### D-ECE, LaECE, LRP with uq-detr's conventions (uq_detr variants)",
+            "",
+            comparison_table({"detector": u}, ["dece", "laece", "lrp"], label=""),
+            "",
+        ]
     return out
 
 

@@ -4,6 +4,7 @@ COCO (instances + results JSON), KITTI (label_2 + results directories, devkit
 rules) and the synthetic set share one path: :func:`load_data`. Loaders are
 imported lazily; nothing here imports Hydra or torch.
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,8 +20,16 @@ from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections, KittiRules
 from detcal.pipeline.spec import DataSpec
 
-__all__ = ["LoadedData", "load_data", "load_coco", "read_image_ids", "subset_images", "results_chunk_bytes",
-           "AUTO_CHUNK_ABOVE", "AUTO_CHUNK_BYTES"]
+__all__ = [
+    "LoadedData",
+    "load_data",
+    "load_coco",
+    "read_image_ids",
+    "subset_images",
+    "results_chunk_bytes",
+    "AUTO_CHUNK_ABOVE",
+    "AUTO_CHUNK_BYTES",
+]
 
 AUTO_CHUNK_ABOVE: int = 64 << 20
 """``data.chunk_bytes=null`` reads results files larger than this (64 MiB) in blocks of :data:`AUTO_CHUNK_BYTES`."""
@@ -121,15 +130,23 @@ def _unknown_image(dets: Detections, ds: Dataset, file: Path, offset: int = 0) -
     row = ds.images.index_of(dets.image_id)
     if (row < 0).any():
         bad = int(np.flatnonzero(row < 0)[0])
-        raise DetcalInputError(f"unknown image id {int(dets.image_id[bad])} (not in {ds.source or 'the ground truth'})",
-                               file=file, record=bad + offset, field="image_id")
+        raise DetcalInputError(
+            f"unknown image id {int(dets.image_id[bad])} (not in {ds.source or 'the ground truth'})",
+            file=file,
+            record=bad + offset,
+            field="image_id",
+        )
 
 
 def _unknown_category_error(dets: Detections, ds: Dataset, file: Path, bad: int, record: int) -> DetcalInputError:
     where = ds.source or "the ground truth"
-    return DetcalInputError(f"unknown category id {int(dets.category[bad])} (not in {where}); set "
-                            "data.unknown_category=drop to leave such detections out",
-                            file=file, record=record, field="category_id")
+    return DetcalInputError(
+        f"unknown category id {int(dets.category[bad])} (not in {where}); set "
+        "data.unknown_category=drop to leave such detections out",
+        file=file,
+        record=record,
+        field="category_id",
+    )
 
 
 def _known_categories(dets: Detections, ds: Dataset) -> np.ndarray:
@@ -137,7 +154,9 @@ def _known_categories(dets: Detections, ds: Dataset) -> np.ndarray:
     return np.isin(dets.category, known)
 
 
-def _check_results(dets: Detections, ds: Dataset, file: Path, unknown_category: str) -> tuple[Detections, dict[str, int]]:
+def _check_results(
+    dets: Detections, ds: Dataset, file: Path, unknown_category: str
+) -> tuple[Detections, dict[str, int]]:
     """Unknown image ids are an error (naming the record); unknown categories are dropped or an error."""
     _unknown_image(dets, ds, file)
     unknown = ~_known_categories(dets, ds)
@@ -173,8 +192,9 @@ def _concat(chunks: list[Detections]) -> Detections:
     return Detections(**out)
 
 
-def _read_chunked(r: Path, ds: Dataset, unknown_category: str, chunk_bytes: int,
-                  keep: np.ndarray | None) -> tuple[Detections, dict[str, int], np.ndarray | None]:
+def _read_chunked(
+    r: Path, ds: Dataset, unknown_category: str, chunk_bytes: int, keep: np.ndarray | None
+) -> tuple[Detections, dict[str, int], np.ndarray | None]:
     """The results file read in blocks, with :func:`_check_results`' checks and errors (same record
     indices and the same precedence: an unknown image id anywhere before an unknown category).
     ``keep``: sorted image ids to keep (a rank's shard); returns the kept detections, the dropped
@@ -205,8 +225,11 @@ def _read_chunked(r: Path, ds: Dataset, unknown_category: str, chunk_bytes: int,
             chunks.append(chunk)
     if first_bad is not None and unknown_category == "error":
         raise _unknown_category_error(first_bad[0], ds, r, first_bad[1], first_bad[2])
-    dets = _concat(chunks) if chunks else Detections(np.zeros(0, np.int64), np.zeros((0, 4)), np.zeros(0),
-                                                     np.zeros(0, np.int64))
+    dets = (
+        _concat(chunks)
+        if chunks
+        else Detections(np.zeros(0, np.int64), np.zeros((0, 4)), np.zeros(0), np.zeros(0, np.int64))
+    )
     dropped = {"unknown_category": n_unknown} if n_unknown else {}
     release_memory()
     return dets, dropped, (np.concatenate(rows) if rows else np.array([], dtype=np.int64)) if keep is not None else None
@@ -233,8 +256,13 @@ def shard_image_ids(ds: Dataset, rank: int, world: int) -> np.ndarray:
     return np.array_split(ids, world)[rank] if world > 0 else ids
 
 
-def load_coco(gt: str | os.PathLike, results: str | os.PathLike, unknown_category: str = "drop",
-              chunk_bytes: int | None = None, shard: tuple[int, int] | None = None) -> LoadedData:
+def load_coco(
+    gt: str | os.PathLike,
+    results: str | os.PathLike,
+    unknown_category: str = "drop",
+    chunk_bytes: int | None = None,
+    shard: tuple[int, int] | None = None,
+) -> LoadedData:
     """COCO instances JSON + COCO results JSON.
 
     ``chunk_bytes`` (docs/scale.md): read the results in blocks of that many bytes into compact
@@ -268,8 +296,10 @@ def load_coco(gt: str | os.PathLike, results: str | os.PathLike, unknown_categor
 
 def unknown_category_warning(results: str | os.PathLike, n: int) -> str:
     """The one-line warning for detections of a category the ground truth does not have."""
-    return (f"{results}: left out {n} detection{'s' if n != 1 else ''} whose category is not in the ground truth "
-            f"(data.unknown_category=drop; =error stops at the first)")
+    return (
+        f"{results}: left out {n} detection{'s' if n != 1 else ''} whose category is not in the ground truth "
+        f"(data.unknown_category=drop; =error stops at the first)"
+    )
 
 
 def _load_kitti(spec: DataSpec, label_dir: Any, results_dir: Any, sizes: Any = None) -> LoadedData:
@@ -284,14 +314,21 @@ def _load_kitti(spec: DataSpec, label_dir: Any, results_dir: Any, sizes: Any = N
         if beside.is_dir():
             images = beside
         else:
-            raise DetcalInputError(f"KITTI needs image sizes: no image_2/ folder beside {labels}; give "
-                                   f"data.image_dir=<image_2 folder> or data.sizes=<file of '<frame> <width> <height>'>",
-                                   field="data.image_dir")
+            raise DetcalInputError(
+                f"KITTI needs image sizes: no image_2/ folder beside {labels}; give "
+                f"data.image_dir=<image_2 folder> or data.sizes=<file of '<frame> <width> <height>'>",
+                field="data.image_dir",
+            )
     ds = load_kitti_labels(labels, image_dir=images, sizes=sizes_p, difficulty=spec.difficulty)
     dets = load_kitti_results(results, dataset=ds)
-    prov = {"source": "kitti", "label_dir": str(labels.resolve()), "results_dir": str(results.resolve()),
-            "image_dir": None if images is None else str(images.resolve()),
-            "sizes": None if sizes_p is None else str(sizes_p.resolve()), "difficulty": spec.difficulty}
+    prov = {
+        "source": "kitti",
+        "label_dir": str(labels.resolve()),
+        "results_dir": str(results.resolve()),
+        "image_dir": None if images is None else str(images.resolve()),
+        "sizes": None if sizes_p is None else str(sizes_p.resolve()),
+        "difficulty": spec.difficulty,
+    }
     return LoadedData(ds, dets, kitti_rules(spec.difficulty), prov)
 
 
@@ -300,12 +337,27 @@ def _load_synthetic(spec: DataSpec, workdir: Path) -> LoadedData:
 
     out = Path(spec.out_dir).expanduser() if spec.out_dir else Path(workdir) / "synthetic"
     kwargs = dict(spec.detector_kwargs or {})
-    paths = {k: Path(v) for k, v in dict(write_synthetic(out, n_images=int(spec.n_images), seed=int(spec.seed),
-                                                         detector_kwargs=kwargs or None,
-                                                         render=bool(spec.render))).items()}
-    prov: dict[str, Any] = {"source": "synthetic", "format": spec.format, "n_images": int(spec.n_images),
-                            "seed": int(spec.seed), "detector_kwargs": kwargs, "render": bool(spec.render),
-                            "paths": {k: str(v) for k, v in paths.items()}}
+    paths = {
+        k: Path(v)
+        for k, v in dict(
+            write_synthetic(
+                out,
+                n_images=int(spec.n_images),
+                seed=int(spec.seed),
+                detector_kwargs=kwargs or None,
+                render=bool(spec.render),
+            )
+        ).items()
+    }
+    prov: dict[str, Any] = {
+        "source": "synthetic",
+        "format": spec.format,
+        "n_images": int(spec.n_images),
+        "seed": int(spec.seed),
+        "detector_kwargs": kwargs,
+        "render": bool(spec.render),
+        "paths": {k: str(v) for k, v in paths.items()},
+    }
     if spec.format == "coco":
         data = load_coco(paths["coco_instances"], paths["coco_results"], spec.unknown_category)
     else:
@@ -322,8 +374,13 @@ def _load_bundled(spec: DataSpec) -> LoadedData:
 
         raise ConfigError("data.detector", f"{spec.detector!r} is not one of {', '.join(bundled.DETECTORS)}")
     ds, dets = bundled.load(spec.bundle, spec.detector)
-    prov = {"source": "bundled", "format": "coco", "bundle": spec.bundle, "detector": spec.detector,
-            "provenance": "docs/real_detectors.md"}
+    prov = {
+        "source": "bundled",
+        "format": "coco",
+        "bundle": spec.bundle,
+        "detector": spec.detector,
+        "provenance": "docs/real_detectors.md",
+    }
     return LoadedData(ds, dets, None, prov)
 
 
@@ -342,6 +399,8 @@ def load_data(spec: DataSpec, workdir: str | os.PathLike = ".", shard: tuple[int
     if spec.image_ids is not None:
         ids = _match_ids(read_image_ids(spec.image_ids), data.dataset, "data.image_ids")
         data = subset_images(data, ids, "image_ids")
-        data.provenance["image_ids"] = {"source": spec.image_ids if isinstance(spec.image_ids, str) else "list",
-                                        "n": int(len(ids))}
+        data.provenance["image_ids"] = {
+            "source": spec.image_ids if isinstance(spec.image_ids, str) else "list",
+            "n": int(len(ids)),
+        }
     return data

@@ -20,11 +20,12 @@ Names mean one thing each:
 * ``dece_binning`` -- the cells of ECE / D-ECE over (confidence, box features);
 * ``sigma_binning`` -- the bins over sigma of ENCE and C-QCE.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from detcal.core.errors import DetcalError
 
@@ -117,16 +118,16 @@ class DataSpec:
     """
 
     source: str = "synthetic"
-    gt: Optional[str] = None
-    results: Optional[str] = None
-    label_dir: Optional[str] = None
-    results_dir: Optional[str] = None
-    image_dir: Optional[str] = None
-    sizes: Optional[str] = None
+    gt: str | None = None
+    results: str | None = None
+    label_dir: str | None = None
+    results_dir: str | None = None
+    image_dir: str | None = None
+    sizes: str | None = None
     difficulty: str = "moderate"
-    image_ids: Optional[Any] = None
+    image_ids: Any | None = None
     unknown_category: str = "drop"
-    out_dir: Optional[str] = None
+    out_dir: str | None = None
     n_images: int = 2000
     seed: int = 0
     format: str = "coco"
@@ -134,7 +135,7 @@ class DataSpec:
     detector_kwargs: dict[str, Any] = field(default_factory=dict)
     bundle: str = "coco_tfzoo"
     detector: str = "rfcn-resnet-101"
-    chunk_bytes: Optional[int] = None
+    chunk_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.chunk_bytes is not None:
@@ -166,7 +167,7 @@ class MatchingSpec:
     iou_thresholds: Any = field(default_factory=lambda: [0.5, 0.75])
     class_agnostic: bool = False
     score_threshold: float = 0.0
-    max_dets: Optional[int] = 100
+    max_dets: int | None = 100
     gt_ignore: str = "pycocotools"
 
     def __post_init__(self) -> None:
@@ -214,8 +215,11 @@ class DeceBinningSpec:
         b = self.bins
         if isinstance(b, (list, tuple)):
             if len(b) != 1 + len(self.features):
-                raise ConfigError("dece_binning.bins", f"one bin count per dimension (confidence + "
-                                  f"{len(self.features)} features = {1 + len(self.features)}), got {list(b)}")
+                raise ConfigError(
+                    "dece_binning.bins",
+                    f"one bin count per dimension (confidence + "
+                    f"{len(self.features)} features = {1 + len(self.features)}), got {list(b)}",
+                )
             for v in b:
                 _int("dece_binning.bins", v, 1)
             self.bins = [int(v) for v in b]
@@ -258,12 +262,12 @@ class ConfidenceSpec:
     ``homogeneity_spread`` (``std``, or Thetis's ``variance``)."""
 
     enabled: bool = True
-    iou_thresholds: Optional[list[float]] = None
+    iou_thresholds: list[float] | None = None
     maps: list[list[str]] = field(default_factory=lambda: [["cx", "cy"], ["w", "h"]])
     per_class: bool = True
     per_class_top_n: int = 9
     log_counts: bool = False
-    edges: Optional[str] = None
+    edges: str | None = None
     homogeneity_spread: str = "std"
 
     def __post_init__(self) -> None:
@@ -362,7 +366,7 @@ class LocalisationSpec:
     closed: str = "right"
     variant: str = "kuzucu2024"
     pdq: bool = False
-    pdq_fixed_cov: Optional[float] = None
+    pdq_fixed_cov: float | None = None
     pdq_variant: str = "pdq_evaluation"
     pdq_gt_mask: str = "auto"
     kde_ece: bool = False
@@ -371,9 +375,14 @@ class LocalisationSpec:
         _prob("localisation.tau", self.tau)
         _choice("localisation.pdq_variant", self.pdq_variant, ("pdq_evaluation", "detcal_continuous"))
         _choice("localisation.pdq_gt_mask", self.pdq_gt_mask, ("auto", "segmentation", "box"))
-        if self.pdq_fixed_cov is not None and not (isinstance(self.pdq_fixed_cov, (int, float))
-                                                   and math.isfinite(self.pdq_fixed_cov) and self.pdq_fixed_cov > 0):
-            raise ConfigError("localisation.pdq_fixed_cov", f"must be a positive number of px^2, got {self.pdq_fixed_cov!r}")
+        if self.pdq_fixed_cov is not None and not (
+            isinstance(self.pdq_fixed_cov, (int, float))
+            and math.isfinite(self.pdq_fixed_cov)
+            and self.pdq_fixed_cov > 0
+        ):
+            raise ConfigError(
+                "localisation.pdq_fixed_cov", f"must be a positive number of px^2, got {self.pdq_fixed_cov!r}"
+            )
         _int("localisation.laece_bins", self.laece_bins, 1)
         _choice("localisation.closed", self.closed, ("right", "left"))
         _choice("localisation.variant", self.variant, ("kuzucu2024", "fiveai"))
@@ -409,8 +418,11 @@ class OCESpec:
         _choice("oce.brier", self.brier, ("auto", "multiclass", "binary"))
         _choice("oce.variant", self.variant, ("detcal", "uq_detr"))
         _choice("oce.reliability_method", self.reliability_method, ("threshold", "topk", "nms"))
-        if not (isinstance(self.reliability_param, (int, float)) and math.isfinite(self.reliability_param)
-                and self.reliability_param >= 0):
+        if not (
+            isinstance(self.reliability_param, (int, float))
+            and math.isfinite(self.reliability_param)
+            and self.reliability_param >= 0
+        ):
             raise ConfigError("oce.reliability_param", f"must be a number >= 0, got {self.reliability_param!r}")
         _int("oce.reliability_seed", self.reliability_seed, 0)
 
@@ -492,7 +504,7 @@ class CalibrationSpec:
     calibrator on the regression sample (``regression.sample_iou``).
     ``in_sample`` also evaluates on the calibration part (labelled optimistic)."""
 
-    fit_iou: Optional[float] = 0.5
+    fit_iou: float | None = 0.5
     features: list[str] = field(default_factory=lambda: list(FEATURES))
     in_sample: bool = False
     split: SplitSpec = field(default_factory=SplitSpec)

@@ -4,6 +4,7 @@
 matplotlib lazily (Agg canvas) inside each function, so importing
 :mod:`detcal.reports` stays cheap.
 """
+
 from detcal.reports.tables import (
     comparison_csv,
     comparison_table,

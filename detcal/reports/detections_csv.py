@@ -16,6 +16,7 @@ without orjson each cell goes through ``repr``/``str`` (same text). Parquet (thr
 pyarrow, :func:`write_detections_parquet`): the same columns, typed (int64,
 float64, bool).
 """
+
 from __future__ import annotations
 
 import os
@@ -54,7 +55,9 @@ def _column_names(result: MatchResult, per_class: bool) -> list[str]:
     return names
 
 
-def detections_columns(dets: Detections, result: MatchResult, gt_ids: np.ndarray, per_class: bool = False) -> dict[str, np.ndarray]:
+def detections_columns(
+    dets: Detections, result: MatchResult, gt_ids: np.ndarray, per_class: bool = False
+) -> dict[str, np.ndarray]:
     """The match table as ordered columns: name -> int64, float64 or bool array [D]."""
     names = _column_names(result, per_class)
     cols: list[np.ndarray] = [
@@ -95,7 +98,7 @@ def _float_text(v: np.ndarray) -> list[str]:
     """``repr`` of every float of ``v`` [D] (list form of :func:`_column_bytes`; used by tests)."""
     buf, starts, lens = _column_bytes(np.asarray(v, dtype=np.float64))
     text = buf.tobytes().decode("ascii")
-    return [text[a:a + n] for a, n in zip(starts.tolist(), lens.tolist())]
+    return [text[a : a + n] for a, n in zip(starts.tolist(), lens.tolist())]
 
 
 def _column_bytes(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -114,8 +117,11 @@ def _column_bytes(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return buf, np.arange(0, 2 * n, 2), np.ones(n, dtype=np.int64)
     if v.dtype.kind in "iu":
         v = np.ascontiguousarray(v, dtype=np.int64)
-        text = (_orjson.dumps(v, option=_orjson.OPT_SERIALIZE_NUMPY)[1:-1] if _orjson is not None
-                else ",".join(map(str, v.tolist())).encode("ascii"))
+        text = (
+            _orjson.dumps(v, option=_orjson.OPT_SERIALIZE_NUMPY)[1:-1]
+            if _orjson is not None
+            else ",".join(map(str, v.tolist())).encode("ascii")
+        )
     else:
         v = np.ascontiguousarray(v, dtype=np.float64)
         if _orjson is None:
@@ -160,7 +166,7 @@ def iter_csv_bytes(cols: dict[str, np.ndarray], block: int = 32768) -> Iterator[
     values = [np.asarray(v) for v in cols.values()]
     n = len(values[0]) if values else 0
     for lo in range(0, n, block):
-        parts = [_column_bytes(v[lo:lo + block]) for v in values]
+        parts = [_column_bytes(v[lo : lo + block]) for v in values]
         lens = np.stack([p[2] for p in parts])  # [C, rows]
         width = lens + 1  # each cell is followed by ',' or '\n'
         row_start = np.concatenate([[0], np.cumsum(width.sum(axis=0))[:-1]])

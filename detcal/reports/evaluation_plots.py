@@ -1,8 +1,10 @@
 """The PNG diagrams of an evaluation (from the strict metrics.json content)."""
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -24,33 +26,59 @@ def evaluation_plots(out_dir: Path, m: Mapping[str, Any], spec: Any) -> list[str
         if e:
             t = e["table"]
             name = f"reliability_{label.replace('=', '')}.png"
-            plots.reliability_diagram(out_dir / name, t.get("confidence", []), t.get("precision", []),
-                                      t.get("count", []), ece=_f(e["value"]), title=f"Reliability at {label}",
-                                      log_counts=spec.confidence.log_counts)
+            plots.reliability_diagram(
+                out_dir / name,
+                t.get("confidence", []),
+                t.get("precision", []),
+                t.get("count", []),
+                ece=_f(e["value"]),
+                title=f"Reliability at {label}",
+                log_counts=spec.confidence.log_counts,
+            )
             files.append(name)
         mp = (m.get("dece_maps") or {}).get(label)
         if mp:
             name = f"dece_maps_{label.replace('=', '')}.png"
-            mp = {k: {**v, "gap": np.asarray([[_f(x) for x in row] for row in v["gap"]], dtype=float)}
-                  for k, v in mp.items()}
-            plots.dece_heatmaps(out_dir / name, mp, sample_threshold=spec.dece_binning.sample_threshold,
-                                dece=_f((block.get("dece") or {}).get("value")), title=f"D-ECE maps at {label}")
+            mp = {
+                k: {**v, "gap": np.asarray([[_f(x) for x in row] for row in v["gap"]], dtype=float)}
+                for k, v in mp.items()
+            }
+            plots.dece_heatmaps(
+                out_dir / name,
+                mp,
+                sample_threshold=spec.dece_binning.sample_threshold,
+                dece=_f((block.get("dece") or {}).get("value")),
+                title=f"D-ECE maps at {label}",
+            )
             files.append(name)
     reg = m["regression"]
     if "ence" in reg:
-        plots.rmse_rmv_diagram(out_dir / "rmse_rmv.png", {c: v["table"] for c, v in reg["ence"].items()},
-                               ence={c: _f(v["value"]) for c, v in reg["ence"].items()}, log=spec.regression.log_plot)
+        plots.rmse_rmv_diagram(
+            out_dir / "rmse_rmv.png",
+            {c: v["table"] for c, v in reg["ence"].items()},
+            ence={c: _f(v["value"]) for c, v in reg["ence"].items()},
+            log=spec.regression.log_plot,
+        )
         files.append("rmse_rmv.png")
     if "m_qce" in reg:
         per = reg["m_qce"]
         tau: Any = next((v["table"].get("tau") for v in per.values() if v.get("table", {}).get("tau") is not None), [])
-        plots.qce_coverage_diagram(out_dir / "qce_coverage.png", tau,
-                                   {c: v["table"].get("coverage", [np.nan] * len(tau)) for c, v in per.items()},
-                                   mqce={c: _f(v["value"]) for c, v in per.items()})
+        plots.qce_coverage_diagram(
+            out_dir / "qce_coverage.png",
+            tau,
+            {c: v["table"].get("coverage", [np.nan] * len(tau)) for c, v in per.items()},
+            mqce={c: _f(v["value"]) for c, v in per.items()},
+        )
         files.append("qce_coverage.png")
     if "r_auc" in reg:
-        curves = {c: {"retained": v["table"].get("retained_fraction", []), "error": v["table"].get("error", []),
-                      "auc": _f(v["value"])} for c, v in reg["r_auc"].items()}
+        curves = {
+            c: {
+                "retained": v["table"].get("retained_fraction", []),
+                "error": v["table"].get("error", []),
+                "auc": _f(v["value"]),
+            }
+            for c, v in reg["r_auc"].items()
+        }
         plots.retention_diagram(out_dir / "retention.png", curves, ylabel="RMSE on retained")
         files.append("retention.png")
     return files

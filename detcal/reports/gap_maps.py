@@ -1,7 +1,9 @@
 """D-ECE heat maps: a binned D-ECE cell table marginalised onto two feature axes (numpy only)."""
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -15,8 +17,6 @@ def _vec(a: Any, name: str, n: int | None = None) -> np.ndarray:
     if n is not None and len(v) != n:
         raise DetcalInputError(f"has length {len(v)}, expected {n}", record="plot input", field=name)
     return v
-
-
 
 
 def marginal_gap_map(

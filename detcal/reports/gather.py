@@ -19,6 +19,7 @@ takes ``fnmatch`` patterns over :func:`detcal.reports.tables.flatten_metrics`
 keys instead. Writes Markdown (printed as well) and CSV; by default
 ``<multirun_dir>/comparison.md`` and ``comparison.csv``.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -26,9 +27,10 @@ import json
 import logging
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from detcal.core.errors import DetcalInputError
 from detcal.reports.tables import comparison_csv, comparison_table, iter_metrics
@@ -93,8 +95,12 @@ def sweep_dir(multirun_dir: str | os.PathLike) -> Path:
     if not sweeps:
         return root
     if len(sweeps) > 1:
-        log.warning("%d sweeps under %s; reading the most recent, %s (give a sweep directory to choose)",
-                    len(sweeps), root, sweeps[-1])
+        log.warning(
+            "%d sweeps under %s; reading the most recent, %s (give a sweep directory to choose)",
+            len(sweeps),
+            root,
+            sweeps[-1],
+        )
     return sweeps[-1]
 
 
@@ -126,7 +132,9 @@ def _labels(runs: Sequence[RunRecord], root: Path) -> list[str]:
         rel = str(r.run_dir.relative_to(root)) if r.run_dir != root else "."
         labels.append(", ".join(own) if own else rel)
     if len(set(labels)) < len(labels):  # disambiguate by directory
-        labels = [f"{lab} ({r.run_dir.relative_to(root) if r.run_dir != root else '.'})" for lab, r in zip(labels, runs)]
+        labels = [
+            f"{lab} ({r.run_dir.relative_to(root) if r.run_dir != root else '.'})" for lab, r in zip(labels, runs)
+        ]
     return labels
 
 

@@ -8,11 +8,12 @@ optionally ``ap`` / ``ap50`` from a per-class AP table.
 for the ``top_n`` most frequent classes (optionally several detectors
 overlaid in each panel). Loops run over classes only.
 """
+
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
-
 import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +26,9 @@ def _check(p: Any, y: Any, category: Any) -> tuple[np.ndarray, np.ndarray, np.nd
     y_arr = np.asarray(y, np.float64).reshape(-1)
     c_arr = np.asarray(category).reshape(-1)
     if not (len(p_arr) == len(y_arr) == len(c_arr)):
-        raise DetcalInputError(f"p, y, category must have the same length, got {len(p_arr)}, {len(y_arr)}, {len(c_arr)}", field="category")
+        raise DetcalInputError(
+            f"p, y, category must have the same length, got {len(p_arr)}, {len(y_arr)}, {len(c_arr)}", field="category"
+        )
     if c_arr.size and not np.issubdtype(c_arr.dtype, np.integer):
         raise DetcalInputError(f"category must be integers, got {c_arr.dtype}", field="category")
     return p_arr, y_arr, c_arr.astype(np.int64)
@@ -39,14 +42,23 @@ def most_frequent(category: Any, top_n: int | None = None) -> np.ndarray:
 
 
 def per_class_table(
-    p: Any, y: Any, category: Any, names: Mapping[int, str] | None = None, *, bins: int = 15, top_n: int | None = None, ap_table: Mapping[str, np.ndarray] | None = None
+    p: Any,
+    y: Any,
+    category: Any,
+    names: Mapping[int, str] | None = None,
+    *,
+    bins: int = 15,
+    top_n: int | None = None,
+    ap_table: Mapping[str, np.ndarray] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per class (most frequent first; see the module docstring)."""
     p_arr, y_arr, c_arr = _check(p, y, category)
     names = names or {}
     ap_of: dict[int, tuple[float, float]] = {}
     if ap_table is not None:
-        ap_of = {int(c): (float(a), float(a5)) for c, a, a5 in zip(ap_table["category"], ap_table["ap"], ap_table["ap50"])}
+        ap_of = {
+            int(c): (float(a), float(a5)) for c, a, a5 in zip(ap_table["category"], ap_table["ap"], ap_table["ap50"])
+        }
     rows = []
     for c in most_frequent(c_arr, top_n):  # loop over classes
         m = c_arr == c
@@ -55,9 +67,14 @@ def per_class_table(
             warnings.simplefilter("ignore", SparseCellsWarning)
             e, mc = ece(pc, yc, bins).value, mce(pc, yc, bins).value
         row = {
-            "category": int(c), "name": names.get(int(c), str(int(c))), "n": int(m.sum()),
-            "precision": float(yc.mean()), "mean_conf": float(pc.mean()),
-            "ece": e, "mce": mc, "brier": brier(pc, yc).value,
+            "category": int(c),
+            "name": names.get(int(c), str(int(c))),
+            "n": int(m.sum()),
+            "precision": float(yc.mean()),
+            "mean_conf": float(pc.mean()),
+            "ece": e,
+            "mce": mc,
+            "brier": brier(pc, yc).value,
         }
         if ap_table is not None:
             row["ap"], row["ap50"] = ap_of.get(int(c), (float("nan"), float("nan")))
@@ -105,7 +122,12 @@ def plot_reliability(ax: Any, curves: Mapping[str, Mapping[str, np.ndarray]], ti
 
 
 def plot_per_class_reliability(
-    samples: Mapping[str, tuple[Any, Any, Any]], names: Mapping[int, str] | None = None, *, top_n: int = 9, bins: int = 15, path: Any = None
+    samples: Mapping[str, tuple[Any, Any, Any]],
+    names: Mapping[int, str] | None = None,
+    *,
+    top_n: int = 9,
+    bins: int = 15,
+    path: Any = None,
 ) -> Any:
     """Reliability diagrams of the ``top_n`` most frequent classes (of the first sample).
 
@@ -129,7 +151,7 @@ def plot_per_class_reliability(
     for ax, c in zip(axes.flat, top):
         curves = {lab: reliability_curve(p[cat == c], y[cat == c], bins) for lab, (p, y, cat) in checked.items()}
         plot_reliability(ax, curves, f"{names.get(int(c), c)} (n={int((first[2] == c).sum())})")
-    for ax in list(axes.flat)[len(top):]:
+    for ax in list(axes.flat)[len(top) :]:
         ax.axis("off")
     if len(checked) > 1:
         axes.flat[0].legend(fontsize=7)
@@ -140,4 +162,11 @@ def plot_per_class_reliability(
     return fig
 
 
-__all__ = ["most_frequent", "per_class_table", "plot_per_class_reliability", "plot_reliability", "reliability_curve", "table_markdown"]
+__all__ = [
+    "most_frequent",
+    "per_class_table",
+    "plot_per_class_reliability",
+    "plot_reliability",
+    "reliability_curve",
+    "table_markdown",
+]

@@ -24,13 +24,15 @@ Diagrams (definitions in docs/metrics.md):
 
 The numpy helper :func:`marginal_gap_map` has no matplotlib dependency.
 """
+
 from __future__ import annotations
 
 import io
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -89,7 +91,6 @@ def _fmt(x: float | None) -> str:
 
 from detcal.reports.gap_maps import marginal_gap_map  # noqa: E402,F401  (re-export)
 
-
 # --------------------------------------------------------------------------- diagrams
 
 
@@ -127,8 +128,19 @@ def reliability_diagram(
         left, width = e[:-1][occ], np.diff(e)[occ]
         ax.bar(left, prec[occ], width=width, align="edge", color="tab:blue", edgecolor="k", lw=0.5, label="precision")
         lo = np.minimum(prec[occ], conf[occ])
-        ax.bar(left, np.abs(prec[occ] - conf[occ]), bottom=lo, width=width, align="edge", color="tab:red",
-               alpha=0.35, edgecolor="tab:red", hatch="//", lw=0.5, label="gap")
+        ax.bar(
+            left,
+            np.abs(prec[occ] - conf[occ]),
+            bottom=lo,
+            width=width,
+            align="edge",
+            color="tab:red",
+            alpha=0.35,
+            edgecolor="tab:red",
+            hatch="//",
+            lw=0.5,
+            label="gap",
+        )
         ax.plot(conf[occ], prec[occ], "o", color="k", ms=3, label="(conf, prec)")
         axh.bar(e[:-1], n, width=np.diff(e), align="edge", color="0.5", edgecolor="k", lw=0.5)
         if log_counts and np.any(n > 0):
@@ -179,8 +191,9 @@ def dece_heatmaps(
         gap = np.asarray(spec.get("gap", []), dtype=np.float64)
         cnt = np.asarray(spec.get("count", np.zeros_like(gap)), dtype=np.float64)
         if gap.ndim != 2 or cnt.shape != gap.shape:
-            raise DetcalInputError(f"gap {gap.shape} and count {cnt.shape} must be the same 2-D shape",
-                                   record=name, field="gap")
+            raise DetcalInputError(
+                f"gap {gap.shape} and count {cnt.shape} must be the same 2-D shape", record=name, field="gap"
+            )
         ax_names = tuple(spec.get("axes", ("feature 0", "feature 1")))
         masked = np.ma.masked_where(~np.isfinite(gap) | (cnt < sample_threshold), gap)
         flip_y = ax_names[1] in ("cy", "y")
@@ -190,16 +203,31 @@ def dece_heatmaps(
             top = float(np.nanmax(masked.filled(np.nan))) if masked.count() else 1.0
             if vmax and name in vmax and np.isfinite(vmax[name]):
                 top = float(vmax[name])
-            im = ax.imshow(masked.T, origin=origin, extent=extent, cmap=cmap, vmin=0.0, vmax=max(top, 1e-6),
-                           aspect="auto", interpolation="nearest")
+            im = ax.imshow(
+                masked.T,
+                origin=origin,
+                extent=extent,
+                cmap=cmap,
+                vmin=0.0,
+                vmax=max(top, 1e-6),
+                aspect="auto",
+                interpolation="nearest",
+            )
             fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="gap |prec - conf|")
             bi, bj = gap.shape
             grey = np.ma.getmaskarray(masked)
             if bi * bj <= 100:  # annotate small grids: gap and sample count per cell
                 for i, j in np.ndindex(bi, bj):
                     txt = "-" if grey[i, j] else f"{gap[i, j]:.2f}"
-                    ax.text((i + 0.5) / bi, (j + 0.5) / bj, f"{txt}\n{int(cnt[i, j])}", ha="center",
-                            va="center", fontsize=6, color="k" if grey[i, j] else "w")
+                    ax.text(
+                        (i + 0.5) / bi,
+                        (j + 0.5) / bj,
+                        f"{txt}\n{int(cnt[i, j])}",
+                        ha="center",
+                        va="center",
+                        fontsize=6,
+                        color="k" if grey[i, j] else "w",
+                    )
         else:
             _no_data(ax)
         ax.set_xlabel(ax_names[0])

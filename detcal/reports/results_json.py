@@ -9,6 +9,7 @@
   Schema shipped in the package (:func:`schema`, ``detcal/schemas/metrics.schema.json``).
 * Written atomically, readable: dicts one key per line, lists of scalars on one line.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,8 +33,9 @@ SCHEMA_VERSION = "detcal.metrics/1"
 
 def _reason(key: str, value: float, holder: dict[str, Any]) -> str:
     if math.isinf(value):
-        return "infinite" + (" (constant sigma: LENCE diverges)" if key == "value" and holder.get("name") == "lence"
-                             else "")
+        return "infinite" + (
+            " (constant sigma: LENCE diverges)" if key == "value" and holder.get("name") == "lence" else ""
+        )
     extra = holder.get("extra") if isinstance(holder.get("extra"), dict) else {}
     why = extra.get("reason") if isinstance(extra, dict) else None
     return f"not computable: {why}" if why else "not computable (empty sample, bin or class)"
@@ -176,8 +178,13 @@ def header(command: str, **fields: Any) -> dict[str, Any]:
     """The provenance every metrics.json opens with."""
     from detcal._version import __version__
 
-    return {"schema_version": SCHEMA_VERSION, "detcal_version": __version__, "command": command,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), **fields}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "detcal_version": __version__,
+        "command": command,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        **fields,
+    }
 
 
 def write_metrics(path: str | os.PathLike, record: dict[str, Any], *, plain: bool = False) -> dict[str, Any]:

@@ -10,14 +10,16 @@ Values are printed with their percentile-bootstrap interval when present
 (docs/metrics.md, "uncertainty of every headline number"), e.g.
 ``0.0312 [0.0281, 0.0345]``.
 """
+
 from __future__ import annotations
 
 import csv
 import io
 import math
 import os
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult

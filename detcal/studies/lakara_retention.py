@@ -21,6 +21,7 @@ box uncertainty, or ``None`` for the seeded synthetic detector
 (:func:`detcal.data.synthetic.simulate_detector`, matched at IoU 0.5), until
 real detectors carry uncertainty. Plain function; no Hydra.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -50,8 +51,9 @@ def synthetic_sample(n_images: int = 500, seed: int = 0) -> RegressionSample:
     return regression_sample(dets, ds.gt, match(dets, ds.gt, iou_thresholds=[0.5]), iou_threshold=0.5)
 
 
-def _coordinate(mu: np.ndarray, sigma: np.ndarray, y: np.ndarray, *, bins: int, f1_threshold: float | None,
-                opts: dict[str, str]) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+def _coordinate(
+    mu: np.ndarray, sigma: np.ndarray, y: np.ndarray, *, bins: int, f1_threshold: float | None, opts: dict[str, str]
+) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     e2 = np.square(y - mu)
     thr = float(np.mean(sigma * sigma)) if f1_threshold is None else float(f1_threshold)
     lence = R.lence(mu, sigma, y, bins=bins)
@@ -59,12 +61,20 @@ def _coordinate(mu: np.ndarray, sigma: np.ndarray, y: np.ndarray, *, bins: int, 
     mw = R.mwse(mu, sigma, y, normalise=opts["mwse_normalise"])
     llfu = R.ll_fu_scores(mu, sigma, y, log_base=opts["ll_fu_log_base"])
     row: dict[str, float] = {
-        "n": float(len(mu)), "ence": lence.extra["ence"], "cv": lence.extra["cv"], "lence": lence.value,
-        "rmse_rmv": ratio.value, "mwse": mw.value, "ll_fu": float(llfu.mean()), "mse": float(e2.mean()),
+        "n": float(len(mu)),
+        "ence": lence.extra["ence"],
+        "cv": lence.extra["cv"],
+        "lence": lence.value,
+        "rmse_rmv": ratio.value,
+        "mwse": mw.value,
+        "ll_fu": float(llfu.mean()),
+        "mse": float(e2.mean()),
         "f1_threshold": thr,
     }
     curves: dict[str, np.ndarray] = {
-        "rejected_fraction": ratio.table["rejected_fraction"], "rmse_rmv": ratio.table["ratio"], "mwse": mw.table["mwse"],
+        "rejected_fraction": ratio.table["rejected_fraction"],
+        "rmse_rmv": ratio.table["ratio"],
+        "mwse": mw.table["mwse"],
     }
     for name, u in (("sigma", None), ("ll_fu", llfu)):
         ret = R.retention_curve(mu, sigma, y, error="mse", variant="shifts", uncertainty=u)
@@ -81,8 +91,20 @@ def _coordinate(mu: np.ndarray, sigma: np.ndarray, y: np.ndarray, *, bins: int, 
 
 def format_table(rows: dict[str, dict[str, float]]) -> str:
     """The study's table as text: one row per coordinate."""
-    cols = ("ence", "cv", "lence", "rmse_rmv", "mwse", "ll_fu", "r_auc_sigma", "r_auc_ll_fu", "f1_auc_sigma",
-            "f1_auc_ll_fu", "f1_at_95_sigma", "f1_at_95_ll_fu")
+    cols = (
+        "ence",
+        "cv",
+        "lence",
+        "rmse_rmv",
+        "mwse",
+        "ll_fu",
+        "r_auc_sigma",
+        "r_auc_ll_fu",
+        "f1_auc_sigma",
+        "f1_auc_ll_fu",
+        "f1_at_95_sigma",
+        "f1_at_95_ll_fu",
+    )
     head = f"{'coord':<6}" + "".join(f"{c:>15}" for c in cols)
     lines = [head, "-" * len(head)]
     for k, row in rows.items():
@@ -104,7 +126,9 @@ def plot(result: dict[str, Any], path: str | Path) -> Path:
         axes[1].plot(ret, c["mwse"], label=k)
         axes[2].plot(c["f1_retained_fraction_ll_fu"], c["f1_ll_fu"], label=k)
         axes[3].plot(c["mse_retained_fraction_ll_fu"], c["mse_retention_ll_fu"], label=k)
-    for ax, title in zip(axes, ("RMSE/RMV retention (R3)", "MWSE retention", "LL-FU F1 retention", "MSE retention by LL-FU")):
+    for ax, title in zip(
+        axes, ("RMSE/RMV retention (R3)", "MWSE retention", "LL-FU F1 retention", "MSE retention by LL-FU")
+    ):
         ax.set_title(title)
         ax.set_xlabel("retained fraction")
         ax.legend(fontsize=7)
@@ -118,8 +142,14 @@ def plot(result: dict[str, Any], path: str | Path) -> Path:
 
 
 def lakara_retention(
-    sample: RegressionSample | None = None, *, source: str = "code", bins: int = 10,
-    f1_threshold: float | None = None, n_images: int = 500, seed: int = 0, figure: str | Path | None = None,
+    sample: RegressionSample | None = None,
+    *,
+    source: str = "code",
+    bins: int = 10,
+    f1_threshold: float | None = None,
+    n_images: int = 500,
+    seed: int = 0,
+    figure: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run the study; returns ``{"table": {coord: {metric: value}}, "curves": {coord: {...}}, "text", "source",
     "variants", "params"}`` and writes the figure when ``figure`` is a path.
@@ -140,15 +170,28 @@ def lakara_retention(
     curves: dict[str, dict[str, np.ndarray]] = {}
     for k, name in enumerate(smp.coords):
         table[name], curves[name] = _coordinate(
-            smp.mu[:, k], smp.sigma[:, k], smp.y[:, k], bins=bins, f1_threshold=f1_threshold, opts=opts)
+            smp.mu[:, k], smp.sigma[:, k], smp.y[:, k], bins=bins, f1_threshold=f1_threshold, opts=opts
+        )
     result: dict[str, Any] = {
-        "table": table, "curves": curves, "text": format_table(table), "source": source,
-        "variants": {"ll_fu": "log10" if opts["ll_fu_log_base"] == "10" else "ln",
-                     "mwse_curve": opts["mwse_normalise"], "r_auc": "shifts (mse, divided by N)",
-                     "ence": "equal_count, ties shared", "lence": "natural log"},
-        "params": {"bins": int(bins), "f1_threshold": f1_threshold, "space": smp.space,
-                   "synthetic": sample is None, "n_images": int(n_images) if sample is None else None,
-                   "seed": int(seed) if sample is None else None},
+        "table": table,
+        "curves": curves,
+        "text": format_table(table),
+        "source": source,
+        "variants": {
+            "ll_fu": "log10" if opts["ll_fu_log_base"] == "10" else "ln",
+            "mwse_curve": opts["mwse_normalise"],
+            "r_auc": "shifts (mse, divided by N)",
+            "ence": "equal_count, ties shared",
+            "lence": "natural log",
+        },
+        "params": {
+            "bins": int(bins),
+            "f1_threshold": f1_threshold,
+            "space": smp.space,
+            "synthetic": sample is None,
+            "n_images": int(n_images) if sample is None else None,
+            "seed": int(seed) if sample is None else None,
+        },
     }
     if figure is not None:
         result["figure"] = str(plot(result, figure))

@@ -5,10 +5,12 @@ Per uncertainty u in (random, trained, oracle): ``{u}_std_vs_true.png``
 ``{u}_interval_reliability.png`` (Kuleshov reliability diagram); and the
 Markdown summary table.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +20,11 @@ __all__ = ["UNCERTAINTIES", "RECALIBRATIONS", "RECAL_LABEL", "summary_markdown",
 
 UNCERTAINTIES: tuple[str, ...] = ("random", "trained", "oracle")
 RECALIBRATIONS: tuple[str, ...] = ("before", "std_scaling", "kuleshov_isotonic")
-RECAL_LABEL: dict[str, str] = {"before": "before", "std_scaling": "STD scaling", "kuleshov_isotonic": "Kuleshov isotonic"}
+RECAL_LABEL: dict[str, str] = {
+    "before": "before",
+    "std_scaling": "STD scaling",
+    "kuleshov_isotonic": "Kuleshov isotonic",
+}
 
 
 def summary_markdown(m: Mapping[str, Any]) -> str:
@@ -27,7 +33,8 @@ def summary_markdown(m: Mapping[str, Any]) -> str:
 
     cfg = m["config"]
     lines = [
-        "# Levi et al. 2019 synthetic experiment (section 4.1, Appendix A.1)", "",
+        "# Levi et al. 2019 synthetic experiment (section 4.1, Appendix A.1)",
+        "",
         f"- T = {cfg['n_train']} training, {cfg['n_recal']} recalibration, {cfg['n_test']} test samples; "
         f"x ~ U{list(cfg['x_range'])}, y ~ N(x, x^2); random sigma ~ U{list(cfg['random_sigma_range'])}; seed {cfg['seed']}",
         f"- mean: {cfg['layers']}-layer ReLU MLP (width {cfg['hidden']}), L1; log-variance net: Gaussian NLL "
@@ -47,9 +54,11 @@ def summary_markdown(m: Mapping[str, Any]) -> str:
             elif k == "kuleshov_isotonic":
                 kk = m["learned"][n]["kuleshov_isotonic"]
                 learned = f"m_z = {format_number(kk['mean_z'])}, s_z = {format_number(kk['std_z'])}"
-            lines.append(f"| {n} | {RECAL_LABEL[k]} | {format_number(r['ence']['value'])} | "
-                         f"{format_number(r['cv']['value'])} | {format_number(r['kuleshov_ce']['value'])} | "
-                         f"{format_number(r['nll']['value'])} | {format_number(r['corr']['value'])} | {learned} |")
+            lines.append(
+                f"| {n} | {RECAL_LABEL[k]} | {format_number(r['ence']['value'])} | "
+                f"{format_number(r['cv']['value'])} | {format_number(r['kuleshov_ce']['value'])} | "
+                f"{format_number(r['nll']['value'])} | {format_number(r['corr']['value'])} | {learned} |"
+            )
     lines += ["", f"Training {m['training']['seconds']} s, total {m['timing_s']['total']} s.", ""]
     return "\n".join(lines)
 
@@ -71,8 +80,9 @@ def _save_png(fig: Any, path: Path) -> None:
     write_bytes(path, buf.getvalue())
 
 
-def figures(out: Path, m: Mapping[str, Any], curves: Mapping[str, Any], seed: int, scatter_points: int,
-            bins: int) -> list[str]:
+def figures(
+    out: Path, m: Mapping[str, Any], curves: Mapping[str, Any], seed: int, scatter_points: int, bins: int
+) -> list[str]:
     """Write the three figures of each uncertainty into ``out``; return their file names."""
     from detcal.reports import plots
 
@@ -96,9 +106,12 @@ def figures(out: Path, m: Mapping[str, Any], curves: Mapping[str, Any], seed: in
         _save_png(fig, out / f"{n}_std_vs_true.png")
         files.append(f"{n}_std_vs_true.png")
         # Fig. 1(c) / 4(c, d) / 5(b): RMSE vs RMV (detcal.reports.plots)
-        plots.rmse_rmv_diagram(out / f"{n}_rmse_rmv.png", {RECAL_LABEL[k]: res[k]["ence"]["table"] for k in RECALIBRATIONS},
-                               ence={RECAL_LABEL[k]: res[k]["ence"]["value"] for k in RECALIBRATIONS},
-                               title=f"{n} uncertainty: RMSE vs RMV ({bins} equal-count bins, test set)")
+        plots.rmse_rmv_diagram(
+            out / f"{n}_rmse_rmv.png",
+            {RECAL_LABEL[k]: res[k]["ence"]["table"] for k in RECALIBRATIONS},
+            ence={RECAL_LABEL[k]: res[k]["ence"]["value"] for k in RECALIBRATIONS},
+            title=f"{n} uncertainty: RMSE vs RMV ({bins} equal-count bins, test set)",
+        )
         files.append(f"{n}_rmse_rmv.png")
         # Fig. 1(b) / 5(c): observed vs expected confidence level
         fig = _new_figure(4.6, 4.4)
@@ -106,8 +119,9 @@ def figures(out: Path, m: Mapping[str, Any], curves: Mapping[str, Any], seed: in
         ax.plot([0, 1], [0, 1], "--", color="0.4", lw=1, label="ideal")
         for k in RECALIBRATIONS:
             t = res[k]["kuleshov_ce"]["table"]
-            ax.plot(t["p"], t["p_hat"], "-", lw=1.5,
-                    label=f"{RECAL_LABEL[k]} (CE {res[k]['kuleshov_ce']['value']:.2g})")
+            ax.plot(
+                t["p"], t["p_hat"], "-", lw=1.5, label=f"{RECAL_LABEL[k]} (CE {res[k]['kuleshov_ce']['value']:.2g})"
+            )
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
         ax.set_xlabel("expected confidence level p")

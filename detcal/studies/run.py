@@ -1,4 +1,5 @@
 """The studies behind ``detcal-study``: each returns (numbers, Markdown table, figure files)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,8 +30,11 @@ def run_study(app: Any, out: Path) -> tuple[dict[str, Any], str, list[str]]:
             files.append("kueppers2020.png")
         text = "# Küppers et al. 2020 on the bundled COCO detectors\n\n" + k.markdown_table(res)
         gain = k.position_gain(res)
-        return {"study": "kueppers2020", "rows": res.rows, "full": res.full, "params": res.params,
-                "position_gain": gain}, text, files
+        return (
+            {"study": "kueppers2020", "rows": res.rows, "full": res.full, "params": res.params, "position_gain": gain},
+            text,
+            files,
+        )
     if app.study == "kuzucu2024":
         from detcal.data import bundled
         from detcal.studies import kuzucu2024 as z
@@ -48,5 +52,8 @@ def run_study(app: Any, out: Path) -> tuple[dict[str, Any], str, list[str]]:
     fig = out / "lakara_retention.png" if app.output.plots else None
     r = lakara_retention(None, source=app.source, n_images=app.n_images, seed=app.seed, figure=fig)
     body = {k: v for k, v in r.items() if k not in ("text", "figure")}
-    return {"study": "lakara_retention", **body}, "# Lakara et al. 2022 retention study\n\n" + r["text"], \
-        (["lakara_retention.png"] if fig else [])
+    return (
+        {"study": "lakara_retention", **body},
+        "# Lakara et al. 2022 retention study\n\n" + r["text"],
+        (["lakara_retention.png"] if fig else []),
+    )

@@ -6,18 +6,30 @@ typed specs (:mod:`detcal.training.spec`) and the fingerprints work without
 the ``train`` extra. The prediction function is
 :func:`detcal.training.predict.predict` (``detcal.training.predict`` is its module).
 """
+
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
 _LAZY = {
-    "DetectionDataset": "data", "ImageSource": "data", "IterationBatchSampler": "data", "LabelMap": "data",
-    "collate": "data", "iteration_batch": "data", "toy_scenes": "data", "training_gt_mask": "data",
-    "PredictResult": "predict", "scale_delta_std": "predict",
-    "concat_detections": "records", "empty_detections": "records",
-    "TrainingStopped": "trainer", "learning_rate": "trainer", "load_checkpoint": "trainer",
-    "read_checkpoint": "trainer", "train_stage": "trainer",
+    "DetectionDataset": "data",
+    "ImageSource": "data",
+    "IterationBatchSampler": "data",
+    "LabelMap": "data",
+    "collate": "data",
+    "iteration_batch": "data",
+    "toy_scenes": "data",
+    "training_gt_mask": "data",
+    "PredictResult": "predict",
+    "scale_delta_std": "predict",
+    "concat_detections": "records",
+    "empty_detections": "records",
+    "TrainingStopped": "trainer",
+    "learning_rate": "trainer",
+    "load_checkpoint": "trainer",
+    "read_checkpoint": "trainer",
+    "train_stage": "trainer",
 }
 
 __all__ = sorted(_LAZY)

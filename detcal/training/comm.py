@@ -3,6 +3,7 @@ the torchrun environment, gathering per-rank detections and summing per-bin stat
 
 Imported by :mod:`detcal.training.predict` and :mod:`detcal.training.distributed`; imports neither.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,11 +15,18 @@ import torch
 import torch.distributed as dist
 
 from detcal.core.errors import DetcalInputError
-from detcal.training.records import concat_detections
 from detcal.core.types import Detections, Images
+from detcal.training.records import concat_detections
 
-__all__ = ["DistInfo", "get_rank_world", "is_main_process", "init_distributed", "cleanup", "gather_detections",
-           "all_reduce_sums"]
+__all__ = [
+    "DistInfo",
+    "get_rank_world",
+    "is_main_process",
+    "init_distributed",
+    "cleanup",
+    "gather_detections",
+    "all_reduce_sums",
+]
 
 
 @dataclass(frozen=True)
@@ -83,7 +91,9 @@ def gather_detections(dets: Detections, images: Images | None = None) -> Detecti
         rows = images.index_of(out.image_id)
         if np.any(rows < 0):
             bad = int(np.flatnonzero(rows < 0)[0])
-            raise DetcalInputError(f"detection of image id {int(out.image_id[bad])} not in the images", record=bad, field="image_id")
+            raise DetcalInputError(
+                f"detection of image id {int(out.image_id[bad])} not in the images", record=bad, field="image_id"
+            )
         out = out.select(np.argsort(rows, kind="stable"))
     return out
 

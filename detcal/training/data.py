@@ -29,22 +29,23 @@ the same global batch (:class:`IterationBatchSampler`). Each item also
 carries a seed (from (s, i, position)) that drives its flip and its RoI/anchor
 sampling in the model.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence, Union
+from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset as TorchDataset
-from torch.utils.data import Sampler
+from torch.utils.data import Dataset as TorchDataset, Sampler
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, GroundTruth, Images
 
-ImageSource = Union[str, os.PathLike, Callable[[int], np.ndarray]]
+ImageSource = str | os.PathLike | Callable[[int], np.ndarray]
 """A directory of image files, or ``render(image_index) -> [H, W, 3] uint8``."""
 
 EXCLUDED_NAMES: tuple[str, ...] = ("DontCare",)
@@ -73,24 +74,31 @@ class LabelMap:
         return len(self.category_ids)
 
     @classmethod
-    def from_dataset(cls, dataset: Dataset, categories: Sequence[int] | None = None,
-                     exclude_names: Sequence[str] = EXCLUDED_NAMES) -> "LabelMap":
+    def from_dataset(
+        cls, dataset: Dataset, categories: Sequence[int] | None = None, exclude_names: Sequence[str] = EXCLUDED_NAMES
+    ) -> LabelMap:
         """The given ``categories``, or by default the sorted ids of the categories that
         have at least one trainable box (not ignore/crowd) and whose name is not in
         ``exclude_names``."""
         if categories is not None:
             unknown = [c for c in categories if int(c) not in dataset.categories]
             if unknown:
-                raise DetcalInputError(f"categories {unknown} not in the dataset's categories {sorted(dataset.categories)}",
-                                       file=dataset.source or None, field="categories")
+                raise DetcalInputError(
+                    f"categories {unknown} not in the dataset's categories {sorted(dataset.categories)}",
+                    file=dataset.source or None,
+                    field="categories",
+                )
             return cls(tuple(int(c) for c in categories))
         gt = dataset.gt
         usable = ~(gt.ignore | gt.iscrowd)
         excluded = {k for k, v in dataset.categories.items() if v in set(exclude_names)}
         ids = [int(c) for c in np.unique(gt.category[usable]) if int(c) not in excluded]
         if not ids:
-            raise DetcalInputError("no trainable ground-truth box (all ignored, crowd or excluded)", file=dataset.source or None,
-                                   field="category")
+            raise DetcalInputError(
+                "no trainable ground-truth box (all ignored, crowd or excluded)",
+                file=dataset.source or None,
+                field="category",
+            )
         return cls(tuple(ids))
 
     def to_labels(self, category: np.ndarray) -> np.ndarray:
@@ -152,8 +160,16 @@ class IterationBatchSampler(Sampler[list[tuple[int, int]]]):
     """Yields, for iterations ``start .. iterations-1``, this rank's shard of
     :func:`iteration_batch` as a list of ``(image_row, item_seed)`` keys."""
 
-    def __init__(self, n_images: int, batch_size: int, seed: int, start_iteration: int, iterations: int,
-                 rank: int = 0, world_size: int = 1) -> None:
+    def __init__(
+        self,
+        n_images: int,
+        batch_size: int,
+        seed: int,
+        start_iteration: int,
+        iterations: int,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
         self.n_images, self.batch_size, self.seed = int(n_images), int(batch_size), int(seed)
         self.start, self.iterations = int(start_iteration), int(iterations)
         self.rank, self.world_size = int(rank), int(world_size)
@@ -179,7 +195,9 @@ class DetectionDataset(TorchDataset):
     decoded uint8 images in memory.
     """
 
-    def __init__(self, dataset: Dataset, images: ImageSource, label_map: LabelMap, hflip: bool = False, cache: bool = False) -> None:
+    def __init__(
+        self, dataset: Dataset, images: ImageSource, label_map: LabelMap, hflip: bool = False, cache: bool = False
+    ) -> None:
         self.dataset = dataset
         self.source = images
         self.label_map = label_map
@@ -216,18 +234,26 @@ class DetectionDataset(TorchDataset):
             with Image.open(file) as im:
                 arr = np.asarray(im.convert("RGB"))
         if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] != 3:
-            raise DetcalInputError(f"image must be [H, W, 3] uint8, got {arr.shape} {arr.dtype}", file=file, record=int(imgs.id[row]),
-                                   field="image")
+            raise DetcalInputError(
+                f"image must be [H, W, 3] uint8, got {arr.shape} {arr.dtype}",
+                file=file,
+                record=int(imgs.id[row]),
+                field="image",
+            )
         if arr.shape[0] != int(round(imgs.height[row])) or arr.shape[1] != int(round(imgs.width[row])):
-            raise DetcalInputError(f"image is {arr.shape[1]}x{arr.shape[0]} but the record says {imgs.width[row]:g}x{imgs.height[row]:g}",
-                                   file=file or self.dataset.source or None, record=int(imgs.id[row]), field="width/height")
+            raise DetcalInputError(
+                f"image is {arr.shape[1]}x{arr.shape[0]} but the record says {imgs.width[row]:g}x{imgs.height[row]:g}",
+                file=file or self.dataset.source or None,
+                record=int(imgs.id[row]),
+                field="width/height",
+            )
         if self.cache is not None:
             self.cache[row] = arr
         return arr
 
     def gt_rows(self, row: int) -> np.ndarray:
         """Rows into ``dataset.gt`` of the training targets of image ``row``."""
-        return self._gt_order[self._gt_start[row]:self._gt_start[row + 1]]
+        return self._gt_order[self._gt_start[row] : self._gt_start[row + 1]]
 
     def __getitem__(self, key: int | tuple[int, int]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         row, seed = (int(key[0]), int(key[1])) if isinstance(key, tuple) else (int(key), None)
@@ -240,14 +266,19 @@ class DetectionDataset(TorchDataset):
             w = np.float32(arr.shape[1])
             boxes = np.stack([w - boxes[:, 2], boxes[:, 1], w - boxes[:, 0], boxes[:, 3]], axis=1).reshape(-1, 4)
         image = torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1))).float().div_(255.0)
-        target = {"boxes": torch.from_numpy(np.ascontiguousarray(boxes)).reshape(-1, 4), "labels": torch.from_numpy(labels),
-                  "image_index": torch.tensor(row, dtype=torch.int64)}
+        target = {
+            "boxes": torch.from_numpy(np.ascontiguousarray(boxes)).reshape(-1, 4),
+            "labels": torch.from_numpy(labels),
+            "image_index": torch.tensor(row, dtype=torch.int64),
+        }
         if seed is not None:
             target["seed"] = torch.tensor(seed, dtype=torch.int64)
         return image, target
 
 
-def collate(batch: list[tuple[torch.Tensor, dict[str, torch.Tensor]]]) -> tuple[list[torch.Tensor], list[dict[str, torch.Tensor]]]:
+def collate(
+    batch: list[tuple[torch.Tensor, dict[str, torch.Tensor]]],
+) -> tuple[list[torch.Tensor], list[dict[str, torch.Tensor]]]:
     """List of items -> (list of images, list of targets) (variable-size images)."""
     return [b[0] for b in batch], [b[1] for b in batch]
 
@@ -255,8 +286,9 @@ def collate(batch: list[tuple[torch.Tensor, dict[str, torch.Tensor]]]) -> tuple[
 TOY_CATEGORIES: dict[int, str] = {1: "Car", 4: "Pedestrian", 6: "Cyclist"}
 
 
-def toy_scenes(n_images: int, seed: int, image_size: tuple[int, int] = (160, 120), max_objects: int = 4
-               ) -> tuple[Dataset, Callable[[int], np.ndarray]]:
+def toy_scenes(
+    n_images: int, seed: int, image_size: tuple[int, int] = (160, 120), max_objects: int = 4
+) -> tuple[Dataset, Callable[[int], np.ndarray]]:
     """A small toy detection set for tests and smoke runs (the benchmark's synthetic
     scenes live in :mod:`detcal.data.synthetic`).
 
@@ -273,16 +305,24 @@ def toy_scenes(n_images: int, seed: int, image_size: tuple[int, int] = (160, 120
     image_id = np.repeat(np.arange(1, n_images + 1), counts)
     cats = np.array(sorted(TOY_CATEGORIES))[rng.integers(0, 3, size=g)]
     scale = rng.uniform(0.12, 0.4, size=g) * H
-    aspect = np.select([cats == 1, cats == 4], [rng.uniform(1.5, 2.2, g), rng.uniform(0.35, 0.5, g)], rng.uniform(0.8, 1.2, g))
+    aspect = np.select(
+        [cats == 1, cats == 4], [rng.uniform(1.5, 2.2, g), rng.uniform(0.35, 0.5, g)], rng.uniform(0.8, 1.2, g)
+    )
     w = np.clip(scale * np.sqrt(aspect), 4, W - 2)
     h = np.clip(scale / np.sqrt(aspect), 4, H - 2)
     x1 = rng.uniform(0, 1, g) * (W - w)
     y1 = rng.uniform(0, 1, g) * (H - h)
     box = np.round(np.stack([x1, y1, x1 + w, y1 + h], axis=1))
-    images = Images(id=np.arange(1, n_images + 1), width=np.full(n_images, W), height=np.full(n_images, H),
-                    file_name=[f"toy_{i:06d}.png" for i in range(1, n_images + 1)])
+    images = Images(
+        id=np.arange(1, n_images + 1),
+        width=np.full(n_images, W),
+        height=np.full(n_images, H),
+        file_name=[f"toy_{i:06d}.png" for i in range(1, n_images + 1)],
+    )
     gt = GroundTruth(image_id=image_id, box=box, category=cats)
-    dataset = Dataset(images=images, gt=gt, categories=dict(TOY_CATEGORIES), source=f"toy_scenes(n={n_images}, seed={seed})")
+    dataset = Dataset(
+        images=images, gt=gt, categories=dict(TOY_CATEGORIES), source=f"toy_scenes(n={n_images}, seed={seed})"
+    )
     colours = {1: (200, 40, 40), 4: (40, 190, 60), 6: (50, 70, 210)}
     starts = np.concatenate([[0], np.cumsum(counts)])
 

@@ -9,6 +9,7 @@ directory), the initial checkpoint and the output directory;
 arguments as a single-process run (:func:`detcal.training.stages.train_kwargs`).
 Nothing here imports torch.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -64,9 +65,16 @@ def read_job(path: str | Path) -> DdpJob:
     try:
         stage = StageSpec(**raw["stage"])
         trainer = TrainerSpec(**raw["trainer"])
-        return DdpJob(stage=stage, trainer=trainer, data=str(raw["data"]), data_seed=int(raw["data_seed"]),
-                      image_dir=raw.get("image_dir"), init=str(raw["init"]), out_dir=str(raw["out_dir"]),
-                      progress=bool(raw.get("progress", False)))
+        return DdpJob(
+            stage=stage,
+            trainer=trainer,
+            data=str(raw["data"]),
+            data_seed=int(raw["data_seed"]),
+            image_dir=raw.get("image_dir"),
+            init=str(raw["init"]),
+            out_dir=str(raw["out_dir"]),
+            progress=bool(raw.get("progress", False)),
+        )
     except KeyError as exc:
         raise DetcalInputError("missing field", file=path, field=str(exc.args[0])) from None
     except TypeError as exc:
@@ -75,5 +83,14 @@ def read_job(path: str | Path) -> DdpJob:
 
 def ddp_command(job_file: str | Path, nproc: int) -> list[str]:
     """The torchrun command line that trains the stage of ``job_file`` on ``nproc`` processes."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={int(nproc)}",
-            "-m", "detcal.training.distributed", "--job", str(job_file)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={int(nproc)}",
+        "-m",
+        "detcal.training.distributed",
+        "--job",
+        str(job_file),
+    ]

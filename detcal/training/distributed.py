@@ -20,16 +20,19 @@ the stage's full :class:`~detcal.training.spec.StageSpec` and
 (:mod:`detcal.training.ddp`) and runs ``... -m detcal.training.distributed
 --job <file>``, so every field (``lr_steps``, ``hflip``, ``backend``, ...) arrives.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
 from detcal.core.errors import DetcalInputError
+from detcal.core.types import Dataset
 from detcal.training.comm import (  # noqa: F401 - re-exported
     DistInfo,
     all_reduce_sums,
@@ -39,7 +42,6 @@ from detcal.training.comm import (  # noqa: F401 - re-exported
     init_distributed,
     is_main_process,
 )
-from detcal.core.types import Dataset
 
 
 def _load_data(spec: str, seed: int, image_dir: str | None) -> tuple[Dataset, Any]:
@@ -65,13 +67,21 @@ def _load_data(spec: str, seed: int, image_dir: str | None) -> tuple[Dataset, An
 
         fn: Callable[..., tuple[Dataset, Any]] = getattr(importlib.import_module(kind), arg)
         return fn(seed)
-    raise DetcalInputError(f"unknown --data {spec!r}; expected toy:N, synthetic:N, coco:PATH or module:function", field="data")
+    raise DetcalInputError(
+        f"unknown --data {spec!r}; expected toy:N, synthetic:N, coco:PATH or module:function", field="data"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m detcal.training.distributed", description="Train one R-FCN stage (torchrun-ready).")
-    p.add_argument("--job", default=None, help="JSON job file written by detcal.training.ddp.write_job (the full "
-                   "StageSpec/TrainerSpec of detcal-main); replaces every other option")
+    p = argparse.ArgumentParser(
+        prog="python -m detcal.training.distributed", description="Train one R-FCN stage (torchrun-ready)."
+    )
+    p.add_argument(
+        "--job",
+        default=None,
+        help="JSON job file written by detcal.training.ddp.write_job (the full "
+        "StageSpec/TrainerSpec of detcal-main); replaces every other option",
+    )
     p.add_argument("--data", default=None, help="toy:N | synthetic:N | coco:ANNOTATIONS.json | module:function(seed)")
     p.add_argument("--image-dir", default=None)
     p.add_argument("--data-seed", type=int, default=0)
@@ -97,7 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-threads", type=int, default=None)
     p.add_argument("--deterministic", action="store_true")
     p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--predict-out", default=None, help="after training, predict on the data and write a JSON summary here (rank 0)")
+    p.add_argument(
+        "--predict-out", default=None, help="after training, predict on the data and write a JSON summary here (rank 0)"
+    )
     return p
 
 
@@ -113,8 +125,16 @@ def _run_job(path: str) -> int:
         torch.manual_seed(job.stage.seed)
         dataset, source = _load_data(job.data, job.data_seed, job.image_dir)
         model = load_checkpoint(job.init)
-        final = train_stage(model, dataset, source, job.stage.stage, job.out_dir, resume=True, device=info.device,
-                            **train_kwargs(job.stage, job.trainer, job.progress))
+        final = train_stage(
+            model,
+            dataset,
+            source,
+            job.stage.stage,
+            job.out_dir,
+            resume=True,
+            device=info.device,
+            **train_kwargs(job.stage, job.trainer, job.progress),
+        )
         if info.rank == 0:
             print(json.dumps({"final_checkpoint": str(Path(final)), "world_size": info.world_size}))
     finally:
@@ -143,18 +163,50 @@ def main(argv: Sequence[str] | None = None) -> int:
             model = load_checkpoint(args.init)
         else:
             lm = LabelMap.from_dataset(dataset)
-            model = build_rfcn(lm.num_classes, args.backbone, args.k, args.backbone_weights, category_ids=lm.category_ids, norm=args.norm)
-        final = train_stage(model, dataset, source, args.stage, args.out_dir, args.iterations, args.batch_size, args.lr, args.momentum,
-                            args.weight_decay, args.seed, args.checkpoint_every, resume=not args.no_resume, device=info.device,
-                            log_every=args.log_every, progress=not args.no_progress, warmup_iters=args.warmup_iters,
-                            max_grad_norm=args.max_grad_norm, num_threads=args.num_threads, deterministic=args.deterministic)
+            model = build_rfcn(
+                lm.num_classes,
+                args.backbone,
+                args.k,
+                args.backbone_weights,
+                category_ids=lm.category_ids,
+                norm=args.norm,
+            )
+        final = train_stage(
+            model,
+            dataset,
+            source,
+            args.stage,
+            args.out_dir,
+            args.iterations,
+            args.batch_size,
+            args.lr,
+            args.momentum,
+            args.weight_decay,
+            args.seed,
+            args.checkpoint_every,
+            resume=not args.no_resume,
+            device=info.device,
+            log_every=args.log_every,
+            progress=not args.no_progress,
+            warmup_iters=args.warmup_iters,
+            max_grad_norm=args.max_grad_norm,
+            num_threads=args.num_threads,
+            deterministic=args.deterministic,
+        )
         if args.predict_out is not None:
             res = predict(model, dataset, source, batch_size=args.batch_size, device=info.device, progress=False)
             if info.rank == 0:
                 from detcal.utils.io import write_json
 
-                write_json(args.predict_out, {"n_detections": len(res.detections), "world_size": info.world_size,
-                                              "score_sum": float(res.detections.score.sum()), **res.describe()})
+                write_json(
+                    args.predict_out,
+                    {
+                        "n_detections": len(res.detections),
+                        "world_size": info.world_size,
+                        "score_sum": float(res.detections.score.sum()),
+                        **res.describe(),
+                    },
+                )
         if info.rank == 0:
             print(json.dumps({"final_checkpoint": str(Path(final)), "world_size": info.world_size}))
     finally:

@@ -7,6 +7,7 @@ rerun reuses the directory only when the stored fingerprint equals the new
 one, otherwise the directory is removed whole and recomputed
 (:func:`prepare_stage_dir`). Nothing here imports torch.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -74,7 +75,9 @@ def file_identity(path: str | Path) -> dict[str, Any]:
         st = p.stat()
         return {"path": str(p), "size": int(st.st_size), "mtime_ns": int(st.st_mtime_ns)}
     if p.is_dir():
-        entries = sorted((str(f.relative_to(p)), f.stat().st_size, f.stat().st_mtime_ns) for f in p.rglob("*") if f.is_file())
+        entries = sorted(
+            (str(f.relative_to(p)), f.stat().st_size, f.stat().st_mtime_ns) for f in p.rglob("*") if f.is_file()
+        )
         return {"path": str(p), "files": len(entries), "digest": fingerprint(entries)}
     return {"path": str(p), "missing": True}
 
@@ -98,8 +101,11 @@ def prepare_stage_dir(path: Path, fp: str, description: Any) -> tuple[bool, str]
             old = None
     if old == fp:
         return True, "fingerprint unchanged"
-    status = "new" if not path.exists() else ("stale (inputs or settings changed), recomputed" if old else
-                                               "no fingerprint, recomputed")
+    status = (
+        "new"
+        if not path.exists()
+        else ("stale (inputs or settings changed), recomputed" if old else "no fingerprint, recomputed")
+    )
     if path.exists():
         shutil.rmtree(path)
     path.mkdir(parents=True)

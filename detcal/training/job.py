@@ -31,27 +31,36 @@ report are cheap and always recomputed.
 
 Nothing here imports torch or Hydra at module level.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
 import logging
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from detcal._version import __version__
 from detcal.core.errors import DetcalInputError
+from detcal.core.types import COORDS, Detections
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
 from detcal.training import report
 from detcal.training.fingerprint import fingerprint
 from detcal.training.spec import MainJobSpec
 from detcal.training.splits import Split, gt_paths, prepare_splits
-from detcal.core.types import COORDS, Detections
 from detcal.utils.io import to_jsonable, write_json, write_text
 
-__all__ = ["run_main_job", "make_calibrators", "load_delta_records", "regression_sample_of", "calibrated", "stage_fingerprints"]
+__all__ = [
+    "run_main_job",
+    "make_calibrators",
+    "load_delta_records",
+    "regression_sample_of",
+    "calibrated",
+    "stage_fingerprints",
+]
 
 log = logging.getLogger("detcal.main")
 
@@ -71,8 +80,11 @@ class _Stages:
         t0 = time.perf_counter()
         out, status = fn()
         dt = time.perf_counter() - t0
-        self.record[name] = {"status": status, "seconds": round(dt, 3),
-                             "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+        self.record[name] = {
+            "status": status,
+            "seconds": round(dt, 3),
+            "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        }
         write_json(self.path, self.record)
         log.info("[%s] %s in %.1f s", name, status, dt)
         return out
@@ -80,11 +92,16 @@ class _Stages:
 
 def stage_fingerprints(spec: MainJobSpec, splits: Mapping[str, Split]) -> dict[str, tuple[str, dict[str, Any]]]:
     """``{stage: (fingerprint, description)}`` of the reusable stages: stage1, stage2, predict_recal, predict_val."""
+
     def stage_desc(st: Any) -> dict[str, Any]:
         return {k: v for k, v in dataclasses.asdict(st).items() if k not in _NOT_IN_FINGERPRINT}
 
-    model = {"model": dataclasses.asdict(spec.model), "categories": spec.train_data.categories,
-             "train": splits["train"].identity, "detcal_version": __version__}
+    model = {
+        "model": dataclasses.asdict(spec.model),
+        "categories": spec.train_data.categories,
+        "train": splits["train"].identity,
+        "detcal_version": __version__,
+    }
     d1 = {**model, "stage": stage_desc(spec.stage1)}
     fp1 = fingerprint(d1)
     d2 = {"stage1": fp1, "stage": stage_desc(spec.stage2)}
@@ -115,8 +132,14 @@ def load_delta_records(split: Split, results: Path, run_dir: Path) -> LoadedData
     else:
         ds = load_coco_instances(gt)
     dets = load_coco_results(res, dataset=ds)
-    prov = {"source": "detcal-main", "format": split.gt_format, "gt": str(gt.resolve()), "results": str(res.resolve()),
-            "sizes": paths["sizes"], "difficulty": split.difficulty if split.gt_format == "kitti" else None}
+    prov = {
+        "source": "detcal-main",
+        "format": split.gt_format,
+        "gt": str(gt.resolve()),
+        "results": str(res.resolve()),
+        "sizes": paths["sizes"],
+        "difficulty": split.difficulty if split.gt_format == "kitti" else None,
+    }
     return LoadedData(ds, dets, rules, prov)
 
 
@@ -143,14 +166,22 @@ def calibrated(dets: Detections, calibrator: Any) -> Detections:
     return dataclasses.replace(dets, delta_mean=mu, delta_std=sigma)
 
 
-def _fit(spec: MainJobSpec, calibrators: Mapping[str, Any], recal: Split, dets: Detections) -> tuple[dict[str, Any], dict[str, Any]]:
+def _fit(
+    spec: MainJobSpec, calibrators: Mapping[str, Any], recal: Split, dets: Detections
+) -> tuple[dict[str, Any], dict[str, Any]]:
     sample = regression_sample_of(spec.evaluation, spec.calibration.iou_threshold, recal, dets)
     if len(sample) < 2:
-        raise DetcalInputError(f"the recal split has {len(sample)} true positives at IoU {spec.calibration.iou_threshold}: "
-                               "too few to calibrate (train longer or use more images)", field="calibration")
+        raise DetcalInputError(
+            f"the recal split has {len(sample)} true positives at IoU {spec.calibration.iou_threshold}: "
+            "too few to calibrate (train longer or use more images)",
+            field="calibration",
+        )
     fitted = {m: calibrators[m].fit(sample.mu, sample.sigma, sample.y) for m in spec.calibration.methods}
-    info: dict[str, Any] = {"n_recal_tp": len(sample), "iou_threshold": float(spec.calibration.iou_threshold),
-                            "methods": {m: c.describe() for m, c in fitted.items()}}
+    info: dict[str, Any] = {
+        "n_recal_tp": len(sample),
+        "iou_threshold": float(spec.calibration.iou_threshold),
+        "methods": {m: c.describe() for m, c in fitted.items()},
+    }
     if "std_scaling" in fitted:
         info["s"] = dict(zip(COORDS, fitted["std_scaling"].scale_.tolist()))
     return fitted, info
@@ -166,7 +197,9 @@ def make_calibrators(names: list[str]) -> dict[str, Any]:
     out = {}
     for name in names:
         if name not in known:
-            raise ConfigError("calibration.methods", f"{name!r} is not a calibrator (configs/calibrator: {', '.join(known)})")
+            raise ConfigError(
+                "calibration.methods", f"{name!r} is not a calibrator (configs/calibrator: {', '.join(known)})"
+            )
         out[name] = make_calibrator(name)
     _check_regression(out)
     return out
@@ -178,8 +211,11 @@ def _check_regression(calibrators: Mapping[str, Any]) -> None:
 
     for name, c in calibrators.items():
         if not isinstance(c, RegressionCalibrator):
-            raise ConfigError("calibration.methods", f"{name!r} is a {type(c).__name__}, not a box-uncertainty calibrator "
-                              "(e.g. std_scaling, kuleshov_isotonic, std_scaling_sgd, sigma_histogram)")
+            raise ConfigError(
+                "calibration.methods",
+                f"{name!r} is a {type(c).__name__}, not a box-uncertainty calibrator "
+                "(e.g. std_scaling, kuleshov_isotonic, std_scaling_sgd, sigma_histogram)",
+            )
 
 
 @dataclasses.dataclass
@@ -202,16 +238,24 @@ class _Job:
     def data(self) -> tuple[dict[str, Split], str]:
         sp = prepare_splits(self.spec.data, self.spec.splits, self.spec.train_data, self.run_dir)
         write_json(self.run_dir / "splits" / "identity.json", {k: v.identity for k, v in sp.items()})
-        return sp, "prepared " + ", ".join(f"{k} {len(v.dataset.images)} images / {len(v.dataset.gt)} boxes" for k, v in sp.items())
+        return sp, "prepared " + ", ".join(
+            f"{k} {len(v.dataset.images)} images / {len(v.dataset.gt)} boxes" for k, v in sp.items()
+        )
 
     def predict_all(self) -> tuple[None, str]:
         from detcal.training import stages as st
 
         msgs = []
         for name in ("recal", "val"):
-            self.dets[name], msg = st.predict_split(self.model, self.splits[name], self.spec.predict,
-                                                    self.spec.trainer.device, self.run_dir / "predictions" / name,
-                                                    *self.fps[f"predict_{name}"], self.progress)
+            self.dets[name], msg = st.predict_split(
+                self.model,
+                self.splits[name],
+                self.spec.predict,
+                self.spec.trainer.device,
+                self.run_dir / "predictions" / name,
+                *self.fps[f"predict_{name}"],
+                self.progress,
+            )
             msgs.append(f"{name}: {msg}")
         return None, "; ".join(msgs)
 
@@ -225,19 +269,27 @@ class _Job:
             write_coco_results(files[m], calibrated(self.dets["val"], c))
         write_json(self.run_dir / "calibration" / "calibrators.json", to_jsonable(info))
         s = info.get("s", {})
-        return (info, files, fitted), (f"fitted on {info['n_recal_tp']} recal TPs" +
-                                       ("; s = " + ", ".join(f"{k} {v:.3f}" for k, v in s.items()) if s else ""))
+        return (info, files, fitted), (
+            f"fitted on {info['n_recal_tp']} recal TPs"
+            + ("; s = " + ", ".join(f"{k} {v:.3f}" for k, v in s.items()) if s else "")
+        )
 
     def _evaluate(self, split: Split, results: Path, variant: str) -> dict[str, Any]:
         from detcal.pipeline.evaluation import evaluate
 
         spec, run_dir = self.spec, self.run_dir
-        result = evaluate(load_delta_records(split, results, run_dir), spec=spec.evaluation, workdir=run_dir,
-                          progress=self.progress)
+        result = evaluate(
+            load_delta_records(split, results, run_dir), spec=spec.evaluation, workdir=run_dir, progress=self.progress
+        )
         out = run_dir / "eval" / f"{split.name}_{variant}"
-        return result.write(out, plots=spec.output.plots, csv=True, echo=spec.output.print_summary,
-                            header={**dict(self.header or {}), "variant": variant, "split": split.name},
-                            report=self.report_html)
+        return result.write(
+            out,
+            plots=spec.output.plots,
+            csv=True,
+            echo=spec.output.print_summary,
+            header={**dict(self.header or {}), "variant": variant, "split": split.name},
+            report=self.report_html,
+        )
 
     def evaluate_all(self) -> tuple[None, str]:
         for v, path in self.variant_files.items():
@@ -254,8 +306,12 @@ class _Job:
         for v in self.variant_files:
             name = f"reliability_{v}.png"
             s = self.summ[v]
-            plots.rmse_rmv_diagram(self.run_dir / name, s["ence_tables"], ence=s["ence"],
-                                   title=f"val, {v.replace('_', ' ')}: RMSE vs RMV per coordinate ({s['n_tp']} TPs)")
+            plots.rmse_rmv_diagram(
+                self.run_dir / name,
+                s["ence_tables"],
+                ence=s["ence"],
+                title=f"val, {v.replace('_', ' ')}: RMSE vs RMV per coordinate ({s['n_tp']} TPs)",
+            )
             files.append(name)
         return files + [f"eval/val_{v}/" for v in self.variant_files] + ["eval/recal_before/"]
 
@@ -265,13 +321,23 @@ class _Job:
         sb, tb = spec.evaluation.sigma_binning, spec.table1.bootstrap
         if tb.n <= 0:
             return {}
-        val_sample = regression_sample_of(spec.evaluation, spec.calibration.iou_threshold, self.splits["val"],
-                                          self.dets["val"])
-        return report.ence_changes(val_sample, fitted, bins=int(sb.bins), binning=str(sb.scheme), n_boot=tb.n,
-                                   level=tb.level, seed=tb.seed, method=tb.method)
+        val_sample = regression_sample_of(
+            spec.evaluation, spec.calibration.iou_threshold, self.splits["val"], self.dets["val"]
+        )
+        return report.ence_changes(
+            val_sample,
+            fitted,
+            bins=int(sb.bins),
+            binning=str(sb.scheme),
+            n_boot=tb.n,
+            level=tb.level,
+            seed=tb.seed,
+            method=tb.method,
+        )
 
-    def table1(self, calib_info: dict[str, Any], fitted: dict[str, Any], facts: Any,
-               stages: _Stages) -> tuple[dict[str, Any], str]:
+    def table1(
+        self, calib_info: dict[str, Any], fitted: dict[str, Any], facts: Any, stages: _Stages
+    ) -> tuple[dict[str, Any], str]:
         spec, summ, variants = self.spec, self.summ, self.variant_files
         files = self.diagrams()
         rows = {report.row_label(v): summ[v]["ence"] for v in variants}
@@ -294,15 +360,20 @@ class _Job:
             "std_scaling_s": calib_info.get("s"),
             "rmse_rmv_spearman": {v: summ[v]["rmse_rmv_spearman"] for v in variants},
             "reliability": {v: summ[v]["ence_tables"] for v in variants},
-            "recal": {"n_tp": summ["_recal"]["n_tp"], "ence_before": summ["_recal"]["ence"],
-                      "cv_before": summ["_recal"]["cv"]},
+            "recal": {
+                "n_tp": summ["_recal"]["n_tp"],
+                "ence_before": summ["_recal"]["ence"],
+                "cv_before": summ["_recal"]["cv"],
+            },
             "n_tp_val": summ["before"]["n_tp"],
             "iou_threshold": float(spec.calibration.iou_threshold),
             "bins": int(sb.bins),
             "binning": str(sb.scheme),
             "definitions": dict(report.DEFINITIONS),
-            "detection": {"val": report.detection_row("val", summ["before"]),
-                          "recal": report.detection_row("recal", summ["_recal"])},
+            "detection": {
+                "val": report.detection_row("val", summ["before"]),
+                "recal": report.detection_row("recal", summ["_recal"]),
+            },
             "calibration": calib_info,
             "paper": report.PAPER_TABLE1,
             "data": {k: v.provenance for k, v in self.splits.items()},
@@ -313,8 +384,9 @@ class _Job:
         return table, "wrote table1.json, table1.md and the reliability diagrams"
 
 
-def _write_table1(run_dir: Path, table: dict[str, Any], header: Mapping[str, Any] | None,
-                  report_html: bool) -> dict[str, Any]:
+def _write_table1(
+    run_dir: Path, table: dict[str, Any], header: Mapping[str, Any] | None, report_html: bool
+) -> dict[str, Any]:
     """table1.json, table1.md, report.html (when asked); print the table, the run directory and its files."""
     from detcal.reports.console import run_footer
 
@@ -332,8 +404,15 @@ def _write_table1(run_dir: Path, table: dict[str, Any], header: Mapping[str, Any
     return table
 
 
-def run_main_job(spec: MainJobSpec, run_dir: str | Path, *, calibrators: Mapping[str, Any], progress: bool = False,
-                 header: Mapping[str, Any] | None = None, report_html: bool = True) -> dict[str, Any]:
+def run_main_job(
+    spec: MainJobSpec,
+    run_dir: str | Path,
+    *,
+    calibrators: Mapping[str, Any],
+    progress: bool = False,
+    header: Mapping[str, Any] | None = None,
+    report_html: bool = True,
+) -> dict[str, Any]:
     """Run the whole pipeline of ``spec`` in ``run_dir``; return the Table 1 JSON (also written to table1.json).
 
     ``calibrators``: fresh regression calibrators by name (``fit(mu, sigma, y)``
@@ -363,10 +442,30 @@ def run_main_job(spec: MainJobSpec, run_dir: str | Path, *, calibrators: Mapping
     facts = st.torch_setup(spec.trainer)
     job.model = st.build_model(spec.model, job.splits["train"], spec.train_data.categories, spec.stage1.seed)
     train_dir = run_dir / "train"
-    stages.run("stage1", lambda: st.train(spec.stage1, spec.trainer, job.model, job.splits["train"],
-                                          train_dir / "stage1", *job.fps["stage1"], progress))
-    stages.run("stage2", lambda: st.train(spec.stage2, spec.trainer, job.model, job.splits["train"],
-                                          train_dir / "stage2", *job.fps["stage2"], progress))
+    stages.run(
+        "stage1",
+        lambda: st.train(
+            spec.stage1,
+            spec.trainer,
+            job.model,
+            job.splits["train"],
+            train_dir / "stage1",
+            *job.fps["stage1"],
+            progress,
+        ),
+    )
+    stages.run(
+        "stage2",
+        lambda: st.train(
+            spec.stage2,
+            spec.trainer,
+            job.model,
+            job.splits["train"],
+            train_dir / "stage2",
+            *job.fps["stage2"],
+            progress,
+        ),
+    )
     stages.run("predict", job.predict_all)
     calib_info, job.variant_files, fitted = stages.run("calibrate", job.calibrate)
     stages.run("evaluate", job.evaluate_all)

@@ -19,6 +19,7 @@ these records of a recalibration split and applied with :func:`scale_delta_std`
 Under ``torch.distributed`` each rank predicts a contiguous shard of the images
 and every rank receives the gathered result.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,12 +32,11 @@ from torch.utils.data import DataLoader, Subset
 from tqdm.auto import tqdm
 
 from detcal.core.errors import DetcalInputError
+from detcal.core.types import Dataset, Detections
 from detcal.models.rfcn import RFCN
 from detcal.training.comm import gather_detections, get_rank_world
 from detcal.training.data import DetectionDataset, ImageSource, LabelMap, collate, shard
-from detcal.training.records import DETECTION_FIELDS, concat_detections, empty_detections
-from detcal.core.types import Dataset, Detections
-
+from detcal.training.records import concat_detections, empty_detections
 
 
 @dataclass
@@ -51,19 +51,33 @@ class PredictResult:
 
     def describe(self) -> dict[str, Any]:
         """Provenance for result files."""
-        return {"score_threshold": self.score_threshold, "nms_threshold": self.nms_threshold, "max_detections": self.max_detections,
-                "n_detections": len(self.detections), **self.params}
+        return {
+            "score_threshold": self.score_threshold,
+            "nms_threshold": self.nms_threshold,
+            "max_detections": self.max_detections,
+            "n_detections": len(self.detections),
+            **self.params,
+        }
 
 
 def _detections_from_outputs(image_ids: list[int], outputs: list[dict[str, torch.Tensor]]) -> Detections:
     counts = [len(o["scores"]) for o in outputs]
     if sum(counts) == 0:
         return empty_detections()
-    cat = {k: torch.cat([o[k] for o in outputs]).cpu().double().numpy()
-           for k in ("boxes", "scores", "proposals", "delta_mean", "delta_std")}
+    cat = {
+        k: torch.cat([o[k] for o in outputs]).cpu().double().numpy()
+        for k in ("boxes", "scores", "proposals", "delta_mean", "delta_std")
+    }
     category = torch.cat([o["category"] for o in outputs]).cpu().numpy().astype(np.int64)
-    return Detections(image_id=np.repeat(np.asarray(image_ids, np.int64), counts), box=cat["boxes"], score=cat["scores"],
-                      category=category, proposal=cat["proposals"], delta_mean=cat["delta_mean"], delta_std=cat["delta_std"])
+    return Detections(
+        image_id=np.repeat(np.asarray(image_ids, np.int64), counts),
+        box=cat["boxes"],
+        score=cat["scores"],
+        category=category,
+        proposal=cat["proposals"],
+        delta_mean=cat["delta_mean"],
+        delta_std=cat["delta_std"],
+    )
 
 
 @torch.no_grad()
@@ -104,8 +118,12 @@ def predict(
     dets = concat_detections(parts)
     if world > 1:
         dets = gather_detections(dets, dataset.images)
-    params = {"model": {k: v for k, v in model.config.items() if k != "backbone_weights"},
-              "box_coder_weights": list(model.box_coder_weights), "n_images": len(dataset.images), "delta_space": "unweighted"}
+    params = {
+        "model": {k: v for k, v in model.config.items() if k != "backbone_weights"},
+        "box_coder_weights": list(model.box_coder_weights),
+        "n_images": len(dataset.images),
+        "delta_space": "unweighted",
+    }
     return PredictResult(dets, float(score_threshold), model.box_nms_thresh, model.box_detections_per_img, params)
 
 

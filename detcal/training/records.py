@@ -1,4 +1,5 @@
 """Row operations on delta-record detections (numpy only; shared by prediction and data parallelism)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,8 +14,15 @@ DETECTION_FIELDS: tuple[str, ...] = ("box", "score", "category", "proposal", "de
 def empty_detections() -> Detections:
     """A zero-row delta-record :class:`Detections`."""
     z4 = np.zeros((0, 4))
-    return Detections(image_id=np.zeros(0, np.int64), box=z4, score=np.zeros(0), category=np.zeros(0, np.int64), proposal=z4,
-                      delta_mean=z4, delta_std=z4)
+    return Detections(
+        image_id=np.zeros(0, np.int64),
+        box=z4,
+        score=np.zeros(0),
+        category=np.zeros(0, np.int64),
+        proposal=z4,
+        delta_mean=z4,
+        delta_std=z4,
+    )
 
 
 def concat_detections(parts: list[Detections]) -> Detections:

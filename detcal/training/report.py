@@ -6,16 +6,27 @@ RMSE(b) = sqrt(mean_b (y - mu)^2) (Levi et al. Eq. 8); C_v = std(sigma, ddof=1) 
 mean(sigma) (Eq. 9). Std scaling multiplies sigma by a constant per coordinate,
 so C_v is unchanged by it (the paper's point: calibration does not create dispersion).
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
 from detcal.core.types import COORDS
 
-__all__ = ["PAPER_TABLE1", "ROW_LABELS", "DEFINITIONS", "row_label", "summaries", "table1_markdown", "detection_row",
-           "ence_changes", "conclusion"]
+__all__ = [
+    "PAPER_TABLE1",
+    "ROW_LABELS",
+    "DEFINITIONS",
+    "row_label",
+    "summaries",
+    "table1_markdown",
+    "detection_row",
+    "ence_changes",
+    "conclusion",
+]
 
 ROW_LABELS: dict[str, str] = {
     "before": "ENCE before calibration",
@@ -34,7 +45,7 @@ PAPER_TABLE1: dict[str, dict[str, float]] = {
 
 DEFINITIONS: dict[str, str] = {
     "ENCE": "(1/B) sum_b |RMV(b) - RMSE(b)| / RMV(b), RMV = sqrt(mean sigma^2), RMSE = sqrt(mean (y - mu)^2), "
-            "bins over sigma (Levi et al. 2019 Eq. 8; docs/metrics.md)",
+    "bins over sigma (Levi et al. 2019 Eq. 8; docs/metrics.md)",
     "C_v": "std(sigma, ddof=1) / mean(sigma) (Levi et al. 2019 Eq. 9)",
     "std_scaling": "sigma' = s_k sigma, s_k = sqrt(mean (y - mu)^2 / sigma^2) on recal TPs (closed-form NLL minimiser)",
     "kuleshov_isotonic": "Kuleshov et al. 2018 recalibrated CDF R(Phi((y - mu)/sigma)); mean/std by exact integration",
@@ -67,17 +78,35 @@ def summaries(metrics: Mapping[str, Any]) -> dict[str, Any]:
     conf = {}
     if conf_label is not None:
         block = metrics["confidence"][conf_label]
-        conf = {"iou": conf_label, "ece": block["ece"]["value"], "dece": block["dece"]["value"],
-                "n": block["_sample"]["n"], "ece_bins": block["ece"]["params"].get("bins"),
-                "dece_bins": block["dece"]["params"].get("bins")}
+        conf = {
+            "iou": conf_label,
+            "ece": block["ece"]["value"],
+            "dece": block["dece"]["value"],
+            "n": block["_sample"]["n"],
+            "ece_bins": block["ece"]["params"].get("bins"),
+            "dece_bins": block["dece"]["params"].get("bins"),
+        }
     counts = {}
     acc = metrics["detections"]
     for label, c in acc["per_threshold"].items():
         tp, fp = int(c["true_positives"]), int(c["false_positives"])
-        counts[label] = {"detections": int(acc["considered"]), "true_positives": tp, "false_positives": fp,
-                         "ignored": int(c["ignored_region"]), "precision": tp / (tp + fp) if tp + fp else float("nan")}
-    return {"ence": ence, "cv": cv, "ence_tables": tables, "rmse_rmv_spearman": rho, "n_tp": int(reg["_sample"]["n"]),
-            "confidence": conf, "detection": counts, "gt": int(metrics["data"]["counts"]["gt"])}
+        counts[label] = {
+            "detections": int(acc["considered"]),
+            "true_positives": tp,
+            "false_positives": fp,
+            "ignored": int(c["ignored_region"]),
+            "precision": tp / (tp + fp) if tp + fp else float("nan"),
+        }
+    return {
+        "ence": ence,
+        "cv": cv,
+        "ence_tables": tables,
+        "rmse_rmv_spearman": rho,
+        "n_tp": int(reg["_sample"]["n"]),
+        "confidence": conf,
+        "detection": counts,
+        "gt": int(metrics["data"]["counts"]["gt"]),
+    }
 
 
 def _fmt_pct(x: float) -> str:
@@ -88,28 +117,51 @@ def table1_markdown(t: Mapping[str, Any]) -> str:
     """Markdown of the Table 1 analogue (Levi et al. 2019 layout) plus calibration and detection sanity."""
     cols = list(t["columns"])
     head = "| | " + " | ".join(cols) + " |\n|---|" + "---|" * len(cols) + "\n"
-    lines = [f"## Table 1 analogue (Levi et al. 2019): {t['split']} split, N = {t['n_tp_val']} true positives at IoU "
-             f"{t['iou_threshold']}; ENCE over {t['bins']} {t['binning']} bins of sigma", "", head.rstrip("\n")]
+    lines = [
+        f"## Table 1 analogue (Levi et al. 2019): {t['split']} split, N = {t['n_tp_val']} true positives at IoU "
+        f"{t['iou_threshold']}; ENCE over {t['bins']} {t['binning']} bins of sigma",
+        "",
+        head.rstrip("\n"),
+    ]
     for row, vals in t["rows"].items():
         fmt = (lambda v: f"{v:.2f}") if row.startswith("C_v") else _fmt_pct
         lines.append(f"| {row} | " + " | ".join(fmt(float(vals[c])) for c in cols) + " |")
     if t.get("std_scaling_s"):
-        lines.append("| s (std scaling, fitted on recal) | " + " | ".join(f"{float(t['std_scaling_s'][c]):.3f}" for c in cols) + " |")
+        lines.append(
+            "| s (std scaling, fitted on recal) | "
+            + " | ".join(f"{float(t['std_scaling_s'][c]):.3f}" for c in cols)
+            + " |"
+        )
     lines += _changes_markdown(t, cols)
-    lines += ["", "C_v per variant (std scaling and isotonic multiply sigma by a constant per coordinate, so C_v is unchanged):", "",
-              head.rstrip("\n")]
+    lines += [
+        "",
+        "C_v per variant (std scaling and isotonic multiply sigma by a constant per coordinate, so C_v is unchanged):",
+        "",
+        head.rstrip("\n"),
+    ]
     for v, vals in t["cv"].items():
         lines.append(f"| C_v {v} | " + " | ".join(f"{float(vals[c]):.6f}" for c in cols) + " |")
-    lines += ["", "Spearman correlation of RMSE(b) with RMV(b) over the bins (1: the error rises with the predicted std):", "",
-              head.rstrip("\n")]
+    lines += [
+        "",
+        "Spearman correlation of RMSE(b) with RMV(b) over the bins (1: the error rises with the predicted std):",
+        "",
+        head.rstrip("\n"),
+    ]
     for v, vals in t["rmse_rmv_spearman"].items():
         lines.append(f"| {v} | " + " | ".join(f"{float(vals[c]):.2f}" for c in cols) + " |")
-    lines += ["", "Detection and confidence calibration (before recalibration):", "",
-              "| split | detections | TP | FP | precision | ECE | D-ECE |", "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "Detection and confidence calibration (before recalibration):",
+        "",
+        "| split | detections | TP | FP | precision | ECE | D-ECE |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, d in t["detection"].items():
         c = d.get("confidence", {})
-        lines.append(f"| {name} ({d.get('iou', '')}) | {d['detections']} | {d['true_positives']} | {d['false_positives']} | "
-                     f"{d['precision']:.3f} | {float(c.get('ece', float('nan'))):.4f} | {float(c.get('dece', float('nan'))):.4f} |")
+        lines.append(
+            f"| {name} ({d.get('iou', '')}) | {d['detections']} | {d['true_positives']} | {d['false_positives']} | "
+            f"{d['precision']:.3f} | {float(c.get('ece', float('nan'))):.4f} | {float(c.get('dece', float('nan'))):.4f} |"
+        )
     paper = t.get("paper", {})
     if paper:
         lines += ["", "Levi et al. 2019, Table 1 (KITTI val, R-FCN), for reference:", "", head.rstrip("\n")]
@@ -125,8 +177,12 @@ def detection_row(name: str, summ: Mapping[str, Any]) -> dict[str, Any]:
     label = conf.get("iou") or next(iter(summ["detection"]))
     row = dict(summ["detection"].get(label, {}))
     row["iou"] = label
-    row["confidence"] = {"ece": conf.get("ece"), "dece": conf.get("dece"), "ece_bins": conf.get("ece_bins"),
-                         "dece_bins": conf.get("dece_bins")}
+    row["confidence"] = {
+        "ece": conf.get("ece"),
+        "dece": conf.get("dece"),
+        "ece_bins": conf.get("ece_bins"),
+        "dece_bins": conf.get("dece_bins"),
+    }
     row["gt"] = summ["gt"]
     return row
 
@@ -138,8 +194,17 @@ def _coord_metric(fn: Callable[..., Any], k: int, **kw: Any) -> Callable[..., An
     return metric
 
 
-def ence_changes(sample: Any, fitted: Mapping[str, Any], *, bins: int, binning: str, n_boot: int, level: float,
-                 seed: int, method: str) -> dict[str, dict[str, Any]]:
+def ence_changes(
+    sample: Any,
+    fitted: Mapping[str, Any],
+    *,
+    bins: int,
+    binning: str,
+    n_boot: int,
+    level: float,
+    seed: int,
+    method: str,
+) -> dict[str, dict[str, Any]]:
     """After minus before of ENCE and C_v per coordinate, for each fitted calibrator, with paired
     bootstrap intervals over the val images (:func:`detcal.metrics.paired.paired_bootstrap_many`:
     one image draw per replicate shared by both sides; ``method`` bca | bc | percentile).
@@ -163,11 +228,28 @@ def ence_changes(sample: Any, fitted: Mapping[str, Any], *, bins: int, binning: 
         mu_b, sg_b = cal.transform(sample.mu, sample.sigma)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ch = paired_bootstrap_many(fns, sample.image_id, (sample.mu, sample.sigma, sample.y), None,
-                                       (np.asarray(mu_b), np.asarray(sg_b), sample.y), n_boot=n_boot, level=level,
-                                       seed=seed, method=method, fast=False)
-        out[name] = {m: {c: {**ch[f"{m}/{c}"].to_dict(), "params": {"bins": bins, "binning": binning} if m == "ence"
-                             else {"ddof": 1}} for c in COORDS} for m in ("ence", "cv")}
+            ch = paired_bootstrap_many(
+                fns,
+                sample.image_id,
+                (sample.mu, sample.sigma, sample.y),
+                None,
+                (np.asarray(mu_b), np.asarray(sg_b), sample.y),
+                n_boot=n_boot,
+                level=level,
+                seed=seed,
+                method=method,
+                fast=False,
+            )
+        out[name] = {
+            m: {
+                c: {
+                    **ch[f"{m}/{c}"].to_dict(),
+                    "params": {"bins": bins, "binning": binning} if m == "ence" else {"ddof": 1},
+                }
+                for c in COORDS
+            }
+            for m in ("ence", "cv")
+        }
     return out
 
 
@@ -179,12 +261,20 @@ def conclusion(changes: Mapping[str, Any], variant: str = "std_scaling", cv_rtol
     ch = changes[variant]
     lowered = {c: bool(ch["ence"][c]["difference"] is not None and ch["ence"][c]["difference"] < 0) for c in COORDS}
     excl = {c: bool(ch["ence"][c]["excludes_zero"] and ch["ence"][c]["ci"][1] < 0) for c in COORDS}
-    cv_same = {c: bool(ch["cv"][c]["a"] is not None and abs(ch["cv"][c]["difference"]) <= cv_rtol * abs(ch["cv"][c]["a"]))
-               for c in COORDS}
-    return {"variant": variant, "claim": f"{variant} lowers the val ENCE on every coordinate, C_v unchanged",
-            "holds": all(lowered.values()) and all(cv_same.values()), "ence_lowered": lowered,
-            "ence_interval_below_zero": excl, "all_intervals_below_zero": all(excl.values()), "cv_unchanged": cv_same,
-            "cv_rtol": cv_rtol}
+    cv_same = {
+        c: bool(ch["cv"][c]["a"] is not None and abs(ch["cv"][c]["difference"]) <= cv_rtol * abs(ch["cv"][c]["a"]))
+        for c in COORDS
+    }
+    return {
+        "variant": variant,
+        "claim": f"{variant} lowers the val ENCE on every coordinate, C_v unchanged",
+        "holds": all(lowered.values()) and all(cv_same.values()),
+        "ence_lowered": lowered,
+        "ence_interval_below_zero": excl,
+        "all_intervals_below_zero": all(excl.values()),
+        "cv_unchanged": cv_same,
+        "cv_rtol": cv_rtol,
+    }
 
 
 def _changes_markdown(t: Mapping[str, Any], cols: list[str]) -> list[str]:
@@ -193,25 +283,38 @@ def _changes_markdown(t: Mapping[str, Any], cols: list[str]) -> list[str]:
         return []
     first = ch[next(iter(ch))]["ence"][cols[0]]
     b = first["bootstrap"]
-    lines = ["", f"Change of the val ENCE (after - before), with {100 * b['level']:.0f}% paired bootstrap intervals over "
-             f"the {b['n_images']} val images ({b['method']}, {b['n_boot']} replicates, seed {b['seed']}); "
-             "'excludes 0' says whether the interval lies wholly on one side of 0:", "",
-             "| change | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    lines = [
+        "",
+        f"Change of the val ENCE (after - before), with {100 * b['level']:.0f}% paired bootstrap intervals over "
+        f"the {b['n_images']} val images ({b['method']}, {b['n_boot']} replicates, seed {b['seed']}); "
+        "'excludes 0' says whether the interval lies wholly on one side of 0:",
+        "",
+        "| change | " + " | ".join(cols) + " |",
+        "|---|" + "---|" * len(cols),
+    ]
     for v, d in ch.items():
         cells = []
         for c in cols:
             e = d["ence"][c]
             lo, hi = e["ci"]
             ci = "undefined" if lo is None or hi is None else f"[{100 * lo:+.1f}, {100 * hi:+.1f}]"
-            cells.append(f"{100 * e['difference']:+.1f} pp {ci}" + (" excludes 0" if e["excludes_zero"] else " includes 0"))
+            cells.append(
+                f"{100 * e['difference']:+.1f} pp {ci}" + (" excludes 0" if e["excludes_zero"] else " includes 0")
+            )
         lines.append(f"| ENCE {v.replace('_', ' ')} - before | " + " | ".join(cells) + " |")
     for v, d in ch.items():
-        lines.append(f"| C_v {v.replace('_', ' ')} - before | " + " | ".join(f"{d['cv'][c]['difference']:+.1e}" for c in cols)
-                     + " |")
+        lines.append(
+            f"| C_v {v.replace('_', ' ')} - before | "
+            + " | ".join(f"{d['cv'][c]['difference']:+.1e}" for c in cols)
+            + " |"
+        )
     con = t.get("conclusion", {})
     if con.get("holds") is not None:
         verdict = "holds" if con["holds"] else "does NOT hold"
         below = [c for c, v in con["ence_interval_below_zero"].items() if v]
-        lines += ["", f"Conclusion: '{con['claim']}' {verdict} on this run; the interval of the change lies below 0 for "
-                  f"{len(below)} of {len(cols)} coordinates ({', '.join(below) or 'none'})."]
+        lines += [
+            "",
+            f"Conclusion: '{con['claim']}' {verdict} on this run; the interval of the change lies below 0 for "
+            f"{len(below)} of {len(cols)} coordinates ({', '.join(below) or 'none'}).",
+        ]
     return lines

@@ -15,17 +15,30 @@ config chooses; the label map (``num_classes``, ``category_ids``) comes from
 the training set, so the builder is fixed and a config cannot name an
 arbitrary callable.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from detcal.pipeline.spec import BootstrapSpec, ConfigError, DataSpec, EvaluationSpec, ReportSpec
 
 __all__ = [
-    "ModelSpec", "TrainerSpec", "StageSpec", "SplitsSpec", "TrainDataSpec", "PredictSpec", "MainCalibrationSpec",
-    "MainOutputSpec", "Table1Spec", "DryRunSpec", "MainJobSpec", "MainApp", "stage1_defaults", "stage2_defaults",
+    "ModelSpec",
+    "TrainerSpec",
+    "StageSpec",
+    "SplitsSpec",
+    "TrainDataSpec",
+    "PredictSpec",
+    "MainCalibrationSpec",
+    "MainOutputSpec",
+    "Table1Spec",
+    "DryRunSpec",
+    "MainJobSpec",
+    "MainApp",
+    "stage1_defaults",
+    "stage2_defaults",
 ]
 
 
@@ -62,13 +75,13 @@ class ModelSpec:
 
     backbone: str = "tiny"
     k: int = 3
-    backbone_weights: Optional[str] = None
+    backbone_weights: str | None = None
     norm: str = "bn"
-    min_size: Optional[int] = None
-    max_size: Optional[int] = None
-    rpn_post_nms_top_n_train: Optional[int] = 150
+    min_size: int | None = None
+    max_size: int | None = None
+    rpn_post_nms_top_n_train: int | None = 150
     roi_batch_size_per_image: int = 64
-    stage2_positives_per_image: Optional[int] = None
+    stage2_positives_per_image: int | None = None
     box_score_thresh: float = 0.05
     box_nms_thresh: float = 0.3
     box_detections_per_img: int = 100
@@ -98,9 +111,9 @@ class TrainerSpec:
 
     kind: str = "single"
     device: str = "cpu"
-    threads: Optional[int] = None
+    threads: int | None = None
     nproc: int = 1
-    backend: Optional[str] = None
+    backend: str | None = None
     num_workers: int = 0
     cache_images: bool = True
     deterministic: bool = False
@@ -134,7 +147,7 @@ class StageSpec:
     warmup_iters: int = 200
     lr_steps: list[int] = field(default_factory=list)
     lr_gamma: float = 0.1
-    max_grad_norm: Optional[float] = 10.0
+    max_grad_norm: float | None = 10.0
     hflip: bool = False
     seed: int = 0
     checkpoint_every: int = 500
@@ -170,8 +183,18 @@ def stage1_defaults() -> StageSpec:
 
 def stage2_defaults() -> StageSpec:
     """Stage 2 of configs/main.yaml (Levi et al. App. A.2: 1K iterations, 6 images, SGD lr 0.001, momentum 0.9)."""
-    return StageSpec(stage=2, iterations=1000, batch_size=6, lr=0.001, momentum=0.9, weight_decay=0.0, warmup_iters=0,
-                     max_grad_norm=None, seed=1, checkpoint_every=200)
+    return StageSpec(
+        stage=2,
+        iterations=1000,
+        batch_size=6,
+        lr=0.001,
+        momentum=0.9,
+        weight_decay=0.0,
+        warmup_iters=0,
+        max_grad_norm=None,
+        seed=1,
+        checkpoint_every=200,
+    )
 
 
 @dataclass
@@ -189,8 +212,8 @@ class SplitsSpec:
     val_seed: int = 3
     val_size: float = 0.2
     split_seed: int = 0
-    max_images: Optional[int] = None
-    image_dir: Optional[str] = None
+    max_images: int | None = None
+    image_dir: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("train", "recal", "val"):
@@ -209,11 +232,11 @@ class TrainDataSpec:
     ``categories`` the training category ids after remapping (None: every trainable category)."""
 
     source: str = "synthetic"
-    instances: Optional[str] = None
-    image_dir: Optional[str] = None
-    class_map: Optional[str] = None
-    max_images: Optional[int] = None
-    categories: Optional[list[int]] = None
+    instances: str | None = None
+    image_dir: str | None = None
+    class_map: str | None = None
+    max_images: int | None = None
+    categories: list[int] | None = None
 
     def __post_init__(self) -> None:
         _choice("train_data.source", self.source, ("synthetic", "coco"))
@@ -265,8 +288,8 @@ class MainCalibrationSpec:
 class MainOutputSpec:
     """What the main job writes besides table1.json / table1.md."""
 
-    plots: bool = True            # PNGs of every evaluation and the reliability diagrams
-    print_summary: bool = False   # print each evaluation's summary.md (the Table 1 analogue is printed anyway)
+    plots: bool = True  # PNGs of every evaluation and the reliability diagrams
+    print_summary: bool = False  # print each evaluation's summary.md (the Table 1 analogue is printed anyway)
 
 
 def _table1_bootstrap() -> BootstrapSpec:
@@ -327,14 +350,19 @@ class MainJobSpec:
             if len(set(seeds)) != len(seeds):
                 raise ConfigError("splits.*_seed", f"train/recal/val seeds must differ (disjoint scenes), got {seeds}")
         if abs(self.evaluation.regression.sample_iou - self.calibration.iou_threshold) > 1e-12:
-            raise ConfigError("evaluation.regression.sample_iou", f"must equal calibration.iou_threshold (the sample the "
-                              f"calibrators are fitted on), got {self.evaluation.regression.sample_iou} and "
-                              f"{self.calibration.iou_threshold}")
+            raise ConfigError(
+                "evaluation.regression.sample_iou",
+                f"must equal calibration.iou_threshold (the sample the "
+                f"calibrators are fitted on), got {self.evaluation.regression.sample_iou} and "
+                f"{self.calibration.iou_threshold}",
+            )
         if self.trainer.kind == "ddp":
             for st in (self.stage1, self.stage2):
                 if st.batch_size % self.trainer.nproc:
-                    raise ConfigError(f"stage{st.stage}.batch_size", f"{st.batch_size} is not divisible by "
-                                      f"trainer.nproc {self.trainer.nproc}")
+                    raise ConfigError(
+                        f"stage{st.stage}.batch_size",
+                        f"{st.batch_size} is not divisible by trainer.nproc {self.trainer.nproc}",
+                    )
 
 
 @dataclass

@@ -9,6 +9,7 @@ Each split carries an ``identity`` fingerprint of its content (image ids and
 sizes, boxes, categories, flags) and its image source, which keys the reuse of
 the stages computed from it. Nothing here imports torch.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,10 +20,10 @@ from typing import Any
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
+from detcal.core.types import Dataset
 from detcal.pipeline.spec import DataSpec
 from detcal.training.fingerprint import array_digest, file_identity, fingerprint
 from detcal.training.spec import SplitsSpec, TrainDataSpec
-from detcal.core.types import Dataset
 from detcal.utils.io import write_text
 
 __all__ = ["Split", "prepare_splits", "dataset_digest", "gt_paths"]
@@ -57,10 +58,22 @@ class Split:
 def dataset_digest(ds: Dataset) -> str:
     """sha256 of what a split's numbers depend on: image ids, sizes and names; GT boxes, categories and flags."""
     im, gt = ds.images, ds.gt
-    flags = [getattr(gt, f) for f in ("iscrowd", "ignore", "difficulty", "truncation", "occlusion")
-             if getattr(gt, f, None) is not None]
-    return array_digest(im.id, im.width, im.height, np.asarray(im.file_name, dtype=object), gt.image_id, gt.box,
-                        gt.category, *flags, np.asarray(sorted(ds.categories.items()), dtype=object))
+    flags = [
+        getattr(gt, f)
+        for f in ("iscrowd", "ignore", "difficulty", "truncation", "occlusion")
+        if getattr(gt, f, None) is not None
+    ]
+    return array_digest(
+        im.id,
+        im.width,
+        im.height,
+        np.asarray(im.file_name, dtype=object),
+        gt.image_id,
+        gt.box,
+        gt.category,
+        *flags,
+        np.asarray(sorted(ds.categories.items()), dtype=object),
+    )
 
 
 def _subset(ds: Dataset, image_ids: np.ndarray) -> Dataset:
@@ -92,8 +105,15 @@ def _image_identity(image_dir: Path, ds: Dataset) -> str:
 
 
 def _finish(split: Split, inputs: dict[str, Any]) -> Split:
-    split.identity = fingerprint({"name": split.name, "content": dataset_digest(split.dataset), "format": split.gt_format,
-                                  "difficulty": split.difficulty, "inputs": inputs})
+    split.identity = fingerprint(
+        {
+            "name": split.name,
+            "content": dataset_digest(split.dataset),
+            "format": split.gt_format,
+            "difficulty": split.difficulty,
+            "inputs": inputs,
+        }
+    )
     split.provenance["identity"] = split.identity
     return split
 
@@ -103,19 +123,34 @@ def _synthetic_split(name: str, n_images: int, seed: int, gt_format: str, diffic
 
     ds, _ = synthetic.generate_scenes(int(n_images), int(seed), render=False)
     if gt_format == "kitti":
-        from detcal.data.kitti import kitti_difficulty
         from detcal.core.types import KITTI_DIFFICULTY
+        from detcal.data.kitti import kitti_difficulty
 
         level = int(KITTI_DIFFICULTY[difficulty]["level"])
         diff = kitti_difficulty(ds.gt.box, ds.gt.truncation, ds.gt.occlusion)
-        ds = dataclasses.replace(ds, gt=dataclasses.replace(ds.gt, difficulty=diff, ignore=ds.gt.ignore | (diff < 0) | (diff > level)))
+        ds = dataclasses.replace(
+            ds, gt=dataclasses.replace(ds.gt, difficulty=diff, ignore=ds.gt.ignore | (diff < 0) | (diff > level))
+        )
 
     def render(row: int, _ds: Dataset = ds, _seed: int = int(seed)) -> np.ndarray:
         return synthetic.render_scene(_ds, row, _seed)
 
-    sp = Split(name, ds, render, gt_format, difficulty, f"synthetic:{int(n_images)}", int(seed), None,
-               provenance={"source": "synthetic", "n_images": int(n_images), "seed": int(seed),
-                           "image_size": SYNTHETIC_IMAGE_SIZE})
+    sp = Split(
+        name,
+        ds,
+        render,
+        gt_format,
+        difficulty,
+        f"synthetic:{int(n_images)}",
+        int(seed),
+        None,
+        provenance={
+            "source": "synthetic",
+            "n_images": int(n_images),
+            "seed": int(seed),
+            "image_size": SYNTHETIC_IMAGE_SIZE,
+        },
+    )
     # rendering is a function of (scene, seed): the seed and the generator's content digest identify the images
     return _finish(sp, {"source": "synthetic", "n_images": int(n_images), "seed": int(seed)})
 
@@ -137,7 +172,12 @@ def _coco_train_split(t: TrainDataSpec, run_dir: Path) -> Split:
         cm_path = _need_path(t.class_map, "train_data.class_map", "class-map YAML")
         cm = load_class_map(cm_path)
         ds = cm.remap_dataset(ds, "coco_to_kitti")
-        prov["class_map"] = {"file": str(t.class_map), "name": cm.name, "version": cm.version, "direction": "coco_to_kitti"}
+        prov["class_map"] = {
+            "file": str(t.class_map),
+            "name": cm.name,
+            "version": cm.version,
+            "direction": "coco_to_kitti",
+        }
         inputs["class_map"] = file_identity(cm_path)
     out = run_dir / "data" / "train_instances.json"
     write_coco_instances(out, ds)  # what the model was trained on; also the DDP data file
@@ -161,13 +201,29 @@ def _kitti_eval_splits(d: DataSpec, s: SplitsSpec) -> tuple[Split, Split]:
     out = []
     for name, fr in (("recal", recal), ("val", val)):
         if not fr:
-            raise DetcalInputError(f"the {name} split is empty ({len(frames)} frames, val_size={s.val_size})",
-                                   file="configs/main.yaml", field="splits.val_size")
+            raise DetcalInputError(
+                f"the {name} split is empty ({len(frames)} frames, val_size={s.val_size})",
+                file="configs/main.yaml",
+                field="splits.val_size",
+            )
         ds = load_kitti_labels(label_dir, image_dir=image_dir, sizes=d.sizes, difficulty=d.difficulty, image_ids=fr)
-        sp = Split(name, ds, str(image_dir), "kitti", d.difficulty,
-                   provenance={"source": "kitti", "label_dir": str(label_dir.resolve()), "image_dir": str(image_dir.resolve()),
-                               "frames": len(fr), "val_size": s.val_size, "split_seed": int(s.split_seed),
-                               "max_images": s.max_images, "difficulty": d.difficulty})
+        sp = Split(
+            name,
+            ds,
+            str(image_dir),
+            "kitti",
+            d.difficulty,
+            provenance={
+                "source": "kitti",
+                "label_dir": str(label_dir.resolve()),
+                "image_dir": str(image_dir.resolve()),
+                "frames": len(fr),
+                "val_size": s.val_size,
+                "split_seed": int(s.split_seed),
+                "max_images": s.max_images,
+                "difficulty": d.difficulty,
+            },
+        )
         out.append(_finish(sp, {"images": _image_identity(image_dir, ds)}))
     return out[0], out[1]
 
@@ -186,14 +242,26 @@ def _coco_eval_splits(d: DataSpec, s: SplitsSpec) -> tuple[Split, Split]:
     out = []
     for name, fr in (("recal", recal), ("val", val)):
         sub = _subset(ds, np.array([int(f) for f in fr], dtype=np.int64))
-        sp = Split(name, sub, str(image_dir), "coco", "moderate",
-                   provenance={"source": "coco", "gt": str(gt.resolve()), "image_dir": str(image_dir.resolve()),
-                               "images": len(fr)})
+        sp = Split(
+            name,
+            sub,
+            str(image_dir),
+            "coco",
+            "moderate",
+            provenance={
+                "source": "coco",
+                "gt": str(gt.resolve()),
+                "image_dir": str(image_dir.resolve()),
+                "images": len(fr),
+            },
+        )
         out.append(_finish(sp, {"images": _image_identity(image_dir, sub)}))
     return out[0], out[1]
 
 
-def prepare_splits(data: DataSpec, splits: SplitsSpec, train_data: TrainDataSpec, run_dir: str | Path) -> dict[str, Split]:
+def prepare_splits(
+    data: DataSpec, splits: SplitsSpec, train_data: TrainDataSpec, run_dir: str | Path
+) -> dict[str, Split]:
     """The ``train``, ``recal`` and ``val`` splits (module docstring).
 
     The recal and val splits are disjoint (synthetic: different seeds; real
@@ -205,11 +273,17 @@ def prepare_splits(data: DataSpec, splits: SplitsSpec, train_data: TrainDataSpec
     s = splits
     if data.source == "synthetic":
         if train_data.source == "synthetic" and len({s.train_seed, s.recal_seed, s.val_seed}) != 3:
-            raise DetcalInputError(f"train/recal/val seeds must differ (disjoint scenes), got "
-                                   f"{[s.train_seed, s.recal_seed, s.val_seed]}", file="configs/main.yaml", field="splits.*_seed")
+            raise DetcalInputError(
+                f"train/recal/val seeds must differ (disjoint scenes), got {[s.train_seed, s.recal_seed, s.val_seed]}",
+                file="configs/main.yaml",
+                field="splits.*_seed",
+            )
         if s.recal_seed == s.val_seed:
-            raise DetcalInputError(f"recal/val seeds must differ (disjoint scenes), got {s.recal_seed}",
-                                   file="configs/main.yaml", field="splits.*_seed")
+            raise DetcalInputError(
+                f"recal/val seeds must differ (disjoint scenes), got {s.recal_seed}",
+                file="configs/main.yaml",
+                field="splits.*_seed",
+            )
         recal = _synthetic_split("recal", s.recal_images, s.recal_seed, data.format, data.difficulty)
         val = _synthetic_split("val", s.val_images, s.val_seed, data.format, data.difficulty)
     elif data.source == "kitti":
@@ -245,7 +319,9 @@ def _write_split_gt(split: Split, out: Path) -> None:
 
     im = split.dataset.images
     write_kitti_labels(out / "label_2", split.dataset)
-    lines = [f"{Path(n).stem or f'{int(i):06d}'} {w:g} {h:g}" for i, n, w, h in zip(im.id.tolist(), im.file_name, im.width.tolist(),
-                                                                                 im.height.tolist())]
+    lines = [
+        f"{Path(n).stem or f'{int(i):06d}'} {w:g} {h:g}"
+        for i, n, w, h in zip(im.id.tolist(), im.file_name, im.width.tolist(), im.height.tolist())
+    ]
     write_text(out / "sizes.txt", "".join(line + "\n" for line in lines))
     split.provenance["gt"] = str(out / "label_2")

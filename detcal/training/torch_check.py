@@ -1,4 +1,5 @@
 """A clear message instead of an ImportError traceback when torch is missing."""
+
 from __future__ import annotations
 
 from detcal.core.errors import DetcalError
@@ -19,5 +20,7 @@ def require_torch(what: str) -> None:
         except ImportError:
             missing.append(name)
     if missing:
-        raise TorchMissingError(f"{what} needs {' and '.join(missing)}, which is not installed; "
-                                "install detcal with the train extra: pip install 'detcal[train]'")
+        raise TorchMissingError(
+            f"{what} needs {' and '.join(missing)}, which is not installed; "
+            "install detcal with the train extra: pip install 'detcal[train]'"
+        )

@@ -39,14 +39,16 @@ Data parallelism: when ``torch.distributed`` is initialised (see
 of each iteration's global batch of ``batch_size`` images, so the global batch
 and the (rank-averaged) losses are those of a single process.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import random
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -55,14 +57,25 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from detcal.core.errors import DetcalInputError
+from detcal.core.types import Dataset
 from detcal.models.rfcn import RFCN, rfcn_from_config
 from detcal.training.data import DetectionDataset, ImageSource, IterationBatchSampler, LabelMap, collate
-from detcal.core.types import Dataset
 from detcal.utils.io import atomic_write, write_text
 
 CHECKPOINT_FORMAT = "detcal-rfcn-checkpoint/1"
-RESUME_KEYS: tuple[str, ...] = ("stage", "batch_size", "seed", "lr", "momentum", "weight_decay", "warmup_iters", "lr_steps",
-                                "lr_gamma", "max_grad_norm", "hflip")
+RESUME_KEYS: tuple[str, ...] = (
+    "stage",
+    "batch_size",
+    "seed",
+    "lr",
+    "momentum",
+    "weight_decay",
+    "warmup_iters",
+    "lr_steps",
+    "lr_gamma",
+    "max_grad_norm",
+    "hflip",
+)
 """Run settings that must agree between a checkpoint and the run resuming it."""
 
 
@@ -76,7 +89,9 @@ def _world() -> tuple[int, int]:
     return 0, 1
 
 
-def learning_rate(iteration: int, lr: float, warmup_iters: int = 0, lr_steps: Sequence[int] = (), lr_gamma: float = 0.1) -> float:
+def learning_rate(
+    iteration: int, lr: float, warmup_iters: int = 0, lr_steps: Sequence[int] = (), lr_gamma: float = 0.1
+) -> float:
     """``lr * warmup(i) * lr_gamma ** #{s in lr_steps: s <= i}`` (module docstring)."""
     factor = 1.0
     if iteration < warmup_iters:
@@ -91,8 +106,13 @@ def _rng_state() -> dict[str, Any]:
     version, internal, gauss_next = random.getstate()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": {"name": str(name), "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(gauss)},
+        "numpy": {
+            "name": str(name),
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(gauss),
+        },
         "python": [int(version), [int(v) for v in internal], gauss_next],
     }
     if torch.cuda.is_available():
@@ -103,7 +123,9 @@ def _rng_state() -> dict[str, Any]:
 def _set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     n = state["numpy"]
-    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
+    np.random.set_state(
+        (n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"])
+    )
     version, internal, gauss_next = state["python"]
     random.setstate((version, tuple(internal), gauss_next))
     if "cuda" in state and torch.cuda.is_available():
@@ -134,14 +156,19 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         state = torch.load(path, map_location=map_location, weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError, ValueError, EOFError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise DetcalInputError(f"refused: not a weights-only checkpoint (torch.load(weights_only=True) failed: {first})",
-                               file=path) from None
+        raise DetcalInputError(
+            f"refused: not a weights-only checkpoint (torch.load(weights_only=True) failed: {first})", file=path
+        ) from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise DetcalInputError(f"not a detcal R-FCN checkpoint (format {CHECKPOINT_FORMAT!r} expected)", file=path, field="format")
+        raise DetcalInputError(
+            f"not a detcal R-FCN checkpoint (format {CHECKPOINT_FORMAT!r} expected)", file=path, field="format"
+        )
     return state
 
 
-def load_checkpoint(path: str | os.PathLike, model: RFCN | None = None, map_location: str | torch.device = "cpu") -> RFCN:
+def load_checkpoint(
+    path: str | os.PathLike, model: RFCN | None = None, map_location: str | torch.device = "cpu"
+) -> RFCN:
     """Model weights from a checkpoint, into ``model`` or into a model rebuilt from the stored config."""
     state = read_checkpoint(path, map_location)
     if model is None:
@@ -226,8 +253,20 @@ def train_stage(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     label_map = LabelMap(tuple(int(c) for c in model.category_ids.tolist()))
-    run_config = _run_config(stage, iterations, batch_size, seed, lr, momentum, weight_decay, warmup_iters, lr_steps,
-                             lr_gamma, max_grad_norm, hflip)
+    run_config = _run_config(
+        stage,
+        iterations,
+        batch_size,
+        seed,
+        lr,
+        momentum,
+        weight_decay,
+        warmup_iters,
+        lr_steps,
+        lr_gamma,
+        max_grad_norm,
+        hflip,
+    )
     final_path = out_dir / f"stage{stage}_final.pt"
     last_path = out_dir / f"stage{stage}_last.pt"
     log_path = out_dir / f"stage{stage}_log.jsonl"
@@ -235,8 +274,15 @@ def train_stage(
     model.to(device)
     params = model.set_stage(stage)
     optimizer = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    start = _resume(model, optimizer, _latest_checkpoint(out_dir, stage) if resume else None, run_config, iterations,
-                    final_path, rank)
+    start = _resume(
+        model,
+        optimizer,
+        _latest_checkpoint(out_dir, stage) if resume else None,
+        run_config,
+        iterations,
+        final_path,
+        rank,
+    )
     if start >= iterations:
         return final_path
     if rank == 0:
@@ -249,19 +295,27 @@ def train_stage(
     forward_model: torch.nn.Module = model
     if world > 1:
         forward_model = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None)
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
     ds = DetectionDataset(dataset, images, label_map, hflip=hflip, cache=cache_images)
     sampler = IterationBatchSampler(len(dataset.images), batch_size, seed, start, iterations, rank, world)
     loader = _loader(ds, sampler, num_workers, seed, stage)
     model.train_mode_for_stage(stage)
-    bar = tqdm(total=iterations, initial=start, desc=f"R-FCN stage {stage}", disable=not progress or rank != 0, dynamic_ncols=True)
+    bar = tqdm(
+        total=iterations,
+        initial=start,
+        desc=f"R-FCN stage {stage}",
+        disable=not progress or rank != 0,
+        dynamic_ncols=True,
+    )
     t0 = time.time()
     log_fh = open(log_path, "a", encoding="utf-8") if rank == 0 else None
     try:
         for it, (imgs, targets) in zip(range(start, iterations), loader):
             lr_it = learning_rate(it, lr, warmup_iters, lr_steps, lr_gamma)
-            values = _sgd_step(forward_model, optimizer, params, imgs, targets, device, stage, it, lr_it, max_grad_norm,
-                               world)
+            values = _sgd_step(
+                forward_model, optimizer, params, imgs, targets, device, stage, it, lr_it, max_grad_norm, world
+            )
             done = it + 1
             bar.update(1)
             if done % log_every == 0 or done == iterations or it == start:
@@ -269,7 +323,16 @@ def train_stage(
                 if log_fh is not None:
                     _log_line(log_fh, stage, done, values, lr_it, time.time() - t0, world)
             if done % checkpoint_every == 0 or done == iterations:
-                _checkpoint(final_path if done == iterations else last_path, model, optimizer, run_config, done, seed, batch_size, rank)
+                _checkpoint(
+                    final_path if done == iterations else last_path,
+                    model,
+                    optimizer,
+                    run_config,
+                    done,
+                    seed,
+                    batch_size,
+                    rank,
+                )
             if callback is not None:
                 callback(done, values)
     finally:
@@ -279,20 +342,35 @@ def train_stage(
     return final_path
 
 
-def _check_stage_args(stage: int, iterations: int, batch_size: int, checkpoint_every: int, log_every: int,
-                      world: int) -> None:
+def _check_stage_args(
+    stage: int, iterations: int, batch_size: int, checkpoint_every: int, log_every: int, world: int
+) -> None:
     """Errors naming the argument for a stage, counts or a batch size that cannot run."""
     if stage not in (1, 2):
         raise DetcalInputError(f"stage must be 1 or 2, got {stage}", field="stage")
-    for name, v in (("iterations", iterations), ("batch_size", batch_size), ("checkpoint_every", checkpoint_every), ("log_every", log_every)):
+    for name, v in (
+        ("iterations", iterations),
+        ("batch_size", batch_size),
+        ("checkpoint_every", checkpoint_every),
+        ("log_every", log_every),
+    ):
         if int(v) < 1:
             raise DetcalInputError(f"{name} must be >= 1, got {v}", field=name)
     if batch_size % world:
-        raise DetcalInputError(f"batch_size {batch_size} is not divisible by the world size {world}", field="batch_size")
+        raise DetcalInputError(
+            f"batch_size {batch_size} is not divisible by the world size {world}", field="batch_size"
+        )
 
 
-def _resume(model: RFCN, optimizer: torch.optim.Optimizer, ckpt_path: Path | None, run_config: dict[str, Any],
-            iterations: int, final_path: Path, rank: int) -> int:
+def _resume(
+    model: RFCN,
+    optimizer: torch.optim.Optimizer,
+    ckpt_path: Path | None,
+    run_config: dict[str, Any],
+    iterations: int,
+    final_path: Path,
+    rank: int,
+) -> int:
     """The iteration to start from: 0 without a checkpoint, else the checkpoint's (model, optimizer and RNGs
     restored). A checkpoint at the last iteration is made the final one (rank 0) before returning."""
     if ckpt_path is None:
@@ -300,24 +378,39 @@ def _resume(model: RFCN, optimizer: torch.optim.Optimizer, ckpt_path: Path | Non
     state = read_checkpoint(ckpt_path, map_location="cpu")
     for key in RESUME_KEYS:
         if state["run_config"].get(key) != run_config[key]:
-            raise DetcalInputError(f"resume: checkpoint has {key}={state['run_config'].get(key)!r}, this run {run_config[key]!r}",
-                                   file=ckpt_path, field=key)
+            raise DetcalInputError(
+                f"resume: checkpoint has {key}={state['run_config'].get(key)!r}, this run {run_config[key]!r}",
+                file=ckpt_path,
+                field=key,
+            )
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     _set_rng_state(state["rng"])
     start = int(state["sampler"]["next_iteration"])
     if start >= iterations:
         if start > iterations:
-            raise DetcalInputError(f"checkpoint is at iteration {start} > requested {iterations}", file=ckpt_path, field="iteration")
+            raise DetcalInputError(
+                f"checkpoint is at iteration {start} > requested {iterations}", file=ckpt_path, field="iteration"
+            )
         if rank == 0 and ckpt_path != final_path:
             save_checkpoint(final_path, {**state, "run_config": run_config})
         _barrier()
     return start
 
 
-def _sgd_step(forward_model: torch.nn.Module, optimizer: torch.optim.Optimizer, params: Any, imgs: Sequence[torch.Tensor],
-              targets: Sequence[dict[str, torch.Tensor]], device: torch.device, stage: int, it: int, lr_it: float,
-              max_grad_norm: float | None, world: int) -> dict[str, float]:
+def _sgd_step(
+    forward_model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    params: Any,
+    imgs: Sequence[torch.Tensor],
+    targets: Sequence[dict[str, torch.Tensor]],
+    device: torch.device,
+    stage: int,
+    it: int,
+    lr_it: float,
+    max_grad_norm: float | None,
+    world: int,
+) -> dict[str, float]:
     """One SGD step at learning rate ``lr_it``; the losses averaged over ranks."""
     for group in optimizer.param_groups:
         group["lr"] = lr_it
@@ -326,7 +419,9 @@ def _sgd_step(forward_model: torch.nn.Module, optimizer: torch.optim.Optimizer, 
     losses = forward_model(imgs, targets, stage)
     loss = sum(losses.values())
     if not torch.isfinite(loss):
-        raise FloatingPointError(f"stage {stage}: non-finite loss at iteration {it}: {({k: float(v) for k, v in losses.items()})}")
+        raise FloatingPointError(
+            f"stage {stage}: non-finite loss at iteration {it}: { ({k: float(v) for k, v in losses.items()}) }"
+        )
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if max_grad_norm is not None:
@@ -335,31 +430,68 @@ def _sgd_step(forward_model: torch.nn.Module, optimizer: torch.optim.Optimizer, 
     return _reduce_losses(losses, world)
 
 
-def _run_config(stage: int, iterations: int, batch_size: int, seed: int, lr: float, momentum: float,
-                weight_decay: float, warmup_iters: int, lr_steps: Sequence[int], lr_gamma: float,
-                max_grad_norm: float | None, hflip: bool) -> dict[str, Any]:
+def _run_config(
+    stage: int,
+    iterations: int,
+    batch_size: int,
+    seed: int,
+    lr: float,
+    momentum: float,
+    weight_decay: float,
+    warmup_iters: int,
+    lr_steps: Sequence[int],
+    lr_gamma: float,
+    max_grad_norm: float | None,
+    hflip: bool,
+) -> dict[str, Any]:
     """The settings a checkpoint records (and a resume must match, :data:`RESUME_KEYS`), as plain JSON values."""
-    return {"stage": stage, "iterations": int(iterations), "batch_size": int(batch_size), "seed": int(seed), "lr": float(lr),
-            "momentum": float(momentum), "weight_decay": float(weight_decay), "warmup_iters": int(warmup_iters),
-            "lr_steps": [int(s) for s in lr_steps], "lr_gamma": float(lr_gamma),
-            "max_grad_norm": None if max_grad_norm is None else float(max_grad_norm), "hflip": bool(hflip)}
+    return {
+        "stage": stage,
+        "iterations": int(iterations),
+        "batch_size": int(batch_size),
+        "seed": int(seed),
+        "lr": float(lr),
+        "momentum": float(momentum),
+        "weight_decay": float(weight_decay),
+        "warmup_iters": int(warmup_iters),
+        "lr_steps": [int(s) for s in lr_steps],
+        "lr_gamma": float(lr_gamma),
+        "max_grad_norm": None if max_grad_norm is None else float(max_grad_norm),
+        "hflip": bool(hflip),
+    }
 
 
-def _loader(ds: DetectionDataset, sampler: IterationBatchSampler, num_workers: int, seed: int, stage: int) -> DataLoader:
+def _loader(
+    ds: DetectionDataset, sampler: IterationBatchSampler, num_workers: int, seed: int, stage: int
+) -> DataLoader:
     """The stage's DataLoader over ``sampler``'s batches.
 
     Every item carries its own seed (detcal.training.data); the workers' RNGs are seeded as well, so that
     nothing a transform might draw depends on the process that loaded it."""
     gen = torch.Generator().manual_seed(int(seed) * 1000 + stage)
-    return DataLoader(ds, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers,
-                      worker_init_fn=_seed_worker if num_workers else None, generator=gen)
+    return DataLoader(
+        ds,
+        batch_sampler=sampler,
+        collate_fn=collate,
+        num_workers=num_workers,
+        worker_init_fn=_seed_worker if num_workers else None,
+        generator=gen,
+    )
 
 
-def _log_line(log_fh: Any, stage: int, done: int, values: dict[str, float], lr_it: float, elapsed: float,
-              world: int) -> None:
+def _log_line(
+    log_fh: Any, stage: int, done: int, values: dict[str, float], lr_it: float, elapsed: float, world: int
+) -> None:
     """One line of the stage's JSONL training log."""
-    rec = {"stage": stage, "iteration": done, "loss": float(sum(values.values())), "losses": values, "lr": lr_it,
-           "time": round(elapsed, 3), "world_size": world}
+    rec = {
+        "stage": stage,
+        "iteration": done,
+        "loss": float(sum(values.values())),
+        "losses": values,
+        "lr": lr_it,
+        "time": round(elapsed, 3),
+        "world_size": world,
+    }
     log_fh.write(json.dumps(rec) + "\n")
     log_fh.flush()
 
@@ -385,8 +517,16 @@ def _reduce_losses(losses: dict[str, torch.Tensor], world: int) -> dict[str, flo
     return {k: float(v) for k, v in zip(losses, vals.cpu())}
 
 
-def _checkpoint(path: Path, model: RFCN, optimizer: torch.optim.Optimizer, run_config: dict[str, Any], done: int, seed: int,
-                batch_size: int, rank: int) -> None:
+def _checkpoint(
+    path: Path,
+    model: RFCN,
+    optimizer: torch.optim.Optimizer,
+    run_config: dict[str, Any],
+    done: int,
+    seed: int,
+    batch_size: int,
+    rank: int,
+) -> None:
     if rank == 0:
         state = {
             "format": CHECKPOINT_FORMAT,
@@ -397,7 +537,12 @@ def _checkpoint(path: Path, model: RFCN, optimizer: torch.optim.Optimizer, run_c
             "category_ids": model.category_ids.tolist(),
             "optimizer": optimizer.state_dict(),
             "rng": _rng_state(),
-            "sampler": {"seed": int(seed), "batch_size": int(batch_size), "next_iteration": done, "position": done * int(batch_size)},
+            "sampler": {
+                "seed": int(seed),
+                "batch_size": int(batch_size),
+                "next_iteration": done,
+                "position": done * int(batch_size),
+            },
             "run_config": run_config,
         }
         save_checkpoint(path, state)

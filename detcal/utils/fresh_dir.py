@@ -6,14 +6,15 @@ a larger synthetic set or calibrated files of another split), and leaves
 ``path`` untouched when the block fails. Leftover temporaries of a killed
 run (hidden ``.<name>.*`` siblings) are removed by the next run.
 """
+
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 __all__ = ["fresh_dir", "umask"]
 

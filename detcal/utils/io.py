@@ -5,14 +5,16 @@ helpers below): data go to a temporary file in the target directory, are
 flushed and fsync'ed, then ``os.replace``d over the target, which is atomic on
 POSIX and Windows.
 """
+
 from __future__ import annotations
 
 import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 import numpy as np
 

@@ -1,7 +1,9 @@
 """Independent pieces of work in forked processes, in order (no pickling of the inputs)."""
+
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 __all__ = ["map_in_processes"]
 

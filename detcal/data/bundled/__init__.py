@@ -19,6 +19,7 @@ Two sets (provenance and licences: ``docs/real_detectors.md`` and the
 
 Everything here is numpy only (plus gzip/json from the standard library).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -72,7 +73,9 @@ def _pixels(box_rel: np.ndarray, w: np.ndarray, h: np.ndarray) -> np.ndarray:
 
 def _tfzoo_dataset() -> Dataset:
     z = _tfzoo()
-    images = Images(id=z["image_id"], width=z["image_width"], height=z["image_height"], file_name=z["image_file_name"].tolist())
+    images = Images(
+        id=z["image_id"], width=z["image_width"], height=z["image_height"], file_name=z["image_file_name"].tolist()
+    )
     row = z["gt_image"].astype(np.int64)
     g = len(row)
     gt = GroundTruth(
@@ -223,4 +226,15 @@ def netcal_records(detector: str) -> NetcalRecords:
     )
 
 
-__all__ = ["DETECTORS", "DETECTOR_LABELS", "SETS", "NetcalRecords", "gt_area", "load", "load_dataset", "load_detections", "netcal_records", "path"]
+__all__ = [
+    "DETECTORS",
+    "DETECTOR_LABELS",
+    "SETS",
+    "NetcalRecords",
+    "gt_area",
+    "load",
+    "load_dataset",
+    "load_detections",
+    "netcal_records",
+    "path",
+]

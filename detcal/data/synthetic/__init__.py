@@ -55,13 +55,25 @@ Scenes (:func:`generate_scenes`)
 
 Simulated detector (:func:`simulate_detector`): see its docstring for the
 planted miscalibration and its exact formulas."""
+
 from __future__ import annotations
 
-from detcal.data.synthetic.scenes import (generate_scenes)
-from detcal.data.synthetic.render import (render_scene, render_image)
-from detcal.data.synthetic.detector import (simulate_detector, detector_defaults)
-from detcal.data.synthetic.coco_scale import (generate_coco_scale)
-from detcal.data.synthetic.writer import (write_synthetic)
-from detcal.data.synthetic._common import (SYNTHETIC_CATEGORIES, DONTCARE_CATEGORY, COCO_SCALE_CATEGORIES)
+from detcal.data.synthetic._common import COCO_SCALE_CATEGORIES, DONTCARE_CATEGORY, SYNTHETIC_CATEGORIES
+from detcal.data.synthetic.coco_scale import generate_coco_scale
+from detcal.data.synthetic.detector import detector_defaults, simulate_detector
+from detcal.data.synthetic.render import render_image, render_scene
+from detcal.data.synthetic.scenes import generate_scenes
+from detcal.data.synthetic.writer import write_synthetic
 
-__all__ = ['SYNTHETIC_CATEGORIES', 'DONTCARE_CATEGORY', 'COCO_SCALE_CATEGORIES', 'generate_scenes', 'render_scene', 'render_image', 'simulate_detector', 'detector_defaults', 'generate_coco_scale', 'write_synthetic']
+__all__ = [
+    'SYNTHETIC_CATEGORIES',
+    'DONTCARE_CATEGORY',
+    'COCO_SCALE_CATEGORIES',
+    'generate_scenes',
+    'render_scene',
+    'render_image',
+    'simulate_detector',
+    'detector_defaults',
+    'generate_coco_scale',
+    'write_synthetic',
+]

@@ -1,4 +1,5 @@
 """Shared constants, validation and grouping helpers of the synthetic generator."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -8,8 +9,6 @@ import numpy as np
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import COORDS
 
-
-
 SYNTHETIC_CATEGORIES: dict[int, str] = {1: "Car", 4: "Pedestrian", 6: "Cyclist"}
 """Object classes of the synthetic scenes, with the fixed KITTI ids and names."""
 
@@ -17,13 +16,22 @@ DONTCARE_CATEGORY: int = 9
 """KITTI id of ``DontCare`` (``detcal.core.types.KITTI_CATEGORIES[9]``)."""
 
 COCO_SCALE_CATEGORIES: dict[int, str] = {
-    1: "person", 2: "bicycle", 3: "car", 4: "motorcycle", 6: "bus", 8: "truck", 18: "dog", 44: "bottle",
+    1: "person",
+    2: "bicycle",
+    3: "car",
+    4: "motorcycle",
+    6: "bus",
+    8: "truck",
+    18: "dog",
+    44: "bottle",
 }
 """Categories of :func:`generate_coco_scale` (COCO ids, non-contiguous on purpose)."""
 
 _ASPECT: dict[int, tuple[float, float]] = {1: (1.6, 2.4), 4: (0.35, 0.5), 6: (0.7, 1.0)}
 _DIMS_3D: dict[int, tuple[float, float, float]] = {
-    1: (1.53, 1.63, 3.88), 4: (1.76, 0.66, 0.84), 6: (1.74, 0.60, 1.76),
+    1: (1.53, 1.63, 3.88),
+    4: (1.76, 0.66, 0.84),
+    6: (1.74, 0.60, 1.76),
 }
 _KITTI_FOCAL = 721.5377
 _KITTI_IMAGE_HEIGHT = 375.0
@@ -57,13 +65,18 @@ def _check_pair(value: Any, field: str, positive: bool = True) -> tuple[float, f
 def _check_vec4(value: Any, field: str) -> np.ndarray:
     arr = np.asarray(value, dtype=np.float64).reshape(-1)
     _check(arr.shape == (4,), f"expected 4 values (one per coordinate {COORDS}), got {value!r}", field)
-    _check(bool(np.all(np.isfinite(arr)) and np.all(arr > 0)), f"expected 4 finite positive values, got {value!r}", field)
+    _check(
+        bool(np.all(np.isfinite(arr)) and np.all(arr > 0)), f"expected 4 finite positive values, got {value!r}", field
+    )
     return arr
 
 
 def _rng(seed: int, stream: int, *extra: int) -> np.random.Generator:
-    _check(isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0,
-           f"expected an int >= 0, got {seed!r}", "seed")
+    _check(
+        isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0,
+        f"expected an int >= 0, got {seed!r}",
+        "seed",
+    )
     return np.random.default_rng([int(seed), stream, *[int(e) for e in extra]])
 
 
@@ -96,7 +109,9 @@ def _intersection(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.clip(iw, 0, None) * np.clip(ih, 0, None)
 
 
-def _draw_order_key(category: np.ndarray, iscrowd: np.ndarray, location: np.ndarray | None, box: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _draw_order_key(
+    category: np.ndarray, iscrowd: np.ndarray, location: np.ndarray | None, box: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(kind rank, -depth): DontCare first, then crowds, then objects far to near."""
     rank = np.where(category == DONTCARE_CATEGORY, 0, np.where(iscrowd, 1, 2))
     if location is not None:

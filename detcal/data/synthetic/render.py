@@ -1,15 +1,15 @@
 """Rendering of synthetic scenes to RGB images."""
+
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from detcal.core.types import Dataset
-
-from detcal.data.synthetic._common import DONTCARE_CATEGORY, _draw_order_key, _STREAM_PIXELS, _check, _rng
-
+from detcal.data.synthetic._common import _STREAM_PIXELS, DONTCARE_CATEGORY, _check, _draw_order_key, _rng
 
 # --------------------------------------------------------------------------- rendering
 
@@ -69,8 +69,10 @@ def _draw_cyclist(draw: Any, b: np.ndarray, jit: np.ndarray) -> None:
     draw.line([(x1 + r, y2 - r), (cx, y2 - 1.6 * r), (x2 - r, y2 - r)], fill=green, width=lw)
     draw.ellipse([x1, y2 - 2 * r, x1 + 2 * r, y2], outline=green, width=lw)
     draw.ellipse([x2 - 2 * r, y2 - 2 * r, x2, y2], outline=green, width=lw)
-    draw.polygon([(cx, y1 + 0.18 * h), (cx - 0.25 * w, y2 - 1.3 * r), (cx + 0.25 * w, y2 - 1.3 * r)],
-                 fill=_colour((240, 210, 30), jit))
+    draw.polygon(
+        [(cx, y1 + 0.18 * h), (cx - 0.25 * w, y2 - 1.3 * r), (cx + 0.25 * w, y2 - 1.3 * r)],
+        fill=_colour((240, 210, 30), jit),
+    )
     rh = min(0.1 * h, 0.2 * w)
     draw.ellipse([cx - rh, y1, cx + rh, y1 + 2 * rh], fill=_colour((240, 185, 120), 0.3 * jit))
 
@@ -81,7 +83,9 @@ def _draw_crowd(draw: Any, b: np.ndarray, jit: np.ndarray) -> None:
     n = max(2, int(w / max(0.45 * h, 1.0)))
     step = w / n
     for k in range(n):
-        _draw_pedestrian(draw, np.array([x1 + k * step, y1 + 0.1 * h * (k % 2), x1 + (k + 1) * step, y2]), jit * (-1) ** k)
+        _draw_pedestrian(
+            draw, np.array([x1 + k * step, y1 + 0.1 * h * (k % 2), x1 + (k + 1) * step, y2]), jit * (-1) ** k
+        )
 
 
 _DRAWERS = {1: _draw_car, 4: _draw_pedestrian, 6: _draw_cyclist}
@@ -118,7 +122,7 @@ def render_scene(dataset: Dataset, image_index: int, seed: int = 0) -> np.ndarra
         rx, ry = rng.uniform(0, W), rng.uniform(0, H)
         rw, rh = rng.uniform(5, W / 2), rng.uniform(3, H / 3)
         delta = rng.uniform(-20, 20)
-        canvas[int(ry):int(ry + rh), int(rx):int(rx + rw)] += delta
+        canvas[int(ry) : int(ry + rh), int(rx) : int(rx + rw)] += delta
     canvas += rng.normal(0.0, 6.0, size=(H, W, 3))
 
     loc = None if gt.location is None else gt.location[rows]

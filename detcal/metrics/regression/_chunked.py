@@ -17,9 +17,11 @@ elementwise step writes into such buffers. The values stay bit-identical:
   as the first weight of that bin, so the additions happen in the same order.
 * integer counts (coverage, bin counts) are exact under any chunking.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -95,11 +97,11 @@ class OrderedBincount:
 
     def key_buffer(self, m: int) -> np.ndarray:
         """Where to write the chunk's bin index [m] (int64)."""
-        return self._key[self.n_bins:self.n_bins + m]
+        return self._key[self.n_bins : self.n_bins + m]
 
     def weight_buffer(self, j: int, m: int) -> np.ndarray:
         """Where to write the chunk's weights [m] of statistic j."""
-        return self._w[j, self.n_bins:self.n_bins + m]
+        return self._w[j, self.n_bins : self.n_bins + m]
 
     def add(self, m: int) -> None:
         """Accumulate the chunk written into the buffers."""
@@ -111,7 +113,9 @@ class OrderedBincount:
             self.sums[j] = np.bincount(key, weights=self._w[j, : b + m], minlength=b)
 
 
-def equal_width_index_into(v: np.ndarray, n_bins: int, lo: float, hi: float, out: np.ndarray, ws: Workspace) -> np.ndarray:
+def equal_width_index_into(
+    v: np.ndarray, n_bins: int, lo: float, hi: float, out: np.ndarray, ws: Workspace
+) -> np.ndarray:
     """:func:`detcal.binning.equal_width_bins` ``(v, n_bins, lo, hi)`` of one chunk, written into ``out`` (int64)."""
     if hi <= lo:
         out[...] = 0

@@ -1,7 +1,9 @@
 """Shared validation and constants of the box-uncertainty metrics (numpy only)."""
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

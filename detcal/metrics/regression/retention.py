@@ -1,6 +1,7 @@
 """Uncertainty-ranking metrics: retention curves and R-AUC, RMSE/RMV, LL-FU, MWSE, F1-retention
 (Malinin et al. 2021; Lakara et al. 2022).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -9,8 +10,9 @@ import numpy as np
 
 from detcal.binning.edges import rank_segments
 from detcal.core.errors import DetcalInputError
-from detcal.metrics.regression._common import _LOG_2PI, RETENTION_REJECT, _check_choice, _nan_result, _validate
 from detcal.core.types import MetricResult
+from detcal.metrics.regression._common import _LOG_2PI, RETENTION_REJECT, _check_choice, _nan_result, _validate
+
 
 def _sorted_by_uncertainty(u: np.ndarray, *values: np.ndarray) -> list[np.ndarray]:
     """Values sorted by ascending uncertainty; within ties of u each value is its tie-group mean.
@@ -71,8 +73,14 @@ def _validate_rejected(rejected: Any) -> np.ndarray:
 
 
 def retention_curve(
-    mu: Any, sigma: Any, y: Any, *, error: str = "rmse", uncertainty: Any | None = None,
-    rejected: Any = RETENTION_REJECT, variant: str = "retained",
+    mu: Any,
+    sigma: Any,
+    y: Any,
+    *,
+    error: str = "rmse",
+    uncertainty: Any | None = None,
+    rejected: Any = RETENTION_REJECT,
+    variant: str = "retained",
 ) -> MetricResult:
     """Error-retention curve and its area R-AUC (Malinin 2019; Malinin et al. 2021; Lakara et al. 2022).
 
@@ -89,8 +97,12 @@ def retention_curve(
     _check_choice(variant, ("retained", "shifts"), "variant")
     _check_choice(error, ("rmse", "mae", "mse") if variant == "retained" else ("mse", "mae"), "error")
     u = _uncertainty(s, uncertainty)
-    params: dict[str, Any] = {"error": error, "variant": variant, "n": int(len(s)),
-                              "uncertainty": "sigma" if uncertainty is None else "given"}
+    params: dict[str, Any] = {
+        "error": error,
+        "variant": variant,
+        "n": int(len(s)),
+        "uncertainty": "sigma" if uncertainty is None else "given",
+    }
     if len(s) == 0:
         return _nan_result("r_auc", variant, params)
     e = t - m
@@ -103,7 +115,10 @@ def retention_curve(
         curve[:n] = cs[::-1] / n
         ret = 1.0 - np.arange(n + 1) / n
         return MetricResult(
-            name="r_auc", value=float(curve.mean()), variant=variant, params=params,
+            name="r_auc",
+            value=float(curve.mean()),
+            variant=variant,
+            params=params,
             table={"retained_fraction": ret, "error": curve},
         )
     f = _validate_rejected(rejected)
@@ -116,7 +131,10 @@ def retention_curve(
     ret = 1.0 - f
     auc = float(np.trapezoid(curve[::-1], ret[::-1])) if len(f) > 1 else float("nan")
     return MetricResult(
-        name="r_auc", value=auc, variant=variant, params=params,
+        name="r_auc",
+        value=auc,
+        variant=variant,
+        params=params,
         table={"rejected_fraction": f, "retained_fraction": ret, "n_retained": k, "error": curve},
     )
 
@@ -138,7 +156,9 @@ def rmse_rmv_ratio(mu: Any, sigma: Any, y: Any, *, rejected: Any = RETENTION_REJ
     se, sv = _prefix_sums(s, k, e * e, s * s)
     ratio = np.sqrt(se / sv)
     return MetricResult(
-        name="rmse_rmv", value=float(ratio[0]), params=params,
+        name="rmse_rmv",
+        value=float(ratio[0]),
+        params=params,
         table={"rejected_fraction": f, "retained_fraction": 1.0 - f, "ratio": ratio},
         extra={"rmse": float(np.sqrt(np.mean(e * e))), "rmv": float(np.sqrt(np.mean(s * s)))},
     )
@@ -182,7 +202,12 @@ MWSE_NORMALISATIONS: tuple[str, ...] = ("retained", "total")
 
 
 def mwse(
-    mu: Any, sigma: Any, y: Any, *, weight: str = "variance", rejected: Any = RETENTION_REJECT,
+    mu: Any,
+    sigma: Any,
+    y: Any,
+    *,
+    weight: str = "variance",
+    rejected: Any = RETENTION_REJECT,
     normalise: str = "retained",
 ) -> MetricResult:
     """Mean Weighted Squared Error (Lakara et al. 2022, Eq. 7): MWSE = (1/N) sum e_i^2 u_i.
@@ -209,13 +234,22 @@ def mwse(
     (prefix,) = _prefix_sums(s, k, w)
     curve = prefix / (k if normalise == "retained" else len(s))
     return MetricResult(
-        name="mwse", value=float(w.mean()), variant=variant, params=params,
+        name="mwse",
+        value=float(w.mean()),
+        variant=variant,
+        params=params,
         table={"rejected_fraction": f, "retained_fraction": 1.0 - f, "mwse": curve},
     )
 
 
 def f1_retention(
-    mu: Any, sigma: Any, y: Any, *, threshold: float, error: str = "mse", uncertainty: Any | None = None,
+    mu: Any,
+    sigma: Any,
+    y: Any,
+    *,
+    threshold: float,
+    error: str = "mse",
+    uncertainty: Any | None = None,
     beta: float = 1.0,
 ) -> MetricResult:
     """F1-retention curve, F1-AUC and F1@95 (Malinin et al. 2021, Shifts; Lakara et al. 2022).
@@ -233,8 +267,13 @@ def f1_retention(
     if not np.isfinite(threshold):
         raise DetcalInputError(f"threshold must be finite, got {threshold}", field="threshold")
     u = _uncertainty(s, uncertainty)
-    params = {"threshold": float(threshold), "error": error, "beta": float(beta), "n": int(len(s)),
-              "uncertainty": "sigma" if uncertainty is None else "given"}
+    params = {
+        "threshold": float(threshold),
+        "error": error,
+        "beta": float(beta),
+        "n": int(len(s)),
+        "uncertainty": "sigma" if uncertainty is None else "given",
+    }
     if len(s) == 0:
         return _nan_result("f1_auc", "shifts", params)
     e = t - m
@@ -252,7 +291,10 @@ def f1_retention(
     auc = float(np.trapezoid(f, x))
     f95 = float(f[int(0.95 * (n + 1))])
     return MetricResult(
-        name="f1_auc", value=auc, variant="shifts", params=params,
+        name="f1_auc",
+        value=auc,
+        variant="shifts",
+        params=params,
         table={"retained_fraction": x, "f1": f, "precision": prec, "recall": rec},
         extra={"f1_at_95": f95, "acceptable_fraction": float(tp[-1] / n)},
     )
