@@ -101,6 +101,11 @@ CASES = [
     [_rec(), _rec(foo=[1, {"a": 2}])],
     [_rec(bbox_std=[1, 2, 3, 4]), _rec(bbox_std=[1, 2, 3, 4], bbox_covar=np.eye(4).tolist())],
     [_rec(), _rec(covars=[[[1, 0], [0, 1]], [[1, 0], [0, 1]]])],
+    # first-record keys a record type cannot name (found by the large fuzz budget): the general path
+    [_rec(**{"catego y_id": 1}), _rec(**{"catego y_id": 2})],
+    [_rec(**{"__init__": 1})],
+    [_rec(**{"1a": 1, "__x": 2})],
+    [{"category_id": 1}, 0],
 ]
 
 
@@ -114,8 +119,10 @@ def test_the_usual_file_takes_the_fast_path():
     assert _same(json.dumps(CASES[2]).encode())
     assert _same(json.dumps(CASES[3]).encode())
     assert not _same(json.dumps(CASES[5]).encode())  # covariances: the general path
-    assert _same(json.dumps(CASES[-4]).encode())  # extra keys of the first record: read, then left out
-    assert not _same(json.dumps(CASES[-3]).encode())  # a key the first record lacks: the general path
+    assert _same(json.dumps(CASES[-8]).encode())  # extra keys of the first record: read, then left out
+    assert not _same(json.dumps(CASES[-7]).encode())  # a key the first record lacks: the general path
+    for case in CASES[-4:-1]:  # keys that are no identifiers: declined, then read by the general path
+        assert _fast_results.decode_results(json.dumps(case).encode()) is None
 
 
 def test_text_level_cases_agree():

@@ -92,7 +92,10 @@ def _fields_of(data: bytes) -> tuple[tuple[str, ...], tuple[str, ...] | None] | 
         if any(k in keys for k in ("bbox_covar", "covars", "all_scores")):
             return None
         optional = tuple(k for k in OPTIONAL_4 if k in keys)
-        return optional, tuple(k for k in keys if k not in _REQUIRED and k not in OPTIONAL_4)
+        extra = tuple(k for k in keys if k not in _REQUIRED and k not in OPTIONAL_4)
+        if not all(k.isidentifier() and not k.startswith("_") for k in extra):
+            return None  # a key the decoder's record type cannot name ("x y", "__init__", "1a"): the general reader
+        return optional, extra
     if any(k in data for k in _DECLINE_KEYS):
         return None
     return tuple(k for k in OPTIONAL_4 if b'"' + k.encode() + b'"' in data), None
