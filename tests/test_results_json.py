@@ -29,7 +29,7 @@ def _load_strict(path: Path) -> dict[str, Any]:
 
 def _validate(m: dict[str, Any]) -> None:
     jsonschema.validate(m, results_json.schema())
-    assert m["schema_version"] == "detcal.metrics/1"
+    assert m["schema_version"] == "detcal.metrics/2"
 
 
 def _walk(node: Any, path: str = "") -> list[tuple[str, Any]]:
@@ -97,7 +97,7 @@ def test_schema_rejects_a_wrong_layout() -> None:
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(
             {
-                "schema_version": "detcal.metrics/1",
+                "schema_version": "detcal.metrics/2",
                 "detcal_version": "x",
                 "command": "detcal-evaluate",
                 "created": "now",

@@ -28,7 +28,7 @@ from detcal.utils.io import write_text
 
 __all__ = ["SCHEMA_VERSION", "strict", "dumps", "write_metrics", "schema", "header", "loads_strict"]
 
-SCHEMA_VERSION = "detcal.metrics/1"
+SCHEMA_VERSION = "detcal.metrics/2"
 
 
 def _reason(key: str, value: float, holder: dict[str, Any]) -> str:
