@@ -386,6 +386,39 @@ def results_from_records(records: list, file: str, dataset: Dataset | None = Non
     return results_from_columns(numbers, integers, presence, file, dataset)
 
 
+def _delta_columns(numbers: Any, present: Any, file: str) -> dict[str, np.ndarray]:
+    """The delta-record columns (proposal as xyxy, delta mean, delta std) when the records carry them, else {}."""
+    delta_keys = ("proposal", "delta_mean", "delta_std", "delta_logvar")
+    if not any(present[k] for k in delta_keys):
+        return {}
+    for k in ("proposal", "delta_mean"):
+        if not present[k]:
+            raise DetcalInputError(f"a delta record needs {k!r} too", file=file, record=0, field=k)
+    if present["delta_std"] == present["delta_logvar"]:
+        raise DetcalInputError(
+            "a delta record needs exactly one of 'delta_std' or 'delta_logvar'",
+            file=file,
+            record=0,
+            field="delta_std" if not present["delta_std"] else "delta_logvar",
+        )
+    prop = numbers("proposal", (4,), "[x, y, w, h] (4 numbers)")
+    _check_bounded(prop, "proposal coordinate", file=file, field="proposal")
+    _check_mask(prop[:, 2:4] <= 0, prop, "proposal width and height must be > 0", file=file, field="proposal")
+    _check_scale(prop[:, 2:4], "proposal width and height", file=file, field="proposal")
+    mean = numbers("delta_mean", (4,), "4 numbers")
+    _check_bounded(mean, "delta mean", file=file, field="delta_mean")
+    if present["delta_std"]:
+        std = numbers("delta_std", (4,), "4 numbers")
+        _positive_std(std, file=file, field="delta_std")
+    else:
+        logvar = numbers("delta_logvar", (4,), "4 numbers")
+        _check_mask(~np.isfinite(logvar), logvar, "non-finite log-variance", file=file, field="delta_logvar")
+        with np.errstate(over="ignore", under="ignore"):
+            std = np.exp(0.5 * logvar)
+        _positive_std(std, file=file, field="delta_logvar")
+    return {"proposal": xywh_to_xyxy(prop), "delta_mean": mean, "delta_std": std}
+
+
 def results_from_columns(numbers: Any, integers: Any, present: Any, file: str, dataset: Dataset | None) -> Detections:
     """The checks and conversions of a results file, on its columns.
 
@@ -430,34 +463,8 @@ def results_from_columns(numbers: Any, integers: Any, present: Any, file: str, d
             field="all_scores",
         )
         kw["class_probs"] = probs
-    delta_keys = ("proposal", "delta_mean", "delta_std", "delta_logvar")
-    if any(present[k] for k in delta_keys) and n:
-        for k in ("proposal", "delta_mean"):
-            if not present[k]:
-                raise DetcalInputError(f"a delta record needs {k!r} too", file=file, record=0, field=k)
-        if present["delta_std"] == present["delta_logvar"]:
-            raise DetcalInputError(
-                "a delta record needs exactly one of 'delta_std' or 'delta_logvar'",
-                file=file,
-                record=0,
-                field="delta_std" if not present["delta_std"] else "delta_logvar",
-            )
-        prop = numbers("proposal", (4,), "[x, y, w, h] (4 numbers)")
-        _check_bounded(prop, "proposal coordinate", file=file, field="proposal")
-        _check_mask(prop[:, 2:4] <= 0, prop, "proposal width and height must be > 0", file=file, field="proposal")
-        _check_scale(prop[:, 2:4], "proposal width and height", file=file, field="proposal")
-        mean = numbers("delta_mean", (4,), "4 numbers")
-        _check_bounded(mean, "delta mean", file=file, field="delta_mean")
-        if present["delta_std"]:
-            std = numbers("delta_std", (4,), "4 numbers")
-            _positive_std(std, file=file, field="delta_std")
-        else:
-            logvar = numbers("delta_logvar", (4,), "4 numbers")
-            _check_mask(~np.isfinite(logvar), logvar, "non-finite log-variance", file=file, field="delta_logvar")
-            with np.errstate(over="ignore", under="ignore"):
-                std = np.exp(0.5 * logvar)
-            _positive_std(std, file=file, field="delta_logvar")
-        kw.update(proposal=xywh_to_xyxy(prop), delta_mean=mean, delta_std=std)
+    if n:
+        kw.update(_delta_columns(numbers, present, file))
 
     if dataset is not None:
         _check_mask(

@@ -189,6 +189,97 @@ def _size_rows(name: str, s: Mapping[str, np.ndarray], acc: Mapping[str, Any]) -
     return rows
 
 
+def _detector_row(
+    name: str,
+    acc: Mapping[str, Any],
+    s: Mapping[str, np.ndarray],
+    point: Mapping[str, float],
+    reps: Mapping[str, np.ndarray],
+    jks: Mapping[str, Any],
+    level: float,
+    method: str,
+) -> dict[str, Any]:
+    """One detector's row: accuracy, sample size, precision, and each calibration metric with its interval."""
+    row: dict[str, Any] = {
+        "detector": name,
+        **{k: acc[k].value for k in ACC_METRICS},
+        "n": int(len(s["p"])),
+        "precision": float(s["y"].mean()) if len(s["p"]) else float("nan"),
+    }
+    for k in CAL_METRICS:
+        row[k] = point[k]
+        res = interval(reps[k], point[k], level, method, jks[k])
+        row[f"{k}_ci"] = res["ci"]
+        if res["note"]:
+            row.setdefault("ci_notes", {})[k] = res["note"]
+    return row
+
+
+def _calibration_diffs(
+    table: list[dict[str, Any]],
+    reps: dict[str, dict[str, np.ndarray]],
+    jks: dict[str, dict[str, Any]],
+    baseline: str,
+    level: float,
+    method: str,
+) -> list[dict[str, Any]]:
+    """Paired differences of every calibration metric from ``baseline``, with their intervals (same replicates)."""
+    diffs = []
+    base_row = next(r for r in table if r["detector"] == baseline)
+    for row in table:
+        if row["detector"] == baseline:
+            continue
+        det = row["detector"]
+        for k in CAL_METRICS:
+            d = reps[det][k] - reps[baseline][k]
+            jd, jb = jks[det][k], jks[baseline][k]
+            jk = None if jd is None or jb is None else jd - jb
+            res = interval(d, row[k] - base_row[k], level, method, jk)
+            lo, hi = res["ci"]
+            diffs.append(
+                {
+                    "detector": det,
+                    "baseline": baseline,
+                    "metric": k,
+                    "diff": row[k] - base_row[k],
+                    "ci": (lo, hi),
+                    "excludes_zero": bool(lo > 0 or hi < 0),
+                    "ci_note": res["note"],
+                }
+            )
+    return diffs
+
+
+def _params(
+    iou: float,
+    matching: str,
+    n_boot: int,
+    level: float,
+    seed: int,
+    baseline: str,
+    method: str,
+    jackknife_blocks: int,
+    ap_n_boot: int,
+    ap_metrics: tuple[str, ...],
+) -> dict[str, Any]:
+    """The settings a comparison records."""
+    return {
+        "iou": iou,
+        "matching": matching,
+        "n_boot": int(n_boot),
+        "level": level,
+        "seed": seed,
+        "baseline": baseline,
+        "method": method,
+        "jackknife_blocks": jackknife_blocks,
+        "ap_n_boot": int(ap_n_boot),
+        "ap_metrics": list(ap_metrics) if ap_n_boot > 0 else [],
+        "ece_bins": ECE_BINS,
+        "dece_bins": DECE_BINS,
+        "dece_sample_threshold": DECE_THRESHOLD,
+    }
+
+
 def compare(
     runs: Mapping[str, Detections],
     dataset: Dataset,
@@ -228,19 +319,7 @@ def compare(
         reps[name] = replicate_metrics(s, W)
         jks[name] = replicate_metrics(s, W_jk) if method == "bca" else {k: None for k in CAL_METRICS}
         accs[name] = {k: float(acc[k].value) for k in ACC_METRICS}
-        row: dict[str, Any] = {
-            "detector": name,
-            **{k: acc[k].value for k in ACC_METRICS},
-            "n": int(len(s["p"])),
-            "precision": float(s["y"].mean()) if len(s["p"]) else float("nan"),
-        }
-        for k in CAL_METRICS:
-            row[k] = point[k]
-            res = interval(reps[name][k], point[k], level, method, jks[name][k])
-            row[f"{k}_ci"] = res["ci"]
-            if res["note"]:
-                row.setdefault("ci_notes", {})[k] = res["note"]
-        table.append(row)
+        table.append(_detector_row(name, acc, s, point, reps[name], jks[name], level, method))
         per_size += _size_rows(name, s, acc)
         per_cls[name] = per_class_table(
             s["p"],
@@ -252,29 +331,7 @@ def compare(
             ap_table=acc["AP"].table,
         )
         rel[name] = reliability_curve(s["p"], s["y"], ECE_BINS)
-    diffs = []
-    base_row = next(r for r in table if r["detector"] == baseline)
-    for row in table:
-        if row["detector"] == baseline:
-            continue
-        det = row["detector"]
-        for k in CAL_METRICS:
-            d = reps[det][k] - reps[baseline][k]
-            jd, jb = jks[det][k], jks[baseline][k]
-            jk = None if jd is None or jb is None else jd - jb
-            res = interval(d, row[k] - base_row[k], level, method, jk)
-            lo, hi = res["ci"]
-            diffs.append(
-                {
-                    "detector": det,
-                    "baseline": baseline,
-                    "metric": k,
-                    "diff": row[k] - base_row[k],
-                    "ci": (lo, hi),
-                    "excludes_zero": bool(lo > 0 or hi < 0),
-                    "ci_note": res["note"],
-                }
-            )
+    diffs = _calibration_diffs(table, reps, jks, baseline, level, method)
     if ap_n_boot > 0 and len(names) > 1:
         from detcal.metrics.paired_ap import paired_ap_differences
 
@@ -291,22 +348,8 @@ def compare(
             gt_area=gt_area,
             n_blocks=ap_jackknife_blocks,
         )
-    params = {
-        "iou": iou,
-        "matching": matching,
-        "n_boot": int(n_boot),
-        "level": level,
-        "seed": seed,
-        "baseline": baseline,
-        "method": method,
-        "jackknife_blocks": int(block.max()) + 1,
-        "ap_n_boot": int(ap_n_boot),
-        "ap_metrics": list(ap_metrics) if ap_n_boot > 0 else [],
-        "ece_bins": ECE_BINS,
-        "dece_bins": DECE_BINS,
-        "dece_sample_threshold": DECE_THRESHOLD,
-        "seconds": time.time() - t0,
-    }
+    params = _params(iou, matching, n_boot, level, seed, baseline, method, int(block.max()) + 1, ap_n_boot, ap_metrics)
+    params["seconds"] = time.time() - t0
     return Comparison(
         table=table, diffs=diffs, per_class=per_cls, per_size=per_size, reliability=rel, samples=samples, params=params
     )

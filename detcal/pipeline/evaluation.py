@@ -411,6 +411,31 @@ def _warnings(conf: dict[str, Any], reg: dict[str, Any], reg_expected: bool, no_
     return warn
 
 
+def _load(gt: Any, results: Any, spec: EvaluationSpec, workdir: str | os.PathLike | None) -> LoadedData:
+    """The input as :class:`LoadedData`; under ``parallel.distributed``, this rank's shard of it."""
+    shard = None
+    if spec.parallel.distributed:
+        from detcal.pipeline.parallel import distributed_rank, distributed_world
+
+        shard = (distributed_rank(), distributed_world())
+    return as_loaded(gt, results, workdir=workdir or ".", shard=shard)
+
+
+def _data_record(data: LoadedData) -> dict[str, Any]:
+    """metrics.json ``data``: the input's provenance and its counts."""
+    ds, dets = data.dataset, data.detections
+    return {
+        **data.provenance,
+        "counts": {
+            "images": len(ds.images),
+            "gt": len(ds.gt),
+            "detections": len(dets),
+            "categories": {str(k): v for k, v in ds.categories.items()},
+            "uncertainty": dets.uncertainty_kind,
+        },
+    }
+
+
 def evaluate(
     gt: Any,
     results: Any = None,
@@ -435,12 +460,7 @@ def evaluate(
     with Progress(progress, "detcal-evaluate", total=4) as bar:
         t0 = time.perf_counter()
         bar.step("load data")
-        shard = None
-        if spec.parallel.distributed:
-            from detcal.pipeline.parallel import distributed_rank, distributed_world
-
-            shard = (distributed_rank(), distributed_world())
-        data = as_loaded(gt, results, workdir=workdir or ".", shard=shard)
+        data = _load(gt, results, spec, workdir)
         timing["load"] = time.perf_counter() - t0
         if data.shard is None:
             require_detections(data)
@@ -471,19 +491,10 @@ def evaluate(
         oce_rec, uq_rec = oce_block(spec, data), uq_detr_block(spec, data)
         per_image = per_image_rows(oce_rec)
         timing["oce"] = time.perf_counter() - t0
-    ds, dets = data.dataset, data.detections
+    dets = data.detections
     warn = _warnings(conf, reg, reg_on and dets.uncertainty_kind is not None, no_pos) + _metric_warnings(conf, data)
     record: dict[str, Any] = {
-        "data": {
-            **data.provenance,
-            "counts": {
-                "images": len(ds.images),
-                "gt": len(ds.gt),
-                "detections": len(dets),
-                "categories": {str(k): v for k, v in ds.categories.items()},
-                "uncertainty": dets.uncertainty_kind,
-            },
-        },
+        "data": _data_record(data),
         "spec": spec,
         "matching": {**mr.describe(), "regression_only_thresholds": extra},
         "detections": _accounting(data, spec, mr),
