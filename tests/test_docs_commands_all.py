@@ -50,6 +50,11 @@ SLOW = (
 """Substrings of the lines that take half a minute or more (5,000 bundled images, training, sweeps)."""
 
 
+def _bare(line: str) -> str:
+    """The command without the ``.venv/bin/`` of a fresh clone: the same command either way, run once."""
+    return line.removeprefix(".venv/bin/")
+
+
 def doc_commands() -> list[tuple[str, str]]:
     """(file, command line) of every detcal command in README.md and docs/*.md, in order, without repeats."""
     out: list[tuple[str, str]] = []
@@ -58,7 +63,7 @@ def doc_commands() -> list[tuple[str, str]]:
             for line in block.replace("\\\n", " ").splitlines():
                 line = re.sub(r"\s+", " ", line.split(" #")[0]).strip()
                 line = _PREFIX.sub("", line)
-                if re.match(r"^(\.venv/bin/)?detcal-[a-z-]+\b", line) and line not in [c for _, c in out]:
+                if re.match(r"^(\.venv/bin/)?detcal-[a-z-]+\b", line) and _bare(line) not in [_bare(c) for _, c in out]:
                     out.append((f.name, line))
     return out
 
