@@ -34,6 +34,7 @@ from detcal.calibration.base import ConfidenceCalibrator, RegressionCalibrator
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MatchResult, MetricResult
 from detcal.pipeline.calibration_result import REGRESSION_ROWS, CalibrationResult
+from detcal.pipeline.confidence_block import suite_config
 from detcal.pipeline.evaluation import as_loaded, dece_maps, relative_box_features, require_detections
 from detcal.pipeline.matcher import run_match
 from detcal.pipeline.progress import Progress
@@ -150,21 +151,9 @@ def _confidence_eval(
     category: np.ndarray,
     image_id: np.ndarray,
 ) -> dict[str, Any]:
-    from detcal.metrics.confidence_suite import ConfidenceConfig, confidence_metrics
+    from detcal.metrics.confidence_suite import confidence_metrics
 
-    b, bs = spec.dece_binning, spec.bootstrap
-    ccfg = ConfidenceConfig(
-        ece_bins=b.ece_bins,
-        dece_bins=b.bins_arg(),
-        sample_threshold=b.sample_threshold,
-        policy=b.policy,
-        n_boot=bs.n,
-        ci_level=bs.level,
-        seed=bs.seed,
-        edges=spec.confidence.edges,
-        homogeneity_spread=spec.confidence.homogeneity_spread,
-        ci_method=bs.method,
-    )
+    ccfg = suite_config(spec)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = confidence_metrics(p, y, feats, category if spec.confidence.per_class else None, ccfg, image_id)
@@ -180,27 +169,14 @@ def _confidence_change(
     image_id: np.ndarray,
 ) -> dict[str, Any]:
     """After minus before of the confidence suite, with paired-bootstrap intervals over images."""
-    from detcal.metrics.confidence_suite import ConfidenceConfig
     from detcal.metrics.paired import confidence_changes
 
-    b, bs = spec.dece_binning, spec.bootstrap
-    if bs.n == 0:
+    if spec.bootstrap.n == 0:
         return {"_skipped": "bootstrap.n=0: no intervals for the changes"}
-    ccfg = ConfidenceConfig(
-        ece_bins=b.ece_bins,
-        dece_bins=b.bins_arg(),
-        sample_threshold=b.sample_threshold,
-        policy=b.policy,
-        n_boot=bs.n,
-        ci_level=bs.level,
-        seed=bs.seed,
-        edges=spec.confidence.edges,
-        homogeneity_spread=spec.confidence.homogeneity_spread,
-        ci_method=bs.method,
-    )
+    ccfg = suite_config(spec)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ch = confidence_changes(p_b, p_a, y, feats, image_id, ccfg, method=bs.method)
+        ch = confidence_changes(p_b, p_a, y, feats, image_id, ccfg, method=spec.bootstrap.method)
     return {k: v.to_dict() for k, v in ch.items()}
 
 

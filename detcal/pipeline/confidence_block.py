@@ -151,7 +151,8 @@ def confidence_blocks(
     return out, maps
 
 
-def _suite_config(spec: EvaluationSpec) -> Any:
+def suite_config(spec: EvaluationSpec) -> Any:
+    """The :class:`~detcal.metrics.confidence_suite.ConfidenceConfig` a spec's binning, bootstrap and confidence settings make."""
     from detcal.metrics.confidence_suite import ConfidenceConfig
 
     b, bs = spec.dece_binning, spec.bootstrap
@@ -191,7 +192,7 @@ def _shared_cells(
     cons = np.flatnonzero(mr.considered)
     p, fr = data.detections.score[cons], np.take(feats, cons, axis=0)
     try:
-        cells = suite_cells(p, _sample_features(spec, fr, no_pos), _suite_config(spec))
+        cells = suite_cells(p, _sample_features(spec, fr, no_pos), suite_config(spec))
         maps = {}
         if spec.confidence.maps and not no_pos:
             for pair in spec.confidence.maps:
@@ -218,7 +219,7 @@ def _one_threshold(
 
     b, c = spec.dece_binning, spec.confidence
     dets = data.detections
-    ccfg = _suite_config(spec)
+    ccfg = suite_config(spec)
     label = threshold_label(float(mr.iou_thresholds[i]))
     cells = map_cells = None
     if shared is not None:
