@@ -36,6 +36,9 @@ APPS = {
 _PREFIX = re.compile(r"^python3 -m venv \.venv && \.venv/bin/pip install [^&]+&& ")
 
 NEEDS_REAL_DATA = {
+    "detcal-main experiment=levi2019_kitti model.backbone_weights=/path/to/resnet101.pth dry_run.enabled=true": "the dry "
+    "run of the real-data experiment reads the user's KITTI images and weights and the experiment trains on CUDA; the "
+    "dry run itself runs on the miniature KITTI data in tests/test_main_job_robust.py",
     ".venv/bin/detcal-main experiment=levi2019_kitti model.backbone_weights=data/weights/resnet101.pth": "COCO -> KITTI training on a GPU with the real KITTI images and ImageNet weights",
 }
 SHORTENED = {
