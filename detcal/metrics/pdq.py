@@ -411,16 +411,7 @@ def _pdq_continuous(
         variant="detcal_continuous",
         params=_continuous_params(dets, fixed_cov, inclusive, threshold),
         table={"det_ppdq": det_ppdq, "det_spatial": det_spatial, "det_label": det_label, "det_gt_index": det_gt},
-        extra={
-            "avg_pPDQ": avg["ppdq"],
-            "avg_spatial": avg["spatial"],
-            "avg_label": avg["label"],
-            "avg_fg": avg["fg"],
-            "avg_bg": avg["bg"],
-            "TP": n_tp,
-            "FP": n_fp,
-            "FN": n_fn,
-        },
+        extra=_averages_and_counts(avg, n_tp, n_fp, n_fn),
     )
 
 
@@ -562,14 +553,19 @@ def _reference_result(
             "workers": int(workers),
         },
         table={"det_ppdq": det_ppdq, "det_spatial": det_spatial, "det_label": det_label, "det_gt_index": det_gt},
-        extra={
-            "avg_pPDQ": avg["ppdq"],
-            "avg_spatial": avg["spatial"],
-            "avg_label": avg["label"],
-            "avg_fg": avg["fg"],
-            "avg_bg": avg["bg"],
-            "TP": n_tp,
-            "FP": n_fp,
-            "FN": n_fn,
-        },
+        extra=_averages_and_counts(avg, n_tp, n_fp, n_fn),
     )
+
+
+def _averages_and_counts(avg: dict[str, float], n_tp: int, n_fp: int, n_fn: int) -> dict[str, Any]:
+    """The figures every PDQ variant reports beside PDQ: averages over true positives and the TP/FP/FN counts."""
+    return {
+        "avg_pPDQ": avg["ppdq"],
+        "avg_spatial": avg["spatial"],
+        "avg_label": avg["label"],
+        "avg_fg": avg["fg"],
+        "avg_bg": avg["bg"],
+        "TP": n_tp,
+        "FP": n_fp,
+        "FN": n_fn,
+    }
