@@ -87,7 +87,9 @@ def exact_int(x: Any, where: str, field: str, lo: int = -INT64_MAX - 1, hi: int 
             raise DetcalInputError(f"expected one integer, got shape {_fmt(x.shape)}", record=where, field=field)
         x = x.reshape(-1)[0].item()
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (Integral, Real)):
-        raise DetcalInputError(f"expected an integer, got {type(x).__name__} {str(x)[:40]!r}", record=where, field=field)
+        raise DetcalInputError(
+            f"expected an integer, got {type(x).__name__} {str(x)[:40]!r}", record=where, field=field
+        )
     if not isinstance(x, Integral):
         xf = float(x)
         if not (np.isfinite(xf) and xf == int(xf)):

@@ -444,7 +444,9 @@ class DetectionCalibration:
             for key in ("boxes", "scores", "labels"):
                 if key not in p:
                     raise DetcalInputError(
-                        f"missing from the prediction dict (its keys: {sorted(map(str, p))[:8]})", record=where, field=key
+                        f"missing from the prediction dict (its keys: {sorted(map(str, p))[:8]})",
+                        record=where,
+                        field=key,
                     )
             shape, _ = shape_kind(p["scores"])
             n[i] = check_field(p, "scores", shape[1:2] if len(shape) == 2 else (), None, where)
@@ -540,7 +542,8 @@ class DetectionCalibration:
         if all(given):
             n = self._n_updates
             return np.array(
-                [exact_int(t["image_id"], f"update {n}, image {i}", "image_id") for i, t in enumerate(targets)], np.int64
+                [exact_int(t["image_id"], f"update {n}, image {i}", "image_id") for i, t in enumerate(targets)],
+                np.int64,
             )
         ids = np.arange(self._auto_ids, self._auto_ids + len(targets), dtype=np.int64)
         self._auto_ids += len(targets)
@@ -570,7 +573,9 @@ class DetectionCalibration:
             "img_h": wh[:, 1],
             "img_ngt": ngt,
             "gt_box": box,
-            "gt_label": int_column(_cat([t["labels"] for t in targets], (), ints=True), ngt, ids, self._where, "labels"),
+            "gt_label": int_column(
+                _cat([t["labels"] for t in targets], (), ints=True), ngt, ids, self._where, "labels"
+            ),
         }
         crowd = [t.get("iscrowd") if t.get("iscrowd") is not None else np.zeros(len(t["labels"])) for t in targets]
         c["gt_crowd"] = _cat(crowd, (), ints=True).astype(bool)
