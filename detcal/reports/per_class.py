@@ -87,8 +87,10 @@ def table_markdown(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | N
     if not rows:
         return ""
     cols = list(columns or rows[0].keys())
-    fmt = lambda v: f"{v:.{digits}f}" if isinstance(v, float) else str(v)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    from detcal.reports.tables import md_cell
+
+    fmt = lambda v: md_cell(f"{v:.{digits}f}" if isinstance(v, float) else v)
+    lines = ["| " + " | ".join(md_cell(c) for c in cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
     return "\n".join(lines)
 
