@@ -21,6 +21,7 @@ another live run holds or one that holds another run is refused, unless
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -105,7 +106,27 @@ def user_error_message(exc: BaseException) -> str | None:
         return ": ".join(parts)
     if isinstance(exc, FileNotFoundError) and "detcal configs not found" in str(exc):
         return str(exc)
+    for e in chain:
+        if isinstance(e, OSError) and e.errno in _OS_USER_ERRNOS:
+            return os_error_message(e)
     return None
+
+
+_OS_USER_ERRNOS = {
+    getattr(errno, n)
+    for n in ("EACCES", "EPERM", "ENOSPC", "EDQUOT", "EROFS", "ENOTDIR", "EEXIST", "EISDIR", "ENAMETOOLONG", "EFBIG")
+    if hasattr(errno, n)
+}
+
+
+def os_error_message(e: OSError) -> str:
+    """One line for an operating-system error the user can fix (no permission, disk full, a file where a
+    directory should be, ...), naming the path."""
+    what = {errno.ENOSPC: "no space left on the device", errno.EROFS: "read-only file system"}.get(
+        e.errno or 0, e.strerror or type(e).__name__
+    )
+    where = f" {e.filename}" if e.filename else ""
+    return f"cannot write{where}: {what}"
 
 
 def _log_failure(message: str) -> None:
@@ -276,6 +297,30 @@ def run_app(
             os.environ["HYDRA_FULL_ERROR"] = saved
 
 
+def target_class(node: Mapping[str, Any], key: str) -> type:
+    """The class a calibrator config's ``_target_`` names, checked without calling anything: a subclass of
+    :class:`detcal.calibration.base.Calibrator` (``builtins.open`` and the like are refused), no
+    ``_partial_``/``_args_``."""
+    from hydra._internal.utils import _locate  # get_class would also log the failure
+
+    from detcal.calibration.base import Calibrator
+    from detcal.pipeline.spec import ConfigError
+
+    target = str(node["_target_"])
+    extra = [k for k in ("_partial_", "_args_", "_convert_", "_recursive_") if k in node]
+    if extra:
+        raise ConfigError(f"{key}.{extra[0]}", "not allowed in a calibrator config")
+    try:
+        cls = _locate(target)
+    except Exception as exc:  # noqa: BLE001 - not importable, or not a class
+        raise ConfigError(f"{key}._target_", f"{target!r} is not a calibrator class ({_first_line(exc)})") from None
+    if not (isinstance(cls, type) and issubclass(cls, Calibrator)):
+        raise ConfigError(
+            f"{key}._target_", f"{target!r} is not a calibrator (a subclass of detcal.calibration.base.Calibrator)"
+        )
+    return cls
+
+
 class AppContext:
     """What a task gets besides its spec: ``prog``, ``run_dir``, ``overrides``,
     ``choices`` (config group -> option) and ``cfg`` (for the provenance header)."""
@@ -293,7 +338,8 @@ class AppContext:
         return {**h, "run_files": run_files(self.run_dir)}
 
     def instantiate(self, node: Any, key: str) -> Any:
-        """Build a ``_target_`` node (a calibrator) with a clear error naming ``key``."""
+        """Build a ``_target_`` node (a calibrator) with a clear error naming ``key``; the target must be a
+        subclass of :class:`detcal.calibration.base.Calibrator`, checked before it is called."""
         from hydra.utils import instantiate
 
         from detcal.pipeline.spec import ConfigError
@@ -304,8 +350,9 @@ class AppContext:
             raise ConfigError(
                 key, f"expected a config with _target_ (one of configs/{key.split('.')[0]}/), got {node!r}"
             )
+        target_class(node, key)  # checked before anything is called
         try:
-            return instantiate(dict(node))
+            return instantiate(dict(node), _recursive_=False)  # a nested _target_ is never called
         except Exception as exc:  # noqa: BLE001 - reported with the key
             cause = exc.__cause__ or exc
             field = getattr(cause, "field", None)

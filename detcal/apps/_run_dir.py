@@ -69,7 +69,12 @@ def lock(run_dir: Path) -> None:
         )
     if run_dir.is_symlink():
         raise DetcalError(f"run directory {run_dir} is a symbolic link; give the directory it points to")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise DetcalError(f"run directory {run_dir} is a file, not a directory; choose another hydra.run.dir") from None
+    except OSError as e:
+        raise DetcalError(f"cannot create the run directory {run_dir}: {e.strerror}") from None
     path = run_dir / LOCK_NAME
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)

@@ -123,6 +123,18 @@ def plot_reliability(ax: Any, curves: Mapping[str, Mapping[str, np.ndarray]], ti
         ax.set_title(title, fontsize=9)
 
 
+LABEL_CHARS = 40
+"""Longest category or detector name drawn in a figure; a longer one is shortened with an ellipsis."""
+
+
+def short_label(name: Any, limit: int = LABEL_CHARS) -> str:
+    """``name`` as drawn in a figure: at most ``limit`` characters (a 2,000,000-character category name
+    would stall matplotlib's text layout), one line."""
+    s = str(name)
+    s = s if len(s) <= limit + 1 else s[:limit] + "…"
+    return s.replace("\n", " ").replace("\r", " ").replace("$", "\\$")
+
+
 def plot_per_class_reliability(
     samples: Mapping[str, tuple[Any, Any, Any]],
     names: Mapping[int, str] | None = None,
@@ -151,15 +163,23 @@ def plot_per_class_reliability(
     fig, axes = plt.subplots(nrow, ncol, figsize=(3.2 * ncol, 3.0 * nrow), squeeze=False)
     names = names or {}
     for ax, c in zip(axes.flat, top):
-        curves = {lab: reliability_curve(p[cat == c], y[cat == c], bins) for lab, (p, y, cat) in checked.items()}
-        plot_reliability(ax, curves, f"{names.get(int(c), c)} (n={int((first[2] == c).sum())})")
+        curves = {
+            short_label(lab): reliability_curve(p[cat == c], y[cat == c], bins) for lab, (p, y, cat) in checked.items()
+        }
+        plot_reliability(ax, curves, f"{short_label(names.get(int(c), c))} (n={int((first[2] == c).sum())})")
     for ax in list(axes.flat)[len(top) :]:
         ax.axis("off")
     if len(checked) > 1:
         axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
     if path is not None:
-        fig.savefig(path, dpi=110)
+        import io
+
+        from detcal.utils.io import write_bytes
+
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=110)
+        write_bytes(path, buf.getvalue())  # atomic: replaces, never writes through, a symlink at path
         plt.close(fig)
     return fig
 
@@ -170,5 +190,6 @@ __all__ = [
     "plot_per_class_reliability",
     "plot_reliability",
     "reliability_curve",
+    "short_label",
     "table_markdown",
 ]
