@@ -158,8 +158,12 @@ def load_weights_file(path: Path) -> Any:
 
     if not Path(path).is_file():
         raise DetcalInputError("weights file not found (detcal never downloads weights)", file=path)
+    import warnings
+
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about the pickle protocol of a file it then refuses
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError, ValueError, EOFError, KeyError) as exc:
         raise DetcalInputError(
             f"refused: not a weights-only torch checkpoint ({type(exc).__name__}; a pickle of other objects, "
