@@ -68,8 +68,8 @@ _IMG = ("img_id", "img_w", "img_h", "img_ndet", "img_ngt")
 _GT_OPT = ("gt_area", "gt_wh", "gt_ignore")
 STATE_SCHEMA_VERSION = 1
 """Version of :meth:`DetectionCalibration.state_dict`'s layout (``load_state_dict`` refuses another)."""
-_STATE_REQUIRED = ("img_id", "img_w", "img_h", "img_ndet", "img_ngt", "det_box", "det_score", "det_label")
-_STATE_REQUIRED += ("gt_box", "gt_label", "gt_crowd")
+_STATE_REQUIRED: tuple[str, ...] = ("img_id", "img_w", "img_h", "img_ndet", "img_ngt", "det_box", "det_score")
+_STATE_REQUIRED += ("det_label", "gt_box", "gt_label", "gt_crowd")
 
 
 # --------------------------------------------------------------------------- array conversion

@@ -69,7 +69,8 @@ def make_calibrator(name: str, **overrides: Any) -> Any:
 
     from detcal.calibration.base import Calibrator
 
-    cls = _locate(str(node["_target_"]))
+    target = str(OmegaConf.select(node, "_target_"))
+    cls = _locate(target)
     if not (isinstance(cls, type) and issubclass(cls, Calibrator)):
-        raise ConfigError("calibrator._target_", f"{node['_target_']!r} is not a calibrator")
+        raise ConfigError("calibrator._target_", f"{target!r} is not a calibrator")
     return instantiate(node, _recursive_=False)  # a nested _target_ in an override is never called

@@ -86,14 +86,16 @@ def _fill_thumbnails(out: list[str], pending: list[tuple[int, list[Any]]], image
 
     assert image_dir is not None
     found: dict[tuple[str, str], Path | None] = {}
-    items, where = [], []
+    items: list[tuple[Path, Any]] = []
+    where: list[int] = []
     for slot, rows in pending:
         for r in rows:
             key = (str(r.get("file_name", "")), str(r.get("image_id")))
             if key not in found:  # a refused file_name is warned about once
                 found[key] = find_image(image_dir, key[0], r.get("image_id"))
-            if found[key] is not None:
-                items.append((found[key], r))
+            path = found[key]
+            if path is not None:
+                items.append((path, r))
                 where.append(slot)
     html = thumbnails(items)
     for slot, _ in pending:
