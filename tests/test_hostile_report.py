@@ -184,3 +184,15 @@ def test_a_two_million_character_name_is_shortened_in_figures() -> None:
     titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
     assert all(len(t) < 80 for t in titles) and any(t.startswith("x" * 40 + "…") for t in titles)
     assert short_label("a\nb") == "a b" and short_label("$x$") == "\\$x\\$"
+
+
+def test_a_foreign_metrics_json_does_not_choose_the_image_folder(image_dir: Path, tmp_path: Path) -> None:
+    content = {
+        "run_dir": "/somewhere/else",
+        "config": {"data": {"image_dir": str(image_dir)}},
+        "worst_detections": {"iou": 0.5, "definition": "t", "highest_confidence_false_positives": [_row(1, "ok.png")]},
+    }
+    assert "<svg class=thumb" not in render_report(content, tmp_path / "run")
+    assert "<svg class=thumb" in render_report(content, tmp_path / "run", image_dir=image_dir)  # the user's choice
+    own = dict(content, run_dir=str(tmp_path / "run"))
+    assert "<svg class=thumb" in render_report(own, tmp_path / "run")  # a run's own report, as before

@@ -251,6 +251,14 @@ def _guard(name: str, fn: Any, *args: Any) -> Any:
         return [note] if name == "findings" else note
 
 
+def _own_run(m: Mapping[str, Any], run_dir: Path | None) -> bool:
+    """True when ``m`` is the metrics.json of ``run_dir`` (its ``run_dir`` names that directory)."""
+    try:
+        return run_dir is not None and bool(m.get("run_dir")) and Path(str(m["run_dir"])).resolve() == run_dir.resolve()
+    except (OSError, ValueError):
+        return False
+
+
 def render_report(
     m: Mapping[str, Any],
     run_dir: str | Path | None = None,
@@ -260,7 +268,7 @@ def render_report(
 ) -> str:
     """report.html of one run from its metrics.json content ``m`` (the page shows only numbers of ``m``)."""
     rd = None if run_dir is None else Path(run_dir)
-    if image_dir is None:
+    if image_dir is None and _own_run(m, rd):  # a metrics.json from elsewhere never picks the image folder
         image_dir = ((m.get("config") or {}).get("data") or {}).get("image_dir")
     img = Path(image_dir) if image_dir else None
     files = [f for f in m.get("files") or [] if isinstance(f, str)]
