@@ -48,6 +48,7 @@ def test_a_used_directory_is_refused_and_overwrite_replaces_the_run_whole(tmp_pa
     m = json.loads((run / "metrics.json").read_text())
     assert {".hydra/config.yaml", ".hydra/overrides.yaml", "evaluate.log", "synthetic/"} <= set(m["run_files"])
     (run / "stale.png").write_bytes(b"an earlier run's file")
+    (run / ".detections.csv.k1ll3d.tmp").write_bytes(b"x" * 4096)  # what a kill during the CSV write leaves
     before = _snapshot(run)
     refused = _evaluate(run, "data.seed=5")
     assert refused.returncode == 2
@@ -56,10 +57,11 @@ def test_a_used_directory_is_refused_and_overwrite_replaces_the_run_whole(tmp_pa
     assert _snapshot(run) == before  # .hydra/overrides.yaml, the log and the outputs untouched
     failed = _evaluate(run, "data.seed=5", "bootstrap.n=-1", "overwrite=true")  # fails after Hydra started
     assert failed.returncode == 2 and "bootstrap.n" in failed.stderr
-    assert _snapshot(run) == before
+    assert _snapshot(run) == {k: v for k, v in before.items() if not k.endswith(".tmp")}  # temporaries removed
     ok = _evaluate(run, "data.seed=5", "overwrite=true")
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert not (run / "stale.png").exists() and "data.seed=5" in (run / ".hydra" / "overrides.yaml").read_text()
+    assert not list(run.rglob("*.tmp"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # nothing left aside
 
 
