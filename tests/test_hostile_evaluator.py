@@ -172,3 +172,17 @@ def test_the_shift_of_the_issue_no_longer_changes_a_number() -> None:
     good.update([_p([0, 0, 10, 10]), _p([20, 20, 40, 40])], [_t(1, [0, 0, 10, 10]), _t(2, [20, 20, 40, 40])])
     ap = good.compute().to_dict()["accuracy"]["AP"]["value"]
     assert ap == pytest.approx(1.0)
+
+
+def test_the_torchmetrics_adapter_inherits_the_contract() -> None:
+    pytest.importorskip("torchmetrics")
+    torch = pytest.importorskip("torch")
+    from detcal.integrations.torchmetrics import DetectionCalibrationMetric
+
+    m = DetectionCalibrationMetric(categories={1: "a"})
+    bad = {"boxes": torch.zeros(2, 8), "scores": torch.ones(2), "labels": torch.ones(2, dtype=torch.int64)}
+    t = {"boxes": torch.zeros(1, 4), "labels": torch.ones(1, dtype=torch.int64), "image_id": 1}
+    with pytest.raises(DetcalInputError, match=r"image 0 \(image_id 1\).*shape \[2, 8\]"):
+        m.update([bad], [t])
+    with pytest.raises(DetcalInputError, match="no prediction dicts but 1 target dicts"):
+        m.update([], [t])

@@ -411,7 +411,9 @@ def plot(c: Comparison, path: Any = None) -> Any:
     ax.legend(fontsize=7)
     fig.tight_layout()
     if path is not None:
-        fig.savefig(path, dpi=120)
+        from detcal.utils.io import save_figure
+
+        save_figure(fig, path, dpi=120)
         plt.close(fig)
     return fig
 

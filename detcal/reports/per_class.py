@@ -114,13 +114,13 @@ def plot_reliability(ax: Any, curves: Mapping[str, Mapping[str, np.ndarray]], ti
     ax.plot([0, 1], [0, 1], color="0.6", lw=0.8, ls="--")
     for label, c in curves.items():
         ok = c["n"] > 0
-        ax.plot(c["conf"][ok], c["precision"][ok], marker="o", ms=2.5, lw=1.1, label=label)
+        ax.plot(c["conf"][ok], c["precision"][ok], marker="o", ms=2.5, lw=1.1, label=short_label(label))
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_xlabel("confidence")
     ax.set_ylabel("precision")
     if title:
-        ax.set_title(title, fontsize=9)
+        ax.set_title(short_label(title, 2 * LABEL_CHARS), fontsize=9)
 
 
 LABEL_CHARS = 40
@@ -163,9 +163,7 @@ def plot_per_class_reliability(
     fig, axes = plt.subplots(nrow, ncol, figsize=(3.2 * ncol, 3.0 * nrow), squeeze=False)
     names = names or {}
     for ax, c in zip(axes.flat, top):
-        curves = {
-            short_label(lab): reliability_curve(p[cat == c], y[cat == c], bins) for lab, (p, y, cat) in checked.items()
-        }
+        curves = {lab: reliability_curve(p[cat == c], y[cat == c], bins) for lab, (p, y, cat) in checked.items()}
         plot_reliability(ax, curves, f"{short_label(names.get(int(c), c))} (n={int((first[2] == c).sum())})")
     for ax in list(axes.flat)[len(top) :]:
         ax.axis("off")
@@ -173,13 +171,9 @@ def plot_per_class_reliability(
         axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
     if path is not None:
-        import io
+        from detcal.utils.io import save_figure
 
-        from detcal.utils.io import write_bytes
-
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=110)
-        write_bytes(path, buf.getvalue())  # atomic: replaces, never writes through, a symlink at path
+        save_figure(fig, path, dpi=110)
         plt.close(fig)
     return fig
 
