@@ -52,11 +52,15 @@ def test_cocos_minus_one_is_null_with_a_reason_in_metrics_json_and_console(tmp_p
     assert "AP is null: undefined: no non-crowd ground-truth box" in text
 
 
-def test_intervals_from_few_images_carry_a_note() -> None:
-    res = detcal.evaluate(DataSpec(n_images=1), spec=EvaluationSpec(bootstrap=BootstrapSpec(n=5)))
+def test_intervals_from_few_images_carry_a_note(tmp_path: Path) -> None:
+    res = detcal.evaluate(
+        DataSpec(n_images=1), spec=EvaluationSpec(bootstrap=BootstrapSpec(n=5)), workdir=tmp_path / "a"
+    )
     w = res.to_dict()["warnings"]
     assert any("intervals from 1 image (fewer than 30)" in x and "zero width" in x for x in w)
-    many = detcal.evaluate(DataSpec(n_images=40), spec=EvaluationSpec(bootstrap=BootstrapSpec(n=5)))
+    many = detcal.evaluate(
+        DataSpec(n_images=40), spec=EvaluationSpec(bootstrap=BootstrapSpec(n=5)), workdir=tmp_path / "b"
+    )
     assert not any("intervals from" in x for x in many.to_dict()["warnings"])
 
 
