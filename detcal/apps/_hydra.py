@@ -12,13 +12,16 @@ line on stderr and exit status 2; the traceback appears only with
 the run's log file, so a run directory left by a failed run says why.
 
 Run directories are unique: ``outputs/<name>/<date>/<time>-<id>`` (``<id>``
-is random per process), and a run refuses a directory another live run holds
-(an advisory lock released by the operating system when the process ends).
+is random per process), and a directory holds one run: each job claims its
+directory before Hydra writes into it (:mod:`detcal.apps._run_dir`: a directory
+another live run holds or one that holds another run is refused, unless
+``overwrite=true``; a failed or killed run leaves the earlier run as it was).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -28,6 +31,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from detcal.apps._run_dir import guarded_jobs, lock, pop_overwrite
 from detcal.core.errors import DetcalError
 
 __all__ = ["run_app", "run_header", "user_error_message", "RUN_ID"]
@@ -36,7 +40,6 @@ RUN_ID = secrets.token_hex(3)
 """Random id of this process, the suffix of its run directory (``${detcal_run_id:}``)."""
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=,-]*$")
-_locks: list[Any] = []
 log = logging.getLogger("detcal")
 
 
@@ -103,7 +106,27 @@ def user_error_message(exc: BaseException) -> str | None:
         return ": ".join(parts)
     if isinstance(exc, FileNotFoundError) and "detcal configs not found" in str(exc):
         return str(exc)
+    for e in chain:
+        if isinstance(e, OSError) and e.errno in _OS_USER_ERRNOS:
+            return os_error_message(e)
     return None
+
+
+_OS_USER_ERRNOS = {
+    getattr(errno, n)
+    for n in ("EACCES", "EPERM", "ENOSPC", "EDQUOT", "EROFS", "ENOTDIR", "EEXIST", "EISDIR", "ENAMETOOLONG", "EFBIG")
+    if hasattr(errno, n)
+}
+
+
+def os_error_message(e: OSError) -> str:
+    """One line for an operating-system error the user can fix (no permission, disk full, a file where a
+    directory should be, ...), naming the path."""
+    what = {errno.ENOSPC: "no space left on the device", errno.EROFS: "read-only file system"}.get(
+        e.errno or 0, e.strerror or type(e).__name__
+    )
+    where = f" {e.filename}" if e.filename else ""
+    return f"cannot write{where}: {what}"
 
 
 def _log_failure(message: str) -> None:
@@ -115,25 +138,7 @@ def _log_failure(message: str) -> None:
             h.handle(rec)
 
 
-def _lock_run_dir(run_dir: Path) -> None:
-    """Hold an advisory lock on ``run_dir`` for the life of the process; refuse a directory in use."""
-    import fcntl
-
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fh = open(run_dir / ".detcal.lock", "a+")
-    try:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        fh.close()
-        raise DetcalError(
-            f"run directory {run_dir} is in use by another detcal run; "
-            "choose another hydra.run.dir or wait for that run to end"
-        ) from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(f"{os.getpid()}\n")
-    fh.flush()
-    _locks.append(fh)
+_lock_run_dir = lock  # the advisory lock of a run directory (detcal.apps._run_dir)
 
 
 def run_header(command: str, cfg: Any, run_dir: Path, overrides: list[str]) -> dict[str, Any]:
@@ -221,13 +226,17 @@ def _single_compose(argv: list[str]) -> Any:
         Hydra.get_mode = original  # type: ignore[method-assign]
 
 
-def run_app(config_name: str, schema: type, task: Callable[[Any, AppContext], Any], prog: str) -> None:
+def run_app(
+    config_name: str, schema: type, task: Callable[[Any, AppContext], Any], prog: str, *, resumable: bool = False
+) -> None:
     """Run ``task(spec, ctx)`` as the Hydra app ``prog`` on ``configs/<config_name>.yaml``.
 
     ``spec`` is the typed ``schema`` object; ``ctx`` carries the run directory,
     the command-line overrides, the group choices and the resolved config (for
     provenance). Handles the command line (overrides, ``-m``, ``--cfg job``,
-    ``--help``) through Hydra.
+    ``--help``) through Hydra; ``overwrite=true`` lets the run replace the run
+    already in its directory; ``resumable`` commands may rerun in their own
+    directory (detcal-main keeps its finished stages).
     """
     debug = _debug()
     try:
@@ -238,6 +247,7 @@ def run_app(config_name: str, schema: type, task: Callable[[Any, AppContext], An
         _fail(prog, str(exc))
     register_schema(config_name, schema)
     _quiet_other_ranks()
+    overwrite = pop_overwrite(sys.argv)
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()  # a second app in the same process (tests, notebooks)
@@ -252,7 +262,6 @@ def run_app(config_name: str, schema: type, task: Callable[[Any, AppContext], An
         hc = HydraConfig.get()
         run_dir = Path(hc.runtime.output_dir)
         try:
-            _lock_run_dir(run_dir)
             spec = OmegaConf.to_object(cfg)
             ctx = AppContext(
                 prog=prog, run_dir=run_dir, overrides=list(hc.overrides.task), choices=dict(hc.runtime.choices), cfg=cfg
@@ -269,7 +278,7 @@ def run_app(config_name: str, schema: type, task: Callable[[Any, AppContext], An
     from detcal.utils.warn import capture
 
     try:
-        with _single_compose(sys.argv[1:]), capture():
+        with _single_compose(sys.argv[1:]), capture(), guarded_jobs(overwrite=overwrite, resumable=resumable):
             _main()
     except SystemExit:
         raise
@@ -288,6 +297,30 @@ def run_app(config_name: str, schema: type, task: Callable[[Any, AppContext], An
             os.environ["HYDRA_FULL_ERROR"] = saved
 
 
+def target_class(node: Mapping[str, Any], key: str) -> type:
+    """The class a calibrator config's ``_target_`` names, checked without calling anything: a subclass of
+    :class:`detcal.calibration.base.Calibrator` (``builtins.open`` and the like are refused), no
+    ``_partial_``/``_args_``."""
+    from hydra._internal.utils import _locate  # get_class would also log the failure
+
+    from detcal.calibration.base import Calibrator
+    from detcal.pipeline.spec import ConfigError
+
+    target = str(node["_target_"])
+    extra = [k for k in ("_partial_", "_args_", "_convert_", "_recursive_") if k in node]
+    if extra:
+        raise ConfigError(f"{key}.{extra[0]}", "not allowed in a calibrator config")
+    try:
+        cls = _locate(target)
+    except Exception as exc:  # noqa: BLE001 - not importable, or not a class
+        raise ConfigError(f"{key}._target_", f"{target!r} is not a calibrator class ({_first_line(exc)})") from None
+    if not (isinstance(cls, type) and issubclass(cls, Calibrator)):
+        raise ConfigError(
+            f"{key}._target_", f"{target!r} is not a calibrator (a subclass of detcal.calibration.base.Calibrator)"
+        )
+    return cls
+
+
 class AppContext:
     """What a task gets besides its spec: ``prog``, ``run_dir``, ``overrides``,
     ``choices`` (config group -> option) and ``cfg`` (for the provenance header)."""
@@ -296,11 +329,17 @@ class AppContext:
         self.prog, self.run_dir, self.overrides, self.choices, self.cfg = prog, run_dir, overrides, choices, cfg
 
     def header(self) -> dict[str, Any]:
-        """metrics.json provenance of this run."""
-        return _header_fields(run_header(self.prog, self.cfg, self.run_dir, self.overrides))
+        """metrics.json provenance of this run, with ``run_files``: what the run directory holds besides the
+        outputs the command is about to write (listed under ``files``): the log, ``.hydra/`` files, data
+        the run generated (folders as ``name/``)."""
+        from detcal.apps._run_dir import run_files
+
+        h = _header_fields(run_header(self.prog, self.cfg, self.run_dir, self.overrides))
+        return {**h, "run_files": run_files(self.run_dir)}
 
     def instantiate(self, node: Any, key: str) -> Any:
-        """Build a ``_target_`` node (a calibrator) with a clear error naming ``key``."""
+        """Build a ``_target_`` node (a calibrator) with a clear error naming ``key``; the target must be a
+        subclass of :class:`detcal.calibration.base.Calibrator`, checked before it is called."""
         from hydra.utils import instantiate
 
         from detcal.pipeline.spec import ConfigError
@@ -311,8 +350,9 @@ class AppContext:
             raise ConfigError(
                 key, f"expected a config with _target_ (one of configs/{key.split('.')[0]}/), got {node!r}"
             )
+        target_class(node, key)  # checked before anything is called
         try:
-            return instantiate(dict(node))
+            return instantiate(dict(node), _recursive_=False)  # a nested _target_ is never called
         except Exception as exc:  # noqa: BLE001 - reported with the key
             cause = exc.__cause__ or exc
             field = getattr(cause, "field", None)

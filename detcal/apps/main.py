@@ -50,7 +50,7 @@ def task(app: MainApp, ctx: AppContext) -> dict[str, Any]:
 
 def main() -> None:
     """Console entry point (Hydra command line: overrides, ``experiment=...``, ``hydra.run.dir=...``)."""
-    run_app(CONFIG_NAME, SCHEMA, task, PROG)
+    run_app(CONFIG_NAME, SCHEMA, task, PROG, resumable=True)  # a rerun in its directory resumes its stages
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -348,6 +348,27 @@ _COMPACT_KEYS = CHUNK
 """Above this many keys (2 x groups x cells) :func:`cell_stats` sums over the occupied keys of a chunk."""
 
 
+def grid_bytes(size: int, n_stats: int) -> int:
+    """Bytes :func:`cell_stats` allocates for ``size`` cells (x groups): the count and the fixed-point sums
+    per (cell, y) (int64, three words a sum), and the key slots of a large grid."""
+    return 2 * size * 8 * (2 + 3 * n_stats)
+
+
+def _check_grid_memory(size: int, bins: Any, n_cells: int, n_stats: int) -> None:
+    """Refuse a grid whose arrays would not fit in the memory available, before allocating any of them."""
+    from detcal.utils.memory import available_bytes, gib
+
+    need, have = grid_bytes(size, n_stats), available_bytes()
+    if need > have:
+        shape = " x ".join(str(int(v)) for v in np.atleast_1d(bins))
+        groups = f" for each of {size // max(n_cells, 1):,} groups (classes)" if size > n_cells else ""
+        raise DetcalInputError(
+            f"a grid of {shape} = {n_cells:,} cells{groups} needs about {gib(need)} of memory, more than the "
+            f"{gib(have)} available: use fewer bins (dece_binning.bins) or fewer features",
+            field="bins",
+        )
+
+
 def cell_stats(
     p: Any,
     y: Any,
@@ -396,6 +417,7 @@ def cell_stats(
     size = int(np.prod(lead, dtype=np.int64)) * n_cells
     shape = lead + (n_cells,)
     wanted, split, rest = _wanted_stats(stats)
+    _check_grid_memory(size, b, n_cells, len(rest) + int(split))
     count2 = np.zeros(2 * size, dtype=np.int64)
     # every statistic is summed per key2 = 2 * key + y (the y halves of sum_p2, sum_se and sum_nll are
     # added at the end, exactly); with a large key range (e.g. classes x D-ECE cells) the sums run over

@@ -39,6 +39,14 @@ import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections, GroundTruth, Images
+from detcal.integrations._contract import (
+    check_categories,
+    check_field,
+    exact_int,
+    int_column,
+    shape_kind,
+    spec_fingerprint,
+)
 from detcal.pipeline.spec import EvaluationSpec
 
 __all__ = ["DetectionCalibration", "BOX_FORMATS", "UNCERTAINTY_KEYS"]
@@ -58,7 +66,10 @@ UNCERTAINTY_KEYS: dict[str, tuple[int, ...]] = {
 _DET_UNC = ("box_std", "box_cov", "corner_cov", "delta_std", "delta_mean")  # as kept (Detections fields)
 _IMG = ("img_id", "img_w", "img_h", "img_ndet", "img_ngt")
 _GT_OPT = ("gt_area", "gt_wh", "gt_ignore")
-_CONSOLIDATE_AT = 64  # chunks kept before they are concatenated into one
+STATE_SCHEMA_VERSION = 1
+"""Version of :meth:`DetectionCalibration.state_dict`'s layout (``load_state_dict`` refuses another)."""
+_STATE_REQUIRED: tuple[str, ...] = ("img_id", "img_w", "img_h", "img_ndet", "img_ngt", "det_box", "det_score")
+_STATE_REQUIRED += ("det_label", "gt_box", "gt_label", "gt_crowd")
 
 
 # --------------------------------------------------------------------------- array conversion
@@ -66,13 +77,14 @@ _CONSOLIDATE_AT = 64  # chunks kept before they are concatenated into one
 
 def _class_columns(preds: list[Mapping[str, Any]], where: Any, ids: np.ndarray) -> int:
     """C when the batch's ``scores`` are class distributions [N, C] (0 for top scores [N]); all or none."""
-    dims = [int(getattr(p["scores"], "ndim", np.ndim(p["scores"]))) for p in preds]
+    shapes = [shape_kind(p["scores"])[0] for p in preds]
+    dims = [len(s) for s in shapes]
     if all(d == 1 for d in dims):
         return 0
-    widths = {int(p["scores"].shape[1]) for p, d in zip(preds, dims) if d == 2}
+    widths = {s[1] for s, d in zip(shapes, dims) if d == 2}
     if (
         any(d not in (1, 2) for d in dims)
-        or (1 in dims and any(len(p["scores"]) for p, d in zip(preds, dims) if d == 1))
+        or (1 in dims and any(s[0] for s, d in zip(shapes, dims) if d == 1))
         or len(widths) != 1
     ):
         i = next((i for i, d in enumerate(dims) if d != 2), 0)
@@ -110,10 +122,8 @@ def _cat(parts: Sequence[Any], tail: tuple[int, ...], ints: bool) -> np.ndarray:
     else:
         arrs = [np.asarray(p).reshape((-1,) + tail) for p in parts]
         a = np.concatenate(arrs) if len(arrs) != 1 else arrs[0]
-    if ints:
-        if a.dtype.kind == "f" and not np.array_equal(a, np.round(a)):
-            raise DetcalInputError("labels must be integers")
-        return a.astype(np.int64, copy=False)
+    if ints:  # integer columns are checked and converted by the caller (int_column), as given
+        return a
     if a.dtype == np.float16:
         return a.astype(np.float32)
     if a.dtype not in (np.float32, np.float64):
@@ -229,7 +239,7 @@ class DetectionCalibration:
         self.ground_truth = ground_truth
         if categories is None and ground_truth is not None:
             categories = ground_truth.categories
-        self.categories = None if categories is None else {int(k): str(v) for k, v in categories.items()}
+        self.categories = None if categories is None else check_categories(categories)
         self._known = None if self.categories is None else np.fromiter(self.categories, np.int64)
         self.sync_on_compute = sync_on_compute
         self.process_group = process_group
@@ -272,18 +282,37 @@ class DetectionCalibration:
             "detections": self.n_detections,
         }
 
-    def _options(self) -> tuple[Any, ...]:
-        return (self.spec, self.box_format, self.categories, self.duplicate_images, self.order)
+    def settings(self) -> dict[str, Any]:
+        """What a state depends on: the spec's fingerprint, box format, categories, duplicate and order rules
+        (a state or an evaluator with other settings is refused by ``load_state_dict`` and ``merge``)."""
+        return {
+            "spec_fingerprint": spec_fingerprint(self.spec),
+            "box_format": self.box_format,
+            "categories": None if self.categories is None else {int(k): v for k, v in sorted(self.categories.items())},
+            "duplicate_images": self.duplicate_images,
+            "order": self.order,
+        }
+
+    def _refuse_other_settings(self, other: Mapping[str, Any], what: str) -> None:
+        mine = self.settings()
+        diff = [k for k in mine if k not in other or _norm_setting(k, other[k]) != mine[k]]
+        if diff:
+            k = diff[0]
+            theirs = other.get(k, "nothing") if k != "categories" else _describe_categories(other.get(k))
+            ours = mine[k] if k != "categories" else _describe_categories(mine[k])
+            raise DetcalInputError(
+                f"cannot {what}: {k} {theirs!r} there, {ours!r} here"
+                + (f" (also different: {', '.join(diff[1:])})" if len(diff) > 1 else ""),
+                field=k,
+            )
 
     def merge(self, other: DetectionCalibration) -> DetectionCalibration:
         """Add ``other``'s state to this one (in place; returns self). Exact: the result is that of one
-        evaluator that saw both streams (images in image-id order)."""
+        evaluator that saw both streams (images in image-id order). Evaluators with different settings
+        (:meth:`settings`) are refused with a sentence naming the setting."""
         if not isinstance(other, DetectionCalibration):
             raise TypeError(f"cannot merge {type(other).__name__} into DetectionCalibration")
-        if other._options() != self._options():
-            raise DetcalInputError(
-                "cannot merge evaluators with different spec, box_format, categories or duplicate_images", field="merge"
-            )
+        self._refuse_other_settings(other.settings(), "merge an evaluator")
         if (self._auto_ids and other._chunks) or (other._auto_ids and self._chunks):
             raise DetcalInputError(
                 "cannot merge evaluators whose targets carry no image_id (give image_id)", field="image_id"
@@ -291,6 +320,7 @@ class DetectionCalibration:
         self._chunks.extend(other._chunks)
         self._n_updates += other._n_updates
         self._cached = None
+        self._consolidate()
         return self
 
     def __add__(self, other: DetectionCalibration) -> DetectionCalibration:
@@ -300,19 +330,44 @@ class DetectionCalibration:
         return out.merge(other)
 
     def state_dict(self) -> dict[str, Any]:
-        """The state as plain numpy columns (one entry per column; for checkpoints and gathering)."""
+        """The state as plain numpy columns (for checkpoints and gathering), with the layout's
+        ``schema_version`` and the :meth:`settings` it was made under (spec fingerprint, box format,
+        categories, ...), which :meth:`load_state_dict` checks."""
         self._consolidate(force=True)
         c = self._chunks[0] if self._chunks else {}
-        return {"columns": dict(c), "n_updates": self._n_updates, "auto_ids": self._auto_ids}
+        return {
+            "schema_version": STATE_SCHEMA_VERSION,
+            **self.settings(),
+            "columns": dict(c),
+            "n_updates": self._n_updates,
+            "auto_ids": self._auto_ids,
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` (replaces the current state)."""
+        """Restore :meth:`state_dict` (replaces the current state). A state of another schema version or
+        made under other settings (an xywh state into an xyxy evaluator, other categories, another spec),
+        or whose columns are missing or inconsistent, is refused with a sentence and nothing changes."""
+        if not isinstance(state, Mapping):
+            raise DetcalInputError(f"a state is a mapping, got {type(state).__name__}", field="state_dict")
+        version = state.get("schema_version")
+        if version != STATE_SCHEMA_VERSION:
+            raise DetcalInputError(
+                f"state schema_version {version!r} is not this evaluator's {STATE_SCHEMA_VERSION} (a state from "
+                "another detcal version, or not a DetectionCalibration.state_dict())",
+                field="schema_version",
+            )
+        self._refuse_other_settings(state, "load this state")
+        self._load_columns(state.get("columns"), state.get("n_updates", 0), state.get("auto_ids", 0))
+
+    def _load_columns(self, cols: Any, n_updates: Any, auto_ids: Any) -> None:
+        """Replace the state by checked columns (``load_state_dict`` and the torchmetrics adapter)."""
+        cols = _checked_columns(cols, self._known)
+        n_up = exact_int(n_updates, "state", "n_updates", 0)
+        auto = exact_int(auto_ids, "state", "auto_ids", 0)
         self.reset()
-        cols = dict(state.get("columns") or {})
         if cols:
             self._chunks = [cols]
-        self._n_updates = int(state.get("n_updates", 0))
-        self._auto_ids = int(state.get("auto_ids", 0))
+        self._n_updates, self._auto_ids = n_up, auto
 
     # ----------------------------------------------------------------- update
 
@@ -327,8 +382,18 @@ class DetectionCalibration:
         ``labels``, optional ``iscrowd``, ``area``, ``image_id``, image size as ``width``/``height`` or
         ``orig_size``/``image_size`` (h, w)). numpy arrays or torch tensors on any device."""
         preds = [preds] if isinstance(preds, Mapping) else list(preds)
+        if targets is not None:
+            targets = [targets] if isinstance(targets, Mapping) else list(targets)
         if not preds:
+            if targets:  # the targets' ground truth would silently vanish from recall
+                raise DetcalInputError(
+                    f"no prediction dicts but {len(targets)} target dicts: give one prediction dict per image "
+                    "(with empty boxes, scores and labels for an image without detections)",
+                    record=f"update {self._n_updates}",
+                    field="preds",
+                )
             return
+        self._check_dicts(preds, "prediction")
         if targets is None:
             if self.ground_truth is None:
                 raise DetcalInputError(
@@ -336,7 +401,7 @@ class DetectionCalibration:
                 )
             chunk = self._chunk_from_dataset(preds)
         else:
-            targets = [targets] if isinstance(targets, Mapping) else list(targets)
+            self._check_dicts(targets, "target")
             if len(preds) != len(targets):
                 raise DetcalInputError(
                     f"{len(preds)} prediction dicts but {len(targets)} target dicts",
@@ -346,23 +411,54 @@ class DetectionCalibration:
             chunk = self._chunk_from_targets(targets)
         if not len(chunk["img_id"]):
             return
-        chunk.update(self._det_columns(preds, chunk["img_id"]))
-        chunk["img_ndet"] = np.fromiter((len(p["scores"]) for p in preds), np.int64, len(preds))
+        n_det = self._check_pred_shapes(preds, chunk["img_id"])
+        chunk.update(self._det_columns(preds, chunk["img_id"], n_det))
+        chunk["img_ndet"] = n_det
         self._drop_unknown(chunk)
+        before = list(self._chunks)
         self._chunks.append(chunk)
+        try:  # an update whose optional columns disagree with the state's leaves the state as it was
+            self._consolidate()
+        except DetcalInputError:
+            self._chunks = before
+            raise
         self._n_updates += 1
         self._cached = None
-        self._consolidate()
 
     def _where(self, i: int, img: Any) -> str:
         return f"update {self._n_updates}, image {i} (image_id {img})"
 
-    def _det_columns(self, preds: list[Mapping[str, Any]], ids: np.ndarray) -> dict[str, Any]:
-        """The detection columns of a batch, checked (shapes, finite values, box extents)."""
+    def _check_dicts(self, dicts: list[Any], what: str) -> None:
+        for i, d in enumerate(dicts):
+            if not isinstance(d, Mapping):
+                raise DetcalInputError(
+                    f"each {what} is a dict, got {type(d).__name__}", record=f"update {self._n_updates}, image {i}"
+                )
+
+    def _check_pred_shapes(self, preds: list[Mapping[str, Any]], ids: np.ndarray) -> np.ndarray:
+        """Detections per image, after every prediction field's exact shape and dtype is checked (the
+        input contract: nothing is flattened before this)."""
+        n = np.zeros(len(preds), np.int64)
         for i, p in enumerate(preds):
+            where = self._where(i, ids[i])
             for key in ("boxes", "scores", "labels"):
                 if key not in p:
-                    raise DetcalInputError("missing from the prediction dict", record=self._where(i, ids[i]), field=key)
+                    raise DetcalInputError(
+                        f"missing from the prediction dict (its keys: {sorted(map(str, p))[:8]})",
+                        record=where,
+                        field=key,
+                    )
+            shape, _ = shape_kind(p["scores"])
+            n[i] = check_field(p, "scores", shape[1:2] if len(shape) == 2 else (), None, where)
+            check_field(p, "boxes", (4,), int(n[i]), where)
+            check_field(p, "labels", (), int(n[i]), where)
+            for key, tail in (*UNCERTAINTY_KEYS.items(), ("proposal", (4,)), ("delta_mean", (4,))):
+                if key in p:
+                    check_field(p, key, tail, int(n[i]), where)
+        return n
+
+    def _det_columns(self, preds: list[Mapping[str, Any]], ids: np.ndarray, n: np.ndarray) -> dict[str, Any]:
+        """The detection columns of a batch (shapes already checked), with finite values and box extents."""
         out: dict[str, Any] = {}
         n_cls = _class_columns(preds, self._where, ids)
         try:
@@ -373,19 +469,10 @@ class DetectionCalibration:
                 out["det_score"] = probs.max(axis=1) if len(probs) else np.zeros(0, probs.dtype)
             else:
                 out["det_score"] = _cat([p["scores"] for p in preds], (), ints=False)
-            out["det_label"] = _compact_ints(_cat([p["labels"] for p in preds], (), ints=True))
+            labels = _cat([p["labels"] for p in preds], (), ints=True)
         except (ValueError, RuntimeError) as e:
             raise DetcalInputError(f"prediction arrays: {e}", record=f"update {self._n_updates}") from None
-        n = np.fromiter((len(p["scores"]) for p in preds), np.int64, len(preds))
-        for key in ("det_box", "det_label"):
-            sizes = np.fromiter((len(p["boxes" if key == "det_box" else "labels"]) for p in preds), np.int64)
-            bad = np.flatnonzero(sizes != n)
-            if len(bad):
-                raise DetcalInputError(
-                    f"{sizes[bad[0]]} rows but {n[bad[0]]} scores",
-                    record=self._where(int(bad[0]), ids[bad[0]]),
-                    field=key[4:] + "s",
-                )
+        out["det_label"] = _compact_ints(int_column(labels, n, ids, self._where, "labels"))
         self._check_values(out["det_box"], out["det_score"], n, ids, "predictions")
         kinds = {k for p in preds for k in UNCERTAINTY_KEYS if k in p}
         if len(kinds) > 1:
@@ -453,7 +540,11 @@ class DetectionCalibration:
                 "give image_id in every target dict or in none", record=f"update {self._n_updates}", field="image_id"
             )
         if all(given):
-            return np.array([int(_scalar(t["image_id"])) for t in targets], np.int64)
+            n = self._n_updates
+            return np.array(
+                [exact_int(t["image_id"], f"update {n}, image {i}", "image_id") for i, t in enumerate(targets)],
+                np.int64,
+            )
         ids = np.arange(self._auto_ids, self._auto_ids + len(targets), dtype=np.int64)
         self._auto_ids += len(targets)
         return ids
@@ -461,17 +552,19 @@ class DetectionCalibration:
     def _chunk_from_targets(self, targets: list[Mapping[str, Any]]) -> dict[str, Any]:
         """Image and GT columns of a batch of target dicts (GT boxes kept as float64 xyxy)."""
         ids = self._image_ids(targets)
+        ngt = np.zeros(len(targets), np.int64)
         for i, t in enumerate(targets):
+            where = self._where(i, ids[i])
             for key in ("boxes", "labels"):
                 if key not in t:
-                    raise DetcalInputError("missing from the target dict", record=self._where(i, ids[i]), field=key)
+                    raise DetcalInputError("missing from the target dict", record=where, field=key)
+            ngt[i] = check_field(t, "labels", (), None, where)
+            check_field(t, "boxes", (4,), int(ngt[i]), where)
+            for key in ("iscrowd", "area"):
+                if t.get(key) is not None:
+                    check_field(t, key, (), int(ngt[i]), where, kinds="fiub" if key == "iscrowd" else "fiu")
         wh = np.array([_hw(t) for t in targets], np.float64).reshape(-1, 2)
-        ngt = np.fromiter((len(t["labels"]) for t in targets), np.int64, len(targets))
         raw = _cat([t["boxes"] for t in targets], (4,), ints=False)
-        if len(raw) != int(ngt.sum()):
-            raise DetcalInputError(
-                "target boxes and labels differ in length", record=f"update {self._n_updates}", field="boxes"
-            )
         self._check_values(raw, None, ngt, ids, "targets")
         box, gwh = _xyxy(raw, self.box_format)
         c: dict[str, Any] = {
@@ -480,7 +573,9 @@ class DetectionCalibration:
             "img_h": wh[:, 1],
             "img_ngt": ngt,
             "gt_box": box,
-            "gt_label": _cat([t["labels"] for t in targets], (), ints=True),
+            "gt_label": int_column(
+                _cat([t["labels"] for t in targets], (), ints=True), ngt, ids, self._where, "labels"
+            ),
         }
         crowd = [t.get("iscrowd") if t.get("iscrowd") is not None else np.zeros(len(t["labels"])) for t in targets]
         c["gt_crowd"] = _cat(crowd, (), ints=True).astype(bool)
@@ -519,7 +614,10 @@ class DetectionCalibration:
                 field="image_id",
             )
         assert ds is not None  # update() asks for targets otherwise
-        ids = np.array([int(_scalar(p["image_id"])) for p in preds], np.int64)
+        n = self._n_updates
+        ids = np.array(
+            [exact_int(p["image_id"], f"update {n}, image {i}", "image_id") for i, p in enumerate(preds)], np.int64
+        )
         row = ds.images.index_of(ids)
         if (row < 0).any():
             i = int(np.flatnonzero(row < 0)[0])
@@ -568,9 +666,16 @@ class DetectionCalibration:
             c[k] = c[k][keep]
 
     def _consolidate(self, force: bool = False) -> None:
-        """Concatenate the chunks into one when there are many (or ``force``): bounded Python overhead."""
-        if len(self._chunks) > 1 and (force or len(self._chunks) > _CONSOLIDATE_AT):
-            self._chunks = [_concat_chunks(self._chunks)]
+        """Amortised appends: the newest chunks are concatenated while the one before is no larger than
+        the newest (a binary counter: O(log n) chunks, each row copied O(log n) times, so the cost of an
+        update per image stays flat as the state grows); ``force``: into one chunk."""
+        ch = self._chunks
+        if force:
+            if len(ch) > 1:
+                self._chunks = [_concat_chunks(ch)]
+            return
+        while len(ch) > 1 and _chunk_rows(ch[-2]) <= _chunk_rows(ch[-1]):
+            ch[-2:] = [_concat_chunks(ch[-2:])]
 
     # ----------------------------------------------------------------- compute
 
@@ -622,7 +727,70 @@ class DetectionCalibration:
         return self._cached
 
 
+# --------------------------------------------------------------------------- checked state
+
+
+def _norm_setting(key: str, v: Any) -> Any:
+    """A setting as :meth:`DetectionCalibration.settings` writes it (category ids as ints: a state that
+    went through JSON has string keys)."""
+    if key == "categories" and isinstance(v, Mapping):
+        try:
+            return {int(k): n for k, n in sorted(v.items(), key=lambda kv: int(kv[0]))}
+        except (TypeError, ValueError):
+            return v
+    return v
+
+
+def _describe_categories(c: Any) -> str:
+    if not isinstance(c, Mapping):
+        return "the labels seen" if c is None else repr(c)[:60]
+    ids = sorted(c, key=str)
+    return f"{len(ids)} categories ({', '.join(map(str, ids[:5]))}{', ...' if len(ids) > 5 else ''})"
+
+
+_TAILS = {"det_box": (4,), "gt_box": (4,), "gt_wh": (2,), "det_box_std": (4,), "det_box_cov": (4, 4)}
+_TAILS |= {"det_corner_cov": (2, 2, 2), "det_delta_std": (4,), "det_delta_mean": (4,), "det_proposal": (4,)}
+
+
+def _checked_columns(cols: Any, known: np.ndarray | None) -> dict[str, Any]:
+    """A state's columns, checked: the required ones present, row counts agreeing with the per-image
+    counts, per-row shapes, and labels among the evaluator's categories; an error sentence otherwise."""
+    if cols is None or (isinstance(cols, Mapping) and not cols):
+        return {}
+    if not isinstance(cols, Mapping):
+        raise DetcalInputError(f"state columns are a mapping, got {type(cols).__name__}", field="columns")
+    missing = [k for k in _STATE_REQUIRED if k not in cols]
+    if missing:
+        raise DetcalInputError(f"the state lacks the columns {missing} (truncated state?)", field=missing[0])
+    out: dict[str, Any] = {k: np.asarray(v) for k, v in cols.items() if k != "dropped"}
+    out["dropped"] = exact_int(cols.get("dropped", 0), "state", "dropped", 0)
+    n_img = len(out["img_id"])
+    rows = {"img": n_img, "det": int(out["img_ndet"].sum()), "gt": int(out["img_ngt"].sum())}
+    for k, v in out.items():
+        if k == "dropped":
+            continue
+        want = (rows.get(k[: k.index("_")], -1),) + _TAILS.get(k, ())
+        if k.startswith("det_class_probs") and v.ndim == 2:
+            want = (rows["det"], v.shape[1])
+        if v.shape != want:
+            raise DetcalInputError(
+                f"state column of shape {list(v.shape)}, expected {list(want)} (truncated or mixed state?)", field=k
+            )
+    if known is not None:
+        for k in ("det_label", "gt_label"):
+            bad = ~np.isin(out[k], known)
+            if bad.any():
+                raise DetcalInputError(
+                    f"the state holds label {int(out[k][bad][0])}, not among this evaluator's categories", field=k
+                )
+    return out
+
+
 # --------------------------------------------------------------------------- state -> records
+
+
+def _chunk_rows(c: dict[str, Any]) -> int:
+    return len(c["img_id"]) + len(c["det_score"]) + len(c["gt_label"])
 
 
 def _concat_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:

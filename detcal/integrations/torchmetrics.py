@@ -139,7 +139,7 @@ class DetectionCalibrationMetric(Metric):
     def compute(self) -> dict[str, torch.Tensor]:
         """The headline numbers (float tensors; NaN where undefined); the full result is ``self.result``."""
         ev = DetectionCalibration(self.spec, sync_on_compute=False, **self._options)
-        ev.load_state_dict({"columns": self._columns(), "n_updates": int(self._update_count)})
+        ev._load_columns(self._columns(), int(self._update_count), 0)  # checked, as load_state_dict does
         self.result = ev.compute()
         out = {k: (np.nan if v.get("value") is None else v["value"]) for k, v in self.result.headline.items()}
         ap = (self.result.to_dict().get("accuracy") or {}).get("AP")

@@ -22,6 +22,7 @@ Every backbone maps images ``[B, 3, H, W]`` to one feature map
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -126,7 +127,7 @@ def load_resnet_weights(net: nn.Module, path: str | Path) -> None:
         raise DetcalInputError(
             "backbone weights file not found (detcal never downloads weights)", file=path, field="backbone_weights"
         )
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = load_weights_file(path)
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
     if not isinstance(state, dict):
@@ -150,6 +151,27 @@ def load_resnet_weights(net: nn.Module, path: str | Path) -> None:
     net.load_state_dict(state, strict=False)
 
 
+def load_weights_file(path: Path) -> Any:
+    """``torch.load(path, weights_only=True)``; a file that is no weights-only checkpoint (another pickle,
+    not a torch file at all, truncated) is refused with one sentence naming it, nothing in it run."""
+    import pickle
+
+    if not Path(path).is_file():
+        raise DetcalInputError("weights file not found (detcal never downloads weights)", file=path)
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # torch warns about the pickle protocol of a file it then refuses
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError, ValueError, EOFError, KeyError) as exc:
+        raise DetcalInputError(
+            f"refused: not a weights-only torch checkpoint ({type(exc).__name__}; a pickle of other objects, "
+            "or not a torch file): nothing in it was run",
+            file=path,
+        ) from None
+
+
 def build_backbone(
     name: str,
     weights: str | Path | None = None,
@@ -165,8 +187,12 @@ def build_backbone(
     if name == "tiny":
         if weights is not None:
             bb = TinyBackbone(norm=norm)
-            state = torch.load(Path(weights), map_location="cpu", weights_only=True)
-            bb.load_state_dict(state)
+            state = load_weights_file(Path(weights))
+            try:
+                bb.load_state_dict(state)
+            except (RuntimeError, TypeError, AttributeError) as exc:
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise DetcalInputError(f"not weights of the tiny backbone: {first}", file=weights) from None
             return bb
         return TinyBackbone(norm=norm)
     if name in ("resnet50", "resnet101"):

@@ -34,13 +34,28 @@ def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:
 
     area = ds.gt.area
     res = coco_ap(dets, ds, gt_area=area, workers=spec.parallel.workers)  # area ranges in processes
-    out: dict[str, Any] = {k: r.to_dict() for k, r in res.items()}
+    out: dict[str, Any] = {k: _no_sentinel(r.to_dict()) for k, r in res.items()}
     out["_areas"] = (
         "the 'area' of each annotation (as pycocotools)"
         if area is not None
         else "box areas w*h (the ground truth gives no 'area'; pycocotools would use the annotation's)"
     )
     return out
+
+
+def _no_sentinel(d: dict[str, Any]) -> dict[str, Any]:
+    """pycocotools' -1 ("no ground truth to measure against") as ``null`` with the reason beside it, so no
+    -1 is ever read as a number (metrics.json, summary.md, the console)."""
+    if d.get("value") != -1.0:
+        return d
+    p = d.get("params") or {}
+    area = p.get("area", "all")
+    where = "" if area == "all" else f" of the '{area}' area range"
+    return {
+        **d,
+        "value": None,
+        "_null": {"value": f"undefined: no non-crowd ground-truth box{where} in any category (pycocotools writes -1)"},
+    }
 
 
 def localisation_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:

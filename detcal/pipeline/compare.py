@@ -50,6 +50,7 @@ from detcal.metrics.accuracy import AREA_RANGES, coco_ap
 from detcal.metrics.bootstrap import interval, jackknife_blocks
 from detcal.metrics.confidence import brier, dece, ece, mce, nll
 from detcal.reports.per_class import per_class_table, reliability_curve, table_markdown
+from detcal.reports.tables import md_cell
 
 CAL_METRICS: tuple[str, ...] = ("ece", "dece", "mce", "nll", "brier")
 """Calibration metrics of the comparison table (each with a bootstrap interval)."""
@@ -361,7 +362,7 @@ def markdown(c: Comparison, digits: int = 4) -> str:
     head = ["detector", *ACC_METRICS, "n", "precision", *CAL_METRICS]
     lines = ["## Detectors", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in c.table:
-        cells = [r["detector"], *(f(r[k]) for k in ACC_METRICS), str(r["n"]), f(r["precision"])]
+        cells = [md_cell(r["detector"]), *(f(r[k]) for k in ACC_METRICS), str(r["n"]), f(r["precision"])]
         cells += [f"{f(r[k])} [{f(r[k + '_ci'][0])}, {f(r[k + '_ci'][1])}]" for k in CAL_METRICS]
         lines.append("| " + " | ".join(cells) + " |")
     lvl = int(round(100 * c.params["level"]))
@@ -378,7 +379,8 @@ def markdown(c: Comparison, digits: int = 4) -> str:
             if np.isnan(d["ci"][0])
             else f"[{f(d['ci'][0])}, {f(d['ci'][1])}]" + (" *" if d["excludes_zero"] else "")
         )
-        lines.append(f"| {d['detector']} | {d['metric']} | {f(d['diff'])} | {ci} | {d.get('ci_note') or ''} |")
+        note = md_cell(d.get("ci_note") or "")
+        lines.append(f"| {md_cell(d['detector'])} | {md_cell(d['metric'])} | {f(d['diff'])} | {ci} | {note} |")
     p = c.params
     lines += [
         "",
@@ -409,7 +411,9 @@ def plot(c: Comparison, path: Any = None) -> Any:
     ax.legend(fontsize=7)
     fig.tight_layout()
     if path is not None:
-        fig.savefig(path, dpi=120)
+        from detcal.utils.io import save_figure
+
+        save_figure(fig, path, dpi=120)
         plt.close(fig)
     return fig
 

@@ -386,6 +386,25 @@ def _metric_warnings(conf: dict[str, Any], data: LoadedData) -> list[str]:
     return out
 
 
+MIN_IMAGES_FOR_INTERVALS = 30
+"""Below this many images a bootstrap interval (images resampled) is flagged in the run's warnings."""
+
+
+def few_images_warning(spec: EvaluationSpec, data: LoadedData) -> list[str]:
+    """A note when the bootstrap intervals come from fewer than :data:`MIN_IMAGES_FOR_INTERVALS` images:
+    they then understate the uncertainty (from one image the interval has zero width)."""
+    n = len(data.dataset.images)
+    if spec.bootstrap.n == 0 or n >= MIN_IMAGES_FOR_INTERVALS:
+        return []
+    msg = (
+        f"intervals from {n} image{'s' if n != 1 else ''} (fewer than {MIN_IMAGES_FOR_INTERVALS}): the bootstrap "
+        "resamples images, so its intervals understate the uncertainty"
+        + (" (from one image every interval has zero width)" if n == 1 else "")
+    )
+    log.warning("%s", msg)
+    return [msg]
+
+
 def _worst(
     spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray, conf: dict[str, Any], no_pos: str | None
 ) -> dict[str, Any]:
@@ -492,7 +511,11 @@ def evaluate(
         per_image = per_image_rows(oce_rec)
         timing["oce"] = time.perf_counter() - t0
     dets = data.detections
-    warn = _warnings(conf, reg, reg_on and dets.uncertainty_kind is not None, no_pos) + _metric_warnings(conf, data)
+    warn = (
+        _warnings(conf, reg, reg_on and dets.uncertainty_kind is not None, no_pos)
+        + _metric_warnings(conf, data)
+        + few_images_warning(spec, data)
+    )
     record: dict[str, Any] = {
         "data": _data_record(data),
         "spec": spec,

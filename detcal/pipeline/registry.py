@@ -65,4 +65,12 @@ def make_calibrator(name: str, **overrides: Any) -> Any:
             f"not a parameter of {name} ({', '.join(str(k) for k in node if k != '_target_') or 'it takes none'})",
         )
     node = OmegaConf.merge(node, overrides)
-    return instantiate(node)
+    from hydra._internal.utils import _locate  # get_class would also log the failure
+
+    from detcal.calibration.base import Calibrator
+
+    target = str(OmegaConf.select(node, "_target_"))
+    cls = _locate(target)
+    if not (isinstance(cls, type) and issubclass(cls, Calibrator)):
+        raise ConfigError("calibrator._target_", f"{target!r} is not a calibrator")
+    return instantiate(node, _recursive_=False)  # a nested _target_ in an override is never called

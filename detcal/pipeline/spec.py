@@ -225,6 +225,23 @@ class DeceBinningSpec:
             self.bins = [int(v) for v in b]
         else:
             _int("dece_binning.bins", b, 1)
+        self._check_memory()
+
+    def _check_memory(self) -> None:
+        """The D-ECE grid's arrays estimated before anything is loaded (one group; per-class grids are
+        checked again where they are allocated)."""
+        from detcal.binning.cells import grid_bytes
+        from detcal.utils.memory import available_bytes, gib
+
+        dims = self.bins if isinstance(self.bins, list) else [int(self.bins)] * (1 + len(self.features))
+        n_cells = math.prod(int(v) for v in dims)
+        need, have = grid_bytes(n_cells, 5), available_bytes()
+        if need > have:
+            raise ConfigError(
+                "dece_binning.bins",
+                f"a D-ECE grid of {' x '.join(map(str, dims))} = {n_cells:,} cells needs about {gib(need)} of "
+                f"memory, more than the {gib(have)} available: use fewer bins or fewer features",
+            )
 
     def bins_arg(self) -> int | tuple[int, ...]:
         """``bins`` as :func:`detcal.metrics.confidence.dece` takes it."""

@@ -72,7 +72,12 @@ def _accuracy(m: Mapping[str, Any]) -> list[str]:
     names = [k for k in ("AP", "AP50", "AP75", "AR100") if isinstance(acc.get(k), Mapping)]
     if not names:
         return []
-    return ["accuracy: " + ", ".join(f"{k} {format_value(acc[k].get('value'))}" for k in names)]
+    why = [  # a number COCO cannot define (its -1) is null with the reason beside it
+        f"  {k} is null: {acc[k]['_null']['value']}"
+        for k in names
+        if acc[k].get("value") is None and isinstance(acc[k].get("_null"), Mapping) and acc[k]["_null"].get("value")
+    ]
+    return ["accuracy: " + ", ".join(f"{k} {format_value(acc[k].get('value'))}" for k in names), *why]
 
 
 def _left_out(m: Mapping[str, Any]) -> list[str]:

@@ -87,8 +87,10 @@ def table_markdown(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | N
     if not rows:
         return ""
     cols = list(columns or rows[0].keys())
-    fmt = lambda v: f"{v:.{digits}f}" if isinstance(v, float) else str(v)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    from detcal.reports.tables import md_cell
+
+    fmt = lambda v: md_cell(f"{v:.{digits}f}" if isinstance(v, float) else v)
+    lines = ["| " + " | ".join(md_cell(c) for c in cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
     return "\n".join(lines)
 
@@ -112,13 +114,25 @@ def plot_reliability(ax: Any, curves: Mapping[str, Mapping[str, np.ndarray]], ti
     ax.plot([0, 1], [0, 1], color="0.6", lw=0.8, ls="--")
     for label, c in curves.items():
         ok = c["n"] > 0
-        ax.plot(c["conf"][ok], c["precision"][ok], marker="o", ms=2.5, lw=1.1, label=label)
+        ax.plot(c["conf"][ok], c["precision"][ok], marker="o", ms=2.5, lw=1.1, label=short_label(label))
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_xlabel("confidence")
     ax.set_ylabel("precision")
     if title:
-        ax.set_title(title, fontsize=9)
+        ax.set_title(short_label(title, 2 * LABEL_CHARS), fontsize=9)
+
+
+LABEL_CHARS = 40
+"""Longest category or detector name drawn in a figure; a longer one is shortened with an ellipsis."""
+
+
+def short_label(name: Any, limit: int = LABEL_CHARS) -> str:
+    """``name`` as drawn in a figure: at most ``limit`` characters (a 2,000,000-character category name
+    would stall matplotlib's text layout), one line."""
+    s = str(name)
+    s = s if len(s) <= limit + 1 else s[:limit] + "…"
+    return s.replace("\n", " ").replace("\r", " ").replace("$", "\\$")
 
 
 def plot_per_class_reliability(
@@ -150,14 +164,16 @@ def plot_per_class_reliability(
     names = names or {}
     for ax, c in zip(axes.flat, top):
         curves = {lab: reliability_curve(p[cat == c], y[cat == c], bins) for lab, (p, y, cat) in checked.items()}
-        plot_reliability(ax, curves, f"{names.get(int(c), c)} (n={int((first[2] == c).sum())})")
+        plot_reliability(ax, curves, f"{short_label(names.get(int(c), c))} (n={int((first[2] == c).sum())})")
     for ax in list(axes.flat)[len(top) :]:
         ax.axis("off")
     if len(checked) > 1:
         axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
     if path is not None:
-        fig.savefig(path, dpi=110)
+        from detcal.utils.io import save_figure
+
+        save_figure(fig, path, dpi=110)
         plt.close(fig)
     return fig
 
@@ -168,5 +184,6 @@ __all__ = [
     "plot_per_class_reliability",
     "plot_reliability",
     "reliability_curve",
+    "short_label",
     "table_markdown",
 ]

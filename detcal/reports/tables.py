@@ -127,8 +127,15 @@ def _params_text(params: Mapping[str, Any], limit: int = 6) -> str:
     return ", ".join(parts)
 
 
-def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+def md_cell(text: Any) -> str:
+    """The text of one Markdown table cell (summary.md and every printed table): backslashes and ``|``
+    escaped, line breaks and tabs made spaces, so a category name with ``|`` or a newline keeps the table
+    whole."""
+    t = str(text).replace("\\", "\\\\").replace("|", "\\|")
+    return t.replace("\r\n", " ").replace("\n", " ").replace("\r", " ").replace("\t", " ")
+
+
+_cell = md_cell
 
 
 def metrics_table(metrics: Any, *, title: str | None = None, digits: int = 4, params: bool = True) -> str:

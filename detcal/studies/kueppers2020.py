@@ -349,7 +349,9 @@ def plot(result: StudyResult, path: Any = None) -> Any:
     )
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     if path is not None:
-        fig.savefig(path, dpi=120)
+        from detcal.utils.io import save_figure
+
+        save_figure(fig, path, dpi=120)
         plt.close(fig)
     return fig
 

@@ -135,8 +135,10 @@ def plot(result: dict[str, Any], path: str | Path) -> Path:
     axes[0].axhline(1.0, color="grey", lw=0.8, ls="--")
     fig.suptitle(f"Lakara et al. 2022 metrics (source variants: {result['source']})")
     fig.tight_layout()
+    from detcal.utils.io import save_figure
+
     out = Path(path)
-    fig.savefig(out, dpi=110)
+    save_figure(fig, out, dpi=110)
     plt.close(fig)
     return out
 

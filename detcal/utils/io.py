@@ -75,6 +75,16 @@ def write_text(path: str | os.PathLike, text: str) -> None:
         fh.write(text)
 
 
+def save_figure(fig: Any, path: str | os.PathLike, **kwargs: Any) -> None:
+    """A matplotlib figure as PNG at ``path``, written atomically (a symlink at ``path`` is replaced, never
+    written through); ``kwargs`` go to ``savefig`` (e.g. ``dpi``)."""
+    import io as _io
+
+    buf = _io.BytesIO()
+    fig.savefig(buf, format="png", **kwargs)
+    write_bytes(path, buf.getvalue())
+
+
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Atomically write a binary file."""
     with atomic_write(path, "wb") as fh:

@@ -13,11 +13,12 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["esc", "fmt", "num", "num_attr", "table", "is_number"]
+__all__ = ["esc", "fmt", "text", "num", "num_attr", "table", "is_number"]
 
 
 def esc(s: Any) -> str:
-    """HTML-escaped text of ``s``."""
+    """HTML-escaped text of ``s``: the one escape of the report, for element text and quoted attributes
+    alike (``& < > " '``), whatever the origin of ``s`` (a metrics.json from elsewhere included)."""
     return html.escape(str(s), quote=True)
 
 
@@ -27,7 +28,8 @@ def is_number(v: Any) -> bool:
 
 
 def fmt(v: Any, digits: int = 4) -> str:
-    """Rounded text of a number: ints as they are, floats with ``digits`` decimals (scientific when tiny/huge)."""
+    """Rounded text of a number: ints as they are, floats with ``digits`` decimals (scientific when tiny/huge).
+    Plain text, not HTML (anything else comes back as ``str(v)``): put it in a page through :func:`text`."""
     if v is None:
         return "–"
     if isinstance(v, bool):
@@ -42,6 +44,11 @@ def fmt(v: Any, digits: int = 4) -> str:
             return f"{v:.{max(digits - 1, 1)}e}"
         return f"{v:.{digits}f}"
     return str(v)
+
+
+def text(v: Any, digits: int = 4) -> str:
+    """:func:`fmt`, escaped: the text of a value anywhere in the page (SVG ``<title>`` elements included)."""
+    return esc(fmt(v, digits))
 
 
 def num_attr(v: Any) -> str:

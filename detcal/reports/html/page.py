@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -18,13 +19,12 @@ from detcal.reports.html.style import CSS, SCRIPT
 __all__ = ["render_report", "worst_section", "generic_section", "provenance_section", "file_digests"]
 
 _HASH_LIMIT = 256 * 1024 * 1024
+log = logging.getLogger("detcal")
 _ROW_KEYS = ("image_id", "class", "score", "iou", "matched", "cell", "cell_gap", "contribution")
 
 
 def worst_section(m: Mapping[str, Any], image_dir: Path | None) -> str:
     """The detections and cells that contribute most to the D-ECE, with thumbnails when images are given."""
-    from detcal.reports.html.thumbs import find_image, thumbnail
-
     w = m.get("worst_detections") or {}
     if not w:
         return ""
@@ -38,6 +38,7 @@ def worst_section(m: Mapping[str, Any], image_dir: Path | None) -> str:
         "lowest_confidence_true_positives": "Lowest-confidence true positives",
         "largest_contributions": "Largest contributions to the D-ECE",
     }
+    pending: list[tuple[int, list[Any]]] = []  # (slot in out, rows): thumbnails filled in once, below
     for key, title in titles.items():
         rows = w.get(key) or []
         if not rows:
@@ -54,16 +55,10 @@ def worst_section(m: Mapping[str, Any], image_dir: Path | None) -> str:
             )
         )
         if image_dir is not None:
-            thumbs = []
-            for r in rows:
-                p = find_image(image_dir, r.get("file_name", ""), int(r["image_id"]))
-                t = thumbnail(p, r) if p is not None else ""
-                if t:
-                    thumbs.append(
-                        f"<figure class=th>{t}<figcaption>{esc(r['class'])} {num(r['score'], 2)}</figcaption></figure>"
-                    )
-            if thumbs:
-                out.append("<div class=thumbs>" + "".join(thumbs) + "</div>")
+            pending.append((len(out), rows))
+            out.append("")
+    if pending:
+        _fill_thumbnails(out, pending, image_dir)
     cells = w.get("largest_gap_cells") or []
     if cells:
         body = [
@@ -83,6 +78,34 @@ def worst_section(m: Mapping[str, Any], image_dir: Path | None) -> str:
             + table(["cell", "ranges", "N", "confidence", "precision", "gap", "share of D-ECE"], body)
         )
     return "".join(out)
+
+
+def _fill_thumbnails(out: list[str], pending: list[tuple[int, list[Any]]], image_dir: Path | None) -> None:
+    """The thumbnail strips of the worst-detection tables; each image file is decoded once for all of them."""
+    from detcal.reports.html.thumbs import find_image, thumbnails
+
+    assert image_dir is not None
+    found: dict[tuple[str, str], Path | None] = {}
+    items: list[tuple[Path, Any]] = []
+    where: list[int] = []
+    for slot, rows in pending:
+        for r in rows:
+            key = (str(r.get("file_name", "")), str(r.get("image_id")))
+            if key not in found:  # a refused file_name is warned about once
+                found[key] = find_image(image_dir, key[0], r.get("image_id"))
+            path = found[key]
+            if path is not None:
+                items.append((path, r))
+                where.append(slot)
+    html = thumbnails(items)
+    for slot, _ in pending:
+        figs = [
+            f"<figure class=th>{t}<figcaption>{esc(r['class'])} {num(r['score'], 2)}</figcaption></figure>"
+            for t, s, (_, r) in zip(html, where, items)
+            if s == slot and t
+        ]
+        if figs:
+            out[slot] = "<div class=thumbs>" + "".join(figs) + "</div>"
 
 
 def _leaves(node: Any, path: str, out: list[tuple[str, Any]], limit: int) -> None:
@@ -169,13 +192,16 @@ def provenance_section(m: Mapping[str, Any], extra_files: list[tuple[str, str, s
 
 
 def _png_figs(run_dir: Path | None, files: Iterable[str]) -> list[str]:
-    """The run's PNG diagrams as inline figures (the same files that lie beside report.html)."""
+    """The run's PNG diagrams as inline figures (the same files that lie beside report.html); a name that
+    leads out of the run directory (absolute, ``..``, a symlink out) is not read."""
+    from detcal.reports.html.thumbs import inside
+
     if run_dir is None:
         return []
     figs = []
     for f in files:
-        p = run_dir / f
-        if f.endswith(".png") and p.is_file():
+        p = inside(run_dir, f)
+        if f.endswith(".png") and p is not None:
             data = base64.b64encode(p.read_bytes()).decode("ascii")
             figs.append(
                 f'<figure><img alt="{esc(f)}" src="data:image/png;base64,{data}">'
@@ -209,6 +235,30 @@ def _data_line(d: Any) -> str:
     return esc(name) + (f" ({n})" if n else "")
 
 
+def _guard(name: str, fn: Any, *args: Any) -> Any:
+    """``fn(*args)``, or, when the content does not have the layout the section expects (a metrics.json
+    edited or from elsewhere), a note saying so in place of the section: the rest of the page is drawn."""
+    try:
+        return fn(*args)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, ZeroDivisionError) as e:
+        log.warning(
+            "report: the %s section could not be drawn from this metrics.json (%s: %s)", name, type(e).__name__, e
+        )
+        note = (
+            f"<p class=note>The {esc(name)} section could not be drawn from this metrics.json "
+            f"({esc(type(e).__name__)}: {esc(str(e)[:200])}).</p>"
+        )
+        return [note] if name == "findings" else note
+
+
+def _own_run(m: Mapping[str, Any], run_dir: Path | None) -> bool:
+    """True when ``m`` is the metrics.json of ``run_dir`` (its ``run_dir`` names that directory)."""
+    try:
+        return run_dir is not None and bool(m.get("run_dir")) and Path(str(m["run_dir"])).resolve() == run_dir.resolve()
+    except (OSError, ValueError):
+        return False
+
+
 def render_report(
     m: Mapping[str, Any],
     run_dir: str | Path | None = None,
@@ -218,28 +268,29 @@ def render_report(
 ) -> str:
     """report.html of one run from its metrics.json content ``m`` (the page shows only numbers of ``m``)."""
     rd = None if run_dir is None else Path(run_dir)
-    if image_dir is None:
+    if image_dir is None and _own_run(m, rd):  # a metrics.json from elsewhere never picks the image folder
         image_dir = ((m.get("config") or {}).get("data") or {}).get("image_dir")
     img = Path(image_dir) if image_dir else None
-    pc_figs = "".join(_png_figs(rd, [f for f in m.get("files") or [] if "per_class" in f]))
-    pc_html = sec.per_class(m, pc_figs)
-    facts = findings(m)
-    first = [sec.headline(m), sec.confidence_figures(m, "first")]
-    overlay = [f for f in m.get("files") or [] if "overlay" in f]
+    files = [f for f in m.get("files") or [] if isinstance(f, str)]
+    pc_figs = "".join(_png_figs(rd, [f for f in files if "per_class" in f]))
+    pc_html = _guard("per-class", sec.per_class, m, pc_figs)
+    facts = _guard("findings", findings, m) or []
+    first = [_guard("headline", sec.headline, m), _guard("reliability", sec.confidence_figures, m, "first")]
+    overlay = [f for f in files if "overlay" in f]
     if not first[1] and overlay:  # compare: the overlaid reliability diagrams on the first screen
         first[1] = "<div class=figs>" + "".join(_png_figs(rd, overlay)) + "</div>"
     rest = [
-        sec.confidence_figures(m, "rest"),
-        worst_section(m, img),
+        _guard("confidence", sec.confidence_figures, m, "rest"),
+        _guard("worst detections", worst_section, m, img),
         pc_html,
-        sec.accuracy(m),
-        sec.regression(m),
-        sec.change(m),
-        sec.table1(m),
-        sec.compare(m),
-        generic_section(m, [k for k in m if k not in sec.KNOWN_KEYS]),
-        _png_section(rd, m.get("files") or [], keep_per_class=not pc_html),
-        provenance_section(m, extra_files or []),
+        _guard("accuracy", sec.accuracy, m),
+        _guard("box uncertainty", sec.regression, m),
+        _guard("change", sec.change, m),
+        _guard("Table 1", sec.table1, m),
+        _guard("compare", sec.compare, m),
+        _guard("other results", generic_section, m, [k for k in m if k not in sec.KNOWN_KEYS]),
+        _png_section(rd, files, keep_per_class=not pc_html),
+        _guard("provenance", provenance_section, m, extra_files or []),
     ]
     body = (
         "<section class=top><div class=left><h2 id=findings>Findings</h2><ul class=findings>"

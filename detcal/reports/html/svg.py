@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from detcal.reports.html.fmt import esc, fmt, is_number, num_attr
+from detcal.reports.html.fmt import esc, is_number, num_attr, text
 
 __all__ = ["reliability_svg", "heatmap_svg", "curve_svg"]
 
@@ -56,21 +56,21 @@ def reliability_svg(table: dict[str, Any], title: str) -> str:
         if is_number(pr):
             out.append(
                 f'<rect x="{x + 1:.1f}" y="{10 + h - pr * h:.1f}" width="{bw - 2:.1f}" height="{pr * h:.1f}" '
-                f'class="bar"{num_attr(pr)}><title>bin {b}: precision {fmt(pr)}, confidence {fmt(cf)}, '
-                f'N {fmt(count[b])}</title></rect>'
+                f'class="bar"{num_attr(pr)}><title>bin {b}: precision {text(pr)}, confidence {text(cf)}, '
+                f'N {text(count[b])}</title></rect>'
             )
         if is_number(pr) and is_number(cf):
             lo, hi = sorted((pr, cf))
             out.append(
                 f'<rect x="{x + bw * 0.3:.1f}" y="{10 + h - hi * h:.1f}" width="{bw * 0.4:.1f}" '
                 f'height="{max((hi - lo) * h, 0.5):.1f}" class="gap"{num_attr(cf)}>'
-                f'<title>gap {fmt(cf - pr)} (confidence − precision)</title></rect>'
+                f'<title>gap {text(cf - pr)} (confidence − precision)</title></rect>'
             )
         c = count[b] if is_number(count[b]) else 0
         sh = strip * c / cmax
         out.append(
             f'<rect x="{x + 1:.1f}" y="{h + 50 + strip - sh - 8:.1f}" width="{bw - 2:.1f}" height="{sh:.1f}" '
-            f'class="hist"{num_attr(c)}><title>N = {fmt(c)} ({100 * c / total:.1f}%)</title></rect>'
+            f'class="hist"{num_attr(c)}><title>N = {text(c)} ({100 * c / total:.1f}%)</title></rect>'
         )
     out.append("</svg>")
     return "".join(out)
@@ -113,7 +113,7 @@ def heatmap_svg(
                 out.append(
                     f'<rect x="{x:.1f}" y="{y:.1f}" width="{cw:.1f}" height="{ch:.1f}" '
                     f'fill="{_colour(v, vmax)}" class="cellr"{num_attr(v)}><title>{esc(axes[0])} bin {i}, '
-                    f'{esc(axes[1])} bin {j}: gap {fmt(v)}, N {fmt(n)}</title></rect>'
+                    f'{esc(axes[1])} bin {j}: gap {text(v)}, N {text(n)}</title></rect>'
                 )
                 out.append(
                     f'<text x="{x + cw / 2:.1f}" y="{y + ch / 2 + 4:.1f}" class="cellt" '
@@ -175,7 +175,7 @@ def curve_svg(
         if len(p) <= 40:
             out += [
                 f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5" class="dot s{k % 6}"{num_attr(v)}>'
-                f"<title>{esc(name)}: {fmt(v)}</title></circle>"
+                f"<title>{esc(name)}: {text(v)}</title></circle>"
                 for px, py, v in p
             ]
         out.append(f'<text x="{_PAD + w + 6}" y="{20 + 14 * k}" class="lab s{k % 6}t">{esc(name)}</text>')
