@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from detcal.metrics import ConfidenceConfig, ConfidenceMetric
+from detcal.metrics import ConfidenceConfig, ConfidenceMetric, image_cells
 from detcal.metrics.bootstrap import bootstrap_many, jackknife_many, suite_intervals
 from detcal.metrics.confidence_loo import _first_above
 from detcal.metrics.paired import paired_bootstrap_many
@@ -127,3 +127,42 @@ def test_first_above_is_the_exact_comparison() -> None:
     got = _first_above(gaps, mean, limit)
     want = np.array([np.argmax(np.append(gaps - mu > lim, True)) for mu, lim in zip(mean, limit)])
     np.testing.assert_array_equal(got, want)
+
+
+class _PlainFast:
+    """A metric with only the three methods of the fast interface (all cell sums, no leave_one_out)."""
+
+    def __init__(self, m: ConfidenceMetric) -> None:
+        self.m = m
+
+    def grid_key(self, *a: np.ndarray) -> object:
+        return ("plain", self.m.grid_key(*a))
+
+    def pair_sums(self, group_index: np.ndarray, *a: np.ndarray) -> tuple:
+        return self.m.pair_sums(group_index, *a)
+
+    def values(self, sums: object) -> np.ndarray:
+        return self.m.values(sums)  # type: ignore[arg-type]
+
+    def __call__(self, *a: np.ndarray) -> float:
+        return float(self.m(*a).value)
+
+
+@pytest.mark.parametrize("block_elems", [1 << 21, 64])
+def test_metric_without_leave_one_out_gets_dense_totals_minus_image(block_elems: int, monkeypatch) -> None:
+    # the fallback for other fast metrics: values() of totals minus each image's sums, in blocks of images
+    # (64 elements: many blocks of images and of replicates)
+    monkeypatch.setattr(image_cells, "BLOCK_ELEMS", block_elems)
+    img, p, y, f = _data(6, 70, 10)
+    fns = {
+        "dece": _PlainFast(ConfidenceMetric("dece", [4, 3], 3, use_features=True)),
+        "mce": _PlainFast(ConfidenceMetric("mce", 12)),
+    }
+    fast = jackknife_many(fns, img, p, y, f[:, :1])
+    slow = jackknife_many(fns, img, p, y, f[:, :1], fast=False, n_blocks=70)
+    for name in fns:
+        np.testing.assert_allclose(fast[name], slow[name], rtol=1e-12, atol=1e-15, err_msg=name)
+    reps = bootstrap_many(fns, img, p, y, f[:, :1], n_boot=30, seed=4)
+    reps_slow = bootstrap_many(fns, img, p, y, f[:, :1], n_boot=30, seed=4, fast=False)
+    for name in fns:
+        np.testing.assert_allclose(reps[name], reps_slow[name], rtol=1e-12, atol=1e-15, err_msg=name)
