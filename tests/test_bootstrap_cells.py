@@ -166,3 +166,21 @@ def test_metric_without_leave_one_out_gets_dense_totals_minus_image(block_elems:
     reps_slow = bootstrap_many(fns, img, p, y, f[:, :1], n_boot=30, seed=4, fast=False)
     for name in fns:
         np.testing.assert_allclose(reps[name], reps_slow[name], rtol=1e-12, atol=1e-15, err_msg=name)
+
+
+def test_binned_metrics_never_take_the_dense_jackknife(monkeypatch) -> None:
+    # the linear path: a binned confidence metric corrects its value over each image's pairs and never
+    # evaluates images x cells of sums (values() is only for the one-cell metrics here)
+    img, p, y, f = _data(7, 50, 8)
+    fns = ConfidenceConfig().metrics()
+    seen: list[tuple[str, tuple[int, ...]]] = []
+    real = ConfidenceMetric.values
+
+    def spy(self: ConfidenceMetric, sums: object) -> np.ndarray:
+        seen.append((self.name, np.shape(sums.count)))  # type: ignore[attr-defined]
+        return real(self, sums)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ConfidenceMetric, "values", spy)
+    jackknife_many(fns, img, p, y, f)
+    assert seen and all(shape[-1] == 1 for _, shape in seen), seen
+    assert {name for name, _ in seen} == {n for n, m in fns.items() if not m.binned}
