@@ -579,29 +579,37 @@ def pair_sums(
     bins: int | Sequence[int] = 15,
     *,
     edges: str = "floor",
+    fields: Sequence[str] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, CellSums, int]:
     """Float sums per occupied (group, cell) pair, for the bootstrap over images.
 
     Returns ``(pair_group [P], pair_cell [P], sums [P], n_cells)``, pairs
     sorted by (group, cell); ``group_index [S]`` in ``[0, n_groups)``.
+    ``fields``: the :class:`CellSums` fields to compute (default all; the
+    others are ``None``); ``count`` and ``sum_y`` are always given, and
+    ``sum_p`` is always ``sum_p0 + sum_p1`` summed per pair (the same
+    numbers whichever fields are asked for).
     """
     p_arr, y_arr, f_arr = validate_sample(p, y, features)
     cell, b, p_used = sample_cells(p_arr, f_arr, bins, edges)
     n_cells = int(np.prod(b))
     key = np.asarray(group_index, dtype=np.int64) * n_cells + cell
     uniq, inv = np.unique(key, return_inverse=True)
+    inv = inv.reshape(-1)
     n_pairs = len(uniq)
+    want = set(CellSums._fields if fields is None else fields)
+    if "sum_p" in want:
+        want |= {"sum_p0", "sum_p1"}
+    names = [k for k in FLOAT_STATS if k in want]
     count = np.bincount(inv, minlength=n_pairs).astype(np.float64)
     sum_y = np.bincount(inv, weights=y_arr.astype(np.float64), minlength=n_pairs)
-    terms = {k: np.bincount(inv, weights=v, minlength=n_pairs) for k, v in sample_terms(p_used, y_arr).items()}
-    sums = CellSums(
-        count,
-        sum_y,
-        terms["sum_p0"] + terms["sum_p1"],
-        terms["sum_p0"],
-        terms["sum_p1"],
-        terms["sum_p2"],
-        terms["sum_se"],
-        terms["sum_nll"],
-    )
+    terms: dict[str, Any] = {
+        k: np.bincount(inv, weights=v, minlength=n_pairs) for k, v in sample_terms(p_used, y_arr, names).items()
+    }
+    sum_p = terms["sum_p0"] + terms["sum_p1"] if "sum_p0" in terms and "sum_p1" in terms else None
+    given: dict[str, Any] = {**terms, "count": count, "sum_y": sum_y, "sum_p": sum_p}
+    chosen: dict[str, Any] = {
+        f: given.get(f) if f in want or f in ("count", "sum_y") else None for f in CellSums._fields
+    }
+    sums = CellSums(**chosen)
     return uniq // n_cells, uniq % n_cells, sums, n_cells

@@ -33,26 +33,29 @@ Two paths give the same replicates (the draws are identical):
 * fast: a metric exposing ``grid_key(*arrays)``, ``pair_sums(group_index,
   *arrays)`` and ``values(sums)`` (e.g.
   :class:`detcal.metrics.confidence.ConfidenceMetric`): per-(image, cell)
-  sums are computed once and each block of replicates is one sparse matrix
-  product ``W [R,I] @ A [I, C*8]`` with multinomial weights ``W`` (how often
-  each image was drawn), then ``values`` on the replicate sums ``[R, C]``.
+  sums are computed once (:mod:`detcal.metrics.image_cells`) and each block
+  of replicates is one sparse matrix product ``W [R,I] @ A [I, C*k]`` with
+  multinomial weights ``W`` (how often each image was drawn), then
+  ``values`` on the replicate sums ``[R, C]``; the jackknife takes the
+  totals minus one image's sums, and a metric with ``leave_one_out``
+  corrects its value over that image's own cells (linear in the data).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
-from detcal.binning.cells import CellSums
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult
 from detcal.metrics._special import ndtr, ndtri
+from detcal.metrics.image_cells import BLOCK_ELEMS, GridCells, image_cells, leave_out_values, replicate_values
 
-_BLOCK_ELEMS = 1 << 21
+_BLOCK_ELEMS = BLOCK_ELEMS
 """Draws per block: replicates are drawn in blocks of ``max(1, 2**21 // I)``."""
 
 
@@ -135,48 +138,6 @@ def _value(r: Any) -> float:
     return float(r.value) if isinstance(r, MetricResult) else float(r)
 
 
-def _fast_mats(
-    metric_fns: Mapping[str, Any], names: list[str], inv: np.ndarray, n_groups: int, arrays: tuple[Any, ...]
-) -> list[tuple[list[str], Any, int]]:
-    """Per grid: (metric names, ``A^T [C_occ*k, I]`` of per-(image, cell) sums, C_occ)."""
-    grids: dict[Hashable, list[str]] = {}
-    for n in names:
-        grids.setdefault(metric_fns[n].grid_key(*arrays), []).append(n)
-    import scipy.sparse as sp  # lazily: importing detcal.metrics stays light
-
-    mats: list[tuple[list[str], Any, int]] = []
-    for members in grids.values():
-        rows, cols, sums, _ = metric_fns[members[0]].pair_sums(inv, *arrays)
-        occ, col = np.unique(cols, return_inverse=True)
-        k = len(CellSums._fields)
-        data = np.stack(list(sums), axis=1).ravel()  # [P*k], pair-major
-        a = sp.csr_matrix(
-            (data, (np.repeat(rows, k), (col.reshape(-1, 1) * k + np.arange(k)).ravel())),
-            shape=(n_groups, len(occ) * k),
-        )
-        mats.append((members, a.T.tocsr(), len(occ)))
-    return mats
-
-
-def _weighted_values(
-    metric_fns: Mapping[str, Any],
-    mats: list[tuple[list[str], Any, int]],
-    w: np.ndarray,
-    out: dict[str, np.ndarray],
-    r0: int,
-) -> None:
-    """Values of the fast metrics for group weights ``w [b, I]`` into ``out[name][r0:r0+b]``."""
-    k = len(CellSums._fields)
-    for members, at, n_occ in mats:
-        sub = max(1, _BLOCK_ELEMS // (n_occ * k))  # bound the dense [sub, C_occ, k] result
-        for s0 in range(0, len(w), sub):
-            ws = w[s0 : s0 + sub]
-            rep = np.asarray(at @ ws.T).T.reshape(len(ws), n_occ, k)  # [sub, C_occ, k]
-            rep_sums = CellSums(*np.moveaxis(rep, -1, 0))
-            for n in members:
-                out[n][r0 + s0 : r0 + s0 + len(ws)] = metric_fns[n].values(rep_sums)
-
-
 def bootstrap_many(
     metric_fns: Mapping[str, Callable[..., Any]],
     groups: Any,
@@ -196,27 +157,41 @@ def bootstrap_many(
     _check(n_boot)
     inv, n_groups, order, starts, counts = _layout(groups, arrays)
     names = list(metric_fns)
-    out = {name: np.full(int(n_boot), np.nan) for name in names}
+    fast_names = [n for n in names if fast and _is_fast(metric_fns[n])]
+    grids = image_cells(metric_fns, fast_names, inv, n_groups, arrays) if n_groups else []
+    return _replicates(metric_fns, names, grids, (order, starts, counts), arrays, int(n_boot), seed)
+
+
+def _replicates(
+    metric_fns: Mapping[str, Callable[..., Any]],
+    names: list[str],
+    grids: list[GridCells],
+    lay: tuple[np.ndarray, np.ndarray, np.ndarray],
+    arrays: tuple[Any, ...],
+    n_boot: int,
+    seed: int,
+) -> dict[str, np.ndarray]:
+    """Replicates of ``names``: the metrics of ``grids`` from per-image sums, the others per resample."""
+    out = {name: np.full(n_boot, np.nan) for name in names}
+    n_groups = len(lay[2])
     if n_groups == 0:
         return out
-    fast_names = [n for n in names if fast and _is_fast(metric_fns[n])]
-    slow_names = [n for n in names if n not in fast_names]
-    mats = _fast_mats(metric_fns, fast_names, inv, n_groups, arrays)
+    on_grid = {n for g in grids for n in g.members}
+    slow_names = [n for n in names if n not in on_grid]
     r0 = 0
-    for picks in _draws(n_groups, int(n_boot), seed):
+    for picks in _draws(n_groups, n_boot, seed):
         b = picks.shape[0]
-        if mats:
+        if grids:
             flat = (np.arange(b, dtype=np.int64)[:, None] * n_groups + picks).ravel()
             w = np.bincount(flat, minlength=b * n_groups).reshape(b, n_groups).astype(np.float64)
-            _weighted_values(metric_fns, mats, w, out, r0)
-        if slow_names:
-            for j in range(b):  # loop over replicates (the index itself is vectorised)
-                idx = resample_rows(picks[j], order, starts, counts)
-                sub = tuple(None if a is None else np.asarray(a)[idx] for a in arrays)
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    for n in slow_names:
-                        out[n][r0 + j] = _value(metric_fns[n](*sub))
+            replicate_values(metric_fns, grids, w, out, r0)
+        for j in range(b) if slow_names else ():  # loop over replicates (the index itself is vectorised)
+            idx = resample_rows(picks[j], *lay)
+            sub = tuple(None if a is None else np.asarray(a)[idx] for a in arrays)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for n in slow_names:
+                    out[n][r0 + j] = _value(metric_fns[n](*sub))
         r0 += b
     return out
 
@@ -252,29 +227,37 @@ def jackknife_many(
 
     Blocks are from :func:`jackknife_blocks` (``n_blocks=None``: one image
     per block for fast metrics, at most ``JACKKNIFE_BLOCKS`` blocks for
-    generic ones, each of which costs one call per block). The fast path is
-    the bootstrap's sparse product with weights ``1 - [group in block j]``
-    (no loop over images); the generic path calls ``metric_fn`` on the
-    samples outside each block (a loop over blocks).
+    generic ones, each of which costs one call per block). The fast path
+    takes the totals of the per-image cell sums minus each block's sums
+    (:func:`detcal.metrics.image_cells.leave_out_values`: linear in the
+    (image, cell) pairs, no loop over images); the generic path calls
+    ``metric_fn`` on the samples outside each block (a loop over blocks).
     """
     inv, n_groups, _, _, _ = _layout(groups, arrays)
     names = list(metric_fns)
+    fast_names = [n for n in names if fast and _is_fast(metric_fns[n])]
+    grids = image_cells(metric_fns, fast_names, inv, n_groups, arrays) if n_groups else []
+    return _jackknife(metric_fns, names, grids, inv, n_groups, arrays, n_blocks, seed)
+
+
+def _jackknife(
+    metric_fns: Mapping[str, Callable[..., Any]],
+    names: list[str],
+    grids: list[GridCells],
+    inv: np.ndarray,
+    n_groups: int,
+    arrays: tuple[Any, ...],
+    n_blocks: int | None,
+    seed: int,
+) -> dict[str, np.ndarray]:
+    """Jackknife values of ``names``: the metrics of ``grids`` from totals minus unit sums, the others per block."""
     if n_groups == 0:
         return {name: np.zeros(0) for name in names}
-    fast_names = [n for n in names if fast and _is_fast(metric_fns[n])]
-    slow_names = [n for n in names if n not in fast_names]
     out: dict[str, np.ndarray] = {}
-    if fast_names:
+    if grids:
         block = jackknife_blocks(n_groups, n_blocks, seed)
-        m = int(block.max()) + 1
-        res = {n: np.full(m, np.nan) for n in fast_names}
-        mats = _fast_mats(metric_fns, fast_names, inv, n_groups, arrays)
-        step = max(1, _BLOCK_ELEMS // n_groups)
-        for j0 in range(0, m, step):
-            js = np.arange(j0, min(m, j0 + step))
-            w = (block[None, :] != js[:, None]).astype(np.float64)  # [b, I]
-            _weighted_values(metric_fns, mats, w, res, j0)
-        out.update(res)
+        out.update(leave_out_values(metric_fns, grids, block, int(block.max()) + 1))
+    slow_names = [n for n in names if n not in out]
     if slow_names:
         block = jackknife_blocks(n_groups, JACKKNIFE_BLOCKS if n_blocks is None else n_blocks, seed)
         m = int(block.max()) + 1
@@ -525,8 +508,12 @@ def suite_intervals(
     """
     _check(n_boot, level)
     _check_method(method)
-    reps = bootstrap_many(metric_fns, groups, *arrays, n_boot=n_boot, seed=seed)
-    jack = jackknife_many(metric_fns, groups, *arrays) if method == "bca" else {}
+    inv, n_groups, order, starts, counts = _layout(groups, arrays)
+    names = list(metric_fns)
+    fast_names = [n for n in names if _is_fast(metric_fns[n])]
+    grids = image_cells(metric_fns, fast_names, inv, n_groups, arrays) if n_groups else []  # shared by both
+    reps = _replicates(metric_fns, names, grids, (order, starts, counts), arrays, int(n_boot), seed)
+    jack = _jackknife(metric_fns, names, grids, inv, n_groups, arrays, None, 0) if method == "bca" else {}
     out = dict(results)
     for name, values in reps.items():
         res = interval(values, float(results[name].value), level, method, jack.get(name))

@@ -59,6 +59,7 @@ from detcal.metrics.confidence_compute import (
     _homogeneity,
     _summary,
 )  # noqa: F401
+from detcal.metrics.confidence_loo import cell_loo, loo_homogeneity, loo_max_gap, loo_outliers, loo_sum_ratio
 
 POLICIES: tuple[str, ...] = ("drop", "netcal")
 """Sparse-cell policies."""
@@ -104,6 +105,15 @@ _REQUIRED_STATS: dict[str, tuple[str, ...]] = {
     "underconfidence": ("sum_p1",),
 }
 """Float statistics read by the cell-free metrics; the binned ones read ``sum_p0`` and ``sum_p1``."""
+
+_VALUE_FIELDS: dict[str, tuple[str, ...]] = {
+    "nll": ("sum_nll",),
+    "brier": ("sum_se",),
+    "sharpness": ("sum_p", "sum_p2"),
+    "overconfidence": ("sum_p0",),
+    "underconfidence": ("sum_p1",),
+}
+""":class:`CellSums` fields read by the cell-free metrics' ``values`` besides ``count`` and ``sum_y``."""
 
 
 @dataclass(frozen=True)
@@ -244,11 +254,50 @@ class ConfidenceMetric:
         )
 
     def pair_sums(
-        self, group_index: np.ndarray, p: Any, y: Any = None, features: Any = None
+        self,
+        group_index: np.ndarray,
+        p: Any,
+        y: Any = None,
+        features: Any = None,
+        *,
+        fields: Sequence[str] | None = None,
     ) -> tuple[np.ndarray, np.ndarray, CellSums, int]:
-        """Float sums per occupied (image, cell) pair (:func:`detcal.binning.pair_sums`)."""
+        """Float sums per occupied (image, cell) pair (:func:`detcal.binning.pair_sums`; ``fields`` as there)."""
         f, b = self._grid(features)
-        return pair_sums(group_index, p, self._y(p, y), f, b, edges=self.edges)
+        return pair_sums(group_index, p, self._y(p, y), f, b, edges=self.edges, fields=fields)
+
+    @property
+    def value_fields(self) -> tuple[str, ...]:
+        """The :class:`CellSums` fields :meth:`values` reads (the bootstrap carries only these)."""
+        if self.binned:
+            return ("count", "sum_y", "sum_p")
+        return ("count", "sum_y") + _VALUE_FIELDS[self.name]
+
+    def leave_one_out(
+        self, total: CellSums, unit: np.ndarray, col: np.ndarray, pair: CellSums, m: int
+    ) -> np.ndarray | None:
+        """Values ``[m]`` with each unit (image or block of images) left out, for the jackknife.
+
+        ``total [C]``: the cell sums of the whole sample; ``pair [P]``: the
+        sums of unit ``unit[j]`` in cell ``col[j]``, pairs sorted by unit.
+        Binned metrics correct the full-sample value over each unit's own
+        pairs (:mod:`detcal.metrics.confidence_loo`, linear in the pairs);
+        the cell-free ones return ``None`` (one cell: the dense
+        ``total - unit`` of :func:`detcal.metrics.image_cells.leave_out_values`
+        is as cheap).
+        """
+        if not self.binned:
+            return None
+        c = cell_loo(total, unit, col, pair, m, self.sample_threshold)
+        if self.name in ("ece", "dece"):
+            return loo_sum_ratio(c, 1.0, self.policy, power=False)
+        if self.name == "ece_q":
+            return loo_sum_ratio(c, self.q, self.policy, power=True)
+        if self.name == "mce":
+            return loo_max_gap(c)
+        if self.name == "homogeneity":
+            return loo_homogeneity(c, self.spread == "variance")
+        return loo_outliers(c)
 
     def _y(self, p: Any, y: Any) -> Any:
         """``y`` (sharpness alone accepts ``None``: it does not use the matched flag)."""

@@ -54,7 +54,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import sparse
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Detections, GroundTruth, MetricResult
@@ -221,6 +220,8 @@ def _block_brier(
             pbar = probs[best_det[hit]]
         else:
             wt = np.ones(len(obj)) if aggregation == "mean" else w
+            from scipy import sparse  # lazily: a class-distribution input only; start-up stays light
+
             pbar = np.asarray(sparse.csr_matrix((wt, (obj, det)), shape=(n_obj, len(probs))) @ probs)[hit]
             if aggregation == "mean":
                 pbar = pbar / n[hit][:, None]

@@ -34,19 +34,17 @@ import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.metrics.bootstrap import (
-    _BLOCK_ELEMS,
     JACKKNIFE_BLOCKS,
     _check,
     _check_method,
     _draws,
-    _fast_mats,
     _is_fast,
     _value,
-    _weighted_values,
     interval,
     jackknife_blocks,
     resample_rows,
 )
+from detcal.metrics.image_cells import image_cells, leave_out_values, replicate_values
 
 __all__ = ["PairedDifference", "paired_bootstrap", "paired_bootstrap_many", "confidence_changes"]
 
@@ -182,7 +180,7 @@ def paired_bootstrap_many(
     if n > 0:
         fast_names = [nm for nm in names if fast and _is_fast(metric_fns[nm])]
         slow_names = [nm for nm in names if nm not in fast_names]
-        mats = [_fast_mats(metric_fns, fast_names, inv[s], n, sides[s]) for s in range(2)]
+        mats = [image_cells(metric_fns, fast_names, inv[s], n, sides[s]) for s in range(2)]
         lay = [_layout_inv(inv[s], n) for s in range(2)]
         r0 = 0
         for picks in _draws(n, int(n_boot), seed):
@@ -191,7 +189,7 @@ def paired_bootstrap_many(
                 flat = (np.arange(b, dtype=np.int64)[:, None] * n + picks).ravel()
                 w = np.bincount(flat, minlength=b * n).reshape(b, n).astype(np.float64)
                 for s in range(2):
-                    _weighted_values(metric_fns, mats[s], w, reps[s], r0)
+                    replicate_values(metric_fns, mats[s], w, reps[s], r0)
             for j in range(b) if slow_names else ():  # loop over replicates (the index is vectorised)
                 for s in range(2):
                     idx = resample_rows(picks[j], *lay[s])
@@ -244,13 +242,8 @@ def _paired_jackknife(
     if fast_names:
         block = jackknife_blocks(n, None, seed)
         m = int(block.max()) + 1
-        for s in range(2):
-            res = {nm: np.full(m, np.nan) for nm in fast_names}
-            step = max(1, _BLOCK_ELEMS // n)
-            for j0 in range(0, m, step):
-                js = np.arange(j0, min(m, j0 + step))
-                _weighted_values(metric_fns, mats[s], (block[None, :] != js[:, None]).astype(np.float64), res, j0)
-            jack[s].update(res)
+        for s in range(2):  # totals minus the left-out image's sums (linear in the (image, cell) pairs)
+            jack[s].update(leave_out_values(metric_fns, mats[s], block, m))
     if slow_names:
         block = jackknife_blocks(n, JACKKNIFE_BLOCKS, seed)
         m = int(block.max()) + 1

@@ -1,0 +1,190 @@
+"""Per-image cell statistics: bootstrap replicates and jackknife values of binned metrics from sums.
+
+A binned metric (ECE, D-ECE, MCE, NLL, Brier, ...: every metric with the
+interface ``grid_key`` / ``pair_sums`` / ``values``, e.g.
+:class:`detcal.metrics.confidence.ConfidenceMetric`) is a function of its
+per-cell sums (:class:`detcal.binning.cells.CellSums`), and the sums of a
+resample of images are the per-image sums weighted by how often each image
+was drawn. So the statistics are computed once per (image, cell) pair,
+``A [I, C_occ x k]`` over the occupied cells and the ``k`` fields the metrics
+of one grid read (:attr:`value_fields`), and then:
+
+* all bootstrap replicates of a block are one sparse product ``W [R, I] @ A``
+  of the replicate-by-image count matrix with ``A``
+  (:func:`replicate_values`), then ``values`` on the replicate sums
+  ``[R, C_occ]``: the same numbers as recomputing the metric on each
+  resample, since the product adds the same per-image sums in image order;
+* the leave-one-image-out (jackknife) sums are the totals minus one image's
+  row (:func:`leave_out_values`): a metric with a ``leave_one_out`` method
+  (the binned confidence metrics, :mod:`detcal.metrics.confidence_loo`)
+  corrects its full-sample value over the image's own pairs, linear in the
+  number of pairs; any other metric gets ``values`` of the dense
+  ``totals - row`` per image, in blocks (images x occupied cells: cheap for
+  the one-cell metrics such as NLL and Brier). A delete-a-block jackknife
+  first adds the rows of each block.
+
+Measures that are not sums of fixed cells (equal-count bins, whose edges move
+with the resample; ENCE, UCE and the quantile measures of the box
+uncertainty) have no such interface: :mod:`detcal.metrics.bootstrap` calls
+them on each resampled sample (generic path), which is exact by construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from detcal.binning.cells import CellSums
+
+BLOCK_ELEMS = 1 << 21
+"""Elements of a dense block (replicates or left-out units x occupied cells x fields)."""
+
+
+@dataclass(frozen=True)
+class GridCells:
+    """The per-(image, cell) sums of one grid shared by the metrics ``members``.
+
+    ``rows [P]`` image index and ``cols [P]`` occupied-cell index of each
+    pair, sorted by (image, cell); ``sums`` the pair sums ``[P]`` of the
+    carried ``fields`` (``None`` for the others); ``at [C_occ * k, I]`` the
+    transposed CSR matrix of those sums (field ``f`` of cell ``c`` in row
+    ``c * k + f``), ``k = len(fields)``.
+    """
+
+    members: list[str]
+    fields: tuple[str, ...]
+    rows: np.ndarray
+    cols: np.ndarray
+    sums: CellSums
+    n_occ: int
+    n_groups: int
+    at: Any
+
+
+def value_fields(metric_fn: Any) -> tuple[str, ...]:
+    """The :class:`CellSums` fields ``metric_fn.values`` reads (all of them unless it says)."""
+    return tuple(getattr(metric_fn, "value_fields", CellSums._fields))
+
+
+def _sums(fields: dict[str, Any]) -> CellSums:
+    """CellSums of the given fields (``None`` for the others: any use of them fails loudly)."""
+    given: dict[str, Any] = {f: fields.get(f) for f in CellSums._fields}
+    return CellSums(**given)
+
+
+def _carried(sums: CellSums, fields: tuple[str, ...]) -> CellSums:
+    return _sums({f: getattr(sums, f) for f in fields})
+
+
+def image_cells(
+    metric_fns: Mapping[str, Any], names: list[str], inv: np.ndarray, n_groups: int, arrays: tuple[Any, ...]
+) -> list[GridCells]:
+    """One :class:`GridCells` per distinct ``grid_key`` of the metrics ``names`` (``inv [S]`` image index)."""
+    grids: dict[Hashable, list[str]] = {}
+    for n in names:
+        grids.setdefault(metric_fns[n].grid_key(*arrays), []).append(n)
+    import scipy.sparse as sp  # lazily: importing detcal.metrics stays light
+
+    out: list[GridCells] = []
+    for members in grids.values():
+        need = {f for n in members for f in value_fields(metric_fns[n])}
+        fields = tuple(f for f in CellSums._fields if f in need)
+        lead = metric_fns[members[0]]
+        if hasattr(lead, "value_fields"):
+            rows, cols, sums, _ = lead.pair_sums(inv, *arrays, fields=fields)
+        else:
+            rows, cols, sums, _ = lead.pair_sums(inv, *arrays)
+        occ, col = np.unique(cols, return_inverse=True)
+        col = col.reshape(-1).astype(np.int64)
+        k = len(fields)
+        data = np.stack([getattr(sums, f) for f in fields], axis=1).ravel()  # [P*k], pair-major
+        a = sp.csr_matrix(
+            (data, (np.repeat(rows, k), (col.reshape(-1, 1) * k + np.arange(k)).ravel())),
+            shape=(n_groups, len(occ) * k),
+        )
+        out.append(
+            GridCells(
+                members,
+                fields,
+                np.asarray(rows, np.int64),
+                col,
+                _carried(sums, fields),
+                len(occ),
+                n_groups,
+                a.T.tocsr(),
+            )
+        )
+    return out
+
+
+def replicate_values(
+    metric_fns: Mapping[str, Any], grids: list[GridCells], w: np.ndarray, out: dict[str, np.ndarray], r0: int
+) -> None:
+    """Values of the grids' metrics for image weights ``w [b, I]`` into ``out[name][r0:r0+b]``."""
+    for g in grids:
+        k = len(g.fields)
+        sub = max(1, BLOCK_ELEMS // max(g.n_occ * k, 1))  # bound the dense [sub, C_occ, k] result
+        for s0 in range(0, len(w), sub):
+            ws = w[s0 : s0 + sub]
+            rep = np.asarray(g.at @ ws.T).T.reshape(len(ws), g.n_occ, k)  # [sub, C_occ, k]
+            got = dict(zip(g.fields, np.moveaxis(rep, -1, 0)))
+            rep_sums = _sums(got)
+            for n in g.members:
+                out[n][r0 + s0 : r0 + s0 + len(ws)] = metric_fns[n].values(rep_sums)
+
+
+def _unit_pairs(g: GridCells, block: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, CellSums]:
+    """Pairs (unit, cell) with their sums, sorted by unit; one image per unit needs no new sums."""
+    unit = block[g.rows]
+    if m == g.n_groups and np.array_equal(block, np.arange(m)):
+        return unit, g.cols, g.sums
+    uniq, inv = np.unique(unit * g.n_occ + g.cols, return_inverse=True)
+    inv = inv.reshape(-1)
+    summed = {f: np.bincount(inv, weights=getattr(g.sums, f), minlength=len(uniq)) for f in g.fields}
+    return uniq // g.n_occ, uniq % g.n_occ, _sums(summed)
+
+
+def _dense_leave_out(
+    metric_fns: Mapping[str, Any], names: list[str], g: GridCells, total: CellSums, unit: np.ndarray, col: np.ndarray,
+    pair: CellSums, m: int, out: dict[str, np.ndarray],
+) -> None:  # fmt: skip
+    """``values`` of ``total - unit sums`` per left-out unit, in blocks of units (images x occupied cells)."""
+    k = len(g.fields)
+    step = max(1, BLOCK_ELEMS // max(g.n_occ * k, 1))
+    bounds = np.searchsorted(unit, np.arange(0, m + step, step))
+    for j, u0 in enumerate(range(0, m, step)):
+        u1 = min(m, u0 + step)
+        lo, hi = bounds[j], bounds[j + 1]
+        dense = {}
+        for f in g.fields:
+            d = np.zeros((u1 - u0, g.n_occ))
+            d[unit[lo:hi] - u0, col[lo:hi]] = getattr(pair, f)[lo:hi]
+            dense[f] = getattr(total, f)[None, :] - d
+        sums = _sums(dense)
+        for n in names:
+            out[n][u0:u1] = metric_fns[n].values(sums)
+
+
+def leave_out_values(
+    metric_fns: Mapping[str, Any], grids: list[GridCells], block: np.ndarray, m: int
+) -> dict[str, np.ndarray]:
+    """Values ``[m]`` of the grids' metrics with unit ``j`` left out (``block [I]`` the unit of each image)."""
+    out: dict[str, np.ndarray] = {}
+    for g in grids:
+        unit, col, pair = _unit_pairs(g, block, m)
+        total = _sums({f: np.bincount(col, weights=getattr(pair, f), minlength=g.n_occ) for f in g.fields})
+        dense: list[str] = []
+        for n in g.members:
+            loo = getattr(metric_fns[n], "leave_one_out", None)
+            v = loo(total, unit, col, pair, m) if callable(loo) else None
+            if v is None:
+                dense.append(n)
+                out[n] = np.full(m, np.nan)
+            else:
+                out[n] = np.asarray(v, dtype=np.float64)
+        if dense:
+            _dense_leave_out(metric_fns, dense, g, total, unit, col, pair, m, out)
+    return out
