@@ -1,0 +1,380 @@
+"""TIDE error types (Bolya et al., "TIDE: A General Toolbox for Identifying Object Detection Errors", ECCV 2020).
+
+Box mode, with the rules of the authors' package ``tidecv`` 1.0.1, which the
+tests equal to 1e-9 (docs/metrics.md#tide):
+
+1. Per image, the detections are sorted by descending score (ties in input
+   order) and the first ``max_dets`` (100) are kept. Each, in that order,
+   takes the not yet taken non-crowd ground truth of its class with the
+   highest IoU (the first such box on ties) when that IoU is at least the
+   foreground threshold ``pos`` (0.5): a true positive. An unmatched
+   detection whose intersection over its own area with a crowd box of its
+   class exceeds ``pos`` is ignored (not in the AP) but still gets an error.
+2. Each unmatched detection gets one type, the first that applies:
+   ``bkg`` when its image has no non-crowd ground truth; ``loc`` when its
+   best same-class IoU lies in ``[bg, pos]``; ``cls`` when its best IoU with
+   another class's box is at least ``pos``; ``dupe`` when its best IoU with a
+   taken box of its class is at least ``pos``; ``bkg`` when its best IoU with
+   any box is at most ``bg`` (0.1); ``both`` otherwise.
+3. Each error type is fixed alone (the oracle of the paper): ``cls`` and
+   ``loc`` errors whose target box is not taken become true positives (of
+   the target's class), one per target box, the highest-scoring; the other
+   ``cls``/``loc`` errors and all ``dupe``, ``bkg`` and ``both`` errors are
+   removed; a ``miss`` (a non-crowd box neither taken nor the target of a
+   ``cls``/``loc`` error) is removed from the ground-truth count. The dAP of a
+   type is the mAP after its fix minus the mAP before, at least 0.
+   Special errors: ``fp`` (every false positive scored 0, every true positive
+   1) and ``fn`` (every missed box removed from the count), not clipped.
+4. mAP is the mean over classes with a detection or a box of tidecv's AP:
+   precision made non-increasing from the right, read at the 101 recalls
+   0, 0.01, ..., 1 (the first point reaching each), times 100. A class with
+   detections but no box counts with AP 0. Equal scores are ordered as
+   tidecv orders them: by image, then rank, and in a fixed set the errors
+   before the untouched true positives.
+
+All vectorised: the greedy matching loops over the rank within an image
+(at most ``max_dets`` passes), each pass over every image at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from detcal.core.types import Detections, GroundTruth, Images
+from detcal.matching.blocks import box_areas
+
+__all__ = ["ERROR_TYPES", "MAIN_ERRORS", "SPECIAL_ERRORS", "TideResult", "tide", "LABELS"]
+
+MAIN_ERRORS: tuple[str, ...] = ("cls", "loc", "both", "dupe", "bkg", "miss")
+"""tidecv's main error types, in its order (ClassError, BoxError, OtherError, DuplicateError, BackgroundError,
+MissedError)."""
+SPECIAL_ERRORS: tuple[str, ...] = ("fp", "fn")
+"""tidecv's special error types (FalsePositiveError, FalseNegativeError)."""
+ERROR_TYPES: tuple[str, ...] = ("cls", "loc", "both", "dupe", "bkg")
+"""The error types a detection can carry (``miss`` belongs to ground truth)."""
+
+# per-detection codes: -1 not evaluated (beyond max_dets or in an unknown image), 0 true positive, 1.. ERROR_TYPES
+TP, CLS, LOC, BOTH, DUPE, BKG = 0, 1, 2, 3, 4, 5
+LABELS: tuple[str, ...] = ("tp", *ERROR_TYPES)
+"""Label of each non-negative per-detection code (``labels[code]``); code -1 is ``""`` (not evaluated)."""
+
+_X = np.arange(101) / 100  # the recall points, as tidecv's x / 100
+
+
+@dataclass
+class TideResult:
+    """TIDE at one foreground threshold.
+
+    ``ap`` mAP (percent); ``main``/``special`` dAP per type (percentage points);
+    ``counts`` number of errors per main type; ``code [D]`` per-detection code
+    (-1 not evaluated, 0 true positive, 1..5 ``ERROR_TYPES``); ``ignored [D]`` unmatched detections inside
+    a crowd box of their class; ``target [D]`` the GT row a ``cls``/``loc`` error points at (-1 else);
+    ``missed [G]`` the ``miss`` boxes; ``matched_gt [D]`` GT row of each true positive (-1 else).
+    """
+
+    ap: float
+    main: dict[str, float]
+    special: dict[str, float]
+    counts: dict[str, int]
+    code: np.ndarray
+    ignored: np.ndarray
+    target: np.ndarray
+    missed: np.ndarray
+    matched_gt: np.ndarray
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def labels(self) -> np.ndarray:
+        """Per-detection label strings (``tp``, ``cls``, ..., ``""`` when not evaluated) [D]."""
+        names = np.asarray(("", *LABELS), dtype=object)
+        return names[self.code + 1]
+
+    def to_dict(self) -> dict[str, Any]:
+        """metrics.json ``diagnostics.tide`` (docs/metrics.md#tide)."""
+        ev = self.code >= 0
+        return {
+            **self.params,
+            "ap": float(self.ap),
+            "dap": {k: float(v) for k, v in self.main.items()},
+            "special_dap": {k: float(v) for k, v in self.special.items()},
+            "counts": {k: int(v) for k, v in self.counts.items()},
+            "n_true_positives": int((self.code == TP).sum()),
+            "n_evaluated": int(ev.sum()),
+            "n_ignored": int((self.ignored & ev).sum()),
+        }
+
+
+def _pair_iou(db: np.ndarray, da: np.ndarray, gb: np.ndarray, ga: np.ndarray, crowd: bool) -> np.ndarray:
+    """IoU [P] of paired xyxy boxes with given areas, as pycocotools ``bbIou`` (crowd: over the detection area)."""
+    iw = np.minimum(db[:, 2], gb[:, 2]) - np.maximum(db[:, 0], gb[:, 0])
+    ih = np.minimum(db[:, 3], gb[:, 3]) - np.maximum(db[:, 1], gb[:, 1])
+    ok = (iw > 0) & (ih > 0)
+    inter = np.where(ok, iw * ih, 0.0)
+    union = da if crowd else da + ga - inter
+    out = np.zeros(len(inter))
+    np.divide(inter, union, out=out, where=ok)
+    return out
+
+
+def _pairs(det_img: np.ndarray, gt_img: np.ndarray, n_img: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every (detection, GT) pair of the same image: pair -> detection position, pair -> GT row (GT rows in
+    input order within each detection's run), and each detection's first pair position."""
+    gord = np.argsort(gt_img, kind="stable")
+    gcount = np.bincount(gt_img, minlength=n_img)
+    gstart = np.cumsum(gcount) - gcount
+    n = gcount[det_img]
+    pstart = np.cumsum(n) - n
+    pd = np.repeat(np.arange(len(det_img)), n)
+    within = np.arange(len(pd)) - np.repeat(pstart, n)
+    pg = gord[np.repeat(gstart[det_img], n) + within] if len(pd) else np.zeros(0, np.int64)
+    return pd, pg, pstart
+
+
+def _seg_argmax(val: np.ndarray, start: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per segment (``start``, ``count`` into ``val``): the maximum (0 when empty) and the position of its first
+    occurrence (-1 when empty)."""
+    mx = np.zeros(len(start))
+    arg = np.full(len(start), -1, np.int64)
+    ne = count > 0
+    if not ne.any() or len(val) == 0:
+        return mx, arg
+    s = start[ne]
+    mx[ne] = np.maximum.reduceat(val, s)
+    seg = np.repeat(np.arange(len(start)), count)
+    pos = np.where(val == mx[seg], np.arange(len(val)), len(val))
+    arg[ne] = np.minimum.reduceat(pos, s)
+    return mx, arg
+
+
+def _rank_in_image(img: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """Rank [D] of each detection in its image by descending score, ties in input order."""
+    order = np.lexsort((np.arange(len(img)), -score, img))
+    rank = np.empty(len(img), np.int64)
+    si = img[order]
+    first = np.searchsorted(si, si, side="left")
+    rank[order] = np.arange(len(img)) - first
+    return rank
+
+
+@dataclass
+class _Pairs:
+    pd: np.ndarray  # pair -> kept-detection position
+    pg: np.ndarray  # pair -> GT row
+    start: np.ndarray  # kept detection -> first pair
+    count: np.ndarray  # kept detection -> pairs
+    iou: np.ndarray
+    same: np.ndarray
+
+
+def _greedy(kr: np.ndarray, pr: _Pairs, pos: float, n_gt: int) -> tuple[np.ndarray, np.ndarray]:
+    """tidecv's matching, one pass per rank (every image at once). Returns GT row per kept detection (-1) and
+    the taken flag per GT row."""
+    used = np.zeros(n_gt, bool)
+    got = np.full(len(kr), -1, np.int64)
+    bounds = np.searchsorted(kr, np.arange(int(kr.max()) + 2 if len(kr) else 1))
+    for r in range(len(bounds) - 1):
+        a, b = int(bounds[r]), int(bounds[r + 1])
+        if a == b:
+            continue
+        st, ct = pr.start[a:b], pr.count[a:b]
+        p0 = int(st[0]) if len(st) else 0
+        p1 = int(st[-1] + ct[-1]) if len(st) else 0
+        g = pr.pg[p0:p1]
+        val = np.where(pr.same[p0:p1] & ~used[g], pr.iou[p0:p1], 0.0)
+        mx, arg = _seg_argmax(val, st - p0, ct)
+        hit = np.flatnonzero(mx >= pos)
+        rows = g[arg[hit]]
+        got[a + hit] = rows
+        used[rows] = True
+    return got, used
+
+
+def _classify(
+    pr: _Pairs, got: np.ndarray, used: np.ndarray, has_gt: np.ndarray, pos: float, bg: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Error code and target GT row (for ``cls``/``loc``) of each kept detection (code 0 for a true positive)."""
+    n = len(got)
+    iou, same = pr.iou, pr.same
+    cls_mx, cls_arg = _seg_argmax(np.where(same, iou, 0.0), pr.start, pr.count)
+    non_mx, non_arg = _seg_argmax(np.where(same, 0.0, iou), pr.start, pr.count)
+    dup_mx, _ = _seg_argmax(np.where(same & used[pr.pg], iou, 0.0), pr.start, pr.count)
+    any_mx, _ = _seg_argmax(iou, pr.start, pr.count)
+    code = np.full(n, BOTH, np.int64)
+    code[any_mx <= bg] = BKG
+    code[dup_mx >= pos] = DUPE
+    code[non_mx >= pos] = CLS
+    code[(cls_mx >= bg) & (cls_mx <= pos)] = LOC
+    code[~has_gt] = BKG
+    code[got >= 0] = TP
+    target = np.full(n, -1, np.int64)
+    loc, cls = code == LOC, code == CLS
+    target[loc] = pr.pg[cls_arg[loc]]
+    target[cls] = pr.pg[non_arg[cls]]
+    return code, target
+
+
+def _ap(
+    cls: np.ndarray, score: np.ndarray, tp: np.ndarray, keys: tuple[np.ndarray, ...], n_gt: np.ndarray
+) -> float:
+    """tidecv's mAP (percent) of points (class code, score, true positive) with ``n_gt [C]`` positives per class;
+    ``keys`` order equal scores (most significant first)."""
+    n_cls = len(n_gt)
+    order = np.lexsort((*reversed(keys), -score, cls))
+    c, t = cls[order], tp[order].astype(np.int64)
+    npts = np.bincount(c, minlength=n_cls)
+    start = np.cumsum(npts) - npts
+    pos = np.arange(len(c)) - start[c]
+    ctp = np.cumsum(t)
+    ntp = ctp - (ctp[start[c]] - t[start[c]]) if len(c) else ctp
+    prec = ntp / (pos + 1)
+    ngt_c = n_gt[c]
+    rec = np.divide(ntp, ngt_c, out=np.zeros(len(c)), where=ngt_c > 0)
+    # precision made non-increasing from the right within each class: a cumulative max over the reversed run,
+    # exact (ranks, never sums of values)
+    rv = np.arange(len(c))[::-1]
+    seg = (n_cls - 1 - c)[rv]
+    rk_order = np.lexsort((prec[rv], seg))
+    rank = np.empty(len(c), np.int64)
+    rank[rk_order] = np.arange(len(c))
+    best = rk_order[np.maximum.accumulate(rank)] if len(c) else rank
+    smooth = np.empty(len(c))
+    smooth[rv] = prec[rv][best]
+    j = np.searchsorted(_X, rec, side="right")  # recall points at or below each point's recall
+    hist = np.bincount(c * 102 + j, minlength=n_cls * 102).reshape(n_cls, 102)
+    idx = np.cumsum(hist, axis=1)[:, :101]  # first point with recall >= x_k, counted in its class
+    inside = idx < npts[:, None]
+    y = np.where(inside, smooth[np.minimum(start[:, None] + idx, max(len(c) - 1, 0))] if len(c) else 0.0, 0.0)
+    ap = np.where(n_gt > 0, y.sum(axis=1) / 101 * 100, 0.0)
+    live = (npts > 0) | (n_gt > 0)
+    return float(ap[live].mean()) if live.any() else float("nan")
+
+
+def _kept_pairs(
+    kd: np.ndarray, img_k: np.ndarray, box: np.ndarray, area: np.ndarray, cat: np.ndarray, gsel: np.ndarray,
+    gt_img: np.ndarray, gbox: np.ndarray, garea: np.ndarray, gcat: np.ndarray, n_img: int, crowd: bool,
+) -> _Pairs:  # fmt: skip
+    """Pairs of kept detections ``kd`` with the selected GT rows ``gsel`` of their image."""
+    pd, pgl, start = _pairs(img_k, gt_img[gsel], n_img)
+    pg = gsel[pgl]
+    count = np.bincount(pd, minlength=len(kd)) if len(pd) else np.zeros(len(kd), np.int64)
+    d = kd[pd]
+    iou = _pair_iou(box[d], area[d], gbox[pg], garea[pg], crowd)
+    return _Pairs(pd, pg, start, count, iou, cat[d] == gcat[pg])
+
+
+def tide(
+    images: Images,
+    gt: GroundTruth,
+    dets: Detections,
+    *,
+    pos_threshold: float = 0.5,
+    background_threshold: float = 0.1,
+    max_dets: int = 100,
+) -> TideResult:
+    """TIDE error dAPs and per-detection error types of ``dets`` against ``gt`` (box mode, tidecv 1.0.1's rules;
+    module docstring). Crowd boxes (``gt.iscrowd``) are tidecv's ignore regions; images are taken in
+    ``images`` order."""
+    pos, bg = float(pos_threshold), float(background_threshold)
+    n_img, nd, ng = len(images), len(dets), len(gt)
+    d_img, g_img = images.index_of(dets.image_id), images.index_of(gt.image_id)
+    g_ok = g_img >= 0
+    rank = np.full(nd, -1, np.int64)
+    inimg = np.flatnonzero(d_img >= 0)
+    rank[inimg] = _rank_in_image(d_img[inimg], dets.score[inimg])
+    keep = (rank >= 0) & (rank < max_dets)
+    kd = np.flatnonzero(keep)
+    kd = kd[np.lexsort((d_img[kd], rank[kd]))]  # by rank, then image: one block of pairs per matching pass
+    area, garea = box_areas(dets.box, dets.wh), box_areas(gt.box, gt.wh)
+    cat_all, n_cls = _codes(dets.category, gt.category)
+    dcat, gcat = cat_all[:nd], cat_all[nd:]
+    crowd = np.asarray(gt.iscrowd, bool)
+    plain = np.flatnonzero(~crowd & g_ok)
+    g_img_safe = np.where(g_ok, g_img, 0)
+    pr = _kept_pairs(kd, d_img[kd], dets.box, area, dcat, plain, g_img_safe, gt.box, garea, gcat, n_img, False)
+    got, used = _greedy(rank[kd], pr, pos, ng)
+    has_gt = np.bincount(g_img[plain], minlength=n_img)[d_img[kd]] > 0 if n_img else np.zeros(len(kd), bool)
+    code_k, target_k = _classify(pr, got, used, has_gt, pos, bg)
+    cr = _kept_pairs(kd, d_img[kd], dets.box, area, dcat, np.flatnonzero(crowd & g_ok), g_img_safe, gt.box, garea,
+                     gcat, n_img, True)  # fmt: skip
+    ign_k = np.zeros(len(kd), bool)
+    hit = cr.same & (cr.iou > pos)
+    ign_k[cr.pd[hit]] = True
+    ign_k &= got < 0
+    code = np.full(nd, -1, np.int64)
+    code[kd] = code_k
+    target, ignored, matched = (np.full(nd, -1, np.int64), np.zeros(nd, bool), np.full(nd, -1, np.int64))
+    target[kd], ignored[kd], matched[kd] = target_k, ign_k, got
+    # the oracle fixes: one cls/loc error per untaken target box, the highest-scoring (lowest rank) one
+    err = np.flatnonzero((target >= 0) & ~used[np.maximum(target, 0)])
+    err = err[np.lexsort((rank[err], target[err]))]
+    fixable = np.zeros(nd, bool)
+    if len(err):
+        first = np.concatenate([[True], target[err][1:] != target[err][:-1]])
+        fixable[err[first]] = True
+    usable = np.zeros(ng, bool)
+    usable[target[err]] = True
+    plain_mask = ~crowd & g_ok
+    missed = plain_mask & ~used & ~usable
+    fn = plain_mask & ~used
+    n_gt = np.bincount(gcat[plain_mask], minlength=n_cls)
+    res = _fixes(dets, d_img, rank, code, ignored, fixable, target, dcat, gcat, n_gt, missed, fn, n_cls)
+    counts = {name: int(((code == i + 1)).sum()) for i, name in enumerate(ERROR_TYPES)}
+    counts["miss"] = int(missed.sum())
+    params = {"pos_threshold": pos, "background_threshold": bg, "max_dets": int(max_dets)}
+    return TideResult(res[0], res[1], res[2], counts, code, ignored, target, missed, matched, params)
+
+
+def _codes(dcat: np.ndarray, gcat: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense class codes of detections then GT, and their number."""
+    both = np.concatenate([np.asarray(dcat, np.int64), np.asarray(gcat, np.int64)])
+    uniq, inv = np.unique(both, return_inverse=True)
+    return inv.reshape(-1).astype(np.int64), len(uniq)
+
+
+def _fixes(
+    dets: Detections, d_img: np.ndarray, rank: np.ndarray, code: np.ndarray, ignored: np.ndarray,
+    fixable: np.ndarray, target: np.ndarray, dcat: np.ndarray, gcat: np.ndarray, n_gt: np.ndarray,
+    missed: np.ndarray, fn: np.ndarray, n_cls: int,
+) -> tuple[float, dict[str, float], dict[str, float]]:  # fmt: skip
+    """The mAP, each main type's dAP (fixed alone, clipped at 0) and the special dAPs."""
+    s = dets.score
+    tp = code == TP
+    fp = (code > TP) & ~ignored  # false positives in the AP (ignored ones are not)
+    tp_i, fp_i = np.flatnonzero(tp), np.flatnonzero(fp)
+    base_cls = np.concatenate([dcat[tp_i], dcat[fp_i]])
+    base_s = np.concatenate([s[tp_i], s[fp_i]])
+    base_tp = np.concatenate([np.ones(len(tp_i), bool), np.zeros(len(fp_i), bool)])
+    rows = np.concatenate([tp_i, fp_i])
+    ap = _ap(base_cls, base_s, base_tp, (d_img[rows], rank[rows]), n_gt)
+
+    def fixed(kind: int | None, n_gt_fixed: np.ndarray) -> float:
+        """mAP with the errors of ``kind`` fixed: error points first on equal scores, then the true positives."""
+        e = fp_i if kind is None else fp_i[code[fp_i] != kind]
+        extra = np.zeros(0, np.int64)
+        if kind in (CLS, LOC):
+            extra = np.flatnonzero((code == kind) & fixable)
+        e_all = np.concatenate([e, extra])
+        e_cls = np.concatenate([dcat[e], gcat[target[extra]]])
+        cls_ = np.concatenate([e_cls, dcat[tp_i]])
+        sc = np.concatenate([s[e_all], s[tp_i]])
+        t = np.concatenate([np.zeros(len(e), bool), np.ones(len(extra), bool), np.ones(len(tp_i), bool)])
+        grp = np.concatenate([np.zeros(len(e_all), np.int64), np.ones(len(tp_i), np.int64)])
+        r = np.concatenate([e_all, tp_i])
+        return _ap(cls_, sc, t, (grp, d_img[r], rank[r]), n_gt_fixed)
+
+    main: dict[str, float] = {}
+    for i, name in enumerate(ERROR_TYPES):
+        main[name] = max(fixed(i + 1, n_gt) - ap, 0.0)
+    n_miss = np.bincount(gcat[missed], minlength=n_cls)
+    main["miss"] = max(fixed(None, n_gt - n_miss) - ap, 0.0)
+    # fp: every false positive scored 0 and every true positive 1
+    fp_cls = np.concatenate([dcat[fp_i], dcat[tp_i]])
+    fp_s = np.concatenate([np.zeros(len(fp_i)), np.ones(len(tp_i))])
+    fp_t = np.concatenate([np.zeros(len(fp_i), bool), np.ones(len(tp_i), bool)])
+    grp = np.concatenate([np.zeros(len(fp_i), np.int64), np.ones(len(tp_i), np.int64)])
+    r = np.concatenate([fp_i, tp_i])
+    special = {"fp": _ap(fp_cls, fp_s, fp_t, (grp, d_img[r], rank[r]), n_gt) - ap}
+    special["fn"] = fixed(None, n_gt - np.bincount(gcat[fn], minlength=n_cls)) - ap
+    return ap, main, special
