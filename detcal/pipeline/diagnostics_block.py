@@ -219,16 +219,14 @@ def findings(diag: dict[str, Any]) -> list[str]:
     if cb:
         key = "dece_contribution" if cb.get("dece_from_contributions") else "ece_contribution"
         metric = "D-ECE" if key == "dece_contribution" else "ECE"
-        vals = {k: v[key] for k, v in cb["types"].items() if v[key] is not None and k != "tp"}
-        if vals:
-            k = max(vals, key=lambda g: vals[g])
+        vals = {k: v[key] for k, v in cb["types"].items() if v[key] is not None and v["n"] and k != "tp"}
+        k = max(vals, key=lambda g: vals[g]) if vals else None
+        if k is not None and vals[k] > 0:
             v = cb["types"][k]
             share = v["dece_share" if metric == "D-ECE" else "ece_share"]
             out.append(
                 f"Miscalibration: the {_TYPE_NAMES[k]} carry the largest share of the {metric} at {cb['iou']} "
                 f"({share:.0%}; {v['n']} detections at mean confidence {v['mean_confidence']:.2f})."
-                if share is not None
-                else f"Miscalibration: the {_TYPE_NAMES[k]} carry the largest part of the {metric}."
             )
     op = diag.get("operating_points")
     if op and op["pooled"]["f1_optimal"]["threshold"] == op["pooled"]["f1_optimal"]["threshold"]:
