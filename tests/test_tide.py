@@ -196,7 +196,10 @@ def test_max_dets_cut_and_unknown_image() -> None:
     gt = GroundTruth(image_id=[1], box=[[0, 0, 10, 10]], category=[1])
     n = 102
     dets = Detections(
-        image_id=[1] * n + [9], box=[[50, 50, 60, 60]] * (n + 1), score=np.linspace(1, 0.5, n + 1), category=[1] * (n + 1)
+        image_id=[1] * n + [9],
+        box=[[50, 50, 60, 60]] * (n + 1),
+        score=np.linspace(1, 0.5, n + 1),
+        category=[1] * (n + 1),
     )
     r = tide(images, gt, dets)
     assert (r.code[:100] >= 0).all() and (r.code[100:] == -1).all()

@@ -44,7 +44,7 @@ def _counts(score: np.ndarray, tp: np.ndarray, code: np.ndarray, n_cls: int) -> 
     return rev[:, 1:], rtp[:, 1:]  # threshold k kept when j >= k + 1
 
 
-def pr_curves(kept: np.ndarray, tps: np.ndarray, n_gt: np.ndarray) -> dict[str, list]:
+def pr_curves(kept: np.ndarray, tps: np.ndarray, n_gt: int) -> dict[str, list]:
     """Precision, recall and F1 rows [len(GRID)] from the counts of :func:`_counts` (one class or pooled)."""
     with np.errstate(invalid="ignore", divide="ignore"):
         prec = np.where(kept > 0, tps / np.maximum(kept, 1), np.nan)
@@ -100,9 +100,7 @@ def _ece_kept(ece: Any, p: np.ndarray, y: np.ndarray, keep: np.ndarray) -> dict[
         return {"n": n, "ece": float(ece(p[keep], y[keep]).value) if n else None}
 
 
-def operating_points(
-    o: DetectionOutcomes, names: dict[int, str], ece: Any, top_classes: list[int]
-) -> dict[str, Any]:
+def operating_points(o: DetectionOutcomes, names: dict[int, str], ece: Any, top_classes: list[int]) -> dict[str, Any]:
     """Curves (pooled, and per class for ``top_classes``), F1- and LRP-optimal thresholds per class and pooled,
     and the ECE of the detections kept at each. ``o``: the sample's outcomes (``tau`` its IoU); ``ece``:
     ``(p, y) -> MetricResult`` with the run's ECE settings."""

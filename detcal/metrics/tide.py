@@ -215,9 +215,7 @@ def _classify(
     return code, target
 
 
-def _ap(
-    cls: np.ndarray, score: np.ndarray, tp: np.ndarray, keys: tuple[np.ndarray, ...], n_gt: np.ndarray
-) -> float:
+def _ap(cls: np.ndarray, score: np.ndarray, tp: np.ndarray, keys: tuple[np.ndarray, ...], n_gt: np.ndarray) -> float:
     """tidecv's mAP (percent) of points (class code, score, true positive) with ``n_gt [C]`` positives per class;
     ``keys`` order equal scores (most significant first)."""
     n_cls = len(n_gt)
@@ -320,7 +318,7 @@ def tide(
     fn = plain_mask & ~used
     n_gt = np.bincount(gcat[plain_mask], minlength=n_cls)
     res = _fixes(dets, d_img, rank, code, ignored, fixable, target, dcat, gcat, n_gt, missed, fn, n_cls)
-    counts = {name: int(((code == i + 1)).sum()) for i, name in enumerate(ERROR_TYPES)}
+    counts = {name: int((code == i + 1).sum()) for i, name in enumerate(ERROR_TYPES)}
     counts["miss"] = int(missed.sum())
     params = {"pos_threshold": pos, "background_threshold": bg, "max_dets": int(max_dets)}
     return TideResult(res[0], res[1], res[2], counts, code, ignored, target, missed, matched, params)
