@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import detcal.reports.html.sections as sec
+from detcal.reports.html.diagnosis import diagnosis_section
 from detcal.reports.html.findings import findings
 from detcal.reports.html.fmt import cell, esc, is_number, num, table
 from detcal.reports.html.style import CSS, SCRIPT
@@ -231,6 +232,7 @@ def render_report(
     rest = [
         sec.confidence_figures(m, "rest"),
         worst_section(m, img),
+        diagnosis_section(m, img),
         pc_html,
         sec.accuracy(m),
         sec.regression(m),
