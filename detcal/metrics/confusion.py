@@ -1,10 +1,13 @@
 """Detection confusion matrix and likely label errors (docs/metrics.md#confusion-matrix).
 
-Both come from one class-agnostic matching (pycocotools' greedy rule with
-``useCats=0``, :func:`detcal.matching.match`): per image, the detections with
-``score >= score_threshold`` in descending score order each take the
-untaken ground-truth box of any class with the highest IoU, when that IoU is
-at least ``iou``; crowd boxes make a detection ignored (it leaves the matrix).
+Both come from one class-agnostic matching, TIDE's rule without the classes
+(:func:`detcal.metrics.tide.scene_match`): per image, the ``max_dets`` (100)
+highest-scored detections in descending score order each take the untaken
+non-crowd box of any class with the highest IoU (the first such box on ties)
+when that IoU is at least ``iou``; an unmatched detection with more than
+``iou`` of its area inside a crowd box is ignored (it leaves the matrix). The
+walk goes in descending score order, so the detections with ``score >=
+score_threshold`` are matched exactly as if the others were absent.
 
 Confusion matrix ``M [C+1, C+1]``, rows the ground-truth class, columns the
 predicted class, the last row and column *background*:
@@ -30,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from detcal.core.types import Detections, GroundTruth
-from detcal.matching.engine import match
+from detcal.core.types import Detections, GroundTruth, Images
 from detcal.metrics.lrp import paired_iou
+from detcal.metrics.tide import Scene, scene, scene_match
 
 __all__ = ["AgnosticMatch", "agnostic_match", "confusion_matrix", "label_errors"]
 
@@ -51,17 +54,32 @@ class AgnosticMatch:
     any_iou: np.ndarray
 
 
-def agnostic_match(dets: Detections, gt: GroundTruth, iou: float = 0.5, max_dets: int | None = 100) -> AgnosticMatch:
-    """Class-agnostic greedy matching (pycocotools ``useCats=0``) at ``iou``. The walk takes detections in
-    descending score order, so the detections at or above any score threshold are matched exactly as if the
-    others were absent: :func:`confusion_matrix` applies its threshold to this one matching."""
-    m = match(dets, gt, (float(iou),), class_agnostic=True, max_dets=max_dets)
-    row = np.where(m.matched[0], m.gt_index[0], -1)
-    pair = np.zeros(len(dets))
+def agnostic_match(
+    dets: Detections,
+    gt: GroundTruth,
+    iou: float = 0.5,
+    max_dets: int | None = 100,
+    *,
+    images: Images | None = None,
+    paired: Scene | None = None,
+) -> AgnosticMatch:
+    """The class-agnostic matching at ``iou`` (module docstring); ``paired``: a :func:`detcal.metrics.tide.scene`
+    of the same inputs to reuse (``images``: the dataset's images, else those the ids name)."""
+    md = int(max_dets) if max_dets else max(len(dets), 1)
+    sc = paired
+    if sc is None or sc.max_dets != md:
+        if images is None:
+            ids = np.unique(np.concatenate([dets.image_id, gt.image_id]))
+            images = Images(id=ids, width=np.full(len(ids), np.nan), height=np.full(len(ids), np.nan))
+        sc = scene(images, gt, dets, md)
+    got, ign, best = scene_match(sc, float(iou), classwise=False)
+    nd = len(dets)
+    row, ignored, considered, any_iou = np.full(nd, -1, np.int64), np.zeros(nd, bool), np.zeros(nd, bool), np.zeros(nd)
+    row[sc.kd], ignored[sc.kd], considered[sc.kd], any_iou[sc.kd] = got, ign, True, best
+    pair = np.zeros(nd)
     hit = np.flatnonzero(row >= 0)
     pair[hit] = paired_iou(dets.box[hit], gt.box[row[hit]])
-    return AgnosticMatch(float(iou), row, m.ignored[0] & m.considered, m.considered, pair,
-                         np.nan_to_num(m.iou))  # fmt: skip
+    return AgnosticMatch(float(iou), row, ignored, considered, pair, any_iou)
 
 
 def confusion_matrix(

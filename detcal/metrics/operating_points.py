@@ -13,7 +13,8 @@ one threshold), on the grid ``s = 0, 0.01, ..., 1``. The F1-optimal threshold
 is the score of the last detection kept by the best cut of the descending
 scores (cuts only between different scores; the highest threshold on ties);
 the LRP-optimal thresholds are those of :func:`detcal.metrics.lrp.lrp_table`
-at TP IoU ``tau`` = the sample's IoU. The ECE of the detections each rule keeps
+(given, e.g. the run's ``localisation`` record at its own TP IoU, or computed
+at TP IoU ``tau`` = the sample's IoU). The ECE of the detections each rule keeps
 tells how calibrated the detector is where it would be deployed.
 """
 
@@ -92,6 +93,10 @@ def _class_f1(score: np.ndarray, tp: np.ndarray, code: np.ndarray, n_gt: np.ndar
     return out
 
 
+def _nan(v: Any) -> float:
+    return float("nan") if v is None else float(v)
+
+
 def _ece_kept(ece: Any, p: np.ndarray, y: np.ndarray, keep: np.ndarray) -> dict[str, Any]:
     """ECE of the kept detections (None when none is kept), with their number."""
     n = int(keep.sum())
@@ -100,10 +105,17 @@ def _ece_kept(ece: Any, p: np.ndarray, y: np.ndarray, keep: np.ndarray) -> dict[
         return {"n": n, "ece": float(ece(p[keep], y[keep]).value) if n else None}
 
 
-def operating_points(o: DetectionOutcomes, names: dict[int, str], ece: Any, top_classes: list[int]) -> dict[str, Any]:
+def operating_points(
+    o: DetectionOutcomes,
+    names: dict[int, str],
+    ece: Any,
+    top_classes: list[int],
+    lrp: tuple[dict[int, Any], dict[int, Any], float] | None = None,
+) -> dict[str, Any]:
     """Curves (pooled, and per class for ``top_classes``), F1- and LRP-optimal thresholds per class and pooled,
     and the ECE of the detections kept at each. ``o``: the sample's outcomes (``tau`` its IoU); ``ece``:
-    ``(p, y) -> MetricResult`` with the run's ECE settings."""
+    ``(p, y) -> MetricResult`` with the run's ECE settings; ``lrp``: (LRP-optimal threshold per class id, oLRP
+    per class id, their TP IoU) to use instead of computing them at ``o.tau``."""
     cats = o.gt_categories
     ci = o.class_index()
     valid = o.valid
@@ -117,11 +129,15 @@ def operating_points(o: DetectionOutcomes, names: dict[int, str], ece: Any, top_
     pooled = pr_curves(pk[0], pt[0], int(n_gt.sum()))
     thr, f1, prec, rec = f1_optimal(pooled_s, pooled_y, int(n_gt.sum()))
     per = _class_f1(p, y, code, n_gt)
-    table = lrp_table(o)
+    if lrp is None:
+        table = lrp_table(o)
+        lrp_thr, olrp, lrp_tau = np.asarray(table.threshold, float), np.asarray(table.olrp, float), o.tau
+    else:
+        lrp_thr = np.asarray([_nan(lrp[0].get(int(k))) for k in cats.tolist()], float)
+        olrp, lrp_tau = np.asarray([_nan(lrp[1].get(int(k))) for k in cats.tolist()], float), lrp[2]
     all_keep = np.ones(len(pooled_s), bool)
     f1_keep = pooled_s >= thr if np.isfinite(thr) else all_keep
     cls_thr = per[:, 0]
-    lrp_thr = np.asarray(table.threshold, float)
 
     def class_keep(th: np.ndarray) -> np.ndarray:
         """Pooled detections at or above their class's threshold (all of a class with NaN or without GT)."""
@@ -134,6 +150,7 @@ def operating_points(o: DetectionOutcomes, names: dict[int, str], ece: Any, top_
     return {
         "iou": float(o.tau),
         "grid": GRID.tolist(),
+        "lrp_tau": float(lrp_tau),
         "pooled": {**pooled, "f1_optimal": {"threshold": thr, "f1": f1, "precision": prec, "recall": rec}},
         "per_class_curves": curves,
         "per_class": {
@@ -145,7 +162,7 @@ def operating_points(o: DetectionOutcomes, names: dict[int, str], ece: Any, top_
             "precision_at_f1": per[:, 2].tolist(),
             "recall_at_f1": per[:, 3].tolist(),
             "lrp_threshold": lrp_thr.tolist(),
-            "olrp": np.asarray(table.olrp, float).tolist(),
+            "olrp": olrp.tolist(),
         },
         "ece_kept": {
             "all": _ece_kept(ece, pooled_s, pooled_y, all_keep),

@@ -38,6 +38,7 @@ All vectorised: the greedy matching loops over the rank within an image
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +47,17 @@ import numpy as np
 from detcal.core.types import Detections, GroundTruth, Images
 from detcal.matching.blocks import box_areas
 
-__all__ = ["ERROR_TYPES", "MAIN_ERRORS", "SPECIAL_ERRORS", "TideResult", "tide", "LABELS"]
+__all__ = [
+    "ERROR_TYPES",
+    "MAIN_ERRORS",
+    "SPECIAL_ERRORS",
+    "TideResult",
+    "tide",
+    "LABELS",
+    "Scene",
+    "scene",
+    "scene_match",
+]
 
 MAIN_ERRORS: tuple[str, ...] = ("cls", "loc", "both", "dupe", "bkg", "miss")
 """tidecv's main error types, in its order (ClassError, BoxError, OtherError, DuplicateError, BackgroundError,
@@ -104,18 +115,6 @@ class TideResult:
             "n_evaluated": int(ev.sum()),
             "n_ignored": int((self.ignored & ev).sum()),
         }
-
-
-def _pair_iou(db: np.ndarray, da: np.ndarray, gb: np.ndarray, ga: np.ndarray, crowd: bool) -> np.ndarray:
-    """IoU [P] of paired xyxy boxes with given areas, as pycocotools ``bbIou`` (crowd: over the detection area)."""
-    iw = np.minimum(db[:, 2], gb[:, 2]) - np.maximum(db[:, 0], gb[:, 0])
-    ih = np.minimum(db[:, 3], gb[:, 3]) - np.maximum(db[:, 1], gb[:, 1])
-    ok = (iw > 0) & (ih > 0)
-    inter = np.where(ok, iw * ih, 0.0)
-    union = da if crowd else da + ga - inter
-    out = np.zeros(len(inter))
-    np.divide(inter, union, out=out, where=ok)
-    return out
 
 
 def _pairs(det_img: np.ndarray, gt_img: np.ndarray, n_img: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -215,51 +214,134 @@ def _classify(
     return code, target
 
 
-def _ap(cls: np.ndarray, score: np.ndarray, tp: np.ndarray, keys: tuple[np.ndarray, ...], n_gt: np.ndarray) -> float:
-    """tidecv's mAP (percent) of points (class code, score, true positive) with ``n_gt [C]`` positives per class;
-    ``keys`` order equal scores (most significant first)."""
-    n_cls = len(n_gt)
-    order = np.lexsort((*reversed(keys), -score, cls))
+def _class_order(cls: np.ndarray, n_cls: int) -> np.ndarray:
+    """Stable order of the points by class (a radix sort on small codes)."""
+    small = np.int16 if n_cls < 2**15 else np.int64
+    return np.argsort(cls.astype(small), kind="stable")
+
+
+def _ap(cls: np.ndarray, tp: np.ndarray, n_gt: np.ndarray) -> float:
+    """tidecv's mAP (percent) of points (class code, true positive) given in the order tidecv visits them
+    within a class (descending score, then its tie order), with ``n_gt [C]`` positives per class."""
+    n_cls, n = len(n_gt), len(cls)
+    order = _class_order(cls, n_cls)
     c, t = cls[order], tp[order].astype(np.int64)
     npts = np.bincount(c, minlength=n_cls)
     start = np.cumsum(npts) - npts
-    pos = np.arange(len(c)) - start[c]
+    pos = np.arange(n) - start[c]
     ctp = np.cumsum(t)
-    ntp = ctp - (ctp[start[c]] - t[start[c]]) if len(c) else ctp
+    ntp = ctp - (ctp[start[c]] - t[start[c]]) if n else ctp
     prec = ntp / (pos + 1)
     ngt_c = n_gt[c]
-    rec = np.divide(ntp, ngt_c, out=np.zeros(len(c)), where=ngt_c > 0)
-    # precision made non-increasing from the right within each class: a cumulative max over the reversed run,
-    # exact (ranks, never sums of values)
-    rv = np.arange(len(c))[::-1]
-    seg = (n_cls - 1 - c)[rv]
-    rk_order = np.lexsort((prec[rv], seg))
-    rank = np.empty(len(c), np.int64)
-    rank[rk_order] = np.arange(len(c))
-    best = rk_order[np.maximum.accumulate(rank)] if len(c) else rank
-    smooth = np.empty(len(c))
-    smooth[rv] = prec[rv][best]
+    rec = np.divide(ntp, ngt_c, out=np.zeros(n), where=ngt_c > 0)
     j = np.searchsorted(_X, rec, side="right")  # recall points at or below each point's recall
     hist = np.bincount(c * 102 + j, minlength=n_cls * 102).reshape(n_cls, 102)
     idx = np.cumsum(hist, axis=1)[:, :101]  # first point with recall >= x_k, counted in its class
-    inside = idx < npts[:, None]
-    y = np.where(inside, smooth[np.minimum(start[:, None] + idx, max(len(c) - 1, 0))] if len(c) else 0.0, 0.0)
+    # precision made non-increasing from the right, read at those points: the maximum of the precisions from
+    # each point to the end of its class (maxima of the pieces between the read points, then a cumulative
+    # maximum over the pieces from the right; exact, no arithmetic on the values)
+    b = (start[:, None] + idx).reshape(-1)
+    ext = np.append(prec, -np.inf)
+    piece = np.maximum.reduceat(ext, b) if len(b) else np.zeros(0)
+    empty = np.append(b[1:] == b[:-1], b[-1:] == n) if len(b) else np.zeros(0, bool)
+    piece = np.where(empty, -np.inf, piece).reshape(n_cls, 101)
+    smooth = np.maximum.accumulate(piece[:, ::-1], axis=1)[:, ::-1]
+    y = np.where(idx < npts[:, None], smooth, 0.0)
     ap = np.where(n_gt > 0, y.sum(axis=1) / 101 * 100, 0.0)
     live = (npts > 0) | (n_gt > 0)
     return float(ap[live].mean()) if live.any() else float("nan")
 
 
+def _columns(box: np.ndarray, area: np.ndarray) -> tuple[np.ndarray, ...]:
+    """x1, y1, x2, y2, area as contiguous columns (fast gathers)."""
+    b = np.asarray(box, np.float64)
+    return (*(np.ascontiguousarray(b[:, k]) for k in range(4)), np.asarray(area, np.float64))
+
+
 def _kept_pairs(
-    kd: np.ndarray, img_k: np.ndarray, box: np.ndarray, area: np.ndarray, cat: np.ndarray, gsel: np.ndarray,
-    gt_img: np.ndarray, gbox: np.ndarray, garea: np.ndarray, gcat: np.ndarray, n_img: int, crowd: bool,
+    kd: np.ndarray, img_k: np.ndarray, dcol: tuple[np.ndarray, ...], cat: np.ndarray, gsel: np.ndarray,
+    gt_img: np.ndarray, gcol: tuple[np.ndarray, ...], gcat: np.ndarray, n_img: int, crowd: bool, overlap_only: bool,
 ) -> _Pairs:  # fmt: skip
-    """Pairs of kept detections ``kd`` with the selected GT rows ``gsel`` of their image."""
-    pd, pgl, start = _pairs(img_k, gt_img[gsel], n_img)
+    """Pairs of kept detections ``kd`` with the selected GT rows ``gsel`` of their image and their IoU, as
+    pycocotools ``bbIou`` (crowd: over the detection's area). ``overlap_only``: only the pairs that overlap
+    (exact whenever every rule needs an IoU above 0)."""
+    pd, pgl, _ = _pairs(img_k, gt_img[gsel], n_img)
     pg = gsel[pgl]
-    count = np.bincount(pd, minlength=len(kd)) if len(pd) else np.zeros(len(kd), np.int64)
     d = kd[pd]
-    iou = _pair_iou(box[d], area[d], gbox[pg], garea[pg], crowd)
-    return _Pairs(pd, pg, start, count, iou, cat[d] == gcat[pg])
+    iw = np.minimum(dcol[2][d], gcol[2][pg])
+    iw -= np.maximum(dcol[0][d], gcol[0][pg])
+    ih = np.minimum(dcol[3][d], gcol[3][pg])
+    ih -= np.maximum(dcol[1][d], gcol[1][pg])
+    ok = (iw > 0) & (ih > 0)
+    if overlap_only:
+        sel = np.flatnonzero(ok)
+        pd, pg, d, iw, ih, ok = pd[sel], pg[sel], d[sel], iw[sel], ih[sel], ok[sel]
+    inter = np.where(ok, iw * ih, 0.0)
+    da = dcol[4][d]
+    union = da if crowd else da + gcol[4][pg] - inter
+    iou = np.zeros(len(inter))
+    np.divide(inter, union, out=iou, where=ok)
+    count = np.bincount(pd, minlength=len(kd)) if len(pd) else np.zeros(len(kd), np.int64)
+    return _Pairs(pd, pg, np.cumsum(count) - count, count, iou, cat[d] == gcat[pg])
+
+
+@dataclass
+class Scene:
+    """Detections paired with the boxes of their image, shared by :func:`tide` and the class-agnostic matching
+    of :mod:`detcal.metrics.confusion`: ``rank [D]`` in the image (-1 in an unknown image), ``kd [K]`` the
+    detections within ``max_dets``, by rank then image; ``pr`` their pairs with non-crowd boxes and ``cr`` with
+    crowd boxes (only overlapping pairs when ``overlap_only``); ``has_gt [K]`` the image has a non-crowd box."""
+
+    max_dets: int
+    overlap_only: bool
+    d_img: np.ndarray
+    rank: np.ndarray
+    kd: np.ndarray
+    dcat: np.ndarray
+    gcat: np.ndarray
+    n_cls: int
+    plain: np.ndarray
+    pr: _Pairs
+    cr: _Pairs
+    has_gt: np.ndarray
+
+
+def scene(images: Images, gt: GroundTruth, dets: Detections, max_dets: int = 100, overlap_only: bool = True) -> Scene:
+    """The :class:`Scene` of ``dets`` against ``gt`` (images in ``images`` order)."""
+    n_img, nd = len(images), len(dets)
+    d_img, g_img = images.index_of(dets.image_id), images.index_of(gt.image_id)
+    g_ok = g_img >= 0
+    rank = np.full(nd, -1, np.int64)
+    inimg = np.flatnonzero(d_img >= 0)
+    rank[inimg] = _rank_in_image(d_img[inimg], dets.score[inimg])
+    kd = np.flatnonzero((rank >= 0) & (rank < max_dets))
+    kd = kd[np.lexsort((d_img[kd], rank[kd]))]  # by rank, then image: one block of pairs per matching pass
+    dcol, gcol = _columns(dets.box, box_areas(dets.box, dets.wh)), _columns(gt.box, box_areas(gt.box, gt.wh))
+    cat_all, n_cls = _codes(dets.category, gt.category)
+    dcat, gcat = cat_all[:nd], cat_all[nd:]
+    crowd = np.asarray(gt.iscrowd, bool)
+    plain = ~crowd & g_ok
+    g_safe = np.where(g_ok, g_img, 0)
+    pr = _kept_pairs(kd, d_img[kd], dcol, dcat, np.flatnonzero(plain), g_safe, gcol, gcat, n_img, False, overlap_only)
+    cr = _kept_pairs(kd, d_img[kd], dcol, dcat, np.flatnonzero(crowd & g_ok), g_safe, gcol, gcat, n_img, True, True)
+    has_gt = np.bincount(g_img[plain], minlength=n_img)[d_img[kd]] > 0 if n_img else np.zeros(len(kd), bool)
+    return Scene(int(max_dets), overlap_only, d_img, rank, kd, dcat, gcat, n_cls, plain, pr, cr, has_gt)
+
+
+def scene_match(sc: Scene, iou: float, classwise: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """tidecv's greedy matching at ``iou`` on a scene, per class or (``classwise=False``) across classes.
+    Returns per kept detection (``sc.kd`` order): the GT row taken (-1), ignored (unmatched, over ``iou`` of
+    its own area inside a crowd box, of its class when ``classwise``), and its best IoU with any box (crowd
+    boxes by intersection over the detection's area)."""
+    pr = sc.pr if classwise else dataclasses.replace(sc.pr, same=np.ones(len(sc.pr.pd), bool))
+    got, _ = _greedy(sc.rank[sc.kd], pr, iou, len(sc.gcat))
+    ign = np.zeros(len(sc.kd), bool)
+    hit = (sc.cr.same if classwise else True) & (sc.cr.iou > iou)
+    ign[sc.cr.pd[hit]] = True
+    ign &= got < 0
+    best, _ = _seg_argmax(sc.pr.iou, sc.pr.start, sc.pr.count)
+    bc, _ = _seg_argmax(sc.cr.iou, sc.cr.start, sc.cr.count)
+    return got, ign, np.maximum(best, bc)
 
 
 def tide(
@@ -270,36 +352,22 @@ def tide(
     pos_threshold: float = 0.5,
     background_threshold: float = 0.1,
     max_dets: int = 100,
+    paired: Scene | None = None,
 ) -> TideResult:
     """TIDE error dAPs and per-detection error types of ``dets`` against ``gt`` (box mode, tidecv 1.0.1's rules;
     module docstring). Crowd boxes (``gt.iscrowd``) are tidecv's ignore regions; images are taken in
-    ``images`` order."""
+    ``images`` order. ``paired``: a :func:`scene` of the same inputs to reuse."""
     pos, bg = float(pos_threshold), float(background_threshold)
-    n_img, nd, ng = len(images), len(dets), len(gt)
-    d_img, g_img = images.index_of(dets.image_id), images.index_of(gt.image_id)
-    g_ok = g_img >= 0
-    rank = np.full(nd, -1, np.int64)
-    inimg = np.flatnonzero(d_img >= 0)
-    rank[inimg] = _rank_in_image(d_img[inimg], dets.score[inimg])
-    keep = (rank >= 0) & (rank < max_dets)
-    kd = np.flatnonzero(keep)
-    kd = kd[np.lexsort((d_img[kd], rank[kd]))]  # by rank, then image: one block of pairs per matching pass
-    area, garea = box_areas(dets.box, dets.wh), box_areas(gt.box, gt.wh)
-    cat_all, n_cls = _codes(dets.category, gt.category)
-    dcat, gcat = cat_all[:nd], cat_all[nd:]
-    crowd = np.asarray(gt.iscrowd, bool)
-    plain = np.flatnonzero(~crowd & g_ok)
-    g_img_safe = np.where(g_ok, g_img, 0)
-    pr = _kept_pairs(kd, d_img[kd], dets.box, area, dcat, plain, g_img_safe, gt.box, garea, gcat, n_img, False)
-    got, used = _greedy(rank[kd], pr, pos, ng)
-    has_gt = np.bincount(g_img[plain], minlength=n_img)[d_img[kd]] > 0 if n_img else np.zeros(len(kd), bool)
-    code_k, target_k = _classify(pr, got, used, has_gt, pos, bg)
-    cr = _kept_pairs(kd, d_img[kd], dets.box, area, dcat, np.flatnonzero(crowd & g_ok), g_img_safe, gt.box, garea,
-                     gcat, n_img, True)  # fmt: skip
-    ign_k = np.zeros(len(kd), bool)
-    hit = cr.same & (cr.iou > pos)
-    ign_k[cr.pd[hit]] = True
-    ign_k &= got < 0
+    sparse = bg > 0 and pos > 0  # no rule then looks at a pair without overlap
+    sc = paired
+    if sc is None or sc.max_dets != max_dets or (sc.overlap_only and not sparse):
+        sc = scene(images, gt, dets, max_dets, overlap_only=sparse)
+    nd, ng = len(dets), len(gt)
+    got, ign_k, _ = scene_match(sc, pos)
+    used = np.zeros(ng, bool)
+    used[got[got >= 0]] = True
+    code_k, target_k = _classify(sc.pr, got, used, sc.has_gt, pos, bg)
+    kd, rank, gcat = sc.kd, sc.rank, sc.gcat
     code = np.full(nd, -1, np.int64)
     code[kd] = code_k
     target, ignored, matched = (np.full(nd, -1, np.int64), np.zeros(nd, bool), np.full(nd, -1, np.int64))
@@ -313,11 +381,10 @@ def tide(
         fixable[err[first]] = True
     usable = np.zeros(ng, bool)
     usable[target[err]] = True
-    plain_mask = ~crowd & g_ok
-    missed = plain_mask & ~used & ~usable
-    fn = plain_mask & ~used
-    n_gt = np.bincount(gcat[plain_mask], minlength=n_cls)
-    res = _fixes(dets, d_img, rank, code, ignored, fixable, target, dcat, gcat, n_gt, missed, fn, n_cls)
+    missed = sc.plain & ~used & ~usable
+    fn = sc.plain & ~used
+    n_gt = np.bincount(gcat[sc.plain], minlength=sc.n_cls)
+    res = _fixes(dets, sc.d_img, rank, code, ignored, fixable, target, sc.dcat, gcat, n_gt, missed, fn, sc.n_cls)
     counts = {name: int((code == i + 1).sum()) for i, name in enumerate(ERROR_TYPES)}
     counts["miss"] = int(missed.sum())
     params = {"pos_threshold": pos, "background_threshold": bg, "max_dets": int(max_dets)}
@@ -337,42 +404,36 @@ def _fixes(
     missed: np.ndarray, fn: np.ndarray, n_cls: int,
 ) -> tuple[float, dict[str, float], dict[str, float]]:  # fmt: skip
     """The mAP, each main type's dAP (fixed alone, clipped at 0) and the special dAPs."""
-    s = dets.score
+    nd = len(code)
     tp = code == TP
     fp = (code > TP) & ~ignored  # false positives in the AP (ignored ones are not)
-    tp_i, fp_i = np.flatnonzero(tp), np.flatnonzero(fp)
-    base_cls = np.concatenate([dcat[tp_i], dcat[fp_i]])
-    base_s = np.concatenate([s[tp_i], s[fp_i]])
-    base_tp = np.concatenate([np.ones(len(tp_i), bool), np.zeros(len(fp_i), bool)])
-    rows = np.concatenate([tp_i, fp_i])
-    ap = _ap(base_cls, base_s, base_tp, (d_img[rows], rank[rows]), n_gt)
+    visit = np.lexsort((rank, d_img))  # tidecv's visiting order: image, then rank
+    opos = np.empty(nd, np.int64)
+    opos[visit] = np.arange(nd)
+    srank = np.unique(-dets.score, return_inverse=True)[1].reshape(-1).astype(np.int64)  # 0: the highest score
+    # descending score, then image and rank; in a fixed set the errors come before the untouched true positives
+    by_score = np.argsort(srank * nd + opos)
+    fixed_order = np.argsort((srank * 2 + tp) * nd + opos)
+    live = tp | fp
+    rows = by_score[live[by_score]]
+    ap = _ap(dcat[rows], tp[rows], n_gt)
+    fixed_cls = dcat.copy()
+    fixed_cls[fixable & (code == CLS)] = gcat[target[fixable & (code == CLS)]]  # a fixed cls error takes the box's
 
     def fixed(kind: int | None, n_gt_fixed: np.ndarray) -> float:
-        """mAP with the errors of ``kind`` fixed: error points first on equal scores, then the true positives."""
-        e = fp_i if kind is None else fp_i[code[fp_i] != kind]
-        extra = np.zeros(0, np.int64)
-        if kind in (CLS, LOC):
-            extra = np.flatnonzero((code == kind) & fixable)
-        e_all = np.concatenate([e, extra])
-        e_cls = np.concatenate([dcat[e], gcat[target[extra]]])
-        cls_ = np.concatenate([e_cls, dcat[tp_i]])
-        sc = np.concatenate([s[e_all], s[tp_i]])
-        t = np.concatenate([np.zeros(len(e), bool), np.ones(len(extra), bool), np.ones(len(tp_i), bool)])
-        grp = np.concatenate([np.zeros(len(e_all), np.int64), np.ones(len(tp_i), np.int64)])
-        r = np.concatenate([e_all, tp_i])
-        return _ap(cls_, sc, t, (grp, d_img[r], rank[r]), n_gt_fixed)
+        """mAP with the errors of ``kind`` fixed alone (tidecv's oracle)."""
+        now_tp = tp if kind not in (CLS, LOC) else tp | ((code == kind) & fixable)
+        keep = tp | (fp & (code != kind)) | now_tp if kind is not None else live
+        r = fixed_order[keep[fixed_order]]
+        return _ap(fixed_cls[r] if kind == CLS else dcat[r], now_tp[r], n_gt_fixed)
 
     main: dict[str, float] = {}
     for i, name in enumerate(ERROR_TYPES):
         main[name] = max(fixed(i + 1, n_gt) - ap, 0.0)
     n_miss = np.bincount(gcat[missed], minlength=n_cls)
     main["miss"] = max(fixed(None, n_gt - n_miss) - ap, 0.0)
-    # fp: every false positive scored 0 and every true positive 1
-    fp_cls = np.concatenate([dcat[fp_i], dcat[tp_i]])
-    fp_s = np.concatenate([np.zeros(len(fp_i)), np.ones(len(tp_i))])
-    fp_t = np.concatenate([np.zeros(len(fp_i), bool), np.ones(len(tp_i), bool)])
-    grp = np.concatenate([np.zeros(len(fp_i), np.int64), np.ones(len(tp_i), np.int64)])
-    r = np.concatenate([fp_i, tp_i])
-    special = {"fp": _ap(fp_cls, fp_s, fp_t, (grp, d_img[r], rank[r]), n_gt) - ap}
+    # fp: every false positive scored 0 and every true positive 1 (true positives first, each in visiting order)
+    r = np.concatenate([visit[tp[visit]], visit[fp[visit]]])
+    special = {"fp": _ap(dcat[r], tp[r], n_gt) - ap}
     special["fn"] = fixed(None, n_gt - np.bincount(gcat[fn], minlength=n_cls)) - ap
     return ap, main, special

@@ -40,9 +40,15 @@ _TYPE_NAMES = {
 
 
 def diagnostics_block(
-    spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray, conf: dict[str, Any]
+    spec: EvaluationSpec,
+    data: LoadedData,
+    mr: MatchResult,
+    feats: np.ndarray,
+    conf: dict[str, Any],
+    loc: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """The ``diagnostics`` record and the per-detection columns it adds to detections.csv."""
+    """The ``diagnostics`` record and the per-detection columns it adds to detections.csv; ``loc``: the run's
+    ``localisation`` record, whose LRP-optimal thresholds the operating points reuse."""
     d = spec.diagnostics
     if data.kitti is not None:
         return {"_skipped": "defined for COCO-style data; not computed with KITTI rules"}, {}
@@ -51,12 +57,13 @@ def diagnostics_block(
     ds, dets = data.dataset, data.detections
     out: dict[str, Any] = {}
     cols: dict[str, np.ndarray] = {}
-    code = None
-    if d.tide:
-        from detcal.metrics.tide import tide
+    from detcal.metrics.tide import scene, tide
 
+    max_dets = spec.matching.max_dets or max(len(dets), 1)
+    sc = scene(ds.images, ds.gt, dets, max_dets, overlap_only=d.tide_background > 0) if d.tide or d.confusion else None
+    if d.tide:  # the scene (pairs of detections and boxes) is shared by TIDE and the confusion matrix
         r = tide(ds.images, ds.gt, dets, pos_threshold=d.tide_foreground, background_threshold=d.tide_background,
-                 max_dets=spec.matching.max_dets or max(len(dets), 1))  # fmt: skip
+                 max_dets=max_dets, paired=sc)  # fmt: skip
         code = r.code
         out["tide"] = {**r.to_dict(), "reference": "tidecv 1.0.1 (Bolya et al., ECCV 2020), box mode"}
         cols["tide_error"] = code.astype(np.int64)
@@ -65,11 +72,11 @@ def diagnostics_block(
             out["calibration_by_error_type"] = by_type
     label = _first_label(conf)
     if d.operating_points and label is not None:
-        out["operating_points"] = _operating(spec, data, mr, label)
+        out["operating_points"] = _operating(spec, data, mr, label, _lrp_of(loc))
     if d.confusion:
         from detcal.metrics.confusion import agnostic_match, confusion_matrix, label_errors
 
-        am = agnostic_match(dets, ds.gt, d.confusion_iou, max_dets=spec.matching.max_dets)
+        am = agnostic_match(dets, ds.gt, d.confusion_iou, max_dets, paired=sc)
         out["confusion"] = confusion_matrix(am, dets, ds.gt, list(ds.categories), d.confusion_score)
         out["label_errors"] = label_errors(am, dets, ds.gt, ds.categories, min_score=d.label_error_score,
                                            min_iou=d.label_error_iou, top=d.label_error_top)  # fmt: skip
@@ -175,7 +182,19 @@ def _share(g: np.ndarray | None, k: int) -> float | None:
     return float(g[k] / tot) if tot > 0 else None
 
 
-def _operating(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, label: str) -> dict[str, Any]:
+def _lrp_of(loc: dict[str, Any] | None) -> tuple[dict[int, Any], dict[int, Any], float] | None:
+    """(LRP-optimal threshold per class, oLRP per class, TP IoU) of the localisation record, when it has them."""
+    if not loc or not loc.get("lrp_optimal_thresholds") or not isinstance(loc.get("olrp"), dict):
+        return None
+    tab = loc["olrp"].get("table") or {}
+    if "category" not in tab or "olrp" not in tab:
+        return None
+    thr = {int(k): v for k, v in loc["lrp_optimal_thresholds"].items()}
+    olrp = {int(c): (None if v is None or v != v else float(v)) for c, v in zip(tab["category"], tab["olrp"])}
+    return thr, olrp, float(loc["olrp"].get("params", {}).get("tau", 0.0))
+
+
+def _operating(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, label: str, lrp: Any = None) -> dict[str, Any]:
     """Operating points on the confidence sample of ``label`` (docs/metrics.md#operating-points)."""
     from detcal.metrics.confidence import ece
     from detcal.metrics.lrp import DetectionOutcomes, paired_iou
@@ -198,7 +217,7 @@ def _operating(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, label: s
     b = spec.dece_binning
     fn = functools.partial(ece, bins=b.ece_bins, policy=b.policy, edges=spec.confidence.edges)
     order = np.argsort(-counts, kind="stable")[: spec.confidence.per_class_top_n]
-    out = operating_points(o, ds.categories, fn, [int(cats[k]) for k in order])
+    out = operating_points(o, ds.categories, fn, [int(cats[k]) for k in order], lrp)
     out["iou"] = label
     return out
 

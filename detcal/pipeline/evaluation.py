@@ -403,6 +403,7 @@ def _diagnostics(
     mr: MatchResult,
     feats: np.ndarray,
     conf: dict[str, Any],
+    loc: dict[str, Any],
     timing: dict[str, float],
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """TIDE, calibration by error type, confusion, label errors, operating points (docs/metrics.md#diagnostics);
@@ -413,7 +414,7 @@ def _diagnostics(
     from detcal.pipeline.diagnostics_block import diagnostics_block
 
     t0 = time.perf_counter()
-    out = diagnostics_block(spec, data, mr, feats, conf)
+    out = diagnostics_block(spec, data, mr, feats, conf, loc)
     timing["diagnostics"] = time.perf_counter() - t0
     return out
 
@@ -512,7 +513,7 @@ def evaluate(
         oce_rec, uq_rec = oce_block(spec, data), uq_detr_block(spec, data)
         per_image = per_image_rows(oce_rec)
         timing["oce"] = time.perf_counter() - t0
-        diag, diag_cols = _diagnostics(spec, data, mr, feats, conf, timing)
+        diag, diag_cols = _diagnostics(spec, data, mr, feats, conf, loc, timing)
     dets = data.detections
     warn = _warnings(conf, reg, reg_on and dets.uncertainty_kind is not None, no_pos) + _metric_warnings(conf, data)
     record: dict[str, Any] = {
