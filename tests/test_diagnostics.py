@@ -157,3 +157,20 @@ def test_one_perfect_detection() -> None:
     dets = Detections(image_id=[1], box=[[0, 0, 5, 5]], score=[0.9], category=[1])
     d = detcal.evaluate(ds, dets, spec=QUICK).to_dict()["diagnostics"]
     assert d["tide"]["ap"] == pytest.approx(100.0) and d["tide"]["counts"]["miss"] == 0
+
+
+def test_per_class_f1_equals_the_pooled_rule_class_by_class(mini79: detcal.EvaluationResult) -> None:
+    """The vectorised per-class F1-optimal points equal :func:`f1_optimal` run on each class alone."""
+    m = mini79.to_dict()
+    op = m["diagnostics"]["operating_points"]
+    i = mini79.match.threshold_index(float(op["iou"].removeprefix("iou=")))
+    keep = mini79.match.considered & ~mini79.match.ignored[i]
+    d = mini79.data.detections
+    pc = op["per_class"]
+    for k, cat in enumerate(pc["category"]):
+        sel = keep & (d.category == cat)
+        want = f1_optimal(d.score[sel], mini79.match.matched[i, sel], pc["n_gt"][k])
+        got = [pc[key][k] for key in ("f1_threshold", "f1", "precision_at_f1", "recall_at_f1")]
+        got = [np.nan if v is None else v for v in got]  # metrics.json writes NaN as null
+        assert got == pytest.approx(want, nan_ok=True), cat
+        assert (got[0] == got[0]) == bool(sel.any())  # a class with boxes has a threshold once it has detections

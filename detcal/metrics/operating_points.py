@@ -54,11 +54,14 @@ def pr_curves(kept: np.ndarray, tps: np.ndarray, n_gt: int) -> dict[str, list]:
     return {"precision": prec.tolist(), "recall": rec.tolist(), "f1": f1.tolist()}
 
 
-def f1_optimal(score: np.ndarray, tp: np.ndarray, n_gt: int) -> tuple[float, float, float, float]:
-    """(threshold, F1, precision, recall) of the best cut of one pool (NaN threshold: nothing to keep)."""
+def f1_optimal(
+    score: np.ndarray, tp: np.ndarray, n_gt: int, by_score: np.ndarray | None = None
+) -> tuple[float, float, float, float]:
+    """(threshold, F1, precision, recall) of the best cut of one pool (NaN threshold: nothing to keep);
+    ``by_score``: the points in descending score order, when known."""
     if n_gt <= 0 or len(score) == 0:
         return float("nan"), float("nan"), float("nan"), float("nan")
-    o = np.argsort(-score, kind="stable")
+    o = np.argsort(-score, kind="stable") if by_score is None else by_score
     s, t = score[o], np.cumsum(tp[o])
     cut = np.flatnonzero(np.concatenate([s[1:] != s[:-1], [True]]))  # the last position of each score run
     f1 = 2 * t[cut] / (cut + 1 + n_gt)
@@ -67,13 +70,16 @@ def f1_optimal(score: np.ndarray, tp: np.ndarray, n_gt: int) -> tuple[float, flo
     return float(s[k]), float(f1[b]), float(t[k] / (k + 1)), float(t[k] / n_gt)
 
 
-def _class_f1(score: np.ndarray, tp: np.ndarray, code: np.ndarray, n_gt: np.ndarray) -> np.ndarray:
-    """F1-optimal threshold, F1, precision, recall per class [C, 4] (vectorised over classes)."""
+def _class_f1(
+    score: np.ndarray, tp: np.ndarray, code: np.ndarray, n_gt: np.ndarray, by_score: np.ndarray
+) -> np.ndarray:
+    """F1-optimal threshold, F1, precision, recall per class [C, 4] (vectorised over classes); ``by_score``:
+    the points in descending score order."""
     c = len(n_gt)
     out = np.full((c, 4), np.nan)
     if len(score) == 0:
         return out
-    o = np.lexsort((-score, code))
+    o = by_score[np.argsort(code[by_score].astype(np.int16 if c < 2**15 else np.int64), kind="stable")]
     sc, s, t = code[o], score[o], tp[o].astype(np.int64)
     n = np.bincount(sc, minlength=c)
     start = np.cumsum(n) - n
@@ -83,11 +89,13 @@ def _class_f1(score: np.ndarray, tp: np.ndarray, code: np.ndarray, n_gt: np.ndar
     last = np.concatenate([(s[1:] != s[:-1]) | (sc[1:] != sc[:-1]), [True]])
     g = n_gt[sc].astype(np.float64)
     f1 = np.where(last & (g > 0), 2 * tpc / (pos + 1 + g), -1.0)
-    best = np.lexsort((np.arange(len(s)), -f1, sc))  # per class: highest F1, first (highest threshold) on ties
-    first = best[np.searchsorted(sc[best], np.arange(c))[n > 0]]
+    # per class: the highest F1, the first (highest threshold) on ties
+    best = np.maximum.reduceat(f1, start[n > 0]) if len(f1) else np.zeros(0)
+    bf = np.full(c, -1.0)
+    bf[n > 0] = best
+    hit = np.flatnonzero((f1 == bf[sc]) & (f1 >= 0))
+    first = hit[np.concatenate([[True], sc[hit][1:] != sc[hit][:-1]])] if len(hit) else hit
     cls = sc[first]
-    ok = f1[first] >= 0
-    cls, first = cls[ok], first[ok]
     out[cls, 0], out[cls, 1] = s[first], f1[first]
     out[cls, 2], out[cls, 3] = tpc[first] / (pos[first] + 1), tpc[first] / g[first]
     return out
@@ -127,8 +135,11 @@ def operating_points(
     pooled_s, pooled_y = o.score[valid], o.tp[valid]
     pk, pt = _counts(pooled_s, pooled_y, np.zeros(len(pooled_s), np.int64), 1)
     pooled = pr_curves(pk[0], pt[0], int(n_gt.sum()))
-    thr, f1, prec, rec = f1_optimal(pooled_s, pooled_y, int(n_gt.sum()))
-    per = _class_f1(p, y, code, n_gt)
+    order = np.argsort(-pooled_s, kind="stable")
+    thr, f1, prec, rec = f1_optimal(pooled_s, pooled_y, int(n_gt.sum()), order)
+    has_cls = (ci[valid] >= 0)[order]
+    within = np.cumsum(ci[valid] >= 0) - 1  # position of a pooled point among the points with a class
+    per = _class_f1(p, y, code, n_gt, within[order[has_cls]])
     if lrp is None:
         table = lrp_table(o)
         lrp_thr, olrp, lrp_tau = np.asarray(table.threshold, float), np.asarray(table.olrp, float), o.tau

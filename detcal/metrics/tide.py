@@ -131,9 +131,11 @@ def _pairs(det_img: np.ndarray, gt_img: np.ndarray, n_img: int) -> tuple[np.ndar
     return pd, pg, pstart
 
 
-def _seg_argmax(val: np.ndarray, start: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per segment (``start``, ``count`` into ``val``): the maximum (0 when empty) and the position of its first
-    occurrence (-1 when empty)."""
+def _seg_argmax(
+    val: np.ndarray, start: np.ndarray, count: np.ndarray, seg: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per segment (``start``, ``count`` into ``val``; ``seg`` the segment of each value when known): the
+    maximum (0 when empty) and the position of its first occurrence (-1 when empty)."""
     mx = np.zeros(len(start))
     arg = np.full(len(start), -1, np.int64)
     ne = count > 0
@@ -141,7 +143,8 @@ def _seg_argmax(val: np.ndarray, start: np.ndarray, count: np.ndarray) -> tuple[
         return mx, arg
     s = start[ne]
     mx[ne] = np.maximum.reduceat(val, s)
-    seg = np.repeat(np.arange(len(start)), count)
+    if seg is None:
+        seg = np.repeat(np.arange(len(start)), count)
     pos = np.where(val == mx[seg], np.arange(len(val)), len(val))
     arg[ne] = np.minimum.reduceat(pos, s)
     return mx, arg
@@ -149,7 +152,8 @@ def _seg_argmax(val: np.ndarray, start: np.ndarray, count: np.ndarray) -> tuple[
 
 def _rank_in_image(img: np.ndarray, score: np.ndarray) -> np.ndarray:
     """Rank [D] of each detection in its image by descending score, ties in input order."""
-    order = np.lexsort((np.arange(len(img)), -score, img))
+    order = np.argsort(-score, kind="stable")
+    order = order[_small_sort(img[order], int(img.max()) + 1 if len(img) else 1)]
     rank = np.empty(len(img), np.int64)
     si = img[order]
     first = np.searchsorted(si, si, side="left")
@@ -182,7 +186,7 @@ def _greedy(kr: np.ndarray, pr: _Pairs, pos: float, n_gt: int) -> tuple[np.ndarr
         p1 = int(st[-1] + ct[-1]) if len(st) else 0
         g = pr.pg[p0:p1]
         val = np.where(pr.same[p0:p1] & ~used[g], pr.iou[p0:p1], 0.0)
-        mx, arg = _seg_argmax(val, st - p0, ct)
+        mx, arg = _seg_argmax(val, st - p0, ct, pr.pd[p0:p1] - a)
         hit = np.flatnonzero(mx >= pos)
         rows = g[arg[hit]]
         got[a + hit] = rows
@@ -196,10 +200,11 @@ def _classify(
     """Error code and target GT row (for ``cls``/``loc``) of each kept detection (code 0 for a true positive)."""
     n = len(got)
     iou, same = pr.iou, pr.same
-    cls_mx, cls_arg = _seg_argmax(np.where(same, iou, 0.0), pr.start, pr.count)
-    non_mx, non_arg = _seg_argmax(np.where(same, 0.0, iou), pr.start, pr.count)
-    dup_mx, _ = _seg_argmax(np.where(same & used[pr.pg], iou, 0.0), pr.start, pr.count)
-    any_mx, _ = _seg_argmax(iou, pr.start, pr.count)
+    st, ct, sg = pr.start, pr.count, pr.pd
+    cls_mx, cls_arg = _seg_argmax(np.where(same, iou, 0.0), st, ct, sg)
+    non_mx, non_arg = _seg_argmax(np.where(same, 0.0, iou), st, ct, sg)
+    dup_mx, _ = _seg_argmax(np.where(same & used[pr.pg], iou, 0.0), st, ct, sg)
+    any_mx, _ = _seg_argmax(iou, st, ct, sg)
     code = np.full(n, BOTH, np.int64)
     code[any_mx <= bg] = BKG
     code[dup_mx >= pos] = DUPE
@@ -216,16 +221,24 @@ def _classify(
 
 def _class_order(cls: np.ndarray, n_cls: int) -> np.ndarray:
     """Stable order of the points by class (a radix sort on small codes)."""
-    small = np.int16 if n_cls < 2**15 else np.int64
-    return np.argsort(cls.astype(small), kind="stable")
+    return _small_sort(cls, n_cls)
 
 
-def _ap(cls: np.ndarray, tp: np.ndarray, n_gt: np.ndarray) -> float:
+def _small_sort(codes: np.ndarray, bound: int) -> np.ndarray:
+    """Stable argsort of non-negative integer codes below ``bound`` (numpy's radix sort when they fit 16 bits)."""
+    return np.argsort(codes.astype(np.int16 if bound < 2**15 else np.int64), kind="stable")
+
+
+def _ap(cls: np.ndarray, tp: np.ndarray, n_gt: np.ndarray, grouped: bool = False) -> float:
     """tidecv's mAP (percent) of points (class code, true positive) given in the order tidecv visits them
-    within a class (descending score, then its tie order), with ``n_gt [C]`` positives per class."""
+    within a class (descending score, then its tie order), with ``n_gt [C]`` positives per class; ``grouped``:
+    the points are already ordered by class."""
     n_cls, n = len(n_gt), len(cls)
-    order = _class_order(cls, n_cls)
-    c, t = cls[order], tp[order].astype(np.int64)
+    if grouped:
+        c, t = cls, tp.astype(np.int64)
+    else:
+        order = _class_order(cls, n_cls)
+        c, t = cls[order], tp[order].astype(np.int64)
     npts = np.bincount(c, minlength=n_cls)
     start = np.cumsum(npts) - npts
     pos = np.arange(n) - start[c]
@@ -270,6 +283,9 @@ def _kept_pairs(
     d = kd[pd]
     iw = np.minimum(dcol[2][d], gcol[2][pg])
     iw -= np.maximum(dcol[0][d], gcol[0][pg])
+    if overlap_only:  # the x overlap first: most pairs end here
+        sel = np.flatnonzero(iw > 0)
+        pd, pg, d, iw = pd[sel], pg[sel], d[sel], iw[sel]
     ih = np.minimum(dcol[3][d], gcol[3][pg])
     ih -= np.maximum(dcol[1][d], gcol[1][pg])
     ok = (iw > 0) & (ih > 0)
@@ -339,8 +355,8 @@ def scene_match(sc: Scene, iou: float, classwise: bool = True) -> tuple[np.ndarr
     hit = (sc.cr.same if classwise else True) & (sc.cr.iou > iou)
     ign[sc.cr.pd[hit]] = True
     ign &= got < 0
-    best, _ = _seg_argmax(sc.pr.iou, sc.pr.start, sc.pr.count)
-    bc, _ = _seg_argmax(sc.cr.iou, sc.cr.start, sc.cr.count)
+    best, _ = _seg_argmax(sc.pr.iou, sc.pr.start, sc.pr.count, sc.pr.pd)
+    bc, _ = _seg_argmax(sc.cr.iou, sc.cr.start, sc.cr.count, sc.cr.pd)
     return got, ign, np.maximum(best, bc)
 
 
@@ -404,19 +420,20 @@ def _fixes(
     missed: np.ndarray, fn: np.ndarray, n_cls: int,
 ) -> tuple[float, dict[str, float], dict[str, float]]:  # fmt: skip
     """The mAP, each main type's dAP (fixed alone, clipped at 0) and the special dAPs."""
-    nd = len(code)
     tp = code == TP
     fp = (code > TP) & ~ignored  # false positives in the AP (ignored ones are not)
-    visit = np.lexsort((rank, d_img))  # tidecv's visiting order: image, then rank
-    opos = np.empty(nd, np.int64)
-    opos[visit] = np.arange(nd)
-    srank = np.unique(-dets.score, return_inverse=True)[1].reshape(-1).astype(np.int64)  # 0: the highest score
-    # descending score, then image and rank; in a fixed set the errors come before the untouched true positives
-    by_score = np.argsort(srank * nd + opos)
-    fixed_order = np.argsort((srank * 2 + tp) * nd + opos)
+    kept = np.flatnonzero(code >= 0)
+    visit = kept[_small_sort(rank[kept], int(rank.max()) + 1 if len(kept) else 1)]
+    visit = visit[_small_sort(d_img[visit], int(d_img.max()) + 1 if len(kept) else 1)]  # image, then rank
+    by_score = visit[np.argsort(-dets.score[visit], kind="stable")]  # descending score, then image and rank
+    sv = dets.score[by_score]
+    run = np.cumsum(np.concatenate([[0], sv[1:] != sv[:-1]])) if len(sv) else np.zeros(0, np.int64)
+    # in a fixed set the errors come before the untouched true positives of the same score (nearly sorted: fast)
+    fixed_order = by_score[np.argsort(run * 2 + tp[by_score], kind="stable")]
     live = tp | fp
     rows = by_score[live[by_score]]
     ap = _ap(dcat[rows], tp[rows], n_gt)
+    grouped = fixed_order[_class_order(dcat[fixed_order], n_cls)]  # by class, each in tidecv's order
     fixed_cls = dcat.copy()
     fixed_cls[fixable & (code == CLS)] = gcat[target[fixable & (code == CLS)]]  # a fixed cls error takes the box's
 
@@ -424,8 +441,11 @@ def _fixes(
         """mAP with the errors of ``kind`` fixed alone (tidecv's oracle)."""
         now_tp = tp if kind not in (CLS, LOC) else tp | ((code == kind) & fixable)
         keep = tp | (fp & (code != kind)) | now_tp if kind is not None else live
-        r = fixed_order[keep[fixed_order]]
-        return _ap(fixed_cls[r] if kind == CLS else dcat[r], now_tp[r], n_gt_fixed)
+        if kind == CLS:  # the fixed errors change class: group again
+            r = fixed_order[keep[fixed_order]]
+            return _ap(fixed_cls[r], now_tp[r], n_gt_fixed)
+        r = grouped[keep[grouped]]
+        return _ap(dcat[r], now_tp[r], n_gt_fixed, grouped=True)
 
     main: dict[str, float] = {}
     for i, name in enumerate(ERROR_TYPES):
