@@ -119,11 +119,13 @@ def operating_points(
     ece: Any,
     top_classes: list[int],
     lrp: tuple[dict[int, Any], dict[int, Any], float] | None = None,
+    desc: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Curves (pooled, and per class for ``top_classes``), F1- and LRP-optimal thresholds per class and pooled,
     and the ECE of the detections kept at each. ``o``: the sample's outcomes (``tau`` its IoU); ``ece``:
     ``(p, y) -> MetricResult`` with the run's ECE settings; ``lrp``: (LRP-optimal threshold per class id, oLRP
-    per class id, their TP IoU) to use instead of computing them at ``o.tau``."""
+    per class id, their TP IoU) to use instead of computing them at ``o.tau``; ``desc``: every detection by
+    descending score, ties in input order, when known."""
     cats = o.gt_categories
     ci = o.class_index()
     valid = o.valid
@@ -135,7 +137,10 @@ def operating_points(
     pooled_s, pooled_y = o.score[valid], o.tp[valid]
     pk, pt = _counts(pooled_s, pooled_y, np.zeros(len(pooled_s), np.int64), 1)
     pooled = pr_curves(pk[0], pt[0], int(n_gt.sum()))
-    order = np.argsort(-pooled_s, kind="stable")
+    if desc is None:
+        order = np.argsort(-pooled_s, kind="stable")
+    else:  # the same order from the detections' one
+        order = (np.cumsum(valid) - 1)[desc[valid[desc]]]
     thr, f1, prec, rec = f1_optimal(pooled_s, pooled_y, int(n_gt.sum()), order)
     has_cls = (ci[valid] >= 0)[order]
     within = np.cumsum(ci[valid] >= 0) - 1  # position of a pooled point among the points with a class

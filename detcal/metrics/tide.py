@@ -150,14 +150,15 @@ def _seg_argmax(
     return mx, arg
 
 
-def _rank_in_image(img: np.ndarray, score: np.ndarray) -> np.ndarray:
-    """Rank [D] of each detection in its image by descending score, ties in input order."""
-    order = np.argsort(-score, kind="stable")
-    order = order[_small_sort(img[order], int(img.max()) + 1 if len(img) else 1)]
-    rank = np.empty(len(img), np.int64)
+def _rank_in_image(img: np.ndarray, desc: np.ndarray) -> np.ndarray:
+    """Rank [D] of each detection in its image (``img`` -1: none) by descending score, ties in input order;
+    ``desc``: every detection by descending score, ties in input order."""
+    order = desc[img[desc] >= 0]
+    order = order[_small_sort(img[order], int(img.max()) + 1 if len(order) else 1)]
+    rank = np.full(len(img), -1, np.int64)
     si = img[order]
     first = np.searchsorted(si, si, side="left")
-    rank[order] = np.arange(len(img)) - first
+    rank[order] = np.arange(len(order)) - first
     return rank
 
 
@@ -306,7 +307,8 @@ class Scene:
     """Detections paired with the boxes of their image, shared by :func:`tide` and the class-agnostic matching
     of :mod:`detcal.metrics.confusion`: ``rank [D]`` in the image (-1 in an unknown image), ``kd [K]`` the
     detections within ``max_dets``, by rank then image; ``pr`` their pairs with non-crowd boxes and ``cr`` with
-    crowd boxes (only overlapping pairs when ``overlap_only``); ``has_gt [K]`` the image has a non-crowd box."""
+    crowd boxes (only overlapping pairs when ``overlap_only``); ``has_gt [K]`` the image has a non-crowd box;
+    ``desc [D]`` every detection by descending score, ties in input order."""
 
     max_dets: int
     overlap_only: bool
@@ -320,6 +322,8 @@ class Scene:
     pr: _Pairs
     cr: _Pairs
     has_gt: np.ndarray
+    desc: np.ndarray
+    score: np.ndarray
 
 
 def scene(images: Images, gt: GroundTruth, dets: Detections, max_dets: int = 100, overlap_only: bool = True) -> Scene:
@@ -327,9 +331,8 @@ def scene(images: Images, gt: GroundTruth, dets: Detections, max_dets: int = 100
     n_img, nd = len(images), len(dets)
     d_img, g_img = images.index_of(dets.image_id), images.index_of(gt.image_id)
     g_ok = g_img >= 0
-    rank = np.full(nd, -1, np.int64)
-    inimg = np.flatnonzero(d_img >= 0)
-    rank[inimg] = _rank_in_image(d_img[inimg], dets.score[inimg])
+    desc = np.argsort(-dets.score, kind="stable")  # one sort of the scores, shared by every later order
+    rank = _rank_in_image(d_img, desc)
     kd = np.flatnonzero((rank >= 0) & (rank < max_dets))
     kd = kd[np.lexsort((d_img[kd], rank[kd]))]  # by rank, then image: one block of pairs per matching pass
     dcol, gcol = _columns(dets.box, box_areas(dets.box, dets.wh)), _columns(gt.box, box_areas(gt.box, gt.wh))
@@ -341,7 +344,9 @@ def scene(images: Images, gt: GroundTruth, dets: Detections, max_dets: int = 100
     pr = _kept_pairs(kd, d_img[kd], dcol, dcat, np.flatnonzero(plain), g_safe, gcol, gcat, n_img, False, overlap_only)
     cr = _kept_pairs(kd, d_img[kd], dcol, dcat, np.flatnonzero(crowd & g_ok), g_safe, gcol, gcat, n_img, True, True)
     has_gt = np.bincount(g_img[plain], minlength=n_img)[d_img[kd]] > 0 if n_img else np.zeros(len(kd), bool)
-    return Scene(int(max_dets), overlap_only, d_img, rank, kd, dcat, gcat, n_cls, plain, pr, cr, has_gt)
+    return Scene(
+        int(max_dets), overlap_only, d_img, rank, kd, dcat, gcat, n_cls, plain, pr, cr, has_gt, desc, dets.score
+    )
 
 
 def scene_match(sc: Scene, iou: float, classwise: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -400,7 +405,7 @@ def tide(
     missed = sc.plain & ~used & ~usable
     fn = sc.plain & ~used
     n_gt = np.bincount(gcat[sc.plain], minlength=sc.n_cls)
-    res = _fixes(dets, sc.d_img, rank, code, ignored, fixable, target, sc.dcat, gcat, n_gt, missed, fn, sc.n_cls)
+    res = _fixes(sc, code, ignored, fixable, target, n_gt, missed, fn)
     counts = {name: int((code == i + 1).sum()) for i, name in enumerate(ERROR_TYPES)}
     counts["miss"] = int(missed.sum())
     params = {"pos_threshold": pos, "background_threshold": bg, "max_dets": int(max_dets)}
@@ -415,19 +420,23 @@ def _codes(dcat: np.ndarray, gcat: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def _fixes(
-    dets: Detections, d_img: np.ndarray, rank: np.ndarray, code: np.ndarray, ignored: np.ndarray,
-    fixable: np.ndarray, target: np.ndarray, dcat: np.ndarray, gcat: np.ndarray, n_gt: np.ndarray,
-    missed: np.ndarray, fn: np.ndarray, n_cls: int,
+    sc: Scene, code: np.ndarray, ignored: np.ndarray, fixable: np.ndarray, target: np.ndarray, n_gt: np.ndarray,
+    missed: np.ndarray, fn: np.ndarray,
 ) -> tuple[float, dict[str, float], dict[str, float]]:  # fmt: skip
     """The mAP, each main type's dAP (fixed alone, clipped at 0) and the special dAPs."""
+    d_img, dcat, gcat, n_cls = sc.d_img, sc.dcat, sc.gcat, sc.n_cls
     tp = code == TP
     fp = (code > TP) & ~ignored  # false positives in the AP (ignored ones are not)
-    kept = np.flatnonzero(code >= 0)
-    visit = kept[_small_sort(rank[kept], int(rank.max()) + 1 if len(kept) else 1)]
-    visit = visit[_small_sort(d_img[visit], int(d_img.max()) + 1 if len(kept) else 1)]  # image, then rank
-    by_score = visit[np.argsort(-dets.score[visit], kind="stable")]  # descending score, then image and rank
-    sv = dets.score[by_score]
+    kept = code >= 0
+    by_score = sc.desc[kept[sc.desc]]  # descending score; ties in input order, made (image, rank) below
+    sv = sc.score[by_score]
     run = np.cumsum(np.concatenate([[0], sv[1:] != sv[:-1]])) if len(sv) else np.zeros(0, np.int64)
+    n_img = int(d_img.max()) + 1 if len(by_score) else 1
+    # equal scores in tidecv's visiting order: by image, then rank (input order within an image); nearly sorted
+    by_score = by_score[np.argsort(run * n_img + d_img[by_score], kind="stable")]
+    visit = np.flatnonzero(kept)
+    visit = visit[_small_sort(sc.rank[visit], sc.max_dets)]
+    visit = visit[_small_sort(d_img[visit], n_img)]  # image, then rank
     # in a fixed set the errors come before the untouched true positives of the same score (nearly sorted: fast)
     fixed_order = by_score[np.argsort(run * 2 + tp[by_score], kind="stable")]
     live = tp | fp

@@ -72,7 +72,7 @@ def diagnostics_block(
             out["calibration_by_error_type"] = by_type
     label = _first_label(conf)
     if d.operating_points and label is not None:
-        out["operating_points"] = _operating(spec, data, mr, label, _lrp_of(loc))
+        out["operating_points"] = _operating(spec, data, mr, label, _lrp_of(loc), None if sc is None else sc.desc)
     if d.confusion:
         from detcal.metrics.confusion import agnostic_match, confusion_matrix, label_errors
 
@@ -194,7 +194,9 @@ def _lrp_of(loc: dict[str, Any] | None) -> tuple[dict[int, Any], dict[int, Any],
     return thr, olrp, float(loc["olrp"].get("params", {}).get("tau", 0.0))
 
 
-def _operating(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, label: str, lrp: Any = None) -> dict[str, Any]:
+def _operating(
+    spec: EvaluationSpec, data: LoadedData, mr: MatchResult, label: str, lrp: Any = None, desc: Any = None
+) -> dict[str, Any]:
     """Operating points on the confidence sample of ``label`` (docs/metrics.md#operating-points)."""
     from detcal.metrics.confidence import ece
     from detcal.metrics.lrp import DetectionOutcomes, paired_iou
@@ -217,7 +219,7 @@ def _operating(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, label: s
     b = spec.dece_binning
     fn = functools.partial(ece, bins=b.ece_bins, policy=b.policy, edges=spec.confidence.edges)
     order = np.argsort(-counts, kind="stable")[: spec.confidence.per_class_top_n]
-    out = operating_points(o, ds.categories, fn, [int(cats[k]) for k in order], lrp)
+    out = operating_points(o, ds.categories, fn, [int(cats[k]) for k in order], lrp, desc)
     out["iou"] = label
     return out
 
