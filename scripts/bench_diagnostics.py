@@ -61,11 +61,11 @@ def _screenshot(path: Path) -> None:
     from playwright.sync_api import sync_playwright
 
     import detcal
-    from detcal.pipeline.spec import DataSpec, EvaluationSpec
+    from detcal.pipeline.spec import BootstrapSpec, DataSpec, EvaluationSpec
 
     with tempfile.TemporaryDirectory() as tmp:
         res = detcal.evaluate(
-            DataSpec(source="bundled", bundle="coco_tfzoo", detector="rfcn-resnet-101"), spec=EvaluationSpec()
+            DataSpec(source="bundled", bundle="coco_tfzoo", detector="rfcn-resnet-101"), spec=EvaluationSpec(bootstrap=BootstrapSpec(n=0))
         )
         res.write(tmp, plots=False, csv=False, report=True)
         with sync_playwright() as pw:

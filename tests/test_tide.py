@@ -204,3 +204,14 @@ def test_max_dets_cut_and_unknown_image() -> None:
     r = tide(images, gt, dets)
     assert (r.code[:100] >= 0).all() and (r.code[100:] == -1).all()
     assert r.to_dict()["n_evaluated"] == 100
+
+
+def test_grid_count_equals_searchsorted() -> None:
+    """The arithmetic count of recall / score grid points equals a binary search, on the points themselves,
+    their neighbouring floats and random values."""
+    from detcal.metrics.tide import _X, grid_count
+
+    rng = np.random.default_rng(0)
+    v = np.concatenate([rng.random(100_000), _X, np.nextafter(_X, 2), np.nextafter(_X, -1), np.arange(1001) / 1000,
+                        np.arange(301) / 300, [-0.5, 1.5]])  # fmt: skip
+    assert (grid_count(v) == np.searchsorted(_X, v, side="right")).all()

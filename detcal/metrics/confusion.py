@@ -73,6 +73,7 @@ def agnostic_match(
             images = Images(id=ids, width=np.full(len(ids), np.nan), height=np.full(len(ids), np.nan))
         sc = scene(images, gt, dets, md)
     got, ign, best = scene_match(sc, float(iou), classwise=False)
+    assert best is not None
     nd = len(dets)
     row, ignored, considered, any_iou = np.full(nd, -1, np.int64), np.zeros(nd, bool), np.zeros(nd, bool), np.zeros(nd)
     row[sc.kd], ignored[sc.kd], considered[sc.kd], any_iou[sc.kd] = got, ign, True, best

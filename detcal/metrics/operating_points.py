@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from detcal.metrics.lrp import DetectionOutcomes, lrp_table
+from detcal.metrics.tide import grid_count
 
 __all__ = ["GRID", "pr_curves", "f1_optimal", "operating_points"]
 
@@ -36,7 +37,7 @@ GRID: np.ndarray = np.arange(101) / 100
 def _counts(score: np.ndarray, tp: np.ndarray, code: np.ndarray, n_cls: int) -> tuple[np.ndarray, np.ndarray]:
     """Kept and true-positive counts [n_cls, len(GRID)] for ``score >= GRID[k]`` (exact: each detection is kept
     at the grid points at or below its score)."""
-    j = np.searchsorted(GRID, score, side="right")  # kept at GRID[:j]
+    j = grid_count(score)  # kept at GRID[:j]
     m = len(GRID) + 1
     kept = np.bincount(code * m + j, minlength=n_cls * m).reshape(n_cls, m)
     tps = np.bincount(code * m + j, weights=tp.astype(np.float64), minlength=n_cls * m).reshape(n_cls, m)

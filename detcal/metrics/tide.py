@@ -157,8 +157,9 @@ def _rank_in_image(img: np.ndarray, desc: np.ndarray) -> np.ndarray:
     order = order[_small_sort(img[order], int(img.max()) + 1 if len(order) else 1)]
     rank = np.full(len(img), -1, np.int64)
     si = img[order]
-    first = np.searchsorted(si, si, side="left")
-    rank[order] = np.arange(len(order)) - first
+    pos = np.arange(len(order))
+    first = np.maximum.accumulate(np.where(np.concatenate([[True], si[1:] != si[:-1]]), pos, 0)) if len(si) else pos
+    rank[order] = pos - first
     return rank
 
 
@@ -248,7 +249,7 @@ def _ap(cls: np.ndarray, tp: np.ndarray, n_gt: np.ndarray, grouped: bool = False
     prec = ntp / (pos + 1)
     ngt_c = n_gt[c]
     rec = np.divide(ntp, ngt_c, out=np.zeros(n), where=ngt_c > 0)
-    j = np.searchsorted(_X, rec, side="right")  # recall points at or below each point's recall
+    j = grid_count(rec)  # recall points at or below each point's recall
     hist = np.bincount(c * 102 + j, minlength=n_cls * 102).reshape(n_cls, 102)
     idx = np.cumsum(hist, axis=1)[:, :101]  # first point with recall >= x_k, counted in its class
     # precision made non-increasing from the right, read at those points: the maximum of the precisions from
@@ -349,20 +350,24 @@ def scene(images: Images, gt: GroundTruth, dets: Detections, max_dets: int = 100
     )
 
 
-def scene_match(sc: Scene, iou: float, classwise: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def scene_match(
+    sc: Scene, iou: float, classwise: bool = True, best: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """tidecv's greedy matching at ``iou`` on a scene, per class or (``classwise=False``) across classes.
     Returns per kept detection (``sc.kd`` order): the GT row taken (-1), ignored (unmatched, over ``iou`` of
-    its own area inside a crowd box, of its class when ``classwise``), and its best IoU with any box (crowd
-    boxes by intersection over the detection's area)."""
+    its own area inside a crowd box, of its class when ``classwise``), and (``best``) its best IoU with any box
+    (crowd boxes by intersection over the detection's area)."""
     pr = sc.pr if classwise else dataclasses.replace(sc.pr, same=np.ones(len(sc.pr.pd), bool))
     got, _ = _greedy(sc.rank[sc.kd], pr, iou, len(sc.gcat))
     ign = np.zeros(len(sc.kd), bool)
     hit = (sc.cr.same if classwise else True) & (sc.cr.iou > iou)
     ign[sc.cr.pd[hit]] = True
     ign &= got < 0
-    best, _ = _seg_argmax(sc.pr.iou, sc.pr.start, sc.pr.count, sc.pr.pd)
+    if not best:
+        return got, ign, None
+    bp, _ = _seg_argmax(sc.pr.iou, sc.pr.start, sc.pr.count, sc.pr.pd)
     bc, _ = _seg_argmax(sc.cr.iou, sc.cr.start, sc.cr.count, sc.cr.pd)
-    return got, ign, np.maximum(best, bc)
+    return got, ign, np.maximum(bp, bc)
 
 
 def tide(
@@ -384,7 +389,7 @@ def tide(
     if sc is None or sc.max_dets != max_dets or (sc.overlap_only and not sparse):
         sc = scene(images, gt, dets, max_dets, overlap_only=sparse)
     nd, ng = len(dets), len(gt)
-    got, ign_k, _ = scene_match(sc, pos)
+    got, ign_k, _ = scene_match(sc, pos, best=False)
     used = np.zeros(ng, bool)
     used[got[got >= 0]] = True
     code_k, target_k = _classify(sc.pr, got, used, sc.has_gt, pos, bg)
@@ -413,10 +418,23 @@ def tide(
 
 
 def _codes(dcat: np.ndarray, gcat: np.ndarray) -> tuple[np.ndarray, int]:
-    """Dense class codes of detections then GT, and their number."""
+    """Dense class codes of detections then GT (in the order of the ids), and their number."""
     both = np.concatenate([np.asarray(dcat, np.int64), np.asarray(gcat, np.int64)])
+    if len(both) and both.min() >= 0 and both.max() < 4 * len(both) + 100_000:  # small ids: a lookup table
+        present = np.zeros(int(both.max()) + 1, np.int64)
+        present[both] = 1
+        table = np.cumsum(present) - 1
+        return table[both], int(table[-1]) + 1
     uniq, inv = np.unique(both, return_inverse=True)
     return inv.reshape(-1).astype(np.int64), len(uniq)
+
+
+def grid_count(v: np.ndarray) -> np.ndarray:
+    """Number of the points ``k / 100`` (k = 0..100) at or below each value (as ``searchsorted(..., "right")``
+    on them, exact): the floor of ``100 v`` corrected by one comparison either side."""
+    j0 = np.clip(np.floor(np.nan_to_num(v) * 100), 0, 100).astype(np.int64)
+    up = np.minimum(j0 + 1, 100)
+    return j0 + (_X[j0] <= v) + ((j0 < 100) & (_X[up] <= v))
 
 
 def _fixes(
