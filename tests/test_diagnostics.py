@@ -174,3 +174,31 @@ def test_per_class_f1_equals_the_pooled_rule_class_by_class(mini79: detcal.Evalu
         got = [np.nan if v is None else v for v in got]  # metrics.json writes NaN as null
         assert got == pytest.approx(want, nan_ok=True), cat
         assert (got[0] == got[0]) == bool(sel.any())  # a class with boxes has a threshold once it has detections
+
+
+def test_the_command_turns_tide_off_with_the_override(tmp_path: Path) -> None:
+    """``detcal-evaluate diagnostics.tide=false`` (the Hydra override of the issue) reaches the spec: no TIDE
+    record, no ``tide_error`` column; the default run has both."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from detcal.apps._hydra import AppContext, register_schema
+    from detcal.apps.evaluate import task
+    from detcal.apps.schema import EvaluateApp
+    from detcal.pipeline.registry import config_dir
+
+    for extra, want in (([], True), (["diagnostics.tide=false"], False)):
+        GlobalHydra.instance().clear()
+        register_schema("evaluate", EvaluateApp)
+        over = ["data.n_images=40", "bootstrap.n=0", "output.plots=false", "output.progress=false",
+                "output.print_summary=false", "report.enabled=false", *extra]  # fmt: skip
+        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+            cfg = compose("evaluate", overrides=over)
+        app = OmegaConf.to_object(cfg)
+        out = tmp_path / str(want)
+        out.mkdir()
+        m = task(app, AppContext("detcal-evaluate", out, extra, {}, cfg))
+        assert ("tide" in m["diagnostics"]) is want
+        header = (out / "detections.csv").read_text().splitlines()[0].split(",")
+        assert ("tide_error" in header) is want
