@@ -132,22 +132,24 @@ def _pairs(det_img: np.ndarray, gt_img: np.ndarray, n_img: int) -> tuple[np.ndar
 
 
 def _seg_argmax(
-    val: np.ndarray, start: np.ndarray, count: np.ndarray, seg: np.ndarray | None = None
+    val: np.ndarray, start: np.ndarray, count: np.ndarray, seg: np.ndarray | None = None, arg: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per segment (``start``, ``count`` into ``val``; ``seg`` the segment of each value when known): the
     maximum (0 when empty) and the position of its first occurrence (-1 when empty)."""
     mx = np.zeros(len(start))
-    arg = np.full(len(start), -1, np.int64)
+    out = np.full(len(start), -1, np.int64)
     ne = count > 0
     if not ne.any() or len(val) == 0:
-        return mx, arg
+        return mx, out
     s = start[ne]
     mx[ne] = np.maximum.reduceat(val, s)
+    if not arg:
+        return mx, out
     if seg is None:
         seg = np.repeat(np.arange(len(start)), count)
     pos = np.where(val == mx[seg], np.arange(len(val)), len(val))
-    arg[ne] = np.minimum.reduceat(pos, s)
-    return mx, arg
+    out[ne] = np.minimum.reduceat(pos, s)
+    return mx, out
 
 
 def _rank_in_image(img: np.ndarray, desc: np.ndarray) -> np.ndarray:
@@ -205,8 +207,8 @@ def _classify(
     st, ct, sg = pr.start, pr.count, pr.pd
     cls_mx, cls_arg = _seg_argmax(np.where(same, iou, 0.0), st, ct, sg)
     non_mx, non_arg = _seg_argmax(np.where(same, 0.0, iou), st, ct, sg)
-    dup_mx, _ = _seg_argmax(np.where(same & used[pr.pg], iou, 0.0), st, ct, sg)
-    any_mx, _ = _seg_argmax(iou, st, ct, sg)
+    dup_mx, _ = _seg_argmax(np.where(same & used[pr.pg], iou, 0.0), st, ct, sg, arg=False)
+    any_mx, _ = _seg_argmax(iou, st, ct, sg, arg=False)
     code = np.full(n, BOTH, np.int64)
     code[any_mx <= bg] = BKG
     code[dup_mx >= pos] = DUPE
@@ -365,8 +367,8 @@ def scene_match(
     ign &= got < 0
     if not best:
         return got, ign, None
-    bp, _ = _seg_argmax(sc.pr.iou, sc.pr.start, sc.pr.count, sc.pr.pd)
-    bc, _ = _seg_argmax(sc.cr.iou, sc.cr.start, sc.cr.count, sc.cr.pd)
+    bp, _ = _seg_argmax(sc.pr.iou, sc.pr.start, sc.pr.count, arg=False)
+    bc, _ = _seg_argmax(sc.cr.iou, sc.cr.start, sc.cr.count, arg=False)
     return got, ign, np.maximum(bp, bc)
 
 
