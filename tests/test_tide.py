@@ -215,3 +215,19 @@ def test_grid_count_equals_searchsorted() -> None:
     v = np.concatenate([rng.random(100_000), _X, np.nextafter(_X, 2), np.nextafter(_X, -1), np.arange(1001) / 1000,
                         np.arange(301) / 300, [-0.5, 1.5]])  # fmt: skip
     assert (grid_count(v) == np.searchsorted(_X, v, side="right")).all()
+
+
+def test_no_ground_truth_and_crowd_only() -> None:
+    """Without any box every detection is background and no fix can gain AP (tidecv itself divides by zero
+    there; detcal calls the mAP of nothing 0); inside a crowd box of its class a detection is ignored."""
+    from detcal.core.types import Detections, GroundTruth, Images
+
+    images = Images(id=np.array([1, 2]), width=np.array([100.0, 100.0]), height=np.array([100.0, 100.0]))
+    none = GroundTruth(image_id=np.zeros(0, int), box=np.zeros((0, 4)), category=np.zeros(0, int))
+    dets = Detections(image_id=[1, 2], box=[[0, 0, 10, 10], [5, 5, 20, 20]], score=[0.9, 0.4], category=[1, 2])
+    r = tide(images, none, dets)
+    assert r.labels().tolist() == ["bkg", "bkg"] and r.ap == 0.0
+    assert all(v == 0.0 for v in r.main.values()) and all(v == 0.0 for v in r.special.values())
+    crowd = GroundTruth(image_id=[1], box=[[0, 0, 10, 10]], category=[1], iscrowd=[True])
+    r = tide(images, crowd, dets)
+    assert r.ignored.tolist() == [True, False] and r.labels().tolist() == ["bkg", "bkg"]

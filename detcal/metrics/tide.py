@@ -266,7 +266,7 @@ def _ap(cls: np.ndarray, tp: np.ndarray, n_gt: np.ndarray, grouped: bool = False
     y = np.where(idx < npts[:, None], smooth, 0.0)
     ap = np.where(n_gt > 0, y.sum(axis=1) / 101 * 100, 0.0)
     live = (npts > 0) | (n_gt > 0)
-    return float(ap[live].mean()) if live.any() else float("nan")
+    return float(ap[live].mean()) if live.any() else 0.0  # nothing left to average (tidecv divides by 0)
 
 
 def _columns(box: np.ndarray, area: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -401,7 +401,8 @@ def tide(
     target, ignored, matched = (np.full(nd, -1, np.int64), np.zeros(nd, bool), np.full(nd, -1, np.int64))
     target[kd], ignored[kd], matched[kd] = target_k, ign_k, got
     # the oracle fixes: one cls/loc error per untaken target box, the highest-scoring (lowest rank) one
-    err = np.flatnonzero((target >= 0) & ~used[np.maximum(target, 0)])
+    err = np.flatnonzero(target >= 0)
+    err = err[~used[target[err]]]
     err = err[np.lexsort((rank[err], target[err]))]
     fixable = np.zeros(nd, bool)
     if len(err):

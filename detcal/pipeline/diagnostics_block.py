@@ -232,10 +232,14 @@ def findings(diag: dict[str, Any]) -> list[str]:
     if t:
         dap = t["dap"]
         top = max(dap, key=lambda k: dap[k])
-        out.append(
-            f"TIDE: fixing the {_TYPE_NAMES[top]} would gain the most AP ({dap[top]:.2f} points of {t['ap']:.2f}); "
-            f"scoring every false positive below every true positive would gain {t['special_dap']['fp']:.2f}."
-        )
+        if dap[top] <= 0:
+            out.append(f"TIDE: no error type costs AP (AP {t['ap']:.2f}).")
+        else:
+            out.append(
+                f"TIDE: fixing the {_TYPE_NAMES[top]} would gain the most AP ({dap[top]:.2f} points of "
+                f"{t['ap']:.2f}); scoring every false positive below every true positive would gain "
+                f"{t['special_dap']['fp']:.2f}."
+            )
     cb = diag.get("calibration_by_error_type")
     if cb:
         key = "dece_contribution" if cb.get("dece_from_contributions") else "ece_contribution"
