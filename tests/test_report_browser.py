@@ -83,3 +83,43 @@ def test_report_renders_in_chromium(report: Path) -> None:
             assert not errors, errors
         finally:
             browser.close()
+
+
+def test_diagnosis_section_renders_in_chromium(report: Path) -> None:
+    """The diagnosis section of the bundled R-FCN run: its figures (TIDE bars, calibration by error type,
+    confusion heat map, threshold curves) have a size in the browser and show the numbers of metrics.json."""
+    import json
+
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (test extra)")
+    diag = json.loads((report.parent / "metrics.json").read_text())["diagnostics"]
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(report.as_uri(), wait_until="load")
+            figs = page.eval_on_selector_all(
+                "#diagnosis ~ div.figs svg.fig",
+                "els => els.map(e => [e.getBoundingClientRect().width, e.getBoundingClientRect().height, "
+                "e.querySelector('title').textContent])",
+            )
+            titles = [t for _, _, t in figs]
+            for want in ("TIDE main errors", "TIDE special errors", "by error type", "confusion matrix",
+                         "precision, recall, F1"):  # fmt: skip
+                assert any(want in t for t in titles), (want, titles)
+            assert all(w > 100 and h > 50 for w, h, _ in figs), figs
+            bars = page.eval_on_selector_all(
+                "svg.fig:has(> title:text-matches('^TIDE main errors')) rect[data-v]",
+                "els => els.map(e => [parseFloat(e.dataset.v), e.getBoundingClientRect().width])",
+            )
+            assert [v for v, _ in bars] == [
+                diag["tide"]["dap"][k] for k in ("cls", "loc", "both", "dupe", "bkg", "miss")
+            ]
+            big = max(bars)[0]
+            assert max(bars, key=lambda b: b[1])[0] == big  # the longest bar is the largest dAP
+            cells = page.eval_on_selector_all("svg.fig rect.cellr[data-v]", "els => els.length")
+            assert cells >= sum(1 for row in diag["confusion"]["matrix"] for v in row if v)
+            assert not errors, errors
+        finally:
+            browser.close()

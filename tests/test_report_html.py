@@ -4,6 +4,7 @@ images the test writes, and the commands end with the run directory and its file
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import subprocess
@@ -272,3 +273,52 @@ def test_main_job_table1_section() -> None:
     assert "Levi et al. 2019 Table 1 analogue" in page and "The paper's Table 1" in page
     _assert_numbers_from(page, t1)
     assert {0.31, 0.29, 0.05, 0.04, 0.165, 0.254, 812} <= set(_page_numbers(page))
+
+
+def test_diagnosis_section_numbers_are_those_of_metrics_json(synthetic: tuple[Path, dict]) -> None:
+    """The diagnosis section (TIDE bars, calibration by error type, confusion heat map, threshold curves, label
+    errors) shows the numbers of metrics.json's ``diagnostics``, and its thumbnails come from the image folder."""
+    out, d = synthetic
+    page = (out / "report.html").read_text(encoding="utf-8")
+    content = d["content"]
+    diag = content["diagnostics"]
+    section = page[page.index("<h2 id=diagnosis>") :]
+    section = section[: section.index("<h2 id=", 10)] if "<h2 id=" in section[10:] else section
+    _assert_numbers_from(section, content)
+    shown = set(_page_numbers(section))
+    t = diag["tide"]
+    assert all(v in shown for v in t["dap"].values()) and all(v in shown for v in t["special_dap"].values())
+    assert t["ap"] in shown
+    for g in diag["calibration_by_error_type"]["types"].values():
+        assert all(g[k] in shown for k in ("n", "ece_contribution", "dece_contribution") if g[k] is not None)
+    cells = {v for row in diag["confusion"]["matrix"] for v in row if v}
+    assert cells <= shown and len(re.findall(r'class="cellr" data-v=', section)) == sum(
+        1 for row in diag["confusion"]["matrix"] for v in row if v
+    )
+    f1 = diag["operating_points"]["pooled"]["f1_optimal"]
+    assert f1["threshold"] in shown and f1["f1"] in shown
+    assert all(e["ece"] in shown for e in diag["operating_points"]["ece_kept"].values() if e["ece"] is not None)
+    for f in diag["findings"]:
+        assert html.escape(f) in section
+    le = diag["label_errors"]
+    n_rows = len(le["unannotated"]) + len(le["class_disagreement"])
+    assert n_rows > 0
+    assert section.count('<svg class="thumb label-error"') == n_rows
+    assert section.count('class="detbox label-error"') == n_rows
+
+
+def test_label_error_thumbnails_stay_inside_the_image_folder(tmp_path: Path) -> None:
+    """A file name that climbs out of the image folder gets no thumbnail (the image outside is never read)."""
+    from PIL import Image
+
+    from detcal.reports.html.diagnosis import diagnosis_section
+
+    (tmp_path / "imgs").mkdir()
+    Image.new("RGB", (50, 50)).save(tmp_path / "secret.jpg")
+    Image.new("RGB", (50, 50)).save(tmp_path / "imgs" / "in.jpg")
+    row = {"image_id": 1, "class": "a", "score": 0.9, "box": [1.0, 1.0, 20.0, 20.0], "detection": 0}
+    le = {"params": {"min_score": 0.7, "min_iou": 0.8, "iou": 0.5, "top": 20}, "n_unannotated": 2,
+          "n_class_disagreement": 0, "class_disagreement": [],
+          "unannotated": [{**row, "file_name": "../secret.jpg"}, {**row, "file_name": "in.jpg", "image_id": 2}]}  # fmt: skip
+    html_ = diagnosis_section({"diagnostics": {"label_errors": le}}, tmp_path / "imgs")
+    assert html_.count('<svg class="thumb label-error"') == 1 and "image 2" in html_

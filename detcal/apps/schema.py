@@ -14,6 +14,7 @@ from detcal.pipeline.spec import (
     ConfidenceSpec,
     DataSpec,
     DeceBinningSpec,
+    DiagnosticsSpec,
     EvaluationSpec,
     LocalisationSpec,
     MatchingSpec,
@@ -40,6 +41,7 @@ class _EvaluationFields:
     localisation: LocalisationSpec = field(default_factory=LocalisationSpec)
     oce: OCESpec = field(default_factory=OCESpec)
     uq_detr: UqDetrSpec = field(default_factory=UqDetrSpec)
+    diagnostics: DiagnosticsSpec = field(default_factory=DiagnosticsSpec)
     parallel: ParallelSpec = field(default_factory=ParallelSpec)
 
     def evaluation(self) -> EvaluationSpec:
@@ -55,6 +57,7 @@ class _EvaluationFields:
             localisation=self.localisation,
             oce=self.oce,
             uq_detr=self.uq_detr,
+            diagnostics=self.diagnostics,
             parallel=self.parallel,
         )
 

@@ -416,6 +416,28 @@ def _worst(
     return worst_block(spec, data, mr, feats, conf)
 
 
+def _diagnostics(
+    spec: EvaluationSpec,
+    data: LoadedData,
+    mr: MatchResult,
+    feats: np.ndarray,
+    conf: dict[str, Any],
+    loc: dict[str, Any],
+    timing: dict[str, float],
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """TIDE, calibration by error type, confusion, label errors, operating points (docs/metrics.md#diagnostics);
+    its time in ``timing["diagnostics"]``."""
+    d = spec.diagnostics
+    if not (d.tide or d.confusion or d.operating_points):
+        return {"_skipped": "diagnostics.tide, .confusion and .operating_points are false"}, {}
+    from detcal.pipeline.diagnostics_block import diagnostics_block
+
+    t0 = time.perf_counter()
+    out = diagnostics_block(spec, data, mr, feats, conf, loc)
+    timing["diagnostics"] = time.perf_counter() - t0
+    return out
+
+
 def _warnings(conf: dict[str, Any], reg: dict[str, Any], reg_expected: bool, no_pos: str | None) -> list[str]:
     """The run's warnings: missing image sizes, skipped confidence thresholds, a skipped box-uncertainty block."""
     warn = [
@@ -510,6 +532,7 @@ def evaluate(
         oce_rec, uq_rec = oce_block(spec, data), uq_detr_block(spec, data)
         per_image = per_image_rows(oce_rec)
         timing["oce"] = time.perf_counter() - t0
+        diag, diag_cols = _diagnostics(spec, data, mr, feats, conf, loc, timing)
     dets = data.detections
     warn = (
         _warnings(conf, reg, reg_on and dets.uncertainty_kind is not None, no_pos)
@@ -537,9 +560,12 @@ def evaluate(
         "uq_detr": uq_rec,
         "per_class": _per_class(spec, data, mr, extra, acc) if conf_on and spec.confidence.per_class else {},
         "worst_detections": _worst(spec, data, mr, feats, conf, no_pos),
+        "diagnostics": diag,
         "warnings": warn,
         "timing_s": {k: round(v, 3) for k, v in timing.items()},
     }
-    return EvaluationResult(
+    res = EvaluationResult(
         record=record, data=data, match=mr, features=feats, clipped=clipped, spec=spec, per_image=per_image
     )
+    res.diagnostics_columns = diag_cols  # tide_error in detections.csv
+    return res

@@ -111,6 +111,7 @@ class EvaluationResult(Result):
     spec: Any = None
     detections_format: str = "csv"
     per_image: Any = None
+    diagnostics_columns: dict[str, np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         self.command = "detcal-evaluate"
@@ -129,6 +130,7 @@ class EvaluationResult(Result):
 
             assert self.features is not None and self.clipped is not None
             cols = evaluation_columns(self.data, self.match, self.features, self.clipped)
+            cols.update(self.diagnostics_columns or {})  # tide_error (docs/metrics.md#tide)
             if self.detections_format == "parquet":
                 write_detections_parquet(out / "detections.parquet", cols)
                 files.append("detections.parquet")

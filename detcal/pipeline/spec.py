@@ -44,6 +44,7 @@ __all__ = [
     "LocalisationSpec",
     "OCESpec",
     "UqDetrSpec",
+    "DiagnosticsSpec",
     "ParallelSpec",
     "EvaluationSpec",
     "SplitSpec",
@@ -465,6 +466,39 @@ class UqDetrSpec:
 
 
 @dataclass
+class DiagnosticsSpec:
+    """Why a detector is miscalibrated (docs/metrics.md#diagnostics), for COCO-style data: ``tide``: TIDE's
+    error types (Bolya et al. 2020, equal to tidecv 1.0.1; foreground IoU ``tide_foreground``, background
+    ``tide_background``), each detection's type in detections.csv and the calibration error split by type;
+    ``confusion``: the class-agnostic confusion matrix at IoU ``confusion_iou`` of the detections with
+    ``score >= confusion_score`` and the likely label errors (``label_error_score``, ``label_error_iou``,
+    the ``label_error_top`` of each list); ``operating_points``: precision, recall and F1 against the score
+    threshold, F1- and LRP-optimal thresholds and the ECE of what each keeps."""
+
+    tide: bool = True
+    tide_foreground: float = 0.5
+    tide_background: float = 0.1
+    confusion: bool = True
+    confusion_iou: float = 0.5
+    confusion_score: float = 0.5
+    label_error_score: float = 0.7
+    label_error_iou: float = 0.8
+    label_error_top: int = 20
+    operating_points: bool = True
+
+    def __post_init__(self) -> None:
+        _prob("diagnostics.tide_foreground", self.tide_foreground, open_lo=True)
+        _prob("diagnostics.tide_background", self.tide_background)
+        if self.tide_background > self.tide_foreground:
+            raise ConfigError("diagnostics.tide_background", "must not exceed diagnostics.tide_foreground")
+        _prob("diagnostics.confusion_iou", self.confusion_iou, open_lo=True)
+        _prob("diagnostics.confusion_score", self.confusion_score)
+        _prob("diagnostics.label_error_score", self.label_error_score)
+        _prob("diagnostics.label_error_iou", self.label_error_iou, open_lo=True)
+        _int("diagnostics.label_error_top", self.label_error_top, 0)
+
+
+@dataclass
 class ParallelSpec:
     """How the work is spread; never what is computed (the numbers are bitwise those of one process).
 
@@ -498,6 +532,7 @@ class EvaluationSpec:
     localisation: LocalisationSpec = field(default_factory=LocalisationSpec)
     oce: OCESpec = field(default_factory=OCESpec)
     uq_detr: UqDetrSpec = field(default_factory=UqDetrSpec)
+    diagnostics: DiagnosticsSpec = field(default_factory=DiagnosticsSpec)
     parallel: ParallelSpec = field(default_factory=ParallelSpec)
 
 

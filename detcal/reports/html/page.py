@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import detcal.reports.html.sections as sec
+from detcal.reports.html.diagnosis import diagnosis_section
 from detcal.reports.html.findings import findings
 from detcal.reports.html.fmt import cell, esc, is_number, num, table
 from detcal.reports.html.style import CSS, SCRIPT
@@ -282,6 +283,7 @@ def render_report(
     rest = [
         _guard("confidence", sec.confidence_figures, m, "rest"),
         _guard("worst detections", worst_section, m, img),
+        _guard("diagnosis", diagnosis_section, m, img),
         pc_html,
         _guard("accuracy", sec.accuracy, m),
         _guard("box uncertainty", sec.regression, m),

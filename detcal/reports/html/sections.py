@@ -39,6 +39,7 @@ KNOWN_KEYS = {
     "warnings",
     "files",
     "worst_detections",
+    "diagnostics",
     "variants",
     "data",
     "matching",

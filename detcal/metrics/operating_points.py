@@ -1,0 +1,190 @@
+"""Operating points: precision, recall and F1 against the score threshold (docs/metrics.md#operating-points).
+
+On the confidence sample at one IoU threshold (non-ignored detections within
+``max_dets``; a true positive is a matched one), keeping the detections with
+``score >= s``:
+
+    precision(s) = TP(s) / (TP(s) + FP(s))      (None when nothing is kept)
+    recall(s)    = TP(s) / N_GT
+    F1(s)        = 2 TP(s) / (TP(s) + FP(s) + N_GT)
+
+per class (``N_GT`` its non-crowd boxes) and overall (all classes pooled,
+one threshold), on the grid ``s = 0, 0.01, ..., 1``. The F1-optimal threshold
+is the score of the last detection kept by the best cut of the descending
+scores (cuts only between different scores; the highest threshold on ties);
+the LRP-optimal thresholds are those of :func:`detcal.metrics.lrp.lrp_table`
+(given, e.g. the run's ``localisation`` record at its own TP IoU, or computed
+at TP IoU ``tau`` = the sample's IoU). The ECE of the detections each rule keeps
+tells how calibrated the detector is where it would be deployed.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from detcal.metrics.lrp import DetectionOutcomes, lrp_table
+from detcal.metrics.tide import grid_count
+
+__all__ = ["GRID", "pr_curves", "f1_optimal", "operating_points"]
+
+GRID: np.ndarray = np.arange(101) / 100
+"""Score thresholds of the curves."""
+
+
+def _counts(score: np.ndarray, tp: np.ndarray, code: np.ndarray, n_cls: int) -> tuple[np.ndarray, np.ndarray]:
+    """Kept and true-positive counts [n_cls, len(GRID)] for ``score >= GRID[k]`` (exact: each detection is kept
+    at the grid points at or below its score)."""
+    j = grid_count(score)  # kept at GRID[:j]
+    m = len(GRID) + 1
+    kept = np.bincount(code * m + j, minlength=n_cls * m).reshape(n_cls, m)
+    tps = np.bincount(code * m + j, weights=tp.astype(np.float64), minlength=n_cls * m).reshape(n_cls, m)
+    rev = np.cumsum(kept[:, ::-1], axis=1)[:, ::-1]  # rev[k] = detections with j >= k
+    rtp = np.cumsum(tps[:, ::-1], axis=1)[:, ::-1]
+    return rev[:, 1:], rtp[:, 1:]  # threshold k kept when j >= k + 1
+
+
+def pr_curves(kept: np.ndarray, tps: np.ndarray, n_gt: int) -> dict[str, list]:
+    """Precision, recall and F1 rows [len(GRID)] from the counts of :func:`_counts` (one class or pooled)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        prec = np.where(kept > 0, tps / np.maximum(kept, 1), np.nan)
+        rec = tps / n_gt if n_gt > 0 else np.full(len(kept), np.nan)
+        f1 = 2 * tps / (kept + n_gt) if n_gt > 0 else np.full(len(kept), np.nan)
+    return {"precision": prec.tolist(), "recall": rec.tolist(), "f1": f1.tolist()}
+
+
+def f1_optimal(
+    score: np.ndarray, tp: np.ndarray, n_gt: int, by_score: np.ndarray | None = None
+) -> tuple[float, float, float, float]:
+    """(threshold, F1, precision, recall) of the best cut of one pool (NaN threshold: nothing to keep);
+    ``by_score``: the points in descending score order, when known."""
+    if n_gt <= 0 or len(score) == 0:
+        return float("nan"), float("nan"), float("nan"), float("nan")
+    o = np.argsort(-score, kind="stable") if by_score is None else by_score
+    s, t = score[o], np.cumsum(tp[o])
+    cut = np.flatnonzero(np.concatenate([s[1:] != s[:-1], [True]]))  # the last position of each score run
+    f1 = 2 * t[cut] / (cut + 1 + n_gt)
+    b = int(np.argmax(f1))
+    k = int(cut[b])
+    return float(s[k]), float(f1[b]), float(t[k] / (k + 1)), float(t[k] / n_gt)
+
+
+def _class_f1(
+    score: np.ndarray, tp: np.ndarray, code: np.ndarray, n_gt: np.ndarray, by_score: np.ndarray
+) -> np.ndarray:
+    """F1-optimal threshold, F1, precision, recall per class [C, 4] (vectorised over classes); ``by_score``:
+    the points in descending score order."""
+    c = len(n_gt)
+    out = np.full((c, 4), np.nan)
+    if len(score) == 0:
+        return out
+    o = by_score[np.argsort(code[by_score].astype(np.int16 if c < 2**15 else np.int64), kind="stable")]
+    sc, s, t = code[o], score[o], tp[o].astype(np.int64)
+    n = np.bincount(sc, minlength=c)
+    start = np.cumsum(n) - n
+    ctp = np.cumsum(t)
+    tpc = ctp - (ctp[start[sc]] - t[start[sc]])
+    pos = np.arange(len(s)) - start[sc]
+    last = np.concatenate([(s[1:] != s[:-1]) | (sc[1:] != sc[:-1]), [True]])
+    g = n_gt[sc].astype(np.float64)
+    f1 = np.where(last & (g > 0), 2 * tpc / (pos + 1 + g), -1.0)
+    # per class: the highest F1, the first (highest threshold) on ties
+    best = np.maximum.reduceat(f1, start[n > 0]) if len(f1) else np.zeros(0)
+    bf = np.full(c, -1.0)
+    bf[n > 0] = best
+    hit = np.flatnonzero((f1 == bf[sc]) & (f1 >= 0))
+    first = hit[np.concatenate([[True], sc[hit][1:] != sc[hit][:-1]])] if len(hit) else hit
+    cls = sc[first]
+    out[cls, 0], out[cls, 1] = s[first], f1[first]
+    out[cls, 2], out[cls, 3] = tpc[first] / (pos[first] + 1), tpc[first] / g[first]
+    return out
+
+
+def _nan(v: Any) -> float:
+    return float("nan") if v is None else float(v)
+
+
+def _ece_kept(ece: Any, p: np.ndarray, y: np.ndarray, keep: np.ndarray) -> dict[str, Any]:
+    """ECE of the kept detections (None when none is kept), with their number."""
+    n = int(keep.sum())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # few kept detections: the run's ECE warnings already say so
+        return {"n": n, "ece": float(ece(p[keep], y[keep]).value) if n else None}
+
+
+def operating_points(
+    o: DetectionOutcomes,
+    names: dict[int, str],
+    ece: Any,
+    top_classes: list[int],
+    lrp: tuple[dict[int, Any], dict[int, Any], float] | None = None,
+    desc: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """Curves (pooled, and per class for ``top_classes``), F1- and LRP-optimal thresholds per class and pooled,
+    and the ECE of the detections kept at each. ``o``: the sample's outcomes (``tau`` its IoU); ``ece``:
+    ``(p, y) -> MetricResult`` with the run's ECE settings; ``lrp``: (LRP-optimal threshold per class id, oLRP
+    per class id, their TP IoU) to use instead of computing them at ``o.tau``; ``desc``: every detection by
+    descending score, ties in input order, when known."""
+    cats = o.gt_categories
+    ci = o.class_index()
+    valid = o.valid
+    keep_cls = valid & (ci >= 0)
+    p, y, code = o.score[keep_cls], o.tp[keep_cls], ci[keep_cls]
+    c = len(cats)
+    kept, tps = _counts(p, y, code, c)
+    n_gt = o.n_gt.astype(np.int64)
+    pooled_s, pooled_y = o.score[valid], o.tp[valid]
+    pk, pt = _counts(pooled_s, pooled_y, np.zeros(len(pooled_s), np.int64), 1)
+    pooled = pr_curves(pk[0], pt[0], int(n_gt.sum()))
+    if desc is None:
+        order = np.argsort(-pooled_s, kind="stable")
+    else:  # the same order from the detections' one
+        order = (np.cumsum(valid) - 1)[desc[valid[desc]]]
+    thr, f1, prec, rec = f1_optimal(pooled_s, pooled_y, int(n_gt.sum()), order)
+    has_cls = (ci[valid] >= 0)[order]
+    within = np.cumsum(ci[valid] >= 0) - 1  # position of a pooled point among the points with a class
+    per = _class_f1(p, y, code, n_gt, within[order[has_cls]])
+    if lrp is None:
+        table = lrp_table(o)
+        lrp_thr, olrp, lrp_tau = np.asarray(table.threshold, float), np.asarray(table.olrp, float), o.tau
+    else:
+        lrp_thr = np.asarray([_nan(lrp[0].get(int(k))) for k in cats.tolist()], float)
+        olrp, lrp_tau = np.asarray([_nan(lrp[1].get(int(k))) for k in cats.tolist()], float), lrp[2]
+    all_keep = np.ones(len(pooled_s), bool)
+    f1_keep = pooled_s >= thr if np.isfinite(thr) else all_keep
+    cls_thr = per[:, 0]
+
+    def class_keep(th: np.ndarray) -> np.ndarray:
+        """Pooled detections at or above their class's threshold (all of a class with NaN or without GT)."""
+        ci_v = ci[valid]
+        t = np.where(ci_v >= 0, th[np.maximum(ci_v, 0)], np.nan) if c else np.full(len(ci_v), np.nan)
+        return ~np.isfinite(t) | (pooled_s >= t)
+
+    index = {int(k): i for i, k in enumerate(cats.tolist())}
+    curves = {str(k): pr_curves(kept[index[k]], tps[index[k]], int(n_gt[index[k]])) for k in top_classes if k in index}
+    return {
+        "iou": float(o.tau),
+        "grid": GRID.tolist(),
+        "lrp_tau": float(lrp_tau),
+        "pooled": {**pooled, "f1_optimal": {"threshold": thr, "f1": f1, "precision": prec, "recall": rec}},
+        "per_class_curves": curves,
+        "per_class": {
+            "category": cats.tolist(),
+            "name": [names.get(int(k), str(int(k))) for k in cats.tolist()],
+            "n_gt": n_gt.tolist(),
+            "f1_threshold": per[:, 0].tolist(),
+            "f1": per[:, 1].tolist(),
+            "precision_at_f1": per[:, 2].tolist(),
+            "recall_at_f1": per[:, 3].tolist(),
+            "lrp_threshold": lrp_thr.tolist(),
+            "olrp": olrp.tolist(),
+        },
+        "ece_kept": {
+            "all": _ece_kept(ece, pooled_s, pooled_y, all_keep),
+            "f1_optimal_pooled": _ece_kept(ece, pooled_s, pooled_y, f1_keep),
+            "f1_optimal_per_class": _ece_kept(ece, pooled_s, pooled_y, class_keep(cls_thr)),
+            "lrp_optimal_per_class": _ece_kept(ece, pooled_s, pooled_y, class_keep(lrp_thr)),
+        },
+    }

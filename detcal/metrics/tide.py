@@ -1,0 +1,489 @@
+"""TIDE error types (Bolya et al., "TIDE: A General Toolbox for Identifying Object Detection Errors", ECCV 2020).
+
+Box mode, with the rules of the authors' package ``tidecv`` 1.0.1, which the
+tests equal to 1e-9 (docs/metrics.md#tide):
+
+1. Per image, the detections are sorted by descending score (ties in input
+   order) and the first ``max_dets`` (100) are kept. Each, in that order,
+   takes the not yet taken non-crowd ground truth of its class with the
+   highest IoU (the first such box on ties) when that IoU is at least the
+   foreground threshold ``pos`` (0.5): a true positive. An unmatched
+   detection whose intersection over its own area with a crowd box of its
+   class exceeds ``pos`` is ignored (not in the AP) but still gets an error.
+2. Each unmatched detection gets one type, the first that applies:
+   ``bkg`` when its image has no non-crowd ground truth; ``loc`` when its
+   best same-class IoU lies in ``[bg, pos]``; ``cls`` when its best IoU with
+   another class's box is at least ``pos``; ``dupe`` when its best IoU with a
+   taken box of its class is at least ``pos``; ``bkg`` when its best IoU with
+   any box is at most ``bg`` (0.1); ``both`` otherwise.
+3. Each error type is fixed alone (the oracle of the paper): ``cls`` and
+   ``loc`` errors whose target box is not taken become true positives (of
+   the target's class), one per target box, the highest-scoring; the other
+   ``cls``/``loc`` errors and all ``dupe``, ``bkg`` and ``both`` errors are
+   removed; a ``miss`` (a non-crowd box neither taken nor the target of a
+   ``cls``/``loc`` error) is removed from the ground-truth count. The dAP of a
+   type is the mAP after its fix minus the mAP before, at least 0.
+   Special errors: ``fp`` (every false positive scored 0, every true positive
+   1) and ``fn`` (every missed box removed from the count), not clipped.
+4. mAP is the mean over classes with a detection or a box of tidecv's AP:
+   precision made non-increasing from the right, read at the 101 recalls
+   0, 0.01, ..., 1 (the first point reaching each), times 100. A class with
+   detections but no box counts with AP 0. Equal scores are ordered as
+   tidecv orders them: by image, then rank, and in a fixed set the errors
+   before the untouched true positives.
+
+All vectorised: the greedy matching loops over the rank within an image
+(at most ``max_dets`` passes), each pass over every image at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from detcal.core.types import Detections, GroundTruth, Images
+from detcal.matching.blocks import box_areas
+
+__all__ = [
+    "ERROR_TYPES",
+    "MAIN_ERRORS",
+    "SPECIAL_ERRORS",
+    "TideResult",
+    "tide",
+    "LABELS",
+    "Scene",
+    "scene",
+    "scene_match",
+]
+
+MAIN_ERRORS: tuple[str, ...] = ("cls", "loc", "both", "dupe", "bkg", "miss")
+"""tidecv's main error types, in its order (ClassError, BoxError, OtherError, DuplicateError, BackgroundError,
+MissedError)."""
+SPECIAL_ERRORS: tuple[str, ...] = ("fp", "fn")
+"""tidecv's special error types (FalsePositiveError, FalseNegativeError)."""
+ERROR_TYPES: tuple[str, ...] = ("cls", "loc", "both", "dupe", "bkg")
+"""The error types a detection can carry (``miss`` belongs to ground truth)."""
+
+# per-detection codes: -1 not evaluated (beyond max_dets or in an unknown image), 0 true positive, 1.. ERROR_TYPES
+TP, CLS, LOC, BOTH, DUPE, BKG = 0, 1, 2, 3, 4, 5
+LABELS: tuple[str, ...] = ("tp", *ERROR_TYPES)
+"""Label of each non-negative per-detection code (``labels[code]``); code -1 is ``""`` (not evaluated)."""
+
+_X = np.arange(101) / 100  # the recall points, as tidecv's x / 100
+
+
+@dataclass
+class TideResult:
+    """TIDE at one foreground threshold.
+
+    ``ap`` mAP (percent); ``main``/``special`` dAP per type (percentage points);
+    ``counts`` number of errors per main type; ``code [D]`` per-detection code
+    (-1 not evaluated, 0 true positive, 1..5 ``ERROR_TYPES``); ``ignored [D]`` unmatched detections inside
+    a crowd box of their class; ``target [D]`` the GT row a ``cls``/``loc`` error points at (-1 else);
+    ``missed [G]`` the ``miss`` boxes; ``matched_gt [D]`` GT row of each true positive (-1 else).
+    """
+
+    ap: float
+    main: dict[str, float]
+    special: dict[str, float]
+    counts: dict[str, int]
+    code: np.ndarray
+    ignored: np.ndarray
+    target: np.ndarray
+    missed: np.ndarray
+    matched_gt: np.ndarray
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def labels(self) -> np.ndarray:
+        """Per-detection label strings (``tp``, ``cls``, ..., ``""`` when not evaluated) [D]."""
+        names = np.asarray(("", *LABELS), dtype=object)
+        return names[self.code + 1]
+
+    def to_dict(self) -> dict[str, Any]:
+        """metrics.json ``diagnostics.tide`` (docs/metrics.md#tide)."""
+        ev = self.code >= 0
+        return {
+            **self.params,
+            "ap": float(self.ap),
+            "dap": {k: float(v) for k, v in self.main.items()},
+            "special_dap": {k: float(v) for k, v in self.special.items()},
+            "counts": {k: int(v) for k, v in self.counts.items()},
+            "n_true_positives": int((self.code == TP).sum()),
+            "n_evaluated": int(ev.sum()),
+            "n_ignored": int((self.ignored & ev).sum()),
+        }
+
+
+def _pairs(det_img: np.ndarray, gt_img: np.ndarray, n_img: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every (detection, GT) pair of the same image: pair -> detection position, pair -> GT row (GT rows in
+    input order within each detection's run), and each detection's first pair position."""
+    gord = np.argsort(gt_img, kind="stable")
+    gcount = np.bincount(gt_img, minlength=n_img)
+    gstart = np.cumsum(gcount) - gcount
+    n = gcount[det_img]
+    pstart = np.cumsum(n) - n
+    pd = np.repeat(np.arange(len(det_img)), n)
+    within = np.arange(len(pd)) - np.repeat(pstart, n)
+    pg = gord[np.repeat(gstart[det_img], n) + within] if len(pd) else np.zeros(0, np.int64)
+    return pd, pg, pstart
+
+
+def _seg_argmax(
+    val: np.ndarray, start: np.ndarray, count: np.ndarray, seg: np.ndarray | None = None, arg: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per segment (``start``, ``count`` into ``val``; ``seg`` the segment of each value when known): the
+    maximum (0 when empty) and the position of its first occurrence (-1 when empty)."""
+    mx = np.zeros(len(start))
+    out = np.full(len(start), -1, np.int64)
+    ne = count > 0
+    if not ne.any() or len(val) == 0:
+        return mx, out
+    s = start[ne]
+    mx[ne] = np.maximum.reduceat(val, s)
+    if not arg:
+        return mx, out
+    if seg is None:
+        seg = np.repeat(np.arange(len(start)), count)
+    pos = np.where(val == mx[seg], np.arange(len(val)), len(val))
+    out[ne] = np.minimum.reduceat(pos, s)
+    return mx, out
+
+
+def _rank_in_image(img: np.ndarray, desc: np.ndarray) -> np.ndarray:
+    """Rank [D] of each detection in its image (``img`` -1: none) by descending score, ties in input order;
+    ``desc``: every detection by descending score, ties in input order."""
+    order = desc[img[desc] >= 0]
+    order = order[_small_sort(img[order], int(img.max()) + 1 if len(order) else 1)]
+    rank = np.full(len(img), -1, np.int64)
+    si = img[order]
+    pos = np.arange(len(order))
+    first = np.maximum.accumulate(np.where(np.concatenate([[True], si[1:] != si[:-1]]), pos, 0)) if len(si) else pos
+    rank[order] = pos - first
+    return rank
+
+
+@dataclass
+class _Pairs:
+    pd: np.ndarray  # pair -> kept-detection position
+    pg: np.ndarray  # pair -> GT row
+    start: np.ndarray  # kept detection -> first pair
+    count: np.ndarray  # kept detection -> pairs
+    iou: np.ndarray
+    same: np.ndarray
+
+
+def _greedy(kr: np.ndarray, pr: _Pairs, pos: float, n_gt: int) -> tuple[np.ndarray, np.ndarray]:
+    """tidecv's matching, one pass per rank (every image at once). Returns GT row per kept detection (-1) and
+    the taken flag per GT row."""
+    used = np.zeros(n_gt, bool)
+    got = np.full(len(kr), -1, np.int64)
+    bounds = np.searchsorted(kr, np.arange(int(kr.max()) + 2 if len(kr) else 1))
+    for r in range(len(bounds) - 1):
+        a, b = int(bounds[r]), int(bounds[r + 1])
+        if a == b:
+            continue
+        st, ct = pr.start[a:b], pr.count[a:b]
+        p0 = int(st[0]) if len(st) else 0
+        p1 = int(st[-1] + ct[-1]) if len(st) else 0
+        g = pr.pg[p0:p1]
+        val = np.where(pr.same[p0:p1] & ~used[g], pr.iou[p0:p1], 0.0)
+        mx, arg = _seg_argmax(val, st - p0, ct, pr.pd[p0:p1] - a)
+        hit = np.flatnonzero(mx >= pos)
+        rows = g[arg[hit]]
+        got[a + hit] = rows
+        used[rows] = True
+    return got, used
+
+
+def _classify(
+    pr: _Pairs, got: np.ndarray, used: np.ndarray, has_gt: np.ndarray, pos: float, bg: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Error code and target GT row (for ``cls``/``loc``) of each kept detection (code 0 for a true positive)."""
+    n = len(got)
+    iou, same = pr.iou, pr.same
+    st, ct, sg = pr.start, pr.count, pr.pd
+    cls_mx, cls_arg = _seg_argmax(np.where(same, iou, 0.0), st, ct, sg)
+    non_mx, non_arg = _seg_argmax(np.where(same, 0.0, iou), st, ct, sg)
+    dup_mx, _ = _seg_argmax(np.where(same & used[pr.pg], iou, 0.0), st, ct, sg, arg=False)
+    any_mx, _ = _seg_argmax(iou, st, ct, sg, arg=False)
+    code = np.full(n, BOTH, np.int64)
+    code[any_mx <= bg] = BKG
+    code[dup_mx >= pos] = DUPE
+    code[non_mx >= pos] = CLS
+    code[(cls_mx >= bg) & (cls_mx <= pos)] = LOC
+    code[~has_gt] = BKG
+    code[got >= 0] = TP
+    target = np.full(n, -1, np.int64)
+    loc, cls = code == LOC, code == CLS
+    target[loc] = pr.pg[cls_arg[loc]]
+    target[cls] = pr.pg[non_arg[cls]]
+    return code, target
+
+
+def _class_order(cls: np.ndarray, n_cls: int) -> np.ndarray:
+    """Stable order of the points by class (a radix sort on small codes)."""
+    return _small_sort(cls, n_cls)
+
+
+def _small_sort(codes: np.ndarray, bound: int) -> np.ndarray:
+    """Stable argsort of non-negative integer codes below ``bound`` (numpy's radix sort when they fit 16 bits)."""
+    return np.argsort(codes.astype(np.int16 if bound < 2**15 else np.int64), kind="stable")
+
+
+def _ap(cls: np.ndarray, tp: np.ndarray, n_gt: np.ndarray, grouped: bool = False) -> float:
+    """tidecv's mAP (percent) of points (class code, true positive) given in the order tidecv visits them
+    within a class (descending score, then its tie order), with ``n_gt [C]`` positives per class; ``grouped``:
+    the points are already ordered by class."""
+    n_cls, n = len(n_gt), len(cls)
+    if grouped:
+        c, t = cls, tp.astype(np.int64)
+    else:
+        order = _class_order(cls, n_cls)
+        c, t = cls[order], tp[order].astype(np.int64)
+    npts = np.bincount(c, minlength=n_cls)
+    start = np.cumsum(npts) - npts
+    pos = np.arange(n) - start[c]
+    ctp = np.cumsum(t)
+    ntp = ctp - (ctp[start[c]] - t[start[c]]) if n else ctp
+    prec = ntp / (pos + 1)
+    ngt_c = n_gt[c]
+    rec = np.divide(ntp, ngt_c, out=np.zeros(n), where=ngt_c > 0)
+    j = grid_count(rec)  # recall points at or below each point's recall
+    hist = np.bincount(c * 102 + j, minlength=n_cls * 102).reshape(n_cls, 102)
+    idx = np.cumsum(hist, axis=1)[:, :101]  # first point with recall >= x_k, counted in its class
+    # precision made non-increasing from the right, read at those points: the maximum of the precisions from
+    # each point to the end of its class (maxima of the pieces between the read points, then a cumulative
+    # maximum over the pieces from the right; exact, no arithmetic on the values)
+    b = (start[:, None] + idx).reshape(-1)
+    ext = np.append(prec, -np.inf)
+    piece = np.maximum.reduceat(ext, b) if len(b) else np.zeros(0)
+    empty = np.append(b[1:] == b[:-1], b[-1:] == n) if len(b) else np.zeros(0, bool)
+    piece = np.where(empty, -np.inf, piece).reshape(n_cls, 101)
+    smooth = np.maximum.accumulate(piece[:, ::-1], axis=1)[:, ::-1]
+    y = np.where(idx < npts[:, None], smooth, 0.0)
+    ap = np.where(n_gt > 0, y.sum(axis=1) / 101 * 100, 0.0)
+    live = (npts > 0) | (n_gt > 0)
+    return float(ap[live].mean()) if live.any() else 0.0  # nothing left to average (tidecv divides by 0)
+
+
+def _columns(box: np.ndarray, area: np.ndarray) -> tuple[np.ndarray, ...]:
+    """x1, y1, x2, y2, area as contiguous columns (fast gathers)."""
+    b = np.asarray(box, np.float64)
+    return (*(np.ascontiguousarray(b[:, k]) for k in range(4)), np.asarray(area, np.float64))
+
+
+def _kept_pairs(
+    kd: np.ndarray, img_k: np.ndarray, dcol: tuple[np.ndarray, ...], cat: np.ndarray, gsel: np.ndarray,
+    gt_img: np.ndarray, gcol: tuple[np.ndarray, ...], gcat: np.ndarray, n_img: int, crowd: bool, overlap_only: bool,
+) -> _Pairs:  # fmt: skip
+    """Pairs of kept detections ``kd`` with the selected GT rows ``gsel`` of their image and their IoU, as
+    pycocotools ``bbIou`` (crowd: over the detection's area). ``overlap_only``: only the pairs that overlap
+    (exact whenever every rule needs an IoU above 0)."""
+    pd, pgl, _ = _pairs(img_k, gt_img[gsel], n_img)
+    pg = gsel[pgl]
+    d = kd[pd]
+    iw = np.minimum(dcol[2][d], gcol[2][pg])
+    iw -= np.maximum(dcol[0][d], gcol[0][pg])
+    if overlap_only:  # the x overlap first: most pairs end here
+        sel = np.flatnonzero(iw > 0)
+        pd, pg, d, iw = pd[sel], pg[sel], d[sel], iw[sel]
+    ih = np.minimum(dcol[3][d], gcol[3][pg])
+    ih -= np.maximum(dcol[1][d], gcol[1][pg])
+    ok = (iw > 0) & (ih > 0)
+    if overlap_only:
+        sel = np.flatnonzero(ok)
+        pd, pg, d, iw, ih, ok = pd[sel], pg[sel], d[sel], iw[sel], ih[sel], ok[sel]
+    inter = np.where(ok, iw * ih, 0.0)
+    da = dcol[4][d]
+    union = da if crowd else da + gcol[4][pg] - inter
+    iou = np.zeros(len(inter))
+    np.divide(inter, union, out=iou, where=ok)
+    count = np.bincount(pd, minlength=len(kd)) if len(pd) else np.zeros(len(kd), np.int64)
+    return _Pairs(pd, pg, np.cumsum(count) - count, count, iou, cat[d] == gcat[pg])
+
+
+@dataclass
+class Scene:
+    """Detections paired with the boxes of their image, shared by :func:`tide` and the class-agnostic matching
+    of :mod:`detcal.metrics.confusion`: ``rank [D]`` in the image (-1 in an unknown image), ``kd [K]`` the
+    detections within ``max_dets``, by rank then image; ``pr`` their pairs with non-crowd boxes and ``cr`` with
+    crowd boxes (only overlapping pairs when ``overlap_only``); ``has_gt [K]`` the image has a non-crowd box;
+    ``desc [D]`` every detection by descending score, ties in input order."""
+
+    max_dets: int
+    overlap_only: bool
+    d_img: np.ndarray
+    rank: np.ndarray
+    kd: np.ndarray
+    dcat: np.ndarray
+    gcat: np.ndarray
+    n_cls: int
+    plain: np.ndarray
+    pr: _Pairs
+    cr: _Pairs
+    has_gt: np.ndarray
+    desc: np.ndarray
+    score: np.ndarray
+
+
+def scene(images: Images, gt: GroundTruth, dets: Detections, max_dets: int = 100, overlap_only: bool = True) -> Scene:
+    """The :class:`Scene` of ``dets`` against ``gt`` (images in ``images`` order)."""
+    n_img, nd = len(images), len(dets)
+    d_img, g_img = images.index_of(dets.image_id), images.index_of(gt.image_id)
+    g_ok = g_img >= 0
+    desc = np.argsort(-dets.score, kind="stable")  # one sort of the scores, shared by every later order
+    rank = _rank_in_image(d_img, desc)
+    kd = np.flatnonzero((rank >= 0) & (rank < max_dets))
+    kd = kd[np.lexsort((d_img[kd], rank[kd]))]  # by rank, then image: one block of pairs per matching pass
+    dcol, gcol = _columns(dets.box, box_areas(dets.box, dets.wh)), _columns(gt.box, box_areas(gt.box, gt.wh))
+    cat_all, n_cls = _codes(dets.category, gt.category)
+    dcat, gcat = cat_all[:nd], cat_all[nd:]
+    crowd = np.asarray(gt.iscrowd, bool)
+    plain = ~crowd & g_ok
+    g_safe = np.where(g_ok, g_img, 0)
+    pr = _kept_pairs(kd, d_img[kd], dcol, dcat, np.flatnonzero(plain), g_safe, gcol, gcat, n_img, False, overlap_only)
+    cr = _kept_pairs(kd, d_img[kd], dcol, dcat, np.flatnonzero(crowd & g_ok), g_safe, gcol, gcat, n_img, True, True)
+    has_gt = np.bincount(g_img[plain], minlength=n_img)[d_img[kd]] > 0 if n_img else np.zeros(len(kd), bool)
+    return Scene(
+        int(max_dets), overlap_only, d_img, rank, kd, dcat, gcat, n_cls, plain, pr, cr, has_gt, desc, dets.score
+    )
+
+
+def scene_match(
+    sc: Scene, iou: float, classwise: bool = True, best: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """tidecv's greedy matching at ``iou`` on a scene, per class or (``classwise=False``) across classes.
+    Returns per kept detection (``sc.kd`` order): the GT row taken (-1), ignored (unmatched, over ``iou`` of
+    its own area inside a crowd box, of its class when ``classwise``), and (``best``) its best IoU with any box
+    (crowd boxes by intersection over the detection's area)."""
+    pr = sc.pr if classwise else dataclasses.replace(sc.pr, same=np.ones(len(sc.pr.pd), bool))
+    got, _ = _greedy(sc.rank[sc.kd], pr, iou, len(sc.gcat))
+    ign = np.zeros(len(sc.kd), bool)
+    hit = (sc.cr.same if classwise else True) & (sc.cr.iou > iou)
+    ign[sc.cr.pd[hit]] = True
+    ign &= got < 0
+    if not best:
+        return got, ign, None
+    bp, _ = _seg_argmax(sc.pr.iou, sc.pr.start, sc.pr.count, arg=False)
+    bc, _ = _seg_argmax(sc.cr.iou, sc.cr.start, sc.cr.count, arg=False)
+    return got, ign, np.maximum(bp, bc)
+
+
+def tide(
+    images: Images,
+    gt: GroundTruth,
+    dets: Detections,
+    *,
+    pos_threshold: float = 0.5,
+    background_threshold: float = 0.1,
+    max_dets: int = 100,
+    paired: Scene | None = None,
+) -> TideResult:
+    """TIDE error dAPs and per-detection error types of ``dets`` against ``gt`` (box mode, tidecv 1.0.1's rules;
+    module docstring). Crowd boxes (``gt.iscrowd``) are tidecv's ignore regions; images are taken in
+    ``images`` order. ``paired``: a :func:`scene` of the same inputs to reuse."""
+    pos, bg = float(pos_threshold), float(background_threshold)
+    sparse = bg > 0 and pos > 0  # no rule then looks at a pair without overlap
+    sc = paired
+    if sc is None or sc.max_dets != max_dets or (sc.overlap_only and not sparse):
+        sc = scene(images, gt, dets, max_dets, overlap_only=sparse)
+    nd, ng = len(dets), len(gt)
+    got, ign_k, _ = scene_match(sc, pos, best=False)
+    used = np.zeros(ng, bool)
+    used[got[got >= 0]] = True
+    code_k, target_k = _classify(sc.pr, got, used, sc.has_gt, pos, bg)
+    kd, rank, gcat = sc.kd, sc.rank, sc.gcat
+    code = np.full(nd, -1, np.int64)
+    code[kd] = code_k
+    target, ignored, matched = (np.full(nd, -1, np.int64), np.zeros(nd, bool), np.full(nd, -1, np.int64))
+    target[kd], ignored[kd], matched[kd] = target_k, ign_k, got
+    # the oracle fixes: one cls/loc error per untaken target box, the highest-scoring (lowest rank) one
+    err = np.flatnonzero(target >= 0)
+    err = err[~used[target[err]]]
+    err = err[np.lexsort((rank[err], target[err]))]
+    fixable = np.zeros(nd, bool)
+    if len(err):
+        first = np.concatenate([[True], target[err][1:] != target[err][:-1]])
+        fixable[err[first]] = True
+    usable = np.zeros(ng, bool)
+    usable[target[err]] = True
+    missed = sc.plain & ~used & ~usable
+    fn = sc.plain & ~used
+    n_gt = np.bincount(gcat[sc.plain], minlength=sc.n_cls)
+    res = _fixes(sc, code, ignored, fixable, target, n_gt, missed, fn)
+    counts = {name: int((code == i + 1).sum()) for i, name in enumerate(ERROR_TYPES)}
+    counts["miss"] = int(missed.sum())
+    params = {"pos_threshold": pos, "background_threshold": bg, "max_dets": int(max_dets)}
+    return TideResult(res[0], res[1], res[2], counts, code, ignored, target, missed, matched, params)
+
+
+def _codes(dcat: np.ndarray, gcat: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense class codes of detections then GT (in the order of the ids), and their number."""
+    both = np.concatenate([np.asarray(dcat, np.int64), np.asarray(gcat, np.int64)])
+    if len(both) and both.min() >= 0 and both.max() < 4 * len(both) + 100_000:  # small ids: a lookup table
+        present = np.zeros(int(both.max()) + 1, np.int64)
+        present[both] = 1
+        table = np.cumsum(present) - 1
+        return table[both], int(table[-1]) + 1
+    uniq, inv = np.unique(both, return_inverse=True)
+    return inv.reshape(-1).astype(np.int64), len(uniq)
+
+
+def grid_count(v: np.ndarray) -> np.ndarray:
+    """Number of the points ``k / 100`` (k = 0..100) at or below each value (as ``searchsorted(..., "right")``
+    on them, exact): the floor of ``100 v`` corrected by one comparison either side."""
+    j0 = np.clip(np.floor(np.nan_to_num(v) * 100), 0, 100).astype(np.int64)
+    up = np.minimum(j0 + 1, 100)
+    return j0 + (_X[j0] <= v) + ((j0 < 100) & (_X[up] <= v))
+
+
+def _fixes(
+    sc: Scene, code: np.ndarray, ignored: np.ndarray, fixable: np.ndarray, target: np.ndarray, n_gt: np.ndarray,
+    missed: np.ndarray, fn: np.ndarray,
+) -> tuple[float, dict[str, float], dict[str, float]]:  # fmt: skip
+    """The mAP, each main type's dAP (fixed alone, clipped at 0) and the special dAPs."""
+    d_img, dcat, gcat, n_cls = sc.d_img, sc.dcat, sc.gcat, sc.n_cls
+    tp = code == TP
+    fp = (code > TP) & ~ignored  # false positives in the AP (ignored ones are not)
+    kept = code >= 0
+    by_score = sc.desc[kept[sc.desc]]  # descending score; ties in input order, made (image, rank) below
+    sv = sc.score[by_score]
+    run = np.cumsum(np.concatenate([[0], sv[1:] != sv[:-1]])) if len(sv) else np.zeros(0, np.int64)
+    n_img = int(d_img.max()) + 1 if len(by_score) else 1
+    # equal scores in tidecv's visiting order: by image, then rank (input order within an image); nearly sorted
+    by_score = by_score[np.argsort(run * n_img + d_img[by_score], kind="stable")]
+    visit = np.flatnonzero(kept)
+    visit = visit[_small_sort(sc.rank[visit], sc.max_dets)]
+    visit = visit[_small_sort(d_img[visit], n_img)]  # image, then rank
+    # in a fixed set the errors come before the untouched true positives of the same score (nearly sorted: fast)
+    fixed_order = by_score[np.argsort(run * 2 + tp[by_score], kind="stable")]
+    live = tp | fp
+    rows = by_score[live[by_score]]
+    ap = _ap(dcat[rows], tp[rows], n_gt)
+    grouped = fixed_order[_class_order(dcat[fixed_order], n_cls)]  # by class, each in tidecv's order
+    fixed_cls = dcat.copy()
+    fixed_cls[fixable & (code == CLS)] = gcat[target[fixable & (code == CLS)]]  # a fixed cls error takes the box's
+
+    def fixed(kind: int | None, n_gt_fixed: np.ndarray) -> float:
+        """mAP with the errors of ``kind`` fixed alone (tidecv's oracle)."""
+        now_tp = tp if kind not in (CLS, LOC) else tp | ((code == kind) & fixable)
+        keep = tp | (fp & (code != kind)) | now_tp if kind is not None else live
+        if kind == CLS:  # the fixed errors change class: group again
+            r = fixed_order[keep[fixed_order]]
+            return _ap(fixed_cls[r], now_tp[r], n_gt_fixed)
+        r = grouped[keep[grouped]]
+        return _ap(dcat[r], now_tp[r], n_gt_fixed, grouped=True)
+
+    main: dict[str, float] = {}
+    for i, name in enumerate(ERROR_TYPES):
+        main[name] = max(fixed(i + 1, n_gt) - ap, 0.0)
+    n_miss = np.bincount(gcat[missed], minlength=n_cls)
+    main["miss"] = max(fixed(None, n_gt - n_miss) - ap, 0.0)
+    # fp: every false positive scored 0 and every true positive 1 (true positives first, each in visiting order)
+    r = np.concatenate([visit[tp[visit]], visit[fp[visit]]])
+    special = {"fp": _ap(dcat[r], tp[r], n_gt) - ap}
+    special["fn"] = fixed(None, n_gt - np.bincount(gcat[fn], minlength=n_cls)) - ap
+    return ap, main, special

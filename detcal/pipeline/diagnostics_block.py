@@ -1,0 +1,275 @@
+"""Why a detector is miscalibrated: TIDE error types, calibration error by type, confusion matrix, likely label
+errors and operating points (docs/metrics.md#diagnostics), recorded under ``diagnostics`` in metrics.json.
+
+Calibration by error type: on the confidence sample of the first evaluated IoU threshold, each detection
+is a true positive (``tp``, matched there) or carries its TIDE error type (``cls``, ``loc``, ``both``,
+``dupe``, ``bkg``); a false positive TIDE counts as a true positive or does not evaluate (its rules differ:
+``max_dets`` per image, IoU >= instead of the sample's threshold) is ``other``. ECE and D-ECE are sums of
+per-detection contributions ``sign(conf(c) - prec(c)) (p_i - y_i) / N'`` over their cells (the
+worst-detections table's definition, :func:`detcal.reports.html.worst.cell_contributions`); their sums
+by group split the ECE and the D-ECE exactly.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from detcal.core.types import MatchResult
+from detcal.pipeline.confidence_block import _sample_features, threshold_label
+from detcal.pipeline.sources import LoadedData
+from detcal.pipeline.spec import EvaluationSpec
+
+__all__ = ["diagnostics_block", "GROUPS"]
+
+GROUPS: tuple[str, ...] = ("tp", "cls", "loc", "both", "dupe", "bkg", "other")
+"""Groups of the calibration split: true positives, TIDE's error types, other false positives."""
+
+_TYPE_NAMES = {
+    "cls": "classification errors (right box, wrong class)",
+    "loc": "localisation errors (right class, IoU between the background and foreground thresholds)",
+    "both": "errors of both class and box",
+    "dupe": "duplicate detections",
+    "bkg": "background detections (no object there)",
+    "miss": "missed objects",
+    "other": "other false positives",
+    "tp": "true positives",
+}
+
+
+def diagnostics_block(
+    spec: EvaluationSpec,
+    data: LoadedData,
+    mr: MatchResult,
+    feats: np.ndarray,
+    conf: dict[str, Any],
+    loc: dict[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The ``diagnostics`` record and the per-detection columns it adds to detections.csv; ``loc``: the run's
+    ``localisation`` record, whose LRP-optimal thresholds the operating points reuse."""
+    d = spec.diagnostics
+    if data.kitti is not None:
+        return {"_skipped": "defined for COCO-style data; not computed with KITTI rules"}, {}
+    if data.shard is not None:
+        return {"_skipped": "not computed in a sharded (distributed) read"}, {}
+    ds, dets = data.dataset, data.detections
+    out: dict[str, Any] = {}
+    cols: dict[str, np.ndarray] = {}
+    from detcal.metrics.tide import scene, tide
+
+    max_dets = spec.matching.max_dets or max(len(dets), 1)
+    sc = scene(ds.images, ds.gt, dets, max_dets, overlap_only=d.tide_background > 0) if d.tide or d.confusion else None
+    if d.tide:  # the scene (pairs of detections and boxes) is shared by TIDE and the confusion matrix
+        r = tide(ds.images, ds.gt, dets, pos_threshold=d.tide_foreground, background_threshold=d.tide_background,
+                 max_dets=max_dets, paired=sc)  # fmt: skip
+        code = r.code
+        out["tide"] = {**r.to_dict(), "reference": "tidecv 1.0.1 (Bolya et al., ECCV 2020), box mode"}
+        cols["tide_error"] = code.astype(np.int64)
+        by_type = _by_type(spec, data, mr, feats, conf, code)
+        if by_type:
+            out["calibration_by_error_type"] = by_type
+    label = _first_label(conf)
+    if d.operating_points and label is not None:
+        out["operating_points"] = _operating(spec, data, mr, label, _lrp_of(loc), None if sc is None else sc.desc)
+    if d.confusion:
+        from detcal.metrics.confusion import agnostic_match, confusion_matrix, label_errors
+
+        am = agnostic_match(dets, ds.gt, d.confusion_iou, max_dets, paired=sc)
+        out["confusion"] = confusion_matrix(am, dets, ds.gt, list(ds.categories), d.confusion_score)
+        out["label_errors"] = label_errors(am, dets, ds.gt, ds.categories, min_score=d.label_error_score,
+                                           min_iou=d.label_error_iou, top=d.label_error_top)  # fmt: skip
+        _add_files(out["label_errors"], data)
+    out["findings"] = findings(out)
+    return out, cols
+
+
+def _first_label(conf: dict[str, Any]) -> str | None:
+    labels = [lbl for lbl, blk in conf.items() if "skipped" not in blk.get("_sample", {})]
+    return labels[0] if labels else None
+
+
+def _add_files(rec: dict[str, Any], data: LoadedData) -> None:
+    """The image file name and size of each listed detection (thumbnails)."""
+    im = data.dataset.images
+    for key in ("unannotated", "class_disagreement"):
+        for row in rec[key]:
+            r = int(im.index_of(np.asarray([row["image_id"]]))[0])
+            row["file_name"] = im.file_name[r] if r >= 0 and im.file_name is not None else ""
+            row["image_size"] = [float(im.width[r]), float(im.height[r])] if r >= 0 else [float("nan")] * 2
+
+
+def _sample(mr: MatchResult, label: str) -> tuple[int, np.ndarray]:
+    i = next(k for k, t in enumerate(mr.iou_thresholds) if threshold_label(float(t)) == label)
+    return i, np.flatnonzero(mr.considered & ~mr.ignored[i])
+
+
+def _contributions(
+    p: np.ndarray, y: np.ndarray, grid: np.ndarray, params: dict[str, Any], fallback: Any
+) -> np.ndarray | None:
+    """Per-detection contributions to a binned calibration error whose ``params`` (bins, edges,
+    sample_threshold, policy) metrics.json records; None when the grid does not fit."""
+    from detcal.binning.edges import cell_index
+    from detcal.reports.html.worst import cell_contributions
+
+    bins = [int(v) for v in (params.get("bins") or [])]
+    if len(bins) != grid.shape[1]:
+        bins = list(fallback)[: grid.shape[1]]
+        if len(bins) != grid.shape[1]:
+            return None
+    cell, n_cells = cell_index(grid, tuple(bins), str(params.get("edges") or "floor"))
+    st = int(params.get("sample_threshold") or 1)
+    stats = cell_contributions(p, y, cell, n_cells, st, str(params.get("policy") or "drop"))
+    return stats["contribution"] if stats["kept"].any() else None
+
+
+def _by_type(
+    spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray, conf: dict[str, Any], code: np.ndarray
+) -> dict[str, Any]:
+    """Count, mean confidence, accuracy and the share of ECE and D-ECE of each group (module docstring)."""
+    label = _first_label(conf)
+    if label is None:
+        return {}
+    i, rows = _sample(mr, label)
+    p, y = data.detections.score[rows], mr.matched[i, rows]
+    c = code[rows]
+    group = np.where(y, 0, np.where(c >= 1, c, len(GROUPS) - 1))  # tp, the TIDE type, or other
+    blk = conf[label]
+    b = spec.dece_binning
+    ece_params = (blk.get("ece") or {}).get("params") or {}
+    ece_c = _contributions(p, y, p[:, None], ece_params, [b.ece_bins])
+    dece_c = None
+    f = _sample_features(spec, np.take(feats, rows, axis=0), None)
+    dece_node = blk.get("dece") or {}
+    if f is not None and np.isfinite(f).all() and dece_node.get("value") is not None:
+        grid = np.column_stack([p, f])
+        fb = [b.bins] * grid.shape[1] if isinstance(b.bins, int) else list(b.bins)
+        dece_c = _contributions(p, y, grid, dece_node.get("params") or {}, fb)
+    n_g = np.bincount(group, minlength=len(GROUPS))
+    sum_p = np.bincount(group, weights=p, minlength=len(GROUPS))
+    sum_y = np.bincount(group, weights=y.astype(float), minlength=len(GROUPS))
+    ece_g = np.bincount(group, weights=ece_c, minlength=len(GROUPS)) if ece_c is not None else None
+    dece_g = np.bincount(group, weights=dece_c, minlength=len(GROUPS)) if dece_c is not None else None
+    ece_v, dece_v = (blk.get("ece") or {}).get("value"), dece_node.get("value")
+    types: dict[str, Any] = {}
+    for k, name in enumerate(GROUPS):
+        n = int(n_g[k])
+        types[name] = {
+            "n": n,
+            "mean_confidence": float(sum_p[k] / n) if n else None,
+            "accuracy": float(sum_y[k] / n) if n else None,
+            "ece_contribution": None if ece_g is None else float(ece_g[k]),
+            "ece_share": _share(ece_g, k),
+            "dece_contribution": None if dece_g is None else float(dece_g[k]),
+            "dece_share": _share(dece_g, k),
+        }
+    return {
+        "iou": label,
+        "n": int(len(rows)),
+        "ece": ece_v,
+        "dece": dece_v,
+        "ece_from_contributions": None if ece_c is None else float(ece_c.sum()),
+        "dece_from_contributions": None if dece_c is None else float(dece_c.sum()),
+        "types": types,
+    }
+
+
+def _share(g: np.ndarray | None, k: int) -> float | None:
+    if g is None:
+        return None
+    tot = float(g.sum())
+    return float(g[k] / tot) if tot > 0 else None
+
+
+def _lrp_of(loc: dict[str, Any] | None) -> tuple[dict[int, Any], dict[int, Any], float] | None:
+    """(LRP-optimal threshold per class, oLRP per class, TP IoU) of the localisation record, when it has them."""
+    if not loc or not loc.get("lrp_optimal_thresholds") or not isinstance(loc.get("olrp"), dict):
+        return None
+    tab = loc["olrp"].get("table") or {}
+    if "category" not in tab or "olrp" not in tab:
+        return None
+    thr = {int(k): v for k, v in loc["lrp_optimal_thresholds"].items()}
+    olrp = {int(c): (None if v is None or v != v else float(v)) for c, v in zip(tab["category"], tab["olrp"])}
+    return thr, olrp, float(loc["olrp"].get("params", {}).get("tau", 0.0))
+
+
+def _operating(
+    spec: EvaluationSpec, data: LoadedData, mr: MatchResult, label: str, lrp: Any = None, desc: Any = None
+) -> dict[str, Any]:
+    """Operating points on the confidence sample of ``label`` (docs/metrics.md#operating-points)."""
+    from detcal.metrics.confidence import ece
+    from detcal.metrics.lrp import DetectionOutcomes, paired_iou
+    from detcal.metrics.operating_points import operating_points
+
+    ds, dets = data.dataset, data.detections
+    i, rows = _sample(mr, label)
+    valid = np.zeros(len(dets), bool)
+    valid[rows] = True
+    tp = valid & mr.matched[i]
+    iou = np.zeros(len(dets))
+    t_rows = np.flatnonzero(tp)
+    iou[t_rows] = paired_iou(dets.box[t_rows], ds.gt.box[mr.gt_index[i, t_rows]])
+    real = ~(ds.gt.ignore | ds.gt.iscrowd)
+    cats, counts = np.unique(ds.gt.category[real], return_counts=True)
+    tau = float(mr.iou_thresholds[i])
+    o = DetectionOutcomes(tau=min(tau, 1 - 1e-12), score=dets.score, category=dets.category, image_id=dets.image_id,
+                          valid=valid, tp=tp, iou=iou, gt_categories=cats.astype(np.int64),
+                          n_gt=counts.astype(np.int64), max_dets=spec.matching.max_dets)  # fmt: skip
+    b = spec.dece_binning
+    fn = functools.partial(ece, bins=b.ece_bins, policy=b.policy, edges=spec.confidence.edges)
+    order = np.argsort(-counts, kind="stable")[: spec.confidence.per_class_top_n]
+    out = operating_points(o, ds.categories, fn, [int(cats[k]) for k in order], lrp, desc)
+    out["iou"] = label
+    return out
+
+
+def findings(diag: dict[str, Any]) -> list[str]:
+    """Plain sentences: the error type that costs most AP, the one that carries most of the miscalibration,
+    and what the operating points and label errors say."""
+    out = []
+    t = diag.get("tide")
+    if t:
+        dap = t["dap"]
+        top = max(dap, key=lambda k: dap[k])
+        if dap[top] <= 0:
+            out.append(f"TIDE: no error type costs AP (AP {t['ap']:.2f}).")
+        else:
+            out.append(
+                f"TIDE: fixing the {_TYPE_NAMES[top]} would gain the most AP ({dap[top]:.2f} points of "
+                f"{t['ap']:.2f}); scoring every false positive below every true positive would gain "
+                f"{t['special_dap']['fp']:.2f}."
+            )
+    cb = diag.get("calibration_by_error_type")
+    if cb:
+        key = "dece_contribution" if cb.get("dece_from_contributions") else "ece_contribution"
+        metric = "D-ECE" if key == "dece_contribution" else "ECE"
+        vals = {k: v[key] for k, v in cb["types"].items() if v[key] is not None and v["n"] and k != "tp"}
+        k = max(vals, key=lambda g: vals[g]) if vals else None
+        if k is not None and vals[k] > 0:
+            v = cb["types"][k]
+            share = v["dece_share" if metric == "D-ECE" else "ece_share"]
+            out.append(
+                f"Miscalibration: the {_TYPE_NAMES[k]} carry the largest share of the {metric} at {cb['iou']} "
+                f"({share:.0%}; {v['n']} detections at mean confidence {v['mean_confidence']:.2f})."
+            )
+    op = diag.get("operating_points")
+    if op and op["pooled"]["f1_optimal"]["threshold"] == op["pooled"]["f1_optimal"]["threshold"]:
+        f1 = op["pooled"]["f1_optimal"]
+        e = op["ece_kept"]
+        out.append(
+            f"Operating point: one score threshold of {f1['threshold']:.3f} maximises F1 ({f1['f1']:.3f}); "
+            f"the ECE of the detections it keeps is {_fmt(e['f1_optimal_pooled']['ece'])} "
+            f"(all detections: {_fmt(e['all']['ece'])})."
+        )
+    le = diag.get("label_errors")
+    if le and (le["n_unannotated"] or le["n_class_disagreement"]):
+        out.append(
+            f"Label check: {le['n_unannotated']} confident detections overlap no box at all and "
+            f"{le['n_class_disagreement']} near-identical boxes disagree in class; some may be annotation errors."
+        )
+    return out
+
+
+def _fmt(v: Any) -> str:
+    return "n/a" if v is None else f"{v:.4f}"
