@@ -33,6 +33,7 @@ from collections.abc import Sequence
 
 from detcal.core.errors import DetcalError, DetcalInputError
 from detcal.core.types import Dataset, Detections, KittiRules
+from detcal.data.formats import format_names, get_format
 from detcal.matching.engine import GT_IGNORE, MODES, match
 from detcal.reports.match_outputs import match_summary, write_match_outputs
 
@@ -56,12 +57,15 @@ def build_parser() -> argparse.ArgumentParser:
         prog="detcal-match",
         description="Match detections to ground truth (COCO exclusive / netcal max / KITTI rules) and write per-detection targets as CSV.",
     )
-    ap.add_argument("--gt", required=True, help="COCO instances JSON, or KITTI label_2 directory")
-    ap.add_argument("--results", required=True, help="COCO results JSON, or KITTI results directory")
-    ap.add_argument("--format", choices=("coco", "kitti"), default="coco")
+    ap.add_argument(
+        "--gt", required=True, help="COCO instances JSON, or the labels folder (KITTI label_2, YOLO labels, VOC XML)"
+    )
+    ap.add_argument("--results", required=True, help="COCO results JSON, or the results folder of the format")
+    ap.add_argument("--format", choices=format_names(), default="coco", help="data format (docs/formats.md)")
     size = ap.add_mutually_exclusive_group()
-    size.add_argument("--sizes", help="KITTI: file of '<frame> <W> <H>' lines with the image sizes")
-    size.add_argument("--images", help="KITTI: image_2 directory (sizes read from the image headers)")
+    size.add_argument("--sizes", help="KITTI/YOLO: file of '<frame> <W> <H>' lines with the image sizes")
+    size.add_argument("--images", help="KITTI/YOLO: image folder (sizes read from the image headers)")
+    ap.add_argument("--names", help="YOLO: data.yaml with the class names (VOC: optional class order)")
     ap.add_argument(
         "--iou",
         nargs="+",
@@ -70,9 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--mode",
-        choices=MODES,
+        choices=(*MODES, "voc"),
         default=None,
-        help="exclusive (pycocotools; default for coco), kitti (the devkit's walk; default for kitti), max",
+        help="exclusive (pycocotools; default for coco and yolo), kitti (the devkit's walk; default for kitti), "
+        "voc (the VOC devkit's rule; default for voc), max",
     )
     ap.add_argument(
         "--gt-ignore",
@@ -103,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _thresholds(values: list[str] | None, fmt: str) -> tuple[float, ...] | str:
     if values is None:
-        return "kitti" if fmt == "kitti" else (0.5,)
+        return get_format(fmt).matching.iou
     if len(values) == 1 and values[0].lower() == "kitti":
         if fmt != "kitti":
             raise DetcalInputError("--iou kitti needs --format kitti", field="--iou")
@@ -121,19 +126,20 @@ def _load(args: argparse.Namespace) -> tuple[Dataset, Detections, KittiRules | N
     from detcal.pipeline.sources import load_data, unknown_category_warning
     from detcal.pipeline.spec import DataSpec
 
-    if args.format == "coco":
-        if args.sizes or args.images:
-            raise DetcalInputError("--sizes/--images are for --format kitti only", field="--sizes")
-        spec = DataSpec(source="coco", gt=args.gt, results=args.results, unknown_category=args.unknown_category)
-    else:
-        spec = DataSpec(
-            source="kitti",
-            label_dir=args.gt,
-            results_dir=args.results,
-            image_dir=args.images,
-            sizes=args.sizes,
-            difficulty=args.difficulty,
-        )
+    adapter = get_format(args.format)
+    given = {
+        adapter.gt_field: args.gt,
+        adapter.results_field: args.results,
+        "image_dir": args.images,
+        "sizes": args.sizes,
+        "names": args.names,
+        "difficulty": args.difficulty,
+        "unknown_category": args.unknown_category,
+    }
+    for key, flag in (("sizes", "--sizes"), ("image_dir", "--images"), ("names", "--names")):
+        if given[key] is not None and key not in adapter.fields:
+            raise DetcalInputError(f"is not read by --format {args.format}", field=flag)
+    spec = DataSpec(source=args.format, **{k: v for k, v in given.items() if k in adapter.fields})
     data = load_data(spec, ".")
     for cause, n in data.dropped.items():
         src = args.results
@@ -155,30 +161,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         ds, dets, rules = _load(args)
         if len(dets) == 0:
             raise DetcalInputError("holds no detections: nothing to match", file=args.results)
-        if args.max_dets is None:  # format default: COCO maxDets 100, the KITTI devkit has no cap
-            max_dets = 100 if args.format == "coco" else None
+        defaults = get_format(args.format).matching
+        if args.max_dets is None:  # the format's default: COCO maxDets 100, the KITTI and VOC devkits no cap
+            max_dets = defaults.max_dets
         else:
             max_dets = args.max_dets or None
         t1 = time.perf_counter()
-        result = match(
-            dets,
-            ds.gt,
-            iou,
-            mode=args.mode or ("kitti" if args.format == "kitti" else "exclusive"),
-            class_agnostic=args.class_agnostic,
-            gt_ignore=args.gt_ignore,
-            score_threshold=args.score_threshold,
-            max_dets=max_dets,
-            kitti=rules,
-            images=ds.images,
-        )
+        mode = args.mode or defaults.mode
+        if mode == "voc":
+            from detcal.matching.voc import match_voc
+
+            if isinstance(iou, str):
+                raise DetcalInputError("--mode voc needs IoU values, not 'kitti'", field="--iou")
+            result = match_voc(
+                dets,
+                ds.gt,
+                iou,
+                class_agnostic=args.class_agnostic,
+                score_threshold=args.score_threshold,
+                max_dets=max_dets,
+                images=ds.images,
+            )
+        else:
+            result = match(
+                dets,
+                ds.gt,
+                iou,
+                mode=mode,
+                class_agnostic=args.class_agnostic,
+                gt_ignore=args.gt_ignore,
+                score_threshold=args.score_threshold,
+                max_dets=max_dets,
+                kitti=rules,
+                images=ds.images,
+            )
         t2 = time.perf_counter()
         per_class = isinstance(iou, str)
         inputs = {
             "format": args.format,
             "gt": str(args.gt),
             "results": str(args.results),
-            "difficulty": args.difficulty if args.format == "kitti" else None,
+            "difficulty": args.difficulty if "difficulty" in get_format(args.format).fields else None,
         }
         counts = write_match_outputs(args.out, ds, dets, result, per_class, inputs, {"load": t1 - t0, "match": t2 - t1})
     except (DetcalError, OSError) as e:

@@ -16,7 +16,8 @@ __all__ = ["accuracy_block", "localisation_block"]
 
 
 def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:
-    """COCO AP for COCO-format data, KITTI AP for KITTI data (docs/real_detectors.md, docs/matching.md)."""
+    """COCO AP for COCO-format (and YOLO) data, KITTI AP for KITTI data, VOC AP for VOC data
+    (docs/real_detectors.md, docs/matching.md, docs/formats.md)."""
     if not spec.accuracy.enabled:
         return {"_skipped": "accuracy.enabled=false"}
     ds, dets = data.dataset, data.detections
@@ -30,6 +31,8 @@ def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:
             "definition": "KITTI devkit eval_class: 11- and 40-point interpolated AP per class and difficulty, "
             "per-class IoU 0.7/0.5/0.5, from the devkit's assignment (docs/matching.md)",
         }
+    if data.format == "voc":
+        return _voc_block(data)
     from detcal.metrics.accuracy import coco_ap
 
     area = ds.gt.area
@@ -41,6 +44,21 @@ def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:
         else "box areas w*h (the ground truth gives no 'area'; pycocotools would use the annotation's)"
     )
     return out
+
+
+def _voc_block(data: LoadedData) -> dict[str, Any]:
+    """VOC AP at IoU 0.5 (the devkit's matching), as VOC2007's 11-point and the area variant."""
+    from detcal.matching.voc import match_voc
+    from detcal.metrics.voc_ap import VARIANTS, voc_ap
+
+    ds, dets = data.dataset, data.detections
+    mr = match_voc(dets, ds.gt, (0.5,), images=ds.images)
+    cats = sorted(ds.categories)
+    return {
+        "voc_ap": {v: voc_ap(dets, ds.gt, mr, cats, v)[0].to_dict() for v in VARIANTS},
+        "definition": "Pascal VOC devkit AP at IoU > 0.5 (difficult boxes ignored, no cap on detections): "
+        "voc07_11pt (VOC2007 11-point) and area (VOC2010+) (docs/formats.md)",
+    }
 
 
 def localisation_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:

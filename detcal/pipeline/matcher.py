@@ -35,6 +35,20 @@ def run_match(m: MatchingSpec, dets: Detections, data: LoadedData, thresholds: A
                 "matching.mode=netcal_example needs IoU values, not 'kitti'", field="matching.iou_thresholds"
             )
         return match_netcal_example(dets, ds.gt, th, score_threshold=m.score_threshold)
+    if m.mode == "voc":
+        from detcal.matching.voc import match_voc
+
+        if isinstance(th, str):
+            raise DetcalInputError("matching.mode=voc needs IoU values, not 'kitti'", field="matching.iou_thresholds")
+        return match_voc(
+            dets,
+            ds.gt,
+            th,
+            class_agnostic=m.class_agnostic,
+            score_threshold=m.score_threshold,
+            max_dets=m.max_dets,
+            images=ds.images,
+        )
     return match(
         dets,
         ds.gt,
