@@ -170,9 +170,14 @@ def load_voc(label_dir: Any, results_dir: Any, names: Any = None, unknown_catego
 
 def _xml(name: str, w: float, h: float, objs: list[str]) -> str:
     return (
-        f"<annotation>\n  <filename>{_esc(name)}</filename>\n  <size>\n    <width>{w:.17g}</width>\n"
-        f"    <height>{h:.17g}</height>\n    <depth>3</depth>\n  </size>\n{''.join(objs)}</annotation>\n"
+        f"<annotation>\n  <filename>{_esc(name)}</filename>\n  <size>\n    <width>{_num(w)}</width>\n"
+        f"    <height>{_num(h)}</height>\n    <depth>3</depth>\n  </size>\n{''.join(objs)}</annotation>\n"
     )
+
+
+def _num(v: float) -> str:
+    """A whole number as an integer (the devkit's pixels), another in its shortest exact form."""
+    return str(int(v)) if float(v).is_integer() else repr(float(v))
 
 
 def _esc(s: str) -> str:
@@ -182,8 +187,9 @@ def _esc(s: str) -> str:
 
 
 def write_voc(out_dir: Path, dets: Detections, dataset: Dataset, write_gt: bool) -> dict[str, str]:
-    """``results/comp4_det_test_<class>.txt`` (+ ``Annotations/<image>.xml`` when ``write_gt``) under
-    ``out_dir``: the devkit's one-based coordinates (``xmin = x1 + 1``), 17 significant digits."""
+    """``results/comp4_det_test_<class>.txt`` (+ ``Annotations/<image>.xml`` and ``names.txt``, the classes in
+    category id order, when ``write_gt``) under
+    ``out_dir``: the devkit's one-based coordinates (``xmin = x1 + 1``), numbers in their shortest exact form."""
     out = Path(out_dir)
     im = dataset.images
     stem = {i: (Path(n).stem if n else f"{i:06d}") for i, n in zip(im.id.tolist(), im.file_name)}
@@ -193,7 +199,7 @@ def write_voc(out_dir: Path, dets: Detections, dataset: Dataset, write_gt: bool)
         sel = np.flatnonzero(dets.category == c)
         b = dets.box[sel] + one
         lines = [
-            f"{stem[i]} {s:.17g} {x0:.17g} {y0:.17g} {x1:.17g} {y1:.17g}"
+            f"{stem[i]} {s!r} {_num(x0)} {_num(y0)} {_num(x1)} {_num(y1)}"
             for i, s, (x0, y0, x1, y1) in zip(dets.image_id[sel].tolist(), dets.score[sel].tolist(), b.tolist())
         ]
         if lines:
@@ -201,7 +207,9 @@ def write_voc(out_dir: Path, dets: Detections, dataset: Dataset, write_gt: bool)
     paths = {"results": str(out / "results")}
     if write_gt:
         _write_annotations(out / "Annotations", dataset, stem)
-        paths["gt"] = str(out / "Annotations")
+        names = [dataset.categories[c] for c in sorted(dataset.categories)]
+        write_text(out / "names.txt", "\n".join(names) + "\n")
+        paths.update(gt=str(out / "Annotations"), names=str(out / "names.txt"))
     return paths
 
 
@@ -217,7 +225,7 @@ def _write_annotations(folder: Path, dataset: Dataset, stem: dict[int, str]) -> 
             f"  <object>\n    <name>{_esc(dataset.categories[int(g.category[r])])}</name>\n"
             f"    <difficult>{int(difficult[r])}</difficult>\n    <bndbox>\n"
             + "".join(
-                f"      <{k}>{v:.17g}</{k}>\n"
+                f"      <{k}>{_num(v)}</{k}>\n"
                 for k, v in zip(("xmin", "ymin", "xmax", "ymax"), (g.box[r] + [1, 1, 0, 0]).tolist())
             )
             + "    </bndbox>\n  </object>\n"

@@ -141,8 +141,8 @@ def _stem(image_id: int, file_name: str) -> str:
 
 
 def _lines(rows: np.ndarray, cols: int) -> list[str]:
-    fmt = " ".join(["%d"] + ["%.17g"] * (cols - 1))
-    return [fmt % tuple(r) for r in rows.tolist()]
+    """``class v1 v2 ...`` lines, each float in its shortest exact form (``repr``: read back bit for bit)."""
+    return [" ".join([str(int(r[0]))] + [repr(v) for v in r[1:]]) for r in rows.tolist()]
 
 
 def _write_txt_folder(folder: Path, dataset: Dataset, image_id: np.ndarray, rows: np.ndarray, all_images: bool) -> None:
@@ -170,8 +170,8 @@ def write_yolo(out_dir: Path, dets: Detections, dataset: Dataset, write_gt: bool
     """``detections/`` (+ ``labels/``, ``data.yaml`` and ``sizes.txt`` when ``write_gt``) under ``out_dir``.
 
     Class indices are the category ids when those are 0..K-1, else the position of each category in sorted
-    id order (``data.yaml`` names them); numbers with 17 significant digits, so reading back gives the
-    same boxes to rounding."""
+    id order (``data.yaml`` names them); numbers in their shortest exact form, so reading back gives
+    the same normalised values (pixel boxes to rounding)."""
     ids = sorted(dataset.categories)
     index = {c: c for c in ids} if ids == list(range(len(ids))) else {c: k for k, c in enumerate(ids)}
     lut = np.vectorize(index.__getitem__, otypes=[np.int64])

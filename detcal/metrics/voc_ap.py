@@ -8,7 +8,9 @@ devkit's ``VOCap``/``voc_ap``:
 
 ``voc07_11pt``
     the mean over ``r`` in {0, 0.1, ..., 1} of the highest precision at a
-    recall ``>= r`` (0 where none);
+    recall ``>= r`` (0 where none); the points are ``k * 0.1`` in floating
+    point, as ``np.arange(0, 1.1, 0.1)`` of the devkit's Python port makes
+    them (so ``r = 0.6000000000000001`` and a recall of exactly 3/5 is below it);
 ``area``
     the precision envelope made monotone from the right, integrated over the
     recall steps (with the points (0, 0) and (1, 0) appended).
@@ -55,7 +57,7 @@ def voc_ap_from_curve(recall: np.ndarray, precision: np.ndarray, variant: str) -
     """AP of one class's cumulative ``recall`` and ``precision`` [n] in ``variant``."""
     if variant == "voc07_11pt":
         total = 0.0
-        for r in np.linspace(0.0, 1.0, 11):  # 11 fixed points
+        for r in np.arange(0.0, 1.1, 0.1):  # the 11 points as the devkit's Python port makes them: k * 0.1
             above = precision[recall >= r]
             total += float(above.max()) if above.size else 0.0
         return total / 11.0
