@@ -34,7 +34,7 @@ def test_every_format_has_an_adapter_and_configs(name: str) -> None:
 
 
 def test_an_unknown_format_is_a_one_line_error() -> None:
-    with pytest.raises(DetcalInputError, match="unknown data format 'csv'; choose one of coco, kitti, yolo, voc"):
+    with pytest.raises(DetcalInputError, match="unknown data format 'csv'; choose one of coco, kitti, yolo, voc, lvis"):
         get_format("csv")
 
 

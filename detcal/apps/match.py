@@ -30,6 +30,7 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from detcal.core.errors import DetcalError, DetcalInputError
 from detcal.core.types import Dataset, Detections, KittiRules
@@ -74,10 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--mode",
-        choices=(*MODES, "voc"),
+        choices=(*MODES, "voc", "lvis"),
         default=None,
         help="exclusive (pycocotools; default for coco and yolo), kitti (the devkit's walk; default for kitti), "
-        "voc (the VOC devkit's rule; default for voc), max",
+        "voc (the VOC devkit's rule; default for voc), lvis (LVISEval's rules; default for lvis), max",
     )
     ap.add_argument(
         "--gt-ignore",
@@ -122,7 +123,7 @@ def _thresholds(values: list[str] | None, fmt: str) -> tuple[float, ...] | str:
     return tuple(out)
 
 
-def _load(args: argparse.Namespace) -> tuple[Dataset, Detections, KittiRules | None]:
+def _load(args: argparse.Namespace) -> tuple[Dataset, Detections, KittiRules | None, Any]:
     from detcal.pipeline.sources import load_data, unknown_category_warning
     from detcal.pipeline.spec import DataSpec
 
@@ -149,7 +150,7 @@ def _load(args: argparse.Namespace) -> tuple[Dataset, Detections, KittiRules | N
             else f"{src}: left out {n} detections ({cause.replace('_', ' ')})"
         )
         print(f"detcal-match: warning: {why}", file=sys.stderr)
-    return data.dataset, data.detections, data.kitti
+    return data.dataset, data.detections, data.kitti, data.protocol
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -158,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         iou = _thresholds(args.iou, args.format)
-        ds, dets, rules = _load(args)
+        ds, dets, rules, protocol = _load(args)
         if len(dets) == 0:
             raise DetcalInputError("holds no detections: nothing to match", file=args.results)
         defaults = get_format(args.format).matching
@@ -168,7 +169,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_dets = args.max_dets or None
         t1 = time.perf_counter()
         mode = args.mode or defaults.mode
-        if mode == "voc":
+        if mode == "lvis":
+            from detcal.matching.lvis import match_lvis
+
+            if protocol is None or isinstance(iou, str):
+                raise DetcalInputError("--mode lvis needs --format lvis and IoU values", field="--mode")
+            result = match_lvis(dets, ds.gt, iou, protocol, max_dets=max_dets, score_threshold=args.score_threshold)
+        elif mode == "voc":
             from detcal.matching.voc import match_voc
 
             if isinstance(iou, str):

@@ -31,6 +31,7 @@ FORMATS: dict[str, str] = {
     "kitti": "detcal.data.kitti_source",
     "yolo": "detcal.data.yolo",
     "voc": "detcal.data.voc",
+    "lvis": "detcal.data.lvis",
 }
 """Format name -> module whose ``ADAPTER`` reads and writes it (docs/formats.md)."""
 
@@ -53,6 +54,8 @@ class LoadedData:
     provenance: dict[str, Any] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
     shard: np.ndarray | None = None
+    protocol: Any = None
+    """The rules of a protocol beyond the boxes (LVIS: :class:`detcal.data.lvis.LvisRules`); None otherwise."""
 
     @property
     def format(self) -> str:

@@ -33,6 +33,8 @@ def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:
         }
     if data.format == "voc":
         return _voc_block(data)
+    if data.format == "lvis":
+        return _lvis_block(data)
     from detcal.metrics.accuracy import coco_ap
 
     area = ds.gt.area
@@ -58,6 +60,19 @@ def _voc_block(data: LoadedData) -> dict[str, Any]:
         "voc_ap": {v: voc_ap(dets, ds.gt, mr, cats, v)[0].to_dict() for v in VARIANTS},
         "definition": "Pascal VOC devkit AP at IoU > 0.5 (difficult boxes ignored, no cap on detections): "
         "voc07_11pt (VOC2007 11-point) and area (VOC2010+) (docs/formats.md)",
+    }
+
+
+def _lvis_block(data: LoadedData) -> dict[str, Any]:
+    """LVISEval's AP summary and the calibration of the LVIS sample per frequency group (docs/formats.md)."""
+    from detcal.metrics.lvis_ap import lvis_ap, lvis_calibration_by_frequency
+
+    ds, dets, rules = data.dataset, data.detections, data.protocol
+    return {
+        "lvis_ap": lvis_ap(dets, ds, rules),
+        "calibration_by_frequency": lvis_calibration_by_frequency(dets, ds, rules),
+        "definition": "lvis.LVISEval (bbox): 300 detections per image, federated ignores, APr/APc/APf over the "
+        "rare/common/frequent categories; ECE, D-ECE and LaECE at IoU 0.5 of the LVIS sample (docs/formats.md)",
     }
 
 

@@ -95,7 +95,8 @@ def subset_images(data: LoadedData, image_ids: np.ndarray, label: str) -> Loaded
     dets = data.detections.select(keep)
     shard = None if data.shard is None else data.shard[keep]
     sub = Dataset(images=images, gt=gt, categories=dict(ds.categories), source=f"{ds.source} [{label}]")
-    return LoadedData(sub, dets, data.kitti, {**data.provenance, "subset": label}, dict(data.dropped), shard)
+    prov = {**data.provenance, "subset": label}
+    return LoadedData(sub, dets, data.kitti, prov, dict(data.dropped), shard, data.protocol)
 
 
 def _load_synthetic(spec: DataSpec, workdir: Path) -> LoadedData:

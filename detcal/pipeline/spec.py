@@ -166,7 +166,8 @@ class MatchingSpec:
     detection against the box of highest IoU of any class, matched when that
     IoU reaches the threshold and the classes agree; not one-to-one) or voc
     (the Pascal VOC devkit's rule: IoU > t with the best box of the class,
-    difficult boxes ignored, :mod:`detcal.matching.voc`);
+    difficult boxes ignored, :mod:`detcal.matching.voc`) or lvis (LVISEval's
+    federated rules, with ``data=lvis``: :mod:`detcal.matching.lvis`);
     ``iou_thresholds`` a list, or ``"kitti"`` for the
     devkit's per-class thresholds (Car 0.7, Pedestrian and Cyclist 0.5);
     ``gt_ignore``: a COCO ``ignore`` key is overwritten by ``iscrowd`` as in
@@ -181,7 +182,7 @@ class MatchingSpec:
     gt_ignore: str = "pycocotools"
 
     def __post_init__(self) -> None:
-        _choice("matching.mode", self.mode, ("exclusive", "max", "kitti", "netcal_example", "voc"))
+        _choice("matching.mode", self.mode, ("exclusive", "max", "kitti", "netcal_example", "voc", "lvis"))
         _choice("matching.gt_ignore", self.gt_ignore, ("pycocotools", "ignore_or_crowd"))
         t = self.iou_thresholds
         if isinstance(t, str):
