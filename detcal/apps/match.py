@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument("--sizes", help="KITTI/YOLO: file of '<frame> <W> <H>' lines with the image sizes")
     size.add_argument("--images", help="KITTI/YOLO: image folder (sizes read from the image headers)")
     ap.add_argument("--names", help="YOLO: data.yaml with the class names (VOC: optional class order)")
+    ap.add_argument("--hierarchy", help="Open Images: the class hierarchy JSON")
     ap.add_argument(
         "--iou",
         nargs="+",
@@ -75,10 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--mode",
-        choices=(*MODES, "voc", "lvis"),
+        choices=(*MODES, "voc", "lvis", "openimages"),
         default=None,
         help="exclusive (pycocotools; default for coco and yolo), kitti (the devkit's walk; default for kitti), "
-        "voc (the VOC devkit's rule; default for voc), lvis (LVISEval's rules; default for lvis), max",
+        "voc (the VOC devkit's rule; default for voc), lvis (LVISEval's rules; default for lvis), "
+        "openimages (the Open Images challenge's; default for openimages), max",
     )
     ap.add_argument(
         "--gt-ignore",
@@ -134,10 +136,16 @@ def _load(args: argparse.Namespace) -> tuple[Dataset, Detections, KittiRules | N
         "image_dir": args.images,
         "sizes": args.sizes,
         "names": args.names,
+        "hierarchy": args.hierarchy,
         "difficulty": args.difficulty,
         "unknown_category": args.unknown_category,
     }
-    for key, flag in (("sizes", "--sizes"), ("image_dir", "--images"), ("names", "--names")):
+    for key, flag in (
+        ("sizes", "--sizes"),
+        ("image_dir", "--images"),
+        ("names", "--names"),
+        ("hierarchy", "--hierarchy"),
+    ):
         if given[key] is not None and key not in adapter.fields:
             raise DetcalInputError(f"is not read by --format {args.format}", field=flag)
     spec = DataSpec(source=args.format, **{k: v for k, v in given.items() if k in adapter.fields})
@@ -175,6 +183,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             if protocol is None or isinstance(iou, str):
                 raise DetcalInputError("--mode lvis needs --format lvis and IoU values", field="--mode")
             result = match_lvis(dets, ds.gt, iou, protocol, max_dets=max_dets, score_threshold=args.score_threshold)
+        elif mode == "openimages":
+            from detcal.matching.openimages import match_openimages
+
+            if protocol is None or isinstance(iou, str):
+                raise DetcalInputError("--mode openimages needs --format openimages and IoU values", field="--mode")
+            result = match_openimages(
+                dets, ds.gt, iou, protocol, score_threshold=args.score_threshold, max_dets=max_dets
+            )
         elif mode == "voc":
             from detcal.matching.voc import match_voc
 

@@ -32,6 +32,7 @@ FORMATS: dict[str, str] = {
     "yolo": "detcal.data.yolo",
     "voc": "detcal.data.voc",
     "lvis": "detcal.data.lvis",
+    "openimages": "detcal.data.openimages",
 }
 """Format name -> module whose ``ADAPTER`` reads and writes it (docs/formats.md)."""
 

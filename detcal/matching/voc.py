@@ -46,9 +46,12 @@ def _group_key(image_id: np.ndarray, category: np.ndarray, class_agnostic: bool)
     return np.stack([image_id, category], axis=1)
 
 
-def best_same_class(dets: Detections, gt: GroundTruth, class_agnostic: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def best_same_class(
+    dets: Detections, gt: GroundTruth, class_agnostic: bool = False, ioa: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """For each detection, the highest IoU with a GT box of its image (and class) and that box's row
-    (first in GT order on a tie). Returns ``(iou [D], gt_row [D])``; ``0`` and ``-1`` where there is none."""
+    (first in GT order on a tie). Returns ``(iou [D], gt_row [D])``; ``0`` and ``-1`` where there is none.
+    ``ioa``: intersection over the detection's area instead (the Open Images group-of measure)."""
     n_d = len(dets)
     iou = np.zeros(n_d)
     row = np.full(n_d, -1, np.int64)
@@ -76,7 +79,8 @@ def best_same_class(dets: Detections, gt: GroundTruth, class_agnostic: bool = Fa
     iw = np.minimum(d[:, 2], g[:, 2]) - np.maximum(d[:, 0], g[:, 0])
     ih = np.minimum(d[:, 3], g[:, 3]) - np.maximum(d[:, 1], g[:, 1])
     inter = np.clip(iw, 0, None) * np.clip(ih, 0, None)
-    union = (d[:, 2] - d[:, 0]) * (d[:, 3] - d[:, 1]) + (g[:, 2] - g[:, 0]) * (g[:, 3] - g[:, 1]) - inter
+    area_d = (d[:, 2] - d[:, 0]) * (d[:, 3] - d[:, 1])
+    union = area_d if ioa else area_d + (g[:, 2] - g[:, 0]) * (g[:, 3] - g[:, 1]) - inter
     pair_iou = np.divide(inter, union, out=np.zeros(total), where=union > 0)
     o = np.lexsort((offset, -pair_iou, det_of_pair))  # per detection: highest IoU, then GT order
     with_pairs = count > 0

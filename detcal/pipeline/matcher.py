@@ -45,6 +45,16 @@ def run_match(m: MatchingSpec, dets: Detections, data: LoadedData, thresholds: A
         return match_lvis(
             dets, ds.gt, th, data.protocol, max_dets=m.max_dets, score_threshold=m.score_threshold, images=ds.images
         )
+    if m.mode == "openimages":
+        from detcal.data.openimages import OpenImagesRules
+        from detcal.matching.openimages import match_openimages
+
+        if not isinstance(data.protocol, OpenImagesRules) or isinstance(th, str):
+            raise DetcalInputError(
+                "matching.mode=openimages needs Open Images data (data=openimages) and IoU values",
+                field="matching.mode",
+            )
+        return match_openimages(dets, ds.gt, th, data.protocol, score_threshold=m.score_threshold, max_dets=m.max_dets)
     if m.mode == "voc":
         from detcal.matching.voc import match_voc
 

@@ -142,6 +142,7 @@ class DataSpec:
     detector: str = "rfcn-resnet-101"
     chunk_bytes: int | None = None
     names: str | None = None
+    hierarchy: str | None = None
 
     def __post_init__(self) -> None:
         from detcal.data.formats import format_names
@@ -167,7 +168,9 @@ class MatchingSpec:
     IoU reaches the threshold and the classes agree; not one-to-one) or voc
     (the Pascal VOC devkit's rule: IoU > t with the best box of the class,
     difficult boxes ignored, :mod:`detcal.matching.voc`) or lvis (LVISEval's
-    federated rules, with ``data=lvis``: :mod:`detcal.matching.lvis`);
+    federated rules, with ``data=lvis``: :mod:`detcal.matching.lvis`) or
+    openimages (the Open Images challenge's group-of and image-level-label
+    rules, with ``data=openimages``: :mod:`detcal.matching.openimages`);
     ``iou_thresholds`` a list, or ``"kitti"`` for the
     devkit's per-class thresholds (Car 0.7, Pedestrian and Cyclist 0.5);
     ``gt_ignore``: a COCO ``ignore`` key is overwritten by ``iscrowd`` as in
@@ -182,7 +185,9 @@ class MatchingSpec:
     gt_ignore: str = "pycocotools"
 
     def __post_init__(self) -> None:
-        _choice("matching.mode", self.mode, ("exclusive", "max", "kitti", "netcal_example", "voc", "lvis"))
+        _choice(
+            "matching.mode", self.mode, ("exclusive", "max", "kitti", "netcal_example", "voc", "lvis", "openimages")
+        )
         _choice("matching.gt_ignore", self.gt_ignore, ("pycocotools", "ignore_or_crowd"))
         t = self.iou_thresholds
         if isinstance(t, str):
