@@ -78,15 +78,16 @@ def test_ap_per_class_and_map_equal_hotcoco(tmp_path: Path, seed: int, capsys: p
     capsys.readouterr()
     data = load_openimages(gt, dt)
     ds, dets = data.dataset, data.detections
-    mr = match_openimages(dets, ds.gt, (0.5,), data.protocol)
-    (got,) = voc_ap(dets, ds.gt, mr, sorted(ds.categories), "area")
-    for c, ap in got.per_class.items():
-        key = f"AP/{ds.categories[c]}"
-        if key in want:
-            assert ap == pytest.approx(want[key], abs=1e-12), (key, ap, want[key])
-        else:
-            assert np.isnan(ap)
-    assert got.mean == pytest.approx(want["AP"], abs=1e-12)
+    for single in ("tf", "greedy"):  # the two agree here: no duplicate has a second free box
+        mr = match_openimages(dets, ds.gt, (0.5,), data.protocol, single=single)
+        (got,) = voc_ap(dets, ds.gt, mr, sorted(ds.categories), "area")
+        for c, ap in got.per_class.items():
+            key = f"AP/{ds.categories[c]}"
+            if key in want:
+                assert ap == pytest.approx(want[key], abs=1e-12), (key, ap, want[key])
+            else:
+                assert np.isnan(ap)
+        assert got.mean == pytest.approx(want["AP"], abs=1e-12)
     assert data.protocol.group_of.sum() > 0 and len(ds.gt) > len(json.loads(gt.read_text())["annotations"])
 
 
@@ -171,3 +172,26 @@ def test_evaluate_with_open_images_rules(tmp_path: Path, capsys: pytest.CaptureF
     data = load_openimages(gt, dt)
     rows, _ = match_openimages(data.detections, data.dataset.gt, (0.5,), data.protocol).sample(0.5)
     assert out["confidence"]["iou=0.50"]["ece"]["params"]["n"] == len(rows) < len(data.detections)
+
+
+def test_a_duplicate_does_not_fall_back_to_a_free_box(tmp_path: Path) -> None:
+    """Two dog boxes A [0,0,10,10] and B [0,2,10,12] (IoU 8/12 = 0.667); detections on A at 0.9 and
+    [0,1,10,11] at 0.8 (IoU 0.818 with A, 0.818 with B: the first in file order, A, is its best).
+    TF rule: the second is a duplicate of A (FP), AP = 0.5 (recall 1/2 at precision 1, then nothing);
+    hotcoco's greedy rule: it takes the free B, AP = 1."""
+    images = [{"id": 1, "width": 50, "height": 50, "pos_category_ids": [2]}]
+    anns = [
+        {"image_id": 1, "category_id": 2, "bbox": [0, 0, 10, 10]},
+        {"image_id": 1, "category_id": 2, "bbox": [0, 2, 10, 10]},
+    ]
+    dets = [
+        {"image_id": 1, "category_id": 2, "bbox": [0, 0, 10, 10], "score": 0.9},
+        {"image_id": 1, "category_id": 2, "bbox": [0, 1, 10, 10], "score": 0.8},
+    ]
+    data = _tiny(tmp_path, images, anns, dets)
+    g = data.dataset.gt
+    tf = match_openimages(data.detections, g, (0.5,), data.protocol)
+    greedy = match_openimages(data.detections, g, (0.5,), data.protocol, single="greedy")
+    assert tf.matched[0].tolist() == [True, False] and greedy.matched[0].tolist() == [True, True]
+    assert voc_ap(data.detections, g, tf, [2], "area")[0].per_class[2] == pytest.approx(0.5)
+    assert voc_ap(data.detections, g, greedy, [2], "area")[0].per_class[2] == pytest.approx(1.0)
