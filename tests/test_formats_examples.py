@@ -45,7 +45,7 @@ def specs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, DataSpec]:
     tmp = tmp_path_factory.mktemp("formats")
     mod = _script()
     mod.write_examples(tmp / "regen")
-    for fmt in ("yolo", "voc"):
+    for fmt in ("yolo", "voc", "lvis", "openimages"):
         _same_tree(EX / f"mini79_{fmt}", tmp / "regen" / f"mini79_{fmt}")
     ds, dets = mod.example_set()
     coco = get_format("coco").write(tmp, dets, ds, True)
@@ -117,3 +117,60 @@ def test_equal_numbers_across_formats(specs: dict[str, DataSpec], tmp_path: Path
         assert entry["mAP"] == pytest.approx(want.mean, rel=1e-12), variant
         got = [np.nan if x is None else x for x in entry["per_class"].values()]
         np.testing.assert_allclose(got, list(want.per_class.values()), rtol=1e-12, atol=0)
+
+
+def test_the_lvis_example_equals_lviseval() -> None:
+    """The bundled detections in LVIS terms: detcal's AP summary is the official LVISEval's."""
+    lvis = pytest.importorskip("lvis")
+    import logging
+
+    if not hasattr(np, "float"):  # lvis 0.5.3 calls np.float, removed in numpy 1.24
+        np.float = float  # type: ignore[attr-defined]
+    logging.getLogger("lvis").setLevel(logging.WARNING)
+    from detcal.data.lvis import load_lvis
+    from detcal.metrics.lvis_ap import lvis_ap
+
+    gt, dt = EX / "mini79_lvis" / "instances.json", EX / "mini79_lvis" / "detections.json"
+    ev = lvis.LVISEval(str(gt), str(dt), iou_type="bbox")
+    ev.run()
+    data = load_lvis(gt, dt)
+    got = lvis_ap(data.detections, data.dataset, data.protocol)
+    for k, v in ev.get_results().items():
+        assert abs(got[k] - float(v)) <= 1e-12, k
+    assert min(got[k] for k in ("APr", "APc", "APf")) > 0
+
+
+def test_the_open_images_example_against_hotcoco(capsys: pytest.CaptureFixture[str]) -> None:
+    """The bundled detections in Open Images terms (every class verified in every image): hotcoco's numbers
+    are detcal's with hotcoco's greedy rule for duplicates, per class; with the TF rule (the default) only
+    the classes where a duplicate falls back to a second box (book and its parent, indoor) differ."""
+    hotcoco = pytest.importorskip("hotcoco")
+    import warnings
+
+    from detcal.data.openimages import load_openimages
+    from detcal.matching.openimages import match_openimages
+
+    root = EX / "mini79_openimages"
+    data = load_openimages(root / "instances.json", root / "detections.json", root / "hierarchy.json")
+    g = hotcoco.COCO(str(root / "instances.json"))
+    h = hotcoco.Hierarchy.from_parent_map(data.protocol.parent)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ev = hotcoco.COCOeval(g, g.load_res(str(root / "detections.json")), "bbox", oid_style=True, hierarchy=h)
+        ev.run()
+    want = ev.get_results(per_class=True)
+    capsys.readouterr()
+    ds, dets = data.dataset, data.detections
+    differ = {}
+    for single in ("greedy", "tf"):
+        mr = match_openimages(dets, ds.gt, (0.5,), data.protocol, single=single)
+        (got,) = voc_ap(dets, ds.gt, mr, sorted(ds.categories), "area")
+        ref = {c: want.get(f"AP/{ds.categories[c]}", np.nan) for c in got.per_class}  # no boxes: no AP
+        differ[single] = sorted(
+            ds.categories[c]
+            for c, v in got.per_class.items()
+            if not (np.isnan(v) and np.isnan(ref[c])) and not abs(v - ref[c]) <= 1e-12
+        )
+        if single == "greedy":
+            assert got.mean == pytest.approx(want["AP"], abs=1e-12)
+    assert differ == {"greedy": [], "tf": ["book", "indoor"]}
