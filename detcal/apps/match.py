@@ -6,6 +6,11 @@ Usage::
         --iou 0.5 0.75 --mode exclusive --max-dets 100 --out matches.csv
     detcal-match --gt label_2/ --results results/ --format kitti \\
         --sizes sizes.txt --difficulty moderate --iou kitti --out matches.csv
+    detcal-match --gt Annotations/ --results results/ --format voc --out matches.csv
+
+Every format of the registry (:mod:`detcal.data.formats`: coco, kitti, yolo, voc,
+lvis, openimages) is read by its adapter, and its default matching rules apply
+unless ``--mode``/``--iou``/``--max-dets`` say otherwise.
 
 Output (written atomically), one row per input detection, in the input order
 (COCO: results-file order; KITTI: frame, then line order)::
@@ -30,12 +35,10 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from detcal.core.errors import DetcalError, DetcalInputError
-from detcal.core.types import Dataset, Detections, KittiRules
-from detcal.data.formats import format_names, get_format
-from detcal.matching.engine import GT_IGNORE, MODES, match
+from detcal.data.formats import LoadedData, format_names, get_format
+from detcal.matching.engine import GT_IGNORE, MODES
 from detcal.reports.match_outputs import match_summary, write_match_outputs
 
 
@@ -125,7 +128,7 @@ def _thresholds(values: list[str] | None, fmt: str) -> tuple[float, ...] | str:
     return tuple(out)
 
 
-def _load(args: argparse.Namespace) -> tuple[Dataset, Detections, KittiRules | None, Any]:
+def _load(args: argparse.Namespace) -> LoadedData:
     from detcal.pipeline.sources import load_data, unknown_category_warning
     from detcal.pipeline.spec import DataSpec
 
@@ -158,16 +161,20 @@ def _load(args: argparse.Namespace) -> tuple[Dataset, Detections, KittiRules | N
             else f"{src}: left out {n} detections ({cause.replace('_', ' ')})"
         )
         print(f"detcal-match: warning: {why}", file=sys.stderr)
-    return data.dataset, data.detections, data.kitti, data.protocol
+    return data
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``detcal-match``; returns the exit status (0 ok, 2 bad input)."""
+    from detcal.pipeline.matcher import run_match
+    from detcal.pipeline.spec import MatchingSpec
+
     args = build_parser().parse_args(argv)
     t0 = time.perf_counter()
     try:
         iou = _thresholds(args.iou, args.format)
-        ds, dets, rules, protocol = _load(args)
+        data = _load(args)
+        ds, dets = data.dataset, data.detections
         if len(dets) == 0:
             raise DetcalInputError("holds no detections: nothing to match", file=args.results)
         defaults = get_format(args.format).matching
@@ -176,48 +183,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             max_dets = args.max_dets or None
         t1 = time.perf_counter()
-        mode = args.mode or defaults.mode
-        if mode == "lvis":
-            from detcal.matching.lvis import match_lvis
-
-            if protocol is None or isinstance(iou, str):
-                raise DetcalInputError("--mode lvis needs --format lvis and IoU values", field="--mode")
-            result = match_lvis(dets, ds.gt, iou, protocol, max_dets=max_dets, score_threshold=args.score_threshold)
-        elif mode == "openimages":
-            from detcal.matching.openimages import match_openimages
-
-            if protocol is None or isinstance(iou, str):
-                raise DetcalInputError("--mode openimages needs --format openimages and IoU values", field="--mode")
-            result = match_openimages(
-                dets, ds.gt, iou, protocol, score_threshold=args.score_threshold, max_dets=max_dets
-            )
-        elif mode == "voc":
-            from detcal.matching.voc import match_voc
-
-            if isinstance(iou, str):
-                raise DetcalInputError("--mode voc needs IoU values, not 'kitti'", field="--iou")
-            result = match_voc(
-                dets,
-                ds.gt,
-                iou,
-                class_agnostic=args.class_agnostic,
-                score_threshold=args.score_threshold,
-                max_dets=max_dets,
-                images=ds.images,
-            )
-        else:
-            result = match(
-                dets,
-                ds.gt,
-                iou,
-                mode=mode,
-                class_agnostic=args.class_agnostic,
-                gt_ignore=args.gt_ignore,
-                score_threshold=args.score_threshold,
-                max_dets=max_dets,
-                kitti=rules,
-                images=ds.images,
-            )
+        spec = MatchingSpec(
+            mode=args.mode or defaults.mode,
+            iou_thresholds=iou if isinstance(iou, str) else list(iou),
+            class_agnostic=args.class_agnostic,
+            score_threshold=args.score_threshold,
+            max_dets=max_dets,
+            gt_ignore=args.gt_ignore,
+        )
+        result = run_match(spec, dets, data)  # the pipeline's one dispatch over the matching modes
         t2 = time.perf_counter()
         per_class = isinstance(iou, str)
         inputs = {
