@@ -99,6 +99,11 @@ def localisation_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]
         return {"_skipped": "localisation.enabled=false"}
     if data.kitti is not None:
         return {"_skipped": "defined for COCO-style matching; not computed with KITTI rules"}
+    if data.format in ("lvis", "openimages"):
+        return {
+            "_skipped": f"defined for COCO-style matching; not computed under the {data.format} rules "
+            "(docs/formats.md: the protocol's own numbers are under accuracy)"
+        }
     from detcal.metrics.laece import describe_choices, laace_from_outcomes, laece_from_outcomes
     from detcal.metrics.lrp import detection_outcomes, lrp_result, lrp_table
 
