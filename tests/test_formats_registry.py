@@ -130,3 +130,31 @@ def test_calibrated_write_back_in_yolo_and_voc(tmp_path: Path) -> None:
         back = get_format(fmt).load({**p, "label_dir": p["gt"], "results_dir": p["results"]})
         assert len(back.detections) == len(data.detections)
         np.testing.assert_allclose(np.sort(back.detections.score), np.sort(data.detections.score), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "fields", "mode"),
+    [
+        ("voc", {"label_dir": "mini79_voc/Annotations", "results_dir": "mini79_voc/results"}, "voc"),
+        ("lvis", {"gt": "mini79_lvis/instances.json", "results": "mini79_lvis/detections.json"}, "lvis"),
+        (
+            "openimages",
+            {"gt": "mini79_openimages/instances.json", "results": "mini79_openimages/detections.json"},
+            "openimages",
+        ),
+    ],
+)
+def test_protocol_matching_in_image_shards_is_the_whole_matching(fmt: str, fields: dict[str, str], mode: str) -> None:
+    """The protocol rules are per image: matched in shards of about 50 detections (the large-set path) they give
+    the same result as in one call."""
+    from detcal.pipeline.matcher import run_match
+    from detcal.pipeline.parallel import match_in_shards
+    from detcal.pipeline.spec import MatchingSpec
+
+    data = load_data(DataSpec(source=fmt, **{k: str(REPO / "examples" / v) for k, v in fields.items()}))
+    m = MatchingSpec(mode=mode, iou_thresholds=[0.5, 0.75], max_dets=None)
+    whole = run_match(m, data.detections, data)
+    sharded = match_in_shards(m, data.detections, data, None, 50)
+    for name in ("matched", "ignored", "gt_index", "iou", "considered"):
+        np.testing.assert_array_equal(getattr(whole, name), getattr(sharded, name), err_msg=name)
+    assert whole.ignored.any() or fmt == "voc"
