@@ -7,12 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import voc_reference as ref
 
 from detcal.core.errors import DetcalInputError
 from detcal.data.voc import load_voc, write_voc
 from detcal.matching.voc import match_voc
 from detcal.metrics.voc_ap import voc_ap, voc_ap_from_curve
-from tests import voc_reference as ref
 
 CLASSES = ("cat", "dog", "person")
 
