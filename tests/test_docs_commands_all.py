@@ -4,7 +4,8 @@ The lines are read from the fenced ``bash`` blocks (continuations joined, commen
 ``python3 -m venv .venv && .venv/bin/pip install ... &&`` prefix of a fresh clone left out: the
 test runs inside the installed environment). Each runs in a fresh directory laid out as the text
 says: ``instances.json`` / ``results.json`` / ``instances_val2017.json`` (a generated COCO set),
-``data/kitti/training/label_2`` + ``image_2`` and ``my_results`` (a generated KITTI set); the
+``data/kitti/training/label_2`` + ``image_2`` and ``my_results`` (a generated KITTI set), ``examples/`` (the
+YOLO and VOC examples of the repository); the
 bundled detectors come with the package. Commands that need what a test cannot have (a GPU and the
 real KITTI / ImageNet weights) are listed in ``NEEDS_REAL_DATA`` with the reason; the ones that take
 minutes run in the slow suite. ``test_every_command_is_accounted_for`` keeps the lists complete.
@@ -98,6 +99,7 @@ def layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(p["kitti_labels"], train / "label_2")
     shutil.copytree(p["kitti_images"], train / "image_2")
     shutil.copytree(p["kitti_results"], root / "my_results")
+    shutil.copytree(REPO / "examples", root / "examples")  # the YOLO and VOC examples of a fresh clone
     shutil.rmtree(root / "_gen")
     return root
 

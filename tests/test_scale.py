@@ -118,7 +118,9 @@ def test_large_files_are_read_in_chunks_automatically(coco: DataSpec, monkeypatc
     monkeypatch.setattr(cc, "iter_coco_results", spy)
     load_coco(coco.gt, coco.results)
     assert calls == []  # a small file is read whole
-    monkeypatch.setattr(sources, "AUTO_CHUNK_ABOVE", 1000)
+    from detcal.data import coco_source  # the COCO adapter owns the threshold (sources re-exports it)
+
+    monkeypatch.setattr(coco_source, "AUTO_CHUNK_ABOVE", 1000)
     chunked = load_coco(coco.gt, coco.results)
     assert calls == [sources.AUTO_CHUNK_BYTES]
     whole = load_coco(coco.gt, coco.results, chunk_bytes=0)

@@ -6,6 +6,11 @@ Usage::
         --iou 0.5 0.75 --mode exclusive --max-dets 100 --out matches.csv
     detcal-match --gt label_2/ --results results/ --format kitti \\
         --sizes sizes.txt --difficulty moderate --iou kitti --out matches.csv
+    detcal-match --gt Annotations/ --results results/ --format voc --out matches.csv
+
+Every format of the registry (:mod:`detcal.data.formats`: coco, kitti, yolo, voc,
+lvis, openimages) is read by its adapter, and its default matching rules apply
+unless ``--mode``/``--iou``/``--max-dets`` say otherwise.
 
 Output (written atomically), one row per input detection, in the input order
 (COCO: results-file order; KITTI: frame, then line order)::
@@ -32,8 +37,8 @@ import time
 from collections.abc import Sequence
 
 from detcal.core.errors import DetcalError, DetcalInputError
-from detcal.core.types import Dataset, Detections, KittiRules
-from detcal.matching.engine import GT_IGNORE, MODES, match
+from detcal.data.formats import LoadedData, format_names, get_format
+from detcal.matching.engine import GT_IGNORE, MODES
 from detcal.reports.match_outputs import match_summary, write_match_outputs
 
 
@@ -56,12 +61,16 @@ def build_parser() -> argparse.ArgumentParser:
         prog="detcal-match",
         description="Match detections to ground truth (COCO exclusive / netcal max / KITTI rules) and write per-detection targets as CSV.",
     )
-    ap.add_argument("--gt", required=True, help="COCO instances JSON, or KITTI label_2 directory")
-    ap.add_argument("--results", required=True, help="COCO results JSON, or KITTI results directory")
-    ap.add_argument("--format", choices=("coco", "kitti"), default="coco")
+    ap.add_argument(
+        "--gt", required=True, help="COCO instances JSON, or the labels folder (KITTI label_2, YOLO labels, VOC XML)"
+    )
+    ap.add_argument("--results", required=True, help="COCO results JSON, or the results folder of the format")
+    ap.add_argument("--format", choices=format_names(), default="coco", help="data format (docs/formats.md)")
     size = ap.add_mutually_exclusive_group()
-    size.add_argument("--sizes", help="KITTI: file of '<frame> <W> <H>' lines with the image sizes")
-    size.add_argument("--images", help="KITTI: image_2 directory (sizes read from the image headers)")
+    size.add_argument("--sizes", help="KITTI/YOLO: file of '<frame> <W> <H>' lines with the image sizes")
+    size.add_argument("--images", help="KITTI/YOLO: image folder (sizes read from the image headers)")
+    ap.add_argument("--names", help="YOLO: data.yaml with the class names (VOC: optional class order)")
+    ap.add_argument("--hierarchy", help="Open Images: the class hierarchy JSON")
     ap.add_argument(
         "--iou",
         nargs="+",
@@ -70,9 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--mode",
-        choices=MODES,
+        choices=(*MODES, "voc", "lvis", "openimages"),
         default=None,
-        help="exclusive (pycocotools; default for coco), kitti (the devkit's walk; default for kitti), max",
+        help="exclusive (pycocotools; default for coco and yolo), kitti (the devkit's walk; default for kitti), "
+        "voc (the VOC devkit's rule; default for voc), lvis (LVISEval's rules; default for lvis), "
+        "openimages (the Open Images challenge's; default for openimages), max",
     )
     ap.add_argument(
         "--gt-ignore",
@@ -103,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _thresholds(values: list[str] | None, fmt: str) -> tuple[float, ...] | str:
     if values is None:
-        return "kitti" if fmt == "kitti" else (0.5,)
+        return get_format(fmt).matching.iou
     if len(values) == 1 and values[0].lower() == "kitti":
         if fmt != "kitti":
             raise DetcalInputError("--iou kitti needs --format kitti", field="--iou")
@@ -117,23 +128,30 @@ def _thresholds(values: list[str] | None, fmt: str) -> tuple[float, ...] | str:
     return tuple(out)
 
 
-def _load(args: argparse.Namespace) -> tuple[Dataset, Detections, KittiRules | None]:
+def _load(args: argparse.Namespace) -> LoadedData:
     from detcal.pipeline.sources import load_data, unknown_category_warning
     from detcal.pipeline.spec import DataSpec
 
-    if args.format == "coco":
-        if args.sizes or args.images:
-            raise DetcalInputError("--sizes/--images are for --format kitti only", field="--sizes")
-        spec = DataSpec(source="coco", gt=args.gt, results=args.results, unknown_category=args.unknown_category)
-    else:
-        spec = DataSpec(
-            source="kitti",
-            label_dir=args.gt,
-            results_dir=args.results,
-            image_dir=args.images,
-            sizes=args.sizes,
-            difficulty=args.difficulty,
-        )
+    adapter = get_format(args.format)
+    given = {
+        adapter.gt_field: args.gt,
+        adapter.results_field: args.results,
+        "image_dir": args.images,
+        "sizes": args.sizes,
+        "names": args.names,
+        "hierarchy": args.hierarchy,
+        "difficulty": args.difficulty,
+        "unknown_category": args.unknown_category,
+    }
+    for key, flag in (
+        ("sizes", "--sizes"),
+        ("image_dir", "--images"),
+        ("names", "--names"),
+        ("hierarchy", "--hierarchy"),
+    ):
+        if given[key] is not None and key not in adapter.fields:
+            raise DetcalInputError(f"is not read by --format {args.format}", field=flag)
+    spec = DataSpec(source=args.format, **{k: v for k, v in given.items() if k in adapter.fields})
     data = load_data(spec, ".")
     for cause, n in data.dropped.items():
         src = args.results
@@ -143,42 +161,44 @@ def _load(args: argparse.Namespace) -> tuple[Dataset, Detections, KittiRules | N
             else f"{src}: left out {n} detections ({cause.replace('_', ' ')})"
         )
         print(f"detcal-match: warning: {why}", file=sys.stderr)
-    return data.dataset, data.detections, data.kitti
+    return data
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``detcal-match``; returns the exit status (0 ok, 2 bad input)."""
+    from detcal.pipeline.matcher import run_match
+    from detcal.pipeline.spec import MatchingSpec
+
     args = build_parser().parse_args(argv)
     t0 = time.perf_counter()
     try:
         iou = _thresholds(args.iou, args.format)
-        ds, dets, rules = _load(args)
+        data = _load(args)
+        ds, dets = data.dataset, data.detections
         if len(dets) == 0:
             raise DetcalInputError("holds no detections: nothing to match", file=args.results)
-        if args.max_dets is None:  # format default: COCO maxDets 100, the KITTI devkit has no cap
-            max_dets = 100 if args.format == "coco" else None
+        defaults = get_format(args.format).matching
+        if args.max_dets is None:  # the format's default: COCO maxDets 100, the KITTI and VOC devkits no cap
+            max_dets = defaults.max_dets
         else:
             max_dets = args.max_dets or None
         t1 = time.perf_counter()
-        result = match(
-            dets,
-            ds.gt,
-            iou,
-            mode=args.mode or ("kitti" if args.format == "kitti" else "exclusive"),
+        spec = MatchingSpec(
+            mode=args.mode or defaults.mode,
+            iou_thresholds=iou if isinstance(iou, str) else list(iou),
             class_agnostic=args.class_agnostic,
-            gt_ignore=args.gt_ignore,
             score_threshold=args.score_threshold,
             max_dets=max_dets,
-            kitti=rules,
-            images=ds.images,
+            gt_ignore=args.gt_ignore,
         )
+        result = run_match(spec, dets, data)  # the pipeline's one dispatch over the matching modes
         t2 = time.perf_counter()
         per_class = isinstance(iou, str)
         inputs = {
             "format": args.format,
             "gt": str(args.gt),
             "results": str(args.results),
-            "difficulty": args.difficulty if args.format == "kitti" else None,
+            "difficulty": args.difficulty if "difficulty" in get_format(args.format).fields else None,
         }
         counts = write_match_outputs(args.out, ds, dets, result, per_class, inputs, {"load": t1 - t0, "match": t2 - t1})
     except (DetcalError, OSError) as e:

@@ -16,7 +16,8 @@ __all__ = ["accuracy_block", "localisation_block"]
 
 
 def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:
-    """COCO AP for COCO-format data, KITTI AP for KITTI data (docs/real_detectors.md, docs/matching.md)."""
+    """COCO AP for COCO-format (and YOLO) data, KITTI AP for KITTI data, VOC AP for VOC data
+    (docs/real_detectors.md, docs/matching.md, docs/formats.md)."""
     if not spec.accuracy.enabled:
         return {"_skipped": "accuracy.enabled=false"}
     ds, dets = data.dataset, data.detections
@@ -30,6 +31,12 @@ def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:
             "definition": "KITTI devkit eval_class: 11- and 40-point interpolated AP per class and difficulty, "
             "per-class IoU 0.7/0.5/0.5, from the devkit's assignment (docs/matching.md)",
         }
+    if data.format == "voc":
+        return _voc_block(data)
+    if data.format == "lvis":
+        return _lvis_block(data)
+    if data.format == "openimages":
+        return _openimages_block(data)
     from detcal.metrics.accuracy import coco_ap
 
     area = ds.gt.area
@@ -58,6 +65,48 @@ def _no_sentinel(d: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _voc_block(data: LoadedData) -> dict[str, Any]:
+    """VOC AP at IoU 0.5 (the devkit's matching), as VOC2007's 11-point and the area variant."""
+    from detcal.matching.voc import match_voc
+    from detcal.metrics.voc_ap import VARIANTS, voc_ap
+
+    ds, dets = data.dataset, data.detections
+    mr = match_voc(dets, ds.gt, (0.5,), images=ds.images)
+    cats = sorted(ds.categories)
+    return {
+        "voc_ap": {v: voc_ap(dets, ds.gt, mr, cats, v)[0].to_dict() for v in VARIANTS},
+        "definition": "Pascal VOC devkit AP at IoU > 0.5 (difficult boxes ignored, no cap on detections): "
+        "voc07_11pt (VOC2007 11-point) and area (VOC2010+) (docs/formats.md)",
+    }
+
+
+def _openimages_block(data: LoadedData) -> dict[str, Any]:
+    """Open Images AP per class and mAP at IoU 0.5 (the challenge's rules; docs/formats.md)."""
+    from detcal.matching.openimages import match_openimages
+    from detcal.metrics.voc_ap import voc_ap
+
+    ds, dets = data.dataset, data.detections
+    mr = match_openimages(dets, ds.gt, (0.5,), data.protocol)
+    return {
+        "openimages_ap": voc_ap(dets, ds.gt, mr, sorted(ds.categories), "area")[0].to_dict(),
+        "definition": "Open Images V7 challenge AP at IoU 0.5: hierarchy-expanded boxes, group-of boxes found once, "
+        "verified image-level labels; the area under the precision envelope (docs/formats.md)",
+    }
+
+
+def _lvis_block(data: LoadedData) -> dict[str, Any]:
+    """LVISEval's AP summary and the calibration of the LVIS sample per frequency group (docs/formats.md)."""
+    from detcal.metrics.lvis_ap import lvis_ap, lvis_calibration_by_frequency
+
+    ds, dets, rules = data.dataset, data.detections, data.protocol
+    return {
+        "lvis_ap": lvis_ap(dets, ds, rules),
+        "calibration_by_frequency": lvis_calibration_by_frequency(dets, ds, rules),
+        "definition": "lvis.LVISEval (bbox): 300 detections per image, federated ignores, APr/APc/APf over the "
+        "rare/common/frequent categories; ECE, D-ECE and LaECE at IoU 0.5 of the LVIS sample (docs/formats.md)",
+    }
+
+
 def localisation_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:
     """LRP (with components and LRP-optimal thresholds), LaECE and LaACE (docs/newest_measures.md)."""
     loc = spec.localisation
@@ -65,6 +114,11 @@ def localisation_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]
         return {"_skipped": "localisation.enabled=false"}
     if data.kitti is not None:
         return {"_skipped": "defined for COCO-style matching; not computed with KITTI rules"}
+    if data.format in ("lvis", "openimages"):
+        return {
+            "_skipped": f"defined for COCO-style matching; not computed under the {data.format} rules "
+            "(docs/formats.md: the protocol's own numbers are under accuracy)"
+        }
     from detcal.metrics.laece import describe_choices, laace_from_outcomes, laece_from_outcomes
     from detcal.metrics.lrp import detection_outcomes, lrp_result, lrp_table
 

@@ -54,6 +54,11 @@ def diagnostics_block(
         return {"_skipped": "defined for COCO-style data; not computed with KITTI rules"}, {}
     if data.shard is not None:
         return {"_skipped": "not computed in a sharded (distributed) read"}, {}
+    if data.format in ("lvis", "openimages"):
+        return {
+            "_skipped": f"TIDE's rules are COCO's; not computed under the {data.format} rules "
+            "(their ignored detections and group-of boxes have no TIDE error type)"
+        }, {}
     ds, dets = data.dataset, data.detections
     out: dict[str, Any] = {}
     cols: dict[str, np.ndarray] = {}

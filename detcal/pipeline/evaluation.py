@@ -338,6 +338,16 @@ def _headline(conf: dict[str, Any], reg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+_PROTOCOL_RULES: dict[str, str] = {
+    "voc": "the VOC devkit's rules (IoU > t with the best box of the class, difficult boxes ignored; docs/formats.md)",
+    "lvis": "LVISEval's federated rules (300 per image, unverified categories not evaluated, unmatched detections "
+    "of not-exhaustive categories ignored; docs/formats.md)",
+    "openimages": "the Open Images challenge's rules (verified classes only, group-of boxes found once; "
+    "docs/formats.md)",
+}
+"""The matching description of the protocol modes (docs/formats.md); the others use COCO's or KITTI's."""
+
+
 def _variants(spec: EvaluationSpec, data: LoadedData) -> dict[str, str]:
     """Which definitions and variants produced the numbers (docs sections)."""
     b, r, sb, bs, m = spec.dece_binning, spec.regression, spec.sigma_binning, spec.bootstrap, spec.matching
@@ -349,7 +359,7 @@ def _variants(spec: EvaluationSpec, data: LoadedData) -> dict[str, str]:
             + ", neighbour classes, DontCare, min height)"
         )
         if kitti
-        else "COCO rules (crowd regions, maxDets)"
+        else _PROTOCOL_RULES.get(m.mode, "COCO rules (crowd regions, maxDets)")
     )
     if kitti and m.thresholds() != "kitti":
         rules += "; IoU thresholds as given, NOT the devkit's per-class 0.7/0.5/0.5 (matching=kitti for those)"

@@ -35,6 +35,40 @@ def run_match(m: MatchingSpec, dets: Detections, data: LoadedData, thresholds: A
                 "matching.mode=netcal_example needs IoU values, not 'kitti'", field="matching.iou_thresholds"
             )
         return match_netcal_example(dets, ds.gt, th, score_threshold=m.score_threshold)
+    if m.mode == "lvis":
+        from detcal.matching.lvis import match_lvis
+
+        if data.protocol is None or isinstance(th, str):
+            raise DetcalInputError(
+                "matching.mode=lvis needs LVIS data (data=lvis) and IoU values", field="matching.mode"
+            )
+        return match_lvis(
+            dets, ds.gt, th, data.protocol, max_dets=m.max_dets, score_threshold=m.score_threshold, images=ds.images
+        )
+    if m.mode == "openimages":
+        from detcal.data.openimages import OpenImagesRules
+        from detcal.matching.openimages import match_openimages
+
+        if not isinstance(data.protocol, OpenImagesRules) or isinstance(th, str):
+            raise DetcalInputError(
+                "matching.mode=openimages needs Open Images data (data=openimages) and IoU values",
+                field="matching.mode",
+            )
+        return match_openimages(dets, ds.gt, th, data.protocol, score_threshold=m.score_threshold, max_dets=m.max_dets)
+    if m.mode == "voc":
+        from detcal.matching.voc import match_voc
+
+        if isinstance(th, str):
+            raise DetcalInputError("matching.mode=voc needs IoU values, not 'kitti'", field="matching.iou_thresholds")
+        return match_voc(
+            dets,
+            ds.gt,
+            th,
+            class_agnostic=m.class_agnostic,
+            score_threshold=m.score_threshold,
+            max_dets=m.max_dets,
+            images=ds.images,
+        )
     return match(
         dets,
         ds.gt,

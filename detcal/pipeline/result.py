@@ -335,6 +335,39 @@ def _confidence_md(confidence: Mapping[str, Any]) -> list[str]:
     return parts
 
 
+def _protocol_accuracy_md(acc: Mapping[str, Any]) -> list[str]:
+    """VOC AP, LVIS AP with the per-frequency calibration, or Open Images AP (docs/formats.md)."""
+    out: list[str] = []
+    if acc.get("voc_ap"):
+        rows = {v: {"mAP": e.get("mAP")} for v, e in acc["voc_ap"].items()}
+        out += [
+            "### Accuracy (VOC AP at IoU 0.5, the devkit's rules)",
+            "",
+            comparison_table(rows, ["mAP"], label="variant"),
+            "",
+        ]
+    if acc.get("lvis_ap"):
+        names = list(acc["lvis_ap"])
+        out += [
+            "### Accuracy (LVIS, equal to LVISEval)",
+            "",
+            comparison_table({"detector": acc["lvis_ap"]}, names, label=""),
+            "",
+        ]
+    if acc.get("calibration_by_frequency"):
+        cols = ["n", "n_positive", "ece", "dece", "laece"]
+        out += [
+            "### Calibration per LVIS frequency group (IoU 0.5, the LVIS sample)",
+            "",
+            comparison_table(dict(acc["calibration_by_frequency"]), cols, label="group"),
+            "",
+        ]
+    if acc.get("openimages_ap"):
+        e = acc["openimages_ap"]
+        out += ["### Accuracy (Open Images AP at IoU 0.5, the challenge's rules)", "", f"mAP: {e.get('mAP')}", ""]
+    return out
+
+
 def _accuracy_md(acc: Mapping[str, Any], loc: Mapping[str, Any]) -> list[str]:
     """Accuracy beside calibration: COCO AP/AR or KITTI AP, and LRP / LaECE."""
     out: list[str] = []
@@ -359,6 +392,7 @@ def _accuracy_md(acc: Mapping[str, Any], loc: Mapping[str, Any]) -> list[str]:
             comparison_table(rows, ["AP11", "AP40"], label="class, difficulty"),
             "",
         ]
+    out += _protocol_accuracy_md(acc)
     if "lrp" in loc:
         names = [k for k in ("lrp", "olrp", "laece", "laace") if k in loc]
         out += [

@@ -116,6 +116,11 @@ class DataSpec:
     docs/scale.md): read the results file in blocks of this many bytes into
     compact columns, never holding the whole list of records (0: read whole;
     null: blocks of 4 MiB for files over 64 MiB); the same detections.
+    ``yolo`` (``label_dir`` + ``results_dir`` text folders, ``names`` the
+    ``data.yaml``, sizes from ``image_dir`` or ``sizes``) and ``voc``
+    (``label_dir`` of VOC XML + ``results_dir`` of the devkit's per-class
+    result files; ``names`` optional): docs/formats.md. Every file format is
+    read by its adapter in :mod:`detcal.data.formats`.
     """
 
     source: str = "synthetic"
@@ -137,11 +142,15 @@ class DataSpec:
     bundle: str = "coco_tfzoo"
     detector: str = "rfcn-resnet-101"
     chunk_bytes: int | None = None
+    names: str | None = None
+    hierarchy: str | None = None
 
     def __post_init__(self) -> None:
+        from detcal.data.formats import format_names
+
         if self.chunk_bytes is not None:
             _int("data.chunk_bytes", self.chunk_bytes, 0)
-        _choice("data.source", self.source, ("coco", "kitti", "synthetic", "bundled"))
+        _choice("data.source", self.source, (*format_names(), "synthetic", "bundled"))
         _choice("data.bundle", self.bundle, ("coco_tfzoo", "coco_mini79"))
         _choice("data.difficulty", self.difficulty, ("easy", "moderate", "hard"))
         _choice("data.format", self.format, ("coco", "kitti"))
@@ -157,7 +166,12 @@ class MatchingSpec:
     (several detections may match one box) or kitti (the KITTI devkit's
     label-order walk) or netcal_example (netcal's detection example: each
     detection against the box of highest IoU of any class, matched when that
-    IoU reaches the threshold and the classes agree; not one-to-one);
+    IoU reaches the threshold and the classes agree; not one-to-one) or voc
+    (the Pascal VOC devkit's rule: IoU > t with the best box of the class,
+    difficult boxes ignored, :mod:`detcal.matching.voc`) or lvis (LVISEval's
+    federated rules, with ``data=lvis``: :mod:`detcal.matching.lvis`) or
+    openimages (the Open Images challenge's group-of and image-level-label
+    rules, with ``data=openimages``: :mod:`detcal.matching.openimages`);
     ``iou_thresholds`` a list, or ``"kitti"`` for the
     devkit's per-class thresholds (Car 0.7, Pedestrian and Cyclist 0.5);
     ``gt_ignore``: a COCO ``ignore`` key is overwritten by ``iscrowd`` as in
@@ -172,7 +186,9 @@ class MatchingSpec:
     gt_ignore: str = "pycocotools"
 
     def __post_init__(self) -> None:
-        _choice("matching.mode", self.mode, ("exclusive", "max", "kitti", "netcal_example"))
+        _choice(
+            "matching.mode", self.mode, ("exclusive", "max", "kitti", "netcal_example", "voc", "lvis", "openimages")
+        )
         _choice("matching.gt_ignore", self.gt_ignore, ("pycocotools", "ignore_or_crowd"))
         t = self.iou_thresholds
         if isinstance(t, str):

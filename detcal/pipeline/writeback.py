@@ -25,7 +25,6 @@ from detcal.core.boxes import cxcywh_to_xyxy, decode_deltas, encode_deltas
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections, GroundTruth, MatchResult
 from detcal.utils.fresh_dir import fresh_dir
-from detcal.utils.io import write_text
 
 __all__ = ["space_predictions", "apply_regression_calibrator", "write_calibrated"]
 
@@ -157,39 +156,17 @@ def apply_regression_calibrator(
 
 
 def write_calibrated(out_dir: Path, fmt: str, dets: Detections, dataset: Dataset, write_gt: bool) -> dict[str, str]:
-    """Write the calibrated evaluation detections in format ``fmt`` under ``out_dir``.
-
-    COCO: ``detections.json`` (+ ``instances.json`` when ``write_gt``); KITTI:
-    ``results/`` (+ ``label_2/`` and ``sizes.txt`` when ``write_gt``).
+    """Write the calibrated evaluation detections in format ``fmt`` under ``out_dir``, by that
+    format's adapter (:mod:`detcal.data.formats`; e.g. COCO ``detections.json`` + ``instances.json``,
+    KITTI ``results/`` + ``label_2/`` and ``sizes.txt``; the ground truth only when ``write_gt``).
     The files are written into a fresh directory that then replaces ``out_dir``
     whole, so that nothing of an earlier run is left beside them.
     Returns the written paths by role.
     """
+    from detcal.data.formats import get_format
+
+    adapter = get_format(fmt)
     final = Path(out_dir)
     with fresh_dir(final) as out_dir:
-        paths: dict[str, str] = {"format": fmt}
-        if fmt == "coco":
-            from detcal.data.coco import write_coco_instances, write_coco_results
-
-            write_coco_results(out_dir / "detections.json", dets)
-            paths["results"] = str(out_dir / "detections.json")
-            if write_gt:
-                write_coco_instances(out_dir / "instances.json", dataset)
-                paths["gt"] = str(out_dir / "instances.json")
-        else:
-            from detcal.core.types import KITTI_CATEGORIES
-            from detcal.data.kitti import write_kitti_labels, write_kitti_results
-
-            write_kitti_results(out_dir / "results", dets, categories=KITTI_CATEGORIES, dataset=dataset)
-            paths["results"] = str(out_dir / "results")
-            if write_gt:
-                write_kitti_labels(out_dir / "label_2", dataset)
-                im = dataset.images
-                lines = [
-                    f"{Path(n).stem if n else f'{int(i):06d}'} {w:g} {h:g}"
-                    for i, w, h, n in zip(im.id.tolist(), im.width.tolist(), im.height.tolist(), im.file_name)
-                ]
-                write_text(out_dir / "sizes.txt", "\n".join(lines) + ("\n" if lines else ""))
-                paths["gt"] = str(out_dir / "label_2")
-                paths["sizes"] = str(out_dir / "sizes.txt")
+        paths: dict[str, str] = {"format": fmt, **adapter.write(out_dir, dets, dataset, write_gt)}
     return {k: v.replace(str(out_dir), str(final)) for k, v in paths.items()}
