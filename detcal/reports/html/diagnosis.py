@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from detcal.reports.html.fmt import cell, esc, fmt, is_number, num, num_attr, table, text
+from detcal.reports.html.fmt import cell, esc, is_number, num, num_attr, table, text
 from detcal.reports.html.svg import curve_svg
 
 __all__ = ["diagnosis_section", "bars_svg", "confusion_svg"]
