@@ -115,6 +115,11 @@ class DataSpec:
     docs/scale.md): read the results file in blocks of this many bytes into
     compact columns, never holding the whole list of records (0: read whole;
     null: blocks of 4 MiB for files over 64 MiB); the same detections.
+    Input checks (docs/formats.md#input-checks): the run stops when more than
+    ``max_unknown_category_share`` of the detections have a category the
+    ground truth lacks, when more than ``max_outside_share`` reach past the
+    image (boxes in the other convention), or when the ground truth has no
+    annotations (unless ``allow_empty_gt``); 1 (true) proceeds anyway.
     """
 
     source: str = "synthetic"
@@ -136,8 +141,13 @@ class DataSpec:
     bundle: str = "coco_tfzoo"
     detector: str = "rfcn-resnet-101"
     chunk_bytes: int | None = None
+    max_unknown_category_share: float = 0.1
+    max_outside_share: float = 0.2
+    allow_empty_gt: bool = False
 
     def __post_init__(self) -> None:
+        _prob("data.max_unknown_category_share", self.max_unknown_category_share)
+        _prob("data.max_outside_share", self.max_outside_share)
         if self.chunk_bytes is not None:
             _int("data.chunk_bytes", self.chunk_bytes, 0)
         _choice("data.source", self.source, ("coco", "kitti", "synthetic", "bundled"))
