@@ -387,10 +387,18 @@ def _metric_warnings(conf: dict[str, Any], data: LoadedData) -> list[str]:
         out.append(
             unknown_category_warning(data.provenance.get("results", "the results"), data.dropped["unknown_category"])
         )  # logged where it was loaded
+    from detcal.pipeline.sparse_cells import SPARSE_MARK, log_once, sparse_cells_line
+
     for lbl, blk in conf.items():
         for w in (blk.get("_sample") or {}).get("warnings") or []:
+            if SPARSE_MARK in w:  # one line for the whole evaluation, below
+                continue
             out.append(f"confidence at {lbl}: {w}")
             log.warning("%s", out[-1])
+    sparse = sparse_cells_line(conf)
+    if sparse:
+        out.append(sparse)
+        log_once(sparse)
     return out
 
 
