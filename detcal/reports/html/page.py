@@ -203,6 +203,9 @@ def _data_line(d: Any) -> str:
     """``source bundle/detector (N images, G GT, D detections)`` of evaluate's ``data`` block."""
     if not isinstance(d, Mapping):
         return ""
+    parts = {k: v for k, v in d.items() if isinstance(v, Mapping) and is_number(v.get("n_images"))}
+    if parts and "source" not in d:  # the main job: its splits
+        return ", ".join(f"{esc(k)}: {esc(v.get('source', ''))} {num(v['n_images'])} images" for k, v in parts.items())
     name = " / ".join(str(d[k]) for k in ("source", "bundle", "detector", "gt", "results") if d.get(k))
     c = d.get("counts") or {}
     n = ", ".join(f"{num(c[k])} {k}" for k in ("images", "gt", "detections") if is_number(c.get(k)))
@@ -218,6 +221,9 @@ def render_report(
 ) -> str:
     """report.html of one run from its metrics.json content ``m`` (the page shows only numbers of ``m``)."""
     rd = None if run_dir is None else Path(run_dir)
+    own = _own_page(m, rd, extra_files or [])
+    if own is not None:
+        return _page(m, own)
     if image_dir is None:
         image_dir = ((m.get("config") or {}).get("data") or {}).get("image_dir")
     img = Path(image_dir) if image_dir else None
@@ -251,6 +257,31 @@ def render_report(
         + "</div></section>"
         + "".join(rest)
     )
+    return _page(m, body)
+
+
+def _files_section(m: Mapping[str, Any]) -> str:
+    files = [str(f) for f in m.get("files") or []]
+    if not files:
+        return ""
+    return "<h2 id=files>Files of the run</h2><p class=note>" + esc(", ".join(files)) + "</p>"
+
+
+def _own_page(m: Mapping[str, Any], rd: Path | None, extra_files: list[tuple[str, str, str]]) -> str | None:
+    """The body of a command with a page of its own (the main job, the study), or None."""
+    if m.get("command") == "detcal-main" and isinstance(m.get("table"), str):
+        from detcal.reports.html.main_page import main_body
+
+        return main_body(m, _files_section(m), provenance_section(m, extra_files))
+    if m.get("command") == "detcal-study" and m.get("study") == "kueppers2020":
+        from detcal.reports.html.study_page import study_body
+
+        return study_body(m, _png_section(rd, m.get("files") or []), provenance_section(m, extra_files))
+    return None
+
+
+def _page(m: Mapping[str, Any], body: str) -> str:
+    """The document around ``body``: header with the data line and the section links, footer."""
     title = f"{m.get('command', 'detcal')} report"
     sub = _data_line(m.get("data"))
     return (

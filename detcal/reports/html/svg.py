@@ -17,13 +17,15 @@ __all__ = ["reliability_svg", "heatmap_svg", "curve_svg"]
 _W, _H, _PAD = 320, 300, 40
 
 
-def _axes(w: int, h: int, xlabel: str, ylabel: str, ticks: Sequence[float] = (0, 0.25, 0.5, 0.75, 1)) -> str:
-    parts = [f'<rect x="{_PAD}" y="10" width="{w}" height="{h}" class="frame"/>']
+def _axes(
+    w: int, h: int, xlabel: str, ylabel: str, ticks: Sequence[float] = (0, 0.25, 0.5, 0.75, 1), pad: int = _PAD
+) -> str:
+    parts = [f'<rect x="{pad}" y="10" width="{w}" height="{h}" class="frame"/>']
     for t in ticks:
-        x, y = _PAD + t * w, 10 + h - t * h
+        x, y = pad + t * w, 10 + h - t * h
         parts.append(f'<text x="{x:.1f}" y="{h + 24}" class="tick" text-anchor="middle">{t:g}</text>')
-        parts.append(f'<text x="{_PAD - 4}" y="{y + 4:.1f}" class="tick" text-anchor="end">{t:g}</text>')
-    parts.append(f'<text x="{_PAD + w / 2}" y="{h + 38}" class="lab" text-anchor="middle">{esc(xlabel)}</text>')
+        parts.append(f'<text x="{pad - 4}" y="{y + 4:.1f}" class="tick" text-anchor="end">{t:g}</text>')
+    parts.append(f'<text x="{pad + w / 2}" y="{h + 38}" class="lab" text-anchor="middle">{esc(xlabel)}</text>')
     parts.append(
         f'<text x="12" y="{10 + h / 2}" class="lab" text-anchor="middle" '
         f'transform="rotate(-90 12 {10 + h / 2})">{esc(ylabel)}</text>'
@@ -145,26 +147,28 @@ def curve_svg(
     else:
         xr, yr = (min(xs_all), max(xs_all)), (min(min(ys_all), 0.0), max(ys_all))
     xs_span, ys_span = (xr[1] - xr[0]) or 1.0, (yr[1] - yr[0]) or 1.0
-    w, h = 260, 220
+    w, h, pad = 260, 220, _PAD + 16  # room for four-digit ticks beside the rotated y label
+    names = list(series)
+    legend_w = 24 + 6 * max((len(n) for n in names), default=0)
     out = [
-        f'<svg class="fig" role="img" viewBox="0 0 {_PAD + w + 90} {h + 50}" width="{_PAD + w + 90}" '
+        f'<svg class="fig" role="img" viewBox="0 0 {pad + w + legend_w} {h + 50}" width="{pad + w + legend_w}" '
         f'height="{h + 50}"><title>{esc(title)}</title>',
-        _axes(w, h, xlabel, ylabel, ticks=()),
+        _axes(w, h, xlabel, ylabel, ticks=(), pad=pad),
     ]
     for t in (0, 0.5, 1):
         out.append(
-            f'<text x="{_PAD + t * w:.1f}" y="{h + 24}" class="tick" text-anchor="middle">'
+            f'<text x="{pad + t * w:.1f}" y="{h + 24}" class="tick" text-anchor="middle">'
             f"{xr[0] + t * xs_span:.3g}</text>"
         )
         out.append(
-            f'<text x="{_PAD - 4}" y="{10 + h - t * h + 4:.1f}" class="tick" text-anchor="end">'
+            f'<text x="{pad - 4}" y="{10 + h - t * h + 4:.1f}" class="tick" text-anchor="end">'
             f"{yr[0] + t * ys_span:.3g}</text>"
         )
     if diagonal:
-        out.append(f'<line x1="{_PAD}" y1="{10 + h}" x2="{_PAD + w}" y2="10" class="diag"/>')
+        out.append(f'<line x1="{pad}" y1="{10 + h}" x2="{pad + w}" y2="10" class="diag"/>')
     for k, (name, (xs, ys)) in enumerate(series.items()):
         p = [
-            (_PAD + (x - xr[0]) / xs_span * w, 10 + h - (y - yr[0]) / ys_span * h, y)
+            (pad + (x - xr[0]) / xs_span * w, 10 + h - (y - yr[0]) / ys_span * h, y)
             for x, y in zip(xs, ys)
             if _finite(x) and _finite(y)
         ]
@@ -178,7 +182,9 @@ def curve_svg(
                 f"<title>{esc(name)}: {fmt(v)}</title></circle>"
                 for px, py, v in p
             ]
-        out.append(f'<text x="{_PAD + w + 6}" y="{20 + 14 * k}" class="lab s{k % 6}t">{esc(name)}</text>')
+        y0 = 20 + 14 * k  # legend: a swatch of the line and the series' name
+        out.append(f'<line x1="{pad + w + 6}" y1="{y0 - 3}" x2="{pad + w + 18}" y2="{y0 - 3}" class="line s{k % 6}"/>')
+        out.append(f'<text x="{pad + w + 21}" y="{y0}" class="lab s{k % 6}t">{esc(name)}</text>')
     out.append("</svg>")
     return "".join(out)
 
