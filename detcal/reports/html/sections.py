@@ -122,10 +122,18 @@ def confidence_figures(m: Mapping[str, Any], part: str = "all") -> str:
                 figs.append(
                     _fig(
                         heatmap_svg(
-                            mp["gap"], mp.get("count"), mp.get("axes", ["f1", "f2"]), f"D-ECE map {name} {label}"
+                            mp.get("signed_gap", mp["gap"]),
+                            mp.get("count"),
+                            mp.get("axes", ["f1", "f2"]),
+                            f"D-ECE map {name} {label}",
                         ),
-                        f"D-ECE map ({esc(', '.join(mp.get('axes', [])))}) {esc(label)}: signed gap, red "
-                        f"over-confident, blue under-confident; grid D-ECE {num(mp.get('dece'))}",
+                        f"D-ECE map ({esc(', '.join(mp.get('axes', [])))}) {esc(label)}: "
+                        + (
+                            "signed gap conf − prec per cell, red over-confident, blue under-confident"
+                            if "signed_gap" in mp
+                            else "mean |gap| per cell"
+                        )
+                        + f"; grid D-ECE {num(mp.get('dece'))}",
                     )
                 )
     if not figs:
