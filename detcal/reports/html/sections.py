@@ -275,17 +275,17 @@ def compare(m: Mapping[str, Any]) -> str:
             out.append(
                 f"<h2 id={key.replace('_', '-')}>{title}</h2>" + table(cols, [[r.get(c) for c in cols] for r in rows])
             )
-            notes = [
-                f"{r.get('detector', '')} {r.get('metric', '')} {k}: {v}".replace("  ", " ")
-                for r in rows
-                for k, v in ((r.get("ci_notes") or {}) | ({"": r["ci_note"]} if r.get("ci_note") else {})).items()
-            ]
-            if notes:
+            grouped: dict[str, list[str]] = {}  # each distinct note once per table, with where it applies
+            for r in rows:
+                for k, v in ((r.get("ci_notes") or {}) | ({"": r["ci_note"]} if r.get("ci_note") else {})).items():
+                    where = f"{r.get('detector', '')} {r.get('metric', '')} {k}".replace("  ", " ").strip()
+                    grouped.setdefault(str(v), []).append(where)
+            if grouped:
                 out.append(
-                    "<details><summary>Interval notes ("
-                    + str(len(notes))
-                    + ")</summary><ul>"
-                    + "".join(f"<li>{esc(n)}</li>" for n in notes)
+                    f"<details><summary>Interval notes ({len(grouped)})</summary><ul>"
+                    + "".join(
+                        f"<li>{esc(n)} <span class=note>({esc(', '.join(w))})</span></li>" for n, w in grouped.items()
+                    )
                     + "</ul></details>"
                 )
     pcs = m.get("per_class")
