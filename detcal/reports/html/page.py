@@ -38,10 +38,16 @@ def worst_section(m: Mapping[str, Any], image_dir: Path | None) -> str:
         "lowest_confidence_true_positives": "Lowest-confidence true positives",
         "largest_contributions": "Largest contributions to the D-ECE",
     }
+    shown: set[tuple[Any, Any, Any]] = set()
     for key, title in titles.items():
         rows = w.get(key) or []
         if not rows:
             continue
+        ids = {(r.get("image_id"), r.get("score"), r.get("cell")) for r in rows}
+        if ids <= shown:
+            out.append(f"<h3>{title}</h3><p class=note>The same detections as the table above.</p>")
+            continue
+        shown |= ids
         body = []
         for r in rows:
             tds = [cell(r.get(k)) for k in _ROW_KEYS]
@@ -114,7 +120,12 @@ def generic_section(m: Mapping[str, Any], keys: Iterable[str], title: str = "Oth
         _leaves(m.get(key), "", rows, 2000)
         if rows:
             parts.append(f"<h3>{esc(key)}</h3>" + table(["entry", "value"], [[p or key, v] for p, v in rows]))
-    return f"<h2 id=other>{esc(title)}</h2>" + "".join(parts) if parts else ""
+    if not parts:
+        return ""
+    return (
+        f"<h2 id=other>{esc(title)}</h2><details><summary>{len(parts)} groups of numbers this page has no section "
+        "for (every one is in metrics.json)</summary>" + "".join(parts) + "</details>"
+    )
 
 
 def file_digests(m: Mapping[str, Any]) -> list[tuple[str, str, str]]:
@@ -187,7 +198,12 @@ def _png_figs(run_dir: Path | None, files: Iterable[str]) -> list[str]:
 def _png_section(run_dir: Path | None, files: Iterable[str], keep_per_class: bool = True) -> str:
     """Every PNG of the run (but the per-class diagrams when the per-class table shows them)."""
     figs = _png_figs(run_dir, [f for f in files if (keep_per_class or "per_class" not in f) and "overlay" not in f])
-    return "<h2 id=diagrams>Diagrams</h2><div class=figs>" + "".join(figs) + "</div>" if figs else ""
+    if not figs:
+        return ""
+    return (
+        f"<h2 id=diagrams>Diagrams</h2><details><summary>The run's {len(figs)} PNG files (the drawings above, in "
+        "the same convention, for a paper)</summary><div class=figs>" + "".join(figs) + "</div></details>"
+    )
 
 
 def _nav(body: str) -> str:
@@ -227,7 +243,12 @@ def render_report(
     if image_dir is None:
         image_dir = ((m.get("config") or {}).get("data") or {}).get("image_dir")
     img = Path(image_dir) if image_dir else None
-    pc_figs = "".join(_png_figs(rd, [f for f in m.get("files") or [] if "per_class" in f]))
+    pc_list = _png_figs(rd, [f for f in m.get("files") or [] if "per_class" in f])
+    pc_figs = (
+        f"<details><summary>Per-class reliability diagrams ({len(pc_list)} PNG)</summary>{''.join(pc_list)}</details>"
+        if pc_list
+        else ""
+    )
     pc_html = sec.per_class(m, pc_figs)
     facts = findings(m)
     first = [sec.headline(m), sec.confidence_figures(m, "first")]
