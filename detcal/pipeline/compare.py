@@ -112,14 +112,38 @@ def calibration_sample(
 
 def point_metrics(s: Mapping[str, np.ndarray]) -> dict[str, float]:
     """ECE, D-ECE, MCE, NLL, Brier of one calibration sample (detcal's metric functions)."""
+    import warnings
+
+    from detcal.metrics.confidence import SparseCellsWarning
+
     p, y = s["p"], s["y"]
-    return {
-        "ece": ece(p, y, ECE_BINS).value,
-        "dece": dece(p, y, s["features"], bins=DECE_BINS, sample_threshold=DECE_THRESHOLD).value,
-        "mce": mce(p, y, ECE_BINS).value,
-        "nll": nll(p, y).value,
-        "brier": brier(p, y).value,
-    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SparseCellsWarning)  # one line per run: _sparse_line
+        return {
+            "ece": ece(p, y, ECE_BINS).value,
+            "dece": dece(p, y, s["features"], bins=DECE_BINS, sample_threshold=DECE_THRESHOLD).value,
+            "mce": mce(p, y, ECE_BINS).value,
+            "nll": nll(p, y).value,
+            "brier": brier(p, y).value,
+        }
+
+
+def _sparse_line(samples: Mapping[str, Mapping[str, np.ndarray]]) -> None:
+    """The run's one sparse-cell warning (detcal.pipeline.sparse_cells): the detectors whose D-ECE grid has
+    more cells than samples/10, with the numbers."""
+    from detcal.metrics.confidence import SPARSE_RATIO
+    from detcal.pipeline.sparse_cells import SPARSE_MARK, fitting_bins, log_once
+
+    dims = 1 + next(iter(samples.values()))["features"].shape[1] if samples else 5
+    cells = DECE_BINS**dims
+    ns = {k: len(v["p"]) for k, v in samples.items() if 0 < len(v["p"]) < cells * SPARSE_RATIO}
+    if ns:
+        lo = min(ns.values())
+        log_once(
+            f"sparse cells ({SPARSE_MARK}): dece of {', '.join(ns)}: {cells:,} cells for "
+            f"{lo:,}{'' if lo == max(ns.values()) else f'-{max(ns.values()):,}'} detections "
+            f"({fitting_bins(lo, dims)} bins per dimension would fit; compare keeps evaluate's default grid)"
+        )
 
 
 def metric_fns() -> dict[str, ConfidenceMetric]:
@@ -370,6 +394,7 @@ def compare(
             ap_table=acc["AP"].table,
         )
         rel[name] = reliability_curve(s["p"], s["y"], ECE_BINS)
+    _sparse_line(samples)
     diffs = _calibration_diffs(table, reps, jks, baseline, level, method)
     if ap_n_boot > 0 and len(names) > 1:
         from detcal.metrics.paired_ap import paired_ap_differences

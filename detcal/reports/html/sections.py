@@ -271,10 +271,24 @@ def compare(m: Mapping[str, Any]) -> str:
         rows = m.get(key)
         if isinstance(rows, list) and rows and isinstance(rows[0], Mapping):
             skip = ("ci_notes", "ci_note", "bootstrap")
-            cols = [c for c in dict.fromkeys(k for r in rows for k in r) if not c.startswith("_") and c not in skip]
-            out.append(
-                f"<h2 id={key.replace('_', '-')}>{title}</h2>" + table(cols, [[r.get(c) for c in cols] for r in rows])
-            )
+            if key == "table" and isinstance(m.get("per_size"), list) and m["per_size"]:
+                skip += ("AP_small", "AP_medium", "AP_large")  # in the per-size table below
+            every = list(dict.fromkeys(k for r in rows for k in r))
+            cols = [
+                c
+                for c in every
+                if not c.startswith("_") and c not in skip and not (c.endswith("_ci") and c[:-3] in every)
+            ]
+            body = [
+                [
+                    f"<td class='n nw'>{num(r.get(c))}<br><small>{ci_text(r.get(c + '_ci')) or 'no interval: see the notes'}</small></td>"
+                    if c + "_ci" in every
+                    else cell(r.get(c))
+                    for c in cols
+                ]
+                for r in rows
+            ]
+            out.append(f"<h2 id={key.replace('_', '-')}>{title}</h2>" + table(cols, body, raw=True))
             grouped: dict[str, list[str]] = {}  # each distinct note once per table, with where it applies
             for r in rows:
                 for k, v in ((r.get("ci_notes") or {}) | ({"": r["ci_note"]} if r.get("ci_note") else {})).items():
