@@ -92,6 +92,23 @@ def _study_lines(m: Mapping[str, Any]) -> list[str]:
     return [head, *lines] if lines else []
 
 
+def _what(m: Mapping[str, Any]) -> list[str]:
+    """Which detector (data) and which calibrators a run is about: one line."""
+    d = m.get("data") or {}
+    parts = [d.get("calibration") or d] if isinstance(d, Mapping) else []
+    src = parts[0] if parts and isinstance(parts[0], Mapping) else {}
+    who = " / ".join(str(src[k]) for k in ("source", "bundle", "detector", "results", "results_dir") if src.get(k))
+    cal = m.get("calibrators") or {}
+    names = [f"{k} {v['name']}" for k, v in cal.items() if isinstance(v, Mapping) and isinstance(v.get("name"), str)]
+    if not who and not names:
+        return []
+    return [
+        (f"detector: {who}" if who else "")
+        + ("; " if who and names else "")
+        + ("calibrators: " + ", ".join(names) if names else "")
+    ]
+
+
 def _accuracy(m: Mapping[str, Any]) -> list[str]:
     acc = m.get("accuracy") or {}
     names = [k for k in ("AP", "AP50", "AP75", "AR100") if isinstance(acc.get(k), Mapping)]
@@ -141,7 +158,7 @@ def run_footer(run_dir: str | Path, files: list[str]) -> list[str]:
 
 def console_summary(m: Mapping[str, Any], run_dir: str | Path) -> str:
     """The end-of-command text of a run from its metrics.json content."""
-    lines = [f"{m.get('command', 'detcal')} (detcal {m.get('detcal_version', '')})"]
+    lines = [f"{m.get('command', 'detcal')} (detcal {m.get('detcal_version', '')})"] + _what(m)
     lines += _headline_lines(m) or _compare_lines(m) or _study_lines(m)
     lines += _accuracy(m) + _left_out(m)
     warns = m.get("warnings") or []

@@ -219,6 +219,8 @@ def _data_line(d: Any) -> str:
     """``source bundle/detector (N images, G GT, D detections)`` of evaluate's ``data`` block."""
     if not isinstance(d, Mapping):
         return ""
+    if "source" not in d and isinstance(d.get("calibration"), Mapping):  # calibrate: the detector it calibrates
+        d = d["calibration"]
     parts = {k: v for k, v in d.items() if isinstance(v, Mapping) and is_number(v.get("n_images"))}
     if parts and "source" not in d:  # the main job: its splits
         return ", ".join(f"{esc(k)}: {esc(v.get('source', ''))} {num(v['n_images'])} images" for k, v in parts.items())
@@ -305,6 +307,10 @@ def _page(m: Mapping[str, Any], body: str) -> str:
     """The document around ``body``: header with the data line and the section links, footer."""
     title = f"{m.get('command', 'detcal')} report"
     sub = _data_line(m.get("data"))
+    cal = m.get("calibrators") if isinstance(m.get("calibrators"), Mapping) else {}
+    names = [f"{k} {v['name']}" for k, v in cal.items() if isinstance(v, Mapping) and isinstance(v.get("name"), str)]
+    if names:
+        sub += " · calibrators: " + esc(", ".join(names))
     return (
         f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><meta name=viewport "
         f'content="width=device-width,initial-scale=1"><title>{esc(title)}</title><style>{CSS}</style></head>'
