@@ -5,7 +5,7 @@
 - colour: the signed gap conf - prec of the cell (``signed_gap``) on one diverging scale symmetric
   about 0, blue (under-confident) - white (0) - red (over-confident), its end ``vmax`` the largest
   ``|signed_gap|`` of the map, with a colour bar;
-- label: the signed gap with two decimals in every cell;
+- label: the signed gap with two decimals in every cell (white on the darkest cells);
 - empty cells (no kept cell: fewer than ``sample_threshold`` detections): grey, labelled "–", and
   explained in the legend.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["EMPTY_GREY", "diverging_rgb", "y_down", "DIVERGING_STOPS", "COLOUR_LABEL", "EMPTY_LABEL"]
+__all__ = ["DARK_TEXT_ABOVE", "EMPTY_GREY", "diverging_rgb", "y_down", "DIVERGING_STOPS", "COLOUR_LABEL", "EMPTY_LABEL"]
 
 DIVERGING_STOPS: tuple[tuple[float, tuple[int, int, int]], ...] = (
     (0.0, (33, 102, 172)),
@@ -22,6 +22,9 @@ DIVERGING_STOPS: tuple[tuple[float, tuple[int, int, int]], ...] = (
     (1.0, (178, 24, 43)),
 )
 """The diverging scale: position in [0, 1] (0: -vmax, 0.5: 0, 1: +vmax) -> RGB."""
+
+DARK_TEXT_ABOVE = 0.6
+"""A cell's label is white where ``|signed_gap| > DARK_TEXT_ABOVE * vmax`` (dark cell), black elsewhere."""
 
 EMPTY_GREY = (200, 200, 200)
 """The colour of an empty cell."""

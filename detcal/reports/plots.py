@@ -189,7 +189,14 @@ def dece_heatmaps(
     from matplotlib.colors import LinearSegmentedColormap
     from matplotlib.patches import Patch
 
-    from detcal.reports.gap_colours import COLOUR_LABEL, DIVERGING_STOPS, EMPTY_GREY, EMPTY_LABEL, y_down
+    from detcal.reports.gap_colours import (
+        COLOUR_LABEL,
+        DARK_TEXT_ABOVE,
+        DIVERGING_STOPS,
+        EMPTY_GREY,
+        EMPTY_LABEL,
+        y_down,
+    )
 
     grey = tuple(c / 255 for c in EMPTY_GREY)
     cmap = LinearSegmentedColormap.from_list(
@@ -229,7 +236,11 @@ def dece_heatmaps(
             if bi * bj <= 100:  # label small grids: the signed gap per cell, as the SVG of report.html
                 for i, j in np.ndindex(bi, bj):
                     txt = "–" if empty[i, j] else f"{gap[i, j]:+.2f}".replace("-", "−")
-                    ax.text((i + 0.5) / bi, (j + 0.5) / bj, txt, ha="center", va="center", fontsize=9, color="k")
+                    dark = not empty[i, j] and abs(gap[i, j]) > DARK_TEXT_ABOVE * top
+                    y_txt = (j + 0.5) / bj
+                    ax.text(
+                        (i + 0.5) / bi, y_txt, txt, ha="center", va="center", fontsize=9, color="w" if dark else "k"
+                    )
             if empty.any():
                 ax.legend(
                     handles=[Patch(facecolor=grey, label=f"{EMPTY_LABEL} (N < {sample_threshold})")],

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from detcal.reports.gap_colours import EMPTY_LABEL, diverging_rgb, y_down
+from detcal.reports.gap_colours import DARK_TEXT_ABOVE, EMPTY_LABEL, diverging_rgb, y_down
 from detcal.reports.html.fmt import esc, fmt, is_number, num_attr
 
 __all__ = ["reliability_svg", "heatmap_svg", "curve_svg"]
@@ -143,14 +143,17 @@ def heatmap_svg(
                     f'{esc(axes[1])} bin {j}: conf − prec {fmt(v)}, N {fmt(n)}</title></rect>'
                 )
                 label = f"{v:+.2f}".replace("-", "−")
+                dark = abs(v) > DARK_TEXT_ABOVE * vmax
             else:
                 out.append(
                     f'<rect x="{x:.1f}" y="{y:.1f}" width="{cw:.1f}" height="{ch:.1f}" class="empty">'
                     f"<title>{esc(axes[0])} bin {i}, {esc(axes[1])} bin {j}: no kept cell, N {fmt(n)}</title></rect>"
                 )
-                label = "–"
+                label, dark = "–", False
+            fill = ' fill="#fff"' if dark else ""
             out.append(
-                f'<text x="{x + cw / 2:.1f}" y="{y + ch / 2 + 4:.1f}" class="cellt" text-anchor="middle">{label}</text>'
+                f'<text x="{x + cw / 2:.1f}" y="{y + ch / 2 + 4:.1f}" class="cellt"{fill} text-anchor="middle">'
+                f"{label}</text>"
             )
     ax = _axes(w, h, axes[0], axes[1] + (" (0 = top)" if down else ""), down=down)
     out.append(ax.replace('class="frame"', 'class="frame nofill"'))
