@@ -40,7 +40,9 @@ def test_diverging_scale_ends_and_centre() -> None:
 def _cells(svg: str) -> list[tuple[float, float, str]]:
     return [
         (float(x), float(y), t)
-        for x, y, t in re.findall(r'<text x="([\d.]+)" y="([\d.]+)" class="cellt" text-anchor="middle">([^<]*)<', svg)
+        for x, y, t in re.findall(
+            r'<text x="([\d.]+)" y="([\d.]+)" class="cellt"(?: fill="#fff")? text-anchor="middle">([^<]*)<', svg
+        )
     ]
 
 
@@ -52,6 +54,7 @@ def test_svg_map_orientation_colour_bar_and_empty_cells() -> None:
     assert set(cells) == {"+0.10", "−0.05", "–", "+0.20"}
     assert cells["+0.10"][1] < cells["−0.05"][1]  # cy = 0 at the top, as in the image
     assert cells["+0.10"][0] < cells["+0.20"][0]  # cx = 0 at the left
+    assert 'fill="#fff" text-anchor="middle">+0.20<' in svg  # white on the darkest cell
     assert "(0 = top)" in svg and EMPTY_LABEL in svg and 'class="empty"' in svg
     assert ">+0.20<" in svg and ">-0.20<" in svg  # the colour bar spans ±max|gap|
     assert f"rgb{diverging_rgb(0.2, 0.2)}".replace(" ", "") in svg.replace(" ", "")

@@ -162,7 +162,9 @@ def test_study_page_mean_std_over_splits() -> None:
     assert f'<b><span class=n data-v="{best["mean"]!r}">' in first  # the lowest mean of the row in bold
     assert " ± " in first and "conf,cx,cy,w,h" in first and ">conf<" not in first  # only the full feature set
     findings = page.split("<ul class=findings>", 1)[1].split("</ul>", 1)[0]
-    assert "rfcn-resnet-101" in findings and "position_logistic" in findings and 'data-v="2">2</span> splits' in findings
+    assert (
+        "rfcn-resnet-101" in findings and "position_logistic" in findings and 'data-v="2">2</span> splits' in findings
+    )
     assert "[0]/detector" not in page and "Other results" not in page
 
 
@@ -171,3 +173,19 @@ def test_study_console_prints_its_numbers(tmp_path: Any) -> None:
     lines = [ln for ln in text.splitlines() if ln.startswith("  rfcn-resnet-101")]
     assert len(lines) == 1 and "with position_logistic" in lines[0] and "before" in lines[0]
     assert "mean ± std over 2 splits" in text
+
+
+def test_study_reports_progress_per_part() -> None:
+    from detcal.studies import kueppers2020 as k
+
+    lines: list[str] = []
+    k.run(
+        detectors=["rfcn-resnet-101"],
+        ious=[0.6, 0.75],
+        feature_sets=["conf"],
+        calibrators=["platt"],
+        n_splits=2,
+        progress=lines.append,
+    )
+    assert len(lines) == 2 and lines[0].startswith("kueppers2020: 1/2 rfcn-resnet-101 at IoU 0.60 done")
+    assert "2 splits, 1 calibrators" in lines[1] and "s so far" in lines[1]
