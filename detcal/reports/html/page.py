@@ -307,7 +307,8 @@ def _page(m: Mapping[str, Any], body: str) -> str:
     """The document around ``body``: header with the data line and the section links, footer."""
     title = f"{m.get('command', 'detcal')} report"
     sub = _data_line(m.get("data"))
-    cal = m.get("calibrators") if isinstance(m.get("calibrators"), Mapping) else {}
+    cal_node = m.get("calibrators")
+    cal: Mapping[str, Any] = cal_node if isinstance(cal_node, Mapping) else {}
     names = [f"{k} {v['name']}" for k, v in cal.items() if isinstance(v, Mapping) and isinstance(v.get("name"), str)]
     if names:
         sub += " · calibrators: " + esc(", ".join(names))

@@ -270,7 +270,7 @@ def compare(m: Mapping[str, Any]) -> str:
     ):
         rows = m.get(key)
         if isinstance(rows, list) and rows and isinstance(rows[0], Mapping):
-            skip = ("ci_notes", "ci_note", "bootstrap")
+            skip: tuple[str, ...] = ("ci_notes", "ci_note", "bootstrap")
             if key == "table" and isinstance(m.get("per_size"), list) and m["per_size"]:
                 skip += ("AP_small", "AP_medium", "AP_large")  # in the per-size table below
             every = list(dict.fromkeys(k for r in rows for k in r))
