@@ -50,7 +50,7 @@ def worst_section(m: Mapping[str, Any], image_dir: Path | None) -> str:
         shown |= ids
         body = []
         for r in rows:
-            tds = [cell(r.get(k)) for k in _ROW_KEYS]
+            tds = [cell(r.get(k)) if k != "image_id" else f"<td>{esc(r.get(k))}</td>" for k in _ROW_KEYS]  # an id
             tds.insert(6, f"<td>{esc(', '.join(f'{k}:{v}' for k, v in (r.get('cell_bins') or {}).items()))}</td>")
             body.append(tds)
         out.append(
