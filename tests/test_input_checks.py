@@ -157,3 +157,14 @@ def test_command_line_exit_2_one_line_and_warning_in_console(files: dict[str, Pa
     warn_block = ok.stdout.split("warnings (", 1)[1]
     assert "box convention" in warn_block.split("run directory:")[0]
     assert np.isfinite(json.loads((tmp_path / "ok" / "metrics.json").read_text())["headline"]["ece"]["value"])
+
+
+def test_one_iou_threshold_reads_as_a_list() -> None:
+    from detcal.pipeline.spec import ConfigError, MatchingSpec
+
+    assert MatchingSpec(iou_thresholds=0.5).iou_thresholds == [0.5]
+    assert MatchingSpec(iou_thresholds=[0.5, 0.75]).iou_thresholds == [0.5, 0.75]
+    with pytest.raises(ConfigError):
+        MatchingSpec(iou_thresholds=1.5)
+    with pytest.raises(ConfigError):
+        MatchingSpec(iou_thresholds=True)

@@ -184,6 +184,8 @@ class MatchingSpec:
         _choice("matching.mode", self.mode, ("exclusive", "max", "kitti", "netcal_example"))
         _choice("matching.gt_ignore", self.gt_ignore, ("pycocotools", "ignore_or_crowd"))
         t = self.iou_thresholds
+        if isinstance(t, (int, float)) and not isinstance(t, bool):  # one threshold: 0.5 reads as [0.5]
+            t = [t]
         if isinstance(t, str):
             if t != "kitti":
                 raise ConfigError("matching.iou_thresholds", f"a list of IoU values in (0, 1] or 'kitti', got {t!r}")
