@@ -168,3 +168,22 @@ def test_one_iou_threshold_reads_as_a_list() -> None:
         MatchingSpec(iou_thresholds=1.5)
     with pytest.raises(ConfigError):
         MatchingSpec(iou_thresholds=True)
+
+
+def test_misspelt_config_key_suggests_the_right_one(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "detcal.apps.evaluate",
+            "data=coco_tfzoo",
+            "data.detectr=x",
+            f"hydra.run.dir={tmp_path}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2
+    line = out.stderr.strip().splitlines()[-1]
+    assert "did you mean 'data.detector'?" in line and ".:" not in line
