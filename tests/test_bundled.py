@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -122,3 +124,14 @@ def test_netcal_example_hand_case_and_errors():
         match_netcal_example(Detections(image_id=[1], box=[[3, 0, 1, 1]], score=[1.0], category=[1]), gt)
     with pytest.raises(DetcalInputError, match="thresholds"):
         match_netcal_example(det, gt, [1.5])
+
+
+def test_path_into_a_directory_stays(tmp_path: Path) -> None:
+    """bundled.path(..., directory=...) writes a file that outlives the process's temporary folder."""
+    import json
+
+    p = bundled.path("coco_mini79", "rfcn-resnet-101", directory=tmp_path / "kept")
+    assert p.parent == tmp_path / "kept" and p.is_file()
+    assert json.loads(p.read_text()) == json.loads(bundled.path("coco_mini79", "rfcn-resnet-101").read_text())
+    g = bundled.path("coco_tfzoo", directory=tmp_path / "kept")
+    assert g.parent == tmp_path / "kept" and len(json.loads(g.read_text())["images"]) == 5000

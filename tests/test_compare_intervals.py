@@ -42,17 +42,52 @@ def test_every_interval_contains_its_estimate_or_says_why(mini: tuple) -> None:
 
 
 def test_percentile_method_is_the_plain_quantiles(mini: tuple) -> None:
-    """With method=percentile compare's interval is the (2.5, 97.5) % quantile pair of its replicates."""
-    from detcal.pipeline.compare import calibration_sample, image_weights, replicate_metrics
+    """With method=percentile compare's interval is the (2.5, 97.5) % quantile pair of its replicates: for a
+    detector's own numbers those of evaluate's resamples (issue #34: one interval per number), for the paired
+    differences those of the shared resamples over every image."""
+    from detcal.metrics.bootstrap import bootstrap_many
+    from detcal.pipeline.compare import calibration_sample, image_weights, metric_fns, replicate_metrics
 
     ds, runs = mini
     c = compare(runs, ds, n_boot=100, seed=3, method="percentile")
-    name = next(iter(runs))
-    reps = replicate_metrics(
-        calibration_sample(runs[name], ds, 0.5, "exclusive"), image_weights(len(ds.images), 100, 3)
+    names = list(runs)
+    s = {n: calibration_sample(runs[n], ds, 0.5, "exclusive") for n in names}
+    own = bootstrap_many(
+        metric_fns(),
+        ds.images.id[s[names[0]]["image"]],
+        s[names[0]]["p"],
+        s[names[0]]["y"],
+        s[names[0]]["features"],
+        n_boot=100,
+        seed=3,
     )
-    lo, hi = np.quantile(reps["ece"][np.isfinite(reps["ece"])], [0.025, 0.975])
+    lo, hi = np.quantile(own["ece"][np.isfinite(own["ece"])], [0.025, 0.975])
     assert c.table[0]["ece_ci"] == pytest.approx((lo, hi), abs=1e-15)
+    W = image_weights(len(ds.images), 100, 3)
+    d = replicate_metrics(s[names[1]], W)["ece"] - replicate_metrics(s[names[0]], W)["ece"]
+    lo, hi = np.quantile(d[np.isfinite(d)], [0.025, 0.975])
+    diff = next(x for x in c.diffs if x["metric"] == "ece")
+    assert diff["ci"] == pytest.approx((lo, hi), abs=1e-15)
+
+
+def test_a_detectors_intervals_are_evaluates(mini: tuple) -> None:
+    """The same detector, the same bootstrap settings: compare's interval of each number is evaluate's."""
+    import detcal
+    from detcal.pipeline.spec import BootstrapSpec, DataSpec, EvaluationSpec, MatchingSpec
+
+    ds, runs = mini
+    name = next(iter(runs))
+    c = compare({name: runs[name]}, ds, n_boot=60, seed=5)
+    r = detcal.evaluate(
+        DataSpec(source="bundled", bundle="coco_mini79", detector=name),
+        spec=EvaluationSpec(matching=MatchingSpec(iou_thresholds=[0.5]), bootstrap=BootstrapSpec(n=60, seed=5)),
+    )
+    blk = r.record["confidence"]["iou=0.50"]
+    for k in ("ece", "dece", "mce", "nll", "brier"):
+        assert c.table[0][k] == pytest.approx(blk[k]["value"], abs=1e-15), k
+        assert c.table[0][f"{k}_ci"] == pytest.approx(
+            tuple(np.nan if v is None else v for v in blk[k]["ci"]), abs=1e-15, nan_ok=True
+        ), k
 
 
 def test_resampled_ap_equals_pycocotools_on_resampled_files(mini: tuple, tmp_path: Path) -> None:
@@ -110,3 +145,24 @@ def test_resampled_ap_equals_pycocotools_on_resampled_files(mini: tuple, tmp_pat
     assert ours["AP"].value == pytest.approx(e.stats[0], abs=1e-12)
     assert ours["AP50"].value == pytest.approx(e.stats[1], abs=1e-12)
     assert ours["AR100"].value == pytest.approx(e.stats[8], abs=1e-12)
+
+
+def test_few_resamples_never_mark_and_each_note_once(mini: tuple) -> None:
+    """An AP difference from fewer than MIN_MARK_RESAMPLES resamples is not marked (its note says why when
+    its interval excludes 0); the Markdown lists each distinct interval note once, with where it applies."""
+    from detcal.metrics.paired_ap import MIN_MARK_RESAMPLES
+    from detcal.pipeline.compare import markdown
+
+    ds, runs = mini
+    c = compare(runs, ds, n_boot=50, seed=0, ap_n_boot=6, ap_jackknife_blocks=3)
+    assert MIN_MARK_RESAMPLES > 50
+    for d in c.diffs:
+        assert d["excludes_zero"] is False, d
+        lo, hi = d["ci"]
+        if np.isfinite(lo) and (lo > 0 or hi < 0):
+            assert f"a mark needs >= {MIN_MARK_RESAMPLES}" in d["ci_note"], d
+    md = markdown(c)
+    notes = [ln for ln in md.splitlines() if ln.startswith("(")]
+    texts = [ln.split(") ", 1)[1].rsplit(" [", 1)[0] for ln in notes]
+    assert len(texts) == len(set(texts))
+    assert "nan" not in md.split("## By object size")[0].lower().replace("no interval", "")

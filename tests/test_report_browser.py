@@ -1,6 +1,7 @@
 """report.html in a real browser: headless Chromium (the distribution's package, driven by Playwright)
-loads the page of the bundled R-FCN run without console errors, every figure has a non-zero size and a
-table sorts when its header is clicked. Skips, saying why, where Chromium or Playwright is missing."""
+loads the page of the bundled R-FCN run without console errors, every figure has a non-zero size, a
+table sorts when its header is clicked, and no two text boxes of a drawing overlap (on that page and on a
+main-job page). Skips, saying why, where Chromium or Playwright is missing."""
 
 from __future__ import annotations
 
@@ -26,6 +27,26 @@ pytestmark = [
         reason="no Chromium installed (apt-get install chromium); the browser test needs /usr/lib/chromium/chromium",
     ),
 ]
+
+
+OVERLAP_JS = """
+() => {
+  const out = [];
+  document.querySelectorAll('svg').forEach((svg, i) => {
+    const boxes = Array.from(svg.querySelectorAll('text')).filter(t => t.textContent.trim()).map(t => {
+      const r = t.getBoundingClientRect();
+      return [t.textContent.trim(), r.left, r.top, r.right, r.bottom];
+    });
+    for (let a = 0; a < boxes.length; a++) for (let b = a + 1; b < boxes.length; b++) {
+      const p = boxes[a], q = boxes[b];
+      const w = Math.min(p[3], q[3]) - Math.max(p[1], q[1]), h = Math.min(p[4], q[4]) - Math.max(p[2], q[2]);
+      if (w > 1 && h > 1) out.push([i, p[0], q[0], Math.round(w), Math.round(h)]);
+    }
+  });
+  return out;
+}
+"""
+"""Pairs of text boxes of one SVG that intersect by more than 1 px each way: [svg index, text, text, w, h]."""
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +101,7 @@ def test_report_renders_in_chromium(report: Path) -> None:
                 f"rows => rows.map(r => parseFloat(r.cells[{col}].dataset.sort))"
             )
             assert second == sorted(first, reverse=True)
+            assert page.evaluate(OVERLAP_JS) == []  # no text of a drawing over another (labels, ticks, legends)
             assert not errors, errors
         finally:
             browser.close()
@@ -121,5 +143,45 @@ def test_diagnosis_section_renders_in_chromium(report: Path) -> None:
             cells = page.eval_on_selector_all("svg.fig rect.cellr[data-v]", "els => els.length")
             assert cells >= sum(1 for row in diag["confusion"]["matrix"] for v in row if v)
             assert not errors, errors
+        finally:
+            browser.close()
+
+
+def test_main_job_page_has_no_overlapping_text(tmp_path: Path) -> None:
+    """A main-job page (Table 1 beside the paper's, reliability per coordinate with a legend of swatches)."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (test extra)")
+    from detcal.reports.html import write_report
+
+    rng = [0.01 * k for k in range(1, 11)]
+    content = {
+        "command": "detcal-main",
+        "table": "Levi et al. 2019 Table 1 analogue",
+        "split": "val",
+        "n_tp_val": 1637,
+        "columns": ["tx", "ty"],
+        "rows": {
+            "ENCE before calibration": {"tx": 0.44, "ty": 0.75},
+            "ENCE after std scaling": {"tx": 0.11, "ty": 0.8},
+        },
+        "paper": {
+            "ENCE before calibration": {"tx": 0.165, "ty": 0.254},
+            "ENCE after std scaling": {"tx": 0.083, "ty": 0.047},
+        },
+        "reliability": {
+            v: {c: {"rmv": rng, "rmse": [x * f for x in rng]} for c in ("tx", "ty")}
+            for v, f in (("before", 1.9), ("std_scaling", 1.05), ("kuleshov_isotonic", 0.97))
+        },
+        "bins": 10,
+        "binning": "equal_count",
+    }
+    page_path = write_report(tmp_path, content)
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(page_path.as_uri(), wait_until="load")
+            assert page.locator("svg.fig").count() == 2
+            assert page.evaluate(OVERLAP_JS) == []
+            assert page.locator("span.worse").count() == 1  # ty after std scaling: higher than before
         finally:
             browser.close()

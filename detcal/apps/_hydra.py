@@ -75,6 +75,22 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
+def _did_you_mean(chain: list[BaseException]) -> str:
+    """``; did you mean 'data.detector'?`` for an unknown key close to a field of its config group."""
+    import dataclasses
+    import difflib
+
+    for e in chain:
+        key, typ, full = getattr(e, "key", None), getattr(e, "object_type", None), getattr(e, "full_key", None)
+        if key is None or typ is None or not dataclasses.is_dataclass(typ):
+            continue
+        close = difflib.get_close_matches(str(key), [f.name for f in dataclasses.fields(typ)], n=1)
+        if close:
+            parent = str(full or key).rsplit(".", 1)[0] + "." if "." in str(full or key) else ""
+            return f"; did you mean '{parent}{close[0]}'?"
+    return ""
+
+
 def user_error_message(exc: BaseException) -> str | None:
     """One line for an error the user can fix (config or input), ``None`` for anything else (a bug)."""
     from hydra.errors import HydraException, MissingConfigException
@@ -103,7 +119,7 @@ def user_error_message(exc: BaseException) -> str | None:
                 line += f" (config key '{key}')"
             if not any(line in q for q in parts):
                 parts.append(line)
-        return ": ".join(parts)
+        return ": ".join(p.rstrip(".") for p in parts) + _did_you_mean(chain)
     if isinstance(exc, FileNotFoundError) and "detcal configs not found" in str(exc):
         return str(exc)
     for e in chain:

@@ -27,7 +27,14 @@ from detcal.core.types import Dataset, Detections, GroundTruth, Images
 from detcal.metrics.accuracy import coco_ap
 from detcal.metrics.bootstrap import interval, jackknife_blocks
 
-__all__ = ["image_draws", "resample_images", "ap_replicates", "paired_ap_differences"]
+__all__ = [
+    "image_draws",
+    "resample_images",
+    "ap_replicates",
+    "paired_ap_differences",
+    "MIN_MARK_RESAMPLES",
+    "few_resamples_note",
+]
 
 
 def image_draws(n_images: int, n_boot: int, seed: int) -> np.ndarray:
@@ -98,6 +105,22 @@ def ap_jackknife(
     return out
 
 
+MIN_MARK_RESAMPLES = 100
+"""A difference is marked as excluding 0 only when its interval rests on at least this many resamples:
+with fewer, the interval's ends are the few most extreme resamples (at 12, the 2.5% and 97.5% quantiles
+interpolate between the two lowest and the two highest), too unsteady to call a difference."""
+
+
+def few_resamples_note(n_boot: int, lo: float, hi: float) -> str:
+    """The note of an interval that excludes 0 on fewer than :data:`MIN_MARK_RESAMPLES` resamples (else empty)."""
+    if n_boot >= MIN_MARK_RESAMPLES or not (lo > 0 or hi < 0):
+        return ""
+    return (
+        f"{n_boot} resamples: the interval excludes 0 but rests on too few resamples to mark the difference "
+        f"(a mark needs >= {MIN_MARK_RESAMPLES}; ap_bootstrap={MIN_MARK_RESAMPLES} gives one)"
+    )
+
+
 def paired_ap_differences(
     runs: Mapping[str, Detections],
     ds: Dataset,
@@ -138,8 +161,8 @@ def paired_ap_differences(
                     "metric": k,
                     "diff": diff,
                     "ci": (lo, hi),
-                    "excludes_zero": bool(lo > 0 or hi < 0),
-                    "ci_note": res["note"],
+                    "excludes_zero": bool((lo > 0 or hi < 0) and n_boot >= MIN_MARK_RESAMPLES),
+                    "ci_note": "; ".join(x for x in (res["note"], few_resamples_note(int(n_boot), lo, hi)) if x),
                     "bootstrap": {
                         "method": method,
                         "unit": "image",

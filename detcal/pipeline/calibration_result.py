@@ -248,7 +248,11 @@ def _plots(out_dir: Path, ev: Mapping[str, Any], maps: Mapping[str, Any], spec: 
                 stage: {
                     k: {
                         **v,
-                        "gap": np.asarray([[np.nan if x is None else x for x in row] for row in v["gap"]], dtype=float),
+                        **{
+                            g: np.asarray([[np.nan if x is None else x for x in row] for row in v[g]], dtype=float)
+                            for g in ("gap", "signed_gap")
+                            if g in v
+                        },
                     }
                     for k, v in maps[stage].items()
                 },

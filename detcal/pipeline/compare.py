@@ -7,13 +7,17 @@ and returns a :class:`Comparison`:
   (:func:`detcal.metrics.accuracy.coco_ap`), the calibration sample size and
   precision, ECE (15 bins), D-ECE (5 bins per dimension over confidence and
   relative cx, cy, w, h, cells with >= 8 samples), MCE, NLL, Brier, each
-  calibration metric with a bootstrap interval over images from the one
-  interval function of every command (:func:`detcal.metrics.bootstrap.interval`,
-  BCa by default, the acceleration from a delete-a-block jackknife);
+  calibration metric with the interval ``detcal-evaluate`` gives the same
+  detector with the same bootstrap settings (:func:`single_intervals`: the
+  same resamples of the images holding its sample, the same leave-one-image-out
+  jackknife for BCa, the same method): one interval per number, whichever
+  command computes it;
 * ``diffs``: for each non-baseline detector, ``metric(detector) -
   metric(baseline)`` with its *paired* bootstrap interval: every replicate
   draws one set of images (with replacement) and evaluates all detectors on
-  it, so image difficulty cancels out of the difference;
+  it, so image difficulty cancels out of the difference (these resamples are
+  shared by the detectors, so they are drawn over every image of the ground
+  truth, with a delete-a-block jackknife);
 * ``per_class`` / ``per_size``: per-class and per-size (COCO small / medium /
   large, by box area) tables;
 * ``reliability``: per-detector reliability curves for an overlaid diagram
@@ -48,7 +52,8 @@ from detcal.matching.engine import match
 from detcal.matching.netcal_example import match_netcal_example
 from detcal.metrics.accuracy import AREA_RANGES, coco_ap
 from detcal.metrics.bootstrap import interval, jackknife_blocks
-from detcal.metrics.confidence import brier, dece, ece, mce, nll
+from detcal.metrics.confidence import ConfidenceMetric, brier, dece, ece, mce, nll
+from detcal.metrics.paired_ap import MIN_MARK_RESAMPLES, few_resamples_note
 from detcal.reports.per_class import per_class_table, reliability_curve, table_markdown
 from detcal.reports.tables import md_cell
 
@@ -108,14 +113,71 @@ def calibration_sample(
 
 def point_metrics(s: Mapping[str, np.ndarray]) -> dict[str, float]:
     """ECE, D-ECE, MCE, NLL, Brier of one calibration sample (detcal's metric functions)."""
+    import warnings
+
+    from detcal.metrics.confidence import SparseCellsWarning
+
     p, y = s["p"], s["y"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SparseCellsWarning)  # one line per run: _sparse_line
+        return {
+            "ece": ece(p, y, ECE_BINS).value,
+            "dece": dece(p, y, s["features"], bins=DECE_BINS, sample_threshold=DECE_THRESHOLD).value,
+            "mce": mce(p, y, ECE_BINS).value,
+            "nll": nll(p, y).value,
+            "brier": brier(p, y).value,
+        }
+
+
+def _sparse_line(samples: Mapping[str, Mapping[str, np.ndarray]]) -> None:
+    """The run's one sparse-cell warning (detcal.pipeline.sparse_cells): the detectors whose D-ECE grid has
+    more cells than samples/10, with the numbers."""
+    from detcal.metrics.confidence import SPARSE_RATIO
+    from detcal.pipeline.sparse_cells import SPARSE_MARK, fitting_bins, log_once
+
+    dims = 1 + next(iter(samples.values()))["features"].shape[1] if samples else 5
+    cells = DECE_BINS**dims
+    ns = {k: len(v["p"]) for k, v in samples.items() if 0 < len(v["p"]) < cells * SPARSE_RATIO}
+    if ns:
+        lo = min(ns.values())
+        log_once(
+            f"sparse cells ({SPARSE_MARK}): dece of {', '.join(ns)}: {cells:,} cells for "
+            f"{lo:,}{'' if lo == max(ns.values()) else f'-{max(ns.values()):,}'} detections "
+            f"({fitting_bins(lo, dims)} bins per dimension would fit; compare keeps evaluate's default grid)"
+        )
+
+
+def metric_fns() -> dict[str, ConfidenceMetric]:
+    """The :data:`CAL_METRICS` as the metric objects of evaluate's suite (the point values of
+    :func:`point_metrics`; the fast bootstrap path)."""
     return {
-        "ece": ece(p, y, ECE_BINS).value,
-        "dece": dece(p, y, s["features"], bins=DECE_BINS, sample_threshold=DECE_THRESHOLD).value,
-        "mce": mce(p, y, ECE_BINS).value,
-        "nll": nll(p, y).value,
-        "brier": brier(p, y).value,
+        "ece": ConfidenceMetric("ece", ECE_BINS, 1, "drop"),
+        "dece": ConfidenceMetric("dece", DECE_BINS, DECE_THRESHOLD, "drop", use_features=True),
+        "mce": ConfidenceMetric("mce", ECE_BINS, 1, "drop"),
+        "nll": ConfidenceMetric("nll"),
+        "brier": ConfidenceMetric("brier"),
     }
+
+
+def single_intervals(
+    s: Mapping[str, np.ndarray],
+    image_id: np.ndarray,
+    point: Mapping[str, float],
+    n_boot: int,
+    level: float,
+    seed: int,
+    method: str,
+) -> dict[str, dict[str, Any]]:
+    """Each metric's interval for one detector exactly as ``detcal-evaluate`` computes it: the same
+    resamples (the images holding the detector's sample, drawn by :func:`detcal.metrics.bootstrap.bootstrap_many`
+    with ``seed``), the same leave-one-image-out jackknife and method. ``image_id [S]``: each sample's image id."""
+    from detcal.metrics.bootstrap import bootstrap_many, jackknife_many
+
+    fns = metric_fns()
+    args = (s["p"], s["y"], s["features"])
+    reps = bootstrap_many(fns, image_id, *args, n_boot=n_boot, seed=seed)
+    jack = jackknife_many(fns, image_id, *args) if method == "bca" else {}
+    return {k: interval(reps[k], point[k], level, method, jack.get(k)) for k in CAL_METRICS}
 
 
 def image_weights(n_images: int, n_boot: int, seed: int) -> np.ndarray:
@@ -195,12 +257,10 @@ def _detector_row(
     acc: Mapping[str, Any],
     s: Mapping[str, np.ndarray],
     point: Mapping[str, float],
-    reps: Mapping[str, np.ndarray],
-    jks: Mapping[str, Any],
-    level: float,
-    method: str,
+    single: Mapping[str, Mapping[str, Any]],
 ) -> dict[str, Any]:
-    """One detector's row: accuracy, sample size, precision, and each calibration metric with its interval."""
+    """One detector's row: accuracy, sample size, precision, and each calibration metric with its interval
+    (``single``: :func:`single_intervals`, the intervals of detcal-evaluate)."""
     row: dict[str, Any] = {
         "detector": name,
         **{k: acc[k].value for k in ACC_METRICS},
@@ -209,7 +269,7 @@ def _detector_row(
     }
     for k in CAL_METRICS:
         row[k] = point[k]
-        res = interval(reps[k], point[k], level, method, jks[k])
+        res = single[k]
         row[f"{k}_ci"] = res["ci"]
         if res["note"]:
             row.setdefault("ci_notes", {})[k] = res["note"]
@@ -231,6 +291,7 @@ def _calibration_diffs(
         if row["detector"] == baseline:
             continue
         det = row["detector"]
+        n_boot = len(reps[det][CAL_METRICS[0]])
         for k in CAL_METRICS:
             d = reps[det][k] - reps[baseline][k]
             jd, jb = jks[det][k], jks[baseline][k]
@@ -244,8 +305,8 @@ def _calibration_diffs(
                     "metric": k,
                     "diff": row[k] - base_row[k],
                     "ci": (lo, hi),
-                    "excludes_zero": bool(lo > 0 or hi < 0),
-                    "ci_note": res["note"],
+                    "excludes_zero": bool((lo > 0 or hi < 0) and n_boot >= MIN_MARK_RESAMPLES),
+                    "ci_note": "; ".join(x for x in (res["note"], few_resamples_note(n_boot, lo, hi)) if x),
                 }
             )
     return diffs
@@ -320,7 +381,9 @@ def compare(
         reps[name] = replicate_metrics(s, W)
         jks[name] = replicate_metrics(s, W_jk) if method == "bca" else {k: None for k in CAL_METRICS}
         accs[name] = {k: float(acc[k].value) for k in ACC_METRICS}
-        table.append(_detector_row(name, acc, s, point, reps[name], jks[name], level, method))
+        ids = dataset.images.id[s["image"]]
+        single = single_intervals(s, ids, point, int(n_boot), level, seed, method)
+        table.append(_detector_row(name, acc, s, point, single))
         per_size += _size_rows(name, s, acc)
         per_cls[name] = per_class_table(
             s["p"],
@@ -332,6 +395,7 @@ def compare(
             ap_table=acc["AP"].table,
         )
         rel[name] = reliability_curve(s["p"], s["y"], ECE_BINS)
+    _sparse_line(samples)
     diffs = _calibration_diffs(table, reps, jks, baseline, level, method)
     if ap_n_boot > 0 and len(names) > 1:
         from detcal.metrics.paired_ap import paired_ap_differences
@@ -356,6 +420,29 @@ def compare(
     )
 
 
+def _ci_md(ci: Any, f: Any) -> str:
+    """``[lo, hi]``, or ``[no interval: see the notes]`` when it is NaN."""
+    lo, hi = ci
+    if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)):
+        return "[no interval: see the notes]"
+    return f"[{f(lo)}, {f(hi)}]"
+
+
+def _note_ref(notes: dict[str, list[str]], note: Any, where: str) -> str:
+    """Record ``note`` once (with the places it applies to); return its reference ``(n)``."""
+    if not note:
+        return ""
+    notes.setdefault(str(note), []).append(where)
+    return f"({list(notes).index(str(note)) + 1})"
+
+
+def _notes_md(notes: Mapping[str, list[str]]) -> list[str]:
+    """Each distinct note once, numbered, with where it applies."""
+    if not notes:
+        return []
+    return [""] + [f"({i}) {n} [{', '.join(w)}]" for i, (n, w) in enumerate(notes.items(), 1)]
+
+
 def markdown(c: Comparison, digits: int = 4) -> str:
     """The comparison as Markdown: main table, paired differences, per-size and per-class tables."""
     f = lambda v: f"{v:.{digits}f}"
@@ -363,7 +450,7 @@ def markdown(c: Comparison, digits: int = 4) -> str:
     lines = ["## Detectors", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in c.table:
         cells = [md_cell(r["detector"]), *(f(r[k]) for k in ACC_METRICS), str(r["n"]), f(r["precision"])]
-        cells += [f"{f(r[k])} [{f(r[k + '_ci'][0])}, {f(r[k + '_ci'][1])}]" for k in CAL_METRICS]
+        cells += [f"{f(r[k])} {_ci_md(r[k + '_ci'], f)}" for k in CAL_METRICS]
         lines.append("| " + " | ".join(cells) + " |")
     lvl = int(round(100 * c.params["level"]))
     lines += [
@@ -373,24 +460,26 @@ def markdown(c: Comparison, digits: int = 4) -> str:
         "| detector | metric | difference | interval | note |",
         "|---|---|---|---|---|",
     ]
+    diff_notes: dict[str, list[str]] = {}
     for d in c.diffs:
-        ci = (
-            "—"
-            if np.isnan(d["ci"][0])
-            else f"[{f(d['ci'][0])}, {f(d['ci'][1])}]" + (" *" if d["excludes_zero"] else "")
-        )
-        note = md_cell(d.get("ci_note") or "")
-        lines.append(f"| {md_cell(d['detector'])} | {md_cell(d['metric'])} | {f(d['diff'])} | {ci} | {note} |")
+        ci = _ci_md(d["ci"], f) + (" *" if d["excludes_zero"] else "")
+        ref = _note_ref(diff_notes, d.get("ci_note"), f"{d['detector']} {d['metric']}")
+        lines.append(f"| {md_cell(d['detector'])} | {md_cell(d['metric'])} | {f(d['diff'])} | {ci} | {ref} |")
+    lines += _notes_md(diff_notes)
     p = c.params
     lines += [
         "",
         f"Intervals: {p.get('method', 'bca')} over {p['n_boot']} image resamples (calibration metrics) and "
         f"{p.get('ap_n_boot', 0)} resamples with COCO AP/AR recomputed on each (AP/AR differences); * the "
-        "interval excludes 0.",
+        f"interval excludes 0 and rests on at least {MIN_MARK_RESAMPLES} resamples (fewer are too unsteady to "
+        "mark a difference). A detector's own intervals are those detcal-evaluate gives it.",
     ]
-    notes = [f"{r['detector']} {k}: {v}" for r in c.table for k, v in (r.get("ci_notes") or {}).items()]
-    if notes:
-        lines += ["", "Interval notes:", *[f"- {n}" for n in notes]]
+    row_notes: dict[str, list[str]] = {}
+    for r in c.table:
+        for k, v in (r.get("ci_notes") or {}).items():
+            _note_ref(row_notes, v, f"{r['detector']} {k}")
+    if row_notes:
+        lines += ["", "Interval notes of the detector table:", *_notes_md(row_notes)[1:]]
     lines += ["", "## By object size", "", table_markdown(c.per_size, digits=digits)]
     for name, rows in c.per_class.items():
         lines += ["", f"## Per class: {name}", "", table_markdown(rows, digits=digits)]

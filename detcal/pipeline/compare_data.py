@@ -13,6 +13,17 @@ from detcal.pipeline.spec import ConfigError, DataSpec
 __all__ = ["load_runs"]
 
 
+def _check(data: DataSpec, ds: Dataset, runs: Mapping[str, Detections], results: Mapping[str, str]) -> None:
+    """The input checks of evaluate (docs/formats.md#input-checks) on every detector's results (an unknown
+    category is already an error of the loader here)."""
+    from detcal.pipeline.input_checks import check_input
+    from detcal.pipeline.sources import LoadedData
+
+    for n, dets in runs.items():
+        prov = {"source": "coco", "gt": data.gt, "results": str(results[n])}
+        check_input(LoadedData(ds, dets, None, prov), data)
+
+
 def load_runs(
     data: DataSpec, detectors: Sequence[str], results: Mapping[str, str]
 ) -> tuple[Dataset, dict[str, Detections], np.ndarray | None]:
@@ -35,5 +46,6 @@ def load_runs(
             raise ConfigError("results", "give the detectors' results files: '+results={name: path, ...}'")
         ds = load_coco_instances(_need(data.gt, "data.gt"))
         runs: dict[str, Any] = {str(n): load_coco_results(_need(p, f"results.{n}"), ds) for n, p in results.items()}
+        _check(data, ds, runs, results)
         return ds, runs, ds.gt.area
     raise ConfigError("data.source", f"detcal-compare reads bundled or coco data, got {data.source!r}")

@@ -82,13 +82,15 @@ def dece_maps(
             "axes": list(pair),
             "bins": list(shape[1:]),
             "gap": m["gap"],
+            "signed_gap": m["signed_gap"],
             "count": m["count"],
             "kept_count": m["kept_count"],
             "sample_threshold": b.sample_threshold,
             "policy": b.policy,
             "dece": float(r.value),
             "definition": "M(i,j) = sum_kept N_c gap(c) / sum_kept N_c over the confidence bins of "
-            "position cell (i,j) of a D-ECE grid over (confidence, f1, f2)",
+            "position cell (i,j) of a D-ECE grid over (confidence, f1, f2); signed_gap: the same mean of "
+            "conf(c) - prec(c) (positive: over-confident)",
         }
     return out
 

@@ -64,11 +64,17 @@ def as_loaded(
 ) -> LoadedData:
     """Anything the API accepts as input, as :class:`LoadedData`: a LoadedData, a
     DataSpec, a (Dataset, Detections) pair, or paths of COCO instances + results files.
-    ``shard`` (rank, world): COCO results are read for that rank's image shard only (docs/scale.md)."""
+    ``shard`` (rank, world): COCO results are read for that rank's image shard only (docs/scale.md).
+    Input read from files (a DataSpec, paths) passes the checks of :mod:`detcal.pipeline.input_checks`
+    (thresholds from the DataSpec; their defaults for paths)."""
+    from detcal.pipeline.input_checks import check_input
+
     if isinstance(gt, LoadedData):
         return gt
     if isinstance(gt, DataSpec):
-        return load_data(gt, workdir, shard)
+        loaded = load_data(gt, workdir, shard)
+        check_input(loaded, gt)
+        return loaded
     if isinstance(gt, Dataset):
         if not isinstance(results, Detections):
             raise TypeError("with a Dataset, results must be a Detections record")
@@ -76,7 +82,9 @@ def as_loaded(
     if isinstance(gt, (str, os.PathLike)):
         if results is None:
             raise TypeError("give the results file next to the ground-truth file")
-        return load_coco(gt, results, unknown_category, shard=shard)
+        loaded = load_coco(gt, results, unknown_category, shard=shard)
+        check_input(loaded)
+        return loaded
     raise TypeError(f"cannot evaluate {type(gt).__name__}: give paths, (Dataset, Detections), a DataSpec or LoadedData")
 
 
@@ -389,10 +397,18 @@ def _metric_warnings(conf: dict[str, Any], data: LoadedData) -> list[str]:
         out.append(
             unknown_category_warning(data.provenance.get("results", "the results"), data.dropped["unknown_category"])
         )  # logged where it was loaded
+    from detcal.pipeline.sparse_cells import SPARSE_MARK, log_once, sparse_cells_line
+
     for lbl, blk in conf.items():
         for w in (blk.get("_sample") or {}).get("warnings") or []:
+            if SPARSE_MARK in w:  # one line for the whole evaluation, below
+                continue
             out.append(f"confidence at {lbl}: {w}")
             log.warning("%s", out[-1])
+    sparse = sparse_cells_line(conf)
+    if sparse:
+        out.append(sparse)
+        log_once(sparse)
     return out
 
 

@@ -246,7 +246,7 @@ def evaluation_summary(m: Mapping[str, Any]) -> str:
         from detcal.reports.per_class import table_markdown
 
         parts += [
-            f"### Per class at {pc['iou']} (the {pc['top_n']} most frequent classes)",
+            f"### Per class at {pc['iou']} (the {min(pc['top_n'], len(pc.get('rows') or []))} most frequent classes)",
             "",
             table_markdown(pc["rows"]),
             "",

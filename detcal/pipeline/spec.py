@@ -121,6 +121,12 @@ class DataSpec:
     (``label_dir`` of VOC XML + ``results_dir`` of the devkit's per-class
     result files; ``names`` optional): docs/formats.md. Every file format is
     read by its adapter in :mod:`detcal.data.formats`.
+
+    Input checks (docs/formats.md#input-checks): the run stops when more than
+    ``max_unknown_category_share`` of the detections have a category the
+    ground truth lacks, when more than ``max_outside_share`` reach past the
+    image (boxes in the other convention), or when the ground truth has no
+    annotations (unless ``allow_empty_gt``); 1 (true) proceeds anyway.
     """
 
     source: str = "synthetic"
@@ -144,10 +150,15 @@ class DataSpec:
     chunk_bytes: int | None = None
     names: str | None = None
     hierarchy: str | None = None
+    max_unknown_category_share: float = 0.1
+    max_outside_share: float = 0.2
+    allow_empty_gt: bool = False
 
     def __post_init__(self) -> None:
         from detcal.data.formats import format_names
 
+        _prob("data.max_unknown_category_share", self.max_unknown_category_share)
+        _prob("data.max_outside_share", self.max_outside_share)
         if self.chunk_bytes is not None:
             _int("data.chunk_bytes", self.chunk_bytes, 0)
         _choice("data.source", self.source, (*format_names(), "synthetic", "bundled"))
@@ -191,6 +202,8 @@ class MatchingSpec:
         )
         _choice("matching.gt_ignore", self.gt_ignore, ("pycocotools", "ignore_or_crowd"))
         t = self.iou_thresholds
+        if isinstance(t, (int, float)) and not isinstance(t, bool):  # one threshold: 0.5 reads as [0.5]
+            t = [t]
         if isinstance(t, str):
             if t != "kitti":
                 raise ConfigError("matching.iou_thresholds", f"a list of IoU values in (0, 1] or 'kitti', got {t!r}")

@@ -67,6 +67,48 @@ def _compare_lines(m: Mapping[str, Any]) -> list[str]:
     return (["detectors:"] + lines) if lines else []
 
 
+def _study_lines(m: Mapping[str, Any]) -> list[str]:
+    """detcal-study kueppers2020: per detector and IoU, the D-ECE over every box feature before and with
+    the best calibrator (mean ± std over the splits)."""
+    if m.get("study") != "kueppers2020":
+        return []
+    groups: dict[tuple[Any, Any], dict[str, Mapping[str, Any]]] = {}
+    for r in m.get("rows") or []:
+        if isinstance(r, Mapping) and r.get("features") == "conf,cx,cy,w,h":
+            groups.setdefault((r.get("detector"), r.get("iou")), {})[str(r.get("calibrator"))] = r
+    lines = []
+    for (det, iou), cal in groups.items():
+        done = {k: v for k, v in cal.items() if k != "uncalibrated" and isinstance(v.get("mean"), (int, float))}
+        if "uncalibrated" not in cal or not done:
+            continue
+        best = min(done, key=lambda k: done[k]["mean"])
+
+        def ms(r: Mapping[str, Any]) -> str:
+            return f"{format_value(r.get('mean'))} ± {format_value(r.get('std'))}"
+
+        lines.append(f"  {det} IoU {iou}: {ms(cal['uncalibrated'])} before, {ms(done[best])} with {best}")
+    n = (m.get("params") or {}).get("n_splits")
+    head = f"D-ECE over (conf, cx, cy, w, h), mean ± std over {n} splits (every row: summary.md, report.html):"
+    return [head, *lines] if lines else []
+
+
+def _what(m: Mapping[str, Any]) -> list[str]:
+    """Which detector (data) and which calibrators a run is about: one line."""
+    d = m.get("data") or {}
+    parts = [d.get("calibration") or d] if isinstance(d, Mapping) else []
+    src = parts[0] if parts and isinstance(parts[0], Mapping) else {}
+    who = " / ".join(str(src[k]) for k in ("source", "bundle", "detector", "results", "results_dir") if src.get(k))
+    cal = m.get("calibrators") or {}
+    names = [f"{k} {v['name']}" for k, v in cal.items() if isinstance(v, Mapping) and isinstance(v.get("name"), str)]
+    if not who and not names:
+        return []
+    return [
+        (f"detector: {who}" if who else "")
+        + ("; " if who and names else "")
+        + ("calibrators: " + ", ".join(names) if names else "")
+    ]
+
+
 def _accuracy(m: Mapping[str, Any]) -> list[str]:
     acc = m.get("accuracy") or {}
     names = [k for k in ("AP", "AP50", "AP75", "AR100") if isinstance(acc.get(k), Mapping)]
@@ -121,8 +163,8 @@ def run_footer(run_dir: str | Path, files: list[str]) -> list[str]:
 
 def console_summary(m: Mapping[str, Any], run_dir: str | Path) -> str:
     """The end-of-command text of a run from its metrics.json content."""
-    lines = [f"{m.get('command', 'detcal')} (detcal {m.get('detcal_version', '')})"]
-    lines += _headline_lines(m) or _compare_lines(m)
+    lines = [f"{m.get('command', 'detcal')} (detcal {m.get('detcal_version', '')})"] + _what(m)
+    lines += _headline_lines(m) or _compare_lines(m) or _study_lines(m)
     lines += _accuracy(m) + _left_out(m)
     warns = m.get("warnings") or []
     if warns:

@@ -40,7 +40,14 @@ def evaluation_plots(out_dir: Path, m: Mapping[str, Any], spec: Any) -> list[str
         if mp:
             name = f"dece_maps_{label.replace('=', '')}.png"
             mp = {
-                k: {**v, "gap": np.asarray([[_f(x) for x in row] for row in v["gap"]], dtype=float)}
+                k: {
+                    **v,
+                    **{
+                        g: np.asarray([[_f(x) for x in row] for row in v[g]], dtype=float)
+                        for g in ("gap", "signed_gap")
+                        if g in v
+                    },
+                }
                 for k, v in mp.items()
             }
             plots.dece_heatmaps(

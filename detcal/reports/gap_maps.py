@@ -41,8 +41,12 @@ def marginal_gap_map(
     ``kept [C]`` (e.g. ``MetricResult.table["kept"]`` of a D-ECE result)
     replaces the threshold test when given.
 
-    Returns ``{"gap": [Bi,Bj], "count": [Bi,Bj] (all samples), "kept_count":
-    [Bi,Bj]}``.
+    ``signed_gap`` is the same weighted mean of ``conf(c) - prec(c)``: positive
+    where the detector is over-confident on the whole, negative where it is
+    under-confident (what the maps are coloured by; ``|signed_gap| <= gap``).
+
+    Returns ``{"gap": [Bi,Bj], "signed_gap": [Bi,Bj], "count": [Bi,Bj] (all
+    samples), "kept_count": [Bi,Bj]}``.
     """
     shape = tuple(int(s) for s in shape)
     n_cells = int(np.prod(shape)) if shape else 0
@@ -63,11 +67,14 @@ def marginal_gap_map(
     other = tuple(a for a in range(len(shape)) if a not in axes)
     n_g = n.reshape(shape)
     wk = np.where(kept, n, 0.0).reshape(shape)
+    signed = np.where(kept, np.nan_to_num(conf) - np.nan_to_num(prec), 0.0)
     num = (wk * gap.reshape(shape)).sum(axis=other)
+    snum = (wk * signed.reshape(shape)).sum(axis=other)
     den = wk.sum(axis=other)
     tot = n_g.sum(axis=other)
     if axes[0] > axes[1]:  # sum() leaves axes in ascending order
-        num, den, tot = num.T, den.T, tot.T
+        num, snum, den, tot = num.T, snum.T, den.T, tot.T
     with np.errstate(invalid="ignore", divide="ignore"):
         m = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
-    return {"gap": m, "count": tot, "kept_count": den}
+        sm = np.where(den > 0, snum / np.where(den > 0, den, 1.0), np.nan)
+    return {"gap": m, "signed_gap": sm, "count": tot, "kept_count": den}

@@ -158,6 +158,64 @@ def reliability_diagram(
     return _save(fig, path)
 
 
+def _gap_panel(
+    fig: Any, ax: Any, name: str, spec: Mapping[str, Any], sample_threshold: int, vmax: Any, cmap: Any, grey: Any
+) -> None:
+    """One D-ECE map panel of :func:`dece_heatmaps` (the convention of :mod:`detcal.reports.gap_colours`)."""
+    from matplotlib.patches import Patch
+
+    from detcal.reports.gap_colours import COLOUR_LABEL, DARK_TEXT_ABOVE, EMPTY_LABEL, y_down
+
+    gap = np.asarray(spec.get("signed_gap", spec.get("gap", [])), dtype=np.float64)
+    cnt = np.asarray(spec.get("count", np.zeros_like(gap)), dtype=np.float64)
+    if gap.ndim != 2 or cnt.shape != gap.shape:
+        raise DetcalInputError(
+            f"gap {gap.shape} and count {cnt.shape} must be the same 2-D shape", record=name, field="gap"
+        )
+    ax_names = tuple(spec.get("axes", ("feature 0", "feature 1")))
+    masked = np.ma.masked_where(~np.isfinite(gap) | (cnt < sample_threshold), gap)
+    down = y_down(ax_names)
+    if gap.size:
+        top = float(np.nanmax(np.abs(masked.filled(np.nan)))) if masked.count() else 1.0
+        if vmax and name in vmax and np.isfinite(vmax[name]):
+            top = float(vmax[name])
+        top = max(top, 1e-6)
+        im = ax.imshow(
+            masked.T,
+            origin="upper" if down else "lower",
+            extent=(0.0, 1.0, 1.0, 0.0) if down else (0.0, 1.0, 0.0, 1.0),
+            cmap=cmap,
+            vmin=-top,
+            vmax=top,
+            aspect="auto",
+            interpolation="nearest",
+        )
+        cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, ticks=[-top, 0.0, top])
+        cb.ax.set_yticklabels([f"{-top:+.2f}", "0", f"{top:+.2f}"])
+        cb.set_label(COLOUR_LABEL if "signed_gap" in spec else "mean |gap|", fontsize=7)
+        bi, bj = gap.shape
+        empty = np.ma.getmaskarray(masked)
+        if bi * bj <= 100:  # label small grids: the signed gap per cell, as the SVG of report.html
+            for i, j in np.ndindex(bi, bj):
+                txt = "–" if empty[i, j] else f"{gap[i, j]:+.2f}".replace("-", "−")
+                dark = not empty[i, j] and abs(gap[i, j]) > DARK_TEXT_ABOVE * top
+                y_txt = (j + 0.5) / bj
+                ax.text((i + 0.5) / bi, y_txt, txt, ha="center", va="center", fontsize=9, color="w" if dark else "k")
+        if empty.any():
+            ax.legend(
+                handles=[Patch(facecolor=grey, label=f"{EMPTY_LABEL} (N < {sample_threshold})")],
+                loc="upper center",
+                bbox_to_anchor=(0.5, -0.14),
+                fontsize=7,
+                frameon=False,
+            )
+    else:
+        _no_data(ax)
+    ax.set_xlabel(ax_names[0])
+    ax.set_ylabel(ax_names[1] + (" (0 = top)" if down else ""))
+    ax.set_title(name, fontsize=9)
+
+
 def dece_heatmaps(
     path: str | os.PathLike,
     maps: Mapping[str, Mapping[str, Any]],
@@ -171,9 +229,12 @@ def dece_heatmaps(
 
     ``maps`` maps a panel name (e.g. ``"cx_cy"``) to ``{"gap": [Bi,Bj],
     "count": [Bi,Bj], "axes": (name_i, name_j)}`` (as :func:`marginal_gap_map`
-    returns plus the axis names). Axis i is drawn horizontally over [0, 1],
-    axis j vertically (for ``cy`` downwards, as in the image). Cells with
-    ``count < sample_threshold`` or a NaN gap are greyed out. An empty mapping
+    returns plus the axis names), drawn in the convention of
+    :mod:`detcal.reports.gap_colours` (the SVG maps of report.html use it too):
+    ``signed_gap`` when given (else ``gap``) on a symmetric diverging scale
+    with a colour bar, the value in each cell, axis i across over [0, 1],
+    axis j upwards (for ``cy`` downwards, as in the image); cells with
+    ``count < sample_threshold`` or a NaN gap grey, explained in a legend. An empty mapping
     draws one empty panel. ``vmax``: per panel, the top of the colour scale
     (give before/after maps the same one to compare them).
     """
@@ -183,57 +244,17 @@ def dece_heatmaps(
     axes = [fig.add_subplot(1, k, i + 1) for i in range(k)]
     if not names:
         _no_data(axes[0])
-    import matplotlib as mpl
+    from matplotlib.colors import LinearSegmentedColormap
 
-    cmap = mpl.colormaps["viridis"].with_extremes(bad="0.8")
+    from detcal.reports.gap_colours import DIVERGING_STOPS, EMPTY_GREY
+
+    grey = (EMPTY_GREY[0] / 255, EMPTY_GREY[1] / 255, EMPTY_GREY[2] / 255)
+    cmap = LinearSegmentedColormap.from_list(
+        "detcal_gap", [(t, tuple(c / 255 for c in rgb)) for t, rgb in DIVERGING_STOPS]
+    ).with_extremes(bad=grey)
     for ax, name in zip(axes, names):
-        spec = maps[name]
-        gap = np.asarray(spec.get("gap", []), dtype=np.float64)
-        cnt = np.asarray(spec.get("count", np.zeros_like(gap)), dtype=np.float64)
-        if gap.ndim != 2 or cnt.shape != gap.shape:
-            raise DetcalInputError(
-                f"gap {gap.shape} and count {cnt.shape} must be the same 2-D shape", record=name, field="gap"
-            )
-        ax_names = tuple(spec.get("axes", ("feature 0", "feature 1")))
-        masked = np.ma.masked_where(~np.isfinite(gap) | (cnt < sample_threshold), gap)
-        flip_y = ax_names[1] in ("cy", "y")
-        extent = (0.0, 1.0, 1.0, 0.0) if flip_y else (0.0, 1.0, 0.0, 1.0)
-        origin = "upper" if flip_y else "lower"
-        if gap.size:
-            top = float(np.nanmax(masked.filled(np.nan))) if masked.count() else 1.0
-            if vmax and name in vmax and np.isfinite(vmax[name]):
-                top = float(vmax[name])
-            im = ax.imshow(
-                masked.T,
-                origin=origin,
-                extent=extent,
-                cmap=cmap,
-                vmin=0.0,
-                vmax=max(top, 1e-6),
-                aspect="auto",
-                interpolation="nearest",
-            )
-            fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="gap |prec - conf|")
-            bi, bj = gap.shape
-            grey = np.ma.getmaskarray(masked)
-            if bi * bj <= 100:  # annotate small grids: gap and sample count per cell
-                for i, j in np.ndindex(bi, bj):
-                    txt = "-" if grey[i, j] else f"{gap[i, j]:.2f}"
-                    ax.text(
-                        (i + 0.5) / bi,
-                        (j + 0.5) / bj,
-                        f"{txt}\n{int(cnt[i, j])}",
-                        ha="center",
-                        va="center",
-                        fontsize=6,
-                        color="k" if grey[i, j] else "w",
-                    )
-        else:
-            _no_data(ax)
-        ax.set_xlabel(ax_names[0])
-        ax.set_ylabel(ax_names[1])
-        ax.set_title(name, fontsize=9)
-    fig.suptitle(f"{title} (D-ECE = {_fmt(dece)}, grey: N < {sample_threshold})", fontsize=10)
+        _gap_panel(fig, ax, name, maps[name], sample_threshold, vmax, cmap, grey)
+    fig.suptitle(f"{title} (D-ECE = {_fmt(dece)})", fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
 

@@ -27,7 +27,7 @@ Calibration for Object Detection". Protocol, as run by :func:`run`:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -210,40 +210,47 @@ def run(
     cal_fraction: float = 0.7,
     sample_threshold: int = 1,
     seed: int = 0,
+    progress: Callable[[str], None] | None = None,
 ) -> StudyResult:
-    """Run the protocol (module docstring); returns every split's D-ECE."""
+    """Run the protocol (module docstring); returns every split's D-ECE. ``progress``: called with one
+    line after each (detector, IoU) part, saying which, how many of how many and the time so far."""
     t0 = time.time()
     rows: list[dict[str, Any]] = []
     full: list[dict[str, Any]] = []
-    for det in detectors:
-        for iou in ious:
-            s = detector_sample(det, float(iou))
-            p, y, feats = s["p"], s["y"], s["features"]
-            uniq, img_row = np.unique(s["image"], return_inverse=True)
-            splits = image_splits(s["image"], n_splits, cal_fraction, seed)
-            for fs in feature_sets:
-                full.append(
-                    {
-                        "detector": det,
-                        "iou": float(iou),
-                        "features": fs,
-                        "dece": set_dece(p, y, feature_columns(feats, fs), sample_threshold),
-                    }
-                )
-            vals = _split_deces(p, y, feats, img_row, splits, feature_sets, calibrators, sample_threshold)
-            for (fs, name), v in vals.items():
-                arr = np.asarray(v)
-                rows.append(
-                    {
-                        "detector": det,
-                        "iou": float(iou),
-                        "features": fs,
-                        "calibrator": name,
-                        "mean": float(arr.mean()),
-                        "std": float(arr.std(ddof=1)) if len(arr) > 1 else 0.0,
-                        "values": arr,
-                    }
-                )
+    parts = [(det, iou) for det in detectors for iou in ious]
+    for k, (det, iou) in enumerate(parts):
+        s = detector_sample(det, float(iou))
+        p, y, feats = s["p"], s["y"], s["features"]
+        uniq, img_row = np.unique(s["image"], return_inverse=True)
+        splits = image_splits(s["image"], n_splits, cal_fraction, seed)
+        for fs in feature_sets:
+            full.append(
+                {
+                    "detector": det,
+                    "iou": float(iou),
+                    "features": fs,
+                    "dece": set_dece(p, y, feature_columns(feats, fs), sample_threshold),
+                }
+            )
+        vals = _split_deces(p, y, feats, img_row, splits, feature_sets, calibrators, sample_threshold)
+        for (fs, name), v in vals.items():
+            arr = np.asarray(v)
+            rows.append(
+                {
+                    "detector": det,
+                    "iou": float(iou),
+                    "features": fs,
+                    "calibrator": name,
+                    "mean": float(arr.mean()),
+                    "std": float(arr.std(ddof=1)) if len(arr) > 1 else 0.0,
+                    "values": arr,
+                }
+            )
+        if progress is not None:
+            progress(
+                f"kueppers2020: {k + 1}/{len(parts)} {det} at IoU {float(iou):.2f} done "
+                f"({n_splits} splits, {len(calibrators)} calibrators; {time.time() - t0:.0f} s so far)"
+            )
     params = {
         "detectors": list(detectors),
         "ious": [float(i) for i in ious],

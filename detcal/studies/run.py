@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +19,23 @@ def _detectors(names: list[str]) -> list[str]:
     return list(names) or list(bundled.DETECTORS)
 
 
+def _printer(app: Any) -> Any:
+    """One progress line on stderr per part of a study (none with ``output.progress=false``)."""
+    if not getattr(app.output, "progress", True):
+        return None
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    return say
+
+
 def run_study(app: Any, out: Path) -> tuple[dict[str, Any], str, list[str]]:
     """Run the study ``app.study`` (a :class:`detcal.apps.schema.StudyApp`) writing its figure under ``out``."""
     if app.study == "kueppers2020":
         from detcal.studies import kueppers2020 as k
 
-        res = k.run(detectors=_detectors(app.detectors), n_splits=app.n_splits, seed=app.seed)
+        res = k.run(detectors=_detectors(app.detectors), n_splits=app.n_splits, seed=app.seed, progress=_printer(app))
         files = []
         if app.output.plots:
             k.plot(res, out / "kueppers2020.png")

@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import logging
+import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -71,9 +72,10 @@ _NOT_IN_FINGERPRINT = ("log_every", "checkpoint_every")
 class _Stages:
     """``stages.json``: status and wall time of every stage; one log line per stage."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, echo: bool = True) -> None:
         self.path = run_dir / "stages.json"
         self.record: dict[str, Any] = {}
+        self.echo = echo
 
     def run(self, name: str, fn: Callable[[], tuple[Any, str]]) -> Any:
         log.info("[%s] start", name)
@@ -87,6 +89,8 @@ class _Stages:
         }
         write_json(self.path, self.record)
         log.info("[%s] %s in %.1f s", name, status, dt)
+        if self.echo:  # the console's progress: one line per stage (the log file has them too)
+            print(f"detcal-main [{name}] {status} in {dt:.1f} s", file=sys.stderr, flush=True)
         return out
 
 
@@ -400,7 +404,11 @@ def _write_table1(
         from detcal.reports.html import write_report
 
         write_report(run_dir, {"command": "detcal-main", **dict(header or {}), **table})
-    print(md + "\n" + "\n".join(run_footer(run_dir, table["files"])), flush=True)  # printed whatever print_summary says
+    t = table.get("timing_s") or {}
+    stages = "stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in t.items() if k != "total")
+    stages += f"; total {t['total']:.1f} s" if "total" in t else ""
+    # printed whatever print_summary says
+    print(md + "\n" + stages + "\n" + "\n".join(run_footer(run_dir, table["files"])), flush=True)
     return table
 
 
@@ -435,7 +443,7 @@ def run_main_job(
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json(run_dir / "main_spec.json", to_jsonable(dataclasses.asdict(spec)))
-    stages = _Stages(run_dir)
+    stages = _Stages(run_dir, echo=progress)
     job = _Job(spec, run_dir, calibrators, progress, header, report_html=report_html)
     job.splits = stages.run("data", job.data)
     job.fps = stage_fingerprints(spec, job.splits)

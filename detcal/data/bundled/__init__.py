@@ -102,9 +102,9 @@ def _tfzoo_detections(detector: str) -> Detections:
     )
 
 
-def _mini79_file(stem: str) -> Path:
-    """The gunzipped bundled JSON file in a per-process temporary folder."""
-    out = Path(_mini79_dir()) / f"{stem}.json"
+def _mini79_file(stem: str, directory: Path | None = None) -> Path:
+    """The gunzipped bundled JSON file in ``directory`` (default: a per-process temporary folder)."""
+    out = (directory or Path(_mini79_dir())) / f"{stem}.json"
     if not out.exists():
         out.write_bytes(gzip.decompress((HERE / "coco_mini79" / f"{stem}.json.gz").read_bytes()))
     return out
@@ -117,18 +117,23 @@ def _mini79_dir() -> str:
     return d
 
 
-def path(name: str, detector: str | None = None) -> Path:
+def path(name: str, detector: str | None = None, directory: str | Path | None = None) -> Path:
     """A plain JSON file of a bundled set (COCO instances, or one detector's COCO results).
 
-    ``coco_mini79`` files are unpacked to a temporary folder; ``coco_tfzoo``
-    is written there as COCO JSON on first use (for tools that want files).
+    ``directory``: where to write it (created; the file stays, and is reused when there). Without
+    it the file lies in a per-process temporary folder that is deleted when Python exits (for
+    tools that read it within the same process). ``coco_mini79`` files are unpacked;
+    ``coco_tfzoo`` is written as COCO JSON on first use.
     """
     _check(name, detector)
+    where = None if directory is None else Path(directory)
+    if where is not None:
+        where.mkdir(parents=True, exist_ok=True)
     if name == "coco_mini79":
-        return _mini79_file("gt" if detector is None else f"dt_{detector}")
+        return _mini79_file("gt" if detector is None else f"dt_{detector}", where)
     from detcal.data.coco import write_coco_instances, write_coco_results
 
-    out = Path(_mini79_dir()) / ("tfzoo_gt.json" if detector is None else f"tfzoo_dt_{detector}.json")
+    out = (where or Path(_mini79_dir())) / ("tfzoo_gt.json" if detector is None else f"tfzoo_dt_{detector}.json")
     if not out.exists():
         if detector is None:
             write_coco_instances(out, _tfzoo_dataset())

@@ -17,6 +17,13 @@ def _first_block(conf: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | Non
     return None
 
 
+def _when(label: str) -> str:
+    """``At iou=0.50`` for a threshold, ``Before calibration`` / ``After calibration`` for a stage."""
+    if label in ("before", "after"):
+        return f"{label.capitalize()} calibration"
+    return f"At {esc(label)}"
+
+
 def _bin_sentences(label: str, ece: Mapping[str, Any]) -> list[str]:
     """Where the confidence is too high or too low, from the ECE bins."""
     t = ece.get("table") or {}
@@ -42,7 +49,7 @@ def _bin_sentences(label: str, ece: Mapping[str, Any]) -> list[str]:
             else f"in {len(group)} of {len(rows)} occupied bins (from {lo:.2f} up)"
         )
         out.append(
-            f"At {esc(label)}, the detector is <b>{kind}</b> {where}; the largest weight of the gap is at "
+            f"{_when(label)}, the detector is <b>{kind}</b> {where}; the largest weight of the gap is at "
             f"confidence {num(worst[3], 2)}: precision {num(worst[2], 2)} over {num(worst[1])} detections."
         )
     return out

@@ -40,13 +40,19 @@ def worst_section(m: Mapping[str, Any], image_dir: Path | None) -> str:
         "largest_contributions": "Largest contributions to the D-ECE",
     }
     pending: list[tuple[int, list[Any]]] = []  # (slot in out, rows): thumbnails filled in once, below
+    shown: set[tuple[Any, Any, Any]] = set()
     for key, title in titles.items():
         rows = w.get(key) or []
         if not rows:
             continue
+        ids = {(r.get("image_id"), r.get("score"), r.get("cell")) for r in rows}
+        if ids <= shown:
+            out.append(f"<h3>{title}</h3><p class=note>The same detections as the table above.</p>")
+            continue
+        shown |= ids
         body = []
         for r in rows:
-            tds = [cell(r.get(k)) for k in _ROW_KEYS]
+            tds = [cell(r.get(k)) if k != "image_id" else f"<td>{esc(r.get(k))}</td>" for k in _ROW_KEYS]  # an id
             tds.insert(6, f"<td>{esc(', '.join(f'{k}:{v}' for k, v in (r.get('cell_bins') or {}).items()))}</td>")
             body.append(tds)
         out.append(
@@ -138,7 +144,12 @@ def generic_section(m: Mapping[str, Any], keys: Iterable[str], title: str = "Oth
         _leaves(m.get(key), "", rows, 2000)
         if rows:
             parts.append(f"<h3>{esc(key)}</h3>" + table(["entry", "value"], [[p or key, v] for p, v in rows]))
-    return f"<h2 id=other>{esc(title)}</h2>" + "".join(parts) if parts else ""
+    if not parts:
+        return ""
+    return (
+        f"<h2 id=other>{esc(title)}</h2><details><summary>{len(parts)} groups of numbers this page has no section "
+        "for (every one is in metrics.json)</summary>" + "".join(parts) + "</details>"
+    )
 
 
 def file_digests(m: Mapping[str, Any]) -> list[tuple[str, str, str]]:
@@ -214,7 +225,12 @@ def _png_figs(run_dir: Path | None, files: Iterable[str]) -> list[str]:
 def _png_section(run_dir: Path | None, files: Iterable[str], keep_per_class: bool = True) -> str:
     """Every PNG of the run (but the per-class diagrams when the per-class table shows them)."""
     figs = _png_figs(run_dir, [f for f in files if (keep_per_class or "per_class" not in f) and "overlay" not in f])
-    return "<h2 id=diagrams>Diagrams</h2><div class=figs>" + "".join(figs) + "</div>" if figs else ""
+    if not figs:
+        return ""
+    return (
+        f"<h2 id=diagrams>Diagrams</h2><details><summary>The run's {len(figs)} PNG files (the drawings above, in "
+        "the same convention, for a paper)</summary><div class=figs>" + "".join(figs) + "</div></details>"
+    )
 
 
 def _nav(body: str) -> str:
@@ -230,6 +246,11 @@ def _data_line(d: Any) -> str:
     """``source bundle/detector (N images, G GT, D detections)`` of evaluate's ``data`` block."""
     if not isinstance(d, Mapping):
         return ""
+    if "source" not in d and isinstance(d.get("calibration"), Mapping):  # calibrate: the detector it calibrates
+        d = d["calibration"]
+    parts = {k: v for k, v in d.items() if isinstance(v, Mapping) and is_number(v.get("n_images"))}
+    if parts and "source" not in d:  # the main job: its splits
+        return ", ".join(f"{esc(k)}: {esc(v.get('source', ''))} {num(v['n_images'])} images" for k, v in parts.items())
     name = " / ".join(str(d[k]) for k in ("source", "bundle", "detector", "gt", "results") if d.get(k))
     c = d.get("counts") or {}
     n = ", ".join(f"{num(c[k])} {k}" for k in ("images", "gt", "detections") if is_number(c.get(k)))
@@ -269,11 +290,19 @@ def render_report(
 ) -> str:
     """report.html of one run from its metrics.json content ``m`` (the page shows only numbers of ``m``)."""
     rd = None if run_dir is None else Path(run_dir)
+    own = _own_page(m, rd, extra_files or [])
+    if own is not None:
+        return _page(m, own)
     if image_dir is None and _own_run(m, rd):  # a metrics.json from elsewhere never picks the image folder
         image_dir = ((m.get("config") or {}).get("data") or {}).get("image_dir")
     img = Path(image_dir) if image_dir else None
     files = [f for f in m.get("files") or [] if isinstance(f, str)]
-    pc_figs = "".join(_png_figs(rd, [f for f in files if "per_class" in f]))
+    pc_list = _png_figs(rd, [f for f in files if "per_class" in f])
+    pc_figs = (
+        f"<details><summary>Per-class reliability diagrams ({len(pc_list)} PNG)</summary>{''.join(pc_list)}</details>"
+        if pc_list
+        else ""
+    )
     pc_html = _guard("per-class", sec.per_class, m, pc_figs)
     facts = _guard("findings", findings, m) or []
     first = [_guard("headline", sec.headline, m), _guard("reliability", sec.confidence_figures, m, "first")]
@@ -304,8 +333,38 @@ def render_report(
         + "</div></section>"
         + "".join(rest)
     )
+    return _page(m, body)
+
+
+def _files_section(m: Mapping[str, Any]) -> str:
+    files = [str(f) for f in m.get("files") or []]
+    if not files:
+        return ""
+    return "<h2 id=files>Files of the run</h2><p class=note>" + esc(", ".join(files)) + "</p>"
+
+
+def _own_page(m: Mapping[str, Any], rd: Path | None, extra_files: list[tuple[str, str, str]]) -> str | None:
+    """The body of a command with a page of its own (the main job, the study), or None."""
+    if m.get("command") == "detcal-main" and isinstance(m.get("table"), str):
+        from detcal.reports.html.main_page import main_body
+
+        return main_body(m, _files_section(m), provenance_section(m, extra_files))
+    if m.get("command") == "detcal-study" and m.get("study") == "kueppers2020":
+        from detcal.reports.html.study_page import study_body
+
+        return study_body(m, _png_section(rd, m.get("files") or []), provenance_section(m, extra_files))
+    return None
+
+
+def _page(m: Mapping[str, Any], body: str) -> str:
+    """The document around ``body``: header with the data line and the section links, footer."""
     title = f"{m.get('command', 'detcal')} report"
     sub = _data_line(m.get("data"))
+    cal_node = m.get("calibrators")
+    cal: Mapping[str, Any] = cal_node if isinstance(cal_node, Mapping) else {}
+    names = [f"{k} {v['name']}" for k, v in cal.items() if isinstance(v, Mapping) and isinstance(v.get("name"), str)]
+    if names:
+        sub += " · calibrators: " + esc(", ".join(names))
     return (
         f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><meta name=viewport "
         f'content="width=device-width,initial-scale=1"><title>{esc(title)}</title><style>{CSS}</style></head>'

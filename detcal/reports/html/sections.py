@@ -123,10 +123,18 @@ def confidence_figures(m: Mapping[str, Any], part: str = "all") -> str:
                 figs.append(
                     _fig(
                         heatmap_svg(
-                            mp["gap"], mp.get("count"), mp.get("axes", ["f1", "f2"]), f"D-ECE map {name} {label}"
+                            mp.get("signed_gap", mp["gap"]),
+                            mp.get("count"),
+                            mp.get("axes", ["f1", "f2"]),
+                            f"D-ECE map {name} {label}",
                         ),
-                        f"D-ECE map ({esc(', '.join(mp.get('axes', [])))}) {esc(label)}: signed gap, red "
-                        f"over-confident, blue under-confident; grid D-ECE {num(mp.get('dece'))}",
+                        f"D-ECE map ({esc(', '.join(mp.get('axes', [])))}) {esc(label)}: "
+                        + (
+                            "signed gap conf − prec per cell, red over-confident, blue under-confident"
+                            if "signed_gap" in mp
+                            else "mean |gap| per cell"
+                        )
+                        + f"; grid D-ECE {num(mp.get('dece'))}",
                     )
                 )
     if not figs:
@@ -263,22 +271,36 @@ def compare(m: Mapping[str, Any]) -> str:
     ):
         rows = m.get(key)
         if isinstance(rows, list) and rows and isinstance(rows[0], Mapping):
-            skip = ("ci_notes", "ci_note", "bootstrap")
-            cols = [c for c in dict.fromkeys(k for r in rows for k in r) if not c.startswith("_") and c not in skip]
-            out.append(
-                f"<h2 id={key.replace('_', '-')}>{title}</h2>" + table(cols, [[r.get(c) for c in cols] for r in rows])
-            )
-            notes = [
-                f"{r.get('detector', '')} {r.get('metric', '')} {k}: {v}".replace("  ", " ")
-                for r in rows
-                for k, v in ((r.get("ci_notes") or {}) | ({"": r["ci_note"]} if r.get("ci_note") else {})).items()
+            skip: tuple[str, ...] = ("ci_notes", "ci_note", "bootstrap")
+            if key == "table" and isinstance(m.get("per_size"), list) and m["per_size"]:
+                skip += ("AP_small", "AP_medium", "AP_large")  # in the per-size table below
+            every = list(dict.fromkeys(k for r in rows for k in r))
+            cols = [
+                c
+                for c in every
+                if not c.startswith("_") and c not in skip and not (c.endswith("_ci") and c[:-3] in every)
             ]
-            if notes:
+            body = [
+                [
+                    f"<td class='n nw'>{num(r.get(c))}<br><small>{ci_text(r.get(c + '_ci')) or 'no interval: see the notes'}</small></td>"
+                    if c + "_ci" in every
+                    else cell(r.get(c))
+                    for c in cols
+                ]
+                for r in rows
+            ]
+            out.append(f"<h2 id={key.replace('_', '-')}>{title}</h2>" + table(cols, body, raw=True))
+            grouped: dict[str, list[str]] = {}  # each distinct note once per table, with where it applies
+            for r in rows:
+                for k, v in ((r.get("ci_notes") or {}) | ({"": r["ci_note"]} if r.get("ci_note") else {})).items():
+                    where = f"{r.get('detector', '')} {r.get('metric', '')} {k}".replace("  ", " ").strip()
+                    grouped.setdefault(str(v), []).append(where)
+            if grouped:
                 out.append(
-                    "<details><summary>Interval notes ("
-                    + str(len(notes))
-                    + ")</summary><ul>"
-                    + "".join(f"<li>{esc(n)}</li>" for n in notes)
+                    f"<details><summary>Interval notes ({len(grouped)})</summary><ul>"
+                    + "".join(
+                        f"<li>{esc(n)} <span class=note>({esc(', '.join(w))})</span></li>" for n, w in grouped.items()
+                    )
                     + "</ul></details>"
                 )
     pcs = m.get("per_class")

@@ -23,6 +23,7 @@ svg.fig text{font-size:10px;fill:#333}.frame{fill:#fff;stroke:#999}.nofill{fill:
 .detbox{fill:none;stroke:#e00;stroke-width:2}.gtbox{fill:none;stroke:#0b0;stroke-width:2}
 .gtother{fill:none;stroke:#0b0;stroke-width:1.5;stroke-dasharray:4 2}
 .note{color:#555;font-size:12px}pre{background:#fff;border:1px solid #ddd;padding:8px;overflow:auto;max-height:400px}
+.better{color:#1a7f37}.worse{color:#c62828;font-weight:bold}td.nw{white-space:nowrap}line.line{stroke-width:2.5}
 footer{color:#777;font-size:12px;padding:0 24px 24px}
 """
 
