@@ -12,8 +12,10 @@ from detcal.reports import results_json
 
 # the clock and the run time; under /data only the counts (the rest names where the data came from);
 # /worst_detections: the report's example rows, with file names and boxes as the input wrote them and
-# ties in input order (docs/metrics.md#worst-calibrated-detections), so they follow the input's form
-SKIP = ("/created", "/timing_s", "/worst_detections")
+# ties in input order (docs/metrics.md#worst-calibrated-detections), so they follow the input's form;
+# /diagnostics: TIDE breaks tied scores in the order detections arrive, as tidecv does, and the label-error
+# rows name detections by their input row and file name (docs/metrics.md#diagnostics)
+SKIP = ("/created", "/timing_s", "/worst_detections", "/diagnostics")
 
 
 def _flat(d: Any, p: str = "") -> Iterator[tuple[str, Any]]:

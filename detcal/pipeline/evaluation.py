@@ -503,6 +503,21 @@ def _data_record(data: LoadedData) -> dict[str, Any]:
     }
 
 
+def _accuracy_and_oce(spec: EvaluationSpec, data: LoadedData, timing: dict[str, float]) -> tuple[Any, ...]:
+    """The accuracy, localisation, OCE and uq-detr records and the per-image rows; their times in ``timing``."""
+    t0 = time.perf_counter()
+    from detcal.pipeline.accuracy_block import accuracy_block, localisation_block
+
+    acc, loc = accuracy_block(spec, data), localisation_block(spec, data)
+    timing["accuracy"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    from detcal.pipeline.oce_block import oce_block, per_image_rows, uq_detr_block
+
+    oce_rec, uq_rec = oce_block(spec, data), uq_detr_block(spec, data)
+    timing["oce"] = time.perf_counter() - t0
+    return acc, loc, oce_rec, uq_rec, per_image_rows(oce_rec)
+
+
 def evaluate(
     gt: Any,
     results: Any = None,
@@ -547,17 +562,7 @@ def evaluate(
         t0 = time.perf_counter()
         reg = _regression_block(spec, data, mr_reg, bar) if reg_on else {"_sample": {"n": 0, "skipped": "disabled"}}
         timing["regression"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        from detcal.pipeline.accuracy_block import accuracy_block, localisation_block
-
-        acc, loc = accuracy_block(spec, data), localisation_block(spec, data)
-        timing["accuracy"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        from detcal.pipeline.oce_block import oce_block, per_image_rows, uq_detr_block
-
-        oce_rec, uq_rec = oce_block(spec, data), uq_detr_block(spec, data)
-        per_image = per_image_rows(oce_rec)
-        timing["oce"] = time.perf_counter() - t0
+        acc, loc, oce_rec, uq_rec, per_image = _accuracy_and_oce(spec, data, timing)
         diag, diag_cols = _diagnostics(spec, data, mr, feats, conf, loc, timing)
     dets = data.detections
     warn = (
