@@ -477,7 +477,9 @@ def _fit_regression(
         raise DetcalInputError(
             f"no true positives at IoU {t_reg} in the calibration data: nothing to fit", field="regression.sample_iou"
         )
-    reg_cal.fit(s_c.mu, s_c.sigma, s_c.y)
+    grouped = bool(getattr(reg_cal, "uses_groups", False))  # Mondrian conformal: the category of each sample
+    fit_kw = {"groups": cal.data.detections.category[s_c.rows]} if grouped else {}
+    reg_cal.fit(s_c.mu, s_c.sigma, s_c.y, **fit_kw)
     out.dets_out, wb = apply_regression_calibrator(out.dets_out, reg_cal, space)
     out.calibrators["regression"] = {
         "name": names.get("regression", type(reg_cal).__name__),
@@ -493,7 +495,8 @@ def _fit_regression(
     s_e = regression_sample(
         ev.data.detections, ev.data.dataset.gt, _reg_match(ev, spec), iou_threshold=t_reg, space=space
     )
-    mu_a, sg_a = reg_cal.transform(s_e.mu, s_e.sigma) if len(s_e) else (s_e.mu, s_e.sigma)
+    ev_kw = {"groups": ev.data.detections.category[s_e.rows]} if grouped else {}
+    mu_a, sg_a = reg_cal.transform(s_e.mu, s_e.sigma, **ev_kw) if len(s_e) else (s_e.mu, s_e.sigma)
     out.evaluation["regression"] = {
         "before": _regression_eval(spec, s_e.mu, s_e.sigma, s_e.y, s_e.image_id, s_e.coords, space),
         "after": _regression_eval(spec, mu_a, sg_a, s_e.y, s_e.image_id, s_e.coords, space),
@@ -510,7 +513,7 @@ def _fit_regression(
             for k, c in enumerate(s_e.coords)
         }
     if calibration.in_sample:
-        mu_i, sg_i = reg_cal.transform(s_c.mu, s_c.sigma)
+        mu_i, sg_i = reg_cal.transform(s_c.mu, s_c.sigma, **fit_kw)
         out.in_sample["regression"] = {
             "before": _regression_eval(spec, s_c.mu, s_c.sigma, s_c.y, s_c.image_id, s_c.coords, space),
             "after": _regression_eval(spec, mu_i, sg_i, s_c.y, s_c.image_id, s_c.coords, space),
