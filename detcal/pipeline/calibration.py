@@ -193,6 +193,7 @@ def _regression_change(spec: EvaluationSpec, s_e: Any, mu_a: np.ndarray, sg_a: n
         "ence": _mean_over_coords(ence, "ence_mean", bins=sb.bins, binning=sb.scheme),
         "m_qce": _mean_over_coords(m_qce, "m_qce_mean", levels=levels),
         "nll": _mean_over_coords(gaussian_nll, "nll_mean"),
+        **_coverage_means(spec),
     }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -209,6 +210,17 @@ def _regression_change(spec: EvaluationSpec, s_e: Any, mu_a: np.ndarray, sg_a: n
             fast=False,
         )
     return {k: v.to_dict() for k, v in ch.items()}
+
+
+def _coverage_means(spec: EvaluationSpec) -> dict[str, Callable[..., MetricResult]]:
+    """Coordinate-mean coverage and width of the central ``regression.coverage_level`` intervals."""
+    from detcal.metrics.regression.coverage import gaussian_coverage, gaussian_width
+
+    lv = float(spec.regression.coverage_level)
+    return {
+        "coverage": _mean_over_coords(gaussian_coverage, "coverage_mean", level=lv),
+        "interval_width": _mean_over_coords(gaussian_width, "interval_width_mean", level=lv),
+    }
 
 
 def _mean_over_coords(fn: Callable[..., MetricResult], name: str, **kw: Any) -> Callable[..., MetricResult]:
@@ -262,6 +274,7 @@ def _regression_eval(
         "ence": _mean_over_coords(ence, "ence_mean", bins=sb.bins, binning=sb.scheme),
         "m_qce": _mean_over_coords(m_qce, "m_qce_mean", levels=levels),
         "nll": _mean_over_coords(gaussian_nll, "nll_mean"),
+        **_coverage_means(spec),
     }
     summary: dict[str, Any] = {}
     for key, fn in means.items():
@@ -272,6 +285,10 @@ def _regression_eval(
             )
         summary[key] = m.to_dict()
     out["_mean"] = summary
+    from detcal.pipeline.coverage_block import sample_coverage
+
+    cov = sample_coverage(sample, float(r.coverage_level), None, None)
+    out.update({k: {c: v.to_dict() for c, v in per.items()} for k, per in cov.items()})
     return out
 
 

@@ -42,7 +42,9 @@ __all__ = [
     "box_stretch",
     "coverage_metrics",
     "edge_sample",
+    "gaussian_coverage",
     "gaussian_interval",
+    "gaussian_width",
     "interval_coverage",
 ]
 
@@ -165,3 +167,26 @@ def coverage_metrics(
         extra={"by_size": _strata(box_cov, gt_area, SIZE_BINS), "by_iou": _strata(box_cov, iou, IOU_BANDS)},
     )
     return {"coverage": cov, "interval_width": wid}
+
+
+def gaussian_coverage(mu: np.ndarray, sigma: np.ndarray, y: np.ndarray, level: float = 0.9) -> MetricResult:
+    """Coverage of one coordinate's central ``level`` Gaussian intervals (1-D ``[S]``); ``extra``: mean width."""
+    lo, hi = gaussian_interval(mu, sigma, level)
+    y = np.asarray(y, dtype=np.float64)
+    n = len(y)
+    value = float(((lo <= y) & (hi >= y)).mean()) if n else float("nan")
+    width = float(np.mean(hi - lo)) if n else float("nan")
+    return MetricResult(
+        name="coverage",
+        value=value,
+        variant="conformal_od",
+        params={"level": float(level), "intervals": "gaussian central interval mu -+ z sigma", "n": n},
+        extra={"mean_width": width},
+    )
+
+
+def gaussian_width(mu: np.ndarray, sigma: np.ndarray, y: np.ndarray, level: float = 0.9) -> MetricResult:
+    """Mean width ``2 z sigma`` of one coordinate's central ``level`` Gaussian intervals (``y`` unused)."""
+    lo, hi = gaussian_interval(mu, sigma, level)
+    value = float(np.mean(hi - lo)) if len(lo) else float("nan")
+    return MetricResult(name="interval_width", value=value, variant="conformal_od", params={"level": float(level)})
