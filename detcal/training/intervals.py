@@ -8,7 +8,8 @@ and Kuleshov's interval CE per coordinate, coverage and mean width of the centra
 interval (for conformal: its conformal interval, which its Gaussian carries exactly), with
 bootstrap intervals over images, and the paired difference of each variant's coverage from
 std scaling's. A variant "reaches nominal coverage" on a coordinate when its coverage interval
-contains ``level`` or lies above it.
+contains ``level`` or lies above it (``reaches_nominal``), and is "at nominal" when the interval
+contains ``level`` (``at_nominal``: neither under- nor over-covering).
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ def _variant(
     out["reaches_nominal"] = {
         c: (out["coverage"][c] >= level if ci is None else bool(ci[1] >= level)) for c, ci in out["coverage_ci"].items()
     }
+    out["at_nominal"] = {
+        c: (None if ci is None else bool(ci[0] <= level <= ci[1])) for c, ci in out["coverage_ci"].items()
+    }
     return out
 
 
@@ -99,6 +103,11 @@ def interval_comparison(
         c: {v: variants[v]["reaches_nominal"][c] for v in ("std_scaling", "conformal") if v in variants}
         for c in val.coords
     }
+    at_nominal = {
+        v: [c for c in val.coords if variants[v]["at_nominal"][c]]
+        for v in ("std_scaling", "conformal")
+        if v in variants
+    }
     conf_all = all(bool(d.get("conformal")) for d in claim.values())
     std_all = all(bool(d.get("std_scaling")) for d in claim.values())
     return {
@@ -113,6 +122,7 @@ def interval_comparison(
             "conformal_on_every_coordinate": conf_all,
             "std_scaling_on_every_coordinate": std_all,
             "holds": conf_all and not std_all,
+            "interval_contains_nominal": at_nominal,
         },
     }
 

@@ -145,6 +145,8 @@ def intervals_markdown(iv: Mapping[str, Any] | None, cols: list[str]) -> list[st
         lines.append(f"| {v} - std scaling | coverage (points) | " + " | ".join(cells) + " |")
     cl = iv["claim"]
     lines += ["", f"Claim: {cl['statement']}: {'holds' if cl['holds'] else 'does not hold'} on this run."]
+    for v, cs in cl.get("interval_contains_nominal", {}).items():
+        lines.append(f"- {v}: the coverage interval contains {lv:.0%} on {', '.join(cs) if cs else 'no coordinate'}")
     return lines
 
 
