@@ -70,22 +70,51 @@ def _coco_eval(gt_path: Path, dt_path: Path) -> Any:
     return ev
 
 
+def crowd_first(gt_path: Path, out: Path) -> Path:
+    """The ground truth with its crowd annotations moved to the front of the file (the rest in file order).
+
+    pycocotools lists crowd objects last in ``gtIds``; with a crowd object first in the file the
+    authors' IoU-link lookup reads another object's IoU column, which this set exercises.
+    """
+    d = json.loads(gt_path.read_text())
+    anns = d["annotations"]
+    d["annotations"] = [a for a in anns if a.get("iscrowd")] + [a for a in anns if not a.get("iscrowd")]
+    out.write_text(json.dumps(d))
+    return out
+
+
+def _gt_path(name: str, tmp: Path) -> Path:
+    from detcal.data import bundled
+
+    if name == "coco_mini79_crowd_first":
+        return crowd_first(bundled.path("coco_mini79"), tmp / "gt_crowd_first.json")
+    return bundled.path(name)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repo", type=Path, required=True, help="checkout of tpopordanoska/calibration-object-detection")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--sets", nargs="+", default=["coco_mini79"], help="bundled sets (coco_mini79, coco_tfzoo)")
+    ap.add_argument(
+        "--sets",
+        nargs="+",
+        default=["coco_mini79", "coco_mini79_crowd_first"],
+        help="coco_mini79, coco_mini79_crowd_first (crowd annotations moved first), coco_tfzoo",
+    )
     ap.add_argument("--detectors", nargs="+", default=list(DETECTORS))
     args = ap.parse_args(argv)
     head = subprocess.run(["git", "-C", str(args.repo), "rev-parse", "HEAD"], capture_output=True, text=True)
     commit = head.stdout.strip() or "unknown (not a git checkout)"
     if commit != COMMIT:
         print(f"warning: checkout at {commit}, the figures were recorded at {COMMIT}", file=sys.stderr)
+    import tempfile
+
     import pycocotools
     import torch
 
     from detcal.data import bundled
 
+    tmp = tempfile.mkdtemp(prefix="kde_reference_")
     ns = _their_namespace(args.repo)
     out: dict[str, Any] = {
         "reference": "tpopordanoska/calibration-object-detection",
@@ -96,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     for name in args.sets:
         for det in args.detectors:
-            ev = _coco_eval(bundled.path(name), bundled.path(name, det))
+            src = "coco_mini79" if name == "coco_mini79_crowd_first" else name
+            ev = _coco_eval(_gt_path(name, Path(tmp)), bundled.path(src, det))
             rec = {}
             for link in ("thresh", "id"):
                 log = io.StringIO()

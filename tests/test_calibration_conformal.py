@@ -16,8 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy.special import ndtri
-from scipy.stats import binom
-from scipy.stats import t as student_t
+from scipy.stats import binom, t as student_t
 
 from detcal.calibration import REGRESSION_CALIBRATORS, make_calibrator
 from detcal.calibration.conformal import ConformalBoxIntervals, conformal_quantile, conformal_rank

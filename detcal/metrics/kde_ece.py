@@ -37,8 +37,12 @@ Variants (where the evaluation script departs from the definition above):
   order image id, then descending score) and the errors of the pieces are
   averaged; a class without any detection counts as error 0 in the average;
   with the IoU link only the first ``G`` detections of an image and class
-  (``G`` its objects, crowd included; detections in descending score) carry
-  their match's IoU, later ones 0.
+  (``G`` its objects, crowd included; detections in descending score, those
+  matched to crowd regions included) carry an IoU, later ones 0, and that IoU
+  is read at the matched object's position among pycocotools' ``gtIds``
+  (crowd last) counted in file order (:func:`_code_iou`); a class with one
+  detection has error ``|1[y > 0] - s|^p`` (:func:`_code_error`). Equal to
+  the figures their code prints (tests/data/kde_reference).
 * ``"popordanoska2024"`` the definition as stated: every detection in one
   sample per class, every match's IoU, classes without detections left out
   of the average.
