@@ -97,7 +97,9 @@ class ConformalBoxIntervals(RegressionCalibrator):
 
     uses_groups: bool = True
 
-    def __init__(self, alpha: float = 0.1, score: str = "normalised", groups: str = "pooled", bonferroni: bool = False):
+    def __init__(
+        self, alpha: float = 0.1, score: str = "normalised", groups: str = "pooled", bonferroni: bool = False
+    ) -> None:
         self.alpha = alpha
         self.score = score
         self.groups = groups
