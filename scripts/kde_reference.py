@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.metadata
 import contextlib
 import io
 import json
@@ -109,7 +110,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: checkout at {commit}, the figures were recorded at {COMMIT}", file=sys.stderr)
     import tempfile
 
-    import pycocotools
     import torch
 
     from detcal.data import bundled
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         "reference": "tpopordanoska/calibration-object-detection",
         "commit": commit,
         "torch": torch.__version__,
-        "pycocotools": getattr(pycocotools, "__version__", "unknown"),
+        "pycocotools": importlib.metadata.version("pycocotools"),
         "sets": {},
     }
     for name in args.sets:
