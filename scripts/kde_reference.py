@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib.metadata
 import contextlib
+import importlib.metadata
 import io
 import json
 import subprocess
