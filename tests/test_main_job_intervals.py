@@ -44,3 +44,15 @@ def test_conformal_reaches_nominal_where_std_scaling_over_covers() -> None:
     md = "\n".join(intervals_markdown(iv, ["tx", "ty", "tw", "th"]))
     assert "| conformal | coverage |" in md and "conformal - std scaling" in md and "does not hold" in md
     assert intervals_markdown(None, ["tx"]) == []
+
+
+def test_report_html_shows_the_interval_columns() -> None:
+    from detcal.reports.html.sections import table1
+
+    rng = np.random.default_rng(2)
+    recal, val = _sample(rng, 400), _sample(rng, 400)
+    iv = interval_comparison(recal, val, {"std_scaling": StdScaling().fit(recal.mu, recal.sigma, recal.y)}, n_boot=0)
+    cols = ["tx", "ty", "tw", "th"]
+    html = table1({"table": "Table 1", "rows": {}, "columns": cols, "intervals": iv})
+    assert "Intervals at 90%" in html and "conformal: coverage" in html and "Claim:" in html
+    assert f"{100 * iv['variants']['conformal']['coverage']['tx']:.1f}%" in html
