@@ -24,7 +24,7 @@ from detcal.metrics.regression.coverage import (
     interval_coverage,
 )
 from detcal.metrics.spaces import RegressionSample
-from detcal.pipeline.spec import BootstrapSpec, DataSpec, EvaluationSpec
+from detcal.pipeline.spec import BootstrapSpec, DataSpec, EvaluationSpec, RegressionSpec
 
 
 def test_coverage_width_and_strata_by_hand() -> None:
@@ -125,3 +125,8 @@ def test_conformal_recalibration_reaches_nominal_coverage_in_the_pipeline(tmp_pa
                 assert abs(after["coverage"][c]["value"] - 0.9) < 4 * np.sqrt(0.09 / n) + 1 / n
         else:  # Bonferroni: the central 0.9 Gaussian interval is not the conformal one; the quantile is per class
             assert r["calibrators"]["regression"]["describe"]["fitted"]["alpha_coord_"] == [0.025] * 4
+            # at coverage_level 0.975 the intervals measured are the conformal ones: the box is covered >= 0.9
+            spec_b = EvaluationSpec(bootstrap=BootstrapSpec(n=0), regression=RegressionSpec(coverage_level=0.975))
+            rb = detcal.calibrate(ds, spec_b, confidence=None, regression=cal).to_dict()
+            box = rb["evaluation"]["regression"]["after"]["coverage"]["box"]["value"]
+            assert box >= 0.9 - 4 * np.sqrt(0.09 / n)
