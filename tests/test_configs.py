@@ -115,7 +115,8 @@ def test_every_group_option_composes_and_validates(group: str, option: str) -> N
             if (
                 group == "calibrator"
                 and "@" in key
-                and option not in ("std_scaling", "std_scaling_sgd", "kuleshov_isotonic", "sigma_histogram", "conformal")
+                and option
+                not in ("std_scaling", "std_scaling_sgd", "kuleshov_isotonic", "sigma_histogram", "conformal")
             ):
                 continue
             try:
