@@ -4,8 +4,11 @@ The definitions are those of conformal-od's evaluation code (docs/metrics.md#cov
 closed intervals, a box covered when all four coordinates are, COCO size
 strata and IoU bands open below and closed above, MPIW, and the box stretch
 sqrt(outer interval box area / predicted area). ``cods`` and ``puncc`` are not
-used as references: puncc 0.9.3 pins numpy < 2, and cods 0.2's stretch is a
-different quantity (area ratio with a +1 pixel convention, no square root).
+used as references: puncc 0.9.3 pins numpy < 2 (it cannot be installed beside
+detcal's numpy), and cods 0.2 computes other quantities (its stretch is an area
+ratio with a +1 pixel convention and no square root; its coverage asks that the
+outer conformal box contain the ground-truth box, one-sided per edge, combined
+with confidence and class terms, per object).
 """
 
 from __future__ import annotations
