@@ -133,3 +133,32 @@ def test_conformal_recalibration_reaches_nominal_coverage_in_the_pipeline(tmp_pa
             rb = detcal.calibrate(ds, spec_b, confidence=None, regression=cal).to_dict()
             box = rb["evaluation"]["regression"]["after"]["coverage"]["box"]["value"]
             assert box >= 0.9 - 4 * np.sqrt(0.09 / n)
+
+
+def test_conformal_on_the_pixel_edges() -> None:
+    from detcal.calibration.conformal import ConformalBoxIntervals
+
+    rng = np.random.default_rng(8)
+
+    def sample(n: int) -> RegressionSample:
+        mu = np.column_stack([rng.uniform(50, 500, (n, 2)), rng.uniform(20, 200, (n, 2))])
+        sg = mu[:, [2, 3, 2, 3]] * rng.uniform(0.02, 0.1, (n, 4))
+        y = mu + 1.5 * sg * rng.standard_normal((n, 4))  # sigma 1.5 times too small
+        return RegressionSample(mu=mu, sigma=sg, y=y, rows=np.arange(n), image_id=np.arange(n), space="pixel",
+                                coords=("cx", "cy", "w", "h"))  # fmt: skip
+
+    cal_e, val_e = edge_sample(sample(4000)), edge_sample(sample(4000))
+    conf = ConformalBoxIntervals(bonferroni=True).fit(cal_e.mu, cal_e.sigma, cal_e.y)
+    lo, hi = conf.interval(val_e.mu, val_e.sigma)
+    cov_k, cov_box = interval_coverage(lo, hi, val_e.y)
+    assert np.all(np.abs(cov_k - 0.975) < 0.01) and cov_box >= 0.9 - 0.02
+    res = coverage_metrics(lo, hi, val_e.y, val_e.coords, level=0.9, source="conformal")
+    assert res["coverage"]["box"].value == pytest.approx(cov_box)
+    assert (
+        box_stretch(
+            lo,
+            hi,
+            val_e.mu[:, 2:].prod(axis=1) * 0 + (val_e.mu[:, 2] - val_e.mu[:, 0]) * (val_e.mu[:, 3] - val_e.mu[:, 1]),
+        )
+        > 1
+    )
