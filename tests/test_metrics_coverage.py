@@ -13,6 +13,8 @@ with confidence and class terms, per object).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from scipy.special import ndtri
@@ -98,8 +100,9 @@ def test_gaussian_coverage_is_nominal_on_gaussian_data() -> None:
     assert hi - lo == pytest.approx(2 * ndtri(0.95))
 
 
-def test_evaluate_writes_the_coverage_records() -> None:
-    res = detcal.evaluate(DataSpec(n_images=30), spec=EvaluationSpec(bootstrap=BootstrapSpec(n=0)))
+def test_evaluate_writes_the_coverage_records(tmp_path: Path) -> None:
+    spec = EvaluationSpec(bootstrap=BootstrapSpec(n=0))
+    res = detcal.evaluate(DataSpec(n_images=30), spec=spec, workdir=tmp_path)
     reg = res.to_dict()["regression"]
     assert set(reg["coverage"]) == {"tx", "ty", "tw", "th", "box", "x1", "y1", "x2", "y2", "box_edges"}
     assert set(reg["interval_width"]) == {"tx", "ty", "tw", "th", "x1", "y1", "x2", "y2"}
@@ -112,7 +115,7 @@ def test_evaluate_writes_the_coverage_records() -> None:
     assert reg["coverage"]["box"]["value"] <= min(reg["coverage"][c]["value"] for c in ("tx", "ty", "tw", "th"))
 
 
-def test_conformal_recalibration_reaches_nominal_coverage_in_the_pipeline(tmp_path) -> None:
+def test_conformal_recalibration_reaches_nominal_coverage_in_the_pipeline(tmp_path: Path) -> None:
     from detcal.calibration.conformal import ConformalBoxIntervals
     from detcal.data.synthetic import write_synthetic
 
