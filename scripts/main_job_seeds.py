@@ -145,7 +145,86 @@ def run_row(name: str, r: dict[str, Any]) -> dict[str, Any]:
         "conclusion": t["conclusion"]["holds"],
         "all_intervals_below_zero": t["conclusion"]["all_intervals_below_zero"],
         "bootstrap": ch[COORDS[0]]["bootstrap"],
+        "intervals": _interval_row(t.get("intervals")),
     }
+
+
+def _interval_row(iv: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Coverage [interval] and width per variant, the conformal - std scaling paired difference, the claim."""
+    if not iv:
+        return None
+    v = iv["variants"]
+    paired = iv.get("paired_vs_std_scaling", {}).get("conformal", {})
+    return {
+        "level": iv["level"],
+        "coverage": {k: d["coverage"] for k, d in v.items()},
+        "coverage_ci": {k: d["coverage_ci"] for k, d in v.items()},
+        "width": {k: d["width"] for k, d in v.items()},
+        "ence": {k: d["ence"] for k, d in v.items()},
+        "interval_ce": {k: d["interval_ce"] for k, d in v.items()},
+        "conformal_minus_std": {c: {"difference": d["difference"], "ci": d["ci"]} for c, d in paired.items()},
+        "claim": iv["claim"],
+    }
+
+
+def _interval_markdown(seeds: list[dict[str, Any]]) -> list[str]:
+    """Per seed: coverage at the nominal level of std scaling, isotonic and conformal, and the claim."""
+    rows = [r for r in seeds if r.get("intervals")]
+    if not rows:
+        return []
+    lv = rows[0]["intervals"]["level"]
+    lines = [
+        f"## Intervals at {lv:.0%}: std scaling, Kuleshov isotonic and split conformal per training seed",
+        "",
+        f"Coverage of the central {lv:.0%} interval on the val true positives (%, [95% bootstrap interval over "
+        "images]); conformal: split conformal fitted on recal (normalised score, pooled), its interval exactly. "
+        "Mean width in deltas; conformal - std scaling: paired difference in points [95% paired interval].",
+        "",
+        "| seed | coord | before | std scaling | isotonic | conformal | width std / iso / conf | conformal - std | "
+        "ENCE std / conf | interval CE std / conf |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def cov(iv: dict[str, Any], v: str, c: str) -> str:
+        if v not in iv["coverage"]:
+            return "n/a"
+        ci = iv["coverage_ci"][v][c]
+        band = "" if ci is None else f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+        return f"{100 * iv['coverage'][v][c]:.1f}{band}"
+
+    for r in rows:
+        iv = r["intervals"]
+        for c in COORDS:
+            w = iv["width"]
+            d = iv["conformal_minus_std"].get(c)
+            diff = (
+                "n/a"
+                if d is None
+                else f"{100 * d['difference']:+.1f} [{100 * d['ci'][0]:+.1f}, {100 * d['ci'][1]:+.1f}]"
+            )
+            lines.append(
+                f"| {r['seed']} | {c} | {cov(iv, 'before', c)} | {cov(iv, 'std_scaling', c)} | "
+                f"{cov(iv, 'kuleshov_isotonic', c)} | {cov(iv, 'conformal', c)} | "
+                f"{w['std_scaling'][c]:.4f} / {w.get('kuleshov_isotonic', {}).get(c, float('nan')):.4f} / "
+                f"{w['conformal'][c]:.4f} | {diff} | {_pct(iv['ence']['std_scaling'][c])} / "
+                f"{_pct(iv['ence']['conformal'][c])} | {iv['interval_ce']['std_scaling'][c]:.3f} / "
+                f"{iv['interval_ce']['conformal'][c]:.3f} |"
+            )
+    lines += [
+        "",
+        "Per seed, whose coverage interval contains the nominal level (neither under- nor over-covering):",
+        "",
+    ]
+    for r in rows:
+        cl = r["intervals"]["claim"]
+        at = cl.get("interval_contains_nominal", {})
+        cells = "; ".join(f"{v}: {', '.join(cs) if cs else 'none'}" for v, cs in at.items())
+        lines.append(
+            f"- seed {r['seed']}: {cells}. Claim ({cl['statement']}): {'holds' if cl['holds'] else 'does not hold'}."
+        )
+    n = sum(bool(r["intervals"]["claim"]["holds"]) for r in rows)
+    lines += ["", f"The claim holds on {n} of {len(rows)} seeds.", ""]
+    return lines
 
 
 def spread(runs: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -210,6 +289,7 @@ def markdown(res: dict[str, Any]) -> str:
         f"{len(seeds)} seeds; on {n_ci} of {len(seeds)} every coordinate's interval lies below 0.",
         "",
     ]
+    lines += _interval_markdown(seeds)
     if res.get("platform_spread"):
         plat = [r for r in res["rows"] if r["run"] in res["platform_runs"]]
         lines += [

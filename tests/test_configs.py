@@ -109,13 +109,14 @@ def test_every_group_option_composes_and_validates(group: str, option: str) -> N
             if (
                 group == "calibrator"
                 and "@" not in key
-                and option in ("std_scaling", "std_scaling_sgd", "kuleshov_isotonic", "sigma_histogram")
+                and option in ("std_scaling", "std_scaling_sgd", "kuleshov_isotonic", "sigma_histogram", "conformal")
             ):
                 continue  # a box-uncertainty calibrator is not a confidence calibrator
             if (
                 group == "calibrator"
                 and "@" in key
-                and option not in ("std_scaling", "std_scaling_sgd", "kuleshov_isotonic", "sigma_histogram")
+                and option
+                not in ("std_scaling", "std_scaling_sgd", "kuleshov_isotonic", "sigma_histogram", "conformal")
             ):
                 continue
             try:

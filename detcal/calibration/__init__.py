@@ -10,7 +10,7 @@ Registries (used by the Hydra layer through :func:`make_calibrator`):
 * ``CONFIDENCE_CALIBRATORS``: ``temperature``, ``platt``, ``position_logistic``,
   ``histogram``, ``isotonic``, ``bbq``, ``beta``, ``position_beta``;
 * ``REGRESSION_CALIBRATORS``: ``std_scaling``, ``std_scaling_sgd``,
-  ``kuleshov_isotonic``, ``sigma_histogram``.
+  ``kuleshov_isotonic``, ``sigma_histogram``, ``conformal``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from detcal.calibration.confidence import (
     PositionLogistic,
     TemperatureScaling,
 )
+from detcal.calibration.conformal import ConformalBoxIntervals
 from detcal.calibration.position_beta import PositionBetaCalibration
 from detcal.calibration.regression import KuleshovIsotonic, SigmaHistogramBinning, StdScaling, StdScalingSGD
 from detcal.core.errors import DetcalInputError
@@ -47,6 +48,7 @@ REGRESSION_CALIBRATORS: dict[str, type[RegressionCalibrator]] = {
     "std_scaling_sgd": StdScalingSGD,
     "kuleshov_isotonic": KuleshovIsotonic,
     "sigma_histogram": SigmaHistogramBinning,
+    "conformal": ConformalBoxIntervals,
 }
 
 
@@ -75,6 +77,7 @@ __all__ = [
     "REGRESSION_CALIBRATORS",
     "BetaCalibration",
     "Calibrator",
+    "ConformalBoxIntervals",
     "ConfidenceCalibrator",
     "HistogramBinning",
     "IsotonicCalibration",

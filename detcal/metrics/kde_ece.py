@@ -37,8 +37,12 @@ Variants (where the evaluation script departs from the definition above):
   order image id, then descending score) and the errors of the pieces are
   averaged; a class without any detection counts as error 0 in the average;
   with the IoU link only the first ``G`` detections of an image and class
-  (``G`` its objects, crowd included; detections in descending score) carry
-  their match's IoU, later ones 0.
+  (``G`` its objects, crowd included; detections in descending score, those
+  matched to crowd regions included) carry an IoU, later ones 0, and that IoU
+  is read at the matched object's position among pycocotools' ``gtIds``
+  (crowd last) counted in file order (:func:`_code_iou`); a class with one
+  detection has error ``|1[y > 0] - s|^p`` (:func:`_code_error`). Equal to
+  the figures their code prints (tests/data/kde_reference).
 * ``"popordanoska2024"`` the definition as stated: every detection in one
   sample per class, every match's IoU, classes without detections left out
   of the average.
@@ -160,22 +164,76 @@ def kde_ece(scores: Any, targets: Any, *, bandwidth: float | str = "loo", p: int
     )
 
 
+def _code_error(s: np.ndarray, y: np.ndarray, p: int) -> float:
+    """One piece's error as their ``get_ece_kde``.
+
+    With one detection the code's leave-one-out sums hold only the diagonal term, which it sets to
+    ``log K + finfo(float32).min`` (finite, about -3.4e38) instead of excluding it; in floating point
+    ``log K + log y`` vanishes beside that number, so the ratio is ``exp(0) = 1`` for any target
+    ``y > 0`` and 0 for ``y = 0``: the error is ``|1[y > 0] - s|^p`` (``|y - s|^p`` with the binary link).
+    """
+    if len(s) == 1:
+        return float(abs(float(y[0] > 0) - float(s[0])) ** p)
+    return kde_ece(s, y, p=p).value
+
+
 def _split_errors(s: np.ndarray, y: np.ndarray, p: int) -> list[float]:
     """Their ``evaluate_split``: halves (first half the shorter) until at most SPLIT_AT, one error per piece."""
     if len(s) <= SPLIT_AT:
-        return [kde_ece(s, y, p=p).value]
+        return [_code_error(s, y, p)]
     h = len(s) // 2
     return _split_errors(s[:h], y[:h], p) + _split_errors(s[h:], y[h:], p)
 
 
-def _iou_link_targets(dets: Detections, gt: GroundTruth, rows: np.ndarray, iou: np.ndarray) -> np.ndarray:
-    """The code's IoU-link quirk: per image and class, detections past the number of objects (crowd included) get 0."""
-    key = dets.image_id[rows] * 1_000_003 + dets.category[rows]
-    order = np.lexsort((np.arange(len(rows)), -dets.score[rows], key))
+def _code_iou(dets: Detections, gt: GroundTruth, d_rows: np.ndarray, g_rows: np.ndarray) -> np.ndarray:
+    """The IoU their ``get_matched_ious`` reads for detections ``d_rows`` matched to (non-crowd) GTs ``g_rows``.
+
+    pycocotools' ``evaluateImg`` lists an image's objects of a class with the crowd ones last (``gtIds``);
+    the code takes a match's position in that list and reads that column of ``coco_eval.ious``, whose
+    columns are the objects in the file's order. The IoU read is therefore the one with the object at
+    that position in file order (crowd included; a crowd object's IoU is intersection over the
+    detection's area). With no crowd object before a matched one the two orders agree.
+    """
+    key = gt.image_id * 1_000_003 + gt.category
+    order = np.lexsort((np.arange(len(gt)), key))  # file order within (image, class)
     k = key[order]
     start = np.searchsorted(k, k, side="left")
-    rank = np.empty(len(rows), np.int64)
-    rank[order] = np.arange(len(rows)) - start
+    crowd = gt.iscrowd[order].astype(np.int64)
+    nc_before = np.cumsum(1 - crowd) - (1 - crowd)  # non-crowd objects before each, over the sorted list
+    nc_rank_sorted = nc_before - nc_before[start]  # ... within its group
+    pos_in_sorted = np.empty(len(gt), np.int64)
+    pos_in_sorted[order] = np.arange(len(gt))
+    p = pos_in_sorted[g_rows]
+    target = order[start[p] + nc_rank_sorted[p]]
+    if len(d_rows) == 0:
+        return np.zeros(0)
+    a, b = dets.box[d_rows], gt.box[target]
+    # row-paired IoU with pycocotools' crowd rule (union = the detection's area for a crowd object)
+    iw = np.clip(np.minimum(a[:, 2], b[:, 2]) - np.maximum(a[:, 0], b[:, 0]), 0, None)
+    ih = np.clip(np.minimum(a[:, 3], b[:, 3]) - np.maximum(a[:, 1], b[:, 1]), 0, None)
+    inter = iw * ih
+    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
+    union = np.where(gt.iscrowd[target], area_a, area_a + (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]) - inter)
+    out = np.zeros(len(inter))
+    np.divide(inter, union, out=out, where=inter > 0)
+    return out
+
+
+def _iou_link_targets(
+    dets: Detections, gt: GroundTruth, rows: np.ndarray, iou: np.ndarray, considered: np.ndarray
+) -> np.ndarray:
+    """The code's IoU-link truncation: per image and class, a detection ranked (by score, among all the
+    image's considered detections of the class, those matched to crowd objects included) at or past the
+    number of objects (crowd included) gets 0."""
+    allr = np.flatnonzero(considered)
+    key_all = dets.image_id[allr] * 1_000_003 + dets.category[allr]
+    order = np.lexsort((allr, -dets.score[allr], key_all))
+    k = key_all[order]
+    start = np.searchsorted(k, k, side="left")
+    rank_all = np.empty(len(allr), np.int64)
+    rank_all[order] = np.arange(len(allr)) - start
+    rank = rank_all[np.searchsorted(allr, rows)]
+    key = dets.image_id[rows] * 1_000_003 + dets.category[rows]
     gk, gcount = np.unique(gt.image_id * 1_000_003 + gt.category, return_counts=True)
     pos = np.clip(np.searchsorted(gk, key), 0, max(len(gk) - 1, 0))
     n_obj = np.where((len(gk) > 0) & (gk[pos] == key), gcount[pos], 0) if len(gk) else np.zeros(len(rows), np.int64)
@@ -222,8 +280,12 @@ def detection_kde_ece(
         if link == "iou":
             iou = np.zeros(len(rows))
             hit = np.flatnonzero(m.matched[t, rows])
-            iou[hit] = paired_iou(dets.box[rows[hit]], gt.box[m.gt_index[t, rows[hit]]])
-            y = _iou_link_targets(dets, gt, rows, iou) if code else iou
+            if code:
+                iou[hit] = _code_iou(dets, gt, rows[hit], m.gt_index[t, rows[hit]])
+                y = _iou_link_targets(dets, gt, rows, iou, m.considered)
+            else:
+                iou[hit] = paired_iou(dets.box[rows[hit]], gt.box[m.gt_index[t, rows[hit]]])
+                y = iou
         order = np.lexsort((-dets.score[rows], dets.image_id[rows], dets.category[rows]))
         rows, y = rows[order], y[order]
         ci = np.searchsorted(cats, dets.category[rows])

@@ -193,6 +193,7 @@ def _regression_change(spec: EvaluationSpec, s_e: Any, mu_a: np.ndarray, sg_a: n
         "ence": _mean_over_coords(ence, "ence_mean", bins=sb.bins, binning=sb.scheme),
         "m_qce": _mean_over_coords(m_qce, "m_qce_mean", levels=levels),
         "nll": _mean_over_coords(gaussian_nll, "nll_mean"),
+        **_coverage_means(spec),
     }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -209,6 +210,17 @@ def _regression_change(spec: EvaluationSpec, s_e: Any, mu_a: np.ndarray, sg_a: n
             fast=False,
         )
     return {k: v.to_dict() for k, v in ch.items()}
+
+
+def _coverage_means(spec: EvaluationSpec) -> dict[str, Callable[..., MetricResult]]:
+    """Coordinate-mean coverage and width of the central ``regression.coverage_level`` intervals."""
+    from detcal.metrics.regression.coverage import gaussian_coverage, gaussian_width
+
+    lv = float(spec.regression.coverage_level)
+    return {
+        "coverage": _mean_over_coords(gaussian_coverage, "coverage_mean", level=lv),
+        "interval_width": _mean_over_coords(gaussian_width, "interval_width_mean", level=lv),
+    }
 
 
 def _mean_over_coords(fn: Callable[..., MetricResult], name: str, **kw: Any) -> Callable[..., MetricResult]:
@@ -262,6 +274,7 @@ def _regression_eval(
         "ence": _mean_over_coords(ence, "ence_mean", bins=sb.bins, binning=sb.scheme),
         "m_qce": _mean_over_coords(m_qce, "m_qce_mean", levels=levels),
         "nll": _mean_over_coords(gaussian_nll, "nll_mean"),
+        **_coverage_means(spec),
     }
     summary: dict[str, Any] = {}
     for key, fn in means.items():
@@ -272,6 +285,10 @@ def _regression_eval(
             )
         summary[key] = m.to_dict()
     out["_mean"] = summary
+    from detcal.pipeline.coverage_block import sample_coverage
+
+    cov = sample_coverage(sample, float(r.coverage_level), None, None)
+    out.update({k: {c: v.to_dict() for c, v in per.items()} for k, per in cov.items()})
     return out
 
 
@@ -477,7 +494,9 @@ def _fit_regression(
         raise DetcalInputError(
             f"no true positives at IoU {t_reg} in the calibration data: nothing to fit", field="regression.sample_iou"
         )
-    reg_cal.fit(s_c.mu, s_c.sigma, s_c.y)
+    grouped = bool(getattr(reg_cal, "uses_groups", False))  # Mondrian conformal: the category of each sample
+    fit_kw = {"groups": cal.data.detections.category[s_c.rows]} if grouped else {}
+    reg_cal.fit(s_c.mu, s_c.sigma, s_c.y, **fit_kw)
     out.dets_out, wb = apply_regression_calibrator(out.dets_out, reg_cal, space)
     out.calibrators["regression"] = {
         "name": names.get("regression", type(reg_cal).__name__),
@@ -493,7 +512,8 @@ def _fit_regression(
     s_e = regression_sample(
         ev.data.detections, ev.data.dataset.gt, _reg_match(ev, spec), iou_threshold=t_reg, space=space
     )
-    mu_a, sg_a = reg_cal.transform(s_e.mu, s_e.sigma) if len(s_e) else (s_e.mu, s_e.sigma)
+    ev_kw = {"groups": ev.data.detections.category[s_e.rows]} if grouped else {}
+    mu_a, sg_a = reg_cal.transform(s_e.mu, s_e.sigma, **ev_kw) if len(s_e) else (s_e.mu, s_e.sigma)
     out.evaluation["regression"] = {
         "before": _regression_eval(spec, s_e.mu, s_e.sigma, s_e.y, s_e.image_id, s_e.coords, space),
         "after": _regression_eval(spec, mu_a, sg_a, s_e.y, s_e.image_id, s_e.coords, space),
@@ -510,7 +530,7 @@ def _fit_regression(
             for k, c in enumerate(s_e.coords)
         }
     if calibration.in_sample:
-        mu_i, sg_i = reg_cal.transform(s_c.mu, s_c.sigma)
+        mu_i, sg_i = reg_cal.transform(s_c.mu, s_c.sigma, **fit_kw)
         out.in_sample["regression"] = {
             "before": _regression_eval(spec, s_c.mu, s_c.sigma, s_c.y, s_c.image_id, s_c.coords, space),
             "after": _regression_eval(spec, mu_i, sg_i, s_c.y, s_c.image_id, s_c.coords, space),

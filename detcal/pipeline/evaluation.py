@@ -285,6 +285,9 @@ def _regression_block(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, p
                 res["m_qce"]["joint"], _joint, g, sample.mu, sample.sigma, sample.y, sample.cov, **boot
             )
     out: dict[str, Any] = {m: {c: v.to_dict() for c, v in per.items()} for m, per in res.items()}
+    from detcal.pipeline.coverage_block import coverage_block
+
+    out.update(coverage_block(dets, data.dataset.gt, mr, t, r.space, r.coverage_level))
     out["_sample"] = {
         "n": int(len(sample)),
         "space": sample.space,

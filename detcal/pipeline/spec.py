@@ -339,7 +339,8 @@ class RegressionSpec:
     than ``qce_sample_threshold`` samples are dropped; ``quantile_levels``
     levels tau = 0.05 ... 0.95 for QCE and the pinball loss. Source variants:
     ``ll_fu_log_base`` (``e`` as in Lakara et al.'s text, ``10`` as in their
-    code) and ``mwse_normalise`` (``retained``, or ``total`` N as their code)."""
+    code) and ``mwse_normalise`` (``retained``, or ``total`` N as their code).
+    ``coverage_level``: the nominal level of the interval coverage metrics."""
 
     enabled: bool = True
     space: str = "delta"
@@ -349,6 +350,7 @@ class RegressionSpec:
     log_plot: bool = False
     ll_fu_log_base: str = "e"
     mwse_normalise: str = "retained"
+    coverage_level: float = 0.9
 
     def __post_init__(self) -> None:
         _choice("regression.ll_fu_log_base", self.ll_fu_log_base, ("e", "10"))
@@ -357,6 +359,7 @@ class RegressionSpec:
         _prob("regression.sample_iou", self.sample_iou, open_lo=True)
         _int("regression.qce_sample_threshold", self.qce_sample_threshold, 1)
         _int("regression.quantile_levels", self.quantile_levels, 1)
+        _prob("regression.coverage_level", self.coverage_level, open_lo=True, open_hi=True)
 
 
 @dataclass

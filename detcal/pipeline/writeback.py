@@ -98,7 +98,9 @@ def apply_regression_calibrator(
     if kind is None:
         raise DetcalInputError("the detections carry no box uncertainty to recalibrate", field="delta_std")
     mu, sigma = space_predictions(dets, space)
-    mu2, sg2 = calibrator.transform(mu, sigma)
+    grouped = bool(getattr(calibrator, "uses_groups", False))  # Mondrian conformal: per category
+    cal: Any = calibrator
+    mu2, sg2 = cal.transform(mu, sigma, groups=dets.category) if grouped else cal.transform(mu, sigma)
     r = sg2 / sigma
     shift = mu2 - mu
     moved = bool(np.any(shift != 0.0))

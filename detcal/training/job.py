@@ -339,6 +339,27 @@ class _Job:
             method=tb.method,
         )
 
+    def intervals(self, fitted: dict[str, Any]) -> dict[str, Any]:
+        """Conformal intervals beside the fitted calibrators on val (detcal.training.intervals)."""
+        from detcal.training.intervals import interval_comparison
+
+        spec = self.spec
+        sb, tb, t = spec.evaluation.sigma_binning, spec.table1.bootstrap, spec.calibration.iou_threshold
+        recal = regression_sample_of(spec.evaluation, t, self.splits["recal"], self.dets["recal"])
+        val = regression_sample_of(spec.evaluation, t, self.splits["val"], self.dets["val"])
+        return interval_comparison(
+            recal,
+            val,
+            fitted,
+            level=float(spec.evaluation.regression.coverage_level),
+            bins=int(sb.bins),
+            binning=str(sb.scheme),
+            n_boot=int(tb.n),
+            boot_level=float(tb.level),
+            seed=int(tb.seed),
+            method=str(tb.method),
+        )
+
     def table1(
         self, calib_info: dict[str, Any], fitted: dict[str, Any], facts: Any, stages: _Stages
     ) -> tuple[dict[str, Any], str]:
@@ -384,6 +405,7 @@ class _Job:
             "fingerprints": {k: v[0] for k, v in self.fps.items()},
             "stages": stages.record,
             "files": files,
+            "intervals": self.intervals(fitted),
         }
         return table, "wrote table1.json, table1.md and the reliability diagrams"
 

@@ -23,6 +23,7 @@ __all__ = [
     "row_label",
     "summaries",
     "table1_markdown",
+    "intervals_markdown",
     "detection_row",
     "ence_changes",
     "conclusion",
@@ -113,6 +114,42 @@ def _fmt_pct(x: float) -> str:
     return "nan" if not np.isfinite(x) else f"{100 * x:.1f}%"
 
 
+def intervals_markdown(iv: Mapping[str, Any] | None, cols: list[str]) -> list[str]:
+    """Lines of the interval columns (conformal beside std scaling and isotonic); none without them."""
+    if not iv:
+        return []
+    lv = float(iv["level"])
+    lines = [
+        "",
+        f"Intervals on val: coverage of the central {lv:.0%} interval [bootstrap interval], mean width (deltas), "
+        "ENCE and interval CE per coordinate (conformal: split conformal fitted on recal, its interval exactly):",
+        "",
+        "| variant | quantity | " + " | ".join(cols) + " |",
+        "|---|---|" + "---|" * len(cols),
+    ]
+    for v, d in iv["variants"].items():
+        cov = []
+        for c in cols:
+            ci = d["coverage_ci"][c]
+            band = "" if ci is None else f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+            cov.append(f"{100 * d['coverage'][c]:.1f}%{band}")
+        lines.append(f"| {v} | coverage | " + " | ".join(cov) + " |")
+        lines.append(f"| {v} | width | " + " | ".join(f"{d['width'][c]:.4f}" for c in cols) + " |")
+        lines.append(f"| {v} | ENCE | " + " | ".join(_fmt_pct(d["ence"][c]) for c in cols) + " |")
+        lines.append(f"| {v} | interval CE | " + " | ".join(f"{d['interval_ce'][c]:.4f}" for c in cols) + " |")
+    for v, per in iv.get("paired_vs_std_scaling", {}).items():
+        cells = []
+        for c in cols:
+            ci = per[c].get("ci") or [float("nan"), float("nan")]
+            cells.append(f"{100 * per[c]['difference']:+.1f} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]")
+        lines.append(f"| {v} - std scaling | coverage (points) | " + " | ".join(cells) + " |")
+    cl = iv["claim"]
+    lines += ["", f"Claim: {cl['statement']}: {'holds' if cl['holds'] else 'does not hold'} on this run."]
+    for v, cs in cl.get("interval_contains_nominal", {}).items():
+        lines.append(f"- {v}: the coverage interval contains {lv:.0%} on {', '.join(cs) if cs else 'no coordinate'}")
+    return lines
+
+
 def table1_markdown(t: Mapping[str, Any]) -> str:
     """Markdown of the Table 1 analogue (Levi et al. 2019 layout) plus calibration and detection sanity."""
     cols = list(t["columns"])
@@ -133,6 +170,7 @@ def table1_markdown(t: Mapping[str, Any]) -> str:
             + " |"
         )
     lines += _changes_markdown(t, cols)
+    lines += intervals_markdown(t.get("intervals"), cols)
     lines += [
         "",
         "C_v per variant (std scaling and isotonic multiply sigma by a constant per coordinate, so C_v is unchanged):",

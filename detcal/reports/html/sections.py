@@ -57,6 +57,7 @@ KNOWN_KEYS = {
     "rows",
     "paper",
     "columns",
+    "intervals",
 }
 
 
@@ -258,7 +259,37 @@ def table1(m: Mapping[str, Any]) -> str:
             "<h3>The paper's Table 1</h3>"
             + table(["row", *cols], [[k, *[v.get(c) for c in cols]] for k, v in prow.items()])
         )
+    out.append(_intervals(m.get("intervals"), cols))
     return "".join(out)
+
+
+def _pct_ci(v: Any, ci: Any) -> str:
+    """``90.1% [88.0, 92.3]`` (plain text; the cell escapes it)."""
+    if not isinstance(v, (int, float)):
+        return "–"
+    band = f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if isinstance(ci, (list, tuple)) and len(ci) == 2 else ""
+    return f"{100 * v:.1f}%{band}"
+
+
+def _intervals(iv: Any, cols: list[str]) -> str:
+    """Table 1's interval columns: coverage [interval], width, ENCE and interval CE per variant, and the claim."""
+    if not isinstance(iv, Mapping) or not isinstance(iv.get("variants"), Mapping):
+        return ""
+    lv = float(iv.get("level", 0.9))
+    rows = []
+    for v, d in iv["variants"].items():
+        cis = d.get("coverage_ci") or {}
+        rows.append([f"{v}: coverage", *[_pct_ci(d["coverage"].get(c), cis.get(c)) for c in cols]])
+        rows.append([f"{v}: width", *[d["width"].get(c) for c in cols]])
+        rows.append([f"{v}: ENCE", *[d["ence"].get(c) for c in cols]])
+        rows.append([f"{v}: interval CE", *[d["interval_ce"].get(c) for c in cols]])
+    claim = iv.get("claim") or {}
+    verdict = "holds" if claim.get("holds") else "does not hold"
+    return (
+        f"<h3>Intervals at {lv:.0%}: std scaling, isotonic and split conformal on val</h3>"
+        + table(["variant", *cols], rows)
+        + f"<p>Claim: {esc(claim.get('statement', ''))}: {verdict} on this run.</p>"
+    )
 
 
 def compare(m: Mapping[str, Any]) -> str:
