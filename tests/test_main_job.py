@@ -512,6 +512,8 @@ def _compare(want: Any, got: Any, path: str, exact: bool = True) -> int:
         else:
             assert isinstance(got, (int, float)) or got is None, path
         return 1
+    if not exact and isinstance(want, str) and path.endswith("note"):
+        return 0  # a note quotes the run's own numbers (e.g. BCa's adjusted levels): another platform words it so
     if exact or not isinstance(want, int):
         assert got == want, path
     return 0
