@@ -282,9 +282,10 @@ def main() -> None:
         root = args.files or Path(tmp)
         for name in args.sets.split(","):
             gt, res, n = make_set(root, name, args.o365_dets)
-            cmds = commands(gt, res, Path(tmp), with_pycoco=name == "5k", baseline=args.baseline is not None)
             best: dict[str, dict[str, float]] = {}
-            for _ in range(args.rounds):
+            for r in range(args.rounds):  # a run directory holds one run: fresh ones each round
+                rd = Path(tempfile.mkdtemp(prefix=f"{name}-round{r}-", dir=tmp))
+                cmds = commands(gt, res, rd, with_pycoco=name == "5k", baseline=args.baseline is not None)
                 for tool, cmd in cmds.items():  # interleaved: every tool once per round
                     r = timed(cmd, Path(tmp), args.baseline if tool.startswith("baseline") else None)
                     if tool not in best or r["wall"] < best[tool]["wall"]:

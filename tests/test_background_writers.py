@@ -26,7 +26,9 @@ def _inline(monkeypatch: pytest.MonkeyPatch, inline: bool) -> None:
 
 
 @pytest.mark.parametrize("inline", [False, True])
-def test_job_runs_the_work_and_reraises_its_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inline: bool) -> None:
+def test_job_runs_the_work_and_reraises_its_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inline: bool
+) -> None:
     _inline(monkeypatch, inline)
     out = tmp_path / "pid.txt"
     job = background.start(lambda: out.write_text(str(os.getpid())))

@@ -8,7 +8,6 @@ parameters) and offers ``to_dict()`` (the metrics.json content, strict JSON),
 from __future__ import annotations
 
 import contextlib
-
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
