@@ -283,8 +283,8 @@ def main() -> None:
         for name in args.sets.split(","):
             gt, res, n = make_set(root, name, args.o365_dets)
             best: dict[str, dict[str, float]] = {}
-            for r in range(args.rounds):  # a run directory holds one run: fresh ones each round
-                rd = Path(tempfile.mkdtemp(prefix=f"{name}-round{r}-", dir=tmp))
+            for rnd in range(args.rounds):  # a run directory holds one run: fresh ones each round
+                rd = Path(tempfile.mkdtemp(prefix=f"{name}-round{rnd}-", dir=tmp))
                 cmds = commands(gt, res, rd, with_pycoco=name == "5k", baseline=args.baseline is not None)
                 for tool, cmd in cmds.items():  # interleaved: every tool once per round
                     r = timed(cmd, Path(tmp), args.baseline if tool.startswith("baseline") else None)
