@@ -245,14 +245,30 @@ def _area_arrays(
             rc = tp / npig
             pr = tp / (fp + tp + np.spacing(1))
             recall[:, k, mi] = rc[:, -1]
-            pr = np.maximum.accumulate(pr[:, ::-1], axis=1)[:, ::-1]
             if nd * R <= _SMALL:  # searchsorted(rc[t], thresholds, "left") of every t at once: rc is sorted
                 inds = (rc[:, :, None] < RECALL_THRESHOLDS[None, None, :]).sum(axis=1)
             else:
                 inds = np.stack([np.searchsorted(rc[t], RECALL_THRESHOLDS, side="left") for t in range(T)])
-            q = np.take_along_axis(pr, np.minimum(inds, nd - 1), axis=1)
-            precision[:, :, k, mi] = np.where(inds < nd, q, 0.0)
+            precision[:, :, k, mi] = np.where(inds < nd, _suffix_max_at(pr, np.minimum(inds, nd - 1)), 0.0)
     return precision, recall
+
+
+def _suffix_max_at(pr: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """``max(pr[t, at[t, r]:])`` for every (t, r) (``at`` non-decreasing along r): pycocotools'
+    interpolated precision read at the recall positions, without the full right-to-left maximum.
+
+    One ``maximum.reduceat`` over the segments between the read positions (each row also starts a
+    segment at its first element, so no segment crosses rows), then the right-to-left maximum of
+    those few segment maxima. A repeated position yields a one-element segment whose value is in the
+    next segment as well, so the result is the same. Exact: only maxima are taken.
+    """
+    T, nd = pr.shape
+    starts = np.empty((T, at.shape[1] + 1), np.int64)
+    starts[:, 0] = 0
+    starts[:, 1:] = at
+    starts += (np.arange(T, dtype=np.int64) * nd)[:, None]
+    seg = np.maximum.reduceat(pr.ravel(), starts.ravel()).reshape(starts.shape)
+    return np.maximum.accumulate(seg[:, ::-1], axis=1)[:, -2::-1]
 
 
 def _summarize(
