@@ -84,7 +84,11 @@ class Result:
         of the worst-calibrated detections from ``image_dir`` when given).
         ``echo``: print the short end-of-run text (headline, left out, warnings,
         run directory, files, report path; the full tables are in summary.md).
-        Returns the written metrics.json content."""
+        The figures are drawn in a forked child while the other files are
+        written and the text printed (:mod:`detcal.utils.background`;
+        ``DETCAL_INLINE_WRITERS=1``: inline); report.html, which embeds them,
+        comes last. Every file is written when this returns, and an error of
+        the drawing is raised here. Returns the written metrics.json content."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         figures, job = self._start_figures(out, plots)  # drawn meanwhile (a forked child where possible)
