@@ -9,7 +9,9 @@ rules) and pycocotools' ``accumulate`` rules:
   (101), max detections per image and category 1 / 10 / 100;
 * area ranges all ``[0, 1e10]``, small ``[0, 32^2]``, medium ``[32^2,
   96^2]``, large ``[96^2, 1e10]`` (bounds inclusive): a GT outside the range
-  is ignored (matching runs again with those GTs ignored), and a detection
+  is ignored (the matching is read from one reference matching, and only
+  the (image, category) groups whose GT flags change it are matched again:
+  ``_RangeReference``), and a detection
   left unmatched outside the range (its box area ``w * h``) is ignored;
 * per category, area range and max-dets: the kept detections of all images
   sorted by descending score (stable: image id, then the image's score
@@ -116,7 +118,8 @@ def coco_eval_arrays(
     known = (det_cat_k < K) & (cats[np.minimum(det_cat_k, K - 1)] == dets.category) if K else np.zeros(len(dets), bool)
     order = np.lexsort((rank, dets.image_id, -dets.score, det_cat_k))
     gt_k = np.searchsorted(cats, gt.category)
-    ctx = (dets, dataset, area, base_ignore, rank, det_area, det_cat_k, known, order, gt_k, K)
+    ref = _RangeReference(dets, gt, base_ignore | _outside(area, AREA_RANGES["all"]))
+    ctx = (dets, dataset, area, base_ignore, rank, det_area, det_cat_k, known, order, gt_k, K, ref)
     from detcal.utils.processes import map_in_processes
 
     parts = map_in_processes(_area_arrays, list(AREA_RANGES.values()), ctx, workers)
@@ -125,6 +128,67 @@ def coco_eval_arrays(
         "recall": np.stack([r for _, r in parts], axis=2),
         "categories": cats,
     }
+
+
+def _outside(area: np.ndarray, bounds: tuple[float, float]) -> np.ndarray:
+    """Outside the area range ``[lo, hi]`` (bounds inclusive, as pycocotools)."""
+    return (area < bounds[0]) | (area > bounds[1])
+
+
+class _RangeReference:
+    """One exclusive matching (GT flags ``ignore``) from which every area range's matching is read.
+
+    pycocotools matches each (image, category) group on its own, and an area
+    range changes a group's matching only through its GT ``ignore`` flags
+    (ignored GTs are sorted last and a detection on a non-ignored GT stops at
+    the first ignored one). A group matches exactly as in the reference when
+    its flags are the reference's, or when they are uniform in both (all
+    ignored or none: the same GT order, the stop never applies); only then
+    does the outcome change, by the flag of the matched GT. The other groups,
+    those with GTs of mixed ranges, are matched again, alone.
+    """
+
+    def __init__(self, dets: Detections, gt: Any, ignore: np.ndarray) -> None:
+        self.dets, self.gt, self.ignore = dets, gt, ignore
+        self.m = _match_exclusive(dets, gt, ignore)
+        n = len(gt)
+        img = np.concatenate([gt.image_id, dets.image_id])
+        cat = np.concatenate([gt.category, dets.category])
+        ii = np.unique(img, return_inverse=True)[1].reshape(-1).astype(np.int64)
+        ci = np.unique(cat, return_inverse=True)[1].reshape(-1).astype(np.int64)
+        key = ii * (int(ci.max()) + 1 if len(ci) else 1) + ci
+        self.key_g, self.key_d = key[:n], key[n:]
+
+    def _changed(self, ignore: np.ndarray) -> np.ndarray:
+        """Group keys whose matching may differ from the reference's under GT flags ``ignore``."""
+        u, inv = np.unique(self.key_g, return_inverse=True)
+        inv = inv.reshape(-1)
+        n = np.bincount(inv, minlength=len(u))
+        s_ref = np.bincount(inv, self.ignore, len(u))
+        s_new = np.bincount(inv, ignore, len(u))
+        diff = np.bincount(inv, self.ignore != ignore, len(u))
+        uniform = ((s_ref == 0) | (s_ref == n)) & ((s_new == 0) | (s_new == n))
+        return u[(diff > 0) & ~uniform]
+
+    def matched_ignored(self, ignore: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``matched``, ``ignored`` [T,D] of the exclusive matching with GT flags ``ignore``."""
+        gi = self.m.gt_index
+        hit = gi >= 0
+        on_ignored = ignore[np.maximum(gi, 0)] if len(ignore) else np.zeros(gi.shape, bool)
+        matched, ignored = hit & ~on_ignored, hit & on_ignored
+        changed = self._changed(ignore)
+        if len(changed):
+            d_sel = np.flatnonzero(np.isin(self.key_d, changed))
+            g_sel = np.flatnonzero(np.isin(self.key_g, changed))
+            sub = _match_exclusive(self.dets.select(d_sel), self.gt.select(g_sel), ignore[g_sel])
+            matched[:, d_sel], ignored[:, d_sel] = sub.matched, sub.ignored
+        return matched, ignored
+
+
+def _match_exclusive(dets: Detections, gt: Any, ignore: np.ndarray) -> Any:
+    g = gt.select(np.arange(len(gt)))
+    g.ignore = ignore
+    return match(dets, g, IOU_THRESHOLDS.tolist(), mode="exclusive", max_dets=MAX_DETS[-1], gt_ignore="ignore_or_crowd")
 
 
 _SMALL = 20_000
@@ -144,25 +208,23 @@ def _area_arrays(
     order: np.ndarray,
     gt_k: np.ndarray,
     K: int,
+    ref: _RangeReference,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``precision [T,R,K,M]`` and ``recall [T,K,M]`` of one area range ``(lo, hi)``."""
     T, R, M = len(IOU_THRESHOLDS), len(RECALL_THRESHOLDS), len(MAX_DETS)
     precision = -np.ones((T, R, K, M))
     recall = -np.ones((T, K, M))
-    lo, hi = bounds
     gt = dataset.gt
-    out_g = (area < lo) | (area > hi)
-    g = gt.select(np.arange(len(gt)))
-    g.ignore = base_ignore | out_g
-    m = match(dets, g, IOU_THRESHOLDS.tolist(), mode="exclusive", max_dets=MAX_DETS[-1], gt_ignore="ignore_or_crowd")
-    out_d = (det_area < lo) | (det_area > hi)
-    ignored = m.ignored | (~m.matched & out_d[None, :])
-    npig_k = np.bincount(gt_k[~g.ignore], minlength=K)[:K] if len(gt) else np.zeros(K, np.int64)
+    gt_ignore = base_ignore | _outside(area, bounds)
+    m_matched, m_ignored = ref.matched_ignored(gt_ignore)
+    out_d = _outside(det_area, bounds)
+    ignored = m_ignored | (~m_matched & out_d[None, :])
+    npig_k = np.bincount(gt_k[~gt_ignore], minlength=K)[:K] if len(gt) else np.zeros(K, np.int64)
     # per detection, its T flags side by side ([D, T]): gathering a detection's row is one access
-    tp_rows = np.ascontiguousarray((m.matched & ~ignored).T)
-    fp_rows = np.ascontiguousarray((~m.matched & ~ignored).T)
+    tp_rows = np.ascontiguousarray((m_matched & ~ignored).T)
+    fp_rows = np.ascontiguousarray((~m_matched & ~ignored).T)
     for mi, md in enumerate(MAX_DETS):
-        keep = known & (rank < md) & m.considered
+        keep = known & (rank < md) & ref.m.considered
         o = order[keep[order]]
         kk = det_cat_k[o]
         bounds_k = np.searchsorted(kk, np.arange(K + 1))
@@ -183,14 +245,30 @@ def _area_arrays(
             rc = tp / npig
             pr = tp / (fp + tp + np.spacing(1))
             recall[:, k, mi] = rc[:, -1]
-            pr = np.maximum.accumulate(pr[:, ::-1], axis=1)[:, ::-1]
             if nd * R <= _SMALL:  # searchsorted(rc[t], thresholds, "left") of every t at once: rc is sorted
                 inds = (rc[:, :, None] < RECALL_THRESHOLDS[None, None, :]).sum(axis=1)
             else:
                 inds = np.stack([np.searchsorted(rc[t], RECALL_THRESHOLDS, side="left") for t in range(T)])
-            q = np.take_along_axis(pr, np.minimum(inds, nd - 1), axis=1)
-            precision[:, :, k, mi] = np.where(inds < nd, q, 0.0)
+            precision[:, :, k, mi] = np.where(inds < nd, _suffix_max_at(pr, np.minimum(inds, nd - 1)), 0.0)
     return precision, recall
+
+
+def _suffix_max_at(pr: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """``max(pr[t, at[t, r]:])`` for every (t, r) (``at`` non-decreasing along r): pycocotools'
+    interpolated precision read at the recall positions, without the full right-to-left maximum.
+
+    One ``maximum.reduceat`` over the segments between the read positions (each row also starts a
+    segment at its first element, so no segment crosses rows), then the right-to-left maximum of
+    those few segment maxima. A repeated position yields a one-element segment whose value is in the
+    next segment as well, so the result is the same. Exact: only maxima are taken.
+    """
+    T, nd = pr.shape
+    starts = np.empty((T, at.shape[1] + 1), np.int64)
+    starts[:, 0] = 0
+    starts[:, 1:] = at
+    starts += (np.arange(T, dtype=np.int64) * nd)[:, None]
+    seg = np.maximum.reduceat(pr.ravel(), starts.ravel()).reshape(starts.shape)
+    return np.maximum.accumulate(seg[:, ::-1], axis=1)[:, -2::-1]
 
 
 def _summarize(

@@ -7,6 +7,7 @@ parameters) and offers ``to_dict()`` (the metrics.json content, strict JSON),
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,10 @@ class Result:
     def _write_extra(self, out_dir: Path, plots: bool, csv: bool) -> list[str]:
         return []
 
+    def _start_figures(self, out_dir: Path, plots: bool) -> tuple[list[str], Any]:
+        """The figure file names and a started job drawing them (``None``: no figures of their own)."""
+        return [], None
+
     def _markdown(self, content: Mapping[str, Any]) -> str:
         """summary.md from the written metrics.json content (with its ``files``)."""
         return self.to_markdown()
@@ -79,24 +84,35 @@ class Result:
         of the worst-calibrated detections from ``image_dir`` when given).
         ``echo``: print the short end-of-run text (headline, left out, warnings,
         run directory, files, report path; the full tables are in summary.md).
-        Returns the written metrics.json content."""
+        The figures are drawn in a forked child while the other files are
+        written and the text printed (:mod:`detcal.utils.background`;
+        ``DETCAL_INLINE_WRITERS=1``: inline); report.html, which embeds them,
+        comes last. Every file is written when this returns, and an error of
+        the drawing is raised here. Returns the written metrics.json content."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        files = (
-            ["metrics.json", "summary.md"] + self._write_extra(out, plots, csv) + (["report.html"] if report else [])
-        )
-        self.record["files"] = files
-        content = self.to_dict(**dict(header or {}))
-        content = results_json.write_metrics(out / "metrics.json", content, plain=True)
-        write_text(out / "summary.md", self._markdown(content))
-        if report:
+        figures, job = self._start_figures(out, plots)  # drawn meanwhile (a forked child where possible)
+        try:
+            extra = self._write_extra(out, plots, csv) + figures
+            self.record["files"] = ["metrics.json", "summary.md"] + extra + (["report.html"] if report else [])
+            content = self.to_dict(**dict(header or {}))
+            content = results_json.write_metrics(out / "metrics.json", content, plain=True)
+            write_text(out / "summary.md", self._markdown(content))
+            if echo:  # the numbers first, while the figures are finished
+                from detcal.reports.console import console_summary
+
+                print(console_summary(content, out), flush=True)
+        except BaseException:
+            if job is not None:  # the first error is the one reported; the child is still waited for
+                with contextlib.suppress(BaseException):
+                    job.join()
+            raise
+        if job is not None:
+            job.join()
+        if report:  # embeds the figures: after them
             from detcal.reports.html import write_report
 
             write_report(out, content, image_dir=image_dir)
-        if echo:
-            from detcal.reports.console import console_summary
-
-            print(console_summary(content, out))
         return content
 
 
@@ -140,12 +156,26 @@ class EvaluationResult(Result):
         if self.per_image is not None and self.spec is not None and self.spec.oce.per_image_csv:
             write_text(out / "oce_per_image.csv", per_image_csv(self.per_image))
             files.append("oce_per_image.csv")
-        if plots:
-            from detcal.reports.evaluation_plots import evaluation_plots
-
-            files += evaluation_plots(out, self.plain(), self.spec)
-            files += self._per_class_plot(out)
         return files
+
+    def _start_figures(self, out: Path, plots: bool) -> tuple[list[str], Any]:
+        """The PNG figures (:mod:`detcal.reports.evaluation_plots` and the per-class diagram), drawn in a
+        forked child while the caller writes the other files (:mod:`detcal.utils.background`)."""
+        if not plots:
+            return [], None
+        from detcal.reports.evaluation_plots import evaluation_plots, plan_evaluation_plots
+        from detcal.utils.background import start
+
+        m = self.plain()
+        names = [name for name, _ in plan_evaluation_plots(out, m, self.spec)]
+        pc = self.record.get("per_class") or {}
+        names += ["reliability_per_class.png"] if pc.get("rows") else []
+
+        def draw() -> None:
+            evaluation_plots(out, m, self.spec)
+            self._per_class_plot(out)
+
+        return names, start(draw)
 
     def _per_class_plot(self, out: Path) -> list[str]:
         pc = self.record.get("per_class") or {}

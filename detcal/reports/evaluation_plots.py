@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from detcal.reports import plots
 
-__all__ = ["evaluation_plots"]
+__all__ = ["evaluation_plots", "plan_evaluation_plots"]
 
 
 def _f(v: Any) -> Any:
@@ -20,13 +21,23 @@ def _f(v: Any) -> Any:
 def evaluation_plots(out_dir: Path, m: Mapping[str, Any], spec: Any) -> list[str]:
     """Reliability diagram and D-ECE maps per threshold; RMSE vs RMV, QCE coverage and
     retention curves of the box-uncertainty sample. Returns the file names."""
-    files: list[str] = []
+    jobs = plan_evaluation_plots(out_dir, m, spec)
+    for _, draw in jobs:
+        draw()
+    return [name for name, _ in jobs]
+
+
+def plan_evaluation_plots(out_dir: Path, m: Mapping[str, Any], spec: Any) -> list[tuple[str, Callable[[], Any]]]:
+    """The figures :func:`evaluation_plots` draws, as (file name, drawing call) pairs, nothing drawn yet:
+    the names are known before the drawing (which may then run elsewhere, e.g. in a forked child)."""
+    files: list[tuple[str, Callable[[], Any]]] = []
     for label, block in m["confidence"].items():
         e = block.get("ece")
         if e:
             t = e["table"]
             name = f"reliability_{label.replace('=', '')}.png"
-            plots.reliability_diagram(
+            draw = partial(
+                plots.reliability_diagram,
                 out_dir / name,
                 t.get("confidence", []),
                 t.get("precision", []),
@@ -35,7 +46,7 @@ def evaluation_plots(out_dir: Path, m: Mapping[str, Any], spec: Any) -> list[str
                 title=f"Reliability at {label}",
                 log_counts=spec.confidence.log_counts,
             )
-            files.append(name)
+            files.append((name, draw))
         mp = (m.get("dece_maps") or {}).get(label)
         if mp:
             name = f"dece_maps_{label.replace('=', '')}.png"
@@ -50,33 +61,36 @@ def evaluation_plots(out_dir: Path, m: Mapping[str, Any], spec: Any) -> list[str
                 }
                 for k, v in mp.items()
             }
-            plots.dece_heatmaps(
+            draw = partial(
+                plots.dece_heatmaps,
                 out_dir / name,
                 mp,
                 sample_threshold=spec.dece_binning.sample_threshold,
                 dece=_f((block.get("dece") or {}).get("value")),
                 title=f"D-ECE maps at {label}",
             )
-            files.append(name)
+            files.append((name, draw))
     reg = m["regression"]
     if "ence" in reg:
-        plots.rmse_rmv_diagram(
+        draw = partial(
+            plots.rmse_rmv_diagram,
             out_dir / "rmse_rmv.png",
             {c: v["table"] for c, v in reg["ence"].items()},
             ence={c: _f(v["value"]) for c, v in reg["ence"].items()},
             log=spec.regression.log_plot,
         )
-        files.append("rmse_rmv.png")
+        files.append(("rmse_rmv.png", draw))
     if "m_qce" in reg:
         per = reg["m_qce"]
         tau: Any = next((v["table"].get("tau") for v in per.values() if v.get("table", {}).get("tau") is not None), [])
-        plots.qce_coverage_diagram(
+        draw = partial(
+            plots.qce_coverage_diagram,
             out_dir / "qce_coverage.png",
             tau,
             {c: v["table"].get("coverage", [np.nan] * len(tau)) for c, v in per.items()},
             mqce={c: _f(v["value"]) for c, v in per.items()},
         )
-        files.append("qce_coverage.png")
+        files.append(("qce_coverage.png", draw))
     if "r_auc" in reg:
         curves = {
             c: {
@@ -86,6 +100,6 @@ def evaluation_plots(out_dir: Path, m: Mapping[str, Any], spec: Any) -> list[str
             }
             for c, v in reg["r_auc"].items()
         }
-        plots.retention_diagram(out_dir / "retention.png", curves, ylabel="RMSE on retained")
-        files.append("retention.png")
+        draw = partial(plots.retention_diagram, out_dir / "retention.png", curves, ylabel="RMSE on retained")
+        files.append(("retention.png", draw))
     return files
