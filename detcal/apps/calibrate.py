@@ -4,11 +4,13 @@ calibration part, apply them to a disjoint evaluation part, evaluate before/afte
     detcal-calibrate                                            # synthetic set, 50/50 image split
     detcal-calibrate calibrator=position_logistic
     detcal-calibrate calibrator@regression_calibrator=kuleshov_isotonic
+    detcal-calibrate regression=conformal regression_calibrator.alpha=0.05  # short form (configs/regression/)
     detcal-calibrate '~calibrator@regression_calibrator'         # confidence only
     detcal-calibrate data=coco data.gt=cal.json data.results=cal_dets.json \\
         data@eval_data=coco eval_data.gt=val.json eval_data.results=val_dets.json
 
-Calibrators are the files of configs/calibrator/ (one registry, ``_target_``).
+Calibrators are the files of configs/calibrator/ (one registry, ``_target_``);
+``regression=NAME`` (configs/regression/) selects ``calibrator@regression_calibrator=NAME``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def task(app: CalibrateApp, ctx: AppContext) -> dict[str, Any]:
     """Run :func:`detcal.calibrate` as ``app`` describes; write the result into ``ctx.run_dir``."""
     from detcal.pipeline.calibration import calibrate
 
+    _check_short_form(ctx.choices)
     conf = ctx.instantiate(app.calibrator, "calibrator")
     reg = ctx.instantiate(app.regression_calibrator, "regression_calibrator")
     names = {
@@ -56,6 +59,18 @@ def task(app: CalibrateApp, ctx: AppContext) -> dict[str, Any]:
         report=app.report.enabled,
         image_dir=image_dir,
     )
+
+
+def _check_short_form(choices: Any) -> None:
+    """``regression=NAME`` and a different ``calibrator@regression_calibrator`` (or its removal) contradict."""
+    from detcal.pipeline.spec import ConfigError
+
+    short, long = choices.get("regression"), choices.get("calibrator@regression_calibrator")
+    if short is not None and short != long:
+        raise ConfigError(
+            "regression",
+            f"regression={short} contradicts calibrator@regression_calibrator={long}: give one of the two",
+        )
 
 
 def main() -> None:

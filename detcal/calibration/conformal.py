@@ -48,6 +48,7 @@ __all__ = ["ConformalBoxIntervals", "conformal_quantile", "conformal_rank"]
 
 _SCORES = ("normalised", "absolute")
 _GROUPS = ("pooled", "class")
+_SPACES = (None, "edges")
 
 
 def conformal_rank(n: int, alpha: float) -> int:
@@ -90,7 +91,10 @@ class ConformalBoxIntervals(RegressionCalibrator):
     at fit the score is absolute), ``groups`` (``"pooled"`` or ``"class"``:
     Mondrian per category, the categories passed as ``groups=`` to
     :meth:`fit` and :meth:`transform`), ``bonferroni`` (``a_k = alpha / K``
-    for box-level coverage). Learned: ``alpha_coord_ [K]``, ``z_ [K]``,
+    for box-level coverage), ``space`` (``None``: the coordinates the caller
+    gives, in detcal-calibrate those of ``regression.space``; ``"edges"``:
+    detcal-calibrate fits and evaluates it on the pixel box edges x1, y1, x2,
+    y2 of :func:`detcal.metrics.regression.coverage.edge_sample`). Learned: ``alpha_coord_ [K]``, ``z_ [K]``,
     ``quantile_ [K]`` (pooled), ``group_ids_ [G]``, ``group_quantile_ [G,K]``,
     ``group_n_ [G]``, ``fallback_groups_``, ``score_`` (the score used). See the module docstring.
     """
@@ -98,12 +102,18 @@ class ConformalBoxIntervals(RegressionCalibrator):
     uses_groups: bool = True
 
     def __init__(
-        self, alpha: float = 0.1, score: str = "normalised", groups: str = "pooled", bonferroni: bool = False
+        self,
+        alpha: float = 0.1,
+        score: str = "normalised",
+        groups: str = "pooled",
+        bonferroni: bool = False,
+        space: str | None = None,
     ) -> None:
         self.alpha = alpha
         self.score = score
         self.groups = groups
         self.bonferroni = bonferroni
+        self.space = space
 
     # ------------------------------------------------------------------ checks
 
@@ -114,6 +124,8 @@ class ConformalBoxIntervals(RegressionCalibrator):
             raise DetcalInputError(f"score must be one of {_SCORES}, got {self.score!r}", field="score")
         if self.groups not in _GROUPS:
             raise DetcalInputError(f"groups must be one of {_GROUPS}, got {self.groups!r}", field="groups")
+        if self.space not in _SPACES:
+            raise DetcalInputError(f"space must be null or 'edges', got {self.space!r}", field="space")
 
     @staticmethod
     def _groups_array(groups: Any, n: int) -> np.ndarray:

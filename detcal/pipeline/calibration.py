@@ -472,6 +472,24 @@ def _fit_confidence(
         }
 
 
+_EDGES_NOT_WRITTEN = (
+    "intervals on the box edges (regression_calibrator.space=edges) have no Gaussian in the file's own "
+    "coordinates (x1 and x2 get different quantiles): the calibrated results file keeps the original uncertainty"
+)
+
+
+def _reg_sample(part: Part, spec: EvaluationSpec, t_reg: float, space: str, edges: bool) -> Any:
+    """The true-positive sample of one part in ``space``, or on the pixel box edges (x1, y1, x2, y2)."""
+    from detcal.metrics.regression.coverage import edge_sample
+    from detcal.metrics.spaces import regression_sample
+
+    d = part.data
+    s = regression_sample(
+        d.detections, d.dataset.gt, _reg_match(part, spec), iou_threshold=t_reg, space="pixel" if edges else space
+    )
+    return edge_sample(s) if edges else s
+
+
 def _fit_regression(
     reg_cal: Any,
     cal: Part,
@@ -483,13 +501,11 @@ def _fit_regression(
     out: _Outputs,
 ) -> None:
     """Fit the box-uncertainty calibrator on the calibration TPs, rewrite the evaluation part, evaluate both ways."""
-    from detcal.metrics.spaces import regression_sample
-
     space, t_reg = spec.regression.space, float(spec.regression.sample_iou)
+    edges = getattr(reg_cal, "space", None) == "edges"  # conformal on the pixel box edges
+    space = "pixel" if edges else space
     bar.step(f"fit {type(reg_cal).__name__}")
-    s_c = regression_sample(
-        cal.data.detections, cal.data.dataset.gt, _reg_match(cal, spec), iou_threshold=t_reg, space=space
-    )
+    s_c = _reg_sample(cal, spec, t_reg, space, edges)
     if len(s_c) == 0:
         raise DetcalInputError(
             f"no true positives at IoU {t_reg} in the calibration data: nothing to fit", field="regression.sample_iou"
@@ -497,7 +513,10 @@ def _fit_regression(
     grouped = bool(getattr(reg_cal, "uses_groups", False))  # Mondrian conformal: the category of each sample
     fit_kw = {"groups": cal.data.detections.category[s_c.rows]} if grouped else {}
     reg_cal.fit(s_c.mu, s_c.sigma, s_c.y, **fit_kw)
-    out.dets_out, wb = apply_regression_calibrator(out.dets_out, reg_cal, space)
+    if edges:
+        wb = {"skipped": _EDGES_NOT_WRITTEN}
+    else:
+        out.dets_out, wb = apply_regression_calibrator(out.dets_out, reg_cal, space)
     out.calibrators["regression"] = {
         "name": names.get("regression", type(reg_cal).__name__),
         "describe": reg_cal.describe(),
@@ -509,9 +528,7 @@ def _fit_regression(
         "writeback": wb,
     }
     bar.step("evaluate box uncertainty")
-    s_e = regression_sample(
-        ev.data.detections, ev.data.dataset.gt, _reg_match(ev, spec), iou_threshold=t_reg, space=space
-    )
+    s_e = _reg_sample(ev, spec, t_reg, space, edges)
     ev_kw = {"groups": ev.data.detections.category[s_e.rows]} if grouped else {}
     mu_a, sg_a = reg_cal.transform(s_e.mu, s_e.sigma, **ev_kw) if len(s_e) else (s_e.mu, s_e.sigma)
     out.evaluation["regression"] = {
