@@ -59,3 +59,20 @@ def test_tiny_share_is_not_scientific() -> None:
     assert not re.search(r">[−-]?\d\.\d+e[−+-]\d+%?<", html), "a number in scientific notation"
     for row in w["largest_contributions"]:
         assert f"{100 * row['share']:.2f}%".replace("-", "−") in html
+
+
+def test_a_logged_warning_is_not_repeated_by_the_console_summary(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    import warnings
+
+    from detcal.calibration.report import CalibrationFitWarning
+    from detcal.reports.console import console_summary
+    from detcal.utils.warn import capture, collected
+
+    with capture(), caplog.at_level("WARNING", logger="detcal"):
+        warnings.warn("StdScalingSGD: fit is not trustworthy: max_steps=5 reached", CalibrationFitWarning)
+        fit = collected()[0]
+        text = console_summary({"command": "detcal-calibrate", "warnings": [fit, "input: 3% outside"]}, tmp_path)
+    assert (caplog.text + text).count("fit is not trustworthy") == 1
+    assert "input: 3% outside" in text and "1 logged above" in text
