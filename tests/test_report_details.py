@@ -76,3 +76,30 @@ def test_a_logged_warning_is_not_repeated_by_the_console_summary(
         text = console_summary({"command": "detcal-calibrate", "warnings": [fit, "input: 3% outside"]}, tmp_path)
     assert (caplog.text + text).count("fit is not trustworthy") == 1
     assert "input: 3% outside" in text and "1 logged above" in text
+
+
+def test_kitti_ap_rows_name_their_class(tmp_path: Any) -> None:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from kitti_like import make_frames, write_frames
+
+    from detcal.pipeline.accuracy_block import accuracy_block
+    from detcal.pipeline.result import _accuracy_md
+    from detcal.pipeline.sources import load_data
+    from detcal.pipeline.spec import DataSpec, EvaluationSpec
+    from detcal.reports.html.sections import accuracy
+
+    lab, res = write_frames(make_frames(12, seed=3), tmp_path)
+    sizes = tmp_path / "sizes.txt"
+    sizes.write_text("".join(f"{i:06d} 1242 375\n" for i in range(12)))
+    data = load_data(DataSpec(source="kitti", label_dir=str(lab), results_dir=str(res), sizes=str(sizes)))
+    acc = accuracy_block(EvaluationSpec(), data)
+    names = {r["category"]: r["class"] for r in acc["kitti_ap"]}
+    assert names == {1: "Car", 4: "Pedestrian", 6: "Cyclist"}
+    html = accuracy({"accuracy": acc, "localisation": {}})
+    md = "\n".join(_accuracy_md(acc, {}))
+    for text in (html, md):
+        assert "Car" in text and "Pedestrian" in text and "Cyclist" in text
+    assert "<td class=n data-v=\"1\" data-sort=\"1\">1</td><td>easy" not in html  # no bare id in the class column
