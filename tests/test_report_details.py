@@ -103,3 +103,30 @@ def test_kitti_ap_rows_name_their_class(tmp_path: Any) -> None:
     for text in (html, md):
         assert "Car" in text and "Pedestrian" in text and "Cyclist" in text
     assert "<td class=n data-v=\"1\" data-sort=\"1\">1</td><td>easy" not in html  # no bare id in the class column
+
+
+def _table1_fixture() -> dict[str, Any]:
+    import json
+    from pathlib import Path
+
+    t = json.loads((Path(__file__).parent / "data" / "regression" / "main_table1.json").read_text())
+    cols = ["tx", "ty", "tw", "th"]
+    return {**t, "columns": cols, "split": "val", "iou_threshold": 0.5, "bins": 8, "binning": "equal_count", "files": []}
+
+
+def test_cv_noise_reads_zero_and_cv_values_once() -> None:
+    from detcal.training.report import table1_markdown
+
+    t = _table1_fixture()
+    d = t["ence_change"]["std_scaling"]["cv"]["tx"]["difference"]
+    assert d != 0 and abs(d) < 1e-15  # the recorded run's noise, kept in table1.json
+    md = table1_markdown(t)
+    assert not re.search(r"[+-]\d\.\de-1[3-9]", md), "a floating-point noise difference printed"
+    assert "| C_v std scaling - before | 0 | 0 | 0 | 0 |" in md and "reads 0" in md
+    assert len(re.findall(r"^\| C_v( [a-z_]+)? \|", md, flags=re.M)) == 1  # the values of C_v once
+    assert t["ence_change"]["std_scaling"]["cv"]["tx"]["difference"] == d  # the JSON number unchanged
+    # a real change is still printed, and C_v per variant becomes a table again
+    t["ence_change"]["std_scaling"]["cv"]["tx"]["difference"] = 0.01
+    t["cv"]["std_scaling"] = {**t["cv"]["std_scaling"], "tx": t["cv"]["before"]["tx"] + 0.01}
+    md = table1_markdown(t)
+    assert "| C_v std scaling - before | +1.0e-02 | 0 |" in md and "| C_v std_scaling |" in md
