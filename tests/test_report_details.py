@@ -130,3 +130,47 @@ def test_cv_noise_reads_zero_and_cv_values_once() -> None:
     t["cv"]["std_scaling"] = {**t["cv"]["std_scaling"], "tx": t["cv"]["before"]["tx"] + 0.01}
     md = table1_markdown(t)
     assert "| C_v std scaling - before | +1.0e-02 | 0 |" in md and "| C_v std_scaling |" in md
+
+
+def _seed_table(before: list[float], std: list[float], cv: list[float], holds: bool) -> dict[str, Any]:
+    cols = ["tx", "ty", "tw", "th"]
+    return {
+        "table": "Table 1 analogue",
+        "columns": cols,
+        "rows": {
+            "ENCE before calibration": dict(zip(cols, before)),
+            "ENCE after std scaling": dict(zip(cols, std)),
+            "C_v": dict(zip(cols, cv)),
+        },
+        "conclusion": {"claim": "std_scaling lowers the val ENCE on every coordinate, C_v unchanged", "holds": holds},
+    }
+
+
+def test_per_seed_table_with_mean_and_std(tmp_path: Any) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    from detcal.reports.html.main_page import seeds_table
+
+    tables = {
+        "seed 0": _seed_table([0.20, 0.60, 0.30, 0.32], [0.10, 0.07, 0.09, 0.10], [0.35, 0.44, 0.49, 0.53], True),
+        "seed 1": _seed_table([0.22, 0.56, 0.28, 0.30], [0.12, 0.08, 0.10, 0.08], [0.37, 0.42, 0.50, 0.51], True),
+        "seed 2": _seed_table([0.21, 0.58, 0.29, 0.34], [0.14, 0.06, 0.08, 0.09], [0.36, 0.43, 0.48, 0.52], False),
+    }
+    assert seeds_table({"seed 0": tables["seed 0"]}) == ""  # one seed: no per-seed table
+    html = seeds_table(tables)
+    # ENCE after std scaling, tx: 0.10, 0.12, 0.14 -> mean 12.0%, sample std 2.0%
+    assert "12.0%</span> ± <span class=n" in html and ">2.0%</span>" in html
+    assert f'data-v="{statistics.stdev([0.10, 0.12, 0.14])!r}"' in html
+    # C_v th: 0.53, 0.51, 0.52 -> 0.520 ± 0.010
+    assert ">0.520</span> ± <span class=n" in html and ">0.010</span>" in html
+    assert html.count("mean ± std") == 3 and "holds on <span class=n data-v=\"2\">2</span> of" in html
+    # the script writes it as seeds.html beside seeds.md
+    spec = importlib.util.spec_from_file_location(
+        "main_job_seeds", Path(__file__).parents[1] / "scripts" / "main_job_seeds.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    page = mod.write_seeds_page(tmp_path, tables).read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>") and "Table 1 per training seed" in page and "seed 2" in page
