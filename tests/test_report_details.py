@@ -174,3 +174,26 @@ def test_per_seed_table_with_mean_and_std(tmp_path: Any) -> None:
     spec.loader.exec_module(mod)
     page = mod.write_seeds_page(tmp_path, tables).read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>") and "Table 1 per training seed" in page and "seed 2" in page
+
+
+def test_reliability_png_keeps_every_label_inside(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from detcal.reports import plots
+
+    figs: list[Any] = []
+    save = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: (figs.append(fig), save(fig, path))[1])
+    count = np.array([120000, 45000, 3000, 800, 90, 12, 0, 5, 40, 2500])  # six-digit histogram ticks
+    conf = np.linspace(0.05, 0.95, 10)
+    prec = np.clip(conf - 0.1, 0, 1)
+    plots.reliability_diagram(tmp_path / "r.png", conf, prec, count, ece=0.1)
+    (fig,) = figs
+    r = fig.canvas.get_renderer()
+    box = fig.bbox
+    texts = [t for ax in fig.axes for t in (ax.yaxis.label, ax.xaxis.label, ax.title) if t.get_text()]
+    texts += [t for ax in fig.axes for t in ax.get_yticklabels() + ax.get_xticklabels() if t.get_text()]
+    assert any(t.get_text() == "samples" for t in texts)
+    for t in texts:
+        e = t.get_window_extent(r)
+        assert e.x0 >= box.x0 - 0.5 and e.x1 <= box.x1 + 0.5 and e.y0 >= box.y0 - 0.5 and e.y1 <= box.y1 + 0.5, (
+            t.get_text()
+        )
