@@ -71,7 +71,7 @@ def test_a_logged_warning_is_not_repeated_by_the_console_summary(
     from detcal.utils.warn import capture, collected
 
     with capture(), caplog.at_level("WARNING", logger="detcal"):
-        warnings.warn("StdScalingSGD: fit is not trustworthy: max_steps=5 reached", CalibrationFitWarning)
+        warnings.warn("StdScalingSGD: fit is not trustworthy: max_steps=5 reached", CalibrationFitWarning, stacklevel=1)
         fit = collected()[0]
         text = console_summary({"command": "detcal-calibrate", "warnings": [fit, "input: 3% outside"]}, tmp_path)
     assert (caplog.text + text).count("fit is not trustworthy") == 1
@@ -111,7 +111,15 @@ def _table1_fixture() -> dict[str, Any]:
 
     t = json.loads((Path(__file__).parent / "data" / "regression" / "main_table1.json").read_text())
     cols = ["tx", "ty", "tw", "th"]
-    return {**t, "columns": cols, "split": "val", "iou_threshold": 0.5, "bins": 8, "binning": "equal_count", "files": []}
+    return {
+        **t,
+        "columns": cols,
+        "split": "val",
+        "iou_threshold": 0.5,
+        "bins": 8,
+        "binning": "equal_count",
+        "files": [],
+    }
 
 
 def test_cv_noise_reads_zero_and_cv_values_once() -> None:

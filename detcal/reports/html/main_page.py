@@ -315,7 +315,9 @@ def seeds_table(tables: Mapping[str, Mapping[str, Any]]) -> str:
             shown = [pct(row.get(c)) if percent else num(row.get(c), 3) for c in cols]
             body.append([f"<td>{esc(k)}</td><td>{esc(seed)}</td>", *(f"<td class=n>{v}</td>" for v in shown)])
         summary = [_mean_sd(v, percent) if len(v) > 1 else "–" for v in vals.values()]
-        body.append([f"<td>{esc(k)}</td><td><b>mean ± std</b></td>", *(f"<td class=n><b>{v}</b></td>" for v in summary)])
+        body.append(
+            [f"<td>{esc(k)}</td><td><b>mean ± std</b></td>", *(f"<td class=n><b>{v}</b></td>" for v in summary)]
+        )
     holds = [bool((t.get("conclusion") or {}).get("holds")) for t in tables.values()]
     claim = (first.get("conclusion") or {}).get("claim")
     note = (
