@@ -334,7 +334,7 @@ def markdown(res: dict[str, Any]) -> str:
 
 def write_seeds_page(out: Path, tables: dict[str, dict[str, Any]]) -> Path:
     """``out/seeds.html``: Table 1 of every seed and the mean ± std over the seeds (from their table1.json)."""
-    from detcal.reports.html.main_page import seeds_page
+    from detcal.reports.html.seeds_page import seeds_page
 
     path = out / "seeds.html"
     write_text(path, seeds_page(tables, about=str(out)))

@@ -16,7 +16,7 @@ from typing import Any
 from detcal.reports.html.fmt import esc, fmt, is_number, num, num_attr, table
 from detcal.reports.html.svg import curve_svg
 
-__all__ = ["main_body", "pct", "seeds_page", "seeds_table"]
+__all__ = ["main_body", "pct", "seeds_table"]
 
 _VARIANT_ROW = {"std_scaling": "ENCE after std scaling", "kuleshov_isotonic": "ENCE after isotonic (Kuleshov)"}
 _BEFORE_ROW = "ENCE before calibration"
@@ -330,16 +330,6 @@ def seeds_table(tables: Mapping[str, Mapping[str, Any]]) -> str:
         + note
         + table(["row", "seed", *cols], body, raw=True, sortable=False)
     )
-
-
-def seeds_page(tables: Mapping[str, Mapping[str, Any]], about: str = "") -> str:
-    """A self-contained page with :func:`seeds_table` (``scripts/main_job_seeds.py`` writes it as seeds.html)."""
-    from detcal._version import __version__
-    from detcal.reports.html.page import _page
-
-    body = seeds_table(tables) or "<p class=note>Fewer than two seeds: no per-seed table.</p>"
-    head = {"command": "detcal-main seeds", "detcal_version": __version__, "run_dir": about}
-    return _page(head, body)
 
 
 def main_body(m: Mapping[str, Any], files_html: str, provenance: str) -> str:
