@@ -9,7 +9,8 @@ and ``avx512`` (those this CPU supports), and writes
 * ``seeds.json``: every run's Table 1 numbers, per-coordinate ENCE changes with
   their paired bootstrap intervals, the conclusion, the platform facts and the
   wall time; the per-number spread over the platform runs and over the seeds;
-* ``seeds.md``: the same as readable tables (the figures of docs/main_job.md).
+* ``seeds.md``: the same as readable tables (the figures of docs/main_job.md);
+* ``seeds.html``: Table 1 of every seed with the mean ± std over the seeds.
 
     python scripts/main_job_seeds.py --out outputs/main_seeds            # 5 seeds + the platform spread
     python scripts/main_job_seeds.py --seeds 0 1 2 --no-spread
@@ -331,6 +332,15 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_seeds_page(out: Path, tables: dict[str, dict[str, Any]]) -> Path:
+    """``out/seeds.html``: Table 1 of every seed and the mean ± std over the seeds (from their table1.json)."""
+    from detcal.reports.html.seeds_page import seeds_page
+
+    path = out / "seeds.html"
+    write_text(path, seeds_page(tables, about=str(out)))
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=REPO / "outputs" / "main_seeds")
@@ -390,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json(a.out / "seeds.json", res)
     md = markdown(res)
     write_text(a.out / "seeds.md", md)
+    write_seeds_page(a.out, {f"seed {k}": runs[f"seed{k}"]["table"] for k in a.seeds})
     print(md)
     return 0
 

@@ -27,7 +27,7 @@ def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:
         cats = [c for c in (1, 4, 6) if c in ds.categories]
         rows = kitti_ap(dets, ds.gt, cats, rules=data.kitti)
         return {
-            "kitti_ap": [r.to_dict() for r in rows],
+            "kitti_ap": [{"class": ds.categories.get(r.category, str(r.category)), **r.to_dict()} for r in rows],
             "definition": "KITTI devkit eval_class: 11- and 40-point interpolated AP per class and difficulty, "
             "per-class IoU 0.7/0.5/0.5, from the devkit's assignment (docs/matching.md)",
         }

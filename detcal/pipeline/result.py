@@ -413,7 +413,7 @@ def _accuracy_md(acc: Mapping[str, Any], loc: Mapping[str, Any]) -> list[str]:
         ]
     elif acc.get("kitti_ap"):
         rows = {
-            f"{r['category']} {r['difficulty']}": {"AP11": r.get("ap11"), "AP40": r.get("ap40")}
+            f"{r.get('class', r['category'])} {r['difficulty']}": {"AP11": r.get("ap11"), "AP40": r.get("ap40")}
             for r in acc["kitti_ap"]
         }
         out += [

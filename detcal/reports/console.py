@@ -161,14 +161,26 @@ def run_footer(run_dir: str | Path, files: list[str]) -> list[str]:
     return out
 
 
+def _warning_lines(warns: list[str]) -> list[str]:
+    """The run's warnings, each once on the console: those logged while the command ran are counted, not
+    repeated (a calibrator's fit report was printed twice)."""
+    from detcal.utils.warn import logged
+
+    if not warns:
+        return []
+    seen = set(logged())
+    rest = [w for w in warns if w not in seen]
+    above = len(warns) - len(rest)
+    head = f"warnings ({len(warns)}, all in metrics.json 'warnings'" + (f"; {above} logged above" if above else "")
+    out = [head + ("):" if rest else ")")]
+    return out + [f"  - {w}" for w in rest[:10]] + ([f"  ... {len(rest) - 10} more"] if len(rest) > 10 else [])
+
+
 def console_summary(m: Mapping[str, Any], run_dir: str | Path) -> str:
     """The end-of-command text of a run from its metrics.json content."""
     lines = [f"{m.get('command', 'detcal')} (detcal {m.get('detcal_version', '')})"] + _what(m)
     lines += _headline_lines(m) or _compare_lines(m) or _study_lines(m)
     lines += _accuracy(m) + _left_out(m)
-    warns = m.get("warnings") or []
-    if warns:
-        lines.append(f"warnings ({len(warns)}, also in metrics.json 'warnings'):")
-        lines += [f"  - {w}" for w in warns[:10]] + ([f"  ... {len(warns) - 10} more"] if len(warns) > 10 else [])
+    lines += _warning_lines(m.get("warnings") or [])
     lines += run_footer(run_dir, [str(f) for f in m.get("files") or []])
     return "\n".join(lines)

@@ -155,6 +155,8 @@ def reliability_diagram(
     ax.tick_params(labelbottom=False)
     axh.set_xlabel("confidence")
     axh.set_ylabel("samples")
+    # room for the histogram's tick labels and its label (cut off under the fixed margins)
+    fig.set_layout_engine("constrained", hspace=0.01)
     return _save(fig, path)
 
 

@@ -9,6 +9,7 @@ so C_v is unchanged by it (the paper's point: calibration does not create disper
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -150,6 +151,41 @@ def intervals_markdown(iv: Mapping[str, Any] | None, cols: list[str]) -> list[st
     return lines
 
 
+CV_NOISE = 1e-12
+"""A C_v difference below this share of C_v is floating-point noise: printed as 0 (table1.json keeps it)."""
+
+
+def cv_change_text(d: Any, a: Any) -> str:
+    """A C_v change as text: ``0`` when ``|d| <= CV_NOISE * |a|`` (the rule :data:`CV_NOISE` states),
+    else signed in scientific notation."""
+    if not isinstance(d, (int, float)) or not math.isfinite(d):
+        return "undefined"
+    if isinstance(a, (int, float)) and abs(d) <= CV_NOISE * abs(a):
+        return "0"
+    return f"{d:+.1e}"
+
+
+def _cv_markdown(t: Mapping[str, Any], cols: list[str], head: str) -> list[str]:
+    """C_v per variant: one sentence when every variant equals the C_v row to :data:`CV_NOISE`, else a table."""
+    before = t["rows"].get("C_v") or {}
+    same = all(
+        isinstance(before.get(c), (int, float))
+        and abs(float(vals[c]) - float(before[c])) <= CV_NOISE * abs(float(before[c]))
+        for vals in t["cv"].values()
+        for c in cols
+    )
+    if same and before:
+        return [
+            "",
+            f"C_v of every variant ({', '.join(t['cv'])}) equals the C_v row above to a relative {CV_NOISE:g}: "
+            "std scaling and isotonic multiply sigma by a constant per coordinate (values in table1.json `cv`).",
+        ]
+    lines = ["", "C_v per variant:", "", head.rstrip("\n")]
+    for v, vals in t["cv"].items():
+        lines.append(f"| C_v {v} | " + " | ".join(f"{float(vals[c]):.6f}" for c in cols) + " |")
+    return lines
+
+
 def table1_markdown(t: Mapping[str, Any]) -> str:
     """Markdown of the Table 1 analogue (Levi et al. 2019 layout) plus calibration and detection sanity."""
     cols = list(t["columns"])
@@ -171,14 +207,7 @@ def table1_markdown(t: Mapping[str, Any]) -> str:
         )
     lines += _changes_markdown(t, cols)
     lines += intervals_markdown(t.get("intervals"), cols)
-    lines += [
-        "",
-        "C_v per variant (std scaling and isotonic multiply sigma by a constant per coordinate, so C_v is unchanged):",
-        "",
-        head.rstrip("\n"),
-    ]
-    for v, vals in t["cv"].items():
-        lines.append(f"| C_v {v} | " + " | ".join(f"{float(vals[c]):.6f}" for c in cols) + " |")
+    lines += _cv_markdown(t, cols, head)
     lines += [
         "",
         "Spearman correlation of RMSE(b) with RMV(b) over the bins (1: the error rises with the predicted std):",
@@ -343,9 +372,10 @@ def _changes_markdown(t: Mapping[str, Any], cols: list[str]) -> list[str]:
     for v, d in ch.items():
         lines.append(
             f"| C_v {v.replace('_', ' ')} - before | "
-            + " | ".join(f"{d['cv'][c]['difference']:+.1e}" for c in cols)
+            + " | ".join(cv_change_text(d["cv"][c].get("difference"), d["cv"][c].get("a")) for c in cols)
             + " |"
         )
+    lines += ["", f"A C_v change below {CV_NOISE:g} of C_v (floating-point noise) reads 0; table1.json keeps it."]
     con = t.get("conclusion", {})
     if con.get("holds") is not None:
         verdict = "holds" if con["holds"] else "does NOT hold"

@@ -15,9 +15,10 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["capture", "collected", "note"]
+__all__ = ["capture", "collected", "logged", "note"]
 
 _seen: list[str] = []
+_logged: list[str] = []  # the ones already written on the console as they came
 _active: list[bool] = []
 log = logging.getLogger("detcal")
 
@@ -32,8 +33,13 @@ def _show(message: Any, category: type, filename: str, lineno: int, file: Any = 
     text = f"{category.__name__}: {str(message).strip().splitlines()[0] if str(message).strip() else ''}"
     if text not in _seen:
         log.warning("%s", text)
-    if text not in _seen:
+        _logged.append(text)
         _seen.append(text)
+
+
+def logged() -> list[str]:
+    """The warnings of this command already logged as they came (the end summary does not repeat them)."""
+    return list(_logged) if _active else []
 
 
 def collected() -> list[str]:
@@ -45,6 +51,7 @@ def collected() -> list[str]:
 def capture() -> Iterator[None]:
     """Route Python warnings through logging (one line each) while the block runs; resets the collection."""
     _seen.clear()
+    _logged.clear()
     original = warnings.showwarning
     warnings.showwarning = _show
     _active.append(True)

@@ -5,9 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from detcal.reports.html.fmt import ci_text, esc, is_number, num
+from detcal.reports.html.fmt import ci_text, esc, is_number, num, num_attr
 
 __all__ = ["findings"]
+
+
+def _pct(v: Any) -> str:
+    """A fraction in percent with one decimal, its exact value in ``data-v`` (a dash when not a number)."""
+    return f"<span class=n{num_attr(v)}>{100 * v:.1f}%</span>" if is_number(v) else "<span>–</span>"
 
 
 def _first_block(conf: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
@@ -161,7 +166,7 @@ def findings(m: Mapping[str, Any]) -> list[str]:
     if cells:
         c = cells[0]
         out.append(
-            f"The D-ECE cell with the largest share ({num(c['contribution'])} of D-ECE "
+            f"The D-ECE cell with the largest share ({_pct(c.get('share'))} of the D-ECE "
             f"{num(worst.get('dece_from_contributions'))}) holds {num(c['count'])} detections with mean "
             f"confidence {num(c['confidence'], 2)} and precision {num(c['precision'], 2)}."
         )

@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["esc", "fmt", "text", "num", "num_attr", "table", "is_number"]
+__all__ = ["esc", "fmt", "text", "num", "num_attr", "table", "is_number", "pct_cell"]
 
 
 def esc(s: Any) -> str:
@@ -81,6 +81,14 @@ def cell(v: Any) -> str:
     if isinstance(v, dict):
         return f"<td>{esc(', '.join(f'{k}={fmt(x)}' for k, x in list(v.items())[:6]))}</td>"
     return f"<td>{esc(fmt(v))}</td>"
+
+
+def pct_cell(v: Any, digits: int = 1) -> str:
+    """A fraction as a table cell in percent with ``digits`` decimals (``12.3%``, ``−0.4%``), one fixed format
+    whatever the size; the exact fraction in ``data-v``; a dash for anything else."""
+    if not is_number(v) or not math.isfinite(v):
+        return "<td>–</td>"
+    return f"<td class=n{num_attr(v)} data-sort=\"{v!r}\">{f'{100 * v:.{digits}f}%'.replace('-', '−')}</td>"
 
 
 def table(

@@ -16,7 +16,7 @@ from typing import Any
 from detcal.reports.html.fmt import esc, fmt, is_number, num, num_attr, table
 from detcal.reports.html.svg import curve_svg
 
-__all__ = ["main_body", "pct"]
+__all__ = ["main_body", "pct", "seeds_table"]
 
 _VARIANT_ROW = {"std_scaling": "ENCE after std scaling", "kuleshov_isotonic": "ENCE after isotonic (Kuleshov)"}
 _BEFORE_ROW = "ENCE before calibration"
@@ -278,6 +278,57 @@ def stages(m: Mapping[str, Any]) -> str:
     total = (m.get("timing_s") or {}).get("total")
     return f"<h2 id=stages>Stages ({num(total, 1)} s in all)</h2>" + table(
         ["stage", "seconds", "status"], rows, sortable=False
+    )
+
+
+def _mean_sd(vals: list[float], percent: bool) -> str:
+    """``mean ± sd`` (sample sd) of ``vals``, each with its exact value in ``data-v``."""
+    import statistics
+
+    mean, sd = statistics.fmean(vals), statistics.stdev(vals)
+    scale, digits = (100.0, 1) if percent else (1.0, 3)
+    unit = "%" if percent else ""
+    return (
+        f"<span class=n{num_attr(mean)}>{scale * mean:.{digits}f}{unit}</span> ± "
+        f"<span class=n{num_attr(sd)}>{scale * sd:.{digits}f}{unit}</span>"
+    )
+
+
+def seeds_table(tables: Mapping[str, Mapping[str, Any]]) -> str:
+    """Table 1 of each training seed (``{seed label: table1.json content}``) and, per row and coordinate,
+    the mean ± sample standard deviation over the seeds; empty for fewer than two seeds."""
+    tables = {k: t for k, t in tables.items() if isinstance(t, Mapping) and isinstance(t.get("rows"), Mapping)}
+    if len(tables) < 2:
+        return ""
+    first = next(iter(tables.values()))
+    cols = _coords(first)
+    keys = list(dict.fromkeys(k for t in tables.values() for k in t["rows"]))
+    body = []
+    for k in keys:
+        percent = k.startswith("ENCE")
+        vals: dict[str, list[float]] = {c: [] for c in cols}
+        for seed, t in tables.items():
+            row = t["rows"].get(k) or {}
+            for c in cols:
+                if is_number(row.get(c)):
+                    vals[c].append(float(row[c]))
+            shown = [pct(row.get(c)) if percent else num(row.get(c), 3) for c in cols]
+            body.append([f"<td>{esc(k)}</td><td>{esc(seed)}</td>", *(f"<td class=n>{v}</td>" for v in shown)])
+        summary = [_mean_sd(v, percent) if len(v) > 1 else "–" for v in vals.values()]
+        body.append(
+            [f"<td>{esc(k)}</td><td><b>mean ± std</b></td>", *(f"<td class=n><b>{v}</b></td>" for v in summary)]
+        )
+    holds = [bool((t.get("conclusion") or {}).get("holds")) for t in tables.values()]
+    claim = (first.get("conclusion") or {}).get("claim")
+    note = (
+        f"<p class=note>Mean ± sample standard deviation over {num(len(tables))} seeds."
+        + (f" '{esc(claim)}' holds on {num(sum(holds))} of {num(len(holds))} seeds." if claim else "")
+        + "</p>"
+    )
+    return (
+        "<h2 id=seeds>Table 1 per training seed</h2>"
+        + note
+        + table(["row", "seed", *cols], body, raw=True, sortable=False)
     )
 
 

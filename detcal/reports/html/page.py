@@ -14,14 +14,14 @@ from typing import Any
 import detcal.reports.html.sections as sec
 from detcal.reports.html.diagnosis import diagnosis_section
 from detcal.reports.html.findings import findings
-from detcal.reports.html.fmt import cell, esc, is_number, num, table
+from detcal.reports.html.fmt import cell, esc, is_number, num, pct_cell, table
 from detcal.reports.html.style import CSS, SCRIPT
 
 __all__ = ["render_report", "worst_section", "generic_section", "provenance_section", "file_digests"]
 
 _HASH_LIMIT = 256 * 1024 * 1024
 log = logging.getLogger("detcal")
-_ROW_KEYS = ("image_id", "class", "score", "iou", "matched", "cell", "cell_gap", "contribution")
+_ROW_KEYS = ("image_id", "class", "score", "iou", "matched", "cell", "cell_gap")
 
 
 def worst_section(m: Mapping[str, Any], image_dir: Path | None) -> str:
@@ -54,11 +54,11 @@ def worst_section(m: Mapping[str, Any], image_dir: Path | None) -> str:
         for r in rows:
             tds = [cell(r.get(k)) if k != "image_id" else f"<td>{esc(r.get(k))}</td>" for k in _ROW_KEYS]  # an id
             tds.insert(6, f"<td>{esc(', '.join(f'{k}:{v}' for k, v in (r.get('cell_bins') or {}).items()))}</td>")
-            body.append(tds)
+            body.append([*tds, pct_cell(r.get("share"), 2)])
         out.append(
             f"<h3>{title}</h3>"
             + table(
-                ["image", "class", "score", "IoU", "TP", "cell", "bins", "cell gap", "contribution"], body, raw=True
+                ["image", "class", "score", "IoU", "TP", "cell", "bins", "cell gap", "share of D-ECE"], body, raw=True
             )
         )
         if image_dir is not None:
@@ -70,19 +70,16 @@ def worst_section(m: Mapping[str, Any], image_dir: Path | None) -> str:
     if cells:
         body = [
             [
-                esc(c["cell"]),
-                esc(", ".join(f"{k} {lo:.2f}–{hi:.2f}" for k, (lo, hi) in c["ranges"].items())),
-                c["count"],
-                c["confidence"],
-                c["precision"],
-                c["gap"],
-                c["contribution"],
+                f"<td>{esc(c['cell'])}</td>",
+                f"<td>{esc(', '.join(f'{k} {lo:.2f}–{hi:.2f}' for k, (lo, hi) in c['ranges'].items()))}</td>",
+                *(cell(c[k]) for k in ("count", "confidence", "precision", "gap")),
+                pct_cell(c.get("share")),
             ]
             for c in cells
         ]
         out.append(
             "<h3>D-ECE cells with the largest share</h3>"
-            + table(["cell", "ranges", "N", "confidence", "precision", "gap", "share of D-ECE"], body)
+            + table(["cell", "ranges", "N", "confidence", "precision", "gap", "share of D-ECE"], body, raw=True)
         )
     return "".join(out)
 

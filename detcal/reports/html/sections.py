@@ -211,8 +211,11 @@ def accuracy(m: Mapping[str, Any]) -> str:
         out.append(
             "<h2 id=accuracy>KITTI AP</h2>"
             + table(
-                ["category", "difficulty", "AP11", "AP40"],
-                [[r.get("category"), r.get("difficulty"), r.get("ap11"), r.get("ap40")] for r in acc["kitti_ap"]],
+                ["class", "difficulty", "AP11", "AP40"],
+                [
+                    [r.get("class", r.get("category")), r.get("difficulty"), r.get("ap11"), r.get("ap40")]
+                    for r in acc["kitti_ap"]
+                ],
             )
         )
     ln = [k for k, v in loc.items() if isinstance(v, Mapping) and "value" in v]

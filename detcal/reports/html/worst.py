@@ -9,8 +9,8 @@ box features), ``N'`` the sample size of the D-ECE (``N_kept`` under the
 so detection ``i`` contributes ``sign(g_c(i)) (p_i - y_i) / N'``: a confident
 false positive in an over-confident cell adds most, a true positive there
 takes away. The tables list the highest-confidence false positives, the
-lowest-confidence true positives and the kept cells with the largest share
-``N_c |g_c| / N'``; everything is computed with numpy, no loop over detections.
+lowest-confidence true positives and the kept cells with the largest amount
+``N_c |g_c| / N'``; ``share`` is a row's amount over the D-ECE (the page shows it in percent); everything is computed with numpy, no loop over detections.
 """
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ def _detection_rows(
                 "cell_gap": float(stats["gap"][c]) if np.isfinite(stats["gap"][c]) else None,
                 "cell_kept": bool(stats["kept"][c]),
                 "contribution": float(stats["contribution"][i]),
+                "share": _share(float(stats["contribution"][i]), ctx["dece"]),
                 "box": [float(v) for v in ctx["box"][i]],
                 "gt_box": None if gt_box is None else [float(v) for v in gt_box],
                 "image_size": [float(ctx["width"][i]), float(ctx["height"][i])],
@@ -97,9 +98,15 @@ def _detection_rows(
     return rows
 
 
+def _share(amount: float, dece: float | None) -> float | None:
+    """``amount`` as a fraction of the D-ECE (None when the D-ECE is 0 or undefined)."""
+    return amount / dece if dece else None
+
+
 def _cell_rows(stats: dict[str, np.ndarray], bins: Sequence[int], names: Sequence[str], top: int) -> list[dict]:
     n_prime = max(int(stats["n_prime"]), 1)
     share = np.where(stats["kept"], stats["count"] * np.abs(np.nan_to_num(stats["gap"])) / n_prime, -1.0)
+    dece = float(share[stats["kept"]].sum()) if stats["kept"].any() else None
     order = np.argsort(-share, kind="stable")[:top]
     order = order[share[order] > 0]
     out = []
@@ -115,6 +122,7 @@ def _cell_rows(stats: dict[str, np.ndarray], bins: Sequence[int], names: Sequenc
                 "precision": float(stats["precision"][c]),
                 "gap": float(stats["gap"][c]),
                 "contribution": float(share[c]),
+                "share": _share(float(share[c]), dece),
             }
         )
     return out
@@ -144,7 +152,8 @@ def worst_detections(
     tp = tp[np.lexsort((tp, p[tp]))][:top]
     contrib = stats["contribution"]
     worst = np.lexsort((np.arange(len(p)), -contrib))[:top]
-    sub = {**ctx, "p": p, "y": y, "bins": list(bins)}
+    dece = float(contrib.sum()) if stats["kept"].any() else None
+    sub = {**ctx, "p": p, "y": y, "bins": list(bins), "dece": dece}
     return {
         "definition": DEFINITION,
         "params": {
@@ -157,7 +166,7 @@ def worst_detections(
             "n": int(len(p)),
             "n_prime": int(stats["n_prime"]),
         },
-        "dece_from_contributions": float(contrib.sum()) if stats["kept"].any() else None,
+        "dece_from_contributions": dece,
         "highest_confidence_false_positives": _detection_rows(fp, sub, stats, cell),
         "lowest_confidence_true_positives": _detection_rows(tp, sub, stats, cell),
         "largest_contributions": _detection_rows(worst, sub, stats, cell),
