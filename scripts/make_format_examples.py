@@ -44,8 +44,8 @@ read back are COCO's.
 
 from __future__ import annotations
 
-import dataclasses
 import csv
+import dataclasses
 import json
 import sys
 from pathlib import Path

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -281,14 +282,18 @@ def load_openimages_csv(
     if hierarchy not in (None, ""):
         hp = need_path(hierarchy, "data.hierarchy")
         try:
-            import json
-
             tree = json.loads(hp.read_text(encoding="utf-8-sig"))
         except (OSError, ValueError) as e:
             raise DetcalInputError(f"cannot read the hierarchy: {e}", file=hp) from None
         _tree_parents(tree, classes, None, parent, hp)
-    prov = {"source": "openimages", "gt": str(gt.resolve()), "results": str(res.resolve()), "names": str(cls_path)}
-    prov.update(where, labels=None if labels in (None, "") else str(labels), hierarchy=hierarchy)
+    prov: dict[str, Any] = {
+        "source": "openimages",
+        "gt": str(gt.resolve()),
+        "results": str(res.resolve()),
+        "names": str(cls_path),
+    }
+    prov.update(where, labels=None if labels in (None, "") else str(labels))
+    prov["hierarchy"] = None if hierarchy in (None, "") else str(hierarchy)
     data = LoadedData(
         Dataset(images, g, cats, str(gt)), dets, None, prov, {"unknown_category": dropped} if dropped else {}
     )

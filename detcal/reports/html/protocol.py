@@ -72,7 +72,8 @@ def _openimages(acc: Mapping[str, Any], names: Mapping[str, Any]) -> str:
     e = acc.get("openimages_ap")
     if not isinstance(e, Mapping) or not e:
         return ""
-    per = e.get("per_class") if isinstance(e.get("per_class"), Mapping) else {}
+    pc = e.get("per_class")
+    per: Mapping[str, Any] = pc if isinstance(pc, Mapping) else {}
     rows = [[*_id_cells(k, names), cell(v)] for k, v in per.items()]
     return (
         f"<h3>Open Images AP at IoU {text(e.get('iou_threshold'), 2)} (the challenge's rules, "
