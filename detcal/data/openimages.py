@@ -138,9 +138,13 @@ def load_openimages(
 
     g = need_path(gt, "data.gt")
     if g.suffix.lower() == ".csv":
-        from detcal.data.openimages_csv import load_openimages_csv
+        from detcal.data.openimages_csv import read_openimages_csv
 
-        return load_openimages_csv(g, results, hierarchy, unknown_category, **dict(csv or {}))
+        got = read_openimages_csv(g, results, unknown_category, **dict(csv or {}))
+        parent = {} if hierarchy in (None, "") else read_hierarchy(hierarchy, got.label_names)
+        with_rules(got.data, parent, got.group_of, got.pos, got.neg)
+        got.data.provenance["hierarchy"] = None if hierarchy in (None, "") else str(hierarchy)
+        return got.data
     data = load_coco(g, results, unknown_category, None)
     doc = json.loads(g.read_bytes())
     ds = data.dataset

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +34,25 @@ from detcal.core.types import Dataset, Detections, GroundTruth, Images
 from detcal.data._folders import folder_sizes, read_sizes, stem_ids
 from detcal.data.formats import LoadedData, need_path
 
-__all__ = ["BOX_COLUMNS", "LABEL_COLUMNS", "load_openimages_csv", "read_classes"]
+__all__ = ["BOX_COLUMNS", "LABEL_COLUMNS", "OpenImagesCsv", "read_classes", "read_openimages_csv"]
 
 BOX_COLUMNS = ("ImageID", "LabelName", "XMin", "XMax", "YMin", "YMax", "IsGroupOf")
 """The columns of the boxes CSV detcal reads (the file's other columns are ignored)."""
 LABEL_COLUMNS = ("ImageID", "LabelName", "Confidence")
 """The columns of the image-level labels CSV detcal reads."""
+
+
+@dataclass
+class OpenImagesCsv:
+    """What the CSVs hold: the records (``data``), each category's ``LabelName`` (``label_names``, the
+    names the hierarchy JSON uses), the group-of flag of each box [G] and the verified present (``pos``)
+    and absent (``neg``) (image id, category id) pairs."""
+
+    data: LoadedData
+    label_names: dict[int, str]
+    group_of: np.ndarray
+    pos: list[tuple[int, int]]
+    neg: list[tuple[int, int]]
 
 
 class _Table:
@@ -242,19 +255,17 @@ def _detections(
     return dets, int(drop.sum())
 
 
-def load_openimages_csv(
+def read_openimages_csv(
     gt: Path,
     results: Any,
-    hierarchy: Any = None,
     unknown_category: str = "drop",
     labels: Any = None,
     names: Any = None,
     sizes: Any = None,
     image_dir: Any = None,
-) -> LoadedData:
-    """The Open Images CSVs (module docstring), expanded over the hierarchy as the JSON reading is."""
-    from detcal.data.openimages import _tree_parents, with_rules
-
+) -> OpenImagesCsv:
+    """The Open Images CSVs (module docstring), not yet expanded over the hierarchy
+    (:func:`detcal.data.openimages.load_openimages` expands them as it does the JSON files)."""
     res = need_path(results, "data.results")
     cls_path = need_path(names, "data.names")
     described = read_classes(cls_path)
@@ -278,14 +289,6 @@ def load_openimages_csv(
     dets = Detections(image_id=image_ids[dets.image_id], box=dets.box, score=dets.score, category=dets.category)
     images = Images(id=image_ids, width=wh[:, 0], height=wh[:, 1], file_name=[file_names.get(s, s) for s in stems])
     cats = {c: n for c, n in described.values()}
-    parent: dict[int, int] = {}
-    if hierarchy not in (None, ""):
-        hp = need_path(hierarchy, "data.hierarchy")
-        try:
-            tree = json.loads(hp.read_text(encoding="utf-8-sig"))
-        except (OSError, ValueError) as e:
-            raise DetcalInputError(f"cannot read the hierarchy: {e}", file=hp) from None
-        _tree_parents(tree, classes, None, parent, hp)
     prov: dict[str, Any] = {
         "source": "openimages",
         "gt": str(gt.resolve()),
@@ -293,9 +296,7 @@ def load_openimages_csv(
         "names": str(cls_path),
     }
     prov.update(where, labels=None if labels in (None, "") else str(labels))
-    prov["hierarchy"] = None if hierarchy in (None, "") else str(hierarchy)
     data = LoadedData(
         Dataset(images, g, cats, str(gt)), dets, None, prov, {"unknown_category": dropped} if dropped else {}
     )
-    with_rules(data, parent, flags, pos, neg)
-    return data
+    return OpenImagesCsv(data, {c: k for k, c in classes.items()}, flags, pos, neg)
