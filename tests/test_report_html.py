@@ -360,3 +360,22 @@ def test_protocol_accuracy_section_numbers_are_those_of_metrics_json(fmt: str, t
     assert all(h in section for h in heads[fmt])
     if fmt != "lvis":  # per-class rows carry the class names of metrics.json
         assert "<td>person</td>" in section and "<td>toothbrush</td>" in section
+
+
+def test_protocol_section_escapes_every_string() -> None:
+    from detcal.reports.html.protocol import protocol_accuracy
+
+    bad = "<script>x</script>"
+    m = {
+        "data": {"counts": {"categories": {"7": bad}}},
+        "accuracy": {
+            "definition": bad,
+            "openimages_ap": {"variant": bad, "iou_threshold": 0.5, "mAP": 0.25, "per_class": {"7": 0.25, bad: None}},
+            "voc_ap": {bad: {"mAP": 0.5, "per_class": {"7": 0.5}}},
+            "calibration_by_frequency": {bad: {"n": 3, "ece": 0.1}},
+            "lvis_ap": {"AP": 0.3, bad: 0.2},
+        },
+    }
+    section = protocol_accuracy(m)
+    assert "<script" not in section and section.count("&lt;script&gt;") >= 6
+    assert {0.25, 0.5, 0.1, 0.3, 0.2, 3.0} <= set(_page_numbers(section))
