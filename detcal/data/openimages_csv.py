@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -56,30 +58,32 @@ class OpenImagesCsv:
 
 
 class _Table:
-    """A CSV file with a header: its rows (text) and their line numbers."""
+    """A CSV file with a header: its rows (text, parsed by the C reader) and, for errors, their line numbers."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
-            text = path.read_text(encoding="utf-8-sig")
+            self._text = path.read_text(encoding="utf-8-sig")
         except (OSError, UnicodeDecodeError) as e:
             raise DetcalInputError(f"cannot read: {e}", file=path) from None
-        reader = csv.reader(io.StringIO(text))
+        reader = csv.reader(io.StringIO(self._text))
         self.header = [h.strip() for h in next(reader, [])]
-        self.rows: list[list[str]] = []
-        self.lines: list[int] = []
-        for row in reader:  # per row: the C parser's fields, kept as text
-            if row:
-                self.rows.append(row)
-                self.lines.append(reader.line_num)
-        short = [i for i, r in enumerate(self.rows) if len(r) < len(self.header)]
-        if short:
-            i = short[0]
-            raise DetcalInputError(
-                f"{len(self.rows[i])} values where the header has {len(self.header)}",
-                file=path,
-                record=f"line {self.lines[i]}",
-            )
+        self.rows: list[list[str]] = list(filter(None, reader))  # blank lines left out
+        self._lines: list[int] | None = None
+        self.row_of: list[int] | None = None  # a submission: the row of each detection
+        n = len(self.header)
+        if self.rows and min(map(len, self.rows)) < n:
+            i = next(i for i, r in enumerate(self.rows) if len(r) < n)
+            raise self.fail(f"{len(self.rows[i])} values where the header has {n}", i, None)
+
+    @property
+    def lines(self) -> list[int]:
+        """The line number of each row (worked out only when an error names one)."""
+        if self._lines is None:
+            reader = csv.reader(io.StringIO(self._text))
+            next(reader, None)
+            self._lines = [reader.line_num for row in reader if row]
+        return self._lines
 
     def has(self, name: str) -> bool:
         return name in self.header
@@ -88,29 +92,29 @@ class _Table:
         """The text of column ``name`` (an error naming the file when the header lacks it)."""
         if name not in self.header:
             raise DetcalInputError(f"no column {name!r} in the header {','.join(self.header)!r}", file=self.path)
-        j = self.header.index(name)
-        return [r[j].strip() for r in self.rows]
+        return list(map(str.strip, map(itemgetter(self.header.index(name)), self.rows)))
 
     def numbers(self, name: str) -> np.ndarray:
         """Column ``name`` as finite float64 (an error naming the first line that is not a number)."""
-        return _numbers(self.column(name), self.path, self.lines, name)
+        return _numbers(self.column(name), lambda i: self.fail("", i, name), name)
 
-    def fail(self, message: str, i: int, field: str) -> DetcalInputError:
-        return DetcalInputError(message, file=self.path, record=f"line {self.lines[i]}", field=field)
+    def fail(self, message: str, i: int, field: str | None) -> DetcalInputError:
+        """The error of record ``i`` (a row; a detection's row once ``row_of`` is set)."""
+        row = i if self.row_of is None else self.row_of[i]
+        return DetcalInputError(message, file=self.path, record=f"line {self.lines[row]}", field=field)
 
 
-def _numbers(values: Sequence[str], path: Path, lines: Sequence[int], name: str) -> np.ndarray:
+def _numbers(values: Sequence[str], fail: Callable[[int], DetcalInputError], name: str) -> np.ndarray:
+    """``values`` as finite float64; else ``fail(i)`` (its file and line) for the first bad one."""
     try:
-        out = np.array(values, dtype=np.float64) if values else np.zeros(0)
+        out = np.fromiter(map(float, values), dtype=np.float64, count=len(values))
         bad = ~np.isfinite(out)
     except ValueError:
         bad = np.array([not _is_number(v) for v in values])
-        out = np.zeros(len(values))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise DetcalInputError(
-            f"expected a finite number, got {values[i]!r}", file=path, record=f"line {lines[i]}", field=name
-        )
+        e = fail(i)
+        raise DetcalInputError(f"expected a finite number, got {values[i]!r}", file=e.file, record=e.record, field=name)
     return out
 
 
@@ -159,7 +163,7 @@ def _sizes(sizes: Any, image_dir: Any) -> tuple[dict[str, tuple[float, float]], 
 
 def _lookup(t: _Table, values: list[str], known: dict[str, int], field: str, what: str) -> np.ndarray:
     """Each value's id in ``known``, or an error naming the first unknown one."""
-    ids = np.array([known.get(v, -1) for v in values], dtype=np.int64)
+    ids = np.fromiter(map(known.get, values, repeat(-1)), dtype=np.int64, count=len(values))
     if (ids < 0).any():
         i = int(np.flatnonzero(ids < 0)[0])
         raise t.fail(f"{values[i]!r} is not {what}", i, field)
@@ -209,8 +213,11 @@ def _labels(path: Path, index: dict[str, int], classes: dict[str, int]) -> tuple
 
 
 def _submission(t: _Table) -> tuple[list[str], list[str], np.ndarray, list[int]]:
-    """ImageIDs, LabelNames, [N, 5] (score, XMin, YMin, XMax, YMax) and line numbers of a submission CSV."""
-    ids, labels, nums, lines = [], [], [], []
+    """ImageIDs, LabelNames, [N, 5] (score, XMin, YMin, XMax, YMax) and rows of a submission's detections."""
+    ids: list[str] = []
+    labels: list[str] = []
+    nums: list[str] = []
+    rows: list[int] = []
     for i, (im, pred) in enumerate(zip(t.column("ImageId"), t.column("PredictionString"))):  # per image
         tok = pred.split()
         if len(tok) % 6:
@@ -221,9 +228,9 @@ def _submission(t: _Table) -> tuple[list[str], list[str], np.ndarray, list[int]]
         ids += [im] * k
         labels += tok[0::6]
         nums += [tok[j] for g in range(k) for j in range(6 * g + 1, 6 * g + 6)]
-        lines += [t.lines[i]] * k
-    v = _numbers(nums, t.path, [ln for ln in lines for _ in range(5)], "PredictionString")
-    return ids, labels, v.reshape(-1, 5), lines
+        rows += [i] * k
+    v = _numbers(nums, lambda j: t.fail("", rows[j // 5], "PredictionString"), "PredictionString")
+    return ids, labels, v.reshape(-1, 5), rows
 
 
 def _detections(
@@ -232,8 +239,7 @@ def _detections(
     """The detections of a submission or box CSV with scores, and how many of unknown classes were dropped."""
     t = _Table(path)
     if t.has("PredictionString"):
-        stems, labels, v, lines = _submission(t)
-        t.lines = lines  # errors below name the submission's lines (one per detection)
+        stems, labels, v, t.row_of = _submission(t)  # errors below name each detection's line
         rel = v[:, 1:]
         score = v[:, 0]
     else:
@@ -241,7 +247,7 @@ def _detections(
         rel = np.zeros((len(stems), 4))
         score = t.numbers("Score" if t.has("Score") or not t.has("Confidence") else "Confidence")
     image = _lookup(t, stems, index, "ImageID", "an image with a size")
-    cat = np.array([classes.get(v, -1) for v in labels], dtype=np.int64)
+    cat = np.fromiter(map(classes.get, labels, repeat(-1)), dtype=np.int64, count=len(labels))
     drop = cat < 0
     if drop.any() and unknown == "error":
         i = int(np.flatnonzero(drop)[0])
