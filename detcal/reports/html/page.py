@@ -11,11 +11,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import detcal.reports.html.protocol as proto
 import detcal.reports.html.sections as sec
 from detcal.reports.html.diagnosis import diagnosis_section
 from detcal.reports.html.findings import findings
 from detcal.reports.html.fmt import cell, esc, is_number, num, table
-from detcal.reports.html.protocol import protocol_accuracy
 from detcal.reports.html.style import CSS, SCRIPT
 
 __all__ = ["render_report", "worst_section", "generic_section", "provenance_section", "file_digests"]
@@ -315,7 +315,7 @@ def render_report(
         _guard("worst detections", worst_section, m, img),
         _guard("diagnosis", diagnosis_section, m, img),
         pc_html,
-        _guard("protocol accuracy", protocol_accuracy, m),
+        _guard("protocol accuracy", proto.protocol_accuracy, m),
         _guard("accuracy", sec.accuracy, m),
         _guard("box uncertainty", sec.regression, m),
         _guard("change", sec.change, m),
