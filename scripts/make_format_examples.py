@@ -31,10 +31,20 @@ supercategories become parent classes (ids 101, ...; ``person`` is its own
 supercategory and stays a root) in an Open Images hierarchy JSON, and each
 detection is also written for its parent class with the same score, as a
 challenge submission does.
+
+``OUT_DIR/mini79_openimages/csv/`` holds the same Open Images set as the official
+CSV files: ``boxes.csv`` (the V7 box columns, coordinates relative to the image
+size), ``labels.csv`` (image-level labels, Confidence 1 present, 0 absent),
+``classes.csv`` (``LabelName,DisplayName``; the label names are made up,
+``/m/detcal_<id>``), ``hierarchy.json`` over those label names, ``sizes.txt``
+and ``detections.csv`` in the challenge submission layout (``ImageId,
+PredictionString``). The ImageIDs are the COCO file stems, so the image ids
+read back are COCO's.
 """
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import sys
@@ -141,6 +151,70 @@ def write_openimages(out: Path, detector: str = DETECTOR) -> dict[str, str]:
     }
 
 
+def _mid(cat: int) -> str:
+    return f"/m/detcal_{cat}"
+
+
+def _csv(path: Path, header: list[str], rows: list[list[Any]]) -> str:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(header)
+        w.writerows(rows)
+    return str(path)
+
+
+def _relabel(node: dict[str, Any], mid: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {"LabelName": mid.get(node["LabelName"], node["LabelName"])}
+    if "Subcategory" in node:
+        out["Subcategory"] = [_relabel(c, mid) for c in node["Subcategory"]]
+    return out
+
+
+def write_openimages_csv(src: dict[str, str], out: Path) -> dict[str, str]:
+    """The Open Images JSON example ``src`` (``gt``, ``results``, ``hierarchy``) as the official CSVs."""
+    gt = json.loads(Path(src["gt"]).read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    images = {im["id"]: im for im in gt["images"]}
+    stem = {i: Path(im["file_name"]).stem for i, im in images.items()}
+    boxes = []
+    for a in gt["annotations"]:  # per box: relative coordinates, V7 column order
+        im = images[a["image_id"]]
+        x, y, w, h = a["bbox"]
+        W, H = im["width"], im["height"]
+        rel = [repr(x / W), repr((x + w) / W), repr(y / H), repr((y + h) / H)]
+        boxes.append([stem[im["id"]], "detcal", _mid(a["category_id"]), 1, *rel, 0, 0, int(a["is_group_of"]), 0, 0])
+    labels = [
+        [stem[im["id"]], "verification", _mid(c), conf]
+        for im in gt["images"]
+        for key, conf in (("pos_category_ids", 1), ("neg_category_ids", 0))
+        for c in im[key]
+    ]
+    preds: dict[int, list[str]] = {}
+    for d in json.loads(Path(src["results"]).read_text()):  # per detection, grouped by image in file order
+        W, H = images[d["image_id"]]["width"], images[d["image_id"]]["height"]
+        x, y, w, h = d["bbox"]
+        rel = [x / W, y / H, (x + w) / W, (y + h) / H]
+        preds.setdefault(d["image_id"], []).append(" ".join([_mid(d["category_id"]), *map(repr, [d["score"], *rel])]))
+    mid = {c["name"]: _mid(c["id"]) for c in gt["categories"]}
+    tree = _relabel(json.loads(Path(src["hierarchy"]).read_text()), mid)
+    (out / "sizes.txt").write_text("".join(f"{stem[i]} {im['width']} {im['height']}\n" for i, im in images.items()))
+    head = (
+        "ImageID,Source,LabelName,Confidence,XMin,XMax,YMin,YMax,IsOccluded,IsTruncated,IsGroupOf,IsDepiction,IsInside"
+    )
+    return {
+        "gt": _csv(out / "boxes.csv", head.split(","), boxes),
+        "labels": _csv(out / "labels.csv", ["ImageID", "Source", "LabelName", "Confidence"], labels),
+        "names": _csv(
+            out / "classes.csv", ["LabelName", "DisplayName"], [[mid[c["name"]], c["name"]] for c in gt["categories"]]
+        ),
+        "hierarchy": _dump(out / "hierarchy.json", tree),
+        "sizes": str(out / "sizes.txt"),
+        "results": _csv(
+            out / "detections.csv", ["ImageId", "PredictionString"], [[stem[i], " ".join(p)] for i, p in preds.items()]
+        ),
+    }
+
+
 def write_examples(out: Path, detector: str = DETECTOR) -> dict[str, dict[str, str]]:
     """Write the YOLO, VOC, LVIS and Open Images copies under ``out``; their paths by format and role."""
     ds, dets = example_set(detector)
@@ -151,6 +225,7 @@ def write_examples(out: Path, detector: str = DETECTOR) -> dict[str, dict[str, s
         written[fmt] = get_format(fmt).write(folder, dets, ds, True)
     written["lvis"] = write_lvis(out / "mini79_lvis", detector)
     written["openimages"] = write_openimages(out / "mini79_openimages", detector)
+    written["openimages_csv"] = write_openimages_csv(written["openimages"], out / "mini79_openimages" / "csv")
     return written
 
 

@@ -322,3 +322,60 @@ def test_label_error_thumbnails_stay_inside_the_image_folder(tmp_path: Path) -> 
           "unannotated": [{**row, "file_name": "../secret.jpg"}, {**row, "file_name": "in.jpg", "image_id": 2}]}  # fmt: skip
     html_ = diagnosis_section({"diagnostics": {"label_errors": le}}, tmp_path / "imgs")
     assert html_.count('<svg class="thumb label-error"') == 1 and "image 2" in html_
+
+
+def _doc_command(fmt: str) -> list[str]:
+    """The ``detcal-evaluate data=<fmt>`` command of docs/formats.md, as its arguments."""
+    lines = (REPO / "docs" / "formats.md").read_text(encoding="utf-8").splitlines()
+    line = next(ln for ln in lines if ln.startswith(f"detcal-evaluate data={fmt} "))
+    return line.split()[1:]
+
+
+def _protocol_numbers(acc: dict) -> set[float]:
+    """The numbers the protocol section must show: every LVIS summary and per-frequency entry, the Open
+    Images mAP and per-class APs, both VOC variants' mAP and per-class APs."""
+    want = _numbers(acc.get("lvis_ap", {}), set()) | _numbers(acc.get("calibration_by_frequency", {}), set())
+    oi = acc.get("openimages_ap") or {}
+    want |= _numbers([oi.get("mAP"), oi.get("per_class", {})], set()) if oi else set()
+    for e in (acc.get("voc_ap") or {}).values():
+        want |= _numbers([e["mAP"], e["per_class"]], set())
+    return want
+
+
+@pytest.mark.parametrize("fmt", ["lvis", "openimages", "voc"])
+def test_protocol_accuracy_section_numbers_are_those_of_metrics_json(fmt: str, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    proc = _app("evaluate", [*_doc_command(fmt), "bootstrap.n=0", f"hydra.run.dir={run}"], REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m = json.loads((run / "metrics.json").read_text())
+    page = (run / "report.html").read_text(encoding="utf-8")
+    assert _assert_numbers_from(page, m) > 50
+    _assert_self_contained(page)
+    start = page.index("<h2 id=protocol-accuracy>")
+    section = page[start : page.index("<h2 ", start + 1)]
+    want = _protocol_numbers(m["accuracy"])
+    assert len(want) > 10 and want <= set(_page_numbers(section))
+    heads = {"lvis": ["LVIS AP", "APr", "per frequency group", "LaECE"], "openimages": ["Open Images AP", "mAP@0.5"]}
+    heads["voc"] = ["11-point (VOC2007)", "area (VOC2010 onwards)"]
+    assert all(h in section for h in heads[fmt])
+    if fmt != "lvis":  # per-class rows carry the class names of metrics.json
+        assert "<td>person</td>" in section and "<td>toothbrush</td>" in section
+
+
+def test_protocol_section_escapes_every_string() -> None:
+    from detcal.reports.html.protocol import protocol_accuracy
+
+    bad = "<script>x</script>"
+    m = {
+        "data": {"counts": {"categories": {"7": bad}}},
+        "accuracy": {
+            "definition": bad,
+            "openimages_ap": {"variant": bad, "iou_threshold": 0.5, "mAP": 0.25, "per_class": {"7": 0.25, bad: None}},
+            "voc_ap": {bad: {"mAP": 0.5, "per_class": {"7": 0.5}}},
+            "calibration_by_frequency": {bad: {"n": 3, "ece": 0.1}},
+            "lvis_ap": {"AP": 0.3, bad: 0.2},
+        },
+    }
+    section = protocol_accuracy(m)
+    assert "<script" not in section and section.count("&lt;script&gt;") >= 6
+    assert {0.25, 0.5, 0.1, 0.3, 0.2, 3.0} <= set(_page_numbers(section))

@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument("--images", help="KITTI/YOLO: image folder (sizes read from the image headers)")
     ap.add_argument("--names", help="YOLO: data.yaml with the class names (VOC: optional class order)")
     ap.add_argument("--hierarchy", help="Open Images: the class hierarchy JSON")
+    ap.add_argument("--labels", help="Open Images CSV: the image-level labels CSV")
     ap.add_argument(
         "--iou",
         nargs="+",
@@ -140,6 +141,7 @@ def _load(args: argparse.Namespace) -> LoadedData:
         "sizes": args.sizes,
         "names": args.names,
         "hierarchy": args.hierarchy,
+        "labels": args.labels,
         "difficulty": args.difficulty,
         "unknown_category": args.unknown_category,
     }
@@ -148,6 +150,7 @@ def _load(args: argparse.Namespace) -> LoadedData:
         ("image_dir", "--images"),
         ("names", "--names"),
         ("hierarchy", "--hierarchy"),
+        ("labels", "--labels"),
     ):
         if given[key] is not None and key not in adapter.fields:
             raise DetcalInputError(f"is not read by --format {args.format}", field=flag)

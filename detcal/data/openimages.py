@@ -8,7 +8,8 @@ present) and ``neg_category_ids`` (verified absent). The class hierarchy comes
 from ``data.hierarchy`` (the Open Images hierarchy JSON, ``{"LabelName": ...,
 "Subcategory": [...]}``, label names matched to category names) or, without
 it, from each category's ``supercategory`` where that names another category.
-Detections (``data.results``): a COCO results file.
+Detections (``data.results``): a COCO results file. Or the official CSVs
+(a ``.csv`` ``data.gt``): :mod:`detcal.data.openimages_csv`.
 
 Reading expands as the Open Images challenge's preprocessing does: every box
 is copied to each ancestor class (unless an identical box of the ancestor is
@@ -30,7 +31,7 @@ from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections, GroundTruth
 from detcal.data.formats import LoadedData, MatchDefaults, need_path
 
-__all__ = ["ADAPTER", "OpenImagesRules", "expand_boxes", "load_openimages", "read_hierarchy"]
+__all__ = ["ADAPTER", "OpenImagesRules", "expand_boxes", "load_openimages", "read_hierarchy", "with_rules"]
 
 
 @dataclass
@@ -122,12 +123,28 @@ def _descendants(parent: dict[int, int], c: int) -> list[int]:
     return [k for k in parent if c in _ancestors(parent, k)]
 
 
-def load_openimages(gt: Any, results: Any, hierarchy: Any = None, unknown_category: str = "drop") -> LoadedData:
+def load_openimages(
+    gt: Any,
+    results: Any,
+    hierarchy: Any = None,
+    unknown_category: str = "drop",
+    csv: Mapping[str, Any] | None = None,
+) -> LoadedData:
     """Open Images ground truth and COCO-format results, expanded (module docstring); the
-    :class:`OpenImagesRules` (evaluable pairs, group-of flags of the expanded boxes) in ``LoadedData.protocol``."""
+    :class:`OpenImagesRules` (evaluable pairs, group-of flags of the expanded boxes) in ``LoadedData.protocol``.
+    A ``.csv`` ground truth is read as the official CSVs (:mod:`detcal.data.openimages_csv`; ``csv`` holds
+    ``labels``, ``names``, ``sizes``, ``image_dir``)."""
     from detcal.data.coco_source import load_coco
 
     g = need_path(gt, "data.gt")
+    if g.suffix.lower() == ".csv":
+        from detcal.data.openimages_csv import read_openimages_csv
+
+        got = read_openimages_csv(g, results, unknown_category, **dict(csv or {}))
+        parent = {} if hierarchy in (None, "") else read_hierarchy(hierarchy, got.label_names)
+        with_rules(got.data, parent, got.group_of, got.pos, got.neg)
+        got.data.provenance["hierarchy"] = None if hierarchy in (None, "") else str(hierarchy)
+        return got.data
     data = load_coco(g, results, unknown_category, None)
     doc = json.loads(g.read_bytes())
     ds = data.dataset
@@ -140,17 +157,26 @@ def load_openimages(gt: Any, results: Any, hierarchy: Any = None, unknown_catego
         parent = {k: v for k, v in parent.items() if k != v}
     group_by_id = {int(a["id"]): bool(a.get("is_group_of", False)) for a in doc["annotations"]}
     flags = np.array([group_by_id[int(i)] for i in ds.gt.id.tolist()], dtype=bool)
-    expanded, flags = expand_boxes(ds.gt, parent, flags)
     known = set(ds.categories)
     pos = _labels(doc["images"], "pos_category_ids", g, known)
     neg = _labels(doc["images"], "neg_category_ids", g, known)
+    with_rules(data, parent, flags, pos, neg)
+    data.provenance.update(source="openimages", hierarchy=None if hierarchy is None else str(hierarchy))
+    return data
+
+
+def with_rules(
+    data: LoadedData, parent: dict[int, int], flags: np.ndarray, pos: list[tuple[int, int]], neg: list[tuple[int, int]]
+) -> None:
+    """Expand ``data``'s boxes (group-of ``flags`` [G]) and the verified labels ``pos`` / ``neg`` ((image,
+    category) pairs) over the hierarchy ``parent``, and set ``data.protocol`` to the :class:`OpenImagesRules`."""
+    ds = data.dataset
+    expanded, flags = expand_boxes(ds.gt, parent, flags)
     pairs = {(i, a) for i, c in pos for a in [c, *_ancestors(parent, c)]}
     pairs |= {(i, d) for i, c in neg for d in [c, *_descendants(parent, c)]}
     pairs |= set(zip(expanded.image_id.tolist(), expanded.category.tolist()))
     data.dataset = Dataset(ds.images, expanded, ds.categories, ds.source)
     data.protocol = OpenImagesRules(np.array(sorted(pairs), dtype=np.int64).reshape(-1, 2), flags, parent)
-    data.provenance.update(source="openimages", hierarchy=None if hierarchy is None else str(hierarchy))
-    return data
 
 
 class OpenImagesAdapter:
@@ -159,13 +185,14 @@ class OpenImagesAdapter:
     name = "openimages"
     gt_field = "gt"
     results_field = "results"
-    fields = ("gt", "results", "hierarchy", "unknown_category")
+    fields = ("gt", "results", "hierarchy", "unknown_category", "labels", "names", "sizes", "image_dir")
     matching = MatchDefaults(mode="openimages", iou=(0.5,), max_dets=None)
 
     def load(self, fields: Mapping[str, Any], shard: tuple[int, int] | None = None) -> LoadedData:
         """:func:`load_openimages` (``shard`` is not used)."""
+        csv = {k: fields.get(k) for k in ("labels", "names", "sizes", "image_dir")}
         return load_openimages(
-            fields["gt"], fields["results"], fields.get("hierarchy"), str(fields.get("unknown_category") or "drop")
+            fields["gt"], fields["results"], fields.get("hierarchy"), str(fields.get("unknown_category") or "drop"), csv
         )
 
     def write(self, out_dir: Path, dets: Detections, dataset: Dataset, write_gt: bool) -> dict[str, str]:

@@ -119,7 +119,9 @@ class DataSpec:
     ``yolo`` (``label_dir`` + ``results_dir`` text folders, ``names`` the
     ``data.yaml``, sizes from ``image_dir`` or ``sizes``) and ``voc``
     (``label_dir`` of VOC XML + ``results_dir`` of the devkit's per-class
-    result files; ``names`` optional): docs/formats.md. Every file format is
+    result files; ``names`` optional): docs/formats.md. ``openimages`` also reads
+    the official CSVs (``gt`` the boxes CSV, ``labels`` the image-level labels,
+    ``names`` the class descriptions, ``sizes`` or ``image_dir``). Every file format is
     read by its adapter in :mod:`detcal.data.formats`.
 
     Input checks (docs/formats.md#input-checks): the run stops when more than
@@ -150,6 +152,7 @@ class DataSpec:
     chunk_bytes: int | None = None
     names: str | None = None
     hierarchy: str | None = None
+    labels: str | None = None
     max_unknown_category_share: float = 0.1
     max_outside_share: float = 0.2
     allow_empty_gt: bool = False

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import detcal.reports.html.protocol as proto
 import detcal.reports.html.sections as sec
 from detcal.reports.html.diagnosis import diagnosis_section
 from detcal.reports.html.findings import findings
@@ -311,6 +312,7 @@ def render_report(
         _guard("worst detections", worst_section, m, img),
         _guard("diagnosis", diagnosis_section, m, img),
         pc_html,
+        _guard("protocol accuracy", proto.protocol_accuracy, m),
         _guard("accuracy", sec.accuracy, m),
         _guard("box uncertainty", sec.regression, m),
         _guard("change", sec.change, m),
