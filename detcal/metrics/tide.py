@@ -117,20 +117,6 @@ class TideResult:
         }
 
 
-def _pairs(det_img: np.ndarray, gt_img: np.ndarray, n_img: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every (detection, GT) pair of the same image: pair -> detection position, pair -> GT row (GT rows in
-    input order within each detection's run), and each detection's first pair position."""
-    gord = np.argsort(gt_img, kind="stable")
-    gcount = np.bincount(gt_img, minlength=n_img)
-    gstart = np.cumsum(gcount) - gcount
-    n = gcount[det_img]
-    pstart = np.cumsum(n) - n
-    pd = np.repeat(np.arange(len(det_img)), n)
-    within = np.arange(len(pd)) - np.repeat(pstart, n)
-    pg = gord[np.repeat(gstart[det_img], n) + within] if len(pd) else np.zeros(0, np.int64)
-    return pd, pg, pstart
-
-
 def _seg_argmax(
     val: np.ndarray, start: np.ndarray, count: np.ndarray, seg: np.ndarray | None = None, arg: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -275,34 +261,64 @@ def _columns(box: np.ndarray, area: np.ndarray) -> tuple[np.ndarray, ...]:
     return (*(np.ascontiguousarray(b[:, k]) for k in range(4)), np.asarray(area, np.float64))
 
 
+_CHUNK = 1 << 17
+"""Pairs examined at once in :func:`_kept_pairs` (their temporaries stay in the processor's cache)."""
+
+
 def _kept_pairs(
-    kd: np.ndarray, img_k: np.ndarray, dcol: tuple[np.ndarray, ...], cat: np.ndarray, gsel: np.ndarray,
-    gt_img: np.ndarray, gcol: tuple[np.ndarray, ...], gcat: np.ndarray, n_img: int, crowd: bool, overlap_only: bool,
+    img_k: np.ndarray, dc: list[np.ndarray], cat_k: np.ndarray, gsel: np.ndarray, gt_img: np.ndarray,
+    gcol: tuple[np.ndarray, ...], gcat: np.ndarray, n_img: int, crowd: bool, overlap_only: bool,
 ) -> _Pairs:  # fmt: skip
-    """Pairs of kept detections ``kd`` with the selected GT rows ``gsel`` of their image and their IoU, as
-    pycocotools ``bbIou`` (crowd: over the detection's area). ``overlap_only``: only the pairs that overlap
-    (exact whenever every rule needs an IoU above 0)."""
-    pd, pgl, _ = _pairs(img_k, gt_img[gsel], n_img)
-    pg = gsel[pgl]
-    d = kd[pd]
-    iw = np.minimum(dcol[2][d], gcol[2][pg])
-    iw -= np.maximum(dcol[0][d], gcol[0][pg])
+    """Pairs of the kept detections (``img_k`` their image, ``dc`` their columns, ``cat_k`` their class) with the selected GT rows ``gsel`` of their image (GT rows in input
+    order within each detection's run) and their IoU, as pycocotools ``bbIou`` (crowd: over the detection's
+    area). ``overlap_only``: only the pairs that overlap (exact whenever every rule needs an IoU above 0)."""
+    gi = gt_img[gsel]
+    g_rows = gsel[np.argsort(gi, kind="stable")]  # the selected boxes in image order
+    gcount = np.bincount(gi, minlength=n_img)
+    gstart = np.cumsum(gcount) - gcount
+    n = gcount[img_k]
+    gc = [c[g_rows] for c in gcol]
+    ends = np.cumsum(n)
+    # blocks of whole detections with about _CHUNK pairs each (every pair's block computed alone: exact)
+    cuts = np.unique(np.concatenate([[0], np.searchsorted(ends, np.arange(_CHUNK, int(ends[-1]) if len(ends) else 0,
+                                                                               _CHUNK), "right"), [len(img_k)]]))  # fmt: skip
+    parts = [_pair_block(a, b, n, ends, gstart[img_k], dc, gc, crowd, overlap_only) for a, b in zip(cuts, cuts[1:])]
+    pd = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
+    within = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
+    iou = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0)
+    count = np.bincount(pd, minlength=len(img_k)) if len(pd) else np.zeros(len(img_k), np.int64)
+    pg = g_rows[within]
+    return _Pairs(pd, pg, np.cumsum(count) - count, count, iou, cat_k[pd] == gcat[pg])
+
+
+def _pair_block(
+    a: int, b: int, n: np.ndarray, ends: np.ndarray, gfirst: np.ndarray, dc: list[np.ndarray],
+    gc: list[np.ndarray], crowd: bool, overlap_only: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """The pairs of kept detections ``a:b``: (kept-detection position, box position in image order, IoU)."""
+    nb = n[a:b]
+    p0 = int(ends[a - 1]) if a else 0
+    total = int(ends[b - 1]) - p0 if b > a else 0
+    pd = np.repeat(np.arange(a, b), nb)
+    # each pair's box: its image's first box plus the pair's place in the detection's run
+    within = np.arange(p0, p0 + total) - np.repeat(ends[a:b] - nb - gfirst[a:b], nb)
+    iw = np.minimum(dc[2][pd], gc[2][within])
+    iw -= np.maximum(dc[0][pd], gc[0][within])
     if overlap_only:  # the x overlap first: most pairs end here
         sel = np.flatnonzero(iw > 0)
-        pd, pg, d, iw = pd[sel], pg[sel], d[sel], iw[sel]
-    ih = np.minimum(dcol[3][d], gcol[3][pg])
-    ih -= np.maximum(dcol[1][d], gcol[1][pg])
+        pd, within, iw = pd[sel], within[sel], iw[sel]
+    ih = np.minimum(dc[3][pd], gc[3][within])
+    ih -= np.maximum(dc[1][pd], gc[1][within])
     ok = (iw > 0) & (ih > 0)
     if overlap_only:
         sel = np.flatnonzero(ok)
-        pd, pg, d, iw, ih, ok = pd[sel], pg[sel], d[sel], iw[sel], ih[sel], ok[sel]
+        pd, within, iw, ih, ok = pd[sel], within[sel], iw[sel], ih[sel], ok[sel]
     inter = np.where(ok, iw * ih, 0.0)
-    da = dcol[4][d]
-    union = da if crowd else da + gcol[4][pg] - inter
+    da = dc[4][pd]
+    union = da if crowd else da + gc[4][within] - inter
     iou = np.zeros(len(inter))
     np.divide(inter, union, out=iou, where=ok)
-    count = np.bincount(pd, minlength=len(kd)) if len(pd) else np.zeros(len(kd), np.int64)
-    return _Pairs(pd, pg, np.cumsum(count) - count, count, iou, cat[d] == gcat[pg])
+    return pd, within, iou
 
 
 @dataclass
@@ -337,15 +353,18 @@ def scene(images: Images, gt: GroundTruth, dets: Detections, max_dets: int = 100
     desc = np.argsort(-dets.score, kind="stable")  # one sort of the scores, shared by every later order
     rank = _rank_in_image(d_img, desc)
     kd = np.flatnonzero((rank >= 0) & (rank < max_dets))
-    kd = kd[np.lexsort((d_img[kd], rank[kd]))]  # by rank, then image: one block of pairs per matching pass
+    if len(kd):  # by rank, then image: one block of pairs per matching pass (two stable radix sorts)
+        kd = kd[_small_sort(d_img[kd], int(d_img[kd].max()) + 1)]
+        kd = kd[_small_sort(rank[kd], max_dets)]
     dcol, gcol = _columns(dets.box, box_areas(dets.box, dets.wh)), _columns(gt.box, box_areas(gt.box, gt.wh))
     cat_all, n_cls = _codes(dets.category, gt.category)
     dcat, gcat = cat_all[:nd], cat_all[nd:]
     crowd = np.asarray(gt.iscrowd, bool)
     plain = ~crowd & g_ok
     g_safe = np.where(g_ok, g_img, 0)
-    pr = _kept_pairs(kd, d_img[kd], dcol, dcat, np.flatnonzero(plain), g_safe, gcol, gcat, n_img, False, overlap_only)
-    cr = _kept_pairs(kd, d_img[kd], dcol, dcat, np.flatnonzero(crowd & g_ok), g_safe, gcol, gcat, n_img, True, True)
+    img_k, dc, cat_k = d_img[kd], [c[kd] for c in dcol], dcat[kd]
+    pr = _kept_pairs(img_k, dc, cat_k, np.flatnonzero(plain), g_safe, gcol, gcat, n_img, False, overlap_only)
+    cr = _kept_pairs(img_k, dc, cat_k, np.flatnonzero(crowd & g_ok), g_safe, gcol, gcat, n_img, True, True)
     has_gt = np.bincount(g_img[plain], minlength=n_img)[d_img[kd]] > 0 if n_img else np.zeros(len(kd), bool)
     return Scene(
         int(max_dets), overlap_only, d_img, rank, kd, dcat, gcat, n_cls, plain, pr, cr, has_gt, desc, dets.score
