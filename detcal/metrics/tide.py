@@ -191,10 +191,11 @@ def _classify(
     n = len(got)
     iou, same = pr.iou, pr.same
     st, ct, sg = pr.start, pr.count, pr.pd
-    cls_mx, cls_arg = _seg_argmax(np.where(same, iou, 0.0), st, ct, sg)
-    non_mx, non_arg = _seg_argmax(np.where(same, 0.0, iou), st, ct, sg)
+    cls_v, non_v = np.where(same, iou, 0.0), np.where(same, 0.0, iou)
+    cls_mx, _ = _seg_argmax(cls_v, st, ct, sg, arg=False)
+    non_mx, _ = _seg_argmax(non_v, st, ct, sg, arg=False)
     dup_mx, _ = _seg_argmax(np.where(same & used[pr.pg], iou, 0.0), st, ct, sg, arg=False)
-    any_mx, _ = _seg_argmax(iou, st, ct, sg, arg=False)
+    any_mx = np.maximum(cls_mx, non_mx)  # the best IoU with any box
     code = np.full(n, BOTH, np.int64)
     code[any_mx <= bg] = BKG
     code[dup_mx >= pos] = DUPE
@@ -204,9 +205,22 @@ def _classify(
     code[got >= 0] = TP
     target = np.full(n, -1, np.int64)
     loc, cls = code == LOC, code == CLS
-    target[loc] = pr.pg[cls_arg[loc]]
-    target[cls] = pr.pg[non_arg[cls]]
+    target[loc] = pr.pg[_first_max(cls_v, cls_mx, pr, loc)]
+    target[cls] = pr.pg[_first_max(non_v, non_mx, pr, cls)]
     return code, target
+
+
+def _first_max(val: np.ndarray, mx: np.ndarray, pr: _Pairs, which: np.ndarray) -> np.ndarray:
+    """Pair position of the first maximum ``mx`` of ``val`` over the pairs of each detection in ``which`` (each
+    has a pair: its maximum is above 0), looked for among those detections' pairs only."""
+    rows = np.flatnonzero(which)
+    if not len(rows):
+        return np.zeros(0, np.int64)
+    ct = pr.count[rows]
+    first = np.cumsum(ct) - ct
+    sel = np.repeat(pr.start[rows] - first, ct) + np.arange(int(ct.sum()))  # their pairs, in order
+    hit = np.where(val[sel] == np.repeat(mx[rows], ct), sel, len(val))
+    return np.minimum.reduceat(hit, first)
 
 
 def _class_order(cls: np.ndarray, n_cls: int) -> np.ndarray:
@@ -233,11 +247,14 @@ def _ap(cls: np.ndarray, tp: np.ndarray, n_gt: np.ndarray, grouped: bool = False
     start = np.cumsum(npts) - npts
     pos = np.arange(n) - start[c]
     ctp = np.cumsum(t)
-    ntp = ctp - (ctp[start[c]] - t[start[c]]) if n else ctp
+    if n:  # true positives before each class's first point (a table over the classes, read per point)
+        ntp = ctp - (ctp - t)[np.minimum(start, n - 1)][c]
+    else:
+        ntp = ctp
     prec = ntp / (pos + 1)
     ngt_c = n_gt[c]
     rec = np.divide(ntp, ngt_c, out=np.zeros(n), where=ngt_c > 0)
-    j = grid_count(rec)  # recall points at or below each point's recall
+    j = grid_count(rec, unit=True)  # recall points at or below each point's recall
     hist = np.bincount(c * 102 + j, minlength=n_cls * 102).reshape(n_cls, 102)
     idx = np.cumsum(hist, axis=1)[:, :101]  # first point with recall >= x_k, counted in its class
     # precision made non-increasing from the right, read at those points: the maximum of the precisions from
@@ -280,8 +297,9 @@ def _kept_pairs(
     gc = [c[g_rows] for c in gcol]
     ends = np.cumsum(n)
     # blocks of whole detections with about _CHUNK pairs each (every pair's block computed alone: exact)
-    cuts = np.unique(np.concatenate([[0], np.searchsorted(ends, np.arange(_CHUNK, int(ends[-1]) if len(ends) else 0,
-                                                                               _CHUNK), "right"), [len(img_k)]]))  # fmt: skip
+    steps = np.arange(_CHUNK, int(ends[-1]) if len(ends) else 0, _CHUNK)
+    cuts = np.concatenate([[0], np.searchsorted(ends, steps, "right"), [len(img_k)]])
+    cuts = cuts[np.concatenate([[True], cuts[1:] > cuts[:-1]])]  # ascending already: drop the repeats
     parts = [_pair_block(a, b, n, ends, gstart[img_k], dc, gc, crowd, overlap_only) for a, b in zip(cuts, cuts[1:])]
     pd = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
     within = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
@@ -451,10 +469,14 @@ def _codes(dcat: np.ndarray, gcat: np.ndarray) -> tuple[np.ndarray, int]:
     return inv.reshape(-1).astype(np.int64), len(uniq)
 
 
-def grid_count(v: np.ndarray) -> np.ndarray:
+def grid_count(v: np.ndarray, unit: bool = False) -> np.ndarray:
     """Number of the points ``k / 100`` (k = 0..100) at or below each value (as ``searchsorted(..., "right")``
-    on them, exact): the floor of ``100 v`` corrected by one comparison either side."""
-    j0 = np.clip(np.floor(np.nan_to_num(v) * 100), 0, 100).astype(np.int64)
+    on them, exact): the floor of ``100 v`` corrected by one comparison either side. ``unit``: the values are
+    known to be finite and in [0, 1] (no NaN or clipping pass)."""
+    if unit:
+        j0 = np.minimum((v * 100).astype(np.int64), 100)  # truncation is the floor of values >= 0
+    else:
+        j0 = np.clip(np.floor(np.nan_to_num(v) * 100), 0, 100).astype(np.int64)
     up = np.minimum(j0 + 1, 100)
     return j0 + (_X[j0] <= v) + ((j0 < 100) & (_X[up] <= v))
 
