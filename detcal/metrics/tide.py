@@ -138,9 +138,10 @@ def _seg_argmax(
     return mx, out
 
 
-def _rank_in_image(img: np.ndarray, desc: np.ndarray) -> np.ndarray:
-    """Rank [D] of each detection in its image (``img`` -1: none) by descending score, ties in input order;
-    ``desc``: every detection by descending score, ties in input order."""
+def _rank_in_image(img: np.ndarray, desc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rank [D] of each detection in its image (``img`` -1: none) by descending score, ties in input order,
+    and the detections of known images by image, then rank; ``desc``: every detection by descending score,
+    ties in input order."""
     order = desc[img[desc] >= 0]
     order = order[_small_sort(img[order], int(img.max()) + 1 if len(order) else 1)]
     rank = np.full(len(img), -1, np.int64)
@@ -148,7 +149,7 @@ def _rank_in_image(img: np.ndarray, desc: np.ndarray) -> np.ndarray:
     pos = np.arange(len(order))
     first = np.maximum.accumulate(np.where(np.concatenate([[True], si[1:] != si[:-1]]), pos, 0)) if len(si) else pos
     rank[order] = pos - first
-    return rank
+    return rank, order
 
 
 @dataclass
@@ -363,6 +364,7 @@ class Scene:
     has_gt: np.ndarray
     desc: np.ndarray
     score: np.ndarray
+    by_image: np.ndarray
 
 
 def scene(images: Images, gt: GroundTruth, dets: Detections, max_dets: int = 100, overlap_only: bool = True) -> Scene:
@@ -371,7 +373,7 @@ def scene(images: Images, gt: GroundTruth, dets: Detections, max_dets: int = 100
     d_img, g_img = images.index_of(dets.image_id), images.index_of(gt.image_id)
     g_ok = g_img >= 0
     desc = np.argsort(-dets.score, kind="stable")  # one sort of the scores, shared by every later order
-    rank = _rank_in_image(d_img, desc)
+    rank, by_image = _rank_in_image(d_img, desc)
     kd = np.flatnonzero((rank >= 0) & (rank < max_dets))
     if len(kd):  # by rank, then image: one block of pairs per matching pass (two stable radix sorts)
         kd = kd[_small_sort(d_img[kd], int(d_img[kd].max()) + 1)]
@@ -387,7 +389,7 @@ def scene(images: Images, gt: GroundTruth, dets: Detections, max_dets: int = 100
     cr = _kept_pairs(img_k, dc, cat_k, np.flatnonzero(crowd & g_ok), g_safe, gcol, gcat, n_img, True, True)
     has_gt = np.bincount(g_img[plain], minlength=n_img)[d_img[kd]] > 0 if n_img else np.zeros(len(kd), bool)
     return Scene(
-        int(max_dets), overlap_only, d_img, rank, kd, dcat, gcat, n_cls, plain, pr, cr, has_gt, desc, dets.score
+        int(max_dets), overlap_only, d_img, rank, kd, dcat, gcat, n_cls, plain, pr, cr, has_gt, desc, dets.score, by_image
     )
 
 
@@ -494,9 +496,7 @@ def _fixes(
     n_img = int(d_img.max()) + 1 if len(by_score) else 1
     # equal scores in tidecv's visiting order: by image, then rank (input order within an image); nearly sorted
     by_score = by_score[np.argsort(run * n_img + d_img[by_score], kind="stable")]
-    visit = np.flatnonzero(kept)
-    visit = visit[_small_sort(sc.rank[visit], sc.max_dets)]
-    visit = visit[_small_sort(d_img[visit], n_img)]  # image, then rank
+    visit = sc.by_image[kept[sc.by_image]]  # image, then rank
     # in a fixed set the errors come before the untouched true positives of the same score (nearly sorted: fast)
     fixed_order = by_score[np.argsort(run * 2 + tp[by_score], kind="stable")]
     live = tp | fp
@@ -505,16 +505,23 @@ def _fixes(
     grouped = fixed_order[_class_order(dcat[fixed_order], n_cls)]  # by class, each in tidecv's order
     fixed_cls = dcat.copy()
     fixed_cls[fixable & (code == CLS)] = gcat[target[fixable & (code == CLS)]]  # a fixed cls error takes the box's
+    # the grouped points' columns, taken once (each fix below selects from them with a mask)
+    g_cat, g_code, g_tp, g_fp, g_fix = dcat[grouped], code[grouped], tp[grouped], fp[grouped], fixable[grouped]
 
     def fixed(kind: int | None, n_gt_fixed: np.ndarray) -> float:
         """mAP with the errors of ``kind`` fixed alone (tidecv's oracle)."""
-        now_tp = tp if kind not in (CLS, LOC) else tp | ((code == kind) & fixable)
-        keep = tp | (fp & (code != kind)) | now_tp if kind is not None else live
         if kind == CLS:  # the fixed errors change class: group again
+            now_tp = tp | ((code == kind) & fixable)
+            keep = tp | (fp & (code != kind)) | now_tp
             r = fixed_order[keep[fixed_order]]
             return _ap(fixed_cls[r], now_tp[r], n_gt_fixed)
-        r = grouped[keep[grouped]]
-        return _ap(dcat[r], now_tp[r], n_gt_fixed, grouped=True)
+        if kind is None:
+            m = g_tp | g_fp
+            return _ap(g_cat[m], g_tp[m], n_gt_fixed, grouped=True)
+        same = g_code == kind
+        now = g_tp | (same & g_fix) if kind == LOC else g_tp
+        m = now | (g_fp & ~same)
+        return _ap(g_cat[m], now[m], n_gt_fixed, grouped=True)
 
     main: dict[str, float] = {}
     for i, name in enumerate(ERROR_TYPES):
