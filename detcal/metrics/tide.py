@@ -389,7 +389,21 @@ def scene(images: Images, gt: GroundTruth, dets: Detections, max_dets: int = 100
     cr = _kept_pairs(img_k, dc, cat_k, np.flatnonzero(crowd & g_ok), g_safe, gcol, gcat, n_img, True, True)
     has_gt = np.bincount(g_img[plain], minlength=n_img)[d_img[kd]] > 0 if n_img else np.zeros(len(kd), bool)
     return Scene(
-        int(max_dets), overlap_only, d_img, rank, kd, dcat, gcat, n_cls, plain, pr, cr, has_gt, desc, dets.score, by_image
+        int(max_dets),
+        overlap_only,
+        d_img,
+        rank,
+        kd,
+        dcat,
+        gcat,
+        n_cls,
+        plain,
+        pr,
+        cr,
+        has_gt,
+        desc,
+        dets.score,
+        by_image,
     )
 
 
