@@ -167,6 +167,11 @@ def _greedy(kr: np.ndarray, pr: _Pairs, pos: float, n_gt: int) -> tuple[np.ndarr
     the taken flag per GT row."""
     used = np.zeros(n_gt, bool)
     got = np.full(len(kr), -1, np.int64)
+    if pos > 0:  # only the pairs of one class reaching pos can be taken (the first maximum stays the first)
+        sel = np.flatnonzero(pr.same & (pr.iou >= pos))
+        pd = pr.pd[sel]
+        count = np.bincount(pd, minlength=len(kr)) if len(pd) else np.zeros(len(kr), np.int64)
+        pr = _Pairs(pd, pr.pg[sel], np.cumsum(count) - count, count, pr.iou[sel], np.ones(len(sel), bool))
     bounds = np.searchsorted(kr, np.arange(int(kr.max()) + 2 if len(kr) else 1))
     for r in range(len(bounds) - 1):
         a, b = int(bounds[r]), int(bounds[r + 1])
