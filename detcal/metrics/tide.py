@@ -162,16 +162,21 @@ class _Pairs:
     same: np.ndarray
 
 
+def _subset(pr: _Pairs, keep: np.ndarray, n: int) -> _Pairs:
+    """The pairs where ``keep`` holds, in the same order (``n`` kept detections)."""
+    sel = np.flatnonzero(keep)
+    pd = pr.pd[sel]
+    count = np.bincount(pd, minlength=n) if len(pd) else np.zeros(n, np.int64)
+    return _Pairs(pd, pr.pg[sel], np.cumsum(count) - count, count, pr.iou[sel], pr.same[sel])
+
+
 def _greedy(kr: np.ndarray, pr: _Pairs, pos: float, n_gt: int) -> tuple[np.ndarray, np.ndarray]:
     """tidecv's matching, one pass per rank (every image at once). Returns GT row per kept detection (-1) and
     the taken flag per GT row."""
     used = np.zeros(n_gt, bool)
     got = np.full(len(kr), -1, np.int64)
     if pos > 0:  # only the pairs of one class reaching pos can be taken (the first maximum stays the first)
-        sel = np.flatnonzero(pr.same & (pr.iou >= pos))
-        pd = pr.pd[sel]
-        count = np.bincount(pd, minlength=len(kr)) if len(pd) else np.zeros(len(kr), np.int64)
-        pr = _Pairs(pd, pr.pg[sel], np.cumsum(count) - count, count, pr.iou[sel], np.ones(len(sel), bool))
+        pr = _subset(pr, pr.same & (pr.iou >= pos), len(kr))
     bounds = np.searchsorted(kr, np.arange(int(kr.max()) + 2 if len(kr) else 1))
     for r in range(len(bounds) - 1):
         a, b = int(bounds[r]), int(bounds[r + 1])
@@ -195,6 +200,8 @@ def _classify(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Error code and target GT row (for ``cls``/``loc``) of each kept detection (code 0 for a true positive)."""
     n = len(got)
+    if bg > 0:  # every rule compares a best IoU with bg or pos >= bg: the pairs below bg change no decision
+        pr = _subset(pr, pr.iou >= bg, n)
     iou, same = pr.iou, pr.same
     st, ct, sg = pr.start, pr.count, pr.pd
     cls_v, non_v = np.where(same, iou, 0.0), np.where(same, 0.0, iou)
