@@ -101,10 +101,9 @@ def confusion_matrix(
     live = am.considered & ~am.ignored & (dets.score >= score_threshold)
     matched = live & (am.gt_row >= 0)
     unmatched = live & (am.gt_row < 0)
-    dcode = code(dets.category)
     gcode = code(gt.category[am.gt_row[matched]])
     rows = [gcode, np.full(int(unmatched.sum()), c)]
-    cols = [dcode[matched], dcode[unmatched]]
+    cols = [code(dets.category[matched]), code(dets.category[unmatched])]  # only the detections in the matrix
     real = ~(gt.iscrowd | gt.ignore)
     taken = np.zeros(len(gt), bool)
     taken[am.gt_row[matched]] = True
@@ -120,7 +119,7 @@ def confusion_matrix(
         "matrix": m.tolist(),
         "layout": "rows: ground-truth class then background; columns: predicted class then background",
         "n_matched": int(matched.sum()),
-        "n_matched_other_class": int((dcode[matched] != gcode).sum()),
+        "n_matched_other_class": int((cols[0] != gcode).sum()),
         "n_background_detections": int(unmatched.sum()),
         "n_missed_boxes": int(len(missed)),
     }

@@ -34,10 +34,12 @@ GRID: np.ndarray = np.arange(101) / 100
 """Score thresholds of the curves."""
 
 
-def _counts(score: np.ndarray, tp: np.ndarray, code: np.ndarray, n_cls: int) -> tuple[np.ndarray, np.ndarray]:
+def _counts(
+    score: np.ndarray, tp: np.ndarray, code: np.ndarray, n_cls: int, j: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Kept and true-positive counts [n_cls, len(GRID)] for ``score >= GRID[k]`` (exact: each detection is kept
-    at the grid points at or below its score)."""
-    j = grid_count(score)  # kept at GRID[:j]
+    at the grid points at or below its score); ``j``: ``grid_count(score)`` when known."""
+    j = grid_count(score) if j is None else j  # kept at GRID[:j]
     m = len(GRID) + 1
     kept = np.bincount(code * m + j, minlength=n_cls * m).reshape(n_cls, m)
     tps = np.bincount(code * m + j, weights=tp.astype(np.float64), minlength=n_cls * m).reshape(n_cls, m)
@@ -133,10 +135,11 @@ def operating_points(
     keep_cls = valid & (ci >= 0)
     p, y, code = o.score[keep_cls], o.tp[keep_cls], ci[keep_cls]
     c = len(cats)
-    kept, tps = _counts(p, y, code, c)
-    n_gt = o.n_gt.astype(np.int64)
     pooled_s, pooled_y = o.score[valid], o.tp[valid]
-    pk, pt = _counts(pooled_s, pooled_y, np.zeros(len(pooled_s), np.int64), 1)
+    j = grid_count(pooled_s)  # the grid points each pooled detection is kept at, shared with the classes
+    kept, tps = _counts(p, y, code, c, j[ci[valid] >= 0])
+    n_gt = o.n_gt.astype(np.int64)
+    pk, pt = _counts(pooled_s, pooled_y, np.zeros(len(pooled_s), np.int64), 1, j)
     pooled = pr_curves(pk[0], pt[0], int(n_gt.sum()))
     if desc is None:
         order = np.argsort(-pooled_s, kind="stable")

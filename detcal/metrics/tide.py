@@ -117,20 +117,6 @@ class TideResult:
         }
 
 
-def _pairs(det_img: np.ndarray, gt_img: np.ndarray, n_img: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every (detection, GT) pair of the same image: pair -> detection position, pair -> GT row (GT rows in
-    input order within each detection's run), and each detection's first pair position."""
-    gord = np.argsort(gt_img, kind="stable")
-    gcount = np.bincount(gt_img, minlength=n_img)
-    gstart = np.cumsum(gcount) - gcount
-    n = gcount[det_img]
-    pstart = np.cumsum(n) - n
-    pd = np.repeat(np.arange(len(det_img)), n)
-    within = np.arange(len(pd)) - np.repeat(pstart, n)
-    pg = gord[np.repeat(gstart[det_img], n) + within] if len(pd) else np.zeros(0, np.int64)
-    return pd, pg, pstart
-
-
 def _seg_argmax(
     val: np.ndarray, start: np.ndarray, count: np.ndarray, seg: np.ndarray | None = None, arg: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -152,9 +138,10 @@ def _seg_argmax(
     return mx, out
 
 
-def _rank_in_image(img: np.ndarray, desc: np.ndarray) -> np.ndarray:
-    """Rank [D] of each detection in its image (``img`` -1: none) by descending score, ties in input order;
-    ``desc``: every detection by descending score, ties in input order."""
+def _rank_in_image(img: np.ndarray, desc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rank [D] of each detection in its image (``img`` -1: none) by descending score, ties in input order,
+    and the detections of known images by image, then rank; ``desc``: every detection by descending score,
+    ties in input order."""
     order = desc[img[desc] >= 0]
     order = order[_small_sort(img[order], int(img.max()) + 1 if len(order) else 1)]
     rank = np.full(len(img), -1, np.int64)
@@ -162,7 +149,7 @@ def _rank_in_image(img: np.ndarray, desc: np.ndarray) -> np.ndarray:
     pos = np.arange(len(order))
     first = np.maximum.accumulate(np.where(np.concatenate([[True], si[1:] != si[:-1]]), pos, 0)) if len(si) else pos
     rank[order] = pos - first
-    return rank
+    return rank, order
 
 
 @dataclass
@@ -175,11 +162,21 @@ class _Pairs:
     same: np.ndarray
 
 
+def _subset(pr: _Pairs, keep: np.ndarray, n: int) -> _Pairs:
+    """The pairs where ``keep`` holds, in the same order (``n`` kept detections)."""
+    sel = np.flatnonzero(keep)
+    pd = pr.pd[sel]
+    count = np.bincount(pd, minlength=n) if len(pd) else np.zeros(n, np.int64)
+    return _Pairs(pd, pr.pg[sel], np.cumsum(count) - count, count, pr.iou[sel], pr.same[sel])
+
+
 def _greedy(kr: np.ndarray, pr: _Pairs, pos: float, n_gt: int) -> tuple[np.ndarray, np.ndarray]:
     """tidecv's matching, one pass per rank (every image at once). Returns GT row per kept detection (-1) and
     the taken flag per GT row."""
     used = np.zeros(n_gt, bool)
     got = np.full(len(kr), -1, np.int64)
+    if pos > 0:  # only the pairs of one class reaching pos can be taken (the first maximum stays the first)
+        pr = _subset(pr, pr.same & (pr.iou >= pos), len(kr))
     bounds = np.searchsorted(kr, np.arange(int(kr.max()) + 2 if len(kr) else 1))
     for r in range(len(bounds) - 1):
         a, b = int(bounds[r]), int(bounds[r + 1])
@@ -203,12 +200,15 @@ def _classify(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Error code and target GT row (for ``cls``/``loc``) of each kept detection (code 0 for a true positive)."""
     n = len(got)
+    if bg > 0:  # every rule compares a best IoU with bg or pos >= bg: the pairs below bg change no decision
+        pr = _subset(pr, pr.iou >= bg, n)
     iou, same = pr.iou, pr.same
     st, ct, sg = pr.start, pr.count, pr.pd
-    cls_mx, cls_arg = _seg_argmax(np.where(same, iou, 0.0), st, ct, sg)
-    non_mx, non_arg = _seg_argmax(np.where(same, 0.0, iou), st, ct, sg)
+    cls_v, non_v = np.where(same, iou, 0.0), np.where(same, 0.0, iou)
+    cls_mx, _ = _seg_argmax(cls_v, st, ct, sg, arg=False)
+    non_mx, _ = _seg_argmax(non_v, st, ct, sg, arg=False)
     dup_mx, _ = _seg_argmax(np.where(same & used[pr.pg], iou, 0.0), st, ct, sg, arg=False)
-    any_mx, _ = _seg_argmax(iou, st, ct, sg, arg=False)
+    any_mx = np.maximum(cls_mx, non_mx)  # the best IoU with any box
     code = np.full(n, BOTH, np.int64)
     code[any_mx <= bg] = BKG
     code[dup_mx >= pos] = DUPE
@@ -218,9 +218,22 @@ def _classify(
     code[got >= 0] = TP
     target = np.full(n, -1, np.int64)
     loc, cls = code == LOC, code == CLS
-    target[loc] = pr.pg[cls_arg[loc]]
-    target[cls] = pr.pg[non_arg[cls]]
+    target[loc] = pr.pg[_first_max(cls_v, cls_mx, pr, loc)]
+    target[cls] = pr.pg[_first_max(non_v, non_mx, pr, cls)]
     return code, target
+
+
+def _first_max(val: np.ndarray, mx: np.ndarray, pr: _Pairs, which: np.ndarray) -> np.ndarray:
+    """Pair position of the first maximum ``mx`` of ``val`` over the pairs of each detection in ``which`` (each
+    has a pair: its maximum is above 0), looked for among those detections' pairs only."""
+    rows = np.flatnonzero(which)
+    if not len(rows):
+        return np.zeros(0, np.int64)
+    ct = pr.count[rows]
+    first = np.cumsum(ct) - ct
+    sel = np.repeat(pr.start[rows] - first, ct) + np.arange(int(ct.sum()))  # their pairs, in order
+    hit = np.where(val[sel] == np.repeat(mx[rows], ct), sel, len(val))
+    return np.minimum.reduceat(hit, first)
 
 
 def _class_order(cls: np.ndarray, n_cls: int) -> np.ndarray:
@@ -247,11 +260,16 @@ def _ap(cls: np.ndarray, tp: np.ndarray, n_gt: np.ndarray, grouped: bool = False
     start = np.cumsum(npts) - npts
     pos = np.arange(n) - start[c]
     ctp = np.cumsum(t)
-    ntp = ctp - (ctp[start[c]] - t[start[c]]) if n else ctp
+    if n:  # true positives before each class's first point (a table over the classes, read per point)
+        ntp = ctp - (ctp - t)[np.minimum(start, n - 1)][c]
+    else:
+        ntp = ctp
     prec = ntp / (pos + 1)
     ngt_c = n_gt[c]
     rec = np.divide(ntp, ngt_c, out=np.zeros(n), where=ngt_c > 0)
-    j = grid_count(rec)  # recall points at or below each point's recall
+    # recall points at or below each point's recall (the recalls rise within a class: a binary search that
+    # starts from the last answer is faster than grid_count here)
+    j = np.searchsorted(_X, rec, "right")
     hist = np.bincount(c * 102 + j, minlength=n_cls * 102).reshape(n_cls, 102)
     idx = np.cumsum(hist, axis=1)[:, :101]  # first point with recall >= x_k, counted in its class
     # precision made non-increasing from the right, read at those points: the maximum of the precisions from
@@ -275,34 +293,65 @@ def _columns(box: np.ndarray, area: np.ndarray) -> tuple[np.ndarray, ...]:
     return (*(np.ascontiguousarray(b[:, k]) for k in range(4)), np.asarray(area, np.float64))
 
 
+_CHUNK = 1 << 17
+"""Pairs examined at once in :func:`_kept_pairs` (their temporaries stay in the processor's cache)."""
+
+
 def _kept_pairs(
-    kd: np.ndarray, img_k: np.ndarray, dcol: tuple[np.ndarray, ...], cat: np.ndarray, gsel: np.ndarray,
-    gt_img: np.ndarray, gcol: tuple[np.ndarray, ...], gcat: np.ndarray, n_img: int, crowd: bool, overlap_only: bool,
+    img_k: np.ndarray, dc: list[np.ndarray], cat_k: np.ndarray, gsel: np.ndarray, gt_img: np.ndarray,
+    gcol: tuple[np.ndarray, ...], gcat: np.ndarray, n_img: int, crowd: bool, overlap_only: bool,
 ) -> _Pairs:  # fmt: skip
-    """Pairs of kept detections ``kd`` with the selected GT rows ``gsel`` of their image and their IoU, as
-    pycocotools ``bbIou`` (crowd: over the detection's area). ``overlap_only``: only the pairs that overlap
-    (exact whenever every rule needs an IoU above 0)."""
-    pd, pgl, _ = _pairs(img_k, gt_img[gsel], n_img)
-    pg = gsel[pgl]
-    d = kd[pd]
-    iw = np.minimum(dcol[2][d], gcol[2][pg])
-    iw -= np.maximum(dcol[0][d], gcol[0][pg])
+    """Pairs of the kept detections (``img_k`` their image, ``dc`` their columns, ``cat_k`` their class) with the selected GT rows ``gsel`` of their image (GT rows in input
+    order within each detection's run) and their IoU, as pycocotools ``bbIou`` (crowd: over the detection's
+    area). ``overlap_only``: only the pairs that overlap (exact whenever every rule needs an IoU above 0)."""
+    gi = gt_img[gsel]
+    g_rows = gsel[np.argsort(gi, kind="stable")]  # the selected boxes in image order
+    gcount = np.bincount(gi, minlength=n_img)
+    gstart = np.cumsum(gcount) - gcount
+    n = gcount[img_k]
+    gc = [c[g_rows] for c in gcol]
+    ends = np.cumsum(n)
+    # blocks of whole detections with about _CHUNK pairs each (every pair's block computed alone: exact)
+    steps = np.arange(_CHUNK, int(ends[-1]) if len(ends) else 0, _CHUNK)
+    cuts = np.concatenate([[0], np.searchsorted(ends, steps, "right"), [len(img_k)]])
+    cuts = cuts[np.concatenate([[True], cuts[1:] > cuts[:-1]])]  # ascending already: drop the repeats
+    parts = [_pair_block(a, b, n, ends, gstart[img_k], dc, gc, crowd, overlap_only) for a, b in zip(cuts, cuts[1:])]
+    pd = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
+    within = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
+    iou = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0)
+    count = np.bincount(pd, minlength=len(img_k)) if len(pd) else np.zeros(len(img_k), np.int64)
+    pg = g_rows[within]
+    return _Pairs(pd, pg, np.cumsum(count) - count, count, iou, cat_k[pd] == gcat[pg])
+
+
+def _pair_block(
+    a: int, b: int, n: np.ndarray, ends: np.ndarray, gfirst: np.ndarray, dc: list[np.ndarray],
+    gc: list[np.ndarray], crowd: bool, overlap_only: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """The pairs of kept detections ``a:b``: (kept-detection position, box position in image order, IoU)."""
+    nb = n[a:b]
+    p0 = int(ends[a - 1]) if a else 0
+    total = int(ends[b - 1]) - p0 if b > a else 0
+    pd = np.repeat(np.arange(a, b), nb)
+    # each pair's box: its image's first box plus the pair's place in the detection's run
+    within = np.arange(p0, p0 + total) - np.repeat(ends[a:b] - nb - gfirst[a:b], nb)
+    iw = np.minimum(dc[2][pd], gc[2][within])
+    iw -= np.maximum(dc[0][pd], gc[0][within])
     if overlap_only:  # the x overlap first: most pairs end here
         sel = np.flatnonzero(iw > 0)
-        pd, pg, d, iw = pd[sel], pg[sel], d[sel], iw[sel]
-    ih = np.minimum(dcol[3][d], gcol[3][pg])
-    ih -= np.maximum(dcol[1][d], gcol[1][pg])
+        pd, within, iw = pd[sel], within[sel], iw[sel]
+    ih = np.minimum(dc[3][pd], gc[3][within])
+    ih -= np.maximum(dc[1][pd], gc[1][within])
     ok = (iw > 0) & (ih > 0)
     if overlap_only:
         sel = np.flatnonzero(ok)
-        pd, pg, d, iw, ih, ok = pd[sel], pg[sel], d[sel], iw[sel], ih[sel], ok[sel]
+        pd, within, iw, ih, ok = pd[sel], within[sel], iw[sel], ih[sel], ok[sel]
     inter = np.where(ok, iw * ih, 0.0)
-    da = dcol[4][d]
-    union = da if crowd else da + gcol[4][pg] - inter
+    da = dc[4][pd]
+    union = da if crowd else da + gc[4][within] - inter
     iou = np.zeros(len(inter))
     np.divide(inter, union, out=iou, where=ok)
-    count = np.bincount(pd, minlength=len(kd)) if len(pd) else np.zeros(len(kd), np.int64)
-    return _Pairs(pd, pg, np.cumsum(count) - count, count, iou, cat[d] == gcat[pg])
+    return pd, within, iou
 
 
 @dataclass
@@ -327,6 +376,7 @@ class Scene:
     has_gt: np.ndarray
     desc: np.ndarray
     score: np.ndarray
+    by_image: np.ndarray
 
 
 def scene(images: Images, gt: GroundTruth, dets: Detections, max_dets: int = 100, overlap_only: bool = True) -> Scene:
@@ -335,20 +385,37 @@ def scene(images: Images, gt: GroundTruth, dets: Detections, max_dets: int = 100
     d_img, g_img = images.index_of(dets.image_id), images.index_of(gt.image_id)
     g_ok = g_img >= 0
     desc = np.argsort(-dets.score, kind="stable")  # one sort of the scores, shared by every later order
-    rank = _rank_in_image(d_img, desc)
+    rank, by_image = _rank_in_image(d_img, desc)
     kd = np.flatnonzero((rank >= 0) & (rank < max_dets))
-    kd = kd[np.lexsort((d_img[kd], rank[kd]))]  # by rank, then image: one block of pairs per matching pass
+    if len(kd):  # by rank, then image: one block of pairs per matching pass (two stable radix sorts)
+        kd = kd[_small_sort(d_img[kd], int(d_img[kd].max()) + 1)]
+        kd = kd[_small_sort(rank[kd], max_dets)]
     dcol, gcol = _columns(dets.box, box_areas(dets.box, dets.wh)), _columns(gt.box, box_areas(gt.box, gt.wh))
     cat_all, n_cls = _codes(dets.category, gt.category)
     dcat, gcat = cat_all[:nd], cat_all[nd:]
     crowd = np.asarray(gt.iscrowd, bool)
     plain = ~crowd & g_ok
     g_safe = np.where(g_ok, g_img, 0)
-    pr = _kept_pairs(kd, d_img[kd], dcol, dcat, np.flatnonzero(plain), g_safe, gcol, gcat, n_img, False, overlap_only)
-    cr = _kept_pairs(kd, d_img[kd], dcol, dcat, np.flatnonzero(crowd & g_ok), g_safe, gcol, gcat, n_img, True, True)
+    img_k, dc, cat_k = d_img[kd], [c[kd] for c in dcol], dcat[kd]
+    pr = _kept_pairs(img_k, dc, cat_k, np.flatnonzero(plain), g_safe, gcol, gcat, n_img, False, overlap_only)
+    cr = _kept_pairs(img_k, dc, cat_k, np.flatnonzero(crowd & g_ok), g_safe, gcol, gcat, n_img, True, True)
     has_gt = np.bincount(g_img[plain], minlength=n_img)[d_img[kd]] > 0 if n_img else np.zeros(len(kd), bool)
     return Scene(
-        int(max_dets), overlap_only, d_img, rank, kd, dcat, gcat, n_cls, plain, pr, cr, has_gt, desc, dets.score
+        int(max_dets),
+        overlap_only,
+        d_img,
+        rank,
+        kd,
+        dcat,
+        gcat,
+        n_cls,
+        plain,
+        pr,
+        cr,
+        has_gt,
+        desc,
+        dets.score,
+        by_image,
     )
 
 
@@ -455,9 +522,7 @@ def _fixes(
     n_img = int(d_img.max()) + 1 if len(by_score) else 1
     # equal scores in tidecv's visiting order: by image, then rank (input order within an image); nearly sorted
     by_score = by_score[np.argsort(run * n_img + d_img[by_score], kind="stable")]
-    visit = np.flatnonzero(kept)
-    visit = visit[_small_sort(sc.rank[visit], sc.max_dets)]
-    visit = visit[_small_sort(d_img[visit], n_img)]  # image, then rank
+    visit = sc.by_image[kept[sc.by_image]]  # image, then rank
     # in a fixed set the errors come before the untouched true positives of the same score (nearly sorted: fast)
     fixed_order = by_score[np.argsort(run * 2 + tp[by_score], kind="stable")]
     live = tp | fp
@@ -466,16 +531,23 @@ def _fixes(
     grouped = fixed_order[_class_order(dcat[fixed_order], n_cls)]  # by class, each in tidecv's order
     fixed_cls = dcat.copy()
     fixed_cls[fixable & (code == CLS)] = gcat[target[fixable & (code == CLS)]]  # a fixed cls error takes the box's
+    # the grouped points' columns, taken once (each fix below selects from them with a mask)
+    g_cat, g_code, g_tp, g_fp, g_fix = dcat[grouped], code[grouped], tp[grouped], fp[grouped], fixable[grouped]
 
     def fixed(kind: int | None, n_gt_fixed: np.ndarray) -> float:
         """mAP with the errors of ``kind`` fixed alone (tidecv's oracle)."""
-        now_tp = tp if kind not in (CLS, LOC) else tp | ((code == kind) & fixable)
-        keep = tp | (fp & (code != kind)) | now_tp if kind is not None else live
         if kind == CLS:  # the fixed errors change class: group again
+            now_tp = tp | ((code == kind) & fixable)
+            keep = tp | (fp & (code != kind)) | now_tp
             r = fixed_order[keep[fixed_order]]
             return _ap(fixed_cls[r], now_tp[r], n_gt_fixed)
-        r = grouped[keep[grouped]]
-        return _ap(dcat[r], now_tp[r], n_gt_fixed, grouped=True)
+        if kind is None:
+            m = g_tp | g_fp
+            return _ap(g_cat[m], g_tp[m], n_gt_fixed, grouped=True)
+        same = g_code == kind
+        now = g_tp | (same & g_fix) if kind == LOC else g_tp
+        m = now | (g_fp & ~same)
+        return _ap(g_cat[m], now[m], n_gt_fixed, grouped=True)
 
     main: dict[str, float] = {}
     for i, name in enumerate(ERROR_TYPES):

@@ -21,22 +21,12 @@ from detcal.core.types import MatchResult
 from detcal.pipeline.confidence_block import _sample_features, threshold_label
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
+from detcal.reports.diagnosis_facts import miscalibration_sentence, tide_sentence
 
 __all__ = ["diagnostics_block", "GROUPS"]
 
 GROUPS: tuple[str, ...] = ("tp", "cls", "loc", "both", "dupe", "bkg", "other")
 """Groups of the calibration split: true positives, TIDE's error types, other false positives."""
-
-_TYPE_NAMES = {
-    "cls": "classification errors (right box, wrong class)",
-    "loc": "localisation errors (right class, IoU between the background and foreground thresholds)",
-    "both": "errors of both class and box",
-    "dupe": "duplicate detections",
-    "bkg": "background detections (no object there)",
-    "miss": "missed objects",
-    "other": "other false positives",
-    "tp": "true positives",
-}
 
 
 def diagnostics_block(
@@ -232,32 +222,7 @@ def _operating(
 def findings(diag: dict[str, Any]) -> list[str]:
     """Plain sentences: the error type that costs most AP, the one that carries most of the miscalibration,
     and what the operating points and label errors say."""
-    out = []
-    t = diag.get("tide")
-    if t:
-        dap = t["dap"]
-        top = max(dap, key=lambda k: dap[k])
-        if dap[top] <= 0:
-            out.append(f"TIDE: no error type costs AP (AP {t['ap']:.2f}).")
-        else:
-            out.append(
-                f"TIDE: fixing the {_TYPE_NAMES[top]} would gain the most AP ({dap[top]:.2f} points of "
-                f"{t['ap']:.2f}); scoring every false positive below every true positive would gain "
-                f"{t['special_dap']['fp']:.2f}."
-            )
-    cb = diag.get("calibration_by_error_type")
-    if cb:
-        key = "dece_contribution" if cb.get("dece_from_contributions") else "ece_contribution"
-        metric = "D-ECE" if key == "dece_contribution" else "ECE"
-        vals = {k: v[key] for k, v in cb["types"].items() if v[key] is not None and v["n"] and k != "tp"}
-        k = max(vals, key=lambda g: vals[g]) if vals else None
-        if k is not None and vals[k] > 0:
-            v = cb["types"][k]
-            share = v["dece_share" if metric == "D-ECE" else "ece_share"]
-            out.append(
-                f"Miscalibration: the {_TYPE_NAMES[k]} carry the largest share of the {metric} at {cb['iou']} "
-                f"({share:.0%}; {v['n']} detections at mean confidence {v['mean_confidence']:.2f})."
-            )
+    out = [s for s in (tide_sentence(diag), miscalibration_sentence(diag)) if s]
     op = diag.get("operating_points")
     if op and op["pooled"]["f1_optimal"]["threshold"] == op["pooled"]["f1_optimal"]["threshold"]:
         f1 = op["pooled"]["f1_optimal"]

@@ -256,6 +256,7 @@ def evaluation_summary(m: Mapping[str, Any]) -> str:
     head = {k: {"value [CI]": v, "source": v.get("source", "")} for k, v in m["headline"].items()}
     if head:
         parts += ["", "## Headline", "", comparison_table(head, ["value [CI]", "source"], label="metric")]
+    parts += _diagnosis_md(m.get("diagnostics") or {})
     parts += _confidence_md(m["confidence"])
     reg = {k: v for k, v in m["regression"].items() if not k.startswith("_")}
     s = m["regression"]["_sample"]
@@ -295,6 +296,14 @@ def evaluation_summary(m: Mapping[str, Any]) -> str:
         "",
     ]
     return "\n".join(parts)
+
+
+def _diagnosis_md(diag: Mapping[str, Any]) -> list[str]:
+    """The two leading diagnostics findings (metrics.json ``diagnostics.findings`` has them and the rest)."""
+    from detcal.reports.diagnosis_facts import miscalibration_sentence, tide_sentence
+
+    lines = [f"- {s}" for s in (miscalibration_sentence(diag), tide_sentence(diag)) if s]
+    return ["", "## Findings", "", *lines, ""] if lines else []
 
 
 def _header_md(m: Mapping[str, Any]) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from detcal.reports.diagnosis_facts import TYPE_NAMES, costliest_error, largest_miscalibration
 from detcal.reports.html.fmt import ci_text, esc, is_number, num, num_attr
 
 __all__ = ["findings"]
@@ -144,6 +145,34 @@ def _best_sentences(table: Any) -> list[str]:
     return out
 
 
+def _diagnosis_sentences(diag: Any) -> list[str]:
+    """The error type carrying most of the miscalibration and the costliest TIDE error (the diagnosis section
+    has the rest)."""
+    if not isinstance(diag, Mapping):
+        return []
+    out = []
+    c = largest_miscalibration(diag)
+    if c is not None:
+        k, metric, v, cb = c
+        key = "dece" if metric == "D-ECE" else "ece"
+        total, part, share = cb.get(key), v.get(f"{key}_contribution"), v.get(f"{key}_share")
+        out.append(
+            f"{_when(str(cb.get('iou')))}, the <b>{esc(TYPE_NAMES.get(k, k))}</b> carry the largest part of the "
+            f"{metric}: {num(part)} of {num(total)} "
+            f"(share {num(share, 2)}; {num(v.get('n'))} detections at mean confidence "
+            f"{num(v.get('mean_confidence'), 2)}; <a href=#diagnosis>diagnosis</a>)."
+        )
+    t = costliest_error(diag)
+    if t is not None and t[0]:
+        top, rec = t
+        out.append(
+            f"TIDE: fixing the <b>{esc(TYPE_NAMES.get(top, top))}</b> would gain the most AP: "
+            f"{num(rec['dap'][top], 2)} points of {num(rec.get('ap'), 2)}; scoring every false positive below "
+            f"every true positive would gain {num((rec.get('special_dap') or {}).get('fp'), 2)}."
+        )
+    return out
+
+
 def findings(m: Mapping[str, Any]) -> list[str]:
     """HTML sentences, most important first."""
     out: list[str] = []
@@ -157,6 +186,7 @@ def findings(m: Mapping[str, Any]) -> list[str]:
     first = _first_block(conf or {})
     if first:
         out += _bin_sentences(first[0], first[1]["ece"])
+    out += _diagnosis_sentences(m.get("diagnostics"))
     out += _map_sentences(m.get("dece_maps") or {})
     out += _change_sentences(((m.get("evaluation") or {}).get("confidence") or {}).get("change") or {})
     out += _best_sentences(m.get("table"))
