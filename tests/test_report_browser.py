@@ -121,8 +121,9 @@ def test_diagnosis_section_renders_in_chromium(report: Path) -> None:
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(report.as_uri(), wait_until="load")
+            page.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")
             figs = page.eval_on_selector_all(
-                "#diagnosis ~ div.figs svg.fig",
+                "#diagnosis ~ div.figs svg.fig, #diagnosis ~ details.diag-more div.figs svg.fig",
                 "els => els.map(e => [e.getBoundingClientRect().width, e.getBoundingClientRect().height, "
                 "e.querySelector('title').textContent])",
             )

@@ -294,10 +294,16 @@ def diagnosis_section(m: Mapping[str, Any], image_dir: Path | None) -> str:
         parts.append(_tide(d["tide"]))
     if d.get("calibration_by_error_type"):
         parts.append(_by_type(d["calibration_by_error_type"]))
+    # the longer parts folded (the page stays a few screens; a click opens each)
     if d.get("confusion"):
-        parts.append(_confusion(d["confusion"], names))
+        parts.append(_folded("Confusion matrix", _confusion(d["confusion"], names)))
     if d.get("operating_points"):
-        parts.append(_operating(d["operating_points"], names))
+        parts.append(_folded("Operating points", _operating(d["operating_points"], names)))
     if d.get("label_errors"):
-        parts.append(_label_errors(d["label_errors"], image_dir))
+        parts.append(_folded("Likely label errors", _label_errors(d["label_errors"], image_dir)))
     return "".join(parts)
+
+
+def _folded(title: str, body: str) -> str:
+    """``body`` inside a closed ``<details>`` whose summary is ``title``."""
+    return f"<details class=diag-more><summary>{esc(title)}</summary>{body}</details>"

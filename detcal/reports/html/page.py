@@ -56,8 +56,9 @@ def worst_section(m: Mapping[str, Any], image_dir: Path | None) -> str:
             tds = [cell(r.get(k)) if k != "image_id" else f"<td>{esc(r.get(k))}</td>" for k in _ROW_KEYS]  # an id
             tds.insert(6, f"<td>{esc(', '.join(f'{k}:{v}' for k, v in (r.get('cell_bins') or {}).items()))}</td>")
             body.append([*tds, pct_cell(r.get("share"), 2)])
+        fold = key != "highest_confidence_false_positives"  # the first table open, the others a click away
         out.append(
-            f"<h3>{title}</h3>"
+            (f"<details class=worst-more><summary>{title}</summary>" if fold else f"<h3>{title}</h3>")
             + table(
                 ["image", "class", "score", "IoU", "TP", "cell", "bins", "cell gap", "share of D-ECE"], body, raw=True
             )
@@ -65,6 +66,8 @@ def worst_section(m: Mapping[str, Any], image_dir: Path | None) -> str:
         if image_dir is not None:
             pending.append((len(out), rows))
             out.append("")
+        if fold:
+            out.append("</details>")
     if pending:
         _fill_thumbnails(out, pending, image_dir)
     cells = w.get("largest_gap_cells") or []
