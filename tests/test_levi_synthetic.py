@@ -196,7 +196,11 @@ def test_hydra_app(tmp_path: Path) -> None:
     m = json.loads((run_dir / "metrics.json").read_text())
     assert set(m["results"]) == {"random", "trained"} and m["config"]["n_train"] == 2000
     bad = subprocess.run(
-        [*cmd[:4], "levi.optimizer=rmsprop"],
+        [
+            *cmd[:3],
+            f"hydra.run.dir={tmp_path / 'bad'}",
+            "levi.optimizer=rmsprop",
+        ],  # a fresh directory: a used one is refused
         cwd=tmp_path,
         capture_output=True,
         text=True,
