@@ -183,3 +183,21 @@ def test_a_target_that_is_not_a_calibrator_is_refused_before_it_is_called(tmp_pa
     )
     assert proc.returncode == 2 and "'builtins.open' is not a calibrator" in proc.stderr
     assert victim.read_text() == "keep"
+
+
+def test_calibrate_intervals_from_few_images_carry_a_note(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """detcal-calibrate's before/after intervals resample the evaluation part's images: the same note."""
+    import logging
+
+    from detcal.pipeline.spec import CalibrationSpec
+
+    with caplog.at_level(logging.WARNING, logger="detcal"):
+        detcal.calibrate(
+            DataSpec(n_images=12),
+            EvaluationSpec(bootstrap=BootstrapSpec(n=5)),
+            CalibrationSpec(),
+            confidence="temperature",
+            regression=None,
+            workdir=tmp_path / "a",
+        )
+    assert any("fewer than 30" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]

@@ -35,7 +35,13 @@ from detcal.core.errors import DetcalInputError
 from detcal.core.types import MatchResult, MetricResult
 from detcal.pipeline.calibration_result import REGRESSION_ROWS, CalibrationResult
 from detcal.pipeline.confidence_block import suite_config
-from detcal.pipeline.evaluation import as_loaded, dece_maps, relative_box_features, require_detections
+from detcal.pipeline.evaluation import (
+    as_loaded,
+    dece_maps,
+    few_images_warning,
+    relative_box_features,
+    require_detections,
+)
 from detcal.pipeline.matcher import run_match
 from detcal.pipeline.progress import Progress
 from detcal.pipeline.sources import LoadedData, subset_images
@@ -339,6 +345,7 @@ def calibrate(
         bar.step("load data")
         cal_loaded, ev_loaded, split = _load_and_split(data, eval_data, calibration, workdir)
         timing["load"] = time.perf_counter() - t0
+        few_images_warning(spec, ev_loaded)  # the before/after intervals resample the evaluation part's images
 
         t0 = time.perf_counter()
         bar.step("match")
