@@ -131,6 +131,21 @@ def test_write_then_read_gives_the_same_records(tmp_path: Path) -> None:
     np.testing.assert_array_equal(a.detections.score[oa], b.detections.score[ob])
 
 
+@pytest.mark.parametrize("name", ["../../escaped", "a/b", "..", ""])
+def test_a_class_name_that_is_a_path_writes_nothing_outside(tmp_path: Path, name: str) -> None:
+    """The devkit names each result file by its class: a class name with a path in it is refused, in one line,
+    before any file of the class is written (a hostile categories list never writes outside the folder)."""
+    import dataclasses
+
+    ann, res = _write_set(tmp_path / "in", 3)
+    a = load_voc(ann, res)
+    cats = dict(a.dataset.categories)
+    cats[next(iter(cats))] = name
+    with pytest.raises(DetcalInputError, match="cannot name a VOC result file"):
+        write_voc(tmp_path / "out" / "x", a.detections, dataclasses.replace(a.dataset, categories=cats), True)
+    assert not (tmp_path / "escaped.txt").exists() and not list(tmp_path.glob("**/comp4_det_test_escaped.txt"))
+
+
 def _one(tmp_path: Path, xml: str, results: str = "") -> tuple[Path, Path]:
     ann, res = tmp_path / "Annotations", tmp_path / "results"
     ann.mkdir(exist_ok=True)

@@ -26,6 +26,7 @@ from detcal.metrics.regression.coverage import (
     edge_sample,
     gaussian_coverage,
     gaussian_interval,
+    gaussian_width,
     interval_coverage,
 )
 from detcal.metrics.spaces import RegressionSample
@@ -159,3 +160,16 @@ def test_conformal_on_the_pixel_edges() -> None:
     assert res["coverage"]["box"].value == pytest.approx(cov_box)
     area = (val_e.mu[:, 2] - val_e.mu[:, 0]) * (val_e.mu[:, 3] - val_e.mu[:, 1])
     assert box_stretch(lo, hi, area) > 1.0
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -1.0, 0.0])
+def test_gaussian_coverage_and_width_refuse_a_bad_sigma(bad: float) -> None:
+    """A NaN, negative or zero sigma is named, as every box-uncertainty metric names it, not averaged in."""
+    from detcal.core.errors import DetcalInputError
+
+    mu, y = np.zeros(3), np.array([0.1, -0.2, 0.3])
+    sigma = np.array([1.0, bad, 1.0])
+    with pytest.raises(DetcalInputError, match="sigma"):
+        gaussian_coverage(mu, sigma, y, level=0.9)
+    with pytest.raises(DetcalInputError, match="sigma"):
+        gaussian_width(mu, sigma, y, level=0.9)

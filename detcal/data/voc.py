@@ -196,6 +196,12 @@ def write_voc(out_dir: Path, dets: Detections, dataset: Dataset, write_gt: bool)
     (out / "results").mkdir(parents=True, exist_ok=True)
     one = np.array([1.0, 1.0, 0.0, 0.0])
     for c, name in dataset.categories.items():  # one file per class
+        if not name or any(ch in name for ch in "/\\\0") or name in (".", ".."):
+            raise DetcalInputError(  # the devkit names each result file by its class: never a path out of results/
+                f"category {c} is named {name[:60]!r}, which cannot name a VOC result file "
+                "(comp4_det_test_<class>.txt): rename the class",
+                field="categories",
+            )
         sel = np.flatnonzero(dets.category == c)
         b = dets.box[sel] + one
         lines = [

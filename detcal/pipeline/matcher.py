@@ -36,9 +36,10 @@ def run_match(m: MatchingSpec, dets: Detections, data: LoadedData, thresholds: A
             )
         return match_netcal_example(dets, ds.gt, th, score_threshold=m.score_threshold)
     if m.mode == "lvis":
+        from detcal.data.lvis import LvisRules
         from detcal.matching.lvis import match_lvis
 
-        if data.protocol is None or isinstance(th, str):
+        if not isinstance(data.protocol, LvisRules) or isinstance(th, str):
             raise DetcalInputError(
                 "matching.mode=lvis needs LVIS data (data=lvis) and IoU values", field="matching.mode"
             )

@@ -3,7 +3,7 @@
 Inputs: per sample s and coordinate k an interval ``[lo_sk, hi_sk]`` and the
 target ``y_sk`` (``[S,K]`` arrays, K = 4 coordinates of one box). The
 definitions follow ``alextimans/conformal-od`` (``evaluation/metrics.py`` at
-commit 9d16585; line numbers in docs/metrics.md):
+commit 26ce7025, the file last changed in 9d16585; line numbers in docs/metrics.md):
 
 * coverage of coordinate k: ``mean_s 1[lo_sk <= y_sk <= hi_sk]`` (both ends closed);
 * box coverage: ``mean_s 1[all four coordinates covered]``;
@@ -33,6 +33,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from detcal.core.types import MetricResult
+from detcal.metrics.regression._common import _validate
 from detcal.metrics.spaces import RegressionSample
 
 __all__ = [
@@ -170,9 +171,12 @@ def coverage_metrics(
 
 
 def gaussian_coverage(mu: np.ndarray, sigma: np.ndarray, y: np.ndarray, level: float = 0.9) -> MetricResult:
-    """Coverage of one coordinate's central ``level`` Gaussian intervals (1-D ``[S]``); ``extra``: mean width."""
+    """Coverage of one coordinate's central ``level`` Gaussian intervals (1-D ``[S]``); ``extra``: mean width.
+
+    The same quantity as ``picp(tau=level)`` (detcal.metrics.regression.scores), with conformal-od's closed
+    interval ends; inputs checked as every box-uncertainty metric checks them (finite, sigma > 0)."""
+    mu, sigma, y = _validate(mu, sigma, y)
     lo, hi = gaussian_interval(mu, sigma, level)
-    y = np.asarray(y, dtype=np.float64)
     n = len(y)
     value = float(((lo <= y) & (hi >= y)).mean()) if n else float("nan")
     width = float(np.mean(hi - lo)) if n else float("nan")
@@ -186,7 +190,8 @@ def gaussian_coverage(mu: np.ndarray, sigma: np.ndarray, y: np.ndarray, level: f
 
 
 def gaussian_width(mu: np.ndarray, sigma: np.ndarray, y: np.ndarray, level: float = 0.9) -> MetricResult:
-    """Mean width ``2 z sigma`` of one coordinate's central ``level`` Gaussian intervals (``y`` unused)."""
+    """Mean width ``2 z sigma`` of one coordinate's central ``level`` Gaussian intervals (``y`` unused; MPIW)."""
+    mu, sigma, y = _validate(mu, sigma, y)
     lo, hi = gaussian_interval(mu, sigma, level)
     value = float(np.mean(hi - lo)) if len(lo) else float("nan")
     return MetricResult(name="interval_width", value=value, variant="conformal_od", params={"level": float(level)})
