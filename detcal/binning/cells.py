@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from detcal.binning.edges import _EPS, EDGE_RULES, cell_index_columns, normalise_bins
+from detcal.binning.edges import _EPS, EDGE_RULES, BinGrid, cell_index_columns
 from detcal.binning.kernels import (  # noqa: F401  (NLL_CLIP is re-exported)
     CHUNK,
     FX_BITS,
@@ -318,12 +318,13 @@ def sample_terms(p: np.ndarray, y: np.ndarray, names: Sequence[str] | None = Non
     return out
 
 
-def _grid_bins(bins: int | Sequence[int], n_features: int, edges: str) -> tuple[int, ...]:
-    """Checked edge rule and per-feature bin counts (confidence first)."""
+def _grid_bins(bins: int | Sequence[int], n_features: int, edges: str) -> BinGrid:
+    """Checked edge rule and the grid (confidence first): ``bins`` as given when it is already a
+    :class:`~detcal.binning.edges.BinGrid` of that size, else normalised by :meth:`BinGrid.of`."""
     if edges not in EDGE_RULES:
         raise DetcalInputError(f"edges must be one of {EDGE_RULES}, got {edges!r}", field="edges")
     try:
-        return normalise_bins(bins, n_features)
+        return BinGrid.of(bins, n_features)
     except (ValueError, TypeError) as exc:
         raise DetcalInputError(
             f"{exc} (bins is an int or one count per feature, confidence first)", field="bins"

@@ -44,6 +44,7 @@ from detcal.metrics.bootstrap import (
     jackknife_blocks,
     resample_rows,
 )
+from detcal.metrics.confidence_suite import suite
 from detcal.metrics.image_cells import image_cells, leave_out_values, replicate_values
 
 __all__ = ["PairedDifference", "paired_bootstrap", "paired_bootstrap_many", "confidence_changes"]
@@ -296,46 +297,46 @@ def confidence_changes(
     y: Any,
     features: Any = None,
     image_id: Any = None,
-    config: Any = None,
+    measures: Mapping[str, Any] | None = None,
     *,
     y_b: Any = None,
     features_b: Any = None,
     image_id_b: Any = None,
     names: Sequence[str] | None = None,
     method: str = "bca",
+    n_boot: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
 ) -> dict[str, PairedDifference]:
-    """Paired differences (B - A) of the confidence suite of ``config`` (a
-    :class:`~detcal.metrics.confidence_suite.ConfidenceConfig`; its ``n_boot``,
-    ``ci_level`` and ``seed``), e.g. after minus before calibration.
+    """Paired differences (B - A) of the confidence suite ``measures`` (name -> metric, default
+    :func:`detcal.metrics.confidence_suite.suite`: every registered measure), e.g. after minus
+    before calibration, over ``n_boot`` resamples (``level``, ``seed``).
 
     Same detections (calibration): ``p_a``, ``p_b`` scores, ``y``,
     ``features``, ``image_id`` shared. Two detectors: also ``y_b``,
     ``features_b`` and ``image_id_b`` of set B. ``names``: a subset of the
     suite (default all).
     """
-    from detcal.metrics.confidence_suite import ConfidenceConfig
-
-    cfg = config or ConfidenceConfig()
     if image_id is None:
         raise DetcalInputError("image_id is required: the paired bootstrap resamples images", field="image_id")
-    suite = cfg.metrics()
+    chosen = dict(suite() if measures is None else measures)
     if names is not None:
-        unknown = sorted(set(names) - set(suite))
+        unknown = sorted(set(names) - set(chosen))
         if unknown:
-            raise DetcalInputError(f"unknown confidence metric(s) {unknown}; known: {sorted(suite)}", field="names")
-        suite = {k: suite[k] for k in names}
+            raise DetcalInputError(f"unknown confidence metric(s) {unknown}; known: {sorted(chosen)}", field="names")
+        chosen = {k: chosen[k] for k in names}
     if features is None:
-        suite = {k: m for k, m in suite.items() if not m.use_features}
+        chosen = {k: m for k, m in chosen.items() if not m.use_features}
     arrays_a = (p_a, y, features)
     arrays_b = (p_b, y if y_b is None else y_b, features if features_b is None else features_b)
     return paired_bootstrap_many(
-        suite,
+        chosen,
         image_id,
         arrays_a,
         image_id_b,
         arrays_b,
-        n_boot=max(int(cfg.n_boot), 1),
-        level=cfg.ci_level,
-        seed=cfg.seed,
+        n_boot=max(int(n_boot), 1),
+        level=level,
+        seed=seed,
         method=method,
     )
