@@ -115,9 +115,7 @@ def test_two_detectors_on_the_same_ground_truth() -> None:
     p_a, p_b = rng.random(len(img_a)), rng.random(len(img_b))
     y_a = rng.random(len(img_a)) < p_a**2  # A over-confident
     y_b = rng.random(len(img_b)) < p_b  # B calibrated
-    ch = confidence_changes(
-        p_a, p_b, y_a, None, img_a, suite(), y_b=y_b, image_id_b=img_b, names=["ece"], n_boot=300
-    )
+    ch = confidence_changes(p_a, p_b, y_a, None, img_a, suite(), y_b=y_b, image_id_b=img_b, names=["ece"], n_boot=300)
     assert ch["ece"].difference < 0 and ch["ece"].excludes_zero()
 
 

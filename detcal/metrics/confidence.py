@@ -366,7 +366,12 @@ class ConfidenceMetric:
             extra.update(more)
             table.update(columns)
         return MetricResult(
-            name=self.name, value=value, variant=self.variant, params=self.result_params(stats), table=table, extra=extra
+            name=self.name,
+            value=value,
+            variant=self.variant,
+            params=self.result_params(stats),
+            table=table,
+            extra=extra,
         )
 
     def _cell_free_result(self, stats: CellStats, sums: CellSums | None = None) -> MetricResult:
@@ -471,9 +476,7 @@ def dece_kueppers(
 
     Definition: :func:`detcal.metrics.reference.dece`, which this fast path must equal (tests/test_metrics_reference.py).
     """
-    return ConfidenceMetric("dece", bins, sample_threshold, policy, use_features=True, edge_rule=edges)(
-        p, y, features
-    )
+    return ConfidenceMetric("dece", bins, sample_threshold, policy, use_features=True, edge_rule=edges)(p, y, features)
 
 
 dece = dece_kueppers
