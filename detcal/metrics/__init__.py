@@ -32,8 +32,8 @@ from detcal.metrics.confidence import (
     underconfidence,
 )
 from detcal.metrics.confidence_suite import SuiteBinning, confidence_metrics, per_class, suite
-from detcal.metrics.measures import MEASURES, Display, Measure, register, unregister
 from detcal.metrics.image_reliability import contrastive_conf, fit_lambda, per_image_oce, split_confidence
+from detcal.metrics.measures import MEASURES, Display, Measure, register, unregister
 from detcal.metrics.oce import ObjectScores, object_scores, oce
 from detcal.metrics.regression import (
     CoverageStats,

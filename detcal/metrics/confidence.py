@@ -45,7 +45,7 @@ exception.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,7 +127,7 @@ class ConfidenceMetric:
     """
 
     name: str
-    bins: int | tuple[int, ...] = 15
+    bins: int | Sequence[int] = 15
     sample_threshold: int = 1
     policy: str = "drop"
     q: float = 1.0
@@ -188,7 +188,7 @@ class ConfidenceMetric:
             v += entry.variant(self)
         return v
 
-    def grid_inputs(self, features: Any) -> tuple[Any, int | tuple[int, ...]]:
+    def grid_inputs(self, features: Any) -> tuple[Any, int | Sequence[int]]:
         """Features entering the grid and the bins (a cell-free metric uses one cell)."""
         if not self.binned:
             return None, 1
@@ -196,7 +196,7 @@ class ConfidenceMetric:
             return None, self.bins
         return features, self.bins
 
-    def grid_key(self, p: Any = None, y: Any = None, features: Any = None) -> Hashable:
+    def grid_key(self, p: Any = None, y: Any = None, features: Any = None) -> tuple[BinGrid, str, bool]:
         """Metrics with equal keys share their cell statistics (same call shape as ``__call__``)."""
         f, b = self.grid_inputs(features)
         n_feat = 1 + (0 if f is None else np.shape(f)[1] if np.ndim(f) == 2 else 1)

@@ -44,8 +44,7 @@ import numpy as np
 
 from detcal.binning.cells import CellSums
 from detcal.core.errors import DetcalInputError
-from detcal.metrics import confidence_compute as K
-from detcal.metrics import reference as R
+from detcal.metrics import confidence_compute as K, reference as R
 from detcal.metrics.confidence_compute import MeasureSettings
 from detcal.metrics.confidence_loo import (
     CellLOO,
@@ -234,60 +233,111 @@ def _free_ref(fn: Callable[[np.ndarray, np.ndarray], float]) -> Reference:
     return lambda p, y, features, m: fn(p, y)
 
 
+def _ece_q_ref(p: np.ndarray, y: np.ndarray, features: np.ndarray | None, m: Any) -> float:
+    return R.ece_q(p, y, m.q, m.bins, sample_threshold=m.sample_threshold, policy=m.policy, edges=m.edges)
+
+
+def _homogeneity_ref(p: np.ndarray, y: np.ndarray, features: np.ndarray | None, m: Any) -> float:
+    return R.homogeneity(p, y, features, m.bins, m.sample_threshold, spread=m.spread)
+
+
+def _outliers_ref(p: np.ndarray, y: np.ndarray, features: np.ndarray | None, m: Any) -> float:
+    return R.outliers(p, y, features, m.bins, m.sample_threshold)
+
+
 def _loo_ratio(c: CellLOO, m: MeasureSettings) -> np.ndarray:
     return loo_sum_ratio(c, 1.0, m.policy, power=False)
 
 
-def _builtin() -> list[Measure]:
-    """The measures of docs/metrics.md, in metrics.json order."""
-    conf, pos, total = "confidence", "position", "total"
-    one = {"sample_threshold": 1}
-    lower = "lower"
-    return [
-        Measure("ece", K.ece_values, _conf_ref(R.ece), conf, Display("ECE"), True, 1, one,
-                leave_one_out=_loo_ratio, doc="ece"),
-        Measure("ece_q", K.ece_q_values, lambda p, y, f, m: R.ece_q(p, y, m.q, m.bins, sample_threshold=m.sample_threshold, policy=m.policy, edges=m.edges),
-                conf, Display("ECE_q"), defaults={**one, "q": 2.0},
-                leave_one_out=lambda c, m: loo_sum_ratio(c, m.q, m.policy, power=True),
-                params=lambda m: {"q": float(m.q)}, doc="ece_q"),
-        Measure("mce", K.mce_values, _conf_ref(R.mce), conf, Display("MCE"), True, 3, one,
-                leave_one_out=lambda c, m: loo_max_gap(c), doc="mce"),
-        Measure("dece", K.ece_values, _binned_ref(R.dece), pos, Display("D-ECE"), True, 2,
-                leave_one_out=_loo_ratio, doc="dece"),
-        Measure("homogeneity", K.homogeneity_values,
-                lambda p, y, f, m: R.homogeneity(p, y, f, m.bins, m.sample_threshold, spread=m.spread),
-                pos, Display("homogeneity"), defaults={"policy": "drop", "spread": "std"},
-                leave_one_out=lambda c, m: loo_homogeneity(c, m.spread == "variance"),
-                describe=_describe_homogeneity,
-                params=lambda m: {"spread": m.spread, "weights": "N_c / N_kept over kept cells"},
-                variant=lambda m: "+variance" if m.spread == "variance" else "", doc="homogeneity"),
-        Measure("outliers", K.outlier_values,
-                lambda p, y, f, m: R.outliers(p, y, f, m.bins, m.sample_threshold),
-                pos, Display("outlier share"), defaults={"policy": "drop"},
-                leave_one_out=lambda c, m: loo_outliers(c), describe=_describe_outliers, doc="outliers"),
-        Measure("nll", K.nll_values, _free_ref(R.nll), total, Display("NLL"), True, 4,
-                reads=("sum_nll",), value_fields=("count", "sum_y", "sum_nll"),
-                params=lambda m: {"clip": 1e-12}, variant=lambda m: "clip=1e-12", doc="nll"),
-        Measure("brier", K.brier_values, _free_ref(R.brier), total, Display("Brier"), True, 5,
-                reads=("sum_se",), value_fields=("count", "sum_y", "sum_se"), doc="brier"),
-        Measure("sharpness", K.sharpness_values, _free_ref(R.sharpness), total,
-                Display("sharpness", better="neither"), reads=("sum_p0", "sum_p1", "sum_p2"),
-                value_fields=("count", "sum_y", "sum_p", "sum_p2"), variant=lambda m: "var_ddof0",
-                needs_y=False, doc="sharpness"),
-        Measure("overconfidence", K.overconfidence_values, _free_ref(R.overconfidence), total,
-                Display("over-confidence"), reads=("sum_p0",), value_fields=("count", "sum_y", "sum_p0"),
-                note=lambda n, n1: "all detections are matched: E[p | y = 0] is undefined" if n1 == n else None,
-                doc="overconfidence"),
-        Measure("underconfidence", K.underconfidence_values, _free_ref(R.underconfidence), total,
-                Display("under-confidence"), reads=("sum_p1",), value_fields=("count", "sum_y", "sum_p1"),
-                note=lambda n, n1: "no detection is matched: E[1 - p | y = 1] is undefined" if n1 == 0 else None,
-                doc="underconfidence"),
-    ]  # fmt: skip
+def _loo_ratio_q(c: CellLOO, m: MeasureSettings) -> np.ndarray:
+    return loo_sum_ratio(c, m.q, m.policy, power=True)
 
 
-for _m in _builtin():
-    register(_m)
-del _m
+def _all_matched(n: int, n1: int) -> str | None:
+    return "all detections are matched: E[p | y = 0] is undefined" if n1 == n else None
+
+
+def _none_matched(n: int, n1: int) -> str | None:
+    return "no detection is matched: E[1 - p | y = 1] is undefined" if n1 == 0 else None
+
+
+# The measures of docs/metrics.md, in metrics.json order: one register call each.
+_ONE = {"sample_threshold": 1}
+register(
+    Measure(
+        "ece", K.ece_values, _conf_ref(R.ece), "confidence", Display("ECE"),
+        headline=True, headline_order=1, defaults=_ONE, leave_one_out=_loo_ratio, doc="ece",
+    )
+)  # fmt: skip
+register(
+    Measure(
+        "ece_q", K.ece_q_values, _ece_q_ref, "confidence", Display("ECE_q"),
+        defaults={**_ONE, "q": 2.0}, leave_one_out=_loo_ratio_q, params=lambda m: {"q": float(m.q)}, doc="ece_q",
+    )
+)  # fmt: skip
+register(
+    Measure(
+        "mce", K.mce_values, _conf_ref(R.mce), "confidence", Display("MCE"),
+        headline=True, headline_order=3, defaults=_ONE, leave_one_out=lambda c, m: loo_max_gap(c), doc="mce",
+    )
+)  # fmt: skip
+register(
+    Measure(
+        "dece", K.ece_values, _binned_ref(R.dece), "position", Display("D-ECE"),
+        headline=True, headline_order=2, leave_one_out=_loo_ratio, doc="dece",
+    )
+)  # fmt: skip
+register(
+    Measure(
+        "homogeneity", K.homogeneity_values, _homogeneity_ref, "position", Display("homogeneity"),
+        defaults={"policy": "drop", "spread": "std"},
+        leave_one_out=lambda c, m: loo_homogeneity(c, m.spread == "variance"),
+        describe=_describe_homogeneity,
+        params=lambda m: {"spread": m.spread, "weights": "N_c / N_kept over kept cells"},
+        variant=lambda m: "+variance" if m.spread == "variance" else "",
+        doc="homogeneity",
+    )
+)  # fmt: skip
+register(
+    Measure(
+        "outliers", K.outlier_values, _outliers_ref, "position", Display("outlier share"),
+        defaults={"policy": "drop"}, leave_one_out=lambda c, m: loo_outliers(c), describe=_describe_outliers,
+        doc="outliers",
+    )
+)  # fmt: skip
+register(
+    Measure(
+        "nll", K.nll_values, _free_ref(R.nll), "total", Display("NLL"), headline=True, headline_order=4,
+        reads=("sum_nll",), value_fields=("count", "sum_y", "sum_nll"),
+        params=lambda m: {"clip": 1e-12}, variant=lambda m: "clip=1e-12", doc="nll",
+    )
+)  # fmt: skip
+register(
+    Measure(
+        "brier", K.brier_values, _free_ref(R.brier), "total", Display("Brier"), headline=True, headline_order=5,
+        reads=("sum_se",), value_fields=("count", "sum_y", "sum_se"), doc="brier",
+    )
+)  # fmt: skip
+register(
+    Measure(
+        "sharpness", K.sharpness_values, _free_ref(R.sharpness), "total", Display("sharpness", better="neither"),
+        reads=("sum_p0", "sum_p1", "sum_p2"), value_fields=("count", "sum_y", "sum_p", "sum_p2"),
+        variant=lambda m: "var_ddof0", needs_y=False, doc="sharpness",
+    )
+)  # fmt: skip
+register(
+    Measure(
+        "overconfidence", K.overconfidence_values, _free_ref(R.overconfidence), "total", Display("over-confidence"),
+        reads=("sum_p0",), value_fields=("count", "sum_y", "sum_p0"), note=_all_matched, doc="overconfidence",
+    )
+)  # fmt: skip
+register(
+    Measure(
+        "underconfidence", K.underconfidence_values, _free_ref(R.underconfidence), "total",
+        Display("under-confidence"), reads=("sum_p1",), value_fields=("count", "sum_y", "sum_p1"),
+        note=_none_matched, doc="underconfidence",
+    )
+)  # fmt: skip
 
 __all__ = [
     "DIRECTIONS",

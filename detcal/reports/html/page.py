@@ -15,8 +15,8 @@ import detcal.reports.html.protocol as proto
 import detcal.reports.html.sections as sec
 from detcal.reports.html.diagnosis import diagnosis_section
 from detcal.reports.html.findings import findings
-from detcal.reports.html.measures import confidence_measures
 from detcal.reports.html.fmt import cell, esc, is_number, num, pct_cell, table
+from detcal.reports.html.measures import confidence_measures
 from detcal.reports.html.style import CSS, SCRIPT
 
 __all__ = ["render_report", "worst_section", "generic_section", "provenance_section", "file_digests"]
