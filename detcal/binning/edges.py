@@ -43,7 +43,8 @@ from detcal.core.errors import DetcalInputError
 EDGE_RULES: tuple[str, ...] = ("floor", "netcal", "guo")
 """Edge rules of the equal-width cells over [0, 1] (see the module docstring)."""
 
-_EPS = float(np.finfo(np.float64).eps)
+EPS: float = float(np.finfo(np.float64).eps)
+"""Machine epsilon of float64: netcal's rule clips every value to ``[EPS, 1 - EPS]``."""
 
 
 class BinGrid(tuple[int, ...]):
@@ -111,7 +112,7 @@ def feature_bin_index(values: np.ndarray, n_bins: int, edges: str = "floor") -> 
         # linspace edges lie within an ulp of k/B, so the guess is off by at most one; fix it
         # with two gathered comparisons (exact, and ~10x faster than a binary search).
         grid = np.append(np.linspace(0.0, 1.0, n_bins + 1), np.inf)
-        vc = np.clip(v, _EPS, 1.0 - _EPS)
+        vc = np.clip(v, EPS, 1.0 - EPS)
         idx = (vc * n_bins).astype(np.int64)
         np.clip(idx, 0, n_bins, out=idx)
         idx -= grid[idx] > vc

@@ -57,7 +57,7 @@ from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult
 from detcal.metrics.confidence_compute import cell_summary
 from detcal.metrics.confidence_loo import cell_loo
-from detcal.metrics.measures import HOMOGENEITY_RATINGS, MEASURES, OUTLIER_RATINGS, Measure, get
+from detcal.metrics.measures import HOMOGENEITY_RATINGS, OUTLIER_RATINGS, Measure, get
 
 POLICIES: tuple[str, ...] = ("drop", "netcal")
 """Sparse-cell policies."""
@@ -158,7 +158,7 @@ class ConfidenceMetric:
     @property
     def entry(self) -> Measure:
         """The registry entry of :attr:`name` (:mod:`detcal.metrics.measures`)."""
-        return MEASURES[self.name] if self.name in MEASURES else get(self.name)
+        return get(self.name)
 
     @property
     def binned(self) -> bool:

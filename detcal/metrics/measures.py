@@ -44,14 +44,39 @@ import numpy as np
 
 from detcal.binning.cells import CellSums
 from detcal.core.errors import DetcalInputError
-from detcal.metrics import confidence_compute as K, reference as R
-from detcal.metrics.confidence_compute import MeasureSettings
+from detcal.metrics.confidence_compute import (
+    MeasureSettings,
+    brier_values,
+    ece_q_values,
+    ece_values,
+    gap_moments,
+    homogeneity_values,
+    mce_values,
+    nll_values,
+    outlier_values,
+    overconfidence_values,
+    sharpness_values,
+    underconfidence_values,
+)
 from detcal.metrics.confidence_loo import (
     CellLOO,
     loo_homogeneity,
     loo_max_gap,
     loo_outliers,
     loo_sum_ratio,
+)
+from detcal.metrics.reference import (
+    brier as ref_brier,
+    dece as ref_dece,
+    ece as ref_ece,
+    ece_q as ref_ece_q,
+    homogeneity as ref_homogeneity,
+    mce as ref_mce,
+    nll as ref_nll,
+    outliers as ref_outliers,
+    overconfidence as ref_overconfidence,
+    sharpness as ref_sharpness,
+    underconfidence as ref_underconfidence,
 )
 
 GRIDS: tuple[str, ...] = ("confidence", "position", "total")
@@ -184,7 +209,7 @@ def rate(value: float, ratings: tuple[tuple[float, str], ...]) -> str:
 
 
 def _gap_spread(summ: dict[str, np.ndarray], s: CellSums, value: float, m: MeasureSettings) -> dict[str, Any]:
-    h = K.gap_moments(summ)
+    h = gap_moments(summ)
     return {
         "mean_gap": float(h["mean"]),
         "std_gap": float(h["std"]),
@@ -201,7 +226,7 @@ def _describe_homogeneity(
 def _describe_outliers(
     summ: dict[str, np.ndarray], s: CellSums, value: float, m: MeasureSettings
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    h = K.gap_moments(summ)
+    h = gap_moments(summ)
     out = h["outlier"]
     extra = {
         **_gap_spread(summ, s, value, m),
@@ -234,15 +259,15 @@ def _free_ref(fn: Callable[[np.ndarray, np.ndarray], float]) -> Reference:
 
 
 def _ece_q_ref(p: np.ndarray, y: np.ndarray, features: np.ndarray | None, m: Any) -> float:
-    return R.ece_q(p, y, m.q, m.bins, sample_threshold=m.sample_threshold, policy=m.policy, edges=m.edges)
+    return ref_ece_q(p, y, m.q, m.bins, sample_threshold=m.sample_threshold, policy=m.policy, edges=m.edges)
 
 
 def _homogeneity_ref(p: np.ndarray, y: np.ndarray, features: np.ndarray | None, m: Any) -> float:
-    return R.homogeneity(p, y, features, m.bins, m.sample_threshold, spread=m.spread)
+    return ref_homogeneity(p, y, features, m.bins, m.sample_threshold, spread=m.spread)
 
 
 def _outliers_ref(p: np.ndarray, y: np.ndarray, features: np.ndarray | None, m: Any) -> float:
-    return R.outliers(p, y, features, m.bins, m.sample_threshold)
+    return ref_outliers(p, y, features, m.bins, m.sample_threshold)
 
 
 def _loo_ratio(c: CellLOO, m: MeasureSettings) -> np.ndarray:
@@ -265,31 +290,31 @@ def _none_matched(n: int, n1: int) -> str | None:
 _ONE = {"sample_threshold": 1}
 register(
     Measure(
-        "ece", K.ece_values, _conf_ref(R.ece), "confidence", Display("ECE"),
+        "ece", ece_values, _conf_ref(ref_ece), "confidence", Display("ECE"),
         headline=True, headline_order=1, defaults=_ONE, leave_one_out=_loo_ratio, doc="ece",
     )
 )  # fmt: skip
 register(
     Measure(
-        "ece_q", K.ece_q_values, _ece_q_ref, "confidence", Display("ECE_q"),
+        "ece_q", ece_q_values, _ece_q_ref, "confidence", Display("ECE_q"),
         defaults={**_ONE, "q": 2.0}, leave_one_out=_loo_ratio_q, params=lambda m: {"q": float(m.q)}, doc="ece_q",
     )
 )  # fmt: skip
 register(
     Measure(
-        "mce", K.mce_values, _conf_ref(R.mce), "confidence", Display("MCE"),
+        "mce", mce_values, _conf_ref(ref_mce), "confidence", Display("MCE"),
         headline=True, headline_order=3, defaults=_ONE, leave_one_out=lambda c, m: loo_max_gap(c), doc="mce",
     )
 )  # fmt: skip
 register(
     Measure(
-        "dece", K.ece_values, _binned_ref(R.dece), "position", Display("D-ECE"),
+        "dece", ece_values, _binned_ref(ref_dece), "position", Display("D-ECE"),
         headline=True, headline_order=2, leave_one_out=_loo_ratio, doc="dece",
     )
 )  # fmt: skip
 register(
     Measure(
-        "homogeneity", K.homogeneity_values, _homogeneity_ref, "position", Display("homogeneity"),
+        "homogeneity", homogeneity_values, _homogeneity_ref, "position", Display("homogeneity"),
         defaults={"policy": "drop", "spread": "std"},
         leave_one_out=lambda c, m: loo_homogeneity(c, m.spread == "variance"),
         describe=_describe_homogeneity,
@@ -300,40 +325,40 @@ register(
 )  # fmt: skip
 register(
     Measure(
-        "outliers", K.outlier_values, _outliers_ref, "position", Display("outlier share"),
+        "outliers", outlier_values, _outliers_ref, "position", Display("outlier share"),
         defaults={"policy": "drop"}, leave_one_out=lambda c, m: loo_outliers(c), describe=_describe_outliers,
         doc="outliers",
     )
 )  # fmt: skip
 register(
     Measure(
-        "nll", K.nll_values, _free_ref(R.nll), "total", Display("NLL"), headline=True, headline_order=4,
+        "nll", nll_values, _free_ref(ref_nll), "total", Display("NLL"), headline=True, headline_order=4,
         reads=("sum_nll",), value_fields=("count", "sum_y", "sum_nll"),
         params=lambda m: {"clip": 1e-12}, variant=lambda m: "clip=1e-12", doc="nll",
     )
 )  # fmt: skip
 register(
     Measure(
-        "brier", K.brier_values, _free_ref(R.brier), "total", Display("Brier"), headline=True, headline_order=5,
+        "brier", brier_values, _free_ref(ref_brier), "total", Display("Brier"), headline=True, headline_order=5,
         reads=("sum_se",), value_fields=("count", "sum_y", "sum_se"), doc="brier",
     )
 )  # fmt: skip
 register(
     Measure(
-        "sharpness", K.sharpness_values, _free_ref(R.sharpness), "total", Display("sharpness", better="neither"),
+        "sharpness", sharpness_values, _free_ref(ref_sharpness), "total", Display("sharpness", better="neither"),
         reads=("sum_p0", "sum_p1", "sum_p2"), value_fields=("count", "sum_y", "sum_p", "sum_p2"),
         variant=lambda m: "var_ddof0", needs_y=False, doc="sharpness",
     )
 )  # fmt: skip
 register(
     Measure(
-        "overconfidence", K.overconfidence_values, _free_ref(R.overconfidence), "total", Display("over-confidence"),
+        "overconfidence", overconfidence_values, _free_ref(ref_overconfidence), "total", Display("over-confidence"),
         reads=("sum_p0",), value_fields=("count", "sum_y", "sum_p0"), note=_all_matched, doc="overconfidence",
     )
 )  # fmt: skip
 register(
     Measure(
-        "underconfidence", K.underconfidence_values, _free_ref(R.underconfidence), "total",
+        "underconfidence", underconfidence_values, _free_ref(ref_underconfidence), "total",
         Display("under-confidence"), reads=("sum_p1",), value_fields=("count", "sum_y", "sum_p1"),
         note=_none_matched, doc="underconfidence",
     )

@@ -35,13 +35,13 @@ import numpy as np
 from detcal.core.errors import DetcalInputError
 from detcal.metrics.bootstrap import (
     JACKKNIFE_BLOCKS,
-    _check,
-    _check_method,
-    _draws,
-    _is_fast,
-    _value,
+    check_method,
+    check_n_boot,
+    draws,
     interval,
+    is_fast,
     jackknife_blocks,
+    metric_value,
     resample_rows,
 )
 from detcal.metrics.confidence_suite import suite
@@ -141,7 +141,7 @@ def _layout_inv(inv: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.nda
 def _est(fn: Callable[..., Any], arrays: tuple[Any, ...]) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return _value(fn(*arrays))
+        return metric_value(fn(*arrays))
 
 
 def paired_bootstrap_many(
@@ -164,8 +164,8 @@ def paired_bootstrap_many(
     ``groups_b=None`` reuses ``groups_a`` (the same detections with new
     scores, e.g. after calibration); ``arrays_b`` is required.
     """
-    _check(n_boot, level)
-    _check_method(method)
+    check_n_boot(n_boot, level)
+    check_method(method)
     if arrays_b is None:
         raise DetcalInputError("arrays_b (the arrays of result set B) is required", field="arrays_b")
     ga, arrays_a = _side(groups_a, arrays_a, "a")
@@ -179,12 +179,12 @@ def paired_bootstrap_many(
     reps = [{nm: np.full(int(n_boot), np.nan) for nm in names} for _ in range(2)]
     jack = [{nm: np.zeros(0) for nm in names} for _ in range(2)]
     if n > 0:
-        fast_names = [nm for nm in names if fast and _is_fast(metric_fns[nm])]
+        fast_names = [nm for nm in names if fast and is_fast(metric_fns[nm])]
         slow_names = [nm for nm in names if nm not in fast_names]
         mats = [image_cells(metric_fns, fast_names, inv[s], n, sides[s]) for s in range(2)]
         lay = [_layout_inv(inv[s], n) for s in range(2)]
         r0 = 0
-        for picks in _draws(n, int(n_boot), seed):
+        for picks in draws(n, int(n_boot), seed):
             b = picks.shape[0]
             if fast_names:
                 flat = (np.arange(b, dtype=np.int64)[:, None] * n + picks).ravel()
@@ -198,7 +198,7 @@ def paired_bootstrap_many(
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
                         for nm in slow_names:
-                            reps[s][nm][r0 + j] = _value(metric_fns[nm](*sub))
+                            reps[s][nm][r0 + j] = metric_value(metric_fns[nm](*sub))
             r0 += b
         if method == "bca":
             _paired_jackknife(metric_fns, fast_names, slow_names, mats, inv, sides, n, seed, jack)
@@ -257,7 +257,7 @@ def _paired_jackknife(
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     for nm in slow_names:
-                        res[nm][j] = _value(metric_fns[nm](*sub))
+                        res[nm][j] = metric_value(metric_fns[nm](*sub))
             jack[s].update(res)
 
 

@@ -42,6 +42,7 @@ differences get paired intervals from their own, smaller set of resamples
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,10 +60,18 @@ from detcal.metrics.confidence import SPARSE_RATIO, ConfidenceMetric, SparseCell
 from detcal.metrics.confidence_suite import suite
 from detcal.metrics.image_cells import image_cells, replicate_values
 from detcal.metrics.measures import headline_names
-from detcal.metrics.paired_ap import MIN_MARK_RESAMPLES, few_resamples_note
+from detcal.metrics.paired_ap import MIN_MARK_RESAMPLES, few_resamples_note, paired_ap_differences
+from detcal.pipeline.sparse_cells import SPARSE_MARK, fitting_bins, log_once
 from detcal.pipeline.spec import FEATURES, DeceBinningSpec
-from detcal.reports.per_class import per_class_table, reliability_curve, table_markdown
+from detcal.reports.per_class import (
+    per_class_table,
+    plot_per_class_reliability,
+    plot_reliability,
+    reliability_curve,
+    table_markdown,
+)
 from detcal.reports.tables import md_cell
+from detcal.utils.io import save_figure
 
 CAL_METRICS: tuple[str, ...] = headline_names()
 """Calibration metrics of the comparison table (each with a bootstrap interval): the registry's headline
@@ -141,8 +150,6 @@ def _args(s: Mapping[str, np.ndarray], binning: DeceBinningSpec | None) -> tuple
 
 def point_metrics(s: Mapping[str, np.ndarray], binning: DeceBinningSpec | None = None) -> dict[str, float]:
     """The calibration metrics of one calibration sample (:func:`metric_fns`: the registry's entries)."""
-    import warnings
-
     args = _args(s, binning)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SparseCellsWarning)  # one line per run: _sparse_line
@@ -152,8 +159,6 @@ def point_metrics(s: Mapping[str, np.ndarray], binning: DeceBinningSpec | None =
 def _sparse_line(samples: Mapping[str, Mapping[str, np.ndarray]], binning: DeceBinningSpec) -> None:
     """The run's one sparse-cell warning (detcal.pipeline.sparse_cells): the detectors whose D-ECE grid has
     more cells than samples/10, with the numbers."""
-    from detcal.pipeline.sparse_cells import SPARSE_MARK, fitting_bins, log_once
-
     grid = binning.grid()
     dims, cells = len(grid), grid.n_cells
     ns = {k: len(v["p"]) for k, v in samples.items() if 0 < len(v["p"]) < cells * SPARSE_RATIO}
@@ -235,7 +240,7 @@ def _size_rows(name: str, s: Mapping[str, np.ndarray], acc: Mapping[str, Any], e
                 "n": int(m.sum()),
                 "precision": float(yc.mean()) if m.any() else float("nan"),
                 "mean_conf": float(pc.mean()) if m.any() else float("nan"),
-                "ece": ece(pc, yc, ece_bins).value,
+                "ece": ece(pc, yc, ece_bins).value,  # the per-size table's own ECE column
             }
         )
     return rows
@@ -392,8 +397,6 @@ def compare(
     _sparse_line(samples, binning)
     diffs = _calibration_diffs(table, reps, jks, baseline, level, method)
     if ap_n_boot > 0 and len(names) > 1:
-        from detcal.metrics.paired_ap import paired_ap_differences
-
         diffs += paired_ap_differences(
             runs,
             dataset,
@@ -485,20 +488,16 @@ def markdown(c: Comparison, digits: int = 4) -> str:
 
 def plot(c: Comparison, path: Any = None) -> Any:
     """Overlaid reliability diagrams of all detectors (one panel)."""
-    import matplotlib
+    import matplotlib  # lazily: matplotlib is needed for the figure only
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from detcal.reports.per_class import plot_reliability
 
     fig, ax = plt.subplots(figsize=(4.5, 4.2))
     plot_reliability(ax, c.reliability, f"reliability at IoU {c.params['iou']}")
     ax.legend(fontsize=7)
     fig.tight_layout()
     if path is not None:
-        from detcal.utils.io import save_figure
-
         save_figure(fig, path, dpi=120)
         plt.close(fig)
     return fig
@@ -506,8 +505,6 @@ def plot(c: Comparison, path: Any = None) -> Any:
 
 def plot_per_class(c: Comparison, names: Mapping[int, str] | None = None, top_n: int = 9, path: Any = None) -> Any:
     """Per-class reliability diagrams of the most frequent classes, all detectors overlaid."""
-    from detcal.reports.per_class import plot_per_class_reliability
-
     return plot_per_class_reliability(
         {k: (s["p"], s["y"], s["category"]) for k, s in c.samples.items()},
         names,

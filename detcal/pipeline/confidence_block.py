@@ -13,6 +13,7 @@ from detcal.core.errors import DetcalInputError
 from detcal.core.types import MatchResult
 from detcal.metrics.confidence import ConfidenceMetric
 from detcal.metrics.confidence_suite import confidence_metrics, suite, suite_cells
+from detcal.pipeline.parallel import distributed_rank, distributed_world, gather_all, map_in_processes
 from detcal.pipeline.progress import Progress
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import FEATURES, EvaluationSpec
@@ -135,16 +136,12 @@ def confidence_blocks(
     args = (spec, measures, data, mr, feats, no_pos, shared)
     workers, distributed = spec.parallel.workers, spec.parallel.distributed
     if distributed:
-        from detcal.pipeline.parallel import distributed_rank, distributed_world, gather_all
-
         rank, world = distributed_rank(), distributed_world()
         progress.step(f"confidence at {len(todo)} thresholds over {world} ranks")
         mine = [(i, _one_threshold(i, *args)) for i in todo[rank::world]]
         done = dict(pair for part in gather_all(mine) for pair in part)
         results = [done[i] for i in todo]
     elif workers > 1 and len(todo) > 1:
-        from detcal.pipeline.parallel import map_in_processes
-
         progress.step(f"confidence at {len(todo)} thresholds in {workers} processes")
         results = map_in_processes(_one_threshold, todo, args, workers)
     else:
