@@ -519,7 +519,7 @@ def outliers(
     """Share of kept samples that lie in outlier cells of the D-ECE grid.
 
     A kept cell is an outlier when ``gap(c) > mu + 2 sigma`` (``mu``, ``sigma``
-    of :func:`homogeneity`, with tolerance :data:`OUTLIER_TOL`); ``value =
+    of :func:`homogeneity`, with tolerance :data:`detcal.metrics.confidence_compute.OUTLIER_TOL`); ``value =
     sum_outlier N_c / N_kept``; ``extra`` has the cell count
     (``outlier_cells``), samples, threshold and the rating of
     :data:`OUTLIER_RATINGS`. detcal definition (docs/metrics.md).
