@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from detcal.core.errors import DetcalInputError
-from detcal.metrics import ConfidenceConfig, ConfidenceMetric, confidence_metrics, ece
+from detcal.metrics import ConfidenceMetric, SuiteBinning, confidence_metrics, ece, suite
 from detcal.metrics.bootstrap import (
     bootstrap_ci,
     bootstrap_many,
@@ -162,10 +162,10 @@ def test_with_ci(data):
 
 def test_suite_cis_equal_single_metric_cis(data):
     img, p, y, f = data
-    cfg = ConfidenceConfig(n_boot=80, seed=2, dece_bins=2, sample_threshold=2)
-    out = confidence_metrics(p, y, f, config=cfg, image_id=img)
+    cfg = suite(SuiteBinning(position=2, sample_threshold=2))
+    out = confidence_metrics(p, y, f, measures=cfg, image_id=img, n_boot=80, seed=2)
     for name in ("ece", "nll", "dece"):
-        m = cfg.metrics()[name]
+        m = cfg[name]
         ref = bootstrap_ci(m, img, p, y, f, n_boot=80, seed=2)  # BCa, the suite's default
         assert out[name].ci == pytest.approx(ref, rel=1e-12, nan_ok=True)
         assert out[name].ci_level == 0.95

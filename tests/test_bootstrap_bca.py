@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 from detcal.core.types import MetricResult
-from detcal.metrics import ConfidenceConfig, ConfidenceMetric, confidence_metrics, ece
+from detcal.metrics import ConfidenceMetric, SuiteBinning, confidence_metrics, ece, suite
 from detcal.metrics.bootstrap import (
     bootstrap_ci,
     bootstrap_interval,
@@ -126,10 +126,10 @@ def _issue_case() -> tuple[np.ndarray, ...]:
 
 def test_intervals_bound_their_estimate_or_say_why() -> None:
     img, p, y, f = _issue_case()
-    cfg = ConfidenceConfig(n_boot=0, dece_bins=5, sample_threshold=8)
-    res = confidence_metrics(p, y, f, config=cfg, image_id=img)
-    out = suite_intervals(res, cfg.metrics(), img, p, y, f, n_boot=300, seed=1)
-    pct = suite_intervals(res, cfg.metrics(), img, p, y, f, n_boot=300, seed=1, method="percentile")
+    cfg = suite(SuiteBinning(position=5, sample_threshold=8))
+    res = confidence_metrics(p, y, f, measures=cfg, image_id=img, n_boot=0)
+    out = suite_intervals(res, cfg, img, p, y, f, n_boot=300, seed=1)
+    pct = suite_intervals(res, cfg, img, p, y, f, n_boot=300, seed=1, method="percentile")
     # the old percentile interval of D-ECE lies wholly above its estimate
     assert pct["dece"].ci[0] > pct["dece"].value
     for name, r in out.items():

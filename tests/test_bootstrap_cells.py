@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from detcal.metrics import ConfidenceConfig, ConfidenceMetric, image_cells
+from detcal.metrics import ConfidenceMetric, SuiteBinning, image_cells, suite
 from detcal.metrics.bootstrap import bootstrap_many, jackknife_many, suite_intervals
 from detcal.metrics.confidence_loo import _first_above
 from detcal.metrics.paired import paired_bootstrap_many
@@ -36,9 +36,11 @@ def _data(seed: int, n_img: int, max_per: int) -> tuple[np.ndarray, ...]:
 
 
 SUITES = {
-    "default": ConfidenceConfig().metrics(),
-    "netcal_policy": ConfidenceConfig(policy="netcal", dece_bins=3).metrics(),
-    "variance_q3": ConfidenceConfig(homogeneity_spread="variance", q=3.0, mce_sample_threshold=4).metrics(),
+    "default": suite(),
+    "netcal_policy": suite(SuiteBinning(policy="netcal", position=3)),
+    "variance_q3": suite(
+        params={"homogeneity": {"spread": "variance"}, "ece_q": {"q": 3.0}, "mce": {"sample_threshold": 4}}
+    ),
     "sparse": {
         "dece": ConfidenceMetric("dece", [6, 3, 3, 2, 2], 3, use_features=True),
         "homogeneity": ConfidenceMetric("homogeneity", [6, 3, 3, 2, 2], 3, use_features=True),
@@ -67,7 +69,7 @@ def test_jackknife_from_totals_equals_leaving_each_image_out(suite: str) -> None
 
 def test_delete_a_block_jackknife_from_totals() -> None:
     img, p, y, f = _data(2, 120, 10)
-    fns = ConfidenceConfig().metrics()
+    fns = suite()
     fast = jackknife_many(fns, img, p, y, f, n_blocks=17, seed=5)
     slow = jackknife_many(fns, img, p, y, f, fast=False, n_blocks=17, seed=5)
     for name in fns:
@@ -88,7 +90,7 @@ def test_replicates_from_counts_equal_recomputed_resamples(suite: str) -> None:
 def test_suite_intervals_equal_the_generic_path() -> None:
     # the intervals themselves (BCa: replicates and acceleration) from either path
     img, p, y, f = _data(4, 80, 10)
-    fns = ConfidenceConfig().metrics()
+    fns = suite()
     results = {n: m(p, y, f) for n, m in fns.items()}
     fast = suite_intervals(results, fns, img, p, y, f, n_boot=150, seed=2)
 
@@ -172,7 +174,7 @@ def test_binned_metrics_never_take_the_dense_jackknife(monkeypatch) -> None:
     # the linear path: a binned confidence metric corrects its value over each image's pairs and never
     # evaluates images x cells of sums (values() is only for the one-cell metrics here)
     img, p, y, f = _data(7, 50, 8)
-    fns = ConfidenceConfig().metrics()
+    fns = suite()
     seen: list[tuple[str, tuple[int, ...]]] = []
     real = ConfidenceMetric.values
 

@@ -3,7 +3,7 @@ platform facts, and the dry run on the miniature KITTI data.
 
 The ENCE changes are checked against an ENCE written out here from its definition (Levi et
 al. 2019, Eq. 8: equal-count bins of sigma, (1/B) sum_b |RMV_b - RMSE_b| / RMV_b) and against
-a paired resampling of images written out here (same draws as detcal.metrics.bootstrap._draws
+a paired resampling of images written out here (same draws as detcal.metrics.bootstrap.draws
 is not assumed: only the interval's coverage of the point estimate and its side of 0)."""
 
 from __future__ import annotations

@@ -225,7 +225,7 @@ def test_category_index_equals_unique():
 def test_suite_with_shared_cells_gives_the_same_results():
     """Cells computed once over a superset of detections and indexed per call (as the pipeline does per IoU
     threshold) give every number of the plain call."""
-    from detcal.metrics.confidence_suite import ConfidenceConfig, confidence_metrics, suite_cells
+    from detcal.metrics.confidence_suite import SuiteBinning, confidence_metrics, suite, suite_cells
 
     rng = np.random.default_rng(4)
     n = 4000
@@ -233,9 +233,9 @@ def test_suite_with_shared_cells_gives_the_same_results():
     f = rng.random((n, 4))
     cat = rng.integers(1, 6, n)
     for cfg in (
-        ConfidenceConfig(n_boot=0),
-        ConfidenceConfig(n_boot=0, policy="netcal", dece_bins=(4, 3, 2, 2, 3)),
-        ConfidenceConfig(n_boot=0, edges="guo"),
+        suite(),
+        suite(SuiteBinning(policy="netcal", position=(4, 3, 2, 2, 3))),
+        suite(SuiteBinning(edges="guo")),
     ):
         shared = suite_cells(p, f, cfg)
         for _ in range(3):

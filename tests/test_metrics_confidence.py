@@ -14,9 +14,9 @@ import pytest
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult
 from detcal.metrics import (
-    ConfidenceConfig,
     ConfidenceMetric,
     SparseCellsWarning,
+    SuiteBinning,
     brier,
     confidence_metrics,
     dece,
@@ -29,6 +29,7 @@ from detcal.metrics import (
     overconfidence,
     per_class,
     sharpness,
+    suite,
     underconfidence,
 )
 
@@ -341,7 +342,7 @@ def test_per_class_with_features(seeded):
 def test_suite_equals_individual_functions(seeded):
     p, y, f = seeded
     cat = (np.arange(len(p)) * 7 % 5).astype(np.int64)
-    out = confidence_metrics(p, y, f, cat, ConfidenceConfig(n_boot=0, dece_bins=3))
+    out = confidence_metrics(p, y, f, cat, suite(SuiteBinning(position=3)), n_boot=0)
     assert out["ece"].value == ece(p, y).value
     assert out["ece_q"].value == ece_q(p, y).value
     assert out["mce"].value == mce(p, y).value
@@ -363,11 +364,11 @@ def test_suite_equals_individual_functions(seeded):
     ref = per_class(nll, p, y, cat)
     np.testing.assert_array_equal(out["nll_per_class"].table["value"], ref.table["value"])
     # netcal policy in the suite
-    out_n = confidence_metrics(p, y, f, config=ConfidenceConfig(n_boot=0, policy="netcal"))
+    out_n = confidence_metrics(p, y, f, measures=suite(SuiteBinning(policy="netcal")), n_boot=0)
     assert out_n["dece"].value == dece(p, y, f, policy="netcal").value
     assert out_n["nll"].value == nll(p, y).value
     # without features the D-ECE is on confidence alone (5 bins)
-    assert confidence_metrics(p, y, config=ConfidenceConfig(n_boot=0))["dece"].value == dece(p, y).value
+    assert confidence_metrics(p, y, n_boot=0)["dece"].value == dece(p, y).value
 
 
 def test_result_is_jsonable():
@@ -408,7 +409,7 @@ def test_suite_emits_one_sparse_warning():
     y = rng.random(200) < p
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out = confidence_metrics(p, y, f, config=ConfidenceConfig(n_boot=0))
+        out = confidence_metrics(p, y, f, n_boot=0)
     sparse = [w for w in caught if issubclass(w.category, SparseCellsWarning)]
     assert len(sparse) == 1 and "dece" in str(sparse[0].message) and "'ece'" not in str(sparse[0].message)
     assert sparse[0].filename == __file__

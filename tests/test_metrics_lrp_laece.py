@@ -10,7 +10,7 @@ import pytest
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Detections, GroundTruth
-from detcal.metrics.laece import bin_index, dece, laace, laece
+from detcal.metrics.laece import bin_index, dece_kuzucu, laace, laece
 from detcal.metrics.lrp import detection_outcomes, lrp, lrp_optimal_thresholds, lrp_table, threshold_mask
 
 
@@ -238,7 +238,7 @@ def test_dece_hand_worked_and_variant():
         category=[1, 1, 2],
     )
     # bin (0.8, 0.9]: conf 0.875, precision 1, weight 2/3; bin (0.2, 0.3]: conf 0.3, precision 0, weight 1/3
-    assert dece(dets, gt).value == pytest.approx(2 / 3 * 0.125 + 1 / 3 * 0.3)
+    assert dece_kuzucu(dets, gt).value == pytest.approx(2 / 3 * 0.125 + 1 / 3 * 0.3)
     # class 2 is perfectly calibrated at IoU 1 only if its score is 1: fiveai drops a zero-error class
     d2 = Detections(image_id=[1, 1], box=[[0, 0, 10, 10], [20, 20, 30, 30]], score=[0.9, 1.0], category=[1, 2])
     assert laece(d2, gt, 0.5).value == pytest.approx(0.05)

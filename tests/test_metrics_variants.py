@@ -211,13 +211,13 @@ def test_docs_have_a_section_per_metric():
         "rmse_rmv",
     ]
     assert not [n for n in names if n not in heads]
-    from detcal.metrics.confidence_suite import ConfidenceConfig
+    from detcal.metrics.confidence_suite import suite
 
-    assert set(ConfidenceConfig().metrics()) <= heads
+    assert set(suite()) <= heads
 
 
 def test_sources_registry_selects_each_variant():
-    from detcal.metrics.confidence_suite import ConfidenceConfig, confidence_metrics
+    from detcal.metrics.confidence_suite import confidence_metrics, suite
     from detcal.metrics.sources import SOURCES, source_kwargs, suite_kwargs
     from detcal.metrics.spaces import RegressionSample
 
@@ -247,7 +247,7 @@ def test_sources_registry_selects_each_variant():
     assert C.ece(p, y, **source_kwargs("guo2017", "ece")).params["edges"] == "guo"
     assert R.ll_fu(mu, s, t, **source_kwargs("lakara2022_code", "ll_fu")).variant == "log10"
     conf_kw, reg_kw = suite_kwargs("thetis")
-    out = confidence_metrics(p, y, f, config=ConfidenceConfig(n_boot=0, **conf_kw))
+    out = confidence_metrics(p, y, f, measures=suite(**conf_kw), n_boot=0)
     assert out["homogeneity"].params["spread"] == "variance" and out["ece"].params["bins"] == [20]
     assert out["dece"].params["sample_threshold"] == 1
     smp = RegressionSample(
@@ -259,7 +259,7 @@ def test_sources_registry_selects_each_variant():
     )
     reg = R.regression_metrics(smp, with_joint=False, **suite_kwargs("lakara2022_code")[1])
     assert reg["mwse"]["tx"].params["normalise"] == "total"
-    out_g = confidence_metrics(p, y, f, config=ConfidenceConfig(n_boot=0, **suite_kwargs("guo2017")[0]))
+    out_g = confidence_metrics(p, y, f, measures=suite(**suite_kwargs("guo2017")[0]), n_boot=0)
     assert out_g["ece"].value == pytest.approx(C.ece(p, y, 15, edges="guo").value, abs=1e-15)
     with pytest.raises(DetcalInputError, match="source"):
         source_kwargs("kitti", "ece")

@@ -9,7 +9,7 @@ import pytest
 
 from detcal.calibration import TemperatureScaling
 from detcal.core.errors import DetcalInputError
-from detcal.metrics import ConfidenceConfig, ConfidenceMetric
+from detcal.metrics import ConfidenceMetric, SuiteBinning, suite
 from detcal.metrics.bootstrap import bootstrap_ci, percentile_interval
 from detcal.metrics.paired import confidence_changes, paired_bootstrap, paired_bootstrap_many
 
@@ -96,16 +96,16 @@ def test_confidence_changes_after_temperature_scaling() -> None:
     _, p_c, y_c, _ = make(6, 600)
     img, p, y, f = make(7, 600)
     q = TemperatureScaling().fit(p_c, y_c).transform(p)
-    cfg = ConfidenceConfig(n_boot=300, seed=1, dece_bins=3, sample_threshold=8)
-    ch = confidence_changes(p, q, y, f, img, cfg)
-    assert set(ch) == set(cfg.metrics())
+    cfg = suite(SuiteBinning(position=3, sample_threshold=8))
+    ch = confidence_changes(p, q, y, f, img, cfg, n_boot=300, seed=1)
+    assert set(ch) == set(cfg)
     for name in ("ece", "nll", "brier"):
         assert ch[name].difference < 0 and ch[name].ci[1] < 0, (name, ch[name])
     doc = json.loads(json.dumps(ch["ece"].to_dict()))
     assert doc["bootstrap"]["paired"] is True and doc["bootstrap"]["method"] == "bca"
     assert doc["excludes_zero"] is True
     # without features the position metrics are left out
-    assert "dece" not in confidence_changes(p, q, y, None, img, cfg, names=["ece", "dece"])
+    assert "dece" not in confidence_changes(p, q, y, None, img, cfg, names=["ece", "dece"], n_boot=300, seed=1)
 
 
 def test_two_detectors_on_the_same_ground_truth() -> None:
@@ -115,9 +115,7 @@ def test_two_detectors_on_the_same_ground_truth() -> None:
     p_a, p_b = rng.random(len(img_a)), rng.random(len(img_b))
     y_a = rng.random(len(img_a)) < p_a**2  # A over-confident
     y_b = rng.random(len(img_b)) < p_b  # B calibrated
-    ch = confidence_changes(
-        p_a, p_b, y_a, None, img_a, ConfidenceConfig(n_boot=300), y_b=y_b, image_id_b=img_b, names=["ece"]
-    )
+    ch = confidence_changes(p_a, p_b, y_a, None, img_a, suite(), y_b=y_b, image_id_b=img_b, names=["ece"], n_boot=300)
     assert ch["ece"].difference < 0 and ch["ece"].excludes_zero()
 
 

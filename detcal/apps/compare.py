@@ -42,6 +42,7 @@ def task(app: CompareApp, ctx: AppContext) -> dict[str, Any]:
         top_n_classes=app.top_n_classes,
         method=app.bootstrap.method,
         ap_n_boot=app.ap_bootstrap,
+        binning=app.dece_binning,
     )
     out = ctx.run_dir
     files = ["metrics.json", "summary.md"]

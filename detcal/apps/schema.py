@@ -115,6 +115,7 @@ class CompareApp:
     iou: float = 0.5
     matching: str = "exclusive"
     bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
+    dece_binning: DeceBinningSpec = field(default_factory=DeceBinningSpec)  # the grids of ECE and D-ECE
     top_n_classes: int = 10
     ap_bootstrap: int = 12  # paired AP/AR-difference resamples (one COCO evaluation each; docs/metrics.md)
     output: OutputSpec = field(default_factory=OutputSpec)

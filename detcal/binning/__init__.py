@@ -6,6 +6,7 @@ Imports run one way: ``edges`` <- ``kernels`` <- ``cells``.
 
 from detcal.binning.edges import (
     EDGE_RULES,
+    BinGrid,
     RankSegments,
     cell_index,
     cell_index_columns,
@@ -20,6 +21,7 @@ from detcal.binning.edges import (
 
 __all__ = [
     "EDGE_RULES",
+    "BinGrid",
     "RankSegments",
     "cell_index",
     "cell_index_columns",

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from detcal.binning.edges import _EPS, EDGE_RULES, cell_index_columns, normalise_bins
+from detcal.binning.edges import EDGE_RULES, EPS, BinGrid, cell_index_columns
 from detcal.binning.kernels import (  # noqa: F401  (NLL_CLIP is re-exported)
     CHUNK,
     FX_BITS,
@@ -318,12 +318,13 @@ def sample_terms(p: np.ndarray, y: np.ndarray, names: Sequence[str] | None = Non
     return out
 
 
-def _grid_bins(bins: int | Sequence[int], n_features: int, edges: str) -> tuple[int, ...]:
-    """Checked edge rule and per-feature bin counts (confidence first)."""
+def _grid_bins(bins: int | Sequence[int], n_features: int, edges: str) -> BinGrid:
+    """Checked edge rule and the grid (confidence first): ``bins`` as given when it is already a
+    :class:`~detcal.binning.edges.BinGrid` of that size, else normalised by :meth:`BinGrid.of`."""
     if edges not in EDGE_RULES:
         raise DetcalInputError(f"edges must be one of {EDGE_RULES}, got {edges!r}", field="edges")
     try:
-        return normalise_bins(bins, n_features)
+        return BinGrid.of(bins, n_features)
     except (ValueError, TypeError) as exc:
         raise DetcalInputError(
             f"{exc} (bins is an int or one count per feature, confidence first)", field="bins"
@@ -339,7 +340,7 @@ def sample_cells(
     (netcal clips the values it averages too); otherwise p is returned as is.
     """
     b = _grid_bins(bins, 1 + (0 if features is None else features.shape[1]), edges)
-    p_used = np.clip(p, _EPS, 1.0 - _EPS) if edges == "netcal" else p
+    p_used = np.clip(p, EPS, 1.0 - EPS) if edges == "netcal" else p
     cols = [p_used] + ([] if features is None else [features[:, f] for f in range(features.shape[1])])
     return cell_index_columns(cols, b, edges), b, p_used
 
@@ -490,7 +491,7 @@ def _chunk_keys(
     One pass over key2 gives N_c, sum y and the split of every sum by y.
     """
     m = len(pc)
-    p_used = np.clip(pc, _EPS, 1.0 - _EPS, out=ws.get("p_used", np.float64, m)) if edges == "netcal" else pc
+    p_used = np.clip(pc, EPS, 1.0 - EPS, out=ws.get("p_used", np.float64, m)) if edges == "netcal" else pc
     if cc is None:
         key = cell_index_into(p_used, fc, b, edges, ws.get("key", np.int64, m), ws, p_clipped=edges == "netcal")
     else:

@@ -43,20 +43,50 @@ from detcal.core.errors import DetcalInputError
 EDGE_RULES: tuple[str, ...] = ("floor", "netcal", "guo")
 """Edge rules of the equal-width cells over [0, 1] (see the module docstring)."""
 
-_EPS = float(np.finfo(np.float64).eps)
+EPS: float = float(np.finfo(np.float64).eps)
+"""Machine epsilon of float64: netcal's rule clips every value to ``[EPS, 1 - EPS]``."""
+
+
+class BinGrid(tuple[int, ...]):
+    """Per-dimension bin counts of an equal-width cell grid (confidence first), normalised once.
+
+    The one place a ``bins`` value (an int broadcast over the dimensions, or one
+    count per dimension) is checked and normalised: :meth:`of`. A grid built
+    from a configuration (e.g. :meth:`detcal.pipeline.spec.DeceBinningSpec.grid`)
+    is passed down as it is; every function taking ``bins`` accepts it and
+    :meth:`of` returns it unchanged. A tuple, so it reads as one everywhere
+    (``len``, ``np.prod``, ``list``).
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, bins: int | Sequence[int], n_dims: int) -> BinGrid:
+        """``bins`` as a grid of ``n_dims`` dimensions (an int is broadcast); a grid of that size is returned as is.
+
+        Raises ``ValueError`` on a count below 1 or a sequence of another length.
+        """
+        if isinstance(bins, BinGrid) and len(bins) == n_dims:
+            return bins
+        if np.ndim(bins) == 0:
+            b = (int(bins),) * n_dims  # type: ignore[arg-type]
+        else:
+            b = tuple(int(x) for x in bins)  # type: ignore[union-attr]
+            if len(b) != n_dims:
+                raise ValueError(f"bins has {len(b)} entries but there are {n_dims} features")
+        if any(x < 1 for x in b):
+            raise ValueError(f"every bin count must be >= 1, got {b}")
+        return cls(b)
+
+    @property
+    def n_cells(self) -> int:
+        """Cells of the product grid."""
+        return int(np.prod(self, dtype=np.int64))
 
 
 def normalise_bins(bins: int | Sequence[int], n_features: int) -> tuple[int, ...]:
-    """Per-feature bin counts as a tuple of length F (an int is broadcast)."""
-    if np.ndim(bins) == 0:
-        b = (int(bins),) * n_features  # type: ignore[arg-type]
-    else:
-        b = tuple(int(x) for x in bins)  # type: ignore[union-attr]
-        if len(b) != n_features:
-            raise ValueError(f"bins has {len(b)} entries but there are {n_features} features")
-    if any(x < 1 for x in b):
-        raise ValueError(f"every bin count must be >= 1, got {b}")
-    return b
+    """Per-feature bin counts as a tuple of length F (an int is broadcast): :meth:`BinGrid.of`."""
+    return BinGrid.of(bins, n_features)
 
 
 def feature_bin_index(values: np.ndarray, n_bins: int, edges: str = "floor") -> np.ndarray:
@@ -82,7 +112,7 @@ def feature_bin_index(values: np.ndarray, n_bins: int, edges: str = "floor") -> 
         # linspace edges lie within an ulp of k/B, so the guess is off by at most one; fix it
         # with two gathered comparisons (exact, and ~10x faster than a binary search).
         grid = np.append(np.linspace(0.0, 1.0, n_bins + 1), np.inf)
-        vc = np.clip(v, _EPS, 1.0 - _EPS)
+        vc = np.clip(v, EPS, 1.0 - EPS)
         idx = (vc * n_bins).astype(np.int64)
         np.clip(idx, 0, n_bins, out=idx)
         idx -= grid[idx] > vc
@@ -101,7 +131,7 @@ def cell_index(features: np.ndarray, bins: int | Sequence[int], edges: str = "fl
     x = np.asarray(features, dtype=np.float64)
     if x.ndim == 1:
         x = x[:, None]
-    b = normalise_bins(bins, x.shape[1])
+    b = BinGrid.of(bins, x.shape[1])
     return cell_index_columns([x[:, f] for f in range(x.shape[1])], b, edges), int(np.prod(b))
 
 

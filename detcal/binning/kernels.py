@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from detcal.binning.edges import _EPS, EDGE_RULES
+from detcal.binning.edges import EDGE_RULES, EPS
 
 NLL_CLIP: float = 1e-12
 """p is clipped to [NLL_CLIP, 1 - NLL_CLIP] inside the log-loss (docs/metrics.md)."""
@@ -86,7 +86,7 @@ def bin_index_into(v: np.ndarray, n_bins: int, edges: str, out: np.ndarray, ws: 
     f = ws.get("bin_f", np.float64, m)
     if edges == "netcal":
         if tag != "clipped":
-            v = np.clip(v, _EPS, 1.0 - _EPS, out=ws.get("bin_v", np.float64, m))
+            v = np.clip(v, EPS, 1.0 - EPS, out=ws.get("bin_v", np.float64, m))
         table = _netcal_table(n_bins)
         if table is None:  # very many bins: the guess-and-fix rule of feature_bin_index
             from detcal.binning.edges import feature_bin_index

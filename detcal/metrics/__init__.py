@@ -1,6 +1,7 @@
 """Calibration metrics (numpy/scipy only; importing this package never imports torch).
 
-Confidence calibration (:mod:`detcal.metrics.confidence`), object-level calibration
+Confidence calibration (:mod:`detcal.metrics.confidence`; every confidence measure is
+one entry of the registry :mod:`detcal.metrics.measures`), object-level calibration
 (:mod:`detcal.metrics.oce`, :mod:`detcal.metrics.image_reliability`; uq-detr's conventions in
 :mod:`detcal.metrics.uq_detr`), the percentile
 bootstrap over images (:mod:`detcal.metrics.bootstrap`) and the
@@ -19,6 +20,7 @@ from detcal.metrics.confidence import (
     SparseCellsWarning,
     brier,
     dece,
+    dece_kueppers,
     ece,
     ece_q,
     homogeneity,
@@ -29,8 +31,9 @@ from detcal.metrics.confidence import (
     sharpness,
     underconfidence,
 )
-from detcal.metrics.confidence_suite import ConfidenceConfig, confidence_metrics, per_class
+from detcal.metrics.confidence_suite import SuiteBinning, confidence_metrics, per_class, suite
 from detcal.metrics.image_reliability import contrastive_conf, fit_lambda, per_image_oce, split_confidence
+from detcal.metrics.measures import MEASURES, Display, Measure, register, unregister
 from detcal.metrics.oce import ObjectScores, object_scores, oce
 from detcal.metrics.regression import (
     CoverageStats,
@@ -69,8 +72,15 @@ from detcal.metrics.regression import (
 )
 
 __all__ = [
-    "ConfidenceConfig",
     "ConfidenceMetric",
+    "Display",
+    "MEASURES",
+    "Measure",
+    "SuiteBinning",
+    "register",
+    "suite",
+    "unregister",
+    "dece_kueppers",
     "ObjectScores",
     "CoverageStats",
     "SigmaBinStats",

@@ -74,12 +74,14 @@ def ci_params(n_boot: int, level: float, seed: int, method: str = "percentile") 
     return {"method": method, "unit": "image", "n_boot": int(n_boot), "level": float(level), "seed": int(seed)}
 
 
-def _check_method(method: str) -> None:
+def check_method(method: str) -> None:
+    """Refuse an interval method outside :data:`METHODS` (one line naming the field)."""
     if method not in METHODS:
         raise DetcalInputError(f"method must be one of {list(METHODS)}, got {method!r}", field="method")
 
 
-def _check(n_boot: int, level: float | None = None) -> None:
+def check_n_boot(n_boot: int, level: float | None = None) -> None:
+    """Refuse ``n_boot`` below 1 or not an integer, and a ``level`` outside (0, 1)."""
     if int(n_boot) != n_boot or n_boot < 1:
         raise DetcalInputError(f"n_boot must be an integer >= 1, got {n_boot!r}", field="n_boot")
     if level is not None and not (0.0 < level < 1.0):
@@ -105,7 +107,7 @@ def _layout(groups: Any, arrays: tuple[Any, ...]) -> tuple[np.ndarray, int, np.n
     return inv, len(uniq), order, starts, counts
 
 
-def _draws(n_groups: int, n_boot: int, seed: int) -> Iterator[np.ndarray]:
+def draws(n_groups: int, n_boot: int, seed: int) -> Iterator[np.ndarray]:
     """Blocks ``[b, I]`` of drawn group indices; the same stream for both paths."""
     rng = np.random.default_rng(seed)
     block = max(1, min(n_boot, _BLOCK_ELEMS // max(n_groups, 1)))
@@ -130,11 +132,13 @@ def resample_rows(picks: np.ndarray, order: np.ndarray, starts: np.ndarray, coun
     return order[pos]
 
 
-def _is_fast(metric_fn: Any) -> bool:
+def is_fast(metric_fn: Any) -> bool:
+    """Whether ``metric_fn`` has the fast interface (``grid_key``, ``pair_sums``, ``values``: module docstring)."""
     return all(callable(getattr(metric_fn, a, None)) for a in ("grid_key", "pair_sums", "values"))
 
 
-def _value(r: Any) -> float:
+def metric_value(r: Any) -> float:
+    """The float of a metric's return value (a :class:`MetricResult` or a number)."""
     return float(r.value) if isinstance(r, MetricResult) else float(r)
 
 
@@ -154,10 +158,10 @@ def bootstrap_many(
     Warnings raised inside replicates are silenced (they were raised on the
     full sample).
     """
-    _check(n_boot)
+    check_n_boot(n_boot)
     inv, n_groups, order, starts, counts = _layout(groups, arrays)
     names = list(metric_fns)
-    fast_names = [n for n in names if fast and _is_fast(metric_fns[n])]
+    fast_names = [n for n in names if fast and is_fast(metric_fns[n])]
     grids = image_cells(metric_fns, fast_names, inv, n_groups, arrays) if n_groups else []
     return _replicates(metric_fns, names, grids, (order, starts, counts), arrays, int(n_boot), seed)
 
@@ -179,7 +183,7 @@ def _replicates(
     on_grid = {n for g in grids for n in g.members}
     slow_names = [n for n in names if n not in on_grid]
     r0 = 0
-    for picks in _draws(n_groups, n_boot, seed):
+    for picks in draws(n_groups, n_boot, seed):
         b = picks.shape[0]
         if grids:
             flat = (np.arange(b, dtype=np.int64)[:, None] * n_groups + picks).ravel()
@@ -191,7 +195,7 @@ def _replicates(
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 for n in slow_names:
-                    out[n][r0 + j] = _value(metric_fns[n](*sub))
+                    out[n][r0 + j] = metric_value(metric_fns[n](*sub))
         r0 += b
     return out
 
@@ -235,7 +239,7 @@ def jackknife_many(
     """
     inv, n_groups, _, _, _ = _layout(groups, arrays)
     names = list(metric_fns)
-    fast_names = [n for n in names if fast and _is_fast(metric_fns[n])]
+    fast_names = [n for n in names if fast and is_fast(metric_fns[n])]
     grids = image_cells(metric_fns, fast_names, inv, n_groups, arrays) if n_groups else []
     return _jackknife(metric_fns, names, grids, inv, n_groups, arrays, n_blocks, seed)
 
@@ -269,7 +273,7 @@ def _jackknife(
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 for n in slow_names:
-                    res[n][j] = _value(metric_fns[n](*sub))
+                    res[n][j] = metric_value(metric_fns[n](*sub))
         out.update(res)
     return {n: out[n] for n in names}
 
@@ -283,7 +287,7 @@ def bootstrap_values(
 
 def percentile_interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     """``(q_{(1-level)/2}, q_{(1+level)/2})`` of the finite replicate values; ``(nan, nan)`` if none."""
-    _check(1, level)
+    check_n_boot(1, level)
     v = np.asarray(values, dtype=np.float64)
     v = v[np.isfinite(v)]
     if len(v) == 0:
@@ -307,8 +311,8 @@ def interval(
     is empty or says why the interval is NaN. ``jackknife`` (values of
     :func:`jackknife_many`) is required by ``"bca"``.
     """
-    _check(1, level)
-    _check_method(method)
+    check_n_boot(1, level)
+    check_method(method)
     v = np.asarray(values, dtype=np.float64)
     v = v[np.isfinite(v)]
     est = float(estimate)
@@ -381,7 +385,7 @@ def _outside_note(out: dict[str, Any], v: np.ndarray, est: float) -> dict[str, A
 def _estimate(metric_fn: Callable[..., Any], arrays: tuple[Any, ...]) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return _value(metric_fn(*arrays))
+        return metric_value(metric_fn(*arrays))
 
 
 def bootstrap_interval(
@@ -399,8 +403,8 @@ def bootstrap_interval(
 
     ``estimate``: the metric on the full sample (computed when ``None``).
     """
-    _check(n_boot, level)
-    _check_method(method)
+    check_n_boot(n_boot, level)
+    check_method(method)
     values = bootstrap_values(metric_fn, groups, *arrays, n_boot=n_boot, seed=seed, fast=fast)
     est = _estimate(metric_fn, arrays) if estimate is None else float(estimate)
     jk = jackknife_many({"m": metric_fn}, groups, *arrays, fast=fast)["m"] if method == "bca" else None
@@ -506,11 +510,11 @@ def suite_intervals(
     (identical to one :func:`with_ci` per metric); the value of each result
     is its estimate. Names of ``results`` not in ``metric_fns`` pass through.
     """
-    _check(n_boot, level)
-    _check_method(method)
+    check_n_boot(n_boot, level)
+    check_method(method)
     inv, n_groups, order, starts, counts = _layout(groups, arrays)
     names = list(metric_fns)
-    fast_names = [n for n in names if _is_fast(metric_fns[n])]
+    fast_names = [n for n in names if is_fast(metric_fns[n])]
     grids = image_cells(metric_fns, fast_names, inv, n_groups, arrays) if n_groups else []  # shared by both
     reps = _replicates(metric_fns, names, grids, (order, starts, counts), arrays, int(n_boot), seed)
     jack = _jackknife(metric_fns, names, grids, inv, n_groups, arrays, None, 0) if method == "bca" else {}

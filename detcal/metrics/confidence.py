@@ -26,9 +26,11 @@ Every metric is computed in two stages (torchmetrics style): the ``_update``
 stage :func:`detcal.binning.cell_stats` returns mergeable per-cell sums
 (:class:`~detcal.binning.CellStats`), and :meth:`ConfidenceMetric.values`
 turns sums ``[..., C]`` into values ``[...]`` (vectorised over leading axes:
-classes, bootstrap replicates). The public functions (:func:`ece`,
-:func:`dece`, ...) are thin wrappers; :func:`confidence_metrics` computes the
-default suite from shared statistics.
+classes, bootstrap replicates) through the measure's entry in the registry
+:data:`detcal.metrics.measures.MEASURES`. The public functions (:func:`ece`,
+:func:`dece_kueppers`, ...) are thin wrappers;
+:func:`detcal.metrics.confidence_suite.confidence_metrics` computes the suite
+of every registered measure from shared statistics.
 
 Definitions: each binned metric is written out plainly, as its formula, in
 :mod:`detcal.metrics.reference` (``ece``, ``ece_q``, ``mce``, ``dece``,
@@ -43,85 +45,73 @@ exception.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from detcal.binning.cells import CellStats, CellSums, cell_stats, pair_sums
-from detcal.binning.edges import EDGE_RULES, normalise_bins
+from detcal.binning.edges import EDGE_RULES, BinGrid
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult
-from detcal.metrics.confidence_compute import (
-    _binned_values,
-    _cell_free_values,
-    _homogeneity,
-    _summary,
-)  # noqa: F401
-from detcal.metrics.confidence_loo import cell_loo, loo_homogeneity, loo_max_gap, loo_outliers, loo_sum_ratio
+from detcal.metrics.confidence_compute import cell_summary
+from detcal.metrics.confidence_loo import cell_loo
+from detcal.metrics.measures import HOMOGENEITY_RATINGS, OUTLIER_RATINGS, Measure, get
 
 POLICIES: tuple[str, ...] = ("drop", "netcal")
 """Sparse-cell policies."""
 
-BINNED_METRICS: tuple[str, ...] = ("ece", "ece_q", "mce", "dece", "homogeneity", "outliers")
-"""Metrics defined over cells."""
-
-CELL_FREE_METRICS: tuple[str, ...] = ("nll", "brier", "sharpness", "overconfidence", "underconfidence")
-"""Metrics defined over the whole sample (computed from the cell sums summed over cells)."""
-
-HOMOGENEITY_RATINGS: tuple[tuple[float, str], ...] = ((0.02, "good"), (0.05, "fair"), (float("inf"), "poor"))
-"""Rating of the homogeneity (weighted std of gap): the first ``(upper, label)`` with
-``value <= upper``. detcal convention (no published thresholds exist): a gap
-spread of at most 2 points of precision is good, at most 5 fair."""
-
-OUTLIER_RATINGS: tuple[tuple[float, str], ...] = ((0.01, "good"), (0.05, "fair"), (float("inf"), "poor"))
-"""Rating of the outlier sample share (share of kept samples in outlier cells):
-first ``(upper, label)`` with ``share <= upper``. detcal convention: at most 1 %
-of samples in outlier cells is good, at most 5 % fair."""
-
 SPARSE_RATIO: int = 10
 """Warn when the number of cells exceeds ``samples / SPARSE_RATIO``."""
+
+__all__ = [
+    "HOMOGENEITY_RATINGS",
+    "OUTLIER_RATINGS",
+    "POLICIES",
+    "SPARSE_RATIO",
+    "ConfidenceMetric",
+    "SparseCellsWarning",
+    "brier",
+    "dece",
+    "dece_kueppers",
+    "ece",
+    "ece_q",
+    "homogeneity",
+    "mce",
+    "nll",
+    "outliers",
+    "overconfidence",
+    "sharpness",
+    "underconfidence",
+]
 
 
 class SparseCellsWarning(UserWarning):
     """More cells than samples/10: the binned estimate is dominated by sparse cells."""
 
 
-def _rate(value: float, ratings: tuple[tuple[float, str], ...]) -> str:
-    if not np.isfinite(value):
-        return "undefined"
-    for upper, label in ratings:
-        if value <= upper:
-            return label
-    return ratings[-1][1]  # pragma: no cover - last upper is inf
-
-
-_REQUIRED_STATS: dict[str, tuple[str, ...]] = {
-    "nll": ("sum_nll",),
-    "brier": ("sum_se",),
-    "sharpness": ("sum_p0", "sum_p1", "sum_p2"),
-    "overconfidence": ("sum_p0",),
-    "underconfidence": ("sum_p1",),
-}
-"""Float statistics read by the cell-free metrics; the binned ones read ``sum_p0`` and ``sum_p1``."""
-
-_VALUE_FIELDS: dict[str, tuple[str, ...]] = {
-    "nll": ("sum_nll",),
-    "brier": ("sum_se",),
-    "sharpness": ("sum_p", "sum_p2"),
-    "overconfidence": ("sum_p0",),
-    "underconfidence": ("sum_p1",),
-}
-""":class:`CellSums` fields read by the cell-free metrics' ``values`` besides ``count`` and ``sum_y``."""
+def _checked_bins(bins: Any) -> int | tuple[int, ...]:
+    """``bins`` as an int or a tuple of ints (a :class:`BinGrid` stays one), each >= 1."""
+    if isinstance(bins, (bool, float)) or (np.ndim(bins) == 0 and not isinstance(bins, (int, np.integer))):
+        raise DetcalInputError(f"bins must be an int or a list of ints, got {bins!r}", field="bins")
+    if np.ndim(bins) == 0:
+        b: int | tuple[int, ...] = int(bins)
+    else:
+        b = bins if isinstance(bins, BinGrid) else tuple(int(v) for v in bins)
+    if min(np.atleast_1d(b)) < 1:
+        raise DetcalInputError(f"every bin count must be >= 1, got {bins!r}", field="bins")
+    return b
 
 
 @dataclass(frozen=True)
 class ConfidenceMetric:
-    """One confidence-calibration metric with its parameters; callable as ``m(p, y, features=None)``.
+    """One confidence-calibration measure with its parameters; callable as ``m(p, y, features=None)``.
 
-    ``name`` is one of :data:`BINNED_METRICS` or :data:`CELL_FREE_METRICS`;
-    ``bins`` an int or per-feature tuple (confidence first);
+    ``name`` is a key of the registry :data:`detcal.metrics.measures.MEASURES`
+    (its entry defines the value, :attr:`entry`); ``bins`` an int, a
+    per-feature tuple (confidence first) or a :class:`~detcal.binning.BinGrid`
+    built once from a configuration (passed down as it is);
     ``sample_threshold`` the minimum ``N_c`` of a kept cell; ``policy`` the
     sparse-cell policy; ``q`` the exponent of ECE_q; ``use_features``: whether
     the box features enter the grid (D-ECE, homogeneity, outliers) or are
@@ -137,7 +127,7 @@ class ConfidenceMetric:
     """
 
     name: str
-    bins: int | tuple[int, ...] = 15
+    bins: int | Sequence[int] = 15
     sample_threshold: int = 1
     policy: str = "drop"
     q: float = 1.0
@@ -152,20 +142,10 @@ class ConfidenceMetric:
             )
         if self.spread not in ("std", "variance"):
             raise DetcalInputError(f"spread must be 'std' or 'variance', got {self.spread!r}", field="spread")
-        if self.name not in BINNED_METRICS + CELL_FREE_METRICS:
-            raise DetcalInputError(
-                f"unknown confidence metric {self.name!r}; known: {BINNED_METRICS + CELL_FREE_METRICS}", field="name"
-            )
+        get(self.name)  # a registered measure
         if self.policy not in POLICIES:
             raise DetcalInputError(f"policy must be one of {POLICIES}, got {self.policy!r}", field="policy")
-        if isinstance(self.bins, (bool, float)) or (
-            np.ndim(self.bins) == 0 and not isinstance(self.bins, (int, np.integer))
-        ):
-            raise DetcalInputError(f"bins must be an int or a list of ints, got {self.bins!r}", field="bins")
-        bins = int(self.bins) if np.ndim(self.bins) == 0 else tuple(int(b) for b in self.bins)  # type: ignore[arg-type,union-attr]
-        if min(np.atleast_1d(bins)) < 1:
-            raise DetcalInputError(f"every bin count must be >= 1, got {self.bins!r}", field="bins")
-        object.__setattr__(self, "bins", bins)
+        object.__setattr__(self, "bins", _checked_bins(self.bins))
         if int(self.sample_threshold) != self.sample_threshold or self.sample_threshold < 1:
             raise DetcalInputError(
                 f"sample_threshold must be an integer >= 1, got {self.sample_threshold!r}", field="sample_threshold"
@@ -176,8 +156,13 @@ class ConfidenceMetric:
 
     # -- grid -------------------------------------------------------------
     @property
+    def entry(self) -> Measure:
+        """The registry entry of :attr:`name` (:mod:`detcal.metrics.measures`)."""
+        return get(self.name)
+
+    @property
     def binned(self) -> bool:
-        return self.name in BINNED_METRICS
+        return self.entry.binned
 
     @property
     def edges(self) -> str:
@@ -190,7 +175,7 @@ class ConfidenceMetric:
 
     @property
     def variant(self) -> str:
-        """Variant label recorded in results: the policy, plus ``+guo`` / ``+variance`` when chosen."""
+        """Variant label recorded in results: the policy, plus ``+edges=...`` / the measure's own suffix."""
         v = self.policy
         if (
             self.binned
@@ -198,11 +183,12 @@ class ConfidenceMetric:
             and self.edge_rule != ("netcal" if self.policy == "netcal" else "floor")
         ):
             v += f"+edges={self.edge_rule}"
-        if self.name == "homogeneity" and self.spread == "variance":
-            v += "+variance"
+        entry = self.entry
+        if entry.binned and entry.variant is not None:
+            v += entry.variant(self)
         return v
 
-    def _grid(self, features: Any) -> tuple[Any, int | tuple[int, ...]]:
+    def grid_inputs(self, features: Any) -> tuple[Any, int | Sequence[int]]:
         """Features entering the grid and the bins (a cell-free metric uses one cell)."""
         if not self.binned:
             return None, 1
@@ -210,19 +196,19 @@ class ConfidenceMetric:
             return None, self.bins
         return features, self.bins
 
-    def grid_key(self, p: Any = None, y: Any = None, features: Any = None) -> Hashable:
+    def grid_key(self, p: Any = None, y: Any = None, features: Any = None) -> tuple[BinGrid, str, bool]:
         """Metrics with equal keys share their cell statistics (same call shape as ``__call__``)."""
-        f, b = self._grid(features)
+        f, b = self.grid_inputs(features)
         n_feat = 1 + (0 if f is None else np.shape(f)[1] if np.ndim(f) == 2 else 1)
         try:
-            return (normalise_bins(b, n_feat), self.edges, f is not None)
+            return (BinGrid.of(b, n_feat), self.edges, f is not None)
         except ValueError as exc:
             raise DetcalInputError(f"{exc} (confidence first)", field="bins") from None
 
     @property
     def required_stats(self) -> tuple[str, ...]:
         """The float statistics (:data:`detcal.binning.FLOAT_STATS`) this metric reads."""
-        return _REQUIRED_STATS.get(self.name, ("sum_p0", "sum_p1"))
+        return self.entry.reads
 
     # -- _update ----------------------------------------------------------
     def stats(
@@ -241,10 +227,10 @@ class ConfidenceMetric:
         metric reads, :attr:`required_stats`; a suite sharing the stats between
         metrics asks for all of them).
         """
-        f, b = self._grid(features)
+        f, b = self.grid_inputs(features)
         return cell_stats(
             p,
-            self._y(p, y),
+            self.y_or_zeros(p, y),
             f,
             b,
             edges=self.edges,
@@ -263,15 +249,13 @@ class ConfidenceMetric:
         fields: Sequence[str] | None = None,
     ) -> tuple[np.ndarray, np.ndarray, CellSums, int]:
         """Float sums per occupied (image, cell) pair (:func:`detcal.binning.pair_sums`; ``fields`` as there)."""
-        f, b = self._grid(features)
-        return pair_sums(group_index, p, self._y(p, y), f, b, edges=self.edges, fields=fields)
+        f, b = self.grid_inputs(features)
+        return pair_sums(group_index, p, self.y_or_zeros(p, y), f, b, edges=self.edges, fields=fields)
 
     @property
     def value_fields(self) -> tuple[str, ...]:
         """The :class:`CellSums` fields :meth:`values` reads (the bootstrap carries only these)."""
-        if self.binned:
-            return ("count", "sum_y", "sum_p")
-        return ("count", "sum_y") + _VALUE_FIELDS[self.name]
+        return self.entry.value_fields
 
     def leave_one_out(
         self, total: CellSums, unit: np.ndarray, col: np.ndarray, pair: CellSums, m: int
@@ -280,29 +264,22 @@ class ConfidenceMetric:
 
         ``total [C]``: the cell sums of the whole sample; ``pair [P]``: the
         sums of unit ``unit[j]`` in cell ``col[j]``, pairs sorted by unit.
-        Binned metrics correct the full-sample value over each unit's own
-        pairs (:mod:`detcal.metrics.confidence_loo`, linear in the pairs);
-        the cell-free ones return ``None`` (one cell: the dense
-        ``total - unit`` of :func:`detcal.metrics.image_cells.leave_out_values`
-        is as cheap).
+        A measure with a ``leave_one_out`` in its entry corrects the
+        full-sample value over each unit's own pairs
+        (:mod:`detcal.metrics.confidence_loo`, linear in the pairs); the
+        others return ``None`` (the dense ``total - unit`` of
+        :func:`detcal.metrics.image_cells.leave_out_values` is used: for a
+        cell-free measure, one cell, it is as cheap).
         """
-        if not self.binned:
+        loo = self.entry.leave_one_out
+        if not self.binned or loo is None:
             return None
-        c = cell_loo(total, unit, col, pair, m, self.sample_threshold)
-        if self.name in ("ece", "dece"):
-            return loo_sum_ratio(c, 1.0, self.policy, power=False)
-        if self.name == "ece_q":
-            return loo_sum_ratio(c, self.q, self.policy, power=True)
-        if self.name == "mce":
-            return loo_max_gap(c)
-        if self.name == "homogeneity":
-            return loo_homogeneity(c, self.spread == "variance")
-        return loo_outliers(c)
+        return loo(cell_loo(total, unit, col, pair, m, self.sample_threshold), self)
 
-    def _y(self, p: Any, y: Any) -> Any:
-        """``y`` (sharpness alone accepts ``None``: it does not use the matched flag)."""
+    def y_or_zeros(self, p: Any, y: Any) -> Any:
+        """``y`` (a measure that does not read the matched flag, e.g. sharpness, accepts ``None``)."""
         if y is None:
-            if self.name != "sharpness":
+            if self.entry.needs_y:
                 raise DetcalInputError(f"{self.name} needs the matched flags y", field="y")
             return np.zeros(np.shape(p), dtype=bool)
         return y
@@ -311,12 +288,9 @@ class ConfidenceMetric:
     def values(self, sums: CellSums) -> np.ndarray:
         """Metric values [...] from cell sums [..., C] (NaN where undefined).
 
-        Per replicate/class, the value of the :mod:`detcal.metrics.reference` function of the same name.
+        Per replicate/class, the value of the measure's reference (:mod:`detcal.metrics.reference`).
         """
-        if self.binned:
-            v = _binned_values(self.name, _summary(sums, self.sample_threshold, self.policy), self.q)
-            return v * v if (self.name == "homogeneity" and self.spread == "variance") else v
-        return _cell_free_values(self.name, sums.total())
+        return self.entry.values(sums, self)
 
     def result(self, stats: CellStats, sums: CellSums | None = None) -> MetricResult:
         """The :class:`MetricResult` of statistics ``stats`` with cell axis only ([C]).
@@ -334,7 +308,8 @@ class ConfidenceMetric:
         return self.result(self.stats(p, y, features))
 
     # -- result assembly --------------------------------------------------
-    def _params(self, stats: CellStats) -> dict[str, Any]:
+    def result_params(self, stats: CellStats) -> dict[str, Any]:
+        """The parameters a result records: ``n``, the grid of a binned measure, the measure's own."""
         params: dict[str, Any] = {"n": int(stats.n)}
         if self.binned:
             params.update(
@@ -344,20 +319,15 @@ class ConfidenceMetric:
                 policy=self.policy,
                 edges=stats.edges,
             )
-        if self.name == "ece_q":
-            params["q"] = float(self.q)
-        if self.name == "homogeneity":
-            params.update(spread=self.spread, weights="N_c / N_kept over kept cells")
-        if self.name == "nll":
-            params["clip"] = 1e-12
+        own = self.entry.params
+        if own is not None:
+            params.update(own(self))
         return params
 
     def _binned_result(self, stats: CellStats, sums: CellSums | None = None) -> MetricResult:
         s = stats.sums() if sums is None else sums
-        summ = _summary(s, self.sample_threshold, self.policy)
-        value = float(_binned_values(self.name, summ, self.q))
-        if self.name == "homogeneity" and self.spread == "variance":
-            value = value * value
+        summ = cell_summary(s, self.sample_threshold, self.policy)
+        value = float(self.values(s))
         n = int(stats.n)
         n_cells = stats.n_cells
         sparse = int(np.sum(s.count[summ["occupied"] & ~summ["kept"]]))
@@ -390,36 +360,31 @@ class ConfidenceMetric:
             "kept": summ["kept"],
             "bin_index": np.stack(np.unravel_index(np.arange(n_cells), stats.bins), axis=1),
         }
-        if self.name in ("homogeneity", "outliers"):
-            h = _homogeneity(summ)
-            extra["mean_gap"] = float(h["mean"])
-            extra["std_gap"] = float(h["std"])
-            extra["homogeneity_rating"] = _rate(float(h["std"]), HOMOGENEITY_RATINGS)
-            if self.name == "outliers":
-                out = h["outlier"]
-                extra["outlier_threshold"] = float(h["threshold"])
-                extra["outlier_cells"] = int(out.sum())
-                extra["outlier_samples"] = int(np.sum(s.count[out]))
-                extra["outlier_share"] = value
-                extra["outlier_rating"] = _rate(value, OUTLIER_RATINGS)
-                table["outlier"] = out
+        describe = self.entry.describe
+        if describe is not None:
+            more, columns = describe(summ, s, value, self)
+            extra.update(more)
+            table.update(columns)
         return MetricResult(
-            name=self.name, value=value, variant=self.variant, params=self._params(stats), table=table, extra=extra
+            name=self.name,
+            value=value,
+            variant=self.variant,
+            params=self.result_params(stats),
+            table=table,
+            extra=extra,
         )
 
     def _cell_free_result(self, stats: CellStats, sums: CellSums | None = None) -> MetricResult:
-        value = float(_cell_free_values(self.name, stats.total().sums() if sums is None else sums))
+        value = float(self.values(stats.total().sums() if sums is None else sums))
         n = int(stats.n)
         n1 = int(np.sum(stats.sum_y))
         extra: dict[str, Any] = {"n_matched": n1, "n_unmatched": n - n1}
-        if n == 0:
-            extra["note"] = "empty sample: no detections to evaluate"
-        elif self.name == "overconfidence" and n1 == n:
-            extra["note"] = "all detections are matched: E[p | y = 0] is undefined"
-        elif self.name == "underconfidence" and n1 == 0:
-            extra["note"] = "no detection is matched: E[1 - p | y = 1] is undefined"
-        variant = {"nll": "clip=1e-12", "sharpness": "var_ddof0"}.get(self.name, "")
-        return MetricResult(name=self.name, value=value, variant=variant, params=self._params(stats), extra=extra)
+        entry = self.entry
+        note = "empty sample: no detections to evaluate" if n == 0 else entry.note(n, n1) if entry.note else None
+        if note:
+            extra["note"] = note
+        variant = entry.variant(self) if entry.variant is not None else ""
+        return MetricResult(name=self.name, value=value, variant=variant, params=self.result_params(stats), extra=extra)
 
 
 # ---------------------------------------------------------------------------
@@ -488,7 +453,7 @@ def mce(
     return ConfidenceMetric("mce", bins, sample_threshold, policy, edge_rule=edges)(p, y)
 
 
-def dece(
+def dece_kueppers(
     p: Any,
     y: Any,
     features: Any = None,
@@ -511,9 +476,12 @@ def dece(
 
     Definition: :func:`detcal.metrics.reference.dece`, which this fast path must equal (tests/test_metrics_reference.py).
     """
-    return ConfidenceMetric("dece", _bins_arg(bins), sample_threshold, policy, use_features=True, edge_rule=edges)(
-        p, y, features
-    )
+    return ConfidenceMetric("dece", bins, sample_threshold, policy, use_features=True, edge_rule=edges)(p, y, features)
+
+
+dece = dece_kueppers
+"""Deprecated name of :func:`dece_kueppers` (kept for existing code; the other D-ECE conventions are
+:func:`detcal.metrics.laece.dece_kuzucu` and :func:`detcal.metrics.uq_detr.dece_uq_detr`)."""
 
 
 def homogeneity(
@@ -540,7 +508,7 @@ def homogeneity(
 
     Definition: :func:`detcal.metrics.reference.homogeneity`, which this fast path must equal (tests/test_metrics_reference.py).
     """
-    return ConfidenceMetric("homogeneity", _bins_arg(bins), sample_threshold, "drop", use_features=True, spread=spread)(
+    return ConfidenceMetric("homogeneity", bins, sample_threshold, "drop", use_features=True, spread=spread)(
         p, y, features
     )
 
@@ -551,14 +519,14 @@ def outliers(
     """Share of kept samples that lie in outlier cells of the D-ECE grid.
 
     A kept cell is an outlier when ``gap(c) > mu + 2 sigma`` (``mu``, ``sigma``
-    of :func:`homogeneity`, with tolerance :data:`OUTLIER_TOL`); ``value =
+    of :func:`homogeneity`, with tolerance :data:`detcal.metrics.confidence_compute.OUTLIER_TOL`); ``value =
     sum_outlier N_c / N_kept``; ``extra`` has the cell count
     (``outlier_cells``), samples, threshold and the rating of
     :data:`OUTLIER_RATINGS`. detcal definition (docs/metrics.md).
 
     Definition: :func:`detcal.metrics.reference.outliers`, which this fast path must equal (tests/test_metrics_reference.py).
     """
-    return ConfidenceMetric("outliers", _bins_arg(bins), sample_threshold, "drop", use_features=True)(p, y, features)
+    return ConfidenceMetric("outliers", bins, sample_threshold, "drop", use_features=True)(p, y, features)
 
 
 def nll(p: Any, y: Any) -> MetricResult:
@@ -588,7 +556,3 @@ def overconfidence(p: Any, y: Any) -> MetricResult:
 def underconfidence(p: Any, y: Any) -> MetricResult:
     """Under-confidence ``u = E[1 - p | y = 1]``: mean missing score of the true positives (NaN if none)."""
     return ConfidenceMetric("underconfidence")(p, y)
-
-
-def _bins_arg(bins: int | Sequence[int]) -> int | tuple[int, ...]:
-    return int(bins) if np.ndim(bins) == 0 else tuple(int(b) for b in bins)  # type: ignore[arg-type,union-attr]

@@ -1,6 +1,18 @@
-"""The ``_compute`` stages of the confidence metrics: values [...] from cell sums [..., C] (vectorised over leading axes)."""
+"""The ``_compute`` stages of the confidence measures: values [...] from cell sums [..., C] (vectorised over leading axes).
+
+Each built-in measure of :mod:`detcal.metrics.measures` is defined here as one
+function ``values(sums, settings) -> [...]`` of the mergeable cell sums
+(:class:`~detcal.binning.cells.CellSums`, cells on the last axis; leading axes
+are classes or bootstrap replicates) and the measure's settings (sample
+threshold, sparse-cell policy, ``q``, ``spread``:
+:class:`~detcal.metrics.measures.MeasureSettings`). The cell-free measures read
+the sums over cells (``sums.total()``, one cell). Each function equals the
+function of the same name in :mod:`detcal.metrics.reference` (the formula).
+"""
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import numpy as np
 
@@ -11,7 +23,23 @@ OUTLIER_TOL: float = 1e-12
 tolerance keeps equal gaps from becoming outliers through rounding)."""
 
 
-def _summary(s: CellSums, sample_threshold: int, policy: str) -> dict[str, np.ndarray]:
+class MeasureSettings(Protocol):
+    """The parameters a measure's definition reads (:class:`~detcal.metrics.confidence.ConfidenceMetric` has them)."""
+
+    @property
+    def sample_threshold(self) -> int: ...
+
+    @property
+    def policy(self) -> str: ...
+
+    @property
+    def q(self) -> float: ...
+
+    @property
+    def spread(self) -> str: ...
+
+
+def cell_summary(s: CellSums, sample_threshold: int, policy: str) -> dict[str, np.ndarray]:
     """Per-cell precision, confidence, gap and the kept mask, [..., C]; N and the denominator [...]."""
     n_c = np.asarray(s.count, dtype=np.float64)
     occupied = n_c > 0
@@ -36,51 +64,98 @@ def _summary(s: CellSums, sample_threshold: int, policy: str) -> dict[str, np.nd
     }
 
 
-def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+def ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """``num / den`` where ``den > 0``, NaN elsewhere."""
     den = np.asarray(den, dtype=np.float64)
     return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
 
-def _homogeneity(summ: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def gap_moments(summ: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Weighted mean/std of gap over kept cells, weights N_c / N_kept, and the outlier mask."""
     kept, n_c, gap = summ["kept"], summ["n_c"], np.nan_to_num(summ["gap"])
     w = np.where(kept, n_c, 0.0)
     n_kept = summ["n_kept"][..., None]
-    wn = _ratio(w, n_kept)
+    wn = ratio(w, n_kept)
     mean = np.sum(wn * gap, axis=-1)
     var = np.sum(wn * (gap - mean[..., None]) ** 2, axis=-1)
     std = np.sqrt(np.maximum(var, 0.0))
     threshold = mean + 2.0 * std
     outlier = kept & (gap - mean[..., None] > 2.0 * std[..., None] + OUTLIER_TOL)
-    share = _ratio(np.where(outlier, n_c, 0.0).sum(axis=-1), summ["n_kept"])
+    share = ratio(np.where(outlier, n_c, 0.0).sum(axis=-1), summ["n_kept"])
     return {"mean": mean, "std": std, "threshold": threshold, "outlier": outlier, "share": share}
 
 
-def _binned_values(name: str, summ: dict[str, np.ndarray], q: float) -> np.ndarray:
+# -- binned measures ---------------------------------------------------------
+
+
+def _summ(s: CellSums, m: MeasureSettings) -> dict[str, np.ndarray]:
+    return cell_summary(s, m.sample_threshold, m.policy)
+
+
+def ece_values(s: CellSums, m: MeasureSettings) -> np.ndarray:
+    """``sum_kept N_c gap(c) / N'`` (ECE, and D-ECE on the position grid): :func:`detcal.metrics.reference.ece`."""
+    summ = _summ(s, m)
     kept, n_c, gap = summ["kept"], summ["n_c"], np.nan_to_num(summ["gap"])
-    if name in ("ece", "dece"):
-        return _ratio(np.where(kept, n_c * gap, 0.0).sum(axis=-1), summ["denom"])
-    if name == "ece_q":
-        return _ratio(np.where(kept, n_c * gap**q, 0.0).sum(axis=-1), summ["denom"]) ** (1.0 / q)
-    if name == "mce":
-        m = np.max(np.where(kept, gap, -np.inf), axis=-1, initial=-np.inf)
-        return np.where(np.isfinite(m), m, np.nan)
-    h = _homogeneity(summ)
-    if name == "homogeneity":
-        return np.where(summ["n_kept"] > 0, h["std"], np.nan)
-    return h["share"]  # outliers
+    return ratio(np.where(kept, n_c * gap, 0.0).sum(axis=-1), summ["denom"])
 
 
-def _cell_free_values(name: str, t: CellSums) -> np.ndarray:
-    """Values [...] from totals [..., 1]."""
-    n, n1 = t.count[..., 0], t.sum_y[..., 0]
-    if name == "nll":
-        return _ratio(t.sum_nll[..., 0], n)
-    if name == "brier":
-        return _ratio(t.sum_se[..., 0], n)
-    if name == "sharpness":
-        mean = _ratio(t.sum_p[..., 0], n)
-        return np.maximum(_ratio(t.sum_p2[..., 0], n) - mean**2, 0.0)
-    if name == "overconfidence":
-        return _ratio(t.sum_p0[..., 0], n - n1)
-    return _ratio(n1 - t.sum_p1[..., 0], n1)  # underconfidence
+def ece_q_values(s: CellSums, m: MeasureSettings) -> np.ndarray:
+    """``(sum_kept N_c gap(c)^q / N')^(1/q)``: :func:`detcal.metrics.reference.ece_q`."""
+    summ, q = _summ(s, m), m.q
+    kept, n_c, gap = summ["kept"], summ["n_c"], np.nan_to_num(summ["gap"])
+    return ratio(np.where(kept, n_c * gap**q, 0.0).sum(axis=-1), summ["denom"]) ** (1.0 / q)
+
+
+def mce_values(s: CellSums, m: MeasureSettings) -> np.ndarray:
+    """``max_kept gap(c)``: :func:`detcal.metrics.reference.mce`."""
+    summ = _summ(s, m)
+    mx = np.max(np.where(summ["kept"], np.nan_to_num(summ["gap"]), -np.inf), axis=-1, initial=-np.inf)
+    return np.where(np.isfinite(mx), mx, np.nan)
+
+
+def homogeneity_values(s: CellSums, m: MeasureSettings) -> np.ndarray:
+    """Weighted std (or variance) of the gap over kept cells: :func:`detcal.metrics.reference.homogeneity`."""
+    summ = _summ(s, m)
+    v = np.where(summ["n_kept"] > 0, gap_moments(summ)["std"], np.nan)
+    return v * v if m.spread == "variance" else v
+
+
+def outlier_values(s: CellSums, m: MeasureSettings) -> np.ndarray:
+    """Share of kept samples in outlier cells: :func:`detcal.metrics.reference.outliers`."""
+    return gap_moments(_summ(s, m))["share"]
+
+
+# -- cell-free measures (totals [..., 1]) ------------------------------------
+
+
+def nll_values(s: CellSums, m: MeasureSettings) -> np.ndarray:
+    """Mean clipped log-loss."""
+    t = s.total()
+    return ratio(t.sum_nll[..., 0], t.count[..., 0])
+
+
+def brier_values(s: CellSums, m: MeasureSettings) -> np.ndarray:
+    """Mean squared error ``(p - y)^2``."""
+    t = s.total()
+    return ratio(t.sum_se[..., 0], t.count[..., 0])
+
+
+def sharpness_values(s: CellSums, m: MeasureSettings) -> np.ndarray:
+    """Population variance of p."""
+    t = s.total()
+    n = t.count[..., 0]
+    mean = ratio(t.sum_p[..., 0], n)
+    return np.maximum(ratio(t.sum_p2[..., 0], n) - mean**2, 0.0)
+
+
+def overconfidence_values(s: CellSums, m: MeasureSettings) -> np.ndarray:
+    """``E[p | y = 0]``."""
+    t = s.total()
+    return ratio(t.sum_p0[..., 0], t.count[..., 0] - t.sum_y[..., 0])
+
+
+def underconfidence_values(s: CellSums, m: MeasureSettings) -> np.ndarray:
+    """``E[1 - p | y = 1]``."""
+    t = s.total()
+    n1 = t.sum_y[..., 0]
+    return ratio(n1 - t.sum_p1[..., 0], n1)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from detcal.binning.cells import CellSums
-from detcal.metrics.confidence_compute import OUTLIER_TOL, _ratio
+from detcal.metrics.confidence_compute import OUTLIER_TOL, ratio
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class CellLOO:
 
 
 def _cells(n: np.ndarray, sum_y: np.ndarray, sum_p: np.ndarray, threshold: int) -> tuple[np.ndarray, np.ndarray]:
-    """(kept, gap) per cell as :func:`detcal.metrics.confidence_compute._summary` (gap 0 where empty)."""
+    """(kept, gap) per cell as :func:`detcal.metrics.confidence_compute.cell_summary` (gap 0 where empty)."""
     occupied = n > 0
     kept = occupied & (n >= threshold)
     safe = np.where(occupied, n, 1.0)
@@ -91,7 +91,7 @@ def loo_sum_ratio(c: CellLOO, q: float, policy: str, power: bool) -> np.ndarray:
     else:
         w_t, w_l = c.n_t, c.n_l
     den = w_t.sum() + _per_unit(c, w_l - w_t[c.col])
-    v = _ratio(num, den)
+    v = ratio(num, den)
     return v ** (1.0 / q) if power else v
 
 
@@ -137,9 +137,9 @@ def _spread(c: CellLOO) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     w = big_w + _per_unit(c, w_l - w_o)
     a = np.sum(w_t * d_t) + _per_unit(c, w_l * d_l - w_o * d_t[c.col])
     b = np.sum(w_t * d_t * d_t) + _per_unit(c, w_l * d_l * d_l - w_o * d_t[c.col] ** 2)
-    shift = _ratio(a, w)
+    shift = ratio(a, w)
     mean = m0 + shift
-    std = np.sqrt(np.maximum(_ratio(b, w) - shift * shift, 0.0))
+    std = np.sqrt(np.maximum(ratio(b, w) - shift * shift, 0.0))
     return w, mean, std, w_t
 
 
@@ -175,4 +175,4 @@ def loo_outliers(c: CellLOO) -> np.ndarray:
         mu, lim = mean[c.unit], limit[c.unit]
         old = np.where(c.kept_t[c.col] & (c.gap_t[c.col] - mu > lim), w_t[c.col], 0.0)
         new = np.where(c.kept_l & (c.gap_l - mu > lim), c.n_l, 0.0)
-    return _ratio(all_above + _per_unit(c, new - old), w)
+    return ratio(all_above + _per_unit(c, new - old), w)

@@ -1,23 +1,29 @@
-"""Per-class aggregation and the default confidence suite from shared cell statistics.
+"""Per-class aggregation and the confidence suite (every registered measure) from shared cell statistics.
 
-Split out of :mod:`detcal.metrics.confidence` (whose names it uses and which
-re-exports these).
+The suite is built from the registry :data:`detcal.metrics.measures.MEASURES`
+(:func:`suite`): each entry's grid (confidence alone, the D-ECE grid over
+confidence and box features, or the whole sample) takes its bins from a
+:class:`SuiteBinning` built once from the configuration, its parameters from
+the entry's defaults and the caller's overrides.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from detcal.binning.cells import FLOAT_STATS, CellStats, cell_stats, sample_cells, validate_sample
+from detcal.binning.edges import BinGrid
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult
-from detcal.metrics.confidence import SPARSE_RATIO, ConfidenceMetric, SparseCellsWarning, _bins_arg
+from detcal.metrics.bootstrap import suite_intervals
+from detcal.metrics.confidence import SPARSE_RATIO, ConfidenceMetric, SparseCellsWarning
+from detcal.metrics.measures import MEASURES
 
 # Per class
 # ---------------------------------------------------------------------------
@@ -141,60 +147,55 @@ def category_index(cat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @dataclass(frozen=True)
-class ConfidenceConfig:
-    """Parameters of :func:`confidence_metrics` (docs/metrics.md defaults).
+class SuiteBinning:
+    """The cells of the suite, built once from the configuration (e.g.
+    :meth:`detcal.pipeline.spec.DeceBinningSpec.suite_binning`) and passed down.
 
-    ``ece_bins`` (15, Guo 2017; Thetis uses 20), ``q`` of ECE_q,
-    ``mce_sample_threshold``, ``dece_bins`` (5 per feature, int or list with
-    the confidence first) and ``sample_threshold`` (8) for D-ECE, homogeneity
-    and outliers, sparse-cell ``policy``, ``average`` of the per-class
-    aggregates, and the bootstrap (``n_boot`` replicates over images,
-    ``ci_level``, ``seed``; ``n_boot=0`` disables it). Source variants:
-    ``edges`` (``None``: the policy's rule; ``"guo"``: Guo et al.'s
-    ``((m-1)/M, m/M]``) for the confidence-binned metrics, and
-    ``homogeneity_spread`` (``"std"`` or Thetis's ``"variance"``); ``ci_method``
-    of the intervals (``bca``, ``bc`` or ``percentile``).
+    ``confidence``: the bins of the confidence-only grid (ECE, ECE_q, MCE; 15,
+    Guo 2017; Thetis uses 20); ``position``: the D-ECE grid over (confidence,
+    box features...), a :class:`~detcal.binning.BinGrid` with one count per
+    dimension or an int for every dimension (5); ``sample_threshold`` of the
+    D-ECE grid's kept cells (8); the sparse-cell ``policy``; ``edges``
+    (``None``: the policy's rule; ``"guo"``: Guo et al.'s ``((m-1)/M, m/M]``).
     """
 
-    ece_bins: int = 15
-    q: float = 2.0
-    mce_sample_threshold: int = 1
-    dece_bins: int | tuple[int, ...] = 5
+    confidence: int | BinGrid = 15
+    position: int | BinGrid = 5
     sample_threshold: int = 8
     policy: str = "drop"
-    average: str = "weighted"
-    n_boot: int = 1000
-    ci_level: float = 0.95
-    seed: int = 0
     edges: str | None = None
-    homogeneity_spread: str = "std"
-    ci_method: str = "bca"
 
-    def metrics(self) -> dict[str, ConfidenceMetric]:
-        """The suite: name -> metric."""
-        b = _bins_arg(self.dece_bins)
-        e = self.edges
-        return {
-            "ece": ConfidenceMetric("ece", self.ece_bins, 1, self.policy, edge_rule=e),
-            "ece_q": ConfidenceMetric("ece_q", self.ece_bins, 1, self.policy, q=self.q, edge_rule=e),
-            "mce": ConfidenceMetric("mce", self.ece_bins, self.mce_sample_threshold, self.policy, edge_rule=e),
-            "dece": ConfidenceMetric("dece", b, self.sample_threshold, self.policy, use_features=True, edge_rule=e),
-            "homogeneity": ConfidenceMetric(
-                "homogeneity",
-                b,
-                self.sample_threshold,
-                "drop",
-                use_features=True,
-                edge_rule=e,
-                spread=self.homogeneity_spread,
-            ),
-            "outliers": ConfidenceMetric("outliers", b, self.sample_threshold, "drop", use_features=True, edge_rule=e),
-            "nll": ConfidenceMetric("nll"),
-            "brier": ConfidenceMetric("brier"),
-            "sharpness": ConfidenceMetric("sharpness"),
-            "overconfidence": ConfidenceMetric("overconfidence"),
-            "underconfidence": ConfidenceMetric("underconfidence"),
-        }
+
+def suite(
+    binning: SuiteBinning | None = None, params: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, ConfidenceMetric]:
+    """Every registered measure (:data:`detcal.metrics.measures.MEASURES`, in its order) on its grid.
+
+    A measure on the ``confidence`` grid takes ``binning.confidence`` bins and
+    sample threshold 1, one on the ``position`` grid the D-ECE grid with the
+    box features and ``binning.sample_threshold``; then the entry's
+    ``defaults`` apply (e.g. ECE_q's ``q=2``, homogeneity's ``policy="drop"``),
+    then ``params[name]`` (e.g. ``{"homogeneity": {"spread": "variance"},
+    "mce": {"sample_threshold": 4}}``).
+    """
+    b = binning or SuiteBinning()
+    given = dict(params or {})
+    unknown = sorted(set(given) - set(MEASURES))
+    if unknown:
+        raise DetcalInputError(f"parameters of unknown measure(s) {unknown}; known: {tuple(MEASURES)}", field="params")
+    out: dict[str, ConfidenceMetric] = {}
+    for name, entry in MEASURES.items():
+        kw: dict[str, Any] = {"policy": b.policy, "edge_rule": b.edges}
+        if entry.grid == "confidence":
+            kw.update(bins=b.confidence, sample_threshold=1)
+        elif entry.grid == "position":
+            kw.update(bins=b.position, sample_threshold=b.sample_threshold, use_features=True)
+        else:
+            kw = {}
+        kw.update(entry.defaults)
+        kw.update(given.get(name, {}))
+        out[name] = ConfidenceMetric(name, **kw)
+    return out
 
 
 def _category_groups(category: Any, p_arr: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -231,17 +232,19 @@ def _suite_stats(
             grids.setdefault(key, m)
             need.setdefault(key, set()).update(m.required_stats)
     free_key = next((k for k in grids if k[1] == "floor"), None)
-    if free_key is None:
-        free_key = suite["nll"].grid_key()
-        grids[free_key] = suite["nll"]
-    need[free_key] = set(FLOAT_STATS)
+    free = next((m for m in suite.values() if not m.binned), None)
+    if free_key is None and free is not None:
+        free_key = free.grid_key()
+        grids[free_key] = free
+    if free_key is not None:
+        need[free_key] = set(FLOAT_STATS)
     grouped: dict[Hashable, CellStats] = {}
     for key, m in grids.items():
         which = tuple(s for s in FLOAT_STATS if s in need[key])
         if cells is not None and key in cells:
             grouped[key] = cell_stats(
                 p,
-                m._y(p, y),
+                m.y_or_zeros(p, y),
                 None,
                 key[0],
                 edges=key[1],
@@ -277,31 +280,38 @@ def confidence_metrics(
     y: Any,
     features: Any = None,
     category: Any = None,
-    config: ConfidenceConfig | None = None,
+    measures: Mapping[str, ConfidenceMetric] | None = None,
     image_id: Any = None,
     cells: dict[Hashable, np.ndarray] | None = None,
+    *,
+    average: str = "weighted",
+    n_boot: int = 1000,
+    ci_level: float = 0.95,
+    seed: int = 0,
+    ci_method: str = "bca",
 ) -> dict[str, MetricResult]:
-    """The default confidence suite from shared statistics: name -> :class:`MetricResult`.
+    """The confidence suite from shared statistics: name -> :class:`MetricResult`.
 
-    One :func:`~detcal.binning.cell_stats` pass per distinct grid (the ECE
-    grid, the D-ECE grid; the cell-free metrics reuse the exact totals of a
-    ``floor`` grid). With ``category [S]`` the statistics are computed per
-    class in the same pass and ``"<name>_per_class"`` entries are added
-    (weighted/unweighted means, as :func:`per_class`); the class-agnostic
-    numbers are the exact sums over classes. With ``image_id [S]`` and
-    ``config.n_boot > 0``, every class-agnostic number gets a bootstrap
-    interval over images (``config.ci_method``: BCa by default; shared draws,
-    :func:`detcal.metrics.bootstrap.suite_intervals`).
+    ``measures``: name -> metric, default :func:`suite` (every registered
+    measure with its default parameters). One :func:`~detcal.binning.cell_stats`
+    pass per distinct grid (the ECE grid, the D-ECE grid; the cell-free
+    metrics reuse the exact totals of a ``floor`` grid). With ``category [S]``
+    the statistics are computed per class in the same pass and
+    ``"<name>_per_class"`` entries are added (``average``: weighted or
+    unweighted means, as :func:`per_class`); the class-agnostic numbers are the
+    exact sums over classes. With ``image_id [S]`` and ``n_boot > 0``, every
+    class-agnostic number gets a bootstrap interval over images (``n_boot``
+    replicates, ``ci_level``, ``seed``, ``ci_method``: BCa by default; shared
+    draws, :func:`detcal.metrics.bootstrap.suite_intervals`).
 
     ``cells``: the cell of each sample on the suite's grids, from :func:`suite_cells`
     (computed once for detections shared by several calls, e.g. one per IoU
     threshold, then indexed): those grids skip the binning (same numbers).
     """
-    cfg = config or ConfidenceConfig()
-    suite = cfg.metrics()
+    chosen = dict(suite() if measures is None else measures)
     p_arr = np.asarray(p, dtype=np.float64)
     cats, cat_idx = _category_groups(category, p_arr)
-    grouped, free_key = _suite_stats(suite, p, y, features, cells, cat_idx, None if cats is None else len(cats))
+    grouped, free_key = _suite_stats(chosen, p, y, features, cells, cat_idx, None if cats is None else len(cats))
     out: dict[str, MetricResult] = {}
     shared: dict[tuple[Hashable, bool], tuple[CellStats, Any, Any]] = {}  # per grid: agnostic stats and sums
 
@@ -313,7 +323,7 @@ def confidence_metrics(
             shared[key, binned] = (agnostic, (agnostic if binned else agnostic.total()).sums(), per_group)
         return shared[key, binned]
 
-    for name, m in suite.items():
+    for name, m in chosen.items():
         key = m.grid_key(None, None, features) if m.binned else free_key
         st = grouped[key]
         agnostic, agnostic_sums, group_sums = _shared(key, m.binned)
@@ -324,44 +334,44 @@ def confidence_metrics(
             values = m.values(group_sums)
             params = {k: v for k, v in out[name].params.items() if k != "n"}
             out[f"{name}_per_class"] = _class_aggregate(
-                name, cats, values, st.n.astype(np.int64), cfg.average, out[name], params
+                name, cats, values, st.n.astype(np.int64), average, out[name], params
             )
     _warn_sparse(out, int(np.size(p_arr)))
-    if image_id is not None and cfg.n_boot > 0:
-        from detcal.metrics.bootstrap import suite_intervals
-
+    if image_id is not None and n_boot > 0:
+        agnostic_results = {name: out[name] for name in chosen}
         out.update(
             suite_intervals(
-                {name: out[name] for name in suite},
-                suite,
+                agnostic_results,
+                chosen,
                 image_id,
                 p,
                 y,
                 features,
-                n_boot=cfg.n_boot,
-                level=cfg.ci_level,
-                seed=cfg.seed,
-                method=cfg.ci_method,
+                n_boot=n_boot,
+                level=ci_level,
+                seed=seed,
+                method=ci_method,
             )
         )
     return out
 
 
-def suite_cells(p: Any, features: Any = None, config: ConfidenceConfig | None = None) -> dict[Hashable, np.ndarray]:
+def suite_cells(
+    p: Any, features: Any = None, measures: Mapping[str, ConfidenceMetric] | None = None
+) -> dict[Hashable, np.ndarray]:
     """Cell [S] of each sample on every binned grid of the suite (for ``confidence_metrics(cells=...)``).
 
     The cells do not depend on the matched flags: a caller evaluating the same
     detections at several IoU thresholds computes them once and passes
     ``{key: c[rows]}`` to each call. ``p`` and ``features`` are checked here.
     """
-    cfg = config or ConfidenceConfig()
     p_arr, _, f_arr = validate_sample(p, np.zeros(np.shape(p), dtype=bool), features)
     out: dict[Hashable, np.ndarray] = {}
-    for m in cfg.metrics().values():
+    for m in (suite() if measures is None else measures).values():
         if m.binned:
             key: Any = m.grid_key(None, None, f_arr)  # (bins, edge rule, with features)
             if key not in out:
-                out[key] = sample_cells(p_arr, m._grid(f_arr)[0], key[0], key[1])[0]
+                out[key] = sample_cells(p_arr, m.grid_inputs(f_arr)[0], key[0], key[1])[0]
     return out
 
 
@@ -408,12 +418,12 @@ def dece_by_class(
         raise DetcalInputError(
             f"category must be an integer array [S] like p, got {cat.dtype} {cat.shape}", field="category"
         )
-    metric = ConfidenceMetric("dece", _bins_arg(bins), sample_threshold, policy, use_features=True, edge_rule=edges)
+    metric = ConfidenceMetric("dece", bins, sample_threshold, policy, use_features=True, edge_rule=edges)
     cats, idx = np.unique(cat, return_inverse=True)
     st = metric.stats(p, y, features, groups=idx.reshape(-1), n_groups=len(cats))  # [G, C]
     if mode == "weighted_mean":
         values = metric.values(st.sums())
-        params = {**metric._params(st.sum_groups()), "mode": mode}
+        params = {**metric.result_params(st.sum_groups()), "mode": mode}
         params.pop("n", None)
         res = _class_aggregate("dece", cats, values, st.n.astype(np.int64), "weighted", None, params)
         return dataclasses.replace(res, name="dece", variant=f"{metric.variant}+class_weighted_mean")

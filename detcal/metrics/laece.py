@@ -263,7 +263,7 @@ def laace(
     return laace_from_outcomes(detection_outcomes(dets, gt, tau, max_dets=max_dets), bins=bins, variant=variant)
 
 
-def dece(
+def dece_kuzucu(
     dets: Detections,
     gt: GroundTruth,
     tau: float = DECE_TAU,
@@ -272,7 +272,9 @@ def dece(
     closed: str = "right",
     max_dets: int | None = 100,
 ) -> MetricResult:
-    """The benchmark's class-agnostic D-ECE (10 bins, tau 0.5, binary targets)."""
+    """Kuzucu et al. 2024's class-agnostic D-ECE: 10 right-closed confidence bins, matching at tau 0.5,
+    binary TP targets pooled over classes (not :func:`detcal.metrics.confidence.dece_kueppers`, the D-ECE
+    over confidence and box features)."""
     return dece_from_outcomes(detection_outcomes(dets, gt, tau, max_dets=max_dets), bins=bins, closed=closed)
 
 

@@ -35,15 +35,16 @@ import numpy as np
 from detcal.core.errors import DetcalInputError
 from detcal.metrics.bootstrap import (
     JACKKNIFE_BLOCKS,
-    _check,
-    _check_method,
-    _draws,
-    _is_fast,
-    _value,
+    check_method,
+    check_n_boot,
+    draws,
     interval,
+    is_fast,
     jackknife_blocks,
+    metric_value,
     resample_rows,
 )
+from detcal.metrics.confidence_suite import suite
 from detcal.metrics.image_cells import image_cells, leave_out_values, replicate_values
 
 __all__ = ["PairedDifference", "paired_bootstrap", "paired_bootstrap_many", "confidence_changes"]
@@ -140,7 +141,7 @@ def _layout_inv(inv: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.nda
 def _est(fn: Callable[..., Any], arrays: tuple[Any, ...]) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return _value(fn(*arrays))
+        return metric_value(fn(*arrays))
 
 
 def paired_bootstrap_many(
@@ -163,8 +164,8 @@ def paired_bootstrap_many(
     ``groups_b=None`` reuses ``groups_a`` (the same detections with new
     scores, e.g. after calibration); ``arrays_b`` is required.
     """
-    _check(n_boot, level)
-    _check_method(method)
+    check_n_boot(n_boot, level)
+    check_method(method)
     if arrays_b is None:
         raise DetcalInputError("arrays_b (the arrays of result set B) is required", field="arrays_b")
     ga, arrays_a = _side(groups_a, arrays_a, "a")
@@ -178,12 +179,12 @@ def paired_bootstrap_many(
     reps = [{nm: np.full(int(n_boot), np.nan) for nm in names} for _ in range(2)]
     jack = [{nm: np.zeros(0) for nm in names} for _ in range(2)]
     if n > 0:
-        fast_names = [nm for nm in names if fast and _is_fast(metric_fns[nm])]
+        fast_names = [nm for nm in names if fast and is_fast(metric_fns[nm])]
         slow_names = [nm for nm in names if nm not in fast_names]
         mats = [image_cells(metric_fns, fast_names, inv[s], n, sides[s]) for s in range(2)]
         lay = [_layout_inv(inv[s], n) for s in range(2)]
         r0 = 0
-        for picks in _draws(n, int(n_boot), seed):
+        for picks in draws(n, int(n_boot), seed):
             b = picks.shape[0]
             if fast_names:
                 flat = (np.arange(b, dtype=np.int64)[:, None] * n + picks).ravel()
@@ -197,7 +198,7 @@ def paired_bootstrap_many(
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
                         for nm in slow_names:
-                            reps[s][nm][r0 + j] = _value(metric_fns[nm](*sub))
+                            reps[s][nm][r0 + j] = metric_value(metric_fns[nm](*sub))
             r0 += b
         if method == "bca":
             _paired_jackknife(metric_fns, fast_names, slow_names, mats, inv, sides, n, seed, jack)
@@ -256,7 +257,7 @@ def _paired_jackknife(
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     for nm in slow_names:
-                        res[nm][j] = _value(metric_fns[nm](*sub))
+                        res[nm][j] = metric_value(metric_fns[nm](*sub))
             jack[s].update(res)
 
 
@@ -296,46 +297,46 @@ def confidence_changes(
     y: Any,
     features: Any = None,
     image_id: Any = None,
-    config: Any = None,
+    measures: Mapping[str, Any] | None = None,
     *,
     y_b: Any = None,
     features_b: Any = None,
     image_id_b: Any = None,
     names: Sequence[str] | None = None,
     method: str = "bca",
+    n_boot: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
 ) -> dict[str, PairedDifference]:
-    """Paired differences (B - A) of the confidence suite of ``config`` (a
-    :class:`~detcal.metrics.confidence_suite.ConfidenceConfig`; its ``n_boot``,
-    ``ci_level`` and ``seed``), e.g. after minus before calibration.
+    """Paired differences (B - A) of the confidence suite ``measures`` (name -> metric, default
+    :func:`detcal.metrics.confidence_suite.suite`: every registered measure), e.g. after minus
+    before calibration, over ``n_boot`` resamples (``level``, ``seed``).
 
     Same detections (calibration): ``p_a``, ``p_b`` scores, ``y``,
     ``features``, ``image_id`` shared. Two detectors: also ``y_b``,
     ``features_b`` and ``image_id_b`` of set B. ``names``: a subset of the
     suite (default all).
     """
-    from detcal.metrics.confidence_suite import ConfidenceConfig
-
-    cfg = config or ConfidenceConfig()
     if image_id is None:
         raise DetcalInputError("image_id is required: the paired bootstrap resamples images", field="image_id")
-    suite = cfg.metrics()
+    chosen = dict(suite() if measures is None else measures)
     if names is not None:
-        unknown = sorted(set(names) - set(suite))
+        unknown = sorted(set(names) - set(chosen))
         if unknown:
-            raise DetcalInputError(f"unknown confidence metric(s) {unknown}; known: {sorted(suite)}", field="names")
-        suite = {k: suite[k] for k in names}
+            raise DetcalInputError(f"unknown confidence metric(s) {unknown}; known: {sorted(chosen)}", field="names")
+        chosen = {k: chosen[k] for k in names}
     if features is None:
-        suite = {k: m for k, m in suite.items() if not m.use_features}
+        chosen = {k: m for k, m in chosen.items() if not m.use_features}
     arrays_a = (p_a, y, features)
     arrays_b = (p_b, y if y_b is None else y_b, features if features_b is None else features_b)
     return paired_bootstrap_many(
-        suite,
+        chosen,
         image_id,
         arrays_a,
         image_id_b,
         arrays_b,
-        n_boot=max(int(cfg.n_boot), 1),
-        level=cfg.ci_level,
-        seed=cfg.seed,
+        n_boot=max(int(n_boot), 1),
+        level=level,
+        seed=seed,
         method=method,
     )

@@ -244,6 +244,37 @@ def dece_by_class(
     return float(np.sum(n_c[kept] * gap[kept]) / denominator) if denominator else float("nan")
 
 
+# ----------------------------------------------------------------------------- cell-free confidence measures
+
+
+def nll(p: np.ndarray, y: np.ndarray) -> float:
+    """mean -[y log p + (1 - y) log(1 - p)], p clipped to [1e-12, 1 - 1e-12] at each end."""
+    p, y = np.asarray(p, dtype=np.float64), np.asarray(y).astype(bool)
+    terms = np.where(y, -np.log(np.maximum(p, 1e-12)), -np.log(np.maximum(1.0 - p, 1e-12)))
+    return _mean(terms)
+
+
+def brier(p: np.ndarray, y: np.ndarray) -> float:
+    """mean (p - y)^2."""
+    return _mean((np.asarray(p, dtype=np.float64) - np.asarray(y, dtype=np.float64)) ** 2)
+
+
+def sharpness(p: np.ndarray, y: np.ndarray | None = None) -> float:
+    """Var(p) = mean p^2 - (mean p)^2 (population variance; y is not used)."""
+    p = np.asarray(p, dtype=np.float64)
+    return max(_mean(p * p) - _mean(p) ** 2, 0.0) if len(p) else float("nan")
+
+
+def overconfidence(p: np.ndarray, y: np.ndarray) -> float:
+    """E[p | y = 0]: the mean score of the unmatched detections (NaN when there are none)."""
+    return _mean(np.asarray(p, dtype=np.float64)[~np.asarray(y).astype(bool)])
+
+
+def underconfidence(p: np.ndarray, y: np.ndarray) -> float:
+    """E[1 - p | y = 1]: the mean missing score of the matched detections (NaN when there are none)."""
+    return _mean(1.0 - np.asarray(p, dtype=np.float64)[np.asarray(y).astype(bool)])
+
+
 # ----------------------------------------------------------------------------- bins over sigma
 
 

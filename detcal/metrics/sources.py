@@ -5,8 +5,9 @@ function (``detcal.metrics.confidence``, ``detcal.metrics.regression``,
 :func:`detcal.metrics.confidence_suite.dece_by_class`) that select that
 source's computation; a metric a source does not mention keeps detcal's
 default. ``suite_kwargs(source)`` gives the matching keyword arguments of the
-default suites (:class:`~detcal.metrics.confidence_suite.ConfidenceConfig`
-and :func:`~detcal.metrics.regression.regression_metrics`). docs/metrics.md
+default suites (:func:`~detcal.metrics.confidence_suite.suite`: its
+``binning`` and per-measure ``params``; and
+:func:`~detcal.metrics.regression.regression_metrics`). docs/metrics.md
 lists every variant with its reference.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from detcal.core.errors import DetcalInputError
+from detcal.metrics.confidence_suite import SuiteBinning
 
 SOURCES: dict[str, dict[str, dict[str, Any]]] = {
     "detcal": {},
@@ -57,13 +59,13 @@ SOURCES: dict[str, dict[str, dict[str, Any]]] = {
 }
 """source -> metric -> keyword arguments of the metric function."""
 
-_SUITE: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+_SUITE: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {  # (SuiteBinning fields + "params", regression)
     "detcal": ({}, {}),
-    "guo2017": ({"ece_bins": 15, "edges": "guo"}, {}),
+    "guo2017": ({"confidence": 15, "edges": "guo"}, {}),
     "levi2019": ({}, {"bins": 10, "binning": "equal_count"}),
     "lakara2022": ({}, {"bins": 10, "binning": "equal_count", "ll_fu_log_base": "e", "mwse_normalise": "retained"}),
     "lakara2022_code": ({}, {"bins": 10, "binning": "equal_count", "ll_fu_log_base": "10", "mwse_normalise": "total"}),
-    "thetis": ({"ece_bins": 20, "sample_threshold": 1, "homogeneity_spread": "variance"}, {}),
+    "thetis": ({"confidence": 20, "sample_threshold": 1, "params": {"homogeneity": {"spread": "variance"}}}, {}),
     "netcal": ({"policy": "netcal"}, {"binning": "equal_width", "qce_policy": "netcal"}),
 }
 
@@ -80,11 +82,16 @@ def source_kwargs(source: str, metric: str) -> dict[str, Any]:
 
 
 def suite_kwargs(source: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(ConfidenceConfig fields, regression_metrics keyword arguments)`` of ``source``.
+    """``(suite keyword arguments, regression_metrics keyword arguments)`` of ``source``.
+
+    The first: ``binning`` (a :class:`~detcal.metrics.confidence_suite.SuiteBinning`)
+    and ``params`` (per measure) of :func:`detcal.metrics.confidence_suite.suite`.
 
     The class dimension of Thetis's D-ECE needs the categories and is not part
     of the suite: call :func:`detcal.metrics.confidence_suite.dece_by_class`.
     """
     _check(source)
     conf, reg = _SUITE[source]
-    return dict(conf), dict(reg)
+    fields = {k: v for k, v in conf.items() if k != "params"}
+    params = {k: dict(v) for k, v in conf.get("params", {}).items()}
+    return {"binning": SuiteBinning(**fields), "params": params}, dict(reg)

@@ -3,7 +3,7 @@
 uq-detr (Park, Sobolewski and Azizan, IEEE TPAMI 2026) computes the three
 detection-level measures beside its OCE (:mod:`detcal.metrics.oce`). Its
 numbers differ from detcal's defaults (:mod:`detcal.metrics.laece`,
-:mod:`detcal.metrics.lrp`, :func:`detcal.metrics.confidence.dece`) by
+:mod:`detcal.metrics.lrp`, :func:`detcal.metrics.confidence.dece_kueppers`) by
 conventions, each reproduced here and named in docs/newest_measures.md:
 
 * **bins** span the lowest to the highest confidence present (per class for

@@ -34,7 +34,7 @@ from detcal.calibration.base import ConfidenceCalibrator, RegressionCalibrator
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MatchResult, MetricResult
 from detcal.pipeline.calibration_result import REGRESSION_ROWS, CalibrationResult
-from detcal.pipeline.confidence_block import suite_config
+from detcal.pipeline.confidence_block import interval_settings, spec_suite
 from detcal.pipeline.evaluation import (
     as_loaded,
     dece_maps,
@@ -159,10 +159,17 @@ def _confidence_eval(
 ) -> dict[str, Any]:
     from detcal.metrics.confidence_suite import confidence_metrics
 
-    ccfg = suite_config(spec)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = confidence_metrics(p, y, feats, category if spec.confidence.per_class else None, ccfg, image_id)
+        res = confidence_metrics(
+            p,
+            y,
+            feats,
+            category if spec.confidence.per_class else None,
+            spec_suite(spec),
+            image_id,
+            **interval_settings(spec),
+        )
     return {k: v.to_dict() for k, v in res.items()}
 
 
@@ -179,10 +186,12 @@ def _confidence_change(
 
     if spec.bootstrap.n == 0:
         return {"_skipped": "bootstrap.n=0: no intervals for the changes"}
-    ccfg = suite_config(spec)
+    bs = spec.bootstrap
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ch = confidence_changes(p_b, p_a, y, feats, image_id, ccfg, method=spec.bootstrap.method)
+        ch = confidence_changes(
+            p_b, p_a, y, feats, image_id, spec_suite(spec), method=bs.method, n_boot=bs.n, level=bs.level, seed=bs.seed
+        )
     return {k: v.to_dict() for k, v in ch.items()}
 
 

@@ -5,8 +5,12 @@ and returns a :class:`Comparison`:
 
 * ``table``: one row per detector: COCO AP, AP50, AP75, AR100, AP by size
   (:func:`detcal.metrics.accuracy.coco_ap`), the calibration sample size and
-  precision, ECE (15 bins), D-ECE (5 bins per dimension over confidence and
-  relative cx, cy, w, h, cells with >= 8 samples), MCE, NLL, Brier, each
+  precision, and the headline confidence measures of the registry
+  (:func:`detcal.metrics.measures.headline_names`: ECE, D-ECE, MCE, NLL,
+  Brier) on the grids of ``binning`` (a
+  :class:`~detcal.pipeline.spec.DeceBinningSpec`, the run's ``dece_binning``;
+  by default ECE over 15 bins, D-ECE over 5 bins per dimension of confidence
+  and relative cx, cy, w, h, cells with >= 8 samples), each
   calibration metric with the interval ``detcal-evaluate`` gives the same
   detector with the same bootstrap settings (:func:`single_intervals`: the
   same resamples of the images holding its sample, the same leave-one-image-out
@@ -27,7 +31,9 @@ The calibration sample of a detector: its detections matched at ``iou``
 (``matching="exclusive"``: pycocotools' rule; ``"netcal_example"``:
 :mod:`detcal.matching.netcal_example`), not ignored; ``y`` the matched flag. The
 bootstrap uses per-(image, cell) sums and a weight matrix ``[R, I]`` of how
-often each image was drawn (no loop over detections or replicates). AP/AR
+often each image was drawn (no loop over detections or replicates), and each
+replicate's values come from the same registry entries as the point values
+(:func:`replicate_metrics`). AP/AR
 differences get paired intervals from their own, smaller set of resamples
 (``ap_n_boot``; one COCO evaluation per resample:
 :mod:`detcal.metrics.paired_ap`); box-uncertainty metrics are not part of it yet.
@@ -36,31 +42,41 @@ differences get paired intervals from their own, smaller set of resamples
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
-from detcal.binning.edges import cell_index
-from detcal.calibration.base import clip_p
 from detcal.core.boxes import relative_features
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections
 from detcal.matching.engine import match
 from detcal.matching.netcal_example import match_netcal_example
 from detcal.metrics.accuracy import AREA_RANGES, coco_ap
-from detcal.metrics.bootstrap import interval, jackknife_blocks
-from detcal.metrics.confidence import ConfidenceMetric, brier, dece, ece, mce, nll
-from detcal.metrics.paired_ap import MIN_MARK_RESAMPLES, few_resamples_note
-from detcal.reports.per_class import per_class_table, reliability_curve, table_markdown
+from detcal.metrics.bootstrap import bootstrap_many, interval, jackknife_blocks, jackknife_many
+from detcal.metrics.confidence import SPARSE_RATIO, ConfidenceMetric, SparseCellsWarning, ece
+from detcal.metrics.confidence_suite import suite
+from detcal.metrics.image_cells import image_cells, replicate_values
+from detcal.metrics.measures import headline_names
+from detcal.metrics.paired_ap import MIN_MARK_RESAMPLES, few_resamples_note, paired_ap_differences
+from detcal.pipeline.sparse_cells import SPARSE_MARK, fitting_bins, log_once
+from detcal.pipeline.spec import FEATURES, DeceBinningSpec
+from detcal.reports.per_class import (
+    per_class_table,
+    plot_per_class_reliability,
+    plot_reliability,
+    reliability_curve,
+    table_markdown,
+)
 from detcal.reports.tables import md_cell
+from detcal.utils.io import save_figure
 
-CAL_METRICS: tuple[str, ...] = ("ece", "dece", "mce", "nll", "brier")
-"""Calibration metrics of the comparison table (each with a bootstrap interval)."""
+CAL_METRICS: tuple[str, ...] = headline_names()
+"""Calibration metrics of the comparison table (each with a bootstrap interval): the registry's headline
+measures when this module was imported (:func:`calibration_names` reads the registry at call time)."""
 ACC_METRICS: tuple[str, ...] = ("AP", "AP50", "AP75", "AR100", "AP_small", "AP_medium", "AP_large")
-ECE_BINS, DECE_BINS, DECE_THRESHOLD = 15, 5, 8
 JACKKNIFE_BLOCKS = 200
 """Delete-a-block jackknife of the BCa acceleration (as detcal.metrics.bootstrap's generic path)."""
 
@@ -111,52 +127,48 @@ def calibration_sample(
     }
 
 
-def point_metrics(s: Mapping[str, np.ndarray]) -> dict[str, float]:
-    """ECE, D-ECE, MCE, NLL, Brier of one calibration sample (detcal's metric functions)."""
-    import warnings
+def calibration_names() -> tuple[str, ...]:
+    """The calibration metrics of the comparison: the registry's headline measures (:mod:`detcal.metrics.measures`)."""
+    return headline_names()
 
-    from detcal.metrics.confidence import SparseCellsWarning
 
-    p, y = s["p"], s["y"]
+def metric_fns(binning: DeceBinningSpec | None = None) -> dict[str, ConfidenceMetric]:
+    """The calibration metrics as the metric objects of evaluate's suite on ``binning``'s grids (default
+    :class:`~detcal.pipeline.spec.DeceBinningSpec`: ECE 15 bins, D-ECE 5 per dimension, threshold 8): the
+    point values of :func:`point_metrics`, the bootstrap and :func:`replicate_metrics`."""
+    b = binning or DeceBinningSpec()
+    measures = suite(b.suite_binning())
+    return {k: measures[k] for k in calibration_names()}
+
+
+def _args(s: Mapping[str, np.ndarray], binning: DeceBinningSpec | None) -> tuple[np.ndarray, ...]:
+    """``(p, y, features)`` of a calibration sample, the features those of ``binning`` (default all four)."""
+    cols = [FEATURES.index(n) for n in (binning or DeceBinningSpec()).features]
+    f = s["features"] if cols == list(range(s["features"].shape[1])) else s["features"][:, cols]
+    return s["p"], s["y"], f
+
+
+def point_metrics(s: Mapping[str, np.ndarray], binning: DeceBinningSpec | None = None) -> dict[str, float]:
+    """The calibration metrics of one calibration sample (:func:`metric_fns`: the registry's entries)."""
+    args = _args(s, binning)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SparseCellsWarning)  # one line per run: _sparse_line
-        return {
-            "ece": ece(p, y, ECE_BINS).value,
-            "dece": dece(p, y, s["features"], bins=DECE_BINS, sample_threshold=DECE_THRESHOLD).value,
-            "mce": mce(p, y, ECE_BINS).value,
-            "nll": nll(p, y).value,
-            "brier": brier(p, y).value,
-        }
+        return {k: float(m(*args).value) for k, m in metric_fns(binning).items()}
 
 
-def _sparse_line(samples: Mapping[str, Mapping[str, np.ndarray]]) -> None:
+def _sparse_line(samples: Mapping[str, Mapping[str, np.ndarray]], binning: DeceBinningSpec) -> None:
     """The run's one sparse-cell warning (detcal.pipeline.sparse_cells): the detectors whose D-ECE grid has
     more cells than samples/10, with the numbers."""
-    from detcal.metrics.confidence import SPARSE_RATIO
-    from detcal.pipeline.sparse_cells import SPARSE_MARK, fitting_bins, log_once
-
-    dims = 1 + next(iter(samples.values()))["features"].shape[1] if samples else 5
-    cells = DECE_BINS**dims
+    grid = binning.grid()
+    dims, cells = len(grid), grid.n_cells
     ns = {k: len(v["p"]) for k, v in samples.items() if 0 < len(v["p"]) < cells * SPARSE_RATIO}
     if ns:
         lo = min(ns.values())
         log_once(
             f"sparse cells ({SPARSE_MARK}): dece of {', '.join(ns)}: {cells:,} cells for "
             f"{lo:,}{'' if lo == max(ns.values()) else f'-{max(ns.values()):,}'} detections "
-            f"({fitting_bins(lo, dims)} bins per dimension would fit; compare keeps evaluate's default grid)"
+            f"({fitting_bins(lo, dims)} bins per dimension would fit: dece_binning.bins)"
         )
-
-
-def metric_fns() -> dict[str, ConfidenceMetric]:
-    """The :data:`CAL_METRICS` as the metric objects of evaluate's suite (the point values of
-    :func:`point_metrics`; the fast bootstrap path)."""
-    return {
-        "ece": ConfidenceMetric("ece", ECE_BINS, 1, "drop"),
-        "dece": ConfidenceMetric("dece", DECE_BINS, DECE_THRESHOLD, "drop", use_features=True),
-        "mce": ConfidenceMetric("mce", ECE_BINS, 1, "drop"),
-        "nll": ConfidenceMetric("nll"),
-        "brier": ConfidenceMetric("brier"),
-    }
 
 
 def single_intervals(
@@ -167,17 +179,16 @@ def single_intervals(
     level: float,
     seed: int,
     method: str,
+    binning: DeceBinningSpec | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Each metric's interval for one detector exactly as ``detcal-evaluate`` computes it: the same
     resamples (the images holding the detector's sample, drawn by :func:`detcal.metrics.bootstrap.bootstrap_many`
     with ``seed``), the same leave-one-image-out jackknife and method. ``image_id [S]``: each sample's image id."""
-    from detcal.metrics.bootstrap import bootstrap_many, jackknife_many
-
-    fns = metric_fns()
-    args = (s["p"], s["y"], s["features"])
+    fns = metric_fns(binning)
+    args = _args(s, binning)
     reps = bootstrap_many(fns, image_id, *args, n_boot=n_boot, seed=seed)
     jack = jackknife_many(fns, image_id, *args) if method == "bca" else {}
-    return {k: interval(reps[k], point[k], level, method, jack.get(k)) for k in CAL_METRICS}
+    return {k: interval(reps[k], point[k], level, method, jack.get(k)) for k in fns}
 
 
 def image_weights(n_images: int, n_boot: int, seed: int) -> np.ndarray:
@@ -187,46 +198,29 @@ def image_weights(n_images: int, n_boot: int, seed: int) -> np.ndarray:
     return np.bincount(flat.ravel(), minlength=n_boot * n_images).reshape(n_boot, n_images).astype(np.float64)
 
 
-def _cell_sums(
-    W: np.ndarray, image: np.ndarray, cell: np.ndarray, n_cells: int, values: tuple[np.ndarray, ...]
-) -> list[np.ndarray]:
-    """``W @ A`` for per-(image, cell) sums A of each of ``values``: ``[R, C]`` each."""
-    n_img = W.shape[1]
-    out = []
-    for v in values:
-        A = sp.csr_matrix((v, (image, cell)), shape=(n_img, n_cells))
-        out.append(np.asarray((sp.csr_matrix(W) @ A).todense()))
-    return out
+def replicate_metrics(
+    s: Mapping[str, np.ndarray], W: np.ndarray, binning: DeceBinningSpec | None = None
+) -> dict[str, np.ndarray]:
+    """The calibration metrics of each bootstrap replicate ``[R]`` (row weights ``W [R, I]`` over the
+    dataset's images, ``s["image"]`` each sample's image row), through the registry entries of
+    :func:`metric_fns`: the per-(image, cell) sums of each grid once
+    (:func:`detcal.metrics.image_cells.image_cells`), then ``W`` times them and each entry's ``values``
+    (:func:`detcal.metrics.image_cells.replicate_values`), as the bootstrap of ``detcal-evaluate``.
 
-
-def replicate_metrics(s: Mapping[str, np.ndarray], W: np.ndarray) -> dict[str, np.ndarray]:
-    """The :data:`CAL_METRICS` of each bootstrap replicate ``[R]`` (row weights ``W [R, I]``).
-
-    With ``W`` all ones this is the point value (tested against
-    :func:`point_metrics`).
+    With ``W`` all ones this is the point value (tested against :func:`point_metrics`).
     """
-    p, y, img = s["p"], s["y"], s["image"]
-    one = np.ones_like(p)
-    c1, n1 = cell_index(p[:, None], [ECE_BINS])
-    n, P, Y = _cell_sums(W, img, c1, n1, (one, p, y))
-    gap = np.abs(Y - P)
+    fns = metric_fns(binning)
+    names = list(fns)
+    W = np.asarray(W, dtype=np.float64)
+    out = {k: np.full(len(W), np.nan) for k in names}
+    image = np.asarray(s["image"], dtype=np.int64)
+    grids = image_cells(fns, names, image, W.shape[1], _args(s, binning))
     with np.errstate(invalid="ignore", divide="ignore"):
-        out = {"ece": gap.sum(1) / n.sum(1), "mce": np.where(n > 0, gap / np.where(n > 0, n, 1), -np.inf).max(1)}
-        c5, n5 = cell_index(np.column_stack([p, s["features"]]), [DECE_BINS] * (1 + s["features"].shape[1]))
-        n, P, Y = _cell_sums(W, img, c5, n5, (one, p, y))
-        kept = n >= DECE_THRESHOLD
-        out["dece"] = np.where(kept, np.abs(Y - P), 0).sum(1) / np.where(kept, n, 0).sum(1)
-        q = clip_p(p)
-        per_img = np.zeros((W.shape[1], 3))
-        np.add.at(per_img, img, np.column_stack([one, -(y * np.log(q) + (1 - y) * np.log1p(-q)), (p - y) ** 2]))
-        tot = W @ per_img
-        out["nll"] = tot[:, 1] / tot[:, 0]
-        out["brier"] = tot[:, 2] / tot[:, 0]
-    out["mce"] = np.where(np.isfinite(out["mce"]), out["mce"], np.nan)
+        replicate_values(fns, grids, W, out, 0)
     return out
 
 
-def _size_rows(name: str, s: Mapping[str, np.ndarray], acc: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _size_rows(name: str, s: Mapping[str, np.ndarray], acc: Mapping[str, Any], ece_bins: int) -> list[dict[str, Any]]:
     """Per COCO size (detection box area: small <= 32^2 < medium <= 96^2 < large): AP/AR and calibration."""
     small, medium = AREA_RANGES["small"][1], AREA_RANGES["medium"][1]
     which = {
@@ -246,7 +240,7 @@ def _size_rows(name: str, s: Mapping[str, np.ndarray], acc: Mapping[str, Any]) -
                 "n": int(m.sum()),
                 "precision": float(yc.mean()) if m.any() else float("nan"),
                 "mean_conf": float(pc.mean()) if m.any() else float("nan"),
-                "ece": ece(pc, yc, ECE_BINS).value,
+                "ece": ece(pc, yc, ece_bins).value,  # the per-size table's own ECE column
             }
         )
     return rows
@@ -267,7 +261,7 @@ def _detector_row(
         "n": int(len(s["p"])),
         "precision": float(s["y"].mean()) if len(s["p"]) else float("nan"),
     }
-    for k in CAL_METRICS:
+    for k in point:
         row[k] = point[k]
         res = single[k]
         row[f"{k}_ci"] = res["ci"]
@@ -291,8 +285,9 @@ def _calibration_diffs(
         if row["detector"] == baseline:
             continue
         det = row["detector"]
-        n_boot = len(reps[det][CAL_METRICS[0]])
-        for k in CAL_METRICS:
+        names = list(reps[det])
+        n_boot = len(reps[det][names[0]])
+        for k in names:
             d = reps[det][k] - reps[baseline][k]
             jd, jb = jks[det][k], jks[baseline][k]
             jk = None if jd is None or jb is None else jd - jb
@@ -323,6 +318,7 @@ def _params(
     jackknife_blocks: int,
     ap_n_boot: int,
     ap_metrics: tuple[str, ...],
+    binning: DeceBinningSpec,
 ) -> dict[str, Any]:
     """The settings a comparison records."""
     return {
@@ -336,9 +332,9 @@ def _params(
         "jackknife_blocks": jackknife_blocks,
         "ap_n_boot": int(ap_n_boot),
         "ap_metrics": list(ap_metrics) if ap_n_boot > 0 else [],
-        "ece_bins": ECE_BINS,
-        "dece_bins": DECE_BINS,
-        "dece_sample_threshold": DECE_THRESHOLD,
+        "ece_bins": binning.ece_bins,
+        "dece_bins": binning.bins,
+        "dece_sample_threshold": binning.sample_threshold,
     }
 
 
@@ -358,9 +354,12 @@ def compare(
     ap_n_boot: int = 0,
     ap_metrics: tuple[str, ...] = ("AP", "AP50", "AR100"),
     ap_jackknife_blocks: int = 6,
+    binning: DeceBinningSpec | None = None,
 ) -> Comparison:
-    """Compare detectors (module docstring). ``baseline`` defaults to the first of ``runs``."""
+    """Compare detectors (module docstring). ``baseline`` defaults to the first of ``runs``; ``binning``: the
+    run's ``dece_binning`` (default :class:`~detcal.pipeline.spec.DeceBinningSpec`)."""
     t0 = time.time()
+    binning = binning or DeceBinningSpec()
     if not runs:
         raise DetcalInputError("no detectors to compare", field="runs")
     names = list(runs)
@@ -377,29 +376,27 @@ def compare(
         acc = coco_ap(runs[name], dataset, gt_area=gt_area)
         s = calibration_sample(runs[name], dataset, iou, matching)
         samples[name] = s
-        point = point_metrics(s)
-        reps[name] = replicate_metrics(s, W)
-        jks[name] = replicate_metrics(s, W_jk) if method == "bca" else {k: None for k in CAL_METRICS}
+        point = point_metrics(s, binning)
+        reps[name] = replicate_metrics(s, W, binning)
+        jks[name] = replicate_metrics(s, W_jk, binning) if method == "bca" else {k: None for k in point}
         accs[name] = {k: float(acc[k].value) for k in ACC_METRICS}
         ids = dataset.images.id[s["image"]]
-        single = single_intervals(s, ids, point, int(n_boot), level, seed, method)
+        single = single_intervals(s, ids, point, int(n_boot), level, seed, method, binning)
         table.append(_detector_row(name, acc, s, point, single))
-        per_size += _size_rows(name, s, acc)
+        per_size += _size_rows(name, s, acc, binning.ece_bins)
         per_cls[name] = per_class_table(
             s["p"],
             s["y"],
             s["category"],
             dataset.categories,
-            bins=ECE_BINS,
+            bins=binning.ece_bins,
             top_n=top_n_classes,
             ap_table=acc["AP"].table,
         )
-        rel[name] = reliability_curve(s["p"], s["y"], ECE_BINS)
-    _sparse_line(samples)
+        rel[name] = reliability_curve(s["p"], s["y"], binning.ece_bins)
+    _sparse_line(samples, binning)
     diffs = _calibration_diffs(table, reps, jks, baseline, level, method)
     if ap_n_boot > 0 and len(names) > 1:
-        from detcal.metrics.paired_ap import paired_ap_differences
-
         diffs += paired_ap_differences(
             runs,
             dataset,
@@ -413,7 +410,9 @@ def compare(
             gt_area=gt_area,
             n_blocks=ap_jackknife_blocks,
         )
-    params = _params(iou, matching, n_boot, level, seed, baseline, method, int(block.max()) + 1, ap_n_boot, ap_metrics)
+    params = _params(
+        iou, matching, n_boot, level, seed, baseline, method, int(block.max()) + 1, ap_n_boot, ap_metrics, binning
+    )
     params["seconds"] = time.time() - t0
     return Comparison(
         table=table, diffs=diffs, per_class=per_cls, per_size=per_size, reliability=rel, samples=samples, params=params
@@ -446,11 +445,12 @@ def _notes_md(notes: Mapping[str, list[str]]) -> list[str]:
 def markdown(c: Comparison, digits: int = 4) -> str:
     """The comparison as Markdown: main table, paired differences, per-size and per-class tables."""
     f = lambda v: f"{v:.{digits}f}"
-    head = ["detector", *ACC_METRICS, "n", "precision", *CAL_METRICS]
+    cal = [k for k in calibration_names() if c.table and k in c.table[0]]
+    head = ["detector", *ACC_METRICS, "n", "precision", *cal]
     lines = ["## Detectors", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in c.table:
         cells = [md_cell(r["detector"]), *(f(r[k]) for k in ACC_METRICS), str(r["n"]), f(r["precision"])]
-        cells += [f"{f(r[k])} {_ci_md(r[k + '_ci'], f)}" for k in CAL_METRICS]
+        cells += [f"{f(r[k])} {_ci_md(r[k + '_ci'], f)}" for k in cal]
         lines.append("| " + " | ".join(cells) + " |")
     lvl = int(round(100 * c.params["level"]))
     lines += [
@@ -488,20 +488,16 @@ def markdown(c: Comparison, digits: int = 4) -> str:
 
 def plot(c: Comparison, path: Any = None) -> Any:
     """Overlaid reliability diagrams of all detectors (one panel)."""
-    import matplotlib
+    import matplotlib  # lazily: matplotlib is needed for the figure only
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from detcal.reports.per_class import plot_reliability
 
     fig, ax = plt.subplots(figsize=(4.5, 4.2))
     plot_reliability(ax, c.reliability, f"reliability at IoU {c.params['iou']}")
     ax.legend(fontsize=7)
     fig.tight_layout()
     if path is not None:
-        from detcal.utils.io import save_figure
-
         save_figure(fig, path, dpi=120)
         plt.close(fig)
     return fig
@@ -509,10 +505,12 @@ def plot(c: Comparison, path: Any = None) -> Any:
 
 def plot_per_class(c: Comparison, names: Mapping[int, str] | None = None, top_n: int = 9, path: Any = None) -> Any:
     """Per-class reliability diagrams of the most frequent classes, all detectors overlaid."""
-    from detcal.reports.per_class import plot_per_class_reliability
-
     return plot_per_class_reliability(
-        {k: (s["p"], s["y"], s["category"]) for k, s in c.samples.items()}, names, top_n=top_n, bins=ECE_BINS, path=path
+        {k: (s["p"], s["y"], s["category"]) for k, s in c.samples.items()},
+        names,
+        top_n=top_n,
+        bins=c.params.get("ece_bins", DeceBinningSpec().ece_bins),
+        path=path,
     )
 
 
@@ -520,10 +518,12 @@ __all__ = [
     "ACC_METRICS",
     "CAL_METRICS",
     "Comparison",
+    "calibration_names",
     "calibration_sample",
     "compare",
     "image_weights",
     "markdown",
+    "metric_fns",
     "plot",
     "plot_per_class",
     "point_metrics",

@@ -7,12 +7,19 @@ from typing import Any
 
 import numpy as np
 
+from detcal.binning.cells import cell_stats, sample_cells, validate_sample
+from detcal.binning.edges import BinGrid
+from detcal.core.errors import DetcalInputError
 from detcal.core.types import MatchResult
+from detcal.metrics.confidence import ConfidenceMetric
+from detcal.metrics.confidence_suite import confidence_metrics, suite, suite_cells
+from detcal.pipeline.parallel import distributed_rank, distributed_world, gather_all, map_in_processes
 from detcal.pipeline.progress import Progress
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import FEATURES, EvaluationSpec
+from detcal.reports.gap_maps import marginal_gap_map
 
-__all__ = ["confidence_blocks", "dece_maps", "threshold_label"]
+__all__ = ["confidence_blocks", "dece_maps", "interval_settings", "spec_suite", "threshold_label"]
 
 
 def threshold_label(t: float) -> str:
@@ -26,20 +33,19 @@ def _feature_cols(names: list[str]) -> list[int]:
     return [FEATURES.index(n) for n in names]
 
 
-def _map_bins(b: Any, pair: list[str]) -> int | tuple[int, int, int]:
-    """Bins of a (confidence, f1, f2) map grid: the D-ECE bins of those dimensions."""
-    if isinstance(b.bins, int):
-        return b.bins
-    per = {n: b.bins[1 + i] for i, n in enumerate(b.features)}
-    return (b.bins[0], per.get(pair[0], b.bins[0]), per.get(pair[1], b.bins[0]))
-
-
-def _map_metric(spec: EvaluationSpec, pair: list[str]) -> Any:
-    """The D-ECE of a (confidence, f1, f2) map grid."""
-    from detcal.metrics.confidence import ConfidenceMetric, _bins_arg
-
+def _map_grid(spec: EvaluationSpec, pair: list[str]) -> BinGrid:
+    """Bins of a (confidence, f1, f2) map grid: the D-ECE grid's bins of those dimensions (a feature
+    outside the D-ECE grid takes the confidence's count)."""
     b = spec.dece_binning
-    return ConfidenceMetric("dece", _bins_arg(_map_bins(b, pair)), b.sample_threshold, b.policy, use_features=True)
+    grid = b.grid()
+    per = {n: grid[1 + i] for i, n in enumerate(b.features)}
+    return BinGrid((grid[0], per.get(pair[0], grid[0]), per.get(pair[1], grid[0])))
+
+
+def _map_metric(spec: EvaluationSpec, pair: list[str]) -> ConfidenceMetric:
+    """The D-ECE of a (confidence, f1, f2) map grid."""
+    b = spec.dece_binning
+    return ConfidenceMetric("dece", _map_grid(spec, pair), b.sample_threshold, b.policy, use_features=True)
 
 
 def dece_maps(
@@ -50,9 +56,6 @@ def dece_maps(
     ``cells``: the cell of each sample on each map grid (keyed ``"f1_f2"``), computed once for
     all IoU thresholds (:func:`_shared_cells`); the same numbers as without.
     """
-    from detcal.binning.cells import cell_stats
-    from detcal.reports.gap_maps import marginal_gap_map
-
     b = spec.dece_binning
     out: dict[str, Any] = {}
     for pair in spec.confidence.maps:
@@ -128,19 +131,17 @@ def confidence_blocks(
         if wanted is None and any(abs(float(t) - w) < 1e-9 for w in exclude):
             continue
         todo.append(i)
-    args = (spec, data, mr, feats, no_pos, _shared_cells(spec, data, mr, feats, no_pos) if todo else None)
+    measures = spec_suite(spec)  # the grids normalised once, passed down
+    shared = _shared_cells(spec, measures, data, mr, feats, no_pos) if todo else None
+    args = (spec, measures, data, mr, feats, no_pos, shared)
     workers, distributed = spec.parallel.workers, spec.parallel.distributed
     if distributed:
-        from detcal.pipeline.parallel import distributed_rank, distributed_world, gather_all
-
         rank, world = distributed_rank(), distributed_world()
         progress.step(f"confidence at {len(todo)} thresholds over {world} ranks")
         mine = [(i, _one_threshold(i, *args)) for i in todo[rank::world]]
         done = dict(pair for part in gather_all(mine) for pair in part)
         results = [done[i] for i in todo]
     elif workers > 1 and len(todo) > 1:
-        from detcal.pipeline.parallel import map_in_processes
-
         progress.step(f"confidence at {len(todo)} thresholds in {workers} processes")
         results = map_in_processes(_one_threshold, todo, args, workers)
     else:
@@ -153,23 +154,19 @@ def confidence_blocks(
     return out, maps
 
 
-def suite_config(spec: EvaluationSpec) -> Any:
-    """The :class:`~detcal.metrics.confidence_suite.ConfidenceConfig` a spec's binning, bootstrap and confidence settings make."""
-    from detcal.metrics.confidence_suite import ConfidenceConfig
-
-    b, bs = spec.dece_binning, spec.bootstrap
-    return ConfidenceConfig(
-        ece_bins=b.ece_bins,
-        dece_bins=b.bins_arg(),
-        sample_threshold=b.sample_threshold,
-        policy=b.policy,
-        n_boot=bs.n,
-        ci_level=bs.level,
-        seed=bs.seed,
-        edges=spec.confidence.edges,
-        homogeneity_spread=spec.confidence.homogeneity_spread,
-        ci_method=bs.method,
+def spec_suite(spec: EvaluationSpec) -> dict[str, ConfidenceMetric]:
+    """Every registered confidence measure on the spec's grids (:meth:`DeceBinningSpec.suite_binning`, built
+    once here), with the spec's source variants (``confidence.homogeneity_spread``)."""
+    return suite(
+        spec.dece_binning.suite_binning(spec.confidence.edges),
+        {"homogeneity": {"spread": spec.confidence.homogeneity_spread}},
     )
+
+
+def interval_settings(spec: EvaluationSpec) -> dict[str, Any]:
+    """The bootstrap keyword arguments of :func:`detcal.metrics.confidence_suite.confidence_metrics`."""
+    bs = spec.bootstrap
+    return {"n_boot": bs.n, "ci_level": bs.level, "seed": bs.seed, "ci_method": bs.method}
 
 
 def _sample_features(spec: EvaluationSpec, fr: np.ndarray, no_pos: str | None) -> np.ndarray | None:
@@ -182,19 +179,20 @@ def _sample_features(spec: EvaluationSpec, fr: np.ndarray, no_pos: str | None) -
 
 
 def _shared_cells(
-    spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray, no_pos: str | None
+    spec: EvaluationSpec,
+    measures: dict[str, ConfidenceMetric],
+    data: LoadedData,
+    mr: MatchResult,
+    feats: np.ndarray,
+    no_pos: str | None,
 ) -> tuple[np.ndarray, dict[Any, np.ndarray], dict[str, np.ndarray]] | None:
     """The considered detections and their cells on the suite's grids and on the map grids, computed
     once for every IoU threshold (the cells do not depend on the matched flags); None when a value is
     invalid (each threshold then reports it as before)."""
-    from detcal.binning.cells import sample_cells, validate_sample
-    from detcal.core.errors import DetcalInputError
-    from detcal.metrics.confidence_suite import suite_cells
-
     cons = np.flatnonzero(mr.considered)
     p, fr = data.detections.score[cons], np.take(feats, cons, axis=0)
     try:
-        cells = suite_cells(p, _sample_features(spec, fr, no_pos), suite_config(spec))
+        cells = suite_cells(p, _sample_features(spec, fr, no_pos), measures)
         maps = {}
         if spec.confidence.maps and not no_pos:
             for pair in spec.confidence.maps:
@@ -210,6 +208,7 @@ def _shared_cells(
 def _one_threshold(
     i: int,
     spec: EvaluationSpec,
+    measures: dict[str, ConfidenceMetric],
     data: LoadedData,
     mr: MatchResult,
     feats: np.ndarray,
@@ -217,11 +216,8 @@ def _one_threshold(
     shared: tuple[np.ndarray, dict[Any, np.ndarray], dict[str, np.ndarray]] | None = None,
 ) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
     """(label, metric block, D-ECE maps or None) of matching row ``i``; ``shared``: :func:`_shared_cells`."""
-    from detcal.metrics.confidence_suite import confidence_metrics
-
     b, c = spec.dece_binning, spec.confidence
     dets = data.detections
-    ccfg = suite_config(spec)
     label = threshold_label(float(mr.iou_thresholds[i]))
     cells = map_cells = None
     if shared is not None:
@@ -251,7 +247,14 @@ def _one_threshold(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = confidence_metrics(
-            p, y, f, dets.category[rows] if c.per_class else None, ccfg, dets.image_id[rows], cells=cells
+            p,
+            y,
+            f,
+            dets.category[rows] if c.per_class else None,
+            measures,
+            dets.image_id[rows],
+            cells=cells,
+            **interval_settings(spec),
         )
     block: dict[str, Any] = {k: r.to_dict() for k, r in res.items()}
     for node in block.values():

@@ -29,6 +29,7 @@ import numpy as np
 from detcal.core.boxes import relative_features, xyxy_to_cxcywh
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections, MatchResult, MetricResult
+from detcal.metrics.measures import headline_names
 from detcal.pipeline.confidence_block import confidence_blocks, dece_maps, threshold_label
 from detcal.pipeline.progress import Progress
 from detcal.pipeline.sources import LoadedData, load_coco, load_data, release_memory
@@ -46,11 +47,9 @@ __all__ = [
     "relative_box_features",
     "threshold_label",
     "dece_maps",
-    "HEADLINE_CONFIDENCE",
     "HEADLINE_REGRESSION",
 ]
 
-HEADLINE_CONFIDENCE: tuple[str, ...] = ("ece", "dece", "mce", "nll", "brier")
 HEADLINE_REGRESSION: tuple[str, ...] = ("ence", "m_qce", "c_qce", "nll")
 
 
@@ -328,7 +327,7 @@ def _headline(conf: dict[str, Any], reg: dict[str, Any]) -> dict[str, Any]:
     for label, block in conf.items():
         if "skipped" in block.get("_sample", {}):
             continue
-        for name in HEADLINE_CONFIDENCE:
+        for name in headline_names():  # the registry's headline measures (detcal.metrics.measures)
             node = block.get(name)
             if node is not None:
                 out[name] = {

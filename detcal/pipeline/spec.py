@@ -27,7 +27,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from detcal.binning.edges import BinGrid
 from detcal.core.errors import DetcalError
+from detcal.metrics.confidence_suite import SuiteBinning
 
 __all__ = [
     "FEATURES",
@@ -266,8 +268,8 @@ class DeceBinningSpec:
         from detcal.binning.cells import grid_bytes
         from detcal.utils.memory import available_bytes, gib
 
-        dims = self.bins if isinstance(self.bins, list) else [int(self.bins)] * (1 + len(self.features))
-        n_cells = math.prod(int(v) for v in dims)
+        dims = self.grid()
+        n_cells = dims.n_cells
         need, have = grid_bytes(n_cells, 5), available_bytes()
         if need > have:
             raise ConfigError(
@@ -276,9 +278,22 @@ class DeceBinningSpec:
                 f"memory, more than the {gib(have)} available: use fewer bins or fewer features",
             )
 
-    def bins_arg(self) -> int | tuple[int, ...]:
-        """``bins`` as :func:`detcal.metrics.confidence.dece` takes it."""
-        return tuple(self.bins) if isinstance(self.bins, list) else int(self.bins)
+    def grid(self) -> BinGrid:
+        """The D-ECE grid: one bin count per dimension (confidence, then :attr:`features`), normalised here
+        once and passed down as it is (:class:`detcal.binning.BinGrid`)."""
+        return BinGrid.of(self.bins, 1 + len(self.features))
+
+    def suite_binning(self, edges: str | None = None) -> SuiteBinning:
+        """The cells of the confidence suite (:func:`detcal.metrics.confidence_suite.suite`): the
+        confidence-only grid of ``ece_bins``, the D-ECE :meth:`grid`, its sample threshold and policy, and
+        the edge rule ``edges`` (``ConfidenceSpec.edges``)."""
+        return SuiteBinning(
+            confidence=BinGrid.of(self.ece_bins, 1),
+            position=self.grid(),
+            sample_threshold=self.sample_threshold,
+            policy=self.policy,
+            edges=edges,
+        )
 
 
 @dataclass

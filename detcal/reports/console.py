@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from detcal.metrics.measures import headline_names
+from detcal.reports.measure_rows import measure_rows, row_text
 from detcal.reports.tables import format_value
 
 __all__ = ["console_summary", "run_footer"]
@@ -59,10 +61,10 @@ def _compare_lines(m: Mapping[str, Any]) -> list[str]:
     lines = []
     for r in rows:
         if isinstance(r, Mapping) and "detector" in r:
+            cal = measure_rows(r, headline_names())  # the registry's headline measures, as it labels them
             lines.append(
-                f"  {r['detector']}: AP {format_value(r.get('AP'))}, ECE {format_value(r.get('ece'))} "
-                f"{_ci(r.get('ece_ci'), r.get('ece')) or '(no interval: see ci_notes)'}, "
-                f"D-ECE {format_value(r.get('dece'))} {_ci(r.get('dece_ci'), r.get('dece')) or '(no interval: see ci_notes)'}"
+                f"  {r['detector']}: AP {format_value(r.get('AP'))}, "
+                + ", ".join(row_text(x, "(no interval: see ci_notes)") for x in cal)
             )
     return (["detectors:"] + lines) if lines else []
 

@@ -16,6 +16,7 @@ import detcal.reports.html.sections as sec
 from detcal.reports.html.diagnosis import diagnosis_section
 from detcal.reports.html.findings import findings
 from detcal.reports.html.fmt import cell, esc, is_number, num, pct_cell, table
+from detcal.reports.html.measures import confidence_measures
 from detcal.reports.html.style import CSS, SCRIPT
 
 __all__ = ["render_report", "worst_section", "generic_section", "provenance_section", "file_digests"]
@@ -311,6 +312,7 @@ def render_report(
     if not first[1] and overlay:  # compare: the overlaid reliability diagrams on the first screen
         first[1] = "<div class=figs>" + "".join(_png_figs(rd, overlay)) + "</div>"
     rest = [
+        _guard("confidence measures", confidence_measures, m),
         _guard("confidence", sec.confidence_figures, m, "rest"),
         _guard("worst detections", worst_section, m, img),
         _guard("diagnosis", diagnosis_section, m, img),
