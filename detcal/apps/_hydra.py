@@ -33,6 +33,7 @@ from typing import Any
 
 from detcal.apps._run_dir import guarded_jobs, lock, pop_overwrite
 from detcal.core.errors import DetcalError
+from detcal.data.specs import DATA_SPECS
 
 __all__ = ["run_app", "run_header", "user_error_message", "RUN_ID"]
 
@@ -62,11 +63,16 @@ def _register_resolvers() -> None:
 
 
 def register_schema(config_name: str, schema: type) -> str:
-    """Store ``schema`` in the ConfigStore as ``<config_name>_schema`` (the first default of the primary YAML)."""
+    """Store ``schema`` in the ConfigStore as ``<config_name>_schema`` (the first default of the primary YAML),
+    and each data source's spec class as ``schema/data/<source>`` (the first default of each data group file,
+    ``configs/data/<name>.yaml``, so ``data=kitti`` composes a :class:`~detcal.data.specs.KittiDataSpec`)."""
     from hydra.core.config_store import ConfigStore
 
     name = f"{config_name}_schema"
-    ConfigStore.instance().store(name=name, node=schema)
+    store = ConfigStore.instance()
+    store.store(name=name, node=schema)
+    for source, spec in DATA_SPECS.items():
+        store.store(group="schema/data", name=source, node=spec)
     _register_resolvers()
     return name
 

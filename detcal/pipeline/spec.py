@@ -27,13 +27,32 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from detcal.core.errors import DetcalError
+from detcal.core.config import ConfigError, check_choice, check_int, check_prob
+from detcal.data.specs import (
+    BundledDataSpec,
+    CocoDataSpec,
+    DataSpec,
+    KittiDataSpec,
+    LvisDataSpec,
+    OpenImagesDataSpec,
+    SyntheticDataSpec,
+    VocDataSpec,
+    YoloDataSpec,
+)
 
 __all__ = [
     "FEATURES",
     "ReportSpec",
     "ConfigError",
     "DataSpec",
+    "CocoDataSpec",
+    "KittiDataSpec",
+    "YoloDataSpec",
+    "VocDataSpec",
+    "LvisDataSpec",
+    "OpenImagesDataSpec",
+    "SyntheticDataSpec",
+    "BundledDataSpec",
     "MatchingSpec",
     "DeceBinningSpec",
     "SigmaBinningSpec",
@@ -55,37 +74,9 @@ FEATURES: tuple[str, ...] = ("cx", "cy", "w", "h")
 """Relative box features, the columns of :func:`detcal.core.boxes.relative_features`."""
 
 
-class ConfigError(DetcalError, ValueError):
-    """A configuration value is missing, of the wrong type or not an allowed choice.
-
-    ``key`` is the dotted config key (``matching.mode``); the message says what is allowed.
-    """
-
-    def __init__(self, key: str, message: str) -> None:
-        self.key = key
-        self.message = message
-        super().__init__(f"config key '{key}': {message}")
-
-
-def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(key, f"{value!r} is not one of {', '.join(allowed)}")
-
-
-def _int(key: str, value: Any, lo: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(key, f"must be an integer, got {value!r}")
-    if lo is not None and value < lo:
-        raise ConfigError(key, f"must be >= {lo}, got {value}")
-
-
-def _prob(key: str, value: Any, *, open_lo: bool = False, open_hi: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
-        raise ConfigError(key, f"must be a number, got {value!r}")
-    v = float(value)
-    if (v < 0 or (open_lo and v == 0)) or (v > 1 or (open_hi and v == 1)):
-        lo, hi = "(" if open_lo else "[", ")" if open_hi else "]"
-        raise ConfigError(key, f"must be in {lo}0, 1{hi}, got {value}")
+_choice = check_choice
+_int = check_int
+_prob = check_prob
 
 
 def _features(key: str, names: Any) -> None:
@@ -94,83 +85,6 @@ def _features(key: str, names: Any) -> None:
     bad = [n for n in names if n not in FEATURES]
     if bad:
         raise ConfigError(key, f"unknown box feature(s) {bad}; allowed: {list(FEATURES)}")
-
-
-@dataclass
-class DataSpec:
-    """Where the ground truth and the detections come from.
-
-    ``source``: ``coco`` (``gt`` instances JSON + ``results`` results JSON),
-    ``kitti`` (``label_dir`` + ``results_dir``; image sizes from ``image_dir``,
-    ``sizes``, or the ``image_2`` folder beside ``label_dir``) or ``synthetic``
-    (a seeded synthetic set with a simulated detector, generated into
-    ``out_dir``, by default ``<run dir>/synthetic``, and read back in ``format``).
-    ``image_ids``: keep only these images (a list, or a path to a text file
-    with one id or KITTI frame name per line, as scripts/split_kitti.py writes).
-    ``unknown_category``: detections whose category is not in the ground
-    truth are dropped (counted in the summary; pycocotools ignores them) or
-    are an error. ``bundled``: real detections shipped with detcal
-    (docs/real_detectors.md): ``bundle`` ``coco_tfzoo`` (COCO val2017, 5,000
-    images) or ``coco_mini79`` (79 images, official annotations), ``detector``
-    one of ``detcal.data.bundled.DETECTORS``. ``chunk_bytes`` (COCO results,
-    docs/scale.md): read the results file in blocks of this many bytes into
-    compact columns, never holding the whole list of records (0: read whole;
-    null: blocks of 4 MiB for files over 64 MiB); the same detections.
-    ``yolo`` (``label_dir`` + ``results_dir`` text folders, ``names`` the
-    ``data.yaml``, sizes from ``image_dir`` or ``sizes``) and ``voc``
-    (``label_dir`` of VOC XML + ``results_dir`` of the devkit's per-class
-    result files; ``names`` optional): docs/formats.md. ``openimages`` also reads
-    the official CSVs (``gt`` the boxes CSV, ``labels`` the image-level labels,
-    ``names`` the class descriptions, ``sizes`` or ``image_dir``). Every file format is
-    read by its adapter in :mod:`detcal.data.formats`.
-
-    Input checks (docs/formats.md#input-checks): the run stops when more than
-    ``max_unknown_category_share`` of the detections have a category the
-    ground truth lacks, when more than ``max_outside_share`` reach past the
-    image (boxes in the other convention), or when the ground truth has no
-    annotations (unless ``allow_empty_gt``); 1 (true) proceeds anyway.
-    """
-
-    source: str = "synthetic"
-    gt: str | None = None
-    results: str | None = None
-    label_dir: str | None = None
-    results_dir: str | None = None
-    image_dir: str | None = None
-    sizes: str | None = None
-    difficulty: str = "moderate"
-    image_ids: Any | None = None
-    unknown_category: str = "drop"
-    out_dir: str | None = None
-    n_images: int = 2000
-    seed: int = 0
-    format: str = "coco"
-    render: bool = False
-    detector_kwargs: dict[str, Any] = field(default_factory=dict)
-    bundle: str = "coco_tfzoo"
-    detector: str = "rfcn-resnet-101"
-    chunk_bytes: int | None = None
-    names: str | None = None
-    hierarchy: str | None = None
-    labels: str | None = None
-    max_unknown_category_share: float = 0.1
-    max_outside_share: float = 0.2
-    allow_empty_gt: bool = False
-
-    def __post_init__(self) -> None:
-        from detcal.data.formats import format_names
-
-        _prob("data.max_unknown_category_share", self.max_unknown_category_share)
-        _prob("data.max_outside_share", self.max_outside_share)
-        if self.chunk_bytes is not None:
-            _int("data.chunk_bytes", self.chunk_bytes, 0)
-        _choice("data.source", self.source, (*format_names(), "synthetic", "bundled"))
-        _choice("data.bundle", self.bundle, ("coco_tfzoo", "coco_mini79"))
-        _choice("data.difficulty", self.difficulty, ("easy", "moderate", "hard"))
-        _choice("data.format", self.format, ("coco", "kitti"))
-        _choice("data.unknown_category", self.unknown_category, ("drop", "error"))
-        _int("data.n_images", self.n_images, 1)
-        _int("data.seed", self.seed, 0)
 
 
 @dataclass

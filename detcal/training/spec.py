@@ -18,11 +18,11 @@ arbitrary callable.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from detcal.pipeline.spec import BootstrapSpec, ConfigError, DataSpec, EvaluationSpec, ReportSpec
+from detcal.core.config import REQUIRED, ConfigError, check_choice, check_int, check_number
+from detcal.pipeline.spec import BootstrapSpec, DataSpec, EvaluationSpec, ReportSpec
 
 __all__ = [
     "ModelSpec",
@@ -42,25 +42,9 @@ __all__ = [
 ]
 
 
-def _int(key: str, value: Any, lo: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(key, f"must be an integer, got {value!r}")
-    if lo is not None and value < lo:
-        raise ConfigError(key, f"must be >= {lo}, got {value}")
-
-
-def _num(key: str, value: Any, *, lo: float | None = None, positive: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
-        raise ConfigError(key, f"must be a finite number, got {value!r}")
-    if positive and not float(value) > 0:
-        raise ConfigError(key, f"must be > 0, got {value}")
-    if lo is not None and float(value) < lo:
-        raise ConfigError(key, f"must be >= {lo}, got {value}")
-
-
-def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(key, f"{value!r} is not one of {', '.join(allowed)}")
+_int = check_int
+_num = check_number
+_choice = check_choice
 
 
 @dataclass
@@ -370,6 +354,7 @@ class MainApp(MainJobSpec):
     """``detcal-main`` (configs/main.yaml): :class:`MainJobSpec` plus the run name."""
 
     name: str = "main"
+    data: DataSpec = REQUIRED  # the data group's spec class (data=synthetic | kitti | coco)
     report: ReportSpec = field(default_factory=ReportSpec)  # report.html of the run (docs/report.md)
 
     def job(self) -> MainJobSpec:
