@@ -33,7 +33,7 @@ from typing import Any
 
 from detcal.apps._run_dir import guarded_jobs, lock, pop_overwrite
 from detcal.core.errors import DetcalError
-from detcal.data.specs import DATA_SPECS
+from detcal.data.specs import DATA_SPECS, DataSpec, foreign_field_message
 
 __all__ = ["run_app", "run_header", "user_error_message", "RUN_ID"]
 
@@ -90,6 +90,8 @@ def _did_you_mean(chain: list[BaseException]) -> str:
         key, typ, full = getattr(e, "key", None), getattr(e, "object_type", None), getattr(e, "full_key", None)
         if key is None or typ is None or not dataclasses.is_dataclass(typ):
             continue
+        if isinstance(typ, type) and issubclass(typ, DataSpec):  # a field of another data source
+            return f"; {foreign_field_message(str(key), typ)}"
         close = difflib.get_close_matches(str(key), [f.name for f in dataclasses.fields(typ)], n=1)
         if close:
             parent = str(full or key).rsplit(".", 1)[0] + "." if "." in str(full or key) else ""

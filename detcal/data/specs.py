@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detcal.core.config import ConfigError, check_choice, check_int, check_prob
+from detcal.data.formats import FORMATS, get_format
 
 __all__ = [
     "DATA_SPECS",
@@ -33,6 +34,7 @@ __all__ = [
     "SyntheticDataSpec",
     "BundledDataSpec",
     "data_spec_class",
+    "foreign_field_message",
     "data_fields",
 ]
 
@@ -70,8 +72,8 @@ class DataSpec:
         return super().__new__(target)
 
     def __post_init__(self) -> None:
-        own = _SOURCE_OF.get(type(self))
-        if own is not None and self.source != own:
+        own = _own_source(type(self))
+        if self.source != own:
             raise ConfigError(
                 "data.source", f"{self.source!r} is another source than this spec's ({own}): choose it with data=<name>"
             )
@@ -81,9 +83,11 @@ class DataSpec:
 
 def foreign_field_message(name: str, spec: type[DataSpec]) -> str:
     """The message for a ``data.<name>`` the source of ``spec`` does not read."""
-    source = _SOURCE_OF.get(spec, spec.__name__)
+    source = _own_source(spec)
     allowed = ", ".join(f.name for f in dataclasses.fields(spec) if f.name != "source")
-    return f"data={source} has no field {name!r} (its fields: {allowed})"
+    owners = [s for s, cls in DATA_SPECS.items() if name in cls.__dataclass_fields__]
+    where = f"; {name} is read by data={' | '.join(owners)}" if owners else ""
+    return f"data={source} has no field {name!r} (its fields: {allowed}){where}"
 
 
 @dataclass
@@ -230,17 +234,29 @@ DATA_SPECS: dict[str, type[DataSpec]] = {
     "synthetic": SyntheticDataSpec,
     "bundled": BundledDataSpec,
 }
-"""Source name -> its spec class: every format of :data:`detcal.data.formats.FORMATS` (a test keeps
-them equal), the synthetic set and the bundled detections."""
+"""Source name -> its spec class: every format detcal ships in :data:`detcal.data.formats.FORMATS` (a
+test keeps them equal), the synthetic set and the bundled detections. A format registered later (a
+plugin's module) names its spec class as its adapter's ``spec``."""
 
-_SOURCE_OF = {cls: name for name, cls in DATA_SPECS.items()}
+
+
+def _own_source(spec: type[DataSpec]) -> str:
+    """The source a spec class stands for: the default of its ``source`` field."""
+    return str(spec.__dataclass_fields__["source"].default)
 
 
 def data_spec_class(source: Any) -> type[DataSpec]:
-    """The spec class of the data source ``source``."""
-    if source not in DATA_SPECS:
-        raise ConfigError("data.source", f"{source!r} is not one of {', '.join(DATA_SPECS)}")
-    return DATA_SPECS[source]
+    """The spec class of the data source ``source``: :data:`DATA_SPECS`, else the ``spec`` of the adapter
+    registered as ``source`` in :data:`detcal.data.formats.FORMATS`."""
+    if source in DATA_SPECS:
+        return DATA_SPECS[source]
+    if source in FORMATS:
+        spec = getattr(get_format(source), "spec", None)
+        if isinstance(spec, type) and issubclass(spec, DataSpec):
+            return spec
+        raise ConfigError("data.source", f"format {source!r} names no data spec (its adapter's 'spec')")
+    known = [*DATA_SPECS, *(f for f in FORMATS if f not in DATA_SPECS)]
+    raise ConfigError("data.source", f"{source!r} is not one of {', '.join(known)}")
 
 
 def data_fields(spec: DataSpec) -> dict[str, Any]:
