@@ -140,7 +140,7 @@ class StudyApp:
     fraction: float = 0.5  # kuzucu2024: share of the images that fit the calibrators
     source: str = "code"  # lakara_retention: code | paper (the authors' code or the paper's text)
     n_images: int = 500  # lakara_retention: images of the synthetic detector
-    seed: int = 0
+    seed: int = 0  # seed of the study's splits and samples
     output: OutputSpec = field(default_factory=OutputSpec)
     report: ReportSpec = field(default_factory=ReportSpec)
 

@@ -54,9 +54,12 @@ class DataSpec:
     proceeds anyway."""
 
     source: str = "synthetic"  # coco | kitti | yolo | voc | lvis | openimages | synthetic | bundled (data=<name>)
-    image_ids: Any | None = None  # keep only these images: a list, or a text file with one id (or image/frame name) per line
-    image_dir: str | None = None  # the images: sizes where the labels lack them (kitti, yolo, Open Images CSV), thumbnails in report.html
-    max_unknown_category_share: float = 0.1  # stop when more detections than this share have unknown categories (1: proceed)
+    # keep only these images: a list, or a text file with one id (or image/frame name) per line
+    image_ids: Any | None = None
+    # the images: sizes where the labels lack them (kitti, yolo, Open Images CSV), thumbnails in report.html
+    image_dir: str | None = None
+    # stop when more detections than this share have unknown categories (1: proceed)
+    max_unknown_category_share: float = 0.1
     max_outside_share: float = 0.2  # stop when more boxes than this share reach 5% past their image (1: proceed)
     allow_empty_gt: bool = False  # true: evaluate against a ground truth without annotations
 
@@ -100,7 +103,8 @@ class CocoDataSpec(DataSpec):
     gt: str | None = None  # instances_*.json (required)
     results: str | None = None  # detections: a COCO results JSON (required)
     unknown_category: str = "drop"  # detections of categories absent from the ground truth: drop (counted) | error
-    chunk_bytes: int | None = None  # read the results in blocks of N bytes (bounded memory); 0: whole; null: 4 MiB blocks above 64 MiB
+    # read the results in blocks of N bytes (bounded memory); 0: whole; null: 4 MiB blocks above 64 MiB
+    chunk_bytes: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -199,7 +203,8 @@ class SyntheticDataSpec(DataSpec):
     format: str = "coco"  # which written copy to evaluate: coco | kitti
     difficulty: str = "moderate"  # KITTI difficulty when format=kitti
     render: bool = False  # also write the PNG images (the evaluation does not need them)
-    detector_kwargs: dict[str, Any] = field(default_factory=dict)  # to the simulated detector, e.g. {std_scale: [1, 1, 2, 0.5]}
+    # to the simulated detector, e.g. {std_scale: [1, 1, 2, 0.5]}
+    detector_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -237,7 +242,6 @@ DATA_SPECS: dict[str, type[DataSpec]] = {
 """Source name -> its spec class: every format detcal ships in :data:`detcal.data.formats.FORMATS` (a
 test keeps them equal), the synthetic set and the bundled detections. A format registered later (a
 plugin's module) names its spec class as its adapter's ``spec``."""
-
 
 
 def _own_source(spec: type[DataSpec]) -> str:

@@ -46,6 +46,7 @@ __all__ = [
     "AUTO_CHUNK_BYTES",
 ]
 
+
 def read_image_ids(spec: Any, key: str = "data.image_ids") -> list[Any]:
     """Image ids from a list, or from a text file with one id (or KITTI frame name) per line."""
     if isinstance(spec, (list, tuple)):
