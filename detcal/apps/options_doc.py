@@ -60,7 +60,8 @@ def field_comments(cls: type) -> dict[str, str]:
         for node in body.body:
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
                 text = comments.get(node.end_lineno or node.lineno)
-                above, line = [], node.lineno - 1
+                above: list[str] = []
+                line = node.lineno - 1
                 while line in comments and src.splitlines()[line - 1].lstrip().startswith("#"):
                     above.insert(0, comments[line])
                     line -= 1
