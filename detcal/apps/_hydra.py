@@ -90,9 +90,12 @@ def _did_you_mean(chain: list[BaseException]) -> str:
         key, typ, full = getattr(e, "key", None), getattr(e, "object_type", None), getattr(e, "full_key", None)
         if key is None or typ is None or not dataclasses.is_dataclass(typ):
             continue
-        if isinstance(typ, type) and issubclass(typ, DataSpec):  # a field of another data source
-            return f"; {foreign_field_message(str(key), typ)}"
-        close = difflib.get_close_matches(str(key), [f.name for f in dataclasses.fields(typ)], n=1)
+        names = [f.name for f in dataclasses.fields(typ)]
+        close = difflib.get_close_matches(str(key), names, n=1)
+        if isinstance(typ, type) and issubclass(typ, DataSpec):
+            elsewhere = any(str(key) in spec.__dataclass_fields__ for spec in DATA_SPECS.values())
+            if elsewhere or not close:  # a field of another data source: name the sources that read it
+                return f"; {foreign_field_message(str(key), typ)}"
         if close:
             parent = str(full or key).rsplit(".", 1)[0] + "." if "." in str(full or key) else ""
             return f"; did you mean '{parent}{close[0]}'?"

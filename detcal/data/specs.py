@@ -64,6 +64,8 @@ class DataSpec:
     allow_empty_gt: bool = False  # true: evaluate against a ground truth without annotations
 
     def __new__(cls, *args: Any, **kwargs: Any) -> DataSpec:
+        """``DataSpec(source=..., **fields)`` is an instance of the source's class (Python then runs that
+        class's ``__init__`` with the same arguments); a field it lacks is refused here, by name."""
         if cls is not DataSpec:
             return super().__new__(cls)
         source = kwargs.get("source", args[0] if args else "synthetic")
