@@ -8,63 +8,30 @@ by the data group, whose option names the source's own spec class
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from detcal.core.config import REQUIRED, check_choice, check_int, check_prob
 from detcal.pipeline.spec import (
-    AccuracySpec,
     BootstrapSpec,
     CalibrationSpec,
-    ConfidenceSpec,
     DataSpec,
-    DeceBinningSpec,
-    DiagnosticsSpec,
     EvaluationSpec,
-    LocalisationSpec,
-    MatchingSpec,
-    OCESpec,
-    ParallelSpec,
-    RegressionSpec,
     ReportSpec,
-    SigmaBinningSpec,
-    UqDetrSpec,
 )
 
 __all__ = ["OutputSpec", "EvaluateApp", "CalibrateApp"]
 
 
 @dataclass
-class _EvaluationFields:
-    matching: MatchingSpec = field(default_factory=MatchingSpec)
-    dece_binning: DeceBinningSpec = field(default_factory=DeceBinningSpec)
-    sigma_binning: SigmaBinningSpec = field(default_factory=SigmaBinningSpec)
-    confidence: ConfidenceSpec = field(default_factory=ConfidenceSpec)
-    regression: RegressionSpec = field(default_factory=RegressionSpec)
-    bootstrap: BootstrapSpec = field(default_factory=BootstrapSpec)
-    accuracy: AccuracySpec = field(default_factory=AccuracySpec)
-    localisation: LocalisationSpec = field(default_factory=LocalisationSpec)
-    oce: OCESpec = field(default_factory=OCESpec)
-    uq_detr: UqDetrSpec = field(default_factory=UqDetrSpec)
-    diagnostics: DiagnosticsSpec = field(default_factory=DiagnosticsSpec)
-    parallel: ParallelSpec = field(default_factory=ParallelSpec)
+class _EvaluationApp(EvaluationSpec):
+    """An app whose config holds every key of :class:`EvaluationSpec` at its top level (``matching.*``,
+    ``dece_binning.*``, ...), declared there once."""
 
     def evaluation(self) -> EvaluationSpec:
         """The :class:`EvaluationSpec` these fields describe."""
-        return EvaluationSpec(
-            matching=self.matching,
-            dece_binning=self.dece_binning,
-            sigma_binning=self.sigma_binning,
-            confidence=self.confidence,
-            regression=self.regression,
-            bootstrap=self.bootstrap,
-            accuracy=self.accuracy,
-            localisation=self.localisation,
-            oce=self.oce,
-            uq_detr=self.uq_detr,
-            diagnostics=self.diagnostics,
-            parallel=self.parallel,
-        )
+        return EvaluationSpec(**{f.name: getattr(self, f.name) for f in dataclasses.fields(EvaluationSpec)})
 
 
 @dataclass
@@ -82,7 +49,7 @@ class OutputSpec:
 
 
 @dataclass
-class EvaluateApp(_EvaluationFields):
+class EvaluateApp(_EvaluationApp):
     """``detcal-evaluate``: one detector's calibration."""
 
     name: str = "evaluate"  # names the run/sweep directories
@@ -92,7 +59,7 @@ class EvaluateApp(_EvaluationFields):
 
 
 @dataclass
-class CalibrateApp(_EvaluationFields):
+class CalibrateApp(_EvaluationApp):
     """``detcal-calibrate``: fit calibrators on one part, evaluate before/after on another."""
 
     name: str = "calibrate"  # names the run/sweep directories
