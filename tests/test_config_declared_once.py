@@ -8,6 +8,9 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +82,7 @@ def _restated(values: dict[str, Any], schema: type) -> list[str]:
     return out
 
 
-def _group_schema(group: str, values: dict[str, Any], defaults: list[Any]) -> type:
+def _group_schema(group: str, defaults: list[Any]) -> type:
     schema = GROUP_SCHEMAS[group]
     if schema is not None:
         return schema
@@ -106,9 +109,13 @@ def test_no_yaml_value_restates_its_dataclass_default(path: Path) -> None:
     if len(rel.parts) == 1:
         schema = PRIMARY_SCHEMAS[path.stem]
     else:
-        schema = _group_schema(rel.parts[0], values, defaults)
+        schema = _group_schema(rel.parts[0], defaults)
     restated = _restated(values, schema)
     assert not restated, f"{rel} restates the defaults of {schema.__name__}: {restated} (docs/options.md has them)"
+
+
+def _app(name: str) -> type:
+    return PRIMARY_SCHEMAS[name]
 
 
 def test_the_check_catches_a_restated_default() -> None:
@@ -119,10 +126,6 @@ def test_the_check_catches_a_restated_default() -> None:
     ]
     assert _restated({"stage2": {"lr": 0.001, "iterations": 5}}, _app("main")) == ["stage2.lr: 0.001"]
     assert _restated({"max_dets": None, "iou_thresholds": [0.5]}, MatchingSpec) == []
-
-
-def _app(name: str) -> type:
-    return PRIMARY_SCHEMAS[name]
 
 
 # ---- the resolved configurations of the bundled runs ------------------------------------------------
@@ -218,15 +221,12 @@ def test_the_data_group_composes_the_source_class() -> None:
 
 
 def test_a_foreign_field_on_the_command_line_is_one_line_naming_it(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
     r = subprocess.run(
         [sys.executable, "-m", "detcal.apps.evaluate", "data=coco", "data.label_dir=x", f"hydra.run.dir={tmp_path}"],
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env={**__import__("os").environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert r.returncode == 2
     (line,) = r.stderr.strip().splitlines()

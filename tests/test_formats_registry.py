@@ -17,8 +17,8 @@ import yaml
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections, GroundTruth, Images
 from detcal.data.formats import FORMATS, LoadedData, MatchDefaults, get_format
-from detcal.pipeline.sources import load_data
 from detcal.data.specs import DATA_SPECS
+from detcal.pipeline.sources import load_data
 from detcal.pipeline.spec import DataSpec, MatchingSpec
 from detcal.pipeline.writeback import write_calibrated
 

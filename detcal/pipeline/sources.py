@@ -19,6 +19,7 @@ import numpy as np
 from detcal.core.config import ConfigError
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset
+from detcal.data import bundled
 from detcal.data.coco_source import (
     AUTO_CHUNK_ABOVE,
     AUTO_CHUNK_BYTES,
@@ -30,6 +31,7 @@ from detcal.data.coco_source import (
 )
 from detcal.data.formats import LoadedData, get_format, need_path
 from detcal.data.specs import BundledDataSpec, DataSpec, SyntheticDataSpec, data_fields
+from detcal.data.synthetic import write_synthetic
 
 __all__ = [
     "LoadedData",
@@ -99,8 +101,6 @@ def subset_images(data: LoadedData, image_ids: np.ndarray, label: str) -> Loaded
 
 
 def _load_synthetic(spec: SyntheticDataSpec, workdir: Path) -> LoadedData:
-    from detcal.data.synthetic import write_synthetic
-
     out = Path(spec.out_dir).expanduser() if spec.out_dir else Path(workdir) / "synthetic"
     kwargs = dict(spec.detector_kwargs or {})
     paths = {
@@ -138,8 +138,6 @@ _SYNTHETIC_FILES: dict[str, dict[str, str]] = {
 
 
 def _load_bundled(spec: BundledDataSpec) -> LoadedData:
-    from detcal.data import bundled
-
     if spec.detector not in bundled.DETECTORS:
         raise ConfigError("data.detector", f"{spec.detector!r} is not one of {', '.join(bundled.DETECTORS)}")
     ds, dets = bundled.load(spec.bundle, spec.detector)
