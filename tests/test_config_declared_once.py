@@ -38,7 +38,7 @@ GROUP_SCHEMAS: dict[str, type | None] = {
     "sigma_binning": SigmaBinningSpec,
     "model": ModelSpec,
     "trainer": TrainerSpec,
-    "data": None,  # the file's own spec class: its first default, /schema/data/<source>@_here_
+    "data": None,  # the file's own spec class: its first default, /data_<source>_schema@_here_
 }
 EXEMPT = {
     "calibrator": "a calibrator's keyword arguments (no dataclass): they show its parameters in the resolved config",
@@ -86,8 +86,8 @@ def _group_schema(group: str, defaults: list[Any]) -> type:
     schema = GROUP_SCHEMAS[group]
     if schema is not None:
         return schema
-    (entry,) = [d for d in defaults if isinstance(d, str) and d.startswith("/schema/data/")]
-    return DATA_SPECS[entry.removeprefix("/schema/data/").removesuffix("@_here_")]
+    (entry,) = [d for d in defaults if isinstance(d, str) and d.startswith("/data_")]
+    return DATA_SPECS[entry.removeprefix("/data_").removesuffix("_schema@_here_")]
 
 
 def _config_files() -> list[Path]:
@@ -244,3 +244,18 @@ def test_the_options_page_lists_every_option_with_its_default() -> None:
     for key in ("`ece_bins` | `15`", "`gt_ignore` | `pycocotools`", "`detector_kwargs` | `{}`", "`chunk_bytes`"):
         assert key in page
     assert "| `stage2.*` | | [StageSpec](#stage1) with stage=2, iterations=1000, batch_size=6, lr=0.001," in page
+
+
+def test_help_lists_the_config_groups_only(tmp_path: Path) -> None:
+    """The data spec classes are stored beside the configs, not as a group --help would list."""
+    r = subprocess.run(
+        [sys.executable, "-m", "detcal.apps.evaluate", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert r.returncode == 0
+    section = r.stdout.split("== Configuration groups ==")[1].split("== Config ==")[0]
+    groups = {line.split(":")[0] for line in section.splitlines() if ": " in line}
+    assert groups == {p.name for p in CONFIGS.iterdir() if p.is_dir()}

@@ -30,7 +30,7 @@ def test_every_format_has_an_adapter_and_configs(name: str) -> None:
     a = get_format(name)
     assert a.name == name and a.gt_field in a.fields and a.results_field in a.fields
     assert isinstance(a.matching, MatchDefaults)
-    assert (REPO / "configs" / "data" / f"{name}.yaml").read_text().count(f"/schema/data/{name}@_here_") == 1
+    assert (REPO / "configs" / "data" / f"{name}.yaml").read_text().count(f"/data_{name}_schema@_here_") == 1
     matching = yaml.safe_load((REPO / "configs" / "matching" / f"{name}.yaml").read_text()) or {}
     assert MatchingSpec(**matching).mode == a.matching.mode
     spec = DataSpec(source=name)  # the format's own spec class, which holds every field its adapter reads

@@ -35,7 +35,7 @@ from detcal.apps._run_dir import guarded_jobs, lock, pop_overwrite
 from detcal.core.errors import DetcalError
 from detcal.data.specs import DATA_SPECS, DataSpec, foreign_field_message
 
-__all__ = ["run_app", "run_header", "user_error_message", "RUN_ID"]
+__all__ = ["run_app", "run_header", "user_error_message", "data_schema_name", "RUN_ID"]
 
 RUN_ID = secrets.token_hex(3)
 """Random id of this process, the suffix of its run directory (``${detcal_run_id:}``)."""
@@ -62,17 +62,22 @@ def _register_resolvers() -> None:
         OmegaConf.register_new_resolver("detcal_name", _safe_name)
 
 
+def data_schema_name(source: str) -> str:
+    """The ConfigStore name of the data source ``source``'s spec class (``data_kitti_schema``)."""
+    return f"data_{source}_schema"
+
+
 def register_schema(config_name: str, schema: type) -> str:
     """Store ``schema`` in the ConfigStore as ``<config_name>_schema`` (the first default of the primary YAML),
-    and each data source's spec class as ``schema/data/<source>`` (the first default of each data group file,
+    and each data source's spec class as ``data_<source>_schema`` (the first default of each data group file,
     ``configs/data/<name>.yaml``, so ``data=kitti`` composes a :class:`~detcal.data.specs.KittiDataSpec`)."""
     from hydra.core.config_store import ConfigStore
 
     name = f"{config_name}_schema"
     store = ConfigStore.instance()
     store.store(name=name, node=schema)
-    for source, spec in DATA_SPECS.items():
-        store.store(group="schema/data", name=source, node=spec)
+    for source, spec in DATA_SPECS.items():  # root entries, so --help lists no group of schemas
+        store.store(name=data_schema_name(source), node=spec)
     _register_resolvers()
     return name
 
