@@ -3,6 +3,7 @@ write-back and detcal-match, with its configs; a new format needs no edit elsewh
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 import types
@@ -11,12 +12,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections, GroundTruth, Images
 from detcal.data.formats import FORMATS, LoadedData, MatchDefaults, get_format
+from detcal.data.specs import DATA_SPECS
 from detcal.pipeline.sources import load_data
-from detcal.pipeline.spec import DataSpec
+from detcal.pipeline.spec import DataSpec, MatchingSpec
 from detcal.pipeline.writeback import write_calibrated
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,10 +30,12 @@ def test_every_format_has_an_adapter_and_configs(name: str) -> None:
     a = get_format(name)
     assert a.name == name and a.gt_field in a.fields and a.results_field in a.fields
     assert isinstance(a.matching, MatchDefaults)
-    assert (REPO / "configs" / "data" / f"{name}.yaml").read_text().count(f"source: {name}") == 1
-    matching = (REPO / "configs" / "matching" / f"{name}.yaml").read_text()
-    assert re.search(rf"^mode: {a.matching.mode}\b", matching, flags=re.M)
-    DataSpec(source=name)  # the spec accepts every registered source
+    assert (REPO / "configs" / "data" / f"{name}.yaml").read_text().count(f"/data_{name}_schema@_here_") == 1
+    matching = yaml.safe_load((REPO / "configs" / "matching" / f"{name}.yaml").read_text()) or {}
+    assert MatchingSpec(**matching).mode == a.matching.mode
+    spec = DataSpec(source=name)  # the format's own spec class, which holds every field its adapter reads
+    assert type(spec) is DATA_SPECS[name] and spec.source == name
+    assert set(a.fields) <= {f.name for f in dataclasses.fields(spec)}
 
 
 def test_an_unknown_format_is_a_one_line_error() -> None:
@@ -44,10 +49,20 @@ def test_the_stages_hold_no_chain_of_format_names() -> None:
         assert not re.search(r"""(format|source)\s*==\s*["'](coco|kitti|yolo|voc)["']""", text), rel
 
 
+@dataclasses.dataclass
+class _ToySpec(DataSpec):
+    """The toy format's ``data.*`` fields."""
+
+    source: str = "toy"
+    gt: str | None = None
+    results: str | None = None
+
+
 class _ToyAdapter:
     """A format of one image, for the test below: reading it returns fixed records; writing counts."""
 
     name = "toy"
+    spec = _ToySpec
     gt_field = "gt"
     results_field = "results"
     fields = ("gt", "results")

@@ -33,8 +33,9 @@ from typing import Any
 
 from detcal.apps._run_dir import guarded_jobs, lock, pop_overwrite
 from detcal.core.errors import DetcalError
+from detcal.data.specs import DATA_SPECS, DataSpec, foreign_field_message
 
-__all__ = ["run_app", "run_header", "user_error_message", "RUN_ID"]
+__all__ = ["run_app", "run_header", "user_error_message", "data_schema_name", "RUN_ID"]
 
 RUN_ID = secrets.token_hex(3)
 """Random id of this process, the suffix of its run directory (``${detcal_run_id:}``)."""
@@ -61,12 +62,22 @@ def _register_resolvers() -> None:
         OmegaConf.register_new_resolver("detcal_name", _safe_name)
 
 
+def data_schema_name(source: str) -> str:
+    """The ConfigStore name of the data source ``source``'s spec class (``data_kitti_schema``)."""
+    return f"data_{source}_schema"
+
+
 def register_schema(config_name: str, schema: type) -> str:
-    """Store ``schema`` in the ConfigStore as ``<config_name>_schema`` (the first default of the primary YAML)."""
+    """Store ``schema`` in the ConfigStore as ``<config_name>_schema`` (the first default of the primary YAML),
+    and each data source's spec class as ``data_<source>_schema`` (the first default of each data group file,
+    ``configs/data/<name>.yaml``, so ``data=kitti`` composes a :class:`~detcal.data.specs.KittiDataSpec`)."""
     from hydra.core.config_store import ConfigStore
 
     name = f"{config_name}_schema"
-    ConfigStore.instance().store(name=name, node=schema)
+    store = ConfigStore.instance()
+    store.store(name=name, node=schema)
+    for source, spec in DATA_SPECS.items():  # root entries, so --help lists no group of schemas
+        store.store(name=data_schema_name(source), node=spec)
     _register_resolvers()
     return name
 
@@ -84,7 +95,12 @@ def _did_you_mean(chain: list[BaseException]) -> str:
         key, typ, full = getattr(e, "key", None), getattr(e, "object_type", None), getattr(e, "full_key", None)
         if key is None or typ is None or not dataclasses.is_dataclass(typ):
             continue
-        close = difflib.get_close_matches(str(key), [f.name for f in dataclasses.fields(typ)], n=1)
+        names = [f.name for f in dataclasses.fields(typ)]
+        close = difflib.get_close_matches(str(key), names, n=1)
+        if isinstance(typ, type) and issubclass(typ, DataSpec):
+            elsewhere = any(str(key) in spec.__dataclass_fields__ for spec in DATA_SPECS.values())
+            if elsewhere or not close:  # a field of another data source: name the sources that read it
+                return f"; {foreign_field_message(str(key), typ)}"
         if close:
             parent = str(full or key).rsplit(".", 1)[0] + "." if "." in str(full or key) else ""
             return f"; did you mean '{parent}{close[0]}'?"

@@ -7,6 +7,9 @@ format's default matching rules. :data:`FORMATS` maps each format name to the
 module holding its ``ADAPTER``; a new format is one module in ``detcal/data/``
 and one line here (plus ``configs/data/<name>.yaml`` and
 ``configs/matching/<name>.yaml`` for the Hydra commands, checked by the tests).
+The ``data.*`` fields a format reads are its spec class
+(:data:`detcal.data.specs.DATA_SPECS` for the formats detcal ships, the adapter's
+``spec`` for one registered later): ``DataSpec(source=<name>, ...)`` builds it.
 Adapters are imported when first asked for, so importing this module imports
 no format's readers.
 """

@@ -28,7 +28,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detcal.binning.edges import BinGrid
-from detcal.core.errors import DetcalError
+from detcal.core.config import ConfigError, check_choice, check_int, check_prob
+from detcal.data.specs import (
+    BundledDataSpec,
+    CocoDataSpec,
+    DataSpec,
+    KittiDataSpec,
+    LvisDataSpec,
+    OpenImagesDataSpec,
+    SyntheticDataSpec,
+    VocDataSpec,
+    YoloDataSpec,
+)
 from detcal.metrics.confidence_suite import SuiteBinning
 
 __all__ = [
@@ -36,6 +47,14 @@ __all__ = [
     "ReportSpec",
     "ConfigError",
     "DataSpec",
+    "CocoDataSpec",
+    "KittiDataSpec",
+    "YoloDataSpec",
+    "VocDataSpec",
+    "LvisDataSpec",
+    "OpenImagesDataSpec",
+    "SyntheticDataSpec",
+    "BundledDataSpec",
     "MatchingSpec",
     "DeceBinningSpec",
     "SigmaBinningSpec",
@@ -57,37 +76,9 @@ FEATURES: tuple[str, ...] = ("cx", "cy", "w", "h")
 """Relative box features, the columns of :func:`detcal.core.boxes.relative_features`."""
 
 
-class ConfigError(DetcalError, ValueError):
-    """A configuration value is missing, of the wrong type or not an allowed choice.
-
-    ``key`` is the dotted config key (``matching.mode``); the message says what is allowed.
-    """
-
-    def __init__(self, key: str, message: str) -> None:
-        self.key = key
-        self.message = message
-        super().__init__(f"config key '{key}': {message}")
-
-
-def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(key, f"{value!r} is not one of {', '.join(allowed)}")
-
-
-def _int(key: str, value: Any, lo: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(key, f"must be an integer, got {value!r}")
-    if lo is not None and value < lo:
-        raise ConfigError(key, f"must be >= {lo}, got {value}")
-
-
-def _prob(key: str, value: Any, *, open_lo: bool = False, open_hi: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
-        raise ConfigError(key, f"must be a number, got {value!r}")
-    v = float(value)
-    if (v < 0 or (open_lo and v == 0)) or (v > 1 or (open_hi and v == 1)):
-        lo, hi = "(" if open_lo else "[", ")" if open_hi else "]"
-        raise ConfigError(key, f"must be in {lo}0, 1{hi}, got {value}")
+_choice = check_choice
+_int = check_int
+_prob = check_prob
 
 
 def _features(key: str, names: Any) -> None:
@@ -96,83 +87,6 @@ def _features(key: str, names: Any) -> None:
     bad = [n for n in names if n not in FEATURES]
     if bad:
         raise ConfigError(key, f"unknown box feature(s) {bad}; allowed: {list(FEATURES)}")
-
-
-@dataclass
-class DataSpec:
-    """Where the ground truth and the detections come from.
-
-    ``source``: ``coco`` (``gt`` instances JSON + ``results`` results JSON),
-    ``kitti`` (``label_dir`` + ``results_dir``; image sizes from ``image_dir``,
-    ``sizes``, or the ``image_2`` folder beside ``label_dir``) or ``synthetic``
-    (a seeded synthetic set with a simulated detector, generated into
-    ``out_dir``, by default ``<run dir>/synthetic``, and read back in ``format``).
-    ``image_ids``: keep only these images (a list, or a path to a text file
-    with one id or KITTI frame name per line, as scripts/split_kitti.py writes).
-    ``unknown_category``: detections whose category is not in the ground
-    truth are dropped (counted in the summary; pycocotools ignores them) or
-    are an error. ``bundled``: real detections shipped with detcal
-    (docs/real_detectors.md): ``bundle`` ``coco_tfzoo`` (COCO val2017, 5,000
-    images) or ``coco_mini79`` (79 images, official annotations), ``detector``
-    one of ``detcal.data.bundled.DETECTORS``. ``chunk_bytes`` (COCO results,
-    docs/scale.md): read the results file in blocks of this many bytes into
-    compact columns, never holding the whole list of records (0: read whole;
-    null: blocks of 4 MiB for files over 64 MiB); the same detections.
-    ``yolo`` (``label_dir`` + ``results_dir`` text folders, ``names`` the
-    ``data.yaml``, sizes from ``image_dir`` or ``sizes``) and ``voc``
-    (``label_dir`` of VOC XML + ``results_dir`` of the devkit's per-class
-    result files; ``names`` optional): docs/formats.md. ``openimages`` also reads
-    the official CSVs (``gt`` the boxes CSV, ``labels`` the image-level labels,
-    ``names`` the class descriptions, ``sizes`` or ``image_dir``). Every file format is
-    read by its adapter in :mod:`detcal.data.formats`.
-
-    Input checks (docs/formats.md#input-checks): the run stops when more than
-    ``max_unknown_category_share`` of the detections have a category the
-    ground truth lacks, when more than ``max_outside_share`` reach past the
-    image (boxes in the other convention), or when the ground truth has no
-    annotations (unless ``allow_empty_gt``); 1 (true) proceeds anyway.
-    """
-
-    source: str = "synthetic"
-    gt: str | None = None
-    results: str | None = None
-    label_dir: str | None = None
-    results_dir: str | None = None
-    image_dir: str | None = None
-    sizes: str | None = None
-    difficulty: str = "moderate"
-    image_ids: Any | None = None
-    unknown_category: str = "drop"
-    out_dir: str | None = None
-    n_images: int = 2000
-    seed: int = 0
-    format: str = "coco"
-    render: bool = False
-    detector_kwargs: dict[str, Any] = field(default_factory=dict)
-    bundle: str = "coco_tfzoo"
-    detector: str = "rfcn-resnet-101"
-    chunk_bytes: int | None = None
-    names: str | None = None
-    hierarchy: str | None = None
-    labels: str | None = None
-    max_unknown_category_share: float = 0.1
-    max_outside_share: float = 0.2
-    allow_empty_gt: bool = False
-
-    def __post_init__(self) -> None:
-        from detcal.data.formats import format_names
-
-        _prob("data.max_unknown_category_share", self.max_unknown_category_share)
-        _prob("data.max_outside_share", self.max_outside_share)
-        if self.chunk_bytes is not None:
-            _int("data.chunk_bytes", self.chunk_bytes, 0)
-        _choice("data.source", self.source, (*format_names(), "synthetic", "bundled"))
-        _choice("data.bundle", self.bundle, ("coco_tfzoo", "coco_mini79"))
-        _choice("data.difficulty", self.difficulty, ("easy", "moderate", "hard"))
-        _choice("data.format", self.format, ("coco", "kitti"))
-        _choice("data.unknown_category", self.unknown_category, ("drop", "error"))
-        _int("data.n_images", self.n_images, 1)
-        _int("data.seed", self.seed, 0)
 
 
 @dataclass
@@ -194,11 +108,13 @@ class MatchingSpec:
     pycocotools 2.0.x (``pycocotools``) or either flag ignores a box
     (``ignore_or_crowd``)."""
 
-    mode: str = "exclusive"
+    mode: str = "exclusive"  # exclusive | max | kitti | netcal_example | voc | lvis | openimages (docs/matching.md)
+    # a list of IoU values in (0, 1], or kitti (the devkit's per-class thresholds)
     iou_thresholds: Any = field(default_factory=lambda: [0.5, 0.75])
-    class_agnostic: bool = False
-    score_threshold: float = 0.0
-    max_dets: int | None = 100
+    class_agnostic: bool = False  # match regardless of the category
+    score_threshold: float = 0.0  # detections with a lower score are left out
+    max_dets: int | None = 100  # per image, the highest-scoring ones (null: no cap)
+    # a COCO 'ignore' key is overwritten by iscrowd (pycocotools 2.0.x); ignore_or_crowd: either flag
     gt_ignore: str = "pycocotools"
 
     def __post_init__(self) -> None:
@@ -302,10 +218,10 @@ class SigmaBinningSpec:
     al. 2019 use 10 equal-count bins) and for C-QCE (``qce_scheme``,
     ``qce_bins``; netcal bins equal-width). UCE is always equal-width over sigma^2."""
 
-    scheme: str = "equal_count"
-    bins: int = 10
-    qce_scheme: str = "equal_width"
-    qce_bins: int = 10
+    scheme: str = "equal_count"  # ENCE bins over sigma: equal_count (Levi et al. 2019) | equal_width (netcal)
+    bins: int = 10  # ENCE bins
+    qce_scheme: str = "equal_width"  # C-QCE bins over sigma: equal_width (netcal) | equal_count
+    qce_bins: int = 10  # C-QCE bins
 
     def __post_init__(self) -> None:
         _choice("sigma_binning.scheme", self.scheme, ("equal_count", "equal_width"))
@@ -360,15 +276,15 @@ class RegressionSpec:
     code) and ``mwse_normalise`` (``retained``, or ``total`` N as their code).
     ``coverage_level``: the nominal level of the interval coverage metrics."""
 
-    enabled: bool = True
-    space: str = "delta"
-    sample_iou: float = 0.5
-    qce_sample_threshold: int = 1
-    quantile_levels: int = 19
-    log_plot: bool = False
-    ll_fu_log_base: str = "e"
-    mwse_normalise: str = "retained"
-    coverage_level: float = 0.9
+    enabled: bool = True  # the box-uncertainty metrics
+    space: str = "delta"  # delta | box | pixel
+    sample_iou: float = 0.5  # true positives at this IoU form the box-uncertainty sample
+    qce_sample_threshold: int = 1  # C-QCE bins with fewer samples are dropped
+    quantile_levels: int = 19  # tau = 0.05, ..., 0.95
+    log_plot: bool = False  # log-log RMSE vs RMV diagram
+    ll_fu_log_base: str = "e"  # e (Lakara et al.'s text) or 10 (their code)
+    mwse_normalise: str = "retained"  # retained count, or total N (Lakara et al.'s code)
+    coverage_level: float = 0.9  # nominal level of the interval coverage metrics (docs/metrics.md#coverage)
 
     def __post_init__(self) -> None:
         _choice("regression.ll_fu_log_base", self.ll_fu_log_base, ("e", "10"))
@@ -385,7 +301,7 @@ class ReportSpec:
     """report.html of a run (docs/report.md): ``enabled=false`` skips it. Thumbnails of the
     worst-calibrated detections come from ``data.image_dir`` when it is set."""
 
-    enabled: bool = True
+    enabled: bool = True  # write report.html
 
 
 @dataclass
@@ -395,10 +311,10 @@ class BootstrapSpec:
     accelerated, jackknife over images; the default), ``bc`` (bias-corrected
     percentile) or ``percentile``. Every interval reports the bootstrap bias."""
 
-    n: int = 200
-    level: float = 0.95
-    seed: int = 0
-    method: str = "bca"
+    n: int = 200  # resamples over images; 0 switches the intervals off
+    level: float = 0.95  # confidence level of the intervals
+    seed: int = 0  # seed of the resampling
+    method: str = "bca"  # bca (bias-corrected and accelerated) | bc | percentile; the bias is always reported
 
     def __post_init__(self) -> None:
         _int("bootstrap.n", self.n, 0)
@@ -412,7 +328,7 @@ class AccuracySpec:
     """Accuracy beside calibration: COCO AP/AR from detcal's own matching (equal to pycocotools'
     summarize()), or KITTI AP (the devkit's) for KITTI data."""
 
-    enabled: bool = True
+    enabled: bool = True  # COCO AP/AR (KITTI, VOC, LVIS, Open Images AP for their data)
 
 
 @dataclass
@@ -428,16 +344,17 @@ class LocalisationSpec:
     also the KDE detection calibration error of Popordanoska et al. 2024 (binary link over IoU
     0.50:0.95 and IoU link at 0.5, their evaluation script's variant)."""
 
-    enabled: bool = True
-    tau: float = 0.0
-    laece_bins: int = 25
-    closed: str = "right"
-    variant: str = "kuzucu2024"
-    pdq: bool = False
+    enabled: bool = True  # LRP, LaECE and LaACE (Kuzucu et al. 2024)
+    tau: float = 0.0  # the IoU a true positive needs (0, as the reference)
+    laece_bins: int = 25  # equal-width confidence bins of LaECE / LaACE
+    closed: str = "right"  # right | left: the closed side of each bin
+    variant: str = "kuzucu2024"  # kuzucu2024 | fiveai
+    pdq: bool = False  # also the Probabilistic Detection Quality (Hall et al. 2020)
+    # px^2 on each corner for detections without covariances (null: those are refused)
     pdq_fixed_cov: float | None = None
-    pdq_variant: str = "pdq_evaluation"
-    pdq_gt_mask: str = "auto"
-    kde_ece: bool = False
+    pdq_variant: str = "pdq_evaluation"  # pdq_evaluation (the reference's conventions) | detcal_continuous
+    pdq_gt_mask: str = "auto"  # auto (segmentation when the ground truth has it) | segmentation | box
+    kde_ece: bool = False  # also the KDE detection calibration error (Popordanoska et al. 2024)
 
     def __post_init__(self) -> None:
         _prob("localisation.tau", self.tau)
@@ -466,16 +383,16 @@ class OCESpec:
     lambda fitted on a seeded half of the images to the per-image OCE and the correlation on the
     other half; ``per_image_csv`` writes the per-image scores (oce_per_image.csv)."""
 
-    enabled: bool = True
-    iou_thresholds: list[float] = field(default_factory=lambda: [0.5, 0.75])
-    aggregation: str = "mean"
-    brier: str = "auto"
-    variant: str = "detcal"
-    reliability: bool = True
-    reliability_method: str = "threshold"
-    reliability_param: float = 0.3
-    reliability_seed: int = 0
-    per_image_csv: bool = False
+    enabled: bool = True  # object-level calibration, Park et al. 2026 (docs/newest_measures.md)
+    iou_thresholds: list[float] = field(default_factory=lambda: [0.5, 0.75])  # OCE at these IoU thresholds
+    aggregation: str = "mean"  # mean | max_iou | iou_weighted (the headline one; all three are recorded)
+    brier: str = "auto"  # auto | multiclass (needs all_scores in the results) | binary
+    variant: str = "detcal"  # detcal (crowd / ignored boxes are not objects) | uq_detr (every box)
+    reliability: bool = True  # per-image contrastive confidence vs minus the per-image OCE
+    reliability_method: str = "threshold"  # threshold | topk | nms: which predictions are kept
+    reliability_param: float = 0.3  # score threshold, k, or NMS IoU
+    reliability_seed: int = 0  # the seeded half of the images that fits lambda
+    per_image_csv: bool = False  # write oce_per_image.csv
 
     def __post_init__(self) -> None:
         if not self.iou_thresholds:
@@ -502,11 +419,11 @@ class UqDetrSpec:
     range, ``tp_criterion`` greedy (>= tau, one detection per box) or independent (> tau),
     crowd boxes as plain objects (``crowd=object``) or removed (``drop``)."""
 
-    enabled: bool = False
-    tau: float = 0.5
-    bins: int = 25
-    tp_criterion: str = "greedy"
-    crowd: str = "object"
+    enabled: bool = False  # D-ECE, LaECE, LRP with uq-detr 0.1.1's conventions (docs/newest_measures.md)
+    tau: float = 0.5  # TP IoU (> 0)
+    bins: int = 25  # equal-width bins over each sample's score range
+    tp_criterion: str = "greedy"  # greedy (>= tau, one detection per box) | independent (> tau)
+    crowd: str = "object"  # object (crowd boxes are plain objects, as uq-detr) | drop
 
     def __post_init__(self) -> None:
         _prob("uq_detr.tau", self.tau, open_lo=True, open_hi=True)
@@ -525,16 +442,16 @@ class DiagnosticsSpec:
     the ``label_error_top`` of each list); ``operating_points``: precision, recall and F1 against the score
     threshold, F1- and LRP-optimal thresholds and the ECE of what each keeps."""
 
-    tide: bool = True
-    tide_foreground: float = 0.5
-    tide_background: float = 0.1
-    confusion: bool = True
-    confusion_iou: float = 0.5
-    confusion_score: float = 0.5
-    label_error_score: float = 0.7
-    label_error_iou: float = 0.8
-    label_error_top: int = 20
-    operating_points: bool = True
+    tide: bool = True  # TIDE error types (equal to tidecv 1.0.1), per detection in detections.csv, ECE/D-ECE by type
+    tide_foreground: float = 0.5  # TIDE's IoU of a true positive
+    tide_background: float = 0.1  # ... and below which a detection is background
+    confusion: bool = True  # class-agnostic confusion matrix and likely label errors
+    confusion_iou: float = 0.5  # IoU of a confusion-matrix match
+    confusion_score: float = 0.5  # detections with score >= this enter the confusion matrix
+    label_error_score: float = 0.7  # likely label errors: detections at least this confident ...
+    label_error_iou: float = 0.8  # ... and, for a class disagreement, at least this IoU with the box
+    label_error_top: int = 20  # listed per kind
+    operating_points: bool = True  # precision / recall / F1 vs score threshold, F1- and LRP-optimal thresholds
 
     def __post_init__(self) -> None:
         _prob("diagnostics.tide_foreground", self.tide_foreground, open_lo=True)
@@ -559,9 +476,9 @@ class ParallelSpec:
     ``shard_size``: in one process, detections are matched in image shards of about this many
     (bounding the matcher's memory, docs/scale.md); 0: all at once."""
 
-    workers: int = 1
-    distributed: bool = False
-    shard_size: int = 1_000_000
+    workers: int = 1  # processes on this machine (image shards matched, thresholds evaluated in parallel)
+    distributed: bool = False  # under torchrun: each rank reads and matches its image shard of COCO results
+    shard_size: int = 1_000_000  # detections per matching shard in one process (bounded memory); 0: all at once
 
     def __post_init__(self) -> None:
         _int("parallel.workers", self.workers, 1)
@@ -590,8 +507,8 @@ class EvaluationSpec:
 class SplitSpec:
     """Seeded split of one dataset's images into calibration and evaluation parts."""
 
-    calibration_fraction: float = 0.5
-    seed: int = 0
+    calibration_fraction: float = 0.5  # share of the images that fit the calibrators (when eval_data is not given)
+    seed: int = 0  # seed of the split by image
 
     def __post_init__(self) -> None:
         _prob("calibration.split.calibration_fraction", self.calibration_fraction, open_lo=True, open_hi=True)
@@ -606,9 +523,11 @@ class CalibrationSpec:
     calibrator on the regression sample (``regression.sample_iou``).
     ``in_sample`` also evaluates on the calibration part (labelled optimistic)."""
 
-    fit_iou: float | None = 0.5
+    fit_iou: float | None = 0.5  # the confidence calibrator is fitted on the labels at this IoU (null: first threshold)
+    # relative box features for calibrators that use them ([] = none)
     features: list[str] = field(default_factory=lambda: list(FEATURES))
-    in_sample: bool = False
+    in_sample: bool = False  # also evaluate on the calibration part itself (labelled in-sample)
+    # used when eval_data is not given: one dataset split by image (seeded)
     split: SplitSpec = field(default_factory=SplitSpec)
 
     def __post_init__(self) -> None:

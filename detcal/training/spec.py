@@ -18,11 +18,11 @@ arbitrary callable.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from detcal.pipeline.spec import BootstrapSpec, ConfigError, DataSpec, EvaluationSpec, ReportSpec
+from detcal.core.config import REQUIRED, ConfigError, check_choice, check_int, check_number
+from detcal.pipeline.spec import BootstrapSpec, DataSpec, EvaluationSpec, ReportSpec
 
 __all__ = [
     "ModelSpec",
@@ -42,25 +42,9 @@ __all__ = [
 ]
 
 
-def _int(key: str, value: Any, lo: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(key, f"must be an integer, got {value!r}")
-    if lo is not None and value < lo:
-        raise ConfigError(key, f"must be >= {lo}, got {value}")
-
-
-def _num(key: str, value: Any, *, lo: float | None = None, positive: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
-        raise ConfigError(key, f"must be a finite number, got {value!r}")
-    if positive and not float(value) > 0:
-        raise ConfigError(key, f"must be > 0, got {value}")
-    if lo is not None and float(value) < lo:
-        raise ConfigError(key, f"must be >= {lo}, got {value}")
-
-
-def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(key, f"{value!r} is not one of {', '.join(allowed)}")
+_int = check_int
+_num = check_number
+_choice = check_choice
 
 
 @dataclass
@@ -73,18 +57,19 @@ class ModelSpec:
     ``max_size`` the resize bounds (None: the backbone's defaults).
     """
 
-    backbone: str = "tiny"
-    k: int = 3
+    backbone: str = "tiny"  # tiny | resnet50 | resnet101
+    k: int = 3  # position-sensitive grid k x k
+    # LOCAL path of a torchvision state dict (null: random initialisation; detcal never downloads)
     backbone_weights: str | None = None
-    norm: str = "bn"
-    min_size: int | None = None
-    max_size: int | None = None
-    rpn_post_nms_top_n_train: int | None = 150
-    roi_batch_size_per_image: int = 64
-    stage2_positives_per_image: int | None = None
-    box_score_thresh: float = 0.05
-    box_nms_thresh: float = 0.3
-    box_detections_per_img: int = 100
+    norm: str = "bn"  # bn | gn | none
+    min_size: int | None = None  # shorter side in px (null: the backbone's default, 120 / 400 for tiny)
+    max_size: int | None = None  # longer side bound in px (null: the backbone's default)
+    rpn_post_nms_top_n_train: int | None = 150  # RPN proposals kept after NMS in training
+    roi_batch_size_per_image: int = 64  # sampled RoIs per image in training
+    stage2_positives_per_image: int | None = None  # stage 2: positive RoIs per image (null: all)
+    box_score_thresh: float = 0.05  # detections with a lower score are dropped at inference
+    box_nms_thresh: float = 0.3  # per-class NMS IoU at inference
+    box_detections_per_img: int = 100  # detections kept per image at inference
 
     def __post_init__(self) -> None:
         _choice("model.backbone", self.backbone, ("tiny", "resnet50", "resnet101"))
@@ -109,14 +94,14 @@ class TrainerSpec:
     """Where and how stages 1-2 run (configs/trainer/*.yaml): ``kind`` single (this process) or ddp
     (torchrun subprocesses, ``nproc`` of them, ``backend`` None: nccl with CUDA, gloo on CPU)."""
 
-    kind: str = "single"
-    device: str = "cpu"
-    threads: int | None = None
-    nproc: int = 1
-    backend: str | None = None
-    num_workers: int = 0
-    cache_images: bool = True
-    deterministic: bool = False
+    kind: str = "single"  # single (this process) | ddp (torchrun subprocesses)
+    device: str = "cpu"  # cpu | cuda[:N]
+    threads: int | None = None  # torch.set_num_threads (null: torch's default)
+    nproc: int = 1  # processes (GPUs) per node (trainer=ddp only)
+    backend: str | None = None  # process-group backend (ddp; null: nccl with CUDA, gloo on CPU)
+    num_workers: int = 0  # DataLoader workers (0: images load in the main process)
+    cache_images: bool = True  # keep decoded images in memory during training
+    deterministic: bool = False  # torch.use_deterministic_algorithms
 
     def __post_init__(self) -> None:
         _choice("trainer.kind", self.kind, ("single", "ddp"))
@@ -138,20 +123,20 @@ class StageSpec:
     branch only, Gaussian NLL). Learning rate at iteration i: ``lr * warmup(i) * lr_gamma ** #{s in
     lr_steps: s <= i}`` (:func:`detcal.training.trainer.learning_rate`)."""
 
-    stage: int = 1
-    iterations: int = 20000
-    batch_size: int = 4
-    lr: float = 0.02
-    momentum: float = 0.9
-    weight_decay: float = 0.0001
-    warmup_iters: int = 200
-    lr_steps: list[int] = field(default_factory=list)
-    lr_gamma: float = 0.1
-    max_grad_norm: float | None = 10.0
-    hflip: bool = False
-    seed: int = 0
-    checkpoint_every: int = 500
-    log_every: int = 20
+    stage: int = 1  # 1 (detector, uncertainty branch frozen) | 2 (uncertainty branch only, Gaussian NLL)
+    iterations: int = 20000  # SGD iterations
+    batch_size: int = 4  # images per iteration (all processes together)
+    lr: float = 0.02  # learning rate
+    momentum: float = 0.9  # SGD momentum
+    weight_decay: float = 0.0001  # L2 weight decay
+    warmup_iters: int = 200  # linear warm-up iterations
+    lr_steps: list[int] = field(default_factory=list)  # iterations at which the learning rate is multiplied by lr_gamma
+    lr_gamma: float = 0.1  # the step factor
+    max_grad_norm: float | None = 10.0  # gradient-norm clipping (null: none)
+    hflip: bool = False  # random horizontal flips
+    seed: int = 0  # seed of the stage (sampling, initialisation)
+    checkpoint_every: int = 500  # iterations between checkpoints
+    log_every: int = 20  # iterations between log lines
 
     def __post_init__(self) -> None:
         if self.stage not in (1, 2) or isinstance(self.stage, bool):
@@ -204,16 +189,18 @@ class SplitsSpec:
     :func:`detcal.data.kitti.split_frames` (``val_size`` a count or a fraction, ``split_seed``,
     ``max_images`` the first N sorted images; ``image_dir`` the image folder of a COCO ``data.gt``)."""
 
+    # data=synthetic: scenes of the training set (160 x 120, KITTI classes Car/Pedestrian/Cyclist)
     train_images: int = 2000
-    train_seed: int = 1
-    recal_images: int = 1000
-    recal_seed: int = 2
-    val_images: int = 1000
-    val_seed: int = 3
+    train_seed: int = 1  # ... and its seed (the three seeds must differ: disjoint scenes)
+    recal_images: int = 1000  # data=synthetic: scenes of the recalibration split
+    recal_seed: int = 2  # ... and its seed
+    val_images: int = 1000  # data=synthetic: scenes of the validation split
+    val_seed: int = 3  # ... and its seed
+    # data=kitti | coco: count or fraction of the images that go to val (Levi et al.: ~6K recal / ~1.5K val)
     val_size: float = 0.2
-    split_seed: int = 0
-    max_images: int | None = None
-    image_dir: str | None = None
+    split_seed: int = 0  # data=kitti | coco: seed of the recal / val split
+    max_images: int | None = None  # data=kitti | coco: keep only the first N images (sorted by id) before splitting
+    image_dir: str | None = None  # data=coco: directory of the images of data.gt (data=kitti uses data.image_dir)
 
     def __post_init__(self) -> None:
         for name in ("train", "recal", "val"):
@@ -231,12 +218,12 @@ class TrainDataSpec:
     ``image_dir``, optionally remapped by the ``class_map`` YAML and cut to ``max_images``);
     ``categories`` the training category ids after remapping (None: every trainable category)."""
 
-    source: str = "synthetic"
-    instances: str | None = None
-    image_dir: str | None = None
-    class_map: str | None = None
-    max_images: int | None = None
-    categories: list[int] | None = None
+    source: str = "synthetic"  # synthetic (splits.train_*) | coco
+    instances: str | None = None  # source=coco: COCO instances JSON
+    image_dir: str | None = None  # source=coco: its image directory
+    class_map: str | None = None  # class-map YAML (configs/classmap/...): remap COCO -> KITTI, drop unmapped classes
+    max_images: int | None = None  # keep the first N images (sorted by id)
+    categories: list[int] | None = None  # training category ids (after remapping); null: every trainable category
 
     def __post_init__(self) -> None:
         _choice("train_data.source", self.source, ("synthetic", "coco"))
@@ -253,8 +240,8 @@ class PredictSpec:
     """Inference on recal and val: ``batch_size`` images per forward pass; a detection is kept when
     its score is > ``score_threshold``."""
 
-    batch_size: int = 4
-    score_threshold: float = 0.05
+    batch_size: int = 4  # images per forward pass
+    score_threshold: float = 0.05  # a detection is kept when its score is > this (recorded in the results)
 
     def __post_init__(self) -> None:
         _int("predict.batch_size", self.batch_size, 1)
@@ -268,7 +255,8 @@ class MainCalibrationSpec:
     """Stage 3: the regression calibrators (names of configs/calibrator/*.yaml, e.g. ``std_scaling``,
     ``kuleshov_isotonic``), fitted on the recal true positives at ``iou_threshold``."""
 
-    iou_threshold: float = 0.5
+    iou_threshold: float = 0.5  # regression sample: true positives at this IoU (Levi et al.)
+    # names of configs/calibrator/: std_scaling (Levi et al. Eq. 12), kuleshov_isotonic (Kuleshov et al. 2018)
     methods: list[str] = field(default_factory=lambda: ["std_scaling", "kuleshov_isotonic"])
 
     def __post_init__(self) -> None:
@@ -302,6 +290,7 @@ class Table1Spec:
     before calibration, paired bootstrap over the val images with ``bootstrap`` (n, level, seed, method;
     the evaluation's interval method, BCa by default; ``n=0`` leaves the intervals out)."""
 
+    # paired bootstrap over val images (n=0: no intervals)
     bootstrap: BootstrapSpec = field(default_factory=_table1_bootstrap)
 
 
@@ -312,8 +301,8 @@ class DryRunSpec:
     prediction runs on ``images`` recal and val images whose results are written where the full run
     writes them (dry_run.json says what was checked; nothing is trained or reused)."""
 
-    enabled: bool = False
-    images: int = 4
+    enabled: bool = False  # load, build, one SGD step per stage, predict `images` recal/val images, in a minute
+    images: int = 4  # recal and val images predicted
 
     def __post_init__(self) -> None:
         _int("dry_run.images", self.images, 1)
@@ -336,7 +325,7 @@ class MainJobSpec:
     output: MainOutputSpec = field(default_factory=MainOutputSpec)
     table1: Table1Spec = field(default_factory=Table1Spec)
     dry_run: DryRunSpec = field(default_factory=DryRunSpec)
-    progress: bool = True
+    progress: bool = True  # tqdm bars on stderr
 
     def __post_init__(self) -> None:
         if self.stage1.stage != 1:
@@ -369,7 +358,8 @@ class MainJobSpec:
 class MainApp(MainJobSpec):
     """``detcal-main`` (configs/main.yaml): :class:`MainJobSpec` plus the run name."""
 
-    name: str = "main"
+    name: str = "main"  # names the run/sweep directories
+    data: DataSpec = REQUIRED  # the data group's spec class (data=synthetic | kitti | coco)
     report: ReportSpec = field(default_factory=ReportSpec)  # report.html of the run (docs/report.md)
 
     def job(self) -> MainJobSpec:

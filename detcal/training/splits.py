@@ -21,7 +21,7 @@ import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset
-from detcal.pipeline.spec import DataSpec
+from detcal.pipeline.spec import CocoDataSpec, ConfigError, DataSpec, KittiDataSpec, SyntheticDataSpec
 from detcal.training.fingerprint import array_digest, file_identity, fingerprint
 from detcal.training.spec import SplitsSpec, TrainDataSpec
 from detcal.utils.io import write_text
@@ -187,7 +187,7 @@ def _coco_train_split(t: TrainDataSpec, run_dir: Path) -> Split:
     return _finish(sp, inputs)
 
 
-def _kitti_eval_splits(d: DataSpec, s: SplitsSpec) -> tuple[Split, Split]:
+def _kitti_eval_splits(d: KittiDataSpec, s: SplitsSpec) -> tuple[Split, Split]:
     from detcal.data.kitti import load_kitti_labels, split_frames
 
     label_dir = _need_path(d.label_dir, "data.label_dir", "label_2 directory")
@@ -228,7 +228,7 @@ def _kitti_eval_splits(d: DataSpec, s: SplitsSpec) -> tuple[Split, Split]:
     return out[0], out[1]
 
 
-def _coco_eval_splits(d: DataSpec, s: SplitsSpec) -> tuple[Split, Split]:
+def _coco_eval_splits(d: CocoDataSpec, s: SplitsSpec) -> tuple[Split, Split]:
     from detcal.data.coco import load_coco_instances
     from detcal.data.kitti import split_frames
 
@@ -271,7 +271,7 @@ def prepare_splits(
     """
     run_dir = Path(run_dir)
     s = splits
-    if data.source == "synthetic":
+    if isinstance(data, SyntheticDataSpec):
         if train_data.source == "synthetic" and len({s.train_seed, s.recal_seed, s.val_seed}) != 3:
             raise DetcalInputError(
                 f"train/recal/val seeds must differ (disjoint scenes), got {[s.train_seed, s.recal_seed, s.val_seed]}",
@@ -286,10 +286,12 @@ def prepare_splits(
             )
         recal = _synthetic_split("recal", s.recal_images, s.recal_seed, data.format, data.difficulty)
         val = _synthetic_split("val", s.val_images, s.val_seed, data.format, data.difficulty)
-    elif data.source == "kitti":
+    elif isinstance(data, KittiDataSpec):
         recal, val = _kitti_eval_splits(data, s)
-    else:
+    elif isinstance(data, CocoDataSpec) and data.source == "coco":
         recal, val = _coco_eval_splits(data, s)
+    else:
+        raise ConfigError("data", f"detcal-main splits synthetic, kitti or coco data, got data={data.source}")
     if train_data.source == "synthetic":
         train = _synthetic_split("train", s.train_images, s.train_seed, "coco", "moderate")
     else:
