@@ -151,11 +151,11 @@ class DeceBinningSpec:
     ``sample_threshold`` samples are dropped (``policy=drop``) or kept with gap
     0 (``policy=netcal``, netcal 1.4.0)."""
 
-    ece_bins: int = 15
-    bins: Any = 5
-    features: list[str] = field(default_factory=lambda: list(FEATURES))
-    sample_threshold: int = 8
-    policy: str = "drop"
+    ece_bins: int = 15  # ECE bins over [0, 1] (Guo et al. 2017)
+    bins: Any = 5  # D-ECE bins per dimension, or one count per dimension (confidence first)
+    features: list[str] = field(default_factory=lambda: list(FEATURES))  # box features of D-ECE
+    sample_threshold: int = 8  # sparse-cell threshold: cells with fewer detections are sparse
+    policy: str = "drop"  # drop: sparse cells leave N | netcal: they count with gap 0 (netcal 1.4.0)
 
     def __post_init__(self) -> None:
         _int("dece_binning.ece_bins", self.ece_bins, 1)
@@ -243,13 +243,13 @@ class ConfidenceSpec:
     ``homogeneity_spread`` (``std``, or Thetis's ``variance``)."""
 
     enabled: bool = True
-    iou_thresholds: list[float] | None = None
-    maps: list[list[str]] = field(default_factory=lambda: [["cx", "cy"], ["w", "h"]])
-    per_class: bool = True
-    per_class_top_n: int = 9
-    log_counts: bool = False
-    edges: str | None = None
-    homogeneity_spread: str = "std"
+    iou_thresholds: list[float] | None = None  # null: every matching threshold; or a subset
+    maps: list[list[str]] = field(default_factory=lambda: [["cx", "cy"], ["w", "h"]])  # D-ECE maps over these pairs
+    per_class: bool = True  # per-class ECE means, a per-class table and reliability diagrams
+    per_class_top_n: int = 9  # ... of the N most frequent classes
+    log_counts: bool = False  # log-scaled count histograms under the reliability diagrams
+    edges: str | None = None  # confidence-bin edges: null (the policy's), guo ((m-1)/M, m/M]), floor, netcal
+    homogeneity_spread: str = "std"  # std, or variance (Thetis)
 
     def __post_init__(self) -> None:
         if self.edges is not None:
