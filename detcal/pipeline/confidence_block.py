@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from detcal.core.types import MatchResult
+from detcal.core.types import MatchResult, Skipped
 from detcal.pipeline.progress import Progress
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import FEATURES, EvaluationSpec
@@ -104,7 +104,7 @@ def _null_position_metrics(block: dict[str, Any], reason: str) -> None:
                 "value": None,
                 "variant": node.get("variant"),
                 "params": node.get("params"),
-                "_null": {"value": reason},
+                "skipped": {"value": reason},
             }
 
 
@@ -215,7 +215,7 @@ def _one_threshold(
     feats: np.ndarray,
     no_pos: str | None,
     shared: tuple[np.ndarray, dict[Any, np.ndarray], dict[str, np.ndarray]] | None = None,
-) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
+) -> tuple[str, dict[str, Any] | Skipped, dict[str, Any] | None]:
     """(label, metric block, D-ECE maps or None) of matching row ``i``; ``shared``: :func:`_shared_cells`."""
     from detcal.metrics.confidence_suite import confidence_metrics
 
@@ -234,18 +234,7 @@ def _one_threshold(
     p, y = dets.score[rows], mr.matched[i, rows]
     if len(rows) == 0 or not y.any():
         why = "no detection was evaluated" if len(rows) == 0 else f"no detection matched at {label}"
-        return (
-            label,
-            {
-                "_sample": {
-                    "n": int(len(rows)),
-                    "n_matched": int(y.sum()),
-                    "features": list(b.features),
-                    "skipped": f"{why}: the confidence metrics cannot be computed",
-                }
-            },
-            None,
-        )
+        return label, Skipped(f"{why}: the confidence metrics cannot be computed"), None
     fr = np.take(feats, rows, axis=0)  # ~4x faster than feats[rows] for [N, 4]
     f = _sample_features(spec, fr, no_pos)
     with warnings.catch_warnings(record=True) as caught:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from detcal.core.types import MatchResult
+from detcal.core.types import MatchResult, Skipped
 from detcal.pipeline.confidence_block import _sample_features, threshold_label
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
@@ -36,19 +36,19 @@ def diagnostics_block(
     feats: np.ndarray,
     conf: dict[str, Any],
     loc: dict[str, Any] | None = None,
-) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+) -> tuple[dict[str, Any] | Skipped, dict[str, np.ndarray]]:
     """The ``diagnostics`` record and the per-detection columns it adds to detections.csv; ``loc``: the run's
     ``localisation`` record, whose LRP-optimal thresholds the operating points reuse."""
     d = spec.diagnostics
     if data.kitti is not None:
-        return {"_skipped": "defined for COCO-style data; not computed with KITTI rules"}, {}
+        return Skipped("defined for COCO-style data; not computed with KITTI rules"), {}
     if data.shard is not None:
-        return {"_skipped": "not computed in a sharded (distributed) read"}, {}
+        return Skipped("not computed in a sharded (distributed) read"), {}
     if data.format in ("lvis", "openimages"):
-        return {
-            "_skipped": f"TIDE's rules are COCO's; not computed under the {data.format} rules "
+        return Skipped(
+            f"TIDE's rules are COCO's; not computed under the {data.format} rules "
             "(their ignored detections and group-of boxes have no TIDE error type)"
-        }, {}
+        ), {}
     ds, dets = data.dataset, data.detections
     out: dict[str, Any] = {}
     cols: dict[str, np.ndarray] = {}
@@ -81,7 +81,7 @@ def diagnostics_block(
 
 
 def _first_label(conf: dict[str, Any]) -> str | None:
-    labels = [lbl for lbl, blk in conf.items() if "skipped" not in blk.get("_sample", {})]
+    labels = [lbl for lbl, blk in conf.items() if not isinstance(blk, Skipped)]
     return labels[0] if labels else None
 
 

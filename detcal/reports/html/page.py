@@ -13,6 +13,7 @@ from typing import Any
 
 import detcal.reports.html.protocol as proto
 import detcal.reports.html.sections as sec
+from detcal.core.results import Results, as_results
 from detcal.reports.html.diagnosis import diagnosis_section
 from detcal.reports.html.findings import findings
 from detcal.reports.html.fmt import cell, esc, is_number, num, pct_cell, table
@@ -283,13 +284,15 @@ def _own_run(m: Mapping[str, Any], run_dir: Path | None) -> bool:
 
 
 def render_report(
-    m: Mapping[str, Any],
+    results: Results | Mapping[str, Any],
     run_dir: str | Path | None = None,
     *,
     image_dir: str | Path | None = None,
     extra_files: list[tuple[str, str, str]] | None = None,
 ) -> str:
-    """report.html of one run from its metrics.json content ``m`` (the page shows only numbers of ``m``)."""
+    """report.html of one run from its results (or a metrics.json content of schema /3 or /2, read into
+    them); the page shows only numbers of the results, as metrics.json writes them."""
+    m = as_results(results).content
     rd = None if run_dir is None else Path(run_dir)
     own = _own_page(m, rd, extra_files or [])
     if own is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from detcal.core.results import skipped_of
 from detcal.reports.html.fmt import cell, ci_text, esc, num, table
 from detcal.reports.html.svg import curve_svg, heatmap_svg, reliability_svg
 
@@ -164,8 +165,12 @@ def regression(m: Mapping[str, Any]) -> str:
     reg = m.get("regression") or {}
     metrics = {k: v for k, v in reg.items() if not k.startswith("_") and isinstance(v, Mapping)}
     if not metrics:
-        s = reg.get("_sample") or {}
-        return f"<h2 id=box>Box uncertainty</h2><p>Skipped: {esc(s.get('skipped', 'not computed'))}</p>" if reg else ""
+        why = skipped_of(reg)
+        return (
+            f"<h2 id=box>Box uncertainty</h2><p>Skipped: {esc(why.reason if why else 'not computed')}</p>"
+            if reg
+            else ""
+        )
     coords = list(dict.fromkeys(c for per in metrics.values() for c in per if not c.startswith("_")))
     rows = [
         [f"<td>{esc(name)}</td>"]
