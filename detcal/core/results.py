@@ -49,6 +49,7 @@ __all__ = [
     "metric_from_json",
     "metric_to_json",
     "skipped_of",
+    "is_description",
     "upgrade_v2",
 ]
 
@@ -58,6 +59,12 @@ SKIP = "skipped"
 """The key of "not computed" in metrics.json: a reason (a skipped block) or a map key -> reason."""
 
 _LEAF_KEYS = frozenset(("name", "value", "variant", "params", "table", "extra", "ci", "ci_level"))
+
+
+def is_description(key: object) -> bool:
+    """True for the keys of metrics.json that describe rather than hold results: ``_sample``,
+    ``_areas``, ... and the ``skipped`` reasons (tables and generic listings leave them out)."""
+    return str(key).startswith("_") or key == SKIP
 
 
 def skipped_of(node: Any) -> Skipped | None:
@@ -174,7 +181,7 @@ class Block:
 
     def public(self) -> dict[str, Any]:
         """The entries without the ``_``-prefixed descriptions (``_sample``, ``_areas``)."""
-        return {k: v for k, v in self.entries.items() if not k.startswith("_")}
+        return {k: v for k, v in self.entries.items() if not is_description(k)}
 
 
 @dataclass

@@ -23,7 +23,6 @@ keys instead. Writes Markdown (printed as well) and CSV; by default
 from __future__ import annotations
 
 import fnmatch
-import json
 import logging
 import os
 import re

@@ -18,9 +18,9 @@ import datetime as _dt
 import json
 import math
 import os
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from detcal.core.results import SKIP, CalibratorsBlock, RegressionBlock, Results
+from detcal.core.results import CalibratorsBlock, RegressionBlock, Results, is_description
 from detcal.core.types import Skipped
 from detcal.reports.diagnosis_facts import miscalibration_sentence, tide_sentence
 from detcal.reports.per_class import table_markdown
@@ -87,7 +87,7 @@ def evaluation_summary(results: Results) -> str:
     parts += _confidence_md(results, m["confidence"])
     block = results.regression
     if isinstance(block, RegressionBlock):
-        reg = {k: v for k, v in m["regression"].items() if not k.startswith("_") and k != SKIP}
+        reg = {k: v for k, v in m["regression"].items() if not is_description(k)}
         s = block.sample
         coords = list(dict.fromkeys(c for per in reg.values() for c in per))
         parts += [
@@ -183,7 +183,7 @@ def _confidence_md(results: Results, confidence: Mapping[str, Any]) -> list[str]
             continue
         block = confidence[label]
         s = typed.sample
-        shown = {k: v for k, v in block.items() if not k.startswith("_")}
+        shown = {k: v for k, v in block.items() if not is_description(k)}
         parts += [
             metrics_table(shown, title=f"Confidence calibration at {label} (N = {s['n']}, matched {s['n_matched']})")
         ]
@@ -237,7 +237,7 @@ def _accuracy_md(acc: Mapping[str, Any], loc: Mapping[str, Any]) -> list[str]:
     """Accuracy beside calibration: COCO AP/AR or KITTI AP, and LRP / LaECE."""
     out: list[str] = []
     if "AP" in acc:
-        names = [k for k in acc if not k.startswith("_") and isinstance(acc[k], Mapping) and "value" in acc[k]]
+        names = [k for k in acc if not is_description(k) and isinstance(acc[k], Mapping) and "value" in acc[k]]
         row = {"value": {k: acc[k] for k in names}}
         out += [
             "### Accuracy (COCO AP/AR from detcal's matching; equal to pycocotools' summarize)",

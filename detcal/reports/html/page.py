@@ -13,7 +13,7 @@ from typing import Any
 
 import detcal.reports.html.protocol as proto
 import detcal.reports.html.sections as sec
-from detcal.core.results import Results, as_results
+from detcal.core.results import Results, as_results, is_description
 from detcal.reports.html.diagnosis import diagnosis_section
 from detcal.reports.html.findings import findings
 from detcal.reports.html.fmt import cell, esc, is_number, num, pct_cell, table
@@ -127,7 +127,7 @@ def _leaves(node: Any, path: str, out: list[tuple[str, Any]], limit: int) -> Non
                 out.append((path + " ci", node["ci"]))
             return
         for k, v in node.items():
-            if not str(k).startswith("_"):
+            if not is_description(k):
                 _leaves(v, f"{path}/{k}" if path else str(k), out, limit)
     elif isinstance(node, list) and node and all(isinstance(x, Mapping) for x in node) and len(node) <= 50:
         for i, x in enumerate(node):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from detcal.core.results import skipped_of
+from detcal.core.results import is_description, skipped_of
 from detcal.reports.html.fmt import cell, ci_text, esc, num, table
 from detcal.reports.html.svg import curve_svg, heatmap_svg, reliability_svg
 
@@ -151,7 +151,7 @@ def per_class(m: Mapping[str, Any], class_figs: str = "") -> str:
     rows = pc.get("rows") if isinstance(pc, Mapping) else None
     if not rows:
         return ""
-    cols = list(dict.fromkeys(k for r in rows for k in r))
+    cols = [k for k in dict.fromkeys(k for r in rows for k in r) if not is_description(k)]
     body = [[r.get(c) for c in cols] for r in rows]
     return (
         f"<h2 id=per-class>Per class at {esc(pc.get('iou', ''))}</h2><p class=note>Click a column to sort.</p>"
@@ -163,7 +163,7 @@ def per_class(m: Mapping[str, Any], class_figs: str = "") -> str:
 def regression(m: Mapping[str, Any]) -> str:
     """Box-uncertainty metrics per coordinate, and the RMSE-vs-RMV / coverage / retention curves when present."""
     reg = m.get("regression") or {}
-    metrics = {k: v for k, v in reg.items() if not k.startswith("_") and isinstance(v, Mapping)}
+    metrics = {k: v for k, v in reg.items() if not is_description(k) and isinstance(v, Mapping)}
     if not metrics:
         why = skipped_of(reg)
         return (
@@ -171,7 +171,7 @@ def regression(m: Mapping[str, Any]) -> str:
             if reg
             else ""
         )
-    coords = list(dict.fromkeys(c for per in metrics.values() for c in per if not c.startswith("_")))
+    coords = list(dict.fromkeys(c for per in metrics.values() for c in per if not is_description(c)))
     rows = [
         [f"<td>{esc(name)}</td>"]
         + [cell((per.get(c) or {}).get("value") if isinstance(per.get(c), Mapping) else per.get(c)) for c in coords]
@@ -317,7 +317,7 @@ def compare(m: Mapping[str, Any]) -> str:
             cols = [
                 c
                 for c in every
-                if not c.startswith("_") and c not in skip and not (c.endswith("_ci") and c[:-3] in every)
+                if not is_description(c) and c not in skip and not (c.endswith("_ci") and c[:-3] in every)
             ]
             body = [
                 [
@@ -346,6 +346,6 @@ def compare(m: Mapping[str, Any]) -> str:
     if isinstance(pcs, Mapping) and all(isinstance(v, list) for v in pcs.values()):
         for det, rows in pcs.items():
             if rows:
-                cols = list(dict.fromkeys(k for r in rows for k in r))
+                cols = [k for k in dict.fromkeys(k for r in rows for k in r) if not is_description(k)]
                 out.append(f"<h3>Per class: {esc(det)}</h3>" + table(cols, [[r.get(c) for c in cols] for r in rows]))
     return "".join(out)
