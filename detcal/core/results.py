@@ -48,6 +48,7 @@ __all__ = [
     "as_results",
     "metric_from_json",
     "metric_to_json",
+    "shown",
     "skipped_of",
     "is_description",
     "upgrade_v2",
@@ -108,6 +109,18 @@ def metric_from_json(d: Mapping[str, Any]) -> MetricResult:
 
 def _nan(x: Any) -> float:
     return float("nan") if x is None else float(x)
+
+
+def shown(node: Any) -> Any:
+    """What a page shows for ``node``: a leaf's value as metrics.json writes it (None where undefined),
+    a column of a leaf's table as a list (None where undefined); anything else as it is."""
+    if isinstance(node, MetricResult):
+        node = node.value
+    if isinstance(node, np.ndarray):
+        return [shown(float(x)) if node.dtype.kind == "f" else x for x in node.tolist()]
+    if isinstance(node, float) and not math.isfinite(node):
+        return None
+    return node
 
 
 def metric_to_json(m: MetricResult) -> dict[str, Any]:

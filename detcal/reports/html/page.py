@@ -292,7 +292,8 @@ def render_report(
 ) -> str:
     """report.html of one run from its results (or a metrics.json content of schema /3 or /2, read into
     them); the page shows only numbers of the results, as metrics.json writes them."""
-    m = as_results(results).content
+    res = as_results(results)
+    m = res.content
     rd = None if run_dir is None else Path(run_dir)
     own = _own_page(m, rd, extra_files or [])
     if own is not None:
@@ -319,8 +320,8 @@ def render_report(
         _guard("diagnosis", diagnosis_section, m, img),
         pc_html,
         _guard("protocol accuracy", proto.protocol_accuracy, m),
-        _guard("accuracy", sec.accuracy, m),
-        _guard("box uncertainty", sec.regression, m),
+        _guard("accuracy", sec.accuracy, res),
+        _guard("box uncertainty", sec.regression, res),
         _guard("change", sec.change, m),
         _guard("Table 1", sec.table1, m),
         _guard("compare", sec.compare, m),
