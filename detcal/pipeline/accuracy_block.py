@@ -4,12 +4,13 @@ benchmark (LRP with its components and optimal thresholds, LaECE, LaACE)."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any
 
 import numpy as np
 
-from detcal.core.types import Skipped
+from detcal.core.types import MetricResult, Skipped
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
 
@@ -42,7 +43,7 @@ def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any] | S
 
     area = ds.gt.area
     res = coco_ap(dets, ds, gt_area=area, workers=spec.parallel.workers)  # area ranges in processes
-    out: dict[str, Any] = {k: _no_sentinel(r.to_dict()) for k, r in res.items()}
+    out: dict[str, Any] = {k: _no_sentinel(r).to_dict() for k, r in res.items()}
     out["_areas"] = (
         "the 'area' of each annotation (as pycocotools)"
         if area is not None
@@ -51,21 +52,15 @@ def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any] | S
     return out
 
 
-def _no_sentinel(d: dict[str, Any]) -> dict[str, Any]:
-    """pycocotools' -1 ("no ground truth to measure against") as ``null`` with the reason beside it, so no
-    -1 is ever read as a number (metrics.json, summary.md, the console)."""
-    if d.get("value") != -1.0:
-        return d
-    p = d.get("params") or {}
-    area = p.get("area", "all")
+def _no_sentinel(r: MetricResult) -> MetricResult:
+    """pycocotools' -1 ("no ground truth to measure against") as undefined with its reason (:class:`Skipped`),
+    so no -1 is ever read as a number (metrics.json, summary.md, the console)."""
+    if r.value != -1.0:
+        return r
+    area = r.params.get("area", "all")
     where = "" if area == "all" else f" of the '{area}' area range"
-    return {
-        **d,
-        "value": None,
-        "skipped": {
-            "value": f"undefined: no non-crowd ground-truth box{where} in any category (pycocotools writes -1)"
-        },
-    }
+    why = f"undefined: no non-crowd ground-truth box{where} in any category (pycocotools writes -1)"
+    return dataclasses.replace(r, value=float("nan"), skipped=Skipped(why))
 
 
 def _voc_block(data: LoadedData) -> dict[str, Any]:

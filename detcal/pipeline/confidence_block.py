@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from detcal.core.types import MatchResult, Skipped
+from detcal.core.types import MatchResult, MetricResult, Skipped
 from detcal.pipeline.progress import Progress
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import FEATURES, EvaluationSpec
@@ -99,13 +99,13 @@ def _null_position_metrics(block: dict[str, Any], reason: str) -> None:
     """Replace the metrics over (confidence, box features) by null with ``reason``."""
     for key, node in block.items():
         if isinstance(node, dict) and int((node.get("params") or {}).get("n_features", 1)) > 1:
-            block[key] = {
-                "name": node.get("name", key),
-                "value": None,
-                "variant": node.get("variant"),
-                "params": node.get("params"),
-                "skipped": {"value": reason},
-            }
+            block[key] = MetricResult(
+                name=str(node.get("name", key)),
+                value=float("nan"),
+                variant=str(node.get("variant") or ""),
+                params=dict(node.get("params") or {}),
+                skipped=Skipped(reason),
+            ).to_dict()
 
 
 def confidence_blocks(

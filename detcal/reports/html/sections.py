@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from detcal.core.results import AccuracyBlock, LocalisationBlock, Results, is_description, shown
+from detcal.core.results import AccuracyBlock, LocalisationBlock, Results, as_results, is_description, shown
 from detcal.core.types import MetricResult, Skipped
 from detcal.reports.html.fmt import cell, ci_text, esc, num, table
 from detcal.reports.html.svg import curve_svg, heatmap_svg, reliability_svg
@@ -161,9 +161,9 @@ def per_class(m: Mapping[str, Any], class_figs: str = "") -> str:
     )
 
 
-def regression(res: Results) -> str:
+def regression(results: Results | Mapping[str, Any]) -> str:
     """Box-uncertainty metrics per coordinate, and the RMSE-vs-RMV / coverage / retention curves when present."""
-    blk = res.regression
+    blk = as_results(results).regression
     if blk is None:
         return ""
     if isinstance(blk, Skipped):
@@ -194,8 +194,9 @@ def regression(res: Results) -> str:
     )
 
 
-def accuracy(res: Results) -> str:
+def accuracy(results: Results | Mapping[str, Any]) -> str:
     """COCO AP/AR (per-size keys included) or KITTI AP, and the localisation-aware measures."""
+    res = as_results(results)
     acc, loc = res.accuracy, res.localisation
     leaves = acc.metrics() if isinstance(acc, AccuracyBlock) else {}
     out = []
