@@ -245,3 +245,20 @@ def blocks_markdown(res: Any) -> str:
     from detcal.reports.summary_md import evaluation_summary
 
     return evaluation_summary(res.results())
+
+
+def test_sections_switched_off_are_skipped_blocks_and_the_run_goes_on(tmp_path: Path) -> None:
+    from detcal.pipeline.spec import AccuracySpec, LocalisationSpec, OCESpec
+
+    spec = EvaluationSpec(
+        bootstrap=BootstrapSpec(n=0),
+        accuracy=AccuracySpec(enabled=False),
+        localisation=LocalisationSpec(enabled=False),
+        oce=OCESpec(enabled=False),
+    )
+    res = detcal.evaluate(detcal.DataSpec(n_images=30), spec=spec, workdir=tmp_path)
+    blocks = res.results()
+    assert blocks.accuracy == Skipped("accuracy.enabled=false")
+    assert blocks.localisation == Skipped("localisation.enabled=false") and blocks.oce == Skipped("oce.enabled=false")
+    assert "tide" in blocks.diagnostics  # type: ignore[operator]  # diagnostics still runs without localisation
+    assert res.to_dict()["accuracy"] == {"skipped": "accuracy.enabled=false"}

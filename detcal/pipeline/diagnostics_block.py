@@ -35,7 +35,7 @@ def diagnostics_block(
     mr: MatchResult,
     feats: np.ndarray,
     conf: dict[str, Any],
-    loc: dict[str, Any] | None = None,
+    loc: dict[str, Any] | Skipped | None = None,
 ) -> tuple[dict[str, Any] | Skipped, dict[str, np.ndarray]]:
     """The ``diagnostics`` record and the per-detection columns it adds to detections.csv; ``loc``: the run's
     ``localisation`` record, whose LRP-optimal thresholds the operating points reuse."""
@@ -177,9 +177,14 @@ def _share(g: np.ndarray | None, k: int) -> float | None:
     return float(g[k] / tot) if tot > 0 else None
 
 
-def _lrp_of(loc: dict[str, Any] | None) -> tuple[dict[int, Any], dict[int, Any], float] | None:
+def _lrp_of(loc: dict[str, Any] | Skipped | None) -> tuple[dict[int, Any], dict[int, Any], float] | None:
     """(LRP-optimal threshold per class, oLRP per class, TP IoU) of the localisation record, when it has them."""
-    if not loc or not loc.get("lrp_optimal_thresholds") or not isinstance(loc.get("olrp"), dict):
+    if (
+        not loc
+        or isinstance(loc, Skipped)
+        or not loc.get("lrp_optimal_thresholds")
+        or not isinstance(loc.get("olrp"), dict)
+    ):
         return None
     tab = loc["olrp"].get("table") or {}
     if "category" not in tab or "olrp" not in tab:

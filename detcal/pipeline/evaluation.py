@@ -184,7 +184,7 @@ def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[Ma
 
 
 def _per_class(
-    spec: EvaluationSpec, data: LoadedData, mr: MatchResult, extra: list[float], acc: dict[str, Any]
+    spec: EvaluationSpec, data: LoadedData, mr: MatchResult, extra: list[float], acc: dict[str, Any] | Skipped
 ) -> dict[str, Any]:
     """Per-class table (n, precision, mean confidence, ECE, MCE, Brier, AP) of the most frequent classes at
     the first evaluated threshold."""
@@ -198,7 +198,7 @@ def _per_class(
     if len(keep) == 0:
         return {}
     dets = data.detections
-    ap = acc.get("AP", {}).get("table") if isinstance(acc.get("AP"), dict) else None
+    ap = acc["AP"].get("table") if not isinstance(acc, Skipped) and isinstance(acc.get("AP"), dict) else None
     ap_table = (
         {k: np.asarray([np.nan if v is None else v for v in ap[k]], float) for k in ("category", "ap", "ap50")}
         if ap
@@ -450,7 +450,7 @@ def _diagnostics(
     mr: MatchResult,
     feats: np.ndarray,
     conf: dict[str, Any],
-    loc: dict[str, Any],
+    loc: dict[str, Any] | Skipped,
     timing: dict[str, float],
 ) -> tuple[dict[str, Any] | Skipped, dict[str, np.ndarray]]:
     """TIDE, calibration by error type, confusion, label errors, operating points (docs/metrics.md#diagnostics);
@@ -501,7 +501,12 @@ def _data_record(data: LoadedData) -> dict[str, Any]:
     }
 
 
-def _accuracy_and_oce(spec: EvaluationSpec, data: LoadedData, timing: dict[str, float]) -> tuple[Any, ...]:
+_Rec = dict[str, Any] | Skipped
+
+
+def _accuracy_and_oce(
+    spec: EvaluationSpec, data: LoadedData, timing: dict[str, float]
+) -> tuple[_Rec, _Rec, _Rec, _Rec, dict[str, np.ndarray] | None]:
     """The accuracy, localisation, OCE and uq-detr records and the per-image rows; their times in ``timing``."""
     t0 = time.perf_counter()
     from detcal.pipeline.accuracy_block import accuracy_block, localisation_block
