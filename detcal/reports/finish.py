@@ -39,8 +39,10 @@ def finish_run(
     as written."""
     out = Path(run_dir)
     blocks = Results.from_json(results_json.strict(dict(content)))
-    written = results_json.write_metrics(out / "metrics.json", results_json.strict(blocks.to_json()), plain=True)
-    res = Results.from_json(written)
+    plain = results_json.strict(blocks.to_json())
+    written = results_json.write_metrics(out / "metrics.json", plain, plain=True)
+    res = blocks if written is plain else Results.from_json(written)  # the Python warnings of the run added
+    res.content = written
     if callable(summary):
         text = summary(res)
     else:
