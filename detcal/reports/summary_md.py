@@ -84,10 +84,10 @@ def evaluation_summary(results: Results) -> str:
     if head:
         parts += ["", "## Headline", "", comparison_table(head, ["value [CI]", "source"], label="metric")]
     parts += _diagnosis_md(m.get("diagnostics") or {})
-    parts += _confidence_md(results, m["confidence"])
+    parts += _confidence_md(results)
     block = results.regression
     if isinstance(block, RegressionBlock):
-        reg = {k: v for k, v in m["regression"].items() if not is_description(k)}
+        reg = block.per_coordinate()
         s = block.sample
         coords = list(dict.fromkeys(c for per in reg.values() for c in per))
         parts += [
@@ -174,20 +174,21 @@ def _header_md(m: Mapping[str, Any]) -> list[str]:
     return parts
 
 
-def _confidence_md(results: Results, confidence: Mapping[str, Any]) -> list[str]:
+def _confidence_md(results: Results) -> list[str]:
     """The confidence-calibration tables of summary.md, one per IoU threshold, with the D-ECE grid's occupancy."""
     parts: list[str] = []
-    for label, typed in results.confidence.items():
-        if isinstance(typed, Skipped):
-            parts += [f"### Confidence calibration at {label}", "", f"skipped: {typed.reason}", ""]
+    for label, block in results.confidence.items():
+        if isinstance(block, Skipped):
+            parts += [f"### Confidence calibration at {label}", "", f"skipped: {block.reason}", ""]
             continue
-        block = confidence[label]
-        s = typed.sample
-        shown = {k: v for k, v in block.items() if not is_description(k)}
+        s = block.sample
         parts += [
-            metrics_table(shown, title=f"Confidence calibration at {label} (N = {s['n']}, matched {s['n_matched']})")
+            metrics_table(
+                block.public(), title=f"Confidence calibration at {label} (N = {s['n']}, matched {s['n_matched']})"
+            )
         ]
-        ex = (block.get("dece") or {}).get("extra") or {}
+        dece = block.metrics().get("dece")
+        ex = dece.extra if dece is not None else {}
         if ex:
             parts.append(
                 f"D-ECE grid: {ex.get('cells')} cells, {ex.get('occupied_cells')} occupied, "
