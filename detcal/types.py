@@ -4,6 +4,15 @@ Kept so that ``from detcal.types import Dataset, Detections`` keeps working; the
 package itself imports :mod:`detcal.core.types`.
 """
 
-from detcal.core.types import Dataset, Detections, GroundTruth, Images, KittiRules, MatchResult, MetricResult
+from detcal.core.types import (
+    Dataset,
+    Detections,
+    GroundTruth,
+    Images,
+    KittiRules,
+    MatchResult,
+    MetricResult,
+    Skipped,
+)
 
-__all__ = ["Dataset", "Detections", "GroundTruth", "Images", "KittiRules", "MatchResult", "MetricResult"]
+__all__ = ["Dataset", "Detections", "GroundTruth", "Images", "KittiRules", "MatchResult", "MetricResult", "Skipped"]

@@ -50,7 +50,9 @@ def _ours(data: DataSpec, tmp: Path) -> np.ndarray:
     acc = m["accuracy"]
     # pycocotools' -1 (no ground truth in the range) is null with its reason in metrics.json (issue 33): compared
     # as pycocotools' -1, and only where the reason is there
-    return np.array([-1.0 if acc[k]["value"] is None and acc[k]["_null"]["value"] else acc[k]["value"] for k in NAMES])
+    return np.array(
+        [-1.0 if acc[k]["value"] is None and acc[k]["skipped"]["value"] else acc[k]["value"] for k in NAMES]
+    )
 
 
 def test_bundled_official_set_equals_pycocotools(tmp_path: Path) -> None:

@@ -81,7 +81,7 @@ def test_diagnostics_switches(tmp_path: Path) -> None:
     assert "tide_error" not in (tmp_path / "detections.csv").read_text().splitlines()[0]
     none = DiagnosticsSpec(tide=False, confusion=False, operating_points=False)
     d = detcal.evaluate(*data, spec=EvaluationSpec(bootstrap=BootstrapSpec(n=0), diagnostics=none)).to_dict()
-    assert "_skipped" in d["diagnostics"]
+    assert d["diagnostics"] == {"skipped": "diagnostics.tide, .confusion and .operating_points are false"}
     with pytest.raises(detcal.ConfigError, match="diagnostics.tide_background"):
         DiagnosticsSpec(tide_background=0.6)
 

@@ -65,6 +65,9 @@ def test_the_csv_reading_of_the_example_equals_its_json_reading(tmp_path: Path) 
     a = detcal.evaluate(js, spec=spec, workdir=tmp_path / "json").to_dict()
     b = detcal.evaluate(_csv_spec(), spec=spec, workdir=tmp_path / "csv").to_dict()
     for block in ("confidence", "regression", "oce", "headline", "accuracy"):
+        if set(a[block]) == {"skipped"}:  # not computed (no box uncertainty here): the same reason both ways
+            assert a[block] == b[block], block
+            continue
         want, got = _numbers(a[block]), _numbers(b[block])
         assert got.keys() == want.keys() and want, block
         for k, v in want.items():

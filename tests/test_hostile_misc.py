@@ -45,8 +45,8 @@ def test_cocos_minus_one_is_null_with_a_reason_in_metrics_json_and_console(tmp_p
     acc = res.to_dict()["accuracy"]
     for k in ("AP", "AP50", "AR100", "AP_small"):
         assert acc[k]["value"] is None, k
-        assert "no non-crowd ground-truth box" in acc[k]["_null"]["value"]
-    assert "'small' area range" in acc["AP_small"]["_null"]["value"]
+        assert "no non-crowd ground-truth box" in acc[k]["skipped"]["value"]
+    assert "'small' area range" in acc["AP_small"]["skipped"]["value"]
     text = console_summary(res.to_dict(), tmp_path)
     assert "-1" not in text.split("accuracy:")[1].splitlines()[0]
     assert "AP is null: undefined: no non-crowd ground-truth box" in text

@@ -211,7 +211,7 @@ def test_evaluate_writes_oce_without_changing_other_numbers(tmp_path) -> None:
         "per_class",
     )
     assert {k: a[k] for k in same} == {k: b[k] for k in same}
-    assert b["oce"] == {"_skipped": "oce.enabled=false"}
+    assert b["oce"] == {"skipped": "oce.enabled=false"}
     assert a["oce"]["oce"]["value"] == oce(dets, ds.gt).value
     assert a["oce"]["oce"]["params"]["brier"] == "binary"
     for agg in ("max_iou", "iou_weighted"):

@@ -55,7 +55,7 @@ def test_images_without_sizes_skip_only_the_position_metrics(coco: dict[str, Pat
     m = out.to_dict()
     assert any(str(f) in w and "'width'" in w for w in m["warnings"])
     blk = m["confidence"]["iou=0.50"]
-    assert blk["dece"]["value"] is None and "width/height" in blk["dece"]["_null"]["value"]
+    assert blk["dece"]["value"] is None and "width/height" in blk["dece"]["skipped"]["value"]
     assert blk["ece"]["value"] is not None and blk["nll"]["value"] is not None  # need no sizes
     full = detcal.evaluate(str(coco["coco_instances"]), str(coco["coco_results"]), EvaluationSpec(**QUIET)).to_dict()
     assert blk["ece"]["value"] == pytest.approx(full["confidence"]["iou=0.50"]["ece"]["value"], abs=1e-15)
@@ -71,7 +71,7 @@ def test_a_threshold_without_matches_says_which_metrics_and_why(coco: dict[str, 
     )
     m = out.to_dict()
     assert "iou=0.999" in m["confidence"]
-    why = m["confidence"]["iou=0.999"]["_sample"]["skipped"]
+    why = m["confidence"]["iou=0.999"]["skipped"]
     assert "no detection matched" in why and "confidence metrics cannot be computed" in why
     assert any("iou=0.999" in w for w in m["warnings"]) and "iou=0.999" in out.to_markdown()
 

@@ -75,7 +75,7 @@ def test_default_evaluate_other_sections_unchanged(default_evaluate: dict) -> No
     # metrics.json: a recorded -1 must now read null, with the reason beside it, and nothing else may change
     for k in [k for k, v in expected.items() if v == -1.0 and k.startswith("accuracy/")]:
         section, key, leaf = k.split("/")
-        assert got[k] is None and "pycocotools writes -1" in default_evaluate[section][key]["_null"][leaf], k
+        assert got[k] is None and "pycocotools writes -1" in default_evaluate[section][key]["skipped"][leaf], k
         got[k] = -1.0
     _compare(expected, got)
 

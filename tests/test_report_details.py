@@ -86,10 +86,10 @@ def test_kitti_ap_rows_name_their_class(tmp_path: Any) -> None:
     from kitti_like import make_frames, write_frames
 
     from detcal.pipeline.accuracy_block import accuracy_block
-    from detcal.pipeline.result import _accuracy_md
     from detcal.pipeline.sources import load_data
     from detcal.pipeline.spec import DataSpec, EvaluationSpec
     from detcal.reports.html.sections import accuracy
+    from detcal.reports.summary_md import _accuracy_md
 
     lab, res = write_frames(make_frames(12, seed=3), tmp_path)
     sizes = tmp_path / "sizes.txt"

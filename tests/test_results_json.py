@@ -29,7 +29,7 @@ def _load_strict(path: Path) -> dict[str, Any]:
 
 def _validate(m: dict[str, Any]) -> None:
     jsonschema.validate(m, results_json.schema())
-    assert m["schema_version"] == "detcal.metrics/2"
+    assert m["schema_version"] == "detcal.metrics/3"
 
 
 def _walk(node: Any, path: str = "") -> list[tuple[str, Any]]:
@@ -48,7 +48,7 @@ def test_strict_writer_turns_nan_into_null_with_a_reason() -> None:
     text = results_json.dumps(plain)
     loaded = json.loads(text, parse_constant=_raise)
     assert loaded["a"] is None and loaded["b"][1] is None and loaded["c"]["d"] is None
-    assert "a" in loaded["_null"] and loaded["c"]["_null"]["d"]
+    assert "a" in loaded["skipped"] and loaded["c"]["skipped"]["d"]
 
 
 def test_evaluate_metrics_json_with_uncomputable_values(tmp_path: Path) -> None:
@@ -60,8 +60,12 @@ def test_evaluate_metrics_json_with_uncomputable_values(tmp_path: Path) -> None:
     _validate(m)
     nulls = [(p, v) for p, v in _walk(m) if v is None]
     assert nulls, "expected uncomputable values at IoU 0.99"
-    reasons = [v for p, v in _walk(m) if p.endswith("/_null")]
-    assert reasons and all(isinstance(r, dict) and all(isinstance(t, str) and t for t in r.values()) for r in reasons)
+    reasons = [v for p, v in _walk(m) if p.endswith("/skipped")]  # a null's reason, or a whole block's
+    assert reasons and all(
+        (isinstance(r, str) and r) or (isinstance(r, dict) and all(isinstance(t, str) and t for t in r.values()))
+        for r in reasons
+    )
+    assert m["confidence"]["iou=0.99"] == {"skipped": m["confidence"]["iou=0.99"]["skipped"]}  # one spelling
     assert all(not (isinstance(v, float) and not math.isfinite(v)) for _, v in _walk(m))
 
 
@@ -97,7 +101,7 @@ def test_schema_rejects_a_wrong_layout() -> None:
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(
             {
-                "schema_version": "detcal.metrics/2",
+                "schema_version": "detcal.metrics/3",
                 "detcal_version": "x",
                 "command": "detcal-evaluate",
                 "created": "now",

@@ -57,6 +57,6 @@ def test_no_sparse_line_for_metrics_not_computed(synthetic: DataSpec, tmp_path: 
     nan = np.full(len(ds.images), np.nan)
     no_size = Dataset(Images(ds.images.id, nan, nan, ds.images.file_name), ds.gt, dict(ds.categories), "no sizes")
     out = detcal.evaluate(no_size, data.detections, EvaluationSpec(**QUIET))
-    assert out.record["confidence"]["iou=0.50"]["dece"]["value"] is None
+    assert out.to_dict()["confidence"]["iou=0.50"]["dece"]["value"] is None
     assert not [w for w in out.record["warnings"] if SPARSE_MARK in w]
     assert sparse_cells_line(out.record["confidence"]) is None

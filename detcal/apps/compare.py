@@ -16,6 +16,8 @@ from typing import Any
 
 from detcal.apps._hydra import AppContext, run_app
 from detcal.apps.schema import CompareApp
+from detcal.reports import results_json
+from detcal.reports.finish import finish_run
 
 PROG = "detcal-compare"
 CONFIG_NAME = "compare"
@@ -24,7 +26,6 @@ SCHEMA = CompareApp
 
 def task(app: CompareApp, ctx: AppContext) -> dict[str, Any]:
     """Compare the detectors ``app`` names; write metrics.json, summary.md and the diagrams."""
-    from detcal.apps._finish import finish_run
     from detcal.pipeline import compare as cmp
     from detcal.pipeline.compare_data import load_runs
 
@@ -61,9 +62,9 @@ def task(app: CompareApp, ctx: AppContext) -> dict[str, Any]:
         "per_size": c.per_size,
         "params": c.params,
     }
-    return finish_run(
-        out, PROG, ctx.header(), body, text, files[2:], report=app.report.enabled, echo=app.output.print_summary
-    )
+    files += ["report.html"] if app.report.enabled else []
+    content = {**results_json.header(PROG, **ctx.header()), **body, "files": files}
+    return finish_run(out, content, text, report=app.report.enabled, echo=app.output.print_summary).content
 
 
 def main() -> None:

@@ -13,6 +13,8 @@ from typing import Any
 
 from detcal.apps._hydra import AppContext, run_app
 from detcal.apps.schema import StudyApp
+from detcal.reports import results_json
+from detcal.reports.finish import finish_run
 
 PROG = "detcal-study"
 CONFIG_NAME = "study"
@@ -21,13 +23,12 @@ SCHEMA = StudyApp
 
 def task(app: StudyApp, ctx: AppContext) -> dict[str, Any]:
     """Run ``app.study``; write its table, figure and numbers into the run directory."""
-    from detcal.apps._finish import finish_run
     from detcal.studies.run import run_study
 
     body, text, files = run_study(app, ctx.run_dir)
-    return finish_run(
-        ctx.run_dir, PROG, ctx.header(), body, text, files, report=app.report.enabled, echo=app.output.print_summary
-    )
+    files = ["metrics.json", "summary.md", *files] + (["report.html"] if app.report.enabled else [])
+    content = {**results_json.header(PROG, **ctx.header()), **body, "files": files}
+    return finish_run(ctx.run_dir, content, text, report=app.report.enabled, echo=app.output.print_summary).content
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""The bottom layer: typed records (:mod:`.types`), box arithmetic (:mod:`.boxes`), errors (:mod:`.errors`).
+"""The bottom layer: typed records (:mod:`.types`), the typed result blocks metrics.json serialises
+(:mod:`.results`), box arithmetic (:mod:`.boxes`), errors (:mod:`.errors`).
 
 Nothing here imports another detcal package.
 """

@@ -358,6 +358,23 @@ class MatchResult:
         }
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """What was not computed, and why: the one way detcal writes "not computed".
+
+    In Python it stands where a result block would be (``RegressionBlock | Skipped``) or
+    in :attr:`MetricResult.skipped` beside an undefined value. In metrics.json
+    (``detcal.metrics/3``) a skipped block is ``{"skipped": "<reason>"}``; a number
+    that cannot be computed is ``null`` and the object holding it has a ``"skipped"``
+    map from that key to its reason (``{"value": null, "skipped": {"value": "..."}}``).
+    """
+
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"skipped": self.reason}
+
+
 @dataclass
 class MetricResult:
     """One metric value with its provenance.
@@ -379,20 +396,39 @@ class MetricResult:
     extra: dict[str, Any] = field(default_factory=dict)
     ci: tuple[float, float] | None = None
     ci_level: float | None = None
+    skipped: Skipped | None = None
+
+    def why_undefined(self) -> Skipped | None:
+        """Why ``value`` is NaN: :attr:`skipped`, else the metric's ``extra["note"]``; None when defined."""
+        if self.skipped is not None:
+            return self.skipped
+        v = float(self.value)
+        if v == v:  # defined (or infinite: the writer names that itself)
+            return None
+        note = self.extra.get("note")
+        return Skipped(str(note)) if note else None
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain_python(
+        """Plain Python; an undefined value's reason (a NaN with ``extra["note"]``) is the ``"skipped"`` map."""
+        why = self.why_undefined()
+        extra = self.extra
+        if why is not None and self.skipped is None:  # the note moves to the one place for reasons
+            extra = {k: v for k, v in extra.items() if k != "note"}
+        out = _plain_python(
             {
                 "name": self.name,
                 "value": float(self.value),
                 "variant": self.variant,
                 "params": self.params,
                 "table": self.table,
-                "extra": self.extra,
+                "extra": extra,
                 "ci": None if self.ci is None else list(self.ci),
                 "ci_level": self.ci_level,
             }
         )
+        if why is not None:
+            out["skipped"] = {"value": why.reason}
+        return out
 
 
 KITTI_TYPES: tuple[str, ...] = (

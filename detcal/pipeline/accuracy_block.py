@@ -4,22 +4,24 @@ benchmark (LRP with its components and optimal thresholds, LaECE, LaACE)."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any
 
 import numpy as np
 
+from detcal.core.types import MetricResult, Skipped
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
 
 __all__ = ["accuracy_block", "localisation_block"]
 
 
-def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:
+def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any] | Skipped:
     """COCO AP for COCO-format (and YOLO) data, KITTI AP for KITTI data, VOC AP for VOC data
     (docs/real_detectors.md, docs/matching.md, docs/formats.md)."""
     if not spec.accuracy.enabled:
-        return {"_skipped": "accuracy.enabled=false"}
+        return Skipped("accuracy.enabled=false")
     ds, dets = data.dataset, data.detections
     if data.kitti is not None:
         from detcal.matching.kitti_ap import kitti_ap
@@ -41,7 +43,7 @@ def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:
 
     area = ds.gt.area
     res = coco_ap(dets, ds, gt_area=area, workers=spec.parallel.workers)  # area ranges in processes
-    out: dict[str, Any] = {k: _no_sentinel(r.to_dict()) for k, r in res.items()}
+    out: dict[str, Any] = {k: _no_sentinel(r).to_dict() for k, r in res.items()}
     out["_areas"] = (
         "the 'area' of each annotation (as pycocotools)"
         if area is not None
@@ -50,19 +52,15 @@ def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:
     return out
 
 
-def _no_sentinel(d: dict[str, Any]) -> dict[str, Any]:
-    """pycocotools' -1 ("no ground truth to measure against") as ``null`` with the reason beside it, so no
-    -1 is ever read as a number (metrics.json, summary.md, the console)."""
-    if d.get("value") != -1.0:
-        return d
-    p = d.get("params") or {}
-    area = p.get("area", "all")
+def _no_sentinel(r: MetricResult) -> MetricResult:
+    """pycocotools' -1 ("no ground truth to measure against") as undefined with its reason (:class:`Skipped`),
+    so no -1 is ever read as a number (metrics.json, summary.md, the console)."""
+    if r.value != -1.0:
+        return r
+    area = r.params.get("area", "all")
     where = "" if area == "all" else f" of the '{area}' area range"
-    return {
-        **d,
-        "value": None,
-        "_null": {"value": f"undefined: no non-crowd ground-truth box{where} in any category (pycocotools writes -1)"},
-    }
+    why = f"undefined: no non-crowd ground-truth box{where} in any category (pycocotools writes -1)"
+    return dataclasses.replace(r, value=float("nan"), skipped=Skipped(why))
 
 
 def _voc_block(data: LoadedData) -> dict[str, Any]:
@@ -107,18 +105,18 @@ def _lvis_block(data: LoadedData) -> dict[str, Any]:
     }
 
 
-def localisation_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:
+def localisation_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any] | Skipped:
     """LRP (with components and LRP-optimal thresholds), LaECE and LaACE (docs/newest_measures.md)."""
     loc = spec.localisation
     if not loc.enabled:
-        return {"_skipped": "localisation.enabled=false"}
+        return Skipped("localisation.enabled=false")
     if data.kitti is not None:
-        return {"_skipped": "defined for COCO-style matching; not computed with KITTI rules"}
+        return Skipped("defined for COCO-style matching; not computed with KITTI rules")
     if data.format in ("lvis", "openimages"):
-        return {
-            "_skipped": f"defined for COCO-style matching; not computed under the {data.format} rules "
+        return Skipped(
+            f"defined for COCO-style matching; not computed under the {data.format} rules "
             "(docs/formats.md: the protocol's own numbers are under accuracy)"
-        }
+        )
     from detcal.metrics.laece import describe_choices, laace_from_outcomes, laece_from_outcomes
     from detcal.metrics.lrp import detection_outcomes, lrp_result, lrp_table
 
@@ -127,7 +125,7 @@ def localisation_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]
         warnings.simplefilter("ignore")
         o = detection_outcomes(dets, ds.gt, loc.tau, max_dets=spec.matching.max_dets)
         table = lrp_table(o)
-        out = {
+        out: dict[str, Any] = {
             "lrp": lrp_result(table, max_dets=spec.matching.max_dets).to_dict(),
             "olrp": lrp_result(table, optimal=True, max_dets=spec.matching.max_dets).to_dict(),
             "laece": laece_from_outcomes(o, bins=loc.laece_bins, closed=loc.closed, variant=loc.variant).to_dict(),
@@ -147,7 +145,7 @@ def localisation_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]
         from detcal.metrics.pdq import pdq
 
         if dets.uncertainty_kind not in ("box_std", "box_cov", "corner_cov") and loc.pdq_fixed_cov is None:
-            out["pdq"] = {"_skipped": "the detections carry no box covariance: give localisation.pdq_fixed_cov"}
+            out["pdq"] = Skipped("the detections carry no box covariance: give localisation.pdq_fixed_cov")
         elif loc.pdq_variant == "detcal_continuous":
             r = pdq(ds, dets, variant="detcal_continuous", fixed_cov=loc.pdq_fixed_cov)
             out["pdq"] = {**r.to_dict(), "table": None}  # per-detection qualities stay out of metrics.json

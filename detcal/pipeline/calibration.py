@@ -32,7 +32,7 @@ import numpy as np
 
 from detcal.calibration.base import ConfidenceCalibrator, RegressionCalibrator
 from detcal.core.errors import DetcalInputError
-from detcal.core.types import MatchResult, MetricResult
+from detcal.core.types import MatchResult, MetricResult, Skipped
 from detcal.pipeline.calibration_result import REGRESSION_ROWS, CalibrationResult
 from detcal.pipeline.confidence_block import interval_settings, spec_suite
 from detcal.pipeline.evaluation import (
@@ -180,12 +180,12 @@ def _confidence_change(
     y: np.ndarray,
     feats: np.ndarray | None,
     image_id: np.ndarray,
-) -> dict[str, Any]:
+) -> dict[str, Any] | Skipped:
     """After minus before of the confidence suite, with paired-bootstrap intervals over images."""
     from detcal.metrics.paired import confidence_changes
 
     if spec.bootstrap.n == 0:
-        return {"_skipped": "bootstrap.n=0: no intervals for the changes"}
+        return Skipped("bootstrap.n=0: no intervals for the changes")
     bs = spec.bootstrap
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -195,14 +195,14 @@ def _confidence_change(
     return {k: v.to_dict() for k, v in ch.items()}
 
 
-def _regression_change(spec: EvaluationSpec, s_e: Any, mu_a: np.ndarray, sg_a: np.ndarray) -> dict[str, Any]:
+def _regression_change(spec: EvaluationSpec, s_e: Any, mu_a: np.ndarray, sg_a: np.ndarray) -> dict[str, Any] | Skipped:
     """After minus before of the coordinate-mean ENCE, M-QCE and NLL, with paired-bootstrap intervals."""
     from detcal.metrics.paired import paired_bootstrap_many
     from detcal.metrics.regression import ence, gaussian_nll, m_qce
 
     r, sb, bs = spec.regression, spec.sigma_binning, spec.bootstrap
     if bs.n == 0 or len(s_e) == 0:
-        return {"_skipped": "bootstrap.n=0 or an empty sample: no intervals for the changes"}
+        return Skipped("bootstrap.n=0 or an empty sample: no intervals for the changes")
     levels = np.linspace(0.05, 0.95, r.quantile_levels)
     means = {
         "ence": _mean_over_coords(ence, "ence_mean", bins=sb.bins, binning=sb.scheme),
@@ -368,7 +368,7 @@ def calibrate(
         if conf_cal is not None:
             _fit_confidence(conf_cal, cal, ev, row_c, row_e, spec, calibration, names, bar, out)
         else:
-            out.calibrators["confidence_skipped"] = "no confidence calibrator configured"
+            out.calibrators["confidence"] = Skipped("no confidence calibrator configured")
         timing["confidence"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -376,9 +376,9 @@ def calibrate(
         if reg_cal is not None and has_unc:
             _fit_regression(reg_cal, cal, ev, spec, calibration, names, bar, out)
         elif reg_cal is None:
-            out.calibrators["regression_skipped"] = "no box-uncertainty calibrator configured"
+            out.calibrators["regression"] = Skipped("no box-uncertainty calibrator configured")
         else:
-            out.calibrators["regression_skipped"] = "the detections carry no box uncertainty (docs/formats.md)"
+            out.calibrators["regression"] = Skipped("the detections carry no box uncertainty (docs/formats.md)")
         timing["regression"] = time.perf_counter() - t0
 
     record = _calibration_record(spec, calibration, cal, ev, row_c, row_e, rows_e, y_e, split, out, timing)
@@ -530,7 +530,7 @@ def _fit_regression(
     fit_kw = {"groups": cal.data.detections.category[s_c.rows]} if grouped else {}
     reg_cal.fit(s_c.mu, s_c.sigma, s_c.y, **fit_kw)
     if edges:
-        wb = {"skipped": _EDGES_NOT_WRITTEN}
+        wb: dict[str, Any] | Skipped = Skipped(_EDGES_NOT_WRITTEN)
     else:
         out.dets_out, wb = apply_regression_calibrator(out.dets_out, reg_cal, space)
     out.calibrators["regression"] = {

@@ -10,7 +10,7 @@ import numpy as np
 from detcal.binning.cells import cell_stats, sample_cells, validate_sample
 from detcal.binning.edges import BinGrid
 from detcal.core.errors import DetcalInputError
-from detcal.core.types import MatchResult
+from detcal.core.types import MatchResult, MetricResult, Skipped
 from detcal.metrics.confidence import ConfidenceMetric
 from detcal.metrics.confidence_suite import confidence_metrics, suite, suite_cells
 from detcal.pipeline.parallel import distributed_rank, distributed_world, gather_all, map_in_processes
@@ -102,13 +102,13 @@ def _null_position_metrics(block: dict[str, Any], reason: str) -> None:
     """Replace the metrics over (confidence, box features) by null with ``reason``."""
     for key, node in block.items():
         if isinstance(node, dict) and int((node.get("params") or {}).get("n_features", 1)) > 1:
-            block[key] = {
-                "name": node.get("name", key),
-                "value": None,
-                "variant": node.get("variant"),
-                "params": node.get("params"),
-                "_null": {"value": reason},
-            }
+            block[key] = MetricResult(
+                name=str(node.get("name", key)),
+                value=float("nan"),
+                variant=str(node.get("variant") or ""),
+                params=dict(node.get("params") or {}),
+                skipped=Skipped(reason),
+            ).to_dict()
 
 
 def confidence_blocks(
@@ -214,7 +214,7 @@ def _one_threshold(
     feats: np.ndarray,
     no_pos: str | None,
     shared: tuple[np.ndarray, dict[Any, np.ndarray], dict[str, np.ndarray]] | None = None,
-) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
+) -> tuple[str, dict[str, Any] | Skipped, dict[str, Any] | None]:
     """(label, metric block, D-ECE maps or None) of matching row ``i``; ``shared``: :func:`_shared_cells`."""
     b, c = spec.dece_binning, spec.confidence
     dets = data.detections
@@ -230,18 +230,7 @@ def _one_threshold(
     p, y = dets.score[rows], mr.matched[i, rows]
     if len(rows) == 0 or not y.any():
         why = "no detection was evaluated" if len(rows) == 0 else f"no detection matched at {label}"
-        return (
-            label,
-            {
-                "_sample": {
-                    "n": int(len(rows)),
-                    "n_matched": int(y.sum()),
-                    "features": list(b.features),
-                    "skipped": f"{why}: the confidence metrics cannot be computed",
-                }
-            },
-            None,
-        )
+        return label, Skipped(f"{why}: the confidence metrics cannot be computed"), None
     fr = np.take(feats, rows, axis=0)  # ~4x faster than feats[rows] for [N, 4]
     f = _sample_features(spec, fr, no_pos)
     with warnings.catch_warnings(record=True) as caught:

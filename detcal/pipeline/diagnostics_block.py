@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from detcal.core.types import MatchResult
+from detcal.core.types import MatchResult, Skipped
 from detcal.pipeline.confidence_block import _sample_features, threshold_label
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
@@ -35,20 +35,20 @@ def diagnostics_block(
     mr: MatchResult,
     feats: np.ndarray,
     conf: dict[str, Any],
-    loc: dict[str, Any] | None = None,
-) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    loc: dict[str, Any] | Skipped | None = None,
+) -> tuple[dict[str, Any] | Skipped, dict[str, np.ndarray]]:
     """The ``diagnostics`` record and the per-detection columns it adds to detections.csv; ``loc``: the run's
     ``localisation`` record, whose LRP-optimal thresholds the operating points reuse."""
     d = spec.diagnostics
     if data.kitti is not None:
-        return {"_skipped": "defined for COCO-style data; not computed with KITTI rules"}, {}
+        return Skipped("defined for COCO-style data; not computed with KITTI rules"), {}
     if data.shard is not None:
-        return {"_skipped": "not computed in a sharded (distributed) read"}, {}
+        return Skipped("not computed in a sharded (distributed) read"), {}
     if data.format in ("lvis", "openimages"):
-        return {
-            "_skipped": f"TIDE's rules are COCO's; not computed under the {data.format} rules "
+        return Skipped(
+            f"TIDE's rules are COCO's; not computed under the {data.format} rules "
             "(their ignored detections and group-of boxes have no TIDE error type)"
-        }, {}
+        ), {}
     ds, dets = data.dataset, data.detections
     out: dict[str, Any] = {}
     cols: dict[str, np.ndarray] = {}
@@ -81,7 +81,7 @@ def diagnostics_block(
 
 
 def _first_label(conf: dict[str, Any]) -> str | None:
-    labels = [lbl for lbl, blk in conf.items() if "skipped" not in blk.get("_sample", {})]
+    labels = [lbl for lbl, blk in conf.items() if not isinstance(blk, Skipped)]
     return labels[0] if labels else None
 
 
@@ -177,9 +177,14 @@ def _share(g: np.ndarray | None, k: int) -> float | None:
     return float(g[k] / tot) if tot > 0 else None
 
 
-def _lrp_of(loc: dict[str, Any] | None) -> tuple[dict[int, Any], dict[int, Any], float] | None:
+def _lrp_of(loc: dict[str, Any] | Skipped | None) -> tuple[dict[int, Any], dict[int, Any], float] | None:
     """(LRP-optimal threshold per class, oLRP per class, TP IoU) of the localisation record, when it has them."""
-    if not loc or not loc.get("lrp_optimal_thresholds") or not isinstance(loc.get("olrp"), dict):
+    if (
+        not loc
+        or isinstance(loc, Skipped)
+        or not loc.get("lrp_optimal_thresholds")
+        or not isinstance(loc.get("olrp"), dict)
+    ):
         return None
     tab = loc["olrp"].get("table") or {}
     if "category" not in tab or "olrp" not in tab:

@@ -28,7 +28,7 @@ import numpy as np
 
 from detcal.core.boxes import relative_features, xyxy_to_cxcywh
 from detcal.core.errors import DetcalInputError
-from detcal.core.types import Dataset, Detections, MatchResult, MetricResult
+from detcal.core.types import Dataset, Detections, MatchResult, MetricResult, Skipped
 from detcal.metrics.measures import headline_names
 from detcal.pipeline.confidence_block import confidence_blocks, dece_maps, threshold_label
 from detcal.pipeline.progress import Progress
@@ -183,7 +183,7 @@ def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[Ma
 
 
 def _per_class(
-    spec: EvaluationSpec, data: LoadedData, mr: MatchResult, extra: list[float], acc: dict[str, Any]
+    spec: EvaluationSpec, data: LoadedData, mr: MatchResult, extra: list[float], acc: dict[str, Any] | Skipped
 ) -> dict[str, Any]:
     """Per-class table (n, precision, mean confidence, ECE, MCE, Brier, AP) of the most frequent classes at
     the first evaluated threshold."""
@@ -197,7 +197,7 @@ def _per_class(
     if len(keep) == 0:
         return {}
     dets = data.detections
-    ap = acc.get("AP", {}).get("table") if isinstance(acc.get("AP"), dict) else None
+    ap = acc["AP"].get("table") if not isinstance(acc, Skipped) and isinstance(acc.get("AP"), dict) else None
     ap_table = (
         {k: np.asarray([np.nan if v is None else v for v in ap[k]], float) for k in ("category", "ap", "ap50")}
         if ap
@@ -231,7 +231,9 @@ def _missing_sizes(data: LoadedData, feats: np.ndarray) -> str | None:
     return msg
 
 
-def _regression_block(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, progress: Progress) -> dict[str, Any]:
+def _regression_block(
+    spec: EvaluationSpec, data: LoadedData, mr: MatchResult, progress: Progress
+) -> dict[str, Any] | Skipped:
     """Box-uncertainty metrics (docs/metrics.md) with bootstrap intervals on the headline ones."""
     from detcal.metrics.bootstrap import with_ci
     from detcal.metrics.regression import ence, m_qce, m_qce_joint, regression_metrics
@@ -241,17 +243,11 @@ def _regression_block(spec: EvaluationSpec, data: LoadedData, mr: MatchResult, p
     dets = data.detections
     progress.step("regression")
     if dets.uncertainty_kind is None:
-        return {"_sample": {"n": 0, "skipped": "the detections carry no box uncertainty (docs/formats.md)"}}
+        return Skipped("the detections carry no box uncertainty (docs/formats.md)")
     t = float(r.sample_iou)
     sample = regression_sample(dets, data.dataset.gt, mr, iou_threshold=t, space=r.space)
     if len(sample) == 0:
-        return {
-            "_sample": {
-                "n": 0,
-                "iou_threshold": t,
-                "skipped": f"no true positive at IoU {t}: the box-uncertainty metrics cannot be computed",
-            }
-        }
+        return Skipped(f"no true positive at IoU {t}: the box-uncertainty metrics cannot be computed")
     levels = np.linspace(0.05, 0.95, r.quantile_levels)
     res = regression_metrics(
         sample,
@@ -321,11 +317,11 @@ def _accounting(data: LoadedData, spec: EvaluationSpec, mr: MatchResult) -> dict
     return acc
 
 
-def _headline(conf: dict[str, Any], reg: dict[str, Any]) -> dict[str, Any]:
+def _headline(conf: dict[str, Any], reg: dict[str, Any] | Skipped) -> dict[str, Any]:
     """Flat, sweep-stable headline numbers: confidence at the first evaluated threshold, regression per coordinate."""
     out: dict[str, Any] = {}
     for label, block in conf.items():
-        if "skipped" in block.get("_sample", {}):
+        if isinstance(block, Skipped):
             continue
         for name in headline_names():  # the registry's headline measures (detcal.metrics.measures)
             node = block.get(name)
@@ -337,8 +333,9 @@ def _headline(conf: dict[str, Any], reg: dict[str, Any]) -> dict[str, Any]:
                     "source": f"confidence/{label}/{name}",
                 }
         break
+    per_coord = {} if isinstance(reg, Skipped) else reg
     for name in HEADLINE_REGRESSION:
-        for coord, node in (reg.get(name) or {}).items():
+        for coord, node in (per_coord.get(name) or {}).items():
             out[f"{name}_{coord}"] = {
                 "value": node["value"],
                 "ci": node.get("ci"),
@@ -402,6 +399,8 @@ def _metric_warnings(conf: dict[str, Any], data: LoadedData) -> list[str]:
     from detcal.pipeline.sparse_cells import SPARSE_MARK, log_once, sparse_cells_line
 
     for lbl, blk in conf.items():
+        if isinstance(blk, Skipped):
+            continue
         for w in (blk.get("_sample") or {}).get("warnings") or []:
             if SPARSE_MARK in w:  # one line for the whole evaluation, below
                 continue
@@ -450,14 +449,14 @@ def _diagnostics(
     mr: MatchResult,
     feats: np.ndarray,
     conf: dict[str, Any],
-    loc: dict[str, Any],
+    loc: dict[str, Any] | Skipped,
     timing: dict[str, float],
-) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+) -> tuple[dict[str, Any] | Skipped, dict[str, np.ndarray]]:
     """TIDE, calibration by error type, confusion, label errors, operating points (docs/metrics.md#diagnostics);
     its time in ``timing["diagnostics"]``."""
     d = spec.diagnostics
     if not (d.tide or d.confusion or d.operating_points):
-        return {"_skipped": "diagnostics.tide, .confusion and .operating_points are false"}, {}
+        return Skipped("diagnostics.tide, .confusion and .operating_points are false"), {}
     from detcal.pipeline.diagnostics_block import diagnostics_block
 
     t0 = time.perf_counter()
@@ -466,17 +465,13 @@ def _diagnostics(
     return out
 
 
-def _warnings(conf: dict[str, Any], reg: dict[str, Any], reg_expected: bool, no_pos: str | None) -> list[str]:
+def _warnings(conf: dict[str, Any], reg: dict[str, Any] | Skipped, reg_expected: bool, no_pos: str | None) -> list[str]:
     """The run's warnings: missing image sizes, skipped confidence thresholds, a skipped box-uncertainty block."""
-    warn = [
-        f"confidence at {lbl}: {blk['_sample']['skipped']}"
-        for lbl, blk in conf.items()
-        if "skipped" in blk.get("_sample", {})
-    ]
+    warn = [f"confidence at {lbl}: {blk.reason}" for lbl, blk in conf.items() if isinstance(blk, Skipped)]
     if no_pos:
         warn.insert(0, no_pos)
-    if "skipped" in reg.get("_sample", {}) and reg_expected:
-        warn.append(f"regression: {reg['_sample']['skipped']}")
+    if isinstance(reg, Skipped) and reg_expected:
+        warn.append(f"regression: {reg.reason}")
     return warn
 
 
@@ -505,7 +500,12 @@ def _data_record(data: LoadedData) -> dict[str, Any]:
     }
 
 
-def _accuracy_and_oce(spec: EvaluationSpec, data: LoadedData, timing: dict[str, float]) -> tuple[Any, ...]:
+_Rec = dict[str, Any] | Skipped
+
+
+def _accuracy_and_oce(
+    spec: EvaluationSpec, data: LoadedData, timing: dict[str, float]
+) -> tuple[_Rec, _Rec, _Rec, _Rec, dict[str, np.ndarray] | None]:
     """The accuracy, localisation, OCE and uq-detr records and the per-image rows; their times in ``timing``."""
     t0 = time.perf_counter()
     from detcal.pipeline.accuracy_block import accuracy_block, localisation_block
@@ -562,7 +562,7 @@ def evaluate(
         conf, maps = confidence_blocks(spec, data, mr, feats, bar, extra, no_pos) if conf_on else ({}, {})
         timing["confidence"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        reg = _regression_block(spec, data, mr_reg, bar) if reg_on else {"_sample": {"n": 0, "skipped": "disabled"}}
+        reg = _regression_block(spec, data, mr_reg, bar) if reg_on else Skipped("disabled")
         timing["regression"] = time.perf_counter() - t0
         acc, loc, oce_rec, uq_rec, per_image = _accuracy_and_oce(spec, data, timing)
         diag, diag_cols = _diagnostics(spec, data, mr, feats, conf, loc, timing)

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from detcal.core.types import Skipped
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
 
@@ -71,7 +72,7 @@ def _reliability(spec: EvaluationSpec, data: LoadedData, images: np.ndarray, all
     try:
         lam, r_val, _ = fit_lambda(pos[val], neg[val], rel[val])
     except Exception as e:  # too few images with objects in the validation half
-        return {**out, "lambda": None, "_null": {"lambda": str(e)}}
+        return {**out, "lambda": None, "skipped": {"lambda": str(e)}}
     test = ~val & ~np.isnan(rel)
     r_test = float(pearson((pos - lam * neg)[test][None, :], rel[test])[0]) if test.sum() >= 3 else None
     out.update(
@@ -106,13 +107,13 @@ def _kept(dets: Any, images: np.ndarray, o: Any) -> np.ndarray:
     return kept_mask(dets.image_id, dets.score, images, o.reliability_method, o.reliability_param, box=dets.box)
 
 
-def oce_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:
+def oce_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any] | Skipped:
     """The ``oce`` key of metrics.json."""
     o = spec.oce
     if not o.enabled:
-        return {"_skipped": "oce.enabled=false"}
+        return Skipped("oce.enabled=false")
     if data.kitti is not None:
-        return {"_skipped": "defined for COCO-style ground truth; not computed with KITTI rules"}
+        return Skipped("defined for COCO-style ground truth; not computed with KITTI rules")
     from detcal.metrics.oce import object_scores_by_aggregation, oce_from_scores
 
     ds, dets = data.dataset, data.detections
@@ -135,17 +136,19 @@ def oce_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:
     return out
 
 
-def per_image_rows(block: dict[str, Any]) -> dict[str, np.ndarray] | None:
+def per_image_rows(block: dict[str, Any] | Skipped) -> dict[str, np.ndarray] | None:
     """Columns of oce_per_image.csv (popped from the block so they stay out of metrics.json)."""
+    if isinstance(block, Skipped):
+        return None
     rel = block.get("image_reliability") or {}
     return rel.pop("_per_image", None)
 
 
-def uq_detr_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]:
+def uq_detr_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any] | Skipped:
     """The ``uq_detr`` key: D-ECE, LaECE and LRP with uq-detr 0.1.1's conventions (when enabled)."""
     u = spec.uq_detr
     if not u.enabled:
-        return {"_skipped": "uq_detr.enabled=false"}
+        return Skipped("uq_detr.enabled=false")
     from detcal.metrics.uq_detr import uq_detr_suite
 
     res = uq_detr_suite(

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from detcal.core.types import MatchResult
+from detcal.core.types import MatchResult, Skipped
 from detcal.pipeline.confidence_block import _sample_features, threshold_label
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
@@ -29,7 +29,7 @@ def worst_block(
     """The worst-calibrated detections at the first evaluated IoU threshold (``{}`` when none was)."""
     from detcal.reports.html.worst import worst_detections
 
-    labels = [lbl for lbl, blk in conf.items() if "skipped" not in blk.get("_sample", {})]
+    labels = [lbl for lbl, blk in conf.items() if not isinstance(blk, Skipped)]
     if not labels:
         return {}
     i = next(k for k, t in enumerate(mr.iou_thresholds) if threshold_label(float(t)) == labels[0])

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from detcal.core.types import Skipped
 from detcal.metrics.confidence import SPARSE_RATIO
 
 __all__ = ["SPARSE_MARK", "sparse_cells_line", "fitting_bins", "log_once"]
@@ -43,6 +44,8 @@ def _sparse_nodes(conf: Mapping[str, Any]) -> dict[tuple[int, int, int], dict[st
     class-agnostic results that carry the sparse flag."""
     groups: dict[tuple[int, int, int], dict[str, Any]] = {}
     for label, blk in conf.items():
+        if isinstance(blk, Skipped):
+            continue
         for name, node in blk.items():
             if name.startswith("_") or name.endswith("_per_class") or not isinstance(node, Mapping):
                 continue

@@ -3,10 +3,12 @@ warnings, the run directory, its files and the report (the full tables stay in s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from detcal.core.results import SKIP, AccuracyBlock, Results, as_results
 from detcal.metrics.measures import headline_names
 from detcal.reports.measure_rows import measure_rows, row_text
 from detcal.reports.tables import format_value
@@ -25,7 +27,7 @@ def _ci(ci: Any, value: Any = None) -> str:
 
 def _value(e: Mapping[str, Any]) -> str:
     if e.get("value") is None:
-        return "null (" + str((e.get("_null") or {}).get("value", "not computable")) + ")"
+        return "null (" + str((e.get(SKIP) or {}).get("value", "not computable")) + ")"
     return f"{format_value(e.get('value'))} {_ci(e.get('ci'), e.get('value'))}".rstrip()
 
 
@@ -111,17 +113,18 @@ def _what(m: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _accuracy(m: Mapping[str, Any]) -> list[str]:
-    acc = m.get("accuracy") or {}
-    names = [k for k in ("AP", "AP50", "AP75", "AR100") if isinstance(acc.get(k), Mapping)]
+def _accuracy(res: Results) -> list[str]:
+    acc = res.accuracy
+    leaves = acc.metrics() if isinstance(acc, AccuracyBlock) else {}
+    names = [k for k in ("AP", "AP50", "AP75", "AR100") if k in leaves]
     if not names:
         return []
     why = [  # a number COCO cannot define (its -1) is null with the reason beside it
-        f"  {k} is null: {acc[k]['_null']['value']}"
+        f"  {k} is null: {s.reason}"
         for k in names
-        if acc[k].get("value") is None and isinstance(acc[k].get("_null"), Mapping) and acc[k]["_null"].get("value")
+        if math.isnan(leaves[k].value) and (s := leaves[k].why_undefined()) is not None
     ]
-    return ["accuracy: " + ", ".join(f"{k} {format_value(acc[k].get('value'))}" for k in names), *why]
+    return ["accuracy: " + ", ".join(f"{k} {format_value(leaves[k].value)}" for k in names), *why]
 
 
 def _left_out(m: Mapping[str, Any]) -> list[str]:
@@ -178,11 +181,13 @@ def _warning_lines(warns: list[str]) -> list[str]:
     return out + [f"  - {w}" for w in rest[:10]] + ([f"  ... {len(rest) - 10} more"] if len(rest) > 10 else [])
 
 
-def console_summary(m: Mapping[str, Any], run_dir: str | Path) -> str:
-    """The end-of-command text of a run from its metrics.json content."""
+def console_summary(results: Results | Mapping[str, Any], run_dir: str | Path) -> str:
+    """The end-of-command text of a run from its results (or a metrics.json content, read into them)."""
+    res = as_results(results)
+    m = res.content
     lines = [f"{m.get('command', 'detcal')} (detcal {m.get('detcal_version', '')})"] + _what(m)
     lines += _headline_lines(m) or _compare_lines(m) or _study_lines(m)
-    lines += _accuracy(m) + _left_out(m)
+    lines += _accuracy(res) + _left_out(m)
     lines += _warning_lines(m.get("warnings") or [])
     lines += run_footer(run_dir, [str(f) for f in m.get("files") or []])
     return "\n".join(lines)

@@ -23,7 +23,6 @@ keys instead. Writes Markdown (printed as well) and CSV; by default
 from __future__ import annotations
 
 import fnmatch
-import json
 import logging
 import os
 import re
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from detcal.core.errors import DetcalInputError
+from detcal.reports.results_json import read_results
 from detcal.reports.tables import comparison_csv, comparison_table, iter_metrics
 
 log = logging.getLogger("detcal.gather")
@@ -111,13 +111,10 @@ def find_runs(multirun_dir: str | os.PathLike) -> list[RunRecord]:
         raise DetcalInputError("is not a directory", file=root)
     runs = []
     for f in sorted(root.rglob("metrics.json"), key=_natural_key):
-        try:
-            metrics = json.loads(f.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            log.warning("skipping %s: not UTF-8 JSON (%s)", f, exc)
-            continue
-        if not isinstance(metrics, dict):
-            log.warning("skipping %s: not a JSON object", f)
+        try:  # schema /3 or /2 (read into /3), or a metrics.json of another command, as far as it goes
+            metrics = read_results(f, lenient=True).content
+        except DetcalInputError as exc:
+            log.warning("skipping %s: %s", f, exc)
             continue
         runs.append(RunRecord(f.parent, _read_overrides(f.parent), metrics))
     return runs

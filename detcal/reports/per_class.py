@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
+from detcal.core.results import is_description
 from detcal.metrics.confidence import SparseCellsWarning, brier, ece, mce
 
 
@@ -86,7 +87,7 @@ def table_markdown(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | N
     """Rows of dicts as a Markdown table (floats with ``digits`` decimals)."""
     if not rows:
         return ""
-    cols = list(columns or rows[0].keys())
+    cols = list(columns or [k for k in rows[0] if not is_description(k)])
     from detcal.reports.tables import md_cell
 
     fmt = lambda v: md_cell(f"{v:.{digits}f}" if isinstance(v, float) else v)

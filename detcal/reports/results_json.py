@@ -1,9 +1,10 @@
 """The one writer of ``metrics.json``: strict JSON, versioned, schema-checked.
 
 * No ``NaN``/``Infinity`` tokens: a number that cannot be computed is written
-  as ``null``, and the dict that holds it gets a ``"_null"`` entry naming the
-  key and the reason (e.g. ``{"value": null, "_null": {"value": "not
-  computable: empty sample"}}``).
+  as ``null``, and the dict that holds it gets a ``"skipped"`` map naming the
+  key and the reason (e.g. ``{"value": null, "skipped": {"value": "not
+  computable: empty sample"}}``); a block not computed at all is
+  ``{"skipped": "<reason>"}`` (:class:`detcal.core.types.Skipped`, the one way).
 * Numpy scalars/arrays, dataclasses (specs) and paths become plain JSON.
 * The layout is versioned (``schema_version``) and described by the JSON
   Schema shipped in the package (:func:`schema`, ``detcal/schemas/metrics.schema.json``).
@@ -17,6 +18,7 @@ import datetime as _dt
 import json
 import math
 import os
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -24,11 +26,23 @@ from typing import Any
 import numpy as np
 import orjson as _orjson
 
+from detcal.core.errors import DetcalInputError
+from detcal.core.results import SCHEMA_V3, SKIP, Results
 from detcal.utils.io import write_text
 
-__all__ = ["SCHEMA_VERSION", "strict", "dumps", "write_metrics", "schema", "header", "loads_strict"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "SKIP",
+    "strict",
+    "dumps",
+    "write_metrics",
+    "schema",
+    "header",
+    "loads_strict",
+    "read_results",
+]
 
-SCHEMA_VERSION = "detcal.metrics/2"
+SCHEMA_VERSION = SCHEMA_V3
 
 
 def _reason(key: str, value: float, holder: dict[str, Any]) -> str:
@@ -98,21 +112,22 @@ def _strict(obj: Any) -> tuple[Any, bool]:
         return out, nan
     if isinstance(obj, dict):
         res: dict[str, Any] = {}
-        nulls: dict[str, str] = dict(obj.get("_null") or {}) if isinstance(obj.get("_null"), dict) else {}
+        given = obj.get(SKIP)
+        nulls: dict[str, str] = {str(k): str(v) for k, v in given.items()} if isinstance(given, dict) else {}
         for k, v in obj.items():
             k = str(k)
-            if k == "_null":
+            if k == SKIP and isinstance(v, dict):
                 continue
             if isinstance(v, (float, np.floating)) and not math.isfinite(float(v)):
                 res[k] = None
-                nulls[k] = _reason(k, float(v), obj)
+                nulls.setdefault(k, _reason(k, float(v), obj))
                 continue
             sv, nan = _strict(v)
             if nan and isinstance(sv, list):
                 nulls.setdefault(k, _NAN_LIST)
             res[k] = sv
         if nulls:
-            res["_null"] = nulls
+            res[SKIP] = nulls
         return res, False
     if isinstance(obj, np.ndarray):
         return _array(obj)
@@ -203,6 +218,30 @@ def write_metrics(path: str | os.PathLike, record: dict[str, Any], *, plain: boo
 def schema() -> dict[str, Any]:
     """The JSON Schema of metrics.json shipped with the package."""
     return json.loads(resources.files("detcal").joinpath("schemas/metrics.schema.json").read_text(encoding="utf-8"))
+
+
+def read_results(source: str | os.PathLike | Mapping[str, Any], *, lenient: bool = False) -> Results:
+    """The typed results (:class:`detcal.core.results.Results`) of a metrics.json file or content.
+
+    Reads schema ``detcal.metrics/3`` and ``/2`` (upgraded on reading: every number where it
+    was, "not computed" in the one /3 spelling; :func:`detcal.core.results.upgrade_v2`); the
+    ``content`` of the results is the /3 content. Another schema (or a NaN token) is refused with
+    the file named, unless ``lenient`` (then read as /3 as far as it goes)."""
+    where = None if isinstance(source, Mapping) else Path(source)
+    if where is not None:
+        try:
+            text = where.read_text(encoding="utf-8")
+            content = json.loads(text) if lenient else loads_strict(text)
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise DetcalInputError(f"cannot be read as metrics.json ({e})", file=where) from e
+    else:
+        content = source
+    if not isinstance(content, Mapping):
+        raise DetcalInputError("is not a metrics.json object", file=where)
+    try:
+        return Results.from_json(content, lenient=lenient)
+    except ValueError as e:
+        raise DetcalInputError(str(e), file=where) from e
 
 
 def _reject_constant(name: str) -> Any:

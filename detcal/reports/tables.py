@@ -36,7 +36,7 @@ __all__ = [
     "write_table",
 ]
 
-_SKIP = frozenset({"table", "params", "extra", "config", "provenance"})
+_SKIP = frozenset({"table", "params", "extra", "config", "provenance", "skipped"})
 
 
 def format_number(x: Any, digits: int = 4) -> str:

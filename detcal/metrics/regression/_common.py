@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
-from detcal.core.types import MetricResult
+from detcal.core.types import MetricResult, Skipped
 
 QUANTILE_LEVELS: np.ndarray = np.linspace(0.05, 0.95, 19)
 """Default quantile levels tau = 0.05, 0.10, ..., 0.95 (L = 19), as netcal's examples."""
@@ -78,4 +78,4 @@ def _check_bins(bins: int) -> int:
 
 
 def _nan_result(name: str, variant: str, params: dict[str, Any]) -> MetricResult:
-    return MetricResult(name=name, value=float("nan"), variant=variant, params=params, extra={"note": "empty sample"})
+    return MetricResult(name=name, value=float("nan"), variant=variant, params=params, skipped=Skipped("empty sample"))

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from detcal.core.results import Results
 from detcal.reports.html.page import render_report
 
 __all__ = ["render_report", "write_report", "REPORT_NAME"]
@@ -22,8 +23,11 @@ __all__ = ["render_report", "write_report", "REPORT_NAME"]
 REPORT_NAME = "report.html"
 
 
-def write_report(run_dir: str | Path, metrics: Mapping[str, Any], *, image_dir: str | Path | None = None) -> Path:
-    """Write ``run_dir/report.html`` (atomically) from the run's metrics.json content; returns its path."""
+def write_report(
+    run_dir: str | Path, metrics: Results | Mapping[str, Any], *, image_dir: str | Path | None = None
+) -> Path:
+    """Write ``run_dir/report.html`` (atomically) from the run's results (or its metrics.json content,
+    /3 or /2); returns its path."""
     from detcal.utils.io import write_text
 
     out = Path(run_dir) / REPORT_NAME

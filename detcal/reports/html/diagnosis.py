@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from detcal.core.results import skipped_of
 from detcal.reports.html.fmt import cell, esc, is_number, num, num_attr, table, text
 from detcal.reports.html.svg import curve_svg
 
@@ -284,7 +285,7 @@ def _label_errors(le: Mapping[str, Any], image_dir: Path | None) -> str:
 def diagnosis_section(m: Mapping[str, Any], image_dir: Path | None) -> str:
     """The diagnosis section ("" when the run has no ``diagnostics``)."""
     d = m.get("diagnostics") or {}
-    if not d or "_skipped" in d:
+    if not d or skipped_of(d) is not None:
         return ""
     names = _names(m)
     parts = ["<h2 id=diagnosis>Diagnosis: why is it miscalibrated?</h2>"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from detcal.core.results import skipped_of
 from detcal.reports.diagnosis_facts import TYPE_NAMES, costliest_error, largest_miscalibration
 from detcal.reports.html.fmt import ci_text, esc, is_number, num, num_attr
 
@@ -18,7 +19,7 @@ def _pct(v: Any) -> str:
 
 def _first_block(conf: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
     for label, blk in (conf or {}).items():
-        if isinstance(blk, Mapping) and "skipped" not in (blk.get("_sample") or {}) and "ece" in blk:
+        if isinstance(blk, Mapping) and skipped_of(blk) is None and "ece" in blk:
             return label, blk
     return None
 

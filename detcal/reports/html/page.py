@@ -13,6 +13,7 @@ from typing import Any
 
 import detcal.reports.html.protocol as proto
 import detcal.reports.html.sections as sec
+from detcal.core.results import Results, as_results, is_description
 from detcal.reports.html.diagnosis import diagnosis_section
 from detcal.reports.html.findings import findings
 from detcal.reports.html.fmt import cell, esc, is_number, num, pct_cell, table
@@ -127,7 +128,7 @@ def _leaves(node: Any, path: str, out: list[tuple[str, Any]], limit: int) -> Non
                 out.append((path + " ci", node["ci"]))
             return
         for k, v in node.items():
-            if not str(k).startswith("_"):
+            if not is_description(k):
                 _leaves(v, f"{path}/{k}" if path else str(k), out, limit)
     elif isinstance(node, list) and node and all(isinstance(x, Mapping) for x in node) and len(node) <= 50:
         for i, x in enumerate(node):
@@ -284,13 +285,16 @@ def _own_run(m: Mapping[str, Any], run_dir: Path | None) -> bool:
 
 
 def render_report(
-    m: Mapping[str, Any],
+    results: Results | Mapping[str, Any],
     run_dir: str | Path | None = None,
     *,
     image_dir: str | Path | None = None,
     extra_files: list[tuple[str, str, str]] | None = None,
 ) -> str:
-    """report.html of one run from its metrics.json content ``m`` (the page shows only numbers of ``m``)."""
+    """report.html of one run from its results (or a metrics.json content of schema /3 or /2, read into
+    them); the page shows only numbers of the results, as metrics.json writes them."""
+    res = as_results(results)
+    m = res.content
     rd = None if run_dir is None else Path(run_dir)
     own = _own_page(m, rd, extra_files or [])
     if own is not None:
@@ -318,8 +322,8 @@ def render_report(
         _guard("diagnosis", diagnosis_section, m, img),
         pc_html,
         _guard("protocol accuracy", proto.protocol_accuracy, m),
-        _guard("accuracy", sec.accuracy, m),
-        _guard("box uncertainty", sec.regression, m),
+        _guard("accuracy", sec.accuracy, res),
+        _guard("box uncertainty", sec.regression, res),
         _guard("change", sec.change, m),
         _guard("Table 1", sec.table1, m),
         _guard("compare", sec.compare, m),

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from detcal.core.results import AccuracyBlock, LocalisationBlock, Results, as_results, is_description, shown
+from detcal.core.types import MetricResult, Skipped
 from detcal.reports.html.fmt import cell, ci_text, esc, num, table
 from detcal.reports.html.svg import curve_svg, heatmap_svg, reliability_svg
 
@@ -150,7 +152,7 @@ def per_class(m: Mapping[str, Any], class_figs: str = "") -> str:
     rows = pc.get("rows") if isinstance(pc, Mapping) else None
     if not rows:
         return ""
-    cols = list(dict.fromkeys(k for r in rows for k in r))
+    cols = [k for k in dict.fromkeys(k for r in rows for k in r) if not is_description(k)]
     body = [[r.get(c) for c in cols] for r in rows]
     return (
         f"<h2 id=per-class>Per class at {esc(pc.get('iou', ''))}</h2><p class=note>Click a column to sort.</p>"
@@ -159,19 +161,18 @@ def per_class(m: Mapping[str, Any], class_figs: str = "") -> str:
     )
 
 
-def regression(m: Mapping[str, Any]) -> str:
+def regression(results: Results | Mapping[str, Any]) -> str:
     """Box-uncertainty metrics per coordinate, and the RMSE-vs-RMV / coverage / retention curves when present."""
-    reg = m.get("regression") or {}
-    metrics = {k: v for k, v in reg.items() if not k.startswith("_") and isinstance(v, Mapping)}
-    if not metrics:
-        s = reg.get("_sample") or {}
-        return f"<h2 id=box>Box uncertainty</h2><p>Skipped: {esc(s.get('skipped', 'not computed'))}</p>" if reg else ""
-    coords = list(dict.fromkeys(c for per in metrics.values() for c in per if not c.startswith("_")))
-    rows = [
-        [f"<td>{esc(name)}</td>"]
-        + [cell((per.get(c) or {}).get("value") if isinstance(per.get(c), Mapping) else per.get(c)) for c in coords]
-        for name, per in metrics.items()
-    ]
+    blk = as_results(results).regression
+    if blk is None:
+        return ""
+    if isinstance(blk, Skipped):
+        return f"<h2 id=box>Box uncertainty</h2><p>Skipped: {esc(blk.reason)}</p>"
+    per_metric = blk.per_coordinate()
+    if not per_metric:
+        return "<h2 id=box>Box uncertainty</h2><p>Skipped: not computed</p>"
+    coords = list(dict.fromkeys(c for per in per_metric.values() for c in per if not is_description(c)))
+    rows = [[f"<td>{esc(name)}</td>"] + [cell(shown(per.get(c))) for c in coords] for name, per in per_metric.items()]
     figs = []
     for name, xk, yk, title in (
         ("ence", "rmv", "rmse", "RMSE against RMV per sigma bin"),
@@ -179,13 +180,13 @@ def regression(m: Mapping[str, Any]) -> str:
         ("r_auc", "retained_fraction", "error", "retention: error on the retained fraction"),
     ):
         series = {}
-        for c, node in (metrics.get(name) or {}).items():
-            t = (node or {}).get("table") if isinstance(node, Mapping) else None
-            if isinstance(t, Mapping) and xk in t and yk in t:
-                series[c] = (t[xk], t[yk])
+        for c, leaf in (per_metric.get(name) or {}).items():
+            t = leaf.table if isinstance(leaf, MetricResult) else {}
+            if xk in t and yk in t:
+                series[c] = (shown(t[xk]), shown(t[yk]))
         if series:
             figs.append(_fig(curve_svg(series, title, xk, yk, diagonal=name != "r_auc"), esc(title)))
-    s = reg.get("_sample") or {}
+    s = blk.sample
     return (
         f"<h2 id=box>Box uncertainty ({esc(s.get('space', ''))} space, N = {num(s.get('n'))})</h2>"
         + table(["metric", *coords], rows, raw=True)
@@ -193,36 +194,35 @@ def regression(m: Mapping[str, Any]) -> str:
     )
 
 
-def accuracy(m: Mapping[str, Any]) -> str:
+def accuracy(results: Results | Mapping[str, Any]) -> str:
     """COCO AP/AR (per-size keys included) or KITTI AP, and the localisation-aware measures."""
-    acc, loc = m.get("accuracy") or {}, m.get("localisation") or {}
+    res = as_results(results)
+    acc, loc = res.accuracy, res.localisation
+    leaves = acc.metrics() if isinstance(acc, AccuracyBlock) else {}
     out = []
-    names = [k for k, v in acc.items() if isinstance(v, Mapping) and "value" in v]
-    if names:
+    if leaves:
         out.append(
             "<h2 id=accuracy>Accuracy and per-size breakdown</h2>"
             + table(
                 ["key", "value", "definition"],
-                [[k, acc[k].get("value"), acc[k].get("variant", "")] for k in names],
+                [[k, shown(r), r.variant] for k, r in leaves.items()],
                 sortable=False,
             )
         )
-    if acc.get("kitti_ap"):
+    kitti = acc.protocol().get("kitti_ap") if isinstance(acc, AccuracyBlock) else None
+    if kitti:
         out.append(
             "<h2 id=accuracy>KITTI AP</h2>"
             + table(
                 ["class", "difficulty", "AP11", "AP40"],
-                [
-                    [r.get("class", r.get("category")), r.get("difficulty"), r.get("ap11"), r.get("ap40")]
-                    for r in acc["kitti_ap"]
-                ],
+                [[r.get("class", r.get("category")), r.get("difficulty"), r.get("ap11"), r.get("ap40")] for r in kitti],
             )
         )
-    ln = [k for k, v in loc.items() if isinstance(v, Mapping) and "value" in v]
+    ln = loc.metrics() if isinstance(loc, LocalisationBlock) else {}
     if ln:
         out.append(
             "<h3>Localisation-aware measures</h3>"
-            + table(["key", "value"], [[k, loc[k].get("value")] for k in ln], sortable=False)
+            + table(["key", "value"], [[k, shown(r)] for k, r in ln.items()], sortable=False)
         )
     return "".join(out)
 
@@ -312,7 +312,7 @@ def compare(m: Mapping[str, Any]) -> str:
             cols = [
                 c
                 for c in every
-                if not c.startswith("_") and c not in skip and not (c.endswith("_ci") and c[:-3] in every)
+                if not is_description(c) and c not in skip and not (c.endswith("_ci") and c[:-3] in every)
             ]
             body = [
                 [
@@ -341,6 +341,6 @@ def compare(m: Mapping[str, Any]) -> str:
     if isinstance(pcs, Mapping) and all(isinstance(v, list) for v in pcs.values()):
         for det, rows in pcs.items():
             if rows:
-                cols = list(dict.fromkeys(k for r in rows for k in r))
+                cols = [k for k in dict.fromkeys(k for r in rows for k in r) if not is_description(k)]
                 out.append(f"<h3>Per class: {esc(det)}</h3>" + table(cols, [[r.get(c) for c in cols] for r in rows]))
     return "".join(out)

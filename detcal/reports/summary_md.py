@@ -1,0 +1,389 @@
+"""summary.md: the Markdown summary of a run, rendered from its results (:class:`detcal.core.results.Results`).
+
+:func:`evaluation_summary` for detcal-evaluate, :func:`calibration_summary` for
+detcal-calibrate; compare and study write their own text (``detcal.pipeline.compare``,
+``detcal.studies``) and :func:`detcal.reports.finish.finish_run` adds the file list.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from detcal.core.results import CalibratorsBlock, RegressionBlock, Results, is_description
+from detcal.core.types import Skipped
+from detcal.reports.diagnosis_facts import miscalibration_sentence, tide_sentence
+from detcal.reports.per_class import table_markdown
+from detcal.reports.tables import comparison_table, format_value, metrics_table
+
+__all__ = ["evaluation_summary", "calibration_summary", "node", "CONFIDENCE_ROWS", "REGRESSION_ROWS"]
+
+REGRESSION_ROWS: tuple[tuple[str, str], ...] = (
+    ("ence", "ENCE"),
+    ("cv", "C_v"),
+    ("m_qce", "M-QCE"),
+    ("c_qce", "C-QCE"),
+    ("nll", "NLL"),
+    ("interval_ce", "Kuleshov CE"),
+)
+"""Regression metrics of the before/after table, per coordinate (key in regression_metrics, label)."""
+
+CONFIDENCE_ROWS: tuple[tuple[str, str], ...] = (
+    ("dece", "D-ECE"),
+    ("ece", "ECE"),
+    ("mce", "MCE"),
+    ("nll", "NLL"),
+    ("brier", "Brier"),
+    ("overconfidence", "over-confidence E[p|y=0]"),
+    ("underconfidence", "under-confidence E[1-p|y=1]"),
+)
+"""Confidence metrics of the before/after table (key in confidence_metrics, label)."""
+
+
+def _oce_md(o: Mapping[str, Any], u: Mapping[str, Any]) -> list[str]:
+    """OCE, what it does not see, the image-level reliability and the uq_detr variants."""
+    out: list[str] = []
+    if "oce" in o:
+        p = o["oce"]["params"]
+        out += [
+            f"### Object-level calibration (OCE, Park et al. 2026; docs/newest_measures.md; Brier: {p['brier']})",
+            "",
+            comparison_table({"detector": o["by_aggregation"]}, list(o["by_aggregation"]), label="aggregation"),
+            f"IoU thresholds {p['iou_thresholds']}; objects: {p['objects']}. Not seen by OCE: "
+            + ", ".join(f"{k}: {v}" for k, v in o["not_seen"]["n_overlapping_no_object"].items())
+            + f" of {o['not_seen']['n_detections']} detections overlap no object.",
+            "",
+        ]
+        r = o.get("image_reliability") or {}
+        if r.get("lambda") is not None:
+            out += [
+                f"Image-level reliability (contrastive confidence, {r['method']} {r['param']}): lambda "
+                f"{r['lambda']} fitted on {r['n_validation']} images (Pearson {format_value(r['pearson_validation'])}"
+                f"), Pearson with minus the per-image OCE on the other {r['n_test']}: "
+                f"{format_value(r['pearson_test'])}" + (f" -- WARNING: {r['warning']}" if r.get("warning") else ""),
+                "",
+            ]
+    if "lrp" in u:
+        out += [
+            "### D-ECE, LaECE, LRP with uq-detr's conventions (uq_detr variants)",
+            "",
+            comparison_table({"detector": u}, ["dece", "laece", "lrp"], label=""),
+            "",
+        ]
+    return out
+
+
+def evaluation_summary(results: Results) -> str:
+    """summary.md of an evaluation, from its results (the numbers as metrics.json writes them)."""
+    m = results.content
+    parts = _header_md(m)
+    head = {k: {"value [CI]": v, "source": v.get("source", "")} for k, v in m["headline"].items()}
+    if head:
+        parts += ["", "## Headline", "", comparison_table(head, ["value [CI]", "source"], label="metric")]
+    parts += _diagnosis_md(m.get("diagnostics") or {})
+    parts += _confidence_md(results)
+    block = results.regression
+    if isinstance(block, RegressionBlock):
+        reg = block.per_coordinate()
+        s = block.sample
+        coords = list(dict.fromkeys(c for per in reg.values() for c in per))
+        parts += [
+            f"### Box-uncertainty calibration ({s['space']} space, N = {s['n']} TP at IoU {s['iou_threshold']})",
+            "",
+            comparison_table(reg, coords, label="metric"),
+            "",
+        ]
+    else:
+        why = block.reason if isinstance(block, Skipped) else "not computed"
+        parts += ["### Box-uncertainty calibration", "", f"skipped: {why}", ""]
+    parts += _accuracy_md(m.get("accuracy") or {}, m.get("localisation") or {})
+    parts += _oce_md(m.get("oce") or {}, m.get("uq_detr") or {})
+    pc = m.get("per_class") or {}
+    if pc.get("rows"):
+        parts += [
+            f"### Per class at {pc['iou']} (the {min(pc['top_n'], len(pc.get('rows') or []))} most frequent classes)",
+            "",
+            table_markdown(pc["rows"]),
+            "",
+        ]
+    for label, mp in (m.get("dece_maps") or {}).items():
+        for name, spec in mp.items():
+            g = np.asarray([[np.nan if v is None else v for v in row] for row in spec["gap"]], dtype=float)
+            parts.append(
+                f"- D-ECE map {name} at {label}: grid {list(g.shape)}, "
+                f"max gap {format_value(np.nanmax(g) if np.isfinite(g).any() else None)}"
+            )
+    parts += [
+        "",
+        "Definitions: docs/metrics.md; matching rules: docs/matching.md.",
+        "Files: " + ", ".join(m.get("files") or []),
+        "",
+    ]
+    return "\n".join(parts)
+
+
+def _diagnosis_md(diag: Mapping[str, Any]) -> list[str]:
+    """The two leading diagnostics findings (metrics.json ``diagnostics.findings`` has them and the rest)."""
+    lines = [f"- {s}" for s in (miscalibration_sentence(diag), tide_sentence(diag)) if s]
+    return ["", "## Findings", "", *lines, ""] if lines else []
+
+
+def _header_md(m: Mapping[str, Any]) -> list[str]:
+    """The title and the data / matching / detection-accounting / variants lines of summary.md."""
+    parts = [f"# detcal-evaluate summary (detcal {m['detcal_version']})", ""]
+    d = m["data"]
+    c = d["counts"]
+    parts.append(
+        f"- data: {d.get('source')} ({c['images']} images, {c['gt']} GT, {c['detections']} detections; "
+        f"box uncertainty: {c['uncertainty'] or 'none'})"
+    )
+    mt = m["matching"]
+    asked = [t for t in (mt.get("iou_thresholds") or []) if t not in (mt.get("regression_only_thresholds") or [])]
+    parts.append(
+        f"- matching: mode={mt['mode']}, IoU thresholds={asked if asked else mt.get('iou_thresholds')}"
+        + (
+            f" (+ {mt['regression_only_thresholds']} for the box-uncertainty sample only)"
+            if mt.get("regression_only_thresholds")
+            else ""
+        )
+        + f", class_agnostic={mt['class_agnostic']}, score_threshold={mt['score_threshold']}, "
+        f"max_dets={mt['max_dets']}"
+    )
+    acc = m["detections"]
+    left = acc.get("left_out_at_loading") or {}
+    parts.append(
+        f"- detections: {acc['input']} in the input; left out: "
+        f"{left.get('unknown_category', 0)} with a category not in the ground truth, "
+        f"{acc['below_score_threshold']} below the score threshold, {acc['beyond_max_dets']} beyond max_dets; "
+        f"{acc['considered']} considered"
+    )
+    for label, pt in acc["per_threshold"].items():
+        parts.append(
+            f"  - at {label}: {pt['evaluated']} evaluated ({pt['true_positives']} TP, "
+            f"{pt['false_positives']} FP), {pt['ignored_region']} in ignored regions (crowd, DontCare, "
+            f"neighbour class) left out"
+        )
+    parts.append(f"- relative features clipped to [0, 1]: {m['features']['n_clipped']} detections")
+    for k, v in m["variants"].items():
+        parts.append(f"- {k}: {v}")
+    for w in m.get("warnings") or []:
+        parts.append(f"- WARNING: {w}")
+    return parts
+
+
+def _confidence_md(results: Results) -> list[str]:
+    """The confidence-calibration tables of summary.md, one per IoU threshold, with the D-ECE grid's occupancy."""
+    parts: list[str] = []
+    for label, block in results.confidence.items():
+        if isinstance(block, Skipped):
+            parts += [f"### Confidence calibration at {label}", "", f"skipped: {block.reason}", ""]
+            continue
+        s = block.sample
+        parts += [
+            metrics_table(
+                block.public(), title=f"Confidence calibration at {label} (N = {s['n']}, matched {s['n_matched']})"
+            )
+        ]
+        dece = block.metrics().get("dece")
+        ex = dece.extra if dece is not None else {}
+        if ex:
+            parts.append(
+                f"D-ECE grid: {ex.get('cells')} cells, {ex.get('occupied_cells')} occupied, "
+                f"{ex.get('kept_cells')} kept (N_c >= threshold); sparse-sample fraction "
+                f"{format_value(ex.get('sparse_fraction'))}, dropped fraction "
+                f"{format_value(ex.get('dropped_fraction'))}"
+                + (" -- WARNING: more cells than samples/10" if ex.get("sparse_warning") else "")
+            )
+        parts.append("")
+    return parts
+
+
+def _protocol_accuracy_md(acc: Mapping[str, Any]) -> list[str]:
+    """VOC AP, LVIS AP with the per-frequency calibration, or Open Images AP (docs/formats.md)."""
+    out: list[str] = []
+    if acc.get("voc_ap"):
+        rows = {v: {"mAP": e.get("mAP")} for v, e in acc["voc_ap"].items()}
+        out += [
+            "### Accuracy (VOC AP at IoU 0.5, the devkit's rules)",
+            "",
+            comparison_table(rows, ["mAP"], label="variant"),
+            "",
+        ]
+    if acc.get("lvis_ap"):
+        names = list(acc["lvis_ap"])
+        out += [
+            "### Accuracy (LVIS, equal to LVISEval)",
+            "",
+            comparison_table({"detector": acc["lvis_ap"]}, names, label=""),
+            "",
+        ]
+    if acc.get("calibration_by_frequency"):
+        cols = ["n", "n_positive", "ece", "dece", "laece"]
+        out += [
+            "### Calibration per LVIS frequency group (IoU 0.5, the LVIS sample)",
+            "",
+            comparison_table(dict(acc["calibration_by_frequency"]), cols, label="group"),
+            "",
+        ]
+    if acc.get("openimages_ap"):
+        e = acc["openimages_ap"]
+        out += ["### Accuracy (Open Images AP at IoU 0.5, the challenge's rules)", "", f"mAP: {e.get('mAP')}", ""]
+    return out
+
+
+def _accuracy_md(acc: Mapping[str, Any], loc: Mapping[str, Any]) -> list[str]:
+    """Accuracy beside calibration: COCO AP/AR or KITTI AP, and LRP / LaECE."""
+    out: list[str] = []
+    if "AP" in acc:
+        names = [k for k in acc if not is_description(k) and isinstance(acc[k], Mapping) and "value" in acc[k]]
+        row = {"value": {k: acc[k] for k in names}}
+        out += [
+            "### Accuracy (COCO AP/AR from detcal's matching; equal to pycocotools' summarize)",
+            "",
+            comparison_table({"detector": row["value"]}, names, label=""),
+            f"GT areas: {acc.get('_areas')}",
+            "",
+        ]
+    elif acc.get("kitti_ap"):
+        rows = {
+            f"{r.get('class', r['category'])} {r['difficulty']}": {"AP11": r.get("ap11"), "AP40": r.get("ap40")}
+            for r in acc["kitti_ap"]
+        }
+        out += [
+            "### Accuracy (KITTI AP, the devkit's eval_class)",
+            "",
+            comparison_table(rows, ["AP11", "AP40"], label="class, difficulty"),
+            "",
+        ]
+    out += _protocol_accuracy_md(acc)
+    if "lrp" in loc:
+        names = [k for k in ("lrp", "olrp", "laece", "laace") if k in loc]
+        out += [
+            "### Localisation-aware measures (Kuzucu et al. 2024; docs/newest_measures.md)",
+            "",
+            comparison_table({"detector": {k: loc[k] for k in names}}, names, label=""),
+            "LRP components (loc, FP, FN): "
+            + ", ".join(format_value((loc["lrp"].get("extra") or {}).get(k)) for k in ("lrp_loc", "lrp_fp", "lrp_fn")),
+            "",
+        ]
+    return out
+
+
+def node(block: Mapping[str, Any], *path: str) -> Any:
+    node: Any = block
+    for k in path:
+        if not isinstance(node, Mapping) or k not in node:
+            return None
+        node = node[k]
+    return node
+
+
+def _diff(a: Mapping[str, Any], b: Mapping[str, Any], paired: Mapping[str, Any] | None = None) -> Any:
+    """After minus before; with its paired-bootstrap interval over images when there is one."""
+    if paired and paired.get("difference") is not None:
+        return {
+            "value": paired["difference"],
+            "ci": paired.get("ci") if any(v is not None for v in paired.get("ci") or []) else None,
+        }
+    if a.get("value") is None or b.get("value") is None:
+        return None
+    return float(a["value"]) - float(b["value"])
+
+
+def _before_after_table(ev: Mapping[str, Any]) -> str:
+    rows: dict[str, dict[str, Any]] = {}
+    conf = ev.get("confidence") or {}
+    if conf:
+        for key, label in CONFIDENCE_ROWS:
+            b, a = node(conf, "before", key), node(conf, "after", key)
+            if b is not None and a is not None:
+                rows[f"{label}"] = {"before": b, "after": a, "change": _diff(a, b, node(conf, "change", key))}
+    reg = ev.get("regression") or {}
+    if reg:
+        for key, label in (("ence", "ENCE"), ("m_qce", "M-QCE"), ("nll", "NLL")):
+            b, a = node(reg, "before", "_mean", key), node(reg, "after", "_mean", key)
+            if b is not None and a is not None:
+                rows[f"{label} (box, mean over coords)"] = {
+                    "before": b,
+                    "after": a,
+                    "change": _diff(a, b, node(reg, "change", key)),
+                }
+        coords = list((node(reg, "before", "ence") or {}).keys())
+        for key, label in REGRESSION_ROWS:
+            for c in coords:
+                b, a = node(reg, "before", key, c), node(reg, "after", key, c)
+                if b is not None and a is not None:
+                    rows[f"{label} {c}"] = {"before": b, "after": a, "change": _diff(a, b)}
+        for c in coords:
+            a = node(reg, "after", "interval_ce_cdf", c)
+            if a is not None:
+                rows[f"Kuleshov CE {c} (recalibrated CDF)"] = {"after": a}
+    return (
+        comparison_table(rows, ["before", "after", "change"], label="metric")
+        + "\nchange = after - before; [interval]: paired bootstrap over images (docs/calibration.md#paired-bootstrap)\n"
+    )
+
+
+def calibration_summary(results: Results) -> str:
+    """summary.md of detcal-calibrate, from its results."""
+    m = results.content
+    roles = results.calibrators
+    sp = m["split"]
+    cal = m["calibrators"]
+    parts = [f"# detcal-calibrate summary (detcal {m['detcal_version']})", ""]
+    if sp["mode"] == "split":
+        parts.append(
+            f"- split: by image, seed {sp['seed']}, calibration fraction {sp['calibration_fraction']} "
+            f"({sp['n_images']['calibration']} calibration / {sp['n_images']['evaluation']} evaluation images)"
+        )
+    else:
+        parts.append(
+            f"- split: two datasets (calibration: {m['data']['calibration'].get('source')}, "
+            f"evaluation: {m['data']['evaluation'].get('source')})"
+        )
+    for role in ("confidence", "regression"):
+        c = cal.get(role)
+        typed = roles.role(role) if isinstance(roles, CalibratorsBlock) else None
+        if c and not isinstance(typed, Skipped):
+            fitted = c["describe"].get("fitted") or {}
+            short = {k: v for k, v in fitted.items() if not isinstance(v, (list, dict)) or len(str(v)) < 120}
+            parts.append(
+                f"- {role} calibrator: {c['name']} ({c['describe']['method']}), fitted on "
+                f"{c['n_fit']} samples; learned {json.dumps(short)}"
+            )
+            rep = c.get("fit_report") or {}
+            if rep and (not rep.get("converged", True) or rep.get("at_bound")):
+                parts.append(f"- WARNING: the {role} calibrator's fit did not converge cleanly: {json.dumps(rep)}")
+        else:
+            why = typed.reason if isinstance(typed, Skipped) else "not configured"
+            parts.append(f"- {role} calibrator: none ({why})")
+    es = m["evaluation"]["_sample"]
+    parts.append(
+        f"- evaluation: held-out, N = {es['n_confidence']} detections ({es['n_matched']} matched) at IoU "
+        f"{es['iou_threshold']}; labels from the matching of the original detections; in-sample numbers: "
+        + ("yes, under `in_sample`" if m.get("in_sample") else "no")
+    )
+    if m.get("outputs"):
+        parts.append(f"- calibrated results ({m['outputs']['format']}): {m['outputs']['results']}")
+    rm = m.get("rematch") or {}
+    if rm:
+        parts.append(
+            f"- re-matching the calibrated file changes {rm['changed']} of {rm['n']} outcomes "
+            f"at the calibration IoU threshold"
+        )
+    parts += ["", "## Before / after (held-out evaluation split)", "", _before_after_table(m["evaluation"])]
+    if m.get("in_sample"):
+        parts += [
+            "## In-sample (calibration split; optimistic, for reference only)",
+            "",
+            _before_after_table(m["in_sample"]),
+        ]
+    parts += [
+        "Definitions: docs/metrics.md; calibrators and protocol: docs/calibration.md.",
+        "Files: " + ", ".join(m.get("files") or []),
+        "",
+    ]
+    return "\n".join(parts)
