@@ -71,8 +71,10 @@ def _box_area(box: np.ndarray) -> np.ndarray:
 
 
 def _rank_in_group(dets: Detections) -> np.ndarray:
-    """Rank of each detection by descending score (stable) within its (image, category)."""
-    o = np.lexsort((np.arange(len(dets)), -dets.score, dets.category, dets.image_id))
+    """Rank of each detection by descending score (stable) within its (image, category), for
+    detections already in accumulate order (by category, descending score, image; ties in input
+    order): a stable sort by (image, category) keeps each group in its score order."""
+    o = np.lexsort((dets.category, dets.image_id))
     key_i, key_c = dets.image_id[o], dets.category[o]
     new = np.ones(len(o), bool)
     new[1:] = (key_i[1:] != key_i[:-1]) | (key_c[1:] != key_c[:-1])
@@ -111,15 +113,23 @@ def coco_eval_arrays(
     K = len(cats)
     # pycocotools overwrites a GT 'ignore' key with iscrowd; out-of-range boxes are ignored per area range
     base_ignore = gt.iscrowd.astype(bool) if gt.iscrowd is not None else np.zeros(len(gt), bool)
+    # pycocotools' accumulate order: by category, descending score (stable: images by id, then the
+    # input order, which is the image's own score order among equal scores). The detections are
+    # put in that order once, so that every later pass reads them in sequence; the matching is the
+    # same (it ranks each (image, category) by score, ties in input order, which this keeps).
+    det_cat_k = np.searchsorted(cats, dets.category)
+    order = np.lexsort((dets.image_id, -dets.score, det_cat_k))
+    det_cat_k = det_cat_k[order]
+    dets = Detections(
+        image_id=dets.image_id[order], box=dets.box[order], score=dets.score[order], category=dets.category[order]
+    )
+    known = (det_cat_k < K) & (cats[np.minimum(det_cat_k, K - 1)] == dets.category) if K else np.zeros(len(dets), bool)
     rank = _rank_in_group(dets)
     det_area = _box_area(dets.box)
-    # pycocotools' accumulate order: images by id, then score order within the image
-    det_cat_k = np.searchsorted(cats, dets.category)
-    known = (det_cat_k < K) & (cats[np.minimum(det_cat_k, K - 1)] == dets.category) if K else np.zeros(len(dets), bool)
-    order = np.lexsort((rank, dets.image_id, -dets.score, det_cat_k))
     gt_k = np.searchsorted(cats, gt.category)
     ref = _RangeReference(dets, gt, base_ignore | _outside(area, AREA_RANGES["all"]))
-    ctx = (dets, dataset, area, base_ignore, rank, det_area, det_cat_k, known, order, gt_k, K, ref)
+    orders = _max_dets_orders(rank, known & ref.m.considered, det_cat_k, K)
+    ctx = (dataset, area, base_ignore, det_area, orders, gt_k, K, ref)
     from detcal.utils.processes import map_in_processes
 
     parts = map_in_processes(_area_arrays, list(AREA_RANGES.values()), ctx, workers)
@@ -191,84 +201,119 @@ def _match_exclusive(dets: Detections, gt: Any, ignore: np.ndarray) -> Any:
     return match(dets, g, IOU_THRESHOLDS.tolist(), mode="exclusive", max_dets=MAX_DETS[-1], gt_ignore="ignore_or_crowd")
 
 
-_SMALL = 20_000
-"""Categories with at most this many (detections x recall thresholds) compare all at once."""
+_EPS = float(np.spacing(1))
+
+
+def _recall_steps(npig_k: np.ndarray) -> np.ndarray:
+    """``C[k, r]``: the least true-positive count ``c >= 1`` whose recall ``c / npig_k`` reaches
+    ``RECALL_THRESHOLDS[r]``, with pycocotools' float division (``[K, R]``; categories without a
+    non-ignored GT get 1, they are not read)."""
+    npig = np.maximum(npig_k, 1).astype(np.float64)[:, None]
+    thr = RECALL_THRESHOLDS[None, :]
+    c = np.maximum(np.ceil(thr * npig), 1.0)
+    # the product and the division round: step down, then up, while the float recall says so
+    while (down := (c > 1) & ((c - 1) / npig >= thr)).any():
+        c -= down
+    while (up := c / npig < thr).any():
+        c += up
+    return c.astype(np.int64)
+
+
+def _accumulate(
+    tp: np.ndarray, counted: np.ndarray, cat_bounds: np.ndarray, npig_k: np.ndarray, steps: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """pycocotools ``accumulate`` of one area range and max-dets: ``precision [T,R,K]``, ``recall [T,K]``.
+
+    ``tp``, ``counted`` ``[T, n]``: true positive / not ignored, the detections in accumulate order
+    (category blocks ``cat_bounds``, [K + 1]). Only the true positives are visited: recall rises
+    at them only, so the first position reaching a recall threshold is the ``steps``-th true
+    positive of its (threshold, category) group, and the interpolated precision (the maximum to the
+    right) is the maximum over that true positive and the later ones, as precision falls between
+    them. The precision at the ``c``-th true positive is ``c / (fp + c + eps)`` with ``fp`` the
+    counted detections before it that are not true positives: pycocotools' cumulative sums, read
+    where they matter, the same floats.
+    """
+    T, n = tp.shape
+    K, R = len(npig_k), len(RECALL_THRESHOLDS)
+    w = np.flatnonzero(tp)  # the true positives, by (threshold, position)
+    counted_cum = np.zeros(T * n + 1, np.int32 if T * n < 2**31 else np.int64)
+    np.cumsum(counted.ravel(), out=counted_cum[1:])
+    g_start = ((np.arange(T) * n)[:, None] + cat_bounds[None, :K]).ravel()  # (t, k) groups, t-major
+    g_end = ((np.arange(T) * n)[:, None] + cat_bounds[None, 1:]).ravel()
+    first, last = np.searchsorted(w, g_start), np.searchsorted(w, g_end)
+    n_tp = last - first
+    g_of = np.repeat(np.arange(T * K), n_tp)
+    c = np.arange(1, len(w) + 1) - first[g_of]  # the how-manieth true positive of its group
+    fp = counted_cum[w + 1] - counted_cum[g_start[g_of]] - c
+    pr = np.empty(len(w) + 1)
+    pr[:-1] = c / ((fp + c).astype(np.float64) + _EPS)
+    pr[-1] = 0.0  # read by empty groups at the end only (masked below)
+    step = np.tile(steps, (T, 1))  # [T*K, R]
+    at = np.empty((T * K, R + 1), np.int64)
+    at[:, 0] = first
+    at[:, 1:] = first[:, None] + np.minimum(step - 1, np.maximum(n_tp - 1, 0)[:, None])
+    seg = np.maximum.reduceat(pr, at.ravel()).reshape(at.shape)
+    interp = np.maximum.accumulate(seg[:, ::-1], axis=1)[:, -2::-1]
+    precision = np.where(step <= n_tp[:, None], interp, 0.0).reshape(T, K, R).transpose(0, 2, 1)
+    recall = (n_tp / np.maximum(np.tile(npig_k, T), 1)).reshape(T, K)
+    missing = npig_k == 0
+    precision[:, :, missing], recall[:, missing] = -1.0, -1.0
+    return precision, recall
 
 
 def _area_arrays(
     bounds: tuple[float, float],
-    dets: Detections,
     dataset: Dataset,
     area: np.ndarray,
     base_ignore: np.ndarray,
-    rank: np.ndarray,
     det_area: np.ndarray,
-    det_cat_k: np.ndarray,
-    known: np.ndarray,
-    order: np.ndarray,
+    orders: list[tuple[np.ndarray | None, np.ndarray]],
     gt_k: np.ndarray,
     K: int,
     ref: _RangeReference,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``precision [T,R,K,M]`` and ``recall [T,K,M]`` of one area range ``(lo, hi)``."""
+    """``precision [T,R,K,M]`` and ``recall [T,K,M]`` of one area range ``(lo, hi)``.
+
+    ``orders[m]``: the kept detections of max-dets ``MAX_DETS[m]`` (the detections are in accumulate
+    order) and their category blocks (:func:`_max_dets_orders`; the same objects where two max-dets
+    keep the same).
+    """
     T, R, M = len(IOU_THRESHOLDS), len(RECALL_THRESHOLDS), len(MAX_DETS)
     precision = -np.ones((T, R, K, M))
     recall = -np.ones((T, K, M))
     gt = dataset.gt
     gt_ignore = base_ignore | _outside(area, bounds)
     m_matched, m_ignored = ref.matched_ignored(gt_ignore)
-    out_d = _outside(det_area, bounds)
-    ignored = m_ignored | (~m_matched & out_d[None, :])
+    # pycocotools' dtIg: on an ignored GT, or unmatched and outside the range
+    counted = ~(m_ignored | (~m_matched & _outside(det_area, bounds)[None, :]))
+    tp = m_matched & counted
     npig_k = np.bincount(gt_k[~gt_ignore], minlength=K)[:K] if len(gt) else np.zeros(K, np.int64)
-    # per detection, its T flags side by side ([D, T]): gathering a detection's row is one access
-    tp_rows = np.ascontiguousarray((m_matched & ~ignored).T)
-    fp_rows = np.ascontiguousarray((~m_matched & ~ignored).T)
-    for mi, md in enumerate(MAX_DETS):
-        keep = known & (rank < md) & ref.m.considered
-        o = order[keep[order]]
-        kk = det_cat_k[o]
-        bounds_k = np.searchsorted(kk, np.arange(K + 1))
-        tp_all, fp_all = tp_rows[o], fp_rows[o]  # [n, T] in accumulate order
-        for k in range(K):
-            npig = npig_k[k]
-            if npig == 0:
-                continue
-            s, e = bounds_k[k], bounds_k[k + 1]
-            tp = np.cumsum(tp_all[s:e], axis=0).T.astype(float)  # [T, nd]
-            fp = np.cumsum(fp_all[s:e], axis=0).T.astype(float)
-            nd = e - s
-            if nd == 0:
-                # pycocotools keeps a category whose images have GT but no detections: recall 0, precision 0
-                recall[:, k, mi] = 0.0
-                precision[:, :, k, mi] = 0.0
-                continue
-            rc = tp / npig
-            pr = tp / (fp + tp + np.spacing(1))
-            recall[:, k, mi] = rc[:, -1]
-            if nd * R <= _SMALL:  # searchsorted(rc[t], thresholds, "left") of every t at once: rc is sorted
-                inds = (rc[:, :, None] < RECALL_THRESHOLDS[None, None, :]).sum(axis=1)
-            else:
-                inds = np.stack([np.searchsorted(rc[t], RECALL_THRESHOLDS, side="left") for t in range(T)])
-            precision[:, :, k, mi] = np.where(inds < nd, _suffix_max_at(pr, np.minimum(inds, nd - 1)), 0.0)
+    steps = _recall_steps(npig_k)
+    done: dict[int, int] = {}
+    for mi, (o, cat_bounds) in enumerate(orders):
+        if id(cat_bounds) in done:  # the same detections as a larger max-dets: the same arrays
+            precision[..., mi], recall[..., mi] = precision[..., done[id(cat_bounds)]], recall[..., done[id(cat_bounds)]]
+            continue
+        done[id(cat_bounds)] = mi
+        tp_o, counted_o = (tp, counted) if o is None else (tp[:, o], counted[:, o])
+        precision[..., mi], recall[..., mi] = _accumulate(tp_o, counted_o, cat_bounds, npig_k, steps)
     return precision, recall
 
 
-def _suffix_max_at(pr: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """``max(pr[t, at[t, r]:])`` for every (t, r) (``at`` non-decreasing along r): pycocotools'
-    interpolated precision read at the recall positions, without the full right-to-left maximum.
-
-    One ``maximum.reduceat`` over the segments between the read positions (each row also starts a
-    segment at its first element, so no segment crosses rows), then the right-to-left maximum of
-    those few segment maxima. A repeated position yields a one-element segment whose value is in the
-    next segment as well, so the result is the same. Exact: only maxima are taken.
-    """
-    T, nd = pr.shape
-    starts = np.empty((T, at.shape[1] + 1), np.int64)
-    starts[:, 0] = 0
-    starts[:, 1:] = at
-    starts += (np.arange(T, dtype=np.int64) * nd)[:, None]
-    seg = np.maximum.reduceat(pr.ravel(), starts.ravel()).reshape(starts.shape)
-    return np.maximum.accumulate(seg[:, ::-1], axis=1)[:, -2::-1]
+def _max_dets_orders(
+    rank: np.ndarray, keep: np.ndarray, det_cat_k: np.ndarray, K: int
+) -> list[tuple[np.ndarray | None, np.ndarray]]:
+    """Per max-dets, the kept detections (``keep`` and ``rank`` below it; None: all of them) and
+    their category blocks; a max-dets that keeps what the next larger one keeps shares its arrays."""
+    out: list[tuple[np.ndarray | None, np.ndarray]] = []
+    for md in reversed(MAX_DETS):
+        if out and not (keep & (rank >= md)).any():
+            out.append(out[-1])
+            continue
+        keep = keep & (rank < md)
+        o = None if keep.all() else np.flatnonzero(keep)
+        out.append((o, np.searchsorted(det_cat_k if o is None else det_cat_k[o], np.arange(K + 1))))
+    return out[::-1]
 
 
 def _summarize(
