@@ -54,12 +54,40 @@ def _float_key(x: np.ndarray) -> np.ndarray:
     return np.where(b >> np.uint64(63), ~b, b | np.uint64(1 << 63))
 
 
+_CACHE_ROWS = 1 << 17
+"""Rows a radix pass sorts in one piece: its arrays (a few bytes a row) stay in the processor cache."""
+
+
 def _stable_argsort(keys: Sequence[np.ndarray]) -> np.ndarray:
     """Stable lexicographic order of non-negative integer keys, least significant first (as ``np.lexsort``).
 
     LSD radix sort on 16-bit digits: numpy's stable sort of ``uint16`` is a
     radix sort, so each pass is linear; digits that are constant are skipped.
+    More rows than :data:`_CACHE_ROWS`: one stable pass first puts the rows in
+    buckets of the top bits of the most significant key (about that many rows
+    each), then each bucket is sorted by itself. The order is the same; the
+    passes of a bucket stay in the cache, where those over all rows would read
+    at random from arrays larger than it (time growing faster than the rows).
     """
+    n = len(keys[0])
+    if n <= 2 * _CACHE_ROWS:
+        return _radix_argsort(keys)
+    top = np.asarray(keys[-1]).astype(np.uint64)
+    hi = int(top.max())
+    shift = max(0, hi.bit_length() - min(16, max(1, (n // _CACHE_ROWS).bit_length())))
+    bucket = (top >> np.uint64(shift)).astype(np.uint16)
+    outer = np.argsort(bucket, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(bucket, minlength=int(bucket.max()) + 1))])
+    out = np.empty(n, np.int64)
+    for s, e in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        if e > s:
+            rows = outer[s:e]
+            out[s:e] = rows[_radix_argsort([np.asarray(k)[rows] for k in keys])]
+    return out
+
+
+def _radix_argsort(keys: Sequence[np.ndarray]) -> np.ndarray:
+    """:func:`_stable_argsort` in one piece (LSD radix passes over every row)."""
     n = len(keys[0])
     perm = np.arange(n, dtype=np.int64)
     if n == 0:
