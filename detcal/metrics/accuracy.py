@@ -34,6 +34,7 @@ import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections, MetricResult
+from detcal.matching.blocks import factorize, float_key, group_codes, segment_starts, stable_argsort
 from detcal.matching.engine import match
 
 IOU_THRESHOLDS: np.ndarray = np.linspace(0.5, 0.95, int(np.round((0.95 - 0.5) / 0.05)) + 1, endpoint=True)
@@ -70,15 +71,12 @@ def _box_area(box: np.ndarray) -> np.ndarray:
     return (box[:, 2] - box[:, 0]) * (box[:, 3] - box[:, 1])
 
 
-def _rank_in_group(dets: Detections) -> np.ndarray:
-    """Rank of each detection by descending score (stable) within its (image, category), for
-    detections already in accumulate order (by category, descending score, image; ties in input
-    order): a stable sort by (image, category) keeps each group in its score order."""
-    o = np.lexsort((dets.category, dets.image_id))
-    key_i, key_c = dets.image_id[o], dets.category[o]
-    new = np.ones(len(o), bool)
-    new[1:] = (key_i[1:] != key_i[:-1]) | (key_c[1:] != key_c[:-1])
-    starts = np.flatnonzero(new)
+def _rank_in_group(group: np.ndarray) -> np.ndarray:
+    """Rank of each detection by descending score (stable) within its (image, category) ``group``
+    code, for detections already in accumulate order (by category, descending score, image; ties in
+    input order): a stable sort by the group keeps each group in its score order."""
+    o = stable_argsort([group])
+    starts = segment_starts(group[o])
     pos = np.arange(len(o)) - np.repeat(starts, np.diff(np.append(starts, len(o))))
     rank = np.empty(len(o), np.int64)
     rank[o] = pos
@@ -118,16 +116,18 @@ def coco_eval_arrays(
     # put in that order once, so that every later pass reads them in sequence; the matching is the
     # same (it ranks each (image, category) by score, ties in input order, which this keeps).
     det_cat_k = np.searchsorted(cats, dets.category)
-    order = np.lexsort((dets.image_id, -dets.score, det_cat_k))
+    img_code = factorize(dets.image_id)[0]
+    order = stable_argsort([img_code, ~float_key(dets.score), det_cat_k]) if len(dets) else np.zeros(0, np.int64)
     det_cat_k = det_cat_k[order]
     dets = Detections(
         image_id=dets.image_id[order], box=dets.box[order], score=dets.score[order], category=dets.category[order]
     )
     known = (det_cat_k < K) & (cats[np.minimum(det_cat_k, K - 1)] == dets.category) if K else np.zeros(len(dets), bool)
-    rank = _rank_in_group(dets)
+    key_d, key_g, n_groups = group_codes(dets.image_id, dets.category, gt.image_id, gt.category, False)
+    rank = _rank_in_group(key_d)
     det_area = _box_area(dets.box)
     gt_k = np.searchsorted(cats, gt.category)
-    ref = _RangeReference(dets, gt, base_ignore | _outside(area, AREA_RANGES["all"]))
+    ref = _RangeReference(dets, gt, base_ignore | _outside(area, AREA_RANGES["all"]), key_d, key_g, n_groups)
     orders = _max_dets_orders(rank, known & ref.m.considered, det_cat_k, K)
     ctx = (dataset, area, base_ignore, det_area, orders, gt_k, K, ref)
     from detcal.utils.processes import map_in_processes
@@ -158,41 +158,42 @@ class _RangeReference:
     those with GTs of mixed ranges, are matched again, alone.
     """
 
-    def __init__(self, dets: Detections, gt: Any, ignore: np.ndarray) -> None:
+    def __init__(
+        self, dets: Detections, gt: Any, ignore: np.ndarray, key_d: np.ndarray, key_g: np.ndarray, n_groups: int
+    ) -> None:
+        """``key_d``, ``key_g``: the (image, category) group code of each detection and GT, below ``n_groups``."""
         self.dets, self.gt, self.ignore = dets, gt, ignore
         self.m = _match_exclusive(dets, gt, ignore)
-        n = len(gt)
-        img = np.concatenate([gt.image_id, dets.image_id])
-        cat = np.concatenate([gt.category, dets.category])
-        ii = np.unique(img, return_inverse=True)[1].reshape(-1).astype(np.int64)
-        ci = np.unique(cat, return_inverse=True)[1].reshape(-1).astype(np.int64)
-        key = ii * (int(ci.max()) + 1 if len(ci) else 1) + ci
-        self.key_g, self.key_d = key[:n], key[n:]
+        self.key_g, self.key_d, self.n_groups = key_g, key_d, n_groups
+        self.hit = self.m.gt_index >= 0
+        self.gt_row = np.maximum(self.m.gt_index, 0)
 
     def _changed(self, ignore: np.ndarray) -> np.ndarray:
-        """Group keys whose matching may differ from the reference's under GT flags ``ignore``."""
-        u, inv = np.unique(self.key_g, return_inverse=True)
-        inv = inv.reshape(-1)
-        n = np.bincount(inv, minlength=len(u))
-        s_ref = np.bincount(inv, self.ignore, len(u))
-        s_new = np.bincount(inv, ignore, len(u))
-        diff = np.bincount(inv, self.ignore != ignore, len(u))
+        """[n_groups] whether a group's matching may differ from the reference's under GT flags ``ignore``."""
+        n = np.bincount(self.key_g, minlength=self.n_groups)
+        s_ref = np.bincount(self.key_g, self.ignore, self.n_groups)
+        s_new = np.bincount(self.key_g, ignore, self.n_groups)
+        diff = np.bincount(self.key_g, self.ignore != ignore, self.n_groups)
         uniform = ((s_ref == 0) | (s_ref == n)) & ((s_new == 0) | (s_new == n))
-        return u[(diff > 0) & ~uniform]
+        return (diff > 0) & ~uniform
 
-    def matched_ignored(self, ignore: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``matched``, ``ignored`` [T,D] of the exclusive matching with GT flags ``ignore``."""
-        gi = self.m.gt_index
-        hit = gi >= 0
-        on_ignored = ignore[np.maximum(gi, 0)] if len(ignore) else np.zeros(gi.shape, bool)
-        matched, ignored = hit & ~on_ignored, hit & on_ignored
+    def tp_counted(self, ignore: np.ndarray, out_d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """True positives and counted detections [T,D] (pycocotools' ``dtm & ~dtIg`` and ``~dtIg``) of
+        the exclusive matching with GT flags ``ignore``, the detections ``out_d`` outside the range.
+
+        A detection is a true positive when matched to a non-ignored GT, and counted unless it is
+        matched to an ignored GT or unmatched outside the range."""
+        on_ignored = ignore[self.gt_row] if len(ignore) else np.zeros(self.hit.shape, bool)
+        tp = self.hit & ~on_ignored
+        counted = tp | (~self.hit & ~out_d[None, :])
         changed = self._changed(ignore)
-        if len(changed):
-            d_sel = np.flatnonzero(np.isin(self.key_d, changed))
-            g_sel = np.flatnonzero(np.isin(self.key_g, changed))
+        if changed.any():
+            d_sel = np.flatnonzero(changed[self.key_d])
+            g_sel = np.flatnonzero(changed[self.key_g])
             sub = _match_exclusive(self.dets.select(d_sel), self.gt.select(g_sel), ignore[g_sel])
-            matched[:, d_sel], ignored[:, d_sel] = sub.matched, sub.ignored
-        return matched, ignored
+            tp[:, d_sel] = sub.matched
+            counted[:, d_sel] = sub.matched | (~(sub.matched | sub.ignored) & ~out_d[d_sel][None, :])
+        return tp, counted
 
 
 def _match_exclusive(dets: Detections, gt: Any, ignore: np.ndarray) -> Any:
@@ -283,10 +284,7 @@ def _area_arrays(
     recall = -np.ones((T, K, M))
     gt = dataset.gt
     gt_ignore = base_ignore | _outside(area, bounds)
-    m_matched, m_ignored = ref.matched_ignored(gt_ignore)
-    # pycocotools' dtIg: on an ignored GT, or unmatched and outside the range
-    counted = ~(m_ignored | (~m_matched & _outside(det_area, bounds)[None, :]))
-    tp = m_matched & counted
+    tp, counted = ref.tp_counted(gt_ignore, _outside(det_area, bounds))
     npig_k = np.bincount(gt_k[~gt_ignore], minlength=K)[:K] if len(gt) else np.zeros(K, np.int64)
     steps = _recall_steps(npig_k)
     done: dict[int, int] = {}
