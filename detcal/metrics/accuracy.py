@@ -166,7 +166,6 @@ class _RangeReference:
         self.m = _match_exclusive(dets, gt, ignore)
         self.key_g, self.key_d, self.n_groups = key_g, key_d, n_groups
         self.hit = self.m.gt_index >= 0
-        self.gt_row = np.maximum(self.m.gt_index, 0)
 
     def _changed(self, ignore: np.ndarray) -> np.ndarray:
         """[n_groups] whether a group's matching may differ from the reference's under GT flags ``ignore``."""
@@ -183,7 +182,7 @@ class _RangeReference:
 
         A detection is a true positive when matched to a non-ignored GT, and counted unless it is
         matched to an ignored GT or unmatched outside the range."""
-        on_ignored = ignore[self.gt_row] if len(ignore) else np.zeros(self.hit.shape, bool)
+        on_ignored = np.append(ignore, False)[self.m.gt_index]  # -1 (no GT) reads the appended False
         tp = self.hit & ~on_ignored
         counted = tp | (~self.hit & ~out_d[None, :])
         changed = self._changed(ignore)
@@ -234,32 +233,40 @@ def _accumulate(
     counted detections before it that are not true positives: pycocotools' cumulative sums, read
     where they matter, the same floats.
     """
-    T, n = tp.shape
-    K, R = len(npig_k), len(RECALL_THRESHOLDS)
-    w = np.flatnonzero(tp)  # the true positives, by (threshold, position)
-    counted_cum = np.zeros(T * n + 1, np.int32 if T * n < 2**31 else np.int64)
-    np.cumsum(counted.ravel(), out=counted_cum[1:])
-    g_start = ((np.arange(T) * n)[:, None] + cat_bounds[None, :K]).ravel()  # (t, k) groups, t-major
-    g_end = ((np.arange(T) * n)[:, None] + cat_bounds[None, 1:]).ravel()
-    first, last = np.searchsorted(w, g_start), np.searchsorted(w, g_end)
-    n_tp = last - first
-    g_of = np.repeat(np.arange(T * K), n_tp)
-    c = np.arange(1, len(w) + 1) - first[g_of]  # the how-manieth true positive of its group
-    fp = counted_cum[w + 1] - counted_cum[g_start[g_of]] - c
-    pr = np.empty(len(w) + 1)
-    pr[:-1] = c / ((fp + c).astype(np.float64) + _EPS)
-    pr[-1] = 0.0  # read by empty groups at the end only (masked below)
-    step = np.tile(steps, (T, 1))  # [T*K, R]
-    at = np.empty((T * K, R + 1), np.int64)
-    at[:, 0] = first
-    at[:, 1:] = first[:, None] + np.minimum(step - 1, np.maximum(n_tp - 1, 0)[:, None])
-    seg = np.maximum.reduceat(pr, at.ravel()).reshape(at.shape)
-    interp = np.maximum.accumulate(seg[:, ::-1], axis=1)[:, -2::-1]
-    precision = np.where(step <= n_tp[:, None], interp, 0.0).reshape(T, K, R).transpose(0, 2, 1)
-    recall = (n_tp / np.maximum(np.tile(npig_k, T), 1)).reshape(T, K)
+    T, K = len(tp), len(npig_k)
+    precision = np.empty((T, len(RECALL_THRESHOLDS), K))
+    recall = np.empty((T, K))
+    for t in range(T):  # one IoU threshold at a time: the temporaries of one row stay small
+        precision[t], recall[t] = _accumulate_row(tp[t], counted[t], cat_bounds, npig_k, steps)
     missing = npig_k == 0
     precision[:, :, missing], recall[:, missing] = -1.0, -1.0
     return precision, recall
+
+
+def _accumulate_row(
+    tp: np.ndarray, counted: np.ndarray, cat_bounds: np.ndarray, npig_k: np.ndarray, steps: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_accumulate` at one IoU threshold: ``precision [R,K]``, ``recall [K]`` (``tp``,
+    ``counted`` [n])."""
+    n, K = len(tp), len(npig_k)
+    w = np.flatnonzero(tp)  # the true positives, in accumulate order
+    counted_cum = np.zeros(n + 1, np.int32 if n < 2**31 else np.int64)
+    np.cumsum(counted, out=counted_cum[1:])
+    first, last = np.searchsorted(w, cat_bounds[:K]), np.searchsorted(w, cat_bounds[1:])
+    n_tp = last - first
+    k_of = np.repeat(np.arange(K), n_tp)
+    c = np.arange(1, len(w) + 1) - first[k_of]  # the how-manieth true positive of its category
+    fp = counted_cum[w + 1] - counted_cum[cat_bounds[k_of]] - c
+    pr = np.empty(len(w) + 1)
+    pr[:-1] = c / ((fp + c).astype(np.float64) + _EPS)
+    pr[-1] = 0.0  # read by empty categories at the end only (masked below)
+    at = np.empty((K, steps.shape[1] + 1), np.int64)
+    at[:, 0] = first
+    at[:, 1:] = first[:, None] + np.minimum(steps - 1, np.maximum(n_tp - 1, 0)[:, None])
+    seg = np.maximum.reduceat(pr, at.ravel()).reshape(at.shape)
+    interp = np.maximum.accumulate(seg[:, ::-1], axis=1)[:, -2::-1]
+    precision = np.where(steps <= n_tp[:, None], interp, 0.0).T
+    return precision, n_tp / np.maximum(npig_k, 1)
 
 
 def _area_arrays(
