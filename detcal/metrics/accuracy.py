@@ -22,8 +22,10 @@ rules) and pycocotools' ``accumulate`` rules:
   categories that have a non-ignored GT; AR the mean of the final recall.
 
 The GT area is ``dataset`` GT box area unless ``gt_area`` (COCO ``area``,
-e.g. mask areas) is given. No Python loop over detections: one loop over
-categories (the cumulative sums are per category).
+e.g. mask areas) is given. No Python loop over detections or categories:
+the detections are put in accumulate order once, and each (area range,
+max-dets, IoU threshold) reads the cumulative counts at the true positives
+only, every category at once (:func:`_accumulate`).
 """
 
 from __future__ import annotations
