@@ -298,8 +298,9 @@ def _area_arrays(
     steps = _recall_steps(npig_k)
     done: dict[int, int] = {}
     for mi, (o, cat_bounds) in enumerate(orders):
-        if id(cat_bounds) in done:  # the same detections as a larger max-dets: the same arrays
-            precision[..., mi], recall[..., mi] = precision[..., done[id(cat_bounds)]], recall[..., done[id(cat_bounds)]]
+        prev = done.get(id(cat_bounds))
+        if prev is not None:  # the same detections as a larger max-dets: the same arrays
+            precision[..., mi], recall[..., mi] = precision[..., prev], recall[..., prev]
             continue
         done[id(cat_bounds)] = mi
         tp_o, counted_o = (tp, counted) if o is None else (tp[:, o], counted[:, o])
