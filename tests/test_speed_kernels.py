@@ -90,3 +90,27 @@ def test_accumulation_equals_pycocotools_arrays_on_random_sets(seed):
         e.accumulate()
     np.testing.assert_array_equal(mine["precision"], e.eval["precision"])
     np.testing.assert_array_equal(mine["recall"], e.eval["recall"])
+
+
+def test_memory_thresholds_are_set_unless_opted_out(monkeypatch):
+    """Every command sets glibc's mmap and trim thresholds; DETCAL_MALLOC_DEFAULTS=1 leaves them."""
+    import ctypes
+    import sys
+
+    import detcal.apps._hydra as app
+
+    calls: list[tuple[int, int]] = []
+
+    class Libc:
+        def mallopt(self, param: int, value: int) -> int:
+            calls.append((param, value))
+            return 1
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: Libc())
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("DETCAL_MALLOC_DEFAULTS", "1")
+    app._reuse_freed_memory()
+    assert calls == []
+    monkeypatch.delenv("DETCAL_MALLOC_DEFAULTS")
+    app._reuse_freed_memory()
+    assert calls == [(-1, 2**31), (-3, 2**30)]  # M_TRIM_THRESHOLD, M_MMAP_THRESHOLD
