@@ -168,6 +168,7 @@ class _RangeReference:
         self.m = _match_exclusive(dets, gt, ignore)
         self.key_g, self.key_d, self.n_groups = key_g, key_d, n_groups
         self.hit = self.m.gt_index >= 0
+        self.miss = ~self.hit
 
     def _changed(self, ignore: np.ndarray) -> np.ndarray:
         """[n_groups] whether a group's matching may differ from the reference's under GT flags ``ignore``."""
@@ -184,9 +185,11 @@ class _RangeReference:
 
         A detection is a true positive when matched to a non-ignored GT, and counted unless it is
         matched to an ignored GT or unmatched outside the range."""
-        on_ignored = np.append(ignore, False)[self.m.gt_index]  # -1 (no GT) reads the appended False
-        tp = self.hit & ~on_ignored
-        counted = tp | (~self.hit & ~out_d[None, :])
+        tp = np.append(ignore, False)[self.m.gt_index]  # on an ignored GT; -1 (no GT) reads the appended False
+        np.logical_not(tp, out=tp)
+        tp &= self.hit  # in place: two fresh [T, D] arrays per range, not seven
+        counted = np.logical_and(self.miss, ~out_d[None, :])
+        counted |= tp
         changed = self._changed(ignore)
         if changed.any():
             d_sel = np.flatnonzero(changed[self.key_d])
