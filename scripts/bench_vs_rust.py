@@ -155,7 +155,11 @@ STAGES = (
     ("confidence block", "detcal/pipeline/confidence_block.py", "confidence_blocks"),
     ("  of which intervals", "detcal/metrics/bootstrap.py", "suite_intervals"),
     ("COCO AP/AR", "detcal/metrics/accuracy.py", "coco_ap"),
+    ("localisation", "detcal/pipeline/accuracy_block.py", "localisation_block"),
     ("OCE", "detcal/pipeline/oce_block.py", "oce_block"),
+    ("box features", "detcal/pipeline/evaluation.py", "relative_box_features"),
+    ("diagnostics", "detcal/pipeline/evaluation.py", "_diagnostics"),
+    ("worst detections", "detcal/pipeline/evaluation.py", "_worst"),
     ("write (files)", "detcal/pipeline/result.py", "Result.write"),
     ("  figures", "detcal/reports/evaluation_plots.py", "evaluation_plots"),
     ("  per-class figure", "detcal/pipeline/result.py", "EvaluationResult._per_class_plot"),
@@ -234,6 +238,9 @@ def profile(gt: Path, res: Path, root: Path, pythonpath: str | None = None) -> d
     got = {"whole command": spent["whole command"]}
     got.update({label: spent.get(label, 0.0) for label, _, _ in STAGES})
     got["start-up, Hydra, other"] = got["whole command"] - got["evaluate (in process)"] - got["write (files)"]
+    inner = ("load", "match", "confidence block", "COCO AP/AR", "localisation", "OCE", "box features")
+    inner += ("diagnostics", "worst detections")
+    got["  rest of evaluate"] = got["evaluate (in process)"] - sum(got[k] for k in inner)
     return got
 
 

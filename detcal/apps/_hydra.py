@@ -258,6 +258,31 @@ def _single_compose(argv: list[str]) -> Any:
         Hydra.get_mode = original  # type: ignore[method-assign]
 
 
+_MMAP_THRESHOLD = 1 << 30
+_TRIM_THRESHOLD = 1 << 31
+
+
+def _reuse_freed_memory() -> None:
+    """glibc: serve the large arrays of a run from memory the process has freed, not from fresh pages.
+
+    By default glibc maps every array of more than a few MiB afresh and unmaps it when freed, so
+    each of the many full-size temporaries of a run pays the page faults of its memory again (a
+    tenth of the lean run's CPU at 5,000 images, more at 20,000). With these thresholds freed
+    memory stays in the process for the next array; the peak resident memory is unchanged (it is
+    the most held at once). No-op off glibc, or with ``DETCAL_MALLOC_DEFAULTS=1``.
+    """
+    if not sys.platform.startswith("linux") or os.environ.get("DETCAL_MALLOC_DEFAULTS") == "1":
+        return
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt thresholds)
+        return
+    mallopt(-1, _TRIM_THRESHOLD)  # M_TRIM_THRESHOLD
+    mallopt(-3, _MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
+
+
 def run_app(
     config_name: str, schema: type, task: Callable[[Any, AppContext], Any], prog: str, *, resumable: bool = False
 ) -> None:
@@ -271,6 +296,7 @@ def run_app(
     directory (detcal-main keeps its finished stages).
     """
     debug = _debug()
+    _reuse_freed_memory()
     try:
         from detcal.pipeline.registry import config_dir
 

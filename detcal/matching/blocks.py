@@ -14,7 +14,7 @@ import numpy as np
 from detcal.core.types import Detections, GroundTruth
 
 
-def _factorize(values: np.ndarray) -> tuple[np.ndarray, int]:
+def factorize(values: np.ndarray) -> tuple[np.ndarray, int]:
     """Dense codes 0..K-1 of integer ``values`` (order-preserving) and K.
 
     A lookup table when the values are small non-negative ints (no sort),
@@ -32,34 +32,62 @@ def _factorize(values: np.ndarray) -> tuple[np.ndarray, int]:
     return inv.reshape(-1).astype(np.int64), len(uniq)
 
 
-def _group_codes(
+def group_codes(
     det_img: np.ndarray, det_cat: np.ndarray, gt_img: np.ndarray, gt_cat: np.ndarray, class_agnostic: bool
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """Group id per detection and per GT, (image) or (image, category), and the id bound."""
     nd = len(det_img)
-    img, n_img = _factorize(np.concatenate([det_img, gt_img]))
+    img, n_img = factorize(np.concatenate([det_img, gt_img]))
     if class_agnostic:
         code, n = img, n_img
     else:
-        cat, n_cat = _factorize(np.concatenate([det_cat, gt_cat]))
+        cat, n_cat = factorize(np.concatenate([det_cat, gt_cat]))
         code, n = img * n_cat + cat, n_img * n_cat
         if n > 4 * len(code) + 2_000_000:  # sparse product space: compact it
-            code, n = _factorize(code)
+            code, n = factorize(code)
     return code[:nd], code[nd:], n
 
 
-def _float_key(x: np.ndarray) -> np.ndarray:
+def float_key(x: np.ndarray) -> np.ndarray:
     """Order-preserving map float64 -> uint64 (IEEE-754 bit trick; -0.0 counts as 0.0)."""
     b = (np.asarray(x, np.float64) + 0.0).view(np.uint64)
     return np.where(b >> np.uint64(63), ~b, b | np.uint64(1 << 63))
 
 
-def _stable_argsort(keys: Sequence[np.ndarray]) -> np.ndarray:
+_CACHE_ROWS = 1 << 17
+"""Rows a radix pass sorts in one piece: its arrays (a few bytes a row) stay in the processor cache."""
+
+
+def stable_argsort(keys: Sequence[np.ndarray]) -> np.ndarray:
     """Stable lexicographic order of non-negative integer keys, least significant first (as ``np.lexsort``).
 
     LSD radix sort on 16-bit digits: numpy's stable sort of ``uint16`` is a
     radix sort, so each pass is linear; digits that are constant are skipped.
+    More rows than :data:`_CACHE_ROWS`: one stable pass first puts the rows in
+    buckets of the top bits of the most significant key (about that many rows
+    each), then each bucket is sorted by itself. The order is the same; the
+    passes of a bucket stay in the cache, where those over all rows would read
+    at random from arrays larger than it (time growing faster than the rows).
     """
+    n = len(keys[0])
+    if n <= 2 * _CACHE_ROWS:
+        return _radix_argsort(keys)
+    top = np.asarray(keys[-1]).astype(np.uint64)
+    hi = int(top.max())
+    shift = max(0, hi.bit_length() - min(16, max(1, (n // _CACHE_ROWS).bit_length())))
+    bucket = (top >> np.uint64(shift)).astype(np.uint16)
+    outer = np.argsort(bucket, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(bucket, minlength=int(bucket.max()) + 1))])
+    out = np.empty(n, np.int64)
+    for s, e in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        if e > s:
+            rows = outer[s:e]
+            out[s:e] = rows[_radix_argsort([np.asarray(k)[rows] for k in keys])]
+    return out
+
+
+def _radix_argsort(keys: Sequence[np.ndarray]) -> np.ndarray:
+    """:func:`stable_argsort` in one piece (LSD radix passes over every row)."""
     n = len(keys[0])
     perm = np.arange(n, dtype=np.int64)
     if n == 0:
@@ -79,14 +107,14 @@ def _stable_argsort(keys: Sequence[np.ndarray]) -> np.ndarray:
     return perm
 
 
-def _segment_starts(sorted_keys: np.ndarray) -> np.ndarray:
+def segment_starts(sorted_keys: np.ndarray) -> np.ndarray:
     """Start positions of the runs of equal values in a sorted array."""
     if len(sorted_keys) == 0:
         return np.zeros(0, np.int64)
     return np.flatnonzero(np.concatenate([[True], sorted_keys[1:] != sorted_keys[:-1]]))
 
 
-def _pair_iou(d: np.ndarray, g: np.ndarray, crowd: np.ndarray) -> np.ndarray:
+def paired_iou(d: np.ndarray, g: np.ndarray, crowd: np.ndarray) -> np.ndarray:
     """IoU [P] of paired boxes ``d`` [4,P] (detection) and ``g`` [4,P] (GT), xyxy rows, as maskApi ``bbIou``.
 
     ``iou = i / (a_d + a_g - i)`` with ``i`` the intersection, or ``i / a_d``
@@ -127,7 +155,7 @@ def box_areas(box: np.ndarray, wh: np.ndarray | None = None) -> np.ndarray:
     return np.where(same, wh[:, 0] * wh[:, 1], a)
 
 
-def _slot_iou(
+def slot_iou(
     dcol: np.ndarray,
     g0: np.ndarray,
     n_slot: np.ndarray,
@@ -182,14 +210,14 @@ def _slot_iou(
     return out, off, best, arg
 
 
-def _expand(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def expand(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(s, s + c)`` for every (s, c), vectorised."""
     total = int(counts.sum())
     offs = np.cumsum(counts) - counts
     return np.arange(total, dtype=np.int64) - np.repeat(offs - starts, counts)
 
 
-def _dontcare_ioa(dets: Detections, gt: GroundTruth, dc_cat: int, rows: np.ndarray) -> np.ndarray:
+def dontcare_ioa(dets: Detections, gt: GroundTruth, dc_cat: int, rows: np.ndarray) -> np.ndarray:
     """Max over DontCare boxes of the same image of intersection / detection area, for ``rows``."""
     out = np.zeros(len(rows))
     dc = np.flatnonzero(gt.category == dc_cat)
@@ -203,15 +231,15 @@ def _dontcare_ioa(dets: Detections, gt: GroundTruth, dc_cat: int, rows: np.ndarr
     has = np.flatnonzero(cnt > 0)
     if len(has) == 0:
         return out
-    pg = dc[_expand(lo[has], cnt[has])]
+    pg = dc[expand(lo[has], cnt[has])]
     pd = np.repeat(rows[has], cnt[has])
-    ioa = _pair_iou(dets.box[pd].T, gt.box[pg].T, np.ones(len(pd), bool))
+    ioa = paired_iou(dets.box[pd].T, gt.box[pg].T, np.ones(len(pd), bool))
     seg = np.cumsum(cnt[has]) - cnt[has]
     out[has] = np.maximum.reduceat(ioa, seg)
     return out
 
 
-def _greedy(
+def greedy_walk(
     pair_iou: np.ndarray,
     pair_g: np.ndarray,
     pair_seg: np.ndarray,

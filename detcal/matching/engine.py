@@ -111,15 +111,15 @@ import numpy as np
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Detections, GroundTruth, Images, KittiRules, MatchResult
 from detcal.matching.blocks import (
-    _dontcare_ioa,
-    _factorize,
-    _float_key,
-    _greedy,
-    _group_codes,
-    _segment_starts,
-    _slot_iou,
-    _stable_argsort,
     box_areas,
+    dontcare_ioa,
+    factorize,
+    float_key,
+    greedy_walk,
+    group_codes,
+    segment_starts,
+    slot_iou,
+    stable_argsort,
 )
 from detcal.matching.kitti_ap import detection_min_height_ignored, devkit_assign
 
@@ -340,7 +340,7 @@ def match(
     thr_eff = thr_det if strict else np.minimum(thr_det, _COCO_MAX_THR)
     # 2. groups, ranks, considered
     w_row, w_cat, w_ign, w_crowd = _working_gt(gt, kitti, class_agnostic, gt_ignore)
-    det_grp, gt_grp, n_grp = _group_codes(dets.image_id, dets.category, gt.image_id[w_row], w_cat, class_agnostic)
+    det_grp, gt_grp, n_grp = group_codes(dets.image_id, dets.category, gt.image_id[w_row], w_cat, class_agnostic)
     rank, considered, small = _rank_detections(dets, det_grp, score_threshold, max_dets, class_agnostic, kitti)
     # 3. GT order within groups
     gts = _order_gt(w_row, w_cat, w_ign, w_crowd, gt_grp, n_grp, class_agnostic)
@@ -394,7 +394,7 @@ class _GtOrder(NamedTuple):
 
 
 class _Pairs(NamedTuple):
-    """Every (detection, GT of its group) pair, laid out by GT slot (:func:`detcal.matching.blocks._slot_iou`).
+    """Every (detection, GT of its group) pair, laid out by GT slot (:func:`detcal.matching.blocks.slot_iou`).
 
     ``seg_det [S]`` the detections meeting at least one GT, by GT count descending; ``g0 [S]`` the first GT
     of their group in :class:`_GtOrder`; ``n_slot [J]`` the detections having a j-th GT; ``pair_iou [P]``
@@ -439,11 +439,11 @@ def _rank_detections(
     D = len(dets)
     score_ok = dets.score >= score_threshold
     sc = np.flatnonzero(score_ok)
-    keys = [~_float_key(dets.score[sc]), det_grp[sc]]
+    keys = [~float_key(dets.score[sc]), det_grp[sc]]
     if class_agnostic:
-        keys.insert(0, _factorize(dets.category[sc])[0])
-    order = sc[_stable_argsort(keys)]
-    starts = _segment_starts(det_grp[order])
+        keys.insert(0, factorize(dets.category[sc])[0])
+    order = sc[stable_argsort(keys)]
+    starts = segment_starts(det_grp[order])
     rank_sorted = np.arange(len(order), dtype=np.int64) - np.repeat(starts, np.diff(np.append(starts, len(order))))
     considered = score_ok.copy()
     if max_dets is not None:
@@ -479,11 +479,11 @@ def _pair_ious(dets: Detections, gt: GroundTruth, det_grp: np.ndarray, gts: _GtO
     seg_cnt = gts.count[det_grp]
     seg_det = np.flatnonzero(seg_cnt > 0)  # detections meeting at least one GT ("segments")
     seg_cnt = seg_cnt[seg_det]
-    so = _stable_argsort([int(seg_cnt.max(initial=0)) - seg_cnt])  # by GT count, descending
+    so = stable_argsort([int(seg_cnt.max(initial=0)) - seg_cnt])  # by GT count, descending
     seg_det, seg_cnt = seg_det[so], seg_cnt[so]
     n_slot = np.searchsorted(-seg_cnt, -np.arange(int(seg_cnt.max(initial=0))), side="left")
     g0 = gts.start[det_grp[seg_det]]
-    pair_iou, off, best, arg = _slot_iou(
+    pair_iou, off, best, arg = slot_iou(
         np.take(dets.box.T, seg_det, axis=1),
         g0,
         n_slot,
@@ -508,7 +508,7 @@ def _assign_exclusive(
     """Step 5, ``exclusive``: the chosen GT position [T,S] (-1 none) of each segment, pycocotools' greedy walk.
 
     Pairs below every threshold can never be taken and are dropped before the sequential pass; the kept pairs
-    are laid out segments rank-major, then GT order (slot) within each segment (:func:`_greedy`).
+    are laid out segments rank-major, then GT order (slot) within each segment (:func:`greedy_walk`).
     """
     seg_det, n_slot, pair_iou, off, best = pairs.seg_det, pairs.n_slot, pairs.pair_iou, pairs.off, pairs.best
     chosen = np.full((T, len(seg_det)), -1, np.int64)
@@ -522,14 +522,14 @@ def _assign_exclusive(
     keep = (pair_iou > low_p) if strict else (pair_iou >= low_p)
     kp = np.flatnonzero(keep & cand[pi])
     ki, kj = pi[kp], pj[kp]
-    ko = _stable_argsort([kj, ki, rank[seg_det[ki]]])
+    ko = stable_argsort([kj, ki, rank[seg_det[ki]]])
     kp, ki, kj = kp[ko], ki[ko], kj[ko]
-    k_start = _segment_starts(ki)
+    k_start = segment_starts(ki)
     k_ids = ki[k_start]
     k_pair_seg = np.repeat(np.arange(len(k_start)), np.diff(np.append(k_start, len(kp))))
     seg_rank = rank[seg_det[k_ids]]
     n_steps = int(seg_rank.max()) + 1 if len(seg_rank) else 0
-    chosen[:, k_ids] = _greedy(
+    chosen[:, k_ids] = greedy_walk(
         pair_iou[kp],
         pairs.g0[ki] + kj,
         k_pair_seg,
@@ -604,7 +604,7 @@ def _kitti_ignores(
     ignored[:, small] = True
     if kitti.dontcare_category is not None:
         cand = np.flatnonzero(considered & ~small)
-        ioa = _dontcare_ioa(dets, gt, int(kitti.dontcare_category), cand)
+        ioa = dontcare_ioa(dets, gt, int(kitti.dontcare_category), cand)
         thr_c = thr_det[:, cand] if per_class else thr_det
         free = ~matched[:, cand] & ~ignored[:, cand]
         ignored[:, cand] |= free & (ioa[None, :] > thr_c)

@@ -48,7 +48,7 @@ import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import KITTI_DIFFICULTY, Detections, GroundTruth, KittiRules
-from detcal.matching.blocks import _dontcare_ioa, _expand, _factorize, _pair_iou, _segment_starts
+from detcal.matching.blocks import dontcare_ioa, expand, factorize, paired_iou, segment_starts
 
 NO_DETECTION: float = -10000000.0
 """The devkit's ``NO_DETECTION``: a score must exceed it in the recall pass."""
@@ -112,7 +112,7 @@ def _build(
     )
     gt_ign, cand_small, cand_own = gt_ign.astype(bool), cand_small.astype(bool), cand_own.astype(bool)
 
-    img, n_img = _factorize(np.concatenate([gt.image_id[gt_row], dets.image_id[cand_row]]))
+    img, n_img = factorize(np.concatenate([gt.image_id[gt_row], dets.image_id[cand_row]]))
     g_grp = gt_cls * max(n_img, 1) + img[: len(gt_row)]
     c_grp = cand_cls * max(n_img, 1) + img[len(gt_row) :]
     go = np.lexsort((gt_row, g_grp))  # group, then label-file order
@@ -129,7 +129,7 @@ def _build(
     n_grp = int(max(g_grp.max(initial=-1), c_grp.max(initial=-1))) + 1
     ccount = np.bincount(c_grp, minlength=n_grp)
     cstart = np.cumsum(ccount) - ccount
-    gstart = _segment_starts(g_grp)
+    gstart = segment_starts(g_grp)
     pos = np.arange(len(g_grp), dtype=np.int64) - np.repeat(gstart, np.diff(np.append(gstart, len(g_grp))))
 
     cnt = ccount[g_grp] if len(g_grp) else np.zeros(0, np.int64)
@@ -141,8 +141,8 @@ def _build(
         hi = max(hi, lo + 1)
         gs = np.arange(lo, hi)
         pg = np.repeat(gs, cnt[gs])
-        pc = _expand(cstart[g_grp[gs]], cnt[gs])
-        iou = _pair_iou(dets.box[cand_row[pc]].T, gt.box[gt_row[pg]].T, np.zeros(len(pc), bool))
+        pc = expand(cstart[g_grp[gs]], cnt[gs])
+        iou = paired_iou(dets.box[cand_row[pc]].T, gt.box[gt_row[pg]].T, np.zeros(len(pc), bool))
         k = iou > min_thr[gt_cls[pg]]
         pg_parts.append(pg[k])
         pc_parts.append(pc[k])
@@ -175,7 +175,7 @@ def _run(w: _Walk, thr_cls: np.ndarray, cand_ok: np.ndarray, by_score: np.ndarra
             continue
         g, c, iou = w.pair_gt[p0:p1], w.pair_cand[p0:p1], w.pair_iou[p0:p1]
         n = p1 - p0
-        starts = _segment_starts(g)
+        starts = segment_starts(g)
         seg = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, n)))
         idx = np.arange(n)
         ok = (iou > thr_cls[:, w.gt_cls[g]]) & cand_ok[:, c] & ~taken[:, c]
@@ -373,7 +373,7 @@ def _class_ap(dets: Detections, gt: GroundTruth, c: int, difficulty: str, thr: f
     in_dc = np.zeros(len(w.cand_row), bool)
     if rules.dontcare_category is not None:
         idx = np.flatnonzero(own_reg)
-        in_dc[idx] = _dontcare_ioa(dets, gt, int(rules.dontcare_category), w.cand_row[idx]) > thr
+        in_dc[idx] = dontcare_ioa(dets, gt, int(rules.dontcare_category), w.cand_row[idx]) > thr
     fp = (cand_ok & ~taken & (own_reg & ~in_dc)[None, :]).sum(axis=1)
     precision = _filtered_precision(tp, fp)
     ap11 = sum(float(x) for x in precision[0::4]) / 11.0

@@ -22,8 +22,10 @@ rules) and pycocotools' ``accumulate`` rules:
   categories that have a non-ignored GT; AR the mean of the final recall.
 
 The GT area is ``dataset`` GT box area unless ``gt_area`` (COCO ``area``,
-e.g. mask areas) is given. No Python loop over detections: one loop over
-categories (the cumulative sums are per category).
+e.g. mask areas) is given. No Python loop over detections or categories:
+the detections are put in accumulate order once, and each (area range,
+max-dets, IoU threshold) reads the cumulative counts at the true positives
+only, every category at once (:func:`_accumulate`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections, MetricResult
+from detcal.matching.blocks import factorize, float_key, group_codes, segment_starts, stable_argsort
 from detcal.matching.engine import match
 
 IOU_THRESHOLDS: np.ndarray = np.linspace(0.5, 0.95, int(np.round((0.95 - 0.5) / 0.05)) + 1, endpoint=True)
@@ -70,13 +73,12 @@ def _box_area(box: np.ndarray) -> np.ndarray:
     return (box[:, 2] - box[:, 0]) * (box[:, 3] - box[:, 1])
 
 
-def _rank_in_group(dets: Detections) -> np.ndarray:
-    """Rank of each detection by descending score (stable) within its (image, category)."""
-    o = np.lexsort((np.arange(len(dets)), -dets.score, dets.category, dets.image_id))
-    key_i, key_c = dets.image_id[o], dets.category[o]
-    new = np.ones(len(o), bool)
-    new[1:] = (key_i[1:] != key_i[:-1]) | (key_c[1:] != key_c[:-1])
-    starts = np.flatnonzero(new)
+def _rank_in_group(group: np.ndarray) -> np.ndarray:
+    """Rank of each detection by descending score (stable) within its (image, category) ``group``
+    code, for detections already in accumulate order (by category, descending score, image; ties in
+    input order): a stable sort by the group keeps each group in its score order."""
+    o = stable_argsort([group])
+    starts = segment_starts(group[o])
     pos = np.arange(len(o)) - np.repeat(starts, np.diff(np.append(starts, len(o))))
     rank = np.empty(len(o), np.int64)
     rank[o] = pos
@@ -111,15 +113,25 @@ def coco_eval_arrays(
     K = len(cats)
     # pycocotools overwrites a GT 'ignore' key with iscrowd; out-of-range boxes are ignored per area range
     base_ignore = gt.iscrowd.astype(bool) if gt.iscrowd is not None else np.zeros(len(gt), bool)
-    rank = _rank_in_group(dets)
-    det_area = _box_area(dets.box)
-    # pycocotools' accumulate order: images by id, then score order within the image
+    # pycocotools' accumulate order: by category, descending score (stable: images by id, then the
+    # input order, which is the image's own score order among equal scores). The detections are
+    # put in that order once, so that every later pass reads them in sequence; the matching is the
+    # same (it ranks each (image, category) by score, ties in input order, which this keeps).
     det_cat_k = np.searchsorted(cats, dets.category)
+    img_code = factorize(dets.image_id)[0]
+    order = stable_argsort([img_code, ~float_key(dets.score), det_cat_k]) if len(dets) else np.zeros(0, np.int64)
+    det_cat_k = det_cat_k[order]
+    dets = Detections(
+        image_id=dets.image_id[order], box=dets.box[order], score=dets.score[order], category=dets.category[order]
+    )
     known = (det_cat_k < K) & (cats[np.minimum(det_cat_k, K - 1)] == dets.category) if K else np.zeros(len(dets), bool)
-    order = np.lexsort((rank, dets.image_id, -dets.score, det_cat_k))
+    key_d, key_g, n_groups = group_codes(dets.image_id, dets.category, gt.image_id, gt.category, False)
+    rank = _rank_in_group(key_d)
+    det_area = _box_area(dets.box)
     gt_k = np.searchsorted(cats, gt.category)
-    ref = _RangeReference(dets, gt, base_ignore | _outside(area, AREA_RANGES["all"]))
-    ctx = (dets, dataset, area, base_ignore, rank, det_area, det_cat_k, known, order, gt_k, K, ref)
+    ref = _RangeReference(dets, gt, base_ignore | _outside(area, AREA_RANGES["all"]), key_d, key_g, n_groups)
+    orders = _max_dets_orders(rank, known & ref.m.considered, det_cat_k, K)
+    ctx = (dataset, area, base_ignore, det_area, orders, gt_k, K, ref)
     from detcal.utils.processes import map_in_processes
 
     parts = map_in_processes(_area_arrays, list(AREA_RANGES.values()), ctx, workers)
@@ -148,41 +160,44 @@ class _RangeReference:
     those with GTs of mixed ranges, are matched again, alone.
     """
 
-    def __init__(self, dets: Detections, gt: Any, ignore: np.ndarray) -> None:
+    def __init__(
+        self, dets: Detections, gt: Any, ignore: np.ndarray, key_d: np.ndarray, key_g: np.ndarray, n_groups: int
+    ) -> None:
+        """``key_d``, ``key_g``: the (image, category) group code of each detection and GT, below ``n_groups``."""
         self.dets, self.gt, self.ignore = dets, gt, ignore
         self.m = _match_exclusive(dets, gt, ignore)
-        n = len(gt)
-        img = np.concatenate([gt.image_id, dets.image_id])
-        cat = np.concatenate([gt.category, dets.category])
-        ii = np.unique(img, return_inverse=True)[1].reshape(-1).astype(np.int64)
-        ci = np.unique(cat, return_inverse=True)[1].reshape(-1).astype(np.int64)
-        key = ii * (int(ci.max()) + 1 if len(ci) else 1) + ci
-        self.key_g, self.key_d = key[:n], key[n:]
+        self.key_g, self.key_d, self.n_groups = key_g, key_d, n_groups
+        self.hit = self.m.gt_index >= 0
+        self.miss = ~self.hit
 
     def _changed(self, ignore: np.ndarray) -> np.ndarray:
-        """Group keys whose matching may differ from the reference's under GT flags ``ignore``."""
-        u, inv = np.unique(self.key_g, return_inverse=True)
-        inv = inv.reshape(-1)
-        n = np.bincount(inv, minlength=len(u))
-        s_ref = np.bincount(inv, self.ignore, len(u))
-        s_new = np.bincount(inv, ignore, len(u))
-        diff = np.bincount(inv, self.ignore != ignore, len(u))
+        """[n_groups] whether a group's matching may differ from the reference's under GT flags ``ignore``."""
+        n = np.bincount(self.key_g, minlength=self.n_groups)
+        s_ref = np.bincount(self.key_g, self.ignore, self.n_groups)
+        s_new = np.bincount(self.key_g, ignore, self.n_groups)
+        diff = np.bincount(self.key_g, self.ignore != ignore, self.n_groups)
         uniform = ((s_ref == 0) | (s_ref == n)) & ((s_new == 0) | (s_new == n))
-        return u[(diff > 0) & ~uniform]
+        return (diff > 0) & ~uniform
 
-    def matched_ignored(self, ignore: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``matched``, ``ignored`` [T,D] of the exclusive matching with GT flags ``ignore``."""
-        gi = self.m.gt_index
-        hit = gi >= 0
-        on_ignored = ignore[np.maximum(gi, 0)] if len(ignore) else np.zeros(gi.shape, bool)
-        matched, ignored = hit & ~on_ignored, hit & on_ignored
+    def tp_counted(self, ignore: np.ndarray, out_d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """True positives and counted detections [T,D] (pycocotools' ``dtm & ~dtIg`` and ``~dtIg``) of
+        the exclusive matching with GT flags ``ignore``, the detections ``out_d`` outside the range.
+
+        A detection is a true positive when matched to a non-ignored GT, and counted unless it is
+        matched to an ignored GT or unmatched outside the range."""
+        tp = np.append(ignore, False)[self.m.gt_index]  # on an ignored GT; -1 (no GT) reads the appended False
+        np.logical_not(tp, out=tp)
+        tp &= self.hit  # in place: two fresh [T, D] arrays per range, not seven
+        counted = np.logical_and(self.miss, ~out_d[None, :])
+        counted |= tp
         changed = self._changed(ignore)
-        if len(changed):
-            d_sel = np.flatnonzero(np.isin(self.key_d, changed))
-            g_sel = np.flatnonzero(np.isin(self.key_g, changed))
+        if changed.any():
+            d_sel = np.flatnonzero(changed[self.key_d])
+            g_sel = np.flatnonzero(changed[self.key_g])
             sub = _match_exclusive(self.dets.select(d_sel), self.gt.select(g_sel), ignore[g_sel])
-            matched[:, d_sel], ignored[:, d_sel] = sub.matched, sub.ignored
-        return matched, ignored
+            tp[:, d_sel] = sub.matched
+            counted[:, d_sel] = sub.matched | (~(sub.matched | sub.ignored) & ~out_d[d_sel][None, :])
+        return tp, counted
 
 
 def _match_exclusive(dets: Detections, gt: Any, ignore: np.ndarray) -> Any:
@@ -191,84 +206,125 @@ def _match_exclusive(dets: Detections, gt: Any, ignore: np.ndarray) -> Any:
     return match(dets, g, IOU_THRESHOLDS.tolist(), mode="exclusive", max_dets=MAX_DETS[-1], gt_ignore="ignore_or_crowd")
 
 
-_SMALL = 20_000
-"""Categories with at most this many (detections x recall thresholds) compare all at once."""
+_EPS = float(np.spacing(1))
+
+
+def _recall_steps(npig_k: np.ndarray) -> np.ndarray:
+    """``C[k, r]``: the least true-positive count ``c >= 1`` whose recall ``c / npig_k`` reaches
+    ``RECALL_THRESHOLDS[r]``, with pycocotools' float division (``[K, R]``; categories without a
+    non-ignored GT get 1, they are not read)."""
+    npig = np.maximum(npig_k, 1).astype(np.float64)[:, None]
+    thr = RECALL_THRESHOLDS[None, :]
+    c = np.maximum(np.ceil(thr * npig), 1.0)
+    # the product and the division round: step down, then up, while the float recall says so
+    while (down := (c > 1) & ((c - 1) / npig >= thr)).any():
+        c -= down
+    while (up := c / npig < thr).any():
+        c += up
+    return c.astype(np.int64)
+
+
+def _accumulate(
+    tp: np.ndarray, counted: np.ndarray, cat_bounds: np.ndarray, npig_k: np.ndarray, steps: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """pycocotools ``accumulate`` of one area range and max-dets: ``precision [T,R,K]``, ``recall [T,K]``.
+
+    ``tp``, ``counted`` ``[T, n]``: true positive / not ignored, the detections in accumulate order
+    (category blocks ``cat_bounds``, [K + 1]). Only the true positives are visited: recall rises
+    at them only, so the first position reaching a recall threshold is the ``steps``-th true
+    positive of its (threshold, category) group, and the interpolated precision (the maximum to the
+    right) is the maximum over that true positive and the later ones, as precision falls between
+    them. The precision at the ``c``-th true positive is ``c / (fp + c + eps)`` with ``fp`` the
+    counted detections before it that are not true positives: pycocotools' cumulative sums, read
+    where they matter, the same floats.
+    """
+    T, K = len(tp), len(npig_k)
+    precision = np.empty((T, len(RECALL_THRESHOLDS), K))
+    recall = np.empty((T, K))
+    for t in range(T):  # one IoU threshold at a time: the temporaries of one row stay small
+        precision[t], recall[t] = _accumulate_row(tp[t], counted[t], cat_bounds, npig_k, steps)
+    missing = npig_k == 0
+    precision[:, :, missing], recall[:, missing] = -1.0, -1.0
+    return precision, recall
+
+
+def _accumulate_row(
+    tp: np.ndarray, counted: np.ndarray, cat_bounds: np.ndarray, npig_k: np.ndarray, steps: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_accumulate` at one IoU threshold: ``precision [R,K]``, ``recall [K]`` (``tp``,
+    ``counted`` [n])."""
+    n, K = len(tp), len(npig_k)
+    w = np.flatnonzero(tp)  # the true positives, in accumulate order
+    counted_cum = np.zeros(n + 1, np.int32 if n < 2**31 else np.int64)
+    np.cumsum(counted, out=counted_cum[1:])
+    first, last = np.searchsorted(w, cat_bounds[:K]), np.searchsorted(w, cat_bounds[1:])
+    n_tp = last - first
+    k_of = np.repeat(np.arange(K), n_tp)
+    c = np.arange(1, len(w) + 1) - first[k_of]  # the how-manieth true positive of its category
+    fp = counted_cum[w + 1] - counted_cum[cat_bounds[k_of]] - c
+    pr = np.empty(len(w) + 1)
+    pr[:-1] = c / ((fp + c).astype(np.float64) + _EPS)
+    pr[-1] = 0.0  # read by empty categories at the end only (masked below)
+    at = np.empty((K, steps.shape[1] + 1), np.int64)
+    at[:, 0] = first
+    at[:, 1:] = first[:, None] + np.minimum(steps - 1, np.maximum(n_tp - 1, 0)[:, None])
+    seg = np.maximum.reduceat(pr, at.ravel()).reshape(at.shape)
+    interp = np.maximum.accumulate(seg[:, ::-1], axis=1)[:, -2::-1]
+    precision = np.where(steps <= n_tp[:, None], interp, 0.0).T
+    return precision, n_tp / np.maximum(npig_k, 1)
 
 
 def _area_arrays(
     bounds: tuple[float, float],
-    dets: Detections,
     dataset: Dataset,
     area: np.ndarray,
     base_ignore: np.ndarray,
-    rank: np.ndarray,
     det_area: np.ndarray,
-    det_cat_k: np.ndarray,
-    known: np.ndarray,
-    order: np.ndarray,
+    orders: list[tuple[np.ndarray | None, np.ndarray]],
     gt_k: np.ndarray,
     K: int,
     ref: _RangeReference,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``precision [T,R,K,M]`` and ``recall [T,K,M]`` of one area range ``(lo, hi)``."""
+    """``precision [T,R,K,M]`` and ``recall [T,K,M]`` of one area range ``(lo, hi)``.
+
+    ``orders[m]``: the kept detections of max-dets ``MAX_DETS[m]`` (the detections are in accumulate
+    order) and their category blocks (:func:`_max_dets_orders`; the same objects where two max-dets
+    keep the same).
+    """
     T, R, M = len(IOU_THRESHOLDS), len(RECALL_THRESHOLDS), len(MAX_DETS)
     precision = -np.ones((T, R, K, M))
     recall = -np.ones((T, K, M))
     gt = dataset.gt
     gt_ignore = base_ignore | _outside(area, bounds)
-    m_matched, m_ignored = ref.matched_ignored(gt_ignore)
-    out_d = _outside(det_area, bounds)
-    ignored = m_ignored | (~m_matched & out_d[None, :])
+    tp, counted = ref.tp_counted(gt_ignore, _outside(det_area, bounds))
     npig_k = np.bincount(gt_k[~gt_ignore], minlength=K)[:K] if len(gt) else np.zeros(K, np.int64)
-    # per detection, its T flags side by side ([D, T]): gathering a detection's row is one access
-    tp_rows = np.ascontiguousarray((m_matched & ~ignored).T)
-    fp_rows = np.ascontiguousarray((~m_matched & ~ignored).T)
-    for mi, md in enumerate(MAX_DETS):
-        keep = known & (rank < md) & ref.m.considered
-        o = order[keep[order]]
-        kk = det_cat_k[o]
-        bounds_k = np.searchsorted(kk, np.arange(K + 1))
-        tp_all, fp_all = tp_rows[o], fp_rows[o]  # [n, T] in accumulate order
-        for k in range(K):
-            npig = npig_k[k]
-            if npig == 0:
-                continue
-            s, e = bounds_k[k], bounds_k[k + 1]
-            tp = np.cumsum(tp_all[s:e], axis=0).T.astype(float)  # [T, nd]
-            fp = np.cumsum(fp_all[s:e], axis=0).T.astype(float)
-            nd = e - s
-            if nd == 0:
-                # pycocotools keeps a category whose images have GT but no detections: recall 0, precision 0
-                recall[:, k, mi] = 0.0
-                precision[:, :, k, mi] = 0.0
-                continue
-            rc = tp / npig
-            pr = tp / (fp + tp + np.spacing(1))
-            recall[:, k, mi] = rc[:, -1]
-            if nd * R <= _SMALL:  # searchsorted(rc[t], thresholds, "left") of every t at once: rc is sorted
-                inds = (rc[:, :, None] < RECALL_THRESHOLDS[None, None, :]).sum(axis=1)
-            else:
-                inds = np.stack([np.searchsorted(rc[t], RECALL_THRESHOLDS, side="left") for t in range(T)])
-            precision[:, :, k, mi] = np.where(inds < nd, _suffix_max_at(pr, np.minimum(inds, nd - 1)), 0.0)
+    steps = _recall_steps(npig_k)
+    done: dict[int, int] = {}
+    for mi, (o, cat_bounds) in enumerate(orders):
+        prev = done.get(id(cat_bounds))
+        if prev is not None:  # the same detections as a larger max-dets: the same arrays
+            precision[..., mi], recall[..., mi] = precision[..., prev], recall[..., prev]
+            continue
+        done[id(cat_bounds)] = mi
+        tp_o, counted_o = (tp, counted) if o is None else (tp[:, o], counted[:, o])
+        precision[..., mi], recall[..., mi] = _accumulate(tp_o, counted_o, cat_bounds, npig_k, steps)
     return precision, recall
 
 
-def _suffix_max_at(pr: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """``max(pr[t, at[t, r]:])`` for every (t, r) (``at`` non-decreasing along r): pycocotools'
-    interpolated precision read at the recall positions, without the full right-to-left maximum.
-
-    One ``maximum.reduceat`` over the segments between the read positions (each row also starts a
-    segment at its first element, so no segment crosses rows), then the right-to-left maximum of
-    those few segment maxima. A repeated position yields a one-element segment whose value is in the
-    next segment as well, so the result is the same. Exact: only maxima are taken.
-    """
-    T, nd = pr.shape
-    starts = np.empty((T, at.shape[1] + 1), np.int64)
-    starts[:, 0] = 0
-    starts[:, 1:] = at
-    starts += (np.arange(T, dtype=np.int64) * nd)[:, None]
-    seg = np.maximum.reduceat(pr.ravel(), starts.ravel()).reshape(starts.shape)
-    return np.maximum.accumulate(seg[:, ::-1], axis=1)[:, -2::-1]
+def _max_dets_orders(
+    rank: np.ndarray, keep: np.ndarray, det_cat_k: np.ndarray, K: int
+) -> list[tuple[np.ndarray | None, np.ndarray]]:
+    """Per max-dets, the kept detections (``keep`` and ``rank`` below it; None: all of them) and
+    their category blocks; a max-dets that keeps what the next larger one keeps shares its arrays."""
+    out: list[tuple[np.ndarray | None, np.ndarray]] = []
+    for md in reversed(MAX_DETS):
+        if out and not (keep & (rank >= md)).any():
+            out.append(out[-1])
+            continue
+        keep = keep & (rank < md)
+        o = None if keep.all() else np.flatnonzero(keep)
+        out.append((o, np.searchsorted(det_cat_k if o is None else det_cat_k[o], np.arange(K + 1))))
+    return out[::-1]
 
 
 def _summarize(
