@@ -30,7 +30,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import special, stats
 
 EPS: float = float(np.finfo(np.float64).eps)
 QUANTILE_LEVELS: np.ndarray = np.linspace(0.05, 0.95, 19)
@@ -357,6 +356,8 @@ def uce(mu: np.ndarray, sigma: np.ndarray, y: np.ndarray, *, bins: int = 10, bin
 
 def _covered(eps: np.ndarray, d: int, levels: np.ndarray) -> list[np.ndarray]:
     """Per level tau: 1(eps <= chi2_d.ppf(tau)) [S] as floats."""
+    from scipy import stats  # lazy: the measures registry imports this module at start-up, scipy costs ~0.2 s
+
     return [(eps <= stats.chi2.ppf(tau, d)).astype(np.float64) for tau in levels]
 
 
@@ -447,6 +448,8 @@ def interval_calibration_error(
     ``one_sided``: P_hat(p) = share of Phi(e / sigma) <= p; ``interval``: share with |2 Phi(e / sigma) - 1| <= p
     (inside the central p interval). ``reduction="mean"``: divided by m.
     """
+    from scipy import special  # lazy: the measures registry imports this module at start-up, scipy costs ~0.2 s
+
     z = (np.asarray(y, dtype=np.float64) - mu) / sigma
     p_t = special.ndtr(z) if kind == "one_sided" else np.abs(2.0 * special.ndtr(z) - 1.0)
     if len(p_t) == 0:
