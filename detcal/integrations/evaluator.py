@@ -672,10 +672,10 @@ class DetectionCalibration:
         ch = self._chunks
         if force:
             if len(ch) > 1:
-                self._chunks = [_concat_chunks(ch)]
+                self._chunks = [concat_chunks(ch)]
             return
         while len(ch) > 1 and _chunk_rows(ch[-2]) <= _chunk_rows(ch[-1]):
-            ch[-2:] = [_concat_chunks(ch[-2:])]
+            ch[-2:] = [concat_chunks(ch[-2:])]
 
     # ----------------------------------------------------------------- compute
 
@@ -709,7 +709,7 @@ class DetectionCalibration:
         if not chunks:
             raise DetcalInputError("nothing to evaluate: update() was never called", field="update")
         return _loaded(
-            _concat_chunks(chunks),
+            concat_chunks(chunks),
             self.box_format,
             self.categories,
             self.duplicate_images,
@@ -793,7 +793,7 @@ def _chunk_rows(c: dict[str, Any]) -> int:
     return len(c["img_id"]) + len(c["det_score"]) + len(c["gt_label"])
 
 
-def _concat_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+def concat_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:
     """One chunk from several (optional columns must be present wherever there are rows)."""
     if len(chunks) == 1:
         return chunks[0]

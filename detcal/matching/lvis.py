@@ -37,7 +37,7 @@ MODE = "lvis"
 """The ``MatchResult.mode`` of this rule."""
 
 
-def _top_per_image(dets: Detections, max_dets: int | None) -> np.ndarray:
+def top_per_image(dets: Detections, max_dets: int | None) -> np.ndarray:
     """[D] the ``max_dets`` best-scored detections of each image (ties in input order)."""
     if max_dets is None or len(dets) == 0:
         return np.ones(len(dets), bool)
@@ -55,7 +55,7 @@ def lvis_considered(dets: Detections, gt: GroundTruth, rules: LvisRules, max_det
     """[D] the detections LVISEval evaluates: the per-image cut (1) and the federated filter (2)."""
     key_d = dets.image_id * (1 << 24) + dets.category
     present = np.isin(key_d, gt.image_id * (1 << 24) + gt.category)
-    return _top_per_image(dets, max_dets) & (present | rules.is_negative(dets.image_id, dets.category))
+    return top_per_image(dets, max_dets) & (present | rules.is_negative(dets.image_id, dets.category))
 
 
 def match_lvis(

@@ -95,11 +95,11 @@ def match_openimages(
     pairs a detection with a non-group-of box: ``"tf"`` (default) the box of highest IoU, taken or not,
     as the TF Object Detection API's ``per_image_evaluation``; ``"greedy"`` the best box still free
     (pycocotools' rule), as hotcoco 1.3.0's Open Images evaluation does."""
-    from detcal.matching.lvis import _top_per_image
+    from detcal.matching.lvis import top_per_image
 
     thr = np.asarray(iou_thresholds, dtype=np.float64).reshape(-1)
     considered = rules.is_evaluable(dets.image_id, dets.category) & (dets.score >= score_threshold)
-    considered &= _top_per_image(dets, max_dets)
+    considered &= top_per_image(dets, max_dets)
     grp = rules.group_of
     nongroup = np.flatnonzero(~grp)
     groups = np.flatnonzero(grp)

@@ -37,22 +37,13 @@ from typing import Any
 
 from detcal.core.types import MetricResult
 from detcal.metrics.regression._common import (  # noqa: F401
-    _LOG_2PI,
     BINNINGS,
     POLICIES,
     QUANTILE_LEVELS,
     RETENTION_REJECT,
-    _check_bins,
-    _check_choice,
-    _nan_result,
-    _validate,
-    _validate_levels,
 )
 from detcal.metrics.regression.qce import (  # noqa: F401
     CoverageStats,
-    _coverage_counts,
-    _joint_nees,
-    _level_index,
     c_qce,
     c_qce_from_stats,
     c_qce_joint,
@@ -65,10 +56,6 @@ from detcal.metrics.regression.qce import (  # noqa: F401
 from detcal.metrics.regression.retention import (  # noqa: F401
     LOG_BASES,
     MWSE_NORMALISATIONS,
-    _n_keep,
-    _sorted_by_uncertainty,
-    _uncertainty,
-    _validate_rejected,
     f1_retention,
     ll_fu,
     ll_fu_scores,
@@ -77,7 +64,6 @@ from detcal.metrics.regression.retention import (  # noqa: F401
     rmse_rmv_ratio,
 )
 from detcal.metrics.regression.scores import (  # noqa: F401
-    _abs_z_counts,
     crps_gaussian,
     gaussian_nll,
     gaussian_nll_joint,
@@ -88,9 +74,6 @@ from detcal.metrics.regression.scores import (  # noqa: F401
 )
 from detcal.metrics.regression.sigma_bins import (  # noqa: F401
     SigmaBinStats,
-    _bin_stats,
-    _sigma_bin_stats,
-    _sigma_bins,
     coefficient_of_variation,
     ence,
     ence_from_stats,

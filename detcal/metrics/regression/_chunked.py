@@ -37,7 +37,7 @@ _PW_BLOCK = 128
 
 def float_columns(*arrays: Any, names: tuple[str, ...] = ("mu", "sigma", "y")) -> tuple[np.ndarray, ...]:
     """float64 1-D views (no copy for float64 input, strided or not) of equal shape; the shape errors of
-    :func:`detcal.metrics.regression._common._validate` (values are checked by the caller)."""
+    :func:`detcal.metrics.regression._common.validate` (values are checked by the caller)."""
     out = []
     for name, a in zip(names, arrays):
         arr = np.asarray(a, dtype=np.float64)

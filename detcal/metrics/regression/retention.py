@@ -11,7 +11,7 @@ import numpy as np
 from detcal.binning.edges import rank_segments
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult
-from detcal.metrics.regression._common import _LOG_2PI, RETENTION_REJECT, _check_choice, _nan_result, _validate
+from detcal.metrics.regression._common import LOG_2PI, RETENTION_REJECT, check_choice, nan_result, validate
 
 
 def _sorted_by_uncertainty(u: np.ndarray, *values: np.ndarray) -> list[np.ndarray]:
@@ -93,9 +93,9 @@ def retention_curve(
     C(j) = sum_{i <= N - j} err_(i) / N for j = 0..N (per-sample err = e^2 for
     ``mse``, |e| for ``mae``); R-AUC = mean_j C(j). Ties in u share their mean error.
     """
-    m, s, t = _validate(mu, sigma, y)
-    _check_choice(variant, ("retained", "shifts"), "variant")
-    _check_choice(error, ("rmse", "mae", "mse") if variant == "retained" else ("mse", "mae"), "error")
+    m, s, t = validate(mu, sigma, y)
+    check_choice(variant, ("retained", "shifts"), "variant")
+    check_choice(error, ("rmse", "mae", "mse") if variant == "retained" else ("mse", "mae"), "error")
     u = _uncertainty(s, uncertainty)
     params: dict[str, Any] = {
         "error": error,
@@ -104,7 +104,7 @@ def retention_curve(
         "uncertainty": "sigma" if uncertainty is None else "given",
     }
     if len(s) == 0:
-        return _nan_result("r_auc", variant, params)
+        return nan_result("r_auc", variant, params)
     e = t - m
     err = np.abs(e) if error == "mae" else e * e
     n = len(s)
@@ -146,11 +146,11 @@ def rmse_rmv_ratio(mu: Any, sigma: Any, y: Any, *, rejected: Any = RETENTION_REJ
     RMSE/RMV retention curve (R3 curve): the ratio on the least uncertain
     N - floor(f N) samples at each rejected fraction f (sorted by sigma).
     """
-    m, s, t = _validate(mu, sigma, y)
+    m, s, t = validate(mu, sigma, y)
     f = _validate_rejected(rejected)
     params = {"n": int(len(s)), "rejected": f.tolist()}
     if len(s) == 0:
-        return _nan_result("rmse_rmv", "", params)
+        return nan_result("rmse_rmv", "", params)
     e = t - m
     k = _n_keep(len(s), f)
     se, sv = _prefix_sums(s, k, e * e, s * s)
@@ -175,9 +175,9 @@ def ll_fu_scores(mu: Any, sigma: Any, y: Any, *, log_base: str = "e") -> np.ndar
     log (``log_base="e"``, the paper's text) or log10 (``"10"``, as the
     authors' evaluation code computes it); only the first term changes.
     """
-    _check_choice(str(log_base), LOG_BASES, "log_base")
-    m, s, t = _validate(mu, sigma, y)
-    first = 0.5 * (_LOG_2PI + 2.0 * np.log(s))
+    check_choice(str(log_base), LOG_BASES, "log_base")
+    m, s, t = validate(mu, sigma, y)
+    first = 0.5 * (LOG_2PI + 2.0 * np.log(s))
     if str(log_base) == "10":
         first = first / np.log(10.0)
     return np.maximum(0.0, first) + 0.5 * np.square((t - m) / s)
@@ -193,7 +193,7 @@ def ll_fu(mu: Any, sigma: Any, y: Any, *, log_base: str = "e") -> MetricResult:
     variant = "ln" if str(log_base) == "e" else "log10"
     params = {"n": int(len(sc)), "log_base": str(log_base)}
     if len(sc) == 0:
-        return _nan_result("ll_fu", variant, params)
+        return nan_result("ll_fu", variant, params)
     return MetricResult(name="ll_fu", value=float(sc.mean()), variant=variant, params=params)
 
 
@@ -220,14 +220,14 @@ def mwse(
     0). The value (f = 0) is the same under both. Ties of sigma share their
     mean (:class:`detcal.binning.RankSegments`).
     """
-    m, s, t = _validate(mu, sigma, y)
-    _check_choice(weight, ("variance", "std"), "weight")
-    _check_choice(normalise, MWSE_NORMALISATIONS, "normalise")
+    m, s, t = validate(mu, sigma, y)
+    check_choice(weight, ("variance", "std"), "weight")
+    check_choice(normalise, MWSE_NORMALISATIONS, "normalise")
     f = _validate_rejected(rejected)
     params = {"weight": weight, "n": int(len(s)), "rejected": f.tolist(), "normalise": normalise}
     variant = weight if normalise == "retained" else f"{weight}+total"
     if len(s) == 0:
-        return _nan_result("mwse", variant, params)
+        return nan_result("mwse", variant, params)
     e = t - m
     w = e * e * (s * s if weight == "variance" else s)
     k = _n_keep(len(s), f)
@@ -262,8 +262,8 @@ def f1_retention(
     area; F1@95 = F at k = floor(0.95 (N + 1)). Ties in u share their mean
     acceptability (Shifts breaks ties by reversed input order instead).
     """
-    m, s, t = _validate(mu, sigma, y)
-    _check_choice(error, ("mse", "mae"), "error")
+    m, s, t = validate(mu, sigma, y)
+    check_choice(error, ("mse", "mae"), "error")
     if not np.isfinite(threshold):
         raise DetcalInputError(f"threshold must be finite, got {threshold}", field="threshold")
     u = _uncertainty(s, uncertainty)
@@ -275,7 +275,7 @@ def f1_retention(
         "uncertainty": "sigma" if uncertainty is None else "given",
     }
     if len(s) == 0:
-        return _nan_result("f1_auc", "shifts", params)
+        return nan_result("f1_auc", "shifts", params)
     e = t - m
     err = np.abs(e) if error == "mae" else e * e
     (acc,) = _sorted_by_uncertainty(u, (err <= threshold).astype(np.float64))

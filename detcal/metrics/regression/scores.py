@@ -12,14 +12,14 @@ from detcal.core.types import MetricResult
 from detcal.metrics._special import ndtr, ndtri
 from detcal.metrics.regression._chunked import LEAF, contiguous, float_columns, pairwise_sum
 from detcal.metrics.regression._common import (
-    _LOG_2PI,
+    LOG_2PI,
     QUANTILE_LEVELS,
-    _check_choice,
-    _nan_result,
-    _validate,
-    _validate_levels,
+    check_choice,
+    nan_result,
+    validate,
+    validate_levels,
 )
-from detcal.metrics.regression.qce import _joint_nees, _level_index
+from detcal.metrics.regression.qce import joint_nees, level_index
 
 
 def gaussian_nll(mu: Any, sigma: Any, y: Any) -> MetricResult:
@@ -32,7 +32,7 @@ def gaussian_nll(mu: Any, sigma: Any, y: Any) -> MetricResult:
     n = len(s)
     params = {"n": int(n)}
     if n == 0:
-        return _nan_result("nll", "gaussian", params)
+        return nan_result("nll", "gaussian", params)
     ws = Workspace(min(n, LEAF))
 
     def leaf(lo: int, hi: int) -> np.ndarray:
@@ -47,8 +47,8 @@ def gaussian_nll(mu: Any, sigma: Any, y: Any) -> MetricResult:
     with np.errstate(divide="ignore", invalid="ignore"):  # only a bad sigma can raise these; checked below
         sum_log_s, sum_z2 = pairwise_sum(n, leaf, LEAF)
     if not (np.isfinite(sum_log_s) and np.isfinite(sum_z2)):
-        _validate(mu, sigma, y)  # names the first bad sample (a finite overflow passes)
-    value = 0.5 * _LOG_2PI + float(sum_log_s / n) + 0.5 * float(sum_z2 / n)
+        validate(mu, sigma, y)  # names the first bad sample (a finite overflow passes)
+    value = 0.5 * LOG_2PI + float(sum_log_s / n) + 0.5 * float(sum_z2 / n)
     return MetricResult(name="nll", value=value, variant="gaussian", params=params)
 
 
@@ -57,17 +57,17 @@ def gaussian_nll_joint(mu: Any, sigma: Any, y: Any, *, cov: Any | None = None) -
 
     Sigma = ``cov`` (full) or diag(sigma^2) (then the sum of per-coordinate NLLs).
     """
-    eps, logdet, _, d = _joint_nees(mu, sigma, y, cov)
+    eps, logdet, _, d = joint_nees(mu, sigma, y, cov)
     params = {"n": int(len(eps)), "d": d, "covariance": "diagonal" if cov is None else "full"}
     if len(eps) == 0:
-        return _nan_result("nll", "gaussian_joint", params)
-    nll = 0.5 * (d * _LOG_2PI + logdet + eps)
+        return nan_result("nll", "gaussian_joint", params)
+    nll = 0.5 * (d * LOG_2PI + logdet + eps)
     return MetricResult(name="nll", value=float(nll.mean()), variant="gaussian_joint", params=params)
 
 
 def _abs_z_counts(absz: np.ndarray, z_thr: np.ndarray) -> np.ndarray:
     """#{i : absz_i <= z_thr_l} [L] for increasing thresholds, O(S) memory."""
-    lvl = _level_index(absz, z_thr)
+    lvl = level_index(absz, z_thr)
     return np.cumsum(np.bincount(lvl, minlength=len(z_thr) + 1))[: len(z_thr)]
 
 
@@ -77,11 +77,11 @@ def picp(mu: Any, sigma: Any, y: Any, *, tau: float = 0.95, levels: Any = QUANTI
     PICP(tau) = mean 1(|e| <= z_tau sigma); value at ``tau``, table over ``levels``
     (with MPIW(tau) = mean 2 z_tau sigma).
     """
-    m, s, t = _validate(mu, sigma, y)
-    lv = _validate_levels(np.union1d(_validate_levels(levels), [tau]))
+    m, s, t = validate(mu, sigma, y)
+    lv = validate_levels(np.union1d(validate_levels(levels), [tau]))
     params = {"tau": float(tau), "n": int(len(s))}
     if len(s) == 0:
-        return _nan_result("picp", "central", params)
+        return nan_result("picp", "central", params)
     z = ndtri(0.5 + lv / 2.0)
     cov = _abs_z_counts(np.abs(t - m) / s, z) / len(s)
     mpiw = 2.0 * z * s.mean()
@@ -97,11 +97,11 @@ def picp(mu: Any, sigma: Any, y: Any, *, tau: float = 0.95, levels: Any = QUANTI
 
 def mpiw(mu: Any, sigma: Any, y: Any, *, tau: float = 0.95) -> MetricResult:
     """Mean Prediction Interval Width of the central tau interval: MPIW = mean 2 Phi^-1(0.5 + tau/2) sigma."""
-    _, s, _ = _validate(mu, sigma, y)
-    _validate_levels([tau], "tau")
+    _, s, _ = validate(mu, sigma, y)
+    validate_levels([tau], "tau")
     params = {"tau": float(tau), "n": int(len(s))}
     if len(s) == 0:
-        return _nan_result("mpiw", "central", params)
+        return nan_result("mpiw", "central", params)
     return MetricResult(
         name="mpiw", value=float(2.0 * ndtri(0.5 + tau / 2.0) * s.mean()), variant="central", params=params
     )
@@ -114,11 +114,11 @@ def pinball_loss(mu: Any, sigma: Any, y: Any, *, levels: Any = QUANTILE_LEVELS) 
     value = (1/L) sum_tau mean_t rho_tau; per-level means in the table
     (Koenker & Bassett 1978; not netcal's ``QuantileLoss``).
     """
-    m, s, t = _validate(mu, sigma, y)
-    lv = _validate_levels(levels)
+    m, s, t = validate(mu, sigma, y)
+    lv = validate_levels(levels)
     params = {"levels": lv.tolist(), "n": int(len(s))}
     if len(s) == 0:
-        return _nan_result("pinball", "textbook", params)
+        return nan_result("pinball", "textbook", params)
     per = np.empty(len(lv))
     for j, tau in enumerate(lv):  # loop over L levels keeps memory O(S)
         u = t - (m + s * ndtri(tau))
@@ -133,10 +133,10 @@ def crps_gaussian(mu: Any, sigma: Any, y: Any) -> MetricResult:
 
     z = e / sigma; CRPS = sigma [z (2 Phi(z) - 1) + 2 phi(z) - 1/sqrt(pi)]; value = mean.
     """
-    m, s, t = _validate(mu, sigma, y)
+    m, s, t = validate(mu, sigma, y)
     params = {"n": int(len(s))}
     if len(s) == 0:
-        return _nan_result("crps", "gaussian", params)
+        return nan_result("crps", "gaussian", params)
     z = (t - m) / s
     pdf = np.exp(-0.5 * z * z) / np.sqrt(2.0 * np.pi)
     crps = s * (z * (2.0 * ndtr(z) - 1.0) + 2.0 * pdf - 1.0 / np.sqrt(np.pi))
@@ -165,9 +165,9 @@ def interval_calibration_error(
 
     Definition: :func:`detcal.metrics.reference.interval_calibration_error`, which this fast path must equal (tests/test_metrics_reference.py).
     """
-    mu_, s, t = _validate(mu, sigma, y)
-    _check_choice(reduction, ("sum", "mean"), "reduction")
-    _check_choice(kind, ("one_sided", "interval"), "kind")
+    mu_, s, t = validate(mu, sigma, y)
+    check_choice(reduction, ("sum", "mean"), "reduction")
+    check_choice(kind, ("one_sided", "interval"), "kind")
     lv = np.linspace(0.0, 1.0, int(m)) if levels is None else np.asarray(levels, dtype=np.float64).reshape(-1)
     if len(lv) == 0 or np.any(np.diff(lv) <= 0) or lv[0] < 0 or lv[-1] > 1:
         raise DetcalInputError(f"levels must be strictly increasing in [0, 1], got {lv.tolist()}", field="levels")
@@ -182,7 +182,7 @@ def interval_calibration_error(
         "weighted": weights is not None,
     }
     if len(s) == 0:
-        return _nan_result("interval_ce", kind, params)
+        return nan_result("interval_ce", kind, params)
     z = (t - mu_) / s
     p_t = ndtr(z) if kind == "one_sided" else np.abs(2.0 * ndtr(z) - 1.0)
     p_hat = _abs_z_counts(p_t, lv) / len(s)

@@ -26,10 +26,10 @@ from detcal.metrics.regression._chunked import (
     min_max,
     sigma_range,
 )
-from detcal.metrics.regression._common import BINNINGS, _check_bins, _check_choice, _nan_result, _validate
+from detcal.metrics.regression._common import BINNINGS, check_bins, check_choice, nan_result, validate
 
 
-def _sigma_bins(
+def assign_sigma_bins(
     values: np.ndarray,
     bins: int,
     binning: str,
@@ -121,9 +121,9 @@ def _sigma_bin_stats(
     range_: tuple[float, float] | None,
 ) -> tuple[SigmaBinStats, np.ndarray | RankSegments]:
     """Validated-input core of :func:`sigma_bin_stats`; also returns the bins (index [S] or RankSegments)."""
-    b = _check_bins(bins)
-    _check_choice(binning, BINNINGS, "binning")
-    _check_choice(over, ("sigma", "variance"), "over")
+    b = check_bins(bins)
+    check_choice(binning, BINNINGS, "binning")
+    check_choice(over, ("sigma", "variance"), "over")
     var = s * s
     e2 = np.subtract(t, m)
     np.multiply(e2, e2, out=e2)
@@ -131,7 +131,7 @@ def _sigma_bin_stats(
         idx: np.ndarray | RankSegments = np.zeros(0, np.int64)
         edges = None if binning == "equal_count" else np.full(b + 1, np.nan)
     else:
-        idx, edges = _sigma_bins(s if over == "sigma" else var, b, binning, range_)
+        idx, edges = assign_sigma_bins(s if over == "sigma" else var, b, binning, range_)
     return _bin_stats(var, e2, idx, edges, b, over, binning), idx
 
 
@@ -151,10 +151,10 @@ def _equal_width_stats(
         return None
     m, s, t = float_columns(mu, sigma, y)
     try:
-        b = _check_bins(bins)
-        _check_choice(over, ("sigma", "variance"), "over")
+        b = check_bins(bins)
+        check_choice(over, ("sigma", "variance"), "over")
     except DetcalInputError:
-        _validate(mu, sigma, y)  # input errors first, as in the one-shot code
+        validate(mu, sigma, y)  # input errors first, as in the one-shot code
         raise
     n = len(s)
     if n == 0:
@@ -163,7 +163,7 @@ def _equal_width_stats(
     ws = Workspace(step)
     s_min, s_max = min_max(s, ws)
     if not (s_min > 0 and np.isfinite(s_max)):
-        _validate(mu, sigma, y)  # raises, naming the first bad sample
+        validate(mu, sigma, y)  # raises, naming the first bad sample
     lo, hi = sigma_range(s_min, s_max, over, range_)
     acc = OrderedBincount(b, 2, step)
     for a in range(0, n, step):
@@ -175,7 +175,7 @@ def _equal_width_stats(
         equal_width_index_into(sc if over == "sigma" else var, b, lo, hi, acc.key_buffer(k), ws)
         acc.add(k)
     if not np.isfinite(acc.sums[1].sum()):
-        _validate(mu, sigma, y)  # non-finite mu or y (a finite overflow passes)
+        validate(mu, sigma, y)  # non-finite mu or y (a finite overflow passes)
     return SigmaBinStats(
         count=acc.counts.copy(),
         sum_var=acc.sums[0].copy(),
@@ -206,7 +206,7 @@ def sigma_bin_stats(
     fast = _equal_width_stats(mu, sigma, y, bins, binning, over, range_)
     if fast is not None:
         return fast
-    m, s, t = _validate(mu, sigma, y)
+    m, s, t = validate(mu, sigma, y)
     return _sigma_bin_stats(m, s, t, bins, binning, over, range_)[0]
 
 
@@ -267,7 +267,7 @@ def ence(
     fast = _equal_width_stats(mu, sigma, y, bins, binning, "sigma", range_)
     if fast is not None:
         return ence_from_stats(fast)
-    m, s, t = _validate(mu, sigma, y)
+    m, s, t = validate(mu, sigma, y)
     stats, idx = _sigma_bin_stats(m, s, t, bins, binning, "sigma", range_)
     res = ence_from_stats(stats)
     if len(s) and isinstance(idx, RankSegments):
@@ -282,10 +282,10 @@ def coefficient_of_variation(mu: Any, sigma: Any, y: Any) -> MetricResult:
     every sigma is equal (``np.std`` of a constant that binary floating point
     cannot represent exactly, such as 0.1, returns about 1e-17 instead).
     """
-    _, s, _ = _validate(mu, sigma, y)
+    _, s, _ = validate(mu, sigma, y)
     params = {"n": int(len(s)), "ddof": 1}
     if len(s) < 2:
-        return _nan_result("cv", "", params)
+        return nan_result("cv", "", params)
     if s.min() == s.max():
         return MetricResult(name="cv", value=0.0, params=params, extra={"note": "all sigma equal"})
     return MetricResult(name="cv", value=float(np.std(s, ddof=1) / s.mean()), params=params)
