@@ -14,8 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from detcal.apps._finish import finish_run
 from detcal.apps._hydra import AppContext, run_app
 from detcal.apps.schema import CompareApp
+from detcal.pipeline import compare as cmp
+from detcal.pipeline.compare_data import load_runs
 
 PROG = "detcal-compare"
 CONFIG_NAME = "compare"
@@ -24,10 +27,6 @@ SCHEMA = CompareApp
 
 def task(app: CompareApp, ctx: AppContext) -> dict[str, Any]:
     """Compare the detectors ``app`` names; write metrics.json, summary.md and the diagrams."""
-    from detcal.apps._finish import finish_run
-    from detcal.pipeline import compare as cmp
-    from detcal.pipeline.compare_data import load_runs
-
     dataset, runs, gt_area = load_runs(app.data, app.detectors, app.results)
     c = cmp.compare(
         runs,

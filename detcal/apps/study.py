@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from detcal.apps._finish import finish_run
 from detcal.apps._hydra import AppContext, run_app
 from detcal.apps.schema import StudyApp
+from detcal.studies.run import run_study
 
 PROG = "detcal-study"
 CONFIG_NAME = "study"
@@ -21,9 +23,6 @@ SCHEMA = StudyApp
 
 def task(app: StudyApp, ctx: AppContext) -> dict[str, Any]:
     """Run ``app.study``; write its table, figure and numbers into the run directory."""
-    from detcal.apps._finish import finish_run
-    from detcal.studies.run import run_study
-
     body, text, files = run_study(app, ctx.run_dir)
     return finish_run(
         ctx.run_dir, PROG, ctx.header(), body, text, files, report=app.report.enabled, echo=app.output.print_summary

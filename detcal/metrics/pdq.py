@@ -63,7 +63,9 @@ from scipy.optimize import linear_sum_assignment
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections, MetricResult
+from detcal.metrics import pdq_evaluation as pe
 from detcal.metrics._special import ndtr
+from detcal.utils.processes import map_in_processes
 
 HEATMAP_THRESHOLD: float = 0.0027
 """Spatial probabilities below this are 0 (the reference's ``_HEATMAP_THRESH``)."""
@@ -473,9 +475,6 @@ def _pdq_reference(
     fixed_cov: float | None,
     workers: int,
 ) -> MetricResult:
-    from detcal.metrics import pdq_evaluation as pe
-    from detcal.utils.processes import map_in_processes
-
     mode = gt_mask or ("segmentation" if segmentations is not None else "box")
     if mode not in ("segmentation", "box"):
         raise DetcalInputError(f"gt_mask must be 'segmentation' or 'box', got {gt_mask!r}", field="gt_mask")

@@ -18,7 +18,7 @@ class Progress:
         self.desc = desc
         self._bar: Any = None
         if enabled and sys.stderr.isatty():
-            from tqdm import tqdm
+            from tqdm import tqdm  # lazy: tqdm only when a progress bar is shown
 
             self._bar = tqdm(total=total, desc=desc, file=sys.stderr, leave=False)
         self._started = False

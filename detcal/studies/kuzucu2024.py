@@ -54,8 +54,10 @@ CALIBRATORS: tuple[str, ...] = ("identity", "temperature", "platt", "linear_regr
 
 def coco_ap(gt: GroundTruth, dets: Detections, image_ids: np.ndarray, categories: dict[int, str]) -> float:
     """COCO bbox AP@[0.50:0.95] by pycocotools on in-memory records (area range all, 100 detections)."""
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
+    from pycocotools.coco import COCO  # lazy: pycocotools only for the COCO reference evaluation, kept out of start-up
+    from pycocotools.cocoeval import (
+        COCOeval,  # lazy: pycocotools only for the COCO reference evaluation, kept out of start-up
+    )
 
     if len(dets) == 0:
         return 0.0

@@ -23,6 +23,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 __all__ = ["configure_torch", "platform_facts", "platform_key", "cpu_flags", "PLATFORM_KEY_FIELDS"]
 
 PLATFORM_KEY_FIELDS: tuple[str, ...] = ("torch", "cpu_capability", "machine", "cpu", "threads", "device")
@@ -60,7 +62,7 @@ def configure_torch(threads: int | None, deterministic: bool, device: str = "cpu
     by deterministic cuBLAS) and ``warn_only=True``, because torchvision's
     RoI-align backward has no deterministic CUDA kernel and would otherwise raise.
     """
-    import torch
+    import torch  # lazy: torch is optional (the [train] extra)
 
     cuda = str(device).startswith("cuda")
     if threads is not None:
@@ -112,9 +114,8 @@ def platform_facts(device: str = "cpu") -> dict[str, Any]:
     intra-/inter-op thread counts, the BLAS/OpenMP configuration torch reports,
     deterministic mode, and the CUDA device when ``device`` is cuda.
     """
-    import numpy as np
-    import torch
-    import torchvision
+    import torch  # lazy: torch is optional (the [train] extra)
+    import torchvision  # lazy: torch is optional (the [train] extra)
 
     facts: dict[str, Any] = {
         "torch": torch.__version__,

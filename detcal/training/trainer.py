@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -60,6 +61,7 @@ from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset
 from detcal.models.rfcn import RFCN, rfcn_from_config
 from detcal.training.data import DetectionDataset, ImageSource, IterationBatchSampler, LabelMap, collate
+from detcal.training.determinism import configure_torch
 from detcal.utils.io import atomic_write, write_text
 
 CHECKPOINT_FORMAT = "detcal-rfcn-checkpoint/1"
@@ -147,8 +149,6 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     containers are unpickled, so a file carrying any other object (a pickle
     payload that would run code) is refused before anything in it runs.
     """
-    import pickle
-
     path = Path(path)
     if not path.is_file():
         raise DetcalInputError("checkpoint not found", file=path)
@@ -246,8 +246,6 @@ def train_stage(
     """
     rank, world = _world()
     _check_stage_args(stage, iterations, batch_size, checkpoint_every, log_every, world)
-    from detcal.training.determinism import configure_torch
-
     configure_torch(num_threads, deterministic, str(device))
     device = torch.device(device)
     out_dir = Path(out_dir)

@@ -9,6 +9,7 @@ POSIX and Windows.
 from __future__ import annotations
 
 import contextlib
+import io as _io
 import json
 import os
 import tempfile
@@ -78,8 +79,6 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 def save_figure(fig: Any, path: str | os.PathLike, **kwargs: Any) -> None:
     """A matplotlib figure as PNG at ``path``, written atomically (a symlink at ``path`` is replaced, never
     written through); ``kwargs`` go to ``savefig`` (e.g. ``dpi``)."""
-    import io as _io
-
     buf = _io.BytesIO()
     fig.savefig(buf, format="png", **kwargs)
     write_bytes(path, buf.getvalue())

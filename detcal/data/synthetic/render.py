@@ -104,7 +104,7 @@ def render_scene(dataset: Dataset, image_index: int, seed: int = 0) -> np.ndarra
     the image frame. Needs the records as generated (or a KITTI round trip,
     which keeps ``location``); with no ``location`` taller boxes are drawn later.
     """
-    from PIL import Image, ImageDraw
+    from PIL import Image, ImageDraw  # lazy: Pillow only when images are drawn or read
 
     n = len(dataset.images)
     check(0 <= int(image_index) < n, f"image_index {image_index} outside 0..{n - 1}", "image_index")

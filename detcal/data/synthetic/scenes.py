@@ -31,6 +31,7 @@ from detcal.data.synthetic._common import (
     padded_groups,
     stream_rng,
 )
+from detcal.data.synthetic.render import render_scene
 
 # --------------------------------------------------------------------------- scenes
 
@@ -353,7 +354,5 @@ def generate_scenes(
     dataset = Dataset(images=images, gt=gt, categories=categories, source=f"synthetic(seed={int(seed)})")
     if not render:
         return dataset, None
-    from detcal.data.synthetic.render import render_scene
-
     imgs = [render_scene(dataset, i, seed) for i in range(N)]
     return dataset, imgs

@@ -9,18 +9,21 @@ from typing import Any
 
 import numpy as np
 
-from detcal.core.types import Dataset
+from detcal.core.types import KITTI_CATEGORIES, Dataset
+from detcal.data.coco import write_coco_instances, write_coco_results
+from detcal.data.kitti import write_kitti_labels, write_kitti_results
 from detcal.data.synthetic._common import STREAM_DETECTOR, STREAM_PIXELS, STREAM_SCENES, check
 from detcal.data.synthetic.detector import detector_defaults, detector_params, simulate
 from detcal.data.synthetic.render import render_scene
 from detcal.data.synthetic.scenes import generate_scenes
+from detcal.utils.fresh_dir import fresh_dir
 from detcal.utils.io import write_bytes, write_json, write_text
 
 # --------------------------------------------------------------------------- writer
 
 
 def _png_bytes(img: np.ndarray) -> bytes:
-    from PIL import Image
+    from PIL import Image  # lazy: Pillow only when images are drawn or read
 
     buf = io.BytesIO()
     Image.fromarray(img, mode="RGB").save(buf, format="PNG")
@@ -39,8 +42,6 @@ def write_synthetic(
 ) -> dict[str, Path]:
     """Write a seeded synthetic benchmark; ``out_dir`` is replaced whole (see :func:`_write_into`),
     so no file of an earlier, larger set survives beside the new one. Returns the paths by role."""
-    from detcal.utils.fresh_dir import fresh_dir
-
     final = Path(out_dir)
     with fresh_dir(final) as tmp:
         paths = _write_into(tmp, n_images, seed, detector_kwargs, image_size, render, scene_kwargs, kitti_images)
@@ -110,10 +111,6 @@ def _write_into(
     :func:`generate_scenes`, ``detector_kwargs`` to :func:`simulate_detector`
     (same ``seed``; independent random streams). Returns the paths by role.
     """
-    from detcal.core.types import KITTI_CATEGORIES
-    from detcal.data.coco import write_coco_instances, write_coco_results
-    from detcal.data.kitti import write_kitti_labels, write_kitti_results
-
     out = Path(out_dir)
     scene_kwargs = dict(scene_kwargs or {})
     scene_sig = inspect.signature(generate_scenes).parameters

@@ -35,6 +35,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from numpy.typing import ArrayLike
+
 from detcal.core.types import MetricResult
 from detcal.metrics.regression._common import (  # noqa: F401
     BINNINGS,
@@ -116,7 +118,7 @@ def regression_metrics(
     qce_binning: str = "equal_width",
     qce_sample_threshold: int = 1,
     qce_policy: str = "drop",
-    levels: Any = QUANTILE_LEVELS,
+    levels: ArrayLike = QUANTILE_LEVELS,
     interval_m: int = 100,
     tau: float = 0.95,
     retention_error: str = "rmse",

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult
@@ -24,7 +25,9 @@ LOG_2PI = float(np.log(2.0 * np.pi))
 # --------------------------------------------------------------------------- validation
 
 
-def validate(mu: Any, sigma: Any, y: Any, *, ndim: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def validate(
+    mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, *, ndim: int = 1
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Float64 arrays of equal shape; mu, y finite; sigma finite and > 0. Errors name sample and field."""
     out = []
     for name, a in (("mu", mu), ("sigma", sigma), ("y", y)):
@@ -59,7 +62,7 @@ def validate(mu: Any, sigma: Any, y: Any, *, ndim: int = 1) -> tuple[np.ndarray,
     return m, s, t
 
 
-def validate_levels(levels: Any, name: str = "levels") -> np.ndarray:
+def validate_levels(levels: ArrayLike, name: str = "levels") -> np.ndarray:
     lv = np.asarray(levels, dtype=np.float64).reshape(-1)
     if len(lv) == 0 or not np.all((lv > 0) & (lv < 1)) or np.any(np.diff(lv) <= 0):
         raise DetcalInputError(f"{name} must be strictly increasing values in (0, 1), got {lv.tolist()}", field=name)

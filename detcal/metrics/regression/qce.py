@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from detcal.binning.edges import RankSegments
 from detcal.binning.kernels import Workspace
@@ -119,11 +120,11 @@ def _coverage_counts(
 
 
 def coverage_stats(
-    eps: Any,
+    eps: ArrayLike,
     sigma_bin: Any | None,
     *,
     d: int = 1,
-    levels: Any = QUANTILE_LEVELS,
+    levels: ArrayLike = QUANTILE_LEVELS,
     bins: int = 10,
     binning: str = "equal_width",
     range_: tuple[float, float] | None = None,
@@ -215,7 +216,7 @@ def c_qce_from_stats(stats: CoverageStats, *, sample_threshold: int = 1, policy:
     )
 
 
-def nees(mu: Any, sigma: Any, y: Any) -> np.ndarray:
+def nees(mu: ArrayLike, sigma: ArrayLike, y: ArrayLike) -> np.ndarray:
     """Normalised estimation error squared eps = (y - mu)^2 / sigma^2 [S] (d = 1)."""
     return _nees(*validate(mu, sigma, y))
 
@@ -228,7 +229,7 @@ def _nees(m: np.ndarray, s: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.divide(e2, np.multiply(s, s), out=e2)
 
 
-def m_qce(mu: Any, sigma: Any, y: Any, *, levels: Any = QUANTILE_LEVELS) -> MetricResult:
+def m_qce(mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, *, levels: ArrayLike = QUANTILE_LEVELS) -> MetricResult:
     """Marginal Quantile Calibration Error (Kueppers et al. 2022; netcal ``QCE(marginal=True)``).
 
     eps = e^2/sigma^2; coverage(tau) = mean 1(eps <= chi2_1.ppf(tau));
@@ -240,11 +241,11 @@ def m_qce(mu: Any, sigma: Any, y: Any, *, levels: Any = QUANTILE_LEVELS) -> Metr
 
 
 def c_qce(
-    mu: Any,
-    sigma: Any,
-    y: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
     *,
-    levels: Any = QUANTILE_LEVELS,
+    levels: ArrayLike = QUANTILE_LEVELS,
     bins: int = 10,
     binning: str = "equal_width",
     sample_threshold: int = 1,
@@ -275,10 +276,10 @@ def c_qce(
 
 
 def _coverage_chunked(
-    mu: Any,
-    sigma: Any,
-    y: Any,
-    levels: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
+    levels: ArrayLike,
     b: int | None,
     binning: str,
     range_: tuple[float, float] | None,
@@ -342,7 +343,9 @@ def _level_index_into(values: np.ndarray, thresholds: np.ndarray, ws: Workspace)
     return acc
 
 
-def joint_nees(mu: Any, sigma: Any, y: Any, cov: Any | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def joint_nees(
+    mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, cov: ArrayLike | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(eps [S], log det Sigma [S], sigma_G [S], d) for the joint case.
 
     eps = e^T Sigma^-1 e, via a vectorised Cholesky forward substitution
@@ -382,7 +385,9 @@ def joint_nees(mu: Any, sigma: Any, y: Any, cov: Any | None) -> tuple[np.ndarray
     return eps, logdet, np.exp(logdet / (2.0 * d)), d
 
 
-def m_qce_joint(mu: Any, sigma: Any, y: Any, *, cov: Any | None = None, levels: Any = QUANTILE_LEVELS) -> MetricResult:
+def m_qce_joint(
+    mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, *, cov: ArrayLike | None = None, levels: ArrayLike = QUANTILE_LEVELS
+) -> MetricResult:
     """Joint M-QCE over d = K coordinates: eps = e^T Sigma^-1 e against chi2_d.ppf(tau) (Kueppers et al. 2022).
 
     Sigma = ``cov`` (full) or diag(sigma^2).
@@ -396,12 +401,12 @@ def m_qce_joint(mu: Any, sigma: Any, y: Any, *, cov: Any | None = None, levels: 
 
 
 def c_qce_joint(
-    mu: Any,
-    sigma: Any,
-    y: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
     *,
-    cov: Any | None = None,
-    levels: Any = QUANTILE_LEVELS,
+    cov: ArrayLike | None = None,
+    levels: ArrayLike = QUANTILE_LEVELS,
     bins: int = 10,
     binning: str = "equal_width",
     sample_threshold: int = 1,

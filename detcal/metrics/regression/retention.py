@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from detcal.binning.edges import rank_segments
 from detcal.core.errors import DetcalInputError
@@ -53,7 +54,7 @@ def _n_keep(n: int, rejected: np.ndarray) -> np.ndarray:
     return n - np.floor(np.round(rejected * n, 9)).astype(np.int64)
 
 
-def _uncertainty(s: np.ndarray, uncertainty: Any | None) -> np.ndarray:
+def _uncertainty(s: np.ndarray, uncertainty: ArrayLike | None) -> np.ndarray:
     if uncertainty is None:
         return s
     u = np.asarray(uncertainty, dtype=np.float64).reshape(-1)
@@ -65,7 +66,7 @@ def _uncertainty(s: np.ndarray, uncertainty: Any | None) -> np.ndarray:
     return u
 
 
-def _validate_rejected(rejected: Any) -> np.ndarray:
+def _validate_rejected(rejected: ArrayLike) -> np.ndarray:
     f = np.asarray(rejected, dtype=np.float64).reshape(-1)
     if len(f) == 0 or f[0] != 0 or np.any(np.diff(f) <= 0) or f[-1] >= 1:
         raise DetcalInputError("rejected fractions must start at 0, increase strictly and stay < 1", field="rejected")
@@ -73,13 +74,13 @@ def _validate_rejected(rejected: Any) -> np.ndarray:
 
 
 def retention_curve(
-    mu: Any,
-    sigma: Any,
-    y: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
     *,
     error: str = "rmse",
-    uncertainty: Any | None = None,
-    rejected: Any = RETENTION_REJECT,
+    uncertainty: ArrayLike | None = None,
+    rejected: ArrayLike = RETENTION_REJECT,
     variant: str = "retained",
 ) -> MetricResult:
     """Error-retention curve and its area R-AUC (Malinin 2019; Malinin et al. 2021; Lakara et al. 2022).
@@ -139,7 +140,9 @@ def retention_curve(
     )
 
 
-def rmse_rmv_ratio(mu: Any, sigma: Any, y: Any, *, rejected: Any = RETENTION_REJECT) -> MetricResult:
+def rmse_rmv_ratio(
+    mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, *, rejected: ArrayLike = RETENTION_REJECT
+) -> MetricResult:
     """RMSE / RMV over the sample (Lakara et al. 2022, Eqs. 1-2); ideal 1.
 
     RMSE = sqrt(mean e^2), RMV = sqrt(mean sigma^2). The table holds the
@@ -168,7 +171,7 @@ LOG_BASES: tuple[str, ...] = ("e", "10")
 """Log bases of LL-FU: ``"e"`` (the paper's text, Eq. 6) and ``"10"`` (the authors' published evaluation code)."""
 
 
-def ll_fu_scores(mu: Any, sigma: Any, y: Any, *, log_base: str = "e") -> np.ndarray:
+def ll_fu_scores(mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, *, log_base: str = "e") -> np.ndarray:
     """Per-sample LL-Fisher uncertainty [S] (Lakara et al. 2022, Eq. 6).
 
     LL-FU = max(0, 0.5 log(2 pi sigma^2)) + e^2 / (2 sigma^2), with the natural
@@ -183,7 +186,7 @@ def ll_fu_scores(mu: Any, sigma: Any, y: Any, *, log_base: str = "e") -> np.ndar
     return np.maximum(0.0, first) + 0.5 * np.square((t - m) / s)
 
 
-def ll_fu(mu: Any, sigma: Any, y: Any, *, log_base: str = "e") -> MetricResult:
+def ll_fu(mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, *, log_base: str = "e") -> MetricResult:
     """Mean LL-Fisher uncertainty (Lakara et al. 2022, Eq. 6); use :func:`ll_fu_scores` as ``uncertainty``
     in :func:`retention_curve` / :func:`f1_retention` for their R-AUC and F1 tables.
 
@@ -202,12 +205,12 @@ MWSE_NORMALISATIONS: tuple[str, ...] = ("retained", "total")
 
 
 def mwse(
-    mu: Any,
-    sigma: Any,
-    y: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
     *,
     weight: str = "variance",
-    rejected: Any = RETENTION_REJECT,
+    rejected: ArrayLike = RETENTION_REJECT,
     normalise: str = "retained",
 ) -> MetricResult:
     """Mean Weighted Squared Error (Lakara et al. 2022, Eq. 7): MWSE = (1/N) sum e_i^2 u_i.
@@ -243,13 +246,13 @@ def mwse(
 
 
 def f1_retention(
-    mu: Any,
-    sigma: Any,
-    y: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
     *,
     threshold: float,
     error: str = "mse",
-    uncertainty: Any | None = None,
+    uncertainty: ArrayLike | None = None,
     beta: float = 1.0,
 ) -> MetricResult:
     """F1-retention curve, F1-AUC and F1@95 (Malinin et al. 2021, Shifts; Lakara et al. 2022).

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from detcal.binning.kernels import Workspace
 from detcal.core.errors import DetcalInputError
@@ -22,7 +23,7 @@ from detcal.metrics.regression._common import (
 from detcal.metrics.regression.qce import joint_nees, level_index
 
 
-def gaussian_nll(mu: Any, sigma: Any, y: Any) -> MetricResult:
+def gaussian_nll(mu: ArrayLike, sigma: ArrayLike, y: ArrayLike) -> MetricResult:
     """Gaussian NLL = mean_t [0.5 log(2 pi sigma_t^2) + e_t^2 / (2 sigma_t^2)] (Levi et al. 2019, Eq. 10).
 
     One chunked pass (:mod:`._chunked`): no copy of strided column slices, the two means in
@@ -52,7 +53,7 @@ def gaussian_nll(mu: Any, sigma: Any, y: Any) -> MetricResult:
     return MetricResult(name="nll", value=value, variant="gaussian", params=params)
 
 
-def gaussian_nll_joint(mu: Any, sigma: Any, y: Any, *, cov: Any | None = None) -> MetricResult:
+def gaussian_nll_joint(mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, *, cov: ArrayLike | None = None) -> MetricResult:
     """Joint Gaussian NLL = mean_t 0.5 [d log 2 pi + log det Sigma_t + e_t^T Sigma_t^-1 e_t].
 
     Sigma = ``cov`` (full) or diag(sigma^2) (then the sum of per-coordinate NLLs).
@@ -71,7 +72,9 @@ def _abs_z_counts(absz: np.ndarray, z_thr: np.ndarray) -> np.ndarray:
     return np.cumsum(np.bincount(lvl, minlength=len(z_thr) + 1))[: len(z_thr)]
 
 
-def picp(mu: Any, sigma: Any, y: Any, *, tau: float = 0.95, levels: Any = QUANTILE_LEVELS) -> MetricResult:
+def picp(
+    mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, *, tau: float = 0.95, levels: ArrayLike = QUANTILE_LEVELS
+) -> MetricResult:
     """Prediction Interval Coverage Probability of the central interval mu +- z sigma, z = Phi^-1(0.5 + tau/2).
 
     PICP(tau) = mean 1(|e| <= z_tau sigma); value at ``tau``, table over ``levels``
@@ -95,7 +98,7 @@ def picp(mu: Any, sigma: Any, y: Any, *, tau: float = 0.95, levels: Any = QUANTI
     )
 
 
-def mpiw(mu: Any, sigma: Any, y: Any, *, tau: float = 0.95) -> MetricResult:
+def mpiw(mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, *, tau: float = 0.95) -> MetricResult:
     """Mean Prediction Interval Width of the central tau interval: MPIW = mean 2 Phi^-1(0.5 + tau/2) sigma."""
     _, s, _ = validate(mu, sigma, y)
     validate_levels([tau], "tau")
@@ -107,7 +110,7 @@ def mpiw(mu: Any, sigma: Any, y: Any, *, tau: float = 0.95) -> MetricResult:
     )
 
 
-def pinball_loss(mu: Any, sigma: Any, y: Any, *, levels: Any = QUANTILE_LEVELS) -> MetricResult:
+def pinball_loss(mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, *, levels: ArrayLike = QUANTILE_LEVELS) -> MetricResult:
     """Pinball (quantile) loss, textbook form, averaged over levels and samples.
 
     q_tau = mu + sigma Phi^-1(tau); rho_tau(y - q) = max(tau (y - q), (tau - 1)(y - q));
@@ -128,7 +131,7 @@ def pinball_loss(mu: Any, sigma: Any, y: Any, *, levels: Any = QUANTILE_LEVELS) 
     )
 
 
-def crps_gaussian(mu: Any, sigma: Any, y: Any) -> MetricResult:
+def crps_gaussian(mu: ArrayLike, sigma: ArrayLike, y: ArrayLike) -> MetricResult:
     """CRPS of N(mu, sigma^2), closed form (Gneiting et al. 2005; properscoring ``crps_gaussian``).
 
     z = e / sigma; CRPS = sigma [z (2 Phi(z) - 1) + 2 phi(z) - 1/sqrt(pi)]; value = mean.
@@ -144,12 +147,12 @@ def crps_gaussian(mu: Any, sigma: Any, y: Any) -> MetricResult:
 
 
 def interval_calibration_error(
-    mu: Any,
-    sigma: Any,
-    y: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
     *,
     m: int = 100,
-    levels: Any | None = None,
+    levels: ArrayLike | None = None,
     weights: Any | None = None,
     reduction: str = "sum",
     kind: str = "one_sided",

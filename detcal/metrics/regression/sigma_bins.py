@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from detcal.binning.edges import RankSegments, equal_count_segments, equal_width_bins
 from detcal.binning.kernels import Workspace
@@ -136,9 +137,9 @@ def _sigma_bin_stats(
 
 
 def _equal_width_stats(
-    mu: Any,
-    sigma: Any,
-    y: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
     bins: int,
     binning: str,
     over: str,
@@ -187,9 +188,9 @@ def _equal_width_stats(
 
 
 def sigma_bin_stats(
-    mu: Any,
-    sigma: Any,
-    y: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
     *,
     bins: int = 10,
     binning: str = "equal_count",
@@ -238,9 +239,9 @@ def ence_from_stats(stats: SigmaBinStats) -> MetricResult:
 
 
 def ence(
-    mu: Any,
-    sigma: Any,
-    y: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
     *,
     bins: int = 10,
     binning: str = "equal_count",
@@ -275,7 +276,7 @@ def ence(
     return res
 
 
-def coefficient_of_variation(mu: Any, sigma: Any, y: Any) -> MetricResult:
+def coefficient_of_variation(mu: ArrayLike, sigma: ArrayLike, y: ArrayLike) -> MetricResult:
     """C_v = sqrt(sum_t (sigma_t - mean sigma)^2 / (T - 1)) / mean sigma (Levi et al. 2019, Eq. 9).
 
     Dispersion of the predicted uncertainties; NaN for T < 2. Exactly 0 when
@@ -292,9 +293,9 @@ def coefficient_of_variation(mu: Any, sigma: Any, y: Any) -> MetricResult:
 
 
 def lence(
-    mu: Any,
-    sigma: Any,
-    y: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
     *,
     bins: int = 10,
     binning: str = "equal_count",
@@ -347,9 +348,9 @@ def uce_from_stats(stats: SigmaBinStats) -> MetricResult:
 
 
 def uce(
-    mu: Any,
-    sigma: Any,
-    y: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
     *,
     bins: int = 10,
     binning: str = "equal_width",
