@@ -62,7 +62,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from detcal.core.errors import DetcalInputError
-from detcal.core.types import Dataset, Detections, MetricResult
+from detcal.core.types import Dataset, Detections, Images, MetricResult
 from detcal.metrics import pdq_evaluation as pe
 from detcal.metrics._special import ndtr
 from detcal.utils.processes import map_in_processes
@@ -314,7 +314,7 @@ def pair_qualities(
     }
 
 
-def _image_rows_checked(images: Any, dets: Detections) -> np.ndarray:
+def _image_rows_checked(images: Images, dets: Detections) -> np.ndarray:
     """Row of each detection's image [D]; a clear error for an unknown image id or a score outside [0, 1]."""
     img_of_det = images.index_of(dets.image_id)
     if (img_of_det < 0).any():

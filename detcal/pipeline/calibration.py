@@ -190,7 +190,9 @@ def _confidence_change(
     return {k: v.to_dict() for k, v in ch.items()}
 
 
-def _regression_change(spec: EvaluationSpec, s_e: Any, mu_a: np.ndarray, sg_a: np.ndarray) -> dict[str, Any]:
+def _regression_change(
+    spec: EvaluationSpec, s_e: RegressionSample, mu_a: np.ndarray, sg_a: np.ndarray
+) -> dict[str, Any]:
     """After minus before of the coordinate-mean ENCE, M-QCE and NLL, with paired-bootstrap intervals."""
     r, sb, bs = spec.regression, spec.sigma_binning, spec.bootstrap
     if bs.n == 0 or len(s_e) == 0:

@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from detcal.core.types import Detections, MatchResult
 from detcal.pipeline.matcher import run_match
@@ -128,7 +129,7 @@ def match_in_shards(
 
 
 def _scatter(
-    n: int, rows: Sequence[np.ndarray], pieces: Sequence[Any], axis_last: bool, dtype: Any = None
+    n: int, rows: Sequence[np.ndarray], pieces: Sequence[Any], axis_last: bool, dtype: DTypeLike | None = None
 ) -> np.ndarray | None:
     """Pieces (one per rank, None for a rank without the column) put at their input ``rows``."""
     full = [p for r, p in zip(rows, pieces) if p is not None and len(r)]

@@ -50,7 +50,7 @@ def calibrator_names() -> list[str]:
     return sorted(p.stem for p in (config_dir() / "calibrator").glob("*.yaml"))
 
 
-def make_calibrator(name: str, **overrides: Any) -> Any:
+def make_calibrator(name: str, **overrides: Any) -> Calibrator:
     """Instantiate the calibrator ``configs/calibrator/<name>.yaml`` (with parameter overrides)."""
     from hydra.utils import instantiate  # lazy: Hydra only where a command composes its config, kept out of start-up
     from omegaconf import OmegaConf  # lazy: Hydra only where a command composes its config, kept out of start-up
