@@ -100,9 +100,6 @@ class _Columnar:
     def __len__(self) -> int:  # pragma: no cover - overridden by dataclass field
         raise NotImplementedError
 
-    def _array_fields(self) -> list[str]:
-        return [f.name for f in dataclasses.fields(self) if isinstance(getattr(self, f.name), np.ndarray)]  # type: ignore[arg-type]
-
     def select(self, index: Any) -> Any:
         """Rows ``index`` (bool mask or integer array) of every per-row field."""
         n = len(self)

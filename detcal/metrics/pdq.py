@@ -261,13 +261,6 @@ def _rect_sums(
     return tot, (lx1 - lx0) * (ly1 - ly0)
 
 
-def _snap(q: np.ndarray) -> np.ndarray:
-    q = q.copy()
-    q[np.isclose(q, 0.0)] = 0.0
-    q[np.isclose(q, 1.0)] = 1.0
-    return q
-
-
 def pair_qualities(
     det_box: np.ndarray,
     det_cov: np.ndarray | None,
@@ -303,14 +296,14 @@ def pair_qualities(
         bg_in, _ = _rect_sums(m.s_bg, m, c0, c1, r0, r1)
         fg[:, part] = fg_in + (n - n_in) * np.log(SMALL)  # GT pixels outside a window have p = 0
         bg[:, part] = m.s_bg[:, -1, -1][None, :] - bg_in
-    spatial = _snap(np.exp((fg + bg) / n))
+    spatial = pe.snap(np.exp((fg + bg) / n))
     label = np.where(gt_cat[:, None] == det_cat[None, :], det_score[None, :], 0.0)
     return {
         "ppdq": np.sqrt(spatial * label),
         "spatial": spatial,
         "label": label,
-        "fg": _snap(np.exp(fg / n)),
-        "bg": _snap(np.exp(bg / n)),
+        "fg": pe.snap(np.exp(fg / n)),
+        "bg": pe.snap(np.exp(bg / n)),
     }
 
 

@@ -60,6 +60,7 @@ from tqdm.auto import tqdm
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset
 from detcal.models.rfcn import RFCN, rfcn_from_config
+from detcal.training.comm import get_rank_world
 from detcal.training.data import DetectionDataset, ImageSource, IterationBatchSampler, LabelMap, collate
 from detcal.training.determinism import configure_torch
 from detcal.utils.io import atomic_write, write_text
@@ -83,12 +84,6 @@ RESUME_KEYS: tuple[str, ...] = (
 
 class TrainingStopped(Exception):
     """Raised by a ``callback`` to stop training (tests use it to simulate a kill)."""
-
-
-def _world() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def learning_rate(
@@ -244,7 +239,7 @@ def train_stage(
     call ``model`` holds the final weights (also when an existing final
     checkpoint is simply reloaded).
     """
-    rank, world = _world()
+    rank, world = get_rank_world()
     _check_stage_args(stage, iterations, batch_size, checkpoint_every, log_every, world)
     configure_torch(num_threads, deterministic, str(device))
     device = torch.device(device)

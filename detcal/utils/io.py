@@ -19,6 +19,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from detcal.utils.fresh_dir import umask
+
 
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iterator[IO]:
@@ -34,18 +36,12 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Ite
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; results honour the umask
+        os.chmod(tmp, 0o666 & ~umask())  # mkstemp creates 0600; results honour the umask
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _json_default(obj: Any) -> Any:
