@@ -279,7 +279,3 @@ def _plots(out_dir: Path, ev: Mapping[str, Any], maps: Mapping[str, Any], spec: 
             )
             files.append(name)
     return files
-
-
-def _json_text(obj: Any) -> str:
-    return json.dumps(obj, indent=1, allow_nan=True)
