@@ -8,7 +8,7 @@ compares (Table 1 rows, per-variant ENCE / C_v, s, Spearman, reliability tables,
 rows, the ENCE changes with their intervals), the platform key the numbers belong to, and the
 tolerance used on other platforms: for each Table 1 row (and s) the largest deviation
 from the recorded run over the training seeds and the thread / CPU-capability runs of
-scripts/main_job_seeds.py (``seeds.json``), times ``--factor``.
+detcal/studies/main_job_seeds.py (``seeds.json``), times ``--factor``.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def tolerance(table: dict[str, Any], seeds: dict[str, Any], factor: float) -> di
         "largest_deviation": dev,
         "factor": factor,
         "runs": [r["run"] for r in seeds["rows"]],
-        "source": "scripts/main_job_seeds.py (seeds.json): training seeds and thread / ATEN_CPU_CAPABILITY runs; "
+        "source": "detcal/studies/main_job_seeds.py (seeds.json): training seeds and thread / ATEN_CPU_CAPABILITY runs; "
         "another platform perturbs float32 training like another seed does",
     }
 
@@ -70,7 +70,7 @@ def tolerance(table: dict[str, Any], seeds: dict[str, Any], factor: float) -> di
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir", type=Path)
-    p.add_argument("--seeds", type=Path, required=True, help="seeds.json of scripts/main_job_seeds.py")
+    p.add_argument("--seeds", type=Path, required=True, help="seeds.json of detcal/studies/main_job_seeds.py")
     p.add_argument("--factor", type=float, default=1.5)
     p.add_argument("--out", type=Path, default=REPO / "tests" / "data" / "regression" / "main_table1.json")
     a = p.parse_args(argv)

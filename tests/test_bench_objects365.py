@@ -1,4 +1,4 @@
-"""scripts/bench_objects365.py spreads the generator's 8 classes over Objects365's 365 deterministically."""
+"""benchmarks/bench_objects365.py spreads the generator's 8 classes over Objects365's 365 deterministically."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _script() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_objects365", REPO / "scripts" / "bench_objects365.py")
+    spec = importlib.util.spec_from_file_location("bench_objects365", REPO / "benchmarks" / "bench_objects365.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

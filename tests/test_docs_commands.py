@@ -100,6 +100,7 @@ def test_docs_exist_and_stay_inside_the_repository() -> None:
         *(REPO / "configs").rglob("*.yaml"),
         *(REPO / "tests").rglob("*.py"),
         *(REPO / "scripts").rglob("*.py"),
+        *(REPO / "benchmarks").rglob("*.py"),
         *(REPO / "data").rglob("*.md"),
     ]:
         text = f.read_text(encoding="utf-8", errors="replace")

@@ -33,6 +33,7 @@ APPS = {
     "detcal-study": "study",
     "detcal-main": "main",
     "detcal-levi-synthetic": "levi_synthetic",
+    "detcal-split-kitti": "split_kitti",
 }
 _PREFIX = re.compile(r"^python3 -m venv \.venv && \.venv/bin/pip install [^&]+&& ")
 
@@ -142,5 +143,7 @@ def test_doc_command_runs_word_for_word(line: str, layout: Path, tmp_path: Path)
     assert proc.returncode == 0, (line, proc.stderr[-3000:])
     assert "Traceback" not in proc.stderr
     last = shlex.split(line.split("&&")[-1])[0]
-    if not last.endswith(("detcal-gather", "detcal-match", "detcal-levi-synthetic", "detcal-main")):
+    if not last.endswith(
+        ("detcal-gather", "detcal-match", "detcal-levi-synthetic", "detcal-main", "detcal-split-kitti")
+    ):
         assert "run directory: " in proc.stdout, proc.stdout[-1500:]

@@ -463,7 +463,7 @@ def test_smoke_table1_regression(tmp_path: Path) -> None:
     float32 training takes another rounding path, and the trained network differs as it would for
     another seed; there the test checks the conclusion (std scaling lowers the val ENCE on every
     coordinate, C_v unchanged) and every Table 1 number to the tolerance of the fixture's
-    ``_tolerance``, measured with scripts/main_job_seeds.py (docs/main_job.md)."""
+    ``_tolerance``, measured with detcal/studies/main_job_seeds.py (docs/main_job.md)."""
     from detcal.training.determinism import platform_key
 
     out = subprocess.run(

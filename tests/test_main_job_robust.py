@@ -20,6 +20,7 @@ import pytest
 
 from detcal.core.types import COORDS
 from detcal.metrics.spaces import RegressionSample
+from detcal.studies import main_job_seeds
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -337,7 +338,7 @@ def _fake_table(ence_before: float, ence_after: float, cv: float, s: float) -> d
 
 
 def test_seed_study_spread_and_fixture_tolerance_by_hand() -> None:
-    seeds_mod, rec = _script("main_job_seeds"), _script("record_main_fixture")
+    seeds_mod, rec = main_job_seeds, _script("record_main_fixture")
     runs = {
         "a": {"table": _fake_table(0.30, 0.08, 0.40, 1.2)},
         "b": {"table": _fake_table(0.36, 0.10, 0.43, 1.3)},

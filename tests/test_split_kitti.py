@@ -1,25 +1,16 @@
-"""Tests of the KITTI recalibration/validation split (detcal.data.kitti.split_frames, scripts/split_kitti.py)."""
+"""Tests of the KITTI recalibration/validation split (detcal.data.kitti.split_frames, detcal-split-kitti)."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from detcal.apps import split_kitti
 from detcal.core.errors import DetcalInputError
 from detcal.data.kitti import split_frames
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "split_kitti.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("split_kitti", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture()
@@ -69,7 +60,7 @@ def test_split_frames_rejects_duplicates() -> None:
 def test_script_writes_sorted_disjoint_complete_lists(label_dir: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "splits"
     assert (
-        _script().main(["--label-dir", str(label_dir), "--out-dir", str(out), "--val-size", "15", "--seed", "7"]) == 0
+        split_kitti.main(["--label-dir", str(label_dir), "--out-dir", str(out), "--val-size", "15", "--seed", "7"]) == 0
     )
     recal = (out / "recal.txt").read_text().splitlines()
     val = (out / "val.txt").read_text().splitlines()
@@ -79,17 +70,27 @@ def test_script_writes_sorted_disjoint_complete_lists(label_dir: Path, tmp_path:
     assert "recal: 60" in capsys.readouterr().out
     # same seed -> same files; another seed -> another split
     out2 = tmp_path / "again"
-    _script().main(["--label-dir", str(label_dir), "--out-dir", str(out2), "--val-size", "15", "--seed", "7"])
+    split_kitti.main(["--label-dir", str(label_dir), "--out-dir", str(out2), "--val-size", "15", "--seed", "7"])
     assert (out2 / "val.txt").read_bytes() == (out / "val.txt").read_bytes()
     out3 = tmp_path / "other"
-    _script().main(["--label-dir", str(label_dir), "--out-dir", str(out3), "--val-size", "0.2", "--seed", "8"])
+    split_kitti.main(["--label-dir", str(label_dir), "--out-dir", str(out3), "--val-size", "0.2", "--seed", "8"])
     assert (out3 / "val.txt").read_text().splitlines() != val and len((out3 / "val.txt").read_text().splitlines()) == 15
 
 
 def test_script_runs_as_a_program(label_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "s"
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--label-dir", str(label_dir), "--out-dir", str(out), "--val-size", "5"],
+        [
+            sys.executable,
+            "-m",
+            "detcal.apps.split_kitti",
+            "--label-dir",
+            str(label_dir),
+            "--out-dir",
+            str(out),
+            "--val-size",
+            "5",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -97,7 +98,15 @@ def test_script_runs_as_a_program(label_dir: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert len((out / "val.txt").read_text().splitlines()) == 5
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--label-dir", str(tmp_path / "missing"), "--out-dir", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "detcal.apps.split_kitti",
+            "--label-dir",
+            str(tmp_path / "missing"),
+            "--out-dir",
+            str(out),
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -109,7 +118,7 @@ def test_split_file_feeds_the_loader(label_dir: Path, tmp_path: Path) -> None:
     from detcal.data.kitti import load_kitti_labels
 
     out = tmp_path / "splits"
-    _script().main(["--label-dir", str(label_dir), "--out-dir", str(out), "--val-size", "10"])
+    split_kitti.main(["--label-dir", str(label_dir), "--out-dir", str(out), "--val-size", "10"])
     val = load_kitti_labels(label_dir, image_ids=out / "val.txt")
     recal = load_kitti_labels(label_dir, image_ids=out / "recal.txt")
     assert len(val.images) == 10 and len(recal.images) == 65
@@ -117,7 +126,7 @@ def test_split_file_feeds_the_loader(label_dir: Path, tmp_path: Path) -> None:
 
 
 def test_split_files_are_accepted_by_every_command(tmp_path: Path) -> None:
-    """The recal.txt / val.txt of scripts/split_kitti.py restrict detcal-evaluate, -calibrate and the API."""
+    """The recal.txt / val.txt of detcal-split-kitti restrict detcal-evaluate, -calibrate and the API."""
     import json
     import subprocess
     import sys
@@ -127,11 +136,11 @@ def test_split_files_are_accepted_by_every_command(tmp_path: Path) -> None:
     from detcal.pipeline.spec import BootstrapSpec, DataSpec, EvaluationSpec
 
     p = write_synthetic(tmp_path / "s", n_images=40, seed=0, render=False)
-    repo = Path(__file__).resolve().parents[1]
     proc = subprocess.run(
         [
             sys.executable,
-            str(repo / "scripts" / "split_kitti.py"),
+            "-m",
+            "detcal.apps.split_kitti",
             "--label-dir",
             str(p["kitti_labels"]),
             "--out-dir",
@@ -186,3 +195,10 @@ def test_split_files_are_accepted_by_every_command(tmp_path: Path) -> None:
         spec=EvaluationSpec(bootstrap=BootstrapSpec(n=0)),
     )
     assert res.record["data"]["counts"]["images"] == 10
+
+
+def test_console_script_is_declared() -> None:
+    import tomllib
+
+    scripts = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["detcal-split-kitti"] == "detcal.apps.split_kitti:main"

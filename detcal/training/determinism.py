@@ -97,7 +97,8 @@ def cpu_flags() -> list[str]:
     return []
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo where there is one, else the platform's processor string)."""
     info = Path("/proc/cpuinfo")
     if info.exists():
         for line in info.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -126,7 +127,7 @@ def platform_facts(device: str = "cpu") -> dict[str, Any]:
         "aten_cpu_capability_env": os.environ.get("ATEN_CPU_CAPABILITY"),
         "machine": platform.machine(),
         "system": platform.system(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpu_flags": cpu_flags(),
         "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(),

@@ -1,10 +1,10 @@
 """Scale benchmark: ``detcal-evaluate`` on COCO results files of 1M, 3M and 10M
 detections, wall time and peak RSS per size, each in a fresh process.
 
-    python scripts/bench_scale.py                       # 1M, 3M, 10M (files cached under /tmp/detcal-bench-scale/)
-    python scripts/bench_scale.py --sizes 1 3           # millions of detections
-    python scripts/bench_scale.py --chunk-bytes 0       # data.chunk_bytes=0: load the results whole (no chunks)
-    python scripts/bench_scale.py --with-accuracy       # also COCO AP/AR, LRP, LaECE
+    python benchmarks/bench_scale.py                       # 1M, 3M, 10M (files cached under /tmp/detcal-bench-scale/)
+    python benchmarks/bench_scale.py --sizes 1 3           # millions of detections
+    python benchmarks/bench_scale.py --chunk-bytes 0       # data.chunk_bytes=0: load the results whole (no chunks)
+    python benchmarks/bench_scale.py --with-accuracy       # also COCO AP/AR, LRP, LaECE
 
 The files: :func:`detcal.data.synthetic.generate_coco_scale` with
 ``dets_per_image=100`` (75 detections per image on average, boxes rounded to

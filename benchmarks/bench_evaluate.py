@@ -2,9 +2,9 @@
 run users already do (pycocotools load + evaluate + accumulate + summarize),
 timed in the same run on the same files.
 
-    python scripts/bench_evaluate.py                      # COCO-val scale: 5,000 images, ~300k detections
-    python scripts/bench_evaluate.py --images 20000       # ~1.2M detections
-    python scripts/bench_evaluate.py --uncertainty        # results also carry box uncertainty (delta records)
+    python benchmarks/bench_evaluate.py                      # COCO-val scale: 5,000 images, ~300k detections
+    python benchmarks/bench_evaluate.py --images 20000       # ~1.2M detections
+    python benchmarks/bench_evaluate.py --uncertainty        # results also carry box uncertainty (delta records)
 
 detcal: a fresh process running ``python -m detcal.apps.evaluate`` (interpreter
 start, imports, Hydra, load, match at the 10 COCO thresholds 0.50:0.95, every

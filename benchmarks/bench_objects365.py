@@ -1,13 +1,13 @@
 """Objects365-shaped benchmark: ``detcal-evaluate`` on a generated COCO-format set of 365 categories.
 
-    python scripts/bench_objects365.py                    # 20,000 images, about 1.5M detections
-    python scripts/bench_objects365.py --images 80000     # Objects365 val's size, about 6M detections
-    python scripts/bench_objects365.py --with-accuracy    # also COCO AP/AR over the 365 classes
+    python benchmarks/bench_objects365.py                    # 20,000 images, about 1.5M detections
+    python benchmarks/bench_objects365.py --images 80000     # Objects365 val's size, about 6M detections
+    python benchmarks/bench_objects365.py --with-accuracy    # also COCO AP/AR over the 365 classes
 
 Objects365 is a COCO-format set (365 categories, Objects365 v2 val: 80,000
 images). The generator is :func:`detcal.data.synthetic.generate_coco_scale`'s
 (boxes, duplicates, crowd boxes, scores), run in blocks of 10,000 images and
-written block by block as scripts/bench_scale.py does, with its K = 8 classes
+written block by block as benchmarks/bench_scale.py does, with its K = 8 classes
 spread over 365: the boxes of class ``c`` in image ``i`` (and the detections
 labelled ``c`` there) become class ``1 + (c_index + K * h(i, c)) mod 365``
 with ``h`` a fixed hash in 0..ceil(365 / K) - 1, so every one of the 365

@@ -74,11 +74,11 @@ average 1.1-1.9 during the run)::
 
 Usage::
 
-    python scripts/bench_metrics.py                 # 2M samples, hard workload
-    python scripts/bench_metrics.py --easy          # one contiguous coordinate, continuous scores
-    python scripts/bench_metrics.py --growth 1000000 3000000 10000000   # detcal suite alone, growth exponent
-    python scripts/bench_metrics.py --quick         # 200k samples, quick check
-    python scripts/bench_metrics.py --n 500000 --repeats 3 --metrics ENCE C-QCE
+    python benchmarks/bench_metrics.py                 # 2M samples, hard workload
+    python benchmarks/bench_metrics.py --easy          # one contiguous coordinate, continuous scores
+    python benchmarks/bench_metrics.py --growth 1000000 3000000 10000000   # detcal suite alone, growth exponent
+    python benchmarks/bench_metrics.py --quick         # 200k samples, quick check
+    python benchmarks/bench_metrics.py --n 500000 --repeats 3 --metrics ENCE C-QCE
 """
 
 from __future__ import annotations

@@ -12,13 +12,19 @@ and ``avx512`` (those this CPU supports), and writes
 * ``seeds.md``: the same as readable tables (the figures of docs/main_job.md);
 * ``seeds.html``: Table 1 of every seed with the mean ± std over the seeds.
 
-    python scripts/main_job_seeds.py --out outputs/main_seeds            # 5 seeds + the platform spread
-    python scripts/main_job_seeds.py --seeds 0 1 2 --no-spread
-    python scripts/main_job_seeds.py --out outputs/x -- splits.val_images=800   # extra detcal-main overrides
+    python -m detcal.studies.main_job_seeds --out outputs/main_seeds            # 5 seeds + the platform spread
+    python -m detcal.studies.main_job_seeds --seeds 0 1 2 --no-spread
+    python -m detcal.studies.main_job_seeds --out outputs/x -- splits.val_images=800   # extra detcal-main overrides
 
 A run directory that already holds a table1.json is read, not rerun (delete it
 to recompute). Each run is a separate process, so the thread count and the
-CPU capability are fixed before torch starts.
+CPU capability are fixed before torch starts. The runs are separate
+``python -m detcal.apps.main`` processes in the current directory, with this
+process's environment (so the same ``detcal`` is imported).
+
+The API: :func:`run_one` (one run), :func:`run_row` / :func:`spread` (its
+numbers and their spread), :func:`markdown` and :func:`write_seeds_page` (the
+reports), :func:`main` (the command line).
 """
 
 from __future__ import annotations
@@ -34,10 +40,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from detcal.utils.io import write_json, write_text  # noqa: E402
+from detcal.reports.html.seeds_page import seeds_page
+from detcal.training.determinism import cpu_model
+from detcal.utils.io import write_json, write_text
 
 COORDS = ("tx", "ty", "tw", "th")
 CAPABILITIES = ("default", "avx2", "avx512")
@@ -63,10 +68,7 @@ def run_one(run_dir: Path, seed: int, threads: int, capability: str | None, over
     table_path = run_dir / "table1.json"
     wall = None
     if not table_path.is_file():
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-        }
+        env = dict(os.environ)
         env.pop("ATEN_CPU_CAPABILITY", None)
         # idle OpenMP threads sleep instead of spinning: on a shared, busy machine spinning threads stall each
         # other at every barrier (a 2-thread run slowed 20-fold here); the numbers do not depend on it
@@ -91,7 +93,7 @@ def run_one(run_dir: Path, seed: int, threads: int, capability: str | None, over
             flush=True,
         )
         t0, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
         wall = round(time.perf_counter() - t0, 1)
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = round(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, 1)
@@ -249,6 +251,7 @@ def _pct(x: float) -> str:
 
 
 def markdown(res: dict[str, Any]) -> str:
+    """seeds.md: Table 1 per training seed, the paired intervals, and the spread over the platform runs."""
     seeds = [r for r in res["rows"] if "_" not in r["run"]]
     lines = [
         "# detcal-main across training seeds and CPU platforms",
@@ -292,50 +295,54 @@ def markdown(res: dict[str, Any]) -> str:
     ]
     lines += _interval_markdown(seeds)
     if res.get("platform_spread"):
-        plat = [r for r in res["rows"] if r["run"] in res["platform_runs"]]
-        lines += [
-            "## Spread over threads and CPU capability (seed " + str(plat[0]["seed"]) + ")",
-            "",
-            "| run | threads | ATEN_CPU_CAPABILITY | capability used | ENCE before tx/ty/tw/th | ENCE std scaling "
-            "tx/ty/tw/th | s tx/ty/tw/th | claim holds |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for r in plat:
-            lines.append(
-                f"| {r['run']} | {r['threads']} | {r['aten_cpu_capability'] or '(unset)'} | {r['cpu_capability']} | "
-                + "/".join(_pct(r["ence_before"][c]) for c in COORDS)
-                + " | "
-                + "/".join(_pct(r["ence_std_scaling"][c]) for c in COORDS)
-                + " | "
-                + "/".join(f"{r['s'][c]:.3f}" for c in COORDS)
-                + f" | {'yes' if r['conclusion'] else 'NO'} |"
-            )
-        lines += [
-            "",
-            "Range (max - min) of each Table 1 number over those runs, next to the standard deviation over the "
-            "training seeds (ENCE and C_v in %/absolute as in Table 1):",
-            "",
-            "| number | " + " | ".join(COORDS) + " |",
-            "|---|" + "---|" * len(COORDS),
-        ]
-        sp, ss = res["platform_spread"], res["seed_spread"]
-        rows = sorted({k.rsplit("/", 1)[0] for k in sp}, key=list(dict.fromkeys(k.rsplit("/", 1)[0] for k in sp)).index)
-        for row in rows:
-            scale = 1.0 if row in ("C_v", "s") else 100.0
-            lines.append(
-                f"| {row}: platform range / seed sd | "
-                + " | ".join(
-                    f"{scale * sp[f'{row}/{c}']['range']:.3g} / {scale * ss[f'{row}/{c}']['sd']:.3g}" for c in COORDS
-                )
-                + " |"
-            )
+        lines += _platform_markdown(res)
     return "\n".join(lines) + "\n"
+
+
+def _platform_markdown(res: dict[str, Any]) -> list[str]:
+    """The runs over threads and CPU capability, and each number's range over them next to the seeds' sd."""
+    plat = [r for r in res["rows"] if r["run"] in res["platform_runs"]]
+    lines = [
+        "## Spread over threads and CPU capability (seed " + str(plat[0]["seed"]) + ")",
+        "",
+        "| run | threads | ATEN_CPU_CAPABILITY | capability used | ENCE before tx/ty/tw/th | ENCE std scaling "
+        "tx/ty/tw/th | s tx/ty/tw/th | claim holds |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in plat:
+        lines.append(
+            f"| {r['run']} | {r['threads']} | {r['aten_cpu_capability'] or '(unset)'} | {r['cpu_capability']} | "
+            + "/".join(_pct(r["ence_before"][c]) for c in COORDS)
+            + " | "
+            + "/".join(_pct(r["ence_std_scaling"][c]) for c in COORDS)
+            + " | "
+            + "/".join(f"{r['s'][c]:.3f}" for c in COORDS)
+            + f" | {'yes' if r['conclusion'] else 'NO'} |"
+        )
+    lines += [
+        "",
+        "Range (max - min) of each Table 1 number over those runs, next to the standard deviation over the "
+        "training seeds (ENCE and C_v in %/absolute as in Table 1):",
+        "",
+        "| number | " + " | ".join(COORDS) + " |",
+        "|---|" + "---|" * len(COORDS),
+    ]
+    sp, ss = res["platform_spread"], res["seed_spread"]
+    rows = sorted({k.rsplit("/", 1)[0] for k in sp}, key=list(dict.fromkeys(k.rsplit("/", 1)[0] for k in sp)).index)
+    for row in rows:
+        scale = 1.0 if row in ("C_v", "s") else 100.0
+        lines.append(
+            f"| {row}: platform range / seed sd | "
+            + " | ".join(
+                f"{scale * sp[f'{row}/{c}']['range']:.3g} / {scale * ss[f'{row}/{c}']['sd']:.3g}" for c in COORDS
+            )
+            + " |"
+        )
+    return lines
 
 
 def write_seeds_page(out: Path, tables: dict[str, dict[str, Any]]) -> Path:
     """``out/seeds.html``: Table 1 of every seed and the mean ± std over the seeds (from their table1.json)."""
-    from detcal.reports.html.seeds_page import seeds_page
-
     path = out / "seeds.html"
     write_text(path, seeds_page(tables, about=str(out)))
     return path
@@ -343,7 +350,7 @@ def write_seeds_page(out: Path, tables: dict[str, dict[str, Any]]) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=REPO / "outputs" / "main_seeds")
+    p.add_argument("--out", type=Path, default=Path("outputs") / "main_seeds")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-spread", action="store_true", help="skip the thread / ATEN_CPU_CAPABILITY runs")
@@ -358,10 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rerun-auto", action="store_true")
     p.add_argument("overrides", nargs="*", help="extra detcal-main overrides (after --)")
     a = p.parse_args(argv)
-    import torch
+    import torch  # lazy: torch is optional (the [train] extra); the runs need it, importing this module does not
 
-    from detcal.training.determinism import _cpu_model
-
+    a.out = a.out.resolve()
     a.out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, dict[str, Any]] = {}
     for k in a.seeds:
@@ -387,10 +393,10 @@ def main(argv: list[str] | None = None) -> int:
             runs[name] = run_one(a.out / name, k, a.threads, cap, a.overrides)
             platform_runs.append(name)
     res: dict[str, Any] = {
-        "about": "detcal-main across training seeds and CPU platforms (scripts/main_job_seeds.py)",
+        "about": "detcal-main across training seeds and CPU platforms (python -m detcal.studies.main_job_seeds)",
         "overrides": a.overrides,
         "torch": torch.__version__,
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "threads": a.threads,
         "rows": [run_row(n, r) for n, r in runs.items()],
         "platform_runs": platform_runs,

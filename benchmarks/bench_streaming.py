@@ -2,9 +2,9 @@
 against torchmetrics' MeanAveragePrecision on the same stream and detcal.evaluate on the same files,
 all measured in this run.
 
-    python scripts/bench_streaming.py                   # 5,000 images x 100 detections (COCO-val scale)
-    python scripts/bench_streaming.py --images 1000     # quicker
-    python scripts/bench_streaming.py --no-map          # without torchmetrics' MAP compute (minutes at 5,000)
+    python benchmarks/bench_streaming.py                   # 5,000 images x 100 detections (COCO-val scale)
+    python benchmarks/bench_streaming.py --images 1000     # quicker
+    python benchmarks/bench_streaming.py --no-map          # without torchmetrics' MAP compute (minutes at 5,000)
 
 Prints (and writes as JSON with --json):
 

@@ -1,10 +1,10 @@
 """What the diagnostics block (TIDE, calibration by error type, confusion, label errors, operating points) adds
 to the default 5,000-image evaluate run, and the screenshot of the report's diagnosis section.
 
-    python scripts/bench_diagnostics.py                    # 5,000 synthetic images, 60 detections each
-    python scripts/bench_diagnostics.py --repeat 3 --screenshot docs/figures/report_diagnosis.png
+    python benchmarks/bench_diagnostics.py                    # 5,000 synthetic images, 60 detections each
+    python benchmarks/bench_diagnostics.py --repeat 3 --screenshot docs/figures/report_diagnosis.png
 
-The run is scripts/bench_evaluate.py's: a fresh ``python -m detcal.apps.evaluate`` process on COCO files
+The run is benchmarks/bench_evaluate.py's: a fresh ``python -m detcal.apps.evaluate`` process on COCO files
 written by the synthetic generator (10 IoU thresholds, bootstrap, plots and the CSV off), timed with the
 diagnostics on (the default) and off (``diagnostics.tide=false diagnostics.confusion=false
 diagnostics.operating_points=false``), alternating, median of ``--repeat``: the CPU time of the

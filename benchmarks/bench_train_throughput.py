@@ -9,9 +9,9 @@ bfloat16 CPU kernel and no CPU autocast rule, so the R-FCN cannot run under CPU 
 training step of torchvision's detection reference scripts, measured in the
 same process on the same device. Prints one JSON line per model.
 
-    python scripts/bench_train_throughput.py --device cuda --models tiny resnet50 torchvision_frcnn_r50
-    python scripts/bench_train_throughput.py --device cuda --amp --models tiny resnet50 torchvision_frcnn_r50
-    python scripts/bench_train_throughput.py --device cpu --models tiny --steps 3 --warmup 1   # CPU sanity
+    python benchmarks/bench_train_throughput.py --device cuda --models tiny resnet50 torchvision_frcnn_r50
+    python benchmarks/bench_train_throughput.py --device cuda --amp --models tiny resnet50 torchvision_frcnn_r50
+    python benchmarks/bench_train_throughput.py --device cpu --models tiny --steps 3 --warmup 1   # CPU sanity
 
 No weights are downloaded (random initialisation; throughput does not depend on the weights).
 """

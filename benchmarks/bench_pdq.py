@@ -13,7 +13,7 @@ david2611/pdq_evaluation, with its requirements installed; it is not a dependenc
 ground-truth reader, its box-detection reader, ``PDQ(filter_gts=False, segment_mode=False,
 greedy_mode=False).score``), and the time ratio reference / detcal is printed.
 
-    python scripts/bench_pdq.py [--reference-dir ~/src/pdq_evaluation] [--workers 2] [--skip-5k]
+    python benchmarks/bench_pdq.py [--reference-dir ~/src/pdq_evaluation] [--workers 2] [--skip-5k]
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
-#!/usr/bin/env python
 """Split KITTI training frames into a recalibration and a validation set.
 
 Levi et al. (2019) split the 7,481 labelled KITTI training images into about
-6K images for recalibration and about 1.5K for validation. This script does
+6K images for recalibration and about 1.5K for validation. This command does
 the same split, seeded and reproducible:
 
-    python scripts/split_kitti.py --label-dir data/kitti/training/label_2 \
+    detcal-split-kitti --label-dir data/kitti/training/label_2 \
         --out-dir data/kitti/splits --val-size 1500 --seed 0
+
+(or ``python -m detcal.apps.split_kitti ...``, the same).
 
 It writes ``recal.txt`` and ``val.txt`` (one frame name per line, sorted)
 atomically and prints the counts. The split logic is
@@ -40,6 +41,7 @@ def _val_size(text: str) -> int | float:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``detcal-split-kitti``."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--label-dir", type=Path, required=True, help="KITTI label_2 directory (<frame>.txt files)")
     p.add_argument("--out-dir", type=Path, required=True, help="where recal.txt and val.txt are written")
@@ -51,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``detcal-split-kitti``: write recal.txt and val.txt; 0 on success, 2 with a one-line error."""
     args = build_parser().parse_args(argv)
     if not args.label_dir.is_dir():
         print(f"error: label directory {args.label_dir} does not exist", file=sys.stderr)

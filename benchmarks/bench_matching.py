@@ -17,7 +17,7 @@ pycocotools ``evalImgs`` (``dtMatches``/``dtIgnore``; must be 100 %).
 
 Usage::
 
-    python scripts/bench_matching.py --images 5000 --dets-per-image 60 --seed 0
+    python benchmarks/bench_matching.py --images 5000 --dets-per-image 60 --seed 0
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ directory and times, in the same process (best of ``--repeat``):
 
 Usage::
 
-    python scripts/bench_loading.py --images 5000 --dets-per-image 60 --repeat 3 --csv
+    python benchmarks/bench_loading.py --images 5000 --dets-per-image 60 --repeat 3 --csv
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What report.html adds to a 5,000-image evaluate run (the bundled R-FCN results on COCO val2017).
 
-    python scripts/bench_report.py                  # data=coco_tfzoo data.detector=rfcn-resnet-101
-    python scripts/bench_report.py --repeat 9 --screenshot docs/figures/report_rfcn.png
+    python benchmarks/bench_report.py                  # data=coco_tfzoo data.detector=rfcn-resnet-101
+    python benchmarks/bench_report.py --repeat 9 --screenshot docs/figures/report_rfcn.png
 
 The report costs two things, both measured here on the same evaluation:
 

@@ -15,7 +15,7 @@ also written as JSON.
 
 Usage::
 
-    python scripts/bench_uq_detr.py --repeat 3
+    python benchmarks/bench_uq_detr.py --repeat 3
 """
 
 from __future__ import annotations
