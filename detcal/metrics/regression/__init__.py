@@ -15,7 +15,7 @@ optional full covariance ``cov [S,K,K]``. :func:`per_coordinate` and
 
 Definitions: the binned ones (ENCE, LENCE, UCE, M-QCE, C-QCE, joint QCE,
 Kuleshov's interval CE) are written plainly in :mod:`detcal.metrics.reference`;
-each fast path here must equal its reference (tests/test_metrics_reference.py).
+each fast path here must equal its reference (tests/metrics/test_metrics_reference.py).
 
 Axis letters: S samples, K coordinates, B bins, L quantile levels.
 

@@ -146,7 +146,7 @@ def coverage_stats(
 def m_qce_from_stats(stats: CoverageStats) -> MetricResult:
     """M-QCE = mean_tau |coverage(tau) - tau| from pooled coverage counts.
 
-    Definition: :func:`detcal.metrics.reference.qce_from_nees`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.qce_from_nees`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     n = int(stats.count.sum())
     params = {"levels": stats.levels.tolist(), "d": stats.d, "n": n}
@@ -170,7 +170,7 @@ def c_qce_from_stats(stats: CoverageStats, *, sample_threshold: int = 1, policy:
     (netcal 1.4.0, ``marginal=False``): such bins count with coverage 0 and
     keep their weight w_b = N_b / N.
 
-    Definition: :func:`detcal.metrics.reference.qce_from_nees`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.qce_from_nees`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     check_choice(policy, POLICIES, "policy")
     n = stats.count
@@ -235,7 +235,7 @@ def m_qce(mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, *, levels: ArrayLike = 
     eps = e^2/sigma^2; coverage(tau) = mean 1(eps <= chi2_1.ppf(tau));
     M-QCE = (1/L) sum_tau |coverage(tau) - tau|.
 
-    Definition: :func:`detcal.metrics.reference.m_qce`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.m_qce`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     return m_qce_from_stats(_coverage_chunked(mu, sigma, y, levels, None, "marginal", None))
 
@@ -258,7 +258,7 @@ def c_qce(
     sigma (equal-width over [min, max] as netcal, or equal_count) and the
     sparse-bin ``policy`` of :func:`c_qce_from_stats`.
 
-    Definition: :func:`detcal.metrics.reference.c_qce`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.c_qce`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     try:  # the argument checks of coverage_stats, after the input checks as there
         validate_levels(levels)
@@ -392,7 +392,7 @@ def m_qce_joint(
 
     Sigma = ``cov`` (full) or diag(sigma^2).
 
-    Definition: :func:`detcal.metrics.reference.qce_from_nees` of :func:`detcal.metrics.reference.joint_nees`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.qce_from_nees` of :func:`detcal.metrics.reference.joint_nees`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     eps, _, _, d = joint_nees(mu, sigma, y, cov)
     res = m_qce_from_stats(coverage_stats(eps, None, d=d, levels=levels))
@@ -415,7 +415,7 @@ def c_qce_joint(
 ) -> MetricResult:
     """Joint C-QCE: bins over sigma_G = det(Sigma)^(1/(2d)) (netcal 1.4.0 with covariances).
 
-    Definition: :func:`detcal.metrics.reference.qce_from_nees` of :func:`detcal.metrics.reference.joint_nees`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.qce_from_nees` of :func:`detcal.metrics.reference.joint_nees`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     eps, _, sg, d = joint_nees(mu, sigma, y, cov)
     stats = coverage_stats(eps, sg, d=d, levels=levels, bins=bins, binning=binning, range_=range_)

@@ -166,7 +166,7 @@ def interval_calibration_error(
     or ``mean`` (over the m levels). Note: uncertainty-toolbox normalises
     (mu - y)/sigma; the one-sided curve here uses e = y - mu (docs/metrics.md).
 
-    Definition: :func:`detcal.metrics.reference.interval_calibration_error`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.interval_calibration_error`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     mu_, s, t = validate(mu, sigma, y)
     check_choice(reduction, ("sum", "mean"), "reduction")

@@ -216,7 +216,7 @@ def ence_from_stats(stats: SigmaBinStats) -> MetricResult:
 
     RMV(b) = sqrt(mean sigma^2), RMSE(b) = sqrt(mean e^2); table = reliability diagram.
 
-    Definition: :func:`detcal.metrics.reference.ence`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.ence`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     n = stats.count
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -263,7 +263,7 @@ def ence(
     value does not depend on the input order (:class:`detcal.binning.RankSegments`).
     Without such ties this is the plain split of a stable sort by sigma.
 
-    Definition: :func:`detcal.metrics.reference.ence`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.ence`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     fast = _equal_width_stats(mu, sigma, y, bins, binning, "sigma", range_)
     if fast is not None:
@@ -310,7 +310,7 @@ def lence(
     and LENCE = inf, whatever the constant; ``extra["reason"]`` says why
     (metrics.json writes it as null with that reason).
 
-    Definition: :func:`detcal.metrics.reference.lence`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.lence`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     e = ence(mu, sigma, y, bins=bins, binning=binning, range_=range_)
     cv = coefficient_of_variation(mu, sigma, y)
@@ -326,7 +326,7 @@ def lence(
 def uce_from_stats(stats: SigmaBinStats) -> MetricResult:
     """UCE = sum_b N_b/N |MSE(b) - MV(b)| from per-bin sums over variance bins.
 
-    Definition: :func:`detcal.metrics.reference.uce`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.uce`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     n = stats.count
     total = int(n.sum())
@@ -361,6 +361,6 @@ def uce(
     UCE = sum_b N_b/N |MSE(b) - MV(b)| with B bins over the variance sigma^2,
     equal-width over [min sigma^2, max sigma^2] by default (netcal).
 
-    Definition: :func:`detcal.metrics.reference.uce`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.uce`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     return uce_from_stats(sigma_bin_stats(mu, sigma, y, bins=bins, binning=binning, over="variance", range_=range_))
