@@ -10,6 +10,7 @@ The Python API (Hydra-free, what every command calls)::
     cal = detcal.calibrate(detcal.DataSpec(), confidence="temperature", regression="std_scaling")
 """
 
+import importlib
 from typing import Any
 
 from detcal._version import __version__
@@ -39,8 +40,6 @@ __all__ = ["__version__", *_API, *_SPECS]
 
 
 def __getattr__(name: str) -> Any:  # lazy, so that `import detcal.metrics` stays light
-    import importlib
-
     if name in _API:
         return getattr(importlib.import_module(_API[name]), name)
     if name in _SPECS:

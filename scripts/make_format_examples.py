@@ -10,7 +10,7 @@ Writes ``OUT_DIR/mini79_yolo/`` (``labels/``, ``detections/``, ``data.yaml``,
 the same boxes and scores in each format. Boxes only: the crowd annotations are
 left out (neither YOLO nor VOC has crowd regions) and a box's area is its
 ``w * h`` (not the COCO mask area), so that COCO, YOLO and VOC readings give the
-same numbers (tests/test_formats_examples.py checks it). Numbers are written
+same numbers (tests/data_formats/test_formats_examples.py checks it). Numbers are written
 in their shortest exact form (Python's ``repr``).
 
 ``OUT_DIR/mini79_lvis/`` (``instances.json``, ``detections.json``) reads the same

@@ -3,12 +3,12 @@
     python -m detcal.apps.main hydra.run.dir=/tmp/smoke progress=false
     python scripts/record_main_fixture.py /tmp/smoke --seeds outputs/main_seeds/seeds.json
 
-Keeps every number of the run's table1.json that tests/test_main_job.py::test_smoke_table1_regression
+Keeps every number of the run's table1.json that tests/training/test_main_job.py::test_smoke_table1_regression
 compares (Table 1 rows, per-variant ENCE / C_v, s, Spearman, reliability tables, recal and detection
 rows, the ENCE changes with their intervals), the platform key the numbers belong to, and the
 tolerance used on other platforms: for each Table 1 row (and s) the largest deviation
 from the recorded run over the training seeds and the thread / CPU-capability runs of
-scripts/main_job_seeds.py (``seeds.json``), times ``--factor``.
+detcal/studies/main_job_seeds.py (``seeds.json``), times ``--factor``.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def tolerance(table: dict[str, Any], seeds: dict[str, Any], factor: float) -> di
         "largest_deviation": dev,
         "factor": factor,
         "runs": [r["run"] for r in seeds["rows"]],
-        "source": "scripts/main_job_seeds.py (seeds.json): training seeds and thread / ATEN_CPU_CAPABILITY runs; "
+        "source": "detcal/studies/main_job_seeds.py (seeds.json): training seeds and thread / ATEN_CPU_CAPABILITY runs; "
         "another platform perturbs float32 training like another seed does",
     }
 
@@ -70,7 +70,7 @@ def tolerance(table: dict[str, Any], seeds: dict[str, Any], factor: float) -> di
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir", type=Path)
-    p.add_argument("--seeds", type=Path, required=True, help="seeds.json of scripts/main_job_seeds.py")
+    p.add_argument("--seeds", type=Path, required=True, help="seeds.json of detcal/studies/main_job_seeds.py")
     p.add_argument("--factor", type=float, default=1.5)
     p.add_argument("--out", type=Path, default=REPO / "tests" / "data" / "regression" / "main_table1.json")
     a = p.parse_args(argv)
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         "_about": "Table 1 analogue of `detcal-main` (default experiment=smoke: 96 train / 480 recal / 480 val scenes, "
         "1000 + 400 iterations, one torch thread, deterministic algorithms), recorded on "
         f"{dt.date.today().isoformat()} with scripts/record_main_fixture.py on the platform in _platform. "
-        "tests/test_main_job.py::test_smoke_table1_regression compares every number to 1e-12 on that "
+        "tests/training/test_main_job.py::test_smoke_table1_regression compares every number to 1e-12 on that "
         "platform, and the conclusion plus the Table 1 numbers to _tolerance elsewhere.",
         "_platform": platform_key(t["platform"]),
         "_tolerance": tolerance(t, seeds, a.factor),

@@ -5,7 +5,7 @@
 For each run directory, loads its report.html in headless Chromium (playwright, the distribution's
 /usr/lib/chromium/chromium) at 1280 px wide and writes ``<out>/report_<NAME>.png`` (a full-page
 screenshot), then prints the page height in screen heights of 1080 px and the pairs of text boxes that
-overlap (``overlapping_text`` of tests/test_report_browser.py: text elements of one SVG, and the page's
+overlap (``overlapping_text`` of tests/reports/test_report_browser.py: text elements of one SVG, and the page's
 text outside SVGs, whose rectangles intersect by more than 1 px each way).
 """
 

@@ -58,7 +58,7 @@ def _aside_dirs(run_dir: Path, kind: str = "previous") -> list[Path]:
 def lock(run_dir: Path) -> None:
     """Hold ``run_dir/.detcal.lock`` for the life of the process (opened with no-follow: a symlink there is
     refused); a directory another live run holds is refused, nothing written into it."""
-    import fcntl
+    import fcntl  # lazy: POSIX only
 
     run_dir = Path(run_dir)
     key = run_dir.resolve()
@@ -238,8 +238,10 @@ def finish(run_dir: Path, aside: Path | None, ok: bool) -> None:
 
 def _output_dir(config: Any, job_dir_key: str, job_subdir_key: str | None) -> Path:
     """The job's directory, read from the config as Hydra's ``run_job`` reads it."""
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
+    from hydra.core.hydra_config import (
+        HydraConfig,  # lazy: Hydra only where a command composes its config, kept out of start-up
+    )
+    from omegaconf import OmegaConf  # lazy: Hydra only where a command composes its config, kept out of start-up
 
     hc = HydraConfig.instance()
     saved = hc.cfg
@@ -256,9 +258,9 @@ def _output_dir(config: Any, job_dir_key: str, job_subdir_key: str | None) -> Pa
 @contextlib.contextmanager
 def guarded_jobs(*, overwrite: bool, resumable: bool) -> Iterator[None]:
     """Within the block, every Hydra job (a run, each job of a sweep) claims its directory first."""
-    import hydra._internal.core_plugins.basic_launcher as launcher
-    import hydra._internal.hydra as hydra_main
-    import hydra.core.utils as core
+    import hydra._internal.core_plugins.basic_launcher as launcher  # lazy: Hydra only where a command composes its config, kept out of start-up
+    import hydra._internal.hydra as hydra_main  # lazy: Hydra only where a command composes its config, kept out of start-up
+    import hydra.core.utils as core  # lazy: Hydra only where a command composes its config, kept out of start-up
 
     original: Callable[..., Any] = core.run_job
 

@@ -19,6 +19,8 @@ from typing import Any
 
 from detcal.apps._hydra import AppContext, run_app
 from detcal.apps.schema import CalibrateApp
+from detcal.pipeline.calibration import calibrate
+from detcal.pipeline.spec import ConfigError
 
 PROG = "detcal-calibrate"
 CONFIG_NAME = "calibrate"
@@ -27,8 +29,6 @@ SCHEMA = CalibrateApp
 
 def task(app: CalibrateApp, ctx: AppContext) -> dict[str, Any]:
     """Run :func:`detcal.calibrate` as ``app`` describes; write the result into ``ctx.run_dir``."""
-    from detcal.pipeline.calibration import calibrate
-
     _check_short_form(ctx.choices)
     conf = ctx.instantiate(app.calibrator, "calibrator")
     reg = ctx.instantiate(app.regression_calibrator, "regression_calibrator")
@@ -63,8 +63,6 @@ def task(app: CalibrateApp, ctx: AppContext) -> dict[str, Any]:
 
 def _check_short_form(choices: Any) -> None:
     """``regression=NAME`` and a different ``calibrator@regression_calibrator`` (or its removal) contradict."""
-    from detcal.pipeline.spec import ConfigError
-
     short, long = choices.get("regression"), choices.get("calibrator@regression_calibrator")
     if short is not None and short != long:
         raise ConfigError(

@@ -16,6 +16,8 @@ from typing import Any
 
 from detcal.apps._hydra import AppContext, run_app
 from detcal.apps.schema import CompareApp
+from detcal.pipeline import compare as cmp
+from detcal.pipeline.compare_data import load_runs
 from detcal.reports import results_json
 from detcal.reports.finish import finish_run
 
@@ -26,9 +28,6 @@ SCHEMA = CompareApp
 
 def task(app: CompareApp, ctx: AppContext) -> dict[str, Any]:
     """Compare the detectors ``app`` names; write metrics.json, summary.md and the diagrams."""
-    from detcal.pipeline import compare as cmp
-    from detcal.pipeline.compare_data import load_runs
-
     dataset, runs, gt_area = load_runs(app.data, app.detectors, app.results)
     c = cmp.compare(
         runs,

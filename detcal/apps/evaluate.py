@@ -16,6 +16,7 @@ from typing import Any
 
 from detcal.apps._hydra import AppContext, is_secondary_rank, run_app
 from detcal.apps.schema import EvaluateApp
+from detcal.pipeline.evaluation import evaluate
 
 PROG = "detcal-evaluate"
 CONFIG_NAME = "evaluate"
@@ -24,8 +25,6 @@ SCHEMA = EvaluateApp
 
 def task(app: EvaluateApp, ctx: AppContext) -> dict[str, Any]:
     """Evaluate ``app.data`` with ``app``'s evaluation spec; write the result into ``ctx.run_dir``."""
-    from detcal.pipeline.evaluation import evaluate
-
     out = app.output
     result = evaluate(app.data, spec=app.evaluation(), workdir=ctx.run_dir, progress=out.progress)
     result.detections_format = out.detections_format

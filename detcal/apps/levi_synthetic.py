@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from detcal.apps._hydra import AppContext, run_app
-from detcal.studies.levi_synthetic import LeviApp
+from detcal.studies.levi_synthetic import LeviApp, run_levi_synthetic
 
 CONFIG_NAME = "levi_synthetic"
 SCHEMA = LeviApp
@@ -25,8 +25,6 @@ PROG = "detcal-levi-synthetic"
 
 def task(app: LeviApp, ctx: AppContext) -> dict[str, Any]:
     """Run the experiment of ``app.levi`` in ``ctx.run_dir``; return the metrics.json content."""
-    from detcal.studies.levi_synthetic import run_levi_synthetic
-
     return run_levi_synthetic(app.levi, ctx.run_dir, progress=app.progress, echo=app.print_summary)
 
 

@@ -18,7 +18,10 @@ from __future__ import annotations
 from typing import Any
 
 from detcal.apps._hydra import AppContext, run_app
+from detcal.training.dry_run import run_dry_run
+from detcal.training.job import make_calibrators, run_main_job
 from detcal.training.spec import MainApp
+from detcal.training.torch_check import require_torch
 
 CONFIG_NAME = "main"
 SCHEMA = MainApp
@@ -27,15 +30,9 @@ PROG = "detcal-main"
 
 def task(app: MainApp, ctx: AppContext) -> dict[str, Any]:
     """Run the main job of ``app`` in ``ctx.run_dir``; return the Table 1 JSON."""
-    from detcal.training.torch_check import require_torch
-
     require_torch(PROG)
-    from detcal.training.job import make_calibrators, run_main_job
-
     spec = app.job()
     if spec.dry_run.enabled:
-        from detcal.training.dry_run import run_dry_run
-
         return run_dry_run(spec, ctx.run_dir)
     calibrators = make_calibrators(spec.calibration.methods)
     return run_main_job(

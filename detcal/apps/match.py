@@ -39,6 +39,9 @@ from collections.abc import Sequence
 from detcal.core.errors import DetcalError, DetcalInputError
 from detcal.data.formats import LoadedData, format_names, get_format
 from detcal.matching.engine import GT_IGNORE, MODES
+from detcal.pipeline.matcher import run_match
+from detcal.pipeline.sources import load_data, unknown_category_warning
+from detcal.pipeline.spec import DataSpec, MatchingSpec
 from detcal.reports.match_outputs import match_summary, write_match_outputs
 
 
@@ -130,9 +133,6 @@ def _thresholds(values: list[str] | None, fmt: str) -> tuple[float, ...] | str:
 
 
 def _load(args: argparse.Namespace) -> LoadedData:
-    from detcal.pipeline.sources import load_data, unknown_category_warning
-    from detcal.pipeline.spec import DataSpec
-
     adapter = get_format(args.format)
     given = {
         adapter.gt_field: args.gt,
@@ -169,9 +169,6 @@ def _load(args: argparse.Namespace) -> LoadedData:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``detcal-match``; returns the exit status (0 ok, 2 bad input)."""
-    from detcal.pipeline.matcher import run_match
-    from detcal.pipeline.spec import MatchingSpec
-
     args = build_parser().parse_args(argv)
     t0 = time.perf_counter()
     try:

@@ -15,6 +15,7 @@ from detcal.apps._hydra import AppContext, run_app
 from detcal.apps.schema import StudyApp
 from detcal.reports import results_json
 from detcal.reports.finish import finish_run
+from detcal.studies.run import run_study
 
 PROG = "detcal-study"
 CONFIG_NAME = "study"
@@ -23,8 +24,6 @@ SCHEMA = StudyApp
 
 def task(app: StudyApp, ctx: AppContext) -> dict[str, Any]:
     """Run ``app.study``; write its table, figure and numbers into the run directory."""
-    from detcal.studies.run import run_study
-
     body, text, files = run_study(app, ctx.run_dir)
     files = ["metrics.json", "summary.md", *files] + (["report.html"] if app.report.enabled else [])
     content = {**results_json.header(PROG, **ctx.header()), **body, "files": files}

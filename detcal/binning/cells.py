@@ -49,23 +49,6 @@ FLOAT_STATS: dict[str, int] = {
 """Float statistics of :class:`CellStats` and log2 of their per-sample maximum."""
 
 
-def _fx_words(x: np.ndarray, log2_max: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Exact fixed-point words (three float64 arrays [S], high first) of values ``0 <= x <= 2**log2_max``.
-
-    With ``r = x * 2**(18 - m)`` (exact: a power-of-two scaling):
-    ``w0 = floor(r)``, ``w1 = floor((r - w0) * 2**18)``,
-    ``w2 = rint((r - w0) * 2**18 - w1) * 2**18)``. Every step is exact in
-    float64 (subtracting the floor and scaling by powers of two lose no bits),
-    so ``w0 2**(m-18) + w1 2**(m-36) + w2 2**(m-54)`` is ``x`` rounded to
-    the 54-bit fixed-point grid, each word an integer < 2**18 (w2 may reach
-    2**18 after rounding, which the sums absorb). Summing the words with
-    ``np.bincount`` is exact below 2**34 samples; merging is integer addition.
-    """
-    x = np.asarray(x, dtype=np.float64).reshape(-1)
-    w0, w1, w2 = fx_words_into(x, log2_max, Workspace(len(x)))  # one implementation, fresh buffers
-    return w0, w1, w2
-
-
 def _fx_value(words: np.ndarray, log2_max: int) -> np.ndarray:
     """Float value [...] of summed fixed-point words [...,3] (deterministic: fixed order)."""
     w = np.asarray(words, dtype=np.float64)

@@ -150,8 +150,18 @@ def add_words(acc: np.ndarray, key: np.ndarray, words: tuple[np.ndarray, ...], o
 
 
 def fx_words_into(x: np.ndarray, log2_max: int, ws: Workspace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`detcal.binning.cells._fx_words` written into workspace buffers (the same operations, bit for bit;
-    the power-of-two scaling is exact as a product, as with ``ldexp``)."""
+    """Exact fixed-point words (three float64 arrays [S], high first) of values ``0 <= x <= 2**log2_max``,
+    written into workspace buffers.
+
+    With ``r = x * 2**(18 - m)`` (exact: a power-of-two scaling, as with ``ldexp``):
+    ``w0 = floor(r)``, ``w1 = floor((r - w0) * 2**18)``,
+    ``w2 = rint((r - w0) * 2**18 - w1) * 2**18)``. Every step is exact in
+    float64 (subtracting the floor and scaling by powers of two lose no bits),
+    so ``w0 2**(m-18) + w1 2**(m-36) + w2 2**(m-54)`` is ``x`` rounded to
+    the 54-bit fixed-point grid, each word an integer < 2**18 (w2 may reach
+    2**18 after rounding, which the sums absorb). Summing the words with
+    ``np.bincount`` is exact below 2**34 samples; merging is integer addition.
+    """
     m = len(x)
     w0, w1, r = ws.get("fx0", np.float64, m), ws.get("fx1", np.float64, m), ws.get("fx2", np.float64, m)
     np.multiply(x, float(2.0 ** (FX_BITS - log2_max)), out=r)

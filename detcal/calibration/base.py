@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from detcal.calibration.report import make_report, warn_report
 from detcal.core.errors import DetcalInputError, NotFittedError
 
 P_CLIP: float = 1e-12
@@ -144,8 +145,6 @@ class Calibrator:
         where an optimiser ran or a parameter can stop at a bound; a
         :class:`~detcal.calibration.report.CalibrationFitWarning` names what went wrong.
         """
-        from detcal.calibration.report import make_report, warn_report
-
         if not isinstance(getattr(self, "fit_report_", None), dict):
             self.fit_report_ = make_report()
         warn_report(type(self).__name__, self.fit_report_, stacklevel=4)

@@ -35,6 +35,7 @@ returns the interval itself.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -58,8 +59,6 @@ def conformal_rank(n: int, alpha: float) -> int:
     of ``alpha`` (0.1 -> 1/10, 1/3 -> 1/3): ``(n+1)(1-alpha)`` is often an
     integer that float rounding would push up by one.
     """
-    from fractions import Fraction
-
     a = Fraction(float(alpha)).limit_denominator(10**12)
     return int(math.ceil((n + 1) * (1 - a)))
 

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import minimize
 
-from detcal.calibration.base import P_CLIP, ConfidenceCalibrator, sigmoid
+from detcal.calibration.base import P_CLIP, ConfidenceCalibrator, check_features, check_probabilities, sigmoid
 from detcal.calibration.report import make_report
 from detcal.core.errors import DetcalInputError
 
@@ -223,8 +223,6 @@ class PositionBetaCalibration(ConfidenceCalibrator):
     def logit(self, p: Any, features: Any) -> np.ndarray:
         """The fitted log-likelihood ratio ``z(s)`` (module docstring) of ``(p, features)``."""
         self._check_fitted()
-        from detcal.calibration.base import check_features, check_probabilities
-
         p_a = check_probabilities(p)
         theta = np.concatenate(
             ([self.intercept_], self.alpha_pos_, self.alpha_neg_, self.lambda_pos_, self.lambda_neg_)

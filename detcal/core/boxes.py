@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from detcal.core.errors import DetcalInputError
+
 
 def xywh_to_xyxy(b: np.ndarray) -> np.ndarray:
     """COCO ``[x, y, w, h]`` [...,4] -> ``xyxy`` [...,4]."""
@@ -121,3 +123,18 @@ def relative_features(box: np.ndarray, width: np.ndarray, height: np.ndarray) ->
     rel = c / wh
     clipped = np.any((rel < 0) | (rel > 1), axis=-1)
     return np.clip(rel, 0.0, 1.0), int(clipped.sum())
+
+
+def check_boxes(box: np.ndarray, what: str) -> None:
+    """Refuse a box [N,4] (xyxy) with a non-finite coordinate or a negative extent, naming its row of ``what``."""
+    finite = np.isfinite(box).all(axis=1)
+    if not finite.all():
+        raise DetcalInputError(
+            "box has a non-finite coordinate", record=f"{what} row {int(np.flatnonzero(~finite)[0])}", field="box"
+        )
+    bad = (box[:, 2] < box[:, 0]) | (box[:, 3] < box[:, 1])
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise DetcalInputError(
+            f"box {box[i].tolist()} has x2 < x1 or y2 < y1 (negative extent)", record=f"{what} row {i}", field="box"
+        )

@@ -73,6 +73,8 @@ from typing import Any
 
 import numpy as np
 
+from detcal.core.errors import DetcalInputError
+
 COORDS: tuple[str, ...] = ("tx", "ty", "tw", "th")
 """Names of the K = 4 regression coordinates (R-CNN deltas)."""
 
@@ -97,9 +99,6 @@ class _Columnar:
 
     def __len__(self) -> int:  # pragma: no cover - overridden by dataclass field
         raise NotImplementedError
-
-    def _array_fields(self) -> list[str]:
-        return [f.name for f in dataclasses.fields(self) if isinstance(getattr(self, f.name), np.ndarray)]  # type: ignore[arg-type]
 
     def select(self, index: Any) -> Any:
         """Rows ``index`` (bool mask or integer array) of every per-row field."""
@@ -290,8 +289,6 @@ class Dataset:
 
     def gt_image_rows(self) -> np.ndarray:
         """Row into ``images`` of each ground-truth box [G]; an unknown image id is an input error."""
-        from detcal.core.errors import DetcalInputError
-
         rows = self.images.index_of(self.gt.image_id)
         bad = np.flatnonzero(rows < 0)
         if len(bad):

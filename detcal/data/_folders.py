@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from detcal.core.errors import DetcalInputError
+from detcal.data.kitti import read_image_size
 
 IMAGE_SUFFIXES: tuple[str, ...] = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 """Image files an image folder is scanned for."""
@@ -47,8 +49,6 @@ def read_sizes(path: Path) -> dict[str, tuple[float, float]]:
 
 def folder_sizes(image_dir: Path) -> tuple[dict[str, tuple[float, float]], dict[str, str]]:
     """Sizes and file names of the images in ``image_dir`` (by stem), read from their headers."""
-    from detcal.data.kitti import read_image_size
-
     sizes: dict[str, tuple[float, float]] = {}
     names: dict[str, str] = {}
     for p in sorted(image_dir.iterdir()):
@@ -63,8 +63,6 @@ def read_names(path: Path) -> list[str] | dict[int, str]:
     """Class names from a YOLO ``data.yaml`` (``names:`` a list or an ``{index: name}`` map) or a text
     file with one name per line."""
     if path.suffix.lower() in (".yaml", ".yml"):
-        import yaml
-
         try:
             doc = yaml.safe_load(path.read_text(encoding="utf-8-sig"))
         except yaml.YAMLError as e:

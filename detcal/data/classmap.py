@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import yaml
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import KITTI_CATEGORIES, KITTI_TYPES, Dataset, Detections
@@ -158,8 +159,6 @@ def load_class_map(path: PathLike | None = None) -> ClassMap:
     KITTI type has an id; and the two directions agree: ``kitti_to_coco[k] =
     c`` requires ``coco_to_kitti[c] = k``.
     """
-    import yaml
-
     p = Path(DEFAULT_CLASS_MAP if path is None else path)
     file = str(p)
     try:

@@ -22,6 +22,7 @@ numpy so that pycocotools stays a test-only reference:
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -186,8 +187,6 @@ def load_segmentations(path: str | Path, dataset: Dataset) -> list[Any]:
 def _read(path: str | Path) -> bytes:
     data = Path(path).read_bytes()
     if data[:2] == b"\x1f\x8b":
-        import gzip
-
         data = gzip.decompress(data)
     return data
 

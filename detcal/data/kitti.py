@@ -250,7 +250,7 @@ def read_image_size(path: PathLike) -> tuple[int, int]:
         w, h = struct.unpack(">II", head[16:24])
         return int(w), int(h)
     try:
-        from PIL import Image
+        from PIL import Image  # lazy: Pillow only when images are drawn or read
 
         with Image.open(p) as im:
             w, h = im.size

@@ -14,6 +14,13 @@ from typing import Any
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import KITTI_CATEGORIES, Dataset, Detections
 from detcal.data.formats import LoadedData, MatchDefaults, need_path
+from detcal.data.kitti import (
+    kitti_rules,
+    load_kitti_labels,
+    load_kitti_results,
+    write_kitti_labels,
+    write_kitti_results,
+)
 from detcal.utils.io import write_text
 
 __all__ = ["ADAPTER", "load_kitti"]
@@ -24,8 +31,6 @@ def load_kitti(
 ) -> LoadedData:
     """KITTI labels and results with the devkit rules of ``difficulty``; sizes from ``image_dir``,
     ``sizes`` or the ``image_2/`` folder beside ``label_dir``."""
-    from detcal.data.kitti import kitti_rules, load_kitti_labels, load_kitti_results
-
     labels = need_path(label_dir, "data.label_dir")
     results = need_path(results_dir, "data.results_dir")
     images = None if image_dir is None else need_path(image_dir, "data.image_dir")
@@ -74,8 +79,6 @@ class KittiAdapter:
 
     def write(self, out_dir: Path, dets: Detections, dataset: Dataset, write_gt: bool) -> dict[str, str]:
         """``results/`` (+ ``label_2/`` and ``sizes.txt`` when ``write_gt``)."""
-        from detcal.data.kitti import write_kitti_labels, write_kitti_results
-
         write_kitti_results(out_dir / "results", dets, categories=KITTI_CATEGORIES, dataset=dataset)
         paths = {"results": str(out_dir / "results")}
         if write_gt:

@@ -27,6 +27,7 @@ import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections
+from detcal.data.coco_source import ADAPTER as COCO, load_coco
 from detcal.data.formats import LoadedData, MatchDefaults, need_path
 
 __all__ = ["ADAPTER", "FREQUENCIES", "LvisRules", "load_lvis", "read_lvis_rules"]
@@ -101,8 +102,6 @@ def read_lvis_rules(path: Path) -> LvisRules:
 def load_lvis(gt: Any, results: Any, unknown_category: str = "drop", chunk_bytes: int | None = None) -> LoadedData:
     """LVIS ground truth and COCO-format results: the COCO reader's records plus the :class:`LvisRules`
     (in ``LoadedData.protocol``)."""
-    from detcal.data.coco_source import load_coco
-
     g = need_path(gt, "data.gt")
     data = load_coco(g, results, unknown_category, chunk_bytes)
     data.protocol = read_lvis_rules(g)
@@ -127,8 +126,6 @@ class LvisAdapter:
 
     def write(self, out_dir: Path, dets: Detections, dataset: Dataset, write_gt: bool) -> dict[str, str]:
         """``detections.json`` (COCO results; + ``instances.json`` without the federated fields when ``write_gt``)."""
-        from detcal.data.coco_source import ADAPTER as COCO
-
         return COCO.write(out_dir, dets, dataset, write_gt)
 
 

@@ -29,7 +29,9 @@ import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections, GroundTruth
+from detcal.data.coco_source import ADAPTER as COCO, load_coco
 from detcal.data.formats import LoadedData, MatchDefaults, need_path
+from detcal.data.openimages_csv import read_openimages_csv
 
 __all__ = ["ADAPTER", "OpenImagesRules", "expand_boxes", "load_openimages", "read_hierarchy", "with_rules"]
 
@@ -134,12 +136,8 @@ def load_openimages(
     :class:`OpenImagesRules` (evaluable pairs, group-of flags of the expanded boxes) in ``LoadedData.protocol``.
     A ``.csv`` ground truth is read as the official CSVs (:mod:`detcal.data.openimages_csv`; ``csv`` holds
     ``labels``, ``names``, ``sizes``, ``image_dir``)."""
-    from detcal.data.coco_source import load_coco
-
     g = need_path(gt, "data.gt")
     if g.suffix.lower() == ".csv":
-        from detcal.data.openimages_csv import read_openimages_csv
-
         got = read_openimages_csv(g, results, unknown_category, **dict(csv or {}))
         parent = {} if hierarchy in (None, "") else read_hierarchy(hierarchy, got.label_names)
         with_rules(got.data, parent, got.group_of, got.pos, got.neg)
@@ -197,8 +195,6 @@ class OpenImagesAdapter:
 
     def write(self, out_dir: Path, dets: Detections, dataset: Dataset, write_gt: bool) -> dict[str, str]:
         """``detections.json`` (COCO results; + ``instances.json``, expanded, without the Open Images fields)."""
-        from detcal.data.coco_source import ADAPTER as COCO
-
         return COCO.write(out_dir, dets, dataset, write_gt)
 
 

@@ -28,6 +28,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from xml.sax.saxutils import escape
 
 import numpy as np
 
@@ -181,8 +182,6 @@ def _num(v: float) -> str:
 
 
 def _esc(s: str) -> str:
-    from xml.sax.saxutils import escape
-
     return escape(s)
 
 

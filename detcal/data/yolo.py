@@ -19,6 +19,7 @@ mAP50-95): ``exclusive``, IoU 0.5 and 0.75, 100 detections per image.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -199,8 +200,6 @@ def write_yolo(out_dir: Path, dets: Detections, dataset: Dataset, write_gt: bool
 
 
 def _yaml_str(s: str) -> str:
-    import json
-
     return json.dumps(s)  # a JSON string is a YAML string
 
 

@@ -18,7 +18,7 @@ __all__ = ["DetectionCalibration"]
 
 def __getattr__(name: str) -> Any:  # lazy: the evaluator pulls in the pipeline
     if name == "DetectionCalibration":
-        from detcal.integrations.evaluator import DetectionCalibration
+        from detcal.integrations.evaluator import DetectionCalibration  # lazy: the package attribute loads on first use
 
         return DetectionCalibration
     raise AttributeError(f"module 'detcal.integrations' has no attribute {name!r}")

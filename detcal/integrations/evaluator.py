@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from detcal.core.boxes import cxcywh_to_xyxy, xywh_to_xyxy, xyxy_to_cxcywh
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections, GroundTruth, Images
 from detcal.integrations._contract import (
@@ -47,6 +48,9 @@ from detcal.integrations._contract import (
     shape_kind,
     spec_fingerprint,
 )
+from detcal.pipeline.evaluation import evaluate
+from detcal.pipeline.parallel import gather_all
+from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
 
 __all__ = ["DetectionCalibration", "BOX_FORMATS", "UNCERTAINTY_KEYS"]
@@ -164,8 +168,6 @@ def _hw(t: Mapping[str, Any]) -> tuple[float, float]:
 
 def _xyxy(box: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray | None]:
     """float64 xyxy boxes and, for xywh input, the input's (w, h) (matching takes COCO areas from them)."""
-    from detcal.core.boxes import cxcywh_to_xyxy, xywh_to_xyxy
-
     b = np.asarray(box, np.float64)
     if fmt == "xyxy":
         return b, None
@@ -672,10 +674,10 @@ class DetectionCalibration:
         ch = self._chunks
         if force:
             if len(ch) > 1:
-                self._chunks = [_concat_chunks(ch)]
+                self._chunks = [concat_chunks(ch)]
             return
         while len(ch) > 1 and _chunk_rows(ch[-2]) <= _chunk_rows(ch[-1]):
-            ch[-2:] = [_concat_chunks(ch[-2:])]
+            ch[-2:] = [concat_chunks(ch[-2:])]
 
     # ----------------------------------------------------------------- compute
 
@@ -695,8 +697,6 @@ class DetectionCalibration:
                 field="image_id",
             )
         if self.process_group is None:
-            from detcal.pipeline.parallel import gather_all
-
             parts = gather_all(mine)
         else:
             parts = [None] * dist.get_world_size(self.process_group)
@@ -709,7 +709,7 @@ class DetectionCalibration:
         if not chunks:
             raise DetcalInputError("nothing to evaluate: update() was never called", field="update")
         return _loaded(
-            _concat_chunks(chunks),
+            concat_chunks(chunks),
             self.box_format,
             self.categories,
             self.duplicate_images,
@@ -721,8 +721,6 @@ class DetectionCalibration:
         """The :class:`~detcal.pipeline.result.EvaluationResult` of :func:`detcal.evaluate` on the images
         seen (every rank's, with ``sync_on_compute``), with this evaluator's spec."""
         if self._cached is None:
-            from detcal.pipeline.evaluation import evaluate
-
             self._cached = evaluate(self.loaded(), spec=self.spec)
         return self._cached
 
@@ -793,7 +791,7 @@ def _chunk_rows(c: dict[str, Any]) -> int:
     return len(c["img_id"]) + len(c["det_score"]) + len(c["gt_label"])
 
 
-def _concat_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+def concat_chunks(chunks: list[dict[str, Any]]) -> dict[str, Any]:
     """One chunk from several (optional columns must be present wherever there are rows)."""
     if len(chunks) == 1:
         return chunks[0]
@@ -839,8 +837,6 @@ def _loaded(
     c: dict[str, Any], fmt: str, categories: dict[int, str] | None, duplicates: str, arrival: bool, n_updates: int
 ) -> Any:
     """:class:`LoadedData` from one chunk: images in id order, detections and GT in per-image blocks."""
-    from detcal.pipeline.sources import LoadedData
-
     perm = _image_order(c["img_id"], duplicates, arrival)
     ids = c["img_id"][perm]
     drows, grows = _blocks(c["img_ndet"], perm), _blocks(c["img_ngt"], perm)
@@ -901,8 +897,6 @@ def from_records(
     """(preds, targets) batches of ``batch`` images from offline records, in ``image_order`` (image rows;
     default the dataset's order): what a data loader and a model would hand to ``update`` (tests,
     benchmarks). ``box_format="xywh"`` gives the records' input (w, h) where they keep it."""
-    from detcal.core.boxes import xyxy_to_cxcywh
-
     d_order = np.argsort(detections.image_id, kind="stable")
     d_sorted = detections.image_id[d_order]
     g_order = np.argsort(dataset.gt.image_id, kind="stable")

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from detcal.integrations.evaluator import DetectionCalibration, _concat_chunks
+from detcal.integrations.evaluator import DetectionCalibration, concat_chunks
 
 try:
     from mmengine.evaluator import BaseMetric as _Base
@@ -93,7 +93,7 @@ class MMDetCalibrationMetric(_Base):
     def compute_metrics(self, results: list) -> dict[str, float]:
         """The headline numbers (mmengine prefixes them with ``detcal/``); the full result is ``self.result``."""
         ev = DetectionCalibration(**self._opts)
-        ev._load_columns(_concat_chunks(list(results)), len(results), 0)  # checked, as load_state_dict does
+        ev._load_columns(concat_chunks(list(results)), len(results), 0)  # checked, as load_state_dict does
         self.result = ev.compute()
         return {k: v["value"] for k, v in self.result.headline.items()}
 

@@ -108,6 +108,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from detcal.core.boxes import check_boxes
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Detections, GroundTruth, Images, KittiRules, MatchResult
 from detcal.matching.blocks import (
@@ -136,20 +137,6 @@ _COCO_MAX_THR: float = 1.0 - 1e-10  # pycocotools: iou = min([t, 1 - 1e-10])
 
 
 # --------------------------------------------------------------------------- validation
-
-
-def _check_boxes(box: np.ndarray, what: str) -> None:
-    finite = np.isfinite(box).all(axis=1)
-    if not finite.all():
-        raise DetcalInputError(
-            "box has a non-finite coordinate", record=f"{what} row {int(np.flatnonzero(~finite)[0])}", field="box"
-        )
-    bad = (box[:, 2] < box[:, 0]) | (box[:, 3] < box[:, 1])
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise DetcalInputError(
-            f"box {box[i].tolist()} has x2 < x1 or y2 < y1 (negative extent)", record=f"{what} row {i}", field="box"
-        )
 
 
 def _validate(
@@ -206,8 +193,8 @@ def _validate(
                 "mode='kitti' is the devkit's strict overlap test; strict=False exists for exclusive/max only",
                 field="kitti.strict",
             )
-    _check_boxes(dets.box, "detection")
-    _check_boxes(gt.box, "ground truth")
+    check_boxes(dets.box, "detection")
+    check_boxes(gt.box, "ground truth")
     if not np.isfinite(dets.score).all():
         raise DetcalInputError(
             "score is not finite",

@@ -26,23 +26,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from detcal.core.boxes import check_boxes
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Detections, GroundTruth, MatchResult
 
 MODE = "netcal_example"
 """The ``MatchResult.mode`` of this rule."""
-
-
-def _check_boxes(box: np.ndarray, what: str) -> None:
-    finite = np.isfinite(box).all(axis=1)
-    if not finite.all():
-        raise DetcalInputError(
-            "box has a non-finite coordinate", record=f"{what} row {int(np.flatnonzero(~finite)[0])}", field="box"
-        )
-    bad = (box[:, 2] < box[:, 0]) | (box[:, 3] < box[:, 1])
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise DetcalInputError(f"box {box[i].tolist()} has x2 < x1 or y2 < y1", record=f"{what} row {i}", field="box")
 
 
 def best_overlap(dets: Detections, gt: GroundTruth) -> tuple[np.ndarray, np.ndarray]:
@@ -110,8 +99,8 @@ def match_netcal_example(
         )
     if not np.isfinite(score_threshold):
         raise DetcalInputError(f"score_threshold must be finite, got {score_threshold}", field="score_threshold")
-    _check_boxes(dets.box, "detection")
-    _check_boxes(gt.box, "ground truth")
+    check_boxes(dets.box, "detection")
+    check_boxes(gt.box, "ground truth")
     iou, row = best_overlap(dets, gt)
     considered = dets.score >= score_threshold
     same_class = (row >= 0) & (gt.category[np.maximum(row, 0)] == dets.category)

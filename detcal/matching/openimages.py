@@ -37,6 +37,8 @@ import numpy as np
 
 from detcal.core.types import Detections, GroundTruth, MatchResult
 from detcal.data.openimages import OpenImagesRules
+from detcal.matching.engine import match
+from detcal.matching.lvis import top_per_image
 from detcal.matching.voc import best_same_class
 
 __all__ = ["MODE", "match_openimages"]
@@ -59,8 +61,6 @@ def _greedy_single(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """pycocotools' greedy matching of the considered detections with the non-group-of boxes: matched [T, D],
     ignored (on a difficult box) [T, D] and the box rows [T, D]."""
-    from detcal.matching.engine import match
-
     rows = np.flatnonzero(considered)
     sub = gt.select(single)
     sub.iscrowd = np.zeros(len(sub), bool)
@@ -95,8 +95,6 @@ def match_openimages(
     pairs a detection with a non-group-of box: ``"tf"`` (default) the box of highest IoU, taken or not,
     as the TF Object Detection API's ``per_image_evaluation``; ``"greedy"`` the best box still free
     (pycocotools' rule), as hotcoco 1.3.0's Open Images evaluation does."""
-    from detcal.matching.lvis import top_per_image
-
     thr = np.asarray(iou_thresholds, dtype=np.float64).reshape(-1)
     considered = rules.is_evaluable(dets.image_id, dets.category) & (dets.score >= score_threshold)
     considered &= top_per_image(dets, max_dets)

@@ -50,13 +50,14 @@ Variants (where the evaluation script departs from the definition above):
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.special import gammaln
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Detections, GroundTruth, MetricResult
+from detcal.matching.engine import match
+from detcal.metrics.lrp import paired_iou
 
 BANDWIDTH_GRID: np.ndarray = np.concatenate([np.logspace(-3, -1, 5), np.linspace(0.2, 1.0, 5)])
 """The bandwidths their code chooses from."""
@@ -91,7 +92,7 @@ def _lse(x: np.ndarray) -> np.ndarray:
         return np.log(x.sum(axis=1)) + m
 
 
-def _check_scores(scores: Any, targets: Any) -> tuple[np.ndarray, np.ndarray]:
+def _check_scores(scores: ArrayLike, targets: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     s = np.asarray(scores, dtype=np.float64).reshape(-1)
     y = np.asarray(targets, dtype=np.float64).reshape(-1)
     if len(s) != len(y):
@@ -104,7 +105,7 @@ def _check_scores(scores: Any, targets: Any) -> tuple[np.ndarray, np.ndarray]:
     return np.clip(s, SCORE_EPS, 1.0 - SCORE_EPS), y
 
 
-def loo_bandwidth(scores: Any, grid: np.ndarray = BANDWIDTH_GRID) -> float:
+def loo_bandwidth(scores: ArrayLike, grid: np.ndarray = BANDWIDTH_GRID) -> float:
     """The bandwidth their code picks (module docstring): leave-one-out log likelihood over ``grid``."""
     s, _ = _check_scores(scores, np.zeros(np.size(scores)))
     n = len(s)
@@ -122,7 +123,7 @@ def loo_bandwidth(scores: Any, grid: np.ndarray = BANDWIDTH_GRID) -> float:
     return best
 
 
-def kde_ratio(scores: Any, targets: Any, bandwidth: float) -> np.ndarray:
+def kde_ratio(scores: ArrayLike, targets: ArrayLike, bandwidth: float) -> np.ndarray:
     """Leave-one-out estimates ``r_i`` of ``E[Y | S = s_i]`` [n] (module docstring)."""
     s, y = _check_scores(scores, targets)
     n = len(s)
@@ -138,7 +139,7 @@ def kde_ratio(scores: Any, targets: Any, bandwidth: float) -> np.ndarray:
     return out
 
 
-def kde_ece(scores: Any, targets: Any, *, bandwidth: float | str = "loo", p: int = 1) -> MetricResult:
+def kde_ece(scores: ArrayLike, targets: ArrayLike, *, bandwidth: float | str = "loo", p: int = 1) -> MetricResult:
     """KDE estimate of ``E |E[Y | S] - S|^p`` from scores and targets in [0, 1] (``bandwidth``: "loo" or a number)."""
     s, y = _check_scores(scores, targets)
     if len(s) < 2:
@@ -245,7 +246,7 @@ def detection_kde_ece(
     gt: GroundTruth,
     *,
     link: str = "binary",
-    iou_thresholds: Any = None,
+    iou_thresholds: ArrayLike | None = None,
     variant: str = "popordanoska2024_code",
     p: int = 1,
     max_dets: int | None = 100,
@@ -253,9 +254,6 @@ def detection_kde_ece(
     """Detection calibration error (module docstring), mean over classes and IoU thresholds.
 
     ``iou_thresholds``: default 0.50:0.05:0.95 for the binary link, 0.5 for the IoU link (their ECE and ECE-id)."""
-    from detcal.matching.engine import match
-    from detcal.metrics.lrp import paired_iou
-
     if variant not in VARIANTS:
         raise DetcalInputError(f"unknown variant {variant!r}; choose one of {VARIANTS}", field="variant")
     if link not in ("binary", "iou"):

@@ -25,7 +25,10 @@ from detcal.core.types import Dataset, Detections
 from detcal.data.lvis import FREQUENCIES, LvisRules
 from detcal.matching.blocks import box_areas
 from detcal.matching.engine import match
-from detcal.matching.lvis import lvis_considered
+from detcal.matching.lvis import lvis_considered, match_lvis
+from detcal.metrics.confidence import ece
+from detcal.metrics.laece import dece_from_outcomes, laece_from_outcomes
+from detcal.metrics.lrp import DetectionOutcomes, paired_iou
 
 __all__ = ["AREA_RANGES", "IOU_THRESHOLDS", "REC_THRESHOLDS", "lvis_ap", "lvis_precision"]
 
@@ -122,11 +125,6 @@ def lvis_calibration_by_frequency(
     ignored ones (unmatched of a not-exhaustive category, on an ignored box); a true positive is a
     positive (LaECE target: its IoU with the box it took), every other detection a negative. A group's
     numbers use its categories' detections; LaECE averages over its categories with ground truth."""
-    from detcal.matching.lvis import match_lvis
-    from detcal.metrics.confidence import ece
-    from detcal.metrics.laece import dece_from_outcomes, laece_from_outcomes
-    from detcal.metrics.lrp import DetectionOutcomes, paired_iou
-
     mr = match_lvis(dets, ds.gt, (tau,), rules, max_dets=max_dets)
     valid = mr.considered & ~mr.ignored[0]
     tp = mr.matched[0]

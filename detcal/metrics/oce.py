@@ -220,7 +220,7 @@ def _block_brier(
             pbar = probs[best_det[hit]]
         else:
             wt = np.ones(len(obj)) if aggregation == "mean" else w
-            from scipy import sparse  # lazily: a class-distribution input only; start-up stays light
+            from scipy import sparse  # lazy: a class-distribution input only; start-up stays light
 
             pbar = np.asarray(sparse.csr_matrix((wt, (obj, det)), shape=(n_obj, len(probs))) @ probs)[hit]
             if aggregation == "mean":

@@ -21,10 +21,12 @@ tells how calibrated the detector is where it would be deployed.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from detcal.core.types import MetricResult
 from detcal.metrics.lrp import DetectionOutcomes, lrp_table
 from detcal.metrics.tide import grid_count
 
@@ -104,11 +106,13 @@ def _class_f1(
     return out
 
 
-def _nan(v: Any) -> float:
+def _nan(v: float | None) -> float:
     return float("nan") if v is None else float(v)
 
 
-def _ece_kept(ece: Any, p: np.ndarray, y: np.ndarray, keep: np.ndarray) -> dict[str, Any]:
+def _ece_kept(
+    ece: Callable[[np.ndarray, np.ndarray], MetricResult], p: np.ndarray, y: np.ndarray, keep: np.ndarray
+) -> dict[str, Any]:
     """ECE of the kept detections (None when none is kept), with their number."""
     n = int(keep.sum())
     with warnings.catch_warnings():
@@ -119,7 +123,7 @@ def _ece_kept(ece: Any, p: np.ndarray, y: np.ndarray, keep: np.ndarray) -> dict[
 def operating_points(
     o: DetectionOutcomes,
     names: dict[int, str],
-    ece: Any,
+    ece: Callable[[np.ndarray, np.ndarray], MetricResult],
     top_classes: list[int],
     lrp: tuple[dict[int, Any], dict[int, Any], float] | None = None,
     desc: np.ndarray | None = None,

@@ -75,13 +75,13 @@ def resample_images(
     return out, Dataset(images=images, gt=gt, categories=ds.categories), area
 
 
-def _summary(dets: Detections, ds: Dataset, area: Any, keys: Sequence[str]) -> dict[str, float]:
+def _summary(dets: Detections, ds: Dataset, area: np.ndarray | None, keys: Sequence[str]) -> dict[str, float]:
     res = coco_ap(dets, ds, gt_area=area)
     return {k: float(res[k].value) for k in keys}
 
 
 def ap_replicates(
-    dets: Detections, ds: Dataset, draws: np.ndarray, keys: Sequence[str], gt_area: Any = None
+    dets: Detections, ds: Dataset, draws: np.ndarray, keys: Sequence[str], gt_area: np.ndarray | None = None
 ) -> dict[str, np.ndarray]:
     """``{key: [R]}`` COCO AP/AR of each resample in ``draws`` (one COCO evaluation per row)."""
     out = {k: np.full(len(draws), np.nan) for k in keys}
@@ -93,7 +93,7 @@ def ap_replicates(
 
 
 def ap_jackknife(
-    dets: Detections, ds: Dataset, block: np.ndarray, keys: Sequence[str], gt_area: Any = None
+    dets: Detections, ds: Dataset, block: np.ndarray, keys: Sequence[str], gt_area: np.ndarray | None = None
 ) -> dict[str, np.ndarray]:
     """Delete-a-block jackknife values ``{key: [B]}`` (block j's images left out in value j)."""
     m = int(block.max()) + 1
@@ -133,7 +133,7 @@ def paired_ap_differences(
     seed: int = 0,
     method: str = "bca",
     n_blocks: int = 20,
-    gt_area: Any = None,
+    gt_area: np.ndarray | None = None,
 ) -> list[dict[str, Any]]:
     """Paired intervals of ``key(detector) - key(baseline)`` for every non-baseline detector.
 

@@ -62,8 +62,10 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from detcal.core.errors import DetcalInputError
-from detcal.core.types import Dataset, Detections, MetricResult
+from detcal.core.types import Dataset, Detections, Images, MetricResult
+from detcal.metrics import pdq_evaluation as pe
 from detcal.metrics._special import ndtr
+from detcal.utils.processes import map_in_processes
 
 HEATMAP_THRESHOLD: float = 0.0027
 """Spatial probabilities below this are 0 (the reference's ``_HEATMAP_THRESH``)."""
@@ -259,13 +261,6 @@ def _rect_sums(
     return tot, (lx1 - lx0) * (ly1 - ly0)
 
 
-def _snap(q: np.ndarray) -> np.ndarray:
-    q = q.copy()
-    q[np.isclose(q, 0.0)] = 0.0
-    q[np.isclose(q, 1.0)] = 1.0
-    return q
-
-
 def pair_qualities(
     det_box: np.ndarray,
     det_cov: np.ndarray | None,
@@ -301,18 +296,18 @@ def pair_qualities(
         bg_in, _ = _rect_sums(m.s_bg, m, c0, c1, r0, r1)
         fg[:, part] = fg_in + (n - n_in) * np.log(SMALL)  # GT pixels outside a window have p = 0
         bg[:, part] = m.s_bg[:, -1, -1][None, :] - bg_in
-    spatial = _snap(np.exp((fg + bg) / n))
+    spatial = pe.snap(np.exp((fg + bg) / n))
     label = np.where(gt_cat[:, None] == det_cat[None, :], det_score[None, :], 0.0)
     return {
         "ppdq": np.sqrt(spatial * label),
         "spatial": spatial,
         "label": label,
-        "fg": _snap(np.exp(fg / n)),
-        "bg": _snap(np.exp(bg / n)),
+        "fg": pe.snap(np.exp(fg / n)),
+        "bg": pe.snap(np.exp(bg / n)),
     }
 
 
-def _image_rows_checked(images: Any, dets: Detections) -> np.ndarray:
+def _image_rows_checked(images: Images, dets: Detections) -> np.ndarray:
     """Row of each detection's image [D]; a clear error for an unknown image id or a score outside [0, 1]."""
     img_of_det = images.index_of(dets.image_id)
     if (img_of_det < 0).any():
@@ -473,9 +468,6 @@ def _pdq_reference(
     fixed_cov: float | None,
     workers: int,
 ) -> MetricResult:
-    from detcal.metrics import pdq_evaluation as pe
-    from detcal.utils.processes import map_in_processes
-
     mode = gt_mask or ("segmentation" if segmentations is not None else "box")
     if mode not in ("segmentation", "box"):
         raise DetcalInputError(f"gt_mask must be 'segmentation' or 'box', got {gt_mask!r}", field="gt_mask")

@@ -185,13 +185,13 @@ def image_qualities(
         fg[:, part] = fsum
         bg[:, part] = b_tot[None, :] - b_in
     n = px["n"][gt_rows].astype(np.float64)[:, None]
-    spatial = _snap(np.exp((fg + bg) / n))
+    spatial = snap(np.exp((fg + bg) / n))
     with np.errstate(divide="ignore"):
         ppdq = np.exp((np.log(label.astype(np.float64)) + np.log(spatial)) / 2.0)
-    return {"ppdq": ppdq, "spatial": spatial, "label": label, "fg": _snap(np.exp(fg / n)), "bg": _snap(np.exp(bg / n))}
+    return {"ppdq": ppdq, "spatial": spatial, "label": label, "fg": snap(np.exp(fg / n)), "bg": snap(np.exp(bg / n))}
 
 
-def _snap(q: np.ndarray) -> np.ndarray:
+def snap(q: np.ndarray) -> np.ndarray:
     q = q.copy()
     q[np.isclose(q, 0.0)] = 0.0
     q[np.isclose(q, 1.0)] = 1.0

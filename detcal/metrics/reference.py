@@ -5,7 +5,7 @@ numbers with fast paths built for millions of detections (chunked passes,
 fixed-point cell sums, reused workspaces: :mod:`detcal.binning.cells`,
 :mod:`detcal.binning.kernels`, :mod:`detcal.metrics.regression`); each fast
 path names in its docstring the function here that it must equal, and
-``tests/test_metrics_reference.py`` checks that it does, on random and
+``tests/metrics/test_metrics_reference.py`` checks that it does, on random and
 adversarial inputs (ties, values on bin edges, 0 and 1, empty and sparse
 cells, single samples, equal sigmas).
 

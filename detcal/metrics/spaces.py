@@ -130,7 +130,7 @@ class RegressionSample:
         """Residual ``e = y - mu`` [S,K]."""
         return self.y - self.mu
 
-    def select(self, index: Any) -> RegressionSample:
+    def select(self, index: np.ndarray) -> RegressionSample:
         """Rows ``index`` (bool mask or integer array) of every per-sample field."""
         return RegressionSample(
             mu=self.mu[index],

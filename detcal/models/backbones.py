@@ -21,6 +21,8 @@ Every backbone maps images ``[B, 3, H, W]`` to one feature map
 
 from __future__ import annotations
 
+import pickle
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -154,12 +156,8 @@ def load_resnet_weights(net: nn.Module, path: str | Path) -> None:
 def load_weights_file(path: Path) -> Any:
     """``torch.load(path, weights_only=True)``; a file that is no weights-only checkpoint (another pickle,
     not a torch file at all, truncated) is refused with one sentence naming it, nothing in it run."""
-    import pickle
-
     if not Path(path).is_file():
         raise DetcalInputError("weights file not found (detcal never downloads weights)", file=path)
-    import warnings
-
     try:
         with warnings.catch_warnings():  # torch warns about the pickle protocol of a file it then refuses
             warnings.simplefilter("ignore", UserWarning)

@@ -54,19 +54,21 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:  # lazy: importing the specs stays cheap
     if name == "evaluate":
-        from detcal.pipeline.evaluation import evaluate
+        from detcal.pipeline.evaluation import evaluate  # lazy: the package attribute loads on first use
 
         return evaluate
     if name == "calibrate":
-        from detcal.pipeline.calibration import calibrate
+        from detcal.pipeline.calibration import calibrate  # lazy: the package attribute loads on first use
 
         return calibrate
     if name == "EvaluationResult":
-        from detcal.pipeline.result import EvaluationResult
+        from detcal.pipeline.result import EvaluationResult  # lazy: the package attribute loads on first use
 
         return EvaluationResult
     if name == "CalibrationResult":
-        from detcal.pipeline.calibration_result import CalibrationResult
+        from detcal.pipeline.calibration_result import (
+            CalibrationResult,  # lazy: the package attribute loads on first use
+        )
 
         return CalibrationResult
     raise AttributeError(name)

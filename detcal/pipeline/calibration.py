@@ -26,15 +26,22 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-from detcal.calibration.base import ConfidenceCalibrator, RegressionCalibrator
+from detcal.calibration.base import Calibrator, ConfidenceCalibrator, RegressionCalibrator
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MatchResult, MetricResult, Skipped
+from detcal.metrics.bootstrap import with_ci
+from detcal.metrics.confidence_suite import confidence_metrics
+from detcal.metrics.paired import confidence_changes, paired_bootstrap_many
+from detcal.metrics.regression import ence, gaussian_nll, interval_calibration_error, m_qce, regression_metrics
+from detcal.metrics.regression.coverage import edge_sample, gaussian_coverage, gaussian_width
+from detcal.metrics.spaces import RegressionSample, regression_sample
 from detcal.pipeline.calibration_result import REGRESSION_ROWS, CalibrationResult
 from detcal.pipeline.confidence_block import interval_settings, spec_suite
+from detcal.pipeline.coverage_block import sample_coverage
 from detcal.pipeline.evaluation import (
     as_loaded,
     dece_maps,
@@ -44,6 +51,7 @@ from detcal.pipeline.evaluation import (
 )
 from detcal.pipeline.matcher import run_match
 from detcal.pipeline.progress import Progress
+from detcal.pipeline.registry import make_calibrator
 from detcal.pipeline.sources import LoadedData, subset_images
 from detcal.pipeline.spec import FEATURES, CalibrationSpec, ConfigError, EvaluationSpec
 from detcal.pipeline.writeback import apply_regression_calibrator
@@ -136,17 +144,17 @@ def _threshold_row(mr: MatchResult, t: float | None) -> int:
         raise ConfigError("calibration.fit_iou", f"{exc.args[0]} (it must be one of matching.iou_thresholds)") from None
 
 
-def resolve_calibrator(obj: Any, want: type, role: str) -> Any:
+CalibratorT = TypeVar("CalibratorT", bound=Calibrator)
+
+
+def resolve_calibrator(obj: CalibratorT | str | None, want: type[CalibratorT], role: str) -> CalibratorT | None:
     """A calibrator object from an object or a registry name (configs/calibrator/<name>.yaml)."""
     if obj is None:
         return None
-    if isinstance(obj, str):
-        from detcal.pipeline.registry import make_calibrator
-
-        obj = make_calibrator(obj)
-    if not isinstance(obj, want):
-        raise ConfigError(role, f"{type(obj).__name__} is not a {want.__name__}; choose a calibrator of that kind")
-    return obj
+    made = make_calibrator(obj) if isinstance(obj, str) else obj
+    if not isinstance(made, want):
+        raise ConfigError(role, f"{type(made).__name__} is not a {want.__name__}; choose a calibrator of that kind")
+    return made
 
 
 def _confidence_eval(
@@ -157,8 +165,6 @@ def _confidence_eval(
     category: np.ndarray,
     image_id: np.ndarray,
 ) -> dict[str, Any]:
-    from detcal.metrics.confidence_suite import confidence_metrics
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = confidence_metrics(
@@ -182,8 +188,6 @@ def _confidence_change(
     image_id: np.ndarray,
 ) -> dict[str, Any] | Skipped:
     """After minus before of the confidence suite, with paired-bootstrap intervals over images."""
-    from detcal.metrics.paired import confidence_changes
-
     if spec.bootstrap.n == 0:
         return Skipped("bootstrap.n=0: no intervals for the changes")
     bs = spec.bootstrap
@@ -195,11 +199,10 @@ def _confidence_change(
     return {k: v.to_dict() for k, v in ch.items()}
 
 
-def _regression_change(spec: EvaluationSpec, s_e: Any, mu_a: np.ndarray, sg_a: np.ndarray) -> dict[str, Any] | Skipped:
+def _regression_change(
+    spec: EvaluationSpec, s_e: RegressionSample, mu_a: np.ndarray, sg_a: np.ndarray
+) -> dict[str, Any] | Skipped:
     """After minus before of the coordinate-mean ENCE, M-QCE and NLL, with paired-bootstrap intervals."""
-    from detcal.metrics.paired import paired_bootstrap_many
-    from detcal.metrics.regression import ence, gaussian_nll, m_qce
-
     r, sb, bs = spec.regression, spec.sigma_binning, spec.bootstrap
     if bs.n == 0 or len(s_e) == 0:
         return Skipped("bootstrap.n=0 or an empty sample: no intervals for the changes")
@@ -229,8 +232,6 @@ def _regression_change(spec: EvaluationSpec, s_e: Any, mu_a: np.ndarray, sg_a: n
 
 def _coverage_means(spec: EvaluationSpec) -> dict[str, Callable[..., MetricResult]]:
     """Coordinate-mean coverage and width of the central ``regression.coverage_level`` intervals."""
-    from detcal.metrics.regression.coverage import gaussian_coverage, gaussian_width
-
     lv = float(spec.regression.coverage_level)
     return {
         "coverage": _mean_over_coords(gaussian_coverage, "coverage_mean", level=lv),
@@ -261,10 +262,6 @@ def _regression_eval(
     space: str,
 ) -> dict[str, Any]:
     """Regression suite per coordinate, plus coordinate means with bootstrap intervals."""
-    from detcal.metrics.bootstrap import with_ci
-    from detcal.metrics.regression import ence, gaussian_nll, m_qce, regression_metrics
-    from detcal.metrics.spaces import RegressionSample
-
     r, sb, bs = spec.regression, spec.sigma_binning, spec.bootstrap
     levels = np.linspace(0.05, 0.95, r.quantile_levels)
     sample = RegressionSample(
@@ -300,20 +297,18 @@ def _regression_eval(
             )
         summary[key] = m.to_dict()
     out["_mean"] = summary
-    from detcal.pipeline.coverage_block import sample_coverage
-
     cov = sample_coverage(sample, float(r.coverage_level), None, None)
     out.update({k: {c: v.to_dict() for c, v in per.items()} for k, per in cov.items()})
     return out
 
 
 def _probit(p: np.ndarray) -> np.ndarray:
-    from scipy.special import ndtri
+    from scipy.special import ndtri  # lazy: scipy kept out of start-up
 
     return ndtri(np.clip(np.asarray(p, dtype=np.float64), 1e-12, 1.0 - 1e-12))
 
 
-def _fit_report(cal: Any) -> dict[str, Any] | None:
+def _fit_report(cal: Calibrator) -> dict[str, Any] | None:
     rep = getattr(cal, "fit_report_", None)
     return dict(rep) if isinstance(rep, dict) else None
 
@@ -323,8 +318,8 @@ def calibrate(
     spec: EvaluationSpec | None = None,
     calibration: CalibrationSpec | None = None,
     *,
-    confidence: Any = "temperature",
-    regression: Any = "std_scaling",
+    confidence: ConfidenceCalibrator | str | None = "temperature",
+    regression: RegressionCalibrator | str | None = "std_scaling",
     eval_data: Any = None,
     workdir: str | os.PathLike | None = None,
     progress: bool = False,
@@ -427,7 +422,7 @@ class _Outputs:
 
 
 def _fit_confidence(
-    conf_cal: Any,
+    conf_cal: ConfidenceCalibrator,
     cal: Part,
     ev: Part,
     row_c: int,
@@ -496,9 +491,6 @@ _EDGES_NOT_WRITTEN = (
 
 def _reg_sample(part: Part, spec: EvaluationSpec, t_reg: float, space: str, edges: bool) -> Any:
     """The true-positive sample of one part in ``space``, or on the pixel box edges (x1, y1, x2, y2)."""
-    from detcal.metrics.regression.coverage import edge_sample
-    from detcal.metrics.spaces import regression_sample
-
     d = part.data
     s = regression_sample(
         d.detections, d.dataset.gt, _reg_match(part, spec), iou_threshold=t_reg, space="pixel" if edges else space
@@ -507,7 +499,7 @@ def _reg_sample(part: Part, spec: EvaluationSpec, t_reg: float, space: str, edge
 
 
 def _fit_regression(
-    reg_cal: Any,
+    reg_cal: RegressionCalibrator,
     cal: Part,
     ev: Part,
     spec: EvaluationSpec,
@@ -555,8 +547,6 @@ def _fit_regression(
     cdf = getattr(reg_cal, "cdf", None)
     if cdf is not None and len(s_e):
         # Kuleshov CE of the recalibrated CDF itself, next to that of the Gaussian the written file carries
-        from detcal.metrics.regression import interval_calibration_error
-
         z = _probit(cdf(s_e.y, s_e.mu, s_e.sigma))
         out.evaluation["regression"]["after"]["interval_ce_cdf"] = {
             c: interval_calibration_error(np.zeros(len(z)), np.ones(len(z)), z[:, k]).to_dict()

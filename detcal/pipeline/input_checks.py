@@ -30,6 +30,7 @@ import numpy as np
 from detcal.core.errors import DetcalInputError
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import DataSpec
+from detcal.utils.warn import note
 
 __all__ = ["check_input", "outside_share", "OUTSIDE_TOLERANCE", "OUTSIDE_WARN_SHARE"]
 
@@ -123,8 +124,6 @@ def _check_boxes(data: LoadedData, spec: DataSpec) -> str | None:
 def check_input(data: LoadedData, spec: DataSpec | None = None) -> list[str]:
     """Stop on the three silent mistakes of the module docstring (thresholds from ``spec``, defaults when
     None); return the warnings below the thresholds (each logged once and kept for metrics.json)."""
-    from detcal.utils.warn import note
-
     spec = spec or DataSpec()
     _check_gt(data, spec)
     warns = [w for w in (_check_unknown(data, spec), _check_boxes(data, spec)) if w]

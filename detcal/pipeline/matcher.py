@@ -6,21 +6,28 @@ Below :mod:`detcal.pipeline.parallel` (which runs it over image shards) and
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Detections, MatchResult
+from detcal.data.lvis import LvisRules
+from detcal.data.openimages import OpenImagesRules
+from detcal.matching.engine import match
+from detcal.matching.lvis import match_lvis
+from detcal.matching.netcal_example import match_netcal_example
+from detcal.matching.openimages import match_openimages
+from detcal.matching.voc import match_voc
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import MatchingSpec
 
 __all__ = ["run_match"]
 
 
-def run_match(m: MatchingSpec, dets: Detections, data: LoadedData, thresholds: Any = None) -> MatchResult:
+def run_match(
+    m: MatchingSpec, dets: Detections, data: LoadedData, thresholds: Sequence[float] | None = None
+) -> MatchResult:
     """:func:`detcal.matching.match` of ``dets`` against ``data``'s ground truth as ``m`` says
     (``thresholds``: instead of ``m``'s, e.g. with the regression sample's IoU added)."""
-    from detcal.matching.engine import match
-
     if m.mode == "kitti" and data.kitti is None:
         raise DetcalInputError(
             "matching.mode=kitti needs KITTI data (data=kitti or data.format=kitti)", field="matching.mode"
@@ -28,17 +35,12 @@ def run_match(m: MatchingSpec, dets: Detections, data: LoadedData, thresholds: A
     ds = data.dataset
     th = m.thresholds() if thresholds is None else thresholds
     if m.mode == "netcal_example":
-        from detcal.matching.netcal_example import match_netcal_example
-
         if isinstance(th, str):
             raise DetcalInputError(
                 "matching.mode=netcal_example needs IoU values, not 'kitti'", field="matching.iou_thresholds"
             )
         return match_netcal_example(dets, ds.gt, th, score_threshold=m.score_threshold)
     if m.mode == "lvis":
-        from detcal.data.lvis import LvisRules
-        from detcal.matching.lvis import match_lvis
-
         if not isinstance(data.protocol, LvisRules) or isinstance(th, str):
             raise DetcalInputError(
                 "matching.mode=lvis needs LVIS data (data=lvis) and IoU values", field="matching.mode"
@@ -47,9 +49,6 @@ def run_match(m: MatchingSpec, dets: Detections, data: LoadedData, thresholds: A
             dets, ds.gt, th, data.protocol, max_dets=m.max_dets, score_threshold=m.score_threshold, images=ds.images
         )
     if m.mode == "openimages":
-        from detcal.data.openimages import OpenImagesRules
-        from detcal.matching.openimages import match_openimages
-
         if not isinstance(data.protocol, OpenImagesRules) or isinstance(th, str):
             raise DetcalInputError(
                 "matching.mode=openimages needs Open Images data (data=openimages) and IoU values",
@@ -57,8 +56,6 @@ def run_match(m: MatchingSpec, dets: Detections, data: LoadedData, thresholds: A
             )
         return match_openimages(dets, ds.gt, th, data.protocol, score_threshold=m.score_threshold, max_dets=m.max_dets)
     if m.mode == "voc":
-        from detcal.matching.voc import match_voc
-
         if isinstance(th, str):
             raise DetcalInputError("matching.mode=voc needs IoU values, not 'kitti'", field="matching.iou_thresholds")
         return match_voc(

@@ -43,8 +43,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
-from detcal.core.types import MatchResult
+from detcal.core.types import Detections, MatchResult
+from detcal.pipeline.matcher import run_match
+from detcal.pipeline.sources import LoadedData, release_memory
+from detcal.pipeline.spec import MatchingSpec
 
 __all__ = [
     "image_shards",
@@ -101,12 +105,12 @@ def merge_matches(
     return dataclasses.replace(first, **fields)  # type: ignore[arg-type]
 
 
-def match_in_shards(m: Any, dets: Any, data: Any, thresholds: Any, shard_size: int) -> MatchResult:
+def match_in_shards(
+    m: MatchingSpec, dets: Detections, data: LoadedData, thresholds: Sequence[float] | None, shard_size: int
+) -> MatchResult:
     """:func:`detcal.pipeline.matcher.run_match` over image shards of about ``shard_size`` detections,
     one after the other, written into one result (GT rows as int32): the same values, with the
     matcher's working memory that of one shard. ``shard_size`` 0 or more than the detections: one call."""
-    from detcal.pipeline.matcher import run_match
-
     n = len(dets)
     if shard_size <= 0 or n <= shard_size:
         return run_match(m, dets, data, thresholds)
@@ -120,14 +124,12 @@ def match_in_shards(m: Any, dets: Any, data: Any, thresholds: Any, shard_size: i
             fields[name][..., rows] = getattr(r, name)
         del r
     assert first is not None and fields is not None
-    from detcal.pipeline.sources import release_memory
-
     release_memory()
     return dataclasses.replace(first, **fields)  # type: ignore[arg-type]
 
 
 def _scatter(
-    n: int, rows: Sequence[np.ndarray], pieces: Sequence[Any], axis_last: bool, dtype: Any = None
+    n: int, rows: Sequence[np.ndarray], pieces: Sequence[Any], axis_last: bool, dtype: DTypeLike | None = None
 ) -> np.ndarray | None:
     """Pieces (one per rank, None for a rank without the column) put at their input ``rows``."""
     full = [p for r, p in zip(rows, pieces) if p is not None and len(r)]
@@ -145,12 +147,10 @@ def _scatter(
     return out
 
 
-def gather_shards(data: Any, mr: MatchResult) -> MatchResult:
+def gather_shards(data: LoadedData, mr: MatchResult) -> MatchResult:
     """Sharded reading: every rank's (input rows, detections, match) gathered on every rank and put back
     in input order, one column at a time (so the transient copies are those of one column). ``data``
     gets the whole detections (``data.shard`` None); returns the whole match (GT rows as int32)."""
-    from detcal.core.types import Detections
-
     rows = gather_all(data.shard)
     n = int(sum(len(r) for r in rows))
     dets = data.detections
@@ -172,13 +172,24 @@ def gather_shards(data: Any, mr: MatchResult) -> MatchResult:
 
 
 def _match_shard(
-    rows: np.ndarray, m: Any, dets: Any, data: Any, thresholds: Any, shard_size: int = 0
+    rows: np.ndarray,
+    m: MatchingSpec,
+    dets: Detections,
+    data: LoadedData,
+    thresholds: Sequence[float] | None,
+    shard_size: int = 0,
 ) -> tuple[np.ndarray, MatchResult]:
     return rows, match_in_shards(m, dets.select(rows), data, thresholds, shard_size)
 
 
 def parallel_match(
-    m: Any, dets: Any, data: Any, thresholds: Any, workers: int, distributed: bool, shard_size: int = 0
+    m: MatchingSpec,
+    dets: Detections,
+    data: LoadedData,
+    thresholds: Sequence[float] | None,
+    workers: int,
+    distributed: bool,
+    shard_size: int = 0,
 ) -> MatchResult:
     """:func:`detcal.pipeline.matcher.run_match` over image shards in processes or ranks (each
     in pieces of ``shard_size`` detections, :func:`match_in_shards`); the same result."""
@@ -193,7 +204,7 @@ def parallel_match(
 
 
 def _dist() -> Any:
-    import torch.distributed as dist
+    import torch.distributed as dist  # lazy: torch is optional (the [train] extra)
 
     if not dist.is_initialized():
         backend = os.environ.get("DETCAL_DIST_BACKEND", "gloo")

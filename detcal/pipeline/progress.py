@@ -18,7 +18,7 @@ class Progress:
         self.desc = desc
         self._bar: Any = None
         if enabled and sys.stderr.isatty():
-            from tqdm import tqdm
+            from tqdm import tqdm  # lazy: tqdm only when a progress bar is shown
 
             self._bar = tqdm(total=total, desc=desc, file=sys.stderr, leave=False)
         self._started = False
@@ -45,7 +45,7 @@ class Progress:
     def __enter__(self) -> Progress:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             if self._started and exc[0] is None:
                 self._bar.update(1)

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from detcal.calibration.base import Calibrator
 from detcal.pipeline.spec import ConfigError
 
 __all__ = ["CONFIG_ENV", "config_dir", "calibrator_names", "make_calibrator"]
@@ -49,10 +50,10 @@ def calibrator_names() -> list[str]:
     return sorted(p.stem for p in (config_dir() / "calibrator").glob("*.yaml"))
 
 
-def make_calibrator(name: str, **overrides: Any) -> Any:
+def make_calibrator(name: str, **overrides: Any) -> Calibrator:
     """Instantiate the calibrator ``configs/calibrator/<name>.yaml`` (with parameter overrides)."""
-    from hydra.utils import instantiate
-    from omegaconf import OmegaConf
+    from hydra.utils import instantiate  # lazy: Hydra only where a command composes its config, kept out of start-up
+    from omegaconf import OmegaConf  # lazy: Hydra only where a command composes its config, kept out of start-up
 
     path = config_dir() / "calibrator" / f"{name}.yaml"
     if not path.is_file():
@@ -65,9 +66,8 @@ def make_calibrator(name: str, **overrides: Any) -> Any:
             f"not a parameter of {name} ({', '.join(str(k) for k in node if k != '_target_') or 'it takes none'})",
         )
     node = OmegaConf.merge(node, overrides)
-    from hydra._internal.utils import _locate  # get_class would also log the failure
-
-    from detcal.calibration.base import Calibrator
+    # lazy: Hydra only where a command composes its config; _locate, as get_class would also log the failure
+    from hydra._internal.utils import _locate
 
     target = str(OmegaConf.select(node, "_target_"))
     cls = _locate(target)

@@ -20,6 +20,7 @@ from typing import Any
 
 from detcal.core.types import Skipped
 from detcal.metrics.confidence import SPARSE_RATIO
+from detcal.utils.warn import collected, note
 
 __all__ = ["SPARSE_MARK", "sparse_cells_line", "fitting_bins", "log_once"]
 
@@ -90,8 +91,6 @@ def log_once(text: str) -> None:
     """Log the sparse-cell line ``text`` once per command: a job that evaluates several times (the main
     job: val and recal) logs the first evaluation's line only (each evaluation's metrics.json keeps its
     own); outside a command, every time."""
-    from detcal.utils.warn import collected, note
-
     if any(w.startswith(_PREFIX) for w in collected()):
         return
     note(text)

@@ -24,6 +24,8 @@ from detcal.calibration.base import RegressionCalibrator
 from detcal.core.boxes import cxcywh_to_xyxy, decode_deltas, encode_deltas
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections, GroundTruth, MatchResult
+from detcal.data.formats import get_format
+from detcal.metrics.spaces import J_CORNERS_TO_CXCYWH, J_XYWH_TO_CXCYWH, regression_sample
 from detcal.utils.fresh_dir import fresh_dir
 
 __all__ = ["space_predictions", "apply_regression_calibrator", "write_calibrated"]
@@ -37,8 +39,6 @@ def space_predictions(dets: Detections, space: str) -> tuple[np.ndarray, np.ndar
     its own box (a unit box where the box is degenerate); the targets y of
     that sample are meaningless and dropped.
     """
-    from detcal.metrics.spaces import regression_sample
-
     d = len(dets)
     box = dets.box.copy()
     bad = ~np.all(np.isfinite(box), axis=1) | (box[:, 2] <= box[:, 0]) | (box[:, 3] <= box[:, 1])
@@ -59,8 +59,6 @@ def space_predictions(dets: Detections, space: str) -> tuple[np.ndarray, np.ndar
 def _write_corner_cov(dets: Detections, r: np.ndarray, moved: bool, kw: dict[str, Any], notes: dict[str, Any]) -> None:
     """Corner covariances scaled by ``r``: kept as corners when the scaling is the same for every coordinate of a
     detection, else converted to a 4x4 box covariance (a per-coordinate scaling couples the corners)."""
-    from detcal.metrics.spaces import J_CORNERS_TO_CXCYWH, J_XYWH_TO_CXCYWH
-
     assert dets.corner_cov is not None
     uniform = np.all(np.isclose(r, r[:, :1], rtol=1e-12, atol=0.0)) if r.size else True
     if uniform:
@@ -92,8 +90,6 @@ def apply_regression_calibrator(
     module docstring describes. Returns the new record and notes (fields
     changed, corner covariances converted, boxes moved).
     """
-    from detcal.metrics.spaces import J_XYWH_TO_CXCYWH
-
     kind = dets.uncertainty_kind
     if kind is None:
         raise DetcalInputError("the detections carry no box uncertainty to recalibrate", field="delta_std")
@@ -165,8 +161,6 @@ def write_calibrated(out_dir: Path, fmt: str, dets: Detections, dataset: Dataset
     whole, so that nothing of an earlier run is left beside them.
     Returns the written paths by role.
     """
-    from detcal.data.formats import get_format
-
     adapter = get_format(fmt)
     final = Path(out_dir)
     with fresh_dir(final) as out_dir:

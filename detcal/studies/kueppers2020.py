@@ -40,6 +40,7 @@ from detcal.core.boxes import relative_features
 from detcal.data import bundled
 from detcal.matching.netcal_example import match_netcal_example
 from detcal.metrics.confidence import dece
+from detcal.utils.io import save_figure
 
 FEATURE_SETS: dict[str, tuple[str, ...]] = {
     "conf": (),
@@ -317,10 +318,10 @@ def position_gain(result: StudyResult, features: str = "conf,cx,cy,w,h") -> list
 
 def plot(result: StudyResult, path: Any = None) -> Any:
     """One figure: a panel per (IoU, feature set), grouped bars per detector, one bar per calibrator (mean ± std over splits)."""
-    import matplotlib
+    import matplotlib  # lazy: matplotlib only for figures, kept out of start-up
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib only for figures, kept out of start-up
 
     fsets, ious, dets = result.params["feature_sets"], result.params["ious"], result.params["detectors"]
     cals = ["uncalibrated"] + list(result.params["calibrators"])
@@ -346,7 +347,7 @@ def plot(result: StudyResult, path: Any = None) -> Any:
             ax.set_title(f"IoU {iou:.2f}, ({fs})", fontsize=9)
             if j == 0:
                 ax.set_ylabel("held-out D-ECE (%)")
-    from matplotlib.patches import Patch
+    from matplotlib.patches import Patch  # lazy: matplotlib only for figures, kept out of start-up
 
     fig.legend(
         handles=[Patch(color=f"C{k}", label=c) for k, c in enumerate(cals)],
@@ -356,8 +357,6 @@ def plot(result: StudyResult, path: Any = None) -> Any:
     )
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     if path is not None:
-        from detcal.utils.io import save_figure
-
         save_figure(fig, path, dpi=120)
         plt.close(fig)
     return fig

@@ -47,15 +47,24 @@ from detcal.metrics.laece import (
     laace_from_outcomes,
     laece_from_outcomes,
 )
-from detcal.metrics.lrp import DEFAULT_TAU, DetectionOutcomes, detection_outcomes, lrp_table, threshold_mask
+from detcal.metrics.lrp import (
+    DEFAULT_TAU,
+    DetectionOutcomes,
+    detection_outcomes,
+    lrp_optimal_thresholds,
+    lrp_table,
+    threshold_mask,
+)
 
 CALIBRATORS: tuple[str, ...] = ("identity", "temperature", "platt", "linear_regression", "isotonic")
 
 
 def coco_ap(gt: GroundTruth, dets: Detections, image_ids: np.ndarray, categories: dict[int, str]) -> float:
     """COCO bbox AP@[0.50:0.95] by pycocotools on in-memory records (area range all, 100 detections)."""
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
+    from pycocotools.coco import COCO  # lazy: pycocotools only for the COCO reference evaluation, kept out of start-up
+    from pycocotools.cocoeval import (
+        COCOeval,  # lazy: pycocotools only for the COCO reference evaluation, kept out of start-up
+    )
 
     if len(dets) == 0:
         return 0.0
@@ -114,11 +123,6 @@ def _fit(method: str, dets: Detections, gt: GroundTruth, tau: float, max_dets: i
     return PerClassCalibrator(method).fit(dets.score[rows], t, dets.category[rows])
 
 
-def _thresholds(dets: Detections, gt: GroundTruth, tau: float, max_dets: int | None) -> dict[int, float]:
-    t = lrp_table(detection_outcomes(dets, gt, tau, max_dets=max_dets))
-    return {int(c): float(v) for c, v in zip(t.categories, t.threshold)}
-
-
 def evaluate(
     dets: Detections,
     gt: GroundTruth,
@@ -171,14 +175,14 @@ def _calibrated_rows(
 ) -> list[dict[str, Any]]:
     """Per calibrator, the measures on half B with LRP-optimal thresholding (the benchmark's protocol) and without."""
     rows: list[dict[str, Any]] = []
-    thr0 = _thresholds(d_a, gt_a, tau, max_dets)
+    thr0 = lrp_optimal_thresholds(d_a, gt_a, tau, max_dets=max_dets)
     a0 = d_a.select(threshold_mask(d_a, thr0))
     b0 = d_b.select(threshold_mask(d_b, thr0))
     for method in calibrators:  # loop over calibrators
         # with thresholding (the benchmark's protocol)
         cal = _fit(method, a0, gt_a, tau, max_dets)
         a1 = _with_scores(a0, cal.transform(a0.score, a0.category))
-        thr1 = _thresholds(a1, gt_a, tau, max_dets)
+        thr1 = lrp_optimal_thresholds(a1, gt_a, tau, max_dets=max_dets)
         b1 = _with_scores(b0, cal.transform(b0.score, b0.category))
         b1 = b1.select(threshold_mask(b1, thr1))
         rows.append(

@@ -30,8 +30,11 @@ from typing import Any
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
+from detcal.data.synthetic import generate_scenes, simulate_detector
+from detcal.matching.engine import match
 from detcal.metrics import regression as R
-from detcal.metrics.spaces import RegressionSample
+from detcal.metrics.spaces import RegressionSample, regression_sample
+from detcal.utils.io import save_figure
 
 SOURCES: dict[str, dict[str, str]] = {
     "code": {"ll_fu_log_base": "10", "mwse_normalise": "total"},
@@ -42,10 +45,6 @@ SOURCES: dict[str, dict[str, str]] = {
 
 def synthetic_sample(n_images: int = 500, seed: int = 0) -> RegressionSample:
     """Regression sample of the seeded synthetic detector (delta records, true positives at IoU 0.5)."""
-    from detcal.data.synthetic import generate_scenes, simulate_detector
-    from detcal.matching.engine import match
-    from detcal.metrics.spaces import regression_sample
-
     ds, _ = generate_scenes(int(n_images), seed=seed, render=False)
     dets = simulate_detector(ds, seed=seed)
     return regression_sample(dets, ds.gt, match(dets, ds.gt, iou_thresholds=[0.5]), iou_threshold=0.5)
@@ -114,10 +113,10 @@ def format_table(rows: dict[str, dict[str, float]]) -> str:
 
 def plot(result: dict[str, Any], path: str | Path) -> Path:
     """Figure 1 and 2 of the paper for every coordinate: R3, MWSE, LL-FU F1 and MSE retention curves (PNG)."""
-    import matplotlib
+    import matplotlib  # lazy: matplotlib only for figures, kept out of start-up
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib only for figures, kept out of start-up
 
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
     for k, c in result["curves"].items():
@@ -135,8 +134,6 @@ def plot(result: dict[str, Any], path: str | Path) -> Path:
     axes[0].axhline(1.0, color="grey", lw=0.8, ls="--")
     fig.suptitle(f"Lakara et al. 2022 metrics (source variants: {result['source']})")
     fig.tight_layout()
-    from detcal.utils.io import save_figure
-
     out = Path(path)
     save_figure(fig, out, dpi=110)
     plt.close(fig)

@@ -8,12 +8,15 @@ Markdown summary table.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from detcal.reports import plots
+from detcal.reports.tables import format_number
 from detcal.utils.io import write_bytes
 
 __all__ = ["UNCERTAINTIES", "RECALIBRATIONS", "RECAL_LABEL", "summary_markdown", "figures"]
@@ -29,8 +32,6 @@ RECAL_LABEL: dict[str, str] = {
 
 def summary_markdown(m: Mapping[str, Any]) -> str:
     """Markdown table: one row per (uncertainty, recalibration): ENCE, C_v, Kuleshov CE, NLL, corr, s."""
-    from detcal.reports.tables import format_number
-
     cfg = m["config"]
     lines = [
         "# Levi et al. 2019 synthetic experiment (section 4.1, Appendix A.1)",
@@ -64,8 +65,10 @@ def summary_markdown(m: Mapping[str, Any]) -> str:
 
 
 def _new_figure(w: float, h: float) -> Any:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.backends.backend_agg import (
+        FigureCanvasAgg,  # lazy: matplotlib only for figures, kept out of start-up
+    )
+    from matplotlib.figure import Figure  # lazy: matplotlib only for figures, kept out of start-up
 
     fig = Figure(figsize=(w, h), dpi=100)
     FigureCanvasAgg(fig)
@@ -73,8 +76,6 @@ def _new_figure(w: float, h: float) -> Any:
 
 
 def _save_png(fig: Any, path: Path) -> None:
-    import io
-
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     write_bytes(path, buf.getvalue())
@@ -84,8 +85,6 @@ def figures(
     out: Path, m: Mapping[str, Any], curves: Mapping[str, Any], seed: int, scatter_points: int, bins: int
 ) -> list[str]:
     """Write the three figures of each uncertainty into ``out``; return their file names."""
-    from detcal.reports import plots
-
     files: list[str] = []
     rng = np.random.default_rng(int(seed))
     for n, res in m["results"].items():

@@ -82,8 +82,11 @@ from typing import Any
 import numpy as np
 
 from detcal._version import __version__
+from detcal.calibration.regression import KuleshovIsotonic, StdScaling
 from detcal.core.types import MetricResult
+from detcal.metrics.regression import coefficient_of_variation, ence, gaussian_nll, interval_calibration_error
 from detcal.pipeline.spec import ConfigError
+from detcal.training.torch_check import require_torch
 from detcal.utils.io import to_jsonable, write_text
 
 __all__ = [
@@ -202,7 +205,7 @@ def sample_data(
 
 
 def _mlp(hidden: int, layers: int) -> Any:
-    import torch.nn as nn
+    import torch.nn as nn  # lazy: torch is optional (the [train] extra)
 
     mods: list[Any] = []
     width_in = 1
@@ -214,7 +217,7 @@ def _mlp(hidden: int, layers: int) -> Any:
 
 
 def _optimiser(params: Any, cfg: LeviSpec) -> tuple[Any, Any]:
-    import torch
+    import torch  # lazy: torch is optional (the [train] extra)
 
     if cfg.optimizer == "adam":
         opt: torch.optim.Optimizer = torch.optim.Adam(params, lr=float(cfg.lr))
@@ -226,7 +229,7 @@ def _optimiser(params: Any, cfg: LeviSpec) -> tuple[Any, Any]:
 
 
 def _batches(n: int, cfg: LeviSpec, gen: Any) -> Any:
-    import torch
+    import torch  # lazy: torch is optional (the [train] extra)
 
     if cfg.batch_size is None or int(cfg.batch_size) >= n:
         while True:
@@ -246,7 +249,7 @@ def train_mean_and_variance(x: np.ndarray, y: np.ndarray, cfg: LeviSpec) -> tupl
     losses, the NLL's gradient reaching f. Returns ``(mean_net, logvar_net,
     info)`` (final losses, steps, seconds).
     """
-    import torch
+    import torch  # lazy: torch is optional (the [train] extra)
 
     torch.manual_seed(int(cfg.seed))
     gen = torch.Generator().manual_seed(int(cfg.seed))
@@ -313,7 +316,7 @@ def train_mean_and_variance(x: np.ndarray, y: np.ndarray, cfg: LeviSpec) -> tupl
 
 
 def _predict(net: Any, x: np.ndarray) -> np.ndarray:
-    import torch
+    import torch  # lazy: torch is optional (the [train] extra)
 
     with torch.no_grad():
         return net(torch.as_tensor(x, dtype=torch.float32).reshape(-1, 1)).double().numpy().reshape(-1)
@@ -324,9 +327,7 @@ def _predict(net: Any, x: np.ndarray) -> np.ndarray:
 
 def _interval_ce_from_p(p_t: np.ndarray, cfg: LeviSpec) -> MetricResult:
     """Kuleshov CE of given CDF values p_t (interval_calibration_error on z = Phi^-1(p_t), mu = 0, sigma = 1)."""
-    from scipy.special import ndtri
-
-    from detcal.metrics.regression import interval_calibration_error
+    from scipy.special import ndtri  # lazy: scipy kept out of start-up
 
     z = ndtri(np.clip(p_t, 1e-12, 1.0 - 1e-12))
     return interval_calibration_error(
@@ -348,10 +349,8 @@ def evaluate_uncertainty(
     N(mu, sigma^2) (Kuleshov isotonic recalibration: R(Phi(z))); the Kuleshov
     CE then uses them. Both CE reductions are kept (``extra``).
     """
-    from scipy.special import ndtr
-    from scipy.stats import pearsonr, spearmanr
-
-    from detcal.metrics.regression import coefficient_of_variation, ence, gaussian_nll
+    from scipy.special import ndtr  # lazy: scipy kept out of start-up
+    from scipy.stats import pearsonr, spearmanr  # lazy: scipy kept out of start-up
 
     p_t = ndtr((y - mu) / sigma) if cdf_values is None else np.asarray(cdf_values, dtype=np.float64)
     ce = _interval_ce_from_p(p_t, cfg)
@@ -385,8 +384,6 @@ def _recalibrate(
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Per uncertainty (random, trained, oracle): STD scaling and Kuleshov's isotonic recalibration fitted on the
     recalibration set (mu, y, x), evaluated on the test set and in sample; the learned maps and the curves."""
-    from detcal.calibration.regression import KuleshovIsotonic, StdScaling
-
     mu_rc, y_rc, x_rc = recal
     mu_te, y_te, x_te = test
     results: dict[str, Any] = {}
@@ -478,10 +475,8 @@ def run_levi_synthetic(
     standardised recalibrated CDF of Kuleshov), ``in_sample`` (same on the
     recalibration set), ``training`` info, ``headline`` and the config.
     """
-    from detcal.training.torch_check import require_torch
-
     require_torch("detcal-levi-synthetic")
-    import torch
+    import torch  # lazy: torch is optional (the [train] extra)
 
     cfg = spec
     say = log.info if progress else log.debug

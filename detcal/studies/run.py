@@ -6,13 +6,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from detcal.data import bundled
+from detcal.pipeline.spec import ConfigError
+from detcal.studies import kueppers2020 as k, kuzucu2024 as z
+from detcal.studies.lakara_retention import lakara_retention
+
 __all__ = ["run_study"]
 
 
 def _detectors(names: list[str]) -> list[str]:
-    from detcal.data import bundled
-    from detcal.pipeline.spec import ConfigError
-
     bad = [n for n in names if n not in bundled.DETECTORS]
     if bad:
         raise ConfigError("detectors", f"{bad} not among {', '.join(bundled.DETECTORS)}")
@@ -33,8 +35,6 @@ def _printer(app: Any) -> Any:
 def run_study(app: Any, out: Path) -> tuple[dict[str, Any], str, list[str]]:
     """Run the study ``app.study`` (a :class:`detcal.apps.schema.StudyApp`) writing its figure under ``out``."""
     if app.study == "kueppers2020":
-        from detcal.studies import kueppers2020 as k
-
         res = k.run(detectors=_detectors(app.detectors), n_splits=app.n_splits, seed=app.seed, progress=_printer(app))
         files = []
         if app.output.plots:
@@ -48,9 +48,6 @@ def run_study(app: Any, out: Path) -> tuple[dict[str, Any], str, list[str]]:
             files,
         )
     if app.study == "kuzucu2024":
-        from detcal.data import bundled
-        from detcal.studies import kuzucu2024 as z
-
         ds = bundled.load_dataset("coco_tfzoo")
         per: dict[str, Any] = {}
         parts = ["# Kuzucu et al. 2024 protocol on the bundled COCO detectors", ""]
@@ -59,8 +56,6 @@ def run_study(app: Any, out: Path) -> tuple[dict[str, Any], str, list[str]]:
             per[det] = {k: v for k, v in r.items() if k != "markdown"}
             parts += [f"## {det}", "", r["markdown"], ""]
         return {"study": "kuzucu2024", "detectors": per}, "\n".join(parts), []
-    from detcal.studies.lakara_retention import lakara_retention
-
     fig = out / "lakara_retention.png" if app.output.plots else None
     r = lakara_retention(None, source=app.source, n_images=app.n_images, seed=app.seed, figure=fig)
     body = {k: v for k, v in r.items() if k not in ("text", "figure")}

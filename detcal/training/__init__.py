@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from detcal.training.torch_check import require_torch
+
 _LAZY = {
     "DetectionDataset": "data",
     "ImageSource": "data",
@@ -40,7 +42,5 @@ def __getattr__(name: str) -> Any:
     if mod is None:
         raise AttributeError(f"module 'detcal.training' has no attribute {name!r}")
     if mod != "records":
-        from detcal.training.torch_check import require_torch
-
         require_torch(f"detcal.training.{name}")
     return getattr(importlib.import_module(f"detcal.training.{mod}"), name)

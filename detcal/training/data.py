@@ -226,7 +226,7 @@ class DetectionDataset(TorchDataset):
         if callable(self.source):
             arr = np.asarray(self.source(row))
         else:
-            from PIL import Image
+            from PIL import Image  # lazy: Pillow only when images are drawn or read
 
             file = Path(self.source) / imgs.file_name[row]
             if not imgs.file_name[row] or not file.is_file():

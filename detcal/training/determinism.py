@@ -23,6 +23,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 __all__ = ["configure_torch", "platform_facts", "platform_key", "cpu_flags", "PLATFORM_KEY_FIELDS"]
 
 PLATFORM_KEY_FIELDS: tuple[str, ...] = ("torch", "cpu_capability", "machine", "cpu", "threads", "device")
@@ -60,7 +62,7 @@ def configure_torch(threads: int | None, deterministic: bool, device: str = "cpu
     by deterministic cuBLAS) and ``warn_only=True``, because torchvision's
     RoI-align backward has no deterministic CUDA kernel and would otherwise raise.
     """
-    import torch
+    import torch  # lazy: torch is optional (the [train] extra)
 
     cuda = str(device).startswith("cuda")
     if threads is not None:
@@ -95,7 +97,8 @@ def cpu_flags() -> list[str]:
     return []
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo where there is one, else the platform's processor string)."""
     info = Path("/proc/cpuinfo")
     if info.exists():
         for line in info.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -112,9 +115,8 @@ def platform_facts(device: str = "cpu") -> dict[str, Any]:
     intra-/inter-op thread counts, the BLAS/OpenMP configuration torch reports,
     deterministic mode, and the CUDA device when ``device`` is cuda.
     """
-    import numpy as np
-    import torch
-    import torchvision
+    import torch  # lazy: torch is optional (the [train] extra)
+    import torchvision  # lazy: torch is optional (the [train] extra)
 
     facts: dict[str, Any] = {
         "torch": torch.__version__,
@@ -125,7 +127,7 @@ def platform_facts(device: str = "cpu") -> dict[str, Any]:
         "aten_cpu_capability_env": os.environ.get("ATEN_CPU_CAPABILITY"),
         "machine": platform.machine(),
         "system": platform.system(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpu_flags": cpu_flags(),
         "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(),

@@ -24,6 +24,7 @@ the stage's full :class:`~detcal.training.spec.StageSpec` and
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -33,6 +34,10 @@ import torch
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset
+from detcal.data import synthetic
+from detcal.data.coco import load_coco_instances
+from detcal.models.rfcn import build_rfcn
+from detcal.training import trainer  # called as trainer.train_stage: the tests stand in for it
 from detcal.training.comm import (  # noqa: F401 - re-exported
     DistInfo,
     all_reduce_sums,
@@ -42,29 +47,26 @@ from detcal.training.comm import (  # noqa: F401 - re-exported
     init_distributed,
     is_main_process,
 )
+from detcal.training.data import LabelMap, toy_scenes
+from detcal.training.ddp import read_job
+from detcal.training.predict import predict
+from detcal.training.stages import train_kwargs
+from detcal.utils.io import write_json
 
 
 def _load_data(spec: str, seed: int, image_dir: str | None) -> tuple[Dataset, Any]:
     """``toy:N`` | ``synthetic:N`` | ``coco:PATH`` (with ``--image-dir``) | ``module:function`` -> (Dataset, image source)."""
     kind, _, arg = spec.partition(":")
     if kind == "toy":
-        from detcal.training.data import toy_scenes
-
         return toy_scenes(int(arg), seed)
     if kind == "synthetic":
-        from detcal.data import synthetic
-
         ds, _ = synthetic.generate_scenes(int(arg), seed, render=False)
         return ds, (lambda i: synthetic.render_scene(ds, i, seed))
     if kind == "coco":
-        from detcal.data.coco import load_coco_instances
-
         if image_dir is None:
             raise DetcalInputError("--data coco:PATH needs --image-dir", field="image_dir")
         return load_coco_instances(arg), image_dir
     if arg:
-        import importlib
-
         fn: Callable[..., tuple[Dataset, Any]] = getattr(importlib.import_module(kind), arg)
         return fn(seed)
     raise DetcalInputError(
@@ -115,17 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run_job(path: str) -> int:
     """Train one stage described by a job file (:mod:`detcal.training.ddp`)."""
-    from detcal.training.ddp import read_job
-    from detcal.training.stages import train_kwargs
-    from detcal.training.trainer import load_checkpoint, train_stage
-
     job = read_job(path)
     info = init_distributed(backend=job.trainer.backend, device=job.trainer.device)
     try:
         torch.manual_seed(job.stage.seed)
         dataset, source = _load_data(job.data, job.data_seed, job.image_dir)
-        model = load_checkpoint(job.init)
-        final = train_stage(
+        model = trainer.load_checkpoint(job.init)
+        final = trainer.train_stage(
             model,
             dataset,
             source,
@@ -150,17 +148,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run_job(args.job)
     if args.data is None or args.out_dir is None or args.iterations is None:
         parser.error("give --job FILE, or --data, --out-dir and --iterations")
-    from detcal.models.rfcn import build_rfcn
-    from detcal.training.data import LabelMap
-    from detcal.training.predict import predict
-    from detcal.training.trainer import load_checkpoint, train_stage
-
     info = init_distributed(device=args.device)
     try:
         torch.manual_seed(args.seed)
         dataset, source = _load_data(args.data, args.data_seed, args.image_dir)
         if args.init is not None:
-            model = load_checkpoint(args.init)
+            model = trainer.load_checkpoint(args.init)
         else:
             lm = LabelMap.from_dataset(dataset)
             model = build_rfcn(
@@ -171,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 category_ids=lm.category_ids,
                 norm=args.norm,
             )
-        final = train_stage(
+        final = trainer.train_stage(
             model,
             dataset,
             source,
@@ -196,8 +189,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.predict_out is not None:
             res = predict(model, dataset, source, batch_size=args.batch_size, device=info.device, progress=False)
             if info.rank == 0:
-                from detcal.utils.io import write_json
-
                 write_json(
                     args.predict_out,
                     {

@@ -22,6 +22,7 @@ starts clean. torch is imported inside the functions only.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -31,9 +32,13 @@ from typing import Any
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
-from detcal.core.types import Dataset
+from detcal.core.types import KITTI_TYPES, Dataset
+from detcal.data.coco import load_coco_results, write_coco_results
+from detcal.data.kitti import write_kitti_results
+from detcal.training import stages as st
 from detcal.training.spec import MainJobSpec
 from detcal.training.splits import Split, prepare_splits
+from detcal.training.stages import train_kwargs
 from detcal.utils.io import to_jsonable, write_json
 
 __all__ = ["run_dry_run", "first_images"]
@@ -56,7 +61,7 @@ def first_images(ds: Dataset, n: int) -> Dataset:
 def _check_sizes(split: Split, n: int) -> dict[str, Any]:
     """Decode the first ``n`` images of ``split``; :meth:`DetectionDataset.load_image` raises, naming the file,
     when an image's size differs from the one its labels were read with."""
-    from detcal.training.data import DetectionDataset, LabelMap
+    from detcal.training.data import DetectionDataset, LabelMap  # lazy: needs torch (the [train] extra)
 
     ds = split.dataset
     cats = tuple(sorted(int(c) for c in ds.categories)) or (1,)
@@ -146,32 +151,29 @@ def _check_writable(run_dir: Path) -> list[str]:
 
 def _one_step(spec: MainJobSpec, model: Any, train: Split, out: Path) -> dict[str, Any]:
     """One SGD step of stage 1, then of stage 2, on the first training batch; the logged losses."""
-    import json
-
-    from detcal.training.stages import train_kwargs
-    from detcal.training.trainer import train_stage
+    from detcal.training.trainer import train_stage  # lazy: needs torch (the [train] extra)
 
     res: dict[str, Any] = {}
-    for st in (spec.stage1, spec.stage2):
-        one = dataclasses.replace(st, iterations=1, checkpoint_every=1, log_every=1)
-        d = out / f"stage{st.stage}"
+    for stage_spec in (spec.stage1, spec.stage2):
+        one = dataclasses.replace(stage_spec, iterations=1, checkpoint_every=1, log_every=1)
+        d = out / f"stage{stage_spec.stage}"
         t0 = time.perf_counter()
         train_stage(
             model,
             train.dataset,
             train.images,
-            st.stage,
+            stage_spec.stage,
             d,
             resume=False,
             device=spec.trainer.device,
             **train_kwargs(one, dataclasses.replace(spec.trainer, num_workers=0), False),
         )
-        rec = json.loads((d / f"stage{st.stage}_log.jsonl").read_text(encoding="utf-8").splitlines()[-1])
-        res[f"stage{st.stage}"] = {
+        rec = json.loads((d / f"stage{stage_spec.stage}_log.jsonl").read_text(encoding="utf-8").splitlines()[-1])
+        res[f"stage{stage_spec.stage}"] = {
             "loss": rec["loss"],
             "losses": rec["losses"],
             "lr": rec["lr"],
-            "batch_size": st.batch_size,
+            "batch_size": stage_spec.batch_size,
             "seconds": round(time.perf_counter() - t0, 3),
         }
     return res
@@ -179,9 +181,7 @@ def _one_step(spec: MainJobSpec, model: Any, train: Split, out: Path) -> dict[st
 
 def _predict(spec: MainJobSpec, model: Any, split: Split, out: Path) -> dict[str, Any]:
     """Predict on the first images of ``split``, write COCO + KITTI results and read the COCO file back."""
-    from detcal.core.types import KITTI_TYPES
-    from detcal.data.coco import load_coco_results, write_coco_results
-    from detcal.training.predict import predict
+    from detcal.training.predict import predict  # lazy: needs torch (the [train] extra)
 
     sub = first_images(split.dataset, spec.dry_run.images)
     t0 = time.perf_counter()
@@ -199,8 +199,6 @@ def _predict(spec: MainJobSpec, model: Any, split: Split, out: Path) -> dict[str
     back = load_coco_results(path, dataset=sub)
     files = {"coco_results": str(path)}
     if set(sub.categories.values()) <= set(KITTI_TYPES):
-        from detcal.data.kitti import write_kitti_results
-
         kdir = out / split.name / "kitti"
         write_kitti_results(kdir, res.detections, categories=sub.categories, dataset=sub)
         files["kitti_results"] = str(kdir)
@@ -216,8 +214,6 @@ def _predict(spec: MainJobSpec, model: Any, split: Split, out: Path) -> dict[str
 
 def run_dry_run(spec: MainJobSpec, run_dir: str | Path) -> dict[str, Any]:
     """The dry run of ``spec`` in ``run_dir`` (module docstring); return (and write) its report."""
-    from detcal.training import stages as st
-
     t_start = time.perf_counter()
     run_dir = Path(run_dir)
     out = run_dir / "dry_run"

@@ -19,6 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from detcal.calibration.conformal import ConformalBoxIntervals
+from detcal.metrics.bootstrap import with_ci
+from detcal.metrics.paired import paired_bootstrap_many
+from detcal.metrics.regression import ence, interval_calibration_error
+from detcal.metrics.regression.coverage import gaussian_coverage, gaussian_interval, interval_coverage
+
 __all__ = ["interval_comparison"]
 
 
@@ -33,10 +39,6 @@ def _variant(
     mu: np.ndarray, sg: np.ndarray, s: Any, level: float, bins: int, binning: str, boot: dict[str, Any]
 ) -> dict[str, Any]:
     """ENCE, interval CE, coverage (with its interval) and width of one variant, per coordinate."""
-    from detcal.metrics.bootstrap import with_ci
-    from detcal.metrics.regression import ence, interval_calibration_error
-    from detcal.metrics.regression.coverage import gaussian_coverage, interval_coverage
-
     out: dict[str, Any] = {"ence": {}, "interval_ce": {}, "coverage": {}, "coverage_ci": {}, "width": {}}
     for k, c in enumerate(s.coords):
         a = (mu[:, k], sg[:, k], s.y[:, k])
@@ -49,8 +51,6 @@ def _variant(
         out["coverage"][c] = float(r.value)
         out["coverage_ci"][c] = None if r.ci is None else [float(v) for v in r.ci]
         out["width"][c] = float(r.extra["mean_width"])
-    from detcal.metrics.regression.coverage import gaussian_interval
-
     lo, hi = gaussian_interval(mu, sg, level)
     out["box_coverage"] = interval_coverage(lo, hi, s.y)[1]
     out["reaches_nominal"] = {
@@ -80,9 +80,6 @@ def interval_comparison(
     ``recal`` / ``val``: the delta-space regression samples the calibrators were fitted / are
     evaluated on; ``fitted``: the main job's fitted calibrators by name.
     """
-    from detcal.calibration.conformal import ConformalBoxIntervals
-    from detcal.metrics.paired import paired_bootstrap_many
-
     conf = ConformalBoxIntervals(alpha=round(1.0 - float(level), 12)).fit(recal.mu, recal.sigma, recal.y)
     preds = {"before": (val.mu, val.sigma)}
     preds.update({m: c.transform(val.mu, val.sigma) for m, c in fitted.items()})
@@ -128,8 +125,6 @@ def interval_comparison(
 
 
 def _coord_cov(k: int, level: float) -> Any:
-    from detcal.metrics.regression.coverage import gaussian_coverage
-
     def f(mu: np.ndarray, sigma: np.ndarray, y: np.ndarray) -> Any:
         return gaussian_coverage(mu[:, k], sigma[:, k], y[:, k], level=level)
 

@@ -44,12 +44,23 @@ from pathlib import Path
 from typing import Any
 
 from detcal._version import __version__
+from detcal.calibration.base import RegressionCalibrator
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import COORDS, Detections
+from detcal.data.coco import load_coco_instances, load_coco_results, write_coco_results
+from detcal.data.kitti import kitti_rules, load_kitti_labels
+from detcal.metrics.spaces import regression_sample
+from detcal.pipeline.evaluation import evaluate
+from detcal.pipeline.matcher import run_match
+from detcal.pipeline.registry import calibrator_names, make_calibrator
 from detcal.pipeline.sources import LoadedData
-from detcal.pipeline.spec import EvaluationSpec
-from detcal.training import report
+from detcal.pipeline.spec import ConfigError, EvaluationSpec
+from detcal.reports import plots
+from detcal.reports.console import run_footer
+from detcal.reports.html import write_report
+from detcal.training import report, stages as st
 from detcal.training.fingerprint import fingerprint
+from detcal.training.intervals import interval_comparison
 from detcal.training.spec import MainJobSpec
 from detcal.training.splits import Split, gt_paths, prepare_splits
 from detcal.utils.io import to_jsonable, write_json, write_text
@@ -120,8 +131,6 @@ def stage_fingerprints(spec: MainJobSpec, splits: Mapping[str, Split]) -> dict[s
 def load_delta_records(split: Split, results: Path, run_dir: Path) -> LoadedData:
     """The evaluation input of ``split``: its written ground truth (COCO instances, or KITTI label_2 +
     sizes with the devkit rules of its difficulty) and the delta-record COCO results file ``results``."""
-    from detcal.data.coco import load_coco_instances, load_coco_results
-
     paths = gt_paths(split, run_dir)
     gt, res = Path(str(paths["gt"])), Path(results)
     for p, name in ((gt, "gt"), (res, "results")):
@@ -129,8 +138,6 @@ def load_delta_records(split: Split, results: Path, run_dir: Path) -> LoadedData
             raise DetcalInputError("does not exist", file=p, field=f"data.{name}")
     rules = None
     if split.gt_format == "kitti":
-        from detcal.data.kitti import kitti_rules, load_kitti_labels
-
         ds = load_kitti_labels(gt, sizes=paths["sizes"], difficulty=split.difficulty)
         rules = kitti_rules(split.difficulty)
     else:
@@ -150,13 +157,8 @@ def load_delta_records(split: Split, results: Path, run_dir: Path) -> LoadedData
 def regression_sample_of(evaluation: EvaluationSpec, iou_threshold: float, split: Split, dets: Detections) -> Any:
     """TP regression sample (delta space) of ``dets`` at ``iou_threshold``, matched with the evaluation's
     matching rules (:func:`detcal.pipeline.matcher.run_match`; KITTI devkit rules for KITTI splits)."""
-    from detcal.metrics.spaces import regression_sample
-    from detcal.pipeline.matcher import run_match
-
     rules = None
     if split.gt_format == "kitti":
-        from detcal.data.kitti import kitti_rules
-
         rules = kitti_rules(split.difficulty)
     t = float(iou_threshold)
     mr = run_match(evaluation.matching, dets, LoadedData(split.dataset, dets, rules), [t])
@@ -194,9 +196,6 @@ def _fit(
 def make_calibrators(names: list[str]) -> dict[str, Any]:
     """Fresh box-uncertainty calibrators by registry name (configs/calibrator/<name>.yaml), or a
     :class:`~detcal.pipeline.spec.ConfigError` on ``calibration.methods`` naming the bad one."""
-    from detcal.pipeline.registry import calibrator_names, make_calibrator
-    from detcal.pipeline.spec import ConfigError
-
     known = calibrator_names()
     out = {}
     for name in names:
@@ -210,9 +209,6 @@ def make_calibrators(names: list[str]) -> dict[str, Any]:
 
 
 def _check_regression(calibrators: Mapping[str, Any]) -> None:
-    from detcal.calibration.base import RegressionCalibrator
-    from detcal.pipeline.spec import ConfigError
-
     for name, c in calibrators.items():
         if not isinstance(c, RegressionCalibrator):
             raise ConfigError(
@@ -247,8 +243,6 @@ class _Job:
         )
 
     def predict_all(self) -> tuple[None, str]:
-        from detcal.training import stages as st
-
         msgs = []
         for name in ("recal", "val"):
             self.dets[name], msg = st.predict_split(
@@ -264,8 +258,6 @@ class _Job:
         return None, "; ".join(msgs)
 
     def calibrate(self) -> tuple[tuple[dict[str, Any], dict[str, Path], dict[str, Any]], str]:
-        from detcal.data.coco import write_coco_results
-
         fitted, info = _fit(self.spec, self.calibrators, self.splits["recal"], self.dets["recal"])
         files = {"before": self.run_dir / "predictions" / "val" / "detections.json"}
         for m, c in fitted.items():
@@ -279,8 +271,6 @@ class _Job:
         )
 
     def _evaluate(self, split: Split, results: Path, variant: str) -> dict[str, Any]:
-        from detcal.pipeline.evaluation import evaluate
-
         spec, run_dir = self.spec, self.run_dir
         result = evaluate(
             load_delta_records(split, results, run_dir), spec=spec.evaluation, workdir=run_dir, progress=self.progress
@@ -304,8 +294,6 @@ class _Job:
 
     def diagrams(self) -> list[str]:
         """The RMSE-vs-RMV diagram of each val variant; the files the report lists."""
-        from detcal.reports import plots
-
         files = ["table1.json", "table1.md", "stages.json", "main_spec.json", "calibration/calibrators.json"]
         for v in self.variant_files:
             name = f"reliability_{v}.png"
@@ -341,8 +329,6 @@ class _Job:
 
     def intervals(self, fitted: dict[str, Any]) -> dict[str, Any]:
         """Conformal intervals beside the fitted calibrators on val (detcal.training.intervals)."""
-        from detcal.training.intervals import interval_comparison
-
         spec = self.spec
         sb, tb, t = spec.evaluation.sigma_binning, spec.table1.bootstrap, spec.calibration.iou_threshold
         recal = regression_sample_of(spec.evaluation, t, self.splits["recal"], self.dets["recal"])
@@ -414,8 +400,6 @@ def _write_table1(
     run_dir: Path, table: dict[str, Any], header: Mapping[str, Any] | None, report_html: bool
 ) -> dict[str, Any]:
     """table1.json, table1.md, report.html (when asked); print the table, the run directory and its files."""
-    from detcal.reports.console import run_footer
-
     if report_html:
         table["files"] = [*table["files"], "report.html"]
     table = to_jsonable(table)
@@ -423,8 +407,6 @@ def _write_table1(
     md = report.table1_markdown(table)
     write_text(run_dir / "table1.md", md)
     if report_html:
-        from detcal.reports.html import write_report
-
         write_report(run_dir, {"command": "detcal-main", **dict(header or {}), **table})
     t = table.get("timing_s") or {}
     stages = "stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in t.items() if k != "total")
@@ -459,8 +441,6 @@ def run_main_job(
     if missing:
         raise DetcalInputError(f"no calibrator given for {missing} (calibration.methods)", field="calibration.methods")
     _check_regression({m: calibrators[m] for m in spec.calibration.methods})
-    from detcal.training import stages as st
-
     t_start = time.perf_counter()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -10,12 +10,15 @@ so C_v is unchanged by it (the paper's point: calibration does not create disper
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from detcal.core.types import COORDS
+from detcal.metrics.paired import paired_bootstrap_many
+from detcal.metrics.regression import coefficient_of_variation, ence
 
 __all__ = [
     "PAPER_TABLE1",
@@ -61,7 +64,7 @@ def row_label(variant: str) -> str:
 
 
 def _spearman(x: np.ndarray, y: np.ndarray) -> float:
-    from scipy.stats import spearmanr
+    from scipy.stats import spearmanr  # lazy: scipy kept out of start-up
 
     ok = np.isfinite(x) & np.isfinite(y)
     if ok.sum() < 3:
@@ -281,11 +284,6 @@ def ence_changes(
     calibrators by name (``transform(mu, sigma)``). Returns
     ``{variant: {"ence": {coord: PairedDifference dict}, "cv": {...}}}``.
     """
-    import warnings
-
-    from detcal.metrics.paired import paired_bootstrap_many
-    from detcal.metrics.regression import coefficient_of_variation, ence
-
     fns: dict[str, Callable[..., Any]] = {}
     for k, c in enumerate(COORDS):
         fns[f"ence/{c}"] = _coord_metric(ence, k, bins=bins, binning=binning)

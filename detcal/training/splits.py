@@ -20,7 +20,11 @@ from typing import Any
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
-from detcal.core.types import Dataset
+from detcal.core.types import KITTI_DIFFICULTY, Dataset
+from detcal.data import synthetic
+from detcal.data.classmap import load_class_map
+from detcal.data.coco import load_coco_instances, write_coco_instances
+from detcal.data.kitti import kitti_difficulty, load_kitti_labels, split_frames, write_kitti_labels
 from detcal.pipeline.spec import CocoDataSpec, ConfigError, DataSpec, KittiDataSpec, SyntheticDataSpec
 from detcal.training.fingerprint import array_digest, file_identity, fingerprint
 from detcal.training.spec import SplitsSpec, TrainDataSpec
@@ -119,13 +123,8 @@ def _finish(split: Split, inputs: dict[str, Any]) -> Split:
 
 
 def _synthetic_split(name: str, n_images: int, seed: int, gt_format: str, difficulty: str) -> Split:
-    from detcal.data import synthetic
-
     ds, _ = synthetic.generate_scenes(int(n_images), int(seed), render=False)
     if gt_format == "kitti":
-        from detcal.core.types import KITTI_DIFFICULTY
-        from detcal.data.kitti import kitti_difficulty
-
         level = int(KITTI_DIFFICULTY[difficulty]["level"])
         diff = kitti_difficulty(ds.gt.box, ds.gt.truncation, ds.gt.occlusion)
         ds = dataclasses.replace(
@@ -156,8 +155,6 @@ def _synthetic_split(name: str, n_images: int, seed: int, gt_format: str, diffic
 
 
 def _coco_train_split(t: TrainDataSpec, run_dir: Path) -> Split:
-    from detcal.data.coco import load_coco_instances, write_coco_instances
-
     inst = _need_path(t.instances, "train_data.instances", "COCO instances JSON")
     image_dir = _need_path(t.image_dir, "train_data.image_dir", "image directory")
     ds = load_coco_instances(inst)
@@ -167,8 +164,6 @@ def _coco_train_split(t: TrainDataSpec, run_dir: Path) -> Split:
         ds = _subset(ds, np.sort(ds.images.id)[: int(t.max_images)])
         prov["max_images"] = int(t.max_images)
     if t.class_map is not None:
-        from detcal.data.classmap import load_class_map
-
         cm_path = _need_path(t.class_map, "train_data.class_map", "class-map YAML")
         cm = load_class_map(cm_path)
         ds = cm.remap_dataset(ds, "coco_to_kitti")
@@ -188,8 +183,6 @@ def _coco_train_split(t: TrainDataSpec, run_dir: Path) -> Split:
 
 
 def _kitti_eval_splits(d: KittiDataSpec, s: SplitsSpec) -> tuple[Split, Split]:
-    from detcal.data.kitti import load_kitti_labels, split_frames
-
     label_dir = _need_path(d.label_dir, "data.label_dir", "label_2 directory")
     image_dir = _need_path(d.image_dir, "data.image_dir", "image_2 directory")
     frames = sorted(p.stem for p in label_dir.glob("*.txt"))
@@ -229,9 +222,6 @@ def _kitti_eval_splits(d: KittiDataSpec, s: SplitsSpec) -> tuple[Split, Split]:
 
 
 def _coco_eval_splits(d: CocoDataSpec, s: SplitsSpec) -> tuple[Split, Split]:
-    from detcal.data.coco import load_coco_instances
-    from detcal.data.kitti import split_frames
-
     gt = _need_path(d.gt, "data.gt", "COCO instances JSON")
     image_dir = _need_path(s.image_dir, "splits.image_dir", "image directory of data.gt")
     ds = load_coco_instances(gt)
@@ -312,13 +302,9 @@ def gt_paths(split: Split, run_dir: Path) -> dict[str, str | None]:
 def _write_split_gt(split: Split, out: Path) -> None:
     """Write the split's GT for the evaluation: ``instances.json`` (COCO) or ``label_2/`` + ``sizes.txt`` (KITTI)."""
     if split.gt_format == "coco":
-        from detcal.data.coco import write_coco_instances
-
         write_coco_instances(out / "instances.json", split.dataset)
         split.provenance["gt"] = str(out / "instances.json")
         return
-    from detcal.data.kitti import write_kitti_labels
-
     im = split.dataset.images
     write_kitti_labels(out / "label_2", split.dataset)
     lines = [

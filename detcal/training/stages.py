@@ -14,10 +14,16 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from detcal.core.errors import DetcalInputError
 from detcal.core.types import KITTI_TYPES, Detections
+from detcal.data.coco import load_coco_results, write_coco_results
+from detcal.data.kitti import write_kitti_results
+from detcal.training.ddp import DdpJob, ddp_command, write_job
+from detcal.training.determinism import configure_torch, platform_facts
 from detcal.training.fingerprint import prepare_stage_dir
 from detcal.training.spec import ModelSpec, PredictSpec, StageSpec, TrainerSpec
 from detcal.training.splits import Split
+from detcal.training.torch_check import require_torch
 from detcal.utils.io import to_jsonable, write_json, write_text
 
 __all__ = ["train_kwargs", "torch_setup", "build_model", "train", "predict_split"]
@@ -54,13 +60,8 @@ def torch_setup(trainer: TrainerSpec) -> dict[str, Any]:
     """Thread counts and deterministic mode (:func:`detcal.training.determinism.configure_torch`), a clear
     error when CUDA is asked for but absent; return the platform facts of the run
     (:func:`detcal.training.determinism.platform_facts`)."""
-    from detcal.training.torch_check import require_torch
-
     require_torch("detcal-main")
-    import torch
-
-    from detcal.core.errors import DetcalInputError
-    from detcal.training.determinism import configure_torch, platform_facts
+    import torch  # lazy: torch is optional (the [train] extra)
 
     if trainer.device.startswith("cuda") and not torch.cuda.is_available():
         raise DetcalInputError(
@@ -74,10 +75,10 @@ def torch_setup(trainer: TrainerSpec) -> dict[str, Any]:
 
 def build_model(model: ModelSpec, train: Split, categories: list[int] | None, seed: int) -> Any:
     """The R-FCN of ``model`` for the training set's label map, initialised under ``torch.manual_seed(seed)``."""
-    import torch
+    import torch  # lazy: torch is optional (the [train] extra)
 
-    from detcal.models.rfcn import build_rfcn
-    from detcal.training.data import LabelMap
+    from detcal.models.rfcn import build_rfcn  # lazy: needs torch (the [train] extra)
+    from detcal.training.data import LabelMap  # lazy: needs torch (the [train] extra)
 
     lm = LabelMap.from_dataset(train.dataset, categories=categories)
     torch.manual_seed(int(seed))
@@ -85,8 +86,11 @@ def build_model(model: ModelSpec, train: Split, categories: list[int] | None, se
 
 
 def _train_ddp(stage: StageSpec, trainer: TrainerSpec, model: Any, train: Split, out_dir: Path, progress: bool) -> Path:
-    from detcal.training.ddp import DdpJob, ddp_command, write_job
-    from detcal.training.trainer import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
+    from detcal.training.trainer import (  # lazy: needs torch (the [train] extra)
+        CHECKPOINT_FORMAT,
+        load_checkpoint,
+        save_checkpoint,
+    )
 
     s = stage.stage
     init = out_dir / f"stage{s}_init.pt"
@@ -140,7 +144,7 @@ def train(
     Same fingerprint: the final checkpoint is reloaded, or a killed run resumes
     from its last checkpoint. Another fingerprint: the directory is recomputed whole.
     """
-    from detcal.training.trainer import train_stage
+    from detcal.training.trainer import train_stage  # lazy: needs torch (the [train] extra)
 
     reusable, why = prepare_stage_dir(out_dir, fp, description)
     final = out_dir / f"stage{stage.stage}_final.pt"
@@ -167,13 +171,11 @@ def predict_split(
     model: Any, split: Split, predict: PredictSpec, device: str, out: Path, fp: str, description: Any, progress: bool
 ) -> tuple[Detections, str]:
     """Delta records of ``split`` in ``out`` (reused while ``fp`` is unchanged), read back from the COCO results file."""
-    from detcal.data.coco import load_coco_results, write_coco_results
-
     reusable, why = prepare_stage_dir(out, fp, description)
     meta_path, res_path = out / "meta.json", out / "detections.json"
     if reusable and meta_path.is_file() and res_path.is_file():
         return load_coco_results(res_path, dataset=split.dataset), "reused (fingerprint unchanged)"
-    from detcal.training.predict import predict as run_predict
+    from detcal.training.predict import predict as run_predict  # lazy: needs torch (the [train] extra)
 
     res = run_predict(
         model,
@@ -187,8 +189,6 @@ def predict_split(
     write_coco_results(res_path, res.detections)
     kitti_dir = None
     if set(split.dataset.categories.values()) <= set(KITTI_TYPES):
-        from detcal.data.kitti import write_kitti_results
-
         kitti_dir = out / "kitti"
         write_kitti_results(kitti_dir, res.detections, categories=split.dataset.categories, dataset=split.dataset)
     write_json(

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -59,7 +60,9 @@ from tqdm.auto import tqdm
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset
 from detcal.models.rfcn import RFCN, rfcn_from_config
+from detcal.training.comm import get_rank_world
 from detcal.training.data import DetectionDataset, ImageSource, IterationBatchSampler, LabelMap, collate
+from detcal.training.determinism import configure_torch
 from detcal.utils.io import atomic_write, write_text
 
 CHECKPOINT_FORMAT = "detcal-rfcn-checkpoint/1"
@@ -81,12 +84,6 @@ RESUME_KEYS: tuple[str, ...] = (
 
 class TrainingStopped(Exception):
     """Raised by a ``callback`` to stop training (tests use it to simulate a kill)."""
-
-
-def _world() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def learning_rate(
@@ -147,8 +144,6 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     containers are unpickled, so a file carrying any other object (a pickle
     payload that would run code) is refused before anything in it runs.
     """
-    import pickle
-
     path = Path(path)
     if not path.is_file():
         raise DetcalInputError("checkpoint not found", file=path)
@@ -201,7 +196,6 @@ def _trim_log(log_path: Path, iteration: int) -> None:
     write_text(log_path, "".join(k + "\n" for k in keep))
 
 
-# long function: its signature takes one keyword per training setting (29 lines); the body is about 55.
 def train_stage(
     model: RFCN,
     dataset: Dataset,
@@ -244,47 +238,60 @@ def train_stage(
     call ``model`` holds the final weights (also when an existing final
     checkpoint is simply reloaded).
     """
-    rank, world = _world()
+    rank, world = get_rank_world()
     _check_stage_args(stage, iterations, batch_size, checkpoint_every, log_every, world)
-    from detcal.training.determinism import configure_torch
-
     configure_torch(num_threads, deterministic, str(device))
     device = torch.device(device)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    label_map = LabelMap(tuple(int(c) for c in model.category_ids.tolist()))
-    run_config = _run_config(
-        stage,
-        iterations,
-        batch_size,
-        seed,
-        lr,
-        momentum,
-        weight_decay,
-        warmup_iters,
-        lr_steps,
-        lr_gamma,
-        max_grad_norm,
-        hflip,
-    )
+    settings = (lr, momentum, weight_decay, warmup_iters, lr_steps, lr_gamma, max_grad_norm, hflip)
+    cfg = _run_config(stage, iterations, batch_size, seed, *settings)
     final_path = out_dir / f"stage{stage}_final.pt"
-    last_path = out_dir / f"stage{stage}_last.pt"
-    log_path = out_dir / f"stage{stage}_log.jsonl"
-
     model.to(device)
     params = model.set_stage(stage)
     optimizer = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    start = _resume(
-        model,
-        optimizer,
-        _latest_checkpoint(out_dir, stage) if resume else None,
-        run_config,
-        iterations,
-        final_path,
-        rank,
-    )
+    latest = _latest_checkpoint(out_dir, stage) if resume else None
+    start = _resume(model, optimizer, latest, cfg, iterations, final_path, rank)
     if start >= iterations:
         return final_path
+    log_path = out_dir / f"stage{stage}_log.jsonl"
+    _start_log(log_path, start, rank)
+    forward_model = _distributed(model, device, world)
+    label_map = LabelMap(tuple(int(c) for c in model.category_ids.tolist()))
+    ds = DetectionDataset(dataset, images, label_map, hflip=hflip, cache=cache_images)
+    sampler = IterationBatchSampler(len(dataset.images), batch_size, seed, start, iterations, rank, world)
+    loader = _loader(ds, sampler, num_workers, seed, stage)
+    model.train_mode_for_stage(stage)
+
+    def step(
+        it: int, imgs: Sequence[torch.Tensor], targets: Sequence[dict[str, torch.Tensor]]
+    ) -> tuple[dict[str, float], float]:
+        lr_it = learning_rate(it, lr, warmup_iters, lr_steps, lr_gamma)
+        values = _sgd_step(
+            forward_model, optimizer, params, imgs, targets, device, stage, it, lr_it, max_grad_norm, world
+        )
+        return values, lr_it
+
+    def save(done: int) -> None:  # a checkpoint every checkpoint_every steps, the final one at the end
+        if done % checkpoint_every == 0 or done == iterations:
+            path = final_path if done == iterations else out_dir / f"stage{stage}_last.pt"
+            _checkpoint(path, model, optimizer, cfg, done, seed, batch_size, rank)
+
+    _iterate(loader, range(start, iterations), step, save, log_path, stage, world, rank, log_every, progress, callback)
+    return final_path
+
+
+def _distributed(model: RFCN, device: torch.device, world: int) -> torch.nn.Module:
+    """The model the steps call: itself, or wrapped in DistributedDataParallel when there are several ranks."""
+    if world == 1:
+        return model
+    return torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None
+    )
+
+
+def _start_log(log_path: Path, start: int, rank: int) -> None:
+    """A fresh log for a new run; a resumed run's log cut back to the checkpoint's iteration (rank 0)."""
     if rank == 0:
         if start > 0:
             _trim_log(log_path, start)
@@ -292,15 +299,23 @@ def train_stage(
             write_text(log_path, "")
     _barrier()
 
-    forward_model: torch.nn.Module = model
-    if world > 1:
-        forward_model = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
-        )
-    ds = DetectionDataset(dataset, images, label_map, hflip=hflip, cache=cache_images)
-    sampler = IterationBatchSampler(len(dataset.images), batch_size, seed, start, iterations, rank, world)
-    loader = _loader(ds, sampler, num_workers, seed, stage)
-    model.train_mode_for_stage(stage)
+
+def _iterate(
+    loader: Any,
+    its: range,
+    step: Callable[..., tuple[dict[str, float], float]],
+    save: Callable[[int], None],
+    log_path: Path,
+    stage: int,
+    world: int,
+    rank: int,
+    log_every: int,
+    progress: bool,
+    callback: Callable[[int, dict[str, float]], None] | None,
+) -> None:
+    """The SGD steps ``its`` of one stage: the progress bar, the log lines, ``save`` (the checkpoints, after
+    each step) and the callback."""
+    start, iterations = its.start, its.stop
     bar = tqdm(
         total=iterations,
         initial=start,
@@ -311,35 +326,21 @@ def train_stage(
     t0 = time.time()
     log_fh = open(log_path, "a", encoding="utf-8") if rank == 0 else None
     try:
-        for it, (imgs, targets) in zip(range(start, iterations), loader):
-            lr_it = learning_rate(it, lr, warmup_iters, lr_steps, lr_gamma)
-            values = _sgd_step(
-                forward_model, optimizer, params, imgs, targets, device, stage, it, lr_it, max_grad_norm, world
-            )
+        for it, (imgs, targets) in zip(its, loader):
+            values, lr_it = step(it, imgs, targets)
             done = it + 1
             bar.update(1)
             if done % log_every == 0 or done == iterations or it == start:
                 bar.set_postfix(loss=f"{sum(values.values()):.4f}")
                 if log_fh is not None:
                     _log_line(log_fh, stage, done, values, lr_it, time.time() - t0, world)
-            if done % checkpoint_every == 0 or done == iterations:
-                _checkpoint(
-                    final_path if done == iterations else last_path,
-                    model,
-                    optimizer,
-                    run_config,
-                    done,
-                    seed,
-                    batch_size,
-                    rank,
-                )
+            save(done)
             if callback is not None:
                 callback(done, values)
     finally:
         bar.close()
         if log_fh is not None:
             log_fh.close()
-    return final_path
 
 
 def _check_stage_args(

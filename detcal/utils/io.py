@@ -9,6 +9,7 @@ POSIX and Windows.
 from __future__ import annotations
 
 import contextlib
+import io as _io
 import json
 import os
 import tempfile
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+
+from detcal.utils.fresh_dir import umask
 
 
 @contextlib.contextmanager
@@ -33,18 +36,12 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Ite
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; results honour the umask
+        os.chmod(tmp, 0o666 & ~umask())  # mkstemp creates 0600; results honour the umask
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _json_default(obj: Any) -> Any:
@@ -78,8 +75,6 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 def save_figure(fig: Any, path: str | os.PathLike, **kwargs: Any) -> None:
     """A matplotlib figure as PNG at ``path``, written atomically (a symlink at ``path`` is replaced, never
     written through); ``kwargs`` go to ``savefig`` (e.g. ``dpi``)."""
-    import io as _io
-
     buf = _io.BytesIO()
     fig.savefig(buf, format="png", **kwargs)
     write_bytes(path, buf.getvalue())

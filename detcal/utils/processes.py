@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing as mp
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,8 +19,6 @@ def map_in_processes(fn: Callable[..., Any], items: Sequence[Any], args: tuple, 
     """``[fn(item, *args) for item in items]`` in ``workers`` forked processes, in order.
 
     ``args`` reach the workers through fork (no pickling of the large arrays); the results come back pickled."""
-    import multiprocessing as mp
-
     if workers <= 1 or len(items) <= 1:
         return [fn(i, *args) for i in items]
     _STATE.update(fn=fn, args=args)

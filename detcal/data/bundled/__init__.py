@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import gzip
+import json
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections, GroundTruth, Images
+from detcal.data.coco import load_coco_instances, load_coco_results, write_coco_instances, write_coco_results
 
 HERE = Path(__file__).resolve().parent
 
@@ -131,8 +133,6 @@ def path(name: str, detector: str | None = None, directory: str | Path | None = 
         where.mkdir(parents=True, exist_ok=True)
     if name == "coco_mini79":
         return _mini79_file("gt" if detector is None else f"dt_{detector}", where)
-    from detcal.data.coco import write_coco_instances, write_coco_results
-
     out = (where or Path(_mini79_dir())) / ("tfzoo_gt.json" if detector is None else f"tfzoo_dt_{detector}.json")
     if not out.exists():
         if detector is None:
@@ -147,8 +147,6 @@ def load_dataset(name: str = "coco_tfzoo") -> Dataset:
     _check(name, None)
     if name == "coco_tfzoo":
         return _tfzoo_dataset()
-    from detcal.data.coco import load_coco_instances
-
     ds = load_coco_instances(_mini79_file("gt"))
     ds.source = "bundled:coco_mini79"
     return ds
@@ -159,8 +157,6 @@ def load_detections(name: str = "coco_tfzoo", detector: str = "rfcn-resnet-101")
     _check(name, detector)
     if name == "coco_tfzoo":
         return _tfzoo_detections(detector)
-    from detcal.data.coco import load_coco_results
-
     return load_coco_results(_mini79_file(f"dt_{detector}"))
 
 
@@ -179,8 +175,6 @@ def gt_area(name: str = "coco_tfzoo") -> np.ndarray:
     if name == "coco_tfzoo":
         b = _tfzoo_dataset().gt.box
         return (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
-    import json
-
     doc = json.loads(_mini79_file("gt").read_bytes())
     return np.array([float(a["area"]) for a in doc["annotations"]], np.float64)
 

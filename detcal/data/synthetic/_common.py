@@ -27,52 +27,52 @@ COCO_SCALE_CATEGORIES: dict[int, str] = {
 }
 """Categories of :func:`generate_coco_scale` (COCO ids, non-contiguous on purpose)."""
 
-_ASPECT: dict[int, tuple[float, float]] = {1: (1.6, 2.4), 4: (0.35, 0.5), 6: (0.7, 1.0)}
-_DIMS_3D: dict[int, tuple[float, float, float]] = {
+ASPECT: dict[int, tuple[float, float]] = {1: (1.6, 2.4), 4: (0.35, 0.5), 6: (0.7, 1.0)}
+DIMS_3D: dict[int, tuple[float, float, float]] = {
     1: (1.53, 1.63, 3.88),
     4: (1.76, 0.66, 0.84),
     6: (1.74, 0.60, 1.76),
 }
-_KITTI_FOCAL = 721.5377
-_KITTI_IMAGE_HEIGHT = 375.0
-_PLACEMENT_ROUNDS = 30
-_FP_ROUNDS = 30
-_FP_MAX_IOU = 0.1
-_B_MIN, _B_MAX = 1e-3, 1e3
-_STREAM_SCENES, _STREAM_DETECTOR, _STREAM_PIXELS, _STREAM_COCO = 0, 1, 2, 3
-_KIND_OBJECT, _KIND_CROWD, _KIND_DONTCARE = 0, 1, 2
+KITTI_FOCAL = 721.5377
+KITTI_IMAGE_HEIGHT = 375.0
+PLACEMENT_ROUNDS = 30
+FP_ROUNDS = 30
+FP_MAX_IOU = 0.1
+B_MIN, B_MAX = 1e-3, 1e3
+STREAM_SCENES, STREAM_DETECTOR, STREAM_PIXELS, STREAM_COCO = 0, 1, 2, 3
+KIND_OBJECT, KIND_CROWD, KIND_DONTCARE = 0, 1, 2
 
 
 # --------------------------------------------------------------------------- validation
 
 
-def _check(cond: bool, message: str, field: str, record: Any = None) -> None:
+def check(cond: bool, message: str, field: str, record: Any = None) -> None:
     if not cond:
         raise DetcalInputError(message, record=record, field=field)
 
 
-def _check_pair(value: Any, field: str, positive: bool = True) -> tuple[float, float]:
+def check_pair(value: Any, field: str, positive: bool = True) -> tuple[float, float]:
     try:
         a, b = (float(v) for v in value)
     except (TypeError, ValueError):
         raise DetcalInputError(f"expected two numbers, got {value!r}", field=field) from None
-    _check(a <= b, f"expected lower <= upper, got {value!r}", field)
+    check(a <= b, f"expected lower <= upper, got {value!r}", field)
     if positive:
-        _check(a > 0, f"expected positive values, got {value!r}", field)
+        check(a > 0, f"expected positive values, got {value!r}", field)
     return a, b
 
 
-def _check_vec4(value: Any, field: str) -> np.ndarray:
+def check_vec4(value: Any, field: str) -> np.ndarray:
     arr = np.asarray(value, dtype=np.float64).reshape(-1)
-    _check(arr.shape == (4,), f"expected 4 values (one per coordinate {COORDS}), got {value!r}", field)
-    _check(
+    check(arr.shape == (4,), f"expected 4 values (one per coordinate {COORDS}), got {value!r}", field)
+    check(
         bool(np.all(np.isfinite(arr)) and np.all(arr > 0)), f"expected 4 finite positive values, got {value!r}", field
     )
     return arr
 
 
-def _rng(seed: int, stream: int, *extra: int) -> np.random.Generator:
-    _check(
+def stream_rng(seed: int, stream: int, *extra: int) -> np.random.Generator:
+    check(
         isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0,
         f"expected an int >= 0, got {seed!r}",
         "seed",
@@ -83,7 +83,7 @@ def _rng(seed: int, stream: int, *extra: int) -> np.random.Generator:
 # --------------------------------------------------------------------------- grouping helpers
 
 
-def _padded_groups(group: np.ndarray, n_groups: int) -> np.ndarray:
+def padded_groups(group: np.ndarray, n_groups: int) -> np.ndarray:
     """Rows of each group as a padded matrix ``[n_groups, M]`` (-1 pads), rows in input order."""
     group = np.asarray(group, dtype=np.int64)
     counts = np.bincount(group, minlength=n_groups)
@@ -96,20 +96,20 @@ def _padded_groups(group: np.ndarray, n_groups: int) -> np.ndarray:
     return pad
 
 
-def _gather(arr: np.ndarray, pad: np.ndarray, fill: Any) -> np.ndarray:
+def gather(arr: np.ndarray, pad: np.ndarray, fill: Any) -> np.ndarray:
     """``arr[pad]`` with ``fill`` where ``pad == -1`` (works for an empty ``arr``)."""
     ext = np.concatenate([arr, np.full((1,) + arr.shape[1:], fill, dtype=arr.dtype)])
     return ext[pad]
 
 
-def _intersection(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def intersection(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Elementwise (broadcast) intersection area of xyxy boxes ``a`` [...,4] and ``b`` [...,4]."""
     iw = np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0])
     ih = np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1])
     return np.clip(iw, 0, None) * np.clip(ih, 0, None)
 
 
-def _draw_order_key(
+def draw_order_key(
     category: np.ndarray, iscrowd: np.ndarray, location: np.ndarray | None, box: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """(kind rank, -depth): DontCare first, then crowds, then objects far to near."""

@@ -6,8 +6,8 @@ import numpy as np
 
 from detcal.core.boxes import decode_deltas, encode_deltas
 from detcal.core.types import Dataset, Detections, GroundTruth, Images
-from detcal.data.synthetic._common import _STREAM_COCO, COCO_SCALE_CATEGORIES, _check, _rng
-from detcal.data.synthetic.detector import _around
+from detcal.data.synthetic._common import COCO_SCALE_CATEGORIES, STREAM_COCO, check, stream_rng
+from detcal.data.synthetic.detector import records_around
 
 # --------------------------------------------------------------------------- COCO-scale benchmark data
 
@@ -94,21 +94,21 @@ def generate_coco_scale(
     otherwise, rounded to ``score_decimals`` (ties). Rows grouped by image in
     random order within an image.
     """
-    _check(
+    check(
         isinstance(n_images, (int, np.integer)) and n_images >= 0, f"expected an int >= 0, got {n_images!r}", "n_images"
     )
-    _check(
+    check(
         isinstance(dets_per_image, (int, np.integer)) and 1 <= dets_per_image <= 100,
         f"expected an int in 1..100, got {dets_per_image!r}",
         "dets_per_image",
     )
-    _check(0.0 <= crowd_fraction <= 1.0, f"expected a fraction in [0, 1], got {crowd_fraction}", "crowd_fraction")
-    _check(
+    check(0.0 <= crowd_fraction <= 1.0, f"expected a fraction in [0, 1], got {crowd_fraction}", "crowd_fraction")
+    check(
         isinstance(score_decimals, (int, np.integer)) and 0 <= score_decimals <= 15,
         f"expected an int in 0..15, got {score_decimals!r}",
         "score_decimals",
     )
-    rng = _rng(seed, _STREAM_COCO)
+    rng = stream_rng(seed, STREAM_COCO)
     N = int(n_images)
     sizes = np.array([[640, 480], [480, 640], [640, 427], [500, 375], [640, 640]], dtype=np.float64)
     wh_img = sizes[rng.integers(0, len(sizes), size=N)]
@@ -134,7 +134,7 @@ def generate_coco_scale(
     # around GTs: delta records with widely varying sigma -> duplicates over a range of IoUs
     level = np.exp(rng.uniform(np.log(0.02), np.log(0.4), size=D))
     target = g_box[np.maximum(reg_gt, 0)]
-    prop, mu, sig, dbox = _around(
+    prop, mu, sig, dbox = records_around(
         rng, target, level[:, None] * np.array([1.0, 1.0, 1.5, 1.5]), (0.7, 1.4), np.array([0.1, 0.1, 0.1, 0.1])
     )
     box = np.where(around[:, None], dbox, box)

@@ -11,25 +11,25 @@ import numpy as np
 from detcal.core.boxes import area, decode_deltas, encode_deltas, xyxy_to_cxcywh
 from detcal.core.types import Dataset, Detections
 from detcal.data.synthetic._common import (
-    _B_MAX,
-    _B_MIN,
-    _FP_MAX_IOU,
-    _FP_ROUNDS,
-    _STREAM_DETECTOR,
+    B_MAX,
+    B_MIN,
     DONTCARE_CATEGORY,
-    _check,
-    _check_pair,
-    _check_vec4,
-    _gather,
-    _intersection,
-    _padded_groups,
-    _rng,
+    FP_MAX_IOU,
+    FP_ROUNDS,
+    STREAM_DETECTOR,
+    check,
+    check_pair,
+    check_vec4,
+    gather,
+    intersection,
+    padded_groups,
+    stream_rng,
 )
 
 # --------------------------------------------------------------------------- simulated detector
 
 
-def _around(
+def records_around(
     rng: np.random.Generator,
     target: np.ndarray,
     true_std: np.ndarray,
@@ -76,10 +76,10 @@ def _fp_boxes(
     fp_img = np.repeat(np.arange(len(imgs)), n_fp_img)
     F = len(fp_img)
     gt = dataset.gt
-    pad = _padded_groups(gt_rows_img, len(imgs))
+    pad = padded_groups(gt_rows_img, len(imgs))
     ok_pad = pad >= 0
-    gt_box_pad = _gather(gt.box, pad, np.nan)
-    crowd_pad = ok_pad & _gather(gt.iscrowd, pad, False)
+    gt_box_pad = gather(gt.box, pad, np.nan)
+    crowd_pad = ok_pad & gather(gt.iscrowd, pad, False)
     if len(pool):
         src_img = gt_rows_img[pool]
         rel_pool = xyxy_to_cxcywh(gt.box[pool] / np.stack([W[src_img], H[src_img]] * 2, axis=1))
@@ -93,7 +93,7 @@ def _fp_boxes(
 
     box = np.zeros((F, 4))
     todo = np.arange(F)
-    for _ in range(_FP_ROUNDS):
+    for _ in range(FP_ROUNDS):
         if len(todo) == 0:
             break
         k = len(todo)
@@ -102,12 +102,12 @@ def _fp_boxes(
         centre = np.clip(centre + rng.normal(size=(k, 2)) * 0.1 * wh[todo], half, 1.0 - half)
         box[todo] = np.concatenate([centre - half, centre + half], axis=1) * scale[todo]
         g = gt_box_pad[fp_img[todo]]  # [k, M, 4]
-        inter = _intersection(box[todo][:, None, :], g)
+        inter = intersection(box[todo][:, None, :], g)
         a_det = area(box[todo])[:, None]
         union = np.where(crowd_pad[fp_img[todo]], a_det, a_det + area(g) - inter)
         with np.errstate(invalid="ignore", divide="ignore"):
             iou = np.where(union > 0, inter / union, 0.0)
-        bad = (np.nan_to_num(iou, nan=0.0) >= _FP_MAX_IOU).any(axis=1) | (area(box[todo]) <= 0)
+        bad = (np.nan_to_num(iou, nan=0.0) >= FP_MAX_IOU).any(axis=1) | (area(box[todo]) <= 0)
         todo = todo[bad]
     keep = np.ones(F, bool)
     keep[todo] = False
@@ -166,47 +166,47 @@ def _score_groups(
     return group, info
 
 
-def _detector_params(**kw: Any) -> dict[str, Any]:
+def detector_params(**kw: Any) -> dict[str, Any]:
     """Validate and normalise the keyword arguments of :func:`simulate_detector`."""
-    _check(
+    check(
         0.0 <= kw["border_overconfidence"] < 1.0,
         f"expected a value in [0, 1), got {kw['border_overconfidence']}",
         "border_overconfidence",
     )
-    _check(
+    check(
         0.0 <= kw["border_width"] <= 0.5,
         f"expected a relative width in [0, 0.5], got {kw['border_width']}",
         "border_width",
     )
-    std_scale = _check_vec4(kw["std_scale"], "std_scale")
-    true_std = _check_vec4(kw["true_delta_std"], "true_delta_std")
+    std_scale = check_vec4(kw["std_scale"], "std_scale")
+    true_std = check_vec4(kw["true_delta_std"], "true_delta_std")
     jitter = np.asarray(kw["proposal_jitter"], dtype=np.float64).reshape(-1)
-    _check(
+    check(
         jitter.shape == (4,) and bool(np.all(jitter >= 0)),
         f"expected 4 values >= 0, got {kw['proposal_jitter']!r}",
         "proposal_jitter",
     )
-    lo, hi = _check_pair(kw["std_range"], "std_range")
-    _check(kw["fp_per_image"] >= 0, f"expected a rate >= 0, got {kw['fp_per_image']}", "fp_per_image")
-    _check(0.0 <= kw["recall"] <= 1.0, f"expected a probability, got {kw['recall']}", "recall")
-    _check(
+    lo, hi = check_pair(kw["std_range"], "std_range")
+    check(kw["fp_per_image"] >= 0, f"expected a rate >= 0, got {kw['fp_per_image']}", "fp_per_image")
+    check(0.0 <= kw["recall"] <= 1.0, f"expected a probability, got {kw['recall']}", "recall")
+    check(
         kw["score_concentration"] > 0, f"expected a value > 0, got {kw['score_concentration']}", "score_concentration"
     )
     for name in ("position_bins", "size_bins"):
         v = kw[name]
-        _check(
+        check(
             bool(v is None or (isinstance(v, (int, np.integer)) and 1 <= v <= 20)),
             f"expected None or an int in 1..20, got {v!r}",
             name,
         )
-    _check(kw["duplicate_rate"] >= 0, f"expected a rate >= 0, got {kw['duplicate_rate']}", "duplicate_rate")
+    check(kw["duplicate_rate"] >= 0, f"expected a rate >= 0, got {kw['duplicate_rate']}", "duplicate_rate")
     sd = kw["score_decimals"]
-    _check(
+    check(
         bool(sd is None or (isinstance(sd, (int, np.integer)) and 0 <= sd <= 15)),
         f"expected None or an int in 0..15, got {sd!r}",
         "score_decimals",
     )
-    _check(
+    check(
         kw["uncertainty"] in ("delta", "box_std", "none"),
         f"expected 'delta', 'box_std' or 'none', got {kw['uncertainty']!r}",
         "uncertainty",
@@ -245,7 +245,7 @@ def _planted_scores(
     n_tp_g = np.bincount(group[planted_tp], minlength=n_groups).astype(np.float64)
     n_fp_g = np.bincount(group[~planted_tp], minlength=n_groups).astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):  # n_tp = 0: all FP, b = B_MAX gives q ~ 0
-        b_g = np.clip(np.where(n_tp_g > 0, a * n_fp_g / n_tp_g, _B_MAX), _B_MIN, _B_MAX)
+        b_g = np.clip(np.where(n_tp_g > 0, a * n_fp_g / n_tp_g, B_MAX), B_MIN, B_MAX)
     b = b_g[group]
     q = rng.beta(np.where(planted_tp, a + 1.0, a), np.where(planted_tp, b, b + 1.0))
     score = np.where(border, q ** (1.0 - p["border_overconfidence"]), q)
@@ -254,14 +254,14 @@ def _planted_scores(
     return q, score, b, {**group_info, "_n_tp_g": n_tp_g, "_n_fp_g": n_fp_g}
 
 
-def _simulate(dataset: Dataset, seed: int, p: dict[str, Any]) -> tuple[Detections, dict[str, Any]]:
-    _check(
+def simulate(dataset: Dataset, seed: int, p: dict[str, Any]) -> tuple[Detections, dict[str, Any]]:
+    check(
         isinstance(dataset, Dataset), f"expected a detcal.core.types.Dataset, got {type(dataset).__name__}", "dataset"
     )
     gt = dataset.gt
     imgs = dataset.images
     img_rows = _image_rows(dataset)
-    rng = _rng(seed, _STREAM_DETECTOR)
+    rng = stream_rng(seed, STREAM_DETECTOR)
     names = dataset.categories
     if p["categories"] is None:
         classes = np.array(sorted(c for c, n in names.items() if n != "DontCare"), dtype=np.int64)
@@ -276,7 +276,7 @@ def _simulate(dataset: Dataset, seed: int, p: dict[str, Any]) -> tuple[Detection
     n_dup = rng.poisson(p["duplicate_rate"], size=len(tp_gt))
     src = np.concatenate([tp_gt, np.repeat(tp_gt, n_dup)])
     true_std, jitter = np.asarray(p["true_delta_std"]), np.asarray(p["proposal_jitter"])
-    prop_t, mu_t, sig_t, box_t = _around(rng, gt.box[src], true_std, tuple(p["std_range"]), jitter)
+    prop_t, mu_t, sig_t, box_t = records_around(rng, gt.box[src], true_std, tuple(p["std_range"]), jitter)
 
     n_fp_img = rng.poisson(p["fp_per_image"], size=len(imgs))
     fp_img, fp_box, fp_cat, fp_dropped = _fp_boxes(rng, dataset, img_rows, n_fp_img, np.flatnonzero(eligible), classes)
@@ -420,8 +420,8 @@ def simulate_detector(
     order within each image. The parameters and realised counts are saved by
     :func:`write_synthetic` (``meta.json``).
     """
-    params = _detector_params(**_bound_kwargs(simulate_detector, locals(), skip=("dataset", "seed")))
-    dets, _ = _simulate(dataset, int(seed), params)
+    params = detector_params(**_bound_kwargs(simulate_detector, locals(), skip=("dataset", "seed")))
+    dets, _ = simulate(dataset, int(seed), params)
     return dets
 
 

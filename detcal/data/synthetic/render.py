@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from detcal.core.types import Dataset
-from detcal.data.synthetic._common import _STREAM_PIXELS, DONTCARE_CATEGORY, _check, _draw_order_key, _rng
+from detcal.data.synthetic._common import DONTCARE_CATEGORY, STREAM_PIXELS, check, draw_order_key, stream_rng
 
 # --------------------------------------------------------------------------- rendering
 
@@ -98,22 +98,22 @@ def render_scene(dataset: Dataset, image_index: int, seed: int = 0) -> np.ndarra
     other images: equal to ``generate_scenes(..., seed=seed, render=True)[1][i]``.
     Background: per-image colour with a vertical gradient, ~6 low-contrast
     rectangles and N(0, 6^2) noise; then DontCare noise patches, crowds and
-    objects far to near (order of :func:`_draw_order_key`), each with a colour
+    objects far to near (order of :func:`draw_order_key`), each with a colour
     jitter N(0, 18^2); finally N(0, 4^2) sensor noise. Truncated objects are
     drawn at their full extent (recovered from ``truncation``) and clipped by
     the image frame. Needs the records as generated (or a KITTI round trip,
     which keeps ``location``); with no ``location`` taller boxes are drawn later.
     """
-    from PIL import Image, ImageDraw
+    from PIL import Image, ImageDraw  # lazy: Pillow only when images are drawn or read
 
     n = len(dataset.images)
-    _check(0 <= int(image_index) < n, f"image_index {image_index} outside 0..{n - 1}", "image_index")
+    check(0 <= int(image_index) < n, f"image_index {image_index} outside 0..{n - 1}", "image_index")
     img_id = int(dataset.images.id[image_index])
     W = int(round(float(dataset.images.width[image_index])))
     H = int(round(float(dataset.images.height[image_index])))
     gt = dataset.gt
     rows = np.flatnonzero(gt.image_id == img_id)
-    rng = _rng(seed, _STREAM_PIXELS, img_id)
+    rng = stream_rng(seed, STREAM_PIXELS, img_id)
 
     base = rng.uniform(70, 170, size=3)
     grad = 0.85 + 0.3 * (np.arange(H, dtype=np.float64) / max(H - 1, 1))
@@ -126,7 +126,7 @@ def render_scene(dataset: Dataset, image_index: int, seed: int = 0) -> np.ndarra
     canvas += rng.normal(0.0, 6.0, size=(H, W, 3))
 
     loc = None if gt.location is None else gt.location[rows]
-    rank_kind, neg_depth = _draw_order_key(gt.category[rows], gt.iscrowd[rows], loc, gt.box[rows])
+    rank_kind, neg_depth = draw_order_key(gt.category[rows], gt.iscrowd[rows], loc, gt.box[rows])
     order = rows[np.lexsort((np.arange(len(rows)), neg_depth, rank_kind))]
     dontcare = [r for r in order if gt.category[r] == DONTCARE_CATEGORY]
     for r in dontcare:

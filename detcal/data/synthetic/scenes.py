@@ -12,25 +12,26 @@ from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, GroundTruth, Images
 from detcal.data.kitti import kitti_difficulty
 from detcal.data.synthetic._common import (
-    _ASPECT,
-    _DIMS_3D,
-    _KIND_CROWD,
-    _KIND_DONTCARE,
-    _KIND_OBJECT,
-    _KITTI_FOCAL,
-    _KITTI_IMAGE_HEIGHT,
-    _PLACEMENT_ROUNDS,
-    _STREAM_SCENES,
+    ASPECT,
+    DIMS_3D,
     DONTCARE_CATEGORY,
+    KIND_CROWD,
+    KIND_DONTCARE,
+    KIND_OBJECT,
+    KITTI_FOCAL,
+    KITTI_IMAGE_HEIGHT,
+    PLACEMENT_ROUNDS,
+    STREAM_SCENES,
     SYNTHETIC_CATEGORIES,
-    _check,
-    _check_pair,
-    _draw_order_key,
-    _gather,
-    _intersection,
-    _padded_groups,
-    _rng,
+    check,
+    check_pair,
+    draw_order_key,
+    gather,
+    intersection,
+    padded_groups,
+    stream_rng,
 )
+from detcal.data.synthetic.render import render_scene
 
 # --------------------------------------------------------------------------- scenes
 
@@ -46,33 +47,33 @@ def _scene_params(
     dontcare_per_image: float,
     crowd_per_image: float,
 ) -> dict[str, Any]:
-    _check(
+    check(
         isinstance(n_images, (int, np.integer)) and n_images >= 0, f"expected an int >= 0, got {n_images!r}", "n_images"
     )
     try:
         w, h = (int(v) for v in image_size)
     except (TypeError, ValueError):
         raise DetcalInputError(f"expected (width, height), got {image_size!r}", field="image_size") from None
-    _check(w >= 16 and h >= 16, f"expected width and height >= 16 px, got {image_size!r}", "image_size")
-    lo, hi = _check_pair(objects_per_image, "objects_per_image", positive=False)
-    _check(
+    check(w >= 16 and h >= 16, f"expected width and height >= 16 px, got {image_size!r}", "image_size")
+    lo, hi = check_pair(objects_per_image, "objects_per_image", positive=False)
+    check(
         lo >= 0 and lo == int(lo) and hi == int(hi),
         f"expected integers >= 0, got {objects_per_image!r}",
         "objects_per_image",
     )
-    smin, smax = _check_pair((min_size, max_size), "min_size/max_size")
-    _check(smin >= 4, f"min_size must be >= 4 px, got {min_size}", "min_size")
-    _check(
+    smin, smax = check_pair((min_size, max_size), "min_size/max_size")
+    check(smin >= 4, f"min_size must be >= 4 px, got {min_size}", "min_size")
+    check(
         smax <= min(w, h) - 2, f"max_size must be <= min(image_size) - 2 = {min(w, h) - 2}, got {max_size}", "max_size"
     )
-    _check(
+    check(
         0.0 <= truncated_fraction <= 1.0,
         f"expected a fraction in [0, 1], got {truncated_fraction}",
         "truncated_fraction",
     )
-    _check(0.0 <= max_overlap <= 1.0, f"expected a value in [0, 1], got {max_overlap}", "max_overlap")
-    _check(dontcare_per_image >= 0, f"expected a rate >= 0, got {dontcare_per_image}", "dontcare_per_image")
-    _check(crowd_per_image >= 0, f"expected a rate >= 0, got {crowd_per_image}", "crowd_per_image")
+    check(0.0 <= max_overlap <= 1.0, f"expected a value in [0, 1], got {max_overlap}", "max_overlap")
+    check(dontcare_per_image >= 0, f"expected a rate >= 0, got {dontcare_per_image}", "dontcare_per_image")
+    check(crowd_per_image >= 0, f"expected a rate >= 0, got {crowd_per_image}", "crowd_per_image")
     return {
         "n_images": int(n_images),
         "image_size": [w, h],
@@ -94,12 +95,12 @@ def _object_sizes(
     W, H = p["image_size"]
     s = np.exp(rng.uniform(np.log(p["min_size"]), np.log(p["max_size"]), size=g))
     u = rng.random(g)
-    lo = np.select([cat == 1, cat == 4, cat == 6], [_ASPECT[1][0], _ASPECT[4][0], _ASPECT[6][0]], 1.0)
-    hi = np.select([cat == 1, cat == 4, cat == 6], [_ASPECT[1][1], _ASPECT[4][1], _ASPECT[6][1]], 1.0)
+    lo = np.select([cat == 1, cat == 4, cat == 6], [ASPECT[1][0], ASPECT[4][0], ASPECT[6][0]], 1.0)
+    hi = np.select([cat == 1, cat == 4, cat == 6], [ASPECT[1][1], ASPECT[4][1], ASPECT[6][1]], 1.0)
     ar = lo + u * (hi - lo)
     # crowd: a wide row of figures; DontCare: any aspect in [0.5, 3]
-    ar = np.where(kind == _KIND_CROWD, 1.5 + 1.5 * u, ar)
-    ar = np.where(kind == _KIND_DONTCARE, 0.5 + 2.5 * u, ar)
+    ar = np.where(kind == KIND_CROWD, 1.5 + 1.5 * u, ar)
+    ar = np.where(kind == KIND_DONTCARE, 0.5 + 2.5 * u, ar)
     w, h = s * np.sqrt(ar), s / np.sqrt(ar)
     fit = np.minimum(1.0, np.minimum((W - 2.0) / w, (H - 2.0) / h))
     return w * fit, h * fit
@@ -131,12 +132,12 @@ def _conflicts(vis: np.ndarray, pad: np.ndarray, valid: np.ndarray, max_overlap:
     Overlap = ``|b_i ^ b_j| / min(|b_i|, |b_j|)`` over the padded per-image matrix [N, M, M].
     """
     ok = pad >= 0
-    b = _gather(vis, pad, np.nan)
-    inter = _intersection(b[:, :, None, :], b[:, None, :, :])
+    b = gather(vis, pad, np.nan)
+    inter = intersection(b[:, :, None, :], b[:, None, :, :])
     ar = area(b)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = inter / np.minimum(ar[:, :, None], ar[:, None, :])
-    vmask = ok & _gather(valid, pad, False)
+    vmask = ok & gather(valid, pad, False)
     m = pad.shape[1]
     earlier = np.tril(np.ones((m, m), bool), k=-1)  # [j, i]: i < j
     bad = (np.nan_to_num(ratio, nan=0.0) > max_overlap) & earlier[None] & vmask[:, None, :] & vmask[:, :, None]
@@ -147,11 +148,11 @@ def _conflicts(vis: np.ndarray, pad: np.ndarray, valid: np.ndarray, max_overlap:
 
 def _occlusion(vis: np.ndarray, image_row: np.ndarray, n_images: int, draw_rank: np.ndarray) -> np.ndarray:
     """Occluded share o [G] = min(1, sum over boxes drawn later of intersection / own area)."""
-    pad = _padded_groups(image_row, n_images)
+    pad = padded_groups(image_row, n_images)
     ok = pad >= 0
-    b = _gather(vis, pad, 0.0)
-    inter = _intersection(b[:, :, None, :], b[:, None, :, :])  # [N, j, i]
-    r = _gather(draw_rank, pad, -1)
+    b = gather(vis, pad, 0.0)
+    inter = intersection(b[:, :, None, :], b[:, None, :, :])  # [N, j, i]
+    r = gather(draw_rank, pad, -1)
     later = (r[:, None, :] > r[:, :, None]) & ok[:, None, :] & ok[:, :, None]
     share = np.where(later, inter, 0.0).sum(axis=2)
     ar = area(b)
@@ -179,9 +180,9 @@ def _place_without_overlap(
     full = _place(rng, w, h, trunc, edge, W, H)
     vis = _visible(full, W, H)
     valid = np.ones(g, bool)
-    pad = _padded_groups(image_row, N)
+    pad = padded_groups(image_row, N)
     active = pad  # rows of pad (images) that may hold a conflict: first all, then those that moved
-    for _ in range(_PLACEMENT_ROUNDS):
+    for _ in range(PLACEMENT_ROUNDS):
         bad = _conflicts(vis, active, valid, max_overlap) if g else np.zeros(0, bool)
         if not bad.any():
             break
@@ -206,9 +207,9 @@ def _dummies_3d(
     """KITTI's 3-D fields (dimensions, location, rotation_y, alpha) of a pinhole camera with KITTI's focal
     length scaled to this image height; DontCare rows get the devkit's placeholders."""
     g = len(kind)
-    f = _KITTI_FOCAL * H / _KITTI_IMAGE_HEIGHT
-    base = np.array([_DIMS_3D.get(int(c), _DIMS_3D[4]) for c in classes], dtype=np.float64)
-    dims = base[np.searchsorted(classes, np.where(kind == _KIND_DONTCARE, 4, cat))]
+    f = KITTI_FOCAL * H / KITTI_IMAGE_HEIGHT
+    base = np.array([DIMS_3D.get(int(c), DIMS_3D[4]) for c in classes], dtype=np.float64)
+    dims = base[np.searchsorted(classes, np.where(kind == KIND_DONTCARE, 4, cat))]
     dims = np.round(dims * np.exp(rng.normal(0.0, 0.05, size=(g, 3))), 2)
     h_full = full[:, 3] - full[:, 1]
     z = np.round(f * dims[:, 0] / h_full, 2)
@@ -217,7 +218,7 @@ def _dummies_3d(
     rot = np.round(rng.uniform(-np.pi, np.pi, size=g), 2)
     alpha = np.round(np.angle(np.exp(1j * (rot - np.arctan2(x, z)))), 2)
     loc = np.stack([x, y, z], axis=1)
-    dc = kind == _KIND_DONTCARE
+    dc = kind == KIND_DONTCARE
     dims[dc], loc[dc], rot[dc], alpha[dc] = -1.0, -1000.0, -10.0, -10.0
     return dims, loc, rot, alpha
 
@@ -234,7 +235,7 @@ def _kitti_fields(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Truncation, occlusion level (from the drawing order) and KITTI difficulty [G] (DontCare, crowd: -1)."""
     g = len(cat)
-    rank_kind, neg_depth = _draw_order_key(cat, iscrowd, loc, vis)
+    rank_kind, neg_depth = draw_order_key(cat, iscrowd, loc, vis)
     order = np.lexsort((np.arange(g), neg_depth, rank_kind, image_row))
     draw_rank = np.empty(g, np.int64)
     draw_rank[order] = np.arange(g)
@@ -260,13 +261,13 @@ def _draw_objects(
     n_dc = rng.poisson(p["dontcare_per_image"], size=N)
     n_crowd = rng.poisson(p["crowd_per_image"], size=N)
     per_image = np.stack([n_dc, n_crowd, n_obj], axis=1).reshape(-1)
-    kind = np.repeat(np.tile([_KIND_DONTCARE, _KIND_CROWD, _KIND_OBJECT], N), per_image)
+    kind = np.repeat(np.tile([KIND_DONTCARE, KIND_CROWD, KIND_OBJECT], N), per_image)
     image_row = np.repeat(np.repeat(np.arange(N), 3), per_image)
     g = len(kind)
     cat = classes[rng.integers(0, len(classes), size=g)]
-    cat = np.where(kind == _KIND_CROWD, 4, np.where(kind == _KIND_DONTCARE, DONTCARE_CATEGORY, cat))
+    cat = np.where(kind == KIND_CROWD, 4, np.where(kind == KIND_DONTCARE, DONTCARE_CATEGORY, cat))
     w, h = _object_sizes(rng, kind, cat, p)
-    truncated = (rng.random(g) < p["truncated_fraction"]) & (kind == _KIND_OBJECT)
+    truncated = (rng.random(g) < p["truncated_fraction"]) & (kind == KIND_OBJECT)
     trunc = np.where(truncated, np.round(rng.uniform(0.05, 0.5, size=g), 2), 0.0)
     edge = rng.integers(0, 4, size=g)
     return kind, image_row, cat, w, h, trunc, edge
@@ -315,7 +316,7 @@ def generate_scenes(
     )
     W, H = p["image_size"]
     N = p["n_images"]
-    rng = _rng(seed, _STREAM_SCENES)
+    rng = stream_rng(seed, STREAM_SCENES)
     classes = np.array(sorted(SYNTHETIC_CATEGORIES), dtype=np.int64)
     kind, image_row, cat, w, h, trunc, edge = _draw_objects(rng, p, classes)
     full, vis, valid = _place_without_overlap(rng, w, h, trunc, edge, image_row, N, W, H, p["max_overlap"])
@@ -323,9 +324,9 @@ def generate_scenes(
     kind, image_row, cat, full, vis, trunc = kind[keep], image_row[keep], cat[keep], full[keep], vis[keep], trunc[keep]
     g = len(keep)
     dims, loc, rot, alpha = _dummies_3d(rng, kind, cat, full, classes, W, H)
-    dc = kind == _KIND_DONTCARE
+    dc = kind == KIND_DONTCARE
 
-    iscrowd = kind == _KIND_CROWD
+    iscrowd = kind == KIND_CROWD
     truncation, occ, difficulty = _kitti_fields(cat, iscrowd, dc, loc, vis, trunc, image_row, N)
 
     ids = np.arange(1, N + 1, dtype=np.int64)
@@ -353,7 +354,5 @@ def generate_scenes(
     dataset = Dataset(images=images, gt=gt, categories=categories, source=f"synthetic(seed={int(seed)})")
     if not render:
         return dataset, None
-    from detcal.data.synthetic.render import render_scene
-
     imgs = [render_scene(dataset, i, seed) for i in range(N)]
     return dataset, imgs

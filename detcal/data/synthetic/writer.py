@@ -9,18 +9,21 @@ from typing import Any
 
 import numpy as np
 
-from detcal.core.types import Dataset
-from detcal.data.synthetic._common import _STREAM_DETECTOR, _STREAM_PIXELS, _STREAM_SCENES, _check
-from detcal.data.synthetic.detector import _detector_params, _simulate, detector_defaults
+from detcal.core.types import KITTI_CATEGORIES, Dataset
+from detcal.data.coco import write_coco_instances, write_coco_results
+from detcal.data.kitti import write_kitti_labels, write_kitti_results
+from detcal.data.synthetic._common import STREAM_DETECTOR, STREAM_PIXELS, STREAM_SCENES, check
+from detcal.data.synthetic.detector import detector_defaults, detector_params, simulate
 from detcal.data.synthetic.render import render_scene
 from detcal.data.synthetic.scenes import generate_scenes
+from detcal.utils.fresh_dir import fresh_dir
 from detcal.utils.io import write_bytes, write_json, write_text
 
 # --------------------------------------------------------------------------- writer
 
 
 def _png_bytes(img: np.ndarray) -> bytes:
-    from PIL import Image
+    from PIL import Image  # lazy: Pillow only when images are drawn or read
 
     buf = io.BytesIO()
     Image.fromarray(img, mode="RGB").save(buf, format="PNG")
@@ -39,8 +42,6 @@ def write_synthetic(
 ) -> dict[str, Path]:
     """Write a seeded synthetic benchmark; ``out_dir`` is replaced whole (see :func:`_write_into`),
     so no file of an earlier, larger set survives beside the new one. Returns the paths by role."""
-    from detcal.utils.fresh_dir import fresh_dir
-
     final = Path(out_dir)
     with fresh_dir(final) as tmp:
         paths = _write_into(tmp, n_images, seed, detector_kwargs, image_size, render, scene_kwargs, kitti_images)
@@ -62,9 +63,9 @@ def _meta(
         "generator": "detcal.data.synthetic",
         "seed": seed,
         "random_streams": {
-            "scenes": [seed, _STREAM_SCENES],
-            "detector": [seed, _STREAM_DETECTOR],
-            "pixels": [seed, _STREAM_PIXELS, "<image id>"],
+            "scenes": [seed, STREAM_SCENES],
+            "detector": [seed, STREAM_DETECTOR],
+            "pixels": [seed, STREAM_PIXELS, "<image id>"],
         },
         "scene_params": scene_params,
         "detector_params": det_params,
@@ -110,15 +111,11 @@ def _write_into(
     :func:`generate_scenes`, ``detector_kwargs`` to :func:`simulate_detector`
     (same ``seed``; independent random streams). Returns the paths by role.
     """
-    from detcal.core.types import KITTI_CATEGORIES
-    from detcal.data.coco import write_coco_instances, write_coco_results
-    from detcal.data.kitti import write_kitti_labels, write_kitti_results
-
     out = Path(out_dir)
     scene_kwargs = dict(scene_kwargs or {})
     scene_sig = inspect.signature(generate_scenes).parameters
     for k in scene_kwargs:
-        _check(
+        check(
             k in scene_sig and k not in ("n_images", "seed", "image_size", "render"),
             f"unknown scene argument {k!r}",
             "scene_kwargs",
@@ -126,10 +123,10 @@ def _write_into(
     det_defaults = detector_defaults()
     detector_kwargs = dict(detector_kwargs or {})
     for k in detector_kwargs:
-        _check(k in det_defaults, f"unknown detector argument {k!r}; known: {sorted(det_defaults)}", "detector_kwargs")
+        check(k in det_defaults, f"unknown detector argument {k!r}; known: {sorted(det_defaults)}", "detector_kwargs")
     dataset, _ = generate_scenes(n_images, seed, image_size, render=False, **scene_kwargs)
-    det_params = _detector_params(**{**det_defaults, **detector_kwargs})
-    dets, info = _simulate(dataset, int(seed), det_params)
+    det_params = detector_params(**{**det_defaults, **detector_kwargs})
+    dets, info = simulate(dataset, int(seed), det_params)
 
     paths: dict[str, Path] = {"root": out}
     if render:

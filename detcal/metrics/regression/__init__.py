@@ -15,7 +15,7 @@ optional full covariance ``cov [S,K,K]``. :func:`per_coordinate` and
 
 Definitions: the binned ones (ENCE, LENCE, UCE, M-QCE, C-QCE, joint QCE,
 Kuleshov's interval CE) are written plainly in :mod:`detcal.metrics.reference`;
-each fast path here must equal its reference (tests/test_metrics_reference.py).
+each fast path here must equal its reference (tests/metrics/test_metrics_reference.py).
 
 Axis letters: S samples, K coordinates, B bins, L quantile levels.
 
@@ -35,24 +35,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from numpy.typing import ArrayLike
+
 from detcal.core.types import MetricResult
 from detcal.metrics.regression._common import (  # noqa: F401
-    _LOG_2PI,
     BINNINGS,
     POLICIES,
     QUANTILE_LEVELS,
     RETENTION_REJECT,
-    _check_bins,
-    _check_choice,
-    _nan_result,
-    _validate,
-    _validate_levels,
 )
 from detcal.metrics.regression.qce import (  # noqa: F401
     CoverageStats,
-    _coverage_counts,
-    _joint_nees,
-    _level_index,
     c_qce,
     c_qce_from_stats,
     c_qce_joint,
@@ -65,10 +58,6 @@ from detcal.metrics.regression.qce import (  # noqa: F401
 from detcal.metrics.regression.retention import (  # noqa: F401
     LOG_BASES,
     MWSE_NORMALISATIONS,
-    _n_keep,
-    _sorted_by_uncertainty,
-    _uncertainty,
-    _validate_rejected,
     f1_retention,
     ll_fu,
     ll_fu_scores,
@@ -77,7 +66,6 @@ from detcal.metrics.regression.retention import (  # noqa: F401
     rmse_rmv_ratio,
 )
 from detcal.metrics.regression.scores import (  # noqa: F401
-    _abs_z_counts,
     crps_gaussian,
     gaussian_nll,
     gaussian_nll_joint,
@@ -88,9 +76,6 @@ from detcal.metrics.regression.scores import (  # noqa: F401
 )
 from detcal.metrics.regression.sigma_bins import (  # noqa: F401
     SigmaBinStats,
-    _bin_stats,
-    _sigma_bin_stats,
-    _sigma_bins,
     coefficient_of_variation,
     ence,
     ence_from_stats,
@@ -133,7 +118,7 @@ def regression_metrics(
     qce_binning: str = "equal_width",
     qce_sample_threshold: int = 1,
     qce_policy: str = "drop",
-    levels: Any = QUANTILE_LEVELS,
+    levels: ArrayLike = QUANTILE_LEVELS,
     interval_m: int = 100,
     tau: float = 0.95,
     retention_error: str = "rmse",

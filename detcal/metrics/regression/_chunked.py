@@ -21,9 +21,9 @@ elementwise step writes into such buffers. The values stay bit-identical:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from detcal.binning.kernels import Workspace
 from detcal.core.errors import DetcalInputError
@@ -35,9 +35,9 @@ _PW_UNROLL = 8  # numpy's pairwise sum splits a block of n > 128 at n/2 rounded 
 _PW_BLOCK = 128
 
 
-def float_columns(*arrays: Any, names: tuple[str, ...] = ("mu", "sigma", "y")) -> tuple[np.ndarray, ...]:
+def float_columns(*arrays: ArrayLike, names: tuple[str, ...] = ("mu", "sigma", "y")) -> tuple[np.ndarray, ...]:
     """float64 1-D views (no copy for float64 input, strided or not) of equal shape; the shape errors of
-    :func:`detcal.metrics.regression._common._validate` (values are checked by the caller)."""
+    :func:`detcal.metrics.regression._common.validate` (values are checked by the caller)."""
     out = []
     for name, a in zip(names, arrays):
         arr = np.asarray(a, dtype=np.float64)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult, Skipped
@@ -18,13 +19,15 @@ RETENTION_REJECT: np.ndarray = np.arange(100) / 100.0
 
 BINNINGS: tuple[str, ...] = ("equal_count", "equal_width")
 POLICIES: tuple[str, ...] = ("drop", "netcal")
-_LOG_2PI = float(np.log(2.0 * np.pi))
+LOG_2PI = float(np.log(2.0 * np.pi))
 
 
 # --------------------------------------------------------------------------- validation
 
 
-def _validate(mu: Any, sigma: Any, y: Any, *, ndim: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def validate(
+    mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, *, ndim: int = 1
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Float64 arrays of equal shape; mu, y finite; sigma finite and > 0. Errors name sample and field."""
     out = []
     for name, a in (("mu", mu), ("sigma", sigma), ("y", y)):
@@ -59,23 +62,23 @@ def _validate(mu: Any, sigma: Any, y: Any, *, ndim: int = 1) -> tuple[np.ndarray
     return m, s, t
 
 
-def _validate_levels(levels: Any, name: str = "levels") -> np.ndarray:
+def validate_levels(levels: ArrayLike, name: str = "levels") -> np.ndarray:
     lv = np.asarray(levels, dtype=np.float64).reshape(-1)
     if len(lv) == 0 or not np.all((lv > 0) & (lv < 1)) or np.any(np.diff(lv) <= 0):
         raise DetcalInputError(f"{name} must be strictly increasing values in (0, 1), got {lv.tolist()}", field=name)
     return lv
 
 
-def _check_choice(value: str, choices: Sequence[str], name: str) -> None:
+def check_choice(value: str, choices: Sequence[str], name: str) -> None:
     if value not in choices:
         raise DetcalInputError(f"unknown {name} {value!r}; expected one of {tuple(choices)}", field=name)
 
 
-def _check_bins(bins: int) -> int:
+def check_bins(bins: int) -> int:
     if int(bins) != bins or bins < 1:
         raise DetcalInputError(f"bins must be a positive integer, got {bins!r}", field="bins")
     return int(bins)
 
 
-def _nan_result(name: str, variant: str, params: dict[str, Any]) -> MetricResult:
+def nan_result(name: str, variant: str, params: dict[str, Any]) -> MetricResult:
     return MetricResult(name=name, value=float("nan"), variant=variant, params=params, skipped=Skipped("empty sample"))

@@ -33,7 +33,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from detcal.core.types import MetricResult
-from detcal.metrics.regression._common import _validate
+from detcal.metrics.regression._common import validate
 from detcal.metrics.spaces import RegressionSample
 
 __all__ = [
@@ -175,7 +175,7 @@ def gaussian_coverage(mu: np.ndarray, sigma: np.ndarray, y: np.ndarray, level: f
 
     The same quantity as ``picp(tau=level)`` (detcal.metrics.regression.scores), with conformal-od's closed
     interval ends; inputs checked as every box-uncertainty metric checks them (finite, sigma > 0)."""
-    mu, sigma, y = _validate(mu, sigma, y)
+    mu, sigma, y = validate(mu, sigma, y)
     lo, hi = gaussian_interval(mu, sigma, level)
     n = len(y)
     value = float(((lo <= y) & (hi >= y)).mean()) if n else float("nan")
@@ -191,7 +191,7 @@ def gaussian_coverage(mu: np.ndarray, sigma: np.ndarray, y: np.ndarray, level: f
 
 def gaussian_width(mu: np.ndarray, sigma: np.ndarray, y: np.ndarray, level: float = 0.9) -> MetricResult:
     """Mean width ``2 z sigma`` of one coordinate's central ``level`` Gaussian intervals (``y`` unused; MPIW)."""
-    mu, sigma, y = _validate(mu, sigma, y)
+    mu, sigma, y = validate(mu, sigma, y)
     lo, hi = gaussian_interval(mu, sigma, level)
     value = float(np.mean(hi - lo)) if len(lo) else float("nan")
     return MetricResult(name="interval_width", value=value, variant="conformal_od", params={"level": float(level)})

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from detcal.binning.edges import RankSegments
 from detcal.binning.kernels import Workspace
@@ -29,13 +30,13 @@ from detcal.metrics.regression._common import (
     BINNINGS,
     POLICIES,
     QUANTILE_LEVELS,
-    _check_bins,
-    _check_choice,
-    _nan_result,
-    _validate,
-    _validate_levels,
+    check_bins,
+    check_choice,
+    nan_result,
+    validate,
+    validate_levels,
 )
-from detcal.metrics.regression.sigma_bins import _sigma_bins
+from detcal.metrics.regression.sigma_bins import assign_sigma_bins
 
 
 @dataclass
@@ -69,7 +70,7 @@ class CoverageStats:
         )
 
 
-def _level_index(values: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+def level_index(values: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
     """#{l : thresholds_l < values_i} [S] (= ``searchsorted(thresholds, values, "left")``).
 
     A linear scan over the L sorted thresholds with a small-integer
@@ -102,7 +103,7 @@ def _coverage_counts(
     """
     thr = 2.0 * gammaincinv(d / 2.0, levels)  # chi2_d.ppf, without importing scipy.stats (same values)
     n_lv = len(levels)
-    lvl = _level_index(eps, thr)
+    lvl = level_index(eps, thr)
     if isinstance(bin_idx, RankSegments):
         flat = bin_idx.index * (n_lv + 1) + lvl
         h = np.bincount(flat, minlength=(n_bins + 1) * (n_lv + 1)).reshape(n_bins + 1, n_lv + 1)[:n_bins]
@@ -119,38 +120,38 @@ def _coverage_counts(
 
 
 def coverage_stats(
-    eps: Any,
+    eps: ArrayLike,
     sigma_bin: Any | None,
     *,
     d: int = 1,
-    levels: Any = QUANTILE_LEVELS,
+    levels: ArrayLike = QUANTILE_LEVELS,
     bins: int = 10,
     binning: str = "equal_width",
     range_: tuple[float, float] | None = None,
 ) -> CoverageStats:
     """Coverage counts of NEES values ``eps [S]`` per bin of ``sigma_bin [S]`` (None: one bin, marginal)."""
-    lv = _validate_levels(levels)
+    lv = validate_levels(levels)
     eps = np.asarray(eps, dtype=np.float64).reshape(-1)
     if sigma_bin is None:
         return CoverageStats(*_coverage_counts(eps, None, 1, lv, d), lv, d, None, "marginal")
-    _check_choice(binning, BINNINGS, "binning")
-    b = _check_bins(bins)
+    check_choice(binning, BINNINGS, "binning")
+    b = check_bins(bins)
     sb = np.asarray(sigma_bin, dtype=np.float64).reshape(-1)
     if len(sb) == 0:
         return CoverageStats(np.zeros(b, np.int64), np.zeros((b, len(lv)), np.int64), lv, d, None, binning)
-    idx, edges = _sigma_bins(sb, b, binning, range_)
+    idx, edges = assign_sigma_bins(sb, b, binning, range_)
     return CoverageStats(*_coverage_counts(eps, idx, b, lv, d), lv, d, edges, binning)
 
 
 def m_qce_from_stats(stats: CoverageStats) -> MetricResult:
     """M-QCE = mean_tau |coverage(tau) - tau| from pooled coverage counts.
 
-    Definition: :func:`detcal.metrics.reference.qce_from_nees`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.qce_from_nees`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     n = int(stats.count.sum())
     params = {"levels": stats.levels.tolist(), "d": stats.d, "n": n}
     if n == 0:
-        return _nan_result("m_qce", "marginal", params)
+        return nan_result("m_qce", "marginal", params)
     cov = stats.covered.sum(axis=0) / n
     return MetricResult(
         name="m_qce",
@@ -169,9 +170,9 @@ def c_qce_from_stats(stats: CoverageStats, *, sample_threshold: int = 1, policy:
     (netcal 1.4.0, ``marginal=False``): such bins count with coverage 0 and
     keep their weight w_b = N_b / N.
 
-    Definition: :func:`detcal.metrics.reference.qce_from_nees`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.qce_from_nees`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
-    _check_choice(policy, POLICIES, "policy")
+    check_choice(policy, POLICIES, "policy")
     n = stats.count
     total = int(n.sum())
     params = {
@@ -184,7 +185,7 @@ def c_qce_from_stats(stats: CoverageStats, *, sample_threshold: int = 1, policy:
         "n": total,
     }
     if total == 0:
-        return _nan_result("c_qce", policy, params)
+        return nan_result("c_qce", policy, params)
     kept = n >= max(int(sample_threshold), 1)
     with np.errstate(invalid="ignore", divide="ignore"):
         cov_b = stats.covered / n[:, None]
@@ -215,9 +216,9 @@ def c_qce_from_stats(stats: CoverageStats, *, sample_threshold: int = 1, policy:
     )
 
 
-def nees(mu: Any, sigma: Any, y: Any) -> np.ndarray:
+def nees(mu: ArrayLike, sigma: ArrayLike, y: ArrayLike) -> np.ndarray:
     """Normalised estimation error squared eps = (y - mu)^2 / sigma^2 [S] (d = 1)."""
-    return _nees(*_validate(mu, sigma, y))
+    return _nees(*validate(mu, sigma, y))
 
 
 def _nees(m: np.ndarray, s: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -228,23 +229,23 @@ def _nees(m: np.ndarray, s: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.divide(e2, np.multiply(s, s), out=e2)
 
 
-def m_qce(mu: Any, sigma: Any, y: Any, *, levels: Any = QUANTILE_LEVELS) -> MetricResult:
+def m_qce(mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, *, levels: ArrayLike = QUANTILE_LEVELS) -> MetricResult:
     """Marginal Quantile Calibration Error (Kueppers et al. 2022; netcal ``QCE(marginal=True)``).
 
     eps = e^2/sigma^2; coverage(tau) = mean 1(eps <= chi2_1.ppf(tau));
     M-QCE = (1/L) sum_tau |coverage(tau) - tau|.
 
-    Definition: :func:`detcal.metrics.reference.m_qce`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.m_qce`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     return m_qce_from_stats(_coverage_chunked(mu, sigma, y, levels, None, "marginal", None))
 
 
 def c_qce(
-    mu: Any,
-    sigma: Any,
-    y: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
     *,
-    levels: Any = QUANTILE_LEVELS,
+    levels: ArrayLike = QUANTILE_LEVELS,
     bins: int = 10,
     binning: str = "equal_width",
     sample_threshold: int = 1,
@@ -257,28 +258,28 @@ def c_qce(
     sigma (equal-width over [min, max] as netcal, or equal_count) and the
     sparse-bin ``policy`` of :func:`c_qce_from_stats`.
 
-    Definition: :func:`detcal.metrics.reference.c_qce`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.c_qce`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     try:  # the argument checks of coverage_stats, after the input checks as there
-        _validate_levels(levels)
-        _check_choice(binning, BINNINGS, "binning")
-        b = _check_bins(bins)
+        validate_levels(levels)
+        check_choice(binning, BINNINGS, "binning")
+        b = check_bins(bins)
     except DetcalInputError:
-        _validate(mu, sigma, y)
+        validate(mu, sigma, y)
         raise
     if binning == "equal_width":
         stats = _coverage_chunked(mu, sigma, y, levels, b, binning, range_)
     else:
-        m, s, t = _validate(mu, sigma, y)
+        m, s, t = validate(mu, sigma, y)
         stats = coverage_stats(_nees(m, s, t), s, d=1, levels=levels, bins=bins, binning=binning, range_=range_)
     return c_qce_from_stats(stats, sample_threshold=sample_threshold, policy=policy)
 
 
 def _coverage_chunked(
-    mu: Any,
-    sigma: Any,
-    y: Any,
-    levels: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
+    levels: ArrayLike,
     b: int | None,
     binning: str,
     range_: tuple[float, float] | None,
@@ -287,9 +288,9 @@ def _coverage_chunked(
     (``b`` None) or over ``b`` equal-width sigma bins; the counts of :func:`coverage_stats` exactly."""
     m, s, t = float_columns(mu, sigma, y)
     try:
-        lv = _validate_levels(levels)
+        lv = validate_levels(levels)
     except DetcalInputError:
-        _validate(mu, sigma, y)  # input errors first, as in the one-shot code
+        validate(mu, sigma, y)  # input errors first, as in the one-shot code
         raise
     n, n_lv = len(s), len(lv)
     n_bins = 1 if b is None else b
@@ -301,7 +302,7 @@ def _coverage_chunked(
             return CoverageStats(np.zeros(b, np.int64), np.zeros((b, n_lv), np.int64), lv, 1, None, binning)
         s_min, s_max = min_max(s, ws)
         if not (s_min > 0 and np.isfinite(s_max)):
-            _validate(mu, sigma, y)  # raises, naming the first bad sample
+            validate(mu, sigma, y)  # raises, naming the first bad sample
         lo, hi = sigma_range(s_min, s_max, "sigma", range_)
         edges = np.linspace(lo, hi, b + 1)
     thr = 2.0 * gammaincinv(0.5, lv)  # chi2_1.ppf
@@ -311,7 +312,7 @@ def _coverage_chunked(
         k = min(n, a + step) - a
         sc = contiguous(ws, "s", s, a, a + k)
         if b is None and not (sc.min() > 0 and np.isfinite(sc.max())):
-            _validate(mu, sigma, y)  # raises, naming the first bad sample
+            validate(mu, sigma, y)  # raises, naming the first bad sample
         eps = np.subtract(t[a : a + k], m[a : a + k], out=ws.get("eps", np.float64, k))
         np.multiply(eps, eps, out=eps)
         np.divide(eps, np.multiply(sc, sc, out=ws.get("s2", np.float64, k)), out=eps)  # as _nees
@@ -324,14 +325,14 @@ def _coverage_chunked(
             key += col
         h += np.bincount(key, minlength=len(h))
     if not finite:
-        _validate(mu, sigma, y)  # non-finite mu or y (a finite overflow passes)
+        validate(mu, sigma, y)  # non-finite mu or y (a finite overflow passes)
     h2 = h.reshape(n_bins, n_lv + 1)
     covered = np.cumsum(h2, axis=1)[:, :n_lv].astype(np.int64)
     return CoverageStats(h2.sum(axis=1).astype(np.int64), covered, lv, 1, edges, binning)
 
 
 def _level_index_into(values: np.ndarray, thresholds: np.ndarray, ws: Workspace) -> np.ndarray:
-    """:func:`_level_index` of one chunk in workspace buffers."""
+    """:func:`level_index` of one chunk in workspace buffers."""
     k = len(values)
     acc = ws.get("lvl", np.uint8 if len(thresholds) < 255 else np.uint16, k)
     acc[...] = 0
@@ -342,14 +343,16 @@ def _level_index_into(values: np.ndarray, thresholds: np.ndarray, ws: Workspace)
     return acc
 
 
-def _joint_nees(mu: Any, sigma: Any, y: Any, cov: Any | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def joint_nees(
+    mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, cov: ArrayLike | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(eps [S], log det Sigma [S], sigma_G [S], d) for the joint case.
 
     eps = e^T Sigma^-1 e, via a vectorised Cholesky forward substitution
     (loop over K only); diagonal Sigma = diag(sigma^2) when ``cov`` is None.
     sigma_G = det(Sigma)^(1/(2d)) (standardised generalised std).
     """
-    m, s, t = _validate(mu, sigma, y, ndim=2)
+    m, s, t = validate(mu, sigma, y, ndim=2)
     e = t - m
     d = e.shape[1]
     if cov is None:
@@ -382,26 +385,28 @@ def _joint_nees(mu: Any, sigma: Any, y: Any, cov: Any | None) -> tuple[np.ndarra
     return eps, logdet, np.exp(logdet / (2.0 * d)), d
 
 
-def m_qce_joint(mu: Any, sigma: Any, y: Any, *, cov: Any | None = None, levels: Any = QUANTILE_LEVELS) -> MetricResult:
+def m_qce_joint(
+    mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, *, cov: ArrayLike | None = None, levels: ArrayLike = QUANTILE_LEVELS
+) -> MetricResult:
     """Joint M-QCE over d = K coordinates: eps = e^T Sigma^-1 e against chi2_d.ppf(tau) (Kueppers et al. 2022).
 
     Sigma = ``cov`` (full) or diag(sigma^2).
 
-    Definition: :func:`detcal.metrics.reference.qce_from_nees` of :func:`detcal.metrics.reference.joint_nees`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.qce_from_nees` of :func:`detcal.metrics.reference.joint_nees`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
-    eps, _, _, d = _joint_nees(mu, sigma, y, cov)
+    eps, _, _, d = joint_nees(mu, sigma, y, cov)
     res = m_qce_from_stats(coverage_stats(eps, None, d=d, levels=levels))
     res.params["covariance"] = "diagonal" if cov is None else "full"
     return res
 
 
 def c_qce_joint(
-    mu: Any,
-    sigma: Any,
-    y: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
     *,
-    cov: Any | None = None,
-    levels: Any = QUANTILE_LEVELS,
+    cov: ArrayLike | None = None,
+    levels: ArrayLike = QUANTILE_LEVELS,
     bins: int = 10,
     binning: str = "equal_width",
     sample_threshold: int = 1,
@@ -410,9 +415,9 @@ def c_qce_joint(
 ) -> MetricResult:
     """Joint C-QCE: bins over sigma_G = det(Sigma)^(1/(2d)) (netcal 1.4.0 with covariances).
 
-    Definition: :func:`detcal.metrics.reference.qce_from_nees` of :func:`detcal.metrics.reference.joint_nees`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.qce_from_nees` of :func:`detcal.metrics.reference.joint_nees`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
-    eps, _, sg, d = _joint_nees(mu, sigma, y, cov)
+    eps, _, sg, d = joint_nees(mu, sigma, y, cov)
     stats = coverage_stats(eps, sg, d=d, levels=levels, bins=bins, binning=binning, range_=range_)
     res = c_qce_from_stats(stats, sample_threshold=sample_threshold, policy=policy)
     res.params["covariance"] = "diagonal" if cov is None else "full"

@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from detcal.binning.edges import rank_segments
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult
-from detcal.metrics.regression._common import _LOG_2PI, RETENTION_REJECT, _check_choice, _nan_result, _validate
+from detcal.metrics.regression._common import LOG_2PI, RETENTION_REJECT, check_choice, nan_result, validate
 
 
 def _sorted_by_uncertainty(u: np.ndarray, *values: np.ndarray) -> list[np.ndarray]:
@@ -53,7 +54,7 @@ def _n_keep(n: int, rejected: np.ndarray) -> np.ndarray:
     return n - np.floor(np.round(rejected * n, 9)).astype(np.int64)
 
 
-def _uncertainty(s: np.ndarray, uncertainty: Any | None) -> np.ndarray:
+def _uncertainty(s: np.ndarray, uncertainty: ArrayLike | None) -> np.ndarray:
     if uncertainty is None:
         return s
     u = np.asarray(uncertainty, dtype=np.float64).reshape(-1)
@@ -65,7 +66,7 @@ def _uncertainty(s: np.ndarray, uncertainty: Any | None) -> np.ndarray:
     return u
 
 
-def _validate_rejected(rejected: Any) -> np.ndarray:
+def _validate_rejected(rejected: ArrayLike) -> np.ndarray:
     f = np.asarray(rejected, dtype=np.float64).reshape(-1)
     if len(f) == 0 or f[0] != 0 or np.any(np.diff(f) <= 0) or f[-1] >= 1:
         raise DetcalInputError("rejected fractions must start at 0, increase strictly and stay < 1", field="rejected")
@@ -73,13 +74,13 @@ def _validate_rejected(rejected: Any) -> np.ndarray:
 
 
 def retention_curve(
-    mu: Any,
-    sigma: Any,
-    y: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
     *,
     error: str = "rmse",
-    uncertainty: Any | None = None,
-    rejected: Any = RETENTION_REJECT,
+    uncertainty: ArrayLike | None = None,
+    rejected: ArrayLike = RETENTION_REJECT,
     variant: str = "retained",
 ) -> MetricResult:
     """Error-retention curve and its area R-AUC (Malinin 2019; Malinin et al. 2021; Lakara et al. 2022).
@@ -93,9 +94,9 @@ def retention_curve(
     C(j) = sum_{i <= N - j} err_(i) / N for j = 0..N (per-sample err = e^2 for
     ``mse``, |e| for ``mae``); R-AUC = mean_j C(j). Ties in u share their mean error.
     """
-    m, s, t = _validate(mu, sigma, y)
-    _check_choice(variant, ("retained", "shifts"), "variant")
-    _check_choice(error, ("rmse", "mae", "mse") if variant == "retained" else ("mse", "mae"), "error")
+    m, s, t = validate(mu, sigma, y)
+    check_choice(variant, ("retained", "shifts"), "variant")
+    check_choice(error, ("rmse", "mae", "mse") if variant == "retained" else ("mse", "mae"), "error")
     u = _uncertainty(s, uncertainty)
     params: dict[str, Any] = {
         "error": error,
@@ -104,7 +105,7 @@ def retention_curve(
         "uncertainty": "sigma" if uncertainty is None else "given",
     }
     if len(s) == 0:
-        return _nan_result("r_auc", variant, params)
+        return nan_result("r_auc", variant, params)
     e = t - m
     err = np.abs(e) if error == "mae" else e * e
     n = len(s)
@@ -139,18 +140,20 @@ def retention_curve(
     )
 
 
-def rmse_rmv_ratio(mu: Any, sigma: Any, y: Any, *, rejected: Any = RETENTION_REJECT) -> MetricResult:
+def rmse_rmv_ratio(
+    mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, *, rejected: ArrayLike = RETENTION_REJECT
+) -> MetricResult:
     """RMSE / RMV over the sample (Lakara et al. 2022, Eqs. 1-2); ideal 1.
 
     RMSE = sqrt(mean e^2), RMV = sqrt(mean sigma^2). The table holds the
     RMSE/RMV retention curve (R3 curve): the ratio on the least uncertain
     N - floor(f N) samples at each rejected fraction f (sorted by sigma).
     """
-    m, s, t = _validate(mu, sigma, y)
+    m, s, t = validate(mu, sigma, y)
     f = _validate_rejected(rejected)
     params = {"n": int(len(s)), "rejected": f.tolist()}
     if len(s) == 0:
-        return _nan_result("rmse_rmv", "", params)
+        return nan_result("rmse_rmv", "", params)
     e = t - m
     k = _n_keep(len(s), f)
     se, sv = _prefix_sums(s, k, e * e, s * s)
@@ -168,22 +171,22 @@ LOG_BASES: tuple[str, ...] = ("e", "10")
 """Log bases of LL-FU: ``"e"`` (the paper's text, Eq. 6) and ``"10"`` (the authors' published evaluation code)."""
 
 
-def ll_fu_scores(mu: Any, sigma: Any, y: Any, *, log_base: str = "e") -> np.ndarray:
+def ll_fu_scores(mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, *, log_base: str = "e") -> np.ndarray:
     """Per-sample LL-Fisher uncertainty [S] (Lakara et al. 2022, Eq. 6).
 
     LL-FU = max(0, 0.5 log(2 pi sigma^2)) + e^2 / (2 sigma^2), with the natural
     log (``log_base="e"``, the paper's text) or log10 (``"10"``, as the
     authors' evaluation code computes it); only the first term changes.
     """
-    _check_choice(str(log_base), LOG_BASES, "log_base")
-    m, s, t = _validate(mu, sigma, y)
-    first = 0.5 * (_LOG_2PI + 2.0 * np.log(s))
+    check_choice(str(log_base), LOG_BASES, "log_base")
+    m, s, t = validate(mu, sigma, y)
+    first = 0.5 * (LOG_2PI + 2.0 * np.log(s))
     if str(log_base) == "10":
         first = first / np.log(10.0)
     return np.maximum(0.0, first) + 0.5 * np.square((t - m) / s)
 
 
-def ll_fu(mu: Any, sigma: Any, y: Any, *, log_base: str = "e") -> MetricResult:
+def ll_fu(mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, *, log_base: str = "e") -> MetricResult:
     """Mean LL-Fisher uncertainty (Lakara et al. 2022, Eq. 6); use :func:`ll_fu_scores` as ``uncertainty``
     in :func:`retention_curve` / :func:`f1_retention` for their R-AUC and F1 tables.
 
@@ -193,7 +196,7 @@ def ll_fu(mu: Any, sigma: Any, y: Any, *, log_base: str = "e") -> MetricResult:
     variant = "ln" if str(log_base) == "e" else "log10"
     params = {"n": int(len(sc)), "log_base": str(log_base)}
     if len(sc) == 0:
-        return _nan_result("ll_fu", variant, params)
+        return nan_result("ll_fu", variant, params)
     return MetricResult(name="ll_fu", value=float(sc.mean()), variant=variant, params=params)
 
 
@@ -202,12 +205,12 @@ MWSE_NORMALISATIONS: tuple[str, ...] = ("retained", "total")
 
 
 def mwse(
-    mu: Any,
-    sigma: Any,
-    y: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
     *,
     weight: str = "variance",
-    rejected: Any = RETENTION_REJECT,
+    rejected: ArrayLike = RETENTION_REJECT,
     normalise: str = "retained",
 ) -> MetricResult:
     """Mean Weighted Squared Error (Lakara et al. 2022, Eq. 7): MWSE = (1/N) sum e_i^2 u_i.
@@ -220,14 +223,14 @@ def mwse(
     0). The value (f = 0) is the same under both. Ties of sigma share their
     mean (:class:`detcal.binning.RankSegments`).
     """
-    m, s, t = _validate(mu, sigma, y)
-    _check_choice(weight, ("variance", "std"), "weight")
-    _check_choice(normalise, MWSE_NORMALISATIONS, "normalise")
+    m, s, t = validate(mu, sigma, y)
+    check_choice(weight, ("variance", "std"), "weight")
+    check_choice(normalise, MWSE_NORMALISATIONS, "normalise")
     f = _validate_rejected(rejected)
     params = {"weight": weight, "n": int(len(s)), "rejected": f.tolist(), "normalise": normalise}
     variant = weight if normalise == "retained" else f"{weight}+total"
     if len(s) == 0:
-        return _nan_result("mwse", variant, params)
+        return nan_result("mwse", variant, params)
     e = t - m
     w = e * e * (s * s if weight == "variance" else s)
     k = _n_keep(len(s), f)
@@ -243,13 +246,13 @@ def mwse(
 
 
 def f1_retention(
-    mu: Any,
-    sigma: Any,
-    y: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
     *,
     threshold: float,
     error: str = "mse",
-    uncertainty: Any | None = None,
+    uncertainty: ArrayLike | None = None,
     beta: float = 1.0,
 ) -> MetricResult:
     """F1-retention curve, F1-AUC and F1@95 (Malinin et al. 2021, Shifts; Lakara et al. 2022).
@@ -262,8 +265,8 @@ def f1_retention(
     area; F1@95 = F at k = floor(0.95 (N + 1)). Ties in u share their mean
     acceptability (Shifts breaks ties by reversed input order instead).
     """
-    m, s, t = _validate(mu, sigma, y)
-    _check_choice(error, ("mse", "mae"), "error")
+    m, s, t = validate(mu, sigma, y)
+    check_choice(error, ("mse", "mae"), "error")
     if not np.isfinite(threshold):
         raise DetcalInputError(f"threshold must be finite, got {threshold}", field="threshold")
     u = _uncertainty(s, uncertainty)
@@ -275,7 +278,7 @@ def f1_retention(
         "uncertainty": "sigma" if uncertainty is None else "given",
     }
     if len(s) == 0:
-        return _nan_result("f1_auc", "shifts", params)
+        return nan_result("f1_auc", "shifts", params)
     e = t - m
     err = np.abs(e) if error == "mae" else e * e
     (acc,) = _sorted_by_uncertainty(u, (err <= threshold).astype(np.float64))

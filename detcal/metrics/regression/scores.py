@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from detcal.binning.kernels import Workspace
 from detcal.core.errors import DetcalInputError
@@ -12,17 +13,17 @@ from detcal.core.types import MetricResult
 from detcal.metrics._special import ndtr, ndtri
 from detcal.metrics.regression._chunked import LEAF, contiguous, float_columns, pairwise_sum
 from detcal.metrics.regression._common import (
-    _LOG_2PI,
+    LOG_2PI,
     QUANTILE_LEVELS,
-    _check_choice,
-    _nan_result,
-    _validate,
-    _validate_levels,
+    check_choice,
+    nan_result,
+    validate,
+    validate_levels,
 )
-from detcal.metrics.regression.qce import _joint_nees, _level_index
+from detcal.metrics.regression.qce import joint_nees, level_index
 
 
-def gaussian_nll(mu: Any, sigma: Any, y: Any) -> MetricResult:
+def gaussian_nll(mu: ArrayLike, sigma: ArrayLike, y: ArrayLike) -> MetricResult:
     """Gaussian NLL = mean_t [0.5 log(2 pi sigma_t^2) + e_t^2 / (2 sigma_t^2)] (Levi et al. 2019, Eq. 10).
 
     One chunked pass (:mod:`._chunked`): no copy of strided column slices, the two means in
@@ -32,7 +33,7 @@ def gaussian_nll(mu: Any, sigma: Any, y: Any) -> MetricResult:
     n = len(s)
     params = {"n": int(n)}
     if n == 0:
-        return _nan_result("nll", "gaussian", params)
+        return nan_result("nll", "gaussian", params)
     ws = Workspace(min(n, LEAF))
 
     def leaf(lo: int, hi: int) -> np.ndarray:
@@ -47,41 +48,43 @@ def gaussian_nll(mu: Any, sigma: Any, y: Any) -> MetricResult:
     with np.errstate(divide="ignore", invalid="ignore"):  # only a bad sigma can raise these; checked below
         sum_log_s, sum_z2 = pairwise_sum(n, leaf, LEAF)
     if not (np.isfinite(sum_log_s) and np.isfinite(sum_z2)):
-        _validate(mu, sigma, y)  # names the first bad sample (a finite overflow passes)
-    value = 0.5 * _LOG_2PI + float(sum_log_s / n) + 0.5 * float(sum_z2 / n)
+        validate(mu, sigma, y)  # names the first bad sample (a finite overflow passes)
+    value = 0.5 * LOG_2PI + float(sum_log_s / n) + 0.5 * float(sum_z2 / n)
     return MetricResult(name="nll", value=value, variant="gaussian", params=params)
 
 
-def gaussian_nll_joint(mu: Any, sigma: Any, y: Any, *, cov: Any | None = None) -> MetricResult:
+def gaussian_nll_joint(mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, *, cov: ArrayLike | None = None) -> MetricResult:
     """Joint Gaussian NLL = mean_t 0.5 [d log 2 pi + log det Sigma_t + e_t^T Sigma_t^-1 e_t].
 
     Sigma = ``cov`` (full) or diag(sigma^2) (then the sum of per-coordinate NLLs).
     """
-    eps, logdet, _, d = _joint_nees(mu, sigma, y, cov)
+    eps, logdet, _, d = joint_nees(mu, sigma, y, cov)
     params = {"n": int(len(eps)), "d": d, "covariance": "diagonal" if cov is None else "full"}
     if len(eps) == 0:
-        return _nan_result("nll", "gaussian_joint", params)
-    nll = 0.5 * (d * _LOG_2PI + logdet + eps)
+        return nan_result("nll", "gaussian_joint", params)
+    nll = 0.5 * (d * LOG_2PI + logdet + eps)
     return MetricResult(name="nll", value=float(nll.mean()), variant="gaussian_joint", params=params)
 
 
 def _abs_z_counts(absz: np.ndarray, z_thr: np.ndarray) -> np.ndarray:
     """#{i : absz_i <= z_thr_l} [L] for increasing thresholds, O(S) memory."""
-    lvl = _level_index(absz, z_thr)
+    lvl = level_index(absz, z_thr)
     return np.cumsum(np.bincount(lvl, minlength=len(z_thr) + 1))[: len(z_thr)]
 
 
-def picp(mu: Any, sigma: Any, y: Any, *, tau: float = 0.95, levels: Any = QUANTILE_LEVELS) -> MetricResult:
+def picp(
+    mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, *, tau: float = 0.95, levels: ArrayLike = QUANTILE_LEVELS
+) -> MetricResult:
     """Prediction Interval Coverage Probability of the central interval mu +- z sigma, z = Phi^-1(0.5 + tau/2).
 
     PICP(tau) = mean 1(|e| <= z_tau sigma); value at ``tau``, table over ``levels``
     (with MPIW(tau) = mean 2 z_tau sigma).
     """
-    m, s, t = _validate(mu, sigma, y)
-    lv = _validate_levels(np.union1d(_validate_levels(levels), [tau]))
+    m, s, t = validate(mu, sigma, y)
+    lv = validate_levels(np.union1d(validate_levels(levels), [tau]))
     params = {"tau": float(tau), "n": int(len(s))}
     if len(s) == 0:
-        return _nan_result("picp", "central", params)
+        return nan_result("picp", "central", params)
     z = ndtri(0.5 + lv / 2.0)
     cov = _abs_z_counts(np.abs(t - m) / s, z) / len(s)
     mpiw = 2.0 * z * s.mean()
@@ -95,30 +98,30 @@ def picp(mu: Any, sigma: Any, y: Any, *, tau: float = 0.95, levels: Any = QUANTI
     )
 
 
-def mpiw(mu: Any, sigma: Any, y: Any, *, tau: float = 0.95) -> MetricResult:
+def mpiw(mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, *, tau: float = 0.95) -> MetricResult:
     """Mean Prediction Interval Width of the central tau interval: MPIW = mean 2 Phi^-1(0.5 + tau/2) sigma."""
-    _, s, _ = _validate(mu, sigma, y)
-    _validate_levels([tau], "tau")
+    _, s, _ = validate(mu, sigma, y)
+    validate_levels([tau], "tau")
     params = {"tau": float(tau), "n": int(len(s))}
     if len(s) == 0:
-        return _nan_result("mpiw", "central", params)
+        return nan_result("mpiw", "central", params)
     return MetricResult(
         name="mpiw", value=float(2.0 * ndtri(0.5 + tau / 2.0) * s.mean()), variant="central", params=params
     )
 
 
-def pinball_loss(mu: Any, sigma: Any, y: Any, *, levels: Any = QUANTILE_LEVELS) -> MetricResult:
+def pinball_loss(mu: ArrayLike, sigma: ArrayLike, y: ArrayLike, *, levels: ArrayLike = QUANTILE_LEVELS) -> MetricResult:
     """Pinball (quantile) loss, textbook form, averaged over levels and samples.
 
     q_tau = mu + sigma Phi^-1(tau); rho_tau(y - q) = max(tau (y - q), (tau - 1)(y - q));
     value = (1/L) sum_tau mean_t rho_tau; per-level means in the table
     (Koenker & Bassett 1978; not netcal's ``QuantileLoss``).
     """
-    m, s, t = _validate(mu, sigma, y)
-    lv = _validate_levels(levels)
+    m, s, t = validate(mu, sigma, y)
+    lv = validate_levels(levels)
     params = {"levels": lv.tolist(), "n": int(len(s))}
     if len(s) == 0:
-        return _nan_result("pinball", "textbook", params)
+        return nan_result("pinball", "textbook", params)
     per = np.empty(len(lv))
     for j, tau in enumerate(lv):  # loop over L levels keeps memory O(S)
         u = t - (m + s * ndtri(tau))
@@ -128,15 +131,15 @@ def pinball_loss(mu: Any, sigma: Any, y: Any, *, levels: Any = QUANTILE_LEVELS) 
     )
 
 
-def crps_gaussian(mu: Any, sigma: Any, y: Any) -> MetricResult:
+def crps_gaussian(mu: ArrayLike, sigma: ArrayLike, y: ArrayLike) -> MetricResult:
     """CRPS of N(mu, sigma^2), closed form (Gneiting et al. 2005; properscoring ``crps_gaussian``).
 
     z = e / sigma; CRPS = sigma [z (2 Phi(z) - 1) + 2 phi(z) - 1/sqrt(pi)]; value = mean.
     """
-    m, s, t = _validate(mu, sigma, y)
+    m, s, t = validate(mu, sigma, y)
     params = {"n": int(len(s))}
     if len(s) == 0:
-        return _nan_result("crps", "gaussian", params)
+        return nan_result("crps", "gaussian", params)
     z = (t - m) / s
     pdf = np.exp(-0.5 * z * z) / np.sqrt(2.0 * np.pi)
     crps = s * (z * (2.0 * ndtr(z) - 1.0) + 2.0 * pdf - 1.0 / np.sqrt(np.pi))
@@ -144,12 +147,12 @@ def crps_gaussian(mu: Any, sigma: Any, y: Any) -> MetricResult:
 
 
 def interval_calibration_error(
-    mu: Any,
-    sigma: Any,
-    y: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
     *,
     m: int = 100,
-    levels: Any | None = None,
+    levels: ArrayLike | None = None,
     weights: Any | None = None,
     reduction: str = "sum",
     kind: str = "one_sided",
@@ -163,11 +166,11 @@ def interval_calibration_error(
     or ``mean`` (over the m levels). Note: uncertainty-toolbox normalises
     (mu - y)/sigma; the one-sided curve here uses e = y - mu (docs/metrics.md).
 
-    Definition: :func:`detcal.metrics.reference.interval_calibration_error`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.interval_calibration_error`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
-    mu_, s, t = _validate(mu, sigma, y)
-    _check_choice(reduction, ("sum", "mean"), "reduction")
-    _check_choice(kind, ("one_sided", "interval"), "kind")
+    mu_, s, t = validate(mu, sigma, y)
+    check_choice(reduction, ("sum", "mean"), "reduction")
+    check_choice(kind, ("one_sided", "interval"), "kind")
     lv = np.linspace(0.0, 1.0, int(m)) if levels is None else np.asarray(levels, dtype=np.float64).reshape(-1)
     if len(lv) == 0 or np.any(np.diff(lv) <= 0) or lv[0] < 0 or lv[-1] > 1:
         raise DetcalInputError(f"levels must be strictly increasing in [0, 1], got {lv.tolist()}", field="levels")
@@ -182,7 +185,7 @@ def interval_calibration_error(
         "weighted": weights is not None,
     }
     if len(s) == 0:
-        return _nan_result("interval_ce", kind, params)
+        return nan_result("interval_ce", kind, params)
     z = (t - mu_) / s
     p_t = ndtr(z) if kind == "one_sided" else np.abs(2.0 * ndtr(z) - 1.0)
     p_hat = _abs_z_counts(p_t, lv) / len(s)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from detcal.binning.edges import RankSegments, equal_count_segments, equal_width_bins
 from detcal.binning.kernels import Workspace
@@ -26,10 +27,10 @@ from detcal.metrics.regression._chunked import (
     min_max,
     sigma_range,
 )
-from detcal.metrics.regression._common import BINNINGS, _check_bins, _check_choice, _nan_result, _validate
+from detcal.metrics.regression._common import BINNINGS, check_bins, check_choice, nan_result, validate
 
 
-def _sigma_bins(
+def assign_sigma_bins(
     values: np.ndarray,
     bins: int,
     binning: str,
@@ -121,9 +122,9 @@ def _sigma_bin_stats(
     range_: tuple[float, float] | None,
 ) -> tuple[SigmaBinStats, np.ndarray | RankSegments]:
     """Validated-input core of :func:`sigma_bin_stats`; also returns the bins (index [S] or RankSegments)."""
-    b = _check_bins(bins)
-    _check_choice(binning, BINNINGS, "binning")
-    _check_choice(over, ("sigma", "variance"), "over")
+    b = check_bins(bins)
+    check_choice(binning, BINNINGS, "binning")
+    check_choice(over, ("sigma", "variance"), "over")
     var = s * s
     e2 = np.subtract(t, m)
     np.multiply(e2, e2, out=e2)
@@ -131,14 +132,14 @@ def _sigma_bin_stats(
         idx: np.ndarray | RankSegments = np.zeros(0, np.int64)
         edges = None if binning == "equal_count" else np.full(b + 1, np.nan)
     else:
-        idx, edges = _sigma_bins(s if over == "sigma" else var, b, binning, range_)
+        idx, edges = assign_sigma_bins(s if over == "sigma" else var, b, binning, range_)
     return _bin_stats(var, e2, idx, edges, b, over, binning), idx
 
 
 def _equal_width_stats(
-    mu: Any,
-    sigma: Any,
-    y: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
     bins: int,
     binning: str,
     over: str,
@@ -151,10 +152,10 @@ def _equal_width_stats(
         return None
     m, s, t = float_columns(mu, sigma, y)
     try:
-        b = _check_bins(bins)
-        _check_choice(over, ("sigma", "variance"), "over")
+        b = check_bins(bins)
+        check_choice(over, ("sigma", "variance"), "over")
     except DetcalInputError:
-        _validate(mu, sigma, y)  # input errors first, as in the one-shot code
+        validate(mu, sigma, y)  # input errors first, as in the one-shot code
         raise
     n = len(s)
     if n == 0:
@@ -163,7 +164,7 @@ def _equal_width_stats(
     ws = Workspace(step)
     s_min, s_max = min_max(s, ws)
     if not (s_min > 0 and np.isfinite(s_max)):
-        _validate(mu, sigma, y)  # raises, naming the first bad sample
+        validate(mu, sigma, y)  # raises, naming the first bad sample
     lo, hi = sigma_range(s_min, s_max, over, range_)
     acc = OrderedBincount(b, 2, step)
     for a in range(0, n, step):
@@ -175,7 +176,7 @@ def _equal_width_stats(
         equal_width_index_into(sc if over == "sigma" else var, b, lo, hi, acc.key_buffer(k), ws)
         acc.add(k)
     if not np.isfinite(acc.sums[1].sum()):
-        _validate(mu, sigma, y)  # non-finite mu or y (a finite overflow passes)
+        validate(mu, sigma, y)  # non-finite mu or y (a finite overflow passes)
     return SigmaBinStats(
         count=acc.counts.copy(),
         sum_var=acc.sums[0].copy(),
@@ -187,9 +188,9 @@ def _equal_width_stats(
 
 
 def sigma_bin_stats(
-    mu: Any,
-    sigma: Any,
-    y: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
     *,
     bins: int = 10,
     binning: str = "equal_count",
@@ -206,7 +207,7 @@ def sigma_bin_stats(
     fast = _equal_width_stats(mu, sigma, y, bins, binning, over, range_)
     if fast is not None:
         return fast
-    m, s, t = _validate(mu, sigma, y)
+    m, s, t = validate(mu, sigma, y)
     return _sigma_bin_stats(m, s, t, bins, binning, over, range_)[0]
 
 
@@ -215,7 +216,7 @@ def ence_from_stats(stats: SigmaBinStats) -> MetricResult:
 
     RMV(b) = sqrt(mean sigma^2), RMSE(b) = sqrt(mean e^2); table = reliability diagram.
 
-    Definition: :func:`detcal.metrics.reference.ence`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.ence`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     n = stats.count
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -238,9 +239,9 @@ def ence_from_stats(stats: SigmaBinStats) -> MetricResult:
 
 
 def ence(
-    mu: Any,
-    sigma: Any,
-    y: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
     *,
     bins: int = 10,
     binning: str = "equal_count",
@@ -262,12 +263,12 @@ def ence(
     value does not depend on the input order (:class:`detcal.binning.RankSegments`).
     Without such ties this is the plain split of a stable sort by sigma.
 
-    Definition: :func:`detcal.metrics.reference.ence`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.ence`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     fast = _equal_width_stats(mu, sigma, y, bins, binning, "sigma", range_)
     if fast is not None:
         return ence_from_stats(fast)
-    m, s, t = _validate(mu, sigma, y)
+    m, s, t = validate(mu, sigma, y)
     stats, idx = _sigma_bin_stats(m, s, t, bins, binning, "sigma", range_)
     res = ence_from_stats(stats)
     if len(s) and isinstance(idx, RankSegments):
@@ -275,26 +276,26 @@ def ence(
     return res
 
 
-def coefficient_of_variation(mu: Any, sigma: Any, y: Any) -> MetricResult:
+def coefficient_of_variation(mu: ArrayLike, sigma: ArrayLike, y: ArrayLike) -> MetricResult:
     """C_v = sqrt(sum_t (sigma_t - mean sigma)^2 / (T - 1)) / mean sigma (Levi et al. 2019, Eq. 9).
 
     Dispersion of the predicted uncertainties; NaN for T < 2. Exactly 0 when
     every sigma is equal (``np.std`` of a constant that binary floating point
     cannot represent exactly, such as 0.1, returns about 1e-17 instead).
     """
-    _, s, _ = _validate(mu, sigma, y)
+    _, s, _ = validate(mu, sigma, y)
     params = {"n": int(len(s)), "ddof": 1}
     if len(s) < 2:
-        return _nan_result("cv", "", params)
+        return nan_result("cv", "", params)
     if s.min() == s.max():
         return MetricResult(name="cv", value=0.0, params=params, extra={"note": "all sigma equal"})
     return MetricResult(name="cv", value=float(np.std(s, ddof=1) / s.mean()), params=params)
 
 
 def lence(
-    mu: Any,
-    sigma: Any,
-    y: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
     *,
     bins: int = 10,
     binning: str = "equal_count",
@@ -309,7 +310,7 @@ def lence(
     and LENCE = inf, whatever the constant; ``extra["reason"]`` says why
     (metrics.json writes it as null with that reason).
 
-    Definition: :func:`detcal.metrics.reference.lence`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.lence`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     e = ence(mu, sigma, y, bins=bins, binning=binning, range_=range_)
     cv = coefficient_of_variation(mu, sigma, y)
@@ -325,7 +326,7 @@ def lence(
 def uce_from_stats(stats: SigmaBinStats) -> MetricResult:
     """UCE = sum_b N_b/N |MSE(b) - MV(b)| from per-bin sums over variance bins.
 
-    Definition: :func:`detcal.metrics.reference.uce`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.uce`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     n = stats.count
     total = int(n.sum())
@@ -347,9 +348,9 @@ def uce_from_stats(stats: SigmaBinStats) -> MetricResult:
 
 
 def uce(
-    mu: Any,
-    sigma: Any,
-    y: Any,
+    mu: ArrayLike,
+    sigma: ArrayLike,
+    y: ArrayLike,
     *,
     bins: int = 10,
     binning: str = "equal_width",
@@ -360,6 +361,6 @@ def uce(
     UCE = sum_b N_b/N |MSE(b) - MV(b)| with B bins over the variance sigma^2,
     equal-width over [min sigma^2, max sigma^2] by default (netcal).
 
-    Definition: :func:`detcal.metrics.reference.uce`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.uce`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     return uce_from_stats(sigma_bin_stats(mu, sigma, y, bins=bins, binning=binning, over="variance", range_=range_))

@@ -1,4 +1,4 @@
-"""seeds.html of ``scripts/main_job_seeds.py``: Table 1 of every training seed with the mean ± std over the
+"""seeds.html of ``python -m detcal.studies.main_job_seeds``: Table 1 of every training seed with the mean ± std over the
 seeds (:func:`detcal.reports.html.main_page.seeds_table`), as a self-contained page."""
 
 from __future__ import annotations

@@ -1,0 +1,330 @@
+"""detcal-evaluate against the compiled COCO evaluators, interleaved on the same files (issue 29).
+
+    pip install -e '.[bench]'                       # hotcoco, ultrafast-pycocotools, faster-coco-eval (wheels)
+    python benchmarks/bench_vs_rust.py                  # the 5,000-image set (~300k detections), 2 interleaved rounds
+    python benchmarks/bench_vs_rust.py --sets 5k,20k,o365 --rounds 1 --files /tmp/bench   # the large sets too
+    python benchmarks/bench_vs_rust.py --profile        # and the stage profile of the default 5k run (CPU seconds)
+
+Sets (made by :func:`detcal.data.synthetic.generate_coco_scale`, the generator
+of the other speed scripts, and cached with ``--files``): ``5k`` 5,000 images
+with ~60 detections each; ``20k`` 20,000 images, the same per image (~1.2M);
+``o365`` an Objects365-shaped set: 20,000 images, ``--o365-dets`` (100)
+detections asked per image (the generator draws U{50..100}), the categories
+spread over 365 ids (a fixed hash of image and category, the same for the
+ground truth and the detections of an image).
+
+Each run is a fresh process timed by ``/usr/bin/time`` (wall, user + sys CPU,
+peak resident memory): ``detcal default`` (``detcal-evaluate`` with its
+defaults: every measure, BCa intervals, report.html, figures, CSV), ``detcal
+lean`` (intervals, figures, CSV and report off: every measure and
+metrics.json), ``baseline default`` / ``baseline lean`` (the same two
+commands with another detcal source tree first on ``PYTHONPATH``:
+``--baseline``), ``hotcoco AP`` (load, evaluate, accumulate, summarize),
+``hotcoco AP+cal`` (the same and its ``calibration()``: ECE, MCE,
+reliability bins), ``ultrafast-pycocotools``, ``faster-coco-eval`` and
+``pycocotools`` (5k only: minutes at the large sets). The runs of one round are interleaved,
+so a change of load hits every tool; the ratios are to hotcoco AP in the same
+round. The load average is printed before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pstats
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+EVAL = {
+    "hotcoco AP": """
+import sys, contextlib, io
+from hotcoco import COCO, COCOeval
+with contextlib.redirect_stdout(io.StringIO()):
+    gt = COCO(sys.argv[1]); dt = gt.loadRes(sys.argv[2])
+    E = COCOeval(gt, dt, "bbox"); E.evaluate(); E.accumulate(); E.summarize()
+print(E.stats[0])
+""",
+    "hotcoco AP+cal": """
+import sys, contextlib, io
+from hotcoco import COCO, COCOeval
+with contextlib.redirect_stdout(io.StringIO()):
+    gt = COCO(sys.argv[1]); dt = gt.loadRes(sys.argv[2])
+    E = COCOeval(gt, dt, "bbox"); E.evaluate(); E.accumulate(); E.summarize()
+    cal = E.calibration(n_bins=10, iou_threshold=0.5)
+print(E.stats[0], cal["ece"])
+""",
+    "ultrafast-pycocotools": """
+import sys, contextlib, io
+from ultrafast_pycocotools.coco import COCO
+from ultrafast_pycocotools.cocoeval import COCOeval
+with contextlib.redirect_stdout(io.StringIO()):
+    gt = COCO(sys.argv[1]); dt = gt.loadRes(sys.argv[2])
+    E = COCOeval(gt, dt, "bbox"); E.evaluate(); E.accumulate(); E.summarize()
+print(E.stats[0])
+""",
+    "faster-coco-eval": """
+import sys, contextlib, io
+from faster_coco_eval import COCO, COCOeval_faster
+with contextlib.redirect_stdout(io.StringIO()):
+    gt = COCO(sys.argv[1]); dt = gt.loadRes(sys.argv[2])
+    E = COCOeval_faster(gt, dt, "bbox"); E.evaluate(); E.accumulate(); E.summarize()
+print(E.stats[0])
+""",
+    "pycocotools": """
+import sys, contextlib, io
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
+with contextlib.redirect_stdout(io.StringIO()):
+    gt = COCO(sys.argv[1]); dt = gt.loadRes(sys.argv[2])
+    E = COCOeval(gt, dt, "bbox"); E.evaluate(); E.accumulate(); E.summarize()
+print(E.stats[0])
+""",
+}
+
+LEAN = ["bootstrap.n=0", "output.plots=false", "output.detections_csv=false", "report.enabled=false"]
+SETS = {"5k": (5000, 60, None), "20k": (20000, 60, None), "o365": (20000, 100, 365)}
+
+
+def make_set(root: Path, name: str, o365_dets: int) -> tuple[Path, Path, int]:
+    """instances.json and results.json of one set under ``root / name`` (reused when present)."""
+    from detcal.data.coco import write_coco_instances, write_coco_results
+    from detcal.data.synthetic import generate_coco_scale
+
+    images, per, n_cat = SETS[name]
+    per = o365_dets if name == "o365" else per
+    d = root / name
+    gt, res = d / "instances.json", d / "results.json"
+    if gt.exists() and res.exists():
+        return gt, res, len(json.loads(res.read_bytes()))
+    d.mkdir(parents=True, exist_ok=True)
+    ds, dets = generate_coco_scale(n_images=images, dets_per_image=per, seed=0)
+    if n_cat is not None:  # spread over n_cat ids, the same map for the GT and the detections of an image
+
+        def remap(cat: np.ndarray, img: np.ndarray) -> np.ndarray:
+            return (cat.astype(np.int64) * 7919 + img.astype(np.int64) * 31) % n_cat + 1
+
+        ds = dataclasses.replace(
+            ds,
+            gt=dataclasses.replace(ds.gt, category=remap(ds.gt.category, ds.gt.image_id)),
+            categories={i: f"class{i}" for i in range(1, n_cat + 1)},
+        )
+        dets = dataclasses.replace(dets, category=remap(dets.category, dets.image_id))
+    dets = dataclasses.replace(dets, box=np.round(dets.box, 2), proposal=None, delta_mean=None, delta_std=None)
+    write_coco_instances(gt, ds)
+    write_coco_results(res, dets)
+    return gt, res, len(dets)
+
+
+def timed(cmd: list[str], cwd: Path, pythonpath: str | None = None) -> dict[str, float]:
+    """Wall, CPU (user + sys) seconds and peak resident MB of one fresh process (``/usr/bin/time``)."""
+    fmt = "%e %U %S %M"
+    env = dict(os.environ, **({"PYTHONPATH": pythonpath} if pythonpath else {}))
+    proc = subprocess.run(["/usr/bin/time", "-f", fmt, *cmd], cwd=cwd, capture_output=True, text=True, env=env)
+    if proc.returncode:
+        raise SystemExit(f"{cmd[:4]} failed:\n{proc.stderr[-3000:]}")
+    wall, user, sys_, rss = proc.stderr.strip().splitlines()[-1].split()
+    return {"wall": float(wall), "cpu": float(user) + float(sys_), "peak_mb": float(rss) / 1024.0}
+
+
+def commands(gt: Path, res: Path, run_dir: Path, with_pycoco: bool, baseline: bool) -> dict[str, list[str]]:
+    py = sys.executable
+    detcal = [py, "-m", "detcal.apps.evaluate", "data=coco", f"data.gt={gt}", f"data.results={res}"]
+    cmds = {
+        "detcal default": detcal + [f"hydra.run.dir={run_dir / 'default'}"],
+        "detcal lean": detcal + LEAN + [f"hydra.run.dir={run_dir / 'lean'}"],
+    }
+    if baseline:
+        cmds["baseline default"] = detcal + [f"hydra.run.dir={run_dir / 'base_default'}"]
+        cmds["baseline lean"] = detcal + LEAN + [f"hydra.run.dir={run_dir / 'base_lean'}"]
+    for name, code in EVAL.items():
+        if name != "pycocotools" or with_pycoco:
+            cmds[name] = [py, "-c", code, str(gt), str(res)]
+    return cmds
+
+
+STAGES = (
+    ("evaluate (in process)", "detcal/pipeline/evaluation.py", "evaluate"),
+    ("load", "detcal/pipeline/evaluation.py", "_load"),
+    ("match", "detcal/pipeline/evaluation.py", "match_data"),
+    ("confidence block", "detcal/pipeline/confidence_block.py", "confidence_blocks"),
+    ("  of which intervals", "detcal/metrics/bootstrap.py", "suite_intervals"),
+    ("COCO AP/AR", "detcal/metrics/accuracy.py", "coco_ap"),
+    ("localisation", "detcal/pipeline/accuracy_block.py", "localisation_block"),
+    ("OCE", "detcal/pipeline/oce_block.py", "oce_block"),
+    ("box features", "detcal/pipeline/evaluation.py", "relative_box_features"),
+    ("diagnostics", "detcal/pipeline/evaluation.py", "_diagnostics"),
+    ("worst detections", "detcal/pipeline/evaluation.py", "_worst"),
+    ("write (files)", "detcal/pipeline/result.py", "Result.write"),
+    ("  figures", "detcal/reports/evaluation_plots.py", "evaluation_plots"),
+    ("  per-class figure", "detcal/pipeline/result.py", "EvaluationResult._per_class_plot"),
+    ("  detections.csv", "detcal/reports/detections_csv.py", "write_columns_csv"),
+    ("  report.html", "detcal/reports/html/__init__.py", "write_report"),
+)
+
+
+def stage_profile(prof: Path) -> dict[str, float]:
+    """Cumulative seconds of each stage of :data:`STAGES` in a cProfile file of the command."""
+    st = pstats.Stats(str(prof))
+    raw: dict = st.stats  # type: ignore[attr-defined]
+    out: dict[str, float] = {"whole command": max(v[3] for v in raw.values())}
+    for label, path, fn in STAGES:
+        hits = [v[3] for (f, _, name), v in raw.items() if name == fn.split(".")[-1] and f.endswith(path)]
+        out[label] = sum(hits)
+    out["start-up, Hydra, other"] = out["whole command"] - out["evaluate (in process)"] - out["write (files)"]
+    return out
+
+
+PROFILE = """
+import importlib, json, runpy, sys, time
+out, stages, sys.argv = sys.argv[1], json.loads(sys.argv[2]), ["detcal-evaluate"] + sys.argv[3:]
+spent = {}
+
+
+def wrap(label, f):
+    def timed(*a, **k):
+        t = time.process_time()
+        try:
+            return f(*a, **k)
+        finally:
+            spent[label] = spent.get(label, 0.0) + time.process_time() - t
+    return timed
+
+
+for label, path, name in stages:  # wrap each stage function wherever a detcal module holds it
+    owner = importlib.import_module(path[:-3].replace("/", ".").removesuffix(".__init__"))
+    if "." in name:  # a method: wrap it on its class
+        cls, meth = name.split(".")
+        setattr(getattr(owner, cls), meth, wrap(label, vars(getattr(owner, cls))[meth]))
+        continue
+    f = getattr(owner, name)
+    w = wrap(label, f)
+    for mod in [m for k, m in list(sys.modules.items()) if k.startswith("detcal")]:
+        for attr, v in list(vars(mod).items()):
+            if v is f:
+                setattr(mod, attr, w)
+try:
+    runpy.run_module("detcal.apps.evaluate", run_name="__main__")
+except SystemExit:
+    pass
+spent["whole command"] = time.process_time()  # the process's CPU from its start
+json.dump(spent, open(out, "w"))
+"""
+
+
+def profile(gt: Path, res: Path, root: Path, pythonpath: str | None = None) -> dict[str, float]:
+    """CPU seconds (``time.process_time``) per stage (:data:`STAGES`) of the default run.
+
+    Each stage function is wrapped where the detcal modules hold it (no per-call
+    profiler overhead, which would inflate the call-heavy figure drawing). The
+    figures are drawn inline here (``DETCAL_INLINE_WRITERS=1``): in a timed run
+    they are drawn in a forked child, whose CPU ``/usr/bin/time`` counts too."""
+    out = root / "stages.json"
+    out.unlink(missing_ok=True)
+    stages = json.dumps([list(s) for s in STAGES])
+    cmd = [sys.executable, "-c", PROFILE, str(out), stages, "data=coco", f"data.gt={gt}", f"data.results={res}"]
+    # the figures inline, so that their CPU is counted in this process (a timed run draws them in a child)
+    env = dict(os.environ, DETCAL_INLINE_WRITERS="1", **({"PYTHONPATH": pythonpath} if pythonpath else {}))
+    run_dir = tempfile.mkdtemp(prefix="profile-", dir=root)
+    proc = subprocess.run(cmd + [f"hydra.run.dir={run_dir}"], cwd=root, capture_output=True, text=True, env=env)
+    spent = json.loads(out.read_text()) if out.exists() else {}
+    if proc.returncode or "evaluate (in process)" not in spent:
+        raise SystemExit(f"the profiled run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    got = {"whole command": spent["whole command"]}
+    got.update({label: spent.get(label, 0.0) for label, _, _ in STAGES})
+    got["start-up, Hydra, other"] = got["whole command"] - got["evaluate (in process)"] - got["write (files)"]
+    inner = ("load", "match", "confidence block", "COCO AP/AR", "localisation", "OCE", "box features")
+    inner += ("diagnostics", "worst detections")
+    got["  rest of evaluate"] = got["evaluate (in process)"] - sum(got[k] for k in inner)
+    return got
+
+
+FLOORS = {
+    "interpreter start": "pass",
+    "import numpy": "import numpy",
+    "msgspec decode of results.json to dicts": (
+        "import sys, msgspec; msgspec.json.decode(open(sys.argv[2], 'rb').read())"
+    ),
+    "detcal load (instances + results)": (
+        "import sys; from detcal.data.coco import load_coco_instances, load_coco_results; "
+        "load_coco_results(sys.argv[2], load_coco_instances(sys.argv[1]))"
+    ),
+    "import detcal.apps.evaluate (no Hydra)": "import detcal.apps.evaluate, detcal.pipeline.evaluation",
+}
+"""Floors of the stages: what the interpreter, the imports and a bare JSON decode cost by themselves
+(detcal's loader decodes straight into typed records with msgspec, below the generic decode to dicts)."""
+
+
+def floors(gt: Path, res: Path, cwd: Path) -> dict[str, dict[str, float]]:
+    return {k: timed([sys.executable, "-c", code, str(gt), str(res)], cwd) for k, code in FLOORS.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sets", default="5k", help="comma-separated: 5k, 20k, o365")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds per set (the best is reported)")
+    ap.add_argument("--o365-dets", type=int, default=100)
+    ap.add_argument("--files", type=Path, default=None, help="keep the generated sets here and reuse them")
+    ap.add_argument(
+        "--profile", action="store_true", help="print the stage profile (CPU seconds) of the default run per set"
+    )
+    ap.add_argument("--stage-profile", type=Path, default=None, help="only print the stages of this cProfile file")
+    ap.add_argument(
+        "--baseline", default=None, help="a detcal source tree (e.g. a checkout of main) timed beside this one"
+    )
+    ap.add_argument("--floors", action="store_true", help="also time the floors (start-up, imports, bare decode)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = ap.parse_args()
+    if args.stage_profile is not None:
+        for k, v in stage_profile(args.stage_profile).items():
+            print(f"  {k:28s} {v:7.2f} s")
+        return
+    report: dict = {"loadavg_before": os.getloadavg(), "sets": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.files or Path(tmp)
+        for name in args.sets.split(","):
+            gt, res, n = make_set(root, name, args.o365_dets)
+            best: dict[str, dict[str, float]] = {}
+            for rnd in range(args.rounds):  # a run directory holds one run: fresh ones each round
+                rd = Path(tempfile.mkdtemp(prefix=f"{name}-round{rnd}-", dir=tmp))
+                cmds = commands(gt, res, rd, with_pycoco=name == "5k", baseline=args.baseline is not None)
+                for tool, cmd in cmds.items():  # interleaved: every tool once per round
+                    r = timed(cmd, Path(tmp), args.baseline if tool.startswith("baseline") else None)
+                    if tool not in best or r["wall"] < best[tool]["wall"]:
+                        best[tool] = r
+            entry: dict = {"detections": n, "runs": best, "loadavg_after": os.getloadavg()}
+            if args.profile:
+                entry["stages"] = profile(gt, res, Path(tmp))
+                if args.baseline is not None:
+                    entry["baseline_stages"] = profile(gt, res, Path(tmp), args.baseline)
+            if args.floors:
+                entry["floors"] = floors(gt, res, Path(tmp))
+            report["sets"][name] = entry
+            _print(name, entry)
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=1))
+
+
+def _print(name: str, entry: dict) -> None:
+    base = entry["runs"]["hotcoco AP"]
+    print(f"\n{name}: {entry['detections']} detections (load average after: {entry['loadavg_after']})")
+    print(f"  {'':24s} {'wall s':>8s} {'CPU s':>8s} {'peak MB':>8s} {'wall/hotcoco':>13s} {'CPU/hotcoco':>12s}")
+    for tool, r in entry["runs"].items():
+        print(
+            f"  {tool:24s} {r['wall']:8.2f} {r['cpu']:8.2f} {r['peak_mb']:8.0f} "
+            f"{r['wall'] / base['wall']:12.1f}x {r['cpu'] / base['cpu']:11.1f}x"
+        )
+    for k, v in entry.get("stages", {}).items():
+        was = entry.get("baseline_stages", {}).get(k)
+        print(f"  stage (CPU) {k:28s} {v:7.2f} s" + ("" if was is None else f"   baseline {was:7.2f} s"))
+    for k, r in entry.get("floors", {}).items():
+        print(f"  floor {k:44s} wall {r['wall']:6.2f} s  CPU {r['cpu']:6.2f} s  peak {r['peak_mb']:5.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
