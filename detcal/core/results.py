@@ -21,6 +21,7 @@ computes or renders results, so the pipeline and the reports share it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -152,6 +153,8 @@ def _write(node: Any) -> Any:
         return node.to_dict()
     if isinstance(node, Mapping):
         return {k: _write(v) for k, v in node.items()}
+    if dataclasses.is_dataclass(node) and not isinstance(node, type) and hasattr(node, "to_dict"):
+        return node.to_dict()  # another record of the metrics (a paired difference, ...)
     return node
 
 
@@ -185,8 +188,16 @@ class Block:
     def get(self, key: str, default: Any = None) -> Any:
         return self.entries.get(key, default)
 
+    def __getitem__(self, key: str) -> Any:
+        return self.entries[key]
+
     def __contains__(self, key: object) -> bool:
         return key in self.entries
+
+    def metric(self, key: str) -> MetricResult | None:
+        """The entry ``key`` when it is one metric, else None."""
+        v = self.entries.get(key)
+        return v if isinstance(v, MetricResult) else None
 
     def metrics(self) -> dict[str, MetricResult]:
         """The entries that are one metric each, by name."""

@@ -32,7 +32,9 @@ import numpy as np
 
 from detcal.calibration.base import ConfidenceCalibrator, RegressionCalibrator
 from detcal.core.errors import DetcalInputError
+from detcal.core.results import CalibrationEvaluationBlock, CalibratorsBlock
 from detcal.core.types import MatchResult, MetricResult, Skipped
+from detcal.metrics.paired import PairedDifference
 from detcal.pipeline.calibration_result import REGRESSION_ROWS, CalibrationResult
 from detcal.pipeline.confidence_block import interval_settings, spec_suite
 from detcal.pipeline.evaluation import (
@@ -156,7 +158,7 @@ def _confidence_eval(
     feats: np.ndarray | None,
     category: np.ndarray,
     image_id: np.ndarray,
-) -> dict[str, Any]:
+) -> dict[str, MetricResult]:
     from detcal.metrics.confidence_suite import confidence_metrics
 
     with warnings.catch_warnings():
@@ -170,7 +172,7 @@ def _confidence_eval(
             image_id,
             **interval_settings(spec),
         )
-    return {k: v.to_dict() for k, v in res.items()}
+    return dict(res)
 
 
 def _confidence_change(
@@ -180,7 +182,7 @@ def _confidence_change(
     y: np.ndarray,
     feats: np.ndarray | None,
     image_id: np.ndarray,
-) -> dict[str, Any] | Skipped:
+) -> dict[str, PairedDifference] | Skipped:
     """After minus before of the confidence suite, with paired-bootstrap intervals over images."""
     from detcal.metrics.paired import confidence_changes
 
@@ -192,10 +194,12 @@ def _confidence_change(
         ch = confidence_changes(
             p_b, p_a, y, feats, image_id, spec_suite(spec), method=bs.method, n_boot=bs.n, level=bs.level, seed=bs.seed
         )
-    return {k: v.to_dict() for k, v in ch.items()}
+    return dict(ch)
 
 
-def _regression_change(spec: EvaluationSpec, s_e: Any, mu_a: np.ndarray, sg_a: np.ndarray) -> dict[str, Any] | Skipped:
+def _regression_change(
+    spec: EvaluationSpec, s_e: Any, mu_a: np.ndarray, sg_a: np.ndarray
+) -> dict[str, PairedDifference] | Skipped:
     """After minus before of the coordinate-mean ENCE, M-QCE and NLL, with paired-bootstrap intervals."""
     from detcal.metrics.paired import paired_bootstrap_many
     from detcal.metrics.regression import ence, gaussian_nll, m_qce
@@ -224,7 +228,7 @@ def _regression_change(spec: EvaluationSpec, s_e: Any, mu_a: np.ndarray, sg_a: n
             method=bs.method,
             fast=False,
         )
-    return {k: v.to_dict() for k, v in ch.items()}
+    return dict(ch)
 
 
 def _coverage_means(spec: EvaluationSpec) -> dict[str, Callable[..., MetricResult]]:
@@ -282,9 +286,7 @@ def _regression_eval(
         mwse_normalise=r.mwse_normalise,
         with_joint=False,
     )
-    out: dict[str, Any] = {
-        k: {c: v.to_dict() for c, v in per.items()} for k, per in res.items() if k in dict(REGRESSION_ROWS)
-    }
+    out: dict[str, Any] = {k: dict(per) for k, per in res.items() if k in dict(REGRESSION_ROWS)}
     means = {
         "ence": _mean_over_coords(ence, "ence_mean", bins=sb.bins, binning=sb.scheme),
         "m_qce": _mean_over_coords(m_qce, "m_qce_mean", levels=levels),
@@ -298,12 +300,12 @@ def _regression_eval(
             m = with_ci(
                 m, fn, image_id, mu, sigma, y, n_boot=bs.n, level=bs.level, seed=bs.seed, fast=False, method=bs.method
             )
-        summary[key] = m.to_dict()
+        summary[key] = m
     out["_mean"] = summary
     from detcal.pipeline.coverage_block import sample_coverage
 
     cov = sample_coverage(sample, float(r.coverage_level), None, None)
-    out.update({k: {c: v.to_dict() for c, v in per.items()} for k, per in cov.items()})
+    out.update({k: dict(per) for k, per in cov.items()})
     return out
 
 
@@ -368,7 +370,7 @@ def calibrate(
         if conf_cal is not None:
             _fit_confidence(conf_cal, cal, ev, row_c, row_e, spec, calibration, names, bar, out)
         else:
-            out.calibrators["confidence"] = Skipped("no confidence calibrator configured")
+            out.calibrators.entries["confidence"] = Skipped("no confidence calibrator configured")
         timing["confidence"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -376,9 +378,9 @@ def calibrate(
         if reg_cal is not None and has_unc:
             _fit_regression(reg_cal, cal, ev, spec, calibration, names, bar, out)
         elif reg_cal is None:
-            out.calibrators["regression"] = Skipped("no box-uncertainty calibrator configured")
+            out.calibrators.entries["regression"] = Skipped("no box-uncertainty calibrator configured")
         else:
-            out.calibrators["regression"] = Skipped("the detections carry no box uncertainty (docs/formats.md)")
+            out.calibrators.entries["regression"] = Skipped("the detections carry no box uncertainty (docs/formats.md)")
         timing["regression"] = time.perf_counter() - t0
 
     record = _calibration_record(spec, calibration, cal, ev, row_c, row_e, rows_e, y_e, split, out, timing)
@@ -420,8 +422,8 @@ class _Outputs:
     """What :func:`calibrate` gathers: the written detections and the record's sections."""
 
     dets_out: Any
-    calibrators: dict[str, Any] = dataclasses.field(default_factory=dict)
-    evaluation: dict[str, Any] = dataclasses.field(default_factory=dict)
+    calibrators: CalibratorsBlock = dataclasses.field(default_factory=CalibratorsBlock)
+    evaluation: CalibrationEvaluationBlock = dataclasses.field(default_factory=CalibrationEvaluationBlock)
     in_sample: dict[str, Any] = dataclasses.field(default_factory=dict)
     maps: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -456,7 +458,7 @@ def _fit_confidence(
     conf_cal.fit(cal.data.detections.score[rows_c], y_c, f_c)
     new_score = conf_cal.transform(out.dets_out.score, ev.features[:, fit_cols] if use_f else None)
     out.dets_out = dataclasses.replace(out.dets_out, score=new_score)
-    out.calibrators["confidence"] = {
+    out.calibrators.entries["confidence"] = {
         "name": names.get("confidence", type(conf_cal).__name__),
         "describe": conf_cal.describe(),
         "fit_report": _fit_report(conf_cal),
@@ -469,7 +471,7 @@ def _fit_confidence(
     fe = ev.features[rows_e][:, dece_cols] if dece_cols else None
     cat, img = ev.data.detections.category[rows_e], ev.data.detections.image_id[rows_e]
     p_b, p_a = ev.data.detections.score[rows_e], new_score[rows_e]
-    out.evaluation["confidence"] = {
+    out.evaluation.entries["confidence"] = {
         "before": _confidence_eval(spec, p_b, y_e, fe, cat, img),
         "after": _confidence_eval(spec, p_a, y_e, fe, cat, img),
         "change": _confidence_change(spec, p_b, p_a, y_e, fe, img),
@@ -533,7 +535,7 @@ def _fit_regression(
         wb: dict[str, Any] | Skipped = Skipped(_EDGES_NOT_WRITTEN)
     else:
         out.dets_out, wb = apply_regression_calibrator(out.dets_out, reg_cal, space)
-    out.calibrators["regression"] = {
+    out.calibrators.entries["regression"] = {
         "name": names.get("regression", type(reg_cal).__name__),
         "describe": reg_cal.describe(),
         "fit_report": _fit_report(reg_cal),
@@ -547,7 +549,7 @@ def _fit_regression(
     s_e = _reg_sample(ev, spec, t_reg, space, edges)
     ev_kw = {"groups": ev.data.detections.category[s_e.rows]} if grouped else {}
     mu_a, sg_a = reg_cal.transform(s_e.mu, s_e.sigma, **ev_kw) if len(s_e) else (s_e.mu, s_e.sigma)
-    out.evaluation["regression"] = {
+    out.evaluation.entries["regression"] = {
         "before": _regression_eval(spec, s_e.mu, s_e.sigma, s_e.y, s_e.image_id, s_e.coords, space),
         "after": _regression_eval(spec, mu_a, sg_a, s_e.y, s_e.image_id, s_e.coords, space),
         "change": _regression_change(spec, s_e, mu_a, sg_a),
@@ -559,8 +561,7 @@ def _fit_regression(
 
         z = _probit(cdf(s_e.y, s_e.mu, s_e.sigma))
         out.evaluation["regression"]["after"]["interval_ce_cdf"] = {
-            c: interval_calibration_error(np.zeros(len(z)), np.ones(len(z)), z[:, k]).to_dict()
-            for k, c in enumerate(s_e.coords)
+            c: interval_calibration_error(np.zeros(len(z)), np.ones(len(z)), z[:, k]) for k, c in enumerate(s_e.coords)
         }
     if calibration.in_sample:
         mu_i, sg_i = reg_cal.transform(s_c.mu, s_c.sigma, **fit_kw)
@@ -591,7 +592,7 @@ def _calibration_record(
         | (rematched.ignored[row_e] != ev.match.ignored[row_e])
         | (rematched.considered != ev.match.considered)
     )
-    out.evaluation["_sample"] = {
+    out.evaluation.entries["_sample"] = {
         "n_confidence": int(len(rows_e)),
         "n_matched": int(y_e.sum()),
         "iou_threshold": float(ev.match.iou_thresholds[row_e]),

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from detcal.core.results import ConfidenceBlock
 from detcal.core.types import MatchResult, Skipped
 from detcal.pipeline.confidence_block import _sample_features, threshold_label
 from detcal.pipeline.sources import LoadedData
@@ -24,7 +26,12 @@ def _gt_boxes(data: LoadedData, image_id: int, category: int) -> list[list[float
 
 
 def worst_block(
-    spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray, conf: dict[str, Any], top: int = 10
+    spec: EvaluationSpec,
+    data: LoadedData,
+    mr: MatchResult,
+    feats: np.ndarray,
+    conf: Mapping[str, ConfidenceBlock | Skipped],
+    top: int = 10,
 ) -> dict[str, Any]:
     """The worst-calibrated detections at the first evaluated IoU threshold (``{}`` when none was)."""
     from detcal.reports.html.worst import worst_detections
@@ -59,7 +66,8 @@ def worst_block(
         "height": np.where(img_rows >= 0, ds.images.height[img_rows], np.nan),
         "gt_box": [None] * len(rows),
     }
-    params = (conf[labels[0]].get("dece") or {}).get("params") or {}
+    dece = conf[labels[0]].metric("dece")  # type: ignore[union-attr]  # labels: computed thresholds only
+    params = dece.params if dece is not None else {}
     edges = str(params.get("edges") or "floor")
     if len(params.get("bins") or []) == len(names):
         bins = [int(v) for v in params["bins"]]

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from detcal.metrics.measures import MEASURES
 
-__all__ = ["MeasureRow", "measure_rows", "row_text"]
+__all__ = ["MeasureRow", "measure_rows", "row_text", "BEFORE_AFTER", "before_after_rows"]
 
 ARROWS: dict[str, str] = {"lower": "↓", "higher": "↑", "neither": ""}
 """The mark of which direction is better, by :attr:`detcal.metrics.measures.Display.better`."""
@@ -59,6 +59,15 @@ def measure_rows(result: Mapping[str, Any], names: Iterable[str] | None = None) 
         d = entry.display
         rows.append(MeasureRow(name, d.label, value, ci, d.format(value), d.better))
     return rows
+
+
+BEFORE_AFTER: tuple[str, ...] = ("dece", "ece", "mce", "nll", "brier", "overconfidence", "underconfidence")
+"""The confidence measures of detcal-calibrate's before/after table, in its order (labels from the registry)."""
+
+
+def before_after_rows() -> tuple[tuple[str, str], ...]:
+    """``(name, label)`` of the before/after table's measures that are registered: the label with its formula."""
+    return tuple((n, MEASURES[n].display.long_label) for n in BEFORE_AFTER if n in MEASURES)
 
 
 def row_text(row: MeasureRow, missing: str = "(no interval)") -> str:

@@ -16,10 +16,11 @@ import numpy as np
 from detcal.core.results import CalibratorsBlock, RegressionBlock, Results, is_description
 from detcal.core.types import Skipped
 from detcal.reports.diagnosis_facts import miscalibration_sentence, tide_sentence
+from detcal.reports.measure_rows import before_after_rows
 from detcal.reports.per_class import table_markdown
 from detcal.reports.tables import comparison_table, format_value, metrics_table
 
-__all__ = ["evaluation_summary", "calibration_summary", "node", "CONFIDENCE_ROWS", "REGRESSION_ROWS"]
+__all__ = ["evaluation_summary", "calibration_summary", "node", "REGRESSION_ROWS"]
 
 REGRESSION_ROWS: tuple[tuple[str, str], ...] = (
     ("ence", "ENCE"),
@@ -30,17 +31,6 @@ REGRESSION_ROWS: tuple[tuple[str, str], ...] = (
     ("interval_ce", "Kuleshov CE"),
 )
 """Regression metrics of the before/after table, per coordinate (key in regression_metrics, label)."""
-
-CONFIDENCE_ROWS: tuple[tuple[str, str], ...] = (
-    ("dece", "D-ECE"),
-    ("ece", "ECE"),
-    ("mce", "MCE"),
-    ("nll", "NLL"),
-    ("brier", "Brier"),
-    ("overconfidence", "over-confidence E[p|y=0]"),
-    ("underconfidence", "under-confidence E[1-p|y=1]"),
-)
-"""Confidence metrics of the before/after table (key in confidence_metrics, label)."""
 
 
 def _oce_md(o: Mapping[str, Any], u: Mapping[str, Any]) -> list[str]:
@@ -297,7 +287,7 @@ def _before_after_table(ev: Mapping[str, Any]) -> str:
     rows: dict[str, dict[str, Any]] = {}
     conf = ev.get("confidence") or {}
     if conf:
-        for key, label in CONFIDENCE_ROWS:
+        for key, label in before_after_rows():  # labels from the registry (detcal.metrics.measures)
             b, a = node(conf, "before", key), node(conf, "after", key)
             if b is not None and a is not None:
                 rows[f"{label}"] = {"before": b, "after": a, "change": _diff(a, b, node(conf, "change", key))}
