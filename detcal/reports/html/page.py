@@ -310,7 +310,7 @@ def render_report(
         else ""
     )
     pc_html = _guard("per-class", sec.per_class, m, pc_figs)
-    facts = _guard("findings", findings, m) or []
+    facts = _guard("findings", findings, res) or []
     first = [_guard("headline", sec.headline, m), _guard("reliability", sec.confidence_figures, m, "first")]
     overlay = [f for f in files if "overlay" in f]
     if not first[1] and overlay:  # compare: the overlaid reliability diagrams on the first screen
@@ -319,12 +319,12 @@ def render_report(
         _guard("confidence measures", confidence_measures, m),
         _guard("confidence", sec.confidence_figures, m, "rest"),
         _guard("worst detections", worst_section, m, img),
-        _guard("diagnosis", diagnosis_section, m, img),
+        _guard("diagnosis", diagnosis_section, res, img),
         pc_html,
-        _guard("protocol accuracy", proto.protocol_accuracy, m),
+        _guard("protocol accuracy", proto.protocol_accuracy, res),
         _guard("accuracy", sec.accuracy, res),
         _guard("box uncertainty", sec.regression, res),
-        _guard("change", sec.change, m),
+        _guard("change", sec.change, res),
         _guard("Table 1", sec.table1, m),
         _guard("compare", sec.compare, m),
         _guard("other results", generic_section, m, [k for k in m if k not in sec.KNOWN_KEYS]),

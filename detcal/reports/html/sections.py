@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from detcal.core.results import AccuracyBlock, LocalisationBlock, Results, as_results, is_description, shown
+from detcal.core.results import (
+    AccuracyBlock,
+    CalibrationEvaluationBlock,
+    LocalisationBlock,
+    Results,
+    as_results,
+    is_description,
+    shown,
+)
 from detcal.core.types import MetricResult, Skipped
 from detcal.reports.html.fmt import cell, ci_text, esc, num, table
 from detcal.reports.html.svg import curve_svg, heatmap_svg, reliability_svg
@@ -227,9 +235,11 @@ def accuracy(results: Results | Mapping[str, Any]) -> str:
     return "".join(out)
 
 
-def change(m: Mapping[str, Any]) -> str:
+def change(results: Results | Mapping[str, Any]) -> str:
     """Calibrate: before, after and the paired difference with its interval, per metric."""
-    ev = m.get("evaluation") or {}
+    ev = as_results(results).block("evaluation", CalibrationEvaluationBlock)
+    if not isinstance(ev, CalibrationEvaluationBlock):
+        return ""
     out = []
     for part in ("confidence", "regression"):
         ch = (ev.get(part) or {}).get("change") or {}
