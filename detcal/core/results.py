@@ -309,9 +309,39 @@ class CalibratorsBlock(Block):
 
 @dataclass
 class CalibrationEvaluationBlock(Block):
-    """detcal-calibrate's evaluation: each metric before and after, with the paired changes."""
+    """detcal-calibrate's evaluation: per part (``confidence``, ``regression``) each metric ``before`` and
+    ``after`` (leaves; the box part also per coordinate and as coordinate means under ``_mean``) and the
+    paired ``change`` (after minus before with its interval, as metrics.json writes it)."""
 
     SECTION: ClassVar[str] = "evaluation"
+    PARTS: ClassVar[tuple[str, ...]] = ("confidence", "regression")
+
+    @property
+    def sample(self) -> dict[str, Any]:
+        """The evaluation sample: ``n_confidence``, ``n_matched``, ``iou_threshold``."""
+        return dict(self.entries.get("_sample") or {})
+
+    def _stage(self, part: str, stage: str) -> dict[str, Any]:
+        node = self.entries.get(part)
+        v = node.get(stage) if isinstance(node, Mapping) else None
+        return v if isinstance(v, dict) and skipped_of(v) is None else {}
+
+    def before(self, part: str) -> dict[str, Any]:
+        """``part``'s metrics before calibration (``{}`` when the part was not evaluated)."""
+        return self._stage(part, "before")
+
+    def after(self, part: str) -> dict[str, Any]:
+        """``part``'s metrics after calibration (``{}`` when the part was not evaluated)."""
+        return self._stage(part, "after")
+
+    def change(self, part: str) -> dict[str, Any]:
+        """``part``'s paired changes by metric (``{}`` when none, e.g. ``bootstrap.n=0``)."""
+        return self._stage(part, "change")
+
+    def means(self, part: str, stage: str) -> dict[str, Any]:
+        """The box part's coordinate means (``_mean``) at ``stage`` (``before`` / ``after``)."""
+        v = self._stage(part, stage).get("_mean")
+        return v if isinstance(v, dict) else {}
 
 
 SECTIONS: dict[str, type[Block]] = {
@@ -419,6 +449,10 @@ class Results:
     @property
     def calibrators(self) -> CalibratorsBlock | Skipped | None:
         return self.block("calibrators", CalibratorsBlock)
+
+    @property
+    def evaluation(self) -> CalibrationEvaluationBlock | Skipped | None:
+        return self.block("evaluation", CalibrationEvaluationBlock)
 
     def skipped(self) -> dict[str, Skipped]:
         """Every section (and confidence threshold) not computed, with its reason."""

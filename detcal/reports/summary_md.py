@@ -17,6 +17,7 @@ from detcal.core.results import (
     AccuracyBlock,
     CalibrationEvaluationBlock,
     CalibratorsBlock,
+    DiagnosticsBlock,
     LocalisationBlock,
     OCEBlock,
     RegressionBlock,
@@ -84,7 +85,8 @@ def evaluation_summary(results: Results) -> str:
     head = {k: {"value [CI]": v, "source": v.get("source", "")} for k, v in m["headline"].items()}
     if head:
         parts += ["", "## Headline", "", comparison_table(head, ["value [CI]", "source"], label="metric")]
-    parts += _diagnosis_md(m.get("diagnostics") or {})
+    diag = results.diagnostics
+    parts += _diagnosis_md(diag.entries if isinstance(diag, DiagnosticsBlock) else {})
     parts += _confidence_md(results)
     block = results.regression
     if isinstance(block, RegressionBlock):
@@ -303,33 +305,27 @@ def _diff(a: MetricResult, b: MetricResult, paired: Mapping[str, Any] | None = N
 def _before_after_table(block: CalibrationEvaluationBlock) -> str:
     """Each measure before, after and its change (typed leaves; the paired changes as metrics.json writes them)."""
     rows: dict[str, dict[str, Any]] = {}
-    ev = block.entries
-    conf = ev.get("confidence") or {}
-    if conf:
-        for key, label in before_after_rows():  # labels from the registry (detcal.metrics.measures)
-            b, a = node(conf, "before", key), node(conf, "after", key)
-            if b is not None and a is not None:
-                rows[f"{label}"] = {"before": b, "after": a, "change": _diff(a, b, node(conf, "change", key))}
-    reg = ev.get("regression") or {}
-    if reg:
-        for key, label in (("ence", "ENCE"), ("m_qce", "M-QCE"), ("nll", "NLL")):
-            b, a = node(reg, "before", "_mean", key), node(reg, "after", "_mean", key)
-            if b is not None and a is not None:
-                rows[f"{label} (box, mean over coords)"] = {
-                    "before": b,
-                    "after": a,
-                    "change": _diff(a, b, node(reg, "change", key)),
-                }
-        coords = list((node(reg, "before", "ence") or {}).keys())
-        for key, label in REGRESSION_ROWS:
-            for c in coords:
-                b, a = node(reg, "before", key, c), node(reg, "after", key, c)
-                if b is not None and a is not None:
-                    rows[f"{label} {c}"] = {"before": b, "after": a, "change": _diff(a, b)}
+    before, after, change = block.before("confidence"), block.after("confidence"), block.change("confidence")
+    for key, label in before_after_rows():  # labels from the registry (detcal.metrics.measures)
+        b, a = before.get(key), after.get(key)
+        if b is not None and a is not None:
+            rows[f"{label}"] = {"before": b, "after": a, "change": _diff(a, b, change.get(key))}
+    before, after, change = block.before("regression"), block.after("regression"), block.change("regression")
+    mean_b, mean_a = block.means("regression", "before"), block.means("regression", "after")
+    for key, label in (("ence", "ENCE"), ("m_qce", "M-QCE"), ("nll", "NLL")):
+        b, a = mean_b.get(key), mean_a.get(key)
+        if b is not None and a is not None:
+            rows[f"{label} (box, mean over coords)"] = {"before": b, "after": a, "change": _diff(a, b, change.get(key))}
+    coords = list((before.get("ence") or {}).keys())
+    for key, label in REGRESSION_ROWS:
         for c in coords:
-            a = node(reg, "after", "interval_ce_cdf", c)
-            if a is not None:
-                rows[f"Kuleshov CE {c} (recalibrated CDF)"] = {"after": a}
+            b, a = (before.get(key) or {}).get(c), (after.get(key) or {}).get(c)
+            if b is not None and a is not None:
+                rows[f"{label} {c}"] = {"before": b, "after": a, "change": _diff(a, b)}
+    for c in coords:
+        a = (after.get("interval_ce_cdf") or {}).get(c)
+        if a is not None:
+            rows[f"Kuleshov CE {c} (recalibrated CDF)"] = {"after": a}
     return (
         comparison_table(rows, ["before", "after", "change"], label="metric")
         + "\nchange = after - before; [interval]: paired bootstrap over images (docs/calibration.md#paired-bootstrap)\n"
@@ -368,7 +364,10 @@ def calibration_summary(results: Results) -> str:
         else:
             why = typed.reason if isinstance(typed, Skipped) else "not configured"
             parts.append(f"- {role} calibrator: none ({why})")
-    es = m["evaluation"]["_sample"]
+    ev = results.evaluation
+    if not isinstance(ev, CalibrationEvaluationBlock):
+        ev = CalibrationEvaluationBlock()
+    es = ev.sample
     parts.append(
         f"- evaluation: held-out, N = {es['n_confidence']} detections ({es['n_matched']} matched) at IoU "
         f"{es['iou_threshold']}; labels from the matching of the original detections; in-sample numbers: "
@@ -382,11 +381,7 @@ def calibration_summary(results: Results) -> str:
             f"- re-matching the calibrated file changes {rm['changed']} of {rm['n']} outcomes "
             f"at the calibration IoU threshold"
         )
-    ev = results.block("evaluation", CalibrationEvaluationBlock)
-    before_after = _before_after_table(
-        ev if isinstance(ev, CalibrationEvaluationBlock) else CalibrationEvaluationBlock()
-    )
-    parts += ["", "## Before / after (held-out evaluation split)", "", before_after]
+    parts += ["", "## Before / after (held-out evaluation split)", "", _before_after_table(ev)]
     in_sample = CalibrationEvaluationBlock.from_json(m["in_sample"]) if m.get("in_sample") else None
     if isinstance(in_sample, CalibrationEvaluationBlock):
         parts += [

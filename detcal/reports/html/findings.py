@@ -33,9 +33,8 @@ def _first_ece(res: Results) -> tuple[str, MetricResult] | None:
             if ece is not None:
                 return label, ece
         return None
-    ev = res.block("evaluation", CalibrationEvaluationBlock)
-    before = ((ev.get("confidence") or {}) if isinstance(ev, CalibrationEvaluationBlock) else {}).get("before")
-    ece = before.get("ece") if isinstance(before, Mapping) else None
+    ev = res.evaluation
+    ece = ev.before("confidence").get("ece") if isinstance(ev, CalibrationEvaluationBlock) else None
     return ("before", ece) if isinstance(ece, MetricResult) else None
 
 
@@ -203,9 +202,8 @@ def findings(results: Results | Mapping[str, Any]) -> list[str]:
     diag = res.diagnostics
     out += _diagnosis_sentences(diag.entries if isinstance(diag, DiagnosticsBlock) else None)
     out += _map_sentences(m.get("dece_maps") or {})
-    ev = res.block("evaluation", CalibrationEvaluationBlock)
-    conf_ev = (ev.get("confidence") or {}) if isinstance(ev, CalibrationEvaluationBlock) else {}
-    out += _change_sentences(conf_ev.get("change") or {})
+    ev = res.evaluation
+    out += _change_sentences(ev.change("confidence") if isinstance(ev, CalibrationEvaluationBlock) else {})
     out += _best_sentences(m.get("table"))
     out += _diff_sentences(m.get("differences"))
     worst = m.get("worst_detections") or {}

@@ -237,12 +237,12 @@ def accuracy(results: Results | Mapping[str, Any]) -> str:
 
 def change(results: Results | Mapping[str, Any]) -> str:
     """Calibrate: before, after and the paired difference with its interval, per metric."""
-    ev = as_results(results).block("evaluation", CalibrationEvaluationBlock)
+    ev = as_results(results).evaluation
     if not isinstance(ev, CalibrationEvaluationBlock):
         return ""
     out = []
-    for part in ("confidence", "regression"):
-        ch = (ev.get(part) or {}).get("change") or {}
+    for part in ev.PARTS:
+        ch = ev.change(part)
         rows = [
             [name, c.get("a"), c.get("b"), c.get("difference"), c.get("ci"), c.get("excludes_zero")]
             for name, c in ch.items()
