@@ -119,7 +119,9 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def test_calibrate_record_holds_typed_blocks(calibrated: Any) -> None:
     rec = calibrated.record
-    assert isinstance(rec["calibrators"], CalibratorsBlock) and isinstance(rec["evaluation"], CalibrationEvaluationBlock)
+    assert isinstance(rec["calibrators"], CalibratorsBlock) and isinstance(
+        rec["evaluation"], CalibrationEvaluationBlock
+    )
     ev = rec["evaluation"]
     assert list(_dict_leaves(ev)) == []
     after, change = ev.after("confidence"), ev.change("confidence")

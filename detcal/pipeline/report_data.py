@@ -66,7 +66,8 @@ def worst_block(
         "height": np.where(img_rows >= 0, ds.images.height[img_rows], np.nan),
         "gt_box": [None] * len(rows),
     }
-    dece = conf[labels[0]].metric("dece")  # type: ignore[union-attr]  # labels: computed thresholds only
+    first = conf[labels[0]]
+    dece = first.metric("dece") if isinstance(first, ConfidenceBlock) else None
     params = dece.params if dece is not None else {}
     edges = str(params.get("edges") or "floor")
     if len(params.get("bins") or []) == len(names):

@@ -311,13 +311,13 @@ def render_report(
     )
     pc_html = _guard("per-class", sec.per_class, m, pc_figs)
     facts = _guard("findings", findings, res) or []
-    first = [_guard("headline", sec.headline, m), _guard("reliability", sec.confidence_figures, m, "first")]
+    first = [_guard("headline", sec.headline, m), _guard("reliability", sec.confidence_figures, res, "first")]
     overlay = [f for f in files if "overlay" in f]
     if not first[1] and overlay:  # compare: the overlaid reliability diagrams on the first screen
         first[1] = "<div class=figs>" + "".join(_png_figs(rd, overlay)) + "</div>"
     rest = [
         _guard("confidence measures", confidence_measures, m),
-        _guard("confidence", sec.confidence_figures, m, "rest"),
+        _guard("confidence", sec.confidence_figures, res, "rest"),
         _guard("worst detections", worst_section, m, img),
         _guard("diagnosis", diagnosis_section, res, img),
         pc_html,
