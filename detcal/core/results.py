@@ -306,6 +306,14 @@ class CalibratorsBlock(Block):
         """The fitted calibrator of ``name`` (``confidence``, ``regression``), its :class:`Skipped`, or None."""
         return self.entries.get(name)
 
+    def fitted(self) -> dict[str, str]:
+        """``{role: calibrator name}`` of the roles that were fitted, in the run's order."""
+        return {
+            str(k): v["name"]
+            for k, v in self.entries.items()
+            if isinstance(v, Mapping) and isinstance(v.get("name"), str)
+        }
+
 
 @dataclass
 class CalibrationEvaluationBlock(Block):

@@ -103,8 +103,7 @@ def _what(m: Mapping[str, Any], roles: CalibratorsBlock | Skipped | None) -> lis
     parts = [d.get("calibration") or d] if isinstance(d, Mapping) else []
     src = parts[0] if parts and isinstance(parts[0], Mapping) else {}
     who = " / ".join(str(src[k]) for k in ("source", "bundle", "detector", "results", "results_dir") if src.get(k))
-    cal = roles.entries if isinstance(roles, CalibratorsBlock) else {}
-    names = [f"{k} {v['name']}" for k, v in cal.items() if isinstance(v, Mapping) and isinstance(v.get("name"), str)]
+    names = [f"{k} {n}" for k, n in roles.fitted().items()] if isinstance(roles, CalibratorsBlock) else []
     if not who and not names:
         return []
     return [

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from detcal.core.results import Block, shown
+from detcal.core.types import MetricResult
 from detcal.metrics.measures import MEASURES
 
 __all__ = ["MeasureRow", "measure_rows", "row_text", "BEFORE_AFTER", "before_after_rows"]
@@ -44,15 +46,18 @@ def _interval(ci: Any) -> tuple[float, float] | None:
     return None
 
 
-def measure_rows(result: Mapping[str, Any], names: Iterable[str] | None = None) -> list[MeasureRow]:
-    """One :class:`MeasureRow` per registered measure in ``result`` (only ``names`` when given), in registry order."""
+def measure_rows(result: Block | Mapping[str, Any], names: Iterable[str] | None = None) -> list[MeasureRow]:
+    """One :class:`MeasureRow` per registered measure in ``result`` (a confidence block or its leaves, a
+    metrics.json block, or a compare row; only ``names`` when given), in registry order."""
     wanted = set(MEASURES if names is None else names)
     rows = []
     for name, entry in MEASURES.items():
         if name not in wanted or name not in result:
             continue
         node = result[name]
-        if isinstance(node, Mapping):
+        if isinstance(node, MetricResult):  # as metrics.json writes it: None where undefined
+            value, ci = _number(shown(node.value)), _interval(None if node.ci is None else [shown(x) for x in node.ci])
+        elif isinstance(node, Mapping):
             value, ci = _number(node.get("value")), _interval(node.get("ci"))
         else:
             value, ci = _number(node), _interval(result.get(f"{name}_ci"))
