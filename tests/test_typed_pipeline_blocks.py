@@ -100,10 +100,10 @@ def test_headline_and_read_back_are_the_blocks_numbers(evaluated: Any) -> None:
     assert all(_same(got[k].value, blk.metric(k).value) for k in got)
 
 
-def test_a_skipped_block_stays_skipped() -> None:
+def test_a_skipped_block_stays_skipped(tmp_path: Path) -> None:
     spec = EvaluationSpec(bootstrap=BootstrapSpec(n=0))
     spec = dataclasses.replace(spec, accuracy=dataclasses.replace(spec.accuracy, enabled=False))
-    res = detcal.evaluate(DataSpec(n_images=12), spec=spec)
+    res = detcal.evaluate(DataSpec(n_images=12), spec=spec, workdir=tmp_path)
     assert res.record["accuracy"] == Skipped("accuracy.enabled=false")
     assert res.to_dict()["accuracy"] == {"skipped": "accuracy.enabled=false"}
     assert res.record["per_class"]["rows"]  # the per-class table is written without the AP columns

@@ -329,26 +329,27 @@ class CalibrationEvaluationBlock(Block):
         """The evaluation sample: ``n_confidence``, ``n_matched``, ``iou_threshold``."""
         return dict(self.entries.get("_sample") or {})
 
-    def _stage(self, part: str, stage: str) -> dict[str, Any]:
+    def stage(self, part: str, stage: str) -> dict[str, Any]:
+        """``part``'s entries at ``stage`` (``before``, ``after``, ``change``); ``{}`` when absent or skipped."""
         node = self.entries.get(part)
         v = node.get(stage) if isinstance(node, Mapping) else None
         return v if isinstance(v, dict) and skipped_of(v) is None else {}
 
     def before(self, part: str) -> dict[str, Any]:
         """``part``'s metrics before calibration (``{}`` when the part was not evaluated)."""
-        return self._stage(part, "before")
+        return self.stage(part, "before")
 
     def after(self, part: str) -> dict[str, Any]:
         """``part``'s metrics after calibration (``{}`` when the part was not evaluated)."""
-        return self._stage(part, "after")
+        return self.stage(part, "after")
 
     def change(self, part: str) -> dict[str, Any]:
         """``part``'s paired changes by metric (``{}`` when none, e.g. ``bootstrap.n=0``)."""
-        return self._stage(part, "change")
+        return self.stage(part, "change")
 
     def means(self, part: str, stage: str) -> dict[str, Any]:
         """The box part's coordinate means (``_mean``) at ``stage`` (``before`` / ``after``)."""
-        v = self._stage(part, stage).get("_mean")
+        v = self.stage(part, stage).get("_mean")
         return v if isinstance(v, dict) else {}
 
 

@@ -12,10 +12,9 @@ from detcal.core.types import MetricResult
 from detcal.pipeline.evaluation import headline_entry
 from detcal.pipeline.result import Result
 from detcal.reports.calibration_plots import calibration_plots
-from detcal.reports.measure_rows import before_after_rows
 from detcal.reports.summary_md import REGRESSION_ROWS, calibration_summary
 
-__all__ = ["CalibrationResult", "REGRESSION_ROWS", "before_after_rows"]
+__all__ = ["CalibrationResult", "REGRESSION_ROWS"]
 
 
 @dataclass
@@ -55,32 +54,24 @@ class CalibrationResult(Result):
         return calibration_summary(results)
 
 
-HEADLINE: tuple[tuple[str, str, str | None], ...] = (
-    ("dece", "confidence", None),
-    ("ece", "confidence", None),
-    ("ence", "regression", "_mean"),
-    ("m_qce", "regression", "_mean"),
-    ("nll_box", "regression", "_mean"),
+HEADLINE: tuple[tuple[str, str, str, bool], ...] = (
+    ("dece", "confidence", "dece", False),
+    ("ece", "confidence", "ece", False),
+    ("ence", "regression", "ence", True),
+    ("m_qce", "regression", "m_qce", True),
+    ("nll_box", "regression", "nll", True),
 )
-"""detcal-calibrate's headline: (key, section of the evaluation, the coordinate means' entry or None)."""
-
-
-def _metric_at(ev: CalibrationEvaluationBlock, section: str, stage: str, group: str | None, name: str) -> Any:
-    node = (ev.get(section) or {}).get(stage)
-    if isinstance(node, dict) and group is not None:
-        node = node.get(group)
-    return node.get(name) if isinstance(node, dict) else None
+"""detcal-calibrate's headline: (key, part of the evaluation, metric, whether the coordinate mean)."""
 
 
 def _headline(ev: CalibrationEvaluationBlock) -> dict[str, Any]:
     """Flat sweep-stable numbers: after first, then ``_uncal`` (before)."""
     out: dict[str, Any] = {}
     for suffix, stage in (("", "after"), ("_uncal", "before")):
-        for key, section, group in HEADLINE:
-            name = "nll" if key == "nll_box" else key
-            m = _metric_at(ev, section, stage, group, name)
+        for key, part, name, mean in HEADLINE:
+            m = (ev.means(part, stage) if mean else ev.stage(part, stage)).get(name)
             if isinstance(m, MetricResult):
-                path = "/".join(p for p in (section, stage, group, name) if p)
+                path = "/".join((part, stage, "_mean", name) if mean else (part, stage, name))
                 e = headline_entry(m, f"evaluation/{path}")
                 # written as the plain values (null without a reason beside it), as this headline always was
                 e["value"], e["ci"] = shown(e["value"]), None if m.ci is None else [shown(v) for v in e["ci"]]
