@@ -44,7 +44,7 @@ def _component_times(repeat: int, out: Path) -> tuple[float, float, int]:
     worst, render = [], []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        worst_block(spec, data, mr, feats, content["confidence"])
+        worst_block(spec, data, mr, feats, res.record["confidence"])  # the typed blocks
         worst.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         p = write_report(out, content)

@@ -21,6 +21,7 @@ computes or renders results, so the pipeline and the reports share it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -152,6 +153,8 @@ def _write(node: Any) -> Any:
         return node.to_dict()
     if isinstance(node, Mapping):
         return {k: _write(v) for k, v in node.items()}
+    if dataclasses.is_dataclass(node) and not isinstance(node, type) and hasattr(node, "to_dict"):
+        return node.to_dict()  # another record of the metrics (a paired difference, ...)
     return node
 
 
@@ -185,8 +188,16 @@ class Block:
     def get(self, key: str, default: Any = None) -> Any:
         return self.entries.get(key, default)
 
+    def __getitem__(self, key: str) -> Any:
+        return self.entries[key]
+
     def __contains__(self, key: object) -> bool:
         return key in self.entries
+
+    def metric(self, key: str) -> MetricResult | None:
+        """The entry ``key`` when it is one metric, else None."""
+        v = self.entries.get(key)
+        return v if isinstance(v, MetricResult) else None
 
     def metrics(self) -> dict[str, MetricResult]:
         """The entries that are one metric each, by name."""
@@ -295,12 +306,51 @@ class CalibratorsBlock(Block):
         """The fitted calibrator of ``name`` (``confidence``, ``regression``), its :class:`Skipped`, or None."""
         return self.entries.get(name)
 
+    def fitted(self) -> dict[str, str]:
+        """``{role: calibrator name}`` of the roles that were fitted, in the run's order."""
+        return {
+            str(k): v["name"]
+            for k, v in self.entries.items()
+            if isinstance(v, Mapping) and isinstance(v.get("name"), str)
+        }
+
 
 @dataclass
 class CalibrationEvaluationBlock(Block):
-    """detcal-calibrate's evaluation: each metric before and after, with the paired changes."""
+    """detcal-calibrate's evaluation: per part (``confidence``, ``regression``) each metric ``before`` and
+    ``after`` (leaves; the box part also per coordinate and as coordinate means under ``_mean``) and the
+    paired ``change`` (after minus before with its interval, as metrics.json writes it)."""
 
     SECTION: ClassVar[str] = "evaluation"
+    PARTS: ClassVar[tuple[str, ...]] = ("confidence", "regression")
+
+    @property
+    def sample(self) -> dict[str, Any]:
+        """The evaluation sample: ``n_confidence``, ``n_matched``, ``iou_threshold``."""
+        return dict(self.entries.get("_sample") or {})
+
+    def stage(self, part: str, stage: str) -> dict[str, Any]:
+        """``part``'s entries at ``stage`` (``before``, ``after``, ``change``); ``{}`` when absent or skipped."""
+        node = self.entries.get(part)
+        v = node.get(stage) if isinstance(node, Mapping) else None
+        return v if isinstance(v, dict) and skipped_of(v) is None else {}
+
+    def before(self, part: str) -> dict[str, Any]:
+        """``part``'s metrics before calibration (``{}`` when the part was not evaluated)."""
+        return self.stage(part, "before")
+
+    def after(self, part: str) -> dict[str, Any]:
+        """``part``'s metrics after calibration (``{}`` when the part was not evaluated)."""
+        return self.stage(part, "after")
+
+    def change(self, part: str) -> dict[str, Any]:
+        """``part``'s paired changes by metric (``{}`` when none, e.g. ``bootstrap.n=0``)."""
+        return self.stage(part, "change")
+
+    def means(self, part: str, stage: str) -> dict[str, Any]:
+        """The box part's coordinate means (``_mean``) at ``stage`` (``before`` / ``after``)."""
+        v = self.stage(part, stage).get("_mean")
+        return v if isinstance(v, dict) else {}
 
 
 SECTIONS: dict[str, type[Block]] = {
@@ -408,6 +458,10 @@ class Results:
     @property
     def calibrators(self) -> CalibratorsBlock | Skipped | None:
         return self.block("calibrators", CalibratorsBlock)
+
+    @property
+    def evaluation(self) -> CalibrationEvaluationBlock | Skipped | None:
+        return self.block("evaluation", CalibrationEvaluationBlock)
 
     def skipped(self) -> dict[str, Skipped]:
         """Every section (and confidence threshold) not computed, with its reason."""

@@ -88,11 +88,18 @@ DIRECTIONS: tuple[str, ...] = ("lower", "higher", "neither")
 
 @dataclass(frozen=True)
 class Display:
-    """How a report shows a measure: ``label``, ``fmt`` (a :func:`format` spec) and ``better``."""
+    """How a report shows a measure: ``label``, ``fmt`` (a :func:`format` spec) and ``better``;
+    ``formula``: a short definition that tables spelling it show after the label (e.g. ``E[p|y=0]``)."""
 
     label: str
     fmt: str = ".4f"
     better: str = "lower"
+    formula: str = ""
+
+    @property
+    def long_label(self) -> str:
+        """The label followed by the formula, when there is one."""
+        return f"{self.label} {self.formula}" if self.formula else self.label
 
     def __post_init__(self) -> None:
         if self.better not in DIRECTIONS:
@@ -352,14 +359,14 @@ register(
 )  # fmt: skip
 register(
     Measure(
-        "overconfidence", overconfidence_values, _free_ref(ref_overconfidence), "total", Display("over-confidence"),
+        "overconfidence", overconfidence_values, _free_ref(ref_overconfidence), "total", Display("over-confidence", formula="E[p|y=0]"),
         reads=("sum_p0",), value_fields=("count", "sum_y", "sum_p0"), note=_all_matched, doc="overconfidence",
     )
 )  # fmt: skip
 register(
     Measure(
         "underconfidence", underconfidence_values, _free_ref(ref_underconfidence), "total",
-        Display("under-confidence"), reads=("sum_p1",), value_fields=("count", "sum_y", "sum_p1"),
+        Display("under-confidence", formula="E[1-p|y=1]"), reads=("sum_p1",), value_fields=("count", "sum_y", "sum_p1"),
         note=_none_matched, doc="underconfidence",
     )
 )  # fmt: skip

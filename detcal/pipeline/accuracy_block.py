@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from detcal.core.results import AccuracyBlock, LocalisationBlock
 from detcal.core.types import MetricResult, Skipped
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
@@ -17,7 +18,7 @@ from detcal.pipeline.spec import EvaluationSpec
 __all__ = ["accuracy_block", "localisation_block"]
 
 
-def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any] | Skipped:
+def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> AccuracyBlock | Skipped:
     """COCO AP for COCO-format (and YOLO) data, KITTI AP for KITTI data, VOC AP for VOC data
     (docs/real_detectors.md, docs/matching.md, docs/formats.md)."""
     if not spec.accuracy.enabled:
@@ -28,11 +29,13 @@ def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any] | S
 
         cats = [c for c in (1, 4, 6) if c in ds.categories]
         rows = kitti_ap(dets, ds.gt, cats, rules=data.kitti)
-        return {
-            "kitti_ap": [{"class": ds.categories.get(r.category, str(r.category)), **r.to_dict()} for r in rows],
-            "definition": "KITTI devkit eval_class: 11- and 40-point interpolated AP per class and difficulty, "
-            "per-class IoU 0.7/0.5/0.5, from the devkit's assignment (docs/matching.md)",
-        }
+        return AccuracyBlock(
+            {
+                "kitti_ap": [{"class": ds.categories.get(r.category, str(r.category)), **r.to_dict()} for r in rows],
+                "definition": "KITTI devkit eval_class: 11- and 40-point interpolated AP per class and difficulty, "
+                "per-class IoU 0.7/0.5/0.5, from the devkit's assignment (docs/matching.md)",
+            }
+        )
     if data.format == "voc":
         return _voc_block(data)
     if data.format == "lvis":
@@ -43,13 +46,13 @@ def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any] | S
 
     area = ds.gt.area
     res = coco_ap(dets, ds, gt_area=area, workers=spec.parallel.workers)  # area ranges in processes
-    out: dict[str, Any] = {k: _no_sentinel(r).to_dict() for k, r in res.items()}
+    out: dict[str, Any] = {k: _no_sentinel(r) for k, r in res.items()}
     out["_areas"] = (
         "the 'area' of each annotation (as pycocotools)"
         if area is not None
         else "box areas w*h (the ground truth gives no 'area'; pycocotools would use the annotation's)"
     )
-    return out
+    return AccuracyBlock(out)
 
 
 def _no_sentinel(r: MetricResult) -> MetricResult:
@@ -63,7 +66,7 @@ def _no_sentinel(r: MetricResult) -> MetricResult:
     return dataclasses.replace(r, value=float("nan"), skipped=Skipped(why))
 
 
-def _voc_block(data: LoadedData) -> dict[str, Any]:
+def _voc_block(data: LoadedData) -> AccuracyBlock:
     """VOC AP at IoU 0.5 (the devkit's matching), as VOC2007's 11-point and the area variant."""
     from detcal.matching.voc import match_voc
     from detcal.metrics.voc_ap import VARIANTS, voc_ap
@@ -71,41 +74,47 @@ def _voc_block(data: LoadedData) -> dict[str, Any]:
     ds, dets = data.dataset, data.detections
     mr = match_voc(dets, ds.gt, (0.5,), images=ds.images)
     cats = sorted(ds.categories)
-    return {
-        "voc_ap": {v: voc_ap(dets, ds.gt, mr, cats, v)[0].to_dict() for v in VARIANTS},
-        "definition": "Pascal VOC devkit AP at IoU > 0.5 (difficult boxes ignored, no cap on detections): "
-        "voc07_11pt (VOC2007 11-point) and area (VOC2010+) (docs/formats.md)",
-    }
+    return AccuracyBlock(
+        {
+            "voc_ap": {v: voc_ap(dets, ds.gt, mr, cats, v)[0] for v in VARIANTS},
+            "definition": "Pascal VOC devkit AP at IoU > 0.5 (difficult boxes ignored, no cap on detections): "
+            "voc07_11pt (VOC2007 11-point) and area (VOC2010+) (docs/formats.md)",
+        }
+    )
 
 
-def _openimages_block(data: LoadedData) -> dict[str, Any]:
+def _openimages_block(data: LoadedData) -> AccuracyBlock:
     """Open Images AP per class and mAP at IoU 0.5 (the challenge's rules; docs/formats.md)."""
     from detcal.matching.openimages import match_openimages
     from detcal.metrics.voc_ap import voc_ap
 
     ds, dets = data.dataset, data.detections
     mr = match_openimages(dets, ds.gt, (0.5,), data.protocol)
-    return {
-        "openimages_ap": voc_ap(dets, ds.gt, mr, sorted(ds.categories), "area")[0].to_dict(),
-        "definition": "Open Images V7 challenge AP at IoU 0.5: hierarchy-expanded boxes, group-of boxes found once, "
-        "verified image-level labels; the area under the precision envelope (docs/formats.md)",
-    }
+    return AccuracyBlock(
+        {
+            "openimages_ap": voc_ap(dets, ds.gt, mr, sorted(ds.categories), "area")[0],
+            "definition": "Open Images V7 challenge AP at IoU 0.5: hierarchy-expanded boxes, group-of boxes found "
+            "once, verified image-level labels; the area under the precision envelope (docs/formats.md)",
+        }
+    )
 
 
-def _lvis_block(data: LoadedData) -> dict[str, Any]:
+def _lvis_block(data: LoadedData) -> AccuracyBlock:
     """LVISEval's AP summary and the calibration of the LVIS sample per frequency group (docs/formats.md)."""
     from detcal.metrics.lvis_ap import lvis_ap, lvis_calibration_by_frequency
 
     ds, dets, rules = data.dataset, data.detections, data.protocol
-    return {
-        "lvis_ap": lvis_ap(dets, ds, rules),
-        "calibration_by_frequency": lvis_calibration_by_frequency(dets, ds, rules),
-        "definition": "lvis.LVISEval (bbox): 300 detections per image, federated ignores, APr/APc/APf over the "
-        "rare/common/frequent categories; ECE, D-ECE and LaECE at IoU 0.5 of the LVIS sample (docs/formats.md)",
-    }
+    return AccuracyBlock(
+        {
+            "lvis_ap": lvis_ap(dets, ds, rules),
+            "calibration_by_frequency": lvis_calibration_by_frequency(dets, ds, rules),
+            "definition": "lvis.LVISEval (bbox): 300 detections per image, federated ignores, APr/APc/APf over the "
+            "rare/common/frequent categories; ECE, D-ECE and LaECE at IoU 0.5 of the LVIS sample (docs/formats.md)",
+        }
+    )
 
 
-def localisation_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any] | Skipped:
+def localisation_block(spec: EvaluationSpec, data: LoadedData) -> LocalisationBlock | Skipped:
     """LRP (with components and LRP-optimal thresholds), LaECE and LaACE (docs/newest_measures.md)."""
     loc = spec.localisation
     if not loc.enabled:
@@ -126,10 +135,10 @@ def localisation_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]
         o = detection_outcomes(dets, ds.gt, loc.tau, max_dets=spec.matching.max_dets)
         table = lrp_table(o)
         out: dict[str, Any] = {
-            "lrp": lrp_result(table, max_dets=spec.matching.max_dets).to_dict(),
-            "olrp": lrp_result(table, optimal=True, max_dets=spec.matching.max_dets).to_dict(),
-            "laece": laece_from_outcomes(o, bins=loc.laece_bins, closed=loc.closed, variant=loc.variant).to_dict(),
-            "laace": laace_from_outcomes(o, variant=loc.variant).to_dict(),
+            "lrp": lrp_result(table, max_dets=spec.matching.max_dets),
+            "olrp": lrp_result(table, optimal=True, max_dets=spec.matching.max_dets),
+            "laece": laece_from_outcomes(o, bins=loc.laece_bins, closed=loc.closed, variant=loc.variant),
+            "laace": laace_from_outcomes(o, variant=loc.variant),
         }
     thr = np.asarray(table.threshold, dtype=float)
     out["lrp_optimal_thresholds"] = {
@@ -140,7 +149,7 @@ def localisation_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]
         from detcal.metrics.kde_ece import detection_kde_ece
 
         for key, link in (("kde_ece", "binary"), ("kde_ece_iou", "iou")):
-            out[key] = detection_kde_ece(dets, ds.gt, link=link, max_dets=spec.matching.max_dets).to_dict()
+            out[key] = detection_kde_ece(dets, ds.gt, link=link, max_dets=spec.matching.max_dets)
     if loc.pdq:
         from detcal.metrics.pdq import pdq
 
@@ -162,7 +171,7 @@ def localisation_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any]
                 workers=spec.parallel.workers,
             )
             out["pdq"] = {**r.to_dict(), "table": None, "inputs": notes}
-    return out
+    return LocalisationBlock(out)
 
 
 def _pdq_inputs(data: LoadedData, gt_mask: str) -> tuple[Any, Any, dict[str, str]]:

@@ -32,10 +32,11 @@ import numpy as np
 
 from detcal.calibration.base import Calibrator, ConfidenceCalibrator, RegressionCalibrator
 from detcal.core.errors import DetcalInputError
+from detcal.core.results import CalibrationEvaluationBlock, CalibratorsBlock
 from detcal.core.types import MatchResult, MetricResult, Skipped
 from detcal.metrics.bootstrap import with_ci
 from detcal.metrics.confidence_suite import confidence_metrics
-from detcal.metrics.paired import confidence_changes, paired_bootstrap_many
+from detcal.metrics.paired import PairedDifference, confidence_changes, paired_bootstrap_many
 from detcal.metrics.regression import ence, gaussian_nll, interval_calibration_error, m_qce, regression_metrics
 from detcal.metrics.regression.coverage import edge_sample, gaussian_coverage, gaussian_width
 from detcal.metrics.spaces import RegressionSample, regression_sample
@@ -164,7 +165,7 @@ def _confidence_eval(
     feats: np.ndarray | None,
     category: np.ndarray,
     image_id: np.ndarray,
-) -> dict[str, Any]:
+) -> dict[str, MetricResult]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = confidence_metrics(
@@ -176,7 +177,7 @@ def _confidence_eval(
             image_id,
             **interval_settings(spec),
         )
-    return {k: v.to_dict() for k, v in res.items()}
+    return dict(res)
 
 
 def _confidence_change(
@@ -186,7 +187,7 @@ def _confidence_change(
     y: np.ndarray,
     feats: np.ndarray | None,
     image_id: np.ndarray,
-) -> dict[str, Any] | Skipped:
+) -> dict[str, PairedDifference] | Skipped:
     """After minus before of the confidence suite, with paired-bootstrap intervals over images."""
     if spec.bootstrap.n == 0:
         return Skipped("bootstrap.n=0: no intervals for the changes")
@@ -196,12 +197,12 @@ def _confidence_change(
         ch = confidence_changes(
             p_b, p_a, y, feats, image_id, spec_suite(spec), method=bs.method, n_boot=bs.n, level=bs.level, seed=bs.seed
         )
-    return {k: v.to_dict() for k, v in ch.items()}
+    return dict(ch)
 
 
 def _regression_change(
     spec: EvaluationSpec, s_e: RegressionSample, mu_a: np.ndarray, sg_a: np.ndarray
-) -> dict[str, Any] | Skipped:
+) -> dict[str, PairedDifference] | Skipped:
     """After minus before of the coordinate-mean ENCE, M-QCE and NLL, with paired-bootstrap intervals."""
     r, sb, bs = spec.regression, spec.sigma_binning, spec.bootstrap
     if bs.n == 0 or len(s_e) == 0:
@@ -227,7 +228,7 @@ def _regression_change(
             method=bs.method,
             fast=False,
         )
-    return {k: v.to_dict() for k, v in ch.items()}
+    return dict(ch)
 
 
 def _coverage_means(spec: EvaluationSpec) -> dict[str, Callable[..., MetricResult]]:
@@ -279,9 +280,7 @@ def _regression_eval(
         mwse_normalise=r.mwse_normalise,
         with_joint=False,
     )
-    out: dict[str, Any] = {
-        k: {c: v.to_dict() for c, v in per.items()} for k, per in res.items() if k in dict(REGRESSION_ROWS)
-    }
+    out: dict[str, Any] = {k: dict(per) for k, per in res.items() if k in dict(REGRESSION_ROWS)}
     means = {
         "ence": _mean_over_coords(ence, "ence_mean", bins=sb.bins, binning=sb.scheme),
         "m_qce": _mean_over_coords(m_qce, "m_qce_mean", levels=levels),
@@ -295,10 +294,10 @@ def _regression_eval(
             m = with_ci(
                 m, fn, image_id, mu, sigma, y, n_boot=bs.n, level=bs.level, seed=bs.seed, fast=False, method=bs.method
             )
-        summary[key] = m.to_dict()
+        summary[key] = m
     out["_mean"] = summary
     cov = sample_coverage(sample, float(r.coverage_level), None, None)
-    out.update({k: {c: v.to_dict() for c, v in per.items()} for k, per in cov.items()})
+    out.update({k: dict(per) for k, per in cov.items()})
     return out
 
 
@@ -363,7 +362,7 @@ def calibrate(
         if conf_cal is not None:
             _fit_confidence(conf_cal, cal, ev, row_c, row_e, spec, calibration, names, bar, out)
         else:
-            out.calibrators["confidence"] = Skipped("no confidence calibrator configured")
+            out.calibrators.entries["confidence"] = Skipped("no confidence calibrator configured")
         timing["confidence"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -371,9 +370,9 @@ def calibrate(
         if reg_cal is not None and has_unc:
             _fit_regression(reg_cal, cal, ev, spec, calibration, names, bar, out)
         elif reg_cal is None:
-            out.calibrators["regression"] = Skipped("no box-uncertainty calibrator configured")
+            out.calibrators.entries["regression"] = Skipped("no box-uncertainty calibrator configured")
         else:
-            out.calibrators["regression"] = Skipped("the detections carry no box uncertainty (docs/formats.md)")
+            out.calibrators.entries["regression"] = Skipped("the detections carry no box uncertainty (docs/formats.md)")
         timing["regression"] = time.perf_counter() - t0
 
     record = _calibration_record(spec, calibration, cal, ev, row_c, row_e, rows_e, y_e, split, out, timing)
@@ -415,8 +414,8 @@ class _Outputs:
     """What :func:`calibrate` gathers: the written detections and the record's sections."""
 
     dets_out: Any
-    calibrators: dict[str, Any] = dataclasses.field(default_factory=dict)
-    evaluation: dict[str, Any] = dataclasses.field(default_factory=dict)
+    calibrators: CalibratorsBlock = dataclasses.field(default_factory=CalibratorsBlock)
+    evaluation: CalibrationEvaluationBlock = dataclasses.field(default_factory=CalibrationEvaluationBlock)
     in_sample: dict[str, Any] = dataclasses.field(default_factory=dict)
     maps: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -451,7 +450,7 @@ def _fit_confidence(
     conf_cal.fit(cal.data.detections.score[rows_c], y_c, f_c)
     new_score = conf_cal.transform(out.dets_out.score, ev.features[:, fit_cols] if use_f else None)
     out.dets_out = dataclasses.replace(out.dets_out, score=new_score)
-    out.calibrators["confidence"] = {
+    out.calibrators.entries["confidence"] = {
         "name": names.get("confidence", type(conf_cal).__name__),
         "describe": conf_cal.describe(),
         "fit_report": _fit_report(conf_cal),
@@ -464,7 +463,7 @@ def _fit_confidence(
     fe = ev.features[rows_e][:, dece_cols] if dece_cols else None
     cat, img = ev.data.detections.category[rows_e], ev.data.detections.image_id[rows_e]
     p_b, p_a = ev.data.detections.score[rows_e], new_score[rows_e]
-    out.evaluation["confidence"] = {
+    out.evaluation.entries["confidence"] = {
         "before": _confidence_eval(spec, p_b, y_e, fe, cat, img),
         "after": _confidence_eval(spec, p_a, y_e, fe, cat, img),
         "change": _confidence_change(spec, p_b, p_a, y_e, fe, img),
@@ -525,7 +524,7 @@ def _fit_regression(
         wb: dict[str, Any] | Skipped = Skipped(_EDGES_NOT_WRITTEN)
     else:
         out.dets_out, wb = apply_regression_calibrator(out.dets_out, reg_cal, space)
-    out.calibrators["regression"] = {
+    out.calibrators.entries["regression"] = {
         "name": names.get("regression", type(reg_cal).__name__),
         "describe": reg_cal.describe(),
         "fit_report": _fit_report(reg_cal),
@@ -539,7 +538,7 @@ def _fit_regression(
     s_e = _reg_sample(ev, spec, t_reg, space, edges)
     ev_kw = {"groups": ev.data.detections.category[s_e.rows]} if grouped else {}
     mu_a, sg_a = reg_cal.transform(s_e.mu, s_e.sigma, **ev_kw) if len(s_e) else (s_e.mu, s_e.sigma)
-    out.evaluation["regression"] = {
+    out.evaluation.entries["regression"] = {
         "before": _regression_eval(spec, s_e.mu, s_e.sigma, s_e.y, s_e.image_id, s_e.coords, space),
         "after": _regression_eval(spec, mu_a, sg_a, s_e.y, s_e.image_id, s_e.coords, space),
         "change": _regression_change(spec, s_e, mu_a, sg_a),
@@ -549,8 +548,7 @@ def _fit_regression(
         # Kuleshov CE of the recalibrated CDF itself, next to that of the Gaussian the written file carries
         z = _probit(cdf(s_e.y, s_e.mu, s_e.sigma))
         out.evaluation["regression"]["after"]["interval_ce_cdf"] = {
-            c: interval_calibration_error(np.zeros(len(z)), np.ones(len(z)), z[:, k]).to_dict()
-            for k, c in enumerate(s_e.coords)
+            c: interval_calibration_error(np.zeros(len(z)), np.ones(len(z)), z[:, k]) for k, c in enumerate(s_e.coords)
         }
     if calibration.in_sample:
         mu_i, sg_i = reg_cal.transform(s_c.mu, s_c.sigma, **fit_kw)
@@ -581,7 +579,7 @@ def _calibration_record(
         | (rematched.ignored[row_e] != ev.match.ignored[row_e])
         | (rematched.considered != ev.match.considered)
     )
-    out.evaluation["_sample"] = {
+    out.evaluation.entries["_sample"] = {
         "n_confidence": int(len(rows_e)),
         "n_matched": int(y_e.sum()),
         "iou_threshold": float(ev.match.iou_thresholds[row_e]),

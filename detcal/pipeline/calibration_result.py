@@ -3,24 +3,24 @@ summary.md, diagrams, and the calibrated results written in the input's format."
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from detcal.core.results import Results
+from detcal.core.results import CalibrationEvaluationBlock, Results, shown
+from detcal.core.types import MetricResult
+from detcal.pipeline.evaluation import headline_entry
 from detcal.pipeline.result import Result
-from detcal.reports import results_json
 from detcal.reports.calibration_plots import calibration_plots
-from detcal.reports.summary_md import CONFIDENCE_ROWS, REGRESSION_ROWS, calibration_summary, node
+from detcal.reports.summary_md import REGRESSION_ROWS, calibration_summary
 
-__all__ = ["CalibrationResult", "REGRESSION_ROWS", "CONFIDENCE_ROWS"]
+__all__ = ["CalibrationResult", "REGRESSION_ROWS"]
 
 
 @dataclass
 class CalibrationResult(Result):
-    """``record`` (metrics.json content), ``calibrated`` (the evaluation part's detections after
-    both calibrators), the evaluation data, and the spec."""
+    """``record`` (metrics.json content, its ``calibrators`` and ``evaluation`` typed blocks), ``calibrated``
+    (the evaluation part's detections after both calibrators), the evaluation data, and the spec."""
 
     calibrated: Any = None
     evaluation_data: Any = None
@@ -29,7 +29,7 @@ class CalibrationResult(Result):
 
     def __post_init__(self) -> None:
         self.command = "detcal-calibrate"
-        self.record.setdefault("headline", _headline(results_json.strict(self.record["evaluation"])))
+        self.record.setdefault("headline", _headline(self.record["evaluation"]))
 
     def _write_extra(self, out: Path, plots: bool, csv: bool) -> list[str]:
         from detcal.pipeline.writeback import write_calibrated
@@ -54,24 +54,26 @@ class CalibrationResult(Result):
         return calibration_summary(results)
 
 
-def _headline(ev: Mapping[str, Any]) -> dict[str, Any]:
+HEADLINE: tuple[tuple[str, str, str, bool], ...] = (
+    ("dece", "confidence", "dece", False),
+    ("ece", "confidence", "ece", False),
+    ("ence", "regression", "ence", True),
+    ("m_qce", "regression", "m_qce", True),
+    ("nll_box", "regression", "nll", True),
+)
+"""detcal-calibrate's headline: (key, part of the evaluation, metric, whether the coordinate mean)."""
+
+
+def _headline(ev: CalibrationEvaluationBlock) -> dict[str, Any]:
     """Flat sweep-stable numbers: after first, then ``_uncal`` (before)."""
     out: dict[str, Any] = {}
-    spec = [
-        ("dece", ("confidence", "{s}", "dece")),
-        ("ece", ("confidence", "{s}", "ece")),
-        ("ence", ("regression", "{s}", "_mean", "ence")),
-        ("m_qce", ("regression", "{s}", "_mean", "m_qce")),
-        ("nll_box", ("regression", "{s}", "_mean", "nll")),
-    ]
     for suffix, stage in (("", "after"), ("_uncal", "before")):
-        for key, path in spec:
-            got = node(ev, *(p.format(s=stage) for p in path))
-            if got is not None:
-                out[key + suffix] = {
-                    "value": got["value"],
-                    "ci": got.get("ci"),
-                    "ci_level": got.get("ci_level"),
-                    "source": "evaluation/" + "/".join(p.format(s=stage) for p in path),
-                }
+        for key, part, name, mean in HEADLINE:
+            m = (ev.means(part, stage) if mean else ev.stage(part, stage)).get(name)
+            if isinstance(m, MetricResult):
+                path = "/".join((part, stage, "_mean", name) if mean else (part, stage, name))
+                e = headline_entry(m, f"evaluation/{path}")
+                # written as the plain values (null without a reason beside it), as this headline always was
+                e["value"], e["ci"] = shown(e["value"]), None if m.ci is None else [shown(v) for v in e["ci"]]
+                out[key + suffix] = e
     return out

@@ -10,6 +10,7 @@ import numpy as np
 from detcal.binning.cells import cell_stats, sample_cells, validate_sample
 from detcal.binning.edges import BinGrid
 from detcal.core.errors import DetcalInputError
+from detcal.core.results import ConfidenceBlock
 from detcal.core.types import MatchResult, MetricResult, Skipped
 from detcal.metrics.confidence import ConfidenceMetric
 from detcal.metrics.confidence_suite import confidence_metrics, suite, suite_cells
@@ -98,17 +99,17 @@ def dece_maps(
     return out
 
 
-def _null_position_metrics(block: dict[str, Any], reason: str) -> None:
+def _null_position_metrics(block: ConfidenceBlock, reason: str) -> None:
     """Replace the metrics over (confidence, box features) by null with ``reason``."""
-    for key, node in block.items():
-        if isinstance(node, dict) and int((node.get("params") or {}).get("n_features", 1)) > 1:
-            block[key] = MetricResult(
-                name=str(node.get("name", key)),
+    for key, node in block.metrics().items():
+        if int(node.params.get("n_features", 1)) > 1:
+            block.entries[key] = MetricResult(
+                name=node.name,
                 value=float("nan"),
-                variant=str(node.get("variant") or ""),
-                params=dict(node.get("params") or {}),
+                variant=node.variant,
+                params=dict(node.params),
                 skipped=Skipped(reason),
-            ).to_dict()
+            )
 
 
 def confidence_blocks(
@@ -119,7 +120,7 @@ def confidence_blocks(
     progress: Progress,
     exclude: list[float],
     no_pos: str | None = None,
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[dict[str, ConfidenceBlock | Skipped], dict[str, Any]]:
     """Confidence metrics and D-ECE maps per IoU threshold (docs/metrics.md). ``no_pos``: images lack
     sizes, so the metrics over box positions are null with that reason. ``spec.parallel`` spreads the
     thresholds over processes or ranks (the same numbers: each threshold is computed whole by one)."""
@@ -169,7 +170,7 @@ def interval_settings(spec: EvaluationSpec) -> dict[str, Any]:
     return {"n_boot": bs.n, "ci_level": bs.level, "seed": bs.seed, "ci_method": bs.method}
 
 
-def _sample_features(spec: EvaluationSpec, fr: np.ndarray, no_pos: str | None) -> np.ndarray | None:
+def sample_features(spec: EvaluationSpec, fr: np.ndarray, no_pos: str | None) -> np.ndarray | None:
     """The box features of the D-ECE grid for rows ``fr`` of ``feats`` (placeholders without positions)."""
     cols = _feature_cols(spec.dece_binning.features)
     f = (fr if cols == list(range(fr.shape[1])) else np.take(fr, cols, axis=1)) if cols else None
@@ -192,7 +193,7 @@ def _shared_cells(
     cons = np.flatnonzero(mr.considered)
     p, fr = data.detections.score[cons], np.take(feats, cons, axis=0)
     try:
-        cells = suite_cells(p, _sample_features(spec, fr, no_pos), measures)
+        cells = suite_cells(p, sample_features(spec, fr, no_pos), measures)
         maps = {}
         if spec.confidence.maps and not no_pos:
             for pair in spec.confidence.maps:
@@ -214,7 +215,7 @@ def _one_threshold(
     feats: np.ndarray,
     no_pos: str | None,
     shared: tuple[np.ndarray, dict[Any, np.ndarray], dict[str, np.ndarray]] | None = None,
-) -> tuple[str, dict[str, Any] | Skipped, dict[str, Any] | None]:
+) -> tuple[str, ConfidenceBlock | Skipped, dict[str, Any] | None]:
     """(label, metric block, D-ECE maps or None) of matching row ``i``; ``shared``: :func:`_shared_cells`."""
     b, c = spec.dece_binning, spec.confidence
     dets = data.detections
@@ -232,7 +233,7 @@ def _one_threshold(
         why = "no detection was evaluated" if len(rows) == 0 else f"no detection matched at {label}"
         return label, Skipped(f"{why}: the confidence metrics cannot be computed"), None
     fr = np.take(feats, rows, axis=0)  # ~4x faster than feats[rows] for [N, 4]
-    f = _sample_features(spec, fr, no_pos)
+    f = sample_features(spec, fr, no_pos)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = confidence_metrics(
@@ -245,11 +246,10 @@ def _one_threshold(
             cells=cells,
             **interval_settings(spec),
         )
-    block: dict[str, Any] = {k: r.to_dict() for k, r in res.items()}
-    for node in block.values():
-        if isinstance(node, dict) and isinstance(node.get("table"), dict):
-            node["table"].pop("bin_index", None)  # cells are in C order over params.bins
-    block["_sample"] = {
+    for r in res.values():
+        r.table.pop("bin_index", None)  # cells are in C order over params.bins
+    block = ConfidenceBlock(dict(res))
+    block.entries["_sample"] = {
         "n": int(len(rows)),
         "n_matched": int(y.sum()),
         "features": list(b.features),

@@ -66,8 +66,9 @@ def sample_coverage(
 
 def coverage_block(
     dets: Detections, gt: GroundTruth, mr: MatchResult, t: float, space: str, level: float
-) -> dict[str, dict[str, Any]]:
-    """``{"coverage", "interval_width", "box_stretch"}`` of the detections' intervals (metrics.json dicts)."""
+) -> dict[str, dict[str, MetricResult]]:
+    """``{"coverage", "interval_width", "box_stretch"}`` of the detections' intervals, per coordinate
+    (entries of the :class:`~detcal.core.results.RegressionBlock`)."""
     from detcal.metrics.regression.coverage import box_stretch, edge_sample, gaussian_interval
 
     s = regression_sample(dets, gt, mr, iou_threshold=t, space=space)
@@ -86,6 +87,6 @@ def coverage_block(
         variant="conformal_od",
         params={"level": float(level), "n": int(len(s)), "coords": "x1, y1, x2, y2 (pixels)"},
     )
-    out: dict[str, dict[str, Any]] = {k: {c: v.to_dict() for c, v in per.items()} for k, per in res.items()}
-    out["box_stretch"] = {"box": stretch.to_dict()}
+    out: dict[str, dict[str, MetricResult]] = {k: dict(per) for k, per in res.items()}
+    out["box_stretch"] = {"box": stretch}
     return out

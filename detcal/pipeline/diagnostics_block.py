@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from detcal.core.results import ConfidenceBlock, DiagnosticsBlock, LocalisationBlock
 from detcal.core.types import MatchResult, Skipped
-from detcal.pipeline.confidence_block import _sample_features, threshold_label
+from detcal.pipeline.confidence_block import sample_features, threshold_label
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
 from detcal.reports.diagnosis_facts import miscalibration_sentence, tide_sentence
@@ -34,9 +35,9 @@ def diagnostics_block(
     data: LoadedData,
     mr: MatchResult,
     feats: np.ndarray,
-    conf: dict[str, Any],
-    loc: dict[str, Any] | Skipped | None = None,
-) -> tuple[dict[str, Any] | Skipped, dict[str, np.ndarray]]:
+    conf: dict[str, ConfidenceBlock | Skipped],
+    loc: LocalisationBlock | Skipped | None = None,
+) -> tuple[DiagnosticsBlock | Skipped, dict[str, np.ndarray]]:
     """The ``diagnostics`` record and the per-detection columns it adds to detections.csv; ``loc``: the run's
     ``localisation`` record, whose LRP-optimal thresholds the operating points reuse."""
     d = spec.diagnostics
@@ -77,10 +78,10 @@ def diagnostics_block(
                                            min_iou=d.label_error_iou, top=d.label_error_top)  # fmt: skip
         _add_files(out["label_errors"], data)
     out["findings"] = findings(out)
-    return out, cols
+    return DiagnosticsBlock(out), cols
 
 
-def _first_label(conf: dict[str, Any]) -> str | None:
+def _first_label(conf: dict[str, ConfidenceBlock | Skipped]) -> str | None:
     labels = [lbl for lbl, blk in conf.items() if not isinstance(blk, Skipped)]
     return labels[0] if labels else None
 
@@ -120,7 +121,12 @@ def _contributions(
 
 
 def _by_type(
-    spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray, conf: dict[str, Any], code: np.ndarray
+    spec: EvaluationSpec,
+    data: LoadedData,
+    mr: MatchResult,
+    feats: np.ndarray,
+    conf: dict[str, ConfidenceBlock | Skipped],
+    code: np.ndarray,
 ) -> dict[str, Any]:
     """Count, mean confidence, accuracy and the share of ECE and D-ECE of each group (module docstring)."""
     label = _first_label(conf)
@@ -131,22 +137,23 @@ def _by_type(
     c = code[rows]
     group = np.where(y, 0, np.where(c >= 1, c, len(GROUPS) - 1))  # tp, the TIDE type, or other
     blk = conf[label]
+    assert isinstance(blk, ConfidenceBlock)  # _first_label: a computed threshold
     b = spec.dece_binning
-    ece_params = (blk.get("ece") or {}).get("params") or {}
-    ece_c = _contributions(p, y, p[:, None], ece_params, [b.ece_bins])
+    ece, dece = blk.metric("ece"), blk.metric("dece")
+    ece_c = _contributions(p, y, p[:, None], ece.params if ece else {}, [b.ece_bins])
     dece_c = None
-    f = _sample_features(spec, np.take(feats, rows, axis=0), None)
-    dece_node = blk.get("dece") or {}
-    if f is not None and np.isfinite(f).all() and dece_node.get("value") is not None:
+    f = sample_features(spec, np.take(feats, rows, axis=0), None)
+    if f is not None and np.isfinite(f).all() and dece is not None:
         grid = np.column_stack([p, f])
         fb = [b.bins] * grid.shape[1] if isinstance(b.bins, int) else list(b.bins)
-        dece_c = _contributions(p, y, grid, dece_node.get("params") or {}, fb)
+        dece_c = _contributions(p, y, grid, dece.params, fb)
     n_g = np.bincount(group, minlength=len(GROUPS))
     sum_p = np.bincount(group, weights=p, minlength=len(GROUPS))
     sum_y = np.bincount(group, weights=y.astype(float), minlength=len(GROUPS))
     ece_g = np.bincount(group, weights=ece_c, minlength=len(GROUPS)) if ece_c is not None else None
     dece_g = np.bincount(group, weights=dece_c, minlength=len(GROUPS)) if dece_c is not None else None
-    ece_v, dece_v = (blk.get("ece") or {}).get("value"), dece_node.get("value")
+    ece_v = None if ece is None else float(ece.value)
+    dece_v = None if dece is None else float(dece.value)
     types: dict[str, Any] = {}
     for k, name in enumerate(GROUPS):
         n = int(n_g[k])
@@ -177,21 +184,17 @@ def _share(g: np.ndarray | None, k: int) -> float | None:
     return float(g[k] / tot) if tot > 0 else None
 
 
-def _lrp_of(loc: dict[str, Any] | Skipped | None) -> tuple[dict[int, Any], dict[int, Any], float] | None:
-    """(LRP-optimal threshold per class, oLRP per class, TP IoU) of the localisation record, when it has them."""
-    if (
-        not loc
-        or isinstance(loc, Skipped)
-        or not loc.get("lrp_optimal_thresholds")
-        or not isinstance(loc.get("olrp"), dict)
-    ):
+def _lrp_of(loc: LocalisationBlock | Skipped | None) -> tuple[dict[int, Any], dict[int, Any], float] | None:
+    """(LRP-optimal threshold per class, oLRP per class, TP IoU) of the localisation block, when it has them."""
+    if not isinstance(loc, LocalisationBlock):
         return None
-    tab = loc["olrp"].get("table") or {}
-    if "category" not in tab or "olrp" not in tab:
+    m, thresholds = loc.metric("olrp"), loc.get("lrp_optimal_thresholds")
+    if m is None or not thresholds or "category" not in m.table or "olrp" not in m.table:
         return None
-    thr = {int(k): v for k, v in loc["lrp_optimal_thresholds"].items()}
+    thr = {int(k): v for k, v in thresholds.items()}
+    tab = m.table
     olrp = {int(c): (None if v is None or v != v else float(v)) for c, v in zip(tab["category"], tab["olrp"])}
-    return thr, olrp, float(loc["olrp"].get("params", {}).get("tau", 0.0))
+    return thr, olrp, float(m.params.get("tau", 0.0))
 
 
 def _operating(

@@ -28,6 +28,15 @@ import numpy as np
 
 from detcal.core.boxes import relative_features, xyxy_to_cxcywh
 from detcal.core.errors import DetcalInputError
+from detcal.core.results import (
+    AccuracyBlock,
+    ConfidenceBlock,
+    DiagnosticsBlock,
+    LocalisationBlock,
+    OCEBlock,
+    RegressionBlock,
+    UQDetrBlock,
+)
 from detcal.core.types import Dataset, Detections, MatchResult, MetricResult, Skipped
 from detcal.metrics.measures import headline_names
 from detcal.pipeline.confidence_block import confidence_blocks, dece_maps, threshold_label
@@ -48,6 +57,7 @@ __all__ = [
     "threshold_label",
     "dece_maps",
     "HEADLINE_REGRESSION",
+    "headline_entry",
 ]
 
 HEADLINE_REGRESSION: tuple[str, ...] = ("ence", "m_qce", "c_qce", "nll")
@@ -183,7 +193,7 @@ def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[Ma
 
 
 def _per_class(
-    spec: EvaluationSpec, data: LoadedData, mr: MatchResult, extra: list[float], acc: dict[str, Any] | Skipped
+    spec: EvaluationSpec, data: LoadedData, mr: MatchResult, extra: list[float], acc: AccuracyBlock | Skipped
 ) -> dict[str, Any]:
     """Per-class table (n, precision, mean confidence, ECE, MCE, Brier, AP) of the most frequent classes at
     the first evaluated threshold."""
@@ -197,12 +207,8 @@ def _per_class(
     if len(keep) == 0:
         return {}
     dets = data.detections
-    ap = acc["AP"].get("table") if not isinstance(acc, Skipped) and isinstance(acc.get("AP"), dict) else None
-    ap_table = (
-        {k: np.asarray([np.nan if v is None else v for v in ap[k]], float) for k in ("category", "ap", "ap50")}
-        if ap
-        else None
-    )
+    ap = acc.metric("AP") if isinstance(acc, AccuracyBlock) else None
+    ap_table = {k: np.asarray(ap.table[k], float) for k in ("category", "ap", "ap50")} if ap and ap.table else None
     rows = per_class_table(
         dets.score[keep],
         mr.matched[i, keep],
@@ -233,7 +239,7 @@ def _missing_sizes(data: LoadedData, feats: np.ndarray) -> str | None:
 
 def _regression_block(
     spec: EvaluationSpec, data: LoadedData, mr: MatchResult, progress: Progress
-) -> dict[str, Any] | Skipped:
+) -> RegressionBlock | Skipped:
     """Box-uncertainty metrics (docs/metrics.md) with bootstrap intervals on the headline ones."""
     from detcal.metrics.bootstrap import with_ci
     from detcal.metrics.regression import ence, m_qce, m_qce_joint, regression_metrics
@@ -279,7 +285,7 @@ def _regression_block(
             res["m_qce"]["joint"] = with_ci(
                 res["m_qce"]["joint"], _joint, g, sample.mu, sample.sigma, sample.y, sample.cov, **boot
             )
-    out: dict[str, Any] = {m: {c: v.to_dict() for c, v in per.items()} for m, per in res.items()}
+    out: dict[str, Any] = {m: dict(per) for m, per in res.items()}
     from detcal.pipeline.coverage_block import coverage_block
 
     out.update(coverage_block(dets, data.dataset.gt, mr, t, r.space, r.coverage_level))
@@ -290,7 +296,7 @@ def _regression_block(
         "iou_threshold": t,
         "notes": sample.notes,
     }
-    return out
+    return RegressionBlock(out)
 
 
 def _accounting(data: LoadedData, spec: EvaluationSpec, mr: MatchResult) -> dict[str, Any]:
@@ -317,31 +323,31 @@ def _accounting(data: LoadedData, spec: EvaluationSpec, mr: MatchResult) -> dict
     return acc
 
 
-def _headline(conf: dict[str, Any], reg: dict[str, Any] | Skipped) -> dict[str, Any]:
+def headline_entry(m: MetricResult, source: str) -> dict[str, Any]:
+    """One headline number: the metric's value and interval, and where in metrics.json it comes from."""
+    return {
+        "value": float(m.value),
+        "ci": None if m.ci is None else list(m.ci),
+        "ci_level": m.ci_level,
+        "source": source,
+    }
+
+
+def _headline(conf: dict[str, ConfidenceBlock | Skipped], reg: RegressionBlock | Skipped) -> dict[str, Any]:
     """Flat, sweep-stable headline numbers: confidence at the first evaluated threshold, regression per coordinate."""
     out: dict[str, Any] = {}
     for label, block in conf.items():
         if isinstance(block, Skipped):
             continue
         for name in headline_names():  # the registry's headline measures (detcal.metrics.measures)
-            node = block.get(name)
-            if node is not None:
-                out[name] = {
-                    "value": node["value"],
-                    "ci": node.get("ci"),
-                    "ci_level": node.get("ci_level"),
-                    "source": f"confidence/{label}/{name}",
-                }
+            m = block.metric(name)
+            if m is not None:
+                out[name] = headline_entry(m, f"confidence/{label}/{name}")
         break
-    per_coord = {} if isinstance(reg, Skipped) else reg
+    per_coord = reg.per_coordinate() if isinstance(reg, RegressionBlock) else {}
     for name in HEADLINE_REGRESSION:
-        for coord, node in (per_coord.get(name) or {}).items():
-            out[f"{name}_{coord}"] = {
-                "value": node["value"],
-                "ci": node.get("ci"),
-                "ci_level": node.get("ci_level"),
-                "source": f"regression/{name}/{coord}",
-            }
+        for coord, m in (per_coord.get(name) or {}).items():
+            out[f"{name}_{coord}"] = headline_entry(m, f"regression/{name}/{coord}")
     return out
 
 
@@ -386,7 +392,7 @@ def _variants(spec: EvaluationSpec, data: LoadedData) -> dict[str, str]:
     }
 
 
-def _metric_warnings(conf: dict[str, Any], data: LoadedData) -> list[str]:
+def _metric_warnings(conf: dict[str, ConfidenceBlock | Skipped], data: LoadedData) -> list[str]:
     """Detections left out for an unknown category, and the warnings the metrics raised (kept beside their
     sample too): each also one log line."""
     out = []
@@ -401,7 +407,7 @@ def _metric_warnings(conf: dict[str, Any], data: LoadedData) -> list[str]:
     for lbl, blk in conf.items():
         if isinstance(blk, Skipped):
             continue
-        for w in (blk.get("_sample") or {}).get("warnings") or []:
+        for w in blk.sample.get("warnings") or []:
             if SPARSE_MARK in w:  # one line for the whole evaluation, below
                 continue
             out.append(f"confidence at {lbl}: {w}")
@@ -433,7 +439,12 @@ def few_images_warning(spec: EvaluationSpec, data: LoadedData) -> list[str]:
 
 
 def _worst(
-    spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray, conf: dict[str, Any], no_pos: str | None
+    spec: EvaluationSpec,
+    data: LoadedData,
+    mr: MatchResult,
+    feats: np.ndarray,
+    conf: dict[str, ConfidenceBlock | Skipped],
+    no_pos: str | None,
 ) -> dict[str, Any]:
     """The worst-calibrated detections for the report (docs/metrics.md#worst-calibrated-detections)."""
     if not conf or no_pos or data.shard is not None:
@@ -448,10 +459,10 @@ def _diagnostics(
     data: LoadedData,
     mr: MatchResult,
     feats: np.ndarray,
-    conf: dict[str, Any],
-    loc: dict[str, Any] | Skipped,
+    conf: dict[str, ConfidenceBlock | Skipped],
+    loc: LocalisationBlock | Skipped,
     timing: dict[str, float],
-) -> tuple[dict[str, Any] | Skipped, dict[str, np.ndarray]]:
+) -> tuple[DiagnosticsBlock | Skipped, dict[str, np.ndarray]]:
     """TIDE, calibration by error type, confusion, label errors, operating points (docs/metrics.md#diagnostics);
     its time in ``timing["diagnostics"]``."""
     d = spec.diagnostics
@@ -465,7 +476,9 @@ def _diagnostics(
     return out
 
 
-def _warnings(conf: dict[str, Any], reg: dict[str, Any] | Skipped, reg_expected: bool, no_pos: str | None) -> list[str]:
+def _warnings(
+    conf: dict[str, ConfidenceBlock | Skipped], reg: RegressionBlock | Skipped, reg_expected: bool, no_pos: str | None
+) -> list[str]:
     """The run's warnings: missing image sizes, skipped confidence thresholds, a skipped box-uncertainty block."""
     warn = [f"confidence at {lbl}: {blk.reason}" for lbl, blk in conf.items() if isinstance(blk, Skipped)]
     if no_pos:
@@ -500,12 +513,15 @@ def _data_record(data: LoadedData) -> dict[str, Any]:
     }
 
 
-_Rec = dict[str, Any] | Skipped
-
-
 def _accuracy_and_oce(
     spec: EvaluationSpec, data: LoadedData, timing: dict[str, float]
-) -> tuple[_Rec, _Rec, _Rec, _Rec, dict[str, np.ndarray] | None]:
+) -> tuple[
+    AccuracyBlock | Skipped,
+    LocalisationBlock | Skipped,
+    OCEBlock | Skipped,
+    UQDetrBlock | Skipped,
+    dict[str, np.ndarray] | None,
+]:
     """The accuracy, localisation, OCE and uq-detr records and the per-image rows; their times in ``timing``."""
     t0 = time.perf_counter()
     from detcal.pipeline.accuracy_block import accuracy_block, localisation_block

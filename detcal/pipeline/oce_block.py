@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from detcal.core.results import OCEBlock, UQDetrBlock
 from detcal.core.types import Skipped
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
@@ -107,7 +108,7 @@ def _kept(dets: Any, images: np.ndarray, o: Any) -> np.ndarray:
     return kept_mask(dets.image_id, dets.score, images, o.reliability_method, o.reliability_param, box=dets.box)
 
 
-def oce_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any] | Skipped:
+def oce_block(spec: EvaluationSpec, data: LoadedData) -> OCEBlock | Skipped:
     """The ``oce`` key of metrics.json."""
     o = spec.oce
     if not o.enabled:
@@ -127,16 +128,16 @@ def oce_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any] | Skippe
         categories=_categories(data),
     )
     out: dict[str, Any] = {
-        "oce": oce_from_scores(by_agg[o.aggregation]).to_dict(),
-        "by_aggregation": {k: oce_from_scores(v).to_dict() for k, v in by_agg.items()},
+        "oce": oce_from_scores(by_agg[o.aggregation]),
+        "by_aggregation": {k: oce_from_scores(v) for k, v in by_agg.items()},
         "not_seen": _not_seen(by_agg["mean"], len(dets)),
     }
     if o.reliability:
         out["image_reliability"] = _reliability(spec, data, np.sort(np.asarray(ds.images.id)), by_agg[o.aggregation])
-    return out
+    return OCEBlock(out)
 
 
-def per_image_rows(block: dict[str, Any] | Skipped) -> dict[str, np.ndarray] | None:
+def per_image_rows(block: OCEBlock | Skipped) -> dict[str, np.ndarray] | None:
     """Columns of oce_per_image.csv (popped from the block so they stay out of metrics.json)."""
     if isinstance(block, Skipped):
         return None
@@ -144,7 +145,7 @@ def per_image_rows(block: dict[str, Any] | Skipped) -> dict[str, np.ndarray] | N
     return rel.pop("_per_image", None)
 
 
-def uq_detr_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any] | Skipped:
+def uq_detr_block(spec: EvaluationSpec, data: LoadedData) -> UQDetrBlock | Skipped:
     """The ``uq_detr`` key: D-ECE, LaECE and LRP with uq-detr 0.1.1's conventions (when enabled)."""
     u = spec.uq_detr
     if not u.enabled:
@@ -154,4 +155,5 @@ def uq_detr_block(spec: EvaluationSpec, data: LoadedData) -> dict[str, Any] | Sk
     res = uq_detr_suite(
         data.detections, data.dataset.gt, u.tau, bins=u.bins, tp_criterion=u.tp_criterion, crowd=u.crowd
     )
-    return {k: {**r.to_dict(), "table": None} for k, r in res.items()}
+    # the leaves as metrics.json writes them: their per-bin tables stay out (``"table": null``)
+    return UQDetrBlock({k: {**r.to_dict(), "table": None} for k, r in res.items()})

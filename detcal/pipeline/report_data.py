@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from detcal.core.results import ConfidenceBlock
 from detcal.core.types import MatchResult, Skipped
-from detcal.pipeline.confidence_block import _sample_features, threshold_label
+from detcal.pipeline.confidence_block import sample_features, threshold_label
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
 
@@ -24,7 +26,12 @@ def _gt_boxes(data: LoadedData, image_id: int, category: int) -> list[list[float
 
 
 def worst_block(
-    spec: EvaluationSpec, data: LoadedData, mr: MatchResult, feats: np.ndarray, conf: dict[str, Any], top: int = 10
+    spec: EvaluationSpec,
+    data: LoadedData,
+    mr: MatchResult,
+    feats: np.ndarray,
+    conf: Mapping[str, ConfidenceBlock | Skipped],
+    top: int = 10,
 ) -> dict[str, Any]:
     """The worst-calibrated detections at the first evaluated IoU threshold (``{}`` when none was)."""
     from detcal.reports.html.worst import worst_detections
@@ -36,7 +43,7 @@ def worst_block(
     rows = np.flatnonzero(mr.considered & ~mr.ignored[i])
     d, ds = data.detections, data.dataset
     y = mr.matched[i, rows]
-    f = _sample_features(spec, np.take(feats, rows, axis=0), None)
+    f = sample_features(spec, np.take(feats, rows, axis=0), None)
     if f is not None and not np.isfinite(f).all():
         f = None  # images without sizes: the confidence-only grid
     b = spec.dece_binning
@@ -59,7 +66,9 @@ def worst_block(
         "height": np.where(img_rows >= 0, ds.images.height[img_rows], np.nan),
         "gt_box": [None] * len(rows),
     }
-    params = (conf[labels[0]].get("dece") or {}).get("params") or {}
+    first = conf[labels[0]]
+    dece = first.metric("dece") if isinstance(first, ConfidenceBlock) else None
+    params = dece.params if dece is not None else {}
     edges = str(params.get("edges") or "floor")
     if len(params.get("bins") or []) == len(names):
         bins = [int(v) for v in params["bins"]]

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from detcal.core.types import Skipped
+from detcal.core.results import ConfidenceBlock
 from detcal.metrics.confidence import SPARSE_RATIO
 from detcal.utils.warn import collected, note
 
@@ -45,13 +45,13 @@ def _sparse_nodes(conf: Mapping[str, Any]) -> dict[tuple[int, int, int], dict[st
     class-agnostic results that carry the sparse flag."""
     groups: dict[tuple[int, int, int], dict[str, Any]] = {}
     for label, blk in conf.items():
-        if isinstance(blk, Skipped):
+        if not isinstance(blk, ConfidenceBlock):
             continue
-        for name, node in blk.items():
-            if name.startswith("_") or name.endswith("_per_class") or not isinstance(node, Mapping):
+        for name, node in blk.metrics().items():
+            if name.endswith("_per_class"):
                 continue
-            extra, params = node.get("extra") or {}, node.get("params") or {}
-            if not extra.get("sparse_warning") or node.get("value") is None or not params.get("n"):
+            extra, params = node.extra, node.params
+            if not extra.get("sparse_warning") or not params.get("n"):
                 continue
             key = (int(extra.get("cells", 0)), int(params["n"]), int(params.get("n_features", 1)))
             g = groups.setdefault(key, {"names": [], "labels": [], "sparse": 0, "threshold": None, "bins": None})

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from detcal.core.results import SKIP, AccuracyBlock, Results, as_results
+from detcal.core.results import SKIP, AccuracyBlock, CalibratorsBlock, Results, as_results
+from detcal.core.types import Skipped
 from detcal.metrics.measures import headline_names
 from detcal.reports.measure_rows import measure_rows, row_text
 from detcal.reports.tables import format_value
@@ -96,14 +97,13 @@ def _study_lines(m: Mapping[str, Any]) -> list[str]:
     return [head, *lines] if lines else []
 
 
-def _what(m: Mapping[str, Any]) -> list[str]:
-    """Which detector (data) and which calibrators a run is about: one line."""
+def _what(m: Mapping[str, Any], roles: CalibratorsBlock | Skipped | None) -> list[str]:
+    """Which detector (data) and which calibrators (``roles``: calibrate's block) a run is about: one line."""
     d = m.get("data") or {}
     parts = [d.get("calibration") or d] if isinstance(d, Mapping) else []
     src = parts[0] if parts and isinstance(parts[0], Mapping) else {}
     who = " / ".join(str(src[k]) for k in ("source", "bundle", "detector", "results", "results_dir") if src.get(k))
-    cal = m.get("calibrators") or {}
-    names = [f"{k} {v['name']}" for k, v in cal.items() if isinstance(v, Mapping) and isinstance(v.get("name"), str)]
+    names = [f"{k} {n}" for k, n in roles.fitted().items()] if isinstance(roles, CalibratorsBlock) else []
     if not who and not names:
         return []
     return [
@@ -185,7 +185,7 @@ def console_summary(results: Results | Mapping[str, Any], run_dir: str | Path) -
     """The end-of-command text of a run from its results (or a metrics.json content, read into them)."""
     res = as_results(results)
     m = res.content
-    lines = [f"{m.get('command', 'detcal')} (detcal {m.get('detcal_version', '')})"] + _what(m)
+    lines = [f"{m.get('command', 'detcal')} (detcal {m.get('detcal_version', '')})"] + _what(m, res.calibrators)
     lines += _headline_lines(m) or _compare_lines(m) or _study_lines(m)
     lines += _accuracy(res) + _left_out(m)
     lines += _warning_lines(m.get("warnings") or [])

@@ -47,7 +47,7 @@ __all__ = [
 FEATURES: tuple[str, ...] = ("cx", "cy", "w", "h")
 
 
-def _column_names(result: MatchResult, per_class: bool) -> list[str]:
+def column_names(result: MatchResult, per_class: bool) -> list[str]:
     tags = ["kitti"] if per_class else [f"{t:g}" for t in result.iou_thresholds]
     names = ["image_id", "category", "score", "considered", "iou"]
     for tag in tags:
@@ -59,7 +59,7 @@ def detections_columns(
     dets: Detections, result: MatchResult, gt_ids: np.ndarray, per_class: bool = False
 ) -> dict[str, np.ndarray]:
     """The match table as ordered columns: name -> int64, float64 or bool array [D]."""
-    names = _column_names(result, per_class)
+    names = column_names(result, per_class)
     cols: list[np.ndarray] = [
         np.asarray(dets.image_id, dtype=np.int64),
         np.asarray(dets.category, dtype=np.int64),

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from detcal.core.types import Dataset, Detections, MatchResult
-from detcal.reports.detections_csv import _column_names, format_csv
+from detcal.reports.detections_csv import column_names, format_csv
 from detcal.utils.io import atomic_write, write_json
 
 __all__ = ["write_match_outputs", "match_summary"]
@@ -38,7 +38,7 @@ def write_match_outputs(
         out.with_name(out.name + ".json"),
         {
             **inputs,
-            "columns": _column_names(result, per_class),
+            "columns": column_names(result, per_class),
             "match": result.describe(),
             "counts": counts,
             "seconds": seconds,

@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from detcal.core.results import Block, shown
+from detcal.core.types import MetricResult
 from detcal.metrics.measures import MEASURES
 
-__all__ = ["MeasureRow", "measure_rows", "row_text"]
+__all__ = ["MeasureRow", "measure_rows", "row_text", "BEFORE_AFTER", "before_after_rows"]
 
 ARROWS: dict[str, str] = {"lower": "↓", "higher": "↑", "neither": ""}
 """The mark of which direction is better, by :attr:`detcal.metrics.measures.Display.better`."""
@@ -44,21 +46,33 @@ def _interval(ci: Any) -> tuple[float, float] | None:
     return None
 
 
-def measure_rows(result: Mapping[str, Any], names: Iterable[str] | None = None) -> list[MeasureRow]:
-    """One :class:`MeasureRow` per registered measure in ``result`` (only ``names`` when given), in registry order."""
+def measure_rows(result: Block | Mapping[str, Any], names: Iterable[str] | None = None) -> list[MeasureRow]:
+    """One :class:`MeasureRow` per registered measure in ``result`` (a confidence block or its leaves, a
+    metrics.json block, or a compare row; only ``names`` when given), in registry order."""
     wanted = set(MEASURES if names is None else names)
     rows = []
     for name, entry in MEASURES.items():
         if name not in wanted or name not in result:
             continue
         node = result[name]
-        if isinstance(node, Mapping):
+        if isinstance(node, MetricResult):  # as metrics.json writes it: None where undefined
+            value, ci = _number(shown(node.value)), _interval(None if node.ci is None else [shown(x) for x in node.ci])
+        elif isinstance(node, Mapping):
             value, ci = _number(node.get("value")), _interval(node.get("ci"))
         else:
             value, ci = _number(node), _interval(result.get(f"{name}_ci"))
         d = entry.display
         rows.append(MeasureRow(name, d.label, value, ci, d.format(value), d.better))
     return rows
+
+
+BEFORE_AFTER: tuple[str, ...] = ("dece", "ece", "mce", "nll", "brier", "overconfidence", "underconfidence")
+"""The confidence measures of detcal-calibrate's before/after table, in its order (labels from the registry)."""
+
+
+def before_after_rows() -> tuple[tuple[str, str], ...]:
+    """``(name, label)`` of the before/after table's measures that are registered: the label with its formula."""
+    return tuple((n, MEASURES[n].display.long_label) for n in BEFORE_AFTER if n in MEASURES)
 
 
 def row_text(row: MeasureRow, missing: str = "(no interval)") -> str:

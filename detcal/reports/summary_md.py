@@ -13,13 +13,25 @@ from typing import Any
 
 import numpy as np
 
-from detcal.core.results import CalibratorsBlock, RegressionBlock, Results, is_description
-from detcal.core.types import Skipped
+from detcal.core.results import (
+    AccuracyBlock,
+    CalibrationEvaluationBlock,
+    CalibratorsBlock,
+    DiagnosticsBlock,
+    LocalisationBlock,
+    OCEBlock,
+    RegressionBlock,
+    Results,
+    UQDetrBlock,
+    shown,
+)
+from detcal.core.types import MetricResult, Skipped
 from detcal.reports.diagnosis_facts import miscalibration_sentence, tide_sentence
+from detcal.reports.measure_rows import before_after_rows
 from detcal.reports.per_class import table_markdown
 from detcal.reports.tables import comparison_table, format_value, metrics_table
 
-__all__ = ["evaluation_summary", "calibration_summary", "node", "CONFIDENCE_ROWS", "REGRESSION_ROWS"]
+__all__ = ["evaluation_summary", "calibration_summary", "node", "REGRESSION_ROWS"]
 
 REGRESSION_ROWS: tuple[tuple[str, str], ...] = (
     ("ence", "ENCE"),
@@ -31,30 +43,20 @@ REGRESSION_ROWS: tuple[tuple[str, str], ...] = (
 )
 """Regression metrics of the before/after table, per coordinate (key in regression_metrics, label)."""
 
-CONFIDENCE_ROWS: tuple[tuple[str, str], ...] = (
-    ("dece", "D-ECE"),
-    ("ece", "ECE"),
-    ("mce", "MCE"),
-    ("nll", "NLL"),
-    ("brier", "Brier"),
-    ("overconfidence", "over-confidence E[p|y=0]"),
-    ("underconfidence", "under-confidence E[1-p|y=1]"),
-)
-"""Confidence metrics of the before/after table (key in confidence_metrics, label)."""
 
-
-def _oce_md(o: Mapping[str, Any], u: Mapping[str, Any]) -> list[str]:
+def _oce_md(o: OCEBlock | Skipped | None, u: UQDetrBlock | Skipped | None) -> list[str]:
     """OCE, what it does not see, the image-level reliability and the uq_detr variants."""
     out: list[str] = []
-    if "oce" in o:
-        p = o["oce"]["params"]
+    oce = o.metric("oce") if isinstance(o, OCEBlock) else None
+    if isinstance(o, OCEBlock) and oce is not None:
+        p, by_agg, seen = oce.params, o["by_aggregation"], o["not_seen"]
         out += [
             f"### Object-level calibration (OCE, Park et al. 2026; docs/newest_measures.md; Brier: {p['brier']})",
             "",
-            comparison_table({"detector": o["by_aggregation"]}, list(o["by_aggregation"]), label="aggregation"),
+            comparison_table({"detector": by_agg}, list(by_agg), label="aggregation"),
             f"IoU thresholds {p['iou_thresholds']}; objects: {p['objects']}. Not seen by OCE: "
-            + ", ".join(f"{k}: {v}" for k, v in o["not_seen"]["n_overlapping_no_object"].items())
-            + f" of {o['not_seen']['n_detections']} detections overlap no object.",
+            + ", ".join(f"{k}: {v}" for k, v in seen["n_overlapping_no_object"].items())
+            + f" of {seen['n_detections']} detections overlap no object.",
             "",
         ]
         r = o.get("image_reliability") or {}
@@ -66,11 +68,11 @@ def _oce_md(o: Mapping[str, Any], u: Mapping[str, Any]) -> list[str]:
                 f"{format_value(r['pearson_test'])}" + (f" -- WARNING: {r['warning']}" if r.get("warning") else ""),
                 "",
             ]
-    if "lrp" in u:
+    if isinstance(u, UQDetrBlock) and "lrp" in u:
         out += [
             "### D-ECE, LaECE, LRP with uq-detr's conventions (uq_detr variants)",
             "",
-            comparison_table({"detector": u}, ["dece", "laece", "lrp"], label=""),
+            comparison_table({"detector": u.entries}, ["dece", "laece", "lrp"], label=""),
             "",
         ]
     return out
@@ -83,7 +85,8 @@ def evaluation_summary(results: Results) -> str:
     head = {k: {"value [CI]": v, "source": v.get("source", "")} for k, v in m["headline"].items()}
     if head:
         parts += ["", "## Headline", "", comparison_table(head, ["value [CI]", "source"], label="metric")]
-    parts += _diagnosis_md(m.get("diagnostics") or {})
+    diag = results.diagnostics
+    parts += _diagnosis_md(diag.entries if isinstance(diag, DiagnosticsBlock) else {})
     parts += _confidence_md(results)
     block = results.regression
     if isinstance(block, RegressionBlock):
@@ -99,8 +102,8 @@ def evaluation_summary(results: Results) -> str:
     else:
         why = block.reason if isinstance(block, Skipped) else "not computed"
         parts += ["### Box-uncertainty calibration", "", f"skipped: {why}", ""]
-    parts += _accuracy_md(m.get("accuracy") or {}, m.get("localisation") or {})
-    parts += _oce_md(m.get("oce") or {}, m.get("uq_detr") or {})
+    parts += _accuracy_md(results.accuracy, results.localisation)
+    parts += _oce_md(results.oce, results.uq_detr)
     pc = m.get("per_class") or {}
     if pc.get("rows"):
         parts += [
@@ -201,56 +204,58 @@ def _confidence_md(results: Results) -> list[str]:
     return parts
 
 
-def _protocol_accuracy_md(acc: Mapping[str, Any]) -> list[str]:
+def _protocol_accuracy_md(acc: AccuracyBlock) -> list[str]:
     """VOC AP, LVIS AP with the per-frequency calibration, or Open Images AP (docs/formats.md)."""
     out: list[str] = []
-    if acc.get("voc_ap"):
-        rows = {v: {"mAP": e.get("mAP")} for v, e in acc["voc_ap"].items()}
+    proto = acc.protocol()
+    if "voc_ap" in proto:
+        rows = {v: {"mAP": e.get("mAP")} for v, e in proto["voc_ap"].items()}
         out += [
             "### Accuracy (VOC AP at IoU 0.5, the devkit's rules)",
             "",
             comparison_table(rows, ["mAP"], label="variant"),
             "",
         ]
-    if acc.get("lvis_ap"):
-        names = list(acc["lvis_ap"])
+    if "lvis_ap" in proto:
         out += [
             "### Accuracy (LVIS, equal to LVISEval)",
             "",
-            comparison_table({"detector": acc["lvis_ap"]}, names, label=""),
+            comparison_table({"detector": proto["lvis_ap"]}, list(proto["lvis_ap"]), label=""),
             "",
         ]
-    if acc.get("calibration_by_frequency"):
+    if "calibration_by_frequency" in proto:
         cols = ["n", "n_positive", "ece", "dece", "laece"]
         out += [
             "### Calibration per LVIS frequency group (IoU 0.5, the LVIS sample)",
             "",
-            comparison_table(dict(acc["calibration_by_frequency"]), cols, label="group"),
+            comparison_table(dict(proto["calibration_by_frequency"]), cols, label="group"),
             "",
         ]
-    if acc.get("openimages_ap"):
-        e = acc["openimages_ap"]
+    if "openimages_ap" in proto:
+        e = proto["openimages_ap"]
         out += ["### Accuracy (Open Images AP at IoU 0.5, the challenge's rules)", "", f"mAP: {e.get('mAP')}", ""]
     return out
 
 
-def _accuracy_md(acc: Mapping[str, Any], loc: Mapping[str, Any]) -> list[str]:
+def _accuracy_md(acc: AccuracyBlock | Skipped | None, loc: LocalisationBlock | Skipped | None) -> list[str]:
     """Accuracy beside calibration: COCO AP/AR or KITTI AP, and LRP / LaECE."""
+    a = acc if isinstance(acc, AccuracyBlock) else AccuracyBlock()
+    lb = loc if isinstance(loc, LocalisationBlock) else LocalisationBlock()
     out: list[str] = []
-    if "AP" in acc:
-        names = [k for k in acc if not is_description(k) and isinstance(acc[k], Mapping) and "value" in acc[k]]
-        row = {"value": {k: acc[k] for k in names}}
+    kitti = a.protocol().get("kitti_ap")
+    if a.metric("AP") is not None:
+        leaves = a.metrics()
         out += [
             "### Accuracy (COCO AP/AR from detcal's matching; equal to pycocotools' summarize)",
             "",
-            comparison_table({"detector": row["value"]}, names, label=""),
-            f"GT areas: {acc.get('_areas')}",
+            comparison_table({"detector": leaves}, list(leaves), label=""),
+            f"GT areas: {a.get('_areas')}",
             "",
         ]
-    elif acc.get("kitti_ap"):
+    elif kitti:
         rows = {
             f"{r.get('class', r['category'])} {r['difficulty']}": {"AP11": r.get("ap11"), "AP40": r.get("ap40")}
-            for r in acc["kitti_ap"]
+            for r in kitti
         }
         out += [
             "### Accuracy (KITTI AP, the devkit's eval_class)",
@@ -258,18 +263,22 @@ def _accuracy_md(acc: Mapping[str, Any], loc: Mapping[str, Any]) -> list[str]:
             comparison_table(rows, ["AP11", "AP40"], label="class, difficulty"),
             "",
         ]
-    out += _protocol_accuracy_md(acc)
-    if "lrp" in loc:
-        names = [k for k in ("lrp", "olrp", "laece", "laace") if k in loc]
+    out += _protocol_accuracy_md(a)
+    lrp = lb.metric("lrp")
+    if lrp is not None:
+        leaves = {k: m for k in ("lrp", "olrp", "laece", "laace") if (m := lb.metric(k)) is not None}
         out += [
             "### Localisation-aware measures (Kuzucu et al. 2024; docs/newest_measures.md)",
             "",
-            comparison_table({"detector": {k: loc[k] for k in names}}, names, label=""),
-            "LRP components (loc, FP, FN): "
-            + ", ".join(format_value((loc["lrp"].get("extra") or {}).get(k)) for k in ("lrp_loc", "lrp_fp", "lrp_fn")),
+            comparison_table({"detector": leaves}, list(leaves), label=""),
+            "LRP components (loc, FP, FN): " + ", ".join(format_value(lrp.extra.get(k)) for k in LRP_COMPONENTS),
             "",
         ]
     return out
+
+
+LRP_COMPONENTS: tuple[str, ...] = ("lrp_loc", "lrp_fp", "lrp_fn")
+"""The components of LRP in its ``extra`` (localisation error, false-positive and false-negative parts)."""
 
 
 def node(block: Mapping[str, Any], *path: str) -> Any:
@@ -281,46 +290,42 @@ def node(block: Mapping[str, Any], *path: str) -> Any:
     return node
 
 
-def _diff(a: Mapping[str, Any], b: Mapping[str, Any], paired: Mapping[str, Any] | None = None) -> Any:
+def _diff(a: MetricResult, b: MetricResult, paired: Mapping[str, Any] | None = None) -> Any:
     """After minus before; with its paired-bootstrap interval over images when there is one."""
     if paired and paired.get("difference") is not None:
         return {
             "value": paired["difference"],
             "ci": paired.get("ci") if any(v is not None for v in paired.get("ci") or []) else None,
         }
-    if a.get("value") is None or b.get("value") is None:
+    if shown(a.value) is None or shown(b.value) is None:
         return None
-    return float(a["value"]) - float(b["value"])
+    return float(a.value) - float(b.value)
 
 
-def _before_after_table(ev: Mapping[str, Any]) -> str:
+def _before_after_table(block: CalibrationEvaluationBlock) -> str:
+    """Each measure before, after and its change (typed leaves; the paired changes as metrics.json writes them)."""
     rows: dict[str, dict[str, Any]] = {}
-    conf = ev.get("confidence") or {}
-    if conf:
-        for key, label in CONFIDENCE_ROWS:
-            b, a = node(conf, "before", key), node(conf, "after", key)
-            if b is not None and a is not None:
-                rows[f"{label}"] = {"before": b, "after": a, "change": _diff(a, b, node(conf, "change", key))}
-    reg = ev.get("regression") or {}
-    if reg:
-        for key, label in (("ence", "ENCE"), ("m_qce", "M-QCE"), ("nll", "NLL")):
-            b, a = node(reg, "before", "_mean", key), node(reg, "after", "_mean", key)
-            if b is not None and a is not None:
-                rows[f"{label} (box, mean over coords)"] = {
-                    "before": b,
-                    "after": a,
-                    "change": _diff(a, b, node(reg, "change", key)),
-                }
-        coords = list((node(reg, "before", "ence") or {}).keys())
-        for key, label in REGRESSION_ROWS:
-            for c in coords:
-                b, a = node(reg, "before", key, c), node(reg, "after", key, c)
-                if b is not None and a is not None:
-                    rows[f"{label} {c}"] = {"before": b, "after": a, "change": _diff(a, b)}
+    before, after, change = block.before("confidence"), block.after("confidence"), block.change("confidence")
+    for key, label in before_after_rows():  # labels from the registry (detcal.metrics.measures)
+        b, a = before.get(key), after.get(key)
+        if b is not None and a is not None:
+            rows[f"{label}"] = {"before": b, "after": a, "change": _diff(a, b, change.get(key))}
+    before, after, change = block.before("regression"), block.after("regression"), block.change("regression")
+    mean_b, mean_a = block.means("regression", "before"), block.means("regression", "after")
+    for key, label in (("ence", "ENCE"), ("m_qce", "M-QCE"), ("nll", "NLL")):
+        b, a = mean_b.get(key), mean_a.get(key)
+        if b is not None and a is not None:
+            rows[f"{label} (box, mean over coords)"] = {"before": b, "after": a, "change": _diff(a, b, change.get(key))}
+    coords = list((before.get("ence") or {}).keys())
+    for key, label in REGRESSION_ROWS:
         for c in coords:
-            a = node(reg, "after", "interval_ce_cdf", c)
-            if a is not None:
-                rows[f"Kuleshov CE {c} (recalibrated CDF)"] = {"after": a}
+            b, a = (before.get(key) or {}).get(c), (after.get(key) or {}).get(c)
+            if b is not None and a is not None:
+                rows[f"{label} {c}"] = {"before": b, "after": a, "change": _diff(a, b)}
+    for c in coords:
+        a = (after.get("interval_ce_cdf") or {}).get(c)
+        if a is not None:
+            rows[f"Kuleshov CE {c} (recalibrated CDF)"] = {"after": a}
     return (
         comparison_table(rows, ["before", "after", "change"], label="metric")
         + "\nchange = after - before; [interval]: paired bootstrap over images (docs/calibration.md#paired-bootstrap)\n"
@@ -332,7 +337,6 @@ def calibration_summary(results: Results) -> str:
     m = results.content
     roles = results.calibrators
     sp = m["split"]
-    cal = m["calibrators"]
     parts = [f"# detcal-calibrate summary (detcal {m['detcal_version']})", ""]
     if sp["mode"] == "split":
         parts.append(
@@ -345,9 +349,9 @@ def calibration_summary(results: Results) -> str:
             f"evaluation: {m['data']['evaluation'].get('source')})"
         )
     for role in ("confidence", "regression"):
-        c = cal.get(role)
         typed = roles.role(role) if isinstance(roles, CalibratorsBlock) else None
-        if c and not isinstance(typed, Skipped):
+        c = typed if isinstance(typed, Mapping) else None
+        if c:
             fitted = c["describe"].get("fitted") or {}
             short = {k: v for k, v in fitted.items() if not isinstance(v, (list, dict)) or len(str(v)) < 120}
             parts.append(
@@ -360,7 +364,10 @@ def calibration_summary(results: Results) -> str:
         else:
             why = typed.reason if isinstance(typed, Skipped) else "not configured"
             parts.append(f"- {role} calibrator: none ({why})")
-    es = m["evaluation"]["_sample"]
+    ev = results.evaluation
+    if not isinstance(ev, CalibrationEvaluationBlock):
+        ev = CalibrationEvaluationBlock()
+    es = ev.sample
     parts.append(
         f"- evaluation: held-out, N = {es['n_confidence']} detections ({es['n_matched']} matched) at IoU "
         f"{es['iou_threshold']}; labels from the matching of the original detections; in-sample numbers: "
@@ -374,12 +381,13 @@ def calibration_summary(results: Results) -> str:
             f"- re-matching the calibrated file changes {rm['changed']} of {rm['n']} outcomes "
             f"at the calibration IoU threshold"
         )
-    parts += ["", "## Before / after (held-out evaluation split)", "", _before_after_table(m["evaluation"])]
-    if m.get("in_sample"):
+    parts += ["", "## Before / after (held-out evaluation split)", "", _before_after_table(ev)]
+    in_sample = CalibrationEvaluationBlock.from_json(m["in_sample"]) if m.get("in_sample") else None
+    if isinstance(in_sample, CalibrationEvaluationBlock):
         parts += [
             "## In-sample (calibration split; optimistic, for reference only)",
             "",
-            _before_after_table(m["in_sample"]),
+            _before_after_table(in_sample),
         ]
     parts += [
         "Definitions: docs/metrics.md; calibrators and protocol: docs/calibration.md.",

@@ -253,8 +253,8 @@ def test_histogram_default_on_default_synthetic_calibration_run(tmp_path) -> Non
     spec = EvaluationSpec(bootstrap=BootstrapSpec(n=0))
     res = calibrate(detcal.DataSpec(), spec, confidence=HistogramBinning(), regression=None, workdir=str(tmp_path))
     ev = res.record["evaluation"]["confidence"]
-    assert ev["after"]["ece"]["value"] < ev["before"]["ece"]["value"]
-    assert ev["after"]["dece"]["value"] < ev["before"]["dece"]["value"]
+    assert ev["after"]["ece"].value < ev["before"]["ece"].value
+    assert ev["after"]["dece"].value < ev["before"]["dece"].value
     assert res.record["calibrators"]["confidence"]["fit_report"]["ok"]
 
 

@@ -84,10 +84,8 @@ def test_a_detectors_intervals_are_evaluates(mini: tuple) -> None:
     )
     blk = r.record["confidence"]["iou=0.50"]
     for k in ("ece", "dece", "mce", "nll", "brier"):
-        assert c.table[0][k] == pytest.approx(blk[k]["value"], abs=1e-15), k
-        assert c.table[0][f"{k}_ci"] == pytest.approx(
-            tuple(np.nan if v is None else v for v in blk[k]["ci"]), abs=1e-15, nan_ok=True
-        ), k
+        assert c.table[0][k] == pytest.approx(blk[k].value, abs=1e-15), k
+        assert c.table[0][f"{k}_ci"] == pytest.approx(tuple(blk[k].ci), abs=1e-15, nan_ok=True), k
 
 
 def test_resampled_ap_equals_pycocotools_on_resampled_files(mini: tuple, tmp_path: Path) -> None:

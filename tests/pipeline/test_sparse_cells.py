@@ -40,15 +40,15 @@ def test_one_line_per_evaluation_with_the_numbers(synthetic: DataSpec, caplog: p
         kept = collected()
     lines = [w for w in r1.record["warnings"] if SPARSE_MARK in w]
     assert len(lines) == 1 and r2.record["warnings"] == r1.record["warnings"]
-    d = r1.record["confidence"]["iou=0.50"]["dece"]
-    n, cells = d["params"]["n"], d["extra"]["cells"]
+    d = r1.record["confidence"]["iou=0.50"].metric("dece")
+    n, cells = d.params["n"], d.extra["cells"]
     assert cells == 5**5 and cells > n / 10
     assert f"{cells:,} cells for {n:,} detections" in lines[0] and "iou=0.50 and iou=0.75" in lines[0]
     assert f"dece_binning.bins={fitting_bins(n, 5)}" in lines[0]
     logged = [r.getMessage() for r in caplog.records if SPARSE_MARK in r.getMessage()]
     assert logged == lines and kept.count(lines[0]) == 1  # once per command, not once per evaluation
     # the numbers are those of the metrics (the line replaces the warnings, not the values)
-    assert d["extra"]["sparse_warning"] is True and np.isfinite(d["value"])
+    assert d.extra["sparse_warning"] and np.isfinite(d.value)
 
 
 def test_no_sparse_line_for_metrics_not_computed(synthetic: DataSpec, tmp_path: Path) -> None:

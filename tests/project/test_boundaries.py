@@ -21,12 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "detcal"
 
 # file -> names imported from another module, still private; owner in the comment
-PRIVATE_IMPORTS_PENDING: dict[str, set[str]] = {
-    "detcal/pipeline/diagnostics_block.py": {"detcal.pipeline.confidence_block._sample_features"},
-    "detcal/pipeline/report_data.py": {"detcal.pipeline.confidence_block._sample_features"},
-    "detcal/reports/html/seeds_page.py": {"detcal.reports.html.page._page"},
-    "detcal/reports/match_outputs.py": {"detcal.reports.detections_csv._column_names"},
-}
+PRIVATE_IMPORTS_PENDING: dict[str, set[str]] = {}
 
 # files whose imports inside functions are not all reasoned yet -> their owner
 LAZY_IMPORTS_PENDING: dict[str, str] = {

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from detcal.core.results import skipped_of
+from detcal.core.results import DiagnosticsBlock, Results, as_results
 from detcal.reports.html.fmt import cell, esc, is_number, num, num_attr, table, text
 from detcal.reports.html.svg import curve_svg
 
@@ -282,12 +282,13 @@ def _label_errors(le: Mapping[str, Any], image_dir: Path | None) -> str:
     return "".join(out)
 
 
-def diagnosis_section(m: Mapping[str, Any], image_dir: Path | None) -> str:
-    """The diagnosis section ("" when the run has no ``diagnostics``)."""
-    d = m.get("diagnostics") or {}
-    if not d or skipped_of(d) is not None:
+def diagnosis_section(results: Results | Mapping[str, Any], image_dir: Path | None) -> str:
+    """The diagnosis section ("" when the run has no ``diagnostics``, or they were skipped)."""
+    res = as_results(results)
+    d = res.diagnostics
+    if not isinstance(d, DiagnosticsBlock) or not d.entries:
         return ""
-    names = _names(m)
+    names = _names(res.content)
     parts = ["<h2 id=diagnosis>Diagnosis: why is it miscalibrated?</h2>"]
     if d.get("findings"):
         parts.append("<ul class=findings>" + "".join(f"<li>{esc(f)}</li>" for f in d["findings"]) + "</ul>")

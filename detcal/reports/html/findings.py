@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from detcal.core.results import skipped_of
+from detcal.core.results import (
+    CalibrationEvaluationBlock,
+    ConfidenceBlock,
+    DiagnosticsBlock,
+    Results,
+    as_results,
+    shown,
+)
+from detcal.core.types import MetricResult
 from detcal.reports.diagnosis_facts import TYPE_NAMES, costliest_error, largest_miscalibration
 from detcal.reports.html.fmt import ci_text, esc, is_number, num, num_attr
 
@@ -17,11 +25,17 @@ def _pct(v: Any) -> str:
     return f"<span class=n{num_attr(v)}>{100 * v:.1f}%</span>" if is_number(v) else "<span>–</span>"
 
 
-def _first_block(conf: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
-    for label, blk in (conf or {}).items():
-        if isinstance(blk, Mapping) and skipped_of(blk) is None and "ece" in blk:
-            return label, blk
-    return None
+def _first_ece(res: Results) -> tuple[str, MetricResult] | None:
+    """(label, ECE) of the first computed confidence threshold; calibrate: (``before``, the ECE before)."""
+    if res.confidence:
+        for label, blk in res.confidence.items():
+            ece = blk.metric("ece") if isinstance(blk, ConfidenceBlock) else None
+            if ece is not None:
+                return label, ece
+        return None
+    ev = res.evaluation
+    ece = ev.before("confidence").get("ece") if isinstance(ev, CalibrationEvaluationBlock) else None
+    return ("before", ece) if isinstance(ece, MetricResult) else None
 
 
 def _when(label: str) -> str:
@@ -31,10 +45,9 @@ def _when(label: str) -> str:
     return f"At {esc(label)}"
 
 
-def _bin_sentences(label: str, ece: Mapping[str, Any]) -> list[str]:
+def _bin_sentences(label: str, ece: MetricResult) -> list[str]:
     """Where the confidence is too high or too low, from the ECE bins."""
-    t = ece.get("table") or {}
-    count, prec, conf = t.get("count") or [], t.get("precision") or [], t.get("confidence") or []
+    count, prec, conf = (shown(ece.table.get(k)) or [] for k in ("count", "precision", "confidence"))
     n_bins = len(count)
     rows = [
         (b, count[b], prec[b], conf[b]) for b in range(n_bins) if is_number(prec[b]) and is_number(conf[b]) and count[b]
@@ -174,22 +187,23 @@ def _diagnosis_sentences(diag: Any) -> list[str]:
     return out
 
 
-def findings(m: Mapping[str, Any]) -> list[str]:
+def findings(results: Results | Mapping[str, Any]) -> list[str]:
     """HTML sentences, most important first."""
+    res = as_results(results)
+    m = res.content
     out: list[str] = []
     for name, h in list((m.get("headline") or {}).items())[:3]:
         s = _headline_sentence(name, h) if isinstance(h, Mapping) else ""
         if s:
             out.append(s)
-    conf = m.get("confidence") or ((m.get("evaluation") or {}).get("confidence") or {}).get("before")
-    if isinstance(conf, Mapping) and "ece" in conf:  # calibrate: one block per stage
-        conf = {"before": conf}
-    first = _first_block(conf or {})
+    first = _first_ece(res)
     if first:
-        out += _bin_sentences(first[0], first[1]["ece"])
-    out += _diagnosis_sentences(m.get("diagnostics"))
+        out += _bin_sentences(*first)
+    diag = res.diagnostics
+    out += _diagnosis_sentences(diag.entries if isinstance(diag, DiagnosticsBlock) else None)
     out += _map_sentences(m.get("dece_maps") or {})
-    out += _change_sentences(((m.get("evaluation") or {}).get("confidence") or {}).get("change") or {})
+    ev = res.evaluation
+    out += _change_sentences(ev.change("confidence") if isinstance(ev, CalibrationEvaluationBlock) else {})
     out += _best_sentences(m.get("table"))
     out += _diff_sentences(m.get("differences"))
     worst = m.get("worst_detections") or {}

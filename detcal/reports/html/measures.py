@@ -6,19 +6,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from detcal.core.results import Block, CalibrationEvaluationBlock, ConfidenceBlock, Results, as_results
 from detcal.reports.html.fmt import ci_text, esc, num_attr, table
 from detcal.reports.measure_rows import ARROWS, MeasureRow, measure_rows
 
 __all__ = ["confidence_measures"]
 
 
-def _blocks(m: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    """{column label: confidence block}: evaluate's thresholds, or calibrate's before/after blocks."""
-    conf = m.get("confidence")
-    if isinstance(conf, Mapping) and conf:
-        return {str(k): v for k, v in conf.items() if isinstance(v, Mapping)}
-    stages = (m.get("evaluation") or {}).get("confidence") or {}
-    return {k: v for k, v in stages.items() if k in ("before", "after") and isinstance(v, Mapping)}
+def _blocks(res: Results) -> dict[str, Block | Mapping[str, Any]]:
+    """{column label: confidence block}: evaluate's thresholds (a skipped one an empty column), or calibrate's
+    before/after leaves."""
+    if res.confidence:
+        return {str(k): v if isinstance(v, ConfidenceBlock) else {} for k, v in res.confidence.items()}
+    ev = res.evaluation
+    if not isinstance(ev, CalibrationEvaluationBlock):
+        return {}
+    return {k: v for k, v in (("before", ev.before("confidence")), ("after", ev.after("confidence"))) if v}
 
 
 def _cell(row: MeasureRow | None) -> str:
@@ -28,9 +31,9 @@ def _cell(row: MeasureRow | None) -> str:
     return f"<td class=n{num_attr(row.value)}>{esc(row.text)} {ci}</td>"
 
 
-def confidence_measures(m: Mapping[str, Any]) -> str:
+def confidence_measures(results: Results | Mapping[str, Any]) -> str:
     """Every registered confidence measure present in the run, its value and interval per threshold."""
-    per = {label: {r.name: r for r in measure_rows(b)} for label, b in _blocks(m).items()}
+    per = {label: {r.name: r for r in measure_rows(b)} for label, b in _blocks(as_results(results)).items()}
     names = list(dict.fromkeys(n for rows in per.values() for n in rows))
     if not names:
         return ""

@@ -13,7 +13,7 @@ from typing import Any
 
 import detcal.reports.html.protocol as proto
 import detcal.reports.html.sections as sec
-from detcal.core.results import Results, as_results, is_description
+from detcal.core.results import CalibratorsBlock, Results, as_results, is_description
 from detcal.reports.html.diagnosis import diagnosis_section
 from detcal.reports.html.findings import findings
 from detcal.reports.html.fmt import cell, esc, is_number, num, pct_cell, table
@@ -298,7 +298,7 @@ def render_report(
     rd = None if run_dir is None else Path(run_dir)
     own = _own_page(m, rd, extra_files or [])
     if own is not None:
-        return _page(m, own)
+        return html_page(res, own)
     if image_dir is None and _own_run(m, rd):  # a metrics.json from elsewhere never picks the image folder
         image_dir = ((m.get("config") or {}).get("data") or {}).get("image_dir")
     img = Path(image_dir) if image_dir else None
@@ -310,21 +310,21 @@ def render_report(
         else ""
     )
     pc_html = _guard("per-class", sec.per_class, m, pc_figs)
-    facts = _guard("findings", findings, m) or []
-    first = [_guard("headline", sec.headline, m), _guard("reliability", sec.confidence_figures, m, "first")]
+    facts = _guard("findings", findings, res) or []
+    first = [_guard("headline", sec.headline, m), _guard("reliability", sec.confidence_figures, res, "first")]
     overlay = [f for f in files if "overlay" in f]
     if not first[1] and overlay:  # compare: the overlaid reliability diagrams on the first screen
         first[1] = "<div class=figs>" + "".join(_png_figs(rd, overlay)) + "</div>"
     rest = [
-        _guard("confidence measures", confidence_measures, m),
-        _guard("confidence", sec.confidence_figures, m, "rest"),
+        _guard("confidence measures", confidence_measures, res),
+        _guard("confidence", sec.confidence_figures, res, "rest"),
         _guard("worst detections", worst_section, m, img),
-        _guard("diagnosis", diagnosis_section, m, img),
+        _guard("diagnosis", diagnosis_section, res, img),
         pc_html,
-        _guard("protocol accuracy", proto.protocol_accuracy, m),
+        _guard("protocol accuracy", proto.protocol_accuracy, res),
         _guard("accuracy", sec.accuracy, res),
         _guard("box uncertainty", sec.regression, res),
-        _guard("change", sec.change, m),
+        _guard("change", sec.change, res),
         _guard("Table 1", sec.table1, m),
         _guard("compare", sec.compare, m),
         _guard("other results", generic_section, m, [k for k in m if k not in sec.KNOWN_KEYS]),
@@ -341,7 +341,7 @@ def render_report(
         + "</div></section>"
         + "".join(rest)
     )
-    return _page(m, body)
+    return html_page(res, body)
 
 
 def _files_section(m: Mapping[str, Any]) -> str:
@@ -364,13 +364,14 @@ def _own_page(m: Mapping[str, Any], rd: Path | None, extra_files: list[tuple[str
     return None
 
 
-def _page(m: Mapping[str, Any], body: str) -> str:
+def html_page(results: Results | Mapping[str, Any], body: str) -> str:
     """The document around ``body``: header with the data line and the section links, footer."""
+    res = as_results(results)
+    m = res.content
     title = f"{m.get('command', 'detcal')} report"
     sub = _data_line(m.get("data"))
-    cal_node = m.get("calibrators")
-    cal: Mapping[str, Any] = cal_node if isinstance(cal_node, Mapping) else {}
-    names = [f"{k} {v['name']}" for k, v in cal.items() if isinstance(v, Mapping) and isinstance(v.get("name"), str)]
+    roles = res.calibrators
+    names = [f"{k} {n}" for k, n in roles.fitted().items()] if isinstance(roles, CalibratorsBlock) else []
     if names:
         sub += " · calibrators: " + esc(", ".join(names))
     return (

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from detcal.core.results import AccuracyBlock, Results, as_results
 from detcal.reports.html.fmt import cell, esc, num, table, text
 
 __all__ = ["protocol_accuracy"]
@@ -111,15 +112,17 @@ def _voc(acc: Mapping[str, Any], names: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
-def protocol_accuracy(m: Mapping[str, Any]) -> str:
+def protocol_accuracy(results: Results | Mapping[str, Any]) -> str:
     """The protocol blocks of ``accuracy`` (``lvis_ap``, ``calibration_by_frequency``, ``openimages_ap``,
     ``voc_ap``) with their definition, or empty when the run has none."""
-    acc = m.get("accuracy")
-    if not isinstance(acc, Mapping):
+    res = as_results(results)
+    acc = res.accuracy
+    if not isinstance(acc, AccuracyBlock):
         return ""
-    names = _names(m)
-    body = _lvis(acc) + _openimages(acc, names) + _voc(acc, names)
+    names, proto = _names(res.content), acc.protocol()
+    body = _lvis(proto) + _openimages(proto, names) + _voc(proto, names)
     if not body:
         return ""
-    note = f"<p class=note>{esc(acc['definition'])}</p>" if isinstance(acc.get("definition"), str) else ""
+    definition = acc.get("definition")
+    note = f"<p class=note>{esc(definition)}</p>" if isinstance(definition, str) else ""
     return "<h2 id=protocol-accuracy>Accuracy under the dataset's protocol</h2>" + note + body

@@ -5,7 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from detcal.core.results import AccuracyBlock, LocalisationBlock, Results, as_results, is_description, shown
+from detcal.core.results import (
+    AccuracyBlock,
+    CalibrationEvaluationBlock,
+    ConfidenceBlock,
+    LocalisationBlock,
+    Results,
+    as_results,
+    is_description,
+    shown,
+)
 from detcal.core.types import MetricResult, Skipped
 from detcal.reports.html.fmt import cell, ci_text, esc, num, table
 from detcal.reports.html.svg import curve_svg, heatmap_svg, reliability_svg
@@ -89,23 +98,32 @@ def headline(m: Mapping[str, Any]) -> str:
     return "<h2 id=headline>Headline</h2>" + table(["metric", "value", "interval", "level", "source"], rows, raw=True)
 
 
-def _conf_stages(m: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    """{stage label: {iou label: block}}: evaluate has one stage, calibrate two (before, after)."""
-    if isinstance(m.get("confidence"), Mapping) and m["confidence"]:
-        return {"": m["confidence"]}
-    conf = (m.get("evaluation") or {}).get("confidence") or {}
-    return {k: {"": v} for k, v in conf.items() if k in ("before", "after") and isinstance(v, Mapping)}
+def _conf_stages(res: Results) -> dict[str, dict[str, Any]]:
+    """{stage label: {iou label: ECE leaf}}: evaluate has one stage, calibrate two (before, after)."""
+    if res.confidence:
+        return {"": {lbl: b.metric("ece") for lbl, b in res.confidence.items() if isinstance(b, ConfidenceBlock)}}
+    ev = res.evaluation
+    if not isinstance(ev, CalibrationEvaluationBlock):
+        return {}
+    stages = (("before", ev.before("confidence")), ("after", ev.after("confidence")))
+    return {stage: {"": got.get("ece")} for stage, got in stages if got}
 
 
-def confidence_figures(m: Mapping[str, Any], part: str = "all") -> str:
+def _ci(m: MetricResult) -> list[Any] | None:
+    """A leaf's interval as metrics.json writes it (None where an end is undefined)."""
+    return None if m.ci is None else [shown(x) for x in m.ci]
+
+
+def confidence_figures(results: Results | Mapping[str, Any], part: str = "all") -> str:
     """Reliability diagram per threshold (and stage) and the D-ECE maps. ``part``: ``first`` (the first
     threshold / stage only, for the first screen), ``rest`` (the others) or ``all``."""
+    res = as_results(results)
+    m = res.content
     figs = []
-    for stage, blocks in _conf_stages(m).items():  # the first threshold of each stage (before, after) first
+    for stage, eces in _conf_stages(res).items():  # the first threshold of each stage (before, after) first
         k = 0
-        for label, blk in blocks.items():
-            ece = (blk or {}).get("ece") if isinstance(blk, Mapping) else None
-            if not isinstance(ece, Mapping) or not ece.get("table"):
+        for label, ece in eces.items():
+            if not isinstance(ece, MetricResult) or not ece.table:
                 continue
             k += 1
             if (part == "first" and k > 1) or (part == "rest" and k == 1):
@@ -113,9 +131,9 @@ def confidence_figures(m: Mapping[str, Any], part: str = "all") -> str:
             name = " ".join(x for x in (stage, label) if x)
             figs.append(
                 _fig(
-                    reliability_svg(ece["table"], f"reliability {name}"),
+                    reliability_svg({c: shown(v) for c, v in ece.table.items()}, f"reliability {name}"),
                     f"Reliability {esc(name)}: precision per confidence bin (blue), gap (red), detections "
-                    f"per bin (grey). ECE {num(ece.get('value'))} {ci_text(ece.get('ci'))}",
+                    f"per bin (grey). ECE {num(shown(ece.value))} {ci_text(_ci(ece))}",
                 )
             )
     for j, (label, per) in enumerate((m.get("dece_maps") or {}).items()):
@@ -227,12 +245,14 @@ def accuracy(results: Results | Mapping[str, Any]) -> str:
     return "".join(out)
 
 
-def change(m: Mapping[str, Any]) -> str:
+def change(results: Results | Mapping[str, Any]) -> str:
     """Calibrate: before, after and the paired difference with its interval, per metric."""
-    ev = m.get("evaluation") or {}
+    ev = as_results(results).evaluation
+    if not isinstance(ev, CalibrationEvaluationBlock):
+        return ""
     out = []
-    for part in ("confidence", "regression"):
-        ch = (ev.get(part) or {}).get("change") or {}
+    for part in ev.PARTS:
+        ch = ev.change(part)
         rows = [
             [name, c.get("a"), c.get("b"), c.get("difference"), c.get("ci"), c.get("excludes_zero")]
             for name, c in ch.items()
