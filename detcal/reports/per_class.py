@@ -149,10 +149,7 @@ def plot_per_class_reliability(
     ``samples``: label -> ``(p, y, category)`` (one detector, or several
     overlaid). Returns the matplotlib figure (saved to ``path`` when given).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from detcal.reports.plots import agg_figure, fixed_margins, save_png
 
     if not samples:
         raise DetcalInputError("no samples to plot", field="samples")
@@ -161,7 +158,11 @@ def plot_per_class_reliability(
     top = most_frequent(first[2], top_n)
     ncol = int(np.ceil(np.sqrt(max(len(top), 1))))
     nrow = int(np.ceil(max(len(top), 1) / ncol))
-    fig, axes = plt.subplots(nrow, ncol, figsize=(3.2 * ncol, 3.0 * nrow), squeeze=False)
+    fig = agg_figure(3.2 * ncol, 3.0 * nrow, dpi=110)
+    axes = fig.subplots(nrow, ncol, squeeze=False)
+    # fixed margins (no layout engine: one draw when saved): tick labels and axis labels left and below each
+    # panel, its title above
+    fixed_margins(fig, left=0.62, right=0.18, bottom=0.5, top=0.3, wspace=0.72, hspace=0.72)
     names = names or {}
     for ax, c in zip(axes.flat, top):
         curves = {lab: reliability_curve(p[cat == c], y[cat == c], bins) for lab, (p, y, cat) in checked.items()}
@@ -170,12 +171,8 @@ def plot_per_class_reliability(
         ax.axis("off")
     if len(checked) > 1:
         axes.flat[0].legend(fontsize=7)
-    fig.tight_layout()
     if path is not None:
-        from detcal.utils.io import save_figure
-
-        save_figure(fig, path, dpi=110)
-        plt.close(fig)
+        save_png(fig, path, dpi=110)
     return fig
 
 

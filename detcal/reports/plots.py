@@ -40,6 +40,9 @@ from detcal.core.errors import DetcalInputError
 from detcal.utils.io import write_bytes
 
 __all__ = [
+    "agg_figure",
+    "fixed_margins",
+    "save_png",
     "marginal_gap_map",
     "reliability_diagram",
     "dece_heatmaps",
@@ -62,23 +65,60 @@ def _vec(a: Any, name: str, n: int | None = None) -> np.ndarray:
     return arr
 
 
-def _figure(width: float, height: float) -> Any:
-    """A matplotlib Figure bound to an Agg canvas (lazy import, no pyplot)."""
+def agg_figure(width: float, height: float, dpi: float = _DPI) -> Any:
+    """A matplotlib Figure bound to an Agg canvas (imported here, not at start-up; no pyplot: importing
+    it costs more and keeps global state)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height), dpi=_DPI)
+    fig = Figure(figsize=(width, height), dpi=dpi)
     FigureCanvasAgg(fig)
     return fig
 
 
-def _save(fig: Any, path: str | os.PathLike) -> Path:
-    """Render ``fig`` to PNG bytes and write them atomically to ``path``."""
+_figure = agg_figure
+
+
+def fixed_margins(
+    fig: Any, left: float, right: float, bottom: float, top: float, wspace: float = 0.0, hspace: float = 0.0
+) -> None:
+    """Place ``fig``'s subplot grid by margins and gaps in inches (no layout engine).
+
+    A layout engine (``tight_layout``, constrained layout) measures every text
+    of the figure and then has the figure drawn twice when saved; the figures
+    here have a fixed size and labels of known extent, so fixed margins place
+    them at the cost of nothing. ``wspace``/``hspace``: the gaps between
+    columns/rows of the grid, in inches."""
+    w, h = fig.get_size_inches()
+    rows, cols = _grid_shape(fig)
+    aw = max((w - left - right - (cols - 1) * wspace) / cols, 1e-3)
+    ah = max((h - bottom - top - (rows - 1) * hspace) / rows, 1e-3)
+    fig.subplots_adjust(
+        left=left / w, right=1 - right / w, bottom=bottom / h, top=1 - top / h, wspace=wspace / aw, hspace=hspace / ah
+    )
+
+
+def _grid_shape(fig: Any) -> tuple[int, int]:
+    for ax in fig.axes:
+        ss = ax.get_subplotspec()
+        if ss is not None:
+            return ss.get_topmost_subplotspec().get_gridspec().get_geometry()
+    return 1, 1
+
+
+def save_png(fig: Any, path: str | os.PathLike, dpi: float = _DPI) -> Path:
+    """Render ``fig`` to PNG bytes (one draw; zlib level 1, which costs a fraction of the default level
+    and leaves flat-coloured figures a little larger) and write them atomically to ``path``."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=_DPI)
+    fig.savefig(buf, format="png", dpi=dpi, pil_kwargs={"compress_level": 1})
     path = Path(path)
     write_bytes(path, buf.getvalue())
     return path
+
+
+def _save(fig: Any, path: str | os.PathLike) -> Path:
+    """Render ``fig`` to PNG bytes and write them atomically to ``path``."""
+    return save_png(fig, path)
 
 
 def _no_data(ax: Any, text: str = "no samples") -> None:
@@ -119,7 +159,7 @@ def reliability_diagram(
     prec = _vec(precision, "precision", b)
     e = np.linspace(0.0, 1.0, b + 1) if edges is None else _vec(edges, "edges", b + 1)
     fig = _figure(5.0, 6.0)
-    gs = fig.add_gridspec(2, 1, height_ratios=(3, 1), hspace=0.08)
+    gs = fig.add_gridspec(2, 1, height_ratios=(3, 1))
     ax = fig.add_subplot(gs[0])
     axh = fig.add_subplot(gs[1], sharex=ax)
     ax.plot([0, 1], [0, 1], ls="--", color="0.3", lw=1, label="identity")
@@ -155,8 +195,10 @@ def reliability_diagram(
     ax.tick_params(labelbottom=False)
     axh.set_xlabel("confidence")
     axh.set_ylabel("samples")
-    # room for the histogram's tick labels and its label (cut off under the fixed margins)
-    fig.set_layout_engine("constrained", hspace=0.01)
+    # room for the histogram's tick labels (up to six digits; larger counts are drawn with an offset) and its
+    # label on the left, the two-line title on top
+    digits = len(str(int(n.max()))) if b and not log_counts else 4
+    fixed_margins(fig, left=0.42 + 0.066 * min(max(digits, 3), 6), right=0.15, bottom=0.5, top=0.5, hspace=0.28)
     return _save(fig, path)
 
 
@@ -244,6 +286,8 @@ def dece_heatmaps(
     k = max(len(names), 1)
     fig = _figure(4.6 * k, 4.4)
     axes = [fig.add_subplot(1, k, i + 1) for i in range(k)]
+    # the colour bar, its ticks and its label right of each map, the next map's axis label beyond
+    fixed_margins(fig, left=0.62, right=0.8, bottom=0.5, top=0.75, wspace=1.45)
     if not names:
         _no_data(axes[0])
     from matplotlib.colors import LinearSegmentedColormap
@@ -257,7 +301,8 @@ def dece_heatmaps(
     for ax, name in zip(axes, names):
         _gap_panel(fig, ax, name, maps[name], sample_threshold, vmax, cmap, grey)
     fig.suptitle(f"{title} (D-ECE = {_fmt(dece)})", fontsize=10)
-    fig.tight_layout()
+    if any(ax.get_legend() is not None for ax in axes):  # the legend of the grey cells under the maps
+        fixed_margins(fig, left=0.62, right=0.8, bottom=0.78, top=0.75, wspace=1.45)
     return _save(fig, path)
 
 
