@@ -121,7 +121,7 @@ def plot_reliability(ax: Any, curves: Mapping[str, Mapping[str, np.ndarray]], ti
     ax.set_xlabel("confidence")
     ax.set_ylabel("precision")
     if title:
-        ax.set_title(short_label(title, 2 * LABEL_CHARS), fontsize=9)
+        ax.set_title(short_label(title, 2 * LABEL_CHARS), fontsize=9, y=1.0)
 
 
 LABEL_CHARS = 40

@@ -191,7 +191,7 @@ def reliability_diagram(
     ax.set_ylim(0, 1)
     ax.set_ylabel("precision")
     ax.legend(loc="upper left", fontsize=8)
-    ax.set_title(f"{title}\nECE = {_fmt(ece)}  (B = {b}, N = {int(n.sum())})", fontsize=10)
+    ax.set_title(f"{title}\nECE = {_fmt(ece)}  (B = {b}, N = {int(n.sum())})", fontsize=10, y=1.0)
     ax.tick_params(labelbottom=False)
     axh.set_xlabel("confidence")
     axh.set_ylabel("samples")
@@ -257,7 +257,7 @@ def _gap_panel(
         _no_data(ax)
     ax.set_xlabel(ax_names[0])
     ax.set_ylabel(ax_names[1] + (" (0 = top)" if down else ""))
-    ax.set_title(name, fontsize=9)
+    ax.set_title(name, fontsize=9, y=1.0)
 
 
 def dece_heatmaps(
@@ -357,7 +357,7 @@ def rmse_rmv_diagram(
         else:
             _no_data(ax)
         e = None if ence is None else ence.get(name)
-        ax.set_title(f"{name}: ENCE = {_fmt(e)} (B = {int(ok.sum())})", fontsize=9)
+        ax.set_title(f"{name}: ENCE = {_fmt(e)} (B = {int(ok.sum())})", fontsize=9, y=1.0)
         ax.set_xlabel("RMV")
         ax.set_ylabel("RMSE")
     fig.suptitle(title, fontsize=10)
@@ -399,7 +399,7 @@ def qce_coverage_diagram(
     ax.set_ylim(0, 1)
     ax.set_xlabel("tau (nominal coverage)")
     ax.set_ylabel("observed coverage")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=10, y=1.0)
     ax.legend(loc="upper left", fontsize=7)
     fig.tight_layout()
     return _save(fig, path)
@@ -439,7 +439,7 @@ def retention_diagram(
     ax.set_xlim(0, 1)
     ax.set_xlabel("retained fraction")
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=10, y=1.0)
     if drawn:
         ax.legend(fontsize=7)
     fig.tight_layout()
