@@ -198,7 +198,7 @@ def reliability_diagram(
     # room for the histogram's tick labels (up to six digits; larger counts are drawn with an offset) and its
     # label on the left, the two-line title on top
     digits = len(str(int(n.max()))) if b and not log_counts else 4
-    fixed_margins(fig, left=0.42 + 0.066 * min(max(digits, 3), 6), right=0.15, bottom=0.5, top=0.5, hspace=0.28)
+    fixed_margins(fig, left=0.36 + 0.0885 * min(max(digits, 3), 6), right=0.15, bottom=0.5, top=0.5, hspace=0.28)
     return _save(fig, path)
 
 
