@@ -11,6 +11,7 @@ overlaid in each panel). Loops run over classes only.
 
 from __future__ import annotations
 
+import io
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -20,6 +21,8 @@ import numpy as np
 from detcal.core.errors import DetcalInputError
 from detcal.core.results import is_description
 from detcal.metrics.confidence import SparseCellsWarning, brier, ece, mce
+from detcal.reports.plots import agg_figure, fixed_margins
+from detcal.utils.io import write_bytes
 
 
 def _check(p: Any, y: Any, category: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -153,8 +156,6 @@ def plot_per_class_reliability(
     cell to cell (its ticks, labels and style made once: a fraction of the
     cost of a grid of axes), and ``None`` is returned.
     """
-    from detcal.reports.plots import agg_figure, fixed_margins
-
     if not samples:
         raise DetcalInputError("no samples to plot", field="samples")
     checked = {k: _check(*v) for k, v in samples.items()}
@@ -205,12 +206,7 @@ def _draw_panels(
     axes: the first panel makes its artists (:func:`plot_reliability`), each later one moves the axes to its
     cell and sets the curves' data and the title. The figure's background is drawn once; empty cells stay
     blank, as the grid's axes turned off."""
-    import io
-
-    from matplotlib.image import imsave
-
-    from detcal.reports.plots import fixed_margins
-    from detcal.utils.io import write_bytes
+    from matplotlib.image import imsave  # matplotlib only where a figure is drawn (not at start-up)
 
     renderer = fig.canvas.get_renderer()
     renderer.clear()

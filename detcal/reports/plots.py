@@ -76,9 +76,6 @@ def agg_figure(width: float, height: float, dpi: float = _DPI) -> Any:
     return fig
 
 
-_figure = agg_figure
-
-
 def fixed_margins(
     fig: Any, left: float, right: float, bottom: float, top: float, wspace: float = 0.0, hspace: float = 0.0
 ) -> None:
@@ -158,7 +155,7 @@ def reliability_diagram(
     conf = _vec(confidence, "confidence", b)
     prec = _vec(precision, "precision", b)
     e = np.linspace(0.0, 1.0, b + 1) if edges is None else _vec(edges, "edges", b + 1)
-    fig = _figure(5.0, 6.0)
+    fig = agg_figure(5.0, 6.0)
     gs = fig.add_gridspec(2, 1, height_ratios=(3, 1))
     ax = fig.add_subplot(gs[0])
     axh = fig.add_subplot(gs[1], sharex=ax)
@@ -284,7 +281,7 @@ def dece_heatmaps(
     """
     names = list(maps)
     k = max(len(names), 1)
-    fig = _figure(4.6 * k, 4.4)
+    fig = agg_figure(4.6 * k, 4.4)
     axes = [fig.add_subplot(1, k, i + 1) for i in range(k)]
     # the colour bar, its ticks and its label right of each map, the next map's axis label beyond
     fixed_margins(fig, left=0.62, right=0.8, bottom=0.5, top=0.75, wspace=1.45)
@@ -326,7 +323,7 @@ def rmse_rmv_diagram(
     k = max(len(names), 1)
     rows = math.ceil(k / 2)
     cols = 1 if k == 1 else 2
-    fig = _figure(4.2 * cols, 3.8 * rows)
+    fig = agg_figure(4.2 * cols, 3.8 * rows)
     axes = [fig.add_subplot(rows, cols, i + 1) for i in range(k)]
     if not names:
         _no_data(axes[0])
@@ -381,7 +378,7 @@ def qce_coverage_diagram(
     name (tx, ..., joint) to [L].
     """
     t = _vec(tau, "tau")
-    fig = _figure(5.0, 4.6)
+    fig = agg_figure(5.0, 4.6)
     ax = fig.add_subplot(1, 1, 1)
     ax.plot([0, 1], [0, 1], ls="--", color="0.3", lw=1, label="identity")
     drawn = False
@@ -419,7 +416,7 @@ def retention_diagram(
     Malinin et al. 2021, Lakara et al.) shown in the legend, and
     ``"oracle": [R]`` (the curve when dropping by the true error) drawn dashed.
     """
-    fig = _figure(5.0, 4.2)
+    fig = agg_figure(5.0, 4.2)
     ax = fig.add_subplot(1, 1, 1)
     drawn = False
     for name, c in curves.items():
