@@ -40,6 +40,9 @@ from detcal.core.errors import DetcalInputError
 from detcal.utils.io import write_bytes
 
 __all__ = [
+    "agg_figure",
+    "fixed_margins",
+    "save_png",
     "marginal_gap_map",
     "reliability_diagram",
     "dece_heatmaps",
@@ -62,23 +65,57 @@ def _vec(a: Any, name: str, n: int | None = None) -> np.ndarray:
     return arr
 
 
-def _figure(width: float, height: float) -> Any:
-    """A matplotlib Figure bound to an Agg canvas (lazy import, no pyplot)."""
+def agg_figure(width: float, height: float, dpi: float = _DPI) -> Any:
+    """A matplotlib Figure bound to an Agg canvas (imported here, not at start-up; no pyplot: importing
+    it costs more and keeps global state)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height), dpi=_DPI)
+    fig = Figure(figsize=(width, height), dpi=dpi)
     FigureCanvasAgg(fig)
     return fig
 
 
-def _save(fig: Any, path: str | os.PathLike) -> Path:
-    """Render ``fig`` to PNG bytes and write them atomically to ``path``."""
+def fixed_margins(
+    fig: Any, left: float, right: float, bottom: float, top: float, wspace: float = 0.0, hspace: float = 0.0
+) -> None:
+    """Place ``fig``'s subplot grid by margins and gaps in inches (no layout engine).
+
+    A layout engine (``tight_layout``, constrained layout) measures every text
+    of the figure and then has the figure drawn twice when saved; the figures
+    here have a fixed size and labels of known extent, so fixed margins place
+    them at the cost of nothing. ``wspace``/``hspace``: the gaps between
+    columns/rows of the grid, in inches."""
+    w, h = fig.get_size_inches()
+    rows, cols = _grid_shape(fig)
+    aw = max((w - left - right - (cols - 1) * wspace) / cols, 1e-3)
+    ah = max((h - bottom - top - (rows - 1) * hspace) / rows, 1e-3)
+    fig.subplots_adjust(
+        left=left / w, right=1 - right / w, bottom=bottom / h, top=1 - top / h, wspace=wspace / aw, hspace=hspace / ah
+    )
+
+
+def _grid_shape(fig: Any) -> tuple[int, int]:
+    for ax in fig.axes:
+        ss = ax.get_subplotspec()
+        if ss is not None:
+            return ss.get_topmost_subplotspec().get_gridspec().get_geometry()
+    return 1, 1
+
+
+def save_png(fig: Any, path: str | os.PathLike, dpi: float = _DPI) -> Path:
+    """Render ``fig`` to PNG bytes (one draw; zlib level 1, which costs a fraction of the default level
+    and leaves flat-coloured figures a little larger) and write them atomically to ``path``."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=_DPI)
+    fig.savefig(buf, format="png", dpi=dpi, pil_kwargs={"compress_level": 1})
     path = Path(path)
     write_bytes(path, buf.getvalue())
     return path
+
+
+def _save(fig: Any, path: str | os.PathLike) -> Path:
+    """Render ``fig`` to PNG bytes and write them atomically to ``path``."""
+    return save_png(fig, path)
 
 
 def _no_data(ax: Any, text: str = "no samples") -> None:
@@ -118,8 +155,8 @@ def reliability_diagram(
     conf = _vec(confidence, "confidence", b)
     prec = _vec(precision, "precision", b)
     e = np.linspace(0.0, 1.0, b + 1) if edges is None else _vec(edges, "edges", b + 1)
-    fig = _figure(5.0, 6.0)
-    gs = fig.add_gridspec(2, 1, height_ratios=(3, 1), hspace=0.08)
+    fig = agg_figure(5.0, 6.0)
+    gs = fig.add_gridspec(2, 1, height_ratios=(3, 1))
     ax = fig.add_subplot(gs[0])
     axh = fig.add_subplot(gs[1], sharex=ax)
     ax.plot([0, 1], [0, 1], ls="--", color="0.3", lw=1, label="identity")
@@ -151,12 +188,14 @@ def reliability_diagram(
     ax.set_ylim(0, 1)
     ax.set_ylabel("precision")
     ax.legend(loc="upper left", fontsize=8)
-    ax.set_title(f"{title}\nECE = {_fmt(ece)}  (B = {b}, N = {int(n.sum())})", fontsize=10)
+    ax.set_title(f"{title}\nECE = {_fmt(ece)}  (B = {b}, N = {int(n.sum())})", fontsize=10, y=1.0)
     ax.tick_params(labelbottom=False)
     axh.set_xlabel("confidence")
     axh.set_ylabel("samples")
-    # room for the histogram's tick labels and its label (cut off under the fixed margins)
-    fig.set_layout_engine("constrained", hspace=0.01)
+    # room for the histogram's tick labels (up to six digits; larger counts are drawn with an offset) and its
+    # label on the left, the two-line title on top
+    digits = len(str(int(n.max()))) if b and not log_counts else 4
+    fixed_margins(fig, left=0.36 + 0.0885 * min(max(digits, 3), 6), right=0.15, bottom=0.5, top=0.5, hspace=0.28)
     return _save(fig, path)
 
 
@@ -215,7 +254,7 @@ def _gap_panel(
         _no_data(ax)
     ax.set_xlabel(ax_names[0])
     ax.set_ylabel(ax_names[1] + (" (0 = top)" if down else ""))
-    ax.set_title(name, fontsize=9)
+    ax.set_title(name, fontsize=9, y=1.0)
 
 
 def dece_heatmaps(
@@ -242,8 +281,10 @@ def dece_heatmaps(
     """
     names = list(maps)
     k = max(len(names), 1)
-    fig = _figure(4.6 * k, 4.4)
+    fig = agg_figure(4.6 * k, 4.4)
     axes = [fig.add_subplot(1, k, i + 1) for i in range(k)]
+    # the colour bar, its ticks and its label right of each map, the next map's axis label beyond
+    fixed_margins(fig, left=0.62, right=0.8, bottom=0.5, top=0.75, wspace=1.45)
     if not names:
         _no_data(axes[0])
     from matplotlib.colors import LinearSegmentedColormap
@@ -257,7 +298,8 @@ def dece_heatmaps(
     for ax, name in zip(axes, names):
         _gap_panel(fig, ax, name, maps[name], sample_threshold, vmax, cmap, grey)
     fig.suptitle(f"{title} (D-ECE = {_fmt(dece)})", fontsize=10)
-    fig.tight_layout()
+    if any(ax.get_legend() is not None for ax in axes):  # the legend of the grey cells under the maps
+        fixed_margins(fig, left=0.62, right=0.8, bottom=0.78, top=0.75, wspace=1.45)
     return _save(fig, path)
 
 
@@ -281,7 +323,7 @@ def rmse_rmv_diagram(
     k = max(len(names), 1)
     rows = math.ceil(k / 2)
     cols = 1 if k == 1 else 2
-    fig = _figure(4.2 * cols, 3.8 * rows)
+    fig = agg_figure(4.2 * cols, 3.8 * rows)
     axes = [fig.add_subplot(rows, cols, i + 1) for i in range(k)]
     if not names:
         _no_data(axes[0])
@@ -312,7 +354,7 @@ def rmse_rmv_diagram(
         else:
             _no_data(ax)
         e = None if ence is None else ence.get(name)
-        ax.set_title(f"{name}: ENCE = {_fmt(e)} (B = {int(ok.sum())})", fontsize=9)
+        ax.set_title(f"{name}: ENCE = {_fmt(e)} (B = {int(ok.sum())})", fontsize=9, y=1.0)
         ax.set_xlabel("RMV")
         ax.set_ylabel("RMSE")
     fig.suptitle(title, fontsize=10)
@@ -336,7 +378,7 @@ def qce_coverage_diagram(
     name (tx, ..., joint) to [L].
     """
     t = _vec(tau, "tau")
-    fig = _figure(5.0, 4.6)
+    fig = agg_figure(5.0, 4.6)
     ax = fig.add_subplot(1, 1, 1)
     ax.plot([0, 1], [0, 1], ls="--", color="0.3", lw=1, label="identity")
     drawn = False
@@ -354,7 +396,7 @@ def qce_coverage_diagram(
     ax.set_ylim(0, 1)
     ax.set_xlabel("tau (nominal coverage)")
     ax.set_ylabel("observed coverage")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=10, y=1.0)
     ax.legend(loc="upper left", fontsize=7)
     fig.tight_layout()
     return _save(fig, path)
@@ -374,7 +416,7 @@ def retention_diagram(
     Malinin et al. 2021, Lakara et al.) shown in the legend, and
     ``"oracle": [R]`` (the curve when dropping by the true error) drawn dashed.
     """
-    fig = _figure(5.0, 4.2)
+    fig = agg_figure(5.0, 4.2)
     ax = fig.add_subplot(1, 1, 1)
     drawn = False
     for name, c in curves.items():
@@ -394,7 +436,7 @@ def retention_diagram(
     ax.set_xlim(0, 1)
     ax.set_xlabel("retained fraction")
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=10, y=1.0)
     if drawn:
         ax.legend(fontsize=7)
     fig.tight_layout()
