@@ -33,6 +33,7 @@ from detcal.binning.kernels import (  # noqa: F401  (NLL_CLIP is re-exported)
     term_into,
 )
 from detcal.core.errors import DetcalInputError
+from detcal.utils.memory import available_bytes, gib
 
 _FX_BITS = FX_BITS
 _FX_MASK = (1 << _FX_BITS) - 1
@@ -340,7 +341,6 @@ def grid_bytes(size: int, n_stats: int) -> int:
 
 def _check_grid_memory(size: int, bins: Any, n_cells: int, n_stats: int) -> None:
     """Refuse a grid whose arrays would not fit in the memory available, before allocating any of them."""
-    from detcal.utils.memory import available_bytes, gib
 
     need, have = grid_bytes(size, n_stats), available_bytes()
     if need > have:

@@ -87,6 +87,7 @@ RESULT_UNCERTAINTY_KEYS: tuple[str, ...] = (
 )
 """Optional uncertainty keys of a results record (module docstring)."""
 
+from detcal.data._fast_results import decode_instances, decode_results  # noqa: E402  (after the key tables)
 from detcal.data._json import (  # noqa: E402  (strict column helpers, shared with the chunked reader)
     TOP as _TOP,
     check_bounded as _check_bounded,
@@ -249,7 +250,6 @@ def load_coco_instances(path: PathLike) -> Dataset:
     pycocotools); :func:`to_pycocotools` builds the matching ``COCO`` object
     in memory when one is needed.
     """
-    from detcal.data._fast_results import decode_instances
 
     file = str(path)
     try:
@@ -259,7 +259,7 @@ def load_coco_instances(path: PathLike) -> Dataset:
     body = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
     fast = decode_instances(body)
     if fast is not None:  # typed records holding only the fields detcal reads
-        import msgspec
+        import msgspec  # lazy: msgspec kept out of start-up (only the fast JSON readers need it)
 
         bools = b"true" in body or b"false" in body
         images = _load_images(_Fields(fast.images, file, "images", msgspec.UNSET), file, bools)
@@ -332,7 +332,6 @@ def load_coco_results(path: PathLike, dataset: Dataset | None = None) -> Detecti
 
 def results_from_bytes(data: bytes, file: str, dataset: Dataset | None = None) -> Detections:
     """:class:`Detections` from the bytes of a results file (:func:`load_coco_results`)."""
-    from detcal.data._fast_results import decode_results
 
     fast = decode_results(data[3:] if data.startswith(b"\xef\xbb\xbf") else data)
     if fast is not None:
@@ -615,7 +614,7 @@ def write_coco_results(path: PathLike, dets: Detections) -> None:
 # --------------------------------------------------------------------------- pycocotools
 def to_pycocotools(dataset: Dataset) -> Any:
     """An in-memory ``pycocotools.coco.COCO`` built from ``dataset`` (quietly)."""
-    from pycocotools.coco import COCO
+    from pycocotools.coco import COCO  # lazy: pycocotools kept out of start-up
 
     coco = COCO()
     coco.dataset = dataset_to_coco_dict(dataset)
@@ -629,7 +628,7 @@ def results_to_pycocotools(coco_gt: Any, dets: Detections) -> Any:
 
     ``loadRes`` numbers the results 1..D in order and sets ``area = w * h``.
     """
-    from pycocotools.coco import COCO
+    from pycocotools.coco import COCO  # lazy: pycocotools kept out of start-up
 
     records = detections_to_coco_list(dets)
     with contextlib.redirect_stdout(io.StringIO()):

@@ -38,6 +38,7 @@ from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections, MetricResult
 from detcal.matching.blocks import factorize, float_key, group_codes, segment_starts, stable_argsort
 from detcal.matching.engine import match
+from detcal.utils.processes import map_in_processes
 
 IOU_THRESHOLDS: np.ndarray = np.linspace(0.5, 0.95, int(np.round((0.95 - 0.5) / 0.05)) + 1, endpoint=True)
 """pycocotools ``iouThrs`` (the same float values)."""
@@ -132,7 +133,6 @@ def coco_eval_arrays(
     ref = _RangeReference(dets, gt, base_ignore | _outside(area, AREA_RANGES["all"]), key_d, key_g, n_groups)
     orders = _max_dets_orders(rank, known & ref.m.considered, det_cat_k, K)
     ctx = (dataset, area, base_ignore, det_area, orders, gt_k, K, ref)
-    from detcal.utils.processes import map_in_processes
 
     parts = map_in_processes(_area_arrays, list(AREA_RANGES.values()), ctx, workers)
     return {

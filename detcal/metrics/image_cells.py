@@ -86,7 +86,7 @@ def image_cells(
     grids: dict[Hashable, list[str]] = {}
     for n in names:
         grids.setdefault(metric_fns[n].grid_key(*arrays), []).append(n)
-    import scipy.sparse as sp  # lazily: importing detcal.metrics stays light
+    import scipy.sparse as sp  # lazy: scipy kept out of start-up (importing detcal.metrics stays light)
 
     out: list[GridCells] = []
     for members in grids.values():

@@ -488,10 +488,10 @@ def markdown(c: Comparison, digits: int = 4) -> str:
 
 def plot(c: Comparison, path: Any = None) -> Any:
     """Overlaid reliability diagrams of all detectors (one panel)."""
-    import matplotlib  # lazily: matplotlib is needed for the figure only
+    import matplotlib  # lazy: matplotlib kept out of start-up (the figure only needs it)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib kept out of start-up
 
     fig, ax = plt.subplots(figsize=(4.5, 4.2))
     plot_reliability(ax, c.reliability, f"reliability at IoU {c.params['iou']}")

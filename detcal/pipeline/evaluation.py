@@ -38,11 +38,23 @@ from detcal.core.results import (
     UQDetrBlock,
 )
 from detcal.core.types import Dataset, Detections, MatchResult, MetricResult, Skipped
+from detcal.metrics.bootstrap import with_ci
 from detcal.metrics.measures import headline_names
+from detcal.metrics.regression import ence, m_qce, m_qce_joint, regression_metrics
+from detcal.metrics.spaces import regression_sample
+from detcal.pipeline.accuracy_block import accuracy_block, localisation_block
 from detcal.pipeline.confidence_block import confidence_blocks, dece_maps, threshold_label
+from detcal.pipeline.diagnostics_block import diagnostics_block
+from detcal.pipeline.input_checks import check_input
+from detcal.pipeline.oce_block import oce_block, per_image_rows, uq_detr_block
+from detcal.pipeline.parallel import distributed_rank, distributed_world, gather_shards, match_in_shards, parallel_match
 from detcal.pipeline.progress import Progress
-from detcal.pipeline.sources import LoadedData, load_coco, load_data, release_memory
+from detcal.pipeline.report_data import worst_block
+from detcal.pipeline.result import EvaluationResult
+from detcal.pipeline.sources import LoadedData, load_coco, load_data, release_memory, unknown_category_warning
+from detcal.pipeline.sparse_cells import SPARSE_MARK, log_once, sparse_cells_line
 from detcal.pipeline.spec import FEATURES, DataSpec, EvaluationSpec
+from detcal.reports.per_class import per_class_table
 
 if TYPE_CHECKING:
     from detcal.pipeline.result import EvaluationResult
@@ -76,7 +88,6 @@ def as_loaded(
     ``shard`` (rank, world): COCO results are read for that rank's image shard only (docs/scale.md).
     Input read from files (a DataSpec, paths) passes the checks of :mod:`detcal.pipeline.input_checks`
     (thresholds from the DataSpec; their defaults for paths)."""
-    from detcal.pipeline.input_checks import check_input
 
     if isinstance(gt, LoadedData):
         return gt
@@ -171,12 +182,10 @@ def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[Ma
         extra = [t_reg]
     par = spec.parallel
     if data.shard is None and (par.workers > 1 or par.distributed):
-        from detcal.pipeline.parallel import parallel_match
 
         def _match(th: Any) -> MatchResult:
             return parallel_match(m, dets, data, th, par.workers, par.distributed, par.shard_size)
     else:  # one process, or this rank's shard of a sharded read: image shards of par.shard_size, in turn
-        from detcal.pipeline.parallel import match_in_shards
 
         def _match(th: Any) -> MatchResult:
             return match_in_shards(m, dets, data, th, par.shard_size)
@@ -186,8 +195,6 @@ def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[Ma
     if reg_on and not isinstance(thresholds, list):
         mr_reg = _match([t_reg])
     if data.shard is not None:  # sharded reading (COCO results, IoU lists): gather every rank's shard
-        from detcal.pipeline.parallel import gather_shards
-
         mr = mr_reg = gather_shards(data, mr)
     return mr, mr_reg, extra
 
@@ -197,7 +204,6 @@ def _per_class(
 ) -> dict[str, Any]:
     """Per-class table (n, precision, mean confidence, ECE, MCE, Brier, AP) of the most frequent classes at
     the first evaluated threshold."""
-    from detcal.reports.per_class import per_class_table
 
     rows_t = [i for i, t in enumerate(mr.iou_thresholds) if not any(abs(float(t) - w) < 1e-9 for w in extra)]
     if not rows_t:
@@ -241,9 +247,6 @@ def _regression_block(
     spec: EvaluationSpec, data: LoadedData, mr: MatchResult, progress: Progress
 ) -> RegressionBlock | Skipped:
     """Box-uncertainty metrics (docs/metrics.md) with bootstrap intervals on the headline ones."""
-    from detcal.metrics.bootstrap import with_ci
-    from detcal.metrics.regression import ence, m_qce, m_qce_joint, regression_metrics
-    from detcal.metrics.spaces import regression_sample
 
     r, sb, bs = spec.regression, spec.sigma_binning, spec.bootstrap
     dets = data.detections
@@ -286,6 +289,7 @@ def _regression_block(
                 res["m_qce"]["joint"], _joint, g, sample.mu, sample.sigma, sample.y, sample.cov, **boot
             )
     out: dict[str, Any] = {m: dict(per) for m, per in res.items()}
+    # lazy: scipy kept out of start-up (coverage_block reads metrics.regression.coverage)
     from detcal.pipeline.coverage_block import coverage_block
 
     out.update(coverage_block(dets, data.dataset.gt, mr, t, r.space, r.coverage_level))
@@ -397,12 +401,9 @@ def _metric_warnings(conf: dict[str, ConfidenceBlock | Skipped], data: LoadedDat
     sample too): each also one log line."""
     out = []
     if data.dropped.get("unknown_category"):
-        from detcal.pipeline.sources import unknown_category_warning
-
         out.append(
             unknown_category_warning(data.provenance.get("results", "the results"), data.dropped["unknown_category"])
         )  # logged where it was loaded
-    from detcal.pipeline.sparse_cells import SPARSE_MARK, log_once, sparse_cells_line
 
     for lbl, blk in conf.items():
         if isinstance(blk, Skipped):
@@ -449,7 +450,6 @@ def _worst(
     """The worst-calibrated detections for the report (docs/metrics.md#worst-calibrated-detections)."""
     if not conf or no_pos or data.shard is not None:
         return {}
-    from detcal.pipeline.report_data import worst_block
 
     return worst_block(spec, data, mr, feats, conf)
 
@@ -468,7 +468,6 @@ def _diagnostics(
     d = spec.diagnostics
     if not (d.tide or d.confusion or d.operating_points):
         return Skipped("diagnostics.tide, .confusion and .operating_points are false"), {}
-    from detcal.pipeline.diagnostics_block import diagnostics_block
 
     t0 = time.perf_counter()
     out = diagnostics_block(spec, data, mr, feats, conf, loc)
@@ -492,8 +491,6 @@ def _load(gt: Any, results: Any, spec: EvaluationSpec, workdir: str | os.PathLik
     """The input as :class:`LoadedData`; under ``parallel.distributed``, this rank's shard of it."""
     shard = None
     if spec.parallel.distributed:
-        from detcal.pipeline.parallel import distributed_rank, distributed_world
-
         shard = (distributed_rank(), distributed_world())
     return as_loaded(gt, results, workdir=workdir or ".", shard=shard)
 
@@ -524,12 +521,10 @@ def _accuracy_and_oce(
 ]:
     """The accuracy, localisation, OCE and uq-detr records and the per-image rows; their times in ``timing``."""
     t0 = time.perf_counter()
-    from detcal.pipeline.accuracy_block import accuracy_block, localisation_block
 
     acc, loc = accuracy_block(spec, data), localisation_block(spec, data)
     timing["accuracy"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    from detcal.pipeline.oce_block import oce_block, per_image_rows, uq_detr_block
 
     oce_rec, uq_rec = oce_block(spec, data), uq_detr_block(spec, data)
     timing["oce"] = time.perf_counter() - t0
@@ -552,7 +547,6 @@ def evaluate(
     :class:`EvaluationSpec` (defaults when None). ``workdir``: where a
     synthetic set is generated. Returns an :class:`EvaluationResult`.
     """
-    from detcal.pipeline.result import EvaluationResult
 
     spec = spec or EvaluationSpec()
     timing: dict[str, float] = {}

@@ -12,6 +12,7 @@ from detcal.core.types import MatchResult, Skipped
 from detcal.pipeline.confidence_block import sample_features, threshold_label
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
+from detcal.reports.html.worst import worst_detections
 
 __all__ = ["worst_block"]
 
@@ -34,7 +35,6 @@ def worst_block(
     top: int = 10,
 ) -> dict[str, Any]:
     """The worst-calibrated detections at the first evaluated IoU threshold (``{}`` when none was)."""
-    from detcal.reports.html.worst import worst_detections
 
     labels = [lbl for lbl, blk in conf.items() if not isinstance(blk, Skipped)]
     if not labels:
