@@ -42,19 +42,13 @@ from detcal.metrics.bootstrap import with_ci
 from detcal.metrics.measures import headline_names
 from detcal.metrics.regression import ence, m_qce, m_qce_joint, regression_metrics
 from detcal.metrics.spaces import regression_sample
-from detcal.pipeline.accuracy_block import accuracy_block, localisation_block
 from detcal.pipeline.confidence_block import confidence_blocks, dece_maps, threshold_label
-from detcal.pipeline.diagnostics_block import diagnostics_block
 from detcal.pipeline.input_checks import check_input
-from detcal.pipeline.oce_block import oce_block, per_image_rows, uq_detr_block
 from detcal.pipeline.parallel import distributed_rank, distributed_world, gather_shards, match_in_shards, parallel_match
 from detcal.pipeline.progress import Progress
-from detcal.pipeline.report_data import worst_block
-from detcal.pipeline.result import EvaluationResult
 from detcal.pipeline.sources import LoadedData, load_coco, load_data, release_memory, unknown_category_warning
 from detcal.pipeline.sparse_cells import SPARSE_MARK, log_once, sparse_cells_line
 from detcal.pipeline.spec import FEATURES, DataSpec, EvaluationSpec
-from detcal.reports.per_class import per_class_table
 
 if TYPE_CHECKING:
     from detcal.pipeline.result import EvaluationResult
@@ -204,6 +198,8 @@ def _per_class(
 ) -> dict[str, Any]:
     """Per-class table (n, precision, mean confidence, ECE, MCE, Brier, AP) of the most frequent classes at
     the first evaluated threshold."""
+    # lazy: kept out of detcal-evaluate start-up (loads when the run reaches it)
+    from detcal.reports.per_class import per_class_table
 
     rows_t = [i for i, t in enumerate(mr.iou_thresholds) if not any(abs(float(t) - w) < 1e-9 for w in extra)]
     if not rows_t:
@@ -450,6 +446,8 @@ def _worst(
     """The worst-calibrated detections for the report (docs/metrics.md#worst-calibrated-detections)."""
     if not conf or no_pos or data.shard is not None:
         return {}
+    # lazy: kept out of detcal-evaluate start-up (loads when the run reaches it)
+    from detcal.pipeline.report_data import worst_block
 
     return worst_block(spec, data, mr, feats, conf)
 
@@ -468,6 +466,8 @@ def _diagnostics(
     d = spec.diagnostics
     if not (d.tide or d.confusion or d.operating_points):
         return Skipped("diagnostics.tide, .confusion and .operating_points are false"), {}
+    # lazy: kept out of detcal-evaluate start-up (loads when the run reaches it)
+    from detcal.pipeline.diagnostics_block import diagnostics_block
 
     t0 = time.perf_counter()
     out = diagnostics_block(spec, data, mr, feats, conf, loc)
@@ -521,10 +521,14 @@ def _accuracy_and_oce(
 ]:
     """The accuracy, localisation, OCE and uq-detr records and the per-image rows; their times in ``timing``."""
     t0 = time.perf_counter()
+    # lazy: kept out of detcal-evaluate start-up (loads when the run reaches it)
+    from detcal.pipeline.accuracy_block import accuracy_block, localisation_block
 
     acc, loc = accuracy_block(spec, data), localisation_block(spec, data)
     timing["accuracy"] = time.perf_counter() - t0
     t0 = time.perf_counter()
+    # lazy: kept out of detcal-evaluate start-up (loads when the run reaches it)
+    from detcal.pipeline.oce_block import oce_block, per_image_rows, uq_detr_block
 
     oce_rec, uq_rec = oce_block(spec, data), uq_detr_block(spec, data)
     timing["oce"] = time.perf_counter() - t0
@@ -547,6 +551,8 @@ def evaluate(
     :class:`EvaluationSpec` (defaults when None). ``workdir``: where a
     synthetic set is generated. Returns an :class:`EvaluationResult`.
     """
+    # lazy: kept out of detcal-evaluate start-up (loads when the run reaches it)
+    from detcal.pipeline.result import EvaluationResult
 
     spec = spec or EvaluationSpec()
     timing: dict[str, float] = {}
