@@ -35,7 +35,7 @@ of every registered measure from shared statistics.
 Definitions: each binned metric is written out plainly, as its formula, in
 :mod:`detcal.metrics.reference` (``ece``, ``ece_q``, ``mce``, ``dece``,
 ``homogeneity``, ``outliers``); the fast path here must equal it
-(tests/test_metrics_reference.py).
+(tests/metrics/test_metrics_reference.py).
 
 Results are :class:`detcal.core.types.MetricResult`; an empty sample or an
 undefined quantity gives ``value = NaN`` with ``extra["note"]``, never an
@@ -409,7 +409,7 @@ def ece(
     ``ECE(bins=15)``) up to the edge rule. ``edges="guo"``: Guo et al.'s
     bins ``((m-1)/M, m/M]`` instead of the default ``[a, b)``.
 
-    Definition: :func:`detcal.metrics.reference.ece`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.ece`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     return ConfidenceMetric("ece", bins, sample_threshold, policy, edge_rule=edges)(p, y)
 
@@ -429,7 +429,7 @@ def ece_q(
     Reference: Kumar et al. 2019, "Verified uncertainty calibration" (l_p
     calibration error); cells and policy as :func:`ece`.
 
-    Definition: :func:`detcal.metrics.reference.ece_q`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.ece_q`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     return ConfidenceMetric("ece_q", bins, sample_threshold, policy, q=float(q), edge_rule=edges)(p, y)
 
@@ -448,7 +448,7 @@ def mce(
     Both policies give the same value (netcal's sparse cells have gap 0), but
     ``policy="netcal"`` selects netcal's edge rule.
 
-    Definition: :func:`detcal.metrics.reference.mce`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.mce`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     return ConfidenceMetric("mce", bins, sample_threshold, policy, edge_rule=edges)(p, y)
 
@@ -474,7 +474,7 @@ def dece_kueppers(
     threshold (``sample_threshold=1``) and the class label as one more bin
     dimension (:func:`detcal.metrics.confidence_suite.dece_by_class`).
 
-    Definition: :func:`detcal.metrics.reference.dece`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.dece`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     return ConfidenceMetric("dece", bins, sample_threshold, policy, use_features=True, edge_rule=edges)(p, y, features)
 
@@ -506,7 +506,7 @@ def homogeneity(
     variance without the square root, as Thetis's homogeneity (the variance of
     the calibration error across confidence levels), same weights.
 
-    Definition: :func:`detcal.metrics.reference.homogeneity`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.homogeneity`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     return ConfidenceMetric("homogeneity", bins, sample_threshold, "drop", use_features=True, spread=spread)(
         p, y, features
@@ -524,7 +524,7 @@ def outliers(
     (``outlier_cells``), samples, threshold and the rating of
     :data:`OUTLIER_RATINGS`. detcal definition (docs/metrics.md).
 
-    Definition: :func:`detcal.metrics.reference.outliers`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.outliers`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     return ConfidenceMetric("outliers", bins, sample_threshold, "drop", use_features=True)(p, y, features)
 

@@ -408,7 +408,7 @@ def dece_by_class(
     normalises by all kept samples, the second per class.
     Thetis's D-ECE: ``mode="dimension", sample_threshold=1``.
 
-    Definition: :func:`detcal.metrics.reference.dece_by_class`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.dece_by_class`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     if mode not in DECE_CLASS_MODES:
         raise DetcalInputError(f"mode must be one of {DECE_CLASS_MODES}, got {mode!r}", field="mode")
