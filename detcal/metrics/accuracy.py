@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections, MetricResult
@@ -87,7 +88,7 @@ def _rank_in_group(group: np.ndarray) -> np.ndarray:
 
 
 def coco_eval_arrays(
-    dets: Detections, dataset: Dataset, *, gt_area: Any = None, workers: int = 1
+    dets: Detections, dataset: Dataset, *, gt_area: ArrayLike | None = None, workers: int = 1
 ) -> dict[str, np.ndarray]:
     """pycocotools ``COCOeval.eval`` arrays: ``precision [T,R,K,A,M]`` and ``recall [T,K,A,M]``.
 
@@ -349,7 +350,9 @@ def coco_summary(arrays: dict[str, np.ndarray]) -> dict[str, float]:
     return {name: _summarize(arrays, kind, iou, area, md) for name, kind, iou, area, md in SUMMARY}
 
 
-def coco_ap(dets: Detections, dataset: Dataset, *, gt_area: Any = None, workers: int = 1) -> dict[str, MetricResult]:
+def coco_ap(
+    dets: Detections, dataset: Dataset, *, gt_area: ArrayLike | None = None, workers: int = 1
+) -> dict[str, MetricResult]:
     """COCO AP, AP50, AP75, AP_small/medium/large, AR1/10/100, AR_small/medium/large.
 
     Equal to pycocotools ``COCOeval(..., "bbox").summarize()`` (``stats``
@@ -378,7 +381,7 @@ def coco_ap(dets: Detections, dataset: Dataset, *, gt_area: Any = None, workers:
     return out
 
 
-def per_class_ap(dets: Detections, dataset: Dataset, *, gt_area: Any = None) -> dict[str, np.ndarray]:
+def per_class_ap(dets: Detections, dataset: Dataset, *, gt_area: ArrayLike | None = None) -> dict[str, np.ndarray]:
     """Per-category COCO AP and AP50 (NaN for a category without non-ignored GT)."""
     return coco_ap(dets, dataset, gt_area=gt_area)["AP"].table
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from detcal.core.errors import DetcalInputError
 from detcal.metrics.bootstrap import (
@@ -292,16 +293,16 @@ def paired_bootstrap(
 
 
 def confidence_changes(
-    p_a: Any,
-    p_b: Any,
-    y: Any,
-    features: Any = None,
-    image_id: Any = None,
+    p_a: ArrayLike,
+    p_b: ArrayLike,
+    y: ArrayLike,
+    features: ArrayLike | None = None,
+    image_id: ArrayLike | None = None,
     measures: Mapping[str, Any] | None = None,
     *,
-    y_b: Any = None,
-    features_b: Any = None,
-    image_id_b: Any = None,
+    y_b: ArrayLike | None = None,
+    features_b: ArrayLike | None = None,
+    image_id_b: ArrayLike | None = None,
     names: Sequence[str] | None = None,
     method: str = "bca",
     n_boot: int = 1000,

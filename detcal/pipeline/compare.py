@@ -348,7 +348,7 @@ def compare(
     n_boot: int = 200,
     level: float = 0.95,
     seed: int = 0,
-    gt_area: Any = None,
+    gt_area: np.ndarray | None = None,
     top_n_classes: int = 10,
     method: str = "bca",
     ap_n_boot: int = 0,

@@ -69,9 +69,16 @@ __all__ = [
 HEADLINE_REGRESSION: tuple[str, ...] = ("ence", "m_qce", "c_qce", "nll")
 
 
+EvaluationInput = LoadedData | DataSpec | Dataset | str | os.PathLike[str]
+"""What :func:`evaluate` reads: loaded data, a data spec, a :class:`Dataset` (with its
+:class:`Detections` as ``results``) or the path of a COCO instances file (with the results file's)."""
+ResultsInput = Detections | str | os.PathLike[str] | None
+"""The detections next to a :class:`Dataset`, or the results file next to an instances path."""
+
+
 def as_loaded(
-    gt: Any,
-    results: Any = None,
+    gt: EvaluationInput,
+    results: ResultsInput = None,
     *,
     workdir: str | os.PathLike = ".",
     unknown_category: str = "drop",
@@ -94,7 +101,7 @@ def as_loaded(
             raise TypeError("with a Dataset, results must be a Detections record")
         return LoadedData(gt, results, None, {"source": "records", "dataset": gt.source})
     if isinstance(gt, (str, os.PathLike)):
-        if results is None:
+        if results is None or isinstance(results, Detections):
             raise TypeError("give the results file next to the ground-truth file")
         loaded = load_coco(gt, results, unknown_category, shard=shard)
         check_input(loaded)
@@ -487,7 +494,9 @@ def _warnings(
     return warn
 
 
-def _load(gt: Any, results: Any, spec: EvaluationSpec, workdir: str | os.PathLike | None) -> LoadedData:
+def _load(
+    gt: EvaluationInput, results: ResultsInput, spec: EvaluationSpec, workdir: str | os.PathLike | None
+) -> LoadedData:
     """The input as :class:`LoadedData`; under ``parallel.distributed``, this rank's shard of it."""
     shard = None
     if spec.parallel.distributed:
@@ -536,8 +545,8 @@ def _accuracy_and_oce(
 
 
 def evaluate(
-    gt: Any,
-    results: Any = None,
+    gt: EvaluationInput,
+    results: ResultsInput = None,
     spec: EvaluationSpec | None = None,
     *,
     workdir: str | os.PathLike | None = None,
