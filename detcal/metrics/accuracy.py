@@ -30,13 +30,11 @@ only, every category at once (:func:`_accumulate`).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from numpy.typing import ArrayLike
 
 from detcal.core.errors import DetcalInputError
-from detcal.core.types import Dataset, Detections, MetricResult
+from detcal.core.types import Dataset, Detections, GroundTruth, MatchResult, MetricResult
 from detcal.matching.blocks import factorize, float_key, group_codes, segment_starts, stable_argsort
 from detcal.matching.engine import match
 from detcal.utils.processes import map_in_processes
@@ -162,7 +160,7 @@ class _RangeReference:
     """
 
     def __init__(
-        self, dets: Detections, gt: Any, ignore: np.ndarray, key_d: np.ndarray, key_g: np.ndarray, n_groups: int
+        self, dets: Detections, gt: GroundTruth, ignore: np.ndarray, key_d: np.ndarray, key_g: np.ndarray, n_groups: int
     ) -> None:
         """``key_d``, ``key_g``: the (image, category) group code of each detection and GT, below ``n_groups``."""
         self.dets, self.gt, self.ignore = dets, gt, ignore
@@ -201,7 +199,7 @@ class _RangeReference:
         return tp, counted
 
 
-def _match_exclusive(dets: Detections, gt: Any, ignore: np.ndarray) -> Any:
+def _match_exclusive(dets: Detections, gt: GroundTruth, ignore: np.ndarray) -> MatchResult:
     g = gt.select(np.arange(len(gt)))
     g.ignore = ignore
     return match(dets, g, IOU_THRESHOLDS.tolist(), mode="exclusive", max_dets=MAX_DETS[-1], gt_ignore="ignore_or_crowd")

@@ -220,7 +220,7 @@ class ConfidenceMetric:
         y: ArrayLike | None = None,
         features: ArrayLike | None = None,
         *,
-        groups: Any = None,
+        groups: ArrayLike | None = None,
         n_groups: int | None = None,
         which: Sequence[str] | None = None,
     ) -> CellStats:

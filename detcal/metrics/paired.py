@@ -116,7 +116,7 @@ class PairedDifference:
         }
 
 
-def _side(groups: Any, arrays: Sequence[Any], label: str) -> tuple[np.ndarray, tuple[Any, ...]]:
+def _side(groups: ArrayLike, arrays: Sequence[ArrayLike | None], label: str) -> tuple[np.ndarray, tuple[Any, ...]]:
     g = np.asarray(groups)
     if g.ndim != 1:
         raise DetcalInputError(f"groups must be 1-D [S] (image ids), got shape {g.shape}", field=f"groups_{label}")
@@ -139,7 +139,7 @@ def _layout_inv(inv: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.nda
     return order, starts, counts
 
 
-def _est(fn: Callable[..., Any], arrays: tuple[Any, ...]) -> float:
+def _est(fn: Callable[..., Any], arrays: tuple[ArrayLike | None, ...]) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return metric_value(fn(*arrays))
@@ -147,10 +147,10 @@ def _est(fn: Callable[..., Any], arrays: tuple[Any, ...]) -> float:
 
 def paired_bootstrap_many(
     metric_fns: Mapping[str, Callable[..., Any]],
-    groups_a: Any,
-    arrays_a: Sequence[Any],
-    groups_b: Any = None,
-    arrays_b: Sequence[Any] | None = None,
+    groups_a: ArrayLike,
+    arrays_a: Sequence[ArrayLike | None],
+    groups_b: ArrayLike | None = None,
+    arrays_b: Sequence[ArrayLike | None] | None = None,
     *,
     n_boot: int = 1000,
     level: float = 0.95,
@@ -264,10 +264,10 @@ def _paired_jackknife(
 
 def paired_bootstrap(
     metric_fn: Callable[..., Any],
-    groups_a: Any,
-    arrays_a: Sequence[Any],
-    groups_b: Any = None,
-    arrays_b: Sequence[Any] | None = None,
+    groups_a: ArrayLike,
+    arrays_a: Sequence[ArrayLike | None],
+    groups_b: ArrayLike | None = None,
+    arrays_b: Sequence[ArrayLike | None] | None = None,
     *,
     n_boot: int = 1000,
     level: float = 0.95,

@@ -41,6 +41,7 @@ differences get paired intervals from their own, smaller set of resamples
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from collections.abc import Mapping
@@ -486,7 +487,7 @@ def markdown(c: Comparison, digits: int = 4) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(c: Comparison, path: Any = None) -> Any:
+def plot(c: Comparison, path: str | os.PathLike[str] | None = None) -> Any:
     """Overlaid reliability diagrams of all detectors (one panel)."""
     import matplotlib  # lazy: matplotlib kept out of start-up (the figure only needs it)
 
@@ -503,7 +504,9 @@ def plot(c: Comparison, path: Any = None) -> Any:
     return fig
 
 
-def plot_per_class(c: Comparison, names: Mapping[int, str] | None = None, top_n: int = 9, path: Any = None) -> Any:
+def plot_per_class(
+    c: Comparison, names: Mapping[int, str] | None = None, top_n: int = 9, path: str | os.PathLike[str] | None = None
+) -> Any:
     """Per-class reliability diagrams of the most frequent classes, all detectors overlaid."""
     return plot_per_class_reliability(
         {k: (s["p"], s["y"], s["category"]) for k, s in c.samples.items()},
