@@ -87,7 +87,8 @@ RESULT_UNCERTAINTY_KEYS: tuple[str, ...] = (
 )
 """Optional uncertainty keys of a results record (module docstring)."""
 
-from detcal.data._fast_results import decode_instances, decode_results  # noqa: E402  (after the key tables)
+# the sibling module, not its functions: they are looked up at each call (tests switch the fast path off there)
+import detcal.data._fast_results as fast_results  # noqa: E402
 from detcal.data._json import (  # noqa: E402  (strict column helpers, shared with the chunked reader)
     TOP as _TOP,
     check_bounded as _check_bounded,
@@ -257,7 +258,7 @@ def load_coco_instances(path: PathLike) -> Dataset:
     except OSError as e:
         raise DetcalInputError(f"cannot read file: {e.strerror or e}", file=file) from e
     body = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
-    fast = decode_instances(body)
+    fast = fast_results.decode_instances(body)
     if fast is not None:  # typed records holding only the fields detcal reads
         import msgspec  # lazy: msgspec kept out of start-up (only the fast JSON readers need it)
 
@@ -333,7 +334,7 @@ def load_coco_results(path: PathLike, dataset: Dataset | None = None) -> Detecti
 def results_from_bytes(data: bytes, file: str, dataset: Dataset | None = None) -> Detections:
     """:class:`Detections` from the bytes of a results file (:func:`load_coco_results`)."""
 
-    fast = decode_results(data[3:] if data.startswith(b"\xef\xbb\xbf") else data)
+    fast = fast_results.decode_results(data[3:] if data.startswith(b"\xef\xbb\xbf") else data)
     if fast is not None:
         return results_from_decoded(fast, file, dataset)
     parsed = _parse_json_bytes(data, file)

@@ -20,8 +20,8 @@ import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections
+from detcal.data import coco_chunks  # the module: tests spy on iter_coco_results there
 from detcal.data.coco import load_coco_instances, load_coco_results, write_coco_instances, write_coco_results
-from detcal.data.coco_chunks import iter_coco_results
 from detcal.data.formats import LoadedData, MatchDefaults, need_path
 from detcal.utils.warn import note
 
@@ -121,7 +121,7 @@ def _read_chunked(
     rows: list[np.ndarray] = []
     seen = kept = n_unknown = 0
     first_bad: tuple[Detections, int, int] | None = None
-    for chunk in iter_coco_results(r, None, chunk_bytes):
+    for chunk in coco_chunks.iter_coco_results(r, None, chunk_bytes):
         _unknown_image(chunk, ds, r, seen)
         ok = _known_categories(chunk, ds)
         if not ok.all():
