@@ -33,6 +33,7 @@ from detcal.binning.kernels import (  # noqa: F401  (NLL_CLIP is re-exported)
     term_into,
 )
 from detcal.core.errors import DetcalInputError
+from detcal.utils import memory  # the module: tests stand in for available_bytes there
 
 _FX_BITS = FX_BITS
 _FX_MASK = (1 << _FX_BITS) - 1
@@ -340,15 +341,14 @@ def grid_bytes(size: int, n_stats: int) -> int:
 
 def _check_grid_memory(size: int, bins: Any, n_cells: int, n_stats: int) -> None:
     """Refuse a grid whose arrays would not fit in the memory available, before allocating any of them."""
-    from detcal.utils.memory import available_bytes, gib
 
-    need, have = grid_bytes(size, n_stats), available_bytes()
+    need, have = grid_bytes(size, n_stats), memory.available_bytes()
     if need > have:
         shape = " x ".join(str(int(v)) for v in np.atleast_1d(bins))
         groups = f" for each of {size // max(n_cells, 1):,} groups (classes)" if size > n_cells else ""
         raise DetcalInputError(
-            f"a grid of {shape} = {n_cells:,} cells{groups} needs about {gib(need)} of memory, more than the "
-            f"{gib(have)} available: use fewer bins (dece_binning.bins) or fewer features",
+            f"a grid of {shape} = {n_cells:,} cells{groups} needs about {memory.gib(need)} of memory, more than the "
+            f"{memory.gib(have)} available: use fewer bins (dece_binning.bins) or fewer features",
             field="bins",
         )
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from detcal.binning.edges import EDGE_RULES, EPS
+from detcal.binning.edges import EDGE_RULES, EPS, feature_bin_index
 
 NLL_CLIP: float = 1e-12
 """p is clipped to [NLL_CLIP, 1 - NLL_CLIP] inside the log-loss (docs/metrics.md)."""
@@ -89,8 +89,6 @@ def bin_index_into(v: np.ndarray, n_bins: int, edges: str, out: np.ndarray, ws: 
             v = np.clip(v, EPS, 1.0 - EPS, out=ws.get("bin_v", np.float64, m))
         table = _netcal_table(n_bins)
         if table is None:  # very many bins: the guess-and-fix rule of feature_bin_index
-            from detcal.binning.edges import feature_bin_index
-
             out[...] = feature_bin_index(v, n_bins, "netcal")
             return out
         scale, lo, nxt = table

@@ -41,6 +41,7 @@ from operator import attrgetter
 from typing import Any
 
 import numpy as np
+import orjson
 
 __all__ = ["decode_results", "decode_instances", "OPTIONAL_4"]
 
@@ -57,7 +58,7 @@ def _decoder(optional: tuple[str, ...], extra: tuple[str, ...] | None = None) ->
     """Decoder of a list of records with the required fields and ``optional`` 4-number fields;
     with ``extra`` (the other keys of the first record, read as any JSON value), a record holding
     a key outside these is refused (the caller then declines), so no byte search is needed."""
-    import msgspec
+    import msgspec  # lazy: msgspec kept out of start-up (only the fast JSON readers need it)
 
     four = tuple[float, float, float, float]
     fields: list[Any] = [("image_id", int), ("category_id", int), ("bbox", four), ("score", float)]
@@ -69,7 +70,6 @@ def _decoder(optional: tuple[str, ...], extra: tuple[str, ...] | None = None) ->
 
 def _first_record_keys(data: bytes) -> tuple[str, ...] | None:
     """The keys of the first record when it is a flat object (its text has no inner ``{``), else None."""
-    import orjson
 
     i = data.find(b"{")
     j = data.find(b"}", i + 1) if i >= 0 else -1
@@ -109,7 +109,7 @@ def decode_results(data: bytes) -> tuple[dict[str, np.ndarray], tuple[str, ...]]
     """Columns ``{image_id, category_id, bbox [n,4], score, <optional fields>}`` of a results file's
     bytes (BOM removed) and the optional fields present, or ``None`` when the fast path declines."""
     try:
-        import msgspec
+        import msgspec  # lazy: msgspec kept out of start-up (only the fast JSON readers need it)
     except ImportError:  # pragma: no cover - msgspec is a dependency
         return None
     if not data.isascii() or b"\\" in data:
@@ -157,7 +157,7 @@ def _long_digit_run(data: bytes, n: int = 19) -> bool:
 
 @functools.cache
 def _instances_decoder() -> Any:
-    import msgspec
+    import msgspec  # lazy: msgspec kept out of start-up (only the fast JSON readers need it)
 
     def record(name: str, keys: tuple[str, ...]) -> Any:
         return msgspec.defstruct(name, [(k, Any, msgspec.UNSET) for k in keys], gc=False)
@@ -178,7 +178,7 @@ def decode_instances(data: bytes) -> Any | None:
     """Typed records (``.images``, ``.annotations``, ``.categories``) holding only the keys detcal
     reads, as plain JSON values (absent keys ``msgspec.UNSET``), or ``None`` when the fast path declines."""
     try:
-        import msgspec
+        import msgspec  # lazy: msgspec kept out of start-up (only the fast JSON readers need it)
     except ImportError:  # pragma: no cover - msgspec is a dependency
         return None
     if b"\\" in data or _long_digit_run(data):

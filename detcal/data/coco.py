@@ -87,6 +87,8 @@ RESULT_UNCERTAINTY_KEYS: tuple[str, ...] = (
 )
 """Optional uncertainty keys of a results record (module docstring)."""
 
+# the sibling module, not its functions: they are looked up at each call (tests switch the fast path off there)
+import detcal.data._fast_results as fast_results  # noqa: E402
 from detcal.data._json import (  # noqa: E402  (strict column helpers, shared with the chunked reader)
     TOP as _TOP,
     check_bounded as _check_bounded,
@@ -249,7 +251,6 @@ def load_coco_instances(path: PathLike) -> Dataset:
     pycocotools); :func:`to_pycocotools` builds the matching ``COCO`` object
     in memory when one is needed.
     """
-    from detcal.data._fast_results import decode_instances
 
     file = str(path)
     try:
@@ -257,9 +258,9 @@ def load_coco_instances(path: PathLike) -> Dataset:
     except OSError as e:
         raise DetcalInputError(f"cannot read file: {e.strerror or e}", file=file) from e
     body = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
-    fast = decode_instances(body)
+    fast = fast_results.decode_instances(body)
     if fast is not None:  # typed records holding only the fields detcal reads
-        import msgspec
+        import msgspec  # lazy: msgspec kept out of start-up (only the fast JSON readers need it)
 
         bools = b"true" in body or b"false" in body
         images = _load_images(_Fields(fast.images, file, "images", msgspec.UNSET), file, bools)
@@ -332,9 +333,8 @@ def load_coco_results(path: PathLike, dataset: Dataset | None = None) -> Detecti
 
 def results_from_bytes(data: bytes, file: str, dataset: Dataset | None = None) -> Detections:
     """:class:`Detections` from the bytes of a results file (:func:`load_coco_results`)."""
-    from detcal.data._fast_results import decode_results
 
-    fast = decode_results(data[3:] if data.startswith(b"\xef\xbb\xbf") else data)
+    fast = fast_results.decode_results(data[3:] if data.startswith(b"\xef\xbb\xbf") else data)
     if fast is not None:
         return results_from_decoded(fast, file, dataset)
     parsed = _parse_json_bytes(data, file)
@@ -615,7 +615,7 @@ def write_coco_results(path: PathLike, dets: Detections) -> None:
 # --------------------------------------------------------------------------- pycocotools
 def to_pycocotools(dataset: Dataset) -> Any:
     """An in-memory ``pycocotools.coco.COCO`` built from ``dataset`` (quietly)."""
-    from pycocotools.coco import COCO
+    from pycocotools.coco import COCO  # lazy: pycocotools kept out of start-up
 
     coco = COCO()
     coco.dataset = dataset_to_coco_dict(dataset)
@@ -629,7 +629,7 @@ def results_to_pycocotools(coco_gt: Any, dets: Detections) -> Any:
 
     ``loadRes`` numbers the results 1..D in order and sets ``area = w * h``.
     """
-    from pycocotools.coco import COCO
+    from pycocotools.coco import COCO  # lazy: pycocotools kept out of start-up
 
     records = detections_to_coco_list(dets)
     with contextlib.redirect_stdout(io.StringIO()):

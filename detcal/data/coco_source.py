@@ -7,8 +7,11 @@ detections per image; docs/matching.md).
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
 import logging
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,7 +20,10 @@ import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections
+from detcal.data import coco_chunks  # the module: tests spy on iter_coco_results there
+from detcal.data.coco import load_coco_instances, load_coco_results, write_coco_instances, write_coco_results
 from detcal.data.formats import LoadedData, MatchDefaults, need_path
+from detcal.utils.warn import note
 
 __all__ = [
     "ADAPTER",
@@ -91,7 +97,6 @@ def results_chunk_bytes(results: str | os.PathLike, chunk_bytes: int | None) -> 
 def _concat(chunks: list[Detections]) -> Detections:
     """The chunks as one Detections, field by field (each chunk's field is released once copied, so the
     peak is the result plus one field, not twice the result)."""
-    import dataclasses
 
     names = [f.name for f in dataclasses.fields(Detections)]
     cols = {n: [getattr(c, n) for c in chunks] for n in names}
@@ -111,13 +116,12 @@ def _read_chunked(
     indices and the same precedence: an unknown image id anywhere before an unknown category).
     ``keep``: sorted image ids to keep (a rank's shard); returns the kept detections, the dropped
     counts (of the whole file) and, with ``keep``, the kept detections' rows among all checked ones."""
-    from detcal.data.coco_chunks import iter_coco_results
 
     chunks: list[Detections] = []
     rows: list[np.ndarray] = []
     seen = kept = n_unknown = 0
     first_bad: tuple[Detections, int, int] | None = None
-    for chunk in iter_coco_results(r, None, chunk_bytes):
+    for chunk in coco_chunks.iter_coco_results(r, None, chunk_bytes):
         _unknown_image(chunk, ds, r, seen)
         ok = _known_categories(chunk, ds)
         if not ok.all():
@@ -151,8 +155,6 @@ def release_memory() -> None:
     """Hand the heap's free pages back to the system (glibc ``malloc_trim``; nothing elsewhere). The
     parsed records of the blocks leave freed memory that glibc keeps otherwise (about 40% of the
     detections' size)."""
-    import ctypes
-    import sys
 
     if sys.platform.startswith("linux"):
         try:
@@ -182,7 +184,6 @@ def load_coco(
     only the detections of that rank's image shard (:func:`shard_image_ids`; read in blocks), with
     ``LoadedData.shard`` their input rows. The detections (and errors) are those of the whole-file
     load."""
-    from detcal.data.coco import load_coco_instances, load_coco_results
 
     g, r = need_path(gt, "data.gt"), need_path(results, "data.results")
     ds = load_coco_instances(g)
@@ -198,8 +199,6 @@ def load_coco(
         dets, dropped = _check_results(dets, ds, r, unknown_category)
     prov = {"source": "coco", "gt": str(g.resolve()), "results": str(r.resolve())}
     if dropped.get("unknown_category"):
-        from detcal.utils.warn import note
-
         msg = unknown_category_warning(r, dropped["unknown_category"])
         logging.getLogger("detcal").warning("%s", msg)
         note(msg)  # metrics.json 'warnings' of whichever command loaded it
@@ -235,7 +234,6 @@ class CocoAdapter:
 
     def write(self, out_dir: Path, dets: Detections, dataset: Dataset, write_gt: bool) -> dict[str, str]:
         """``detections.json`` (+ ``instances.json`` when ``write_gt``)."""
-        from detcal.data.coco import write_coco_instances, write_coco_results
 
         write_coco_results(out_dir / "detections.json", dets)
         paths = {"results": str(out_dir / "detections.json")}

@@ -30,14 +30,14 @@ only, every category at once (:func:`_accumulate`).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+from numpy.typing import ArrayLike
 
 from detcal.core.errors import DetcalInputError
-from detcal.core.types import Dataset, Detections, MetricResult
+from detcal.core.types import Dataset, Detections, GroundTruth, MatchResult, MetricResult
 from detcal.matching.blocks import factorize, float_key, group_codes, segment_starts, stable_argsort
 from detcal.matching.engine import match
+from detcal.utils.processes import map_in_processes
 
 IOU_THRESHOLDS: np.ndarray = np.linspace(0.5, 0.95, int(np.round((0.95 - 0.5) / 0.05)) + 1, endpoint=True)
 """pycocotools ``iouThrs`` (the same float values)."""
@@ -86,7 +86,7 @@ def _rank_in_group(group: np.ndarray) -> np.ndarray:
 
 
 def coco_eval_arrays(
-    dets: Detections, dataset: Dataset, *, gt_area: Any = None, workers: int = 1
+    dets: Detections, dataset: Dataset, *, gt_area: ArrayLike | None = None, workers: int = 1
 ) -> dict[str, np.ndarray]:
     """pycocotools ``COCOeval.eval`` arrays: ``precision [T,R,K,A,M]`` and ``recall [T,K,A,M]``.
 
@@ -132,7 +132,6 @@ def coco_eval_arrays(
     ref = _RangeReference(dets, gt, base_ignore | _outside(area, AREA_RANGES["all"]), key_d, key_g, n_groups)
     orders = _max_dets_orders(rank, known & ref.m.considered, det_cat_k, K)
     ctx = (dataset, area, base_ignore, det_area, orders, gt_k, K, ref)
-    from detcal.utils.processes import map_in_processes
 
     parts = map_in_processes(_area_arrays, list(AREA_RANGES.values()), ctx, workers)
     return {
@@ -161,7 +160,7 @@ class _RangeReference:
     """
 
     def __init__(
-        self, dets: Detections, gt: Any, ignore: np.ndarray, key_d: np.ndarray, key_g: np.ndarray, n_groups: int
+        self, dets: Detections, gt: GroundTruth, ignore: np.ndarray, key_d: np.ndarray, key_g: np.ndarray, n_groups: int
     ) -> None:
         """``key_d``, ``key_g``: the (image, category) group code of each detection and GT, below ``n_groups``."""
         self.dets, self.gt, self.ignore = dets, gt, ignore
@@ -200,7 +199,7 @@ class _RangeReference:
         return tp, counted
 
 
-def _match_exclusive(dets: Detections, gt: Any, ignore: np.ndarray) -> Any:
+def _match_exclusive(dets: Detections, gt: GroundTruth, ignore: np.ndarray) -> MatchResult:
     g = gt.select(np.arange(len(gt)))
     g.ignore = ignore
     return match(dets, g, IOU_THRESHOLDS.tolist(), mode="exclusive", max_dets=MAX_DETS[-1], gt_ignore="ignore_or_crowd")
@@ -349,7 +348,9 @@ def coco_summary(arrays: dict[str, np.ndarray]) -> dict[str, float]:
     return {name: _summarize(arrays, kind, iou, area, md) for name, kind, iou, area, md in SUMMARY}
 
 
-def coco_ap(dets: Detections, dataset: Dataset, *, gt_area: Any = None, workers: int = 1) -> dict[str, MetricResult]:
+def coco_ap(
+    dets: Detections, dataset: Dataset, *, gt_area: ArrayLike | None = None, workers: int = 1
+) -> dict[str, MetricResult]:
     """COCO AP, AP50, AP75, AP_small/medium/large, AR1/10/100, AR_small/medium/large.
 
     Equal to pycocotools ``COCOeval(..., "bbox").summarize()`` (``stats``
@@ -378,7 +379,7 @@ def coco_ap(dets: Detections, dataset: Dataset, *, gt_area: Any = None, workers:
     return out
 
 
-def per_class_ap(dets: Detections, dataset: Dataset, *, gt_area: Any = None) -> dict[str, np.ndarray]:
+def per_class_ap(dets: Detections, dataset: Dataset, *, gt_area: ArrayLike | None = None) -> dict[str, np.ndarray]:
     """Per-category COCO AP and AP50 (NaN for a category without non-ignored GT)."""
     return coco_ap(dets, dataset, gt_area=gt_area)["AP"].table
 

@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult
@@ -88,7 +89,9 @@ def check_n_boot(n_boot: int, level: float | None = None) -> None:
         raise DetcalInputError(f"level must be in (0, 1), got {level!r}", field="level")
 
 
-def _layout(groups: Any, arrays: tuple[Any, ...]) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]:
+def _layout(
+    groups: ArrayLike, arrays: tuple[ArrayLike | None, ...]
+) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]:
     """``(group_index [S], I, order [S], starts [I], counts [I])``; samples of group i are ``order[starts[i]:][:counts[i]]``."""
     g = np.asarray(groups)
     if g.ndim != 1:
@@ -144,8 +147,8 @@ def metric_value(r: Any) -> float:
 
 def bootstrap_many(
     metric_fns: Mapping[str, Callable[..., Any]],
-    groups: Any,
-    *arrays: Any,
+    groups: ArrayLike,
+    *arrays: ArrayLike | None,
     n_boot: int = 1000,
     seed: int = 0,
     fast: bool = True,
@@ -171,7 +174,7 @@ def _replicates(
     names: list[str],
     grids: list[GridCells],
     lay: tuple[np.ndarray, np.ndarray, np.ndarray],
-    arrays: tuple[Any, ...],
+    arrays: tuple[ArrayLike | None, ...],
     n_boot: int,
     seed: int,
 ) -> dict[str, np.ndarray]:
@@ -221,8 +224,8 @@ def jackknife_blocks(n_groups: int, n_blocks: int | None, seed: int = 0) -> np.n
 
 def jackknife_many(
     metric_fns: Mapping[str, Callable[..., Any]],
-    groups: Any,
-    *arrays: Any,
+    groups: ArrayLike,
+    *arrays: ArrayLike | None,
     fast: bool = True,
     n_blocks: int | None = None,
     seed: int = 0,
@@ -250,7 +253,7 @@ def _jackknife(
     grids: list[GridCells],
     inv: np.ndarray,
     n_groups: int,
-    arrays: tuple[Any, ...],
+    arrays: tuple[ArrayLike | None, ...],
     n_blocks: int | None,
     seed: int,
 ) -> dict[str, np.ndarray]:
@@ -279,7 +282,12 @@ def _jackknife(
 
 
 def bootstrap_values(
-    metric_fn: Callable[..., Any], groups: Any, *arrays: Any, n_boot: int = 1000, seed: int = 0, fast: bool = True
+    metric_fn: Callable[..., Any],
+    groups: ArrayLike,
+    *arrays: ArrayLike | None,
+    n_boot: int = 1000,
+    seed: int = 0,
+    fast: bool = True,
 ) -> np.ndarray:
     """Replicate values ``[n_boot]`` of one metric (see :func:`bootstrap_many`)."""
     return bootstrap_many({"metric": metric_fn}, groups, *arrays, n_boot=n_boot, seed=seed, fast=fast)["metric"]
@@ -382,7 +390,7 @@ def _outside_note(out: dict[str, Any], v: np.ndarray, est: float) -> dict[str, A
     return out
 
 
-def _estimate(metric_fn: Callable[..., Any], arrays: tuple[Any, ...]) -> float:
+def _estimate(metric_fn: Callable[..., Any], arrays: tuple[ArrayLike | None, ...]) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return metric_value(metric_fn(*arrays))
@@ -390,8 +398,8 @@ def _estimate(metric_fn: Callable[..., Any], arrays: tuple[Any, ...]) -> float:
 
 def bootstrap_interval(
     metric_fn: Callable[..., Any],
-    groups: Any,
-    *arrays: Any,
+    groups: ArrayLike,
+    *arrays: ArrayLike | None,
     n_boot: int = 1000,
     level: float = 0.95,
     seed: int = 0,
@@ -416,7 +424,7 @@ def bootstrap_interval(
 def bootstrap_ci(
     metric_fn: Callable[..., Any],
     groups: np.ndarray,
-    *arrays: Any,
+    *arrays: ArrayLike | None,
     n_boot: int = 1000,
     level: float = 0.95,
     seed: int = 0,
@@ -471,7 +479,7 @@ def with_ci(
     result: MetricResult,
     metric_fn: Callable[..., Any],
     groups: np.ndarray,
-    *arrays: Any,
+    *arrays: ArrayLike | None,
     n_boot: int = 1000,
     level: float = 0.95,
     seed: int = 0,
@@ -497,8 +505,8 @@ def with_ci(
 def suite_intervals(
     results: Mapping[str, MetricResult],
     metric_fns: Mapping[str, Callable[..., Any]],
-    groups: Any,
-    *arrays: Any,
+    groups: ArrayLike,
+    *arrays: ArrayLike | None,
     n_boot: int = 1000,
     level: float = 0.95,
     seed: int = 0,

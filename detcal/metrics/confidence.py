@@ -35,7 +35,7 @@ of every registered measure from shared statistics.
 Definitions: each binned metric is written out plainly, as its formula, in
 :mod:`detcal.metrics.reference` (``ece``, ``ece_q``, ``mce``, ``dece``,
 ``homogeneity``, ``outliers``); the fast path here must equal it
-(tests/test_metrics_reference.py).
+(tests/metrics/test_metrics_reference.py).
 
 Results are :class:`detcal.core.types.MetricResult`; an empty sample or an
 undefined quantity gives ``value = NaN`` with ``extra["note"]``, never an
@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from detcal.binning.cells import CellStats, CellSums, cell_stats, pair_sums
 from detcal.binning.edges import EDGE_RULES, BinGrid
@@ -188,7 +189,7 @@ class ConfidenceMetric:
             v += entry.variant(self)
         return v
 
-    def grid_inputs(self, features: Any) -> tuple[Any, int | Sequence[int]]:
+    def grid_inputs(self, features: ArrayLike | None) -> tuple[Any, int | Sequence[int]]:
         """Features entering the grid and the bins (a cell-free metric uses one cell)."""
         if not self.binned:
             return None, 1
@@ -196,7 +197,9 @@ class ConfidenceMetric:
             return None, self.bins
         return features, self.bins
 
-    def grid_key(self, p: Any = None, y: Any = None, features: Any = None) -> tuple[BinGrid, str, bool]:
+    def grid_key(
+        self, p: ArrayLike | None = None, y: ArrayLike | None = None, features: ArrayLike | None = None
+    ) -> tuple[BinGrid, str, bool]:
         """Metrics with equal keys share their cell statistics (same call shape as ``__call__``)."""
         f, b = self.grid_inputs(features)
         n_feat = 1 + (0 if f is None else np.shape(f)[1] if np.ndim(f) == 2 else 1)
@@ -213,11 +216,11 @@ class ConfidenceMetric:
     # -- _update ----------------------------------------------------------
     def stats(
         self,
-        p: Any,
-        y: Any = None,
-        features: Any = None,
+        p: ArrayLike,
+        y: ArrayLike | None = None,
+        features: ArrayLike | None = None,
         *,
-        groups: Any = None,
+        groups: ArrayLike | None = None,
         n_groups: int | None = None,
         which: Sequence[str] | None = None,
     ) -> CellStats:
@@ -242,9 +245,9 @@ class ConfidenceMetric:
     def pair_sums(
         self,
         group_index: np.ndarray,
-        p: Any,
-        y: Any = None,
-        features: Any = None,
+        p: ArrayLike,
+        y: ArrayLike | None = None,
+        features: ArrayLike | None = None,
         *,
         fields: Sequence[str] | None = None,
     ) -> tuple[np.ndarray, np.ndarray, CellSums, int]:
@@ -276,7 +279,7 @@ class ConfidenceMetric:
             return None
         return loo(cell_loo(total, unit, col, pair, m, self.sample_threshold), self)
 
-    def y_or_zeros(self, p: Any, y: Any) -> Any:
+    def y_or_zeros(self, p: ArrayLike, y: ArrayLike | None) -> ArrayLike:
         """``y`` (a measure that does not read the matched flag, e.g. sharpness, accepts ``None``)."""
         if y is None:
             if self.entry.needs_y:
@@ -304,7 +307,7 @@ class ConfidenceMetric:
             return self._binned_result(stats, sums)
         return self._cell_free_result(stats, sums)
 
-    def __call__(self, p: Any, y: Any = None, features: Any = None) -> MetricResult:
+    def __call__(self, p: ArrayLike, y: ArrayLike | None = None, features: ArrayLike | None = None) -> MetricResult:
         return self.result(self.stats(p, y, features))
 
     # -- result assembly --------------------------------------------------
@@ -393,8 +396,8 @@ class ConfidenceMetric:
 
 
 def ece(
-    p: Any,
-    y: Any,
+    p: ArrayLike,
+    y: ArrayLike,
     bins: int = 15,
     *,
     sample_threshold: int = 1,
@@ -409,14 +412,14 @@ def ece(
     ``ECE(bins=15)``) up to the edge rule. ``edges="guo"``: Guo et al.'s
     bins ``((m-1)/M, m/M]`` instead of the default ``[a, b)``.
 
-    Definition: :func:`detcal.metrics.reference.ece`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.ece`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     return ConfidenceMetric("ece", bins, sample_threshold, policy, edge_rule=edges)(p, y)
 
 
 def ece_q(
-    p: Any,
-    y: Any,
+    p: ArrayLike,
+    y: ArrayLike,
     q: float = 2,
     bins: int = 15,
     *,
@@ -429,14 +432,14 @@ def ece_q(
     Reference: Kumar et al. 2019, "Verified uncertainty calibration" (l_p
     calibration error); cells and policy as :func:`ece`.
 
-    Definition: :func:`detcal.metrics.reference.ece_q`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.ece_q`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     return ConfidenceMetric("ece_q", bins, sample_threshold, policy, q=float(q), edge_rule=edges)(p, y)
 
 
 def mce(
-    p: Any,
-    y: Any,
+    p: ArrayLike,
+    y: ArrayLike,
     bins: int = 15,
     sample_threshold: int = 1,
     *,
@@ -448,15 +451,15 @@ def mce(
     Both policies give the same value (netcal's sparse cells have gap 0), but
     ``policy="netcal"`` selects netcal's edge rule.
 
-    Definition: :func:`detcal.metrics.reference.mce`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.mce`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     return ConfidenceMetric("mce", bins, sample_threshold, policy, edge_rule=edges)(p, y)
 
 
 def dece_kueppers(
-    p: Any,
-    y: Any,
-    features: Any = None,
+    p: ArrayLike,
+    y: ArrayLike,
+    features: ArrayLike | None = None,
     bins: int | Sequence[int] = 5,
     sample_threshold: int = 8,
     policy: str = "drop",
@@ -474,7 +477,7 @@ def dece_kueppers(
     threshold (``sample_threshold=1``) and the class label as one more bin
     dimension (:func:`detcal.metrics.confidence_suite.dece_by_class`).
 
-    Definition: :func:`detcal.metrics.reference.dece`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.dece`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     return ConfidenceMetric("dece", bins, sample_threshold, policy, use_features=True, edge_rule=edges)(p, y, features)
 
@@ -485,9 +488,9 @@ dece = dece_kueppers
 
 
 def homogeneity(
-    p: Any,
-    y: Any,
-    features: Any = None,
+    p: ArrayLike,
+    y: ArrayLike,
+    features: ArrayLike | None = None,
     bins: int | Sequence[int] = 5,
     sample_threshold: int = 8,
     *,
@@ -506,7 +509,7 @@ def homogeneity(
     variance without the square root, as Thetis's homogeneity (the variance of
     the calibration error across confidence levels), same weights.
 
-    Definition: :func:`detcal.metrics.reference.homogeneity`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.homogeneity`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     return ConfidenceMetric("homogeneity", bins, sample_threshold, "drop", use_features=True, spread=spread)(
         p, y, features
@@ -514,7 +517,11 @@ def homogeneity(
 
 
 def outliers(
-    p: Any, y: Any, features: Any = None, bins: int | Sequence[int] = 5, sample_threshold: int = 8
+    p: ArrayLike,
+    y: ArrayLike,
+    features: ArrayLike | None = None,
+    bins: int | Sequence[int] = 5,
+    sample_threshold: int = 8,
 ) -> MetricResult:
     """Share of kept samples that lie in outlier cells of the D-ECE grid.
 
@@ -524,12 +531,12 @@ def outliers(
     (``outlier_cells``), samples, threshold and the rating of
     :data:`OUTLIER_RATINGS`. detcal definition (docs/metrics.md).
 
-    Definition: :func:`detcal.metrics.reference.outliers`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.outliers`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     return ConfidenceMetric("outliers", bins, sample_threshold, "drop", use_features=True)(p, y, features)
 
 
-def nll(p: Any, y: Any) -> MetricResult:
+def nll(p: ArrayLike, y: ArrayLike) -> MetricResult:
     """Negative log-likelihood ``mean -[y log p + (1-y) log(1-p)]``, p clipped to ``[1e-12, 1-1e-12]``.
 
     The binary cross-entropy of the matched flag (as scikit-learn
@@ -538,21 +545,21 @@ def nll(p: Any, y: Any) -> MetricResult:
     return ConfidenceMetric("nll")(p, y)
 
 
-def brier(p: Any, y: Any) -> MetricResult:
+def brier(p: ArrayLike, y: ArrayLike) -> MetricResult:
     """Brier score ``mean (p - y)^2`` (Brier 1950; scikit-learn ``brier_score_loss``)."""
     return ConfidenceMetric("brier")(p, y)
 
 
-def sharpness(p: Any) -> MetricResult:
+def sharpness(p: ArrayLike) -> MetricResult:
     """Sharpness ``Var(p) = mean p^2 - (mean p)^2`` (population variance, ddof 0; Gneiting et al. 2007)."""
     return ConfidenceMetric("sharpness")(p)
 
 
-def overconfidence(p: Any, y: Any) -> MetricResult:
+def overconfidence(p: ArrayLike, y: ArrayLike) -> MetricResult:
     """Over-confidence ``o = E[p | y = 0]``: mean score of the false positives (NaN if there are none)."""
     return ConfidenceMetric("overconfidence")(p, y)
 
 
-def underconfidence(p: Any, y: Any) -> MetricResult:
+def underconfidence(p: ArrayLike, y: ArrayLike) -> MetricResult:
     """Under-confidence ``u = E[1 - p | y = 1]``: mean missing score of the true positives (NaN if none)."""
     return ConfidenceMetric("underconfidence")(p, y)

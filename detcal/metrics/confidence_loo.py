@@ -24,7 +24,7 @@ Per metric (``kept``, ``gap`` and ``N_c`` as in :mod:`detcal.metrics.confidence`
   same comparison ``gap - mean > 2 std + tol``), corrected over its pairs.
 
 The values equal the metric recomputed without the image up to rounding
-(tests/test_bootstrap_bca.py compares them with the generic jackknife to
+(tests/metrics/test_bootstrap_bca.py compares them with the generic jackknife to
 1e-12); the outlier count compares each gap with a threshold whose last bits
 may differ from the recomputed one, which can only matter for a gap within
 rounding of the threshold.

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from detcal.binning.cells import FLOAT_STATS, CellStats, cell_stats, sample_cells, validate_sample
 from detcal.binning.edges import BinGrid
@@ -70,11 +71,11 @@ def _class_aggregate(
 
 def per_class(
     metric_fn: Callable[..., MetricResult | float],
-    p: Any,
-    y: Any,
-    category: Any,
+    p: ArrayLike,
+    y: ArrayLike,
+    category: ArrayLike,
     *,
-    features: Any = None,
+    features: ArrayLike | None = None,
     average: str = "weighted",
     **kw: Any,
 ) -> MetricResult:
@@ -198,7 +199,7 @@ def suite(
     return out
 
 
-def _category_groups(category: Any, p_arr: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+def _category_groups(category: ArrayLike | None, p_arr: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
     """The distinct classes [G] and each sample's class index [S] (None, None without ``category``)."""
     if category is None:
         return None, None
@@ -212,9 +213,9 @@ def _category_groups(category: Any, p_arr: np.ndarray) -> tuple[np.ndarray | Non
 
 def _suite_stats(
     suite: dict[str, ConfidenceMetric],
-    p: Any,
-    y: Any,
-    features: Any,
+    p: ArrayLike,
+    y: ArrayLike,
+    features: ArrayLike | None,
     cells: dict[Hashable, np.ndarray] | None,
     cat_idx: np.ndarray | None,
     n_groups: int | None,
@@ -276,12 +277,12 @@ def _warn_sparse(out: dict[str, MetricResult], n: int) -> None:
 
 
 def confidence_metrics(
-    p: Any,
-    y: Any,
-    features: Any = None,
-    category: Any = None,
+    p: ArrayLike,
+    y: ArrayLike,
+    features: ArrayLike | None = None,
+    category: ArrayLike | None = None,
     measures: Mapping[str, ConfidenceMetric] | None = None,
-    image_id: Any = None,
+    image_id: ArrayLike | None = None,
     cells: dict[Hashable, np.ndarray] | None = None,
     *,
     average: str = "weighted",
@@ -357,7 +358,7 @@ def confidence_metrics(
 
 
 def suite_cells(
-    p: Any, features: Any = None, measures: Mapping[str, ConfidenceMetric] | None = None
+    p: ArrayLike, features: ArrayLike | None = None, measures: Mapping[str, ConfidenceMetric] | None = None
 ) -> dict[Hashable, np.ndarray]:
     """Cell [S] of each sample on every binned grid of the suite (for ``confidence_metrics(cells=...)``).
 
@@ -384,10 +385,10 @@ DECE_CLASS_MODES: tuple[str, ...] = ("dimension", "weighted_mean")
 
 
 def dece_by_class(
-    p: Any,
-    y: Any,
-    features: Any,
-    category: Any,
+    p: ArrayLike,
+    y: ArrayLike,
+    features: ArrayLike,
+    category: ArrayLike,
     bins: int | tuple[int, ...] = 5,
     sample_threshold: int = 8,
     policy: str = "drop",
@@ -408,7 +409,7 @@ def dece_by_class(
     normalises by all kept samples, the second per class.
     Thetis's D-ECE: ``mode="dimension", sample_threshold=1``.
 
-    Definition: :func:`detcal.metrics.reference.dece_by_class`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.dece_by_class`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     if mode not in DECE_CLASS_MODES:
         raise DetcalInputError(f"mode must be one of {DECE_CLASS_MODES}, got {mode!r}", field="mode")

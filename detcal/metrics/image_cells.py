@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from detcal.binning.cells import CellSums
 
@@ -80,13 +81,17 @@ def _carried(sums: CellSums, fields: tuple[str, ...]) -> CellSums:
 
 
 def image_cells(
-    metric_fns: Mapping[str, Any], names: list[str], inv: np.ndarray, n_groups: int, arrays: tuple[Any, ...]
+    metric_fns: Mapping[str, Any],
+    names: list[str],
+    inv: np.ndarray,
+    n_groups: int,
+    arrays: tuple[ArrayLike | None, ...],
 ) -> list[GridCells]:
     """One :class:`GridCells` per distinct ``grid_key`` of the metrics ``names`` (``inv [S]`` image index)."""
     grids: dict[Hashable, list[str]] = {}
     for n in names:
         grids.setdefault(metric_fns[n].grid_key(*arrays), []).append(n)
-    import scipy.sparse as sp  # lazily: importing detcal.metrics stays light
+    import scipy.sparse as sp  # lazy: scipy kept out of start-up (importing detcal.metrics stays light)
 
     out: list[GridCells] = []
     for members in grids.values():

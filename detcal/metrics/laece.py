@@ -126,7 +126,7 @@ def laece_from_outcomes(
 ) -> MetricResult:
     """LaECE of matched detections ``o`` (``score`` [D] replaces ``o.score``, e.g. calibrated).
 
-    Definition: :func:`detcal.metrics.reference.laece`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.laece`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     s = _check(o, score, bins, variant)
     C = len(o.gt_categories)
@@ -167,7 +167,7 @@ def laace_from_outcomes(
 ) -> MetricResult:
     """LaACE: per-detection bins (``bins=None``, the reference's LaACE_0) or ``bins`` equal-count bins per class.
 
-    Definition: :func:`detcal.metrics.reference.laace`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.laace`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     s = _check(o, score, bins, variant)
     C = len(o.gt_categories)
@@ -210,7 +210,7 @@ def dece_from_outcomes(
 ) -> MetricResult:
     """Class-agnostic D-ECE of the benchmark (binary TP targets, pooled over classes).
 
-    Definition: :func:`detcal.metrics.reference.dece_pooled`, which this fast path must equal (tests/test_metrics_reference.py).
+    Definition: :func:`detcal.metrics.reference.dece_pooled`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     s = _check(o, score, bins, "kuzucu2024")
     rows, _, sv, _ = _sample(o, s)

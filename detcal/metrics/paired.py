@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from detcal.core.errors import DetcalInputError
 from detcal.metrics.bootstrap import (
@@ -115,7 +116,7 @@ class PairedDifference:
         }
 
 
-def _side(groups: Any, arrays: Sequence[Any], label: str) -> tuple[np.ndarray, tuple[Any, ...]]:
+def _side(groups: ArrayLike, arrays: Sequence[ArrayLike | None], label: str) -> tuple[np.ndarray, tuple[Any, ...]]:
     g = np.asarray(groups)
     if g.ndim != 1:
         raise DetcalInputError(f"groups must be 1-D [S] (image ids), got shape {g.shape}", field=f"groups_{label}")
@@ -138,7 +139,7 @@ def _layout_inv(inv: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.nda
     return order, starts, counts
 
 
-def _est(fn: Callable[..., Any], arrays: tuple[Any, ...]) -> float:
+def _est(fn: Callable[..., Any], arrays: tuple[ArrayLike | None, ...]) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return metric_value(fn(*arrays))
@@ -146,10 +147,10 @@ def _est(fn: Callable[..., Any], arrays: tuple[Any, ...]) -> float:
 
 def paired_bootstrap_many(
     metric_fns: Mapping[str, Callable[..., Any]],
-    groups_a: Any,
-    arrays_a: Sequence[Any],
-    groups_b: Any = None,
-    arrays_b: Sequence[Any] | None = None,
+    groups_a: ArrayLike,
+    arrays_a: Sequence[ArrayLike | None],
+    groups_b: ArrayLike | None = None,
+    arrays_b: Sequence[ArrayLike | None] | None = None,
     *,
     n_boot: int = 1000,
     level: float = 0.95,
@@ -263,10 +264,10 @@ def _paired_jackknife(
 
 def paired_bootstrap(
     metric_fn: Callable[..., Any],
-    groups_a: Any,
-    arrays_a: Sequence[Any],
-    groups_b: Any = None,
-    arrays_b: Sequence[Any] | None = None,
+    groups_a: ArrayLike,
+    arrays_a: Sequence[ArrayLike | None],
+    groups_b: ArrayLike | None = None,
+    arrays_b: Sequence[ArrayLike | None] | None = None,
     *,
     n_boot: int = 1000,
     level: float = 0.95,
@@ -292,16 +293,16 @@ def paired_bootstrap(
 
 
 def confidence_changes(
-    p_a: Any,
-    p_b: Any,
-    y: Any,
-    features: Any = None,
-    image_id: Any = None,
+    p_a: ArrayLike,
+    p_b: ArrayLike,
+    y: ArrayLike,
+    features: ArrayLike | None = None,
+    image_id: ArrayLike | None = None,
     measures: Mapping[str, Any] | None = None,
     *,
-    y_b: Any = None,
-    features_b: Any = None,
-    image_id_b: Any = None,
+    y_b: ArrayLike | None = None,
+    features_b: ArrayLike | None = None,
+    image_id_b: ArrayLike | None = None,
     names: Sequence[str] | None = None,
     method: str = "bca",
     n_boot: int = 1000,

@@ -304,37 +304,6 @@ def lrp_uq_detr_from_outcomes(o: UqOutcomes) -> MetricResult:
     )
 
 
-def dece_uq_detr(
-    dets: Detections,
-    gt: GroundTruth,
-    tau: float = UQ_TAU,
-    *,
-    bins: int = UQ_BINS,
-    tp_criterion: str = "greedy",
-    crowd: str = "object",
-) -> MetricResult:
-    """D-ECE with uq-detr 0.1.1's conventions (module docstring)."""
-    return dece_uq_detr_from_outcomes(uq_outcomes(dets, gt, tau, tp_criterion=tp_criterion, crowd=crowd), bins=bins)
-
-
-def laece_uq_detr(
-    dets: Detections,
-    gt: GroundTruth,
-    tau: float = UQ_TAU,
-    *,
-    bins: int = UQ_BINS,
-    tp_criterion: str = "greedy",
-    crowd: str = "object",
-) -> MetricResult:
-    """LaECE with uq-detr 0.1.1's conventions (module docstring)."""
-    return laece_uq_detr_from_outcomes(uq_outcomes(dets, gt, tau, tp_criterion=tp_criterion, crowd=crowd), bins=bins)
-
-
-def lrp_uq_detr(dets: Detections, gt: GroundTruth, tau: float = UQ_TAU, *, crowd: str = "object") -> MetricResult:
-    """LRP with uq-detr 0.1.1's conventions (greedy matching; module docstring)."""
-    return lrp_uq_detr_from_outcomes(uq_outcomes(dets, gt, tau, tp_criterion="greedy", crowd=crowd))
-
-
 def uq_detr_suite(
     dets: Detections,
     gt: GroundTruth,

@@ -10,8 +10,19 @@ from typing import Any
 
 import numpy as np
 
+from detcal.core.errors import DetcalInputError
 from detcal.core.results import AccuracyBlock, LocalisationBlock
 from detcal.core.types import MetricResult, Skipped
+from detcal.data import bundled
+from detcal.data.coco_masks import load_class_scores, load_segmentations
+from detcal.matching.kitti_ap import kitti_ap
+from detcal.matching.openimages import match_openimages
+from detcal.matching.voc import match_voc
+from detcal.metrics.accuracy import coco_ap
+from detcal.metrics.laece import describe_choices, laace_from_outcomes, laece_from_outcomes
+from detcal.metrics.lrp import detection_outcomes, lrp_result, lrp_table
+from detcal.metrics.lvis_ap import lvis_ap, lvis_calibration_by_frequency
+from detcal.metrics.voc_ap import VARIANTS, voc_ap
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
 
@@ -25,8 +36,6 @@ def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> AccuracyBlock | Sk
         return Skipped("accuracy.enabled=false")
     ds, dets = data.dataset, data.detections
     if data.kitti is not None:
-        from detcal.matching.kitti_ap import kitti_ap
-
         cats = [c for c in (1, 4, 6) if c in ds.categories]
         rows = kitti_ap(dets, ds.gt, cats, rules=data.kitti)
         return AccuracyBlock(
@@ -42,7 +51,6 @@ def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> AccuracyBlock | Sk
         return _lvis_block(data)
     if data.format == "openimages":
         return _openimages_block(data)
-    from detcal.metrics.accuracy import coco_ap
 
     area = ds.gt.area
     res = coco_ap(dets, ds, gt_area=area, workers=spec.parallel.workers)  # area ranges in processes
@@ -68,8 +76,6 @@ def _no_sentinel(r: MetricResult) -> MetricResult:
 
 def _voc_block(data: LoadedData) -> AccuracyBlock:
     """VOC AP at IoU 0.5 (the devkit's matching), as VOC2007's 11-point and the area variant."""
-    from detcal.matching.voc import match_voc
-    from detcal.metrics.voc_ap import VARIANTS, voc_ap
 
     ds, dets = data.dataset, data.detections
     mr = match_voc(dets, ds.gt, (0.5,), images=ds.images)
@@ -85,8 +91,6 @@ def _voc_block(data: LoadedData) -> AccuracyBlock:
 
 def _openimages_block(data: LoadedData) -> AccuracyBlock:
     """Open Images AP per class and mAP at IoU 0.5 (the challenge's rules; docs/formats.md)."""
-    from detcal.matching.openimages import match_openimages
-    from detcal.metrics.voc_ap import voc_ap
 
     ds, dets = data.dataset, data.detections
     mr = match_openimages(dets, ds.gt, (0.5,), data.protocol)
@@ -101,7 +105,6 @@ def _openimages_block(data: LoadedData) -> AccuracyBlock:
 
 def _lvis_block(data: LoadedData) -> AccuracyBlock:
     """LVISEval's AP summary and the calibration of the LVIS sample per frequency group (docs/formats.md)."""
-    from detcal.metrics.lvis_ap import lvis_ap, lvis_calibration_by_frequency
 
     ds, dets, rules = data.dataset, data.detections, data.protocol
     return AccuracyBlock(
@@ -126,8 +129,6 @@ def localisation_block(spec: EvaluationSpec, data: LoadedData) -> LocalisationBl
             f"defined for COCO-style matching; not computed under the {data.format} rules "
             "(docs/formats.md: the protocol's own numbers are under accuracy)"
         )
-    from detcal.metrics.laece import describe_choices, laace_from_outcomes, laece_from_outcomes
-    from detcal.metrics.lrp import detection_outcomes, lrp_result, lrp_table
 
     ds, dets = data.dataset, data.detections
     with warnings.catch_warnings():
@@ -146,12 +147,12 @@ def localisation_block(spec: EvaluationSpec, data: LoadedData) -> LocalisationBl
     }
     out["choices"] = describe_choices()
     if loc.kde_ece:
-        from detcal.metrics.kde_ece import detection_kde_ece
+        from detcal.metrics.kde_ece import detection_kde_ece  # lazy: scipy kept out of start-up (kde_ece)
 
         for key, link in (("kde_ece", "binary"), ("kde_ece_iou", "iou")):
             out[key] = detection_kde_ece(dets, ds.gt, link=link, max_dets=spec.matching.max_dets)
     if loc.pdq:
-        from detcal.metrics.pdq import pdq
+        from detcal.metrics.pdq import pdq  # lazy: scipy kept out of start-up (pdq)
 
         if dets.uncertainty_kind not in ("box_std", "box_cov", "corner_cov") and loc.pdq_fixed_cov is None:
             out["pdq"] = Skipped("the detections carry no box covariance: give localisation.pdq_fixed_cov")
@@ -176,16 +177,12 @@ def localisation_block(spec: EvaluationSpec, data: LoadedData) -> LocalisationBl
 
 def _pdq_inputs(data: LoadedData, gt_mask: str) -> tuple[Any, Any, dict[str, str]]:
     """Segmentations (for ``gt_mask`` auto / segmentation) and class distributions read from the input files."""
-    from detcal.core.errors import DetcalInputError
-    from detcal.data.coco_masks import load_class_scores, load_segmentations
 
     prov = data.provenance
     gt_file = res_file = None
     if prov.get("source") == "coco":
         gt_file, res_file = prov.get("gt"), prov.get("results")
     elif prov.get("source") == "bundled" and prov.get("bundle") == "coco_mini79":
-        from detcal.data import bundled
-
         gt_file, res_file = bundled.path("coco_mini79"), bundled.path("coco_mini79", prov.get("detector"))
     notes: dict[str, str] = {}
     segs = None

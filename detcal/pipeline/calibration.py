@@ -44,6 +44,8 @@ from detcal.pipeline.calibration_result import REGRESSION_ROWS, CalibrationResul
 from detcal.pipeline.confidence_block import interval_settings, spec_suite
 from detcal.pipeline.coverage_block import sample_coverage
 from detcal.pipeline.evaluation import (
+    EvaluationInput,
+    ResultsInput,
     as_loaded,
     dece_maps,
     few_images_warning,
@@ -56,6 +58,9 @@ from detcal.pipeline.registry import make_calibrator
 from detcal.pipeline.sources import LoadedData, subset_images
 from detcal.pipeline.spec import FEATURES, CalibrationSpec, ConfigError, EvaluationSpec
 from detcal.pipeline.writeback import apply_regression_calibrator
+
+CalibrationInput = EvaluationInput | tuple[EvaluationInput, ResultsInput]
+"""What :func:`calibrate` reads: what :func:`~detcal.pipeline.evaluation.evaluate` reads, or a (gt, results) pair."""
 
 __all__ = ["Part", "split_by_image", "calibrate", "resolve_calibrator", "REGRESSION_ROWS"]
 
@@ -313,13 +318,13 @@ def _fit_report(cal: Calibrator) -> dict[str, Any] | None:
 
 
 def calibrate(
-    data: Any,
+    data: CalibrationInput,
     spec: EvaluationSpec | None = None,
     calibration: CalibrationSpec | None = None,
     *,
     confidence: ConfidenceCalibrator | str | None = "temperature",
     regression: RegressionCalibrator | str | None = "std_scaling",
-    eval_data: Any = None,
+    eval_data: CalibrationInput | None = None,
     workdir: str | os.PathLike | None = None,
     progress: bool = False,
     names: dict[str, str] | None = None,
@@ -382,11 +387,11 @@ def calibrate(
 
 
 def _load_and_split(
-    data: Any, eval_data: Any, calibration: CalibrationSpec, workdir: str | os.PathLike
+    data: CalibrationInput, eval_data: CalibrationInput | None, calibration: CalibrationSpec, workdir: str | os.PathLike
 ) -> tuple[LoadedData, LoadedData, dict[str, Any]]:
     """The calibration part, the evaluation part and the record of the split (step "load data" of calibrate)."""
 
-    def _load(x: Any, sub: str) -> LoadedData:
+    def _load(x: CalibrationInput, sub: str) -> LoadedData:
         if isinstance(x, tuple):
             return as_loaded(*x, workdir=os.path.join(workdir, sub))
         return as_loaded(x, workdir=os.path.join(workdir, sub) if sub else workdir)

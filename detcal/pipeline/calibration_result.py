@@ -11,6 +11,7 @@ from detcal.core.results import CalibrationEvaluationBlock, Results, shown
 from detcal.core.types import MetricResult
 from detcal.pipeline.evaluation import headline_entry
 from detcal.pipeline.result import Result
+from detcal.pipeline.writeback import write_calibrated
 from detcal.reports.calibration_plots import calibration_plots
 from detcal.reports.summary_md import REGRESSION_ROWS, calibration_summary
 
@@ -32,7 +33,6 @@ class CalibrationResult(Result):
         self.record.setdefault("headline", _headline(self.record["evaluation"]))
 
     def _write_extra(self, out: Path, plots: bool, csv: bool) -> list[str]:
-        from detcal.pipeline.writeback import write_calibrated
 
         outputs = write_calibrated(
             out / "calibrated",

@@ -41,6 +41,7 @@ differences get paired intervals from their own, smaller set of resamples
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from collections.abc import Mapping
@@ -348,7 +349,7 @@ def compare(
     n_boot: int = 200,
     level: float = 0.95,
     seed: int = 0,
-    gt_area: Any = None,
+    gt_area: np.ndarray | None = None,
     top_n_classes: int = 10,
     method: str = "bca",
     ap_n_boot: int = 0,
@@ -486,12 +487,12 @@ def markdown(c: Comparison, digits: int = 4) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(c: Comparison, path: Any = None) -> Any:
+def plot(c: Comparison, path: str | os.PathLike[str] | None = None) -> Any:
     """Overlaid reliability diagrams of all detectors (one panel)."""
-    import matplotlib  # lazily: matplotlib is needed for the figure only
+    import matplotlib  # lazy: matplotlib kept out of start-up (the figure only needs it)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib kept out of start-up
 
     fig, ax = plt.subplots(figsize=(4.5, 4.2))
     plot_reliability(ax, c.reliability, f"reliability at IoU {c.params['iou']}")
@@ -503,7 +504,9 @@ def plot(c: Comparison, path: Any = None) -> Any:
     return fig
 
 
-def plot_per_class(c: Comparison, names: Mapping[int, str] | None = None, top_n: int = 9, path: Any = None) -> Any:
+def plot_per_class(
+    c: Comparison, names: Mapping[int, str] | None = None, top_n: int = 9, path: str | os.PathLike[str] | None = None
+) -> Any:
     """Per-class reliability diagrams of the most frequent classes, all detectors overlaid."""
     return plot_per_class_reliability(
         {k: (s["p"], s["y"], s["category"]) for k, s in c.samples.items()},

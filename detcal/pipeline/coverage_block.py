@@ -48,7 +48,10 @@ def sample_coverage(
     sample: RegressionSample, level: float, gt_area: np.ndarray | None, iou: np.ndarray | None
 ) -> dict[str, dict[str, MetricResult]]:
     """Coverage and width of the central ``level`` Gaussian intervals of one sample (its own coordinates)."""
-    from detcal.metrics.regression.coverage import coverage_metrics, gaussian_interval
+    from detcal.metrics.regression.coverage import (  # lazy: scipy kept out of start-up (regression.coverage)
+        coverage_metrics,
+        gaussian_interval,
+    )
 
     lo, hi = gaussian_interval(sample.mu, sample.sigma, level)
     return coverage_metrics(
@@ -69,7 +72,11 @@ def coverage_block(
 ) -> dict[str, dict[str, MetricResult]]:
     """``{"coverage", "interval_width", "box_stretch"}`` of the detections' intervals, per coordinate
     (entries of the :class:`~detcal.core.results.RegressionBlock`)."""
-    from detcal.metrics.regression.coverage import box_stretch, edge_sample, gaussian_interval
+    from detcal.metrics.regression.coverage import (  # lazy: scipy kept out of start-up (regression.coverage)
+        box_stretch,
+        edge_sample,
+        gaussian_interval,
+    )
 
     s = regression_sample(dets, gt, mr, iou_threshold=t, space=space)
     gt_area, iou = _gt_area_iou(dets, gt, mr, s.rows, t)

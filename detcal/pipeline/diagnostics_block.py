@@ -17,12 +17,19 @@ from typing import Any
 
 import numpy as np
 
+from detcal.binning.edges import cell_index
 from detcal.core.results import ConfidenceBlock, DiagnosticsBlock, LocalisationBlock
 from detcal.core.types import MatchResult, Skipped
+from detcal.metrics.confidence import ece
+from detcal.metrics.confusion import agnostic_match, confusion_matrix, label_errors
+from detcal.metrics.lrp import DetectionOutcomes, paired_iou
+from detcal.metrics.operating_points import operating_points
+from detcal.metrics.tide import scene, tide
 from detcal.pipeline.confidence_block import sample_features, threshold_label
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
 from detcal.reports.diagnosis_facts import miscalibration_sentence, tide_sentence
+from detcal.reports.html.worst import cell_contributions
 
 __all__ = ["diagnostics_block", "GROUPS"]
 
@@ -53,7 +60,6 @@ def diagnostics_block(
     ds, dets = data.dataset, data.detections
     out: dict[str, Any] = {}
     cols: dict[str, np.ndarray] = {}
-    from detcal.metrics.tide import scene, tide
 
     max_dets = spec.matching.max_dets or max(len(dets), 1)
     sc = scene(ds.images, ds.gt, dets, max_dets, overlap_only=d.tide_background > 0) if d.tide or d.confusion else None
@@ -70,8 +76,6 @@ def diagnostics_block(
     if d.operating_points and label is not None:
         out["operating_points"] = _operating(spec, data, mr, label, _lrp_of(loc), None if sc is None else sc.desc)
     if d.confusion:
-        from detcal.metrics.confusion import agnostic_match, confusion_matrix, label_errors
-
         am = agnostic_match(dets, ds.gt, d.confusion_iou, max_dets, paired=sc)
         out["confusion"] = confusion_matrix(am, dets, ds.gt, list(ds.categories), d.confusion_score)
         out["label_errors"] = label_errors(am, dets, ds.gt, ds.categories, min_score=d.label_error_score,
@@ -106,8 +110,6 @@ def _contributions(
 ) -> np.ndarray | None:
     """Per-detection contributions to a binned calibration error whose ``params`` (bins, edges,
     sample_threshold, policy) metrics.json records; None when the grid does not fit."""
-    from detcal.binning.edges import cell_index
-    from detcal.reports.html.worst import cell_contributions
 
     bins = [int(v) for v in (params.get("bins") or [])]
     if len(bins) != grid.shape[1]:
@@ -201,9 +203,6 @@ def _operating(
     spec: EvaluationSpec, data: LoadedData, mr: MatchResult, label: str, lrp: Any = None, desc: Any = None
 ) -> dict[str, Any]:
     """Operating points on the confidence sample of ``label`` (docs/metrics.md#operating-points)."""
-    from detcal.metrics.confidence import ece
-    from detcal.metrics.lrp import DetectionOutcomes, paired_iou
-    from detcal.metrics.operating_points import operating_points
 
     ds, dets = data.dataset, data.detections
     i, rows = _sample(mr, label)

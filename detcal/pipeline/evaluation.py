@@ -38,10 +38,16 @@ from detcal.core.results import (
     UQDetrBlock,
 )
 from detcal.core.types import Dataset, Detections, MatchResult, MetricResult, Skipped
+from detcal.metrics.bootstrap import with_ci
 from detcal.metrics.measures import headline_names
+from detcal.metrics.regression import ence, m_qce, m_qce_joint, regression_metrics
+from detcal.metrics.spaces import regression_sample
 from detcal.pipeline.confidence_block import confidence_blocks, dece_maps, threshold_label
+from detcal.pipeline.input_checks import check_input
+from detcal.pipeline.parallel import distributed_rank, distributed_world, gather_shards, match_in_shards, parallel_match
 from detcal.pipeline.progress import Progress
-from detcal.pipeline.sources import LoadedData, load_coco, load_data, release_memory
+from detcal.pipeline.sources import LoadedData, load_coco, load_data, release_memory, unknown_category_warning
+from detcal.pipeline.sparse_cells import SPARSE_MARK, log_once, sparse_cells_line
 from detcal.pipeline.spec import FEATURES, DataSpec, EvaluationSpec
 
 if TYPE_CHECKING:
@@ -63,9 +69,16 @@ __all__ = [
 HEADLINE_REGRESSION: tuple[str, ...] = ("ence", "m_qce", "c_qce", "nll")
 
 
+EvaluationInput = LoadedData | DataSpec | Dataset | str | os.PathLike[str]
+"""What :func:`evaluate` reads: loaded data, a data spec, a :class:`Dataset` (with its
+:class:`Detections` as ``results``) or the path of a COCO instances file (with the results file's)."""
+ResultsInput = Detections | str | os.PathLike[str] | None
+"""The detections next to a :class:`Dataset`, or the results file next to an instances path."""
+
+
 def as_loaded(
-    gt: Any,
-    results: Any = None,
+    gt: EvaluationInput,
+    results: ResultsInput = None,
     *,
     workdir: str | os.PathLike = ".",
     unknown_category: str = "drop",
@@ -76,7 +89,6 @@ def as_loaded(
     ``shard`` (rank, world): COCO results are read for that rank's image shard only (docs/scale.md).
     Input read from files (a DataSpec, paths) passes the checks of :mod:`detcal.pipeline.input_checks`
     (thresholds from the DataSpec; their defaults for paths)."""
-    from detcal.pipeline.input_checks import check_input
 
     if isinstance(gt, LoadedData):
         return gt
@@ -89,7 +101,7 @@ def as_loaded(
             raise TypeError("with a Dataset, results must be a Detections record")
         return LoadedData(gt, results, None, {"source": "records", "dataset": gt.source})
     if isinstance(gt, (str, os.PathLike)):
-        if results is None:
+        if results is None or isinstance(results, Detections):
             raise TypeError("give the results file next to the ground-truth file")
         loaded = load_coco(gt, results, unknown_category, shard=shard)
         check_input(loaded)
@@ -171,12 +183,10 @@ def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[Ma
         extra = [t_reg]
     par = spec.parallel
     if data.shard is None and (par.workers > 1 or par.distributed):
-        from detcal.pipeline.parallel import parallel_match
 
         def _match(th: Any) -> MatchResult:
             return parallel_match(m, dets, data, th, par.workers, par.distributed, par.shard_size)
     else:  # one process, or this rank's shard of a sharded read: image shards of par.shard_size, in turn
-        from detcal.pipeline.parallel import match_in_shards
 
         def _match(th: Any) -> MatchResult:
             return match_in_shards(m, dets, data, th, par.shard_size)
@@ -186,8 +196,6 @@ def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[Ma
     if reg_on and not isinstance(thresholds, list):
         mr_reg = _match([t_reg])
     if data.shard is not None:  # sharded reading (COCO results, IoU lists): gather every rank's shard
-        from detcal.pipeline.parallel import gather_shards
-
         mr = mr_reg = gather_shards(data, mr)
     return mr, mr_reg, extra
 
@@ -197,6 +205,7 @@ def _per_class(
 ) -> dict[str, Any]:
     """Per-class table (n, precision, mean confidence, ECE, MCE, Brier, AP) of the most frequent classes at
     the first evaluated threshold."""
+    # lazy: kept out of detcal-evaluate start-up (loads when the run reaches it)
     from detcal.reports.per_class import per_class_table
 
     rows_t = [i for i, t in enumerate(mr.iou_thresholds) if not any(abs(float(t) - w) < 1e-9 for w in extra)]
@@ -241,9 +250,6 @@ def _regression_block(
     spec: EvaluationSpec, data: LoadedData, mr: MatchResult, progress: Progress
 ) -> RegressionBlock | Skipped:
     """Box-uncertainty metrics (docs/metrics.md) with bootstrap intervals on the headline ones."""
-    from detcal.metrics.bootstrap import with_ci
-    from detcal.metrics.regression import ence, m_qce, m_qce_joint, regression_metrics
-    from detcal.metrics.spaces import regression_sample
 
     r, sb, bs = spec.regression, spec.sigma_binning, spec.bootstrap
     dets = data.detections
@@ -286,6 +292,7 @@ def _regression_block(
                 res["m_qce"]["joint"], _joint, g, sample.mu, sample.sigma, sample.y, sample.cov, **boot
             )
     out: dict[str, Any] = {m: dict(per) for m, per in res.items()}
+    # lazy: scipy kept out of start-up (coverage_block reads metrics.regression.coverage)
     from detcal.pipeline.coverage_block import coverage_block
 
     out.update(coverage_block(dets, data.dataset.gt, mr, t, r.space, r.coverage_level))
@@ -397,12 +404,9 @@ def _metric_warnings(conf: dict[str, ConfidenceBlock | Skipped], data: LoadedDat
     sample too): each also one log line."""
     out = []
     if data.dropped.get("unknown_category"):
-        from detcal.pipeline.sources import unknown_category_warning
-
         out.append(
             unknown_category_warning(data.provenance.get("results", "the results"), data.dropped["unknown_category"])
         )  # logged where it was loaded
-    from detcal.pipeline.sparse_cells import SPARSE_MARK, log_once, sparse_cells_line
 
     for lbl, blk in conf.items():
         if isinstance(blk, Skipped):
@@ -449,6 +453,7 @@ def _worst(
     """The worst-calibrated detections for the report (docs/metrics.md#worst-calibrated-detections)."""
     if not conf or no_pos or data.shard is not None:
         return {}
+    # lazy: kept out of detcal-evaluate start-up (loads when the run reaches it)
     from detcal.pipeline.report_data import worst_block
 
     return worst_block(spec, data, mr, feats, conf)
@@ -468,6 +473,7 @@ def _diagnostics(
     d = spec.diagnostics
     if not (d.tide or d.confusion or d.operating_points):
         return Skipped("diagnostics.tide, .confusion and .operating_points are false"), {}
+    # lazy: kept out of detcal-evaluate start-up (loads when the run reaches it)
     from detcal.pipeline.diagnostics_block import diagnostics_block
 
     t0 = time.perf_counter()
@@ -488,12 +494,12 @@ def _warnings(
     return warn
 
 
-def _load(gt: Any, results: Any, spec: EvaluationSpec, workdir: str | os.PathLike | None) -> LoadedData:
+def _load(
+    gt: EvaluationInput, results: ResultsInput, spec: EvaluationSpec, workdir: str | os.PathLike | None
+) -> LoadedData:
     """The input as :class:`LoadedData`; under ``parallel.distributed``, this rank's shard of it."""
     shard = None
     if spec.parallel.distributed:
-        from detcal.pipeline.parallel import distributed_rank, distributed_world
-
         shard = (distributed_rank(), distributed_world())
     return as_loaded(gt, results, workdir=workdir or ".", shard=shard)
 
@@ -524,11 +530,13 @@ def _accuracy_and_oce(
 ]:
     """The accuracy, localisation, OCE and uq-detr records and the per-image rows; their times in ``timing``."""
     t0 = time.perf_counter()
+    # lazy: kept out of detcal-evaluate start-up (loads when the run reaches it)
     from detcal.pipeline.accuracy_block import accuracy_block, localisation_block
 
     acc, loc = accuracy_block(spec, data), localisation_block(spec, data)
     timing["accuracy"] = time.perf_counter() - t0
     t0 = time.perf_counter()
+    # lazy: kept out of detcal-evaluate start-up (loads when the run reaches it)
     from detcal.pipeline.oce_block import oce_block, per_image_rows, uq_detr_block
 
     oce_rec, uq_rec = oce_block(spec, data), uq_detr_block(spec, data)
@@ -537,8 +545,8 @@ def _accuracy_and_oce(
 
 
 def evaluate(
-    gt: Any,
-    results: Any = None,
+    gt: EvaluationInput,
+    results: ResultsInput = None,
     spec: EvaluationSpec | None = None,
     *,
     workdir: str | os.PathLike | None = None,
@@ -552,6 +560,7 @@ def evaluate(
     :class:`EvaluationSpec` (defaults when None). ``workdir``: where a
     synthetic set is generated. Returns an :class:`EvaluationResult`.
     """
+    # lazy: kept out of detcal-evaluate start-up (loads when the run reaches it)
     from detcal.pipeline.result import EvaluationResult
 
     spec = spec or EvaluationSpec()

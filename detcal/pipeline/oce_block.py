@@ -9,9 +9,19 @@ from typing import Any
 import numpy as np
 
 from detcal.core.results import OCEBlock, UQDetrBlock
-from detcal.core.types import Skipped
+from detcal.core.types import Detections, Skipped
+from detcal.metrics.image_reliability import (
+    LAMBDA_GRID,
+    fit_lambda,
+    kept_mask,
+    pearson,
+    per_image_oce,
+    split_confidence,
+)
+from detcal.metrics.oce import ObjectScores, object_scores, object_scores_by_aggregation, oce_from_scores
+from detcal.metrics.uq_detr import uq_detr_suite
 from detcal.pipeline.sources import LoadedData
-from detcal.pipeline.spec import EvaluationSpec
+from detcal.pipeline.spec import EvaluationSpec, OCESpec
 
 __all__ = ["oce_block", "uq_detr_block", "per_image_rows"]
 
@@ -21,7 +31,7 @@ def _categories(data: LoadedData) -> list[int] | None:
     return sorted(int(c) for c in data.dataset.categories) if data.detections.class_probs is not None else None
 
 
-def _not_seen(s: Any, n_det: int) -> dict[str, Any]:
+def _not_seen(s: ObjectScores, n_det: int) -> dict[str, Any]:
     """Detections that overlap no object at each threshold: OCE never scores them."""
     counts = {f"iou={t:.2f}": int(np.sum(s.det_max_iou < t)) for t in s.iou_thresholds}
     return {
@@ -33,10 +43,8 @@ def _not_seen(s: Any, n_det: int) -> dict[str, Any]:
     }
 
 
-def _reliability(spec: EvaluationSpec, data: LoadedData, images: np.ndarray, all_kept: Any) -> dict[str, Any]:
+def _reliability(spec: EvaluationSpec, data: LoadedData, images: np.ndarray, all_kept: ObjectScores) -> dict[str, Any]:
     """Contrastive confidence per image, lambda fitted on a seeded half, correlation on the other."""
-    from detcal.metrics.image_reliability import LAMBDA_GRID, fit_lambda, pearson, per_image_oce, split_confidence
-    from detcal.metrics.oce import object_scores
 
     o, dets = spec.oce, data.detections
     pos, neg = split_confidence(
@@ -101,9 +109,8 @@ def _reliability(spec: EvaluationSpec, data: LoadedData, images: np.ndarray, all
     return out
 
 
-def _kept(dets: Any, images: np.ndarray, o: Any) -> np.ndarray:
+def _kept(dets: Detections, images: np.ndarray, o: OCESpec) -> np.ndarray:
     """Which detections the post-processing keeps (the ``kept`` set of the contrastive split)."""
-    from detcal.metrics.image_reliability import kept_mask
 
     return kept_mask(dets.image_id, dets.score, images, o.reliability_method, o.reliability_param, box=dets.box)
 
@@ -115,7 +122,6 @@ def oce_block(spec: EvaluationSpec, data: LoadedData) -> OCEBlock | Skipped:
         return Skipped("oce.enabled=false")
     if data.kitti is not None:
         return Skipped("defined for COCO-style ground truth; not computed with KITTI rules")
-    from detcal.metrics.oce import object_scores_by_aggregation, oce_from_scores
 
     ds, dets = data.dataset, data.detections
     by_agg = object_scores_by_aggregation(
@@ -150,7 +156,6 @@ def uq_detr_block(spec: EvaluationSpec, data: LoadedData) -> UQDetrBlock | Skipp
     u = spec.uq_detr
     if not u.enabled:
         return Skipped("uq_detr.enabled=false")
-    from detcal.metrics.uq_detr import uq_detr_suite
 
     res = uq_detr_suite(
         data.detections, data.dataset.gt, u.tau, bins=u.bins, tp_criterion=u.tp_criterion, crowd=u.crowd

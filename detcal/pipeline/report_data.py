@@ -8,10 +8,11 @@ from typing import Any
 import numpy as np
 
 from detcal.core.results import ConfidenceBlock
-from detcal.core.types import MatchResult, Skipped
+from detcal.core.types import Dataset, MatchResult, Skipped
 from detcal.pipeline.confidence_block import sample_features, threshold_label
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
+from detcal.reports.html.worst import worst_detections
 
 __all__ = ["worst_block"]
 
@@ -34,7 +35,6 @@ def worst_block(
     top: int = 10,
 ) -> dict[str, Any]:
     """The worst-calibrated detections at the first evaluated IoU threshold (``{}`` when none was)."""
-    from detcal.reports.html.worst import worst_detections
 
     labels = [lbl for lbl, blk in conf.items() if not isinstance(blk, Skipped)]
     if not labels:
@@ -82,7 +82,7 @@ def worst_block(
 class _Lazy(dict):
     """The context with ``gt_box`` looked up only for the rows the tables show."""
 
-    def __init__(self, ctx: dict[str, Any], gi: np.ndarray, ds: Any):
+    def __init__(self, ctx: dict[str, Any], gi: np.ndarray, ds: Dataset):
         super().__init__(ctx)
         self["gt_box"] = _GtBoxes(gi, ds.gt.box)
 

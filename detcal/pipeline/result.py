@@ -19,8 +19,17 @@ import numpy as np
 
 from detcal.core.results import Results
 from detcal.reports import results_json
+from detcal.reports.detections_csv import (
+    detections_csv,
+    evaluation_columns,
+    write_columns_csv,
+    write_detections_parquet,
+)
+from detcal.reports.evaluation_plots import evaluation_plots, plan_evaluation_plots
 from detcal.reports.finish import finish_run
+from detcal.reports.per_class import plot_per_class_reliability
 from detcal.reports.summary_md import evaluation_summary
+from detcal.utils.background import start
 from detcal.utils.io import write_text
 
 __all__ = ["Result", "EvaluationResult"]
@@ -139,7 +148,6 @@ class EvaluationResult(Result):
 
     def detections_csv(self) -> str:
         """One row per detection: match outcome per threshold, box, relative features."""
-        from detcal.reports.detections_csv import detections_csv
 
         assert self.features is not None and self.clipped is not None
         return detections_csv(self.data, self.match, self.features, self.clipped)
@@ -147,8 +155,6 @@ class EvaluationResult(Result):
     def _write_extra(self, out: Path, plots: bool, csv: bool) -> list[str]:
         files: list[str] = []
         if csv:
-            from detcal.reports.detections_csv import evaluation_columns, write_columns_csv, write_detections_parquet
-
             assert self.features is not None and self.clipped is not None
             cols = evaluation_columns(self.data, self.match, self.features, self.clipped)
             cols.update(self.diagnostics_columns or {})  # tide_error (docs/metrics.md#tide)
@@ -168,8 +174,6 @@ class EvaluationResult(Result):
         forked child while the caller writes the other files (:mod:`detcal.utils.background`)."""
         if not plots:
             return [], None
-        from detcal.reports.evaluation_plots import evaluation_plots, plan_evaluation_plots
-        from detcal.utils.background import start
 
         m = self.plain()
         names = [name for name, _ in plan_evaluation_plots(out, m, self.spec)]
@@ -186,7 +190,6 @@ class EvaluationResult(Result):
         pc = self.record.get("per_class") or {}
         if not pc.get("rows"):
             return []
-        from detcal.reports.per_class import plot_per_class_reliability
 
         i = [f"iou={t:.2f}" for t in self.match.iou_thresholds].index(pc["iou"]) if pc["iou"] != "iou=kitti" else 0
         keep = np.flatnonzero(self.match.considered & ~self.match.ignored[i])

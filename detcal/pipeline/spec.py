@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from detcal.binning.cells import grid_bytes
 from detcal.binning.edges import BinGrid
 from detcal.core.config import ConfigError, check_choice, check_int, check_prob
 from detcal.data.specs import (
@@ -41,6 +42,7 @@ from detcal.data.specs import (
     YoloDataSpec,
 )
 from detcal.metrics.confidence_suite import SuiteBinning
+from detcal.utils import memory  # the module: tests stand in for available_bytes there
 
 __all__ = [
     "FEATURES",
@@ -181,17 +183,15 @@ class DeceBinningSpec:
     def _check_memory(self) -> None:
         """The D-ECE grid's arrays estimated before anything is loaded (one group; per-class grids are
         checked again where they are allocated)."""
-        from detcal.binning.cells import grid_bytes
-        from detcal.utils.memory import available_bytes, gib
 
         dims = self.grid()
         n_cells = dims.n_cells
-        need, have = grid_bytes(n_cells, 5), available_bytes()
+        need, have = grid_bytes(n_cells, 5), memory.available_bytes()
         if need > have:
             raise ConfigError(
                 "dece_binning.bins",
-                f"a D-ECE grid of {' x '.join(map(str, dims))} = {n_cells:,} cells needs about {gib(need)} of "
-                f"memory, more than the {gib(have)} available: use fewer bins or fewer features",
+                f"a D-ECE grid of {' x '.join(map(str, dims))} = {n_cells:,} cells needs about {memory.gib(need)} of "
+                f"memory, more than the {memory.gib(have)} available: use fewer bins or fewer features",
             )
 
     def grid(self) -> BinGrid:

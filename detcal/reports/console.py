@@ -13,6 +13,7 @@ from detcal.core.types import Skipped
 from detcal.metrics.measures import headline_names
 from detcal.reports.measure_rows import measure_rows, row_text
 from detcal.reports.tables import format_value
+from detcal.utils.warn import logged
 
 __all__ = ["console_summary", "run_footer"]
 
@@ -169,7 +170,6 @@ def run_footer(run_dir: str | Path, files: list[str]) -> list[str]:
 def _warning_lines(warns: list[str]) -> list[str]:
     """The run's warnings, each once on the console: those logged while the command ran are counted, not
     repeated (a calibrator's fit report was printed twice)."""
-    from detcal.utils.warn import logged
 
     if not warns:
         return []

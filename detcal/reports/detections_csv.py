@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from detcal.core.types import Detections, MatchResult
+from detcal.utils.io import atomic_write
 
 try:  # fast column formatting; the fallback gives the same text
     import orjson as _orjson
@@ -186,7 +187,6 @@ def columns_to_csv_bytes(cols: dict[str, np.ndarray]) -> bytes:
 
 def write_columns_csv(path: str | os.PathLike, cols: dict[str, np.ndarray]) -> None:
     """Atomically write ordered columns as CSV, block by block (:func:`iter_csv_bytes`)."""
-    from detcal.utils.io import atomic_write
 
     with atomic_write(path, "wb") as fh:
         for piece in iter_csv_bytes(cols):
@@ -215,10 +215,8 @@ def write_detections_parquet(path: str | os.PathLike, cols: dict[str, np.ndarray
     Column names and order as in the CSV; types int64, float64 and bool.
     Needs pyarrow (imported here, not at module import).
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from detcal.utils.io import atomic_write
+    import pyarrow as pa  # lazy: pyarrow is the [parquet] extra
+    import pyarrow.parquet as pq  # lazy: pyarrow is the [parquet] extra
 
     table = pa.table({name: pa.array(np.asarray(v)) for name, v in cols.items()})
     with atomic_write(path, "wb") as fh:

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from detcal.core.errors import DetcalInputError
 from detcal.reports.results_json import read_results
 from detcal.reports.tables import comparison_csv, comparison_table, iter_metrics
@@ -67,7 +69,6 @@ def _read_overrides(run_dir: Path) -> list[str]:
     f = run_dir / ".hydra" / "overrides.yaml"
     if not f.is_file():
         return []
-    import yaml
 
     try:
         data = yaml.safe_load(f.read_text(encoding="utf-8"))

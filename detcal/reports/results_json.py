@@ -26,9 +26,11 @@ from typing import Any
 import numpy as np
 import orjson as _orjson
 
+from detcal._version import __version__
 from detcal.core.errors import DetcalInputError
 from detcal.core.results import SCHEMA_V3, SKIP, Results
 from detcal.utils.io import write_text
+from detcal.utils.warn import collected
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -191,7 +193,6 @@ def dumps(obj: Any) -> str:
 
 def header(command: str, **fields: Any) -> dict[str, Any]:
     """The provenance every metrics.json opens with."""
-    from detcal._version import __version__
 
     return {
         "schema_version": SCHEMA_VERSION,
@@ -206,7 +207,6 @@ def write_metrics(path: str | os.PathLike, record: dict[str, Any], *, plain: boo
     """Atomically write ``record`` as strict JSON; returns the written (plain) content.
     ``plain=True``: ``record`` is already :func:`strict` output."""
     content = record if plain else strict(record)
-    from detcal.utils.warn import collected
 
     caught = [w for w in collected() if w not in (content.get("warnings") or [])]
     if caught and isinstance(content, dict):  # Python warnings of the command (detcal.utils.warn.capture)

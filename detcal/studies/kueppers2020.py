@@ -11,7 +11,7 @@ Calibration for Object Detection". Protocol, as run by :func:`run`:
 * D-ECE with 15 bins (1 dimension), 5 per dimension (3 dimensions), 3 per
   dimension (5 dimensions), netcal's cells, cells with fewer than
   ``sample_threshold`` samples (default 1: every occupied cell counts, netcal's
-  default) count with gap 0 (:func:`detcal.metrics.confidence.dece`, policy
+  default) count with gap 0 (:func:`detcal.metrics.confidence.dece_kueppers`, policy
   ``"netcal"``);
 * 20 seeded 70/30 calibration/test splits over *images*;
 * calibrators (a parameter; names of :data:`detcal.calibration.CONFIDENCE_CALIBRATORS`):
@@ -39,7 +39,7 @@ from detcal.calibration.confidence import fit_logistic
 from detcal.core.boxes import relative_features
 from detcal.data import bundled
 from detcal.matching.netcal_example import match_netcal_example
-from detcal.metrics.confidence import dece
+from detcal.metrics.confidence import dece_kueppers
 from detcal.utils.io import save_figure
 
 FEATURE_SETS: dict[str, tuple[str, ...]] = {
@@ -99,7 +99,7 @@ def feature_columns(features: np.ndarray, name: str) -> np.ndarray | None:
 def set_dece(p: np.ndarray, y: np.ndarray, f: np.ndarray | None, sample_threshold: int = 1) -> float:
     """D-ECE of one feature set with the paper's bins (netcal cells)."""
     n_dim = 1 + (0 if f is None else f.shape[1])
-    return dece(p, y, f, bins=BINS_PER_DIM[n_dim], sample_threshold=sample_threshold, policy="netcal").value
+    return dece_kueppers(p, y, f, bins=BINS_PER_DIM[n_dim], sample_threshold=sample_threshold, policy="netcal").value
 
 
 def image_splits(

@@ -42,11 +42,6 @@ __all__ = [
 ]
 
 
-_int = check_int
-_num = check_number
-_choice = check_choice
-
-
 @dataclass
 class ModelSpec:
     """The R-FCN (:func:`detcal.models.rfcn.build_rfcn` keyword arguments; configs/model/*.yaml).
@@ -72,17 +67,17 @@ class ModelSpec:
     box_detections_per_img: int = 100  # detections kept per image at inference
 
     def __post_init__(self) -> None:
-        _choice("model.backbone", self.backbone, ("tiny", "resnet50", "resnet101"))
-        _choice("model.norm", self.norm, ("bn", "gn", "none"))
-        _int("model.k", self.k, 1)
+        check_choice("model.backbone", self.backbone, ("tiny", "resnet50", "resnet101"))
+        check_choice("model.norm", self.norm, ("bn", "gn", "none"))
+        check_int("model.k", self.k, 1)
         for name in ("min_size", "max_size", "rpn_post_nms_top_n_train", "stage2_positives_per_image"):
             v = getattr(self, name)
             if v is not None:
-                _int(f"model.{name}", v, 1)
-        _int("model.roi_batch_size_per_image", self.roi_batch_size_per_image, 1)
-        _int("model.box_detections_per_img", self.box_detections_per_img, 1)
-        _num("model.box_score_thresh", self.box_score_thresh, lo=0.0)
-        _num("model.box_nms_thresh", self.box_nms_thresh, positive=True)
+                check_int(f"model.{name}", v, 1)
+        check_int("model.roi_batch_size_per_image", self.roi_batch_size_per_image, 1)
+        check_int("model.box_detections_per_img", self.box_detections_per_img, 1)
+        check_number("model.box_score_thresh", self.box_score_thresh, lo=0.0)
+        check_number("model.box_nms_thresh", self.box_nms_thresh, positive=True)
 
     def build_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``build_rfcn`` (besides ``num_classes`` and ``category_ids``)."""
@@ -104,17 +99,17 @@ class TrainerSpec:
     deterministic: bool = False  # torch.use_deterministic_algorithms
 
     def __post_init__(self) -> None:
-        _choice("trainer.kind", self.kind, ("single", "ddp"))
+        check_choice("trainer.kind", self.kind, ("single", "ddp"))
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ConfigError("trainer.device", f"must be cpu or cuda[:N], got {self.device!r}")
         if self.threads is not None:
-            _int("trainer.threads", self.threads, 1)
-        _int("trainer.nproc", self.nproc, 1)
+            check_int("trainer.threads", self.threads, 1)
+        check_int("trainer.nproc", self.nproc, 1)
         if self.backend is not None:
-            _choice("trainer.backend", self.backend, ("nccl", "gloo"))
+            check_choice("trainer.backend", self.backend, ("nccl", "gloo"))
             if self.backend == "nccl" and not self.device.startswith("cuda"):
                 raise ConfigError("trainer.backend", "nccl needs trainer.device=cuda (use gloo on the CPU)")
-        _int("trainer.num_workers", self.num_workers, 0)
+        check_int("trainer.num_workers", self.num_workers, 0)
 
 
 @dataclass
@@ -143,19 +138,19 @@ class StageSpec:
             raise ConfigError("stage.stage", f"must be 1 or 2, got {self.stage!r}")
         p = f"stage{self.stage}"
         for name in ("iterations", "batch_size", "checkpoint_every", "log_every"):
-            _int(f"{p}.{name}", getattr(self, name), 1)
-        _int(f"{p}.warmup_iters", self.warmup_iters, 0)
-        _int(f"{p}.seed", self.seed, 0)
-        _num(f"{p}.lr", self.lr, positive=True)
-        _num(f"{p}.momentum", self.momentum, lo=0.0)
-        _num(f"{p}.weight_decay", self.weight_decay, lo=0.0)
-        _num(f"{p}.lr_gamma", self.lr_gamma, positive=True)
+            check_int(f"{p}.{name}", getattr(self, name), 1)
+        check_int(f"{p}.warmup_iters", self.warmup_iters, 0)
+        check_int(f"{p}.seed", self.seed, 0)
+        check_number(f"{p}.lr", self.lr, positive=True)
+        check_number(f"{p}.momentum", self.momentum, lo=0.0)
+        check_number(f"{p}.weight_decay", self.weight_decay, lo=0.0)
+        check_number(f"{p}.lr_gamma", self.lr_gamma, positive=True)
         if self.max_grad_norm is not None:
-            _num(f"{p}.max_grad_norm", self.max_grad_norm, positive=True)
+            check_number(f"{p}.max_grad_norm", self.max_grad_norm, positive=True)
         if not isinstance(self.lr_steps, (list, tuple)):
             raise ConfigError(f"{p}.lr_steps", f"must be a list of iterations, got {self.lr_steps!r}")
         for s in self.lr_steps:
-            _int(f"{p}.lr_steps", s, 1)
+            check_int(f"{p}.lr_steps", s, 1)
         self.lr_steps = [int(s) for s in self.lr_steps]
         if self.lr_steps != sorted(self.lr_steps):
             raise ConfigError(f"{p}.lr_steps", f"must be increasing, got {self.lr_steps}")
@@ -204,12 +199,12 @@ class SplitsSpec:
 
     def __post_init__(self) -> None:
         for name in ("train", "recal", "val"):
-            _int(f"splits.{name}_images", getattr(self, f"{name}_images"), 1)
-            _int(f"splits.{name}_seed", getattr(self, f"{name}_seed"), 0)
-        _num("splits.val_size", self.val_size, positive=True)
-        _int("splits.split_seed", self.split_seed, 0)
+            check_int(f"splits.{name}_images", getattr(self, f"{name}_images"), 1)
+            check_int(f"splits.{name}_seed", getattr(self, f"{name}_seed"), 0)
+        check_number("splits.val_size", self.val_size, positive=True)
+        check_int("splits.split_seed", self.split_seed, 0)
         if self.max_images is not None:
-            _int("splits.max_images", self.max_images, 1)
+            check_int("splits.max_images", self.max_images, 1)
 
 
 @dataclass
@@ -226,12 +221,12 @@ class TrainDataSpec:
     categories: list[int] | None = None  # training category ids (after remapping); null: every trainable category
 
     def __post_init__(self) -> None:
-        _choice("train_data.source", self.source, ("synthetic", "coco"))
+        check_choice("train_data.source", self.source, ("synthetic", "coco"))
         if self.max_images is not None:
-            _int("train_data.max_images", self.max_images, 1)
+            check_int("train_data.max_images", self.max_images, 1)
         if self.categories is not None:
             for c in self.categories:
-                _int("train_data.categories", c)
+                check_int("train_data.categories", c)
             self.categories = [int(c) for c in self.categories]
 
 
@@ -244,8 +239,8 @@ class PredictSpec:
     score_threshold: float = 0.05  # a detection is kept when its score is > this (recorded in the results)
 
     def __post_init__(self) -> None:
-        _int("predict.batch_size", self.batch_size, 1)
-        _num("predict.score_threshold", self.score_threshold, lo=0.0)
+        check_int("predict.batch_size", self.batch_size, 1)
+        check_number("predict.score_threshold", self.score_threshold, lo=0.0)
         if not self.score_threshold < 1:
             raise ConfigError("predict.score_threshold", f"must be in [0, 1), got {self.score_threshold}")
 
@@ -260,7 +255,7 @@ class MainCalibrationSpec:
     methods: list[str] = field(default_factory=lambda: ["std_scaling", "kuleshov_isotonic"])
 
     def __post_init__(self) -> None:
-        _num("calibration.iou_threshold", self.iou_threshold, positive=True)
+        check_number("calibration.iou_threshold", self.iou_threshold, positive=True)
         if self.iou_threshold > 1:
             raise ConfigError("calibration.iou_threshold", f"must be in (0, 1], got {self.iou_threshold}")
         if not isinstance(self.methods, (list, tuple)) or not all(isinstance(m, str) and m for m in self.methods):
@@ -305,7 +300,7 @@ class DryRunSpec:
     images: int = 4  # recal and val images predicted
 
     def __post_init__(self) -> None:
-        _int("dry_run.images", self.images, 1)
+        check_int("dry_run.images", self.images, 1)
 
 
 @dataclass

@@ -8,7 +8,6 @@ per-bin coverage counts follow from a ``bincount`` + ``cumsum`` (O(S + B L)).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -121,7 +120,7 @@ def _coverage_counts(
 
 def coverage_stats(
     eps: ArrayLike,
-    sigma_bin: Any | None,
+    sigma_bin: ArrayLike | None,
     *,
     d: int = 1,
     levels: ArrayLike = QUANTILE_LEVELS,

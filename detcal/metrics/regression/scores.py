@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from numpy.typing import ArrayLike
 
@@ -153,7 +151,7 @@ def interval_calibration_error(
     *,
     m: int = 100,
     levels: ArrayLike | None = None,
-    weights: Any | None = None,
+    weights: ArrayLike | None = None,
     reduction: str = "sum",
     kind: str = "one_sided",
 ) -> MetricResult:

@@ -17,6 +17,7 @@ from typing import Any
 
 from detcal.core.results import Results
 from detcal.reports.html.page import render_report
+from detcal.utils.io import write_text
 
 __all__ = ["render_report", "write_report", "REPORT_NAME"]
 
@@ -28,7 +29,6 @@ def write_report(
 ) -> Path:
     """Write ``run_dir/report.html`` (atomically) from the run's results (or its metrics.json content,
     /3 or /2); returns its path."""
-    from detcal.utils.io import write_text
 
     out = Path(run_dir) / REPORT_NAME
     write_text(out, render_report(metrics, run_dir, image_dir=image_dir))

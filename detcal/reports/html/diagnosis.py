@@ -13,6 +13,7 @@ from typing import Any
 from detcal.core.results import DiagnosticsBlock, Results, as_results
 from detcal.reports.html.fmt import cell, esc, is_number, num, num_attr, table, text
 from detcal.reports.html.svg import curve_svg
+from detcal.reports.html.thumbs import find_image, thumbnail
 
 __all__ = ["diagnosis_section", "bars_svg", "confusion_svg"]
 
@@ -246,7 +247,6 @@ def _inside(image_dir: Path, p: Path | None) -> Path | None:
 
 
 def _label_errors(le: Mapping[str, Any], image_dir: Path | None) -> str:
-    from detcal.reports.html.thumbs import find_image, thumbnail
 
     prm = le["params"]
     out = [

@@ -10,6 +10,7 @@ number of table1.json (``data-v``).
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping
 from typing import Any
 
@@ -283,7 +284,6 @@ def stages(m: Mapping[str, Any]) -> str:
 
 def _mean_sd(vals: list[float], percent: bool) -> str:
     """``mean ± sd`` (sample sd) of ``vals``, each with its exact value in ``data-v``."""
-    import statistics
 
     mean, sd = statistics.fmean(vals), statistics.stdev(vals)
     scale, digits = (100.0, 1) if percent else (1.0, 3)

@@ -7,6 +7,7 @@ import base64
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,11 @@ from detcal.core.results import CalibratorsBlock, Results, as_results, is_descri
 from detcal.reports.html.diagnosis import diagnosis_section
 from detcal.reports.html.findings import findings
 from detcal.reports.html.fmt import cell, esc, is_number, num, pct_cell, table
+from detcal.reports.html.main_page import main_body
 from detcal.reports.html.measures import confidence_measures
+from detcal.reports.html.study_page import study_body
 from detcal.reports.html.style import CSS, SCRIPT
+from detcal.reports.html.thumbs import find_image, inside, thumbnails
 
 __all__ = ["render_report", "worst_section", "generic_section", "provenance_section", "file_digests"]
 
@@ -92,7 +96,6 @@ def worst_section(m: Mapping[str, Any], image_dir: Path | None) -> str:
 
 def _fill_thumbnails(out: list[str], pending: list[tuple[int, list[Any]]], image_dir: Path | None) -> None:
     """The thumbnail strips of the worst-detection tables; each image file is decoded once for all of them."""
-    from detcal.reports.html.thumbs import find_image, thumbnails
 
     assert image_dir is not None
     found: dict[tuple[str, str], Path | None] = {}
@@ -209,7 +212,6 @@ def provenance_section(m: Mapping[str, Any], extra_files: list[tuple[str, str, s
 def _png_figs(run_dir: Path | None, files: Iterable[str]) -> list[str]:
     """The run's PNG diagrams as inline figures (the same files that lie beside report.html); a name that
     leads out of the run directory (absolute, ``..``, a symlink out) is not read."""
-    from detcal.reports.html.thumbs import inside
 
     if run_dir is None:
         return []
@@ -237,7 +239,6 @@ def _png_section(run_dir: Path | None, files: Iterable[str], keep_per_class: boo
 
 
 def _nav(body: str) -> str:
-    import re
 
     ids = re.findall(r"<h2 id=([a-z-]+)>([^<]*)", body)
     return (
@@ -354,12 +355,8 @@ def _files_section(m: Mapping[str, Any]) -> str:
 def _own_page(m: Mapping[str, Any], rd: Path | None, extra_files: list[tuple[str, str, str]]) -> str | None:
     """The body of a command with a page of its own (the main job, the study), or None."""
     if m.get("command") == "detcal-main" and isinstance(m.get("table"), str):
-        from detcal.reports.html.main_page import main_body
-
         return main_body(m, _files_section(m), provenance_section(m, extra_files))
     if m.get("command") == "detcal-study" and m.get("study") == "kueppers2020":
-        from detcal.reports.html.study_page import study_body
-
         return study_body(m, _png_section(rd, m.get("files") or []), provenance_section(m, extra_files))
     return None
 

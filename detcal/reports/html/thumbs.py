@@ -101,7 +101,7 @@ def thumbnails(items: Sequence[tuple[Path, Mapping[str, Any]]]) -> list[str]:
     """HTML of the thumbnail of each (image path, row), in order; each image is opened and decoded once
     however many rows show it (an unreadable image gives empty strings, logged once)."""
     try:
-        from PIL import Image
+        from PIL import Image  # lazy: Pillow kept out of start-up (thumbnails only)
     except ImportError:  # pragma: no cover - Pillow comes with matplotlib
         return ["" for _ in items]
     out = ["" for _ in items]

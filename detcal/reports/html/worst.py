@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from detcal.binning.edges import cell_index
+
 __all__ = ["cell_contributions", "worst_detections"]
 
 DEFINITION = (
@@ -138,7 +140,6 @@ def worst_detections(
     ``gt_box`` (list, None for a false positive), ``width``, ``height``) and
     ``feature_names`` (confidence first). Returns plain JSON-ready data.
     """
-    from detcal.binning.edges import cell_index
 
     p, y = np.asarray(ctx["p"], dtype=np.float64), np.asarray(ctx["y"], dtype=bool)
     f = ctx.get("features")
