@@ -21,19 +21,38 @@ another live run holds or one that holds another run is refused, unless
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import dataclasses
+import difflib
 import errno
 import logging
 import os
 import re
 import secrets
 import sys
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from detcal.apps._run_dir import guarded_jobs, lock, pop_overwrite
+import hydra
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.hydra import Hydra
+from hydra._internal.utils import _locate  # get_class would also log the failure
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.object_type import ObjectType
+from hydra.errors import HydraException, MissingConfigException
+from hydra.utils import instantiate as hydra_instantiate
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from detcal.apps._run_dir import guarded_jobs, lock, pop_overwrite, run_files
 from detcal.core.errors import DetcalError
 from detcal.data.specs import DATA_SPECS, DataSpec, foreign_field_message
+from detcal.pipeline.spec import ConfigError
+from detcal.utils.warn import capture
 
 __all__ = ["run_app", "run_header", "user_error_message", "data_schema_name", "RUN_ID"]
 
@@ -54,7 +73,6 @@ def _safe_name(name: Any) -> str:
 
 
 def _register_resolvers() -> None:
-    from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver("detcal_run_id"):
         OmegaConf.register_new_resolver("detcal_run_id", lambda: RUN_ID, use_cache=True)
@@ -71,7 +89,6 @@ def register_schema(config_name: str, schema: type) -> str:
     """Store ``schema`` in the ConfigStore as ``<config_name>_schema`` (the first default of the primary YAML),
     and each data source's spec class as ``data_<source>_schema`` (the first default of each data group file,
     ``configs/data/<name>.yaml``, so ``data=kitti`` composes a :class:`~detcal.data.specs.KittiDataSpec`)."""
-    from hydra.core.config_store import ConfigStore
 
     name = f"{config_name}_schema"
     store = ConfigStore.instance()
@@ -88,8 +105,6 @@ def _first_line(exc: BaseException) -> str:
 
 def _did_you_mean(chain: list[BaseException]) -> str:
     """``; did you mean 'data.detector'?`` for an unknown key close to a field of its config group."""
-    import dataclasses
-    import difflib
 
     for e in chain:
         key, typ, full = getattr(e, "key", None), getattr(e, "object_type", None), getattr(e, "full_key", None)
@@ -109,8 +124,6 @@ def _did_you_mean(chain: list[BaseException]) -> str:
 
 def user_error_message(exc: BaseException) -> str | None:
     """One line for an error the user can fix (config or input), ``None`` for anything else (a bug)."""
-    from hydra.errors import HydraException, MissingConfigException
-    from omegaconf.errors import OmegaConfBaseException
 
     chain: list[BaseException] = []
     e: BaseException | None = exc
@@ -175,7 +188,6 @@ _lock_run_dir = lock  # the advisory lock of a run directory (detcal.apps._run_d
 
 def run_header(command: str, cfg: Any, run_dir: Path, overrides: list[str]) -> dict[str, Any]:
     """Provenance fields of metrics.json: command, run directory, overrides and the resolved config."""
-    from omegaconf import OmegaConf
 
     return {
         "command": command,
@@ -198,7 +210,6 @@ def _quiet_other_ranks() -> None:
     """Under torchrun, ranks other than 0 run in a scratch directory and write no run directory of their own."""
     if not is_secondary_rank():
         return
-    import tempfile
 
     keep = [
         a for a in sys.argv[1:] if not a.startswith(("hydra.run.dir=", "hydra.output_subdir=", "hydra/job_logging="))
@@ -244,7 +255,6 @@ def _single_compose(argv: list[str]) -> Any:
     set, a single run, exactly what Hydra concludes after composing. Any
     other command line goes through Hydra unchanged.
     """
-    from hydra._internal.hydra import Hydra
 
     plain = not any(a.startswith("-") or a.startswith(_SWEEP_KEYS) for a in argv)
     if not plain:
@@ -272,8 +282,6 @@ def _shared_group_listing() -> Any:
     pair exactly as a fresh copy would: the copy is made once per pair and
     reused. A Hydra without the internal method this relies on is left as it is.
     """
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra.core.object_type import ObjectType
 
     make = getattr(ConfigLoaderImpl, "_parse_overrides_and_create_caching_repo", None)
     if make is None:
@@ -316,7 +324,6 @@ def _reuse_freed_memory() -> None:
     """
     if not sys.platform.startswith("linux") or os.environ.get("DETCAL_MALLOC_DEFAULTS") == "1":
         return
-    import ctypes
 
     try:
         mallopt = ctypes.CDLL(None).mallopt
@@ -341,7 +348,9 @@ def run_app(
     debug = _debug()
     _reuse_freed_memory()
     try:
-        from detcal.pipeline.registry import config_dir
+        from detcal.pipeline.registry import (
+            config_dir,  # lazy: the calibrator registry imports the calibration package, which imports scipy (kept out of start-up)
+        )
 
         cdir = config_dir()
     except FileNotFoundError as exc:
@@ -349,14 +358,10 @@ def run_app(
     register_schema(config_name, schema)
     _quiet_other_ranks()
     overwrite = pop_overwrite(sys.argv)
-    from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()  # a second app in the same process (tests, notebooks)
     saved_env = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"  # let errors reach us; we decide what the user sees
-    import hydra
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
 
     @hydra.main(config_path=str(cdir), config_name=config_name, version_base="1.3")
     def _main(cfg: Any) -> Any:
@@ -376,7 +381,6 @@ def run_app(
             _fail(prog, msg)  # SystemExit passes through Hydra's job runner
 
     saved = saved_env
-    from detcal.utils.warn import capture
 
     try:
         with (
@@ -407,10 +411,8 @@ def target_class(node: Mapping[str, Any], key: str) -> type:
     """The class a calibrator config's ``_target_`` names, checked without calling anything: a subclass of
     :class:`detcal.calibration.base.Calibrator` (``builtins.open`` and the like are refused), no
     ``_partial_``/``_args_``."""
-    from hydra._internal.utils import _locate  # get_class would also log the failure
 
-    from detcal.calibration.base import Calibrator
-    from detcal.pipeline.spec import ConfigError
+    from detcal.calibration.base import Calibrator  # lazy: the calibration package imports scipy (kept out of start-up)
 
     target = str(node["_target_"])
     extra = [k for k in ("_partial_", "_args_", "_convert_", "_recursive_") if k in node]
@@ -438,7 +440,6 @@ class AppContext:
         """metrics.json provenance of this run, with ``run_files``: what the run directory holds besides the
         outputs the command is about to write (listed under ``files``): the log, ``.hydra/`` files, data
         the run generated (folders as ``name/``)."""
-        from detcal.apps._run_dir import run_files
 
         h = _header_fields(run_header(self.prog, self.cfg, self.run_dir, self.overrides))
         return {**h, "run_files": run_files(self.run_dir)}
@@ -446,10 +447,6 @@ class AppContext:
     def instantiate(self, node: Any, key: str) -> Any:
         """Build a ``_target_`` node (a calibrator) with a clear error naming ``key``; the target must be a
         subclass of :class:`detcal.calibration.base.Calibrator`, checked before it is called."""
-        from hydra.utils import instantiate
-
-        from detcal.pipeline.spec import ConfigError
-
         if node is None:
             return None
         if not isinstance(node, Mapping) or "_target_" not in node:
@@ -458,7 +455,7 @@ class AppContext:
             )
         target_class(node, key)  # checked before anything is called
         try:
-            return instantiate(dict(node), _recursive_=False)  # a nested _target_ is never called
+            return hydra_instantiate(dict(node), _recursive_=False)  # a nested _target_ is never called
         except Exception as exc:  # noqa: BLE001 - reported with the key
             cause = exc.__cause__ or exc
             field = getattr(cause, "field", None)

@@ -18,10 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from detcal.binning.edges import feature_bin_index
 from detcal.core.errors import DetcalInputError
 from detcal.core.results import is_description
 from detcal.metrics.confidence import SparseCellsWarning, brier, ece, mce
 from detcal.reports.plots import agg_figure, fixed_margins
+from detcal.reports.tables import md_cell
 from detcal.utils.io import write_bytes
 
 
@@ -91,7 +93,6 @@ def table_markdown(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | N
     if not rows:
         return ""
     cols = list(columns or [k for k in rows[0] if not is_description(k)])
-    from detcal.reports.tables import md_cell
 
     fmt = lambda v: md_cell(f"{v:.{digits}f}" if isinstance(v, float) else v)
     lines = ["| " + " | ".join(md_cell(c) for c in cols) + " |", "|" + "---|" * len(cols)]
@@ -101,7 +102,6 @@ def table_markdown(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | N
 
 def reliability_curve(p: Any, y: Any, bins: int = 15) -> dict[str, np.ndarray]:
     """Per equal-width confidence bin: ``conf`` (mean p), ``precision`` (mean y), ``n``; NaN in empty bins."""
-    from detcal.binning.edges import feature_bin_index
 
     p_arr = np.asarray(p, np.float64)
     y_arr = np.asarray(y, np.float64)
@@ -206,7 +206,7 @@ def _draw_panels(
     axes: the first panel makes its artists (:func:`plot_reliability`), each later one moves the axes to its
     cell and sets the curves' data and the title. The figure's background is drawn once; empty cells stay
     blank, as the grid's axes turned off."""
-    from matplotlib.image import imsave  # matplotlib only where a figure is drawn (not at start-up)
+    from matplotlib.image import imsave  # lazy: matplotlib kept out of start-up, loaded where a figure is drawn
 
     renderer = fig.canvas.get_renderer()
     renderer.clear()

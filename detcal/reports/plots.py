@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
+from detcal.reports.gap_colours import COLOUR_LABEL, DARK_TEXT_ABOVE, DIVERGING_STOPS, EMPTY_GREY, EMPTY_LABEL, y_down
 from detcal.utils.io import write_bytes
 
 __all__ = [
@@ -68,8 +69,10 @@ def _vec(a: Any, name: str, n: int | None = None) -> np.ndarray:
 def agg_figure(width: float, height: float, dpi: float = _DPI) -> Any:
     """A matplotlib Figure bound to an Agg canvas (imported here, not at start-up; no pyplot: importing
     it costs more and keeps global state)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.backends.backend_agg import (
+        FigureCanvasAgg,  # lazy: matplotlib kept out of start-up, loaded where a figure is drawn
+    )
+    from matplotlib.figure import Figure  # lazy: matplotlib kept out of start-up, loaded where a figure is drawn
 
     fig = Figure(figsize=(width, height), dpi=dpi)
     FigureCanvasAgg(fig)
@@ -203,9 +206,7 @@ def _gap_panel(
     fig: Any, ax: Any, name: str, spec: Mapping[str, Any], sample_threshold: int, vmax: Any, cmap: Any, grey: Any
 ) -> None:
     """One D-ECE map panel of :func:`dece_heatmaps` (the convention of :mod:`detcal.reports.gap_colours`)."""
-    from matplotlib.patches import Patch
-
-    from detcal.reports.gap_colours import COLOUR_LABEL, DARK_TEXT_ABOVE, EMPTY_LABEL, y_down
+    from matplotlib.patches import Patch  # lazy: matplotlib kept out of start-up, loaded where a figure is drawn
 
     gap = np.asarray(spec.get("signed_gap", spec.get("gap", [])), dtype=np.float64)
     cnt = np.asarray(spec.get("count", np.zeros_like(gap)), dtype=np.float64)
@@ -287,9 +288,9 @@ def dece_heatmaps(
     fixed_margins(fig, left=0.62, right=0.8, bottom=0.5, top=0.75, wspace=1.45)
     if not names:
         _no_data(axes[0])
-    from matplotlib.colors import LinearSegmentedColormap
-
-    from detcal.reports.gap_colours import DIVERGING_STOPS, EMPTY_GREY
+    from matplotlib.colors import (
+        LinearSegmentedColormap,  # lazy: matplotlib kept out of start-up, loaded where a figure is drawn
+    )
 
     grey = (EMPTY_GREY[0] / 255, EMPTY_GREY[1] / 255, EMPTY_GREY[2] / 255)
     cmap = LinearSegmentedColormap.from_list(

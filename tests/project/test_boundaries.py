@@ -24,11 +24,7 @@ PACKAGE = ROOT / "detcal"
 PRIVATE_IMPORTS_PENDING: dict[str, set[str]] = {}
 
 # files whose imports inside functions are not all reasoned yet -> their owner
-LAZY_IMPORTS_PENDING: dict[str, str] = {
-    "detcal/apps/_hydra.py": "29d",
-    "detcal/reports/per_class.py": "29d",
-    "detcal/reports/plots.py": "29d",
-}
+LAZY_IMPORTS_PENDING: dict[str, str] = {}
 
 LAZY_REASON = re.compile(r"#\s*lazy:\s*\S")
 
