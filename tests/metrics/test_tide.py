@@ -25,6 +25,17 @@ for _alias, _type in (("float", float), ("int", int), ("bool", bool)):
         setattr(np, _alias, _type)
 tidecv = pytest.importorskip("tidecv")
 
+
+@pytest.fixture(autouse=True)
+def _matplotlib_settings_kept() -> object:
+    """tidecv's plotter changes matplotlib's global settings (dpi 150, seaborn's whitegrid style) when a TIDE
+    object is built; they are put back after each test, so that later figure tests see the defaults."""
+    import matplotlib
+
+    with matplotlib.rc_context():
+        yield
+
+
 TOL = 1e-9
 _SHORT = {"Cls": "cls", "Loc": "loc", "Both": "both", "Dupe": "dupe", "Bkg": "bkg", "Miss": "miss"}
 
