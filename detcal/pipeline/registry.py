@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from detcal.calibration.base import Calibrator
 from detcal.pipeline.spec import ConfigError
+
+if TYPE_CHECKING:
+    from detcal.calibration.base import Calibrator
 
 __all__ = ["CONFIG_ENV", "config_dir", "calibrator_names", "make_calibrator"]
 
@@ -68,6 +70,9 @@ def make_calibrator(name: str, **overrides: Any) -> Calibrator:
     node = OmegaConf.merge(node, overrides)
     # lazy: Hydra only where a command composes its config; _locate, as get_class would also log the failure
     from hydra._internal.utils import _locate
+
+    # lazy: the calibration package imports scipy.optimize and friends (0.4 s); config_dir() runs in every command
+    from detcal.calibration.base import Calibrator
 
     target = str(OmegaConf.select(node, "_target_"))
     cls = _locate(target)

@@ -23,3 +23,21 @@ def test_evaluate_start_up_imports_no_scipy_or_matplotlib() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_lean_evaluate_run_leaves_the_calibrators_unimported(tmp_path: Path) -> None:
+    """The whole lean command (intervals, figures, CSV, report off): no matplotlib, torch, nor the calibration
+    package with its scipy.optimize (0.4 s); ``pipeline.registry`` is read by every command for its configs."""
+    code = (
+        "import atexit, runpy, sys; "
+        "atexit.register(lambda: print(sorted(m for m in ('scipy.optimize', 'scipy.sparse', 'matplotlib', 'torch', "
+        "'detcal.calibration') if m in sys.modules))); "
+        "sys.argv = ['detcal-evaluate', 'data.n_images=20', 'bootstrap.n=0', 'output.plots=false', "
+        "'output.detections_csv=false', 'report.enabled=false', "
+        f"'hydra.run.dir={tmp_path / 'run'}']; "
+        "runpy.run_module('detcal.apps.evaluate', run_name='__main__')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (tmp_path / "run" / "metrics.json").is_file()
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-500:]
