@@ -38,10 +38,10 @@ def finish_run(
     when ``report`` (after ``wait()``, which finishes the figures it embeds). Returns the results
     as written."""
     out = Path(run_dir)
-    blocks = Results.from_json(results_json.strict(dict(content)))
-    plain = results_json.strict(blocks.to_json())
-    written = results_json.write_metrics(out / "metrics.json", plain, plain=True)
-    res = blocks if written is plain else Results.from_json(written)  # the Python warnings of the run added
+    # ``content`` is already the blocks' serialisation (``Result.to_dict`` writes the typed record); reading it
+    # back once gives the blocks the renderers use, with the run's Python warnings that write_metrics adds
+    written = results_json.write_metrics(out / "metrics.json", results_json.strict(dict(content)), plain=True)
+    res = Results.from_json(written)
     res.content = written
     if callable(summary):
         text = summary(res)
