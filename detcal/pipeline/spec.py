@@ -78,11 +78,6 @@ FEATURES: tuple[str, ...] = ("cx", "cy", "w", "h")
 """Relative box features, the columns of :func:`detcal.core.boxes.relative_features`."""
 
 
-_choice = check_choice
-_int = check_int
-_prob = check_prob
-
-
 def _features(key: str, names: Any) -> None:
     if not isinstance(names, (list, tuple)):
         raise ConfigError(key, f"must be a list of box features from {list(FEATURES)}, got {names!r}")
@@ -120,10 +115,10 @@ class MatchingSpec:
     gt_ignore: str = "pycocotools"
 
     def __post_init__(self) -> None:
-        _choice(
+        check_choice(
             "matching.mode", self.mode, ("exclusive", "max", "kitti", "netcal_example", "voc", "lvis", "openimages")
         )
-        _choice("matching.gt_ignore", self.gt_ignore, ("pycocotools", "ignore_or_crowd"))
+        check_choice("matching.gt_ignore", self.gt_ignore, ("pycocotools", "ignore_or_crowd"))
         t = self.iou_thresholds
         if isinstance(t, (int, float)) and not isinstance(t, bool):  # one threshold: 0.5 reads as [0.5]
             t = [t]
@@ -134,10 +129,10 @@ class MatchingSpec:
             if not isinstance(t, (list, tuple)) or not t:
                 raise ConfigError("matching.iou_thresholds", f"a non-empty list of IoU values or 'kitti', got {t!r}")
             for v in t:
-                _prob("matching.iou_thresholds", v, open_lo=True)
+                check_prob("matching.iou_thresholds", v, open_lo=True)
             self.iou_thresholds = [float(v) for v in t]
         if self.max_dets is not None:
-            _int("matching.max_dets", self.max_dets, 1)
+            check_int("matching.max_dets", self.max_dets, 1)
 
     def thresholds(self) -> list[float] | str:
         """The thresholds as :func:`detcal.matching.match` takes them."""
@@ -160,11 +155,11 @@ class DeceBinningSpec:
     policy: str = "drop"  # drop: sparse cells leave N | netcal: they count with gap 0 (netcal 1.4.0)
 
     def __post_init__(self) -> None:
-        _int("dece_binning.ece_bins", self.ece_bins, 1)
+        check_int("dece_binning.ece_bins", self.ece_bins, 1)
         _features("dece_binning.features", self.features)
         self.features = list(self.features)
-        _int("dece_binning.sample_threshold", self.sample_threshold, 1)
-        _choice("dece_binning.policy", self.policy, ("drop", "netcal"))
+        check_int("dece_binning.sample_threshold", self.sample_threshold, 1)
+        check_choice("dece_binning.policy", self.policy, ("drop", "netcal"))
         b = self.bins
         if isinstance(b, (list, tuple)):
             if len(b) != 1 + len(self.features):
@@ -174,10 +169,10 @@ class DeceBinningSpec:
                     f"{len(self.features)} features = {1 + len(self.features)}), got {list(b)}",
                 )
             for v in b:
-                _int("dece_binning.bins", v, 1)
+                check_int("dece_binning.bins", v, 1)
             self.bins = [int(v) for v in b]
         else:
-            _int("dece_binning.bins", b, 1)
+            check_int("dece_binning.bins", b, 1)
         self._check_memory()
 
     def _check_memory(self) -> None:
@@ -224,10 +219,10 @@ class SigmaBinningSpec:
     qce_bins: int = 10  # C-QCE bins
 
     def __post_init__(self) -> None:
-        _choice("sigma_binning.scheme", self.scheme, ("equal_count", "equal_width"))
-        _choice("sigma_binning.qce_scheme", self.qce_scheme, ("equal_count", "equal_width"))
-        _int("sigma_binning.bins", self.bins, 1)
-        _int("sigma_binning.qce_bins", self.qce_bins, 1)
+        check_choice("sigma_binning.scheme", self.scheme, ("equal_count", "equal_width"))
+        check_choice("sigma_binning.qce_scheme", self.qce_scheme, ("equal_count", "equal_width"))
+        check_int("sigma_binning.bins", self.bins, 1)
+        check_int("sigma_binning.qce_bins", self.qce_bins, 1)
 
 
 @dataclass
@@ -253,11 +248,11 @@ class ConfidenceSpec:
 
     def __post_init__(self) -> None:
         if self.edges is not None:
-            _choice("confidence.edges", self.edges, ("floor", "netcal", "guo"))
-        _choice("confidence.homogeneity_spread", self.homogeneity_spread, ("std", "variance"))
+            check_choice("confidence.edges", self.edges, ("floor", "netcal", "guo"))
+        check_choice("confidence.homogeneity_spread", self.homogeneity_spread, ("std", "variance"))
         if self.iou_thresholds is not None:
             for v in self.iou_thresholds:
-                _prob("confidence.iou_thresholds", v, open_lo=True)
+                check_prob("confidence.iou_thresholds", v, open_lo=True)
             self.iou_thresholds = [float(v) for v in self.iou_thresholds]
         for pair in self.maps:
             _features("confidence.maps", pair)
@@ -287,13 +282,13 @@ class RegressionSpec:
     coverage_level: float = 0.9  # nominal level of the interval coverage metrics (docs/metrics.md#coverage)
 
     def __post_init__(self) -> None:
-        _choice("regression.ll_fu_log_base", self.ll_fu_log_base, ("e", "10"))
-        _choice("regression.mwse_normalise", self.mwse_normalise, ("retained", "total"))
-        _choice("regression.space", self.space, ("delta", "box", "pixel"))
-        _prob("regression.sample_iou", self.sample_iou, open_lo=True)
-        _int("regression.qce_sample_threshold", self.qce_sample_threshold, 1)
-        _int("regression.quantile_levels", self.quantile_levels, 1)
-        _prob("regression.coverage_level", self.coverage_level, open_lo=True, open_hi=True)
+        check_choice("regression.ll_fu_log_base", self.ll_fu_log_base, ("e", "10"))
+        check_choice("regression.mwse_normalise", self.mwse_normalise, ("retained", "total"))
+        check_choice("regression.space", self.space, ("delta", "box", "pixel"))
+        check_prob("regression.sample_iou", self.sample_iou, open_lo=True)
+        check_int("regression.qce_sample_threshold", self.qce_sample_threshold, 1)
+        check_int("regression.quantile_levels", self.quantile_levels, 1)
+        check_prob("regression.coverage_level", self.coverage_level, open_lo=True, open_hi=True)
 
 
 @dataclass
@@ -317,10 +312,10 @@ class BootstrapSpec:
     method: str = "bca"  # bca (bias-corrected and accelerated) | bc | percentile; the bias is always reported
 
     def __post_init__(self) -> None:
-        _int("bootstrap.n", self.n, 0)
-        _choice("bootstrap.method", self.method, ("bca", "bc", "percentile"))
-        _prob("bootstrap.level", self.level, open_lo=True, open_hi=True)
-        _int("bootstrap.seed", self.seed, 0)
+        check_int("bootstrap.n", self.n, 0)
+        check_choice("bootstrap.method", self.method, ("bca", "bc", "percentile"))
+        check_prob("bootstrap.level", self.level, open_lo=True, open_hi=True)
+        check_int("bootstrap.seed", self.seed, 0)
 
 
 @dataclass
@@ -357,9 +352,9 @@ class LocalisationSpec:
     kde_ece: bool = False  # also the KDE detection calibration error (Popordanoska et al. 2024)
 
     def __post_init__(self) -> None:
-        _prob("localisation.tau", self.tau)
-        _choice("localisation.pdq_variant", self.pdq_variant, ("pdq_evaluation", "detcal_continuous"))
-        _choice("localisation.pdq_gt_mask", self.pdq_gt_mask, ("auto", "segmentation", "box"))
+        check_prob("localisation.tau", self.tau)
+        check_choice("localisation.pdq_variant", self.pdq_variant, ("pdq_evaluation", "detcal_continuous"))
+        check_choice("localisation.pdq_gt_mask", self.pdq_gt_mask, ("auto", "segmentation", "box"))
         if self.pdq_fixed_cov is not None and not (
             isinstance(self.pdq_fixed_cov, (int, float))
             and math.isfinite(self.pdq_fixed_cov)
@@ -368,9 +363,9 @@ class LocalisationSpec:
             raise ConfigError(
                 "localisation.pdq_fixed_cov", f"must be a positive number of px^2, got {self.pdq_fixed_cov!r}"
             )
-        _int("localisation.laece_bins", self.laece_bins, 1)
-        _choice("localisation.closed", self.closed, ("right", "left"))
-        _choice("localisation.variant", self.variant, ("kuzucu2024", "fiveai"))
+        check_int("localisation.laece_bins", self.laece_bins, 1)
+        check_choice("localisation.closed", self.closed, ("right", "left"))
+        check_choice("localisation.variant", self.variant, ("kuzucu2024", "fiveai"))
 
 
 @dataclass
@@ -398,18 +393,18 @@ class OCESpec:
         if not self.iou_thresholds:
             raise ConfigError("oce.iou_thresholds", "needs at least one IoU threshold")
         for t in self.iou_thresholds:
-            _prob("oce.iou_thresholds", t, open_lo=True)
-        _choice("oce.aggregation", self.aggregation, ("mean", "max_iou", "iou_weighted"))
-        _choice("oce.brier", self.brier, ("auto", "multiclass", "binary"))
-        _choice("oce.variant", self.variant, ("detcal", "uq_detr"))
-        _choice("oce.reliability_method", self.reliability_method, ("threshold", "topk", "nms"))
+            check_prob("oce.iou_thresholds", t, open_lo=True)
+        check_choice("oce.aggregation", self.aggregation, ("mean", "max_iou", "iou_weighted"))
+        check_choice("oce.brier", self.brier, ("auto", "multiclass", "binary"))
+        check_choice("oce.variant", self.variant, ("detcal", "uq_detr"))
+        check_choice("oce.reliability_method", self.reliability_method, ("threshold", "topk", "nms"))
         if not (
             isinstance(self.reliability_param, (int, float))
             and math.isfinite(self.reliability_param)
             and self.reliability_param >= 0
         ):
             raise ConfigError("oce.reliability_param", f"must be a number >= 0, got {self.reliability_param!r}")
-        _int("oce.reliability_seed", self.reliability_seed, 0)
+        check_int("oce.reliability_seed", self.reliability_seed, 0)
 
 
 @dataclass
@@ -426,10 +421,10 @@ class UqDetrSpec:
     crowd: str = "object"  # object (crowd boxes are plain objects, as uq-detr) | drop
 
     def __post_init__(self) -> None:
-        _prob("uq_detr.tau", self.tau, open_lo=True, open_hi=True)
-        _int("uq_detr.bins", self.bins, 1)
-        _choice("uq_detr.tp_criterion", self.tp_criterion, ("greedy", "independent"))
-        _choice("uq_detr.crowd", self.crowd, ("object", "drop"))
+        check_prob("uq_detr.tau", self.tau, open_lo=True, open_hi=True)
+        check_int("uq_detr.bins", self.bins, 1)
+        check_choice("uq_detr.tp_criterion", self.tp_criterion, ("greedy", "independent"))
+        check_choice("uq_detr.crowd", self.crowd, ("object", "drop"))
 
 
 @dataclass
@@ -454,15 +449,15 @@ class DiagnosticsSpec:
     operating_points: bool = True  # precision / recall / F1 vs score threshold, F1- and LRP-optimal thresholds
 
     def __post_init__(self) -> None:
-        _prob("diagnostics.tide_foreground", self.tide_foreground, open_lo=True)
-        _prob("diagnostics.tide_background", self.tide_background)
+        check_prob("diagnostics.tide_foreground", self.tide_foreground, open_lo=True)
+        check_prob("diagnostics.tide_background", self.tide_background)
         if self.tide_background > self.tide_foreground:
             raise ConfigError("diagnostics.tide_background", "must not exceed diagnostics.tide_foreground")
-        _prob("diagnostics.confusion_iou", self.confusion_iou, open_lo=True)
-        _prob("diagnostics.confusion_score", self.confusion_score)
-        _prob("diagnostics.label_error_score", self.label_error_score)
-        _prob("diagnostics.label_error_iou", self.label_error_iou, open_lo=True)
-        _int("diagnostics.label_error_top", self.label_error_top, 0)
+        check_prob("diagnostics.confusion_iou", self.confusion_iou, open_lo=True)
+        check_prob("diagnostics.confusion_score", self.confusion_score)
+        check_prob("diagnostics.label_error_score", self.label_error_score)
+        check_prob("diagnostics.label_error_iou", self.label_error_iou, open_lo=True)
+        check_int("diagnostics.label_error_top", self.label_error_top, 0)
 
 
 @dataclass
@@ -481,8 +476,8 @@ class ParallelSpec:
     shard_size: int = 1_000_000  # detections per matching shard in one process (bounded memory); 0: all at once
 
     def __post_init__(self) -> None:
-        _int("parallel.workers", self.workers, 1)
-        _int("parallel.shard_size", self.shard_size, 0)
+        check_int("parallel.workers", self.workers, 1)
+        check_int("parallel.shard_size", self.shard_size, 0)
 
 
 @dataclass
@@ -511,8 +506,8 @@ class SplitSpec:
     seed: int = 0  # seed of the split by image
 
     def __post_init__(self) -> None:
-        _prob("calibration.split.calibration_fraction", self.calibration_fraction, open_lo=True, open_hi=True)
-        _int("calibration.split.seed", self.seed, 0)
+        check_prob("calibration.split.calibration_fraction", self.calibration_fraction, open_lo=True, open_hi=True)
+        check_int("calibration.split.seed", self.seed, 0)
 
 
 @dataclass
@@ -532,6 +527,6 @@ class CalibrationSpec:
 
     def __post_init__(self) -> None:
         if self.fit_iou is not None:
-            _prob("calibration.fit_iou", self.fit_iou, open_lo=True)
+            check_prob("calibration.fit_iou", self.fit_iou, open_lo=True)
         _features("calibration.features", self.features)
         self.features = list(self.features)
