@@ -96,48 +96,49 @@ _COMMA, _NEWLINE = 44, 10
 
 
 def _float_text(v: np.ndarray) -> list[str]:
-    """``repr`` of every float of ``v`` [D] (list form of :func:`_column_bytes`; used by tests)."""
-    buf, starts, lens = _column_bytes(np.asarray(v, dtype=np.float64))
+    """``repr`` of every float of ``v`` [D] (list form of :func:`_column_chunks`; used by tests)."""
+    buf, lens = _column_chunks(np.asarray(v, dtype=np.float64))
     text = buf.tobytes().decode("ascii")
-    return [text[a : a + n] for a, n in zip(starts.tolist(), lens.tolist())]
+    ends = np.cumsum(lens)
+    return [text[e - n : e - 1] for e, n in zip(ends.tolist(), lens.tolist())]
 
 
-def _column_bytes(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The text of one column as comma-separated ASCII bytes [B] (uint8), with each cell's start and length.
+def _column_text(v: np.ndarray) -> bytes:
+    """The cells of a numeric column as comma-separated ASCII (no brackets, no trailing comma).
 
-    bool -> ``0``/``1``; integers -> decimal; floats -> ``repr``. With orjson
-    the digits come from one ``orjson.dumps`` of the column (equal to
-    ``repr`` for ``1e-4 <= |x| < 1e16`` and 0); the other cells (scientific
-    notation, nan, inf) are spliced in from ``repr``, a Python step per such
-    cell only.
+    Integers in decimal; floats as ``repr``. With orjson the digits come from
+    one ``orjson.dumps`` of the column (equal to ``repr`` for ``1e-4 <= |x| <
+    1e16`` and 0); the other cells (scientific notation, nan, inf) are
+    spliced in from ``repr``, a Python step per such cell only.
     """
     n = len(v)
-    if v.dtype == bool:
-        buf = np.full(max(2 * n - 1, 0), _COMMA, dtype=np.uint8)
-        buf[0::2] = v.astype(np.uint8) + ord("0")
-        return buf, np.arange(0, 2 * n, 2), np.ones(n, dtype=np.int64)
     if v.dtype.kind in "iu":
         v = np.ascontiguousarray(v, dtype=np.int64)
-        text = (
-            _orjson.dumps(v, option=_orjson.OPT_SERIALIZE_NUMPY)[1:-1]
-            if _orjson is not None
-            else ",".join(map(str, v.tolist())).encode("ascii")
-        )
-    else:
-        v = np.ascontiguousarray(v, dtype=np.float64)
         if _orjson is None:
-            text = ",".join(map(repr, v.tolist())).encode("ascii")
-        else:
-            text = _orjson.dumps(v, option=_orjson.OPT_SERIALIZE_NUMPY)[1:-1]
-            a = np.abs(v)
-            odd = np.flatnonzero((~((a >= 1e-4) & (a < 1e16)) & (v != 0)) | ~np.isfinite(v))
-            if len(odd):
-                text = _splice(text, n, odd, [repr(x).encode("ascii") for x in v[odd].tolist()])
-    buf = np.frombuffer(text, dtype=np.uint8)
-    commas = np.flatnonzero(buf == _COMMA)
-    starts = np.concatenate([[0], commas + 1]) if n else np.zeros(0, dtype=np.int64)
-    ends = np.concatenate([commas, [len(buf)]]) if n else np.zeros(0, dtype=np.int64)
-    return buf, starts, ends - starts
+            return ",".join(map(str, v.tolist())).encode("ascii")
+        return _orjson.dumps(v, option=_orjson.OPT_SERIALIZE_NUMPY)[1:-1]
+    v = np.ascontiguousarray(v, dtype=np.float64)
+    if _orjson is None:
+        return ",".join(map(repr, v.tolist())).encode("ascii")
+    text = _orjson.dumps(v, option=_orjson.OPT_SERIALIZE_NUMPY)[1:-1]
+    a = np.abs(v)
+    odd = np.flatnonzero((~((a >= 1e-4) & (a < 1e16)) & (v != 0)) | ~np.isfinite(v))
+    if len(odd):
+        text = _splice(text, n, odd, [repr(x).encode("ascii") for x in v[odd].tolist()])
+    return text
+
+
+def _column_chunks(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One column as ASCII bytes [B] (uint8) in which every cell is followed by a comma, and the length of
+    each cell with its comma [n] (bool -> ``0``/``1``; integers in decimal; floats as ``repr``)."""
+    n = len(v)
+    if v.dtype == bool:
+        buf = np.full(2 * n, _COMMA, dtype=np.uint8)
+        buf[0::2] = v.view(np.uint8) + ord("0")
+        return buf, np.full(n, 2, dtype=np.int64)
+    buf = np.frombuffer(_column_text(v) + b"," if n else b"", dtype=np.uint8)
+    ends = np.flatnonzero(buf == _COMMA)
+    return buf, np.diff(ends, prepend=-1)
 
 
 def _splice(text: bytes, n: int, cells: np.ndarray, new: list[bytes]) -> bytes:
@@ -155,29 +156,48 @@ def _splice(text: bytes, n: int, cells: np.ndarray, new: list[bytes]) -> bytes:
     return b"".join(pieces)
 
 
+def _block_bytes(values: list[np.ndarray]) -> bytes:
+    """CSV lines of the rows of ``values`` (one array per column, the same length): each column's bytes,
+    comma after every cell, are scattered in one step to their places in the lines (offsets from the
+    cumulative cell lengths), then the last comma of each line becomes a newline."""
+    n = len(values[0])
+    parts = [_column_chunks(v) for v in values]
+    row_len = np.zeros(n, dtype=np.int64)
+    for _, ln in parts:
+        row_len += ln  # each cell with its comma
+    row_end = np.cumsum(row_len)
+    start = row_end - row_len  # where the next column's cell of each row goes
+    out = np.empty(int(row_end[-1]) if n else 0, dtype=np.uint8)
+    for c, (buf, ln) in enumerate(parts):
+        if values[c].dtype == bool:  # fixed width: digit, comma
+            out[start] = buf[0::2]
+            out[start + 1] = _COMMA
+        elif n:
+            # byte p of the column's cell r goes to p + shift[r]: a running sum of steps that are 1 inside
+            # a cell and 1 + shift[r] - shift[r - 1] at the first byte of cell r
+            src = np.cumsum(ln) - ln
+            shift = start - src
+            dest = np.ones(len(buf), dtype=np.int64)
+            dest[src[1:]] += np.diff(shift)
+            dest[0] = shift[0]
+            out[np.cumsum(dest, out=dest)] = buf
+        start += ln
+    if n:
+        out[row_end - 1] = _NEWLINE
+    return out.tobytes()
+
+
 def iter_csv_bytes(cols: dict[str, np.ndarray], block: int = 32768) -> Iterator[bytes]:
     """CSV of ordered columns in pieces: the header line, then blocks of ``block`` rows.
 
-    Rows are assembled without Python work per cell: each column's bytes are
-    scattered to their offsets in the block (offsets from the cumulative cell
-    lengths), then the commas and newlines are placed. Memory is bounded by
-    the block, whatever the number of rows.
+    Rows are assembled without Python work per cell (:func:`_block_bytes`).
+    Memory is bounded by the block, whatever the number of rows.
     """
     yield (",".join(cols) + "\n").encode("ascii")
     values = [np.asarray(v) for v in cols.values()]
     n = len(values[0]) if values else 0
     for lo in range(0, n, block):
-        parts = [_column_bytes(v[lo : lo + block]) for v in values]
-        lens = np.stack([p[2] for p in parts])  # [C, rows]
-        width = lens + 1  # each cell is followed by ',' or '\n'
-        row_start = np.concatenate([[0], np.cumsum(width.sum(axis=0))[:-1]])
-        cell_start = row_start[None, :] + np.cumsum(width, axis=0) - width
-        out = np.empty(int(width.sum()), dtype=np.uint8)
-        for c, (buf, starts, ln) in enumerate(parts):
-            src = np.flatnonzero(buf != _COMMA)
-            out[src + np.repeat(cell_start[c] - starts, ln)] = buf[src]
-            out[cell_start[c] + ln] = _COMMA if c < len(parts) - 1 else _NEWLINE
-        yield out.tobytes()
+        yield _block_bytes([v[lo : lo + block] for v in values])
 
 
 def columns_to_csv_bytes(cols: dict[str, np.ndarray]) -> bytes:
