@@ -51,8 +51,10 @@ class GridCells:
     ``rows [P]`` image index and ``cols [P]`` occupied-cell index of each
     pair, sorted by (image, cell); ``sums`` the pair sums ``[P]`` of the
     carried ``fields`` (``None`` for the others); ``at [C_occ * k, I]`` the
-    transposed CSR matrix of those sums (field ``f`` of cell ``c`` in row
-    ``c * k + f``), ``k = len(fields)``.
+    transposed CSR matrix of the columns ``matrix_fields`` (column ``f`` of
+    cell ``c`` in row ``c * k + f``), ``k = len(matrix_fields)``. When
+    ``pack`` is non-zero, ``count`` and ``sum_y`` (whole numbers) travel as
+    one column ``count * pack + sum_y`` (:func:`pack_scale`).
     """
 
     members: list[str]
@@ -63,6 +65,8 @@ class GridCells:
     n_occ: int
     n_groups: int
     at: Any
+    matrix_fields: tuple[str, ...] = ()
+    pack: float = 0.0
 
 
 def value_fields(metric_fn: Any) -> tuple[str, ...]:
@@ -80,6 +84,60 @@ def _carried(sums: CellSums, fields: tuple[str, ...]) -> CellSums:
     return _sums({f: getattr(sums, f) for f in fields})
 
 
+PACKED = "count*pack+sum_y"
+"""Name of the packed matrix column (:attr:`GridCells.pack`)."""
+
+
+def pack_scale(count: np.ndarray, sum_y: np.ndarray, n_groups: int) -> float:
+    """The power of two ``s`` with which ``count * s + sum_y`` carries both pair sums exactly, or 0.
+
+    A replicate weights each image by how often it was drawn (the weights
+    add up to ``n_groups``), so its sums of a cell are at most
+    ``n_groups * max`` of the pair sums. When both fields are whole numbers
+    and ``n_groups * max(count) * s + n_groups * max(sum_y) < 2**53``
+    (``s`` the power of two above the largest ``sum_y``), every product
+    and partial sum of ``W @ (count * s + sum_y)`` is a whole number below
+    ``2**53``, exact in any order, and the two replicate sums are read back
+    exactly: ``count = floor(v / s)``, ``sum_y = v - count * s``. So one
+    matrix column does the work of two, with the same numbers.
+    """
+    if len(count) == 0:
+        return 0.0
+    c_max, y_max = float(np.max(count)), float(np.max(sum_y))
+    if not (np.all(count == np.floor(count)) and np.all(sum_y == np.floor(sum_y))) or min(c_max, y_max) < 0:
+        return 0.0
+    scale = 2.0 ** int(np.ceil(np.log2(n_groups * y_max + 1.0)))
+    if n_groups * c_max * scale + n_groups * y_max >= 2.0**53 or np.min(count) < 0 or np.min(sum_y) < 0:
+        return 0.0
+    return scale
+
+
+def _transposed_csr(rows: np.ndarray, col: np.ndarray, data: np.ndarray, n_groups: int, n_occ: int) -> Any:
+    """CSR ``[n_occ * k, n_groups]`` with ``data[j, f]`` of pair j at (``col[j] * k + f``, ``rows[j]``), the
+    images of each row in increasing order (the order in which the product adds them)."""
+    import scipy.sparse as sp  # lazy: scipy kept out of start-up (importing detcal.metrics stays light)
+
+    k = data.shape[1]
+    a = sp.csr_matrix(
+        (data.ravel(), (np.repeat(rows, k), (col.reshape(-1, 1) * k + np.arange(k)).ravel())),
+        shape=(n_groups, n_occ * k),
+    )
+    return a.T.tocsr()
+
+
+def occupied_index(cells: np.ndarray, n_cells: int) -> tuple[np.ndarray, int]:
+    """Index of each of ``cells [P]`` (in ``[0, n_cells)``) among the occupied cells in increasing order, and
+    their number (``np.unique(cells, return_inverse=True)``, by counting instead of sorting)."""
+    if len(cells) == 0:
+        return np.zeros(0, dtype=np.int64), 0
+    if n_cells > 4 * len(cells) + 1024:  # a sparse range: sorting is cheaper than counting
+        occ, idx = np.unique(cells, return_inverse=True)
+        return idx.reshape(-1).astype(np.int64), len(occ)
+    seen = np.bincount(cells, minlength=n_cells) > 0
+    rank = np.cumsum(seen) - 1
+    return rank[cells].astype(np.int64), int(rank[-1]) + 1
+
+
 def image_cells(
     metric_fns: Mapping[str, Any],
     names: list[str],
@@ -91,36 +149,25 @@ def image_cells(
     grids: dict[Hashable, list[str]] = {}
     for n in names:
         grids.setdefault(metric_fns[n].grid_key(*arrays), []).append(n)
-    import scipy.sparse as sp  # lazy: scipy kept out of start-up (importing detcal.metrics stays light)
-
     out: list[GridCells] = []
     for members in grids.values():
         need = {f for n in members for f in value_fields(metric_fns[n])}
         fields = tuple(f for f in CellSums._fields if f in need)
         lead = metric_fns[members[0]]
         if hasattr(lead, "value_fields"):
-            rows, cols, sums, _ = lead.pair_sums(inv, *arrays, fields=fields)
+            rows, cols, sums, n_cells = lead.pair_sums(inv, *arrays, fields=fields)
         else:
-            rows, cols, sums, _ = lead.pair_sums(inv, *arrays)
-        occ, col = np.unique(cols, return_inverse=True)
-        col = col.reshape(-1).astype(np.int64)
-        k = len(fields)
-        data = np.stack([getattr(sums, f) for f in fields], axis=1).ravel()  # [P*k], pair-major
-        a = sp.csr_matrix(
-            (data, (np.repeat(rows, k), (col.reshape(-1, 1) * k + np.arange(k)).ravel())),
-            shape=(n_groups, len(occ) * k),
+            rows, cols, sums, n_cells = lead.pair_sums(inv, *arrays)
+        col, n_occ = occupied_index(np.asarray(cols, np.int64), int(n_cells))
+        rows = np.asarray(rows, np.int64)
+        pack = pack_scale(sums.count, sums.sum_y, n_groups) if {"count", "sum_y"} <= set(fields) else 0.0
+        matrix_fields = ((PACKED,) if pack else ()) + tuple(
+            f for f in fields if not pack or f not in ("count", "sum_y")
         )
+        columns = [sums.count * pack + sums.sum_y if f == PACKED else getattr(sums, f) for f in matrix_fields]
+        at = _transposed_csr(rows, col, np.stack(columns, axis=1), n_groups, n_occ)
         out.append(
-            GridCells(
-                members,
-                fields,
-                np.asarray(rows, np.int64),
-                col,
-                _carried(sums, fields),
-                len(occ),
-                n_groups,
-                a.T.tocsr(),
-            )
+            GridCells(members, fields, rows, col, _carried(sums, fields), n_occ, n_groups, at, matrix_fields, pack)
         )
     return out
 
@@ -130,12 +177,16 @@ def replicate_values(
 ) -> None:
     """Values of the grids' metrics for image weights ``w [b, I]`` into ``out[name][r0:r0+b]``."""
     for g in grids:
-        k = len(g.fields)
+        k = len(g.matrix_fields)
         sub = max(1, BLOCK_ELEMS // max(g.n_occ * k, 1))  # bound the dense [sub, C_occ, k] result
         for s0 in range(0, len(w), sub):
             ws = w[s0 : s0 + sub]
             rep = np.asarray(g.at @ ws.T).T.reshape(len(ws), g.n_occ, k)  # [sub, C_occ, k]
-            got = dict(zip(g.fields, np.moveaxis(rep, -1, 0)))
+            got = dict(zip(g.matrix_fields, np.moveaxis(rep, -1, 0)))
+            if g.pack:
+                both = got.pop(PACKED)
+                got["count"] = np.floor(both / g.pack)
+                got["sum_y"] = both - got["count"] * g.pack
             rep_sums = _sums(got)
             for n in g.members:
                 out[n][r0 + s0 : r0 + s0 + len(ws)] = metric_fns[n].values(rep_sums)

@@ -186,3 +186,39 @@ def test_binned_metrics_never_take_the_dense_jackknife(monkeypatch) -> None:
     jackknife_many(fns, img, p, y, f)
     assert seen and all(shape[-1] == 1 for _, shape in seen), seen
     assert {name for name, _ in seen} == {n for n, m in fns.items() if not m.binned}
+
+
+def test_packed_count_and_matched_give_the_same_replicates_bit_for_bit(monkeypatch) -> None:
+    # count and sum_y travel as one matrix column count * s + sum_y (whole numbers, exact in any order):
+    # the replicates equal those of the unpacked product exactly, for every metric of the suite
+    img, p, y, f = _data(11, 300, 25)
+    fns = suite()
+    packed = bootstrap_many(fns, img, p, y, f, n_boot=40, seed=2)
+    grids = image_cells.image_cells(fns, list(fns), np.unique(img, return_inverse=True)[1], 300, (p, y, f))
+    assert all(g.pack > 0 and g.matrix_fields[0] == image_cells.PACKED for g in grids)
+    monkeypatch.setattr(image_cells, "pack_scale", lambda *a: 0.0)
+    plain = bootstrap_many(fns, img, p, y, f, n_boot=40, seed=2)
+    for name in fns:
+        np.testing.assert_array_equal(packed[name], plain[name], err_msg=name)
+
+
+def test_pack_scale_refuses_what_it_cannot_carry_exactly() -> None:
+    count, sum_y = np.array([3.0, 5.0, 1.0]), np.array([1.0, 5.0, 0.0])
+    s = image_cells.pack_scale(count, sum_y, 10)
+    assert s == 64.0  # the power of two above 10 images x 5 matched
+    v = (10 * count * s + 10 * sum_y).max()
+    assert np.floor(v / s) == 50 and v - np.floor(v / s) * s == 50
+    assert image_cells.pack_scale(count, sum_y + 0.5, 10) == 0.0  # not whole numbers
+    assert image_cells.pack_scale(count * 2.0**40, sum_y * 2.0**20, 10) == 0.0  # past 2**53
+    assert image_cells.pack_scale(np.zeros(0), np.zeros(0), 10) == 0.0
+
+
+@pytest.mark.parametrize("n_cells", [40, 10**7])
+def test_occupied_index_is_the_unique_inverse(n_cells: int) -> None:
+    rng = np.random.default_rng(3)
+    cells = rng.integers(0, n_cells, 500)
+    occ, inv = np.unique(cells, return_inverse=True)
+    got, n_occ = image_cells.occupied_index(cells, n_cells)
+    np.testing.assert_array_equal(got, inv)
+    assert n_occ == len(occ)
+    assert image_cells.occupied_index(np.zeros(0, dtype=np.int64), 5)[1] == 0
