@@ -28,6 +28,7 @@ from detcal.reports.detections_csv import (
 from detcal.reports.evaluation_plots import evaluation_plots, plan_evaluation_plots
 from detcal.reports.finish import finish_run
 from detcal.reports.per_class import plot_per_class_reliability
+from detcal.reports.plots import paused_gc
 from detcal.reports.summary_md import evaluation_summary
 from detcal.utils.background import start
 from detcal.utils.io import write_text
@@ -181,8 +182,9 @@ class EvaluationResult(Result):
         names += ["reliability_per_class.png"] if pc.get("rows") else []
 
         def draw() -> None:
-            evaluation_plots(out, m, self.spec)
-            self._per_class_plot(out)
+            with paused_gc():  # many small objects, few cycles: no collections walking the run's objects
+                evaluation_plots(out, m, self.spec)
+                self._per_class_plot(out)
 
         return names, start(draw)
 
