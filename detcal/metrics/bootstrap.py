@@ -54,7 +54,14 @@ from numpy.typing import ArrayLike
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult
 from detcal.metrics._special import ndtr, ndtri
-from detcal.metrics.image_cells import BLOCK_ELEMS, GridCells, image_cells, leave_out_values, replicate_values
+from detcal.metrics.image_cells import (
+    BLOCK_ELEMS,
+    GridCells,
+    image_cells,
+    leave_out_values,
+    occupied_index,
+    replicate_values,
+)
 
 _BLOCK_ELEMS = BLOCK_ELEMS
 """Draws per block: replicates are drawn in blocks of ``max(1, 2**21 // I)``."""
@@ -89,10 +96,8 @@ def check_n_boot(n_boot: int, level: float | None = None) -> None:
         raise DetcalInputError(f"level must be in (0, 1), got {level!r}", field="level")
 
 
-def _layout(
-    groups: ArrayLike, arrays: tuple[ArrayLike | None, ...]
-) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]:
-    """``(group_index [S], I, order [S], starts [I], counts [I])``; samples of group i are ``order[starts[i]:][:counts[i]]``."""
+def _layout(groups: ArrayLike, arrays: tuple[ArrayLike | None, ...]) -> tuple[np.ndarray, int]:
+    """``(group_index [S], I)``: the index of each sample's group among the ``I`` distinct groups (sorted)."""
     g = np.asarray(groups)
     if g.ndim != 1:
         raise DetcalInputError(f"groups must be 1-D [S] (image ids), got shape {g.shape}", field="groups")
@@ -102,12 +107,19 @@ def _layout(
                 f"array {k} has {np.shape(a)[0] if np.ndim(a) else 'no'} rows, expected S={len(g)} like groups",
                 field=f"arrays[{k}]",
             )
+    if g.dtype.kind in "iu" and len(g) and int(g.min()) >= 0:  # image ids: counted, not sorted (same index)
+        return occupied_index(g.astype(np.int64, copy=False), int(g.max()) + 1)
     uniq, inv = np.unique(g, return_inverse=True)
-    inv = inv.reshape(-1).astype(np.int64)
+    return inv.reshape(-1).astype(np.int64), len(uniq)
+
+
+def sample_layout(inv: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(order [S], starts [I], counts [I])``: the samples of group i are ``order[starts[i]:][:counts[i]]``
+    (needed only where a metric is recomputed on resampled rows)."""
     order = np.argsort(inv, kind="stable")
-    counts = np.bincount(inv, minlength=len(uniq)).astype(np.int64)
+    counts = np.bincount(inv, minlength=n_groups).astype(np.int64)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-    return inv, len(uniq), order, starts, counts
+    return order, starts, counts
 
 
 def draws(n_groups: int, n_boot: int, seed: int) -> Iterator[np.ndarray]:
@@ -162,29 +174,31 @@ def bootstrap_many(
     full sample).
     """
     check_n_boot(n_boot)
-    inv, n_groups, order, starts, counts = _layout(groups, arrays)
+    inv, n_groups = _layout(groups, arrays)
     names = list(metric_fns)
     fast_names = [n for n in names if fast and is_fast(metric_fns[n])]
     grids = image_cells(metric_fns, fast_names, inv, n_groups, arrays) if n_groups else []
-    return _replicates(metric_fns, names, grids, (order, starts, counts), arrays, int(n_boot), seed)
+    return _replicates(metric_fns, names, grids, (inv, n_groups), arrays, int(n_boot), seed)
 
 
 def _replicates(
     metric_fns: Mapping[str, Callable[..., Any]],
     names: list[str],
     grids: list[GridCells],
-    lay: tuple[np.ndarray, np.ndarray, np.ndarray],
+    groups: tuple[np.ndarray, int],
     arrays: tuple[ArrayLike | None, ...],
     n_boot: int,
     seed: int,
 ) -> dict[str, np.ndarray]:
-    """Replicates of ``names``: the metrics of ``grids`` from per-image sums, the others per resample."""
+    """Replicates of ``names``: the metrics of ``grids`` from per-image sums, the others per resample
+    (``groups``: :func:`_layout`)."""
     out = {name: np.full(n_boot, np.nan) for name in names}
-    n_groups = len(lay[2])
+    inv, n_groups = groups
     if n_groups == 0:
         return out
     on_grid = {n for g in grids for n in g.members}
     slow_names = [n for n in names if n not in on_grid]
+    lay = sample_layout(inv, n_groups) if slow_names else None
     r0 = 0
     for picks in draws(n_groups, n_boot, seed):
         b = picks.shape[0]
@@ -192,7 +206,7 @@ def _replicates(
             flat = (np.arange(b, dtype=np.int64)[:, None] * n_groups + picks).ravel()
             w = np.bincount(flat, minlength=b * n_groups).reshape(b, n_groups).astype(np.float64)
             replicate_values(metric_fns, grids, w, out, r0)
-        for j in range(b) if slow_names else ():  # loop over replicates (the index itself is vectorised)
+        for j in range(b) if lay is not None else ():  # loop over replicates (the index itself is vectorised)
             idx = resample_rows(picks[j], *lay)
             sub = tuple(None if a is None else np.asarray(a)[idx] for a in arrays)
             with warnings.catch_warnings():
@@ -240,7 +254,7 @@ def jackknife_many(
     (image, cell) pairs, no loop over images); the generic path calls
     ``metric_fn`` on the samples outside each block (a loop over blocks).
     """
-    inv, n_groups, _, _, _ = _layout(groups, arrays)
+    inv, n_groups = _layout(groups, arrays)
     names = list(metric_fns)
     fast_names = [n for n in names if fast and is_fast(metric_fns[n])]
     grids = image_cells(metric_fns, fast_names, inv, n_groups, arrays) if n_groups else []
@@ -520,11 +534,11 @@ def suite_intervals(
     """
     check_n_boot(n_boot, level)
     check_method(method)
-    inv, n_groups, order, starts, counts = _layout(groups, arrays)
+    inv, n_groups = _layout(groups, arrays)
     names = list(metric_fns)
     fast_names = [n for n in names if is_fast(metric_fns[n])]
     grids = image_cells(metric_fns, fast_names, inv, n_groups, arrays) if n_groups else []  # shared by both
-    reps = _replicates(metric_fns, names, grids, (order, starts, counts), arrays, int(n_boot), seed)
+    reps = _replicates(metric_fns, names, grids, (inv, n_groups), arrays, int(n_boot), seed)
     jack = _jackknife(metric_fns, names, grids, inv, n_groups, arrays, None, 0) if method == "bca" else {}
     out = dict(results)
     for name, values in reps.items():
