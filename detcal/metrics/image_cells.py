@@ -172,18 +172,40 @@ def image_cells(
     return out
 
 
+def counts_fit_packing(w: np.ndarray, n_groups: int) -> bool:
+    """Whether image weights ``w [b, I]`` keep a packed product exact (:func:`pack_scale`): whole numbers,
+    none negative, each row adding up to at most ``n_groups`` (bootstrap draw counts, 0/1 block weights)."""
+    if w.size == 0:
+        return True
+    return bool(w.min() >= 0 and w.sum(axis=1).max() <= n_groups and np.array_equal(w, np.floor(w)))
+
+
+def _matrix(g: GridCells, packed: bool) -> tuple[Any, tuple[str, ...]]:
+    """The grid's product matrix and its columns: the packed one, or one column per field (built here)."""
+    if packed or not g.pack:
+        return g.at, g.matrix_fields
+    data = np.stack([getattr(g.sums, f) for f in g.fields], axis=1)
+    return _transposed_csr(g.rows, g.cols, data, g.n_groups, g.n_occ), g.fields
+
+
 def replicate_values(
     metric_fns: Mapping[str, Any], grids: list[GridCells], w: np.ndarray, out: dict[str, np.ndarray], r0: int
 ) -> None:
-    """Values of the grids' metrics for image weights ``w [b, I]`` into ``out[name][r0:r0+b]``."""
+    """Values of the grids' metrics for image weights ``w [b, I]`` into ``out[name][r0:r0+b]``.
+
+    The packed column of count and matched (:attr:`GridCells.pack`) is used when the weights keep it
+    exact (:func:`counts_fit_packing`, true of every bootstrap here); other weights take one column each.
+    """
+    fits = {n: counts_fit_packing(w, n) for n in {g.n_groups for g in grids if g.pack}}
     for g in grids:
-        k = len(g.matrix_fields)
+        at, columns = _matrix(g, fits.get(g.n_groups, False))
+        k = len(columns)
         sub = max(1, BLOCK_ELEMS // max(g.n_occ * k, 1))  # bound the dense [sub, C_occ, k] result
         for s0 in range(0, len(w), sub):
             ws = w[s0 : s0 + sub]
-            rep = np.asarray(g.at @ ws.T).T.reshape(len(ws), g.n_occ, k)  # [sub, C_occ, k]
-            got = dict(zip(g.matrix_fields, np.moveaxis(rep, -1, 0)))
-            if g.pack:
+            rep = np.asarray(at @ ws.T).T.reshape(len(ws), g.n_occ, k)  # [sub, C_occ, k]
+            got = dict(zip(columns, np.moveaxis(rep, -1, 0)))
+            if PACKED in got:
                 both = got.pop(PACKED)
                 got["count"] = np.floor(both / g.pack)
                 got["sum_y"] = both - got["count"] * g.pack

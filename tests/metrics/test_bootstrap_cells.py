@@ -222,3 +222,26 @@ def test_occupied_index_is_the_unique_inverse(n_cells: int) -> None:
     np.testing.assert_array_equal(got, inv)
     assert n_occ == len(occ)
     assert image_cells.occupied_index(np.zeros(0, dtype=np.int64), 5)[1] == 0
+
+
+@pytest.mark.parametrize("kind", ["fractional", "over_n", "zero_one"])
+def test_weights_that_are_not_draw_counts_take_the_unpacked_product(kind: str, monkeypatch) -> None:
+    # replicate_values is public (detcal-compare and the paired bootstrap pass their own weights): weights that
+    # could break the packed column's exactness fall back to one column per field, with the same values
+    img, p, y, f = _data(12, 120, 20)
+    fns = suite()
+    inv = np.unique(img, return_inverse=True)[1]
+    rng = np.random.default_rng(1)
+    w = {
+        "fractional": rng.random((7, 120)) * 2.0,
+        "over_n": np.full((7, 120), 2.0),
+        "zero_one": (rng.random((7, 120)) < 0.9).astype(np.float64),
+    }[kind]
+    assert image_cells.counts_fit_packing(w, 120) == (kind == "zero_one")
+    got = {n: np.full(7, np.nan) for n in fns}
+    image_cells.replicate_values(fns, image_cells.image_cells(fns, list(fns), inv, 120, (p, y, f)), w, got, 0)
+    monkeypatch.setattr(image_cells, "pack_scale", lambda *a: 0.0)
+    want = {n: np.full(7, np.nan) for n in fns}
+    image_cells.replicate_values(fns, image_cells.image_cells(fns, list(fns), inv, 120, (p, y, f)), w, want, 0)
+    for name in fns:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
