@@ -198,7 +198,8 @@ def _replicates(
         return out
     on_grid = {n for g in grids for n in g.members}
     slow_names = [n for n in names if n not in on_grid]
-    lay = sample_layout(inv, n_groups) if slow_names else None
+    none = np.zeros(0, dtype=np.int64)  # every metric from the cell sums: no resampled rows are cut out
+    order, starts, counts = sample_layout(inv, n_groups) if slow_names else (none, none, none)
     r0 = 0
     for picks in draws(n_groups, n_boot, seed):
         b = picks.shape[0]
@@ -206,8 +207,8 @@ def _replicates(
             flat = (np.arange(b, dtype=np.int64)[:, None] * n_groups + picks).ravel()
             w = np.bincount(flat, minlength=b * n_groups).reshape(b, n_groups).astype(np.float64)
             replicate_values(metric_fns, grids, w, out, r0)
-        for j in range(b) if lay is not None else ():  # loop over replicates (the index itself is vectorised)
-            idx = resample_rows(picks[j], *lay)
+        for j in range(b) if slow_names else ():  # loop over replicates (the index itself is vectorised)
+            idx = resample_rows(picks[j], order, starts, counts)
             sub = tuple(None if a is None else np.asarray(a)[idx] for a in arrays)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
