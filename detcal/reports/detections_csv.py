@@ -156,10 +156,12 @@ def _splice(text: bytes, n: int, cells: np.ndarray, new: list[bytes]) -> bytes:
     return b"".join(pieces)
 
 
-def _block_bytes(values: list[np.ndarray]) -> bytes:
+def _block_bytes(values: list[np.ndarray], scratch: list[np.ndarray] | None = None) -> bytes:
     """CSV lines of the rows of ``values`` (one array per column, the same length): each column's bytes,
     comma after every cell, are scattered in one step to their places in the lines (offsets from the
-    cumulative cell lengths), then the last comma of each line becomes a newline."""
+    cumulative cell lengths), then the last comma of each line becomes a newline. ``scratch``: a one-item
+    list holding the offsets' buffer, reused from block to block (fresh pages cost a fault each)."""
+    scratch = [np.zeros(0, dtype=np.int64)] if scratch is None else scratch
     n = len(values[0])
     parts = [_column_chunks(v) for v in values]
     row_len = np.zeros(n, dtype=np.int64)
@@ -177,7 +179,10 @@ def _block_bytes(values: list[np.ndarray]) -> bytes:
             # a cell and 1 + shift[r] - shift[r - 1] at the first byte of cell r
             src = np.cumsum(ln) - ln
             shift = start - src
-            dest = np.ones(len(buf), dtype=np.int64)
+            if len(scratch[0]) < len(buf):
+                scratch[0] = np.empty(2 * len(buf), dtype=np.int64)
+            dest = scratch[0][: len(buf)]
+            dest.fill(1)
             dest[src[1:]] += np.diff(shift)
             dest[0] = shift[0]
             out[np.cumsum(dest, out=dest)] = buf
@@ -196,8 +201,9 @@ def iter_csv_bytes(cols: dict[str, np.ndarray], block: int = 32768) -> Iterator[
     yield (",".join(cols) + "\n").encode("ascii")
     values = [np.asarray(v) for v in cols.values()]
     n = len(values[0]) if values else 0
+    scratch = [np.zeros(0, dtype=np.int64)]
     for lo in range(0, n, block):
-        yield _block_bytes([v[lo : lo + block] for v in values])
+        yield _block_bytes([v[lo : lo + block] for v in values], scratch)
 
 
 def columns_to_csv_bytes(cols: dict[str, np.ndarray]) -> bytes:
