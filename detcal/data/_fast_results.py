@@ -68,11 +68,11 @@ def _decoder(optional: tuple[str, ...], extra: tuple[str, ...] | None = None) ->
     return msgspec.json.Decoder(list[record])  # type: ignore[valid-type]
 
 
-def _first_record_keys(data: bytes) -> tuple[str, ...] | None:
-    """The keys of the first record when it is a flat object (its text has no inner ``{``), else None."""
+def _first_record_keys(data: bytes | bytearray, end: int) -> tuple[str, ...] | None:
+    """The keys of the first record of ``data[:end]`` when it is a flat object (its text has no inner ``{``), else None."""
 
-    i = data.find(b"{")
-    j = data.find(b"}", i + 1) if i >= 0 else -1
+    i = data.find(b"{", 0, end)
+    j = data.find(b"}", i + 1, end) if i >= 0 else -1
     if j < 0 or data.find(b"{", i + 1, j) >= 0:
         return None
     try:
@@ -82,12 +82,12 @@ def _first_record_keys(data: bytes) -> tuple[str, ...] | None:
     return tuple(first) if isinstance(first, dict) else None
 
 
-def _fields_of(data: bytes) -> tuple[tuple[str, ...], tuple[str, ...] | None] | None:
-    """(optional 4-number fields, other keys or None) the decoder needs, or None to decline.
+def _fields_of(data: bytes | bytearray, end: int) -> tuple[tuple[str, ...], tuple[str, ...] | None] | None:
+    """(optional 4-number fields, other keys or None) the decoder needs for ``data[:end]``, or None to decline.
 
     From the first record's keys when it is flat (records with other keys are then refused by the
     decoder); otherwise by searching the bytes for the optional keys."""
-    keys = _first_record_keys(data)
+    keys = _first_record_keys(data, end)
     if keys is not None:
         if any(k in keys for k in ("bbox_covar", "covars", "all_scores")):
             return None
@@ -96,32 +96,51 @@ def _fields_of(data: bytes) -> tuple[tuple[str, ...], tuple[str, ...] | None] | 
         if not all(k.isidentifier() and not k.startswith("_") for k in extra):
             return None  # a key the decoder's record type cannot name ("x y", "__init__", "1a"): the general reader
         return optional, extra
-    if any(k in data for k in _DECLINE_KEYS):
+    if any(data.find(k, 0, end) >= 0 for k in _DECLINE_KEYS):
         return None
-    return tuple(k for k in OPTIONAL_4 if b'"' + k.encode() + b'"' in data), None
+    return tuple(k for k in OPTIONAL_4 if data.find(b'"' + k.encode() + b'"', 0, end) >= 0), None
+
+
+def _plain_ascii(data: bytes | bytearray, end: int) -> bool:
+    """``data[:end]`` is ASCII without a backslash (read in place: no copy of a block)."""
+    if data.find(b"\\", 0, end) >= 0:
+        return False
+    if end == len(data):
+        return data.isascii()
+    return end == 0 or int(np.frombuffer(data, np.uint8, end).max()) < 128
 
 
 def _four(values: list, n: int) -> np.ndarray:
     return np.fromiter(itertools.chain.from_iterable(values), np.float64, 4 * n).reshape(n, 4)
 
 
-def decode_results(data: bytes) -> tuple[dict[str, np.ndarray], tuple[str, ...]] | None:
+def decode_results(
+    data: bytes | bytearray, end: int | None = None
+) -> tuple[dict[str, np.ndarray], tuple[str, ...]] | None:
     """Columns ``{image_id, category_id, bbox [n,4], score, <optional fields>}`` of a results file's
-    bytes (BOM removed) and the optional fields present, or ``None`` when the fast path declines."""
+    bytes ``data[:end]`` (BOM removed; ``end`` None: all of it) and the optional fields present, or
+    ``None`` when the fast path declines. A ``bytearray`` is decoded in place (no copy of the block)."""
     try:
         import msgspec  # lazy: msgspec kept out of start-up (only the fast JSON readers need it)
     except ImportError:  # pragma: no cover - msgspec is a dependency
         return None
-    if not data.isascii() or b"\\" in data:
+    end = len(data) if end is None else end
+    if not _plain_ascii(data, end):
         return None
-    fields = _fields_of(data)
+    fields = _fields_of(data, end)
     if fields is None:
         return None
     optional, extra = fields
     try:
-        records = _decoder(optional, extra).decode(data)
+        with memoryview(data) as view, view[:end] as text:
+            records = _decoder(optional, extra).decode(text)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
+    return _columns(records, optional, msgspec.UNSET)
+
+
+def _columns(records: list, optional: tuple[str, ...], unset: Any) -> tuple[dict[str, np.ndarray], tuple[str, ...]] | None:
+    """The columns of the decoded records (C-level iteration, no per-record Python code), or None to decline."""
     n = len(records)
     if n == 0:
         return None
@@ -134,10 +153,10 @@ def decode_results(data: bytes) -> tuple[dict[str, np.ndarray], tuple[str, ...]]
     present = []
     for k in optional:
         values = list(map(attrgetter(k), records))
-        unset = values.count(msgspec.UNSET)
-        if unset == n:
+        unset_count = values.count(unset)
+        if unset_count == n:
             continue
-        if unset:  # in some records only: the general path names the first without it
+        if unset_count:  # in some records only: the general path names the first without it
             return None
         cols[k] = _four(values, n)
         present.append(k)
