@@ -175,27 +175,66 @@ def _long_digit_run(data: bytes, n: int = 19) -> bool:
 
 
 @functools.cache
-def _instances_decoder() -> Any:
+def _instances_decoder(typed: bool) -> Any:
+    """The instances decoder; ``typed``: annotations with the usual types only (ids JSON integers,
+    ``bbox`` 4 numbers, ``iscrowd``/``ignore`` integers, ``area`` a number), which decode straight
+    into columns; a file outside these is refused (the caller then decodes every value as it is)."""
     import msgspec  # lazy: msgspec kept out of start-up (only the fast JSON readers need it)
 
     def record(name: str, keys: tuple[str, ...]) -> Any:
         return msgspec.defstruct(name, [(k, Any, msgspec.UNSET) for k in keys], gc=False)
 
-    fields: list[tuple[str, Any]] = [
-        (name, list[record(title, keys)])  # type: ignore[misc]  # a struct type made at run time
-        for name, title, keys in (
-            ("images", "Image", _IMAGE_KEYS),
-            ("annotations", "Annotation", _ANNOTATION_KEYS),
-            ("categories", "Category", _CATEGORY_KEYS),
+    four = tuple[float, float, float, float]
+    annotation = (
+        msgspec.defstruct(
+            "TypedAnnotation",
+            [("id", int), ("image_id", int), ("category_id", int), ("bbox", four)]
+            + [("iscrowd", int, 0), ("ignore", int, 0), ("area", float | msgspec.UnsetType, msgspec.UNSET)],
+            gc=False,
         )
+        if typed
+        else record("Annotation", _ANNOTATION_KEYS)
+    )
+    fields: list[tuple[str, Any]] = [
+        ("images", list[record("Image", _IMAGE_KEYS)]),  # type: ignore[misc]  # a struct type made at run time
+        ("annotations", list[annotation]),  # type: ignore[valid-type]
+        ("categories", list[record("Category", _CATEGORY_KEYS)]),  # type: ignore[misc]
     ]
     doc = msgspec.defstruct("Instances", fields)
     return msgspec.json.Decoder(doc)
 
 
-def decode_instances(data: bytes) -> Any | None:
-    """Typed records (``.images``, ``.annotations``, ``.categories``) holding only the keys detcal
-    reads, as plain JSON values (absent keys ``msgspec.UNSET``), or ``None`` when the fast path declines."""
+class DecodedInstances:
+    """An instances file as the fast decoder read it: ``images``, ``annotations``, ``categories``
+    (typed records holding only the keys detcal reads, absent keys ``msgspec.UNSET``) and, when
+    every annotation has the usual types, ``columns``: the annotations' fields as arrays
+    (``id``, ``image_id``, ``category_id`` int64, ``bbox`` float64 [n, 4], ``iscrowd``, ``ignore``
+    int64, ``area`` float64 or None when some annotation has none); else ``columns`` is None."""
+
+    def __init__(self, doc: Any, columns: dict[str, np.ndarray | None] | None) -> None:
+        self.images, self.annotations, self.categories = doc.images, doc.annotations, doc.categories
+        self.columns = columns
+
+
+def _annotation_columns(records: list, unset: Any) -> dict[str, np.ndarray | None] | None:
+    """The typed annotations as columns (C-level iteration), or None when an id is beyond int64."""
+    n = len(records)
+    try:
+        cols: dict[str, np.ndarray | None] = {
+            k: np.fromiter(map(attrgetter(k), records), np.int64, n)
+            for k in ("id", "image_id", "category_id", "iscrowd", "ignore")
+        }
+    except OverflowError:
+        return None
+    cols["bbox"] = _four(list(map(attrgetter("bbox"), records)), n)
+    areas = list(map(attrgetter("area"), records))
+    cols["area"] = None if unset in areas else np.array(areas, dtype=np.float64)
+    return cols
+
+
+def decode_instances(data: bytes) -> DecodedInstances | None:
+    """The records detcal reads of an instances file (:class:`DecodedInstances`), or ``None`` when the
+    fast path declines."""
     try:
         import msgspec  # lazy: msgspec kept out of start-up (only the fast JSON readers need it)
     except ImportError:  # pragma: no cover - msgspec is a dependency
@@ -208,6 +247,15 @@ def decode_instances(data: bytes) -> Any | None:
         except UnicodeDecodeError:
             return None
     try:
-        return _instances_decoder().decode(data)
+        doc = _instances_decoder(True).decode(data)
+        columns = _annotation_columns(doc.annotations, msgspec.UNSET)
+        if columns is not None:
+            return DecodedInstances(doc, columns)
+    except msgspec.ValidationError:  # an annotation outside the usual types: every value read as it is
+        pass
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    try:
+        return DecodedInstances(_instances_decoder(False).decode(data), None)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
