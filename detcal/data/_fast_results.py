@@ -139,7 +139,9 @@ def decode_results(
     return _columns(records, optional, msgspec.UNSET)
 
 
-def _columns(records: list, optional: tuple[str, ...], unset: Any) -> tuple[dict[str, np.ndarray], tuple[str, ...]] | None:
+def _columns(
+    records: list, optional: tuple[str, ...], unset: Any
+) -> tuple[dict[str, np.ndarray], tuple[str, ...]] | None:
     """The columns of the decoded records (C-level iteration, no per-record Python code), or None to decline."""
     n = len(records)
     if n == 0:
