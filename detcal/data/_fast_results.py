@@ -38,12 +38,12 @@ from __future__ import annotations
 import functools
 import itertools
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
 
-__all__ = ["decode_results", "decode_instances", "OPTIONAL_4"]
+__all__ = ["decode_results", "decode_instances", "DecodedInstances", "AnnotationColumns", "OPTIONAL_4"]
 
 OPTIONAL_4: tuple[str, ...] = ("bbox_std", "proposal", "delta_mean", "delta_std", "delta_logvar")
 """Optional fields of 4 numbers the fast path reads."""
@@ -206,32 +206,45 @@ def _instances_decoder(typed: bool) -> Any:
     return msgspec.json.Decoder(doc)
 
 
+class AnnotationColumns(NamedTuple):
+    """The annotations of an instances file as arrays (every annotation of the usual types)."""
+
+    id: np.ndarray
+    image_id: np.ndarray
+    category_id: np.ndarray
+    iscrowd: np.ndarray
+    ignore: np.ndarray
+    bbox: np.ndarray
+    """float64 ``[n, 4]``, as written (``[x, y, w, h]``)."""
+    area: np.ndarray | None
+    """float64, or None when some annotation has no ``area``."""
+
+
 class DecodedInstances:
     """An instances file as the fast decoder read it: ``images``, ``annotations``, ``categories``
     (typed records holding only the keys detcal reads, absent keys ``msgspec.UNSET``) and, when
-    every annotation has the usual types, ``columns``: the annotations' fields as arrays
-    (``id``, ``image_id``, ``category_id`` int64, ``bbox`` float64 [n, 4], ``iscrowd``, ``ignore``
-    int64, ``area`` float64 or None when some annotation has none); else ``columns`` is None."""
+    every annotation has the usual types (ids JSON integers, ``bbox`` 4 numbers, ``iscrowd`` and
+    ``ignore`` integers, ``area`` a number), ``columns``: the annotations as arrays (else None)."""
 
-    def __init__(self, doc: Any, columns: dict[str, np.ndarray | None] | None) -> None:
+    def __init__(self, doc: Any, columns: AnnotationColumns | None) -> None:
         self.images, self.annotations, self.categories = doc.images, doc.annotations, doc.categories
         self.columns = columns
 
 
-def _annotation_columns(records: list, unset: Any) -> dict[str, np.ndarray | None] | None:
+def _annotation_columns(records: list, unset: Any) -> AnnotationColumns | None:
     """The typed annotations as columns (C-level iteration), or None when an id is beyond int64."""
     n = len(records)
     try:
-        cols: dict[str, np.ndarray | None] = {
-            k: np.fromiter(map(attrgetter(k), records), np.int64, n)
+        ints = [
+            np.fromiter(map(attrgetter(k), records), np.int64, n)
             for k in ("id", "image_id", "category_id", "iscrowd", "ignore")
-        }
+        ]
     except OverflowError:
         return None
-    cols["bbox"] = _four(list(map(attrgetter("bbox"), records)), n)
+    bbox = _four(list(map(attrgetter("bbox"), records)), n)
     areas = list(map(attrgetter("area"), records))
-    cols["area"] = None if unset in areas else np.array(areas, dtype=np.float64)
-    return cols
+    area = None if unset in areas else np.array(areas, dtype=np.float64)
+    return AnnotationColumns(ints[0], ints[1], ints[2], ints[3], ints[4], bbox, area)
 
 
 def decode_instances(data: bytes) -> DecodedInstances | None:

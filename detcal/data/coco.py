@@ -210,15 +210,15 @@ def _flags(values: np.ndarray, file: str, field: str) -> np.ndarray:
 
 
 def _annotations_from_columns(
-    cols: dict[str, np.ndarray | None], file: str, images: Images, categories: dict[int, str]
+    cols: fast_results.AnnotationColumns, file: str, images: Images, categories: dict[int, str]
 ) -> GroundTruth:
     """:func:`_load_annotations` on the columns of typed annotations (every type check passed in the decoder)."""
 
-    iscrowd = _flags(cols["iscrowd"], file, "iscrowd")  # type: ignore[arg-type]
-    ignore = _flags(cols["ignore"], file, "ignore")  # type: ignore[arg-type]
-    area = cols["area"] if len(cols["id"]) else None  # type: ignore[arg-type]
+    iscrowd = _flags(cols.iscrowd, file, "iscrowd")
+    ignore = _flags(cols.ignore, file, "ignore")
+    area = cols.area if len(cols.id) else None
     return _ground_truth(
-        file, images, categories, cols["image_id"], cols["category_id"], cols["bbox"], cols["id"], iscrowd, ignore, area
+        file, images, categories, cols.image_id, cols.category_id, cols.bbox, cols.id, iscrowd, ignore, area
     )
 
 
@@ -226,10 +226,10 @@ def _ground_truth(
     file: str,
     images: Images,
     categories: dict[int, str],
-    image_id: Any,
-    category: Any,
-    bbox: Any,
-    ann_id: Any,
+    image_id: np.ndarray,
+    category: np.ndarray,
+    bbox: np.ndarray,
+    ann_id: np.ndarray,
     iscrowd: np.ndarray,
     ignore: np.ndarray,
     area: np.ndarray | None,
