@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Iterable
 from operator import attrgetter
 from typing import Any, NamedTuple
 
@@ -110,7 +111,7 @@ def _plain_ascii(data: bytes | bytearray, end: int) -> bool:
     return end == 0 or int(np.frombuffer(data, np.uint8, end).max()) < 128
 
 
-def _four(values: list, n: int) -> np.ndarray:
+def _four(values: Iterable[tuple[float, ...]], n: int) -> np.ndarray:
     return np.fromiter(itertools.chain.from_iterable(values), np.float64, 4 * n).reshape(n, 4)
 
 
@@ -150,7 +151,7 @@ def _columns(
         cols = {k: np.fromiter(map(attrgetter(k), records), np.int64, n) for k in ("image_id", "category_id")}
     except OverflowError:  # an id beyond int64: the general path names it
         return None
-    cols["bbox"] = _four(list(map(attrgetter("bbox"), records)), n)
+    cols["bbox"] = _four(map(attrgetter("bbox"), records), n)
     cols["score"] = np.fromiter(map(attrgetter("score"), records), np.float64, n)
     present = []
     for k in optional:
@@ -241,7 +242,7 @@ def _annotation_columns(records: list, unset: Any) -> AnnotationColumns | None:
         ]
     except OverflowError:
         return None
-    bbox = _four(list(map(attrgetter("bbox"), records)), n)
+    bbox = _four(map(attrgetter("bbox"), records), n)
     areas = list(map(attrgetter("area"), records))
     area = None if unset in areas else np.array(areas, dtype=np.float64)
     return AnnotationColumns(ints[0], ints[1], ints[2], ints[3], ints[4], bbox, area)
