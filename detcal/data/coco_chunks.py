@@ -10,11 +10,17 @@ file: at most two blocks of bytes plus the parsed records of one block (a
 with 32 MiB blocks, against 774 MB when loaded whole).
 
 How a block is cut: the reader looks for the last ``}`` followed by a comma
-(JSON whitespace allowed in between) and parses ``[`` + block-up-to-there +
-``]``. A cut inside a string or a nested value cannot parse (the string or
-the bracket would be left open), so a cut that parses is a cut between two
-top-level records; otherwise the previous ``}`` is tried, and after a few
-tries more bytes are read. Parsing is orjson's (json's without orjson).
+(JSON whitespace allowed in between) and parses the records before it. A cut
+inside a string or a nested value cannot parse (the string or the bracket
+would be left open), so a cut that parses is a cut between two top-level
+records; otherwise the previous ``}`` is tried, and after a few tries more
+bytes are read. The block is parsed where it lies: the file is read into one
+reused buffer that starts with ``[``, the comma of the cut is turned into
+``]`` while msgspec decodes ``buffer[:comma + 1]`` straight into columns
+(:func:`detcal.data._fast_results.decode_results`) and put back after, and
+the bytes past the cut move to the front for the next block; no copy of a
+block is made. A block the fast decoder declines is parsed by orjson (json's
+without orjson) into records.
 
 Only the list form is streamed; a file whose top level is a dict (with an
 ``annotations`` list) is read whole and then cut into chunks.
