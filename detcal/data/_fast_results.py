@@ -37,13 +37,14 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Iterable
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
 
-__all__ = ["decode_results", "decode_instances", "OPTIONAL_4"]
+__all__ = ["decode_results", "decode_instances", "DecodedInstances", "AnnotationColumns", "OPTIONAL_4"]
 
 OPTIONAL_4: tuple[str, ...] = ("bbox_std", "proposal", "delta_mean", "delta_std", "delta_logvar")
 """Optional fields of 4 numbers the fast path reads."""
@@ -68,11 +69,11 @@ def _decoder(optional: tuple[str, ...], extra: tuple[str, ...] | None = None) ->
     return msgspec.json.Decoder(list[record])  # type: ignore[valid-type]
 
 
-def _first_record_keys(data: bytes) -> tuple[str, ...] | None:
-    """The keys of the first record when it is a flat object (its text has no inner ``{``), else None."""
+def _first_record_keys(data: bytes | bytearray, end: int) -> tuple[str, ...] | None:
+    """The keys of the first record of ``data[:end]`` when it is a flat object (its text has no inner ``{``), else None."""
 
-    i = data.find(b"{")
-    j = data.find(b"}", i + 1) if i >= 0 else -1
+    i = data.find(b"{", 0, end)
+    j = data.find(b"}", i + 1, end) if i >= 0 else -1
     if j < 0 or data.find(b"{", i + 1, j) >= 0:
         return None
     try:
@@ -82,12 +83,12 @@ def _first_record_keys(data: bytes) -> tuple[str, ...] | None:
     return tuple(first) if isinstance(first, dict) else None
 
 
-def _fields_of(data: bytes) -> tuple[tuple[str, ...], tuple[str, ...] | None] | None:
-    """(optional 4-number fields, other keys or None) the decoder needs, or None to decline.
+def _fields_of(data: bytes | bytearray, end: int) -> tuple[tuple[str, ...], tuple[str, ...] | None] | None:
+    """(optional 4-number fields, other keys or None) the decoder needs for ``data[:end]``, or None to decline.
 
     From the first record's keys when it is flat (records with other keys are then refused by the
     decoder); otherwise by searching the bytes for the optional keys."""
-    keys = _first_record_keys(data)
+    keys = _first_record_keys(data, end)
     if keys is not None:
         if any(k in keys for k in ("bbox_covar", "covars", "all_scores")):
             return None
@@ -96,32 +97,53 @@ def _fields_of(data: bytes) -> tuple[tuple[str, ...], tuple[str, ...] | None] | 
         if not all(k.isidentifier() and not k.startswith("_") for k in extra):
             return None  # a key the decoder's record type cannot name ("x y", "__init__", "1a"): the general reader
         return optional, extra
-    if any(k in data for k in _DECLINE_KEYS):
+    if any(data.find(k, 0, end) >= 0 for k in _DECLINE_KEYS):
         return None
-    return tuple(k for k in OPTIONAL_4 if b'"' + k.encode() + b'"' in data), None
+    return tuple(k for k in OPTIONAL_4 if data.find(b'"' + k.encode() + b'"', 0, end) >= 0), None
 
 
-def _four(values: list, n: int) -> np.ndarray:
+def _plain_ascii(data: bytes | bytearray, end: int) -> bool:
+    """``data[:end]`` is ASCII without a backslash (read in place: no copy of a block)."""
+    if data.find(b"\\", 0, end) >= 0:
+        return False
+    if end == len(data):
+        return data.isascii()
+    return end == 0 or int(np.frombuffer(data, np.uint8, end).max()) < 128
+
+
+def _four(values: Iterable[tuple[float, ...]], n: int) -> np.ndarray:
     return np.fromiter(itertools.chain.from_iterable(values), np.float64, 4 * n).reshape(n, 4)
 
 
-def decode_results(data: bytes) -> tuple[dict[str, np.ndarray], tuple[str, ...]] | None:
+def decode_results(
+    data: bytes | bytearray, end: int | None = None
+) -> tuple[dict[str, np.ndarray], tuple[str, ...]] | None:
     """Columns ``{image_id, category_id, bbox [n,4], score, <optional fields>}`` of a results file's
-    bytes (BOM removed) and the optional fields present, or ``None`` when the fast path declines."""
+    bytes ``data[:end]`` (BOM removed; ``end`` None: all of it) and the optional fields present, or
+    ``None`` when the fast path declines. A ``bytearray`` is decoded in place (no copy of the block)."""
     try:
         import msgspec  # lazy: msgspec kept out of start-up (only the fast JSON readers need it)
     except ImportError:  # pragma: no cover - msgspec is a dependency
         return None
-    if not data.isascii() or b"\\" in data:
+    end = len(data) if end is None else end
+    if not _plain_ascii(data, end):
         return None
-    fields = _fields_of(data)
+    fields = _fields_of(data, end)
     if fields is None:
         return None
     optional, extra = fields
     try:
-        records = _decoder(optional, extra).decode(data)
+        with memoryview(data) as view, view[:end] as text:
+            records = _decoder(optional, extra).decode(text)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
+    return _columns(records, optional, msgspec.UNSET)
+
+
+def _columns(
+    records: list, optional: tuple[str, ...], unset: Any
+) -> tuple[dict[str, np.ndarray], tuple[str, ...]] | None:
+    """The columns of the decoded records (C-level iteration, no per-record Python code), or None to decline."""
     n = len(records)
     if n == 0:
         return None
@@ -129,15 +151,15 @@ def decode_results(data: bytes) -> tuple[dict[str, np.ndarray], tuple[str, ...]]
         cols = {k: np.fromiter(map(attrgetter(k), records), np.int64, n) for k in ("image_id", "category_id")}
     except OverflowError:  # an id beyond int64: the general path names it
         return None
-    cols["bbox"] = _four(list(map(attrgetter("bbox"), records)), n)
+    cols["bbox"] = _four(map(attrgetter("bbox"), records), n)
     cols["score"] = np.fromiter(map(attrgetter("score"), records), np.float64, n)
     present = []
     for k in optional:
         values = list(map(attrgetter(k), records))
-        unset = values.count(msgspec.UNSET)
-        if unset == n:
+        unset_count = values.count(unset)
+        if unset_count == n:
             continue
-        if unset:  # in some records only: the general path names the first without it
+        if unset_count:  # in some records only: the general path names the first without it
             return None
         cols[k] = _four(values, n)
         present.append(k)
@@ -156,27 +178,79 @@ def _long_digit_run(data: bytes, n: int = 19) -> bool:
 
 
 @functools.cache
-def _instances_decoder() -> Any:
+def _instances_decoder(typed: bool) -> Any:
+    """The instances decoder; ``typed``: annotations with the usual types only (ids JSON integers,
+    ``bbox`` 4 numbers, ``iscrowd``/``ignore`` integers, ``area`` a number), which decode straight
+    into columns; a file outside these is refused (the caller then decodes every value as it is)."""
     import msgspec  # lazy: msgspec kept out of start-up (only the fast JSON readers need it)
 
     def record(name: str, keys: tuple[str, ...]) -> Any:
         return msgspec.defstruct(name, [(k, Any, msgspec.UNSET) for k in keys], gc=False)
 
-    fields: list[tuple[str, Any]] = [
-        (name, list[record(title, keys)])  # type: ignore[misc]  # a struct type made at run time
-        for name, title, keys in (
-            ("images", "Image", _IMAGE_KEYS),
-            ("annotations", "Annotation", _ANNOTATION_KEYS),
-            ("categories", "Category", _CATEGORY_KEYS),
+    four = tuple[float, float, float, float]
+    annotation = (
+        msgspec.defstruct(
+            "TypedAnnotation",
+            [("id", int), ("image_id", int), ("category_id", int), ("bbox", four)]
+            + [("iscrowd", int, 0), ("ignore", int, 0), ("area", float | msgspec.UnsetType, msgspec.UNSET)],
+            gc=False,
         )
+        if typed
+        else record("Annotation", _ANNOTATION_KEYS)
+    )
+    fields: list[tuple[str, Any]] = [
+        ("images", list[record("Image", _IMAGE_KEYS)]),  # type: ignore[misc]  # a struct type made at run time
+        ("annotations", list[annotation]),  # type: ignore[valid-type]
+        ("categories", list[record("Category", _CATEGORY_KEYS)]),  # type: ignore[misc]
     ]
     doc = msgspec.defstruct("Instances", fields)
     return msgspec.json.Decoder(doc)
 
 
-def decode_instances(data: bytes) -> Any | None:
-    """Typed records (``.images``, ``.annotations``, ``.categories``) holding only the keys detcal
-    reads, as plain JSON values (absent keys ``msgspec.UNSET``), or ``None`` when the fast path declines."""
+class AnnotationColumns(NamedTuple):
+    """The annotations of an instances file as arrays (every annotation of the usual types)."""
+
+    id: np.ndarray
+    image_id: np.ndarray
+    category_id: np.ndarray
+    iscrowd: np.ndarray
+    ignore: np.ndarray
+    bbox: np.ndarray
+    """float64 ``[n, 4]``, as written (``[x, y, w, h]``)."""
+    area: np.ndarray | None
+    """float64, or None when some annotation has no ``area``."""
+
+
+class DecodedInstances:
+    """An instances file as the fast decoder read it: ``images``, ``annotations``, ``categories``
+    (typed records holding only the keys detcal reads, absent keys ``msgspec.UNSET``) and, when
+    every annotation has the usual types (ids JSON integers, ``bbox`` 4 numbers, ``iscrowd`` and
+    ``ignore`` integers, ``area`` a number), ``columns``: the annotations as arrays (else None)."""
+
+    def __init__(self, doc: Any, columns: AnnotationColumns | None) -> None:
+        self.images, self.annotations, self.categories = doc.images, doc.annotations, doc.categories
+        self.columns = columns
+
+
+def _annotation_columns(records: list, unset: Any) -> AnnotationColumns | None:
+    """The typed annotations as columns (C-level iteration), or None when an id is beyond int64."""
+    n = len(records)
+    try:
+        ints = [
+            np.fromiter(map(attrgetter(k), records), np.int64, n)
+            for k in ("id", "image_id", "category_id", "iscrowd", "ignore")
+        ]
+    except OverflowError:
+        return None
+    bbox = _four(map(attrgetter("bbox"), records), n)
+    areas = list(map(attrgetter("area"), records))
+    area = None if unset in areas else np.array(areas, dtype=np.float64)
+    return AnnotationColumns(ints[0], ints[1], ints[2], ints[3], ints[4], bbox, area)
+
+
+def decode_instances(data: bytes) -> DecodedInstances | None:
+    """The records detcal reads of an instances file (:class:`DecodedInstances`), or ``None`` when the
+    fast path declines."""
     try:
         import msgspec  # lazy: msgspec kept out of start-up (only the fast JSON readers need it)
     except ImportError:  # pragma: no cover - msgspec is a dependency
@@ -189,6 +263,15 @@ def decode_instances(data: bytes) -> Any | None:
         except UnicodeDecodeError:
             return None
     try:
-        return _instances_decoder().decode(data)
+        doc = _instances_decoder(True).decode(data)
+        columns = _annotation_columns(doc.annotations, msgspec.UNSET)
+        if columns is not None:
+            return DecodedInstances(doc, columns)
+    except msgspec.ValidationError:  # an annotation outside the usual types: every value read as it is
+        pass
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    try:
+        return DecodedInstances(_instances_decoder(False).decode(data), None)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None

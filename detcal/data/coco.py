@@ -195,6 +195,47 @@ def _load_annotations(
     ann_id = _integer_column(records.require("id"), file=file, field="id", prefix=p, bools=bools)
     iscrowd = _flag_column(records.get("iscrowd", 0), file=file, field="iscrowd", prefix=p)
     ignore = _flag_column(records.get("ignore", 0), file=file, field="ignore", prefix=p)
+    area = None  # the COCO 'area' (mask area) when every annotation has a finite one: COCO AP's size ranges
+    areas = records.get("area")
+    if len(records) and all(type(v) in (int, float) for v in areas):
+        area = np.array(areas, dtype=np.float64)
+    return _ground_truth(file, images, categories, image_id, category, bbox, ann_id, iscrowd, ignore, area)
+
+
+def _flags(values: np.ndarray, file: str, field: str) -> np.ndarray:
+    """An int64 column of 0/1 -> bool (the located error of :func:`_flag_column` otherwise)."""
+    if len(values) and not ((values == 0) | (values == 1)).all():
+        return _flag_column(values.tolist(), file=file, field=field, prefix="annotations")
+    return values.astype(bool)
+
+
+def _annotations_from_columns(
+    cols: fast_results.AnnotationColumns, file: str, images: Images, categories: dict[int, str]
+) -> GroundTruth:
+    """:func:`_load_annotations` on the columns of typed annotations (every type check passed in the decoder)."""
+
+    iscrowd = _flags(cols.iscrowd, file, "iscrowd")
+    ignore = _flags(cols.ignore, file, "ignore")
+    area = cols.area if len(cols.id) else None
+    return _ground_truth(
+        file, images, categories, cols.image_id, cols.category_id, cols.bbox, cols.id, iscrowd, ignore, area
+    )
+
+
+def _ground_truth(
+    file: str,
+    images: Images,
+    categories: dict[int, str],
+    image_id: np.ndarray,
+    category: np.ndarray,
+    bbox: np.ndarray,
+    ann_id: np.ndarray,
+    iscrowd: np.ndarray,
+    ignore: np.ndarray,
+    area: np.ndarray | None,
+) -> GroundTruth:
+    """The value checks of the annotations' columns, in a fixed order, and their :class:`GroundTruth`."""
+    p = "annotations"
     _check_box(bbox, file=file, field="bbox", prefix=p)
     _check_unique(ann_id, file=file, field="id", prefix=p)
     _check_mask(
@@ -214,11 +255,8 @@ def _load_annotations(
         field="category_id",
         prefix=p,
     )
-    area = None  # the COCO 'area' (mask area) when every annotation has a finite one: COCO AP's size ranges
-    areas = records.get("area")
-    if len(records) and all(type(v) in (int, float) for v in areas):
-        a = np.array(areas, dtype=np.float64)
-        area = a if np.isfinite(a).all() and (a >= 0).all() else None
+    if area is not None and not (np.isfinite(area).all() and (area >= 0).all()):
+        area = None
     return GroundTruth(
         image_id=image_id,
         box=xywh_to_xyxy(bbox),
@@ -265,9 +303,12 @@ def load_coco_instances(path: PathLike) -> Dataset:
         bools = b"true" in body or b"false" in body
         images = _load_images(_Fields(fast.images, file, "images", msgspec.UNSET), file, bools)
         categories = _load_categories(_Fields(fast.categories, file, "categories", msgspec.UNSET), file, bools)
-        gt = _load_annotations(
-            _Fields(fast.annotations, file, "annotations", msgspec.UNSET), file, images, categories, bools
-        )
+        if fast.columns is not None:  # every annotation of the usual types: decoded straight into columns
+            gt = _annotations_from_columns(fast.columns, file, images, categories)
+        else:
+            gt = _load_annotations(
+                _Fields(fast.annotations, file, "annotations", msgspec.UNSET), file, images, categories, bools
+            )
         return Dataset(images=images, gt=gt, categories=categories, source=file)
     parsed = _parse_json_bytes(data, file)
     doc, bools = parsed.doc, parsed.bools

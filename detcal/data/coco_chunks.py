@@ -10,11 +10,17 @@ file: at most two blocks of bytes plus the parsed records of one block (a
 with 32 MiB blocks, against 774 MB when loaded whole).
 
 How a block is cut: the reader looks for the last ``}`` followed by a comma
-(JSON whitespace allowed in between) and parses ``[`` + block-up-to-there +
-``]``. A cut inside a string or a nested value cannot parse (the string or
-the bracket would be left open), so a cut that parses is a cut between two
-top-level records; otherwise the previous ``}`` is tried, and after a few
-tries more bytes are read. Parsing is orjson's (json's without orjson).
+(JSON whitespace allowed in between) and parses the records before it. A cut
+inside a string or a nested value cannot parse (the string or the bracket
+would be left open), so a cut that parses is a cut between two top-level
+records; otherwise the previous ``}`` is tried, and after a few tries more
+bytes are read. The block is parsed where it lies: the file is read into one
+reused buffer that starts with ``[``, the comma of the cut is turned into
+``]`` while msgspec decodes ``buffer[:comma + 1]`` straight into columns
+(:func:`detcal.data._fast_results.decode_results`) and put back after, and
+the bytes past the cut move to the front for the next block; no copy of a
+block is made. A block the fast decoder declines is parsed by orjson (json's
+without orjson) into records.
 
 Only the list form is streamed; a file whose top level is a dict (with an
 ``annotations`` list) is read whole and then cut into chunks.
@@ -77,79 +83,111 @@ def iter_coco_results(
             fh.close()
             yield from _whole_file(path, dataset, chunk_bytes)
             return
-        base = start + lead + 1  # byte offset of buffer[0] in the file
-        buffer = head[start + lead + 1 :]
-        seen = 0  # records yielded so far
-        kind: tuple[bool, ...] | None = None
-        eof = False
-        while True:
-            if not eof and len(buffer) < chunk_bytes:
-                more = fh.read(chunk_bytes)
-                eof = not more
-                buffer += more
-                if not eof:
-                    continue
-            if eof:
-                records, used = decode_results(b"[" + buffer) or _parse(b"[" + buffer, file, base), len(buffer)
-                if records is None:  # pragma: no cover - _parse raises at EOF
-                    break
-            else:
-                records, used = _cut_and_parse(buffer, file, base)
-                if records is None:  # no valid cut in this block: read more
-                    more = fh.read(chunk_bytes)
-                    eof = not more
-                    buffer += more
-                    continue
-            bools = not isinstance(records, tuple) and (  # decoded columns hold no booleans
-                buffer.find(b"true", 0, used) >= 0 or buffer.find(b"false", 0, used) >= 0
-            )  # no copy of the block
-            dets = _to_detections(records, file, dataset, seen, bools)
-            if len(dets):
-                k = _uncertainty_of(dets)
-                if kind is not None and k != kind:
-                    raise DetcalInputError(
-                        "the uncertainty fields change from one record to another: either all records carry a field or none",
-                        file=file,
-                        record=seen,
-                        field=", ".join(RESULT_UNCERTAINTY_KEYS),
-                    )
-                kind = k
-                yield dets
-            seen += len(dets)  # every record becomes one detection here
-            if eof:
-                return
-            buffer = buffer[used + 1 :]  # buffer[used] is the comma after the last record
-            base += used + 1
+        block = _Block(fh, head[start + lead + 1 :], start + lead + 1, chunk_bytes)
+        yield from _blocks(block, file, dataset)
 
 
-def _cut_and_parse(buffer: bytes, file: str, base: int) -> tuple[Any, int]:
-    """Parse the records before the last top-level ``},`` of ``buffer``: (records or decoded columns,
-    bytes used) or (None, 0). The usual block is decoded straight into columns (the fast path of
-    :func:`detcal.data.coco.load_coco_results`); a block it declines is parsed into records."""
-    for end in _last_cuts(buffer):
-        text = b"[" + buffer[:end] + b"]"
-        records = decode_results(text)
-        if records is None:
-            records = _parse(text, file, base, quiet=True)  # type: ignore[assignment]
+class _Block:
+    """The bytes of the file not parsed yet, in one reused buffer: ``buf[0]`` is ``[`` and
+    ``buf[1:fill]`` the file from byte ``base`` on, so a run of records ending at a comma is
+    decoded in place (the comma turned into ``]``), with no copy of the block."""
+
+    def __init__(self, fh: Any, first: bytes, base: int, chunk_bytes: int) -> None:
+        self.fh, self.chunk, self.base, self.eof = fh, chunk_bytes, base, False
+        self.buf = bytearray(max(len(first), chunk_bytes) + chunk_bytes + 1)
+        self.buf[0] = 91  # "["
+        self.buf[1 : 1 + len(first)] = first
+        self.fill = 1 + len(first)
+
+    def read(self) -> None:
+        """Append up to ``chunk`` more bytes of the file (``eof`` once none are left)."""
+        need = self.fill + self.chunk
+        if need > len(self.buf):
+            self.buf.extend(bytes(need - len(self.buf)))
+        with memoryview(self.buf) as view:
+            got = self.fh.readinto(view[self.fill : need])
+        self.eof = not got
+        self.fill += got
+
+    def drop(self, used: int) -> None:
+        """Forget ``buf[1:used + 2]`` (the records parsed and the comma after them): the rest moves to ``buf[1:]``."""
+        rest = self.fill - used - 2
+        self.buf[1 : 1 + rest] = self.buf[used + 2 : self.fill]
+        self.fill = 1 + rest
+        self.base += used + 1
+
+
+def _blocks(block: _Block, file: str, dataset: Dataset | None) -> Iterator[Detections]:
+    seen = 0  # records yielded so far
+    kind: tuple[bool, ...] | None = None
+    while True:
+        if not block.eof and block.fill - 1 < block.chunk:
+            block.read()
+            if not block.eof:
+                continue
+        if block.eof:
+            records = decode_results(block.buf, block.fill) or _parse(bytes(block.buf[: block.fill]), file, block.base)
+            used = block.fill - 1
+        else:
+            records, used = _cut_and_parse(block.buf, block.fill, file, block.base)
+            if records is None:  # no valid cut in this block: read more
+                block.read()
+                continue
+        bools = not isinstance(records, tuple) and (  # decoded columns hold no booleans
+            block.buf.find(b"true", 1, used + 1) >= 0 or block.buf.find(b"false", 1, used + 1) >= 0
+        )  # no copy of the block
+        dets = _to_detections(records, file, dataset, seen, bools)
+        del records
+        if len(dets):
+            k = _uncertainty_of(dets)
+            if kind is not None and k != kind:
+                raise DetcalInputError(
+                    "the uncertainty fields change from one record to another: either all records carry a field or none",
+                    file=file,
+                    record=seen,
+                    field=", ".join(RESULT_UNCERTAINTY_KEYS),
+                )
+            kind = k
+            yield dets
+        seen += len(dets)  # every record becomes one detection here
+        if block.eof:
+            return
+        block.drop(used)
+
+
+def _cut_and_parse(buf: bytearray, fill: int, file: str, base: int) -> tuple[Any, int]:
+    """Parse the records of ``buf[1:fill]`` before its last top-level ``},``: (records or decoded
+    columns, index of that comma less one: the bytes used) or (None, 0). The comma is turned into
+    ``]`` while the block is read and put back after. The usual block is decoded straight into
+    columns (the fast path of :func:`detcal.data.coco.load_coco_results`); a block it declines is
+    parsed into records."""
+    for end in _last_cuts(buf, fill):
+        comma = buf.index(b",", end, fill)
+        buf[comma] = 93  # "]"
+        try:
+            records = decode_results(buf, comma + 1)
+            if records is None:
+                records = _parse(bytes(buf[: comma + 1]), file, base, quiet=True)  # type: ignore[assignment]
+        finally:
+            buf[comma] = 44  # ","
         if records is not None:
-            comma = buffer.index(b",", end)
-            return records, comma
+            return records, comma - 1
     return None, 0
 
 
-def _last_cuts(buffer: bytes) -> list[int]:
+def _last_cuts(buf: bytearray, fill: int) -> list[int]:
     """The positions just after the last :data:`_MAX_TRIES` ``}`` followed by a comma (whitespace allowed
-    in between), last first, searched backwards from the end of the block."""
+    in between), last first, searched backwards from ``fill``."""
     out: list[int] = []
-    hi = len(buffer)
+    hi = fill
     while len(out) < _MAX_TRIES:
-        k = buffer.rfind(b"}", 0, hi)
+        k = buf.rfind(b"}", 1, hi)
         if k < 0:
             break
         j = k + 1
-        while j < len(buffer) and buffer[j] in _WS:
+        while j < fill and buf[j] in _WS:
             j += 1
-        if j < len(buffer) and buffer[j] == 44:  # ","
+        if j < fill and buf[j] == 44:  # ","
             out.append(k + 1)
         hi = k
     return out

@@ -99,13 +99,13 @@ def foreign_field_message(name: str, spec: type[DataSpec]) -> str:
 class CocoDataSpec(DataSpec):
     """COCO instances JSON + COCO results JSON (docs/formats.md). ``chunk_bytes`` (docs/scale.md): the
     results file read in blocks of this many bytes into compact columns, never holding the whole list of
-    records (0: read whole; null: blocks of 4 MiB for files over 64 MiB); the same detections."""
+    records (0: read whole; null: blocks of 256 KiB for files over 8 MiB); the same detections."""
 
     source: str = "coco"
     gt: str | None = None  # instances_*.json (required)
     results: str | None = None  # detections: a COCO results JSON (required)
     unknown_category: str = "drop"  # detections of categories absent from the ground truth: drop (counted) | error
-    # read the results in blocks of N bytes (bounded memory); 0: whole; null: 4 MiB blocks above 64 MiB
+    # read the results in blocks of N bytes (bounded memory); 0: whole; null: 256 KiB blocks above 8 MiB
     chunk_bytes: int | None = None
 
     def __post_init__(self) -> None:
