@@ -155,15 +155,6 @@ def _class_columns(dets: Detections, gt: GroundTruth, rows: np.ndarray, categori
     return col_c
 
 
-def _first_per_group(group: np.ndarray, *keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(groups, index of the first element of each group in the order of ``keys`` (last key most minor))."""
-    order = np.lexsort(tuple(reversed(keys)) + (group,))
-    g = group[order]
-    first = np.ones(len(g), bool)
-    first[1:] = g[1:] != g[:-1]
-    return g[first], order[first]
-
-
 class _PairBlock:
     """One block of (object, detection) pairs cut at a threshold, sorted by object and, within an object, by
     detection row; the matched count [n_obj] and the best-IoU detection of each object (computed once, on
@@ -195,14 +186,24 @@ def _majority_label(obj: np.ndarray, label: np.ndarray, n_obj: int) -> np.ndarra
     out = np.full(n_obj, -1, np.int64)
     if len(obj) == 0:
         return out
-    order = np.lexsort((label, obj))
+    lab64 = np.asarray(label, np.int64)
+    lo, hi = int(lab64.min()), int(lab64.max())
+    if (hi - lo + 1) * (n_obj + 1) < 2**62:  # (object, label) as one integer: one stable sort, nearly in order
+        order = np.argsort(np.asarray(obj, np.int64) * (hi - lo + 1) + (lab64 - lo), kind="stable")
+    else:
+        order = np.lexsort((label, obj))
     o, lab = obj[order], label[order]
     new = np.ones(len(o), bool)
     new[1:] = (o[1:] != o[:-1]) | (lab[1:] != lab[:-1])
     starts = np.flatnonzero(new)
     counts = np.diff(np.append(starts, len(o)))
-    groups, first = _first_per_group(o[starts], -counts, lab[starts])
-    out[groups] = lab[starts][first]
+    # per object, its (object, label) runs in ascending label: the first run with the most detections
+    og = o[starts]
+    bound = np.concatenate([[True], og[1:] != og[:-1]])
+    first, seg = np.flatnonzero(bound), np.cumsum(bound) - 1
+    best = np.maximum.reduceat(counts, first)
+    pick = np.minimum.reduceat(np.where(counts == best[seg], np.arange(len(og)), len(og)), first)
+    out[og[first]] = lab[starts][pick]
     return out
 
 
