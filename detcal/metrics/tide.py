@@ -522,11 +522,14 @@ def _fixes(
     sv = sc.score[by_score]
     run = np.cumsum(np.concatenate([[0], sv[1:] != sv[:-1]])) if len(sv) else np.zeros(0, np.int64)
     n_img = int(d_img.max()) + 1 if len(by_score) else 1
-    # equal scores in tidecv's visiting order: by image, then rank (input order within an image); nearly sorted
-    by_score = by_score[np.argsort(run * n_img + d_img[by_score], kind="stable")]
+    n_run = int(run[-1]) + 1 if len(run) else 1
+    # equal scores in tidecv's visiting order: by image, then rank (input order within an image): a stable sort
+    # by image, then by score run (two radix sorts; the same order as one stable sort of run * n_img + image)
+    p1 = _small_sort(d_img[by_score], n_img)
+    by_score = by_score[p1][_small_sort(run[p1], n_run)]  # its runs are again ``run`` (sorted by run first)
     visit = sc.by_image[kept[sc.by_image]]  # image, then rank
-    # in a fixed set the errors come before the untouched true positives of the same score (nearly sorted: fast)
-    fixed_order = by_score[np.argsort(run * 2 + tp[by_score], kind="stable")]
+    # in a fixed set the errors come before the untouched true positives of the same score
+    fixed_order = by_score[_small_sort(run * 2 + tp[by_score], 2 * n_run)]
     live = tp | fp
     rows = by_score[live[by_score]]
     ap = _ap(dcat[rows], tp[rows], n_gt)
