@@ -152,7 +152,9 @@ def worst_detections(
     ``ctx``: arrays over the sample (``p``, ``y``, ``features`` [S, F] in [0, 1],
     ``iou``, ``image_id``, ``category``, ``class_name``, ``file_name``, ``box``,
     ``gt_box`` (list, None for a false positive), ``width``, ``height``) and
-    ``feature_names`` (confidence first). Returns plain JSON-ready data.
+    ``feature_names`` (confidence first); every column but ``p``, ``y`` and
+    ``features`` is only indexed at the rows the tables show, so any object
+    indexable by sample position will do. Returns plain JSON-ready data.
     """
 
     p, y = np.asarray(ctx["p"], dtype=np.float64), np.asarray(ctx["y"], dtype=bool)
