@@ -111,7 +111,10 @@ def _sorted_split(
     if not np.all(known):
         raise DetcalInputError(f"prediction for unknown image id {int(ids[~known][0])}", field="image_id")
     img = order_img[pos]
-    order = np.lexsort((-score, img))
+    # by image, then descending score, ties in input order (as lexsort((-score, img))): a stable sort of the
+    # scores, then a stable radix sort of the image rows
+    order = np.argsort(-score, kind="stable")
+    order = order[np.argsort(img[order].astype(np.int16 if len(images) < 2**15 else np.int64), kind="stable")]
     img, s = img[order], score[order]
     n_img = len(images)
     counts = np.bincount(img, minlength=n_img)
@@ -154,7 +157,20 @@ def split_confidence(
 
     ``image_id [D]``, ``score [D]`` (top class probability) and, for ``nms``, ``box [D,4]`` xyxy.
     """
-    _, img, s, kept, rank, n_img = _sorted_split(image_id, score, images, method, param, box)
+    conf_pos, conf_neg, _ = split_and_kept(image_id, score, images, method, param, box)
+    return conf_pos, conf_neg
+
+
+def split_and_kept(
+    image_id: np.ndarray,
+    score: np.ndarray,
+    images: np.ndarray,
+    method: str = "threshold",
+    param: float = 0.3,
+    box: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(Conf+ [N], Conf- [N], kept [D])``: :func:`split_confidence` and :func:`kept_mask` from one sort."""
+    order, img, s, kept, rank, n_img = _sorted_split(image_id, score, images, method, param, box)
     counts = np.bincount(img, minlength=n_img)
     n_pos = np.bincount(img, weights=kept, minlength=n_img)
     neg = rank >= n_pos[img] if method == "nms" else ~kept
@@ -167,7 +183,9 @@ def split_confidence(
     none = n_pos == 0
     conf_pos = np.where(none, 0.0, conf_pos)
     conf_neg = np.where(none, np.where(counts > 0, conf_all, 0.0), conf_neg)
-    return conf_pos, conf_neg
+    in_order = np.zeros(len(order), bool)
+    in_order[order] = kept
+    return conf_pos, conf_neg, in_order
 
 
 def contrastive_conf(

@@ -155,24 +155,30 @@ def _class_columns(dets: Detections, gt: GroundTruth, rows: np.ndarray, categori
     return col_c
 
 
-def _first_per_group(group: np.ndarray, *keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(groups, index of the first element of each group in the order of ``keys`` (last key most minor))."""
-    order = np.lexsort(tuple(reversed(keys)) + (group,))
-    g = group[order]
-    first = np.ones(len(g), bool)
-    first[1:] = g[1:] != g[:-1]
-    return g[first], order[first]
+class _PairBlock:
+    """One block of (object, detection) pairs cut at a threshold, sorted by object and, within an object, by
+    detection row; the matched count [n_obj] and the best-IoU detection of each object (computed once, on
+    first use, and shared by the aggregations)."""
 
+    def __init__(self, obj: np.ndarray, det: np.ndarray, iou: np.ndarray, n_obj: int):
+        self.obj, self.det, self.iou, self.n_obj = obj, det, iou, n_obj
+        self.n = np.bincount(obj, minlength=n_obj)
+        self.hit = self.n > 0
+        self._best: np.ndarray | None = None
 
-def _best_per_object(obj: np.ndarray, iou: np.ndarray, n_obj: int) -> tuple[np.ndarray, np.ndarray]:
-    """(objects, pair index of the highest IoU of each, the first of equal ones) for pairs sorted by
-    object and, within an object, by detection row (the order :func:`detcal.metrics._pairs.overlap_pairs` gives)."""
-    gmax = np.full(n_obj, -np.inf)
-    np.maximum.at(gmax, obj, iou)
-    cand = np.flatnonzero(iou == gmax[obj])
-    first = np.ones(len(cand), bool)
-    first[1:] = obj[cand[1:]] != obj[cand[:-1]]
-    return obj[cand[first]], cand[first]
+    @property
+    def best_det(self) -> np.ndarray:
+        """Detection row [n_obj] of each object's highest IoU, the first of equal ones (0 where no pair)."""
+        if self._best is None:
+            # the pairs of an object are contiguous: its maximum is a segment maximum (exact)
+            starts = np.flatnonzero(np.concatenate([[True], self.obj[1:] != self.obj[:-1]]))
+            seg = np.cumsum(np.concatenate([[False], self.obj[1:] != self.obj[:-1]]))
+            gmax = np.maximum.reduceat(self.iou, starts)
+            pos = np.where(self.iou == gmax[seg], np.arange(len(self.iou)), len(self.iou))
+            first = np.minimum.reduceat(pos, starts)
+            self._best = np.zeros(self.n_obj, np.int64)
+            self._best[self.obj[starts]] = self.det[first]
+        return self._best
 
 
 def _majority_label(obj: np.ndarray, label: np.ndarray, n_obj: int) -> np.ndarray:
@@ -180,44 +186,42 @@ def _majority_label(obj: np.ndarray, label: np.ndarray, n_obj: int) -> np.ndarra
     out = np.full(n_obj, -1, np.int64)
     if len(obj) == 0:
         return out
-    order = np.lexsort((label, obj))
+    lab64 = np.asarray(label, np.int64)
+    lo, hi = int(lab64.min()), int(lab64.max())
+    if (hi - lo + 1) * (n_obj + 1) < 2**62:  # (object, label) as one integer: one stable sort, nearly in order
+        order = np.argsort(np.asarray(obj, np.int64) * (hi - lo + 1) + (lab64 - lo), kind="stable")
+    else:
+        order = np.lexsort((label, obj))
     o, lab = obj[order], label[order]
     new = np.ones(len(o), bool)
     new[1:] = (o[1:] != o[:-1]) | (lab[1:] != lab[:-1])
     starts = np.flatnonzero(new)
     counts = np.diff(np.append(starts, len(o)))
-    groups, first = _first_per_group(o[starts], -counts, lab[starts])
-    out[groups] = lab[starts][first]
+    # per object, its (object, label) runs in ascending label: the first run with the most detections
+    og = o[starts]
+    bound = np.concatenate([[True], og[1:] != og[:-1]])
+    first, seg = np.flatnonzero(bound), np.cumsum(bound) - 1
+    best = np.maximum.reduceat(counts, first)
+    pick = np.minimum.reduceat(np.where(counts == best[seg], np.arange(len(og)), len(og)), first)
+    out[og[first]] = lab[starts][pick]
     return out
 
 
 def _block_brier(
-    obj: np.ndarray,
-    det: np.ndarray,
-    iou: np.ndarray,
-    n_obj: int,
-    dets: Detections,
-    ycol: np.ndarray,
-    ycat: np.ndarray,
-    aggregation: str,
-    kind: str,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Brier [n_obj] and matched counts of one block of pairs already cut at the threshold."""
-    n = np.bincount(obj, minlength=n_obj)
+    blk: _PairBlock, dets: Detections, ycol: np.ndarray, ycat: np.ndarray, aggregation: str, kind: str
+) -> np.ndarray:
+    """Brier [n_obj] of one block of pairs already cut at the threshold."""
+    obj, det, iou, n, n_obj, hit = blk.obj, blk.det, blk.iou, blk.n, blk.n_obj, blk.hit
     out = np.ones(n_obj)
-    hit = n > 0
     if not hit.any():
-        return out, n
-    groups, best = _best_per_object(obj, iou, n_obj)
-    best_det = np.zeros(n_obj, np.int64)
-    best_det[groups] = det[best]
+        return out
     if aggregation == "iou_weighted":
         w = iou / np.bincount(obj, weights=iou, minlength=n_obj)[obj]
     if kind == "multiclass":
         probs = dets.class_probs
         assert probs is not None  # checked by _class_columns
         if aggregation == "max_iou":
-            pbar = probs[best_det[hit]]
+            pbar = probs[blk.best_det[hit]]
         else:
             wt = np.ones(len(obj)) if aggregation == "mean" else w
             from scipy import sparse  # lazy: a class-distribution input only; start-up stays light
@@ -227,20 +231,20 @@ def _block_brier(
                 pbar = pbar / n[hit][:, None]
         pbar[np.arange(len(pbar)), ycol[hit]] -= 1.0
         out[hit] = np.sum(pbar * pbar, axis=1)
-        return out, n
+        return out
     conf = dets.score
     s: np.ndarray
     if aggregation == "mean":
         s = np.bincount(obj, weights=conf[det], minlength=n_obj)[hit] / n[hit]
         lab = _majority_label(obj, dets.category[det], n_obj)[hit]
     elif aggregation == "max_iou":
-        s = conf[best_det[hit]]
-        lab = dets.category[best_det[hit]]
+        s = conf[blk.best_det[hit]]
+        lab = dets.category[blk.best_det[hit]]
     else:
         s = np.bincount(obj, weights=w * conf[det], minlength=n_obj)[hit]
-        lab = dets.category[best_det[hit]]
+        lab = dets.category[blk.best_det[hit]]
     out[hit] = np.where(lab == ycat[hit], 2.0 * (1.0 - s) ** 2, 2.0 * s**2)
-    return out, n
+    return out
 
 
 def object_scores_by_aggregation(
@@ -254,10 +258,29 @@ def object_scores_by_aggregation(
     categories: Sequence[int] | None = None,
 ) -> dict[str, ObjectScores]:
     """Per-object Brier scores of OCE for several aggregations from one pass over the pairs."""
-    aggregations = tuple(aggregations)
+    return object_scores_of_sets(
+        dets, gt, iou_thresholds, [(None, aggregations)], brier=brier, variant=variant, categories=categories
+    )[0]
+
+
+def object_scores_of_sets(
+    dets: Detections,
+    gt: GroundTruth,
+    iou_thresholds: Sequence[float],
+    sets: Sequence[tuple[np.ndarray | None, Sequence[str]]],
+    *,
+    brier: str = "auto",
+    variant: str = "detcal",
+    categories: Sequence[int] | None = None,
+) -> list[dict[str, ObjectScores]]:
+    """Per-object Brier scores of OCE of several sets of the detections, each ``(mask [D] or None for every
+    detection, its aggregations)``, from one pass over the pairs (a pair's IoU does not depend on the other
+    detections): set ``k`` equals :func:`object_scores_by_aggregation` of ``dets.select(mask)`` (its
+    ``det_max_iou`` over the selected detections); the input checks look at every detection."""
     taus = _check_args(iou_thresholds, "mean", brier, variant)
-    for agg in aggregations:
-        _check_args(iou_thresholds, agg, brier, variant)
+    for _, aggs in sets:
+        for agg in aggs:
+            _check_args(iou_thresholds, agg, brier, variant)
     kind = ("multiclass" if dets.class_probs is not None else "binary") if brier == "auto" else brier
     rows = np.arange(len(gt)) if variant == "uq_detr" else np.flatnonzero(~(gt.iscrowd | gt.ignore))
     ycol = _class_columns(dets, gt, rows, categories) if kind == "multiclass" else np.zeros(len(rows), np.int64)
@@ -266,8 +289,8 @@ def object_scores_by_aggregation(
     local = np.full(len(gt), -1, np.int64)
     local[rows] = np.arange(len(rows))
     ycat = gt.category[rows]
-    out = {a: np.ones((len(taus), len(rows))) for a in aggregations}
-    n_matched = np.zeros((len(taus), len(rows)), np.int64)
+    outs = [{a: np.ones((len(taus), len(rows))) for a in aggs} for _, aggs in sets]
+    n_matched = [np.zeros((len(taus), len(rows)), np.int64) for _ in sets]
     det_max_iou = np.zeros(len(dets))
     gcols, dcols = BoxColumns(gt.box), BoxColumns(dets.box)
     # pairs below every threshold never count
@@ -277,26 +300,32 @@ def object_scores_by_aggregation(
         np.maximum.at(det_max_iou, d, iou)
         lo, hi = int(local[g[0]]), int(local[g[-1]]) + 1
         obj = local[g] - lo
-        for t, tau in enumerate(taus):
-            keep = iou >= tau
-            for agg in aggregations:
-                b, n = _block_brier(obj[keep], d[keep], iou[keep], hi - lo, dets, ycol[lo:hi], ycat[lo:hi], agg, kind)
-                out[agg][t, lo:hi] = b
-            n_matched[t, lo:hi] = n
-    return {
-        agg: ObjectScores(
-            gt_rows=rows,
-            image_id=gt.image_id[rows],
-            iou_thresholds=taus,
-            brier=out[agg],
-            n_matched=n_matched,
-            brier_kind=kind,
-            aggregation=agg,
-            variant=variant,
-            det_max_iou=det_max_iou,
-        )
-        for agg in aggregations
-    }
+        for k, (mask, aggs) in enumerate(sets):
+            sel = np.flatnonzero(mask[d]) if mask is not None else slice(None)
+            o_k, d_k, iou_k = obj[sel], d[sel], iou[sel]
+            for t, tau in enumerate(taus):
+                keep = np.flatnonzero(iou_k >= tau)
+                blk = _PairBlock(o_k[keep], d_k[keep], iou_k[keep], hi - lo)
+                for agg in aggs:
+                    outs[k][agg][t, lo:hi] = _block_brier(blk, dets, ycol[lo:hi], ycat[lo:hi], agg, kind)
+                n_matched[k][t, lo:hi] = blk.n
+    return [
+        {
+            agg: ObjectScores(
+                gt_rows=rows,
+                image_id=gt.image_id[rows],
+                iou_thresholds=taus,
+                brier=outs[k][agg],
+                n_matched=n_matched[k],
+                brier_kind=kind,
+                aggregation=agg,
+                variant=variant,
+                det_max_iou=det_max_iou if mask is None else det_max_iou[mask],
+            )
+            for agg in aggs
+        }
+        for k, (mask, aggs) in enumerate(sets)
+    ]
 
 
 def object_scores(

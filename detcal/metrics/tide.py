@@ -249,39 +249,41 @@ def _small_sort(codes: np.ndarray, bound: int) -> np.ndarray:
 def _ap(cls: np.ndarray, tp: np.ndarray, n_gt: np.ndarray, grouped: bool = False) -> float:
     """tidecv's mAP (percent) of points (class code, true positive) given in the order tidecv visits them
     within a class (descending score, then its tie order), with ``n_gt [C]`` positives per class; ``grouped``:
-    the points are already ordered by class."""
-    n_cls, n = len(n_gt), len(cls)
+    the points are already ordered by class.
+
+    Read from the true positives alone: the recall rises only at a true positive, so the first point that
+    reaches a recall ``x_k > 0`` is one; and a false positive's precision is below its predecessor's in the
+    class, so the largest precision from any such point (or from a class's first point) to the end of its
+    class is a true positive's (0 when the class has none). The same precisions, compared, not combined."""
+    n_cls = len(n_gt)
+    npts = np.bincount(cls, minlength=n_cls)
     if grouped:
-        c, t = cls, tp.astype(np.int64)
+        t = np.flatnonzero(tp)
     else:
         order = _class_order(cls, n_cls)
-        c, t = cls[order], tp[order].astype(np.int64)
-    npts = np.bincount(c, minlength=n_cls)
-    start = np.cumsum(npts) - npts
-    pos = np.arange(n) - start[c]
-    ctp = np.cumsum(t)
-    if n:  # true positives before each class's first point (a table over the classes, read per point)
-        ntp = ctp - (ctp - t)[np.minimum(start, n - 1)][c]
-    else:
-        ntp = ctp
-    prec = ntp / (pos + 1)
+        t = np.flatnonzero(tp[order])  # positions of the true positives among the points ordered by class
+    c = (cls[t] if grouped else cls[order[t]]).astype(np.int64)
+    nt = np.bincount(c, minlength=n_cls)  # true positives per class
+    start, t_start = np.cumsum(npts) - npts, np.cumsum(nt) - nt
+    rank = np.arange(len(t)) - t_start[c]  # the true positive's place among its class's true positives
+    prec = (rank + 1) / (t - start[c] + 1)
     ngt_c = n_gt[c]
-    rec = np.divide(ntp, ngt_c, out=np.zeros(n), where=ngt_c > 0)
-    # recall points at or below each point's recall (the recalls rise within a class: a binary search that
-    # starts from the last answer is faster than grid_count here)
-    j = np.searchsorted(_X, rec, "right")
+    rec = np.divide(rank + 1, ngt_c, out=np.zeros(len(t)), where=ngt_c > 0)
+    j = np.searchsorted(_X, rec, "right")  # recall points at or below each true positive's recall
     hist = np.bincount(c * 102 + j, minlength=n_cls * 102).reshape(n_cls, 102)
-    idx = np.cumsum(hist, axis=1)[:, :101]  # first point with recall >= x_k, counted in its class
-    # precision made non-increasing from the right, read at those points: the maximum of the precisions from
-    # each point to the end of its class (maxima of the pieces between the read points, then a cumulative
-    # maximum over the pieces from the right; exact, no arithmetic on the values)
-    b = (start[:, None] + idx).reshape(-1)
+    idx = np.cumsum(hist, axis=1)[:, :101]  # the true positive reaching x_k (k >= 1), counted in its class
+    idx[:, 0] = 0  # x_0 = 0: from the class's first point, whose largest precision onwards is a true positive's
+    # precision made non-increasing from the right, read at those true positives: maxima of the pieces between
+    # the read points, then a cumulative maximum over the pieces from the right (exact, no arithmetic)
+    b = (t_start[:, None] + idx).reshape(-1)
     ext = np.append(prec, -np.inf)
     piece = np.maximum.reduceat(ext, b) if len(b) else np.zeros(0)
-    empty = np.append(b[1:] == b[:-1], b[-1:] == n) if len(b) else np.zeros(0, bool)
+    empty = np.append(b[1:] == b[:-1], b[-1:] == len(t)) if len(b) else np.zeros(0, bool)
     piece = np.where(empty, -np.inf, piece).reshape(n_cls, 101)
     smooth = np.maximum.accumulate(piece[:, ::-1], axis=1)[:, ::-1]
-    y = np.where(idx < npts[:, None], smooth, 0.0)
+    reached = idx < nt[:, None]
+    reached[:, 0] = npts > 0
+    y = np.where(reached, np.maximum(smooth, 0.0), 0.0)
     ap = np.where(n_gt > 0, y.sum(axis=1) / 101 * 100, 0.0)
     live = (npts > 0) | (n_gt > 0)
     return float(ap[live].mean()) if live.any() else 0.0  # nothing left to average (tidecv divides by 0)
@@ -520,11 +522,14 @@ def _fixes(
     sv = sc.score[by_score]
     run = np.cumsum(np.concatenate([[0], sv[1:] != sv[:-1]])) if len(sv) else np.zeros(0, np.int64)
     n_img = int(d_img.max()) + 1 if len(by_score) else 1
-    # equal scores in tidecv's visiting order: by image, then rank (input order within an image); nearly sorted
-    by_score = by_score[np.argsort(run * n_img + d_img[by_score], kind="stable")]
+    n_run = int(run[-1]) + 1 if len(run) else 1
+    # equal scores in tidecv's visiting order: by image, then rank (input order within an image): a stable sort
+    # by image, then by score run (two radix sorts; the same order as one stable sort of run * n_img + image)
+    p1 = _small_sort(d_img[by_score], n_img)
+    by_score = by_score[p1][_small_sort(run[p1], n_run)]  # its runs are again ``run`` (sorted by run first)
     visit = sc.by_image[kept[sc.by_image]]  # image, then rank
-    # in a fixed set the errors come before the untouched true positives of the same score (nearly sorted: fast)
-    fixed_order = by_score[np.argsort(run * 2 + tp[by_score], kind="stable")]
+    # in a fixed set the errors come before the untouched true positives of the same score
+    fixed_order = by_score[_small_sort(run * 2 + tp[by_score], 2 * n_run)]
     live = tp | fp
     rows = by_score[live[by_score]]
     ap = _ap(dcat[rows], tp[rows], n_gt)

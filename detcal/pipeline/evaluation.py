@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from detcal.core.boxes import relative_features, xyxy_to_cxcywh
 from detcal.core.errors import DetcalInputError
 from detcal.core.results import (
     AccuracyBlock,
@@ -123,7 +122,7 @@ def require_detections(data: LoadedData) -> None:
         )
 
 
-_FEATURE_BLOCK = 1 << 20
+_FEATURE_BLOCK = 1 << 16
 
 
 def relative_box_features(data: LoadedData, needed: bool) -> tuple[np.ndarray, int, np.ndarray]:
@@ -150,15 +149,24 @@ def relative_box_features(data: LoadedData, needed: bool) -> tuple[np.ndarray, i
             )
         feats = np.full((len(dets), 4), np.nan)
         return feats, 0, np.zeros(len(dets), bool)
-    feats, clipped, n_clipped = np.empty((len(dets), 4)), np.empty(len(dets), bool), 0
+    feats, clipped = np.empty((len(dets), 4)), np.zeros(len(dets), bool)
     for lo in range(0, len(dets), _FEATURE_BLOCK):  # row blocks: elementwise, so the same values, small temporaries
         sl = slice(lo, lo + _FEATURE_BLOCK)
-        feats[sl], n = relative_features(dets.box[sl], w[sl], h[sl])
-        n_clipped += n
-        with np.errstate(invalid="ignore", divide="ignore"):
-            rel = xyxy_to_cxcywh(dets.box[sl]) / np.stack([w[sl], h[sl], w[sl], h[sl]], axis=-1).reshape(-1, 4)
-        clipped[sl] = np.any((rel < 0) | (rel > 1), axis=-1)
+        _relative_block(dets.box[sl], w[sl].astype(np.float64), h[sl].astype(np.float64), feats[sl], clipped[sl])
+    n_clipped = int(np.count_nonzero(clipped))
     return feats, n_clipped, clipped
+
+
+def _relative_block(box: np.ndarray, w: np.ndarray, h: np.ndarray, feats: np.ndarray, clipped: np.ndarray) -> None:
+    """:func:`~detcal.core.boxes.relative_features` of a row block, one column at a time with the same
+    operations (the same values), into ``feats`` [B,4] (clipped to [0, 1]) and ``clipped`` [B] (any value outside)."""
+    b = np.asarray(box, np.float64)
+    for k, den in enumerate((w, h)):
+        side = b[:, k + 2] - b[:, k]
+        for col, v in ((k, b[:, k] + 0.5 * side), (k + 2, side)):
+            v /= den
+            clipped |= (v < 0) | (v > 1)
+            np.clip(v, 0.0, 1.0, out=feats[:, col])
 
 
 def match_data(data: LoadedData, spec: EvaluationSpec, reg_on: bool) -> tuple[MatchResult, MatchResult, list[float]]:

@@ -9,19 +9,12 @@ from typing import Any
 import numpy as np
 
 from detcal.core.results import OCEBlock, UQDetrBlock
-from detcal.core.types import Detections, Skipped
-from detcal.metrics.image_reliability import (
-    LAMBDA_GRID,
-    fit_lambda,
-    kept_mask,
-    pearson,
-    per_image_oce,
-    split_confidence,
-)
-from detcal.metrics.oce import ObjectScores, object_scores, object_scores_by_aggregation, oce_from_scores
+from detcal.core.types import Skipped
+from detcal.metrics.image_reliability import LAMBDA_GRID, fit_lambda, pearson, per_image_oce, split_and_kept
+from detcal.metrics.oce import ObjectScores, object_scores_of_sets, oce_from_scores
 from detcal.metrics.uq_detr import uq_detr_suite
 from detcal.pipeline.sources import LoadedData
-from detcal.pipeline.spec import EvaluationSpec, OCESpec
+from detcal.pipeline.spec import EvaluationSpec
 
 __all__ = ["oce_block", "uq_detr_block", "per_image_rows"]
 
@@ -43,26 +36,18 @@ def _not_seen(s: ObjectScores, n_det: int) -> dict[str, Any]:
     }
 
 
-def _reliability(spec: EvaluationSpec, data: LoadedData, images: np.ndarray, all_kept: ObjectScores) -> dict[str, Any]:
-    """Contrastive confidence per image, lambda fitted on a seeded half, correlation on the other."""
+def _reliability(
+    spec: EvaluationSpec,
+    data: LoadedData,
+    images: np.ndarray,
+    split: tuple[np.ndarray, np.ndarray, np.ndarray],
+    s: ObjectScores,
+) -> dict[str, Any]:
+    """Contrastive confidence per image, lambda fitted on a seeded half, correlation on the other; ``split``:
+    (Conf+, Conf-, kept) of :func:`split_and_kept`, ``s`` the per-object scores of the kept detections."""
 
-    o, dets = spec.oce, data.detections
-    pos, neg = split_confidence(
-        dets.image_id, dets.score, images, o.reliability_method, o.reliability_param, box=dets.box
-    )
-    kept = _kept(dets, images, o)
-    if kept.all():  # nothing discarded: the per-object scores of every detection
-        s = all_kept
-    else:
-        s = object_scores(
-            dets.select(kept),
-            data.dataset.gt,
-            o.iou_thresholds,
-            o.aggregation,
-            brier=o.brier,
-            variant=o.variant,
-            categories=_categories(data),
-        )
+    o = spec.oce
+    pos, neg, _ = split
     rel = -per_image_oce(s, images)
     # the validation half is chosen by image id (not by position), so it does not depend on the image order
     by_id = np.empty(len(images), np.int64)
@@ -109,12 +94,6 @@ def _reliability(spec: EvaluationSpec, data: LoadedData, images: np.ndarray, all
     return out
 
 
-def _kept(dets: Detections, images: np.ndarray, o: OCESpec) -> np.ndarray:
-    """Which detections the post-processing keeps (the ``kept`` set of the contrastive split)."""
-
-    return kept_mask(dets.image_id, dets.score, images, o.reliability_method, o.reliability_param, box=dets.box)
-
-
 def oce_block(spec: EvaluationSpec, data: LoadedData) -> OCEBlock | Skipped:
     """The ``oce`` key of metrics.json."""
     o = spec.oce
@@ -124,22 +103,25 @@ def oce_block(spec: EvaluationSpec, data: LoadedData) -> OCEBlock | Skipped:
         return Skipped("defined for COCO-style ground truth; not computed with KITTI rules")
 
     ds, dets = data.dataset, data.detections
-    by_agg = object_scores_by_aggregation(
-        dets,
-        ds.gt,
-        o.iou_thresholds,
-        ("mean", "max_iou", "iou_weighted"),
-        brier=o.brier,
-        variant=o.variant,
-        categories=_categories(data),
+    images = np.sort(np.asarray(ds.images.id))
+    aggs = ("mean", "max_iou", "iou_weighted")
+    sets: list[tuple[np.ndarray | None, tuple[str, ...]]] = [(None, aggs)]
+    if o.reliability:  # the post-processing split, and the kept detections' per-object scores from the same pairs
+        split = split_and_kept(dets.image_id, dets.score, images, o.reliability_method, o.reliability_param, dets.box)
+        if not split[2].all():
+            sets.append((split[2], (o.aggregation,)))
+    scored = object_scores_of_sets(
+        dets, ds.gt, o.iou_thresholds, sets, brier=o.brier, variant=o.variant, categories=_categories(data)
     )
+    by_agg = scored[0]
     out: dict[str, Any] = {
         "oce": oce_from_scores(by_agg[o.aggregation]),
         "by_aggregation": {k: oce_from_scores(v) for k, v in by_agg.items()},
         "not_seen": _not_seen(by_agg["mean"], len(dets)),
     }
-    if o.reliability:
-        out["image_reliability"] = _reliability(spec, data, np.sort(np.asarray(ds.images.id)), by_agg[o.aggregation])
+    if o.reliability:  # nothing discarded: the per-object scores of every detection
+        kept_scores = scored[1][o.aggregation] if len(scored) > 1 else by_agg[o.aggregation]
+        out["image_reliability"] = _reliability(spec, data, images, split, kept_scores)
     return OCEBlock(out)
 
 

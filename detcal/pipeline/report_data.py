@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -49,22 +49,21 @@ def worst_block(
     b = spec.dece_binning
     names = ["confidence"] + (list(b.features) if f is not None else [])
     bins = [b.bins] * len(names) if isinstance(b.bins, int) else list(b.bins)[: len(names)]
-    img_rows = ds.images.index_of(d.image_id[rows])
-    gi = mr.gt_index[i, rows]
+    # the tables show a few rows: every column but the grid's is read at those rows only (no pass over the sample)
     ctx = {
         "p": d.score[rows],
         "y": y,
         "features": f,
-        "iou": mr.iou[rows],
-        "image_id": d.image_id[rows],
-        "category": d.category[rows],
-        "box": d.box[rows],
+        "iou": _At(rows, mr.iou.__getitem__),
+        "image_id": _At(rows, d.image_id.__getitem__),
+        "category": _At(rows, d.category.__getitem__),
+        "box": _At(rows, d.box.__getitem__),
         "feature_names": names,
-        "class_name": [ds.categories.get(int(c), str(c)) for c in d.category[rows]],
-        "file_name": [ds.images.file_name[r] if r >= 0 else "" for r in img_rows],
-        "width": np.where(img_rows >= 0, ds.images.width[img_rows], np.nan),
-        "height": np.where(img_rows >= 0, ds.images.height[img_rows], np.nan),
-        "gt_box": [None] * len(rows),
+        "class_name": _At(rows, lambda r: ds.categories.get(int(d.category[r]), str(d.category[r]))),
+        "file_name": _At(rows, lambda r: _image_field(ds, int(d.image_id[r]), "file_name")),
+        "width": _At(rows, lambda r: _image_field(ds, int(d.image_id[r]), "width")),
+        "height": _At(rows, lambda r: _image_field(ds, int(d.image_id[r]), "height")),
+        "gt_box": _At(rows, lambda r: None if mr.gt_index[i, r] < 0 else ds.gt.box[mr.gt_index[i, r]]),
     }
     first = conf[labels[0]]
     dece = first.metric("dece") if isinstance(first, ConfidenceBlock) else None
@@ -72,25 +71,26 @@ def worst_block(
     edges = str(params.get("edges") or "floor")
     if len(params.get("bins") or []) == len(names):
         bins = [int(v) for v in params["bins"]]
-    out = worst_detections(_Lazy(ctx, gi, ds), bins, b.sample_threshold, b.policy, edges=edges, top=top)
+    out = worst_detections(ctx, bins, b.sample_threshold, b.policy, edges=edges, top=top)
     for key in ("highest_confidence_false_positives", "lowest_confidence_true_positives", "largest_contributions"):
         for r in out[key]:
             r["image_gt_boxes"] = _gt_boxes(data, r["image_id"], r["category"])
     return {"iou": labels[0], **out}
 
 
-class _Lazy(dict):
-    """The context with ``gt_box`` looked up only for the rows the tables show."""
+def _image_field(ds: Dataset, image_id: int, name: str) -> Any:
+    """``file_name``, ``width`` or ``height`` of one image ("" / NaN when the id is not in the dataset)."""
+    r = int(ds.images.index_of(np.asarray([image_id]))[0])
+    if name == "file_name":
+        return ds.images.file_name[r] if r >= 0 else ""
+    return getattr(ds.images, name)[r] if r >= 0 else np.nan
 
-    def __init__(self, ctx: dict[str, Any], gi: np.ndarray, ds: Dataset):
-        super().__init__(ctx)
-        self["gt_box"] = _GtBoxes(gi, ds.gt.box)
 
+class _At:
+    """A column of the sample read at one position at a time: item ``j`` is ``get(rows[j])``."""
 
-class _GtBoxes:
-    def __init__(self, gi: np.ndarray, boxes: np.ndarray):
-        self.gi, self.boxes = gi, boxes
+    def __init__(self, rows: np.ndarray, get: Callable[[int], Any]):
+        self.rows, self.get = rows, get
 
-    def __getitem__(self, i: int) -> Any:
-        g = int(self.gi[i])
-        return None if g < 0 else self.boxes[g]
+    def __getitem__(self, j: int) -> Any:
+        return self.get(int(self.rows[j]))

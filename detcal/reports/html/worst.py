@@ -22,7 +22,7 @@ import numpy as np
 
 from detcal.binning.edges import cell_index
 
-__all__ = ["cell_contributions", "worst_detections"]
+__all__ = ["cell_contributions", "smallest", "worst_detections"]
 
 DEFINITION = (
     "contribution_i = sign(conf(c) - prec(c)) * (p_i - y_i) / N' for detection i in kept D-ECE cell c "
@@ -61,6 +61,20 @@ def cell_contributions(
         "contribution": contribution,
         "n_prime": np.asarray(n_prime),
     }
+
+
+def smallest(key: np.ndarray, top: int) -> np.ndarray:
+    """Positions of the ``top`` smallest values of ``key``, ascending, ties in position order (NaN last): the
+    first ``top`` of a stable argsort, found by a partition and a sort of the candidates only."""
+    n = len(key)
+    if top <= 0 or n == 0:
+        return np.zeros(0, np.int64)
+    if n > 2 * top:
+        kth = np.partition(key, top - 1)[top - 1]
+        if kth == kth:  # not NaN: every value up to it (ties included) is a candidate, nothing after it is
+            cand = np.flatnonzero(key <= kth)
+            return cand[np.argsort(key[cand], kind="stable")][:top]
+    return np.argsort(key, kind="stable")[:top]
 
 
 def _bin_ranges(multi: Sequence[int], bins: Sequence[int], names: Sequence[str]) -> dict[str, list[float]]:
@@ -138,7 +152,9 @@ def worst_detections(
     ``ctx``: arrays over the sample (``p``, ``y``, ``features`` [S, F] in [0, 1],
     ``iou``, ``image_id``, ``category``, ``class_name``, ``file_name``, ``box``,
     ``gt_box`` (list, None for a false positive), ``width``, ``height``) and
-    ``feature_names`` (confidence first). Returns plain JSON-ready data.
+    ``feature_names`` (confidence first); every column but ``p``, ``y`` and
+    ``features`` is only indexed at the rows the tables show, so any object
+    indexable by sample position will do. Returns plain JSON-ready data.
     """
 
     p, y = np.asarray(ctx["p"], dtype=np.float64), np.asarray(ctx["y"], dtype=bool)
@@ -149,10 +165,10 @@ def worst_detections(
     names = list(ctx["feature_names"])
     fp = np.flatnonzero(~y)
     tp = np.flatnonzero(y)
-    fp = fp[np.lexsort((fp, -p[fp]))][:top]  # highest score first, input order on ties
-    tp = tp[np.lexsort((tp, p[tp]))][:top]
+    fp = fp[smallest(-p[fp], top)]  # highest score first, input order on ties
+    tp = tp[smallest(p[tp], top)]
     contrib = stats["contribution"]
-    worst = np.lexsort((np.arange(len(p)), -contrib))[:top]
+    worst = smallest(-contrib, top)
     dece = float(contrib.sum()) if stats["kept"].any() else None
     sub = {**ctx, "p": p, "y": y, "bins": list(bins), "dece": dece}
     return {
