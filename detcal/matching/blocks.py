@@ -250,13 +250,17 @@ def greedy_walk(
     ign_g: np.ndarray,
     crowd_g: np.ndarray,
     n_gt: int,
+    pair_tie: np.ndarray | None = None,
+    g_of_tie: np.ndarray | None = None,
 ) -> np.ndarray:
     """COCO greedy assignment, all groups in lockstep; returns the chosen GT per segment [T,S] (-1 none).
 
     Segments are detections (runs of pairs, one per GT of the group), ordered
     rank-major: ``step_seg[r]:step_seg[r+1]`` are the rank-r detections, one
     per group, so their GTs are disjoint and one step is a vectorised
-    evaluateImg inner loop for all of them.
+    evaluateImg inner loop for all of them. An exact IoU tie goes to the later
+    pair of the segment, or with ``pair_tie`` [P] (a rank per GT, the GT of rank
+    ``k`` being ``g_of_tie[k]``) to the GT of the highest rank.
     """
     T = thr_pair.shape[0]
     S = len(seg_start)
@@ -281,10 +285,13 @@ def greedy_walk(
         cand = valid & (reg | ~has_reg[:, seg])
         key = np.where(cand, iou, -1.0)
         best = np.maximum.reduceat(key, starts, axis=1)
-        pos = np.where(cand & (key == best[:, seg]), np.arange(p1 - p0), -1)
+        if pair_tie is None:
+            pos = np.where(cand & (key == best[:, seg]), np.arange(p1 - p0), -1)
+        else:
+            pos = np.where(cand & (key == best[:, seg]), pair_tie[p0:p1], -1)
         last = np.maximum.reduceat(pos, starts, axis=1)  # exact tie -> later GT
         ti, si = np.nonzero(last >= 0)
-        gi = g[last[ti, si]]
+        gi = g[last[ti, si]] if g_of_tie is None else g_of_tie[last[ti, si]]
         taken[ti, gi] = True
         chosen[ti, s0 + si] = gi
     return chosen

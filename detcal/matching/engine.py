@@ -302,7 +302,7 @@ def match(
     4. the IoU of every (detection, GT of its group) pair, once for all
        thresholds, and each detection's best IoU (:func:`_pair_ious`);
     5. assign, per mode: the greedy walk of ``exclusive``
-       (:func:`_assign_exclusive`), the best GT of ``max``
+       (:func:`_exclusive_layout`, :func:`exclusive_walk`), the best GT of ``max``
        (:func:`_assign_max`), or the devkit's label-order walk of ``kitti``
        (:func:`_assign_kitti`);
     6. KITTI rules: small detections and detections inside DontCare regions
@@ -344,7 +344,7 @@ def match(
         greedy = considered & ~small
         thr_seg = thr_eff[:, pairs.seg_det] if per_class else thr_eff  # [T,S] or [T,1]
         if mode == "exclusive":
-            chosen = _assign_exclusive(pairs, gts, greedy, rank, thr_seg, per_class, strict, T)
+            chosen = exclusive_walk(_exclusive_layout(pairs, gts, greedy, rank, thr_seg, per_class, strict, considered))
         else:
             chosen = _assign_max(pairs, greedy, thr_seg, strict)
         matched, ignored, gt_index = _outcome(chosen, pairs.seg_det, gts, T, D)
@@ -367,17 +367,72 @@ def match(
     )
 
 
+def exclusive_layout(
+    dets: Detections,
+    gt: GroundTruth,
+    iou_thresholds: Sequence[float],
+    *,
+    max_dets: int | None = 100,
+    score_threshold: float = 0.0,
+    images: Images | None = None,
+) -> ExclusiveLayout:
+    """Steps 1-4 of :func:`match` (``exclusive``, per (image, category), no KITTI rules) and the pairs
+    the greedy walk may take: everything of the matching that does not depend on which GTs are ignored.
+
+    :func:`exclusive_outcome` then walks it under any GT ignore flags, each time equal to
+    :func:`match` with ``gt_ignore="ignore_or_crowd"`` and those flags as ``GroundTruth.ignore``
+    (docs/matching.md): COCO AP matches once per area range this way (:mod:`detcal.metrics.accuracy`).
+    """
+    thr, _ = _validate(dets, gt, iou_thresholds, "exclusive", score_threshold, max_dets, None, images)
+    w_row, w_cat, w_ign, w_crowd = _working_gt(gt, None, False, "pycocotools")
+    det_grp, gt_grp, n_grp = group_codes(dets.image_id, dets.category, gt.image_id[w_row], w_cat, False)
+    rank, considered, _ = _rank_detections(dets, det_grp, score_threshold, max_dets, False, None)
+    gts = _order_gt(w_row, w_cat, w_ign, w_crowd, gt_grp, n_grp, False)
+    pairs = _pair_ious(dets, gt, det_grp, gts)
+    thr_eff = np.minimum(thr[:, None], _COCO_MAX_THR)
+    return _exclusive_layout(pairs, gts, considered, rank, thr_eff, False, False, considered)
+
+
+def exclusive_outcome(
+    layout: ExclusiveLayout, gt_ignored: np.ndarray, reference: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``matched`` and ``ignored`` [T,D] of the walk of ``layout`` with the GTs ``gt_ignored`` [G] (by GT
+    row; crowd GTs stay reusable whatever their flag) ignored: :func:`match`'s ``matched``/``ignored``
+    with these flags as ``GroundTruth.ignore`` and ``gt_ignore="ignore_or_crowd"`` (give crowd GTs
+    ``True`` for that reading). ``reference``: ``exclusive_walk(layout)``, to walk again only the groups
+    whose flags change it (:func:`exclusive_walk`)."""
+    ign_w = np.asarray(gt_ignored, bool)[layout.gt_row]
+    chosen = exclusive_walk(layout, ign_w, reference)
+    hit = chosen >= 0
+    on_ign = ign_w[chosen]  # -1 (none) reads the last GT: masked by hit below
+    on_ign &= hit
+    T, D = chosen.shape[0], layout.n_det
+    matched = np.zeros((T, D), bool)
+    ignored = np.zeros((T, D), bool)
+    matched[:, layout.seg_det] = hit & ~on_ign
+    ignored[:, layout.seg_det] = on_ign
+    return matched, ignored
+
+
 # --------------------------------------------------------------------------- the steps of match
 
 
 class _GtOrder(NamedTuple):
-    """Working GTs ordered by (group, non-ignored first[, category], file order) [W]; group starts/counts [G]."""
+    """Working GTs ordered by (group, non-ignored first[, category], file order) [W]; group starts/counts [G].
+
+    ``tie [W]``: the rank of each position in the same order without the ignore flag (group[, category],
+    file order); ``g_of_tie [W]`` its inverse. pycocotools' exact-tie rule takes the later GT of its order;
+    the candidates of one step all share an ignore flag (a free non-ignored GT excludes the ignored ones),
+    so among them the order is the tie rank's, whatever the flags: the walk reads ties by it.
+    """
 
     row: np.ndarray
     ign: np.ndarray
     crowd: np.ndarray
     start: np.ndarray
     count: np.ndarray  # type: ignore[assignment]  # shadows tuple.count, as intended
+    tie: np.ndarray
+    g_of_tie: np.ndarray
 
 
 class _Pairs(NamedTuple):
@@ -455,10 +510,18 @@ def _order_gt(
     """Step 3: GT order within groups: group, non-ignored first, (category when agnostic), file order."""
     if class_agnostic:
         gord = np.lexsort((w_row, w_cat, w_ign, gt_grp))
+        tord = np.lexsort((w_row, w_cat, gt_grp))
     else:
         gord = np.lexsort((w_row, w_ign, gt_grp))
+        tord = np.lexsort((w_row, gt_grp))
     gcount = np.bincount(gt_grp[gord], minlength=n_grp)
-    return _GtOrder(w_row[gord], w_ign[gord], w_crowd[gord], np.cumsum(gcount) - gcount, gcount)
+    W = len(gord)
+    pos_of = np.empty(W, np.int64)
+    pos_of[gord] = np.arange(W, dtype=np.int64)
+    g_of_tie = pos_of[tord]  # the position of the tie-rank-th GT
+    tie = np.empty(W, np.int64)
+    tie[g_of_tie] = np.arange(W, dtype=np.int64)
+    return _GtOrder(w_row[gord], w_ign[gord], w_crowd[gord], np.cumsum(gcount) - gcount, gcount, tie, g_of_tie)
 
 
 def _pair_ious(dets: Detections, gt: GroundTruth, det_grp: np.ndarray, gts: _GtOrder) -> _Pairs:
@@ -482,7 +545,41 @@ def _pair_ious(dets: Detections, gt: GroundTruth, det_grp: np.ndarray, gts: _GtO
     return _Pairs(seg_det, g0, n_slot, pair_iou, off, best, arg)
 
 
-def _assign_exclusive(
+class ExclusiveLayout(NamedTuple):
+    """The part of the ``exclusive`` walk that does not depend on which GTs are ignored
+    (:func:`exclusive_layout`): the kept pairs in walk order, with everything needed to walk them
+    under any GT flags (:func:`exclusive_walk`).
+
+    ``n_det``: D; ``seg_det [S]`` the detections meeting a GT; ``k_ids [K]`` the segments with a
+    kept pair (rank-major); ``pair_iou``/``pair_g``/``pair_tie``/``pair_seg [P]`` the kept pairs
+    (IoU, GT position, tie rank of the GT, segment among ``k_ids``), ``seg_start [K]``,
+    ``step_seg [steps + 1]``; ``thr`` ``[T,1]`` or ``[T,P]``; ``gt_row``/``gt_ign``/``gt_crowd``
+    ``[W]`` the working GTs in the engine's order; ``g_of_tie [W]`` the GT position of each tie
+    rank; ``considered [D]``; ``strict``; ``seg_grp [S]`` and ``gt_grp [W]`` the group of each segment
+    and of each GT position.
+    """
+
+    n_det: int
+    seg_det: np.ndarray
+    k_ids: np.ndarray
+    pair_iou: np.ndarray
+    pair_g: np.ndarray
+    pair_tie: np.ndarray
+    pair_seg: np.ndarray
+    seg_start: np.ndarray
+    step_seg: np.ndarray
+    thr: np.ndarray
+    gt_row: np.ndarray
+    gt_ign: np.ndarray
+    gt_crowd: np.ndarray
+    g_of_tie: np.ndarray
+    considered: np.ndarray
+    strict: bool
+    seg_grp: np.ndarray
+    gt_grp: np.ndarray
+
+
+def _exclusive_layout(
     pairs: _Pairs,
     gts: _GtOrder,
     greedy: np.ndarray,
@@ -490,45 +587,127 @@ def _assign_exclusive(
     thr_seg: np.ndarray,
     per_class: bool,
     strict: bool,
-    T: int,
-) -> np.ndarray:
-    """Step 5, ``exclusive``: the chosen GT position [T,S] (-1 none) of each segment, pycocotools' greedy walk.
+    considered: np.ndarray,
+) -> ExclusiveLayout:
+    """Step 5, ``exclusive``, first half: the pairs the greedy walk may take, in walk order.
 
     Pairs below every threshold can never be taken and are dropped before the sequential pass; the kept pairs
-    are laid out segments rank-major, then GT order (slot) within each segment (:func:`greedy_walk`).
+    are laid out segments rank-major, then GT order (slot) within each segment. None of it reads the GT
+    ignore flags, so one layout serves every set of flags (e.g. COCO's area ranges).
     """
     seg_det, n_slot, pair_iou, off, best = pairs.seg_det, pairs.n_slot, pairs.pair_iou, pairs.off, pairs.best
-    chosen = np.full((T, len(seg_det)), -1, np.int64)
-    if not len(seg_det):
-        return chosen
     lowest = thr_seg.min(axis=0)
     cand = greedy[seg_det] & ((best > lowest) if strict else (best >= lowest))
-    pj = np.repeat(np.arange(len(n_slot)), n_slot)  # slot of each pair
-    pi = np.arange(len(pair_iou)) - off[pj]  # segment of each pair
+    pj = np.repeat(np.arange(len(n_slot), dtype=np.int64), n_slot)  # slot of each pair
+    pi = np.arange(len(pair_iou), dtype=np.int64)
+    pi -= off[pj]  # segment of each pair
     low_p = lowest[pi] if per_class else lowest
     keep = (pair_iou > low_p) if strict else (pair_iou >= low_p)
-    kp = np.flatnonzero(keep & cand[pi])
+    keep &= cand[pi]
+    kp = np.flatnonzero(keep)
     ki, kj = pi[kp], pj[kp]
+    del pi, pj, keep
     ko = stable_argsort([kj, ki, rank[seg_det[ki]]])
     kp, ki, kj = kp[ko], ki[ko], kj[ko]
     k_start = segment_starts(ki)
     k_ids = ki[k_start]
-    k_pair_seg = np.repeat(np.arange(len(k_start)), np.diff(np.append(k_start, len(kp))))
+    k_pair_seg = np.repeat(np.arange(len(k_start), dtype=np.int64), np.diff(np.append(k_start, len(kp))))
     seg_rank = rank[seg_det[k_ids]]
     n_steps = int(seg_rank.max()) + 1 if len(seg_rank) else 0
-    chosen[:, k_ids] = greedy_walk(
-        pair_iou[kp],
-        pairs.g0[ki] + kj,
-        k_pair_seg,
-        k_start,
-        np.searchsorted(seg_rank, np.arange(n_steps + 1)),
-        thr_seg[:, ki] if per_class else thr_seg,
-        strict,
-        gts.ign,
-        gts.crowd,
-        len(gts.row),
+    pair_g = pairs.g0[ki] + kj
+    gt_grp = np.repeat(np.arange(len(gts.count), dtype=np.int64), gts.count)
+    return ExclusiveLayout(
+        n_det=len(considered),
+        seg_det=seg_det,
+        k_ids=k_ids,
+        pair_iou=pair_iou[kp],
+        pair_g=pair_g,
+        pair_tie=gts.tie[pair_g],
+        pair_seg=k_pair_seg,
+        seg_start=k_start,
+        step_seg=np.searchsorted(seg_rank, np.arange(n_steps + 1)),
+        thr=thr_seg[:, ki] if per_class else thr_seg,
+        gt_row=gts.row,
+        gt_ign=gts.ign,
+        gt_crowd=gts.crowd,
+        g_of_tie=gts.g_of_tie,
+        considered=considered,
+        strict=strict,
+        seg_grp=gt_grp[pairs.g0],
+        gt_grp=gt_grp,
+    )
+
+
+def exclusive_walk(
+    layout: ExclusiveLayout,
+    ign_w: np.ndarray | None = None,
+    reference: np.ndarray | None = None,
+) -> np.ndarray:
+    """Step 5, ``exclusive``, second half: the chosen GT position [T,S] (-1 none) of each segment,
+    pycocotools' greedy walk (:func:`greedy_walk`) with the working GTs' flags ``ign_w`` [W] (by
+    position in ``layout.gt_row``; None: the layout's own).
+
+    ``reference``: this function's result under the layout's own flags. Groups are walked apart (their
+    GTs are disjoint), and a group walks as under the layout's flags where its flags are the same, or
+    uniform in both (all ignored or none: a candidate set never mixes flags, and ties go by the tie
+    rank, so the walk reads no flag): only the other groups are walked again.
+    """
+    chosen = np.full((layout.thr.shape[0], len(layout.seg_det)), -1, np.int64)
+    keep_k = None
+    if reference is not None and ign_w is not None:
+        chosen[...] = reference
+        keep_k = _changed_groups(layout, ign_w)[layout.seg_grp[layout.k_ids]]
+        if not keep_k.any():
+            return chosen
+    if not len(layout.k_ids):
+        return chosen
+    w = _sub_walk(layout, keep_k)
+    chosen[:, w.k_ids] = greedy_walk(
+        w.pair_iou,
+        w.pair_g,
+        w.pair_seg,
+        w.seg_start,
+        w.step_seg,
+        w.thr,
+        w.strict,
+        w.gt_ign if ign_w is None else ign_w,
+        w.gt_crowd,
+        len(w.gt_row),
+        w.pair_tie,
+        w.g_of_tie,
     )
     return chosen
+
+
+def _changed_groups(layout: ExclusiveLayout, ign_w: np.ndarray) -> np.ndarray:
+    """[groups] whether a group's walk may differ from the one under the layout's flags (:func:`exclusive_walk`)."""
+    n_grp = len(layout.gt_grp) and int(layout.gt_grp[-1]) + 1
+    n = np.bincount(layout.gt_grp, minlength=n_grp)
+    s_ref = np.bincount(layout.gt_grp, layout.gt_ign, n_grp)
+    s_new = np.bincount(layout.gt_grp, ign_w, n_grp)
+    diff = np.bincount(layout.gt_grp, layout.gt_ign != ign_w, n_grp)
+    uniform = ((s_ref == 0) | (s_ref == n)) & ((s_new == 0) | (s_new == n))
+    return (diff > 0) & ~uniform
+
+
+def _sub_walk(layout: ExclusiveLayout, keep_k: np.ndarray | None) -> ExclusiveLayout:
+    """The layout restricted to the kept segments ``keep_k`` [K] (None: all), in the same walk order."""
+    if keep_k is None:
+        return layout
+    kk = np.flatnonzero(keep_k)
+    counts = np.diff(np.append(layout.seg_start, len(layout.pair_iou)))
+    sub_counts = counts[kk]
+    pair_keep = np.repeat(keep_k, counts)
+    return layout._replace(
+        k_ids=layout.k_ids[kk],
+        pair_iou=layout.pair_iou[pair_keep],
+        pair_g=layout.pair_g[pair_keep],
+        pair_tie=layout.pair_tie[pair_keep],
+        pair_seg=np.repeat(np.arange(len(kk), dtype=np.int64), sub_counts),
+        seg_start=np.cumsum(sub_counts) - sub_counts,
+        step_seg=np.searchsorted(kk, layout.step_seg),
+        thr=layout.thr[:, pair_keep] if layout.thr.shape[1] > 1 else layout.thr,
+    )
 
 
 def _assign_max(pairs: _Pairs, greedy: np.ndarray, thr_seg: np.ndarray, strict: bool) -> np.ndarray:
