@@ -252,24 +252,34 @@ def greedy_walk(
     n_gt: int,
     pair_tie: np.ndarray | None = None,
     g_of_tie: np.ndarray | None = None,
+    step_multi: np.ndarray | None = None,
 ) -> np.ndarray:
-    """COCO greedy assignment, all groups in lockstep; returns the chosen GT per segment [T,S] (-1 none).
+    """COCO greedy assignment, all groups in lockstep; returns the chosen GT per segment [T,S] (-1 none; int32
+    when the GT positions fit).
 
     Segments are detections (runs of pairs, one per GT of the group), ordered
     rank-major: ``step_seg[r]:step_seg[r+1]`` are the rank-r detections, one
     per group, so their GTs are disjoint and one step is a vectorised
     evaluateImg inner loop for all of them. An exact IoU tie goes to the later
     pair of the segment, or with ``pair_tie`` [P] (a rank per GT, the GT of rank
-    ``k`` being ``g_of_tie[k]``) to the GT of the highest rank.
+    ``k`` being ``g_of_tie[k]``) to the GT of the highest rank. With
+    ``step_multi`` [steps], the segments ``step_seg[r]:step_multi[r]`` of a step
+    hold one pair each: such a detection takes its GT when it reaches the
+    threshold and the GT is free (no choice to make), without the reductions.
     """
     T = thr_pair.shape[0]
     S = len(seg_start)
-    chosen = np.full((T, S), -1, np.int64)
+    chosen = np.full((T, S), -1, np.int32 if n_gt < 2**31 - 1 else np.int64)  # GT positions
     taken = np.zeros((T, n_gt), bool)
     per_pair_thr = thr_pair.shape[1] > 1
     seg_end = np.append(seg_start[1:], len(pair_iou))
     for r in range(len(step_seg) - 1):
         s0, s1 = int(step_seg[r]), int(step_seg[r + 1])
+        if step_multi is not None:
+            sm = int(step_multi[r])
+            if sm > s0:
+                _single_pair_step(pair_iou, pair_g, thr_pair, strict, crowd_g, int(seg_start[s0]), s0, sm, taken, chosen)
+            s0 = sm
         if s0 == s1:
             continue
         p0, p1 = int(seg_start[s0]), int(seg_end[s1 - 1])
@@ -295,3 +305,28 @@ def greedy_walk(
         taken[ti, gi] = True
         chosen[ti, s0 + si] = gi
     return chosen
+
+
+def _single_pair_step(
+    pair_iou: np.ndarray,
+    pair_g: np.ndarray,
+    thr_pair: np.ndarray,
+    strict: bool,
+    crowd_g: np.ndarray,
+    p0: int,
+    s0: int,
+    s1: int,
+    taken: np.ndarray,
+    chosen: np.ndarray,
+) -> None:
+    """:func:`greedy_walk`'s step for the segments ``s0:s1`` of one pair each (pairs from ``p0``), in place."""
+    p1 = p0 + (s1 - s0)
+    g = pair_g[p0:p1]
+    iou = pair_iou[p0:p1]
+    thr = thr_pair[:, p0:p1] if thr_pair.shape[1] > 1 else thr_pair
+    ok = (iou > thr) if strict else (iou >= thr)
+    ok &= crowd_g[g] | ~taken[:, g]
+    ti, si = np.nonzero(ok)
+    gi = g[si]
+    taken[ti, gi] = True
+    chosen[ti, s0 + si] = gi

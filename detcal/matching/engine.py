@@ -344,10 +344,11 @@ def match(
         greedy = considered & ~small
         thr_seg = thr_eff[:, pairs.seg_det] if per_class else thr_eff  # [T,S] or [T,1]
         if mode == "exclusive":
-            chosen = exclusive_walk(_exclusive_layout(pairs, gts, greedy, rank, thr_seg, per_class, strict, considered))
+            layout = _exclusive_layout(pairs, gts, greedy, rank, thr_seg, per_class, strict, considered)
+            chosen, cols = exclusive_walk(layout), layout.k_det
         else:
-            chosen = _assign_max(pairs, greedy, thr_seg, strict)
-        matched, ignored, gt_index = _outcome(chosen, pairs.seg_det, gts, T, D)
+            chosen, cols = _assign_max(pairs, greedy, thr_seg, strict), pairs.seg_det
+        matched, ignored, gt_index = _outcome(chosen, cols, gts, T, D)
     # 6. KITTI: small detections and DontCare regions
     if kitti is not None:
         _kitti_ignores(dets, gt, kitti, considered, small, thr_det, per_class, matched, ignored)
@@ -409,8 +410,9 @@ def exclusive_outcome(
     T, D = chosen.shape[0], layout.n_det
     matched = np.zeros((T, D), bool)
     ignored = np.zeros((T, D), bool)
-    matched[:, layout.seg_det] = hit & ~on_ign
-    ignored[:, layout.seg_det] = on_ign
+    hit &= ~on_ign
+    matched[:, layout.k_det] = hit
+    ignored[:, layout.k_det] = on_ign
     return matched, ignored
 
 
@@ -550,24 +552,24 @@ class ExclusiveLayout(NamedTuple):
     (:func:`exclusive_layout`): the kept pairs in walk order, with everything needed to walk them
     under any GT flags (:func:`exclusive_walk`).
 
-    ``n_det``: D; ``seg_det [S]`` the detections meeting a GT; ``k_ids [K]`` the segments with a
-    kept pair (rank-major); ``pair_iou``/``pair_g``/``pair_tie``/``pair_seg [P]`` the kept pairs
-    (IoU, GT position, tie rank of the GT, segment among ``k_ids``), ``seg_start [K]``,
-    ``step_seg [steps + 1]``; ``thr`` ``[T,1]`` or ``[T,P]``; ``gt_row``/``gt_ign``/``gt_crowd``
-    ``[W]`` the working GTs in the engine's order; ``g_of_tie [W]`` the GT position of each tie
-    rank; ``considered [D]``; ``strict``; ``seg_grp [S]`` and ``gt_grp [W]`` the group of each segment
-    and of each GT position.
+    ``n_det``: D; ``k_det [K]`` the detections with a kept pair ("segments", step-major: by rank);
+    ``pair_iou``/``pair_g``/``pair_tie``/``pair_seg [P]`` the kept pairs (IoU, GT position, tie
+    rank of the GT, segment), ``seg_start [K]``; ``step_seg [steps + 1]`` and ``step_multi [steps]``
+    the segments of each step, the one-pair segments first; ``thr`` ``[T,1]`` or ``[T,P]``;
+    ``gt_row``/``gt_ign``/``gt_crowd`` ``[W]`` the working GTs in the engine's order; ``g_of_tie [W]``
+    the GT position of each tie rank; ``considered [D]``; ``strict``; ``k_grp [K]`` and ``gt_grp [W]``
+    the group of each segment and of each GT position.
     """
 
     n_det: int
-    seg_det: np.ndarray
-    k_ids: np.ndarray
+    k_det: np.ndarray
     pair_iou: np.ndarray
     pair_g: np.ndarray
     pair_tie: np.ndarray
     pair_seg: np.ndarray
     seg_start: np.ndarray
     step_seg: np.ndarray
+    step_multi: np.ndarray
     thr: np.ndarray
     gt_row: np.ndarray
     gt_ign: np.ndarray
@@ -575,7 +577,7 @@ class ExclusiveLayout(NamedTuple):
     g_of_tie: np.ndarray
     considered: np.ndarray
     strict: bool
-    seg_grp: np.ndarray
+    k_grp: np.ndarray
     gt_grp: np.ndarray
 
 
@@ -607,25 +609,28 @@ def _exclusive_layout(
     kp = np.flatnonzero(keep)
     ki, kj = pi[kp], pj[kp]
     del pi, pj, keep
-    ko = stable_argsort([kj, ki, rank[seg_det[ki]]])
+    multi = np.bincount(ki, minlength=len(seg_det)) > 1  # segments with several pairs to choose from
+    # steps (ranks) in turn; in a step, the one-pair segments first (greedy_walk's short path)
+    ko = stable_argsort([kj, ki, multi[ki], rank[seg_det[ki]]])
     kp, ki, kj = kp[ko], ki[ko], kj[ko]
     k_start = segment_starts(ki)
     k_ids = ki[k_start]
     k_pair_seg = np.repeat(np.arange(len(k_start), dtype=np.int64), np.diff(np.append(k_start, len(kp))))
     seg_rank = rank[seg_det[k_ids]]
+    step_code = 2 * seg_rank + multi[k_ids]
     n_steps = int(seg_rank.max()) + 1 if len(seg_rank) else 0
     pair_g = pairs.g0[ki] + kj
     gt_grp = np.repeat(np.arange(len(gts.count), dtype=np.int64), gts.count)
     return ExclusiveLayout(
         n_det=len(considered),
-        seg_det=seg_det,
-        k_ids=k_ids,
+        k_det=seg_det[k_ids],
         pair_iou=pair_iou[kp],
         pair_g=pair_g,
         pair_tie=gts.tie[pair_g],
         pair_seg=k_pair_seg,
         seg_start=k_start,
-        step_seg=np.searchsorted(seg_rank, np.arange(n_steps + 1)),
+        step_seg=np.searchsorted(step_code, 2 * np.arange(n_steps + 1)),
+        step_multi=np.searchsorted(step_code, 2 * np.arange(n_steps) + 1),
         thr=thr_seg[:, ki] if per_class else thr_seg,
         gt_row=gts.row,
         gt_ign=gts.ign,
@@ -633,7 +638,7 @@ def _exclusive_layout(
         g_of_tie=gts.g_of_tie,
         considered=considered,
         strict=strict,
-        seg_grp=gt_grp[pairs.g0],
+        k_grp=gt_grp[pairs.g0[k_ids]],
         gt_grp=gt_grp,
     )
 
@@ -643,26 +648,26 @@ def exclusive_walk(
     ign_w: np.ndarray | None = None,
     reference: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Step 5, ``exclusive``, second half: the chosen GT position [T,S] (-1 none) of each segment,
-    pycocotools' greedy walk (:func:`greedy_walk`) with the working GTs' flags ``ign_w`` [W] (by
-    position in ``layout.gt_row``; None: the layout's own).
+    """Step 5, ``exclusive``, second half: the chosen GT position [T,K] (-1 none) of each segment
+    (``layout.k_det``), pycocotools' greedy walk (:func:`greedy_walk`) with the working GTs' flags
+    ``ign_w`` [W] (by position in ``layout.gt_row``; None: the layout's own).
 
     ``reference``: this function's result under the layout's own flags. Groups are walked apart (their
     GTs are disjoint), and a group walks as under the layout's flags where its flags are the same, or
     uniform in both (all ignored or none: a candidate set never mixes flags, and ties go by the tie
     rank, so the walk reads no flag): only the other groups are walked again.
     """
-    chosen = np.full((layout.thr.shape[0], len(layout.seg_det)), -1, np.int64)
-    keep_k = None
-    if reference is not None and ign_w is not None:
-        chosen[...] = reference
-        keep_k = _changed_groups(layout, ign_w)[layout.seg_grp[layout.k_ids]]
-        if not keep_k.any():
-            return chosen
-    if not len(layout.k_ids):
-        return chosen
-    w = _sub_walk(layout, keep_k)
-    chosen[:, w.k_ids] = greedy_walk(
+    if reference is None or ign_w is None:
+        return _greedy(layout, ign_w)
+    keep_k = _changed_groups(layout, ign_w)[layout.k_grp]
+    chosen = reference.copy()
+    if keep_k.any():
+        chosen[:, keep_k] = _greedy(_sub_walk(layout, keep_k), ign_w)
+    return chosen
+
+
+def _greedy(w: ExclusiveLayout, ign_w: np.ndarray | None) -> np.ndarray:
+    return greedy_walk(
         w.pair_iou,
         w.pair_g,
         w.pair_seg,
@@ -675,8 +680,8 @@ def exclusive_walk(
         len(w.gt_row),
         w.pair_tie,
         w.g_of_tie,
+        w.step_multi,
     )
-    return chosen
 
 
 def _changed_groups(layout: ExclusiveLayout, ign_w: np.ndarray) -> np.ndarray:
@@ -699,13 +704,14 @@ def _sub_walk(layout: ExclusiveLayout, keep_k: np.ndarray | None) -> ExclusiveLa
     sub_counts = counts[kk]
     pair_keep = np.repeat(keep_k, counts)
     return layout._replace(
-        k_ids=layout.k_ids[kk],
+        k_det=layout.k_det[kk],
         pair_iou=layout.pair_iou[pair_keep],
         pair_g=layout.pair_g[pair_keep],
         pair_tie=layout.pair_tie[pair_keep],
         pair_seg=np.repeat(np.arange(len(kk), dtype=np.int64), sub_counts),
         seg_start=np.cumsum(sub_counts) - sub_counts,
         step_seg=np.searchsorted(kk, layout.step_seg),
+        step_multi=np.searchsorted(kk, layout.step_multi),
         thr=layout.thr[:, pair_keep] if layout.thr.shape[1] > 1 else layout.thr,
     )
 
