@@ -483,7 +483,7 @@ def _rank_detections(
     D = len(dets)
     score_ok = dets.score >= score_threshold
     sc = np.flatnonzero(score_ok)
-    keys = [~float_key(dets.score[sc]), det_grp[sc]]
+    keys = [float_key(dets.score[sc], descending=True), det_grp[sc]]
     if class_agnostic:
         keys.insert(0, factorize(dets.category[sc])[0])
     order = sc[stable_argsort(keys)]
@@ -557,7 +557,8 @@ class ExclusiveLayout(NamedTuple):
     rank of the GT, segment), ``seg_start [K]``; ``step_seg [steps + 1]`` and ``step_multi [steps]``
     the segments of each step, the one-pair segments first; ``thr`` ``[T,1]`` or ``[T,P]``;
     ``gt_row``/``gt_ign``/``gt_crowd`` ``[W]`` the working GTs in the engine's order; ``g_of_tie [W]``
-    the GT position of each tie rank; ``considered [D]``; ``strict``; ``k_grp [K]`` and ``gt_grp [W]``
+    the GT position of each tie rank; ``considered [D]``; ``rank [D]`` each detection's rank in its
+    group by descending score, ties in input order (-1 under the score threshold); ``strict``; ``k_grp [K]`` and ``gt_grp [W]``
     the group of each segment and of each GT position.
     """
 
@@ -576,6 +577,7 @@ class ExclusiveLayout(NamedTuple):
     gt_crowd: np.ndarray
     g_of_tie: np.ndarray
     considered: np.ndarray
+    rank: np.ndarray
     strict: bool
     k_grp: np.ndarray
     gt_grp: np.ndarray
@@ -637,6 +639,7 @@ def _exclusive_layout(
         gt_crowd=gts.crowd,
         g_of_tie=gts.g_of_tie,
         considered=considered,
+        rank=rank,
         strict=strict,
         k_grp=gt_grp[pairs.g0[k_ids]],
         gt_grp=gt_grp,

@@ -38,7 +38,7 @@ from numpy.typing import ArrayLike
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections, MetricResult
-from detcal.matching.blocks import factorize, float_key, group_codes, segment_starts, stable_argsort
+from detcal.matching.blocks import factorize, float_key, stable_argsort
 from detcal.matching.engine import ExclusiveLayout, exclusive_layout, exclusive_outcome, exclusive_walk
 from detcal.utils.processes import map_in_processes
 
@@ -76,18 +76,6 @@ def _box_area(box: np.ndarray) -> np.ndarray:
     return (box[:, 2] - box[:, 0]) * (box[:, 3] - box[:, 1])
 
 
-def _rank_in_group(group: np.ndarray) -> np.ndarray:
-    """Rank of each detection by descending score (stable) within its (image, category) ``group``
-    code, for detections already in accumulate order (by category, descending score, image; ties in
-    input order): a stable sort by the group keeps each group in its score order."""
-    o = stable_argsort([group])
-    starts = segment_starts(group[o])
-    pos = np.arange(len(o)) - np.repeat(starts, np.diff(np.append(starts, len(o))))
-    rank = np.empty(len(o), np.int64)
-    rank[o] = pos
-    return rank
-
-
 def coco_eval_arrays(
     dets: Detections, dataset: Dataset, *, gt_area: ArrayLike | None = None, workers: int = 1
 ) -> dict[str, np.ndarray]:
@@ -123,14 +111,12 @@ def coco_eval_arrays(
     # and its outcome is written straight into accumulate order.
     det_cat_k = np.searchsorted(cats, dets.category)
     img_code = factorize(dets.image_id)[0]
-    order = stable_argsort([img_code, ~float_key(dets.score), det_cat_k]) if len(dets) else np.zeros(0, np.int64)
+    order = stable_argsort([img_code, float_key(dets.score, descending=True), det_cat_k]) if len(dets) else np.zeros(0, np.int64)
     at = np.empty(len(order), np.int64)
     at[order] = np.arange(len(order), dtype=np.int64)  # accumulate position of each input row
     det_cat_k = det_cat_k[order]
     category = dets.category[order]
     known = (det_cat_k < K) & (cats[np.minimum(det_cat_k, K - 1)] == category) if K else np.zeros(len(dets), bool)
-    key_d = group_codes(dets.image_id, dets.category, gt.image_id, gt.category, False)[0][order]
-    rank = _rank_in_group(key_d)
     det_area = _box_area(dets.box)[order]
     gt_k = np.searchsorted(cats, gt.category)
     # the IoUs and the pairs the walk may take, once: each area range walks them under its GT flags
@@ -138,7 +124,9 @@ def coco_eval_arrays(
     plain = Detections(image_id=dets.image_id, box=dets.box, score=dets.score, category=dets.category)
     layout = exclusive_layout(plain, gt, IOU_THRESHOLDS.tolist(), max_dets=MAX_DETS[-1])
     layout = layout._replace(k_det=at[layout.k_det], considered=layout.considered[order])
-    orders = _max_dets_orders(rank, known & layout.considered, det_cat_k, K)
+    # the rank in the (image, category) group, for the max-dets cuts: the matching's own (the same
+    # order: descending score, ties in input order)
+    orders = _max_dets_orders(layout.rank[order], known & layout.considered, det_cat_k, K)
     # the walk under the layout's own flags (crowd GTs ignored); a range walks again only the groups
     # whose flags change it (groups with GTs of several ranges)
     ctx = (dataset, area, base_ignore, det_area, orders, gt_k, K, (layout, exclusive_walk(layout)))

@@ -139,7 +139,7 @@ def _class_sorted(o: DetectionOutcomes) -> tuple[np.ndarray, np.ndarray, np.ndar
     ci = o.class_index()
     rows = np.flatnonzero(o.valid & (ci >= 0))  # ascending: the input order is the last key
     img = factorize(o.image_id[rows])[0]  # order-preserving codes
-    rows = rows[stable_argsort([img, ~float_key(o.score[rows]), ci[rows]])]  # radix: linear
+    rows = rows[stable_argsort([img, float_key(o.score[rows], descending=True), ci[rows]])]  # radix: linear
     return rows, ci[rows], np.searchsorted(ci[rows], np.arange(len(o.gt_categories)))
 
 
