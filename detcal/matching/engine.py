@@ -440,12 +440,14 @@ class _GtOrder(NamedTuple):
 class _Pairs(NamedTuple):
     """Every (detection, GT of its group) pair, laid out by GT slot (:func:`detcal.matching.blocks.slot_iou`).
 
-    ``seg_det [S]`` the detections meeting at least one GT, by GT count descending; ``g0 [S]`` the first GT
+    ``seg_det [S]`` the detections meeting at least one GT, by GT count descending, ``cnt [S]`` that count
+    (their slots); ``g0 [S]`` the first GT
     of their group in :class:`_GtOrder`; ``n_slot [J]`` the detections having a j-th GT; ``pair_iou [P]``
     and ``off [J]`` the pair IoUs slot by slot; ``best``/``arg [S]`` each detection's best IoU and its slot.
     """
 
     seg_det: np.ndarray
+    cnt: np.ndarray
     g0: np.ndarray
     n_slot: np.ndarray
     pair_iou: np.ndarray
@@ -544,7 +546,7 @@ def _pair_ious(dets: Detections, gt: GroundTruth, det_grp: np.ndarray, gts: _GtO
         box_areas(dets.box, dets.wh)[seg_det],
         box_areas(gt.box, gt.wh)[gts.row],
     )
-    return _Pairs(seg_det, g0, n_slot, pair_iou, off, best, arg)
+    return _Pairs(seg_det, seg_cnt, g0, n_slot, pair_iou, off, best, arg)
 
 
 class ExclusiveLayout(NamedTuple):
@@ -583,6 +585,25 @@ class ExclusiveLayout(NamedTuple):
     gt_grp: np.ndarray
 
 
+def _kept_pairs(
+    pairs: _Pairs, greedy: np.ndarray, lowest: np.ndarray, per_class: bool, strict: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs the walk may take [P] (at or above the lowest threshold, of a detection that walks and
+    reaches it) and their count per segment [S], slot by slot (each slot a slice of segments)."""
+    seg_ok = greedy[pairs.seg_det]
+    seg_ok &= (pairs.best > lowest) if strict else (pairs.best >= lowest)
+    keep = np.empty(len(pairs.pair_iou), bool)
+    n_kept = np.zeros(len(pairs.seg_det), np.int64)
+    for j, n in enumerate(pairs.n_slot.tolist()):
+        k = keep[int(pairs.off[j]) : int(pairs.off[j]) + n]
+        x = pairs.pair_iou[int(pairs.off[j]) : int(pairs.off[j]) + n]
+        low = lowest[:n] if per_class else lowest
+        (np.greater if strict else np.greater_equal)(x, low, out=k)
+        k &= seg_ok[:n]
+        n_kept[:n] += k
+    return keep, n_kept
+
+
 def _exclusive_layout(
     pairs: _Pairs,
     gts: _GtOrder,
@@ -599,28 +620,26 @@ def _exclusive_layout(
     are laid out segments rank-major, then GT order (slot) within each segment. None of it reads the GT
     ignore flags, so one layout serves every set of flags (e.g. COCO's area ranges).
     """
-    seg_det, n_slot, pair_iou, off, best = pairs.seg_det, pairs.n_slot, pairs.pair_iou, pairs.off, pairs.best
-    lowest = thr_seg.min(axis=0)
-    cand = greedy[seg_det] & ((best > lowest) if strict else (best >= lowest))
-    pj = np.repeat(np.arange(len(n_slot), dtype=np.int64), n_slot)  # slot of each pair
-    pi = np.arange(len(pair_iou), dtype=np.int64)
-    pi -= off[pj]  # segment of each pair
-    low_p = lowest[pi] if per_class else lowest
-    keep = (pair_iou > low_p) if strict else (pair_iou >= low_p)
-    keep &= cand[pi]
-    kp = np.flatnonzero(keep)
-    ki, kj = pi[kp], pj[kp]
-    del pi, pj, keep
-    multi = np.bincount(ki, minlength=len(seg_det)) > 1  # segments with several pairs to choose from
-    # steps (ranks) in turn; in a step, the one-pair segments first (greedy_walk's short path)
-    ko = stable_argsort([kj, ki, multi[ki], rank[seg_det[ki]]])
-    kp, ki, kj = kp[ko], ki[ko], kj[ko]
-    k_start = segment_starts(ki)
-    k_ids = ki[k_start]
-    k_pair_seg = np.repeat(np.arange(len(k_start), dtype=np.int64), np.diff(np.append(k_start, len(kp))))
-    seg_rank = rank[seg_det[k_ids]]
-    step_code = 2 * seg_rank + multi[k_ids]
-    n_steps = int(seg_rank.max()) + 1 if len(seg_rank) else 0
+    seg_det, pair_iou, off = pairs.seg_det, pairs.pair_iou, pairs.off
+    keep, n_kept = _kept_pairs(pairs, greedy, thr_seg.min(axis=0), per_class, strict)
+    # the walk order: steps (ranks) in turn; in a step the one-pair segments first (greedy_walk's short
+    # path), then segment index; within a segment, GT order (slot). One sort of the segments (not of the
+    # pairs), then each segment's pairs in slot order
+    k_ids = np.flatnonzero(n_kept)
+    multi = n_kept[k_ids] > 1  # segments with several pairs to choose from
+    step_code = 2 * rank[seg_det[k_ids]] + multi
+    so = stable_argsort([step_code])
+    k_ids, step_code = k_ids[so], step_code[so]
+    c = pairs.cnt[k_ids]  # every slot of these segments, kept or not
+    kj = np.arange(int(c.sum()), dtype=np.int64) - np.repeat(np.cumsum(c) - c, c)
+    ki = np.repeat(k_ids, c)
+    kp = off[kj]
+    kp += ki
+    sel = keep[kp]
+    kp, ki, kj = kp[sel], ki[sel], kj[sel]
+    k_start = np.cumsum(n_kept[k_ids]) - n_kept[k_ids]
+    k_pair_seg = np.repeat(np.arange(len(k_ids), dtype=np.int64), n_kept[k_ids])
+    n_steps = int(step_code[-1]) // 2 + 1 if len(step_code) else 0
     pair_g = pairs.g0[ki] + kj
     gt_grp = np.repeat(np.arange(len(gts.count), dtype=np.int64), gts.count)
     return ExclusiveLayout(
