@@ -512,12 +512,10 @@ def _order_gt(
     class_agnostic: bool,
 ) -> _GtOrder:
     """Step 3: GT order within groups: group, non-ignored first, (category when agnostic), file order."""
-    if class_agnostic:
-        gord = np.lexsort((w_row, w_cat, w_ign, gt_grp))
-        tord = np.lexsort((w_row, w_cat, gt_grp))
-    else:
-        gord = np.lexsort((w_row, w_ign, gt_grp))
-        tord = np.lexsort((w_row, gt_grp))
+    # radix orders (as np.lexsort: least significant key first); categories by order-preserving codes
+    rest = [w_row, factorize(w_cat)[0]] if class_agnostic else [w_row]
+    gord = stable_argsort([*rest, w_ign, gt_grp])
+    tord = stable_argsort([*rest, gt_grp])
     gcount = np.bincount(gt_grp[gord], minlength=n_grp)
     W = len(gord)
     pos_of = np.empty(W, np.int64)

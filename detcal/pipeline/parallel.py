@@ -128,7 +128,8 @@ def match_in_shards(
     first: MatchResult | None = None
     for rows in image_shards(dets.image_id, -(-n // shard_size)):
         at = _rows_index(rows)
-        r = run_match(m, dets.select(at), data, thresholds)
+        shard = dets.select(at)
+        r = _match_own_gt(m, shard, data, thresholds)
         if fields is None:
             first, fields = r, _empty_match(r, n, len(data.dataset.gt))
         for name in _MATCH_FIELDS:
@@ -137,6 +138,24 @@ def match_in_shards(
     assert first is not None and fields is not None
     release_memory()
     return dataclasses.replace(first, **fields)  # type: ignore[arg-type]
+
+
+def _match_own_gt(
+    m: MatchingSpec, dets: Detections, data: LoadedData, thresholds: Sequence[float] | None
+) -> MatchResult:
+    """:func:`run_match` of an image shard; under the engine's rules (``exclusive``/``max``, no KITTI data)
+    against the ground truth of the shard's images only, its rows mapped back: every group of the engine is
+    within an image, so the outcome is the same, and the ground-truth work of a shard is that of its images
+    (not of the whole set, once per shard)."""
+    if m.mode not in ("exclusive", "max") or data.kitti is not None or data.protocol is not None:
+        return run_match(m, dets, data, thresholds)
+    gt = data.dataset.gt
+    g_rows = np.flatnonzero(np.isin(gt.image_id, dets.image_id))
+    own = dataclasses.replace(data, dataset=dataclasses.replace(data.dataset, gt=gt.select(g_rows)))
+    r = run_match(m, dets, own, thresholds)
+    hit = r.gt_index >= 0
+    r.gt_index[hit] = g_rows[r.gt_index[hit]]
+    return r
 
 
 def _scatter(
