@@ -410,7 +410,7 @@ def exclusive_outcome(
     T, D = chosen.shape[0], layout.n_det
     matched = np.zeros((T, D), bool)
     ignored = np.zeros((T, D), bool)
-    hit &= ~on_ign
+    np.greater(hit, on_ign, out=hit)  # hit & ~on_ign, in place
     matched[:, layout.k_det] = hit
     ignored[:, layout.k_det] = on_ign
     return matched, ignored
@@ -558,8 +558,9 @@ class ExclusiveLayout(NamedTuple):
     the segments of each step, the one-pair segments first; ``thr`` ``[T,1]`` or ``[T,P]``;
     ``gt_row``/``gt_ign``/``gt_crowd`` ``[W]`` the working GTs in the engine's order; ``g_of_tie [W]``
     the GT position of each tie rank; ``considered [D]``; ``rank [D]`` each detection's rank in its
-    group by descending score, ties in input order (-1 under the score threshold); ``strict``; ``k_grp [K]`` and ``gt_grp [W]``
-    the group of each segment and of each GT position.
+    group by descending score, ties in input order (-1 under the score threshold); ``strict``;
+    ``k_grp [K]`` and ``gt_grp [W]`` the group of each segment and of each GT position, the groups
+    with a GT numbered in order from 0.
     """
 
     n_det: int
@@ -639,7 +640,8 @@ def _exclusive_layout(
     k_pair_seg = np.repeat(np.arange(len(k_ids), dtype=np.int64), n_kept[k_ids])
     n_steps = int(step_code[-1]) // 2 + 1 if len(step_code) else 0
     pair_g = pairs.g0[ki] + kj
-    gt_grp = np.repeat(np.arange(len(gts.count), dtype=np.int64), gts.count)
+    has_gt = gts.count[gts.count > 0]  # the groups with a GT, in order: numbered 0.. (not by group code)
+    gt_grp = np.repeat(np.arange(len(has_gt), dtype=np.int64), has_gt)
     return ExclusiveLayout(
         n_det=len(considered),
         k_det=seg_det[k_ids],
@@ -706,7 +708,7 @@ def _greedy(w: ExclusiveLayout, ign_w: np.ndarray | None) -> np.ndarray:
 
 def _changed_groups(layout: ExclusiveLayout, ign_w: np.ndarray) -> np.ndarray:
     """[groups] whether a group's walk may differ from the one under the layout's flags (:func:`exclusive_walk`)."""
-    n_grp = len(layout.gt_grp) and int(layout.gt_grp[-1]) + 1
+    n_grp = len(layout.gt_grp) and int(layout.gt_grp[-1]) + 1  # the groups with a GT (at most W)
     n = np.bincount(layout.gt_grp, minlength=n_grp)
     s_ref = np.bincount(layout.gt_grp, layout.gt_ign, n_grp)
     s_new = np.bincount(layout.gt_grp, ign_w, n_grp)

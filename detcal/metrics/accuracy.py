@@ -93,8 +93,9 @@ def coco_eval_arrays(
     area = _box_area(gt.box) if gt_area is None else np.asarray(gt_area, np.float64).reshape(-1)
     if area.shape != (len(gt),) or not np.isfinite(area).all():
         raise DetcalInputError(f"gt_area must hold {len(gt)} finite numbers", field="gt_area")
-    if len(dets) and (dataset.images.index_of(dets.image_id) < 0).any():
-        i = int(np.flatnonzero(dataset.images.index_of(dets.image_id) < 0)[0])
+    unknown = ~np.isin(dets.image_id, dataset.images.id)  # a membership test: no row lookup needed
+    if unknown.any():
+        i = int(np.flatnonzero(unknown)[0])
         raise DetcalInputError(
             f"image_id {int(dets.image_id[i])} is not among the dataset's images",
             record=f"detection row {i}",
@@ -236,7 +237,7 @@ def _area_arrays(
     gt_ignore = base_ignore | _outside(area, bounds)
     tp, ignored = exclusive_outcome(walk[0], gt_ignore, walk[1])  # pycocotools' dtm & ~dtIg and the dtIg of matches
     counted = tp | ~_outside(det_area, bounds)[None, :]  # ~dtIg: unmatched outside the range are ignored too
-    counted &= ~ignored
+    np.greater(counted, ignored, out=counted)  # counted & ~ignored, in place
     npig_k = np.bincount(gt_k[~gt_ignore], minlength=K)[:K] if len(gt) else np.zeros(K, np.int64)
     steps = _recall_steps(npig_k)
     done: dict[int, int] = {}
