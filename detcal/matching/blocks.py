@@ -294,7 +294,9 @@ def greedy_walk(
         if step_multi is not None:
             sm = int(step_multi[r])
             if sm > s0:
-                _single_pair_step(pair_iou, pair_g, thr_pair, strict, crowd_g, int(seg_start[s0]), s0, sm, taken, chosen)
+                _single_pair_step(
+                    pair_iou, pair_g, thr_pair, strict, crowd_g, int(seg_start[s0]), s0, sm, taken, chosen
+                )
             s0 = sm
         if s0 == s1:
             continue

@@ -112,7 +112,11 @@ def coco_eval_arrays(
     # and its outcome is written straight into accumulate order.
     det_cat_k = np.searchsorted(cats, dets.category)
     img_code = factorize(dets.image_id)[0]
-    order = stable_argsort([img_code, float_key(dets.score, descending=True), det_cat_k]) if len(dets) else np.zeros(0, np.int64)
+    order = (
+        stable_argsort([img_code, float_key(dets.score, descending=True), det_cat_k])
+        if len(dets)
+        else np.zeros(0, np.int64)
+    )
     at = np.empty(len(order), np.int64)
     at[order] = np.arange(len(order), dtype=np.int64)  # accumulate position of each input row
     det_cat_k = det_cat_k[order]
