@@ -48,10 +48,26 @@ def group_codes(
     return code[:nd], code[nd:], n
 
 
-def float_key(x: np.ndarray) -> np.ndarray:
-    """Order-preserving map float64 -> uint64 (IEEE-754 bit trick; -0.0 counts as 0.0)."""
-    b = (np.asarray(x, np.float64) + 0.0).view(np.uint64)
-    return np.where(b >> np.uint64(63), ~b, b | np.uint64(1 << 63))
+_ALL_ONES = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
+
+
+def float_key(x: np.ndarray, descending: bool = False) -> np.ndarray:
+    """Order-preserving map float64 -> uint64 (IEEE-754 bit trick; -0.0 counts as 0.0); ``descending``:
+    order-reversing (``~float_key(x)``).
+
+    A negative number has all its bits flipped, a positive one its sign bit: one XOR with a mask made
+    from the sign, in place (two arrays, where ``np.where`` made five).
+    """
+    b = np.array(x, dtype=np.float64)  # a copy, worked in place
+    b += 0.0  # -0.0 -> +0.0
+    u = b.view(np.uint64)
+    mask = u >> np.uint64(63)  # 1 for a negative number
+    mask *= np.uint64(0x7FFF_FFFF_FFFF_FFFF)
+    mask |= np.uint64(1 << 63)  # negative: every bit; else the sign bit
+    if descending:
+        mask ^= _ALL_ONES
+    u ^= mask
+    return u
 
 
 _CACHE_ROWS = 1 << 17
@@ -250,22 +266,38 @@ def greedy_walk(
     ign_g: np.ndarray,
     crowd_g: np.ndarray,
     n_gt: int,
+    pair_tie: np.ndarray | None = None,
+    g_of_tie: np.ndarray | None = None,
+    step_multi: np.ndarray | None = None,
 ) -> np.ndarray:
-    """COCO greedy assignment, all groups in lockstep; returns the chosen GT per segment [T,S] (-1 none).
+    """COCO greedy assignment, all groups in lockstep; returns the chosen GT per segment [T,S] (-1 none; int32
+    when the GT positions fit).
 
     Segments are detections (runs of pairs, one per GT of the group), ordered
     rank-major: ``step_seg[r]:step_seg[r+1]`` are the rank-r detections, one
     per group, so their GTs are disjoint and one step is a vectorised
-    evaluateImg inner loop for all of them.
+    evaluateImg inner loop for all of them. An exact IoU tie goes to the later
+    pair of the segment, or with ``pair_tie`` [P] (a rank per GT, the GT of rank
+    ``k`` being ``g_of_tie[k]``) to the GT of the highest rank. With
+    ``step_multi`` [steps], the segments ``step_seg[r]:step_multi[r]`` of a step
+    hold one pair each: such a detection takes its GT when it reaches the
+    threshold and the GT is free (no choice to make), without the reductions.
     """
     T = thr_pair.shape[0]
     S = len(seg_start)
-    chosen = np.full((T, S), -1, np.int64)
+    chosen = np.full((T, S), -1, np.int32 if n_gt < 2**31 - 1 else np.int64)  # GT positions
     taken = np.zeros((T, n_gt), bool)
     per_pair_thr = thr_pair.shape[1] > 1
     seg_end = np.append(seg_start[1:], len(pair_iou))
     for r in range(len(step_seg) - 1):
         s0, s1 = int(step_seg[r]), int(step_seg[r + 1])
+        if step_multi is not None:
+            sm = int(step_multi[r])
+            if sm > s0:
+                _single_pair_step(
+                    pair_iou, pair_g, thr_pair, strict, crowd_g, int(seg_start[s0]), s0, sm, taken, chosen
+                )
+            s0 = sm
         if s0 == s1:
             continue
         p0, p1 = int(seg_start[s0]), int(seg_end[s1 - 1])
@@ -281,10 +313,38 @@ def greedy_walk(
         cand = valid & (reg | ~has_reg[:, seg])
         key = np.where(cand, iou, -1.0)
         best = np.maximum.reduceat(key, starts, axis=1)
-        pos = np.where(cand & (key == best[:, seg]), np.arange(p1 - p0), -1)
+        if pair_tie is None:
+            pos = np.where(cand & (key == best[:, seg]), np.arange(p1 - p0), -1)
+        else:
+            pos = np.where(cand & (key == best[:, seg]), pair_tie[p0:p1], -1)
         last = np.maximum.reduceat(pos, starts, axis=1)  # exact tie -> later GT
         ti, si = np.nonzero(last >= 0)
-        gi = g[last[ti, si]]
+        gi = g[last[ti, si]] if g_of_tie is None else g_of_tie[last[ti, si]]
         taken[ti, gi] = True
         chosen[ti, s0 + si] = gi
     return chosen
+
+
+def _single_pair_step(
+    pair_iou: np.ndarray,
+    pair_g: np.ndarray,
+    thr_pair: np.ndarray,
+    strict: bool,
+    crowd_g: np.ndarray,
+    p0: int,
+    s0: int,
+    s1: int,
+    taken: np.ndarray,
+    chosen: np.ndarray,
+) -> None:
+    """:func:`greedy_walk`'s step for the segments ``s0:s1`` of one pair each (pairs from ``p0``), in place."""
+    p1 = p0 + (s1 - s0)
+    g = pair_g[p0:p1]
+    iou = pair_iou[p0:p1]
+    thr = thr_pair[:, p0:p1] if thr_pair.shape[1] > 1 else thr_pair
+    ok = (iou > thr) if strict else (iou >= thr)
+    ok &= crowd_g[g] | ~taken[:, g]
+    ti, si = np.nonzero(ok)
+    gi = g[si]
+    taken[ti, gi] = True
+    chosen[ti, s0 + si] = gi

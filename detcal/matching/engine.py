@@ -302,7 +302,7 @@ def match(
     4. the IoU of every (detection, GT of its group) pair, once for all
        thresholds, and each detection's best IoU (:func:`_pair_ious`);
     5. assign, per mode: the greedy walk of ``exclusive``
-       (:func:`_assign_exclusive`), the best GT of ``max``
+       (:func:`_exclusive_layout`, :func:`exclusive_walk`), the best GT of ``max``
        (:func:`_assign_max`), or the devkit's label-order walk of ``kitti``
        (:func:`_assign_kitti`);
     6. KITTI rules: small detections and detections inside DontCare regions
@@ -344,10 +344,11 @@ def match(
         greedy = considered & ~small
         thr_seg = thr_eff[:, pairs.seg_det] if per_class else thr_eff  # [T,S] or [T,1]
         if mode == "exclusive":
-            chosen = _assign_exclusive(pairs, gts, greedy, rank, thr_seg, per_class, strict, T)
+            layout = _exclusive_layout(pairs, gts, greedy, rank, thr_seg, per_class, strict, considered)
+            chosen, cols = exclusive_walk(layout), layout.k_det
         else:
-            chosen = _assign_max(pairs, greedy, thr_seg, strict)
-        matched, ignored, gt_index = _outcome(chosen, pairs.seg_det, gts, T, D)
+            chosen, cols = _assign_max(pairs, greedy, thr_seg, strict), pairs.seg_det
+        matched, ignored, gt_index = _outcome(chosen, cols, gts, T, D)
     # 6. KITTI: small detections and DontCare regions
     if kitti is not None:
         _kitti_ignores(dets, gt, kitti, considered, small, thr_det, per_class, matched, ignored)
@@ -367,28 +368,86 @@ def match(
     )
 
 
+def exclusive_layout(
+    dets: Detections,
+    gt: GroundTruth,
+    iou_thresholds: Sequence[float],
+    *,
+    max_dets: int | None = 100,
+    score_threshold: float = 0.0,
+    images: Images | None = None,
+) -> ExclusiveLayout:
+    """Steps 1-4 of :func:`match` (``exclusive``, per (image, category), no KITTI rules) and the pairs
+    the greedy walk may take: everything of the matching that does not depend on which GTs are ignored.
+
+    :func:`exclusive_outcome` then walks it under any GT ignore flags, each time equal to
+    :func:`match` with ``gt_ignore="ignore_or_crowd"`` and those flags as ``GroundTruth.ignore``
+    (docs/matching.md): COCO AP matches once per area range this way (:mod:`detcal.metrics.accuracy`).
+    """
+    thr, _ = _validate(dets, gt, iou_thresholds, "exclusive", score_threshold, max_dets, None, images)
+    w_row, w_cat, w_ign, w_crowd = _working_gt(gt, None, False, "pycocotools")
+    det_grp, gt_grp, n_grp = group_codes(dets.image_id, dets.category, gt.image_id[w_row], w_cat, False)
+    rank, considered, _ = _rank_detections(dets, det_grp, score_threshold, max_dets, False, None)
+    gts = _order_gt(w_row, w_cat, w_ign, w_crowd, gt_grp, n_grp, False)
+    pairs = _pair_ious(dets, gt, det_grp, gts)
+    thr_eff = np.minimum(thr[:, None], _COCO_MAX_THR)
+    return _exclusive_layout(pairs, gts, considered, rank, thr_eff, False, False, considered)
+
+
+def exclusive_outcome(
+    layout: ExclusiveLayout, gt_ignored: np.ndarray, reference: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``matched`` and ``ignored`` [T,D] of the walk of ``layout`` with the GTs ``gt_ignored`` [G] (by GT
+    row; crowd GTs stay reusable whatever their flag) ignored: :func:`match`'s ``matched``/``ignored``
+    with these flags as ``GroundTruth.ignore`` and ``gt_ignore="ignore_or_crowd"`` (give crowd GTs
+    ``True`` for that reading). ``reference``: ``exclusive_walk(layout)``, to walk again only the groups
+    whose flags change it (:func:`exclusive_walk`)."""
+    ign_w = np.asarray(gt_ignored, bool)[layout.gt_row]
+    chosen = exclusive_walk(layout, ign_w, reference)
+    hit = chosen >= 0
+    on_ign = ign_w[chosen]  # -1 (none) reads the last GT: masked by hit below
+    on_ign &= hit
+    T, D = chosen.shape[0], layout.n_det
+    matched = np.zeros((T, D), bool)
+    ignored = np.zeros((T, D), bool)
+    np.greater(hit, on_ign, out=hit)  # hit & ~on_ign, in place
+    matched[:, layout.k_det] = hit
+    ignored[:, layout.k_det] = on_ign
+    return matched, ignored
+
+
 # --------------------------------------------------------------------------- the steps of match
 
 
 class _GtOrder(NamedTuple):
-    """Working GTs ordered by (group, non-ignored first[, category], file order) [W]; group starts/counts [G]."""
+    """Working GTs ordered by (group, non-ignored first[, category], file order) [W]; group starts/counts [G].
+
+    ``tie [W]``: the rank of each position in the same order without the ignore flag (group[, category],
+    file order); ``g_of_tie [W]`` its inverse. pycocotools' exact-tie rule takes the later GT of its order;
+    the candidates of one step all share an ignore flag (a free non-ignored GT excludes the ignored ones),
+    so among them the order is the tie rank's, whatever the flags: the walk reads ties by it.
+    """
 
     row: np.ndarray
     ign: np.ndarray
     crowd: np.ndarray
     start: np.ndarray
     count: np.ndarray  # type: ignore[assignment]  # shadows tuple.count, as intended
+    tie: np.ndarray
+    g_of_tie: np.ndarray
 
 
 class _Pairs(NamedTuple):
     """Every (detection, GT of its group) pair, laid out by GT slot (:func:`detcal.matching.blocks.slot_iou`).
 
-    ``seg_det [S]`` the detections meeting at least one GT, by GT count descending; ``g0 [S]`` the first GT
+    ``seg_det [S]`` the detections meeting at least one GT, by GT count descending, ``cnt [S]`` that count
+    (their slots); ``g0 [S]`` the first GT
     of their group in :class:`_GtOrder`; ``n_slot [J]`` the detections having a j-th GT; ``pair_iou [P]``
     and ``off [J]`` the pair IoUs slot by slot; ``best``/``arg [S]`` each detection's best IoU and its slot.
     """
 
     seg_det: np.ndarray
+    cnt: np.ndarray
     g0: np.ndarray
     n_slot: np.ndarray
     pair_iou: np.ndarray
@@ -426,7 +485,7 @@ def _rank_detections(
     D = len(dets)
     score_ok = dets.score >= score_threshold
     sc = np.flatnonzero(score_ok)
-    keys = [~float_key(dets.score[sc]), det_grp[sc]]
+    keys = [float_key(dets.score[sc], descending=True), det_grp[sc]]
     if class_agnostic:
         keys.insert(0, factorize(dets.category[sc])[0])
     order = sc[stable_argsort(keys)]
@@ -453,12 +512,18 @@ def _order_gt(
     class_agnostic: bool,
 ) -> _GtOrder:
     """Step 3: GT order within groups: group, non-ignored first, (category when agnostic), file order."""
-    if class_agnostic:
-        gord = np.lexsort((w_row, w_cat, w_ign, gt_grp))
-    else:
-        gord = np.lexsort((w_row, w_ign, gt_grp))
+    # radix orders (as np.lexsort: least significant key first); categories by order-preserving codes
+    rest = [w_row, factorize(w_cat)[0]] if class_agnostic else [w_row]
+    gord = stable_argsort([*rest, w_ign, gt_grp])
+    tord = stable_argsort([*rest, gt_grp])
     gcount = np.bincount(gt_grp[gord], minlength=n_grp)
-    return _GtOrder(w_row[gord], w_ign[gord], w_crowd[gord], np.cumsum(gcount) - gcount, gcount)
+    W = len(gord)
+    pos_of = np.empty(W, np.int64)
+    pos_of[gord] = np.arange(W, dtype=np.int64)
+    g_of_tie = pos_of[tord]  # the position of the tie-rank-th GT
+    tie = np.empty(W, np.int64)
+    tie[g_of_tie] = np.arange(W, dtype=np.int64)
+    return _GtOrder(w_row[gord], w_ign[gord], w_crowd[gord], np.cumsum(gcount) - gcount, gcount, tie, g_of_tie)
 
 
 def _pair_ious(dets: Detections, gt: GroundTruth, det_grp: np.ndarray, gts: _GtOrder) -> _Pairs:
@@ -479,10 +544,66 @@ def _pair_ious(dets: Detections, gt: GroundTruth, det_grp: np.ndarray, gts: _GtO
         box_areas(dets.box, dets.wh)[seg_det],
         box_areas(gt.box, gt.wh)[gts.row],
     )
-    return _Pairs(seg_det, g0, n_slot, pair_iou, off, best, arg)
+    return _Pairs(seg_det, seg_cnt, g0, n_slot, pair_iou, off, best, arg)
 
 
-def _assign_exclusive(
+class ExclusiveLayout(NamedTuple):
+    """The part of the ``exclusive`` walk that does not depend on which GTs are ignored
+    (:func:`exclusive_layout`): the kept pairs in walk order, with everything needed to walk them
+    under any GT flags (:func:`exclusive_walk`).
+
+    ``n_det``: D; ``k_det [K]`` the detections with a kept pair ("segments", step-major: by rank);
+    ``pair_iou``/``pair_g``/``pair_tie``/``pair_seg [P]`` the kept pairs (IoU, GT position, tie
+    rank of the GT, segment), ``seg_start [K]``; ``step_seg [steps + 1]`` and ``step_multi [steps]``
+    the segments of each step, the one-pair segments first; ``thr`` ``[T,1]`` or ``[T,P]``;
+    ``gt_row``/``gt_ign``/``gt_crowd`` ``[W]`` the working GTs in the engine's order; ``g_of_tie [W]``
+    the GT position of each tie rank; ``considered [D]``; ``rank [D]`` each detection's rank in its
+    group by descending score, ties in input order (-1 under the score threshold); ``strict``;
+    ``k_grp [K]`` and ``gt_grp [W]`` the group of each segment and of each GT position, the groups
+    with a GT numbered in order from 0.
+    """
+
+    n_det: int
+    k_det: np.ndarray
+    pair_iou: np.ndarray
+    pair_g: np.ndarray
+    pair_tie: np.ndarray
+    pair_seg: np.ndarray
+    seg_start: np.ndarray
+    step_seg: np.ndarray
+    step_multi: np.ndarray
+    thr: np.ndarray
+    gt_row: np.ndarray
+    gt_ign: np.ndarray
+    gt_crowd: np.ndarray
+    g_of_tie: np.ndarray
+    considered: np.ndarray
+    rank: np.ndarray
+    strict: bool
+    k_grp: np.ndarray
+    gt_grp: np.ndarray
+
+
+def _kept_pairs(
+    pairs: _Pairs, greedy: np.ndarray, lowest: np.ndarray, per_class: bool, strict: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs the walk may take [P] (at or above the lowest threshold, of a detection that walks and
+    reaches it) and their count per segment [S], slot by slot (each slot a slice of segments)."""
+    seg_ok = greedy[pairs.seg_det]
+    seg_ok &= (pairs.best > lowest) if strict else (pairs.best >= lowest)
+    keep = np.empty(len(pairs.pair_iou), bool)
+    n_kept = np.zeros(len(pairs.seg_det), np.int64)
+    for j, n in enumerate(pairs.n_slot.tolist()):
+        k = keep[int(pairs.off[j]) : int(pairs.off[j]) + n]
+        x = pairs.pair_iou[int(pairs.off[j]) : int(pairs.off[j]) + n]
+        low = lowest[:n] if per_class else lowest
+        (np.greater if strict else np.greater_equal)(x, low, out=k)
+        k &= seg_ok[:n]
+        n_kept[:n] += k
+    return keep, n_kept
+
+
+def _exclusive_layout(
     pairs: _Pairs,
     gts: _GtOrder,
     greedy: np.ndarray,
@@ -490,45 +611,131 @@ def _assign_exclusive(
     thr_seg: np.ndarray,
     per_class: bool,
     strict: bool,
-    T: int,
-) -> np.ndarray:
-    """Step 5, ``exclusive``: the chosen GT position [T,S] (-1 none) of each segment, pycocotools' greedy walk.
+    considered: np.ndarray,
+) -> ExclusiveLayout:
+    """Step 5, ``exclusive``, first half: the pairs the greedy walk may take, in walk order.
 
     Pairs below every threshold can never be taken and are dropped before the sequential pass; the kept pairs
-    are laid out segments rank-major, then GT order (slot) within each segment (:func:`greedy_walk`).
+    are laid out segments rank-major, then GT order (slot) within each segment. None of it reads the GT
+    ignore flags, so one layout serves every set of flags (e.g. COCO's area ranges).
     """
-    seg_det, n_slot, pair_iou, off, best = pairs.seg_det, pairs.n_slot, pairs.pair_iou, pairs.off, pairs.best
-    chosen = np.full((T, len(seg_det)), -1, np.int64)
-    if not len(seg_det):
-        return chosen
-    lowest = thr_seg.min(axis=0)
-    cand = greedy[seg_det] & ((best > lowest) if strict else (best >= lowest))
-    pj = np.repeat(np.arange(len(n_slot)), n_slot)  # slot of each pair
-    pi = np.arange(len(pair_iou)) - off[pj]  # segment of each pair
-    low_p = lowest[pi] if per_class else lowest
-    keep = (pair_iou > low_p) if strict else (pair_iou >= low_p)
-    kp = np.flatnonzero(keep & cand[pi])
-    ki, kj = pi[kp], pj[kp]
-    ko = stable_argsort([kj, ki, rank[seg_det[ki]]])
-    kp, ki, kj = kp[ko], ki[ko], kj[ko]
-    k_start = segment_starts(ki)
-    k_ids = ki[k_start]
-    k_pair_seg = np.repeat(np.arange(len(k_start)), np.diff(np.append(k_start, len(kp))))
-    seg_rank = rank[seg_det[k_ids]]
-    n_steps = int(seg_rank.max()) + 1 if len(seg_rank) else 0
-    chosen[:, k_ids] = greedy_walk(
-        pair_iou[kp],
-        pairs.g0[ki] + kj,
-        k_pair_seg,
-        k_start,
-        np.searchsorted(seg_rank, np.arange(n_steps + 1)),
-        thr_seg[:, ki] if per_class else thr_seg,
-        strict,
-        gts.ign,
-        gts.crowd,
-        len(gts.row),
+    seg_det, pair_iou, off = pairs.seg_det, pairs.pair_iou, pairs.off
+    keep, n_kept = _kept_pairs(pairs, greedy, thr_seg.min(axis=0), per_class, strict)
+    # the walk order: steps (ranks) in turn; in a step the one-pair segments first (greedy_walk's short
+    # path), then segment index; within a segment, GT order (slot). One sort of the segments (not of the
+    # pairs), then each segment's pairs in slot order
+    k_ids = np.flatnonzero(n_kept)
+    multi = n_kept[k_ids] > 1  # segments with several pairs to choose from
+    step_code = 2 * rank[seg_det[k_ids]] + multi
+    so = stable_argsort([step_code])
+    k_ids, step_code = k_ids[so], step_code[so]
+    c = pairs.cnt[k_ids]  # every slot of these segments, kept or not
+    kj = np.arange(int(c.sum()), dtype=np.int64) - np.repeat(np.cumsum(c) - c, c)
+    ki = np.repeat(k_ids, c)
+    kp = off[kj]
+    kp += ki
+    sel = keep[kp]
+    kp, ki, kj = kp[sel], ki[sel], kj[sel]
+    k_start = np.cumsum(n_kept[k_ids]) - n_kept[k_ids]
+    k_pair_seg = np.repeat(np.arange(len(k_ids), dtype=np.int64), n_kept[k_ids])
+    n_steps = int(step_code[-1]) // 2 + 1 if len(step_code) else 0
+    pair_g = pairs.g0[ki] + kj
+    has_gt = gts.count[gts.count > 0]  # the groups with a GT, in order: numbered 0.. (not by group code)
+    gt_grp = np.repeat(np.arange(len(has_gt), dtype=np.int64), has_gt)
+    return ExclusiveLayout(
+        n_det=len(considered),
+        k_det=seg_det[k_ids],
+        pair_iou=pair_iou[kp],
+        pair_g=pair_g,
+        pair_tie=gts.tie[pair_g],
+        pair_seg=k_pair_seg,
+        seg_start=k_start,
+        step_seg=np.searchsorted(step_code, 2 * np.arange(n_steps + 1)),
+        step_multi=np.searchsorted(step_code, 2 * np.arange(n_steps) + 1),
+        thr=thr_seg[:, ki] if per_class else thr_seg,
+        gt_row=gts.row,
+        gt_ign=gts.ign,
+        gt_crowd=gts.crowd,
+        g_of_tie=gts.g_of_tie,
+        considered=considered,
+        rank=rank,
+        strict=strict,
+        k_grp=gt_grp[pairs.g0[k_ids]],
+        gt_grp=gt_grp,
     )
+
+
+def exclusive_walk(
+    layout: ExclusiveLayout,
+    ign_w: np.ndarray | None = None,
+    reference: np.ndarray | None = None,
+) -> np.ndarray:
+    """Step 5, ``exclusive``, second half: the chosen GT position [T,K] (-1 none) of each segment
+    (``layout.k_det``), pycocotools' greedy walk (:func:`greedy_walk`) with the working GTs' flags
+    ``ign_w`` [W] (by position in ``layout.gt_row``; None: the layout's own).
+
+    ``reference``: this function's result under the layout's own flags. Groups are walked apart (their
+    GTs are disjoint), and a group walks as under the layout's flags where its flags are the same, or
+    uniform in both (all ignored or none: a candidate set never mixes flags, and ties go by the tie
+    rank, so the walk reads no flag): only the other groups are walked again.
+    """
+    if reference is None or ign_w is None:
+        return _greedy(layout, ign_w)
+    keep_k = _changed_groups(layout, ign_w)[layout.k_grp]
+    chosen = reference.copy()
+    if keep_k.any():
+        chosen[:, keep_k] = _greedy(_sub_walk(layout, keep_k), ign_w)
     return chosen
+
+
+def _greedy(w: ExclusiveLayout, ign_w: np.ndarray | None) -> np.ndarray:
+    return greedy_walk(
+        w.pair_iou,
+        w.pair_g,
+        w.pair_seg,
+        w.seg_start,
+        w.step_seg,
+        w.thr,
+        w.strict,
+        w.gt_ign if ign_w is None else ign_w,
+        w.gt_crowd,
+        len(w.gt_row),
+        w.pair_tie,
+        w.g_of_tie,
+        w.step_multi,
+    )
+
+
+def _changed_groups(layout: ExclusiveLayout, ign_w: np.ndarray) -> np.ndarray:
+    """[groups] whether a group's walk may differ from the one under the layout's flags (:func:`exclusive_walk`)."""
+    n_grp = len(layout.gt_grp) and int(layout.gt_grp[-1]) + 1  # the groups with a GT (at most W)
+    n = np.bincount(layout.gt_grp, minlength=n_grp)
+    s_ref = np.bincount(layout.gt_grp, layout.gt_ign, n_grp)
+    s_new = np.bincount(layout.gt_grp, ign_w, n_grp)
+    diff = np.bincount(layout.gt_grp, layout.gt_ign != ign_w, n_grp)
+    uniform = ((s_ref == 0) | (s_ref == n)) & ((s_new == 0) | (s_new == n))
+    return (diff > 0) & ~uniform
+
+
+def _sub_walk(layout: ExclusiveLayout, keep_k: np.ndarray | None) -> ExclusiveLayout:
+    """The layout restricted to the kept segments ``keep_k`` [K] (None: all), in the same walk order."""
+    if keep_k is None:
+        return layout
+    kk = np.flatnonzero(keep_k)
+    counts = np.diff(np.append(layout.seg_start, len(layout.pair_iou)))
+    sub_counts = counts[kk]
+    pair_keep = np.repeat(keep_k, counts)
+    return layout._replace(
+        k_det=layout.k_det[kk],
+        pair_iou=layout.pair_iou[pair_keep],
+        pair_g=layout.pair_g[pair_keep],
+        pair_tie=layout.pair_tie[pair_keep],
+        pair_seg=np.repeat(np.arange(len(kk), dtype=np.int64), sub_counts),
+        seg_start=np.cumsum(sub_counts) - sub_counts,
+        step_seg=np.searchsorted(kk, layout.step_seg),
+        step_multi=np.searchsorted(kk, layout.step_multi),
+        thr=layout.thr[:, pair_keep] if layout.thr.shape[1] > 1 else layout.thr,
+    )
 
 
 def _assign_max(pairs: _Pairs, greedy: np.ndarray, thr_seg: np.ndarray, strict: bool) -> np.ndarray:

@@ -9,10 +9,13 @@ rules) and pycocotools' ``accumulate`` rules:
   (101), max detections per image and category 1 / 10 / 100;
 * area ranges all ``[0, 1e10]``, small ``[0, 32^2]``, medium ``[32^2,
   96^2]``, large ``[96^2, 1e10]`` (bounds inclusive): a GT outside the range
-  is ignored (the matching is read from one reference matching, and only
-  the (image, category) groups whose GT flags change it are matched again:
-  ``_RangeReference``), and a detection
-  left unmatched outside the range (its box area ``w * h``) is ignored;
+  is ignored, and a detection left unmatched outside the range (its box
+  area ``w * h``) is ignored. The IoUs and the pairs the greedy walk may
+  take do not depend on the ignore flags: they are computed once
+  (:func:`detcal.matching.engine.exclusive_layout`), walked once under the
+  crowd flags, and each area range walks again only the (image, category)
+  groups whose flags change the walk (GTs of several ranges, about a
+  quarter of the detections on COCO-shaped data);
 * per category, area range and max-dets: the kept detections of all images
   sorted by descending score (stable: image id, then the image's score
   order), ``tp`` / ``fp`` cumulative sums, ``recall = tp / n_gt``,
@@ -23,7 +26,7 @@ rules) and pycocotools' ``accumulate`` rules:
 
 The GT area is ``dataset`` GT box area unless ``gt_area`` (COCO ``area``,
 e.g. mask areas) is given. No Python loop over detections or categories:
-the detections are put in accumulate order once, and each (area range,
+the matching's outcome is written in accumulate order, and each (area range,
 max-dets, IoU threshold) reads the cumulative counts at the true positives
 only, every category at once (:func:`_accumulate`).
 """
@@ -34,9 +37,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from detcal.core.errors import DetcalInputError
-from detcal.core.types import Dataset, Detections, GroundTruth, MatchResult, MetricResult
-from detcal.matching.blocks import factorize, float_key, group_codes, segment_starts, stable_argsort
-from detcal.matching.engine import match
+from detcal.core.types import Dataset, Detections, MetricResult
+from detcal.matching.blocks import factorize, float_key, stable_argsort
+from detcal.matching.engine import ExclusiveLayout, exclusive_layout, exclusive_outcome, exclusive_walk
 from detcal.utils.processes import map_in_processes
 
 IOU_THRESHOLDS: np.ndarray = np.linspace(0.5, 0.95, int(np.round((0.95 - 0.5) / 0.05)) + 1, endpoint=True)
@@ -73,18 +76,6 @@ def _box_area(box: np.ndarray) -> np.ndarray:
     return (box[:, 2] - box[:, 0]) * (box[:, 3] - box[:, 1])
 
 
-def _rank_in_group(group: np.ndarray) -> np.ndarray:
-    """Rank of each detection by descending score (stable) within its (image, category) ``group``
-    code, for detections already in accumulate order (by category, descending score, image; ties in
-    input order): a stable sort by the group keeps each group in its score order."""
-    o = stable_argsort([group])
-    starts = segment_starts(group[o])
-    pos = np.arange(len(o)) - np.repeat(starts, np.diff(np.append(starts, len(o))))
-    rank = np.empty(len(o), np.int64)
-    rank[o] = pos
-    return rank
-
-
 def coco_eval_arrays(
     dets: Detections, dataset: Dataset, *, gt_area: ArrayLike | None = None, workers: int = 1
 ) -> dict[str, np.ndarray]:
@@ -102,8 +93,9 @@ def coco_eval_arrays(
     area = _box_area(gt.box) if gt_area is None else np.asarray(gt_area, np.float64).reshape(-1)
     if area.shape != (len(gt),) or not np.isfinite(area).all():
         raise DetcalInputError(f"gt_area must hold {len(gt)} finite numbers", field="gt_area")
-    if len(dets) and (dataset.images.index_of(dets.image_id) < 0).any():
-        i = int(np.flatnonzero(dataset.images.index_of(dets.image_id) < 0)[0])
+    unknown = ~np.isin(dets.image_id, dataset.images.id)  # a membership test: no row lookup needed
+    if unknown.any():
+        i = int(np.flatnonzero(unknown)[0])
         raise DetcalInputError(
             f"image_id {int(dets.image_id[i])} is not among the dataset's images",
             record=f"detection row {i}",
@@ -114,24 +106,35 @@ def coco_eval_arrays(
     # pycocotools overwrites a GT 'ignore' key with iscrowd; out-of-range boxes are ignored per area range
     base_ignore = gt.iscrowd.astype(bool) if gt.iscrowd is not None else np.zeros(len(gt), bool)
     # pycocotools' accumulate order: by category, descending score (stable: images by id, then the
-    # input order, which is the image's own score order among equal scores). The detections are
-    # put in that order once, so that every later pass reads them in sequence; the matching is the
-    # same (it ranks each (image, category) by score, ties in input order, which this keeps).
+    # input order, which is the image's own score order among equal scores). Every later pass reads
+    # the detections in that order; the matching runs on the input order (it ranks each (image,
+    # category) by score, ties in input order, which the accumulate order keeps: the same outcome)
+    # and its outcome is written straight into accumulate order.
     det_cat_k = np.searchsorted(cats, dets.category)
     img_code = factorize(dets.image_id)[0]
-    order = stable_argsort([img_code, ~float_key(dets.score), det_cat_k]) if len(dets) else np.zeros(0, np.int64)
-    det_cat_k = det_cat_k[order]
-    dets = Detections(
-        image_id=dets.image_id[order], box=dets.box[order], score=dets.score[order], category=dets.category[order]
+    order = (
+        stable_argsort([img_code, float_key(dets.score, descending=True), det_cat_k])
+        if len(dets)
+        else np.zeros(0, np.int64)
     )
-    known = (det_cat_k < K) & (cats[np.minimum(det_cat_k, K - 1)] == dets.category) if K else np.zeros(len(dets), bool)
-    key_d, key_g, n_groups = group_codes(dets.image_id, dets.category, gt.image_id, gt.category, False)
-    rank = _rank_in_group(key_d)
-    det_area = _box_area(dets.box)
+    at = np.empty(len(order), np.int64)
+    at[order] = np.arange(len(order), dtype=np.int64)  # accumulate position of each input row
+    det_cat_k = det_cat_k[order]
+    category = dets.category[order]
+    known = (det_cat_k < K) & (cats[np.minimum(det_cat_k, K - 1)] == category) if K else np.zeros(len(dets), bool)
+    det_area = _box_area(dets.box)[order]
     gt_k = np.searchsorted(cats, gt.category)
-    ref = _RangeReference(dets, gt, base_ignore | _outside(area, AREA_RANGES["all"]), key_d, key_g, n_groups)
-    orders = _max_dets_orders(rank, known & ref.m.considered, det_cat_k, K)
-    ctx = (dataset, area, base_ignore, det_area, orders, gt_k, K, ref)
+    # the IoUs and the pairs the walk may take, once: each area range walks them under its GT flags
+    # (the detections' areas from their corners, as this module always took them: no ``wh``)
+    plain = Detections(image_id=dets.image_id, box=dets.box, score=dets.score, category=dets.category)
+    layout = exclusive_layout(plain, gt, IOU_THRESHOLDS.tolist(), max_dets=MAX_DETS[-1])
+    layout = layout._replace(k_det=at[layout.k_det], considered=layout.considered[order])
+    # the rank in the (image, category) group, for the max-dets cuts: the matching's own (the same
+    # order: descending score, ties in input order)
+    orders = _max_dets_orders(layout.rank[order], known & layout.considered, det_cat_k, K)
+    # the walk under the layout's own flags (crowd GTs ignored); a range walks again only the groups
+    # whose flags change it (groups with GTs of several ranges)
+    ctx = (dataset, area, base_ignore, det_area, orders, gt_k, K, (layout, exclusive_walk(layout)))
 
     parts = map_in_processes(_area_arrays, list(AREA_RANGES.values()), ctx, workers)
     return {
@@ -144,65 +147,6 @@ def coco_eval_arrays(
 def _outside(area: np.ndarray, bounds: tuple[float, float]) -> np.ndarray:
     """Outside the area range ``[lo, hi]`` (bounds inclusive, as pycocotools)."""
     return (area < bounds[0]) | (area > bounds[1])
-
-
-class _RangeReference:
-    """One exclusive matching (GT flags ``ignore``) from which every area range's matching is read.
-
-    pycocotools matches each (image, category) group on its own, and an area
-    range changes a group's matching only through its GT ``ignore`` flags
-    (ignored GTs are sorted last and a detection on a non-ignored GT stops at
-    the first ignored one). A group matches exactly as in the reference when
-    its flags are the reference's, or when they are uniform in both (all
-    ignored or none: the same GT order, the stop never applies); only then
-    does the outcome change, by the flag of the matched GT. The other groups,
-    those with GTs of mixed ranges, are matched again, alone.
-    """
-
-    def __init__(
-        self, dets: Detections, gt: GroundTruth, ignore: np.ndarray, key_d: np.ndarray, key_g: np.ndarray, n_groups: int
-    ) -> None:
-        """``key_d``, ``key_g``: the (image, category) group code of each detection and GT, below ``n_groups``."""
-        self.dets, self.gt, self.ignore = dets, gt, ignore
-        self.m = _match_exclusive(dets, gt, ignore)
-        self.key_g, self.key_d, self.n_groups = key_g, key_d, n_groups
-        self.hit = self.m.gt_index >= 0
-        self.miss = ~self.hit
-
-    def _changed(self, ignore: np.ndarray) -> np.ndarray:
-        """[n_groups] whether a group's matching may differ from the reference's under GT flags ``ignore``."""
-        n = np.bincount(self.key_g, minlength=self.n_groups)
-        s_ref = np.bincount(self.key_g, self.ignore, self.n_groups)
-        s_new = np.bincount(self.key_g, ignore, self.n_groups)
-        diff = np.bincount(self.key_g, self.ignore != ignore, self.n_groups)
-        uniform = ((s_ref == 0) | (s_ref == n)) & ((s_new == 0) | (s_new == n))
-        return (diff > 0) & ~uniform
-
-    def tp_counted(self, ignore: np.ndarray, out_d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """True positives and counted detections [T,D] (pycocotools' ``dtm & ~dtIg`` and ``~dtIg``) of
-        the exclusive matching with GT flags ``ignore``, the detections ``out_d`` outside the range.
-
-        A detection is a true positive when matched to a non-ignored GT, and counted unless it is
-        matched to an ignored GT or unmatched outside the range."""
-        tp = np.append(ignore, False)[self.m.gt_index]  # on an ignored GT; -1 (no GT) reads the appended False
-        np.logical_not(tp, out=tp)
-        tp &= self.hit  # in place: two fresh [T, D] arrays per range, not seven
-        counted = np.logical_and(self.miss, ~out_d[None, :])
-        counted |= tp
-        changed = self._changed(ignore)
-        if changed.any():
-            d_sel = np.flatnonzero(changed[self.key_d])
-            g_sel = np.flatnonzero(changed[self.key_g])
-            sub = _match_exclusive(self.dets.select(d_sel), self.gt.select(g_sel), ignore[g_sel])
-            tp[:, d_sel] = sub.matched
-            counted[:, d_sel] = sub.matched | (~(sub.matched | sub.ignored) & ~out_d[d_sel][None, :])
-        return tp, counted
-
-
-def _match_exclusive(dets: Detections, gt: GroundTruth, ignore: np.ndarray) -> MatchResult:
-    g = gt.select(np.arange(len(gt)))
-    g.ignore = ignore
-    return match(dets, g, IOU_THRESHOLDS.tolist(), mode="exclusive", max_dets=MAX_DETS[-1], gt_ignore="ignore_or_crowd")
 
 
 _EPS = float(np.spacing(1))
@@ -282,7 +226,7 @@ def _area_arrays(
     orders: list[tuple[np.ndarray | None, np.ndarray]],
     gt_k: np.ndarray,
     K: int,
-    ref: _RangeReference,
+    walk: tuple[ExclusiveLayout, np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray]:
     """``precision [T,R,K,M]`` and ``recall [T,K,M]`` of one area range ``(lo, hi)``.
 
@@ -295,7 +239,9 @@ def _area_arrays(
     recall = -np.ones((T, K, M))
     gt = dataset.gt
     gt_ignore = base_ignore | _outside(area, bounds)
-    tp, counted = ref.tp_counted(gt_ignore, _outside(det_area, bounds))
+    tp, ignored = exclusive_outcome(walk[0], gt_ignore, walk[1])  # pycocotools' dtm & ~dtIg and the dtIg of matches
+    counted = tp | ~_outside(det_area, bounds)[None, :]  # ~dtIg: unmatched outside the range are ignored too
+    np.greater(counted, ignored, out=counted)  # counted & ~ignored, in place
     npig_k = np.bincount(gt_k[~gt_ignore], minlength=K)[:K] if len(gt) else np.zeros(K, np.int64)
     steps = _recall_steps(npig_k)
     done: dict[int, int] = {}

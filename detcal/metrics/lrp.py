@@ -41,6 +41,7 @@ import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Detections, GroundTruth, MetricResult
+from detcal.matching.blocks import factorize, float_key, segment_starts, stable_argsort
 from detcal.matching.engine import match
 
 DEFAULT_TAU: float = 0.0
@@ -136,9 +137,9 @@ def _class_sorted(o: DetectionOutcomes) -> tuple[np.ndarray, np.ndarray, np.ndar
     Returns (rows [S], class row [S], start of each class run [C] as positions, -1 if the class has none).
     """
     ci = o.class_index()
-    rows = np.flatnonzero(o.valid & (ci >= 0))
-    order = np.lexsort((rows, o.image_id[rows], -o.score[rows], ci[rows]))
-    rows = rows[order]
+    rows = np.flatnonzero(o.valid & (ci >= 0))  # ascending: the input order is the last key
+    img = factorize(o.image_id[rows])[0]  # order-preserving codes
+    rows = rows[stable_argsort([img, float_key(o.score[rows], descending=True), ci[rows]])]  # radix: linear
     return rows, ci[rows], np.searchsorted(ci[rows], np.arange(len(o.gt_categories)))
 
 
@@ -215,10 +216,12 @@ def lrp_table(o: DetectionOutcomes) -> LRPTable:
     olrp_fn = np.ones(C)
     thr = np.full(C, np.nan)
     if len(rows):
-        # per class: smallest LRP, ties to the earliest position (lexsort on (position, value, class))
-        pos = np.arange(len(rows))
-        order = np.lexsort((pos, prefix, seg))
-        first = order[np.searchsorted(seg[order], np.arange(C))[np.flatnonzero(has_tp)]]
+        # per class: smallest LRP, ties to the earliest position (each class is one run of ``seg``)
+        runs = segment_starts(seg)
+        low = np.repeat(np.minimum.reduceat(prefix, runs), np.diff(np.append(runs, len(rows))))
+        at_min = np.flatnonzero(prefix == low)
+        first = at_min[np.searchsorted(at_min, runs)]  # the first minimum of each run
+        first = first[has_tp[seg[runs]]]
         cls = seg[first]
         olrp[cls] = prefix[first]
         olrp_loc[cls] = loc_c[first] / tp_c[first]

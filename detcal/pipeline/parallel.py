@@ -77,6 +77,15 @@ def image_shards(image_id: np.ndarray, n: int) -> list[np.ndarray]:
 _MATCH_FIELDS = ("matched", "ignored", "gt_index", "iou", "considered")
 
 
+def _rows_index(rows: np.ndarray) -> slice | np.ndarray:
+    """Sorted, distinct rows (an :func:`image_shards` shard) as a slice when they are one contiguous run, as
+    they are when the results file lists the images in order: views to select and block copies to put back,
+    instead of gathers and scatters over every matched column."""
+    if len(rows) and int(rows[-1]) - int(rows[0]) + 1 == len(rows):
+        return slice(int(rows[0]), int(rows[-1]) + 1)
+    return rows
+
+
 def _compact_gt_index(n_gt: int | None) -> Any:
     """int32 GT rows when the GT fits (half the memory of int64; the same values)."""
     return np.int32 if n_gt is not None and n_gt < 2**31 - 1 else None
@@ -100,8 +109,9 @@ def merge_matches(
     first = next((r for rows, r in done if len(rows)), done[0][1])
     fields = _empty_match(first, n, n_gt)
     for rows, r in done:
+        at = _rows_index(rows)
         for name in _MATCH_FIELDS:
-            fields[name][..., rows] = getattr(r, name)
+            fields[name][..., at] = getattr(r, name)
     return dataclasses.replace(first, **fields)  # type: ignore[arg-type]
 
 
@@ -117,15 +127,35 @@ def match_in_shards(
     fields: dict[str, np.ndarray] | None = None
     first: MatchResult | None = None
     for rows in image_shards(dets.image_id, -(-n // shard_size)):
-        r = run_match(m, dets.select(rows), data, thresholds)
+        at = _rows_index(rows)
+        shard = dets.select(at)
+        r = _match_own_gt(m, shard, data, thresholds)
         if fields is None:
             first, fields = r, _empty_match(r, n, len(data.dataset.gt))
         for name in _MATCH_FIELDS:
-            fields[name][..., rows] = getattr(r, name)
+            fields[name][..., at] = getattr(r, name)
         del r
     assert first is not None and fields is not None
     release_memory()
     return dataclasses.replace(first, **fields)  # type: ignore[arg-type]
+
+
+def _match_own_gt(
+    m: MatchingSpec, dets: Detections, data: LoadedData, thresholds: Sequence[float] | None
+) -> MatchResult:
+    """:func:`run_match` of an image shard; under the engine's rules (``exclusive``/``max``, no KITTI data)
+    against the ground truth of the shard's images only, its rows mapped back: every group of the engine is
+    within an image, so the outcome is the same, and the ground-truth work of a shard is that of its images
+    (not of the whole set, once per shard)."""
+    if m.mode not in ("exclusive", "max") or data.kitti is not None or data.protocol is not None:
+        return run_match(m, dets, data, thresholds)
+    gt = data.dataset.gt
+    g_rows = np.flatnonzero(np.isin(gt.image_id, dets.image_id))
+    own = dataclasses.replace(data, dataset=dataclasses.replace(data.dataset, gt=gt.select(g_rows)))
+    r = run_match(m, dets, own, thresholds)
+    hit = r.gt_index >= 0
+    r.gt_index[hit] = g_rows[r.gt_index[hit]]
+    return r
 
 
 def _scatter(
@@ -179,7 +209,7 @@ def _match_shard(
     thresholds: Sequence[float] | None,
     shard_size: int = 0,
 ) -> tuple[np.ndarray, MatchResult]:
-    return rows, match_in_shards(m, dets.select(rows), data, thresholds, shard_size)
+    return rows, match_in_shards(m, dets.select(_rows_index(rows)), data, thresholds, shard_size)
 
 
 def parallel_match(

@@ -507,3 +507,69 @@ def test_input_errors_name_the_field() -> None:
     with pytest.raises(DetcalInputError, match="image_id") as e:
         match(dets_of([[0, 0, 1, 1]], [0.5], imgs=[7]), g, images=Images(id=[1], width=[10], height=[10]))
     assert e.value.field == "image_id" and "row 0" in str(e.value.record)
+
+
+# --------------------------------------------------------------------------- one layout, any GT flags
+
+
+def _flagged(gt: GroundTruth, flags: np.ndarray) -> GroundTruth:
+    g = copy.copy(gt)
+    g.ignore = flags
+    return g
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_exclusive_outcome_equals_match_under_any_flags(seed: int) -> None:
+    """One layout (IoUs, kept pairs, walk order), walked under many GT ignore flags (with and without the
+    reference walk): every time match()'s outcome with those flags as GroundTruth.ignore."""
+    from detcal.matching.engine import exclusive_layout, exclusive_outcome, exclusive_walk
+
+    gt, dets = to_records(*make_coco(n_images=60, seed=seed, dets_per_img=25.0, crowd_frac=0.1))
+    thr = [0.5, 0.6, 0.75, 0.9]
+    layout = exclusive_layout(dets, gt, thr, max_dets=10 if seed % 2 else 100)
+    ref = exclusive_walk(layout)
+    rng = np.random.default_rng(seed)
+    area = (gt.box[:, 2] - gt.box[:, 0]) * (gt.box[:, 3] - gt.box[:, 1])
+    flag_sets = [
+        np.zeros(len(gt), bool),
+        np.ones(len(gt), bool),
+        rng.random(len(gt)) < 0.3,
+        rng.random(len(gt)) < 0.7,
+        area < 32.0**2,
+        (area < 32.0**2) | (area > 96.0**2),
+    ]
+    for flags in flag_sets:
+        flags = flags | gt.iscrowd  # the reading of gt_ignore="ignore_or_crowd"
+        want = match(dets, _flagged(gt, flags), thr, max_dets=layout_max(seed), gt_ignore="ignore_or_crowd")
+        for reference in (None, ref):
+            matched, ignored = exclusive_outcome(layout, flags, reference)
+            np.testing.assert_array_equal(matched, want.matched)
+            np.testing.assert_array_equal(ignored, want.ignored)
+        np.testing.assert_array_equal(layout.considered, want.considered)
+
+
+def layout_max(seed: int) -> int:
+    return 10 if seed % 2 else 100
+
+
+def test_exclusive_outcome_tie_between_gts_of_other_layout_flags() -> None:
+    """An exact tie between two GTs that are both ignored under the walked flags, but not under the layout's
+    own (a crowd GT and a plain one): pycocotools orders the two by file order, so the later one (the plain
+    GT) is taken, and the next detection, which reaches only that GT, finds it taken (unmatched).
+
+    d1 [0,0,10,10]: IoA with the crowd GT A [5,0,100,10] = 50/100 = 0.5; IoU with B [0,0,10,20] =
+    100/200 = 0.5 (a tie at t = 0.5). d2 [0,10,10,20]: IoU with B = 100/200 = 0.5, no overlap with A.
+    """
+    from detcal.matching.engine import exclusive_layout, exclusive_outcome, exclusive_walk
+
+    gt = gt_of([[5, 0, 100, 10], [0, 0, 10, 20]], crowd=[True, False])
+    dets = dets_of([[0, 0, 10, 10], [0, 10, 10, 20]], [0.9, 0.8])
+    layout = exclusive_layout(dets, gt, [0.5])
+    for reference in (None, exclusive_walk(layout)):
+        matched, ignored = exclusive_outcome(layout, np.array([True, True]), reference)
+        assert matched.tolist() == [[False, False]] and ignored.tolist() == [[True, False]]
+    want = match(dets, _flagged(gt, np.array([True, True])), [0.5], gt_ignore="ignore_or_crowd")
+    assert want.gt_index.tolist() == [[1, -1]]
+    # under the layout's own flags (only the crowd GT ignored) B is preferred: both detections find a GT
+    matched, ignored = exclusive_outcome(layout, np.array([True, False]))
+    assert matched.tolist() == [[True, False]] and ignored.tolist() == [[False, False]]

@@ -114,3 +114,23 @@ def test_memory_thresholds_are_set_unless_opted_out(monkeypatch):
     monkeypatch.delenv("DETCAL_MALLOC_DEFAULTS")
     app._reuse_freed_memory()
     assert calls == [(-1, 2**31), (-3, 2**30)]  # M_TRIM_THRESHOLD, M_MMAP_THRESHOLD
+
+
+def test_float_key_orders_as_the_floats_and_descending_is_its_complement():
+    """The in-place bit trick orders like the floats (-0.0 as 0.0, subnormals, infinities), and the
+    descending key is the bitwise complement of the ascending one."""
+    rng = np.random.default_rng(3)
+    x = np.concatenate(
+        [
+            rng.normal(size=2000) * 10.0 ** rng.integers(-300, 300, 2000),
+            [0.0, -0.0, np.inf, -np.inf, 5e-324, -5e-324, 1.0, 1.0, -2.5, -2.5],
+        ]
+    )
+    key = blocks.float_key(x)
+    assert key.dtype == np.uint64
+    np.testing.assert_array_equal(np.argsort(key, kind="stable"), np.argsort(x + 0.0, kind="stable"))
+    np.testing.assert_array_equal(blocks.float_key(x, descending=True), ~key)
+    assert key[x == 0.0].min() == key[x == 0.0].max()  # -0.0 and 0.0 share a key
+    x0 = x.copy()
+    blocks.float_key(x)
+    np.testing.assert_array_equal(x, x0)  # the input is left alone

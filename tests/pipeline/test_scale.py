@@ -172,6 +172,26 @@ def test_match_in_shards_equals_one_call(coco: DataSpec) -> None:
             assert np.array_equal(getattr(got, name), getattr(one, name)), (size, name)
 
 
+def test_match_in_shards_equals_one_call_in_any_row_order(coco: DataSpec) -> None:
+    """Shards are contiguous row runs when the results list the images in order (selected and put back as
+    slices) and scattered rows otherwise: both give the one-call match."""
+    from detcal.pipeline.matcher import run_match
+    from detcal.pipeline.parallel import image_shards
+
+    data = load_coco(coco.gt, coco.results)
+    m = MatchingSpec(iou_thresholds=THRESHOLDS)
+    shuffled = data.detections.select(np.random.default_rng(0).permutation(len(data.detections)))
+    for dets in (data.detections, shuffled):
+        one = run_match(m, dets, data)
+        for size in (1, 97):
+            got = match_in_shards(m, dets, data, None, size)
+            for name in ("matched", "ignored", "gt_index", "iou", "considered"):
+                assert np.array_equal(getattr(got, name), getattr(one, name)), (size, name)
+    runs = [bool(np.all(np.diff(r) == 1)) for r in image_shards(data.detections.image_id, 5)]
+    assert all(runs)  # the bundled results list the images in order: the slice path is taken
+    assert not any(bool(np.all(np.diff(r) == 1)) for r in image_shards(shuffled.image_id, 5))
+
+
 def test_config_keys_are_checked() -> None:
     from detcal.pipeline.spec import ConfigError
 
