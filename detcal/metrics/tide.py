@@ -317,7 +317,8 @@ def _kept_pairs(
     steps = np.arange(_CHUNK, int(ends[-1]) if len(ends) else 0, _CHUNK)
     cuts = np.concatenate([[0], np.searchsorted(ends, steps, "right"), [len(img_k)]])
     cuts = cuts[np.concatenate([[True], cuts[1:] > cuts[:-1]])]  # ascending already: drop the repeats
-    parts = [_pair_block(a, b, n, ends, gstart[img_k], dc, gc, crowd, overlap_only) for a, b in zip(cuts, cuts[1:])]
+    gfirst = gstart[img_k]  # each kept detection's first box (gathered once, not per block: linear)
+    parts = [_pair_block(a, b, n, ends, gfirst, dc, gc, crowd, overlap_only) for a, b in zip(cuts, cuts[1:])]
     pd = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
     within = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
     iou = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0)
