@@ -39,6 +39,7 @@ import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.metrics.oce import ObjectScores
+from detcal.metrics.score_order import descending_order
 
 METHODS: tuple[str, ...] = ("threshold", "topk", "nms")
 LAMBDA_GRID: tuple[float, ...] = (0, 0.25, 0.5, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20)
@@ -113,7 +114,7 @@ def _sorted_split(
     img = order_img[pos]
     # by image, then descending score, ties in input order (as lexsort((-score, img))): a stable sort of the
     # scores, then a stable radix sort of the image rows
-    order = np.argsort(-score, kind="stable")
+    order = descending_order(score)  # the sort TIDE's scene made of the same scores, checked and reused
     order = order[np.argsort(img[order].astype(np.int16 if len(images) < 2**15 else np.int64), kind="stable")]
     img, s = img[order], score[order]
     n_img = len(images)

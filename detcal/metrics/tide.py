@@ -46,6 +46,7 @@ import numpy as np
 
 from detcal.core.types import Detections, GroundTruth, Images
 from detcal.matching.blocks import box_areas
+from detcal.metrics.score_order import descending_order
 
 __all__ = [
     "ERROR_TYPES",
@@ -387,7 +388,7 @@ def scene(images: Images, gt: GroundTruth, dets: Detections, max_dets: int = 100
     n_img, nd = len(images), len(dets)
     d_img, g_img = images.index_of(dets.image_id), images.index_of(gt.image_id)
     g_ok = g_img >= 0
-    desc = np.argsort(-dets.score, kind="stable")  # one sort of the scores, shared by every later order
+    desc = descending_order(dets.score)  # one sort of the scores, shared by every later order (and by OCE)
     rank, by_image = _rank_in_image(d_img, desc)
     kd = np.flatnonzero((rank >= 0) & (rank < max_dets))
     if len(kd):  # by rank, then image: one block of pairs per matching pass (two stable radix sorts)
