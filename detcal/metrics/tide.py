@@ -242,6 +242,11 @@ def _class_order(cls: np.ndarray, n_cls: int) -> np.ndarray:
     return _small_sort(cls, n_cls)
 
 
+def _narrow(codes: np.ndarray, bound: int) -> np.ndarray:
+    """Integer codes in ``[-1, bound)`` as int16, int32 or int64, the narrowest that holds them."""
+    return codes.astype(np.int16 if bound < 2**15 else np.int32 if bound < 2**31 else np.int64, copy=False)
+
+
 def _small_sort(codes: np.ndarray, bound: int) -> np.ndarray:
     """Stable argsort of non-negative integer codes below ``bound`` (numpy's radix sort when they fit 16 bits)."""
     return np.argsort(codes.astype(np.int16 if bound < 2**15 else np.int64), kind="stable")
@@ -516,15 +521,18 @@ def _fixes(
     missed: np.ndarray, fn: np.ndarray,
 ) -> tuple[float, dict[str, float], dict[str, float]]:  # fmt: skip
     """The mAP, each main type's dAP (fixed alone, clipped at 0) and the special dAPs."""
-    d_img, dcat, gcat, n_cls = sc.d_img, sc.dcat, sc.gcat, sc.n_cls
+    gcat, n_cls = sc.gcat, sc.n_cls
     tp = code == TP
     fp = (code > TP) & ~ignored  # false positives in the AP (ignored ones are not)
     kept = code >= 0
     by_score = sc.desc[kept[sc.desc]]  # descending score; ties in input order, made (image, rank) below
     sv = sc.score[by_score]
     run = np.cumsum(np.concatenate([[0], sv[1:] != sv[:-1]])) if len(sv) else np.zeros(0, np.int64)
-    n_img = int(d_img.max()) + 1 if len(by_score) else 1
+    n_img = int(sc.d_img.max()) + 1 if len(by_score) else 1
     n_run = int(run[-1]) + 1 if len(run) else 1
+    # the columns gathered in score order, as the narrowest integers that hold them (the same values): the
+    # gathers then read a quarter of the memory, which stays in the processor's cache on large sets
+    d_img, dcat, code, run = (_narrow(sc.d_img, n_img), _narrow(sc.dcat, n_cls), code.astype(np.int8), _narrow(run, 2 * n_run))
     # equal scores in tidecv's visiting order: by image, then rank (input order within an image): a stable sort
     # by image, then by score run (two radix sorts; the same order as one stable sort of run * n_img + image)
     p1 = _small_sort(d_img[by_score], n_img)
