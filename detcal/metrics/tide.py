@@ -143,8 +143,10 @@ def _rank_in_image(img: np.ndarray, desc: np.ndarray) -> tuple[np.ndarray, np.nd
     """Rank [D] of each detection in its image (``img`` -1: none) by descending score, ties in input order,
     and the detections of known images by image, then rank; ``desc``: every detection by descending score,
     ties in input order."""
+    bound = int(img.max()) + 1 if len(img) else 1
+    img = _narrow(img, bound)  # gathered in score order below: the narrowest codes (same values) stay in cache
     order = desc[img[desc] >= 0]
-    order = order[_small_sort(img[order], int(img.max()) + 1 if len(order) else 1)]
+    order = order[_small_sort(img[order], bound)]
     rank = np.full(len(img), -1, np.int64)
     si = img[order]
     pos = np.arange(len(order))
