@@ -534,7 +534,12 @@ def _fixes(
     n_run = int(run[-1]) + 1 if len(run) else 1
     # the columns gathered in score order, as the narrowest integers that hold them (the same values): the
     # gathers then read a quarter of the memory, which stays in the processor's cache on large sets
-    d_img, dcat, code, run = (_narrow(sc.d_img, n_img), _narrow(sc.dcat, n_cls), code.astype(np.int8), _narrow(run, 2 * n_run))
+    d_img, dcat, code, run = (
+        _narrow(sc.d_img, n_img),
+        _narrow(sc.dcat, n_cls),
+        code.astype(np.int8),
+        _narrow(run, 2 * n_run),
+    )
     # equal scores in tidecv's visiting order: by image, then rank (input order within an image): a stable sort
     # by image, then by score run (two radix sorts; the same order as one stable sort of run * n_img + image)
     p1 = _small_sort(d_img[by_score], n_img)
