@@ -13,8 +13,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
-PAIR_BLOCK: int = 4_000_000
-"""Largest number of pairs built at once."""
+PAIR_BLOCK: int = 1 << 17
+"""Largest number of candidate pairs built at once: their temporaries (a few arrays of 8-byte values) stay in
+the processor's cache, so the time grows with the pairs and not faster (measured: 4,000,000 at once took
+about 20% longer per pair at 1.2M detections). Every block is computed alone: the size changes no number."""
 
 
 def pair_iou(gt_box: np.ndarray, det_box: np.ndarray) -> np.ndarray:

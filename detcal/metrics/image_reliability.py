@@ -39,6 +39,7 @@ import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.metrics.oce import ObjectScores
+from detcal.metrics.score_order import descending_order
 
 METHODS: tuple[str, ...] = ("threshold", "topk", "nms")
 LAMBDA_GRID: tuple[float, ...] = (0, 0.25, 0.5, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20)
@@ -91,6 +92,27 @@ def _nms_keep(box: np.ndarray, score: np.ndarray, img: np.ndarray, n_img: int, i
     return keep
 
 
+def _image_rows(ids: np.ndarray, images: np.ndarray) -> np.ndarray:
+    """Row in ``images`` [D] of each id (the first of equal ids); an unknown id is an input error. A lookup
+    table when the ids are distinct small non-negative integers (no binary search), else a binary search."""
+    order_img = np.argsort(images, kind="stable")
+    sorted_ids = images[order_img]
+    small = bool(len(ids) and len(images)) and sorted_ids[0] >= 0 and sorted_ids[-1] < 4 * len(ids) + 100_000
+    if small and np.all(sorted_ids[1:] > sorted_ids[:-1]):
+        table = np.full(int(sorted_ids[-1]) + 1, -1, np.int64)
+        table[sorted_ids] = order_img
+        inside = (ids >= 0) & (ids < len(table))
+        img = np.where(inside, table[np.where(inside, ids, 0)], -1)
+        known = img >= 0
+    else:
+        pos = np.clip(np.searchsorted(sorted_ids, ids), 0, max(len(images) - 1, 0))
+        known = (sorted_ids[pos] == ids) if len(images) else np.zeros(len(ids), bool)
+        img = order_img[pos] if len(images) else np.zeros(len(ids), np.int64)
+    if not np.all(known):
+        raise DetcalInputError(f"prediction for unknown image id {int(ids[~known][0])}", field="image_id")
+    return img
+
+
 def _sorted_split(
     image_id: np.ndarray, score: np.ndarray, images: np.ndarray, method: str, param: float, box: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
@@ -105,17 +127,14 @@ def _sorted_split(
     if not np.all(np.isfinite(score)):
         bad = int(np.flatnonzero(~np.isfinite(score))[0])
         raise DetcalInputError("scores must be finite", record=f"prediction row {bad}", field="score")
-    order_img = np.argsort(images, kind="stable")
-    pos = np.clip(np.searchsorted(images[order_img], ids), 0, max(len(images) - 1, 0))
-    known = (images[order_img][pos] == ids) if len(images) else np.zeros(len(ids), bool)
-    if not np.all(known):
-        raise DetcalInputError(f"prediction for unknown image id {int(ids[~known][0])}", field="image_id")
-    img = order_img[pos]
+    img = _image_rows(ids, images)
     # by image, then descending score, ties in input order (as lexsort((-score, img))): a stable sort of the
-    # scores, then a stable radix sort of the image rows
-    order = np.argsort(-score, kind="stable")
-    order = order[np.argsort(img[order].astype(np.int16 if len(images) < 2**15 else np.int64), kind="stable")]
-    img, s = img[order], score[order]
+    # scores, then a stable radix sort of the image rows (gathered as 16-bit codes when they fit: less memory
+    # read in score order, the same values)
+    img = img.astype(np.int16 if len(images) < 2**15 else np.int64)
+    order = descending_order(score)  # the sort TIDE's scene made of the same scores, checked and reused
+    order = order[np.argsort(img[order], kind="stable")]
+    img, s = img[order].astype(np.int64), score[order]
     n_img = len(images)
     counts = np.bincount(img, minlength=n_img)
     rank = np.arange(len(img)) - (np.cumsum(counts) - counts)[img]

@@ -84,7 +84,8 @@ def _class_f1(
     out = np.full((c, 4), np.nan)
     if len(score) == 0:
         return out
-    o = by_score[np.argsort(code[by_score].astype(np.int16 if c < 2**15 else np.int64), kind="stable")]
+    code = code.astype(np.int16 if c < 2**15 else np.int64)  # narrow before the gathers in score order (cache)
+    o = by_score[np.argsort(code[by_score], kind="stable")]
     sc, s, t = code[o], score[o], tp[o].astype(np.int64)
     n = np.bincount(sc, minlength=c)
     start = np.cumsum(n) - n

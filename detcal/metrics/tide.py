@@ -46,6 +46,7 @@ import numpy as np
 
 from detcal.core.types import Detections, GroundTruth, Images
 from detcal.matching.blocks import box_areas
+from detcal.metrics.score_order import descending_order
 
 __all__ = [
     "ERROR_TYPES",
@@ -142,8 +143,10 @@ def _rank_in_image(img: np.ndarray, desc: np.ndarray) -> tuple[np.ndarray, np.nd
     """Rank [D] of each detection in its image (``img`` -1: none) by descending score, ties in input order,
     and the detections of known images by image, then rank; ``desc``: every detection by descending score,
     ties in input order."""
+    bound = int(img.max()) + 1 if len(img) else 1
+    img = _narrow(img, bound)  # gathered in score order below: the narrowest codes (same values) stay in cache
     order = desc[img[desc] >= 0]
-    order = order[_small_sort(img[order], int(img.max()) + 1 if len(order) else 1)]
+    order = order[_small_sort(img[order], bound)]
     rank = np.full(len(img), -1, np.int64)
     si = img[order]
     pos = np.arange(len(order))
@@ -241,6 +244,11 @@ def _class_order(cls: np.ndarray, n_cls: int) -> np.ndarray:
     return _small_sort(cls, n_cls)
 
 
+def _narrow(codes: np.ndarray, bound: int) -> np.ndarray:
+    """Integer codes in ``[-1, bound)`` as int16, int32 or int64, the narrowest that holds them."""
+    return codes.astype(np.int16 if bound < 2**15 else np.int32 if bound < 2**31 else np.int64, copy=False)
+
+
 def _small_sort(codes: np.ndarray, bound: int) -> np.ndarray:
     """Stable argsort of non-negative integer codes below ``bound`` (numpy's radix sort when they fit 16 bits)."""
     return np.argsort(codes.astype(np.int16 if bound < 2**15 else np.int64), kind="stable")
@@ -317,7 +325,8 @@ def _kept_pairs(
     steps = np.arange(_CHUNK, int(ends[-1]) if len(ends) else 0, _CHUNK)
     cuts = np.concatenate([[0], np.searchsorted(ends, steps, "right"), [len(img_k)]])
     cuts = cuts[np.concatenate([[True], cuts[1:] > cuts[:-1]])]  # ascending already: drop the repeats
-    parts = [_pair_block(a, b, n, ends, gstart[img_k], dc, gc, crowd, overlap_only) for a, b in zip(cuts, cuts[1:])]
+    gfirst = gstart[img_k]  # each kept detection's first box (gathered once, not per block: linear)
+    parts = [_pair_block(a, b, n, ends, gfirst, dc, gc, crowd, overlap_only) for a, b in zip(cuts, cuts[1:])]
     pd = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
     within = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
     iou = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0)
@@ -386,7 +395,7 @@ def scene(images: Images, gt: GroundTruth, dets: Detections, max_dets: int = 100
     n_img, nd = len(images), len(dets)
     d_img, g_img = images.index_of(dets.image_id), images.index_of(gt.image_id)
     g_ok = g_img >= 0
-    desc = np.argsort(-dets.score, kind="stable")  # one sort of the scores, shared by every later order
+    desc = descending_order(dets.score)  # one sort of the scores, shared by every later order (and by OCE)
     rank, by_image = _rank_in_image(d_img, desc)
     kd = np.flatnonzero((rank >= 0) & (rank < max_dets))
     if len(kd):  # by rank, then image: one block of pairs per matching pass (two stable radix sorts)
@@ -514,15 +523,23 @@ def _fixes(
     missed: np.ndarray, fn: np.ndarray,
 ) -> tuple[float, dict[str, float], dict[str, float]]:  # fmt: skip
     """The mAP, each main type's dAP (fixed alone, clipped at 0) and the special dAPs."""
-    d_img, dcat, gcat, n_cls = sc.d_img, sc.dcat, sc.gcat, sc.n_cls
+    gcat, n_cls = sc.gcat, sc.n_cls
     tp = code == TP
     fp = (code > TP) & ~ignored  # false positives in the AP (ignored ones are not)
     kept = code >= 0
     by_score = sc.desc[kept[sc.desc]]  # descending score; ties in input order, made (image, rank) below
     sv = sc.score[by_score]
     run = np.cumsum(np.concatenate([[0], sv[1:] != sv[:-1]])) if len(sv) else np.zeros(0, np.int64)
-    n_img = int(d_img.max()) + 1 if len(by_score) else 1
+    n_img = int(sc.d_img.max()) + 1 if len(by_score) else 1
     n_run = int(run[-1]) + 1 if len(run) else 1
+    # the columns gathered in score order, as the narrowest integers that hold them (the same values): the
+    # gathers then read a quarter of the memory, which stays in the processor's cache on large sets
+    d_img, dcat, code, run = (
+        _narrow(sc.d_img, n_img),
+        _narrow(sc.dcat, n_cls),
+        code.astype(np.int8),
+        _narrow(run, 2 * n_run),
+    )
     # equal scores in tidecv's visiting order: by image, then rank (input order within an image): a stable sort
     # by image, then by score run (two radix sorts; the same order as one stable sort of run * n_img + image)
     p1 = _small_sort(d_img[by_score], n_img)
