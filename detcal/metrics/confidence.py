@@ -250,10 +250,12 @@ class ConfidenceMetric:
         features: ArrayLike | None = None,
         *,
         fields: Sequence[str] | None = None,
+        cells: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, CellSums, int]:
-        """Float sums per occupied (image, cell) pair (:func:`detcal.binning.pair_sums`; ``fields`` as there)."""
+        """Float sums per occupied (image, cell) pair (:func:`detcal.binning.pair_sums`; ``fields`` and
+        ``cells``, the samples' cells on this grid already computed, as there)."""
         f, b = self.grid_inputs(features)
-        return pair_sums(group_index, p, self.y_or_zeros(p, y), f, b, edges=self.edges, fields=fields)
+        return pair_sums(group_index, p, self.y_or_zeros(p, y), f, b, edges=self.edges, fields=fields, cells=cells)
 
     @property
     def value_fields(self) -> tuple[str, ...]:

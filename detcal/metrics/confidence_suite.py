@@ -352,6 +352,7 @@ def confidence_metrics(
                 level=ci_level,
                 seed=seed,
                 method=ci_method,
+                cells=cells,
             )
         )
     return out
