@@ -38,9 +38,7 @@ from detcal.core.results import (
     UQDetrBlock,
 )
 from detcal.core.types import Dataset, Detections, MatchResult, MetricResult, Skipped
-from detcal.metrics.bootstrap import with_ci
 from detcal.metrics.measures import headline_names
-from detcal.metrics.regression import ence, m_qce, m_qce_joint, regression_metrics
 from detcal.metrics.spaces import regression_sample
 from detcal.pipeline.confidence_block import confidence_blocks, dece_maps, threshold_label
 from detcal.pipeline.input_checks import check_input
@@ -250,6 +248,10 @@ def _regression_block(
     spec: EvaluationSpec, data: LoadedData, mr: MatchResult, progress: Progress
 ) -> RegressionBlock | Skipped:
     """Box-uncertainty metrics (docs/metrics.md) with bootstrap intervals on the headline ones."""
+    # lazy: the regression metrics and the bootstrap (~20 ms of imports) are read only by detections with
+    # a box uncertainty, which a plain COCO run lacks
+    from detcal.metrics.bootstrap import with_ci
+    from detcal.metrics.regression import ence, m_qce, m_qce_joint, regression_metrics
 
     r, sb, bs = spec.regression, spec.sigma_binning, spec.bootstrap
     dets = data.detections
