@@ -248,10 +248,9 @@ def _regression_block(
     spec: EvaluationSpec, data: LoadedData, mr: MatchResult, progress: Progress
 ) -> RegressionBlock | Skipped:
     """Box-uncertainty metrics (docs/metrics.md) with bootstrap intervals on the headline ones."""
-    # lazy: the regression metrics and the bootstrap (~20 ms of imports) are read only by detections with
-    # a box uncertainty, which a plain COCO run lacks
-    from detcal.metrics.bootstrap import with_ci
-    from detcal.metrics.regression import ence, m_qce, m_qce_joint, regression_metrics
+    # the regression metrics and the bootstrap (~20 ms of imports) serve only detections with a box uncertainty
+    from detcal.metrics.bootstrap import with_ci  # lazy: kept out of a plain COCO run's start-up
+    from detcal.metrics.regression import ence, m_qce, m_qce_joint, regression_metrics  # lazy: as above
 
     r, sb, bs = spec.regression, spec.sigma_binning, spec.bootstrap
     dets = data.detections
