@@ -255,6 +255,8 @@ class ConfidenceMetric:
         """Float sums per occupied (image, cell) pair (:func:`detcal.binning.pair_sums`; ``fields`` and
         ``cells``, the samples' cells on this grid already computed, as there)."""
         f, b = self.grid_inputs(features)
+        if cells is not None:  # the whole grid, confidence first (the features are not read)
+            f, b = None, self.grid_key(None, None, features)[0]
         return pair_sums(group_index, p, self.y_or_zeros(p, y), f, b, edges=self.edges, fields=fields, cells=cells)
 
     @property
