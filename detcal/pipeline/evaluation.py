@@ -248,9 +248,6 @@ def _regression_block(
     spec: EvaluationSpec, data: LoadedData, mr: MatchResult, progress: Progress
 ) -> RegressionBlock | Skipped:
     """Box-uncertainty metrics (docs/metrics.md) with bootstrap intervals on the headline ones."""
-    # the regression metrics and the bootstrap (~20 ms of imports) serve only detections with a box uncertainty
-    from detcal.metrics.bootstrap import with_ci  # lazy: kept out of a plain COCO run's start-up
-    from detcal.metrics.regression import ence, m_qce, m_qce_joint, regression_metrics  # lazy: as above
 
     r, sb, bs = spec.regression, spec.sigma_binning, spec.bootstrap
     dets = data.detections
@@ -261,6 +258,10 @@ def _regression_block(
     sample = regression_sample(dets, data.dataset.gt, mr, iou_threshold=t, space=r.space)
     if len(sample) == 0:
         return Skipped(f"no true positive at IoU {t}: the box-uncertainty metrics cannot be computed")
+    # the regression metrics and the bootstrap (~20 ms of imports) serve only detections with a box uncertainty
+    from detcal.metrics.bootstrap import with_ci  # lazy: kept out of a plain COCO run's start-up
+    from detcal.metrics.regression import ence, m_qce, m_qce_joint, regression_metrics  # lazy: as above
+
     levels = np.linspace(0.05, 0.95, r.quantile_levels)
     res = regression_metrics(
         sample,

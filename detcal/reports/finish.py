@@ -16,6 +16,7 @@ from typing import Any
 from detcal.core.results import Results
 from detcal.reports import results_json
 from detcal.reports.console import console_summary
+from detcal.reports.html import write_report
 from detcal.utils.io import write_text
 
 __all__ = ["finish_run"]
@@ -52,8 +53,5 @@ def finish_run(
     if wait is not None:
         wait()
     if report:  # embeds the figures: after them
-        # lazy: the HTML report writer (~20 ms of imports) only when report.html is written
-        from detcal.reports.html import write_report
-
         write_report(out, res, image_dir=image_dir)
     return res
