@@ -196,7 +196,8 @@ def _shared_cells(
         cells = suite_cells(p, sample_features(spec, fr, no_pos), measures)
         maps = {}
         if spec.confidence.maps and not no_pos:
-            dece_key = next((k for k in cells if k[2]), None)  # the D-ECE grid over (confidence, features...)
+            # the D-ECE grid over (confidence, features...): keys (bins, edge rule, with features)
+            dece_key = next((k for k in cells if isinstance(k, tuple) and k[2]), None)
             names = list(spec.dece_binning.features)
             for pair in spec.confidence.maps:
                 metric = _map_metric(spec, pair)
