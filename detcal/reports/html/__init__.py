@@ -33,9 +33,9 @@ def write_report(
     """Write ``run_dir/report.html`` (atomically) from the run's results (or its metrics.json content,
     /3 or /2); returns its path."""
 
-    # lazy: the page writer (~20 ms of imports) only when a report is written; importing a helper module of
-    # this package (e.g. ``html.worst``, read by the diagnostics) does not pull it in
-    from detcal.reports.html.page import render_report
+    # importing a helper module of this package (e.g. ``html.worst``, read by the diagnostics) does not pull
+    # in the page writer (~20 ms of imports)
+    from detcal.reports.html.page import render_report  # lazy: only when a report is written
 
     out = Path(run_dir) / REPORT_NAME
     write_text(out, render_report(metrics, run_dir, image_dir=image_dir))
