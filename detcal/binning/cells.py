@@ -555,6 +555,18 @@ def _assemble(
     return CellStats(bins=b, edges=edges, count=count, sum_y=sum_y, fixed=fixed)
 
 
+def dense_rank(keys: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` of integer ``keys [S]`` in ``[0, n_keys)``: the distinct
+    keys in increasing order and the index of each key among them, by counting when the range is dense
+    (no sort), else by sorting (``n_keys <= 0``: the range is unknown). The same arrays either way."""
+    if len(keys) and 0 < n_keys <= 4 * len(keys) + 1024:
+        seen = np.bincount(keys, minlength=n_keys) > 0
+        rank = np.cumsum(seen) - 1
+        return np.flatnonzero(seen), rank[keys]
+    uniq, inv = np.unique(keys, return_inverse=True)
+    return uniq, inv.reshape(-1)
+
+
 def pair_sums(
     group_index: np.ndarray,
     p: Any,
@@ -564,6 +576,7 @@ def pair_sums(
     *,
     edges: str = "floor",
     fields: Sequence[str] | None = None,
+    cells: Any = None,
 ) -> tuple[np.ndarray, np.ndarray, CellSums, int]:
     """Float sums per occupied (group, cell) pair, for the bootstrap over images.
 
@@ -573,13 +586,23 @@ def pair_sums(
     others are ``None``); ``count`` and ``sum_y`` are always given, and
     ``sum_p`` is always ``sum_p0 + sum_p1`` summed per pair (the same
     numbers whichever fields are asked for).
+
+    ``cells [S]``: the cell of each sample on this grid, already computed (as for
+    :func:`cell_stats`): the binning is skipped, ``bins`` gives the whole grid and
+    ``features`` may be None (the same numbers).
     """
-    p_arr, y_arr, f_arr = validate_sample(p, y, features)
-    cell, b, p_used = sample_cells(p_arr, f_arr, bins, edges)
+    p_arr, y_arr, f_arr = validate_sample(p, y, None if cells is not None else features)
+    if cells is None:
+        cell, b, p_used = sample_cells(p_arr, f_arr, bins, edges)
+    else:
+        c_arr, b = _given_cells(cells, p_arr, None, bins, edges)
+        cell = np.asarray(c_arr, dtype=np.int64)
+        p_used = np.clip(p_arr, EPS, 1.0 - EPS) if edges == "netcal" else p_arr
     n_cells = int(np.prod(b))
-    key = np.asarray(group_index, dtype=np.int64) * n_cells + cell
-    uniq, inv = np.unique(key, return_inverse=True)
-    inv = inv.reshape(-1)
+    g = np.asarray(group_index, dtype=np.int64)
+    key = g * n_cells + cell
+    dense = len(g) > 0 and int(g.min()) >= 0
+    uniq, inv = dense_rank(key, (int(g.max()) + 1) * n_cells if dense else -1)
     n_pairs = len(uniq)
     want = set(CellSums._fields if fields is None else fields)
     if "sum_p" in want:

@@ -8,13 +8,11 @@ bootstrap over images (:mod:`detcal.metrics.bootstrap`) and the
 regression-uncertainty metrics (:mod:`detcal.metrics.regression`).
 """
 
-from detcal.metrics.bootstrap import (
-    bootstrap_ci,
-    bootstrap_many,
-    bootstrap_values,
-    percentile_interval,
-    with_ci,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from detcal.metrics.confidence import (
     ConfidenceMetric,
     SparseCellsWarning,
@@ -35,41 +33,103 @@ from detcal.metrics.confidence_suite import SuiteBinning, confidence_metrics, pe
 from detcal.metrics.image_reliability import contrastive_conf, fit_lambda, per_image_oce, split_confidence
 from detcal.metrics.measures import MEASURES, Display, Measure, register, unregister
 from detcal.metrics.oce import ObjectScores, object_scores, oce
-from detcal.metrics.regression import (
-    CoverageStats,
-    SigmaBinStats,
-    c_qce,
-    c_qce_from_stats,
-    c_qce_joint,
-    coefficient_of_variation,
-    coverage_stats,
-    crps_gaussian,
-    ence,
-    ence_from_stats,
-    f1_retention,
-    gaussian_nll,
-    gaussian_nll_joint,
-    interval_calibration_error,
-    joint,
-    lence,
-    ll_fu,
-    ll_fu_scores,
-    m_qce,
-    m_qce_from_stats,
-    m_qce_joint,
-    mpiw,
-    mwse,
-    nees,
-    per_coordinate,
-    picp,
-    pinball_loss,
-    regression_metrics,
-    retention_curve,
-    rmse_rmv_ratio,
-    sigma_bin_stats,
-    uce,
-    uce_from_stats,
-)
+
+if TYPE_CHECKING:  # the names below are read on first use (``__getattr__``); type checkers see them here
+    from detcal.metrics.bootstrap import (
+        bootstrap_ci,
+        bootstrap_many,
+        bootstrap_values,
+        percentile_interval,
+        with_ci,
+    )
+    from detcal.metrics.regression import (
+        CoverageStats,
+        SigmaBinStats,
+        c_qce,
+        c_qce_from_stats,
+        c_qce_joint,
+        coefficient_of_variation,
+        coverage_stats,
+        crps_gaussian,
+        ence,
+        ence_from_stats,
+        f1_retention,
+        gaussian_nll,
+        gaussian_nll_joint,
+        interval_calibration_error,
+        joint,
+        lence,
+        ll_fu,
+        ll_fu_scores,
+        m_qce,
+        m_qce_from_stats,
+        m_qce_joint,
+        mpiw,
+        mwse,
+        nees,
+        per_coordinate,
+        picp,
+        pinball_loss,
+        regression_metrics,
+        retention_curve,
+        rmse_rmv_ratio,
+        sigma_bin_stats,
+        uce,
+        uce_from_stats,
+    )
+
+_LAZY: dict[str, str] = {
+    "bootstrap_ci": "detcal.metrics.bootstrap",
+    "bootstrap_many": "detcal.metrics.bootstrap",
+    "bootstrap_values": "detcal.metrics.bootstrap",
+    "percentile_interval": "detcal.metrics.bootstrap",
+    "with_ci": "detcal.metrics.bootstrap",
+    "CoverageStats": "detcal.metrics.regression",
+    "SigmaBinStats": "detcal.metrics.regression",
+    "c_qce": "detcal.metrics.regression",
+    "c_qce_from_stats": "detcal.metrics.regression",
+    "c_qce_joint": "detcal.metrics.regression",
+    "coefficient_of_variation": "detcal.metrics.regression",
+    "coverage_stats": "detcal.metrics.regression",
+    "crps_gaussian": "detcal.metrics.regression",
+    "ence": "detcal.metrics.regression",
+    "ence_from_stats": "detcal.metrics.regression",
+    "f1_retention": "detcal.metrics.regression",
+    "gaussian_nll": "detcal.metrics.regression",
+    "gaussian_nll_joint": "detcal.metrics.regression",
+    "interval_calibration_error": "detcal.metrics.regression",
+    "joint": "detcal.metrics.regression",
+    "lence": "detcal.metrics.regression",
+    "ll_fu": "detcal.metrics.regression",
+    "ll_fu_scores": "detcal.metrics.regression",
+    "m_qce": "detcal.metrics.regression",
+    "m_qce_from_stats": "detcal.metrics.regression",
+    "m_qce_joint": "detcal.metrics.regression",
+    "mpiw": "detcal.metrics.regression",
+    "mwse": "detcal.metrics.regression",
+    "nees": "detcal.metrics.regression",
+    "per_coordinate": "detcal.metrics.regression",
+    "picp": "detcal.metrics.regression",
+    "pinball_loss": "detcal.metrics.regression",
+    "regression_metrics": "detcal.metrics.regression",
+    "retention_curve": "detcal.metrics.regression",
+    "rmse_rmv_ratio": "detcal.metrics.regression",
+    "sigma_bin_stats": "detcal.metrics.regression",
+    "uce": "detcal.metrics.regression",
+    "uce_from_stats": "detcal.metrics.regression",
+}
+"""Public names imported on first use, and their modules: the bootstrap and the regression metrics (~20 ms
+of imports) are not read by a plain confidence evaluation (PEP 562 module ``__getattr__``)."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ConfidenceMetric",

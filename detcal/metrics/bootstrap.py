@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -526,19 +526,22 @@ def suite_intervals(
     level: float = 0.95,
     seed: int = 0,
     method: str = "bca",
+    cells: Mapping[Hashable, np.ndarray] | None = None,
 ) -> dict[str, MetricResult]:
     """``results`` with intervals for every name in ``metric_fns`` over shared draws and one jackknife.
 
     The replicates of all metrics come from one :func:`bootstrap_many` call
     (identical to one :func:`with_ci` per metric); the value of each result
     is its estimate. Names of ``results`` not in ``metric_fns`` pass through.
+    ``cells``: the samples' cells per grid key, already computed (as for
+    :func:`detcal.metrics.image_cells.image_cells`; the same numbers).
     """
     check_n_boot(n_boot, level)
     check_method(method)
     inv, n_groups = _layout(groups, arrays)
     names = list(metric_fns)
     fast_names = [n for n in names if is_fast(metric_fns[n])]
-    grids = image_cells(metric_fns, fast_names, inv, n_groups, arrays) if n_groups else []  # shared by both
+    grids = image_cells(metric_fns, fast_names, inv, n_groups, arrays, cells) if n_groups else []  # shared by both
     reps = _replicates(metric_fns, names, grids, (inv, n_groups), arrays, int(n_boot), seed)
     jack = _jackknife(metric_fns, names, grids, inv, n_groups, arrays, None, 0) if method == "bca" else {}
     out = dict(results)

@@ -250,10 +250,14 @@ class ConfidenceMetric:
         features: ArrayLike | None = None,
         *,
         fields: Sequence[str] | None = None,
+        cells: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, CellSums, int]:
-        """Float sums per occupied (image, cell) pair (:func:`detcal.binning.pair_sums`; ``fields`` as there)."""
+        """Float sums per occupied (image, cell) pair (:func:`detcal.binning.pair_sums`; ``fields`` and
+        ``cells``, the samples' cells on this grid already computed, as there)."""
         f, b = self.grid_inputs(features)
-        return pair_sums(group_index, p, self.y_or_zeros(p, y), f, b, edges=self.edges, fields=fields)
+        if cells is not None:  # the whole grid, confidence first (the features are not read)
+            f, b = None, self.grid_key(None, None, features)[0]
+        return pair_sums(group_index, p, self.y_or_zeros(p, y), f, b, edges=self.edges, fields=fields, cells=cells)
 
     @property
     def value_fields(self) -> tuple[str, ...]:

@@ -22,7 +22,6 @@ from detcal.binning.cells import FLOAT_STATS, CellStats, cell_stats, sample_cell
 from detcal.binning.edges import BinGrid
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult
-from detcal.metrics.bootstrap import suite_intervals
 from detcal.metrics.confidence import SPARSE_RATIO, ConfidenceMetric, SparseCellsWarning
 from detcal.metrics.measures import MEASURES
 
@@ -339,6 +338,9 @@ def confidence_metrics(
             )
     _warn_sparse(out, int(np.size(p_arr)))
     if image_id is not None and n_boot > 0:
+        # lazy: the bootstrap (scipy.sparse, scipy.special at its first use) only when intervals are asked
+        from detcal.metrics.bootstrap import suite_intervals
+
         agnostic_results = {name: out[name] for name in chosen}
         out.update(
             suite_intervals(
@@ -352,6 +354,7 @@ def confidence_metrics(
                 level=ci_level,
                 seed=seed,
                 method=ci_method,
+                cells=cells,
             )
         )
     return out

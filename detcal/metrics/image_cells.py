@@ -144,17 +144,23 @@ def image_cells(
     inv: np.ndarray,
     n_groups: int,
     arrays: tuple[ArrayLike | None, ...],
+    cells: Mapping[Hashable, np.ndarray] | None = None,
 ) -> list[GridCells]:
-    """One :class:`GridCells` per distinct ``grid_key`` of the metrics ``names`` (``inv [S]`` image index)."""
+    """One :class:`GridCells` per distinct ``grid_key`` of the metrics ``names`` (``inv [S]`` image index).
+
+    ``cells``: grid key -> the cell of each sample on that grid, already computed
+    (:func:`detcal.metrics.confidence_suite.suite_cells`): those grids skip the binning (same numbers)."""
     grids: dict[Hashable, list[str]] = {}
     for n in names:
         grids.setdefault(metric_fns[n].grid_key(*arrays), []).append(n)
     out: list[GridCells] = []
-    for members in grids.values():
+    for key, members in grids.items():
         need = {f for n in members for f in value_fields(metric_fns[n])}
         fields = tuple(f for f in CellSums._fields if f in need)
         lead = metric_fns[members[0]]
-        if hasattr(lead, "value_fields"):
+        if hasattr(lead, "value_fields") and cells is not None and key in cells:
+            rows, cols, sums, n_cells = lead.pair_sums(inv, *arrays, fields=fields, cells=cells[key])
+        elif hasattr(lead, "value_fields"):
             rows, cols, sums, n_cells = lead.pair_sums(inv, *arrays, fields=fields)
         else:
             rows, cols, sums, n_cells = lead.pair_sums(inv, *arrays)

@@ -196,14 +196,34 @@ def _shared_cells(
         cells = suite_cells(p, sample_features(spec, fr, no_pos), measures)
         maps = {}
         if spec.confidence.maps and not no_pos:
+            # the D-ECE grid over (confidence, features...): keys (bins, edge rule, with features)
+            dece_key = next((k for k in cells if isinstance(k, tuple) and k[2]), None)
+            names = list(spec.dece_binning.features)
             for pair in spec.confidence.maps:
                 metric = _map_metric(spec, pair)
+                key = f"{pair[0]}_{pair[1]}"
+                if dece_key is not None and dece_key[1] == metric.edges and set(pair) <= set(names):
+                    maps[key] = _map_cells_of(cells[dece_key], tuple(dece_key[0]), [1 + names.index(n) for n in pair])
+                    continue
                 f2 = np.take(fr, _feature_cols(pair), axis=1)
                 validate_sample(p, np.zeros(len(p), dtype=bool), f2)  # checks the two features
-                maps[f"{pair[0]}_{pair[1]}"] = sample_cells(p, f2, metric.grid_key(None, None, f2)[0], metric.edges)[0]
+                maps[key] = sample_cells(p, f2, metric.grid_key(None, None, f2)[0], metric.edges)[0]
         return cons, cells, maps
     except DetcalInputError:
         return None
+
+
+def _map_cells_of(cell: np.ndarray, grid: tuple[int, ...], dims: list[int]) -> np.ndarray:
+    """The cell on the (confidence, dimensions ``dims``) sub-grid of each sample, from its cell ``[S]`` on the
+    whole ``grid`` (C order, confidence first): digit ``d`` of a cell is its bin along dimension ``d``, so with
+    the same bins and edge rule per dimension these are the integers binning anew gives (the D-ECE map grids
+    are such sub-grids of the D-ECE grid, :func:`_map_grid`)."""
+    out = np.zeros(len(cell), dtype=np.int64)
+    for d in [0, *dims]:
+        stride = int(np.prod(grid[d + 1 :], dtype=np.int64))
+        out *= grid[d]
+        out += (cell // stride) % grid[d]
+    return out
 
 
 def _one_threshold(

@@ -37,9 +37,7 @@ from detcal.core.results import (
     UQDetrBlock,
 )
 from detcal.core.types import Dataset, Detections, MatchResult, MetricResult, Skipped
-from detcal.metrics.bootstrap import with_ci
 from detcal.metrics.measures import headline_names
-from detcal.metrics.regression import ence, m_qce, m_qce_joint, regression_metrics
 from detcal.metrics.spaces import regression_sample
 from detcal.pipeline.confidence_block import confidence_blocks, dece_maps, threshold_label
 from detcal.pipeline.input_checks import check_input
@@ -268,6 +266,10 @@ def _regression_block(
     sample = regression_sample(dets, data.dataset.gt, mr, iou_threshold=t, space=r.space)
     if len(sample) == 0:
         return Skipped(f"no true positive at IoU {t}: the box-uncertainty metrics cannot be computed")
+    # the regression metrics and the bootstrap (~20 ms of imports) serve only detections with a box uncertainty
+    from detcal.metrics.bootstrap import with_ci  # lazy: kept out of a plain COCO run's start-up
+    from detcal.metrics.regression import ence, m_qce, m_qce_joint, regression_metrics  # lazy: as above
+
     levels = np.linspace(0.05, 0.95, r.quantile_levels)
     res = regression_metrics(
         sample,

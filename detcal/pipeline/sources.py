@@ -31,7 +31,6 @@ from detcal.data.coco_source import (
 )
 from detcal.data.formats import LoadedData, get_format, need_path
 from detcal.data.specs import BundledDataSpec, DataSpec, SyntheticDataSpec, data_fields
-from detcal.data.synthetic import write_synthetic
 
 __all__ = [
     "LoadedData",
@@ -101,6 +100,9 @@ def subset_images(data: LoadedData, image_ids: np.ndarray, label: str) -> Loaded
 
 
 def _load_synthetic(spec: SyntheticDataSpec, workdir: Path) -> LoadedData:
+    # lazy: the synthetic generator (~9 ms of imports) is read only by data=synthetic
+    from detcal.data.synthetic import write_synthetic
+
     out = Path(spec.out_dir).expanduser() if spec.out_dir else Path(workdir) / "synthetic"
     kwargs = dict(spec.detector_kwargs or {})
     paths = {

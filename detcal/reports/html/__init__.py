@@ -11,13 +11,16 @@ metrics.json in a generic table, and the provenance of the run.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from detcal.core.results import Results
-from detcal.reports.html.page import render_report
 from detcal.utils.io import write_text
+
+if TYPE_CHECKING:  # read on first use (``__getattr__``): type checkers see it here
+    from detcal.reports.html.page import render_report
 
 __all__ = ["render_report", "write_report", "REPORT_NAME"]
 
@@ -30,6 +33,17 @@ def write_report(
     """Write ``run_dir/report.html`` (atomically) from the run's results (or its metrics.json content,
     /3 or /2); returns its path."""
 
+    # importing a helper module of this package (e.g. ``html.worst``, read by the diagnostics) does not pull
+    # in the page writer (~20 ms of imports)
+    from detcal.reports.html.page import render_report  # lazy: only when a report is written
+
     out = Path(run_dir) / REPORT_NAME
     write_text(out, render_report(metrics, run_dir, image_dir=image_dir))
     return out
+
+
+def __getattr__(name: str) -> Any:
+    """``render_report``, imported on first use (PEP 562; see :func:`write_report`)."""
+    if name == "render_report":
+        return importlib.import_module("detcal.reports.html.page").render_report
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
