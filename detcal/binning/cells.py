@@ -576,7 +576,7 @@ def pair_sums(
     *,
     edges: str = "floor",
     fields: Sequence[str] | None = None,
-    cells: Any = None,
+    cells: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, CellSums, int]:
     """Float sums per occupied (group, cell) pair, for the bootstrap over images.
 

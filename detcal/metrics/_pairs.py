@@ -13,6 +13,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from detcal.binning.cells import dense_rank
+
 PAIR_BLOCK: int = 1 << 17
 """Largest number of candidate pairs built at once: their temporaries (a few arrays of 8-byte values) stay in
 the processor's cache, so the time grows with the pairs and not faster (measured: 4,000,000 at once took
@@ -61,15 +63,11 @@ def columns_iou(a: BoxColumns, b: BoxColumns, ia: np.ndarray, ib: np.ndarray) ->
 
 def dense_codes(ids: np.ndarray) -> tuple[int, np.ndarray]:
     """(number of distinct values, each value's rank among them [N]): ``np.unique(ids, return_inverse=True)``'s
-    inverse, by a lookup table when the values are small non-negative integers (no sort)."""
+    inverse, by counting when the values are small non-negative integers (:func:`detcal.binning.cells.dense_rank`)."""
     ids = np.asarray(ids).reshape(-1)
-    if len(ids) and ids.dtype.kind in "iu" and ids.min() >= 0 and ids.max() < 4 * len(ids) + 100_000:
-        present = np.zeros(int(ids.max()) + 1, np.int64)
-        present[ids] = 1
-        table = np.cumsum(present) - 1
-        return int(table[-1]) + 1, table[ids]
-    uniq, inv = np.unique(ids, return_inverse=True)
-    return len(uniq), inv.reshape(-1).astype(np.int64)
+    small = len(ids) > 0 and ids.dtype.kind in "iu" and int(ids.min()) >= 0
+    uniq, inv = dense_rank(ids, int(ids.max()) + 1 if small else -1)
+    return len(uniq), inv.astype(np.int64, copy=False)
 
 
 def overlap_pairs(

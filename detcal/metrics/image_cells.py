@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from detcal.binning.cells import CellSums
+from detcal.binning.cells import CellSums, dense_rank
 
 BLOCK_ELEMS = 1 << 21
 """Elements of a dense block (replicates or left-out units x occupied cells x fields)."""
@@ -127,15 +127,9 @@ def _transposed_csr(rows: np.ndarray, col: np.ndarray, data: np.ndarray, n_group
 
 def occupied_index(cells: np.ndarray, n_cells: int) -> tuple[np.ndarray, int]:
     """Index of each of ``cells [P]`` (in ``[0, n_cells)``) among the occupied cells in increasing order, and
-    their number (``np.unique(cells, return_inverse=True)``, by counting instead of sorting)."""
-    if len(cells) == 0:
-        return np.zeros(0, dtype=np.int64), 0
-    if n_cells > 4 * len(cells) + 1024:  # a sparse range: sorting is cheaper than counting
-        occ, idx = np.unique(cells, return_inverse=True)
-        return idx.reshape(-1).astype(np.int64), len(occ)
-    seen = np.bincount(cells, minlength=n_cells) > 0
-    rank = np.cumsum(seen) - 1
-    return rank[cells].astype(np.int64), int(rank[-1]) + 1
+    their number (``np.unique(cells, return_inverse=True)``; :func:`detcal.binning.cells.dense_rank`)."""
+    occ, idx = dense_rank(cells, n_cells)
+    return idx.astype(np.int64, copy=False), len(occ)
 
 
 def image_cells(
