@@ -53,7 +53,7 @@ from numpy.typing import ArrayLike
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult
-from detcal.metrics._special import ndtr, ndtri
+from detcal.metrics.normal import ndtr, ndtri
 from detcal.metrics.image_cells import (
     BLOCK_ELEMS,
     GridCells,
