@@ -194,7 +194,8 @@ def _confidence_md(results: Results) -> list[str]:
         s = block.sample
         parts += [
             metrics_table(
-                {k: table_row(v) for k, v in block.public().items()}, title=f"Confidence calibration at {label} (N = {s['n']}, matched {s['n_matched']})"
+                {k: table_row(v) for k, v in block.public().items()},
+                title=f"Confidence calibration at {label} (N = {s['n']}, matched {s['n_matched']})",
             )
         ]
         dece = block.metrics().get("dece")
