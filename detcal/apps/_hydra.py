@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
-import difflib
 import errno
 import logging
 import os
@@ -105,6 +104,7 @@ def _first_line(exc: BaseException) -> str:
 
 def _did_you_mean(chain: list[BaseException]) -> str:
     """``; did you mean 'data.detector'?`` for an unknown key close to a field of its config group."""
+    import difflib  # lazy: read only when a config error is reported, kept out of every command's start-up
 
     for e in chain:
         key, typ, full = getattr(e, "key", None), getattr(e, "object_type", None), getattr(e, "full_key", None)

@@ -53,7 +53,6 @@ from numpy.typing import ArrayLike
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult
-from detcal.metrics._special import ndtr, ndtri
 from detcal.metrics.image_cells import (
     BLOCK_ELEMS,
     GridCells,
@@ -62,6 +61,7 @@ from detcal.metrics.image_cells import (
     occupied_index,
     replicate_values,
 )
+from detcal.metrics.normal import ndtr, ndtri
 
 _BLOCK_ELEMS = BLOCK_ELEMS
 """Draws per block: replicates are drawn in blocks of ``max(1, 2**21 // I)``."""

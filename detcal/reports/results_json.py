@@ -65,6 +65,7 @@ def strict(obj: Any) -> Any:
 _NAN_LIST = "entries are null where not computable (empty bins or cells)"
 _PLAIN = frozenset((int, str, bool, type(None)))
 _NUMBERS = frozenset((int, float))
+_NULLABLE_NUMBERS = frozenset((int, float, type(None)))
 _FLOAT = frozenset((float,))
 
 
@@ -104,6 +105,8 @@ def _strict(obj: Any) -> tuple[Any, bool]:
             return list(obj), False
         if kinds <= _NUMBERS and _all_finite(obj):  # finite floats (and ints), kept as they are
             return list(obj), False
+        if kinds <= _NULLABLE_NUMBERS and _all_finite([v for v in obj if v is not None]):
+            return list(obj), False  # already strict (nulls where a number was not computable): as it is
         if kinds == _FLOAT:  # a row of floats with non-finite entries
             return _array(np.asarray(obj, dtype=float))
         out, nan = [], False
@@ -168,13 +171,31 @@ def _leaf(v: list) -> str:
     return json.dumps(v, allow_nan=False)
 
 
+_str_token = json.encoder.encode_basestring_ascii  # what json.dumps writes for a str (ensure_ascii)
+_CONSTANTS = {True: "true", False: "false", None: "null"}
+
+
+def _scalar(obj: Any) -> str:
+    """``json.dumps(obj, allow_nan=False)`` of a leaf, without building an encoder for the plain types."""
+    t = type(obj)
+    if t is str:
+        return _str_token(obj)
+    if t is float and math.isfinite(obj):
+        return float.__repr__(obj)
+    if t is int:
+        return int.__repr__(obj)
+    if t is bool or obj is None:
+        return _CONSTANTS[obj]
+    return json.dumps(obj, allow_nan=False)
+
+
 def _text(obj: Any, indent: int = 0) -> str:
     pad, inner = " " * indent, " " * (indent + 2)
     t = type(obj)
     if t is dict:
         if not obj:
             return "{}"
-        items = [f"{inner}{json.dumps(k)}: {_text(v, indent + 2)}" for k, v in obj.items()]
+        items = [f"{inner}{_scalar(k)}: {_text(v, indent + 2)}" for k, v in obj.items()]
         return "{\n" + ",\n".join(items) + "\n" + pad + "}"
     if t is list:
         kinds = set(map(type, obj))
@@ -183,7 +204,7 @@ def _text(obj: Any, indent: int = 0) -> str:
         if kinds == {list} and all(set(map(type, v)) <= _LEAF for v in obj):
             return "[\n" + ",\n".join(inner + _leaf(v) for v in obj) + "\n" + pad + "]"
         return "[\n" + ",\n".join(inner + _text(v, indent + 2) for v in obj) + "\n" + pad + "]"
-    return json.dumps(obj, allow_nan=False)
+    return _scalar(obj)
 
 
 def dumps(obj: Any) -> str:

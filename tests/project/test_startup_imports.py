@@ -41,3 +41,27 @@ def test_lean_evaluate_run_leaves_the_calibrators_unimported(tmp_path: Path) -> 
     assert out.returncode == 0, out.stderr[-2000:]
     assert (tmp_path / "run" / "metrics.json").is_file()
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-500:]
+
+
+def test_intervals_import_scipy_sparse_where_needed_and_not_scipy_special(tmp_path: Path) -> None:
+    """A COCO run with intervals (figures, CSV and report off) imports scipy.sparse for the replicate product
+    when the intervals start, and no scipy.special: the BCa interval's normal CDF and quantile are
+    :mod:`detcal.metrics.normal` (the same doubles, tests/metrics/test_normal.py). (Box-uncertainty measures,
+    absent from COCO results, still read scipy.special.)"""
+    code = (
+        "import atexit, runpy, sys; "
+        "import detcal.apps.evaluate; "
+        "print('start-up', 'scipy.sparse' in sys.modules); "
+        "atexit.register(lambda: print('end', sorted(m for m in ('scipy.sparse', 'scipy.special') if m in sys.modules))); "
+        "sys.argv = ['detcal-evaluate', 'data=coco_mini79', 'bootstrap.n=20', 'output.plots=false', "
+        "'output.detections_csv=false', 'report.enabled=false', "
+        f"'hydra.run.dir={tmp_path / 'run'}']; "
+        "runpy.run_module('detcal.apps.evaluate', run_name='__main__')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == "start-up False", out.stdout[-500:]
+    assert lines[-1] == "end ['scipy.sparse']", out.stdout[-500:]
+    metrics = (tmp_path / "run" / "metrics.json").read_text()
+    assert '"ci": [' in metrics  # the intervals were computed
