@@ -179,6 +179,14 @@ def sample_features(spec: EvaluationSpec, fr: np.ndarray, no_pos: str | None) ->
     return f
 
 
+def sample_feature_columns(spec: EvaluationSpec, feats: np.ndarray, rows: np.ndarray) -> list[np.ndarray] | None:
+    """The D-ECE grid's box-feature columns at ``rows`` of ``feats`` (the values of
+    ``sample_features(spec, np.take(feats, rows, axis=0), None)``, column by column, without the [S,4] copy);
+    None when the grid has no features."""
+    cols = _feature_cols(spec.dece_binning.features)
+    return [np.take(feats[:, k], rows) for k in cols] if cols else None
+
+
 def _shared_cells(
     spec: EvaluationSpec,
     measures: dict[str, ConfidenceMetric],
