@@ -442,6 +442,7 @@ def cell_stats(
         for name, acc in acc2.items():
             values = p_used if name == "sum_p" else term_into(name, p_used, yb, ws)
             add_words(acc, key2, fx_words_into(values, FLOAT_STATS.get(name, 0), ws), occ)
+    del slot, ws  # released before the statistics are assembled (peak memory)
     return _assemble(count2, acc2, shape, wanted, b, edges)
 
 
@@ -543,15 +544,19 @@ def _assemble(
     count = count2.sum(axis=-1)
     sum_y = np.ascontiguousarray(count2[..., 1])
     fixed: dict[str, np.ndarray] = {}
+    # each accumulator is released from ``acc2`` as soon as its statistics are taken (with many groups x cells
+    # they are the largest arrays of the run: never all held twice)
     if "sum_p" in acc2:
-        split_words = acc2["sum_p"].reshape(shape + (2, 3))
+        split_words = acc2.pop("sum_p").reshape(shape + (2, 3))
         for name, j in (("sum_p0", 0), ("sum_p1", 1)):
             if name in wanted:
                 fixed[name] = np.ascontiguousarray(split_words[..., j, :])
+        del split_words
     for name in wanted:
         if name not in ("sum_p0", "sum_p1"):
-            halves = acc2[name].reshape(shape + (2, 3))
+            halves = acc2.pop(name).reshape(shape + (2, 3))
             fixed[name] = halves[..., 0, :] + halves[..., 1, :]
+            del halves
     return CellStats(bins=b, edges=edges, count=count, sum_y=sum_y, fixed=fixed)
 
 

@@ -270,7 +270,7 @@ def _one_threshold(
             f,
             dets.category[rows] if c.per_class else None,
             measures,
-            dets.image_id[rows],
+            dets.image_id[rows] if spec.bootstrap.n > 0 else None,  # read by the intervals only
             cells=cells,
             **interval_settings(spec),
         )
