@@ -170,9 +170,7 @@ def _subset(pr: _Pairs, keep: np.ndarray, n: int) -> _Pairs:
     sel = np.flatnonzero(keep)
     pd = pr.pd[sel]
     count = np.bincount(pd, minlength=n) if len(pd) else np.zeros(n, np.int64)
-    start = np.cumsum(count) - count
-    pair_t = _index_type(len(pd) + 1)  # start + count is at most the pair count (the same values, narrower)
-    return _Pairs(pd, pr.pg[sel], start.astype(pair_t), count.astype(pair_t), pr.iou[sel], pr.same[sel])
+    return _Pairs(pd, pr.pg[sel], np.cumsum(count) - count, count, pr.iou[sel], pr.same[sel])
 
 
 def _greedy(kr: np.ndarray, pr: _Pairs, pos: float, n_gt: int) -> tuple[np.ndarray, np.ndarray]:
@@ -182,7 +180,7 @@ def _greedy(kr: np.ndarray, pr: _Pairs, pos: float, n_gt: int) -> tuple[np.ndarr
     got = np.full(len(kr), -1, np.int64)
     if pos > 0:  # only the pairs of one class reaching pos can be taken (the first maximum stays the first)
         pr = _subset(pr, pr.same & (pr.iou >= pos), len(kr))
-    bounds = np.searchsorted(kr, np.arange(int(kr.max()) + 2 if len(kr) else 1, dtype=kr.dtype))
+    bounds = np.searchsorted(kr, np.arange(int(kr.max()) + 2 if len(kr) else 1))
     for r in range(len(bounds) - 1):
         a, b = int(bounds[r]), int(bounds[r + 1])
         if a == b:
@@ -328,8 +326,7 @@ def _kept_pairs(
     of their image (GT rows in input order within each detection's run) and their IoU, as pycocotools ``bbIou``
     (crowd: over the detection's area). ``overlap_only``: only the pairs that overlap (exact whenever every rule
     needs an IoU above 0). The detections' boxes are read in blocks of whole kept detections with about
-    :data:`_CHUNK` pairs each (each pair computed alone: the same values as all at once); pair positions and GT
-    rows are kept as int32 when they fit (the same values)."""
+    :data:`_CHUNK` pairs each (each pair computed alone: the same values as all at once)."""
     gi = gt_img[gsel]
     g_rows = gsel[np.argsort(gi, kind="stable")]  # the selected boxes in image order
     gcount = np.bincount(gi, minlength=n_img)
@@ -344,32 +341,22 @@ def _kept_pairs(
     cuts = cuts[np.concatenate([[True], cuts[1:] > cuts[:-1]])]  # ascending already: drop the repeats
     gc = gt.columns(g_rows)
     gcat = gt.cat[g_rows]
-    pos_t = _index_type(len(kd))
-    row_t = _index_type(max(len(gt.cat), len(g_rows)))
     parts = [
-        _pair_block(kd, a, b, n, ends, gfirst, det, gc, gcat, g_rows, crowd, overlap_only, pos_t, row_t)
+        _pair_block(kd, a, b, n, ends, gfirst, det, gc, gcat, g_rows, crowd, overlap_only)
         for a, b in zip(cuts, cuts[1:])
     ]
-    pd = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, pos_t)
-    pg = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, row_t)
+    pd = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
+    pg = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
     iou = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0)
     same = np.concatenate([p[3] for p in parts]) if parts else np.zeros(0, bool)
     del parts
     count = np.bincount(pd, minlength=len(kd)) if len(pd) else np.zeros(len(kd), np.int64)
-    start = np.cumsum(count) - count
-    pair_t = _index_type(len(pd) + 1)  # start + count is at most the pair count
-    return _Pairs(pd, pg, start.astype(pair_t), count.astype(pair_t), iou, same)
-
-
-def _index_type(n: int) -> type:
-    """int32 for positions below ``n`` when they fit, else int64."""
-    return np.int32 if n < 2**31 else np.int64
+    return _Pairs(pd, pg, np.cumsum(count) - count, count, iou, same)
 
 
 def _pair_block(
     kd: np.ndarray, a: int, b: int, n: np.ndarray, ends: np.ndarray, gfirst: np.ndarray, det: _Side,
     gc: tuple[np.ndarray, ...], gcat: np.ndarray, g_rows: np.ndarray, crowd: bool, overlap_only: bool,
-    pos_t: type, row_t: type,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """The pairs of kept detections ``a:b``: (kept-detection position, GT row, IoU, same class)."""
     nb = n[a:b]
@@ -377,11 +364,12 @@ def _pair_block(
     total = int(ends[b - 1]) - p0 if b > a else 0
     live = np.flatnonzero(nb)  # the block's detections with a pair (only their boxes are read)
     dc = det.columns(kd[a + live])
-    pd = np.repeat(np.arange(len(live)), nb[live])  # position among them
+    nl = nb[live]
+    pd = np.repeat(np.arange(len(live)), nl)  # position among them
     # each pair's box: its image's first box plus the pair's place in the detection's run
     within = np.arange(p0, p0 + total) - np.repeat(ends[a:b] - nb - gfirst[a:b], nb)
-    iw = np.minimum(dc[2][pd], gc[2][within])
-    iw -= np.maximum(dc[0][pd], gc[0][within])
+    iw = np.minimum(np.repeat(dc[2], nl), gc[2][within])  # np.repeat: dc[k][pd], without the gather
+    iw -= np.maximum(np.repeat(dc[0], nl), gc[0][within])
     if overlap_only:  # the x overlap first: most pairs end here
         sel = np.flatnonzero(iw > 0)
         pd, within, iw = pd[sel], within[sel], iw[sel]
@@ -397,7 +385,7 @@ def _pair_block(
     iou = np.zeros(len(inter))
     np.divide(inter, union, out=iou, where=ok)
     same = det.cat[kd[a + live]][pd] == gcat[within]
-    return (live[pd] + a).astype(pos_t), g_rows[within].astype(row_t), iou, same
+    return live[pd] + a, g_rows[within], iou, same
 
 
 @dataclass
@@ -436,9 +424,6 @@ def scene(images: Images, gt: GroundTruth, dets: Detections, max_dets: int = 100
     if len(kd):  # by rank, then image: one block of pairs per matching pass (two stable radix sorts)
         kd = kd[_small_sort(d_img[kd], int(d_img[kd].max()) + 1)]
         kd = kd[_small_sort(rank[kd], max_dets)]
-    # the per-detection codes the scene keeps as the narrowest integers that hold them (the same values)
-    idx_t = _index_type(max(nd, n_img) + 1)
-    d_img, rank, kd, by_image = (v.astype(idx_t) for v in (d_img, rank, kd, by_image))
     cat_all, n_cls = _codes(dets.category, gt.category)
     dcat, gcat = _narrow(cat_all[:nd], n_cls), cat_all[nd:].copy()
     del cat_all
