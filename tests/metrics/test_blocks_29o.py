@@ -177,3 +177,20 @@ def test_shared_summaries_give_the_values_computed_alone() -> None:
             for _ in range(2):  # asked again: the shared summary
                 assert np.array_equal(m.values(agn), plain[name][1], equal_nan=True), name
                 assert np.array_equal(m.values(per), plain[name][2], equal_nan=True), name
+
+
+def test_map_cells_by_table_equal_the_digits() -> None:
+    """The D-ECE map cells read from a table over the grid's cells (more samples than cells) equal the digit
+    arithmetic, and both equal binning each sample on the sub-grid by hand."""
+    from detcal.pipeline.confidence_block import _map_cells_of, map_cell_digits
+
+    grid, dims = (3, 2, 4, 5), [1, 3]
+    rng = np.random.default_rng(6)
+    digits = np.column_stack([rng.integers(0, b, 500) for b in grid])
+    cell = np.ravel_multi_index(digits.T, grid)
+    want = np.ravel_multi_index((digits[:, 0], digits[:, 1], digits[:, 3]), (3, 2, 5))
+    assert len(cell) > np.prod(grid)  # the table path
+    assert np.array_equal(_map_cells_of(cell, grid, dims), want)
+    assert np.array_equal(map_cell_digits(cell, grid, dims), want)
+    assert np.array_equal(_map_cells_of(cell[:7], grid, dims), want[:7])  # fewer samples than cells: digits
+    assert _map_cells_of(cell[:0], grid, dims).shape == (0,)
