@@ -430,6 +430,7 @@ def cell_stats(
             n_cells,
             edges,
             ws,
+            size,
         )
         cnt = np.bincount(key2, minlength=2 * size)
         count2 += cnt
@@ -442,6 +443,7 @@ def cell_stats(
         for name, acc in acc2.items():
             values = p_used if name == "sum_p" else term_into(name, p_used, yb, ws)
             add_words(acc, key2, fx_words_into(values, FLOAT_STATS.get(name, 0), ws), occ)
+    del slot, ws  # released before the statistics are assembled (peak memory)
     return _assemble(count2, acc2, shape, wanted, b, edges)
 
 
@@ -468,10 +470,13 @@ def _chunk_keys(
     n_cells: int,
     edges: str,
     ws: Workspace,
+    size: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One chunk's p as averaged (clipped under netcal's rule) and key2 = 2 * (group * C + cell) + y [m].
+    """One chunk's p as averaged (clipped under netcal's rule) and key2 = y * size + (group * C + cell) [m]
+    (``size``: groups x cells).
 
-    One pass over key2 gives N_c, sum y and the split of every sum by y.
+    One pass over key2 gives N_c, sum y and the split of every sum by y (the y = 0 keys first, then the
+    y = 1 keys: each half is one contiguous block of the sums).
     """
     m = len(pc)
     p_used = np.clip(pc, EPS, 1.0 - EPS, out=ws.get("p_used", np.float64, m)) if edges == "netcal" else pc
@@ -484,8 +489,9 @@ def _chunk_keys(
         gk = ws.get("group", np.int64, m)
         np.multiply(gc, n_cells, out=gk, casting="unsafe")
         key += gk
-    key2 = np.multiply(key, 2, out=key)
-    np.add(key2, yc, out=key2, casting="unsafe")
+    yk = ws.get("y_key", np.int64, m)
+    np.multiply(yc, size, out=yk, casting="unsafe")
+    key2 = np.add(key, yk, out=key)
     return p_used, key2
 
 
@@ -538,20 +544,25 @@ def _assemble(
     b: tuple[int, ...],
     edges: str,
 ) -> CellStats:
-    """:class:`CellStats` from the sums per key2 = 2 * key + y (the y halves joined, sum_p split by y)."""
-    count2 = count2.reshape(shape + (2,))
-    count = count2.sum(axis=-1)
-    sum_y = np.ascontiguousarray(count2[..., 1])
+    """:class:`CellStats` from the sums per key2 = y * size + key (the y halves joined, sum_p split by y):
+    each y half is a contiguous block, taken as it is (no copy) or added to the other."""
+    size = len(count2) // 2
+    count = (count2[:size] + count2[size:]).reshape(shape)
+    sum_y = count2[size:].reshape(shape)
     fixed: dict[str, np.ndarray] = {}
+    # each accumulator is released from ``acc2`` as soon as its statistics are taken (with many groups x cells
+    # they are the largest arrays of the run: never all held twice)
     if "sum_p" in acc2:
-        split_words = acc2["sum_p"].reshape(shape + (2, 3))
-        for name, j in (("sum_p0", 0), ("sum_p1", 1)):
+        words = acc2.pop("sum_p")
+        for name, half in (("sum_p0", words[:size]), ("sum_p1", words[size:])):
             if name in wanted:
-                fixed[name] = np.ascontiguousarray(split_words[..., j, :])
+                fixed[name] = half.reshape(shape + (3,))
+        del words
     for name in wanted:
         if name not in ("sum_p0", "sum_p1"):
-            halves = acc2[name].reshape(shape + (2, 3))
-            fixed[name] = halves[..., 0, :] + halves[..., 1, :]
+            words = acc2.pop(name)
+            fixed[name] = (words[:size] + words[size:]).reshape(shape + (3,))
+            del words
     return CellStats(bins=b, edges=edges, count=count, sum_y=sum_y, fixed=fixed)
 
 

@@ -12,7 +12,9 @@ function of the same name in :mod:`detcal.metrics.reference` (the formula).
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -39,8 +41,50 @@ class MeasureSettings(Protocol):
     def spread(self) -> str: ...
 
 
+_SHARED: list[list[Any]] = []
+"""While :func:`summaries_shared` is active: the last summaries, each ``[sums, sample_threshold, policy,
+summary, moments]``, the most recent first (two: a grid's class-agnostic sums and its per-class sums
+alternate, and the measures of one grid come one after the other)."""
+_KEEP = 2
+_ACTIVE: list[int] = [0]
+
+
+@contextmanager
+def summaries_shared() -> Iterator[None]:
+    """Within the block, :func:`cell_summary` (and :func:`gap_moments` of it) of the same :class:`CellSums`
+    object with the same settings is computed once and handed to every measure that asks (the measures of one
+    grid read the same per-cell summary; the values are those of a fresh computation). Cleared on exit."""
+    _ACTIVE[0] += 1
+    try:
+        yield
+    finally:
+        _ACTIVE[0] -= 1
+        if not _ACTIVE[0]:
+            _SHARED.clear()
+
+
+def _shared_entry(s: CellSums, sample_threshold: int, policy: str) -> list[Any] | None:
+    for e in _SHARED:
+        if e[0] is s and e[1] == sample_threshold and e[2] == policy:
+            return e
+    return None
+
+
 def cell_summary(s: CellSums, sample_threshold: int, policy: str) -> dict[str, np.ndarray]:
     """Per-cell precision, confidence, gap and the kept mask, [..., C]; N and the denominator [...]."""
+    if not _ACTIVE[0]:
+        return _cell_summary(s, sample_threshold, policy)
+    e = _shared_entry(s, sample_threshold, policy)
+    if e is None:
+        del _SHARED[_KEEP - 1 :]  # the oldest released first
+        e = [s, sample_threshold, policy, _cell_summary(s, sample_threshold, policy), None]
+    else:
+        del _SHARED[next(i for i, x in enumerate(_SHARED) if x is e)]
+    _SHARED.insert(0, e)
+    return e[3]  # type: ignore[no-any-return]
+
+
+def _cell_summary(s: CellSums, sample_threshold: int, policy: str) -> dict[str, np.ndarray]:
     n_c = np.asarray(s.count, dtype=np.float64)
     occupied = n_c > 0
     kept = occupied & (n_c >= sample_threshold)
@@ -72,6 +116,15 @@ def ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 
 def gap_moments(summ: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Weighted mean/std of gap over kept cells, weights N_c / N_kept, and the outlier mask."""
+    for e in _SHARED if _ACTIVE[0] else ():
+        if e[3] is summ:  # a shared summary: its moments computed once
+            if e[4] is None:
+                e[4] = _gap_moments(summ)
+            return e[4]  # type: ignore[no-any-return]
+    return _gap_moments(summ)
+
+
+def _gap_moments(summ: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     kept, n_c, gap = summ["kept"], summ["n_c"], np.nan_to_num(summ["gap"])
     w = np.where(kept, n_c, 0.0)
     n_kept = summ["n_kept"][..., None]

@@ -23,6 +23,7 @@ from detcal.binning.edges import BinGrid
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult
 from detcal.metrics.confidence import SPARSE_RATIO, ConfidenceMetric, SparseCellsWarning
+from detcal.metrics.confidence_compute import summaries_shared
 from detcal.metrics.measures import MEASURES
 
 # Per class
@@ -323,19 +324,20 @@ def confidence_metrics(
             shared[key, binned] = (agnostic, (agnostic if binned else agnostic.total()).sums(), per_group)
         return shared[key, binned]
 
-    for name, m in chosen.items():
-        key = m.grid_key(None, None, features) if m.binned else free_key
-        st = grouped[key]
-        agnostic, agnostic_sums, group_sums = _shared(key, m.binned)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", SparseCellsWarning)  # one combined warning below
-            out[name] = m.result(agnostic, agnostic_sums)
-        if cats is not None:
-            values = m.values(group_sums)
-            params = {k: v for k, v in out[name].params.items() if k != "n"}
-            out[f"{name}_per_class"] = _class_aggregate(
-                name, cats, values, st.n.astype(np.int64), average, out[name], params
-            )
+    with summaries_shared():  # the measures of one grid share its per-cell summary (the same values)
+        for name, m in chosen.items():
+            key = m.grid_key(None, None, features) if m.binned else free_key
+            st = grouped[key]
+            agnostic, agnostic_sums, group_sums = _shared(key, m.binned)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", SparseCellsWarning)  # one combined warning below
+                out[name] = m.result(agnostic, agnostic_sums)
+            if cats is not None:
+                values = m.values(group_sums)
+                params = {k: v for k, v in out[name].params.items() if k != "n"}
+                out[f"{name}_per_class"] = _class_aggregate(
+                    name, cats, values, st.n.astype(np.int64), average, out[name], params
+                )
     _warn_sparse(out, int(np.size(p_arr)))
     if image_id is not None and n_boot > 0:
         # lazy: the bootstrap (scipy.sparse, scipy.special at its first use) only when intervals are asked

@@ -79,7 +79,7 @@ def agnostic_match(
     row[sc.kd], ignored[sc.kd], considered[sc.kd], any_iou[sc.kd] = got, ign, True, best
     pair = np.zeros(nd)
     hit = np.flatnonzero(row >= 0)
-    pair[hit] = paired_iou(dets.box[hit], gt.box[row[hit]])
+    pair[hit] = paired_iou(np.take(dets.box, hit, axis=0), np.take(gt.box, row[hit], axis=0))  # take: box[hit], quicker
     return AgnosticMatch(float(iou), row, ignored, considered, pair, any_iou)
 
 

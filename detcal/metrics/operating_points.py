@@ -30,7 +30,7 @@ from detcal.core.types import MetricResult
 from detcal.metrics.lrp import DetectionOutcomes, lrp_table
 from detcal.metrics.tide import grid_count
 
-__all__ = ["GRID", "pr_curves", "f1_optimal", "operating_points"]
+__all__ = ["GRID", "pr_curves", "f1_optimal", "operating_points", "class_blocks"]
 
 GRID: np.ndarray = np.arange(101) / 100
 """Score thresholds of the curves."""
@@ -75,36 +75,67 @@ def f1_optimal(
     return float(s[k]), float(f1[b]), float(t[k] / (k + 1)), float(t[k] / n_gt)
 
 
+_CLASS_BLOCK = 1 << 18
+"""Points handled at once by :func:`_class_f1` (whole classes; the temporaries stay small and in cache)."""
+
+
 def _class_f1(
     score: np.ndarray, tp: np.ndarray, code: np.ndarray, n_gt: np.ndarray, by_score: np.ndarray
 ) -> np.ndarray:
     """F1-optimal threshold, F1, precision, recall per class [C, 4] (vectorised over classes); ``by_score``:
-    the points in descending score order."""
+    the points in descending score order. The classes are taken in blocks of whole classes with about
+    :data:`_CLASS_BLOCK` points (each class computed alone: the same values as all at once)."""
     c = len(n_gt)
     out = np.full((c, 4), np.nan)
     if len(score) == 0:
         return out
     code = code.astype(np.int16 if c < 2**15 else np.int64)  # narrow before the gathers in score order (cache)
-    o = by_score[np.argsort(code[by_score], kind="stable")]
-    sc, s, t = code[o], score[o], tp[o].astype(np.int64)
-    n = np.bincount(sc, minlength=c)
+    o = by_score[np.argsort(code[by_score], kind="stable")]  # by class, each in descending score order
+    ends = np.cumsum(np.bincount(code, minlength=c))
+    for a, b in class_blocks(ends, _CLASS_BLOCK):
+        lo = int(ends[a - 1]) if a else 0
+        _class_f1_block(score, tp, code, n_gt, o[lo : int(ends[b - 1])], a, b, out)
+    return out
+
+
+def class_blocks(ends: np.ndarray, size: int) -> list[tuple[int, int]]:
+    """Ranges ``(a, b)`` of whole classes, in order, covering every class, each with about ``size`` points
+    (a larger class alone); ``ends``: the cumulative point count per class."""
+    if not len(ends):
+        return []
+    steps = np.arange(size, int(ends[-1]), size)
+    cuts = np.concatenate([[0], np.searchsorted(ends, steps, "right"), [len(ends)]])
+    cuts = np.unique(cuts)  # ascending already: drop the repeats
+    return [(int(a), int(b)) for a, b in zip(cuts, cuts[1:])]
+
+
+def _class_f1_block(
+    score: np.ndarray, tp: np.ndarray, code: np.ndarray, n_gt: np.ndarray, o: np.ndarray, a: int, b: int,
+    out: np.ndarray,
+) -> None:  # fmt: skip
+    """:func:`_class_f1` for the classes ``a:b``, whose points ``o`` are grouped by class, into ``out``."""
+    if not len(o):
+        return
+    sc = code[o]
+    s, t = score[o], tp[o].astype(np.int64)
+    n = np.bincount(sc - a, minlength=b - a)
     start = np.cumsum(n) - n
+    first_of = start[sc - a]
     ctp = np.cumsum(t)
-    tpc = ctp - (ctp[start[sc]] - t[start[sc]])
-    pos = np.arange(len(s)) - start[sc]
+    tpc = ctp - (ctp[first_of] - t[first_of])
+    pos = np.arange(len(s)) - first_of
     last = np.concatenate([(s[1:] != s[:-1]) | (sc[1:] != sc[:-1]), [True]])
     g = n_gt[sc].astype(np.float64)
     f1 = np.where(last & (g > 0), 2 * tpc / (pos + 1 + g), -1.0)
     # per class: the highest F1, the first (highest threshold) on ties
-    best = np.maximum.reduceat(f1, start[n > 0]) if len(f1) else np.zeros(0)
-    bf = np.full(c, -1.0)
+    best = np.maximum.reduceat(f1, start[n > 0])
+    bf = np.full(b - a, -1.0)
     bf[n > 0] = best
-    hit = np.flatnonzero((f1 == bf[sc]) & (f1 >= 0))
+    hit = np.flatnonzero((f1 == bf[sc - a]) & (f1 >= 0))
     first = hit[np.concatenate([[True], sc[hit][1:] != sc[hit][:-1]])] if len(hit) else hit
     cls = sc[first]
     out[cls, 0], out[cls, 1] = s[first], f1[first]
     out[cls, 2], out[cls, 3] = tpc[first] / (pos[first] + 1), tpc[first] / g[first]
-    return out
 
 
 def _nan(v: float | None) -> float:
@@ -145,6 +176,7 @@ def operating_points(
     kept, tps = _counts(p, y, code, c, j[ci[valid] >= 0])
     n_gt = o.n_gt.astype(np.int64)
     pk, pt = _counts(pooled_s, pooled_y, np.zeros(len(pooled_s), np.int64), 1, j)
+    del j  # the full-size temporaries released as soon as they are used (the diagnostics' peak memory)
     pooled = pr_curves(pk[0], pt[0], int(n_gt.sum()))
     if desc is None:
         order = np.argsort(-pooled_s, kind="stable")
@@ -153,7 +185,10 @@ def operating_points(
     thr, f1, prec, rec = f1_optimal(pooled_s, pooled_y, int(n_gt.sum()), order)
     has_cls = (ci[valid] >= 0)[order]
     within = np.cumsum(ci[valid] >= 0) - 1  # position of a pooled point among the points with a class
-    per = _class_f1(p, y, code, n_gt, within[order[has_cls]])
+    by_score = within[order[has_cls]]
+    del order, has_cls, within
+    per = _class_f1(p, y, code, n_gt, by_score)
+    del p, y, code, by_score
     if lrp is None:
         table = lrp_table(o)
         lrp_thr, olrp, lrp_tau = np.asarray(table.threshold, float), np.asarray(table.olrp, float), o.tau

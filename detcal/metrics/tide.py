@@ -124,7 +124,7 @@ def _seg_argmax(
     """Per segment (``start``, ``count`` into ``val``; ``seg`` the segment of each value when known): the
     maximum (0 when empty) and the position of its first occurrence (-1 when empty)."""
     mx = np.zeros(len(start))
-    out = np.full(len(start), -1, np.int64)
+    out = np.full(len(start) if arg else 0, -1, np.int64)  # no positions asked: an empty array
     ne = count > 0
     if not ne.any() or len(val) == 0:
         return mx, out
@@ -297,57 +297,79 @@ def _ap(cls: np.ndarray, tp: np.ndarray, n_gt: np.ndarray, grouped: bool = False
     return float(ap[live].mean()) if live.any() else 0.0  # nothing left to average (tidecv divides by 0)
 
 
-def _columns(box: np.ndarray, area: np.ndarray) -> tuple[np.ndarray, ...]:
-    """x1, y1, x2, y2, area as contiguous columns (fast gathers)."""
-    b = np.asarray(box, np.float64)
-    return (*(np.ascontiguousarray(b[:, k]) for k in range(4)), np.asarray(area, np.float64))
-
-
 _CHUNK = 1 << 17
 """Pairs examined at once in :func:`_kept_pairs` (their temporaries stay in the processor's cache)."""
 
 
+@dataclass
+class _Side:
+    """One side of the pairs: ``box [N,4]`` (xyxy), ``wh`` (for :func:`~detcal.matching.blocks.box_areas`) and
+    the dense class ``cat [N]``; the kept detections read their rows here block by block."""
+
+    box: np.ndarray
+    wh: np.ndarray | None
+    cat: np.ndarray
+
+    def columns(self, rows: np.ndarray) -> tuple[np.ndarray, ...]:
+        """x1, y1, x2, y2, area of ``rows`` as contiguous columns (area as ``box_areas``, row by row: the same
+        values as over every row)."""
+        b = np.asarray(np.take(self.box, rows, axis=0), np.float64)  # take: far quicker than b[rows] on rows of 4
+        area = box_areas(b, None if self.wh is None else np.take(self.wh, rows, axis=0))
+        return (*(np.ascontiguousarray(b[:, k]) for k in range(4)), area)
+
+
 def _kept_pairs(
-    img_k: np.ndarray, dc: list[np.ndarray], cat_k: np.ndarray, gsel: np.ndarray, gt_img: np.ndarray,
-    gcol: tuple[np.ndarray, ...], gcat: np.ndarray, n_img: int, crowd: bool, overlap_only: bool,
+    kd: np.ndarray, d_img: np.ndarray, det: _Side, gsel: np.ndarray, gt_img: np.ndarray, gt: _Side, n_img: int,
+    crowd: bool, overlap_only: bool,
 ) -> _Pairs:  # fmt: skip
-    """Pairs of the kept detections (``img_k`` their image, ``dc`` their columns, ``cat_k`` their class) with the selected GT rows ``gsel`` of their image (GT rows in input
-    order within each detection's run) and their IoU, as pycocotools ``bbIou`` (crowd: over the detection's
-    area). ``overlap_only``: only the pairs that overlap (exact whenever every rule needs an IoU above 0)."""
+    """Pairs of the kept detections ``kd`` (``d_img`` every detection's image) with the selected GT rows ``gsel``
+    of their image (GT rows in input order within each detection's run) and their IoU, as pycocotools ``bbIou``
+    (crowd: over the detection's area). ``overlap_only``: only the pairs that overlap (exact whenever every rule
+    needs an IoU above 0). The detections' boxes are read in blocks of whole kept detections with about
+    :data:`_CHUNK` pairs each (each pair computed alone: the same values as all at once)."""
     gi = gt_img[gsel]
     g_rows = gsel[np.argsort(gi, kind="stable")]  # the selected boxes in image order
     gcount = np.bincount(gi, minlength=n_img)
     gstart = np.cumsum(gcount) - gcount
+    img_k = d_img[kd]
     n = gcount[img_k]
-    gc = [c[g_rows] for c in gcol]
+    gfirst = gstart[img_k]  # each kept detection's first box
+    del img_k
     ends = np.cumsum(n)
-    # blocks of whole detections with about _CHUNK pairs each (every pair's block computed alone: exact)
     steps = np.arange(_CHUNK, int(ends[-1]) if len(ends) else 0, _CHUNK)
-    cuts = np.concatenate([[0], np.searchsorted(ends, steps, "right"), [len(img_k)]])
+    cuts = np.concatenate([[0], np.searchsorted(ends, steps, "right"), [len(kd)]])
     cuts = cuts[np.concatenate([[True], cuts[1:] > cuts[:-1]])]  # ascending already: drop the repeats
-    gfirst = gstart[img_k]  # each kept detection's first box (gathered once, not per block: linear)
-    parts = [_pair_block(a, b, n, ends, gfirst, dc, gc, crowd, overlap_only) for a, b in zip(cuts, cuts[1:])]
+    gc = gt.columns(g_rows)
+    gcat = gt.cat[g_rows]
+    parts = [
+        _pair_block(kd, a, b, n, ends, gfirst, det, gc, gcat, g_rows, crowd, overlap_only)
+        for a, b in zip(cuts, cuts[1:])
+    ]
     pd = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
-    within = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
+    pg = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
     iou = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0)
-    count = np.bincount(pd, minlength=len(img_k)) if len(pd) else np.zeros(len(img_k), np.int64)
-    pg = g_rows[within]
-    return _Pairs(pd, pg, np.cumsum(count) - count, count, iou, cat_k[pd] == gcat[pg])
+    same = np.concatenate([p[3] for p in parts]) if parts else np.zeros(0, bool)
+    del parts
+    count = np.bincount(pd, minlength=len(kd)) if len(pd) else np.zeros(len(kd), np.int64)
+    return _Pairs(pd, pg, np.cumsum(count) - count, count, iou, same)
 
 
 def _pair_block(
-    a: int, b: int, n: np.ndarray, ends: np.ndarray, gfirst: np.ndarray, dc: list[np.ndarray],
-    gc: list[np.ndarray], crowd: bool, overlap_only: bool,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
-    """The pairs of kept detections ``a:b``: (kept-detection position, box position in image order, IoU)."""
+    kd: np.ndarray, a: int, b: int, n: np.ndarray, ends: np.ndarray, gfirst: np.ndarray, det: _Side,
+    gc: tuple[np.ndarray, ...], gcat: np.ndarray, g_rows: np.ndarray, crowd: bool, overlap_only: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """The pairs of kept detections ``a:b``: (kept-detection position, GT row, IoU, same class)."""
     nb = n[a:b]
     p0 = int(ends[a - 1]) if a else 0
     total = int(ends[b - 1]) - p0 if b > a else 0
-    pd = np.repeat(np.arange(a, b), nb)
+    live = np.flatnonzero(nb)  # the block's detections with a pair (only their boxes are read)
+    dc = det.columns(kd[a + live])
+    nl = nb[live]
+    pd = np.repeat(np.arange(len(live)), nl)  # position among them
     # each pair's box: its image's first box plus the pair's place in the detection's run
     within = np.arange(p0, p0 + total) - np.repeat(ends[a:b] - nb - gfirst[a:b], nb)
-    iw = np.minimum(dc[2][pd], gc[2][within])
-    iw -= np.maximum(dc[0][pd], gc[0][within])
+    iw = np.minimum(np.repeat(dc[2], nl), gc[2][within])  # np.repeat: dc[k][pd], without the gather
+    iw -= np.maximum(np.repeat(dc[0], nl), gc[0][within])
     if overlap_only:  # the x overlap first: most pairs end here
         sel = np.flatnonzero(iw > 0)
         pd, within, iw = pd[sel], within[sel], iw[sel]
@@ -362,7 +384,8 @@ def _pair_block(
     union = da if crowd else da + gc[4][within] - inter
     iou = np.zeros(len(inter))
     np.divide(inter, union, out=iou, where=ok)
-    return pd, within, iou
+    same = det.cat[kd[a + live]][pd] == gcat[within]
+    return live[pd] + a, g_rows[within], iou, same
 
 
 @dataclass
@@ -401,15 +424,15 @@ def scene(images: Images, gt: GroundTruth, dets: Detections, max_dets: int = 100
     if len(kd):  # by rank, then image: one block of pairs per matching pass (two stable radix sorts)
         kd = kd[_small_sort(d_img[kd], int(d_img[kd].max()) + 1)]
         kd = kd[_small_sort(rank[kd], max_dets)]
-    dcol, gcol = _columns(dets.box, box_areas(dets.box, dets.wh)), _columns(gt.box, box_areas(gt.box, gt.wh))
     cat_all, n_cls = _codes(dets.category, gt.category)
-    dcat, gcat = cat_all[:nd], cat_all[nd:]
+    dcat, gcat = _narrow(cat_all[:nd], n_cls), cat_all[nd:].copy()
+    del cat_all
     crowd = np.asarray(gt.iscrowd, bool)
     plain = ~crowd & g_ok
     g_safe = np.where(g_ok, g_img, 0)
-    img_k, dc, cat_k = d_img[kd], [c[kd] for c in dcol], dcat[kd]
-    pr = _kept_pairs(img_k, dc, cat_k, np.flatnonzero(plain), g_safe, gcol, gcat, n_img, False, overlap_only)
-    cr = _kept_pairs(img_k, dc, cat_k, np.flatnonzero(crowd & g_ok), g_safe, gcol, gcat, n_img, True, True)
+    det, gside = _Side(dets.box, dets.wh, dcat), _Side(gt.box, gt.wh, gcat)
+    pr = _kept_pairs(kd, d_img, det, np.flatnonzero(plain), g_safe, gside, n_img, False, overlap_only)
+    cr = _kept_pairs(kd, d_img, det, np.flatnonzero(crowd & g_ok), g_safe, gside, n_img, True, True)
     has_gt = np.bincount(g_img[plain], minlength=n_img)[d_img[kd]] > 0 if n_img else np.zeros(len(kd), bool)
     return Scene(
         int(max_dets),
@@ -478,6 +501,7 @@ def tide(
     code[kd] = code_k
     target, ignored, matched = (np.full(nd, -1, np.int64), np.zeros(nd, bool), np.full(nd, -1, np.int64))
     target[kd], ignored[kd], matched[kd] = target_k, ign_k, got
+    del code_k, target_k, ign_k, got  # the kept detections' copies (peak memory)
     # the oracle fixes: one cls/loc error per untaken target box, the highest-scoring (lowest rank) one
     err = np.flatnonzero(target >= 0)
     err = err[~used[target[err]]]
@@ -530,6 +554,7 @@ def _fixes(
     by_score = sc.desc[kept[sc.desc]]  # descending score; ties in input order, made (image, rank) below
     sv = sc.score[by_score]
     run = np.cumsum(np.concatenate([[0], sv[1:] != sv[:-1]])) if len(sv) else np.zeros(0, np.int64)
+    del sv
     n_img = int(sc.d_img.max()) + 1 if len(by_score) else 1
     n_run = int(run[-1]) + 1 if len(run) else 1
     # the columns gathered in score order, as the narrowest integers that hold them (the same values): the
@@ -544,12 +569,16 @@ def _fixes(
     # by image, then by score run (two radix sorts; the same order as one stable sort of run * n_img + image)
     p1 = _small_sort(d_img[by_score], n_img)
     by_score = by_score[p1][_small_sort(run[p1], n_run)]  # its runs are again ``run`` (sorted by run first)
+    del p1
     visit = sc.by_image[kept[sc.by_image]]  # image, then rank
     # in a fixed set the errors come before the untouched true positives of the same score
     fixed_order = by_score[_small_sort(run * 2 + tp[by_score], 2 * n_run)]
+    del run
     live = tp | fp
     rows = by_score[live[by_score]]
+    del by_score, live
     ap = _ap(dcat[rows], tp[rows], n_gt)
+    del rows
     grouped = fixed_order[_class_order(dcat[fixed_order], n_cls)]  # by class, each in tidecv's order
     fixed_cls = dcat.copy()
     fixed_cls[fixable & (code == CLS)] = gcat[target[fixable & (code == CLS)]]  # a fixed cls error takes the box's

@@ -179,6 +179,14 @@ def sample_features(spec: EvaluationSpec, fr: np.ndarray, no_pos: str | None) ->
     return f
 
 
+def sample_feature_columns(spec: EvaluationSpec, feats: np.ndarray, rows: np.ndarray) -> list[np.ndarray] | None:
+    """The D-ECE grid's box-feature columns at ``rows`` of ``feats`` (the values of
+    ``sample_features(spec, np.take(feats, rows, axis=0), None)``, column by column, without the [S,4] copy);
+    None when the grid has no features."""
+    cols = _feature_cols(spec.dece_binning.features)
+    return [np.take(feats[:, k], rows) for k in cols] if cols else None
+
+
 def _shared_cells(
     spec: EvaluationSpec,
     measures: dict[str, ConfidenceMetric],
@@ -218,6 +226,14 @@ def _map_cells_of(cell: np.ndarray, grid: tuple[int, ...], dims: list[int]) -> n
     whole ``grid`` (C order, confidence first): digit ``d`` of a cell is its bin along dimension ``d``, so with
     the same bins and edge rule per dimension these are the integers binning anew gives (the D-ECE map grids
     are such sub-grids of the D-ECE grid, :func:`_map_grid`)."""
+    n_cells = int(np.prod(grid, dtype=np.int64))
+    if len(cell) > n_cells:  # a lookup table over the grid's cells: one gather instead of a division per digit
+        return np.take(map_cell_digits(np.arange(n_cells, dtype=np.int64), grid, dims), cell)
+    return map_cell_digits(np.asarray(cell, np.int64), grid, dims)
+
+
+def map_cell_digits(cell: np.ndarray, grid: tuple[int, ...], dims: list[int]) -> np.ndarray:
+    """:func:`_map_cells_of` digit by digit (integer division and remainder per dimension)."""
     out = np.zeros(len(cell), dtype=np.int64)
     for d in [0, *dims]:
         stride = int(np.prod(grid[d + 1 :], dtype=np.int64))
@@ -262,7 +278,7 @@ def _one_threshold(
             f,
             dets.category[rows] if c.per_class else None,
             measures,
-            dets.image_id[rows],
+            dets.image_id[rows] if spec.bootstrap.n > 0 else None,  # read by the intervals only
             cells=cells,
             **interval_settings(spec),
         )
