@@ -436,6 +436,20 @@ def exclusive_layout(
     (docs/matching.md): COCO AP matches once per area range this way (:mod:`detcal.metrics.accuracy`).
     """
     thr, _ = _validate(dets, gt, iou_thresholds, "exclusive", score_threshold, max_dets, None, images)
+    chunks = image_chunks(dets.image_id, gt.image_id)
+    if len(chunks) == 1:
+        return _layout_steps(dets, gt, thr, max_dets, score_threshold)
+    parts = []
+    for c in chunks:  # whole images a chunk (the walk never looks across images), joined in walk order
+        part = _layout_steps(dets.select(c.det), gt.select(c.gt), thr, max_dets, score_threshold)
+        parts.append((np.arange(len(dets))[c.det], np.arange(len(gt))[c.gt], part))
+    return join_layouts(parts, len(dets))
+
+
+def _layout_steps(
+    dets: Detections, gt: GroundTruth, thr: np.ndarray, max_dets: int | None, score_threshold: float
+) -> ExclusiveLayout:
+    """:func:`exclusive_layout` on checked arguments, in one piece."""
     w_row, w_cat, w_ign, w_crowd = _working_gt(gt, None, False, "pycocotools")
     det_grp, gt_grp, n_grp = group_codes(dets.image_id, dets.category, gt.image_id[w_row], w_cat, False)
     rank, considered, _ = _rank_detections(dets, det_grp, score_threshold, max_dets, False, None)
@@ -443,6 +457,73 @@ def exclusive_layout(
     pairs = _pair_ious(dets, gt, det_grp, gts)
     thr_eff = np.minimum(thr[:, None], _COCO_MAX_THR)
     return _exclusive_layout(pairs, gts, considered, rank, thr_eff, False, False, considered)
+
+
+def join_layouts(parts: Sequence[tuple[np.ndarray, np.ndarray, ExclusiveLayout]], n_det: int) -> ExclusiveLayout:
+    """One :class:`ExclusiveLayout` over ``n_det`` detections from the layouts of disjoint sets of whole
+    images, each given with its detection rows and ground-truth rows (ascending) in the whole input.
+
+    Walking it is walking each part: the parts' GTs are placed one after the other (their tie ranks and
+    groups offset, so they never meet), and the segments of all parts are put in one walk order, step by
+    step (in a step the one-pair segments first, as :func:`greedy_walk` reads them); within a step the
+    segments are of different groups, whose walks are independent, so their order among themselves
+    does not change the outcome.
+    """
+    ls = [lay for _, _, lay in parts]
+    w_off = np.cumsum([0] + [len(lay.gt_row) for lay in ls])
+    g_off = np.cumsum([0] + [(int(lay.gt_grp[-1]) + 1 if len(lay.gt_grp) else 0) for lay in ls])
+    s_off = np.cumsum([0] + [len(lay.k_det) for lay in ls])
+    p_off = np.cumsum([0] + [len(lay.pair_iou) for lay in ls])
+    code = np.concatenate([_step_codes(lay) for lay in ls])  # each part's segments' (step, one-pair/several)
+    so = stable_argsort([code]) if len(code) else np.zeros(0, np.int64)
+    code = code[so]
+    seg_start = np.concatenate([lay.seg_start + p_off[i] for i, lay in enumerate(ls)])
+    counts = np.diff(np.append(seg_start, p_off[-1]))[so]
+    new_start = np.cumsum(counts) - counts
+    pick = np.repeat(seg_start[so] - new_start, counts) + np.arange(int(p_off[-1]), dtype=np.int64)  # pair order
+    n_steps = int(code[-1]) // 2 + 1 if len(code) else 0
+    rank = np.full(n_det, -1, np.int64)
+    considered = np.zeros(n_det, bool)
+    for d_rows, _, lay in parts:
+        rank[d_rows], considered[d_rows] = lay.rank, lay.considered
+
+    def cat(name: str, offsets: np.ndarray | None = None, rows: int | None = None) -> np.ndarray:
+        vals = [getattr(lay, name) for lay in ls]
+        if offsets is not None:
+            vals = [v + offsets[i] for i, v in enumerate(vals)]
+        if rows is not None:
+            vals = [parts[i][rows][v] for i, v in enumerate(vals)]
+        return np.concatenate(vals)
+
+    return ExclusiveLayout(
+        n_det=n_det,
+        k_det=cat("k_det", rows=0)[so],
+        pair_iou=cat("pair_iou")[pick],
+        pair_g=cat("pair_g", w_off)[pick],
+        pair_tie=cat("pair_tie", w_off)[pick],
+        pair_seg=np.repeat(np.arange(len(so), dtype=np.int64), counts),
+        seg_start=new_start,
+        step_seg=np.searchsorted(code, 2 * np.arange(n_steps + 1)),
+        step_multi=np.searchsorted(code, 2 * np.arange(n_steps) + 1),
+        thr=ls[0].thr,
+        gt_row=cat("gt_row", rows=1),
+        gt_ign=cat("gt_ign"),
+        gt_crowd=cat("gt_crowd"),
+        g_of_tie=cat("g_of_tie", w_off),
+        considered=considered,
+        rank=rank,
+        strict=ls[0].strict,
+        k_grp=cat("k_grp", g_off)[so],
+        gt_grp=cat("gt_grp", g_off),
+    )
+
+
+def _step_codes(lay: ExclusiveLayout) -> np.ndarray:
+    """Each segment's walk key [K]: 2 * step + (1 when it has several pairs), as :func:`_exclusive_layout` sorts them."""
+    n_steps = len(lay.step_multi)
+    bounds = np.empty(2 * n_steps + 1, np.int64)
+    bounds[0::2], bounds[1::2] = lay.step_seg, lay.step_multi
+    return np.repeat(np.arange(2 * n_steps, dtype=np.int64), np.diff(bounds))
 
 
 def exclusive_outcome(
