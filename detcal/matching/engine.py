@@ -472,7 +472,6 @@ def join_layouts(parts: Sequence[tuple[np.ndarray, np.ndarray, ExclusiveLayout]]
     ls = [lay for _, _, lay in parts]
     w_off = np.cumsum([0] + [len(lay.gt_row) for lay in ls])
     g_off = np.cumsum([0] + [(int(lay.gt_grp[-1]) + 1 if len(lay.gt_grp) else 0) for lay in ls])
-    s_off = np.cumsum([0] + [len(lay.k_det) for lay in ls])
     p_off = np.cumsum([0] + [len(lay.pair_iou) for lay in ls])
     code = np.concatenate([_step_codes(lay) for lay in ls])  # each part's segments' (step, one-pair/several)
     so = stable_argsort([code]) if len(code) else np.zeros(0, np.int64)

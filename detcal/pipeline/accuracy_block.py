@@ -51,9 +51,7 @@ def _localisation_runs(spec: EvaluationSpec, data: LoadedData) -> bool:
     return spec.localisation.enabled and data.kitti is None and data.format not in ("lvis", "openimages")
 
 
-def accuracy_block(
-    spec: EvaluationSpec, data: LoadedData, order: np.ndarray | None = None
-) -> AccuracyBlock | Skipped:
+def accuracy_block(spec: EvaluationSpec, data: LoadedData, order: np.ndarray | None = None) -> AccuracyBlock | Skipped:
     """COCO AP for COCO-format (and YOLO) data, KITTI AP for KITTI data, VOC AP for VOC data
     (docs/real_detectors.md, docs/matching.md, docs/formats.md). ``order``: the detections' accumulate
     order when known (:func:`detcal.metrics.accuracy.accumulate_order`)."""
