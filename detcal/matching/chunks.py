@@ -24,7 +24,7 @@ import numpy as np
 
 from detcal.matching.blocks import factorize
 
-__all__ = ["CHUNK_DETECTIONS", "ImageChunk", "image_chunks", "rows_index"]
+__all__ = ["CHUNK_DETECTIONS", "ImageChunk", "image_chunks", "row_numbers", "rows_index"]
 
 CHUNK_DETECTIONS: int = 1 << 17
 """Detections per image chunk (about 131k): the per-pair and per-detection arrays of one chunk stay
@@ -45,6 +45,14 @@ def rows_index(rows: np.ndarray) -> slice | np.ndarray:
     if int(rows[-1]) - int(rows[0]) + 1 == len(rows):
         return slice(int(rows[0]), int(rows[-1]) + 1)
     return rows
+
+
+def row_numbers(index: slice | np.ndarray, n: int) -> np.ndarray:
+    """The row numbers [k] an :class:`ImageChunk` index selects out of ``n`` rows (a slice's without
+    building all ``n``)."""
+    if isinstance(index, slice):
+        return np.arange(*index.indices(n), dtype=np.int64)
+    return index
 
 
 def _rows_by_code(code: np.ndarray, n_chunks: int) -> list[slice | np.ndarray]:

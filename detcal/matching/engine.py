@@ -122,7 +122,7 @@ from detcal.matching.blocks import (
     slot_iou,
     stable_argsort,
 )
-from detcal.matching.chunks import ImageChunk, image_chunks
+from detcal.matching.chunks import ImageChunk, image_chunks, row_numbers
 from detcal.matching.kitti_ap import detection_min_height_ignored, devkit_assign
 
 MODES: tuple[str, ...] = ("exclusive", "max", "kitti")
@@ -410,7 +410,7 @@ def _match_chunks(dets: Detections, gt: GroundTruth, r: _Rules, chunks: list[Ima
     iou = np.zeros(D)
     considered = np.zeros(D, bool)
     for c in chunks:
-        g_rows = np.arange(len(gt))[c.gt] if isinstance(c.gt, slice) else c.gt
+        g_rows = row_numbers(c.gt, len(gt))
         m, ig, gi, io, co = _match_steps(dets.select(c.det), gt.select(c.gt), r)
         hit = gi >= 0
         gi[hit] = g_rows[gi[hit]]
@@ -442,7 +442,7 @@ def exclusive_layout(
     parts = []
     for c in chunks:  # whole images a chunk (the walk never looks across images), joined in walk order
         part = _layout_steps(dets.select(c.det), gt.select(c.gt), thr, max_dets, score_threshold)
-        parts.append((np.arange(len(dets))[c.det], np.arange(len(gt))[c.gt], part))
+        parts.append((row_numbers(c.det, len(dets)), row_numbers(c.gt, len(gt)), part))
     return join_layouts(parts, len(dets))
 
 

@@ -79,9 +79,13 @@ def _box_area(box: np.ndarray) -> np.ndarray:
 def accumulate_order(dets: Detections, categories: ArrayLike) -> np.ndarray:
     """pycocotools' accumulate order of the detections [D]: by category (its position in the sorted
     ``categories``), descending score, image id, then input order (stable)."""
+    return _accumulate_order(dets, np.searchsorted(np.asarray(categories, np.int64), dets.category))
+
+
+def _accumulate_order(dets: Detections, det_cat_k: np.ndarray) -> np.ndarray:
+    """:func:`accumulate_order` from each detection's category position ``det_cat_k`` [D]."""
     if len(dets) == 0:
         return np.zeros(0, np.int64)
-    det_cat_k = np.searchsorted(np.asarray(categories, np.int64), dets.category)
     img_code = factorize(dets.image_id)[0]
     return stable_argsort([img_code, float_key(dets.score, descending=True), det_cat_k])
 
@@ -127,7 +131,7 @@ def coco_eval_arrays(
     # and its outcome is written straight into accumulate order.
     det_cat_k = np.searchsorted(cats, dets.category)
     if order is None or len(order) != len(dets):
-        order = accumulate_order(dets, cats)
+        order = _accumulate_order(dets, det_cat_k)
     at = np.empty(len(order), np.int64)
     at[order] = np.arange(len(order), dtype=np.int64)  # accumulate position of each input row
     det_cat_k = det_cat_k[order]

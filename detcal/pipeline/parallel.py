@@ -46,7 +46,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from detcal.core.types import Detections, MatchResult
-from detcal.matching.chunks import CHUNK_DETECTIONS, image_chunks
+from detcal.matching.chunks import CHUNK_DETECTIONS, image_chunks, row_numbers
 from detcal.pipeline.matcher import run_match
 from detcal.pipeline.sources import LoadedData, release_memory
 from detcal.pipeline.spec import MatchingSpec
@@ -163,7 +163,7 @@ def _match_own_gt(
     gt = data.dataset.gt
     if gt_rows is None:
         gt_rows = np.flatnonzero(np.isin(gt.image_id, dets.image_id))
-    g_rows = np.arange(len(gt))[gt_rows] if isinstance(gt_rows, slice) else gt_rows
+    g_rows = row_numbers(gt_rows, len(gt))
     own = dataclasses.replace(data, dataset=dataclasses.replace(data.dataset, gt=gt.select(gt_rows)))
     r = run_match(m, dets, own, thresholds)
     hit = r.gt_index >= 0
