@@ -11,7 +11,7 @@ from test_matching import make_coco, to_records
 
 import detcal.matching.chunks as chunks_mod
 from detcal.core.types import Dataset, Detections, GroundTruth, Images
-from detcal.matching.chunks import image_chunks, rows_index
+from detcal.matching.chunks import image_chunks, row_numbers, rows_index
 from detcal.matching.engine import exclusive_layout, exclusive_outcome, exclusive_walk, match
 from detcal.metrics.accuracy import accumulate_order, coco_eval_arrays
 from detcal.metrics.lrp import detection_outcomes, lrp_table
@@ -76,6 +76,7 @@ def test_image_chunks_edge_cases() -> None:
     assert rows_index(np.array([4, 5, 6])) == slice(4, 7)
     assert np.array_equal(rows_index(np.array([4, 6])), [4, 6])
     assert rows_index(np.zeros(0, np.int64)) == slice(0, 0)
+    assert row_numbers(slice(3, 6), 10).tolist() == [3, 4, 5] and row_numbers(np.array([2, 8]), 10).tolist() == [2, 8]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
