@@ -122,6 +122,7 @@ from detcal.matching.blocks import (
     slot_iou,
     stable_argsort,
 )
+from detcal.matching.chunks import ImageChunk, image_chunks, row_numbers
 from detcal.matching.kitti_ap import detection_min_height_ignored, devkit_assign
 
 MODES: tuple[str, ...] = ("exclusive", "max", "kitti")
@@ -323,35 +324,13 @@ def match(
     if gt_ignore not in GT_IGNORE:
         raise DetcalInputError(f"unknown gt_ignore {gt_ignore!r}; choose one of {GT_IGNORE}", field="gt_ignore")
     strict = bool(kitti.strict) if kitti is not None else False
-    thr_det = _threshold_rows(dets, thr, kitti if per_class else None)
-    thr_eff = thr_det if strict else np.minimum(thr_det, _COCO_MAX_THR)
-    # 2. groups, ranks, considered
-    w_row, w_cat, w_ign, w_crowd = _working_gt(gt, kitti, class_agnostic, gt_ignore)
-    det_grp, gt_grp, n_grp = group_codes(dets.image_id, dets.category, gt.image_id[w_row], w_cat, class_agnostic)
-    rank, considered, small = _rank_detections(dets, det_grp, score_threshold, max_dets, class_agnostic, kitti)
-    # 3. GT order within groups
-    gts = _order_gt(w_row, w_cat, w_ign, w_crowd, gt_grp, n_grp, class_agnostic)
-    # 4. (detection, GT) pairs: IoU once for all thresholds
-    pairs = _pair_ious(dets, gt, det_grp, gts)
-    # 5. assignment
-    T, D = len(thr), len(dets)
-    iou = np.zeros(D)
-    iou[pairs.seg_det] = pairs.best
-    if mode == "kitti":
-        assert kitti is not None
-        matched, ignored, gt_index = _assign_kitti(dets, gt, kitti, thr, per_class, considered, small)
+    rules = _Rules(thr, per_class, mode, class_agnostic, score_threshold, max_dets, kitti, gt_ignore, strict)
+    # 2.-6. per image chunk (every rule without KITTI's looks at one image at a time: the same outcome)
+    chunks = image_chunks(dets.image_id, gt.image_id) if kitti is None else []
+    if len(chunks) > 1:
+        matched, ignored, gt_index, iou, considered = _match_chunks(dets, gt, rules, chunks)
     else:
-        greedy = considered & ~small
-        thr_seg = thr_eff[:, pairs.seg_det] if per_class else thr_eff  # [T,S] or [T,1]
-        if mode == "exclusive":
-            layout = _exclusive_layout(pairs, gts, greedy, rank, thr_seg, per_class, strict, considered)
-            chosen, cols = exclusive_walk(layout), layout.k_det
-        else:
-            chosen, cols = _assign_max(pairs, greedy, thr_seg, strict), pairs.seg_det
-        matched, ignored, gt_index = _outcome(chosen, cols, gts, T, D)
-    # 6. KITTI: small detections and DontCare regions
-    if kitti is not None:
-        _kitti_ignores(dets, gt, kitti, considered, small, thr_det, per_class, matched, ignored)
+        matched, ignored, gt_index, iou, considered = _match_steps(dets, gt, rules)
     # 7. the rules applied
     return MatchResult(
         iou_thresholds=thr,
@@ -366,6 +345,78 @@ def match(
         max_dets=None if max_dets is None else int(max_dets),
         params=_match_params(mode, strict, gt_ignore, kitti, per_class),
     )
+
+
+class _Rules(NamedTuple):
+    """The checked arguments of :func:`match` that steps 2-6 read."""
+
+    thr: np.ndarray
+    per_class: bool
+    mode: str
+    class_agnostic: bool
+    score_threshold: float
+    max_dets: int | None
+    kitti: KittiRules | None
+    gt_ignore: str
+    strict: bool
+
+
+_Outcome = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""matched, ignored, gt_index [T,D]; iou, considered [D]."""
+
+
+def _match_steps(dets: Detections, gt: GroundTruth, r: _Rules) -> _Outcome:
+    """Steps 2-6 of :func:`match` on checked arguments: (matched, ignored, gt_index, iou, considered)."""
+    kitti = r.kitti
+    thr_det = _threshold_rows(dets, r.thr, kitti if r.per_class else None)
+    thr_eff = thr_det if r.strict else np.minimum(thr_det, _COCO_MAX_THR)
+    # 2. groups, ranks, considered
+    w_row, w_cat, w_ign, w_crowd = _working_gt(gt, kitti, r.class_agnostic, r.gt_ignore)
+    det_grp, gt_grp, n_grp = group_codes(dets.image_id, dets.category, gt.image_id[w_row], w_cat, r.class_agnostic)
+    rank, considered, small = _rank_detections(dets, det_grp, r.score_threshold, r.max_dets, r.class_agnostic, kitti)
+    # 3. GT order within groups
+    gts = _order_gt(w_row, w_cat, w_ign, w_crowd, gt_grp, n_grp, r.class_agnostic)
+    # 4. (detection, GT) pairs: IoU once for all thresholds
+    pairs = _pair_ious(dets, gt, det_grp, gts)
+    # 5. assignment
+    T, D = len(r.thr), len(dets)
+    iou = np.zeros(D)
+    iou[pairs.seg_det] = pairs.best
+    if r.mode == "kitti":
+        assert kitti is not None
+        matched, ignored, gt_index = _assign_kitti(dets, gt, kitti, r.thr, r.per_class, considered, small)
+    else:
+        greedy = considered & ~small
+        thr_seg = thr_eff[:, pairs.seg_det] if r.per_class else thr_eff  # [T,S] or [T,1]
+        if r.mode == "exclusive":
+            layout = _exclusive_layout(pairs, gts, greedy, rank, thr_seg, r.per_class, r.strict, considered)
+            chosen, cols = exclusive_walk(layout), layout.k_det
+        else:
+            chosen, cols = _assign_max(pairs, greedy, thr_seg, r.strict), pairs.seg_det
+        matched, ignored, gt_index = _outcome(chosen, cols, gts, T, D)
+    # 6. KITTI: small detections and DontCare regions
+    if kitti is not None:
+        _kitti_ignores(dets, gt, kitti, considered, small, thr_det, r.per_class, matched, ignored)
+    return matched, ignored, gt_index, iou, considered
+
+
+def _match_chunks(dets: Detections, gt: GroundTruth, r: _Rules, chunks: list[ImageChunk]) -> _Outcome:
+    """Steps 2-6 chunk by chunk (:func:`detcal.matching.chunks.image_chunks`), each chunk's outcome put
+    at its rows (its GT rows mapped back to the whole ground truth's): the same arrays as one pass."""
+    T, D = len(r.thr), len(dets)
+    matched = np.zeros((T, D), bool)
+    ignored = np.zeros((T, D), bool)
+    gt_index = np.full((T, D), -1, np.int64)
+    iou = np.zeros(D)
+    considered = np.zeros(D, bool)
+    for c in chunks:
+        g_rows = row_numbers(c.gt, len(gt))
+        m, ig, gi, io, co = _match_steps(dets.select(c.det), gt.select(c.gt), r)
+        hit = gi >= 0
+        gi[hit] = g_rows[gi[hit]]
+        matched[:, c.det], ignored[:, c.det], gt_index[:, c.det] = m, ig, gi
+        iou[c.det], considered[c.det] = io, co
+    return matched, ignored, gt_index, iou, considered
 
 
 def exclusive_layout(
@@ -385,6 +436,20 @@ def exclusive_layout(
     (docs/matching.md): COCO AP matches once per area range this way (:mod:`detcal.metrics.accuracy`).
     """
     thr, _ = _validate(dets, gt, iou_thresholds, "exclusive", score_threshold, max_dets, None, images)
+    chunks = image_chunks(dets.image_id, gt.image_id)
+    if len(chunks) == 1:
+        return _layout_steps(dets, gt, thr, max_dets, score_threshold)
+    parts = []
+    for c in chunks:  # whole images a chunk (the walk never looks across images), joined in walk order
+        part = _layout_steps(dets.select(c.det), gt.select(c.gt), thr, max_dets, score_threshold)
+        parts.append((row_numbers(c.det, len(dets)), row_numbers(c.gt, len(gt)), part))
+    return join_layouts(parts, len(dets))
+
+
+def _layout_steps(
+    dets: Detections, gt: GroundTruth, thr: np.ndarray, max_dets: int | None, score_threshold: float
+) -> ExclusiveLayout:
+    """:func:`exclusive_layout` on checked arguments, in one piece."""
     w_row, w_cat, w_ign, w_crowd = _working_gt(gt, None, False, "pycocotools")
     det_grp, gt_grp, n_grp = group_codes(dets.image_id, dets.category, gt.image_id[w_row], w_cat, False)
     rank, considered, _ = _rank_detections(dets, det_grp, score_threshold, max_dets, False, None)
@@ -392,6 +457,72 @@ def exclusive_layout(
     pairs = _pair_ious(dets, gt, det_grp, gts)
     thr_eff = np.minimum(thr[:, None], _COCO_MAX_THR)
     return _exclusive_layout(pairs, gts, considered, rank, thr_eff, False, False, considered)
+
+
+def join_layouts(parts: Sequence[tuple[np.ndarray, np.ndarray, ExclusiveLayout]], n_det: int) -> ExclusiveLayout:
+    """One :class:`ExclusiveLayout` over ``n_det`` detections from the layouts of disjoint sets of whole
+    images, each given with its detection rows and ground-truth rows (ascending) in the whole input.
+
+    Walking it is walking each part: the parts' GTs are placed one after the other (their tie ranks and
+    groups offset, so they never meet), and the segments of all parts are put in one walk order, step by
+    step (in a step the one-pair segments first, as :func:`greedy_walk` reads them); within a step the
+    segments are of different groups, whose walks are independent, so their order among themselves
+    does not change the outcome.
+    """
+    ls = [lay for _, _, lay in parts]
+    w_off = np.cumsum([0] + [len(lay.gt_row) for lay in ls])
+    g_off = np.cumsum([0] + [(int(lay.gt_grp[-1]) + 1 if len(lay.gt_grp) else 0) for lay in ls])
+    p_off = np.cumsum([0] + [len(lay.pair_iou) for lay in ls])
+    code = np.concatenate([_step_codes(lay) for lay in ls])  # each part's segments' (step, one-pair/several)
+    so = stable_argsort([code]) if len(code) else np.zeros(0, np.int64)
+    code = code[so]
+    seg_start = np.concatenate([lay.seg_start + p_off[i] for i, lay in enumerate(ls)])
+    counts = np.diff(np.append(seg_start, p_off[-1]))[so]
+    new_start = np.cumsum(counts) - counts
+    pick = np.repeat(seg_start[so] - new_start, counts) + np.arange(int(p_off[-1]), dtype=np.int64)  # pair order
+    n_steps = int(code[-1]) // 2 + 1 if len(code) else 0
+    rank = np.full(n_det, -1, np.int64)
+    considered = np.zeros(n_det, bool)
+    for d_rows, _, lay in parts:
+        rank[d_rows], considered[d_rows] = lay.rank, lay.considered
+
+    def cat(name: str, offsets: np.ndarray | None = None, rows: int | None = None) -> np.ndarray:
+        vals = [getattr(lay, name) for lay in ls]
+        if offsets is not None:
+            vals = [v + offsets[i] for i, v in enumerate(vals)]
+        if rows is not None:
+            vals = [parts[i][rows][v] for i, v in enumerate(vals)]
+        return np.concatenate(vals)
+
+    return ExclusiveLayout(
+        n_det=n_det,
+        k_det=cat("k_det", rows=0)[so],
+        pair_iou=cat("pair_iou")[pick],
+        pair_g=cat("pair_g", w_off)[pick],
+        pair_tie=cat("pair_tie", w_off)[pick],
+        pair_seg=np.repeat(np.arange(len(so), dtype=np.int64), counts),
+        seg_start=new_start,
+        step_seg=np.searchsorted(code, 2 * np.arange(n_steps + 1)),
+        step_multi=np.searchsorted(code, 2 * np.arange(n_steps) + 1),
+        thr=ls[0].thr,
+        gt_row=cat("gt_row", rows=1),
+        gt_ign=cat("gt_ign"),
+        gt_crowd=cat("gt_crowd"),
+        g_of_tie=cat("g_of_tie", w_off),
+        considered=considered,
+        rank=rank,
+        strict=ls[0].strict,
+        k_grp=cat("k_grp", g_off)[so],
+        gt_grp=cat("gt_grp", g_off),
+    )
+
+
+def _step_codes(lay: ExclusiveLayout) -> np.ndarray:
+    """Each segment's walk key [K]: 2 * step + (1 when it has several pairs), as :func:`_exclusive_layout` sorts them."""
+    n_steps = len(lay.step_multi)
+    bounds = np.empty(2 * n_steps + 1, np.int64)
+    bounds[0::2], bounds[1::2] = lay.step_seg, lay.step_multi
+    return np.repeat(np.arange(2 * n_steps, dtype=np.int64), np.diff(bounds))
 
 
 def exclusive_outcome(

@@ -76,8 +76,27 @@ def _box_area(box: np.ndarray) -> np.ndarray:
     return (box[:, 2] - box[:, 0]) * (box[:, 3] - box[:, 1])
 
 
+def accumulate_order(dets: Detections, categories: ArrayLike) -> np.ndarray:
+    """pycocotools' accumulate order of the detections [D]: by category (its position in the sorted
+    ``categories``), descending score, image id, then input order (stable)."""
+    return _accumulate_order(dets, np.searchsorted(np.asarray(categories, np.int64), dets.category))
+
+
+def _accumulate_order(dets: Detections, det_cat_k: np.ndarray) -> np.ndarray:
+    """:func:`accumulate_order` from each detection's category position ``det_cat_k`` [D]."""
+    if len(dets) == 0:
+        return np.zeros(0, np.int64)
+    img_code = factorize(dets.image_id)[0]
+    return stable_argsort([img_code, float_key(dets.score, descending=True), det_cat_k])
+
+
 def coco_eval_arrays(
-    dets: Detections, dataset: Dataset, *, gt_area: ArrayLike | None = None, workers: int = 1
+    dets: Detections,
+    dataset: Dataset,
+    *,
+    gt_area: ArrayLike | None = None,
+    workers: int = 1,
+    order: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """pycocotools ``COCOeval.eval`` arrays: ``precision [T,R,K,A,M]`` and ``recall [T,K,A,M]``.
 
@@ -85,7 +104,7 @@ def coco_eval_arrays(
     :data:`AREA_RANGES`, ``M`` over :data:`MAX_DETS`; -1 where a category has
     no non-ignored GT (as pycocotools). ``workers`` > 1: the area ranges are
     evaluated in that many forked processes (each range whole by one: the
-    same arrays).
+    same arrays). ``order``: :func:`accumulate_order` of ``dets`` when already known.
     """
     if not isinstance(dets, Detections) or not isinstance(dataset, Dataset):
         raise DetcalInputError("coco_ap needs Detections and a Dataset", field="dets")
@@ -111,12 +130,8 @@ def coco_eval_arrays(
     # category) by score, ties in input order, which the accumulate order keeps: the same outcome)
     # and its outcome is written straight into accumulate order.
     det_cat_k = np.searchsorted(cats, dets.category)
-    img_code = factorize(dets.image_id)[0]
-    order = (
-        stable_argsort([img_code, float_key(dets.score, descending=True), det_cat_k])
-        if len(dets)
-        else np.zeros(0, np.int64)
-    )
+    if order is None or len(order) != len(dets):
+        order = _accumulate_order(dets, det_cat_k)
     at = np.empty(len(order), np.int64)
     at[order] = np.arange(len(order), dtype=np.int64)  # accumulate position of each input row
     det_cat_k = det_cat_k[order]
@@ -295,7 +310,12 @@ def coco_summary(arrays: dict[str, np.ndarray]) -> dict[str, float]:
 
 
 def coco_ap(
-    dets: Detections, dataset: Dataset, *, gt_area: ArrayLike | None = None, workers: int = 1
+    dets: Detections,
+    dataset: Dataset,
+    *,
+    gt_area: ArrayLike | None = None,
+    workers: int = 1,
+    order: np.ndarray | None = None,
 ) -> dict[str, MetricResult]:
     """COCO AP, AP50, AP75, AP_small/medium/large, AR1/10/100, AR_small/medium/large.
 
@@ -303,9 +323,9 @@ def coco_ap(
     in that order). Each :class:`MetricResult` has ``params`` with the
     area range, max-dets and IoU; the ``AP`` result carries the per-class
     table (``table["category"]``, ``table["ap"]``, ``table["ap50"]``,
-    ``table["n_gt"]``). ``workers``: :func:`coco_eval_arrays`.
+    ``table["n_gt"]``). ``workers``, ``order``: :func:`coco_eval_arrays`.
     """
-    arrays = coco_eval_arrays(dets, dataset, gt_area=gt_area, workers=workers)
+    arrays = coco_eval_arrays(dets, dataset, gt_area=gt_area, workers=workers, order=order)
     out: dict[str, MetricResult] = {}
     for name, kind, iou, area, md in SUMMARY:
         out[name] = MetricResult(
@@ -336,6 +356,7 @@ __all__ = [
     "MAX_DETS",
     "RECALL_THRESHOLDS",
     "SUMMARY",
+    "accumulate_order",
     "coco_ap",
     "coco_eval_arrays",
     "coco_summary",

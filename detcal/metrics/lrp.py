@@ -78,11 +78,18 @@ class DetectionOutcomes:
 
     def class_index(self) -> np.ndarray:
         """Row of each detection's class in ``gt_categories`` [D] (-1: a class without ground truth)."""
-        pos = np.searchsorted(self.gt_categories, self.category)
-        pos = np.clip(pos, 0, max(len(self.gt_categories) - 1, 0))
-        if len(self.gt_categories) == 0:
-            return np.full(len(self.category), -1, np.int64)
-        return np.where(self.gt_categories[pos] == self.category, pos, -1).astype(np.int64)
+        cats, cat = self.gt_categories, self.category
+        if len(cats) == 0:
+            return np.full(len(cat), -1, np.int64)
+        if len(cat) and int(cats[0]) >= 0 and int(cat.min()) >= 0:
+            hi = max(int(cats.max()), int(cat.max()))
+            if hi < 4 * len(cat) + 2_000_000:  # small ids: one lookup table instead of a binary search a row
+                table = np.full(hi + 1, -1, np.int64)
+                table[cats[::-1]] = np.arange(len(cats) - 1, -1, -1, dtype=np.int64)  # the first of equal ids
+                return table[cat]
+        pos = np.searchsorted(cats, cat)
+        pos = np.clip(pos, 0, len(cats) - 1)
+        return np.where(cats[pos] == cat, pos, -1).astype(np.int64)
 
 
 def paired_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -131,15 +138,26 @@ def detection_outcomes(
     )
 
 
-def _class_sorted(o: DetectionOutcomes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _class_sorted(o: DetectionOutcomes, order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Valid detections of classes with GT, ordered by (class, descending score, image, input order).
+
+    ``order``: every detection in that order with classes by ascending id (e.g. COCO AP's accumulate
+    order, :func:`detcal.metrics.accuracy.accumulate_order`), read instead of sorting again; the rows
+    kept here are then in it.
 
     Returns (rows [S], class row [S], start of each class run [C] as positions, -1 if the class has none).
     """
     ci = o.class_index()
-    rows = np.flatnonzero(o.valid & (ci >= 0))  # ascending: the input order is the last key
-    img = factorize(o.image_id[rows])[0]  # order-preserving codes
-    rows = rows[stable_argsort([img, float_key(o.score[rows], descending=True), ci[rows]])]  # radix: linear
+    keep = o.valid & (ci >= 0)
+    rows = None
+    if order is not None and len(order) == len(keep):
+        rows = order[keep[order]]
+        if len(rows) > 1 and bool((np.diff(ci[rows]) < 0).any()):  # classes not in ascending blocks
+            rows = None
+    if rows is None:
+        rows = np.flatnonzero(keep)  # ascending: the input order is the last key
+        img = factorize(o.image_id[rows])[0]  # order-preserving codes
+        rows = rows[stable_argsort([img, float_key(o.score[rows], descending=True), ci[rows]])]  # radix: linear
     return rows, ci[rows], np.searchsorted(ci[rows], np.arange(len(o.gt_categories)))
 
 
@@ -184,10 +202,11 @@ class LRPTable:
         return out
 
 
-def lrp_table(o: DetectionOutcomes) -> LRPTable:
-    """LRP, its components and the LRP-optimal point of every class with ground truth."""
+def lrp_table(o: DetectionOutcomes, order: np.ndarray | None = None) -> LRPTable:
+    """LRP, its components and the LRP-optimal point of every class with ground truth (``order``: the
+    detections by (category, descending score, image id, input order) when known, see :func:`_class_sorted`)."""
     C = len(o.gt_categories)
-    rows, seg, start = _class_sorted(o)
+    rows, seg, start = _class_sorted(o, order)
     tp = o.tp[rows].astype(np.float64)
     fp = 1.0 - tp
     tp_c = _segment_cumsum(tp, seg, C)

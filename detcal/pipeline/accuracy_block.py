@@ -18,7 +18,7 @@ from detcal.data.coco_masks import load_class_scores, load_segmentations
 from detcal.matching.kitti_ap import kitti_ap
 from detcal.matching.openimages import match_openimages
 from detcal.matching.voc import match_voc
-from detcal.metrics.accuracy import coco_ap
+from detcal.metrics.accuracy import accumulate_order, coco_ap
 from detcal.metrics.laece import describe_choices, laace_from_outcomes, laece_from_outcomes
 from detcal.metrics.lrp import detection_outcomes, lrp_result, lrp_table
 from detcal.metrics.lvis_ap import lvis_ap, lvis_calibration_by_frequency
@@ -26,12 +26,35 @@ from detcal.metrics.voc_ap import VARIANTS, voc_ap
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
 
-__all__ = ["accuracy_block", "localisation_block"]
+__all__ = ["accuracy_and_localisation", "accuracy_block", "localisation_block"]
 
 
-def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> AccuracyBlock | Skipped:
+def accuracy_and_localisation(
+    spec: EvaluationSpec, data: LoadedData
+) -> tuple[AccuracyBlock | Skipped, LocalisationBlock | Skipped]:
+    """:func:`accuracy_block` and :func:`localisation_block`; where both run on COCO rules (COCO AP and
+    LRP), the detections' accumulate order (by category, descending score, image) is sorted once for
+    both (:func:`detcal.metrics.accuracy.accumulate_order`)."""
+    order = None
+    if _coco_ap_runs(spec, data) and _localisation_runs(spec, data):
+        order = accumulate_order(data.detections, sorted(data.dataset.categories))
+    return accuracy_block(spec, data, order), localisation_block(spec, data, order)
+
+
+def _coco_ap_runs(spec: EvaluationSpec, data: LoadedData) -> bool:
+    """Whether :func:`accuracy_block` computes COCO AP."""
+    return spec.accuracy.enabled and data.kitti is None and data.format not in ("voc", "lvis", "openimages")
+
+
+def _localisation_runs(spec: EvaluationSpec, data: LoadedData) -> bool:
+    """Whether :func:`localisation_block` computes LRP."""
+    return spec.localisation.enabled and data.kitti is None and data.format not in ("lvis", "openimages")
+
+
+def accuracy_block(spec: EvaluationSpec, data: LoadedData, order: np.ndarray | None = None) -> AccuracyBlock | Skipped:
     """COCO AP for COCO-format (and YOLO) data, KITTI AP for KITTI data, VOC AP for VOC data
-    (docs/real_detectors.md, docs/matching.md, docs/formats.md)."""
+    (docs/real_detectors.md, docs/matching.md, docs/formats.md). ``order``: the detections' accumulate
+    order when known (:func:`detcal.metrics.accuracy.accumulate_order`)."""
     if not spec.accuracy.enabled:
         return Skipped("accuracy.enabled=false")
     ds, dets = data.dataset, data.detections
@@ -53,7 +76,7 @@ def accuracy_block(spec: EvaluationSpec, data: LoadedData) -> AccuracyBlock | Sk
         return _openimages_block(data)
 
     area = ds.gt.area
-    res = coco_ap(dets, ds, gt_area=area, workers=spec.parallel.workers)  # area ranges in processes
+    res = coco_ap(dets, ds, gt_area=area, workers=spec.parallel.workers, order=order)  # area ranges in processes
     out: dict[str, Any] = {k: _no_sentinel(r) for k, r in res.items()}
     out["_areas"] = (
         "the 'area' of each annotation (as pycocotools)"
@@ -117,8 +140,11 @@ def _lvis_block(data: LoadedData) -> AccuracyBlock:
     )
 
 
-def localisation_block(spec: EvaluationSpec, data: LoadedData) -> LocalisationBlock | Skipped:
-    """LRP (with components and LRP-optimal thresholds), LaECE and LaACE (docs/newest_measures.md)."""
+def localisation_block(
+    spec: EvaluationSpec, data: LoadedData, order: np.ndarray | None = None
+) -> LocalisationBlock | Skipped:
+    """LRP (with components and LRP-optimal thresholds), LaECE and LaACE (docs/newest_measures.md).
+    ``order``: the detections' accumulate order when known (:func:`detcal.metrics.accuracy.accumulate_order`)."""
     loc = spec.localisation
     if not loc.enabled:
         return Skipped("localisation.enabled=false")
@@ -134,7 +160,7 @@ def localisation_block(spec: EvaluationSpec, data: LoadedData) -> LocalisationBl
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         o = detection_outcomes(dets, ds.gt, loc.tau, max_dets=spec.matching.max_dets)
-        table = lrp_table(o)
+        table = lrp_table(o, order)
         out: dict[str, Any] = {
             "lrp": lrp_result(table, max_dets=spec.matching.max_dets),
             "olrp": lrp_result(table, optimal=True, max_dets=spec.matching.max_dets),

@@ -541,9 +541,9 @@ def _accuracy_and_oce(
     """The accuracy, localisation, OCE and uq-detr records and the per-image rows; their times in ``timing``."""
     t0 = time.perf_counter()
     # lazy: kept out of detcal-evaluate start-up (loads when the run reaches it)
-    from detcal.pipeline.accuracy_block import accuracy_block, localisation_block
+    from detcal.pipeline.accuracy_block import accuracy_and_localisation
 
-    acc, loc = accuracy_block(spec, data), localisation_block(spec, data)
+    acc, loc = accuracy_and_localisation(spec, data)
     timing["accuracy"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     # lazy: kept out of detcal-evaluate start-up (loads when the run reaches it)

@@ -46,6 +46,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from detcal.core.types import Detections, MatchResult
+from detcal.matching.chunks import CHUNK_DETECTIONS, image_chunks, row_numbers
 from detcal.pipeline.matcher import run_match
 from detcal.pipeline.sources import LoadedData, release_memory
 from detcal.pipeline.spec import MatchingSpec
@@ -118,40 +119,52 @@ def merge_matches(
 def match_in_shards(
     m: MatchingSpec, dets: Detections, data: LoadedData, thresholds: Sequence[float] | None, shard_size: int
 ) -> MatchResult:
-    """:func:`detcal.pipeline.matcher.run_match` over image shards of about ``shard_size`` detections,
-    one after the other, written into one result (GT rows as int32): the same values, with the
-    matcher's working memory that of one shard. ``shard_size`` 0 or more than the detections: one call."""
+    """:func:`detcal.pipeline.matcher.run_match` over image shards of about ``shard_size`` detections
+    (:func:`detcal.matching.chunks.image_chunks`: whole images, by detection count), one after the
+    other, written into one result (GT rows as int32): the same values, with the matcher's working
+    memory that of one shard. ``shard_size`` 0 or more than the detections: one call."""
     n = len(dets)
     if shard_size <= 0 or n <= shard_size:
         return run_match(m, dets, data, thresholds)
     fields: dict[str, np.ndarray] | None = None
     first: MatchResult | None = None
-    for rows in image_shards(dets.image_id, -(-n // shard_size)):
-        at = _rows_index(rows)
-        shard = dets.select(at)
-        r = _match_own_gt(m, shard, data, thresholds)
+    if _own_gt_rules(m, data):  # the engine would cut a larger shard into its own chunks: cut those here
+        shard_size = min(shard_size, CHUNK_DETECTIONS)
+    for chunk in image_chunks(dets.image_id, data.dataset.gt.image_id, shard_size):
+        r = _match_own_gt(m, dets.select(chunk.det), data, thresholds, chunk.gt)
         if fields is None:
             first, fields = r, _empty_match(r, n, len(data.dataset.gt))
         for name in _MATCH_FIELDS:
-            fields[name][..., at] = getattr(r, name)
+            fields[name][..., chunk.det] = getattr(r, name)
         del r
     assert first is not None and fields is not None
     release_memory()
     return dataclasses.replace(first, **fields)  # type: ignore[arg-type]
 
 
+def _own_gt_rules(m: MatchingSpec, data: LoadedData) -> bool:
+    """Whether the matching is the engine's (``exclusive``/``max``, no KITTI data, no protocol): per image."""
+    return m.mode in ("exclusive", "max") and data.kitti is None and data.protocol is None
+
+
 def _match_own_gt(
-    m: MatchingSpec, dets: Detections, data: LoadedData, thresholds: Sequence[float] | None
+    m: MatchingSpec,
+    dets: Detections,
+    data: LoadedData,
+    thresholds: Sequence[float] | None,
+    gt_rows: slice | np.ndarray | None = None,
 ) -> MatchResult:
     """:func:`run_match` of an image shard; under the engine's rules (``exclusive``/``max``, no KITTI data)
-    against the ground truth of the shard's images only, its rows mapped back: every group of the engine is
-    within an image, so the outcome is the same, and the ground-truth work of a shard is that of its images
-    (not of the whole set, once per shard)."""
-    if m.mode not in ("exclusive", "max") or data.kitti is not None or data.protocol is not None:
+    against the ground truth of the shard's images only (``gt_rows``, or found here when None), its rows
+    mapped back: every group of the engine is within an image, so the outcome is the same, and the
+    ground-truth work of a shard is that of its images (not of the whole set, once per shard)."""
+    if not _own_gt_rules(m, data):
         return run_match(m, dets, data, thresholds)
     gt = data.dataset.gt
-    g_rows = np.flatnonzero(np.isin(gt.image_id, dets.image_id))
-    own = dataclasses.replace(data, dataset=dataclasses.replace(data.dataset, gt=gt.select(g_rows)))
+    if gt_rows is None:
+        gt_rows = np.flatnonzero(np.isin(gt.image_id, dets.image_id))
+    g_rows = row_numbers(gt_rows, len(gt))
+    own = dataclasses.replace(data, dataset=dataclasses.replace(data.dataset, gt=gt.select(gt_rows)))
     r = run_match(m, dets, own, thresholds)
     hit = r.gt_index >= 0
     r.gt_index[hit] = g_rows[r.gt_index[hit]]
