@@ -190,6 +190,7 @@ def reliability_diagram(
     ece: float | None = None,
     title: str = "Confidence reliability",
     log_counts: bool = False,
+    reuse: dict[str, Any] | None = None,
 ) -> Path:
     """Reliability diagram with the sample histogram underneath (Guo et al. 2017).
 
@@ -198,23 +199,39 @@ def reliability_diagram(
     = mean p, the identity line, ECE = sum_b N_b/N |prec(b) - conf(b)| in the
     title. ``confidence``, ``precision``, ``count`` are [B]; empty bins carry
     count 0 (their NaN means are not drawn). B = 0 draws an empty diagram.
+
+    ``reuse``: a dict kept by the caller across calls (e.g. one diagram per
+    IoU threshold). The figure is kept in it, and a later diagram with the
+    same bins, occupied bins and scale is drawn into it by setting the bars'
+    heights, the points, the histogram and the title (its axes, ticks, labels
+    and legend are made once): the same PNG as a diagram drawn anew.
     """
     n = _vec(count, "count")
     b = len(n)
     conf = _vec(confidence, "confidence", b)
     prec = _vec(precision, "precision", b)
     e = np.linspace(0.0, 1.0, b + 1) if edges is None else _vec(edges, "edges", b + 1)
+    occ = n > 0
+    head = f"{title}\nECE = {_fmt(ece)}  (B = {b}, N = {int(n.sum())})"
+    digits = len(str(int(n.max()))) if b and not log_counts else 4
+    key = ("reliability", e.tobytes(), occ.tobytes(), log_counts)
+    kept = None if reuse is None else reuse.get("reliability")
+    if kept is not None and kept[0] == key:
+        _update_reliability(kept[1], conf[occ], prec[occ], n, head, digits)
+        return _save(kept[1]["fig"], path)
     fig = agg_figure(5.0, 6.0)
     gs = fig.add_gridspec(2, 1, height_ratios=(3, 1))
     ax = fig.add_subplot(gs[0])
     axh = fig.add_subplot(gs[1], sharex=ax)
     ax.plot([0, 1], [0, 1], ls="--", color="0.3", lw=1, label="identity")
-    occ = n > 0
+    parts: dict[str, Any] = {"fig": fig, "axh": axh, "ax": ax}
     if b and occ.any():
         left, width = e[:-1][occ], np.diff(e)[occ]
-        ax.bar(left, prec[occ], width=width, align="edge", color="tab:blue", edgecolor="k", lw=0.5, label="precision")
+        parts["prec"] = ax.bar(
+            left, prec[occ], width=width, align="edge", color="tab:blue", edgecolor="k", lw=0.5, label="precision"
+        )
         lo = np.minimum(prec[occ], conf[occ])
-        ax.bar(
+        parts["gap"] = ax.bar(
             left,
             np.abs(prec[occ] - conf[occ]),
             bottom=lo,
@@ -227,25 +244,52 @@ def reliability_diagram(
             lw=0.5,
             label="gap",
         )
-        ax.plot(conf[occ], prec[occ], "o", color="k", ms=3, label="(conf, prec)")
-        axh.bar(e[:-1], n, width=np.diff(e), align="edge", color="0.5", edgecolor="k", lw=0.5)
+        parts["points"] = ax.plot(conf[occ], prec[occ], "o", color="k", ms=3, label="(conf, prec)")[0]
+        parts["hist"] = axh.bar(e[:-1], n, width=np.diff(e), align="edge", color="0.5", edgecolor="k", lw=0.5)
         if log_counts and np.any(n > 0):
             axh.set_yscale("log")
+        if reuse is not None:
+            reuse["reliability"] = (key, parts)
     else:
         _no_data(ax)
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_ylabel("precision")
     ax.legend(loc="upper left", fontsize=8)
-    ax.set_title(f"{title}\nECE = {_fmt(ece)}  (B = {b}, N = {int(n.sum())})", fontsize=10, y=1.0)
+    ax.set_title(head, fontsize=10, y=1.0)
     ax.tick_params(labelbottom=False)
     axh.set_xlabel("confidence")
     axh.set_ylabel("samples")
-    # room for the histogram's tick labels (up to six digits; larger counts are drawn with an offset) and its
-    # label on the left, the two-line title on top
-    digits = len(str(int(n.max()))) if b and not log_counts else 4
-    fixed_margins(fig, left=0.36 + 0.0885 * min(max(digits, 3), 6), right=0.15, bottom=0.5, top=0.5, hspace=0.28)
+    _reliability_margins(fig, digits)
     return _save(fig, path)
+
+
+def _reliability_margins(fig: Any, digits: int) -> None:
+    """Room for the histogram's tick labels (up to six digits; larger counts are drawn with an offset) and
+    its label on the left, the two-line title on top."""
+    fixed_margins(fig, left=0.36 + 0.0885 * min(max(digits, 3), 6), right=0.15, bottom=0.5, top=0.5, hspace=0.28)
+
+
+def _update_reliability(
+    parts: dict[str, Any], conf: np.ndarray, prec: np.ndarray, n: np.ndarray, head: str, digits: int
+) -> None:
+    """Set a kept reliability diagram (:func:`reliability_diagram`'s ``reuse``) to new occupied-bin means
+    ``conf``, ``prec``, all-bin counts ``n`` and title ``head``, as the bars would be made anew."""
+    lo = np.minimum(prec, conf)
+    for bar, g, y in zip(parts["gap"], np.abs(prec - conf).tolist(), lo.tolist()):
+        bar.set_y(y)
+        bar.set_height(g)
+        bar.sticky_edges.y[:] = [y]  # as ``bar(bottom=...)`` sets them
+    for bar, p in zip(parts["prec"], prec.tolist()):
+        bar.set_height(p)
+    for bar, c in zip(parts["hist"], n.tolist()):
+        bar.set_height(c)
+    parts["points"].set_data(conf, prec)
+    parts["ax"].title.set_text(head)
+    axh = parts["axh"]
+    axh.relim()
+    axh.autoscale_view(scalex=False)
+    _reliability_margins(parts["fig"], digits)
 
 
 def _gap_panel(
