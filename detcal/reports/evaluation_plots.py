@@ -70,6 +70,7 @@ def plan_evaluation_plots(out_dir: Path, m: Mapping[str, Any], spec: Any) -> lis
                 sample_threshold=spec.dece_binning.sample_threshold,
                 dece=_f((block.get("dece") or {}).get("value")),
                 title=f"D-ECE maps at {label}",
+                reuse=reuse,
             )
             files.append((name, draw))
     reg = m["regression"]

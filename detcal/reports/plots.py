@@ -292,12 +292,9 @@ def _update_reliability(
     _reliability_margins(parts["fig"], digits)
 
 
-def _gap_panel(
-    fig: Any, ax: Any, name: str, spec: Mapping[str, Any], sample_threshold: int, vmax: Any, cmap: Any, grey: Any
-) -> None:
-    """One D-ECE map panel of :func:`dece_heatmaps` (the convention of :mod:`detcal.reports.gap_colours`)."""
-    from matplotlib.patches import Patch  # lazy: matplotlib kept out of start-up, loaded where a figure is drawn
-
+def _panel_data(name: str, spec: Mapping[str, Any], sample_threshold: int, vmax: Any) -> dict[str, Any]:
+    """What one D-ECE map panel draws: the gaps, the masked (empty) cells, the top of the colour scale, the
+    axis names; ``shape`` and ``legend`` are what its figure's layout depends on."""
     gap = np.asarray(spec.get("signed_gap", spec.get("gap", [])), dtype=np.float64)
     cnt = np.asarray(spec.get("count", np.zeros_like(gap)), dtype=np.float64)
     if gap.ndim != 2 or cnt.shape != gap.shape:
@@ -306,14 +303,37 @@ def _gap_panel(
         )
     ax_names = tuple(spec.get("axes", ("feature 0", "feature 1")))
     masked = np.ma.masked_where(~np.isfinite(gap) | (cnt < sample_threshold), gap)
-    down = y_down(ax_names)
+    empty = np.ma.getmaskarray(masked)
+    top = 1.0
     if gap.size:
         top = float(np.nanmax(np.abs(masked.filled(np.nan)))) if masked.count() else 1.0
         if vmax and name in vmax and np.isfinite(vmax[name]):
             top = float(vmax[name])
         top = max(top, 1e-6)
+    label = COLOUR_LABEL if "signed_gap" in spec else "mean |gap|"
+    legend = bool(gap.size and empty.any())
+    return {"gap": gap, "masked": masked, "empty": empty, "top": top, "axes": ax_names, "label": label,
+            "shape": (gap.shape, ax_names, label, legend)}  # fmt: skip
+
+
+def _cell_text(d: Mapping[str, Any], i: int, j: int) -> tuple[str, str]:
+    """The label of map cell (i, j) and its colour (white on the darkest cells)."""
+    gap, empty, top = d["gap"], d["empty"], d["top"]
+    txt = "–" if empty[i, j] else f"{gap[i, j]:+.2f}".replace("-", "−")
+    dark = not empty[i, j] and abs(gap[i, j]) > DARK_TEXT_ABOVE * top
+    return txt, "w" if dark else "k"
+
+
+def _gap_panel(fig: Any, ax: Any, name: str, d: Mapping[str, Any], sample_threshold: int, cmap: Any, grey: Any) -> Any:
+    """One D-ECE map panel of :func:`dece_heatmaps` (the convention of :mod:`detcal.reports.gap_colours`) from
+    :func:`_panel_data`; returns what a later map with the same layout sets (``None`` for an empty one)."""
+    from matplotlib.patches import Patch  # lazy: matplotlib kept out of start-up, loaded where a figure is drawn
+
+    gap, top, down = d["gap"], d["top"], y_down(d["axes"])
+    kept = None
+    if gap.size:
         im = ax.imshow(
-            masked.T,
+            d["masked"].T,
             origin="upper" if down else "lower",
             extent=(0.0, 1.0, 1.0, 0.0) if down else (0.0, 1.0, 0.0, 1.0),
             cmap=cmap,
@@ -324,16 +344,15 @@ def _gap_panel(
         )
         cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, ticks=[-top, 0.0, top])
         cb.ax.set_yticklabels([f"{-top:+.2f}", "0", f"{top:+.2f}"])
-        cb.set_label(COLOUR_LABEL if "signed_gap" in spec else "mean |gap|", fontsize=7)
+        cb.set_label(d["label"], fontsize=7)
         bi, bj = gap.shape
-        empty = np.ma.getmaskarray(masked)
+        texts = {}
         if bi * bj <= 100:  # label small grids: the signed gap per cell, as the SVG of report.html
             for i, j in np.ndindex(bi, bj):
-                txt = "–" if empty[i, j] else f"{gap[i, j]:+.2f}".replace("-", "−")
-                dark = not empty[i, j] and abs(gap[i, j]) > DARK_TEXT_ABOVE * top
+                txt, colour = _cell_text(d, i, j)
                 y_txt = (j + 0.5) / bj
-                ax.text((i + 0.5) / bi, y_txt, txt, ha="center", va="center", fontsize=9, color="w" if dark else "k")
-        if empty.any():
+                texts[i, j] = ax.text((i + 0.5) / bi, y_txt, txt, ha="center", va="center", fontsize=9, color=colour)
+        if d["empty"].any():
             ax.legend(
                 handles=[Patch(facecolor=grey, label=f"{EMPTY_LABEL} (N < {sample_threshold})")],
                 loc="upper center",
@@ -341,11 +360,29 @@ def _gap_panel(
                 fontsize=7,
                 frameon=False,
             )
+        kept = (im, cb, texts)
     else:
         _no_data(ax)
-    ax.set_xlabel(ax_names[0])
-    ax.set_ylabel(ax_names[1] + (" (0 = top)" if down else ""))
+    ax.set_xlabel(d["axes"][0])
+    ax.set_ylabel(d["axes"][1] + (" (0 = top)" if down else ""))
     ax.set_title(name, fontsize=9, y=1.0)
+    return kept
+
+
+def _update_gap_panel(kept: Any, d: Mapping[str, Any]) -> None:
+    """Set a kept map panel (:func:`_gap_panel`) to the map ``d`` of the same layout, as drawn anew."""
+    if kept is None:
+        return
+    im, cb, texts = kept
+    top = d["top"]
+    im.set_data(d["masked"].T)
+    im.set_clim(-top, top)
+    cb.set_ticks([-top, 0.0, top])
+    cb.ax.set_yticklabels([f"{-top:+.2f}", "0", f"{top:+.2f}"])
+    for (i, j), t in texts.items():
+        txt, colour = _cell_text(d, i, j)
+        t.set_text(txt)
+        t.set_color(colour)
 
 
 def dece_heatmaps(
@@ -356,6 +393,7 @@ def dece_heatmaps(
     dece: float | None = None,
     title: str = "D-ECE maps",
     vmax: Mapping[str, float] | None = None,
+    reuse: dict[str, Any] | None = None,
 ) -> Path:
     """Heatmaps of the marginalised D-ECE gap over pairs of box features.
 
@@ -368,9 +406,22 @@ def dece_heatmaps(
     axis j upwards (for ``cy`` downwards, as in the image); cells with
     ``count < sample_threshold`` or a NaN gap grey, explained in a legend. An empty mapping
     draws one empty panel. ``vmax``: per panel, the top of the colour scale
-    (give before/after maps the same one to compare them).
+    (give before/after maps the same one to compare them). ``reuse``: as in
+    :func:`reliability_diagram`: maps with the same panels, grid shapes, axes
+    and legends are drawn into the kept figure (new colours, colour bar ends,
+    cell labels and title): the same PNG as maps drawn anew.
     """
     names = list(maps)
+    data = [_panel_data(name, maps[name], sample_threshold, vmax) for name in names]
+    key = ("dece", tuple(names), tuple(d["shape"] for d in data), sample_threshold)
+    head = f"{title} (D-ECE = {_fmt(dece)})"
+    kept = None if reuse is None else reuse.get("dece")
+    if kept is not None and kept[0] == key:
+        fig, panels = kept[1]
+        for panel, d in zip(panels, data):
+            _update_gap_panel(panel, d)
+        fig.suptitle(head, fontsize=10)  # the same title text, set anew
+        return _save(fig, path)
     k = max(len(names), 1)
     fig = agg_figure(4.6 * k, 4.4)
     axes = [fig.add_subplot(1, k, i + 1) for i in range(k)]
@@ -386,11 +437,12 @@ def dece_heatmaps(
     cmap = LinearSegmentedColormap.from_list(
         "detcal_gap", [(t, tuple(c / 255 for c in rgb)) for t, rgb in DIVERGING_STOPS]
     ).with_extremes(bad=grey)
-    for ax, name in zip(axes, names):
-        _gap_panel(fig, ax, name, maps[name], sample_threshold, vmax, cmap, grey)
-    fig.suptitle(f"{title} (D-ECE = {_fmt(dece)})", fontsize=10)
+    panels = [_gap_panel(fig, ax, name, d, sample_threshold, cmap, grey) for ax, name, d in zip(axes, names, data)]
+    fig.suptitle(head, fontsize=10)
     if any(ax.get_legend() is not None for ax in axes):  # the legend of the grey cells under the maps
         fixed_margins(fig, left=0.62, right=0.8, bottom=0.78, top=0.75, wspace=1.45)
+    if reuse is not None:
+        reuse["dece"] = (key, (fig, panels))
     return _save(fig, path)
 
 
