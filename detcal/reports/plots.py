@@ -312,8 +312,8 @@ def _panel_data(name: str, spec: Mapping[str, Any], sample_threshold: int, vmax:
         top = max(top, 1e-6)
     label = COLOUR_LABEL if "signed_gap" in spec else "mean |gap|"
     legend = bool(gap.size and empty.any())
-    return {"gap": gap, "masked": masked, "empty": empty, "top": top, "axes": ax_names, "label": label,
-            "shape": (gap.shape, ax_names, label, legend)}  # fmt: skip
+    layout = (gap.shape, ax_names, label, legend)
+    return {"gap": gap, "masked": masked, "empty": empty, "top": top, "axes": ax_names, "label": label, "shape": layout}
 
 
 def _cell_text(d: Mapping[str, Any], i: int, j: int) -> tuple[str, str]:
