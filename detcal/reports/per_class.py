@@ -225,6 +225,25 @@ _PANEL_MARGINS = {"left": 0.62, "right": 0.18, "bottom": 0.5, "top": 0.3, "wspac
 title above."""
 
 
+def _fix_ticks(ax: Any) -> None:
+    """Keep the ticks, tick labels and axis-label places the axes was just drawn with, the same in every panel
+    (the axes keeps its size, limits and texts from cell to cell), so that the later panels do not compute
+    them again: the ticks and their labels become fixed lists, and each axis label keeps its place relative
+    to the axes (matplotlib would otherwise measure the tick labels again to place it)."""
+    from matplotlib.ticker import (  # lazy: matplotlib kept out of start-up, loaded where a figure is drawn
+        FixedFormatter,
+        FixedLocator,
+    )
+
+    to_axes = ax.transAxes.inverted()
+    for axis in (ax.xaxis, ax.yaxis):
+        labels = [t.get_text() for t in axis.get_majorticklabels()]
+        axis.set_major_locator(FixedLocator(axis.get_majorticklocs()))
+        axis.set_major_formatter(FixedFormatter(labels))
+        at = axis.label.get_transform().transform(axis.label.get_position())
+        axis.set_label_coords(*to_axes.transform(at))
+
+
 def _draw_panels(
     fig: Any, path: Any, panels: list[tuple[Any, dict[str, dict[str, np.ndarray]], str]], legend: bool
 ) -> None:
@@ -252,6 +271,8 @@ def _draw_panels(
                     line.set_data(c["conf"][ok], c["precision"][ok])
                 ax.title.set_text(short_label(title, 2 * LABEL_CHARS))
             ax.draw(renderer)
+            if k == 0:
+                _fix_ticks(ax)
             if leg is not None:
                 leg.remove()
                 leg = None
