@@ -156,7 +156,7 @@ def _splice(text: bytes, n: int, cells: np.ndarray, new: list[bytes]) -> bytes:
     return b"".join(pieces)
 
 
-def _block_bytes(values: list[np.ndarray], scratch: list[np.ndarray] | None = None) -> memoryview:
+def _block_bytes(values: list[np.ndarray], scratch: list[np.ndarray] | None = None) -> bytes:
     """CSV lines of the rows of ``values`` (one array per column, the same length): each column's bytes,
     comma after every cell, are scattered in one step to their places in the lines (offsets from the
     cumulative cell lengths), then the last comma of each line becomes a newline. ``scratch``: a one-item
@@ -189,10 +189,10 @@ def _block_bytes(values: list[np.ndarray], scratch: list[np.ndarray] | None = No
         start += ln
     if n:
         out[row_end - 1] = _NEWLINE
-    return out.data  # the bytes in place (a memoryview), not copied into a bytes object: the file takes them
+    return out.tobytes()
 
 
-def iter_csv_bytes(cols: dict[str, np.ndarray], block: int = 32768) -> Iterator[bytes | memoryview]:
+def iter_csv_bytes(cols: dict[str, np.ndarray], block: int = 32768) -> Iterator[bytes]:
     """CSV of ordered columns in pieces: the header line, then blocks of ``block`` rows.
 
     Rows are assembled without Python work per cell (:func:`_block_bytes`).
