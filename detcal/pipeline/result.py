@@ -10,6 +10,7 @@ parameters) and offers ``to_dict()`` (the metrics.json content, strict JSON),
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from detcal.reports.detections_csv import (
 from detcal.reports.evaluation_plots import evaluation_plots, plan_evaluation_plots
 from detcal.reports.finish import finish_run
 from detcal.reports.per_class import plot_per_class_reliability
-from detcal.reports.plots import paused_gc
+from detcal.reports.plots import import_matplotlib_for_drawing, paused_gc
 from detcal.reports.summary_md import evaluation_summary
 from detcal.utils.background import start
 from detcal.utils.io import write_text
@@ -180,9 +181,12 @@ class EvaluationResult(Result):
         names = [name for name, _ in plan_evaluation_plots(out, m, self.spec)]
         pc = self.record.get("per_class") or {}
         names += ["reliability_per_class.png"] if pc.get("rows") else []
+        parent = os.getpid()
 
         def draw() -> None:
             with paused_gc():  # many small objects, few cycles: no collections walking the run's objects
+                if os.getpid() != parent:  # a forked child that ends after drawing: no artist docstrings
+                    import_matplotlib_for_drawing()
                 evaluation_plots(out, m, self.spec)
                 self._per_class_plot(out)
 

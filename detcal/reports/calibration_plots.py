@@ -20,6 +20,7 @@ def calibration_plots(out_dir: Path, ev: Mapping[str, Any], maps: Mapping[str, A
     metrics.json content; returns the file names."""
 
     files: list[str] = []
+    reuse: dict[str, Any] = {}  # the "before" figure, redrawn for "after" where it fits
     conf = ev.get("confidence") or {}
     shared: dict[str, float] = {}  # one colour scale per panel for the before and after maps
     for stage in ("before", "after"):
@@ -40,6 +41,7 @@ def calibration_plots(out_dir: Path, ev: Mapping[str, Any], maps: Mapping[str, A
                 ece=e["value"],
                 title=f"Reliability {stage} calibration (evaluation split)",
                 log_counts=spec.confidence.log_counts,
+                reuse=reuse,
             )
             files.append(name)
         if maps.get(stage):
@@ -66,6 +68,7 @@ def calibration_plots(out_dir: Path, ev: Mapping[str, Any], maps: Mapping[str, A
                 dece=d,
                 title=f"D-ECE maps {stage} calibration",
                 vmax=shared,
+                reuse=reuse,
             )
             files.append(name)
         reg = node(ev, "regression", stage, "ence")

@@ -31,6 +31,7 @@ def plan_evaluation_plots(out_dir: Path, m: Mapping[str, Any], spec: Any) -> lis
     """The figures :func:`evaluation_plots` draws, as (file name, drawing call) pairs, nothing drawn yet:
     the names are known before the drawing (which may then run elsewhere, e.g. in a forked child)."""
     files: list[tuple[str, Callable[[], Any]]] = []
+    reuse: dict[str, Any] = {}  # a figure of one threshold, redrawn for the next where it fits
     for label, block in m["confidence"].items():
         e = block.get("ece")
         if e:
@@ -45,6 +46,7 @@ def plan_evaluation_plots(out_dir: Path, m: Mapping[str, Any], spec: Any) -> lis
                 ece=_f(e["value"]),
                 title=f"Reliability at {label}",
                 log_counts=spec.confidence.log_counts,
+                reuse=reuse,
             )
             files.append((name, draw))
         mp = (m.get("dece_maps") or {}).get(label)
@@ -68,6 +70,7 @@ def plan_evaluation_plots(out_dir: Path, m: Mapping[str, Any], spec: Any) -> lis
                 sample_threshold=spec.dece_binning.sample_threshold,
                 dece=_f((block.get("dece") or {}).get("value")),
                 title=f"D-ECE maps at {label}",
+                reuse=reuse,
             )
             files.append((name, draw))
     reg = m["regression"]

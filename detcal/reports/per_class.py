@@ -113,6 +113,31 @@ def reliability_curve(p: Any, y: Any, bins: int = 15) -> dict[str, np.ndarray]:
     return {"conf": conf, "precision": prec, "n": n.astype(np.int64), "edges": np.linspace(0, 1, bins + 1)}
 
 
+def class_reliability_curves(
+    p: Any, y: Any, category: Any, classes: Any, bins: int = 15
+) -> list[dict[str, np.ndarray]]:
+    """:func:`reliability_curve` of each class of ``classes`` (distinct ids), from one pass over the samples:
+    the same numbers as the curve of each class's own samples (the sums run over the samples in the same
+    order)."""
+    p_arr = np.asarray(p, np.float64)
+    y_arr = np.asarray(y, np.float64)
+    cat = np.asarray(category, np.int64)
+    classes = np.asarray(classes, np.int64)
+    order = np.argsort(classes, kind="stable")
+    at = np.searchsorted(classes[order], cat).clip(0, max(len(classes) - 1, 0))
+    rank = np.where(classes[order][at] == cat, order[at], len(classes)) if len(classes) else np.zeros_like(cat)
+    cell = rank * bins + feature_bin_index(p_arr, bins)  # one cell per (class, bin); other classes in the last row
+    size = (len(classes) + 1) * bins
+    n = np.bincount(cell, minlength=size).astype(np.float64).reshape(-1, bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        conf = np.bincount(cell, weights=p_arr, minlength=size).reshape(-1, bins) / n
+        prec = np.bincount(cell, weights=y_arr, minlength=size).reshape(-1, bins) / n
+    edges = np.linspace(0, 1, bins + 1)
+    return [
+        {"conf": conf[k], "precision": prec[k], "n": n[k].astype(np.int64), "edges": edges} for k in range(len(classes))
+    ]
+
+
 def plot_reliability(ax: Any, curves: Mapping[str, Mapping[str, np.ndarray]], title: str = "") -> None:
     """Overlaid reliability curves (one line per label) on ``ax``, with the diagonal."""
     ax.plot([0, 1], [0, 1], color="0.6", lw=0.8, ls="--")
@@ -166,10 +191,11 @@ def plot_per_class_reliability(
     fig = agg_figure(3.2 * ncol, 3.0 * nrow, dpi=110)
     grid = fig.add_gridspec(nrow, ncol)
     names = names or {}
+    per_label = {lab: class_reliability_curves(p, y, cat, top, bins) for lab, (p, y, cat) in checked.items()}
 
     def panel(k: int) -> tuple[Any, dict[str, dict[str, np.ndarray]], str]:
         c = top[k]
-        curves = {lab: reliability_curve(p[cat == c], y[cat == c], bins) for lab, (p, y, cat) in checked.items()}
+        curves = {lab: per_label[lab][k] for lab in checked}
         return (
             grid[k // ncol, k % ncol],
             curves,
@@ -199,6 +225,25 @@ _PANEL_MARGINS = {"left": 0.62, "right": 0.18, "bottom": 0.5, "top": 0.3, "wspac
 title above."""
 
 
+def _fix_ticks(ax: Any) -> None:
+    """Keep the ticks, tick labels and axis-label places the axes was just drawn with, the same in every panel
+    (the axes keeps its size, limits and texts from cell to cell), so that the later panels do not compute
+    them again: the ticks and their labels become fixed lists, and each axis label keeps its place relative
+    to the axes (matplotlib would otherwise measure the tick labels again to place it)."""
+    from matplotlib.ticker import (  # lazy: matplotlib kept out of start-up, loaded where a figure is drawn
+        FixedFormatter,
+        FixedLocator,
+    )
+
+    to_axes = ax.transAxes.inverted()
+    for axis in (ax.xaxis, ax.yaxis):
+        labels = [t.get_text() for t in axis.get_majorticklabels()]
+        axis.set_major_locator(FixedLocator(axis.get_majorticklocs()))
+        axis.set_major_formatter(FixedFormatter(labels))
+        at = axis.label.get_transform().transform(axis.label.get_position())
+        axis.set_label_coords(*to_axes.transform(at))
+
+
 def _draw_panels(
     fig: Any, path: Any, panels: list[tuple[Any, dict[str, dict[str, np.ndarray]], str]], legend: bool
 ) -> None:
@@ -226,6 +271,8 @@ def _draw_panels(
                     line.set_data(c["conf"][ok], c["precision"][ok])
                 ax.title.set_text(short_label(title, 2 * LABEL_CHARS))
             ax.draw(renderer)
+            if k == 0:
+                _fix_ticks(ax)
             if leg is not None:
                 leg.remove()
                 leg = None
@@ -238,6 +285,7 @@ __all__ = [
     "most_frequent",
     "per_class_table",
     "plot_per_class_reliability",
+    "class_reliability_curves",
     "plot_reliability",
     "reliability_curve",
     "short_label",

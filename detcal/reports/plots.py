@@ -32,6 +32,7 @@ import gc
 import io
 import math
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ from detcal.utils.io import write_bytes
 
 __all__ = [
     "agg_figure",
+    "import_matplotlib_for_drawing",
     "paused_gc",
     "fixed_margins",
     "save_png",
@@ -80,6 +82,29 @@ def agg_figure(width: float, height: float, dpi: float = _DPI) -> Any:
     fig = Figure(figsize=(width, height), dpi=dpi)
     FigureCanvasAgg(fig)
     return fig
+
+
+def import_matplotlib_for_drawing() -> None:
+    """Import the parts of matplotlib the figures use, without the property lists of its artists' ``set()``
+    docstrings (about a fifth of the import's CPU, ~0.045 s).
+
+    For a process that only draws figures and then ends (the forked figure writer of a run): importing
+    matplotlib builds, for every artist class, a ``set()`` docstring listing each of its properties
+    (``matplotlib.artist.kwdoc``, which parses the setters' docstrings); no one reads them there, so
+    ``kwdoc`` answers an empty text while the modules are imported, and is restored afterwards. The
+    figures are the same. Not for a long-lived process (its ``help()`` of matplotlib artists would lack
+    those lists). Does nothing when matplotlib's artists are already imported."""
+    if "matplotlib.artist" in sys.modules:
+        return
+    import matplotlib.artist  # lazy: matplotlib kept out of start-up, loaded where a figure is drawn
+
+    kwdoc = matplotlib.artist.kwdoc
+    matplotlib.artist.kwdoc = lambda artist: ""
+    try:
+        import matplotlib.backends.backend_agg  # lazy: as above
+        import matplotlib.figure  # noqa: F401  (lazy: as above)
+    finally:
+        matplotlib.artist.kwdoc = kwdoc
 
 
 @contextlib.contextmanager
@@ -165,6 +190,7 @@ def reliability_diagram(
     ece: float | None = None,
     title: str = "Confidence reliability",
     log_counts: bool = False,
+    reuse: dict[str, Any] | None = None,
 ) -> Path:
     """Reliability diagram with the sample histogram underneath (Guo et al. 2017).
 
@@ -173,23 +199,39 @@ def reliability_diagram(
     = mean p, the identity line, ECE = sum_b N_b/N |prec(b) - conf(b)| in the
     title. ``confidence``, ``precision``, ``count`` are [B]; empty bins carry
     count 0 (their NaN means are not drawn). B = 0 draws an empty diagram.
+
+    ``reuse``: a dict kept by the caller across calls (e.g. one diagram per
+    IoU threshold). The figure is kept in it, and a later diagram with the
+    same bins, occupied bins and scale is drawn into it by setting the bars'
+    heights, the points, the histogram and the title (its axes, ticks, labels
+    and legend are made once): the same PNG as a diagram drawn anew.
     """
     n = _vec(count, "count")
     b = len(n)
     conf = _vec(confidence, "confidence", b)
     prec = _vec(precision, "precision", b)
     e = np.linspace(0.0, 1.0, b + 1) if edges is None else _vec(edges, "edges", b + 1)
+    occ = n > 0
+    head = f"{title}\nECE = {_fmt(ece)}  (B = {b}, N = {int(n.sum())})"
+    digits = len(str(int(n.max()))) if b and not log_counts else 4
+    key = ("reliability", e.tobytes(), occ.tobytes(), log_counts)
+    kept = None if reuse is None else reuse.get("reliability")
+    if kept is not None and kept[0] == key:
+        _update_reliability(kept[1], conf[occ], prec[occ], n, head, digits)
+        return _save(kept[1]["fig"], path)
     fig = agg_figure(5.0, 6.0)
     gs = fig.add_gridspec(2, 1, height_ratios=(3, 1))
     ax = fig.add_subplot(gs[0])
     axh = fig.add_subplot(gs[1], sharex=ax)
     ax.plot([0, 1], [0, 1], ls="--", color="0.3", lw=1, label="identity")
-    occ = n > 0
+    parts: dict[str, Any] = {"fig": fig, "axh": axh, "ax": ax}
     if b and occ.any():
         left, width = e[:-1][occ], np.diff(e)[occ]
-        ax.bar(left, prec[occ], width=width, align="edge", color="tab:blue", edgecolor="k", lw=0.5, label="precision")
+        parts["prec"] = ax.bar(
+            left, prec[occ], width=width, align="edge", color="tab:blue", edgecolor="k", lw=0.5, label="precision"
+        )
         lo = np.minimum(prec[occ], conf[occ])
-        ax.bar(
+        parts["gap"] = ax.bar(
             left,
             np.abs(prec[occ] - conf[occ]),
             bottom=lo,
@@ -202,33 +244,57 @@ def reliability_diagram(
             lw=0.5,
             label="gap",
         )
-        ax.plot(conf[occ], prec[occ], "o", color="k", ms=3, label="(conf, prec)")
-        axh.bar(e[:-1], n, width=np.diff(e), align="edge", color="0.5", edgecolor="k", lw=0.5)
+        parts["points"] = ax.plot(conf[occ], prec[occ], "o", color="k", ms=3, label="(conf, prec)")[0]
+        parts["hist"] = axh.bar(e[:-1], n, width=np.diff(e), align="edge", color="0.5", edgecolor="k", lw=0.5)
         if log_counts and np.any(n > 0):
             axh.set_yscale("log")
+        if reuse is not None:
+            reuse["reliability"] = (key, parts)
     else:
         _no_data(ax)
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_ylabel("precision")
     ax.legend(loc="upper left", fontsize=8)
-    ax.set_title(f"{title}\nECE = {_fmt(ece)}  (B = {b}, N = {int(n.sum())})", fontsize=10, y=1.0)
+    ax.set_title(head, fontsize=10, y=1.0)
     ax.tick_params(labelbottom=False)
     axh.set_xlabel("confidence")
     axh.set_ylabel("samples")
-    # room for the histogram's tick labels (up to six digits; larger counts are drawn with an offset) and its
-    # label on the left, the two-line title on top
-    digits = len(str(int(n.max()))) if b and not log_counts else 4
-    fixed_margins(fig, left=0.36 + 0.0885 * min(max(digits, 3), 6), right=0.15, bottom=0.5, top=0.5, hspace=0.28)
+    _reliability_margins(fig, digits)
     return _save(fig, path)
 
 
-def _gap_panel(
-    fig: Any, ax: Any, name: str, spec: Mapping[str, Any], sample_threshold: int, vmax: Any, cmap: Any, grey: Any
-) -> None:
-    """One D-ECE map panel of :func:`dece_heatmaps` (the convention of :mod:`detcal.reports.gap_colours`)."""
-    from matplotlib.patches import Patch  # lazy: matplotlib kept out of start-up, loaded where a figure is drawn
+def _reliability_margins(fig: Any, digits: int) -> None:
+    """Room for the histogram's tick labels (up to six digits; larger counts are drawn with an offset) and
+    its label on the left, the two-line title on top."""
+    fixed_margins(fig, left=0.36 + 0.0885 * min(max(digits, 3), 6), right=0.15, bottom=0.5, top=0.5, hspace=0.28)
 
+
+def _update_reliability(
+    parts: dict[str, Any], conf: np.ndarray, prec: np.ndarray, n: np.ndarray, head: str, digits: int
+) -> None:
+    """Set a kept reliability diagram (:func:`reliability_diagram`'s ``reuse``) to new occupied-bin means
+    ``conf``, ``prec``, all-bin counts ``n`` and title ``head``, as the bars would be made anew."""
+    lo = np.minimum(prec, conf)
+    for bar, g, y in zip(parts["gap"], np.abs(prec - conf).tolist(), lo.tolist()):
+        bar.set_y(y)
+        bar.set_height(g)
+        bar.sticky_edges.y[:] = [y]  # as ``bar(bottom=...)`` sets them
+    for bar, p in zip(parts["prec"], prec.tolist()):
+        bar.set_height(p)
+    for bar, c in zip(parts["hist"], n.tolist()):
+        bar.set_height(c)
+    parts["points"].set_data(conf, prec)
+    parts["ax"].title.set_text(head)
+    axh = parts["axh"]
+    axh.relim()
+    axh.autoscale_view(scalex=False)
+    _reliability_margins(parts["fig"], digits)
+
+
+def _panel_data(name: str, spec: Mapping[str, Any], sample_threshold: int, vmax: Any) -> dict[str, Any]:
+    """What one D-ECE map panel draws: the gaps, the masked (empty) cells, the top of the colour scale, the
+    axis names; ``shape`` and ``legend`` are what its figure's layout depends on."""
     gap = np.asarray(spec.get("signed_gap", spec.get("gap", [])), dtype=np.float64)
     cnt = np.asarray(spec.get("count", np.zeros_like(gap)), dtype=np.float64)
     if gap.ndim != 2 or cnt.shape != gap.shape:
@@ -237,14 +303,37 @@ def _gap_panel(
         )
     ax_names = tuple(spec.get("axes", ("feature 0", "feature 1")))
     masked = np.ma.masked_where(~np.isfinite(gap) | (cnt < sample_threshold), gap)
-    down = y_down(ax_names)
+    empty = np.ma.getmaskarray(masked)
+    top = 1.0
     if gap.size:
         top = float(np.nanmax(np.abs(masked.filled(np.nan)))) if masked.count() else 1.0
         if vmax and name in vmax and np.isfinite(vmax[name]):
             top = float(vmax[name])
         top = max(top, 1e-6)
+    label = COLOUR_LABEL if "signed_gap" in spec else "mean |gap|"
+    legend = bool(gap.size and empty.any())
+    layout = (gap.shape, ax_names, label, legend)
+    return {"gap": gap, "masked": masked, "empty": empty, "top": top, "axes": ax_names, "label": label, "shape": layout}
+
+
+def _cell_text(d: Mapping[str, Any], i: int, j: int) -> tuple[str, str]:
+    """The label of map cell (i, j) and its colour (white on the darkest cells)."""
+    gap, empty, top = d["gap"], d["empty"], d["top"]
+    txt = "–" if empty[i, j] else f"{gap[i, j]:+.2f}".replace("-", "−")
+    dark = not empty[i, j] and abs(gap[i, j]) > DARK_TEXT_ABOVE * top
+    return txt, "w" if dark else "k"
+
+
+def _gap_panel(fig: Any, ax: Any, name: str, d: Mapping[str, Any], sample_threshold: int, cmap: Any, grey: Any) -> Any:
+    """One D-ECE map panel of :func:`dece_heatmaps` (the convention of :mod:`detcal.reports.gap_colours`) from
+    :func:`_panel_data`; returns what a later map with the same layout sets (``None`` for an empty one)."""
+    from matplotlib.patches import Patch  # lazy: matplotlib kept out of start-up, loaded where a figure is drawn
+
+    gap, top, down = d["gap"], d["top"], y_down(d["axes"])
+    kept = None
+    if gap.size:
         im = ax.imshow(
-            masked.T,
+            d["masked"].T,
             origin="upper" if down else "lower",
             extent=(0.0, 1.0, 1.0, 0.0) if down else (0.0, 1.0, 0.0, 1.0),
             cmap=cmap,
@@ -255,16 +344,15 @@ def _gap_panel(
         )
         cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, ticks=[-top, 0.0, top])
         cb.ax.set_yticklabels([f"{-top:+.2f}", "0", f"{top:+.2f}"])
-        cb.set_label(COLOUR_LABEL if "signed_gap" in spec else "mean |gap|", fontsize=7)
+        cb.set_label(d["label"], fontsize=7)
         bi, bj = gap.shape
-        empty = np.ma.getmaskarray(masked)
+        texts = {}
         if bi * bj <= 100:  # label small grids: the signed gap per cell, as the SVG of report.html
             for i, j in np.ndindex(bi, bj):
-                txt = "–" if empty[i, j] else f"{gap[i, j]:+.2f}".replace("-", "−")
-                dark = not empty[i, j] and abs(gap[i, j]) > DARK_TEXT_ABOVE * top
+                txt, colour = _cell_text(d, i, j)
                 y_txt = (j + 0.5) / bj
-                ax.text((i + 0.5) / bi, y_txt, txt, ha="center", va="center", fontsize=9, color="w" if dark else "k")
-        if empty.any():
+                texts[i, j] = ax.text((i + 0.5) / bi, y_txt, txt, ha="center", va="center", fontsize=9, color=colour)
+        if d["empty"].any():
             ax.legend(
                 handles=[Patch(facecolor=grey, label=f"{EMPTY_LABEL} (N < {sample_threshold})")],
                 loc="upper center",
@@ -272,11 +360,29 @@ def _gap_panel(
                 fontsize=7,
                 frameon=False,
             )
+        kept = (im, cb, texts)
     else:
         _no_data(ax)
-    ax.set_xlabel(ax_names[0])
-    ax.set_ylabel(ax_names[1] + (" (0 = top)" if down else ""))
+    ax.set_xlabel(d["axes"][0])
+    ax.set_ylabel(d["axes"][1] + (" (0 = top)" if down else ""))
     ax.set_title(name, fontsize=9, y=1.0)
+    return kept
+
+
+def _update_gap_panel(kept: Any, d: Mapping[str, Any]) -> None:
+    """Set a kept map panel (:func:`_gap_panel`) to the map ``d`` of the same layout, as drawn anew."""
+    if kept is None:
+        return
+    im, cb, texts = kept
+    top = d["top"]
+    im.set_data(d["masked"].T)
+    im.set_clim(-top, top)
+    cb.set_ticks([-top, 0.0, top])
+    cb.ax.set_yticklabels([f"{-top:+.2f}", "0", f"{top:+.2f}"])
+    for (i, j), t in texts.items():
+        txt, colour = _cell_text(d, i, j)
+        t.set_text(txt)
+        t.set_color(colour)
 
 
 def dece_heatmaps(
@@ -287,6 +393,7 @@ def dece_heatmaps(
     dece: float | None = None,
     title: str = "D-ECE maps",
     vmax: Mapping[str, float] | None = None,
+    reuse: dict[str, Any] | None = None,
 ) -> Path:
     """Heatmaps of the marginalised D-ECE gap over pairs of box features.
 
@@ -299,9 +406,22 @@ def dece_heatmaps(
     axis j upwards (for ``cy`` downwards, as in the image); cells with
     ``count < sample_threshold`` or a NaN gap grey, explained in a legend. An empty mapping
     draws one empty panel. ``vmax``: per panel, the top of the colour scale
-    (give before/after maps the same one to compare them).
+    (give before/after maps the same one to compare them). ``reuse``: as in
+    :func:`reliability_diagram`: maps with the same panels, grid shapes, axes
+    and legends are drawn into the kept figure (new colours, colour bar ends,
+    cell labels and title): the same PNG as maps drawn anew.
     """
     names = list(maps)
+    data = [_panel_data(name, maps[name], sample_threshold, vmax) for name in names]
+    key = ("dece", tuple(names), tuple(d["shape"] for d in data), sample_threshold)
+    head = f"{title} (D-ECE = {_fmt(dece)})"
+    kept = None if reuse is None else reuse.get("dece")
+    if kept is not None and kept[0] == key:
+        fig, panels = kept[1]
+        for panel, d in zip(panels, data):
+            _update_gap_panel(panel, d)
+        fig.suptitle(head, fontsize=10)  # the same title text, set anew
+        return _save(fig, path)
     k = max(len(names), 1)
     fig = agg_figure(4.6 * k, 4.4)
     axes = [fig.add_subplot(1, k, i + 1) for i in range(k)]
@@ -317,11 +437,12 @@ def dece_heatmaps(
     cmap = LinearSegmentedColormap.from_list(
         "detcal_gap", [(t, tuple(c / 255 for c in rgb)) for t, rgb in DIVERGING_STOPS]
     ).with_extremes(bad=grey)
-    for ax, name in zip(axes, names):
-        _gap_panel(fig, ax, name, maps[name], sample_threshold, vmax, cmap, grey)
-    fig.suptitle(f"{title} (D-ECE = {_fmt(dece)})", fontsize=10)
+    panels = [_gap_panel(fig, ax, name, d, sample_threshold, cmap, grey) for ax, name, d in zip(axes, names, data)]
+    fig.suptitle(head, fontsize=10)
     if any(ax.get_legend() is not None for ax in axes):  # the legend of the grey cells under the maps
         fixed_margins(fig, left=0.62, right=0.8, bottom=0.78, top=0.75, wspace=1.45)
+    if reuse is not None:
+        reuse["dece"] = (key, (fig, panels))
     return _save(fig, path)
 
 
