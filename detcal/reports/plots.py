@@ -98,13 +98,15 @@ def import_matplotlib_for_drawing() -> None:
         return
     import matplotlib.artist  # lazy: matplotlib kept out of start-up, loaded where a figure is drawn
 
-    kwdoc = matplotlib.artist.kwdoc
-    matplotlib.artist.kwdoc = lambda artist: ""
+    kwdoc = getattr(matplotlib.artist, "kwdoc", None)  # a matplotlib without it: a plain import
+    if callable(kwdoc):
+        matplotlib.artist.kwdoc = lambda artist: ""
     try:
         import matplotlib.backends.backend_agg  # lazy: as above
         import matplotlib.figure  # noqa: F401  (lazy: as above)
     finally:
-        matplotlib.artist.kwdoc = kwdoc
+        if callable(kwdoc):
+            matplotlib.artist.kwdoc = kwdoc
 
 
 @contextlib.contextmanager
