@@ -198,10 +198,33 @@ def _greedy(kr: np.ndarray, pr: _Pairs, pos: float, n_gt: int) -> tuple[np.ndarr
     return got, used
 
 
+_CLASSIFY_BLOCK = 1 << 15
+"""Kept detections classified at once by :func:`_classify` (their pairs' temporaries stay in the cache)."""
+
+
 def _classify(
+    pr: _Pairs, got: np.ndarray, used: np.ndarray, has_gt: np.ndarray, pos: float, bg: float,
+    block: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Error code and target GT row (for ``cls``/``loc``) of each kept detection (code 0 for a true positive).
+
+    Each detection's code reads only its own pairs (and the GTs' taken flags ``used``), so the detections are
+    classified in blocks of ``block`` (:data:`_CLASSIFY_BLOCK`) with their runs of pairs: the same codes and
+    targets as all at once."""
+    n, block = len(got), block or _CLASSIFY_BLOCK
+    code, target = np.empty(n, np.int64), np.empty(n, np.int64)
+    for a in range(0, n, block):
+        b = min(a + block, n)
+        p0, p1 = int(pr.start[a]), int(pr.start[b - 1] + pr.count[b - 1])  # the block's pairs: one run
+        sub = _Pairs(pr.pd[p0:p1] - a, pr.pg[p0:p1], pr.start[a:b] - p0, pr.count[a:b], pr.iou[p0:p1], pr.same[p0:p1])
+        code[a:b], target[a:b] = _classify_block(sub, got[a:b], used, has_gt[a:b], pos, bg)
+    return code, target
+
+
+def _classify_block(
     pr: _Pairs, got: np.ndarray, used: np.ndarray, has_gt: np.ndarray, pos: float, bg: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Error code and target GT row (for ``cls``/``loc``) of each kept detection (code 0 for a true positive)."""
+    """:func:`_classify` of one block of kept detections with their own pairs (positions from 0)."""
     n = len(got)
     if bg > 0:  # every rule compares a best IoU with bg or pos >= bg: the pairs below bg change no decision
         pr = _subset(pr, pr.iou >= bg, n)

@@ -98,6 +98,21 @@ def test_tide_is_the_same_for_every_pair_block_size(monkeypatch: pytest.MonkeyPa
     assert (results[0].code >= 0).any() and (results[0].code > 0).any()
 
 
+@pytest.mark.parametrize("block", [1, 2, 7])
+def test_tide_is_the_same_for_every_classify_block_size(monkeypatch: pytest.MonkeyPatch, block: int) -> None:
+    """Kept detections classified in blocks (their runs of pairs, the GTs' taken flags shared) give the same
+    TIDE result as one block: codes, targets, dAPs."""
+    images, gt, dets = _set(5)
+    whole = tide(images, gt, dets, max_dets=20)
+    monkeypatch.setattr(tide_mod, "_CLASSIFY_BLOCK", block)
+    got = tide(images, gt, dets, max_dets=20)
+    assert (got.ap, got.main, got.special, got.counts) == (whole.ap, whole.main, whole.special, whole.counts)
+    for name in ("code", "ignored", "target", "missed", "matched_gt"):
+        assert np.array_equal(getattr(got, name), getattr(whole, name)), name
+    assert len(np.unique(whole.code[whole.code > 0])) >= 3  # several error types, targets set for some
+    assert (whole.target >= 0).any()
+
+
 def test_scene_with_no_pair_at_all() -> None:
     """Every block empty: no box overlaps any detection (and an image without any box)."""
     images = Images(id=np.array([1, 2]), width=np.full(2, 100.0), height=np.full(2, 100.0))
