@@ -11,8 +11,9 @@ KITTI nor the class-map module (with PyYAML) that a COCO run never calls.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from detcal.utils.lazy_names import lazy_getattr
 
 if TYPE_CHECKING:  # the names below are read on first use (``__getattr__``); type checkers see them here
     from detcal.data.classmap import ClassMap, load_class_map
@@ -66,13 +67,7 @@ _LAZY: dict[str, str] = {name: module for module, names in _LAZY_MODULES.items()
 """Public names of the package and the modules they are read from on first use."""
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, globals(), _LAZY)
 
 
 __all__ = [

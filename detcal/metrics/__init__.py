@@ -10,8 +10,7 @@ regression-uncertainty metrics (:mod:`detcal.metrics.regression`).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from detcal.metrics.confidence import (
     ConfidenceMetric,
@@ -33,6 +32,7 @@ from detcal.metrics.confidence_suite import SuiteBinning, confidence_metrics, pe
 from detcal.metrics.image_reliability import contrastive_conf, fit_lambda, per_image_oce, split_confidence
 from detcal.metrics.measures import MEASURES, Display, Measure, register, unregister
 from detcal.metrics.oce import ObjectScores, object_scores, oce
+from detcal.utils.lazy_names import lazy_getattr
 
 if TYPE_CHECKING:  # the names below are read on first use (``__getattr__``); type checkers see them here
     from detcal.metrics.bootstrap import (
@@ -127,13 +127,7 @@ _LAZY: dict[str, str] = {name: module for module, names in _LAZY_MODULES.items()
 of imports) are not read by a plain confidence evaluation (PEP 562 module ``__getattr__``)."""
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, globals(), _LAZY)
 
 
 __all__ = [
