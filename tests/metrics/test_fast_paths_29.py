@@ -116,14 +116,23 @@ def test_scores_of_a_subset_equal_those_of_the_selected_detections(probs: bool) 
 
 
 @pytest.mark.parametrize(("method", "param"), [("threshold", 0.4), ("topk", 5), ("nms", 0.5)])
-def test_split_and_kept_equal_the_two_calls(method: str, param: float) -> None:
+def test_split_and_kept_equal_the_split_and_the_kept_set_by_definition(method: str, param: float) -> None:
     dets, _ = _scene(5)
     images = np.arange(14)  # two images without predictions
     pos, neg, kept = split_and_kept(dets.image_id, dets.score, images, method, param, dets.box)
     p2, n2 = split_confidence(dets.image_id, dets.score, images, method, param, box=dets.box)
     k2 = kept_mask(dets.image_id, dets.score, images, method, param, box=dets.box)
     assert np.array_equal(pos, p2) and np.array_equal(neg, n2) and np.array_equal(kept, k2)
-    # the kept set by its definition, for the threshold and top-k rules
+    assert kept.any() and not kept.all()
+    # the kept set by its definition: score above the threshold, the k best of each image, or greedy NMS
+    if method == "nms":
+        for i in np.unique(dets.image_id):
+            rows = np.flatnonzero(dets.image_id == i)
+            ref: list[int] = []
+            for r in rows[np.lexsort((rows, -dets.score[rows]))]:  # descending score, ties in input order
+                if all(_iou(dets.box[r], dets.box[k]) <= param for k in ref):
+                    ref.append(int(r))
+            assert set(rows[kept[rows]].tolist()) == set(ref)
     if method == "threshold":
         assert np.array_equal(kept, dets.score > param)
     if method == "topk":
@@ -131,3 +140,12 @@ def test_split_and_kept_equal_the_two_calls(method: str, param: float) -> None:
             rows = np.flatnonzero(dets.image_id == i)
             best = rows[np.lexsort((rows, -dets.score[rows]))][: int(param)]
             assert set(np.flatnonzero(kept[rows]) + 0) == set(np.searchsorted(rows, best))
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    """IoU of two xyxy boxes, by hand."""
+    iw = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    ih = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = iw * ih
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
