@@ -32,6 +32,7 @@ them on each resampled sample (generic path), which is exact by construction.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,9 +113,11 @@ def pack_scale(count: np.ndarray, sum_y: np.ndarray, n_groups: int) -> float:
     return scale
 
 
-def _transposed_csr(rows: np.ndarray, col: np.ndarray, data: np.ndarray, n_groups: int, n_occ: int) -> Any:
+def transposed_csr(rows: np.ndarray, col: np.ndarray, data: np.ndarray, n_groups: int, n_occ: int) -> Any:
     """CSR ``[n_occ * k, n_groups]`` with ``data[j, f]`` of pair j at (``col[j] * k + f``, ``rows[j]``), the
-    images of each row in increasing order (the order in which the product adds them)."""
+    images of each row in increasing order (the order in which the product adds them): scipy's coordinate
+    matrix, converted and transposed (for pairs in any order; :func:`product_matrix` builds the same
+    product without the conversions when the pairs come by image)."""
     import scipy.sparse as sp  # lazy: scipy kept out of start-up (importing detcal.metrics stays light)
 
     k = data.shape[1]
@@ -125,11 +128,90 @@ def _transposed_csr(rows: np.ndarray, col: np.ndarray, data: np.ndarray, n_group
     return a.T.tocsr()
 
 
+def product_matrix(rows: np.ndarray, col: np.ndarray, data: np.ndarray, n_groups: int, n_occ: int) -> Any:
+    """The matrix ``[n_occ * k, n_groups]`` of :func:`transposed_csr` (``data[j, f]`` of pair j at
+    (``col[j] * k + f``, ``rows[j]``)), as the transpose of the image-by-cell CSR matrix when the pairs come
+    sorted by image, each (image, cell) once (as :meth:`pair_sums` gives them), else as
+    :func:`transposed_csr`.
+
+    The image-by-cell CSR matrix is the pairs as they are: row ``i`` holds image ``i``'s pairs, column
+    ``col * k + f``, value ``data[j, f]`` (``data`` read in place, no sort or conversion). Its transpose is a
+    CSC matrix, whose product with a dense block adds, into each output entry, the images' terms in
+    increasing image order, each image at most once per entry: the additions of the CSR product of
+    :func:`transposed_csr`, in the same order, so the same numbers bit for bit (tested), with less memory
+    traffic (each image's weights are read once, the output stays in cache).
+    """
+    import scipy.sparse as sp  # lazy, as above
+
+    k = data.shape[1]
+    if len(rows) > 1 and bool(np.any(rows[1:] < rows[:-1])):
+        return transposed_csr(rows, col, data, n_groups, n_occ)
+    nnz = len(rows) * k
+    idx = np.int32 if max(nnz, n_occ * k, n_groups) < 2**31 - 1 else np.int64
+    indptr = np.zeros(n_groups + 1, dtype=idx)
+    np.cumsum(np.bincount(rows, minlength=n_groups) * k, out=indptr[1:])
+    indices = np.empty((len(rows), k), dtype=idx)
+    np.multiply(col[:, None], k, out=indices, casting="unsafe")
+    indices += np.arange(k, dtype=idx)
+    values = np.ascontiguousarray(data, dtype=np.float64).reshape(-1)
+    return sp.csr_matrix((values, indices.reshape(-1), indptr), shape=(n_groups, n_occ * k), copy=False).T
+
+
 def occupied_index(cells: np.ndarray, n_cells: int) -> tuple[np.ndarray, int]:
     """Index of each of ``cells [P]`` (in ``[0, n_cells)``) among the occupied cells in increasing order, and
     their number (``np.unique(cells, return_inverse=True)``; :func:`detcal.binning.cells.dense_rank`)."""
     occ, idx = dense_rank(cells, n_cells)
     return idx.astype(np.int64, copy=False), len(occ)
+
+
+def grid_members(
+    metric_fns: Mapping[str, Any], names: list[str], arrays: tuple[ArrayLike | None, ...]
+) -> dict[Hashable, list[str]]:
+    """The metrics ``names`` by ``grid_key``, in order of first appearance (one :class:`GridCells` each)."""
+    grids: dict[Hashable, list[str]] = {}
+    for n in names:
+        grids.setdefault(metric_fns[n].grid_key(*arrays), []).append(n)
+    return grids
+
+
+def grid_cells(
+    metric_fns: Mapping[str, Any],
+    key: Hashable,
+    members: list[str],
+    inv: np.ndarray,
+    n_groups: int,
+    arrays: tuple[ArrayLike | None, ...],
+    cells: Mapping[Hashable, np.ndarray] | None = None,
+    *,
+    matrix: bool = True,
+) -> GridCells:
+    """The :class:`GridCells` of grid ``key`` shared by the metrics ``members`` (``inv [S]`` image index;
+    ``cells`` as :func:`image_cells`). ``matrix=False`` leaves the product matrix out (``at`` None: the
+    jackknife reads the pairs only; :func:`with_matrix` adds it)."""
+    need = {f for n in members for f in value_fields(metric_fns[n])}
+    fields = tuple(f for f in CellSums._fields if f in need)
+    lead = metric_fns[members[0]]
+    if hasattr(lead, "value_fields") and cells is not None and key in cells:
+        rows, cols, sums, n_cells = lead.pair_sums(inv, *arrays, fields=fields, cells=cells[key])
+    elif hasattr(lead, "value_fields"):
+        rows, cols, sums, n_cells = lead.pair_sums(inv, *arrays, fields=fields)
+    else:
+        rows, cols, sums, n_cells = lead.pair_sums(inv, *arrays)
+    col, n_occ = occupied_index(np.asarray(cols, np.int64), int(n_cells))
+    rows = np.asarray(rows, np.int64)
+    pack = pack_scale(sums.count, sums.sum_y, n_groups) if {"count", "sum_y"} <= set(fields) else 0.0
+    matrix_fields = ((PACKED,) if pack else ()) + tuple(f for f in fields if not pack or f not in ("count", "sum_y"))
+    g = GridCells(members, fields, rows, col, _carried(sums, fields), n_occ, n_groups, None, matrix_fields, pack)
+    return with_matrix(g) if matrix else g
+
+
+def with_matrix(g: GridCells) -> GridCells:
+    """``g`` with its product matrix ``at`` (:func:`product_matrix` of the columns ``matrix_fields``)."""
+    if g.at is not None:
+        return g
+    columns = [g.sums.count * g.pack + g.sums.sum_y if f == PACKED else getattr(g.sums, f) for f in g.matrix_fields]
+    at = product_matrix(g.rows, g.cols, np.stack(columns, axis=1), g.n_groups, g.n_occ)
+    return dataclasses.replace(g, at=at)
 
 
 def image_cells(
@@ -144,32 +226,10 @@ def image_cells(
 
     ``cells``: grid key -> the cell of each sample on that grid, already computed
     (:func:`detcal.metrics.confidence_suite.suite_cells`): those grids skip the binning (same numbers)."""
-    grids: dict[Hashable, list[str]] = {}
-    for n in names:
-        grids.setdefault(metric_fns[n].grid_key(*arrays), []).append(n)
-    out: list[GridCells] = []
-    for key, members in grids.items():
-        need = {f for n in members for f in value_fields(metric_fns[n])}
-        fields = tuple(f for f in CellSums._fields if f in need)
-        lead = metric_fns[members[0]]
-        if hasattr(lead, "value_fields") and cells is not None and key in cells:
-            rows, cols, sums, n_cells = lead.pair_sums(inv, *arrays, fields=fields, cells=cells[key])
-        elif hasattr(lead, "value_fields"):
-            rows, cols, sums, n_cells = lead.pair_sums(inv, *arrays, fields=fields)
-        else:
-            rows, cols, sums, n_cells = lead.pair_sums(inv, *arrays)
-        col, n_occ = occupied_index(np.asarray(cols, np.int64), int(n_cells))
-        rows = np.asarray(rows, np.int64)
-        pack = pack_scale(sums.count, sums.sum_y, n_groups) if {"count", "sum_y"} <= set(fields) else 0.0
-        matrix_fields = ((PACKED,) if pack else ()) + tuple(
-            f for f in fields if not pack or f not in ("count", "sum_y")
-        )
-        columns = [sums.count * pack + sums.sum_y if f == PACKED else getattr(sums, f) for f in matrix_fields]
-        at = _transposed_csr(rows, col, np.stack(columns, axis=1), n_groups, n_occ)
-        out.append(
-            GridCells(members, fields, rows, col, _carried(sums, fields), n_occ, n_groups, at, matrix_fields, pack)
-        )
-    return out
+    return [
+        grid_cells(metric_fns, key, members, inv, n_groups, arrays, cells)
+        for key, members in grid_members(metric_fns, names, arrays).items()
+    ]
 
 
 def counts_fit_packing(w: np.ndarray, n_groups: int) -> bool:
@@ -185,7 +245,34 @@ def _matrix(g: GridCells, packed: bool) -> tuple[Any, tuple[str, ...]]:
     if packed or not g.pack:
         return g.at, g.matrix_fields
     data = np.stack([getattr(g.sums, f) for f in g.fields], axis=1)
-    return _transposed_csr(g.rows, g.cols, data, g.n_groups, g.n_occ), g.fields
+    return product_matrix(g.rows, g.cols, data, g.n_groups, g.n_occ), g.fields
+
+
+X_ELEMS = 1 << 20
+"""Entries of one dense block of image weights ``[I, b]`` handed to the product by :func:`count_replicates`
+(8 MiB of float64: the replicates are multiplied in column blocks of ``b``, each output entry the same
+sum of the same terms in the same order whatever ``b`` is)."""
+
+
+def _store(
+    metric_fns: Mapping[str, Any],
+    g: GridCells,
+    columns: tuple[str, ...],
+    product: np.ndarray,
+    out: dict[str, np.ndarray],
+    r0: int,
+) -> None:
+    """Values of ``g``'s metrics from one product block ``[C_occ * k, b]`` into ``out[name][r0:r0+b]``."""
+    b = product.shape[1]
+    rep = product.T.reshape(b, g.n_occ, len(columns))  # [b, C_occ, k]
+    got = dict(zip(columns, np.moveaxis(rep, -1, 0)))
+    if PACKED in got:
+        both = got.pop(PACKED)
+        got["count"] = np.floor(both / g.pack)
+        got["sum_y"] = both - got["count"] * g.pack
+    rep_sums = _sums(got)
+    for n in g.members:
+        out[n][r0 : r0 + b] = metric_fns[n].values(rep_sums)
 
 
 def replicate_values(
@@ -203,15 +290,39 @@ def replicate_values(
         sub = max(1, BLOCK_ELEMS // max(g.n_occ * k, 1))  # bound the dense [sub, C_occ, k] result
         for s0 in range(0, len(w), sub):
             ws = w[s0 : s0 + sub]
-            rep = np.asarray(at @ ws.T).T.reshape(len(ws), g.n_occ, k)  # [sub, C_occ, k]
-            got = dict(zip(columns, np.moveaxis(rep, -1, 0)))
-            if PACKED in got:
-                both = got.pop(PACKED)
-                got["count"] = np.floor(both / g.pack)
-                got["sum_y"] = both - got["count"] * g.pack
-            rep_sums = _sums(got)
-            for n in g.members:
-                out[n][r0 + s0 : r0 + s0 + len(ws)] = metric_fns[n].values(rep_sums)
+            _store(metric_fns, g, columns, np.asarray(at @ ws.T), out, r0 + s0)
+
+
+def count_replicates(
+    metric_fns: Mapping[str, Any], g: GridCells, counts: list[np.ndarray], out: dict[str, np.ndarray]
+) -> None:
+    """Values of ``g``'s metrics for the replicates whose image draw counts are the rows of the blocks
+    ``counts`` (each ``[b, I]``, any integer type; replicate ``r`` of the blocks in order goes to
+    ``out[name][r]``), with ``g``'s product matrix (:func:`with_matrix`; the pairs may be released).
+
+    Draw counts are whole numbers, none negative, each replicate's adding up to ``I``: the packed column is
+    exact (:func:`counts_fit_packing`), so no check is made. The replicates are multiplied in column blocks
+    of at most :data:`X_ELEMS` weights (the float weights of one block only; the same numbers as
+    :func:`replicate_values` on the float counts, tested).
+    """
+    k = len(g.matrix_fields)
+    sub = max(1, min(BLOCK_ELEMS // max(g.n_occ * k, 1), X_ELEMS // max(g.n_groups, 1)))
+    r0 = 0
+    for blk in counts:
+        for s0 in range(0, len(blk), sub):
+            part = blk[s0 : s0 + sub]
+            x = np.empty((g.n_groups, len(part)), dtype=np.float64)
+            x[...] = part.T
+            _store(metric_fns, g, g.matrix_fields, np.asarray(g.at @ x), out, r0 + s0)
+        r0 += len(blk)
+
+
+def matrix_only(g: GridCells) -> GridCells:
+    """``g`` with its product matrix (:func:`with_matrix`) and without its pairs (released: what
+    :func:`count_replicates` reads is the matrix only)."""
+    g = with_matrix(g)
+    none = np.zeros(0, dtype=np.int64)
+    return dataclasses.replace(g, rows=none, cols=none, sums=_sums({}))
 
 
 def _unit_pairs(g: GridCells, block: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, CellSums]:
