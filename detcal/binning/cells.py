@@ -621,8 +621,9 @@ def pair_sums(
     names = [k for k in FLOAT_STATS if k in want]
     count = np.bincount(inv, minlength=n_pairs).astype(np.float64)
     sum_y = np.bincount(inv, weights=y_arr.astype(np.float64), minlength=n_pairs)
+    # one statistic's per-sample terms at a time (each [S] array released before the next is made)
     terms: dict[str, Any] = {
-        k: np.bincount(inv, weights=v, minlength=n_pairs) for k, v in sample_terms(p_used, y_arr, names).items()
+        k: np.bincount(inv, weights=sample_terms(p_used, y_arr, (k,))[k], minlength=n_pairs) for k in names
     }
     sum_p = terms["sum_p0"] + terms["sum_p1"] if "sum_p0" in terms and "sum_p1" in terms else None
     given: dict[str, Any] = {**terms, "count": count, "sum_y": sum_y, "sum_p": sum_p}

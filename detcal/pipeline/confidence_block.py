@@ -216,9 +216,24 @@ def _shared_cells(
                 f2 = np.take(fr, _feature_cols(pair), axis=1)
                 validate_sample(p, np.zeros(len(p), dtype=bool), f2)  # checks the two features
                 maps[key] = sample_cells(p, f2, metric.grid_key(None, None, f2)[0], metric.edges)[0]
-        return cons, cells, maps
+        return cons, {k: narrow_cells(v) for k, v in cells.items()}, {k: narrow_cells(v) for k, v in maps.items()}
     except DetcalInputError:
         return None
+
+
+def narrow_cells(cell: np.ndarray) -> np.ndarray:
+    """Cell indices ``[S]`` (none negative) in the narrowest unsigned integer type that holds the largest
+    (uint8 for the 15 ECE bins and the 125-cell map grids, uint16 for the 3,125 D-ECE cells): the same
+    integers in an eighth or a quarter of the memory of int64, held for every IoU threshold."""
+    return cell.astype(np.min_scalar_type(int(cell.max())), copy=False) if len(cell) else cell
+
+
+def unread_features(n: int, k: int) -> np.ndarray:
+    """A stand-in ``[n, k]`` for box features that will not be read: every binned grid's cells are given
+    (:func:`_shared_cells`), so the suite, its intervals and the maps read only the features' shape. It
+    takes no memory (one NaN broadcast), and any read of its values fails loudly (NaN is refused as a
+    feature by :func:`detcal.binning.cells.validate_sample`) instead of giving numbers."""
+    return np.broadcast_to(np.float64(np.nan), (n, k))
 
 
 def _map_cells_of(cell: np.ndarray, grid: tuple[int, ...], dims: list[int]) -> np.ndarray:
@@ -268,8 +283,13 @@ def _one_threshold(
     if len(rows) == 0 or not y.any():
         why = "no detection was evaluated" if len(rows) == 0 else f"no detection matched at {label}"
         return label, Skipped(f"{why}: the confidence metrics cannot be computed"), None
-    fr = np.take(feats, rows, axis=0)  # ~4x faster than feats[rows] for [N, 4]
-    f = sample_features(spec, fr, no_pos)
+    if shared is not None:  # every grid's cells are given: the features' values are not read (their shape is)
+        fr = unread_features(len(rows), feats.shape[1])
+        n_feat = len(spec.dece_binning.features)
+        f = unread_features(len(rows), n_feat) if n_feat else None
+    else:
+        fr = np.take(feats, rows, axis=0)  # ~4x faster than feats[rows] for [N, 4]
+        f = sample_features(spec, fr, no_pos)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = confidence_metrics(
