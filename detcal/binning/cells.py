@@ -183,6 +183,16 @@ class CellStats:
             fixed={k: v.sum(axis=0) for k, v in self.fixed.items()},
         )
 
+    def group_slice(self, start: int, stop: int) -> CellStats:
+        """Groups ``start:stop`` of the leading group axis: [G, ..., C] -> [stop - start, ..., C] (views)."""
+        return CellStats(
+            bins=self.bins,
+            edges=self.edges,
+            count=self.count[start:stop],
+            sum_y=self.sum_y[start:stop],
+            fixed={k: v[start:stop] for k, v in self.fixed.items()},
+        )
+
     def __add__(self, other: CellStats) -> CellStats:
         if not isinstance(other, CellStats):
             return NotImplemented

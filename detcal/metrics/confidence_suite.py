@@ -314,26 +314,26 @@ def confidence_metrics(
     cats, cat_idx = _category_groups(category, p_arr)
     grouped, free_key = _suite_stats(chosen, p, y, features, cells, cat_idx, None if cats is None else len(cats))
     out: dict[str, MetricResult] = {}
-    shared: dict[tuple[Hashable, bool], tuple[CellStats, Any, Any]] = {}  # per grid: agnostic stats and sums
+    shared: dict[tuple[Hashable, bool], tuple[CellStats, Any]] = {}  # per grid: agnostic stats and sums
+    keys = {name: m.grid_key(None, None, features) if m.binned else free_key for name, m in chosen.items()}
 
-    def _shared(key: Hashable, binned: bool) -> tuple[CellStats, Any, Any]:
+    def _shared(key: Hashable, binned: bool) -> tuple[CellStats, Any]:
         if (key, binned) not in shared:
             st = grouped[key]
             agnostic = st.sum_groups() if cats is not None else st
-            per_group = None if cats is None else (st if binned else st.total()).sums()  # cell-free: exact totals
-            shared[key, binned] = (agnostic, (agnostic if binned else agnostic.total()).sums(), per_group)
+            shared[key, binned] = (agnostic, (agnostic if binned else agnostic.total()).sums())
         return shared[key, binned]
 
     with summaries_shared():  # the measures of one grid share its per-cell summary (the same values)
+        per_class_values = class_values(chosen, grouped, keys) if cats is not None else {}
         for name, m in chosen.items():
-            key = m.grid_key(None, None, features) if m.binned else free_key
-            st = grouped[key]
-            agnostic, agnostic_sums, group_sums = _shared(key, m.binned)
+            st = grouped[keys[name]]
+            agnostic, agnostic_sums = _shared(keys[name], m.binned)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", SparseCellsWarning)  # one combined warning below
                 out[name] = m.result(agnostic, agnostic_sums)
             if cats is not None:
-                values = m.values(group_sums)
+                values = per_class_values[name]
                 params = {k: v for k, v in out[name].params.items() if k != "n"}
                 out[f"{name}_per_class"] = _class_aggregate(
                     name, cats, values, st.n.astype(np.int64), average, out[name], params
@@ -359,6 +359,44 @@ def confidence_metrics(
                 cells=cells,
             )
         )
+    return out
+
+
+CLASS_BLOCK_CELLS = 1 << 18
+"""Per-class values are computed for blocks of classes of at most this many (class, cell) entries
+(:func:`class_values`)."""
+
+
+def class_values(
+    measures: Mapping[str, ConfidenceMetric], grouped: Mapping[Hashable, CellStats], keys: Mapping[str, Hashable]
+) -> dict[str, np.ndarray]:
+    """Per-class values ``[G]`` of every measure from its grid's per-class statistics ``grouped[keys[name]]``
+    (``[G, C]``; a cell-free measure reads each class's exact totals), grid by grid in blocks of classes of at
+    most :data:`CLASS_BLOCK_CELLS` entries.
+
+    A measure's value for one class reads that class's cells only (the sums over the cell axis are taken row
+    by row), so a block of classes gives the values the whole array gives, bit for bit (tested), while the
+    float sums and per-cell summaries held at once are those of one block (with 365 classes x 3,125 D-ECE
+    cells, a few MB instead of over a hundred).
+    """
+    by_grid: dict[tuple[Hashable, bool], list[str]] = {}
+    for name, m in measures.items():
+        by_grid.setdefault((keys[name], m.binned), []).append(name)
+    out: dict[str, np.ndarray] = {}
+    for (key, binned), names in by_grid.items():
+        st = grouped[key]
+        n_groups = int(st.count.shape[0])
+        step = max(1, CLASS_BLOCK_CELLS // max(st.n_cells, 1)) if binned else max(n_groups, 1)
+        parts: dict[str, list[np.ndarray]] = {name: [] for name in names}
+        for g0 in range(0, n_groups, step):
+            part = st.group_slice(g0, g0 + step)
+            sums = (part if binned else part.total()).sums()  # cell-free: exact totals
+            for name in names:
+                parts[name].append(np.asarray(measures[name].values(sums)))
+        for name in names:
+            out[name] = (
+                np.concatenate(parts[name]) if parts[name] else measures[name].values((st if binned else st.total()).sums())
+            )
     return out
 
 
