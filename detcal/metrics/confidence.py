@@ -57,7 +57,7 @@ from detcal.binning.edges import EDGE_RULES, BinGrid
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult
 from detcal.metrics.confidence_compute import cell_summary
-from detcal.metrics.confidence_loo import cell_loo
+from detcal.metrics.confidence_loo import shared_cell_loo
 from detcal.metrics.measures import HOMOGENEITY_RATINGS, OUTLIER_RATINGS, Measure, get
 
 POLICIES: tuple[str, ...] = ("drop", "netcal")
@@ -281,7 +281,7 @@ class ConfidenceMetric:
         loo = self.entry.leave_one_out
         if not self.binned or loo is None:
             return None
-        return loo(cell_loo(total, unit, col, pair, m, self.sample_threshold), self)
+        return loo(shared_cell_loo(total, unit, col, pair, m, self.sample_threshold), self)
 
     def y_or_zeros(self, p: ArrayLike, y: ArrayLike | None) -> ArrayLike:
         """``y`` (a measure that does not read the matched flag, e.g. sharpness, accepts ``None``)."""

@@ -32,7 +32,10 @@ rounding of the threshold.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -53,6 +56,8 @@ class CellLOO:
     unit: np.ndarray
     col: np.ndarray
     m: int
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Quantities derived once and read by several measures (the spread of :func:`_spread`)."""
 
 
 def _cells(n: np.ndarray, sum_y: np.ndarray, sum_p: np.ndarray, threshold: int) -> tuple[np.ndarray, np.ndarray]:
@@ -71,6 +76,40 @@ def cell_loo(total: CellSums, unit: np.ndarray, col: np.ndarray, pair: CellSums,
     n_l = n_t[col] - pair.count
     kept_l, gap_l = _cells(n_l, y_t[col] - pair.sum_y, p_t[col] - pair.sum_p, threshold)
     return CellLOO(n_t, kept_t, gap_t, n_l, kept_l, gap_l, unit, col, m)
+
+
+_SHARED: list[Any] = []
+"""While :func:`loo_shared` is active: ``[inputs, threshold, CellLOO]`` of the last :func:`shared_cell_loo`."""
+_ACTIVE: list[int] = [0]
+
+
+@contextmanager
+def loo_shared() -> Iterator[None]:
+    """Within the block, :func:`shared_cell_loo` with the same input objects and sample threshold computes the
+    cells once and hands them to every measure that asks (the measures of one grid: ECE, ECE_q and MCE;
+    D-ECE, homogeneity and outliers); the values are those of a fresh computation. Cleared on exit."""
+    _ACTIVE[0] += 1
+    try:
+        yield
+    finally:
+        _ACTIVE[0] -= 1
+        if not _ACTIVE[0]:
+            _SHARED.clear()
+
+
+def shared_cell_loo(
+    total: CellSums, unit: np.ndarray, col: np.ndarray, pair: CellSums, m: int, threshold: int
+) -> CellLOO:
+    """:func:`cell_loo`, reused while :func:`loo_shared` is active for the same inputs (the same objects)."""
+    if not _ACTIVE[0]:
+        return cell_loo(total, unit, col, pair, m, threshold)
+    inputs = (total, unit, col, pair, m)
+    if _SHARED and _SHARED[1] == threshold and all(a is b for a, b in zip(_SHARED[0], inputs)):
+        return _SHARED[2]  # type: ignore[no-any-return]
+    _SHARED[:] = []  # the previous cells released first
+    c = cell_loo(total, unit, col, pair, m, threshold)
+    _SHARED[:] = [inputs, threshold, c]
+    return c
 
 
 def _per_unit(c: CellLOO, x: np.ndarray) -> np.ndarray:
@@ -127,7 +166,14 @@ def loo_max_gap(c: CellLOO) -> np.ndarray:
 
 
 def _spread(c: CellLOO) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per unit: kept samples ``W``, the weighted mean and std of the gap, and the totals' weights ``w_t``."""
+    """Per unit: kept samples ``W``, the weighted mean and std of the gap, and the totals' weights ``w_t``
+    (computed once per :class:`CellLOO`: homogeneity and the outlier share both read it)."""
+    if "spread" not in c.memo:
+        c.memo["spread"] = _spread_of(c)
+    return c.memo["spread"]  # type: ignore[no-any-return]
+
+
+def _spread_of(c: CellLOO) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     w_t = np.where(c.kept_t, c.n_t, 0.0)
     w_l = np.where(c.kept_l, c.n_l, 0.0)
     big_w = w_t.sum()

@@ -40,6 +40,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from detcal.binning.cells import CellSums, dense_rank
+from detcal.metrics.confidence_loo import loo_shared
 
 BLOCK_ELEMS = 1 << 21
 """Elements of a dense block (replicates or left-out units x occupied cells x fields)."""
@@ -366,14 +367,15 @@ def leave_out_values(
         unit, col, pair = _unit_pairs(g, block, m)
         total = _sums({f: np.bincount(col, weights=getattr(pair, f), minlength=g.n_occ) for f in g.fields})
         dense: list[str] = []
-        for n in g.members:
-            loo = getattr(metric_fns[n], "leave_one_out", None)
-            v = loo(total, unit, col, pair, m) if callable(loo) else None
-            if v is None:
-                dense.append(n)
-                out[n] = np.full(m, np.nan)
-            else:
-                out[n] = np.asarray(v, dtype=np.float64)
+        with loo_shared():  # the grid's measures share its left-out cells (the same values)
+            for n in g.members:
+                loo = getattr(metric_fns[n], "leave_one_out", None)
+                v = loo(total, unit, col, pair, m) if callable(loo) else None
+                if v is None:
+                    dense.append(n)
+                    out[n] = np.full(m, np.nan)
+                else:
+                    out[n] = np.asarray(v, dtype=np.float64)
         if dense:
             _dense_leave_out(metric_fns, dense, g, total, unit, col, pair, m, out)
     return out
