@@ -302,19 +302,27 @@ def count_replicates(
     ``out[name][r]``), with ``g``'s product matrix (:func:`with_matrix`; the pairs may be released).
 
     Draw counts are whole numbers, none negative, each replicate's adding up to ``I``: the packed column is
-    exact (:func:`counts_fit_packing`), so no check is made. The replicates are multiplied in column blocks
-    of at most :data:`X_ELEMS` weights (the float weights of one block only; the same numbers as
-    :func:`replicate_values` on the float counts, tested).
+    exact (:func:`counts_fit_packing`), so no check is made. The metrics' values are taken on the same
+    groups of replicates as :func:`replicate_values` on the float counts of each block (a measure's value
+    on an array of replicates may differ in the last bit with the array's shape: the same shapes give the
+    same numbers), while the product itself runs in column blocks of at most :data:`X_ELEMS` weights
+    (each output entry is the same sum of the same terms in the same order whatever the block: only the
+    float weights of one column block are held at a time).
     """
     k = len(g.matrix_fields)
-    sub = max(1, min(BLOCK_ELEMS // max(g.n_occ * k, 1), X_ELEMS // max(g.n_groups, 1)))
+    sub = max(1, BLOCK_ELEMS // max(g.n_occ * k, 1))  # replicates per values() call, as replicate_values
+    width = max(1, X_ELEMS // max(g.n_groups, 1))  # replicates per product
     r0 = 0
     for blk in counts:
         for s0 in range(0, len(blk), sub):
             part = blk[s0 : s0 + sub]
-            x = np.empty((g.n_groups, len(part)), dtype=np.float64)
-            x[...] = part.T
-            _store(metric_fns, g, g.matrix_fields, np.asarray(g.at @ x), out, r0 + s0)
+            product = np.empty((g.n_occ * k, len(part)), dtype=np.float64)
+            for c0 in range(0, len(part), width):
+                cols = part[c0 : c0 + width]
+                x = np.empty((g.n_groups, len(cols)), dtype=np.float64)
+                x[...] = cols.T
+                product[:, c0 : c0 + len(cols)] = g.at @ x
+            _store(metric_fns, g, g.matrix_fields, product, out, r0 + s0)
         r0 += len(blk)
 
 
