@@ -412,16 +412,17 @@ def cell_stats(
     shape = lead + (n_cells,)
     wanted, split, rest = _wanted_stats(stats)
     _check_grid_memory(size, b, n_cells, len(rest) + int(split))
-    count2 = np.zeros(2 * size, dtype=np.int64)
     # every statistic is summed per key2 = 2 * key + y (the y halves of sum_p2, sum_se and sum_nll are
-    # added at the end, exactly); with a large key range (e.g. classes x D-ECE cells) the sums run over
-    # the occupied keys of each chunk only (``occ``), so no bincount output is longer than the chunk
-    acc2 = {name: np.zeros((2 * size, 3), dtype=np.int64) for name in (["sum_p"] if split else []) + rest}
+    # added at the end, exactly); with a large key range (e.g. classes x D-ECE cells) the keys of every
+    # sample are made first and the sums run over the occupied keys only (:func:`_compact_sums`)
+    names = (["sum_p"] if split else []) + rest
     compact = 2 * size > _COMPACT_KEYS
-    # chunks stay cache-sized unless the per-chunk key pass (bincount over 2 x size) would dominate
+    count2 = np.zeros(0 if compact else 2 * size, dtype=np.int64)
+    acc2 = {} if compact else {name: np.zeros((2 * size, 3), dtype=np.int64) for name in names}
+    keys = np.empty(n, dtype=np.int64) if compact else None
+    # chunks stay cache-sized unless a per-chunk pass over the occupied keys would dominate
     step = max(CHUNK, size // 2)
     ws = Workspace(min(step, n))
-    slot = np.zeros(2 * size, dtype=np.int64) if compact else None
     for a in chunks(n, step):
         pc, yc = p_arr[a : a + step], y_arr[a : a + step]
         fc = None if f_arr is None else f_arr[a : a + step]
@@ -430,31 +431,61 @@ def cell_stats(
             validated = True
             pc, yc, fc = p_arr[a : a + step], y_arr[a : a + step], None if f_arr is None else f_arr[a : a + step]
         m = len(pc)
-        p_used, key2 = _chunk_keys(
-            pc,
-            yc,
-            fc,
-            None if c_arr is None else c_arr[a : a + step],
-            None if g is None else g[a : a + step],
-            b,
-            n_cells,
-            edges,
-            ws,
-            size,
-        )
-        cnt = np.bincount(key2, minlength=2 * size)
-        count2 += cnt
-        occ = None
-        if slot is not None:
-            occ = np.flatnonzero(cnt)
-            slot[occ] = np.arange(len(occ))
-            key2 = np.take(slot, key2, out=ws.get("slot_key", np.int64, m))
+        cc, gc = None if c_arr is None else c_arr[a : a + step], None if g is None else g[a : a + step]
+        p_used, key2 = _chunk_keys(pc, yc, fc, cc, gc, b, n_cells, edges, ws, size)
+        if keys is not None:
+            keys[a : a + m] = key2
+            continue
+        count2 += np.bincount(key2, minlength=2 * size)
         yb = yc if (not rest or yc.dtype == np.bool_) else np.not_equal(yc, 0, out=ws.get("y_bool", np.bool_, m))
         for name, acc in acc2.items():
             values = p_used if name == "sum_p" else term_into(name, p_used, yb, ws)
-            add_words(acc, key2, fx_words_into(values, FLOAT_STATS.get(name, 0), ws), occ)
-    del slot, ws  # released before the statistics are assembled (peak memory)
+            add_words(acc, key2, fx_words_into(values, FLOAT_STATS.get(name, 0), ws))
+    if keys is not None:
+        count2, acc2 = _compact_sums(keys, p_arr, y_arr, edges, size, names, step, ws)
+    del keys, ws  # released before the statistics are assembled (peak memory)
     return _assemble(count2, acc2, shape, wanted, b, edges)
+
+
+def _compact_sums(
+    keys: np.ndarray,
+    p_arr: np.ndarray,
+    y_arr: np.ndarray,
+    edges: str,
+    size: int,
+    names: list[str],
+    step: int,
+    ws: Workspace,
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The count ``[2 size]`` and the fixed-point sums ``[2 size, 3]`` of ``names`` per key2 (``keys [S]``,
+    every sample's key2, overwritten) over the occupied keys only.
+
+    The samples are counted per key once; each key is replaced by its index among the occupied keys, the
+    sums of every chunk are added into arrays over the occupied keys (contiguous: no scatter per chunk) and
+    placed at their keys at the end. The sums are integers, so the same integers as adding chunk by chunk
+    over the whole key range, in any order.
+    """
+    count2 = np.bincount(keys, minlength=2 * size)
+    occ = np.flatnonzero(count2)
+    slot = np.zeros(2 * size, dtype=np.int64)
+    slot[occ] = np.arange(len(occ))
+    np.take(slot, keys, out=keys)
+    del slot
+    part = {name: np.zeros((len(occ), 3), dtype=np.int64) for name in names}
+    split_only = all(name == "sum_p" for name in names)
+    for a in chunks(len(keys), step):
+        pc, yc = p_arr[a : a + step], y_arr[a : a + step]
+        m = len(pc)
+        p_used = np.clip(pc, EPS, 1.0 - EPS, out=ws.get("p_used", np.float64, m)) if edges == "netcal" else pc
+        yb = yc if (split_only or yc.dtype == np.bool_) else np.not_equal(yc, 0, out=ws.get("y_bool", np.bool_, m))
+        for name, acc in part.items():
+            values = p_used if name == "sum_p" else term_into(name, p_used, yb, ws)
+            add_words(acc, keys[a : a + m], fx_words_into(values, FLOAT_STATS.get(name, 0), ws))
+    acc2: dict[str, np.ndarray] = {}
+    for name in names:
+        acc2[name] = np.zeros((2 * size, 3), dtype=np.int64)
+        acc2[name][occ] = part.pop(name)
+    return count2, acc2
 
 
 def _wanted_stats(stats: Sequence[str] | None) -> tuple[tuple[str, ...], bool, list[str]]:
