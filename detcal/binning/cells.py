@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from detcal.binning.edges import EDGE_RULES, EPS, BinGrid, cell_index_columns
+from detcal.binning.edges import EDGE_RULES, EPS, BinGrid
 from detcal.binning.kernels import (  # noqa: F401  (NLL_CLIP is re-exported)
     CHUNK,
     FX_BITS,
@@ -289,6 +289,18 @@ def validate_sample(
     return p_arr, y_arr, f_arr
 
 
+def checked_p_features(p: Any, features: Any = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """``p [S]`` and ``features [S,F]`` as :func:`validate_sample` returns them, checked by their smallest and
+    largest values (NaN fails both comparisons); only a failing sample goes through :func:`validate_sample`,
+    which raises naming the first bad record (the same arrays and the same errors, without a mask per value)."""
+    y = np.zeros(np.shape(p), dtype=bool)
+    quick = quick_arrays(p, y, features)
+    if quick is not None and chunk_ok(quick[0], quick[1], quick[2]):
+        return quick[0], quick[2]
+    p_arr, _, f_arr = validate_sample(p, y, features)
+    return p_arr, f_arr
+
+
 def sample_terms(p: np.ndarray, y: np.ndarray, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
     """Per-sample values [S] of each float statistic of :data:`FLOAT_STATS` (or only ``names``).
 
@@ -335,8 +347,23 @@ def sample_cells(
     """
     b = _grid_bins(bins, 1 + (0 if features is None else features.shape[1]), edges)
     p_used = np.clip(p, EPS, 1.0 - EPS) if edges == "netcal" else p
-    cols = [p_used] + ([] if features is None else [features[:, f] for f in range(features.shape[1])])
-    return cell_index_columns(cols, b, edges), b, p_used
+    return cell_index_chunked(p_used, features, b, edges), b, p_used
+
+
+def cell_index_chunked(p_used: np.ndarray, features: np.ndarray | None, bins: tuple[int, ...], edges: str) -> np.ndarray:
+    """:func:`detcal.binning.edges.cell_index_columns` over (``p_used``, the columns of ``features``) in
+    cache-sized chunks (:func:`detcal.binning.kernels.cell_index_into`, the same bins under every edge rule:
+    tested): the per-feature temporaries of one chunk instead of several full-length arrays per feature.
+    ``p_used`` is the confidence as binned (already clipped under netcal's rule)."""
+    n = len(p_used)
+    out = np.empty(n, dtype=np.int64)
+    if n == 0:
+        return out
+    ws = Workspace(min(CHUNK, n))
+    for a in chunks(n, CHUNK):
+        fc = None if features is None else features[a : a + CHUNK]
+        cell_index_into(p_used[a : a + CHUNK], fc, bins, edges, out[a : a + CHUNK], ws, p_clipped=edges == "netcal")
+    return out
 
 
 _COMPACT_KEYS = CHUNK

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from detcal.binning.cells import FLOAT_STATS, CellStats, cell_stats, sample_cells, validate_sample
+from detcal.binning.cells import FLOAT_STATS, CellStats, cell_stats, checked_p_features, sample_cells
 from detcal.binning.edges import BinGrid
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import MetricResult
@@ -409,7 +409,7 @@ def suite_cells(
     detections at several IoU thresholds computes them once and passes
     ``{key: c[rows]}`` to each call. ``p`` and ``features`` are checked here.
     """
-    p_arr, _, f_arr = validate_sample(p, np.zeros(np.shape(p), dtype=bool), features)
+    p_arr, f_arr = checked_p_features(p, features)
     out: dict[Hashable, np.ndarray] = {}
     for m in (suite() if measures is None else measures).values():
         if m.binned:

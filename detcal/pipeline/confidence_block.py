@@ -199,7 +199,10 @@ def _shared_cells(
     once for every IoU threshold (the cells do not depend on the matched flags); None when a value is
     invalid (each threshold then reports it as before)."""
     cons = np.flatnonzero(mr.considered)
-    p, fr = data.detections.score[cons], np.take(feats, cons, axis=0)
+    if len(cons) == len(feats):  # every detection considered: the columns themselves, not gathered copies
+        p, fr = data.detections.score, feats
+    else:
+        p, fr = data.detections.score[cons], np.take(feats, cons, axis=0)
     try:
         cells = suite_cells(p, sample_features(spec, fr, no_pos), measures)
         maps = {}
