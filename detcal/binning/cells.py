@@ -350,7 +350,9 @@ def sample_cells(
     return cell_index_chunked(p_used, features, b, edges), b, p_used
 
 
-def cell_index_chunked(p_used: np.ndarray, features: np.ndarray | None, bins: tuple[int, ...], edges: str) -> np.ndarray:
+def cell_index_chunked(
+    p_used: np.ndarray, features: np.ndarray | None, bins: tuple[int, ...], edges: str
+) -> np.ndarray:
     """:func:`detcal.binning.edges.cell_index_columns` over (``p_used``, the columns of ``features``) in
     cache-sized chunks (:func:`detcal.binning.kernels.cell_index_into`, the same bins under every edge rule:
     tested): the per-feature temporaries of one chunk instead of several full-length arrays per feature.

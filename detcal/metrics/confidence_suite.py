@@ -395,7 +395,9 @@ def class_values(
                 parts[name].append(np.asarray(measures[name].values(sums)))
         for name in names:
             out[name] = (
-                np.concatenate(parts[name]) if parts[name] else measures[name].values((st if binned else st.total()).sums())
+                np.concatenate(parts[name])
+                if parts[name]
+                else measures[name].values((st if binned else st.total()).sums())
             )
     return out
 

@@ -31,8 +31,8 @@ them on each resampled sample (generic path), which is exact by construction.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
 import dataclasses
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 

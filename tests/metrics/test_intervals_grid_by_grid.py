@@ -21,8 +21,7 @@ import numpy as np
 import pytest
 
 from detcal.binning.cells import cell_stats
-from detcal.metrics import bootstrap as bs
-from detcal.metrics import confidence_loo, confidence_suite, image_cells
+from detcal.metrics import bootstrap as bs, confidence_loo, confidence_suite, image_cells
 from detcal.metrics.confidence import ConfidenceMetric
 from detcal.metrics.confidence_suite import SuiteBinning, class_values, confidence_metrics, suite, suite_cells
 
