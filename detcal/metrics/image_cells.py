@@ -142,7 +142,7 @@ def product_matrix(rows: np.ndarray, col: np.ndarray, data: np.ndarray, n_groups
     :func:`transposed_csr`, in the same order, so the same numbers bit for bit (tested), with less memory
     traffic (each image's weights are read once, the output stays in cache).
     """
-    import scipy.sparse as sp  # lazy, as above
+    import scipy.sparse as sp  # lazy: scipy kept out of start-up, as above
 
     k = data.shape[1]
     if len(rows) > 1 and bool(np.any(rows[1:] < rows[:-1])):
