@@ -812,11 +812,23 @@ def exclusive_walk(
     """
     if reference is None or ign_w is None:
         return _greedy(layout, ign_w)
-    keep_k = _changed_groups(layout, ign_w)[layout.k_grp]
+    keep_k, sub = changed_walk(layout, ign_w)
     chosen = reference.copy()
-    if keep_k.any():
-        chosen[:, keep_k] = _greedy(_sub_walk(layout, keep_k), ign_w)
+    if len(keep_k):
+        chosen[:, keep_k] = sub
     return chosen
+
+
+def changed_walk(layout: ExclusiveLayout, ign_w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The part of :func:`exclusive_walk` with a ``reference`` that walks again: the segments (by index
+    into ``layout.k_det``, ascending) of the groups whose walk may differ from the one under the layout's
+    own flags, and their chosen GT positions [T, n] under ``ign_w``; every other segment keeps the
+    reference's choice."""
+    keep_k = _changed_groups(layout, ign_w)[layout.k_grp]
+    idx = np.flatnonzero(keep_k)
+    if not len(idx):
+        return idx, np.zeros((layout.thr.shape[0], 0), np.int32)
+    return idx, _greedy(_sub_walk(layout, keep_k), ign_w)
 
 
 def _greedy(w: ExclusiveLayout, ign_w: np.ndarray | None) -> np.ndarray:

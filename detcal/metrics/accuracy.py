@@ -33,13 +33,15 @@ only, every category at once (:func:`_accumulate`).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numpy.typing import ArrayLike
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections, MetricResult
 from detcal.matching.blocks import factorize, float_key, stable_argsort
-from detcal.matching.engine import ExclusiveLayout, exclusive_layout, exclusive_outcome, exclusive_walk
+from detcal.matching.engine import ExclusiveLayout, changed_walk, exclusive_layout, exclusive_walk
 from detcal.utils.processes import map_in_processes
 
 IOU_THRESHOLDS: np.ndarray = np.linspace(0.5, 0.95, int(np.round((0.95 - 0.5) / 0.05)) + 1, endpoint=True)
@@ -144,12 +146,16 @@ def coco_eval_arrays(
     plain = Detections(image_id=dets.image_id, box=dets.box, score=dets.score, category=dets.category)
     layout = exclusive_layout(plain, gt, IOU_THRESHOLDS.tolist(), max_dets=MAX_DETS[-1])
     layout = layout._replace(k_det=at[layout.k_det], considered=layout.considered[order])
+    # the segments (detections with a pair the walk may take), in accumulate order: only they can be
+    # true positives or ignored by a match; every other detection is counted when its area is in range
+    seg = _position_order(layout.k_det, len(order))
     # the rank in the (image, category) group, for the max-dets cuts: the matching's own (the same
     # order: descending score, ties in input order)
-    orders = _max_dets_orders(layout.rank[order], known & layout.considered, det_cat_k, K)
-    # the walk under the layout's own flags (crowd GTs ignored); a range walks again only the groups
-    # whose flags change it (groups with GTs of several ranges)
-    ctx = (dataset, area, base_ignore, det_area, orders, gt_k, K, (layout, exclusive_walk(layout)))
+    kept = _max_dets_orders(layout.rank[order], known & layout.considered, det_cat_k, K, layout.k_det[seg])
+    # the walk under the layout's own flags (crowd GTs ignored), its segments in accumulate order; a range
+    # walks again only the groups whose flags change it (groups with GTs of several ranges)
+    reference = np.take(exclusive_walk(layout), seg, axis=1)
+    ctx = (dataset, area, base_ignore, det_area, kept, gt_k, K, _RangeWalk(layout, seg, reference))
 
     parts = map_in_processes(_area_arrays, list(AREA_RANGES.values()), ctx, workers)
     return {
@@ -157,6 +163,37 @@ def coco_eval_arrays(
         "recall": np.stack([r for _, r in parts], axis=2),
         "categories": cats,
     }
+
+
+class _RangeWalk(NamedTuple):
+    """The matching every area range starts from: the layout, its segments in accumulate order (``seg``
+    [S]: indices into ``layout.k_det``, by ascending ``layout.k_det``) and the reference walk's chosen
+    GT position of each, in that order (``reference`` [T,S])."""
+
+    layout: ExclusiveLayout
+    seg: np.ndarray
+    reference: np.ndarray
+
+
+class _Kept(NamedTuple):
+    """The detections one max-dets keeps, in accumulate order: ``rows`` [n] (None: all), their category
+    blocks ``cat_bounds`` [K+1]; the segments among them, ``seg_sel`` [s] (indices into the position-ordered
+    segments; None: all), their positions among the kept ``seg_pos`` [s] (ascending) and ``seg_bounds``
+    [K+1], the number of them before each category bound."""
+
+    rows: np.ndarray | None
+    cat_bounds: np.ndarray
+    seg_sel: np.ndarray | None
+    seg_pos: np.ndarray
+    seg_bounds: np.ndarray
+
+
+def _position_order(positions: np.ndarray, n: int) -> np.ndarray:
+    """The indices that put the distinct ``positions`` [S] (each in ``[0, n)``) in ascending order (by
+    counting: a mark per position, no sort)."""
+    slot = np.full(n, -1, np.int64)
+    slot[positions] = np.arange(len(positions), dtype=np.int64)
+    return slot[slot >= 0]
 
 
 def _outside(area: np.ndarray, bounds: tuple[float, float]) -> np.ndarray:
@@ -183,43 +220,53 @@ def _recall_steps(npig_k: np.ndarray) -> np.ndarray:
 
 
 def _accumulate(
-    tp: np.ndarray, counted: np.ndarray, cat_bounds: np.ndarray, npig_k: np.ndarray, steps: np.ndarray
+    tp: np.ndarray,
+    delta: np.ndarray,
+    base_cum: np.ndarray,
+    kept: _Kept,
+    npig_k: np.ndarray,
+    steps: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """pycocotools ``accumulate`` of one area range and max-dets: ``precision [T,R,K]``, ``recall [T,K]``.
 
-    ``tp``, ``counted`` ``[T, n]``: true positive / not ignored, the detections in accumulate order
-    (category blocks ``cat_bounds``, [K + 1]). Only the true positives are visited: recall rises
-    at them only, so the first position reaching a recall threshold is the ``steps``-th true
-    positive of its (threshold, category) group, and the interpolated precision (the maximum to the
-    right) is the maximum over that true positive and the later ones, as precision falls between
-    them. The precision at the ``c``-th true positive is ``c / (fp + c + eps)`` with ``fp`` the
-    counted detections before it that are not true positives: pycocotools' cumulative sums, read
-    where they matter, the same floats.
+    The kept detections (``kept``) in accumulate order, category blocks ``kept.cat_bounds``; a
+    detection is counted (not ignored) by its area, ``base_cum`` [n+1] the cumulative count of that,
+    except at the segments ``kept.seg_pos``, whose true positives ``tp`` [T,s] and change of the count
+    ``delta`` [T,s] (-1, 0 or 1: a match counts whatever the area, a match to an ignored GT never)
+    depend on the threshold. Only the true positives are visited: recall rises at them only, so the
+    first position reaching a recall threshold is the ``steps``-th true positive of its (threshold,
+    category) group, and the interpolated precision (the maximum to the right) is the maximum over that
+    true positive and the later ones, as precision falls between them. The precision at the ``c``-th
+    true positive is ``c / (fp + c + eps)`` with ``fp`` the counted detections before it that are not
+    true positives: pycocotools' cumulative sums, read where they matter, the same floats.
     """
     T, K = len(tp), len(npig_k)
     precision = np.empty((T, len(RECALL_THRESHOLDS), K))
     recall = np.empty((T, K))
     for t in range(T):  # one IoU threshold at a time: the temporaries of one row stay small
-        precision[t], recall[t] = _accumulate_row(tp[t], counted[t], cat_bounds, npig_k, steps)
+        precision[t], recall[t] = _accumulate_row(tp[t], delta[t], base_cum, kept, npig_k, steps)
     missing = npig_k == 0
     precision[:, :, missing], recall[:, missing] = -1.0, -1.0
     return precision, recall
 
 
 def _accumulate_row(
-    tp: np.ndarray, counted: np.ndarray, cat_bounds: np.ndarray, npig_k: np.ndarray, steps: np.ndarray
+    tp: np.ndarray, delta: np.ndarray, base_cum: np.ndarray, kept: _Kept, npig_k: np.ndarray, steps: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_accumulate` at one IoU threshold: ``precision [R,K]``, ``recall [K]`` (``tp``,
-    ``counted`` [n])."""
-    n, K = len(tp), len(npig_k)
-    w = np.flatnonzero(tp)  # the true positives, in accumulate order
-    counted_cum = np.zeros(n + 1, np.int32 if n < 2**31 else np.int64)
-    np.cumsum(counted, out=counted_cum[1:])
+    """:func:`_accumulate` at one IoU threshold: ``precision [R,K]``, ``recall [K]`` (``tp``, ``delta`` [s])."""
+    K, cat_bounds = len(npig_k), kept.cat_bounds
+    wi = np.flatnonzero(tp)  # the true positives, by segment
+    w = kept.seg_pos[wi]  # ... and by position in accumulate order
+    delta_cum = np.zeros(len(delta) + 1, base_cum.dtype)
+    np.cumsum(delta, dtype=delta_cum.dtype, out=delta_cum[1:])
     first, last = np.searchsorted(w, cat_bounds[:K]), np.searchsorted(w, cat_bounds[1:])
     n_tp = last - first
     k_of = np.repeat(np.arange(K), n_tp)
     c = np.arange(1, len(w) + 1) - first[k_of]  # the how-manieth true positive of its category
-    fp = counted_cum[w + 1] - counted_cum[cat_bounds[k_of]] - c
+    # the counted detections up to each true positive (itself included) and before each category's block
+    upto = base_cum[w + 1] + delta_cum[wi + 1]
+    before = base_cum[cat_bounds] + delta_cum[kept.seg_bounds]
+    fp = upto - before[k_of] - c
     pr = np.empty(len(w) + 1)
     pr[:-1] = c / ((fp + c).astype(np.float64) + _EPS)
     pr[-1] = 0.0  # read by empty categories at the end only (masked below)
@@ -238,52 +285,89 @@ def _area_arrays(
     area: np.ndarray,
     base_ignore: np.ndarray,
     det_area: np.ndarray,
-    orders: list[tuple[np.ndarray | None, np.ndarray]],
+    kepts: list[_Kept],
     gt_k: np.ndarray,
     K: int,
-    walk: tuple[ExclusiveLayout, np.ndarray],
+    walk: _RangeWalk,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``precision [T,R,K,M]`` and ``recall [T,K,M]`` of one area range ``(lo, hi)``.
 
-    ``orders[m]``: the kept detections of max-dets ``MAX_DETS[m]`` (the detections are in accumulate
-    order) and their category blocks (:func:`_max_dets_orders`; the same objects where two max-dets
-    keep the same).
+    ``kepts[m]``: the kept detections of max-dets ``MAX_DETS[m]`` (the detections are in accumulate
+    order; :func:`_max_dets_orders`, the same objects where two max-dets keep the same).
     """
     T, R, M = len(IOU_THRESHOLDS), len(RECALL_THRESHOLDS), len(MAX_DETS)
     precision = -np.ones((T, R, K, M))
     recall = -np.ones((T, K, M))
     gt = dataset.gt
     gt_ignore = base_ignore | _outside(area, bounds)
-    tp, ignored = exclusive_outcome(walk[0], gt_ignore, walk[1])  # pycocotools' dtm & ~dtIg and the dtIg of matches
-    counted = tp | ~_outside(det_area, bounds)[None, :]  # ~dtIg: unmatched outside the range are ignored too
-    np.greater(counted, ignored, out=counted)  # counted & ~ignored, in place
+    tp, delta, in_range = _segment_outcome(walk, gt_ignore, det_area, bounds)
     npig_k = np.bincount(gt_k[~gt_ignore], minlength=K)[:K] if len(gt) else np.zeros(K, np.int64)
     steps = _recall_steps(npig_k)
     done: dict[int, int] = {}
-    for mi, (o, cat_bounds) in enumerate(orders):
-        prev = done.get(id(cat_bounds))
+    for mi, kept in enumerate(kepts):
+        prev = done.get(id(kept))
         if prev is not None:  # the same detections as a larger max-dets: the same arrays
             precision[..., mi], recall[..., mi] = precision[..., prev], recall[..., prev]
             continue
-        done[id(cat_bounds)] = mi
-        tp_o, counted_o = (tp, counted) if o is None else (tp[:, o], counted[:, o])
-        precision[..., mi], recall[..., mi] = _accumulate(tp_o, counted_o, cat_bounds, npig_k, steps)
+        done[id(kept)] = mi
+        counted = in_range if kept.rows is None else in_range[kept.rows]
+        base_cum = np.zeros(len(counted) + 1, np.int32 if len(counted) < 2**31 else np.int64)
+        np.cumsum(counted, dtype=base_cum.dtype, out=base_cum[1:])
+        tp_m, delta_m = (tp, delta) if kept.seg_sel is None else (tp[:, kept.seg_sel], delta[:, kept.seg_sel])
+        precision[..., mi], recall[..., mi] = _accumulate(tp_m, delta_m, base_cum, kept, npig_k, steps)
     return precision, recall
 
 
+def _segment_outcome(
+    walk: _RangeWalk, gt_ignore: np.ndarray, det_area: np.ndarray, bounds: tuple[float, float]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The walk of one area range's GT flags ``gt_ignore`` [G] at the segments, in accumulate order:
+    true positives ``tp`` [T,S] (pycocotools' ``dtm & ~dtIg``) and ``delta`` [T,S] (int8), how a
+    segment's count differs from its area's (``in_range`` [D], every detection's count when left
+    unmatched: ``~dtIg``): +1 for a true positive outside the range, -1 for a match to an ignored GT
+    inside it."""
+    layout = walk.layout
+    ign_w = np.asarray(gt_ignore, bool)[layout.gt_row]
+    chosen = walk.reference
+    idx, sub = changed_walk(layout, ign_w)
+    if len(idx):  # the groups walked again, put at their segments' places in accumulate order
+        slot = np.empty(len(walk.seg), np.int64)
+        slot[walk.seg] = np.arange(len(walk.seg), dtype=np.int64)
+        chosen = chosen.copy()
+        chosen[:, slot[idx]] = sub
+    hit = chosen >= 0
+    on_ign = ign_w[chosen]  # -1 (none) reads the last GT: masked by hit
+    on_ign &= hit
+    tp = np.greater(hit, on_ign, out=hit)  # hit & ~on_ign
+    in_range = ~_outside(det_area, bounds)
+    seg_in = in_range[layout.k_det[walk.seg]]
+    # counted = (tp | in range) & ~on_ign; delta = counted - in range
+    delta = tp & ~seg_in[None, :]
+    delta = delta.view(np.int8) - (on_ign & seg_in[None, :]).view(np.int8)
+    return tp, delta, in_range
+
+
 def _max_dets_orders(
-    rank: np.ndarray, keep: np.ndarray, det_cat_k: np.ndarray, K: int
-) -> list[tuple[np.ndarray | None, np.ndarray]]:
-    """Per max-dets, the kept detections (``keep`` and ``rank`` below it; None: all of them) and
-    their category blocks; a max-dets that keeps what the next larger one keeps shares its arrays."""
-    out: list[tuple[np.ndarray | None, np.ndarray]] = []
+    rank: np.ndarray, keep: np.ndarray, det_cat_k: np.ndarray, K: int, seg_pos: np.ndarray
+) -> list[_Kept]:
+    """Per max-dets, the kept detections (``keep`` and ``rank`` below it) and their category blocks, with
+    the segments (``seg_pos`` [S], their positions, ascending) among them; a max-dets that keeps what the
+    next larger one keeps shares its object."""
+    out: list[_Kept] = []
     for md in reversed(MAX_DETS):
         if out and not (keep & (rank >= md)).any():
             out.append(out[-1])
             continue
         keep = keep & (rank < md)
-        o = None if keep.all() else np.flatnonzero(keep)
-        out.append((o, np.searchsorted(det_cat_k if o is None else det_cat_k[o], np.arange(K + 1))))
+        if keep.all():
+            cat_bounds = np.searchsorted(det_cat_k, np.arange(K + 1))
+            out.append(_Kept(None, cat_bounds, None, seg_pos, np.searchsorted(seg_pos, cat_bounds)))
+            continue
+        rows = np.flatnonzero(keep)
+        cat_bounds = np.searchsorted(det_cat_k[rows], np.arange(K + 1))
+        sel = np.flatnonzero(keep[seg_pos])
+        pos = np.searchsorted(rows, seg_pos[sel])  # their positions among the kept (each is one of them)
+        out.append(_Kept(rows, cat_bounds, sel, pos, np.searchsorted(pos, cat_bounds)))
     return out[::-1]
 
 
