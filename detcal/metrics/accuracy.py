@@ -81,7 +81,17 @@ def _box_area(box: np.ndarray) -> np.ndarray:
 def accumulate_order(dets: Detections, categories: ArrayLike) -> np.ndarray:
     """pycocotools' accumulate order of the detections [D]: by category (its position in the sorted
     ``categories``), descending score, image id, then input order (stable)."""
-    return _accumulate_order(dets, np.searchsorted(np.asarray(categories, np.int64), dets.category))
+    return _accumulate_order(dets, category_positions(np.asarray(categories, np.int64), dets.category))
+
+
+def category_positions(cats: np.ndarray, category: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(cats, category)`` (``cats`` sorted) [D]: with small non-negative ids, one lookup
+    in a table of that search over every id up to the largest (the same values, no binary search a row)."""
+    if len(category) and len(cats) and int(cats[0]) >= 0 and int(category.min()) >= 0:
+        hi = max(int(cats[-1]), int(category.max()))
+        if hi < 4 * len(category) + 2_000_000:
+            return np.searchsorted(cats, np.arange(hi + 1, dtype=np.int64))[category]
+    return np.searchsorted(cats, category)
 
 
 def _accumulate_order(dets: Detections, det_cat_k: np.ndarray) -> np.ndarray:
@@ -131,7 +141,7 @@ def coco_eval_arrays(
     # the detections in that order; the matching runs on the input order (it ranks each (image,
     # category) by score, ties in input order, which the accumulate order keeps: the same outcome)
     # and its outcome is written straight into accumulate order.
-    det_cat_k = np.searchsorted(cats, dets.category)
+    det_cat_k = category_positions(cats, dets.category)
     if order is None or len(order) != len(dets):
         order = _accumulate_order(dets, det_cat_k)
     at = np.empty(len(order), np.int64)
@@ -261,14 +271,19 @@ def _accumulate_row(
     np.cumsum(delta, dtype=delta_cum.dtype, out=delta_cum[1:])
     first, last = np.searchsorted(w, cat_bounds[:K]), np.searchsorted(w, cat_bounds[1:])
     n_tp = last - first
-    k_of = np.repeat(np.arange(K), n_tp)
-    c = np.arange(1, len(w) + 1) - first[k_of]  # the how-manieth true positive of its category
-    # the counted detections up to each true positive (itself included) and before each category's block
-    upto = base_cum[w + 1] + delta_cum[wi + 1]
-    before = base_cum[cat_bounds] + delta_cum[kept.seg_bounds]
-    fp = upto - before[k_of] - c
+    # the counted detections up to each true positive (itself included) from its category's start: the
+    # true positives c and the false positives fp before it, fp + c (integers, exact)
+    upto = base_cum[1:][w]
+    upto += delta_cum[1:][wi]
+    before = base_cum[cat_bounds[:K]] + delta_cum[kept.seg_bounds[:K]]
+    upto -= np.repeat(before, n_tp)
+    # c, the how-manieth true positive of its category, as a float (exact: an integer below 2**53)
+    c = np.arange(1, len(w) + 1, dtype=np.float64)
+    c -= np.repeat(first, n_tp)
     pr = np.empty(len(w) + 1)
-    pr[:-1] = c / ((fp + c).astype(np.float64) + _EPS)
+    den = upto.astype(np.float64)
+    den += _EPS
+    np.divide(c, den, out=pr[:-1])
     pr[-1] = 0.0  # read by empty categories at the end only (masked below)
     at = np.empty((K, steps.shape[1] + 1), np.int64)
     at[:, 0] = first
@@ -366,7 +381,8 @@ def _max_dets_orders(
         rows = np.flatnonzero(keep)
         cat_bounds = np.searchsorted(det_cat_k[rows], np.arange(K + 1))
         sel = np.flatnonzero(keep[seg_pos])
-        pos = np.searchsorted(rows, seg_pos[sel])  # their positions among the kept (each is one of them)
+        place = np.cumsum(keep, dtype=np.int64)  # a kept detection's position among the kept, plus one
+        pos = place[seg_pos[sel]] - 1
         out.append(_Kept(rows, cat_bounds, sel, pos, np.searchsorted(pos, cat_bounds)))
     return out[::-1]
 
@@ -441,6 +457,7 @@ __all__ = [
     "RECALL_THRESHOLDS",
     "SUMMARY",
     "accumulate_order",
+    "category_positions",
     "coco_ap",
     "coco_eval_arrays",
     "coco_summary",
