@@ -165,6 +165,7 @@ def coco_eval_arrays(
     # the walk under the layout's own flags (crowd GTs ignored), its segments in accumulate order; a range
     # walks again only the groups whose flags change it (groups with GTs of several ranges)
     reference = np.take(exclusive_walk(layout), seg, axis=1)
+    reference += 1  # 0: no GT, else the GT position plus one (a lookup index)
     ctx = (dataset, area, base_ignore, det_area, kept, gt_k, K, _RangeWalk(layout, seg, reference))
 
     parts = map_in_processes(_area_arrays, list(AREA_RANGES.values()), ctx, workers)
@@ -178,7 +179,7 @@ def coco_eval_arrays(
 class _RangeWalk(NamedTuple):
     """The matching every area range starts from: the layout, its segments in accumulate order (``seg``
     [S]: indices into ``layout.k_det``, by ascending ``layout.k_det``) and the reference walk's chosen
-    GT position of each, in that order (``reference`` [T,S])."""
+    GT position of each plus one (0: none), in that order (``reference`` [T,S])."""
 
     layout: ExclusiveLayout
     seg: np.ndarray
@@ -230,40 +231,46 @@ def _recall_steps(npig_k: np.ndarray) -> np.ndarray:
 
 
 def _accumulate(
-    tp: np.ndarray,
-    delta: np.ndarray,
-    base_cum: np.ndarray,
-    kept: _Kept,
-    npig_k: np.ndarray,
-    steps: np.ndarray,
+    code: np.ndarray, out3: np.ndarray, base_cum: np.ndarray, kept: _Kept, npig_k: np.ndarray, steps: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """pycocotools ``accumulate`` of one area range and max-dets: ``precision [T,R,K]``, ``recall [T,K]``.
 
     The kept detections (``kept``) in accumulate order, category blocks ``kept.cat_bounds``; a
     detection is counted (not ignored) by its area, ``base_cum`` [n+1] the cumulative count of that,
-    except at the segments ``kept.seg_pos``, whose true positives ``tp`` [T,s] and change of the count
-    ``delta`` [T,s] (-1, 0 or 1: a match counts whatever the area, a match to an ignored GT never)
-    depend on the threshold. Only the true positives are visited: recall rises at them only, so the
-    first position reaching a recall threshold is the ``steps``-th true positive of its (threshold,
-    category) group, and the interpolated precision (the maximum to the right) is the maximum over that
-    true positive and the later ones, as precision falls between them. The precision at the ``c``-th
-    true positive is ``c / (fp + c + eps)`` with ``fp`` the counted detections before it that are not
-    true positives: pycocotools' cumulative sums, read where they matter, the same floats.
+    except at the segments ``kept.seg_pos``, whose outcome ``code`` [T,s] (0 unmatched, 1 true
+    positive, 2 matched to an ignored GT) depends on the threshold: a match counts whatever the area,
+    a match to an ignored GT never (``out3`` [s]: 3 where the segment's area is out of range, else 0;
+    :data:`_DELTA` turns the two into the change of the count). Only the true positives are visited:
+    recall rises at them only, so the first position reaching a recall threshold is the ``steps``-th
+    true positive of its (threshold, category) group, and the interpolated precision (the maximum to
+    the right) is the maximum over that true positive and the later ones, as precision falls between
+    them. The precision at the ``c``-th true positive is ``c / (fp + c + eps)`` with ``fp`` the counted
+    detections before it that are not true positives: pycocotools' cumulative sums, read where they
+    matter, the same floats.
     """
-    T, K = len(tp), len(npig_k)
+    T, K = len(code), len(npig_k)
     precision = np.empty((T, len(RECALL_THRESHOLDS), K))
     recall = np.empty((T, K))
+    idx = np.empty(code.shape[1], np.int8)
     for t in range(T):  # one IoU threshold at a time: the temporaries of one row stay small
-        precision[t], recall[t] = _accumulate_row(tp[t], delta[t], base_cum, kept, npig_k, steps)
+        np.add(code[t], out3, out=idx)
+        delta = np.take(_DELTA, idx)
+        precision[t], recall[t] = _accumulate_row(code[t] == 1, delta, base_cum, kept, npig_k, steps)
     missing = npig_k == 0
     precision[:, :, missing], recall[:, missing] = -1.0, -1.0
     return precision, recall
 
 
+_DELTA = np.array([0, 0, -1, 0, 1, 0], np.int8)
+"""A segment's count minus its area's, by ``code + out3`` (:func:`_accumulate`): in range, a match to
+an ignored GT is not counted (-1); out of range, a true positive is (+1)."""
+
+
 def _accumulate_row(
     tp: np.ndarray, delta: np.ndarray, base_cum: np.ndarray, kept: _Kept, npig_k: np.ndarray, steps: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_accumulate` at one IoU threshold: ``precision [R,K]``, ``recall [K]`` (``tp``, ``delta`` [s])."""
+    """:func:`_accumulate` at one IoU threshold: ``precision [R,K]``, ``recall [K]`` (``tp``, ``delta`` [s]:
+    the true positives, the change of the count)."""
     K, cat_bounds = len(npig_k), kept.cat_bounds
     wi = np.flatnonzero(tp)  # the true positives, by segment
     w = kept.seg_pos[wi]  # ... and by position in accumulate order
@@ -311,11 +318,13 @@ def _area_arrays(
     order; :func:`_max_dets_orders`, the same objects where two max-dets keep the same).
     """
     T, R, M = len(IOU_THRESHOLDS), len(RECALL_THRESHOLDS), len(MAX_DETS)
-    precision = -np.ones((T, R, K, M))
-    recall = -np.ones((T, K, M))
+    precision = np.empty((T, R, K, M))
+    recall = np.empty((T, K, M))
     gt = dataset.gt
     gt_ignore = base_ignore | _outside(area, bounds)
-    tp, delta, in_range = _segment_outcome(walk, gt_ignore, det_area, bounds)
+    code = _segment_outcome(walk, gt_ignore)
+    in_range = ~_outside(det_area, bounds)  # ~dtIg of an unmatched detection
+    out3 = np.where(in_range[walk.layout.k_det[walk.seg]], 0, 3).astype(np.int8)
     npig_k = np.bincount(gt_k[~gt_ignore], minlength=K)[:K] if len(gt) else np.zeros(K, np.int64)
     steps = _recall_steps(npig_k)
     done: dict[int, int] = {}
@@ -328,19 +337,15 @@ def _area_arrays(
         counted = in_range if kept.rows is None else in_range[kept.rows]
         base_cum = np.zeros(len(counted) + 1, np.int32 if len(counted) < 2**31 else np.int64)
         np.cumsum(counted, dtype=base_cum.dtype, out=base_cum[1:])
-        tp_m, delta_m = (tp, delta) if kept.seg_sel is None else (tp[:, kept.seg_sel], delta[:, kept.seg_sel])
-        precision[..., mi], recall[..., mi] = _accumulate(tp_m, delta_m, base_cum, kept, npig_k, steps)
+        sel = kept.seg_sel
+        code_m, out3_m = (code, out3) if sel is None else (np.take(code, sel, axis=1), out3[sel])
+        precision[..., mi], recall[..., mi] = _accumulate(code_m, out3_m, base_cum, kept, npig_k, steps)
     return precision, recall
 
 
-def _segment_outcome(
-    walk: _RangeWalk, gt_ignore: np.ndarray, det_area: np.ndarray, bounds: tuple[float, float]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The walk of one area range's GT flags ``gt_ignore`` [G] at the segments, in accumulate order:
-    true positives ``tp`` [T,S] (pycocotools' ``dtm & ~dtIg``) and ``delta`` [T,S] (int8), how a
-    segment's count differs from its area's (``in_range`` [D], every detection's count when left
-    unmatched: ``~dtIg``): +1 for a true positive outside the range, -1 for a match to an ignored GT
-    inside it."""
+def _segment_outcome(walk: _RangeWalk, gt_ignore: np.ndarray) -> np.ndarray:
+    """The walk under one area range's GT flags ``gt_ignore`` [G] at the segments, in accumulate order:
+    [T,S] int8, 0 unmatched, 1 a true positive (pycocotools' ``dtm & ~dtIg``), 2 matched to an ignored GT."""
     layout = walk.layout
     ign_w = np.asarray(gt_ignore, bool)[layout.gt_row]
     chosen = walk.reference
@@ -349,17 +354,13 @@ def _segment_outcome(
         slot = np.empty(len(walk.seg), np.int64)
         slot[walk.seg] = np.arange(len(walk.seg), dtype=np.int64)
         chosen = chosen.copy()
+        sub += 1
         chosen[:, slot[idx]] = sub
-    hit = chosen >= 0
-    on_ign = ign_w[chosen]  # -1 (none) reads the last GT: masked by hit
-    on_ign &= hit
-    tp = np.greater(hit, on_ign, out=hit)  # hit & ~on_ign
-    in_range = ~_outside(det_area, bounds)
-    seg_in = in_range[layout.k_det[walk.seg]]
-    # counted = (tp | in range) & ~on_ign; delta = counted - in range
-    delta = tp & ~seg_in[None, :]
-    delta = delta.view(np.int8) - (on_ign & seg_in[None, :]).view(np.int8)
-    return tp, delta, in_range
+    lut = np.empty(len(ign_w) + 1, np.int8)
+    lut[0] = 0
+    lut[1:] = ign_w
+    lut[1:] += 1
+    return np.take(lut, chosen)
 
 
 def _max_dets_orders(
