@@ -109,6 +109,7 @@ def coco_eval_arrays(
     gt_area: ArrayLike | None = None,
     workers: int = 1,
     order: np.ndarray | None = None,
+    layout: ExclusiveLayout | None = None,
 ) -> dict[str, np.ndarray]:
     """pycocotools ``COCOeval.eval`` arrays: ``precision [T,R,K,A,M]`` and ``recall [T,K,A,M]``.
 
@@ -116,7 +117,10 @@ def coco_eval_arrays(
     :data:`AREA_RANGES`, ``M`` over :data:`MAX_DETS`; -1 where a category has
     no non-ignored GT (as pycocotools). ``workers`` > 1: the area ranges are
     evaluated in that many forked processes (each range whole by one: the
-    same arrays). ``order``: :func:`accumulate_order` of ``dets`` when already known.
+    same arrays). ``order``: :func:`accumulate_order` of ``dets`` when already known. ``layout``: the
+    matching's layout of ``dets`` at :data:`IOU_THRESHOLDS` with areas from the box corners and
+    ``max_dets`` 100 when already made (:func:`detcal.matching.engine.exclusive_layouts`, e.g. shared
+    with LRP's).
     """
     if not isinstance(dets, Detections) or not isinstance(dataset, Dataset):
         raise DetcalInputError("coco_ap needs Detections and a Dataset", field="dets")
@@ -153,15 +157,20 @@ def coco_eval_arrays(
     gt_k = np.searchsorted(cats, gt.category)
     # the IoUs and the pairs the walk may take, once: each area range walks them under its GT flags
     # (the detections' areas from their corners, as this module always took them: no ``wh``)
-    plain = Detections(image_id=dets.image_id, box=dets.box, score=dets.score, category=dets.category)
-    layout = exclusive_layout(plain, gt, IOU_THRESHOLDS.tolist(), max_dets=MAX_DETS[-1])
+    if layout is None:
+        plain = Detections(image_id=dets.image_id, box=dets.box, score=dets.score, category=dets.category)
+        layout = exclusive_layout(plain, gt, IOU_THRESHOLDS.tolist(), max_dets=MAX_DETS[-1])
+    elif layout.n_det != len(dets) or layout.thr.shape != (len(IOU_THRESHOLDS), 1):
+        raise DetcalInputError("the layout is not one of these detections at the COCO thresholds", field="layout")
     layout = layout._replace(k_det=at[layout.k_det], considered=layout.considered[order])
+    del at, category  # the arrays of one detection each that the area ranges do not read: let go
     # the segments (detections with a pair the walk may take), in accumulate order: only they can be
     # true positives or ignored by a match; every other detection is counted when its area is in range
     seg = _position_order(layout.k_det, len(order))
     # the rank in the (image, category) group, for the max-dets cuts: the matching's own (the same
     # order: descending score, ties in input order)
     kept = _max_dets_orders(layout.rank[order], known & layout.considered, det_cat_k, K, layout.k_det[seg])
+    del known, det_cat_k
     # the walk under the layout's own flags (crowd GTs ignored), its segments in accumulate order; a range
     # walks again only the groups whose flags change it (groups with GTs of several ranges)
     reference = np.take(exclusive_walk(layout), seg, axis=1)
@@ -348,19 +357,18 @@ def _segment_outcome(walk: _RangeWalk, gt_ignore: np.ndarray) -> np.ndarray:
     [T,S] int8, 0 unmatched, 1 a true positive (pycocotools' ``dtm & ~dtIg``), 2 matched to an ignored GT."""
     layout = walk.layout
     ign_w = np.asarray(gt_ignore, bool)[layout.gt_row]
-    chosen = walk.reference
+    lut = np.empty(len(ign_w) + 1, np.int8)  # by GT position plus one: 0 no GT, 1 a kept one, 2 an ignored one
+    lut[0] = 0
+    lut[1:] = ign_w
+    lut[1:] += 1
+    code = np.take(lut, walk.reference)
     idx, sub = changed_walk(layout, ign_w)
     if len(idx):  # the groups walked again, put at their segments' places in accumulate order
         slot = np.empty(len(walk.seg), np.int64)
         slot[walk.seg] = np.arange(len(walk.seg), dtype=np.int64)
-        chosen = chosen.copy()
         sub += 1
-        chosen[:, slot[idx]] = sub
-    lut = np.empty(len(ign_w) + 1, np.int8)
-    lut[0] = 0
-    lut[1:] = ign_w
-    lut[1:] += 1
-    return np.take(lut, chosen)
+        code[:, slot[idx]] = np.take(lut, sub)
+    return code
 
 
 def _max_dets_orders(
@@ -417,6 +425,7 @@ def coco_ap(
     gt_area: ArrayLike | None = None,
     workers: int = 1,
     order: np.ndarray | None = None,
+    layout: ExclusiveLayout | None = None,
 ) -> dict[str, MetricResult]:
     """COCO AP, AP50, AP75, AP_small/medium/large, AR1/10/100, AR_small/medium/large.
 
@@ -424,9 +433,9 @@ def coco_ap(
     in that order). Each :class:`MetricResult` has ``params`` with the
     area range, max-dets and IoU; the ``AP`` result carries the per-class
     table (``table["category"]``, ``table["ap"]``, ``table["ap50"]``,
-    ``table["n_gt"]``). ``workers``, ``order``: :func:`coco_eval_arrays`.
+    ``table["n_gt"]``). ``workers``, ``order``, ``layout``: :func:`coco_eval_arrays`.
     """
-    arrays = coco_eval_arrays(dets, dataset, gt_area=gt_area, workers=workers, order=order)
+    arrays = coco_eval_arrays(dets, dataset, gt_area=gt_area, workers=workers, order=order, layout=layout)
     out: dict[str, MetricResult] = {}
     for name, kind, iou, area, md in SUMMARY:
         out[name] = MetricResult(

@@ -116,11 +116,33 @@ def detection_outcomes(
     """Match at IoU ``tau`` (pycocotools rule) and return the TP/FP/IoU of every detection."""
     tau = _check_tau(tau)
     m = match(dets, gt, (tau,), mode="exclusive", max_dets=max_dets)
-    valid = m.considered & ~m.ignored[0]
-    tp = valid & m.matched[0]
+    return outcomes_from_match(
+        dets, gt, tau, m.matched[0], m.ignored[0], m.gt_index[0], m.considered, max_dets=max_dets
+    )
+
+
+def outcomes_from_match(
+    dets: Detections,
+    gt: GroundTruth,
+    tau: float,
+    matched: np.ndarray,
+    ignored: np.ndarray,
+    gt_index: np.ndarray,
+    considered: np.ndarray,
+    *,
+    max_dets: int | None = 100,
+) -> DetectionOutcomes:
+    """:func:`detection_outcomes` from the matching at ``tau`` when already made (its ``matched``,
+    ``ignored``, ``gt_index`` row and ``considered``, [D] each: e.g.
+    :func:`detcal.matching.engine.layout_and_match`, shared with COCO AP)."""
+    tau = _check_tau(tau)
+    if not (len(matched) == len(ignored) == len(gt_index) == len(considered) == len(dets)):
+        raise DetcalInputError("the matching's arrays must have one row per detection", field="matched")
+    valid = considered & ~ignored
+    tp = valid & matched
     iou = np.zeros(len(dets))
     rows = np.flatnonzero(tp)
-    iou[rows] = paired_iou(dets.box[rows], gt.box[m.gt_index[0, rows]])
+    iou[rows] = paired_iou(dets.box[rows], gt.box[gt_index[rows]])
     real = ~(gt.ignore | gt.iscrowd)
     cats, counts = np.unique(gt.category[real], return_counts=True)
     return DetectionOutcomes(
@@ -134,7 +156,7 @@ def detection_outcomes(
         gt_categories=cats.astype(np.int64),
         n_gt=counts.astype(np.int64),
         max_dets=max_dets,
-        considered=m.considered.copy(),
+        considered=considered.copy(),
     )
 
 
