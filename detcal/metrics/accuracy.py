@@ -26,9 +26,13 @@ rules) and pycocotools' ``accumulate`` rules:
 
 The GT area is ``dataset`` GT box area unless ``gt_area`` (COCO ``area``,
 e.g. mask areas) is given. No Python loop over detections or categories:
-the matching's outcome is written in accumulate order, and each (area range,
-max-dets, IoU threshold) reads the cumulative counts at the true positives
-only, every category at once (:func:`_accumulate`).
+only the detections with a pair the walk may take ("segments", about a third
+on COCO-shaped data) can be matched, so the outcome of an area range is kept
+for them alone, in accumulate order (one int8 code per threshold: unmatched,
+true positive, matched to an ignored GT); every other detection is counted by
+its area alone, one cumulative count per max-dets shared by the thresholds.
+Each (area range, max-dets, IoU threshold) reads the counts at the true
+positives only, every category at once (:func:`_accumulate`).
 """
 
 from __future__ import annotations
@@ -138,23 +142,23 @@ def coco_eval_arrays(
         )
     cats = np.array(sorted(dataset.categories), np.int64)
     K = len(cats)
-    # pycocotools overwrites a GT 'ignore' key with iscrowd; out-of-range boxes are ignored per area range
-    base_ignore = gt.iscrowd.astype(bool) if gt.iscrowd is not None else np.zeros(len(gt), bool)
     # pycocotools' accumulate order: by category, descending score (stable: images by id, then the
     # input order, which is the image's own score order among equal scores). Every later pass reads
     # the detections in that order; the matching runs on the input order (it ranks each (image,
     # category) by score, ties in input order, which the accumulate order keeps: the same outcome)
-    # and its outcome is written straight into accumulate order.
+    # and its outcome is read straight in accumulate order.
     det_cat_k = category_positions(cats, dets.category)
     if order is None or len(order) != len(dets):
         order = _accumulate_order(dets, det_cat_k)
-    at = np.empty(len(order), np.int64)
-    at[order] = np.arange(len(order), dtype=np.int64)  # accumulate position of each input row
     det_cat_k = det_cat_k[order]
-    category = dets.category[order]
-    known = (det_cat_k < K) & (cats[np.minimum(det_cat_k, K - 1)] == category) if K else np.zeros(len(dets), bool)
+    known = (det_cat_k < K) & (cats[np.minimum(det_cat_k, K - 1)] == dets.category[order]) if K else det_cat_k < 0
+    # one bit per area range (in AREA_RANGES' order): a GT ignored there (pycocotools overwrites a GT
+    # 'ignore' key with iscrowd; out-of-range boxes are ignored per range), a detection's area in range
+    base_ignore = gt.iscrowd.astype(bool) if gt.iscrowd is not None else np.zeros(len(gt), bool)
+    gt_bits = _range_bits([base_ignore | _outside(area, b) for b in AREA_RANGES.values()])
     det_area = _box_area(dets.box)[order]
-    gt_k = np.searchsorted(cats, gt.category)
+    det_bits = _range_bits([~_outside(det_area, b) for b in AREA_RANGES.values()])
+    del det_area
     # the IoUs and the pairs the walk may take, once: each area range walks them under its GT flags
     # (the detections' areas from their corners, as this module always took them: no ``wh``)
     if layout is None:
@@ -162,22 +166,14 @@ def coco_eval_arrays(
         layout = exclusive_layout(plain, gt, IOU_THRESHOLDS.tolist(), max_dets=MAX_DETS[-1])
     elif layout.n_det != len(dets) or layout.thr.shape != (len(IOU_THRESHOLDS), 1):
         raise DetcalInputError("the layout is not one of these detections at the COCO thresholds", field="layout")
-    layout = layout._replace(k_det=at[layout.k_det], considered=layout.considered[order])
-    del at, category  # the arrays of one detection each that the area ranges do not read: let go
-    # the segments (detections with a pair the walk may take), in accumulate order: only they can be
-    # true positives or ignored by a match; every other detection is counted when its area is in range
-    seg = _position_order(layout.k_det, len(order))
+    walk = _range_walk(layout, order, gt_bits)
     # the rank in the (image, category) group, for the max-dets cuts: the matching's own (the same
     # order: descending score, ties in input order)
-    kept = _max_dets_orders(layout.rank[order], known & layout.considered, det_cat_k, K, layout.k_det[seg])
-    del known, det_cat_k
-    # the walk under the layout's own flags (crowd GTs ignored), its segments in accumulate order; a range
-    # walks again only the groups whose flags change it (groups with GTs of several ranges)
-    reference = np.take(exclusive_walk(layout), seg, axis=1)
-    reference += 1  # 0: no GT, else the GT position plus one (a lookup index)
-    ctx = (dataset, area, base_ignore, det_area, kept, gt_k, K, _RangeWalk(layout, seg, reference))
-
-    parts = map_in_processes(_area_arrays, list(AREA_RANGES.values()), ctx, workers)
+    keep = known & layout.considered[order]
+    kept = _max_dets_orders(layout.rank[order], keep, det_cat_k, K, walk.seg_pos)
+    del known, keep, det_cat_k
+    ctx = (gt_bits, det_bits, kept, np.searchsorted(cats, gt.category), K, walk)
+    parts = map_in_processes(_area_arrays, list(range(len(AREA_RANGES))), ctx, workers)
     return {
         "precision": np.stack([p for p, _ in parts], axis=3),
         "recall": np.stack([r for _, r in parts], axis=2),
@@ -185,14 +181,47 @@ def coco_eval_arrays(
     }
 
 
+def _range_bits(flags: list[np.ndarray]) -> np.ndarray:
+    """[N] uint8, bit ``r`` set where ``flags[r]`` [N] is."""
+    out = np.zeros(len(flags[0]), np.uint8)
+    for r, f in enumerate(flags):
+        out |= f.view(np.uint8) << np.uint8(r)
+    return out
+
+
 class _RangeWalk(NamedTuple):
-    """The matching every area range starts from: the layout, its segments in accumulate order (``seg``
-    [S]: indices into ``layout.k_det``, by ascending ``layout.k_det``) and the reference walk's chosen
-    GT position of each plus one (0: none), in that order (``reference`` [T,S])."""
+    """The matching every area range starts from: the layout, its segments (the detections with a pair
+    the walk may take) in accumulate order (``seg`` [S]: indices into ``layout.k_det``; ``seg_pos`` [S]
+    their positions in accumulate order, ascending), and the reference walk's chosen GT at each, as the
+    GT's range bits (:func:`_range_bits`; :data:`_NO_GT` none), in that order (``reference`` [T,S] uint8)."""
 
     layout: ExclusiveLayout
     seg: np.ndarray
+    seg_pos: np.ndarray
     reference: np.ndarray
+    gt_bits_w: np.ndarray
+
+
+_NO_GT = 1 << len(AREA_RANGES)
+"""The reference's code of a segment that took no GT (above every set of range bits)."""
+
+
+def _range_walk(layout: ExclusiveLayout, order: np.ndarray, gt_bits: np.ndarray) -> _RangeWalk:
+    """:class:`_RangeWalk` of ``layout`` (detections by input row) for the accumulate ``order``: the walk
+    under the layout's own flags (crowd GTs ignored); a range walks again only the groups whose flags
+    change it (groups with GTs of several ranges, :func:`_segment_outcome`)."""
+    at = np.empty(len(order), np.int64)
+    at[order] = np.arange(len(order), dtype=np.int64)  # accumulate position of each input row
+    pos = at[layout.k_det]
+    del at
+    seg = _position_order(pos, len(order))
+    gt_bits_w = gt_bits[layout.gt_row]
+    lut = np.empty(len(gt_bits_w) + 1, np.uint8)  # by GT position plus one
+    lut[0] = _NO_GT
+    lut[1:] = gt_bits_w
+    chosen = exclusive_walk(layout)
+    chosen += 1
+    return _RangeWalk(layout, seg, pos[seg], np.take(np.take(lut, chosen), seg, axis=1), gt_bits_w)
 
 
 class _Kept(NamedTuple):
@@ -311,17 +340,16 @@ def _accumulate_row(
 
 
 def _area_arrays(
-    bounds: tuple[float, float],
-    dataset: Dataset,
-    area: np.ndarray,
-    base_ignore: np.ndarray,
-    det_area: np.ndarray,
+    r: int,
+    gt_bits: np.ndarray,
+    det_bits: np.ndarray,
     kepts: list[_Kept],
     gt_k: np.ndarray,
     K: int,
     walk: _RangeWalk,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``precision [T,R,K,M]`` and ``recall [T,K,M]`` of one area range ``(lo, hi)``.
+    """``precision [T,R,K,M]`` and ``recall [T,K,M]`` of the ``r``-th area range (bit ``r`` of ``gt_bits``
+    [G]: the GT is ignored there; of ``det_bits`` [D], in accumulate order: the detection's area is in it).
 
     ``kepts[m]``: the kept detections of max-dets ``MAX_DETS[m]`` (the detections are in accumulate
     order; :func:`_max_dets_orders`, the same objects where two max-dets keep the same).
@@ -329,12 +357,12 @@ def _area_arrays(
     T, R, M = len(IOU_THRESHOLDS), len(RECALL_THRESHOLDS), len(MAX_DETS)
     precision = np.empty((T, R, K, M))
     recall = np.empty((T, K, M))
-    gt = dataset.gt
-    gt_ignore = base_ignore | _outside(area, bounds)
-    code = _segment_outcome(walk, gt_ignore)
-    in_range = ~_outside(det_area, bounds)  # ~dtIg of an unmatched detection
-    out3 = np.where(in_range[walk.layout.k_det[walk.seg]], 0, 3).astype(np.int8)
-    npig_k = np.bincount(gt_k[~gt_ignore], minlength=K)[:K] if len(gt) else np.zeros(K, np.int64)
+    bit = np.uint8(1 << r)
+    gt_ignore = (gt_bits & bit) > 0
+    code = _segment_outcome(walk, r)
+    in_range = (det_bits & bit) > 0  # ~dtIg of an unmatched detection
+    out3 = np.where(in_range[walk.seg_pos], 0, 3).astype(np.int8)
+    npig_k = np.bincount(gt_k[~gt_ignore], minlength=K)[:K] if len(gt_bits) else np.zeros(K, np.int64)
     steps = _recall_steps(npig_k)
     done: dict[int, int] = {}
     for mi, kept in enumerate(kepts):
@@ -352,20 +380,22 @@ def _area_arrays(
     return precision, recall
 
 
-def _segment_outcome(walk: _RangeWalk, gt_ignore: np.ndarray) -> np.ndarray:
-    """The walk under one area range's GT flags ``gt_ignore`` [G] at the segments, in accumulate order:
-    [T,S] int8, 0 unmatched, 1 a true positive (pycocotools' ``dtm & ~dtIg``), 2 matched to an ignored GT."""
-    layout = walk.layout
-    ign_w = np.asarray(gt_ignore, bool)[layout.gt_row]
-    lut = np.empty(len(ign_w) + 1, np.int8)  # by GT position plus one: 0 no GT, 1 a kept one, 2 an ignored one
-    lut[0] = 0
-    lut[1:] = ign_w
-    lut[1:] += 1
-    code = np.take(lut, walk.reference)
-    idx, sub = changed_walk(layout, ign_w)
+def _segment_outcome(walk: _RangeWalk, r: int) -> np.ndarray:
+    """The walk under the ``r``-th area range's GT flags at the segments, in accumulate order: [T,S] int8,
+    0 unmatched, 1 a true positive (pycocotools' ``dtm & ~dtIg``), 2 matched to an ignored GT."""
+    bit = np.uint8(1 << r)
+    by_bits = np.zeros(_NO_GT + 1, np.int8)  # the reference's codes: 1 + the GT's flag, 0 for no GT
+    by_bits[:_NO_GT] = 1 + ((np.arange(_NO_GT, dtype=np.uint8) & bit) > 0)
+    code = np.take(by_bits, walk.reference)
+    ign_w = (walk.gt_bits_w & bit) > 0
+    idx, sub = changed_walk(walk.layout, ign_w)
     if len(idx):  # the groups walked again, put at their segments' places in accumulate order
         slot = np.empty(len(walk.seg), np.int64)
         slot[walk.seg] = np.arange(len(walk.seg), dtype=np.int64)
+        lut = np.empty(len(ign_w) + 1, np.int8)  # by GT position plus one
+        lut[0] = 0
+        lut[1:] = ign_w
+        lut[1:] += 1
         sub += 1
         code[:, slot[idx]] = np.take(lut, sub)
     return code
