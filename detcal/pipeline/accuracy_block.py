@@ -45,9 +45,7 @@ def accuracy_and_localisation(
         if spec.matching.max_dets == MAX_DETS[-1] and 0.0 <= tau < 1.0:
             thresholds = IOU_THRESHOLDS.tolist()
             coco_layout, m = layout_and_match(dets, data.dataset.gt, thresholds, (tau,), max_dets=MAX_DETS[-1])
-            gt_index = m.gt_index[0].astype(np.int32) if len(data.dataset.gt) < 2**31 - 1 else m.gt_index[0]
-            lrp_match = (tau, m.matched[0], m.ignored[0], gt_index, m.considered)
-            del m
+            lrp_match = (tau, m.matched[0], m.ignored[0], m.gt_index[0], m.considered)
     acc = accuracy_block(spec, data, order, coco_layout)
     del coco_layout
     return acc, localisation_block(spec, data, order, lrp_match)
