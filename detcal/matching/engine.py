@@ -190,7 +190,7 @@ def _validate(
         )
     if images is not None:
         for what, ids in (("detection", dets.image_id), ("ground truth", gt.image_id)):
-            missing = images.index_of(ids) < 0
+            missing = ~np.isin(np.asarray(ids, np.int64), images.id)  # a membership test: no row lookup needed
             if missing.any():
                 i = int(np.flatnonzero(missing)[0])
                 raise DetcalInputError(

@@ -239,3 +239,24 @@ def test_layout_and_match_takes_the_match_at_the_inputs_areas() -> None:
     assert not np.array_equal(ref.matched, corners.matched)  # the areas decide at this threshold
     np.testing.assert_array_equal(m.matched, ref.matched)
     np.testing.assert_array_equal(m.gt_index, ref.gt_index)
+
+
+def test_match_names_the_first_row_of_an_unknown_image() -> None:
+    """The image check of :func:`match` (a membership test) names the first detection, then the first
+    ground-truth row, whose image is not in ``images``."""
+    from detcal.core.errors import DetcalInputError
+
+    gt, dets = _shared_case(0)
+    ids = np.unique(np.r_[gt.image_id, dets.image_id])
+    images = Images(id=ids, width=np.full(len(ids), 400), height=np.full(len(ids), 400))
+    assert match(dets, gt, (0.5,), images=images).matched.shape == (1, len(dets))
+    gone = int(dets.image_id[5])
+    rest = images.select(ids != gone)
+    with pytest.raises(
+        DetcalInputError, match=f"detection row {int(np.argmax(dets.image_id == gone))}, .*image_id {gone} is not"
+    ):
+        match(dets, gt, (0.5,), images=rest)
+    keep = dets.image_id != gone
+    if (gt.image_id == gone).any():
+        with pytest.raises(DetcalInputError, match=f"ground truth row {int(np.argmax(gt.image_id == gone))}"):
+            match(dets.select(keep), gt, (0.5,), images=rest)
