@@ -187,8 +187,11 @@ def _segment_cumsum(x: np.ndarray, seg: np.ndarray, n_seg: int) -> np.ndarray:
     """Cumulative sum of ``x`` restarting at every change of the sorted segment ids ``seg``."""
     c = np.cumsum(x, dtype=np.float64)
     start = np.searchsorted(seg, np.arange(n_seg))
-    base = np.concatenate([[0.0], c])[start]
-    return c - base[seg]
+    base = np.zeros(n_seg)  # the sum before each segment's start
+    later = start > 0
+    base[later] = c[start[later] - 1]
+    c -= base[seg]
+    return c
 
 
 @dataclass
@@ -231,17 +234,29 @@ def lrp_table(o: DetectionOutcomes, order: np.ndarray | None = None) -> LRPTable
     rows, seg, start = _class_sorted(o, order)
     tp = o.tp[rows].astype(np.float64)
     fp = 1.0 - tp
-    tp_c = _segment_cumsum(tp, seg, C)
-    fp_c = _segment_cumsum(fp, seg, C)
-    loc_c = _segment_cumsum(tp * (1.0 - o.iou[rows]), seg, C)
-    n_gt = o.n_gt.astype(np.float64)
-    fn_c = n_gt[seg] - tp_c
-    scale = 1.0 - o.tau
-    prefix = (loc_c / scale + fp_c + fn_c) / (tp_c + fp_c + fn_c)
-
+    loc_w = 1.0 - o.iou[rows]  # the localisation error of a true positive, 0 elsewhere (tp * ...)
+    loc_w *= tp
     n_tp = np.bincount(seg, weights=tp, minlength=C)
     n_fp = np.bincount(seg, weights=fp, minlength=C)
-    loc = np.bincount(seg, weights=tp * (1.0 - o.iou[rows]), minlength=C)
+    loc = np.bincount(seg, weights=loc_w, minlength=C)
+    # the prefix sums, each made in place from its column (the same operations in the same order)
+    tp_c = _segment_cumsum(tp, seg, C)
+    del tp
+    fp_c = _segment_cumsum(fp, seg, C)
+    del fp
+    loc_c = _segment_cumsum(loc_w, seg, C)
+    del loc_w
+    n_gt = o.n_gt.astype(np.float64)
+    fn_c = n_gt[seg]
+    fn_c -= tp_c
+    scale = 1.0 - o.tau
+    prefix = loc_c / scale  # (loc_c / scale + fp_c + fn_c) / (tp_c + fp_c + fn_c)
+    prefix += fp_c
+    prefix += fn_c
+    den = tp_c + fp_c
+    den += fn_c
+    prefix /= den
+    del den
     n_fn = n_gt - n_tp
     has_tp = n_tp > 0
     with np.errstate(divide="ignore", invalid="ignore"):
