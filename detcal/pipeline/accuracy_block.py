@@ -47,7 +47,7 @@ def accuracy_and_localisation(
             coco_layout, m = layout_and_match(dets, data.dataset.gt, thresholds, (tau,), max_dets=MAX_DETS[-1])
             lrp_match = (tau, m.matched[0], m.ignored[0], m.gt_index[0], m.considered)
     acc = accuracy_block(spec, data, order, coco_layout)
-    del coco_layout
+    del coco_layout  # before LRP's tables
     return acc, localisation_block(spec, data, order, lrp_match)
 
 
@@ -89,9 +89,8 @@ def accuracy_block(
         return _openimages_block(data)
 
     area = ds.gt.area
-    res = coco_ap(
-        dets, ds, gt_area=area, workers=spec.parallel.workers, order=order, layout=layout
-    )  # ranges in processes
+    # the area ranges in processes where parallel.workers > 1
+    res = coco_ap(dets, ds, gt_area=area, workers=spec.parallel.workers, order=order, layout=layout)
     out: dict[str, Any] = {k: _no_sentinel(r) for k, r in res.items()}
     out["_areas"] = (
         "the 'area' of each annotation (as pycocotools)"
