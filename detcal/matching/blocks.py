@@ -193,20 +193,34 @@ def slot_iou(
     [J], the best IoU per detection [S] and the first slot reaching it [S].
     IoU as maskApi ``bbIou``: ``i / (a_d + a_g - i)``, crowd ``i / a_d``.
     """
-    S = dcol.shape[1]
-    off = np.cumsum(n_slot) - n_slot
-    out = np.zeros(int(n_slot.sum()))
-    best = np.full(S, -1.0)
-    arg = np.zeros(S, np.int64)
     if da is None:
         da = (dcol[2] - dcol[0]) * (dcol[3] - dcol[1])
+    off, ((out, best, arg),) = slot_iou_areas(dcol, g0, n_slot, gcol, crowd, [da], ga)
+    return out, off, best, arg
+
+
+def slot_iou_areas(
+    dcol: np.ndarray,
+    g0: np.ndarray,
+    n_slot: np.ndarray,
+    gcol: np.ndarray,
+    crowd: np.ndarray,
+    das: Sequence[np.ndarray],
+    ga: np.ndarray | None = None,
+) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """:func:`slot_iou` with each of several detection areas ``das`` ([S] each, e.g. ``w * h`` of the
+    input and from the corners): the intersections once, then each IoU in the same arithmetic as
+    :func:`slot_iou` with that area (the same doubles). Returns ``off`` and (iou, best, arg) per area."""
+    S = dcol.shape[1]
+    off = np.cumsum(n_slot) - n_slot
+    res = [(np.zeros(int(n_slot.sum())), np.full(S, -1.0), np.zeros(S, np.int64)) for _ in das]
     if ga is None:
         ga = (gcol[2] - gcol[0]) * (gcol[3] - gcol[1])
     any_crowd = bool(crowd.any())
     gpack = np.concatenate([gcol, ga[None, :], crowd[None, :].astype(np.float64)])  # one take per slot
     for j in range(len(n_slot)):
         n = int(n_slot[j])
-        gx1, gy1, gx2, gy2, union, g_crowd = np.take(gpack, g0[:n] + j, axis=1)  # fresh rows: work in place
+        gx1, gy1, gx2, gy2, g_area, g_crowd = np.take(gpack, g0[:n] + j, axis=1)  # fresh rows: work in place
         iw = np.minimum(gx2, dcol[2, :n], out=gx2)
         iw -= np.maximum(gx1, dcol[0, :n], out=gx1)
         ih = np.minimum(gy2, dcol[3, :n], out=gy2)
@@ -214,16 +228,18 @@ def slot_iou(
         np.maximum(iw, 0.0, out=iw)
         np.maximum(ih, 0.0, out=ih)
         inter = np.multiply(iw, ih, out=iw)
-        union += da[:n]  # (a_g + a_d) - i, in maskApi's order of operations
-        union -= inter
-        if any_crowd:
-            c = np.flatnonzero(g_crowd)
-            union[c] = da[c]
-        x = out[off[j] : off[j] + n]
-        np.divide(inter, union, out=x, where=inter > 0)  # no overlap: stays 0 (union may be 0 there)
-        np.copyto(arg[:n], j, where=x > best[:n])  # strict: the first slot reaching the best is kept
-        np.maximum(best[:n], x, out=best[:n])
-    return out, off, best, arg
+        c = np.flatnonzero(g_crowd) if any_crowd else None
+        for v, (da, (out, best, arg)) in enumerate(zip(das, res)):
+            union = g_area if v == len(das) - 1 else g_area.copy()
+            union += da[:n]  # (a_g + a_d) - i, in maskApi's order of operations
+            union -= inter
+            if c is not None:
+                union[c] = da[c]
+            x = out[off[j] : off[j] + n]
+            np.divide(inter, union, out=x, where=inter > 0)  # no overlap: stays 0 (union may be 0 there)
+            np.copyto(arg[:n], j, where=x > best[:n])  # strict: the first slot reaching the best is kept
+            np.maximum(best[:n], x, out=best[:n])
+    return off, res
 
 
 def expand(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -119,7 +119,7 @@ from detcal.matching.blocks import (
     greedy_walk,
     group_codes,
     segment_starts,
-    slot_iou,
+    slot_iou_areas,
     stable_argsort,
 )
 from detcal.matching.chunks import ImageChunk, image_chunks, row_numbers
@@ -158,21 +158,7 @@ def _validate(
         raise DetcalInputError(f"gt must be GroundTruth, got {type(gt).__name__}", field="gt")
     if mode not in MODES:
         raise DetcalInputError(f"unknown matching mode {mode!r}; choose one of {MODES}", field="mode")
-    per_class = isinstance(iou_thresholds, str)
-    if per_class:
-        if iou_thresholds != "kitti":
-            raise DetcalInputError(
-                f"iou_thresholds string must be 'kitti', got {iou_thresholds!r}", field="iou_thresholds"
-            )
-        if kitti is None:
-            raise DetcalInputError("iou_thresholds='kitti' needs kitti=KittiRules(...)", field="iou_thresholds")
-        thr = np.array([np.nan])
-    else:
-        thr = np.asarray(iou_thresholds, dtype=np.float64).reshape(-1)
-        if thr.size == 0:
-            raise DetcalInputError("iou_thresholds is empty", field="iou_thresholds")
-        if not (np.isfinite(thr).all() and (thr >= 0).all() and (thr <= 1).all()):
-            raise DetcalInputError(f"IoU thresholds must lie in [0, 1], got {thr.tolist()}", field="iou_thresholds")
+    thr, per_class = _parse_thresholds(iou_thresholds, kitti)
     if not np.isfinite(score_threshold):
         raise DetcalInputError(f"score_threshold must be finite, got {score_threshold}", field="score_threshold")
     if max_dets is not None and (isinstance(max_dets, bool) or int(max_dets) != max_dets or max_dets < 1):
@@ -204,7 +190,7 @@ def _validate(
         )
     if images is not None:
         for what, ids in (("detection", dets.image_id), ("ground truth", gt.image_id)):
-            missing = images.index_of(ids) < 0
+            missing = ~np.isin(np.asarray(ids, np.int64), images.id)  # a membership test: no row lookup needed
             if missing.any():
                 i = int(np.flatnonzero(missing)[0])
                 raise DetcalInputError(
@@ -212,6 +198,26 @@ def _validate(
                     record=f"{what} row {i}",
                     field="image_id",
                 )
+    return thr, per_class
+
+
+def _parse_thresholds(iou_thresholds: Sequence[float] | str, kitti: KittiRules | None) -> tuple[np.ndarray, bool]:
+    """The checked thresholds [T] (NaN for ``"kitti"``) and whether they are KITTI's per-class ones."""
+    per_class = isinstance(iou_thresholds, str)
+    if per_class:
+        if iou_thresholds != "kitti":
+            raise DetcalInputError(
+                f"iou_thresholds string must be 'kitti', got {iou_thresholds!r}", field="iou_thresholds"
+            )
+        if kitti is None:
+            raise DetcalInputError("iou_thresholds='kitti' needs kitti=KittiRules(...)", field="iou_thresholds")
+        thr = np.array([np.nan])
+    else:
+        thr = np.asarray(iou_thresholds, dtype=np.float64).reshape(-1)
+        if thr.size == 0:
+            raise DetcalInputError("iou_thresholds is empty", field="iou_thresholds")
+        if not (np.isfinite(thr).all() and (thr >= 0).all() and (thr <= 1).all()):
+            raise DetcalInputError(f"IoU thresholds must lie in [0, 1], got {thr.tolist()}", field="iou_thresholds")
     return thr, per_class
 
 
@@ -446,17 +452,91 @@ def exclusive_layout(
     return join_layouts(parts, len(dets))
 
 
+class ExclusiveMatch(NamedTuple):
+    """:func:`match`'s arrays that :func:`layout_and_match` gives: ``matched``, ``ignored``, ``gt_index``
+    [T,D] and ``considered`` [D]."""
+
+    matched: np.ndarray
+    ignored: np.ndarray
+    gt_index: np.ndarray
+    considered: np.ndarray
+
+
+def layout_and_match(
+    dets: Detections,
+    gt: GroundTruth,
+    layout_thresholds: Sequence[float],
+    match_thresholds: Sequence[float],
+    *,
+    max_dets: int | None = 100,
+    score_threshold: float = 0.0,
+) -> tuple[ExclusiveLayout, ExclusiveMatch]:
+    """:func:`exclusive_layout` of ``dets`` without their ``wh`` (areas from the box corners) at
+    ``layout_thresholds``, and :func:`match` (``exclusive``, per (image, category), ``gt_ignore=
+    "pycocotools"``, the input's ``w * h`` areas) at ``match_thresholds``, the steps they share done
+    once per image chunk: the groups, ranks, GT order, the (detection, GT) pairs and their
+    intersections (the IoU of each area in the same arithmetic). Equal to those two calls array for
+    array (e.g. COCO AP's layout at ten thresholds and LRP's matching at one,
+    :mod:`detcal.pipeline.accuracy_block`); ``match``'s ``iou`` is not made."""
+    thr_l = _validate(dets, gt, layout_thresholds, "exclusive", score_threshold, max_dets, None, None)[0]
+    thr_m = _parse_thresholds(match_thresholds, None)[0]
+    T, D = len(thr_m), len(dets)
+    out = ExclusiveMatch(
+        np.zeros((T, D), bool), np.zeros((T, D), bool), np.full((T, D), -1, np.int64), np.zeros(D, bool)
+    )
+    parts = []
+    for c in image_chunks(dets.image_id, gt.image_id):  # whole images a chunk: the walk never looks across images
+        d_rows, g_rows = row_numbers(c.det, D), row_numbers(c.gt, len(gt))
+        lay, lay_m = _layouts_steps(
+            dets.select(c.det), gt.select(c.gt), [thr_l, thr_m], [False, True], max_dets, score_threshold
+        )
+        parts.append((d_rows, g_rows, lay))
+        m, ig, gi = layout_match(lay_m)  # as match does chunk by chunk, its GT rows mapped back
+        hit = gi >= 0
+        gi[hit] = g_rows[gi[hit]]
+        out.matched[:, c.det], out.ignored[:, c.det], out.gt_index[:, c.det] = m, ig, gi
+        out.considered[c.det] = lay_m.considered
+    return (parts[0][2] if len(parts) == 1 else join_layouts(parts, D)), out
+
+
 def _layout_steps(
     dets: Detections, gt: GroundTruth, thr: np.ndarray, max_dets: int | None, score_threshold: float
 ) -> ExclusiveLayout:
     """:func:`exclusive_layout` on checked arguments, in one piece."""
+    return _layouts_steps(dets, gt, [thr], [dets.wh is not None], max_dets, score_threshold)[0]
+
+
+def _layouts_steps(
+    dets: Detections,
+    gt: GroundTruth,
+    thrs: Sequence[np.ndarray],
+    wh: Sequence[bool],
+    max_dets: int | None,
+    score_threshold: float,
+) -> list[ExclusiveLayout]:
+    """:func:`exclusive_layouts` on checked arguments, in one piece: one layout per (thresholds, wh)."""
     w_row, w_cat, w_ign, w_crowd = _working_gt(gt, None, False, "pycocotools")
     det_grp, gt_grp, n_grp = group_codes(dets.image_id, dets.category, gt.image_id[w_row], w_cat, False)
     rank, considered, _ = _rank_detections(dets, det_grp, score_threshold, max_dets, False, None)
     gts = _order_gt(w_row, w_cat, w_ign, w_crowd, gt_grp, n_grp, False)
-    pairs = _pair_ious(dets, gt, det_grp, gts)
-    thr_eff = np.minimum(thr[:, None], _COCO_MAX_THR)
-    return _exclusive_layout(pairs, gts, considered, rank, thr_eff, False, False, considered)
+    corners = box_areas(dets.box)
+    with_wh = box_areas(dets.box, dets.wh) if any(wh) else corners
+    # one set of pairs per distinct area (one when the input's w * h equal the corners' areas everywhere)
+    kinds = sorted(set(wh)) if with_wh is not corners and not np.array_equal(with_wh, corners) else [False]
+    pairs = dict(zip(kinds, _pair_ious_areas(dets, gt, det_grp, gts, [with_wh if k else corners for k in kinds])))
+    return [
+        _exclusive_layout(
+            pairs[w if w in pairs else False],
+            gts,
+            considered,
+            rank,
+            np.minimum(thr[:, None], _COCO_MAX_THR),
+            False,
+            False,
+            considered,
+        )
+        for thr, w in zip(thrs, wh)
+    ]
 
 
 def join_layouts(parts: Sequence[tuple[np.ndarray, np.ndarray, ExclusiveLayout]], n_det: int) -> ExclusiveLayout:
@@ -523,6 +603,24 @@ def _step_codes(lay: ExclusiveLayout) -> np.ndarray:
     bounds = np.empty(2 * n_steps + 1, np.int64)
     bounds[0::2], bounds[1::2] = lay.step_seg, lay.step_multi
     return np.repeat(np.arange(2 * n_steps, dtype=np.int64), np.diff(bounds))
+
+
+def layout_match(layout: ExclusiveLayout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``matched``, ``ignored`` and ``gt_index`` [T,D] of the walk of ``layout`` under its own GT flags:
+    :func:`match`'s arrays (``exclusive``, ``gt_ignore="pycocotools"``) for the detections, ground truth,
+    thresholds and areas the layout was made from (:func:`exclusive_layout`, :func:`exclusive_layouts`)."""
+    chosen = exclusive_walk(layout)
+    T, D = chosen.shape[0], layout.n_det
+    matched = np.zeros((T, D), bool)
+    ignored = np.zeros((T, D), bool)
+    gt_index = np.full((T, D), -1, np.int64)
+    ti, si = np.nonzero(chosen >= 0)
+    gpos = chosen[ti, si]
+    drow = layout.k_det[si]
+    gt_index[ti, drow] = layout.gt_row[gpos]
+    ignored[ti, drow] = layout.gt_ign[gpos]
+    matched[ti, drow] = ~layout.gt_ign[gpos]
+    return matched, ignored, gt_index
 
 
 def exclusive_outcome(
@@ -659,6 +757,14 @@ def _order_gt(
 
 def _pair_ious(dets: Detections, gt: GroundTruth, det_grp: np.ndarray, gts: _GtOrder) -> _Pairs:
     """Step 4: every detection against the GTs of its group, IoU once for all thresholds (by GT slot)."""
+    return _pair_ious_areas(dets, gt, det_grp, gts, [box_areas(dets.box, dets.wh)])[0]
+
+
+def _pair_ious_areas(
+    dets: Detections, gt: GroundTruth, det_grp: np.ndarray, gts: _GtOrder, areas: Sequence[np.ndarray]
+) -> list[_Pairs]:
+    """:func:`_pair_ious` with each of the detection areas ``areas`` ([D] each): the pairs and their
+    intersections once, one :class:`_Pairs` per area (:func:`detcal.matching.blocks.slot_iou_areas`)."""
     seg_cnt = gts.count[det_grp]
     seg_det = np.flatnonzero(seg_cnt > 0)  # detections meeting at least one GT ("segments")
     seg_cnt = seg_cnt[seg_det]
@@ -666,16 +772,16 @@ def _pair_ious(dets: Detections, gt: GroundTruth, det_grp: np.ndarray, gts: _GtO
     seg_det, seg_cnt = seg_det[so], seg_cnt[so]
     n_slot = np.searchsorted(-seg_cnt, -np.arange(int(seg_cnt.max(initial=0))), side="left")
     g0 = gts.start[det_grp[seg_det]]
-    pair_iou, off, best, arg = slot_iou(
+    off, res = slot_iou_areas(
         np.take(dets.box.T, seg_det, axis=1),
         g0,
         n_slot,
         np.take(gt.box.T, gts.row, axis=1),
         gts.crowd,
-        box_areas(dets.box, dets.wh)[seg_det],
+        [a[seg_det] for a in areas],
         box_areas(gt.box, gt.wh)[gts.row],
     )
-    return _Pairs(seg_det, seg_cnt, g0, n_slot, pair_iou, off, best, arg)
+    return [_Pairs(seg_det, seg_cnt, g0, n_slot, pair_iou, off, best, arg) for pair_iou, best, arg in res]
 
 
 class ExclusiveLayout(NamedTuple):
@@ -812,11 +918,23 @@ def exclusive_walk(
     """
     if reference is None or ign_w is None:
         return _greedy(layout, ign_w)
-    keep_k = _changed_groups(layout, ign_w)[layout.k_grp]
+    keep_k, sub = changed_walk(layout, ign_w)
     chosen = reference.copy()
-    if keep_k.any():
-        chosen[:, keep_k] = _greedy(_sub_walk(layout, keep_k), ign_w)
+    if len(keep_k):
+        chosen[:, keep_k] = sub
     return chosen
+
+
+def changed_walk(layout: ExclusiveLayout, ign_w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The part of :func:`exclusive_walk` with a ``reference`` that walks again: the segments (by index
+    into ``layout.k_det``, ascending) of the groups whose walk may differ from the one under the layout's
+    own flags, and their chosen GT positions [T, n] under ``ign_w``; every other segment keeps the
+    reference's choice."""
+    keep_k = _changed_groups(layout, ign_w)[layout.k_grp]
+    idx = np.flatnonzero(keep_k)
+    if not len(idx):
+        return idx, np.zeros((layout.thr.shape[0], 0), np.int32)
+    return idx, _greedy(_sub_walk(layout, keep_k), ign_w)
 
 
 def _greedy(w: ExclusiveLayout, ign_w: np.ndarray | None) -> np.ndarray:

@@ -26,12 +26,18 @@ rules) and pycocotools' ``accumulate`` rules:
 
 The GT area is ``dataset`` GT box area unless ``gt_area`` (COCO ``area``,
 e.g. mask areas) is given. No Python loop over detections or categories:
-the matching's outcome is written in accumulate order, and each (area range,
-max-dets, IoU threshold) reads the cumulative counts at the true positives
-only, every category at once (:func:`_accumulate`).
+only the detections with a pair the walk may take ("segments", about a third
+on COCO-shaped data) can be matched, so the outcome of an area range is kept
+for them alone, in accumulate order (one int8 code per threshold: unmatched,
+true positive, matched to an ignored GT); every other detection is counted by
+its area alone, one cumulative count per max-dets shared by the thresholds.
+Each (area range, max-dets, IoU threshold) reads the counts at the true
+positives only, every category at once (:func:`_accumulate`).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -39,7 +45,7 @@ from numpy.typing import ArrayLike
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections, MetricResult
 from detcal.matching.blocks import factorize, float_key, stable_argsort
-from detcal.matching.engine import ExclusiveLayout, exclusive_layout, exclusive_outcome, exclusive_walk
+from detcal.matching.engine import ExclusiveLayout, changed_walk, exclusive_layout, exclusive_walk
 from detcal.utils.processes import map_in_processes
 
 IOU_THRESHOLDS: np.ndarray = np.linspace(0.5, 0.95, int(np.round((0.95 - 0.5) / 0.05)) + 1, endpoint=True)
@@ -79,7 +85,17 @@ def _box_area(box: np.ndarray) -> np.ndarray:
 def accumulate_order(dets: Detections, categories: ArrayLike) -> np.ndarray:
     """pycocotools' accumulate order of the detections [D]: by category (its position in the sorted
     ``categories``), descending score, image id, then input order (stable)."""
-    return _accumulate_order(dets, np.searchsorted(np.asarray(categories, np.int64), dets.category))
+    return _accumulate_order(dets, category_positions(np.asarray(categories, np.int64), dets.category))
+
+
+def category_positions(cats: np.ndarray, category: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(cats, category)`` (``cats`` sorted) [D]: with small non-negative ids, one lookup
+    in a table of that search over every id up to the largest (the same values, no binary search a row)."""
+    if len(category) and len(cats) and int(cats[0]) >= 0 and int(category.min()) >= 0:
+        hi = max(int(cats[-1]), int(category.max()))
+        if hi < 4 * len(category) + 2_000_000:
+            return np.searchsorted(cats, np.arange(hi + 1, dtype=np.int64))[category]
+    return np.searchsorted(cats, category)
 
 
 def _accumulate_order(dets: Detections, det_cat_k: np.ndarray) -> np.ndarray:
@@ -97,6 +113,7 @@ def coco_eval_arrays(
     gt_area: ArrayLike | None = None,
     workers: int = 1,
     order: np.ndarray | None = None,
+    layout: ExclusiveLayout | None = None,
 ) -> dict[str, np.ndarray]:
     """pycocotools ``COCOeval.eval`` arrays: ``precision [T,R,K,A,M]`` and ``recall [T,K,A,M]``.
 
@@ -104,7 +121,10 @@ def coco_eval_arrays(
     :data:`AREA_RANGES`, ``M`` over :data:`MAX_DETS`; -1 where a category has
     no non-ignored GT (as pycocotools). ``workers`` > 1: the area ranges are
     evaluated in that many forked processes (each range whole by one: the
-    same arrays). ``order``: :func:`accumulate_order` of ``dets`` when already known.
+    same arrays). ``order``: :func:`accumulate_order` of ``dets`` when already known. ``layout``: the
+    matching's layout of ``dets`` at :data:`IOU_THRESHOLDS` with areas from the box corners and
+    ``max_dets`` 100 when already made (:func:`detcal.matching.engine.exclusive_layouts`, e.g. shared
+    with LRP's).
     """
     if not isinstance(dets, Detections) or not isinstance(dataset, Dataset):
         raise DetcalInputError("coco_ap needs Detections and a Dataset", field="dets")
@@ -122,41 +142,107 @@ def coco_eval_arrays(
         )
     cats = np.array(sorted(dataset.categories), np.int64)
     K = len(cats)
-    # pycocotools overwrites a GT 'ignore' key with iscrowd; out-of-range boxes are ignored per area range
-    base_ignore = gt.iscrowd.astype(bool) if gt.iscrowd is not None else np.zeros(len(gt), bool)
     # pycocotools' accumulate order: by category, descending score (stable: images by id, then the
     # input order, which is the image's own score order among equal scores). Every later pass reads
     # the detections in that order; the matching runs on the input order (it ranks each (image,
     # category) by score, ties in input order, which the accumulate order keeps: the same outcome)
-    # and its outcome is written straight into accumulate order.
-    det_cat_k = np.searchsorted(cats, dets.category)
+    # and its outcome is read straight in accumulate order.
+    det_cat_k = category_positions(cats, dets.category)
     if order is None or len(order) != len(dets):
         order = _accumulate_order(dets, det_cat_k)
-    at = np.empty(len(order), np.int64)
-    at[order] = np.arange(len(order), dtype=np.int64)  # accumulate position of each input row
     det_cat_k = det_cat_k[order]
-    category = dets.category[order]
-    known = (det_cat_k < K) & (cats[np.minimum(det_cat_k, K - 1)] == category) if K else np.zeros(len(dets), bool)
+    known = (det_cat_k < K) & (cats[np.minimum(det_cat_k, K - 1)] == dets.category[order]) if K else det_cat_k < 0
+    # one bit per area range (in AREA_RANGES' order): a GT ignored there (pycocotools overwrites a GT
+    # 'ignore' key with iscrowd; out-of-range boxes are ignored per range), a detection's area in range
+    base_ignore = gt.iscrowd.astype(bool) if gt.iscrowd is not None else np.zeros(len(gt), bool)
+    gt_bits = _range_bits([base_ignore | _outside(area, b) for b in AREA_RANGES.values()])
     det_area = _box_area(dets.box)[order]
-    gt_k = np.searchsorted(cats, gt.category)
+    det_bits = _range_bits([~_outside(det_area, b) for b in AREA_RANGES.values()])
+    del det_area
     # the IoUs and the pairs the walk may take, once: each area range walks them under its GT flags
     # (the detections' areas from their corners, as this module always took them: no ``wh``)
-    plain = Detections(image_id=dets.image_id, box=dets.box, score=dets.score, category=dets.category)
-    layout = exclusive_layout(plain, gt, IOU_THRESHOLDS.tolist(), max_dets=MAX_DETS[-1])
-    layout = layout._replace(k_det=at[layout.k_det], considered=layout.considered[order])
+    if layout is None:
+        plain = Detections(image_id=dets.image_id, box=dets.box, score=dets.score, category=dets.category)
+        layout = exclusive_layout(plain, gt, IOU_THRESHOLDS.tolist(), max_dets=MAX_DETS[-1])
+    elif layout.n_det != len(dets) or layout.thr.shape != (len(IOU_THRESHOLDS), 1):
+        raise DetcalInputError("the layout is not one of these detections at the COCO thresholds", field="layout")
+    walk = _range_walk(layout, order, gt_bits)
     # the rank in the (image, category) group, for the max-dets cuts: the matching's own (the same
     # order: descending score, ties in input order)
-    orders = _max_dets_orders(layout.rank[order], known & layout.considered, det_cat_k, K)
-    # the walk under the layout's own flags (crowd GTs ignored); a range walks again only the groups
-    # whose flags change it (groups with GTs of several ranges)
-    ctx = (dataset, area, base_ignore, det_area, orders, gt_k, K, (layout, exclusive_walk(layout)))
-
-    parts = map_in_processes(_area_arrays, list(AREA_RANGES.values()), ctx, workers)
+    keep = known & layout.considered[order]
+    kept = _max_dets_orders(layout.rank[order], keep, det_cat_k, K, walk.seg_pos)
+    del known, keep, det_cat_k
+    ctx = (gt_bits, det_bits, kept, np.searchsorted(cats, gt.category), K, walk)
+    parts = map_in_processes(_area_arrays, list(range(len(AREA_RANGES))), ctx, workers)
     return {
         "precision": np.stack([p for p, _ in parts], axis=3),
         "recall": np.stack([r for _, r in parts], axis=2),
         "categories": cats,
     }
+
+
+def _range_bits(flags: list[np.ndarray]) -> np.ndarray:
+    """[N] uint8, bit ``r`` set where ``flags[r]`` [N] is."""
+    out = np.zeros(len(flags[0]), np.uint8)
+    for r, f in enumerate(flags):
+        out |= f.view(np.uint8) << np.uint8(r)
+    return out
+
+
+class _RangeWalk(NamedTuple):
+    """The matching every area range starts from: the layout, its segments (the detections with a pair
+    the walk may take) in accumulate order (``seg`` [S]: indices into ``layout.k_det``; ``seg_pos`` [S]
+    their positions in accumulate order, ascending), and the reference walk's chosen GT at each, as the
+    GT's range bits (:func:`_range_bits`; :data:`_NO_GT` none), in that order (``reference`` [T,S] uint8)."""
+
+    layout: ExclusiveLayout
+    seg: np.ndarray
+    seg_pos: np.ndarray
+    reference: np.ndarray
+    gt_bits_w: np.ndarray
+
+
+_NO_GT = 1 << len(AREA_RANGES)
+"""The reference's code of a segment that took no GT (above every set of range bits)."""
+
+
+def _range_walk(layout: ExclusiveLayout, order: np.ndarray, gt_bits: np.ndarray) -> _RangeWalk:
+    """:class:`_RangeWalk` of ``layout`` (detections by input row) for the accumulate ``order``: the walk
+    under the layout's own flags (crowd GTs ignored); a range walks again only the groups whose flags
+    change it (groups with GTs of several ranges, :func:`_segment_outcome`)."""
+    at = np.empty(len(order), np.int64)
+    at[order] = np.arange(len(order), dtype=np.int64)  # accumulate position of each input row
+    pos = at[layout.k_det]
+    del at
+    seg = _position_order(pos, len(order))
+    gt_bits_w = gt_bits[layout.gt_row]
+    lut = np.empty(len(gt_bits_w) + 1, np.uint8)  # by GT position plus one
+    lut[0] = _NO_GT
+    lut[1:] = gt_bits_w
+    chosen = exclusive_walk(layout)
+    chosen += 1
+    return _RangeWalk(layout, seg, pos[seg], np.take(np.take(lut, chosen), seg, axis=1), gt_bits_w)
+
+
+class _Kept(NamedTuple):
+    """The detections one max-dets keeps, in accumulate order: ``rows`` [n] (None: all), their category
+    blocks ``cat_bounds`` [K+1]; the segments among them, ``seg_sel`` [s] (indices into the position-ordered
+    segments; None: all), their positions among the kept ``seg_pos`` [s] (ascending) and ``seg_bounds``
+    [K+1], the number of them before each category bound."""
+
+    rows: np.ndarray | None
+    cat_bounds: np.ndarray
+    seg_sel: np.ndarray | None
+    seg_pos: np.ndarray
+    seg_bounds: np.ndarray
+
+
+def _position_order(positions: np.ndarray, n: int) -> np.ndarray:
+    """The indices that put the distinct ``positions`` [S] (each in ``[0, n)``) in ascending order (by
+    counting: a mark per position, no sort)."""
+    slot = np.full(n, -1, np.int64)
+    slot[positions] = np.arange(len(positions), dtype=np.int64)
+    return slot[slot >= 0]
 
 
 def _outside(area: np.ndarray, bounds: tuple[float, float]) -> np.ndarray:
@@ -183,45 +269,66 @@ def _recall_steps(npig_k: np.ndarray) -> np.ndarray:
 
 
 def _accumulate(
-    tp: np.ndarray, counted: np.ndarray, cat_bounds: np.ndarray, npig_k: np.ndarray, steps: np.ndarray
+    code: np.ndarray, out3: np.ndarray, base_cum: np.ndarray, kept: _Kept, npig_k: np.ndarray, steps: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """pycocotools ``accumulate`` of one area range and max-dets: ``precision [T,R,K]``, ``recall [T,K]``.
 
-    ``tp``, ``counted`` ``[T, n]``: true positive / not ignored, the detections in accumulate order
-    (category blocks ``cat_bounds``, [K + 1]). Only the true positives are visited: recall rises
-    at them only, so the first position reaching a recall threshold is the ``steps``-th true
-    positive of its (threshold, category) group, and the interpolated precision (the maximum to the
-    right) is the maximum over that true positive and the later ones, as precision falls between
-    them. The precision at the ``c``-th true positive is ``c / (fp + c + eps)`` with ``fp`` the
-    counted detections before it that are not true positives: pycocotools' cumulative sums, read
-    where they matter, the same floats.
+    The kept detections (``kept``) in accumulate order, category blocks ``kept.cat_bounds``; a
+    detection is counted (not ignored) by its area, ``base_cum`` [n+1] the cumulative count of that,
+    except at the segments ``kept.seg_pos``, whose outcome ``code`` [T,s] (0 unmatched, 1 true
+    positive, 2 matched to an ignored GT) depends on the threshold: a match counts whatever the area,
+    a match to an ignored GT never (``out3`` [s]: 3 where the segment's area is out of range, else 0;
+    :data:`_DELTA` turns the two into the change of the count). Only the true positives are visited:
+    recall rises at them only, so the first position reaching a recall threshold is the ``steps``-th
+    true positive of its (threshold, category) group, and the interpolated precision (the maximum to
+    the right) is the maximum over that true positive and the later ones, as precision falls between
+    them. The precision at the ``c``-th true positive is ``c / (fp + c + eps)`` with ``fp`` the counted
+    detections before it that are not true positives: pycocotools' cumulative sums, read where they
+    matter, the same floats.
     """
-    T, K = len(tp), len(npig_k)
+    T, K = len(code), len(npig_k)
     precision = np.empty((T, len(RECALL_THRESHOLDS), K))
     recall = np.empty((T, K))
+    idx = np.empty(code.shape[1], np.int8)
     for t in range(T):  # one IoU threshold at a time: the temporaries of one row stay small
-        precision[t], recall[t] = _accumulate_row(tp[t], counted[t], cat_bounds, npig_k, steps)
+        np.add(code[t], out3, out=idx)
+        delta = np.take(_DELTA, idx)
+        precision[t], recall[t] = _accumulate_row(code[t] == 1, delta, base_cum, kept, npig_k, steps)
     missing = npig_k == 0
     precision[:, :, missing], recall[:, missing] = -1.0, -1.0
     return precision, recall
 
 
+_DELTA = np.array([0, 0, -1, 0, 1, 0], np.int8)
+"""A segment's count minus its area's, by ``code + out3`` (:func:`_accumulate`): in range, a match to
+an ignored GT is not counted (-1); out of range, a true positive is (+1)."""
+
+
 def _accumulate_row(
-    tp: np.ndarray, counted: np.ndarray, cat_bounds: np.ndarray, npig_k: np.ndarray, steps: np.ndarray
+    tp: np.ndarray, delta: np.ndarray, base_cum: np.ndarray, kept: _Kept, npig_k: np.ndarray, steps: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_accumulate` at one IoU threshold: ``precision [R,K]``, ``recall [K]`` (``tp``,
-    ``counted`` [n])."""
-    n, K = len(tp), len(npig_k)
-    w = np.flatnonzero(tp)  # the true positives, in accumulate order
-    counted_cum = np.zeros(n + 1, np.int32 if n < 2**31 else np.int64)
-    np.cumsum(counted, out=counted_cum[1:])
+    """:func:`_accumulate` at one IoU threshold: ``precision [R,K]``, ``recall [K]`` (``tp``, ``delta`` [s]:
+    the true positives, the change of the count)."""
+    K, cat_bounds = len(npig_k), kept.cat_bounds
+    wi = np.flatnonzero(tp)  # the true positives, by segment
+    w = kept.seg_pos[wi]  # ... and by position in accumulate order
+    delta_cum = np.zeros(len(delta) + 1, base_cum.dtype)
+    np.cumsum(delta, dtype=delta_cum.dtype, out=delta_cum[1:])
     first, last = np.searchsorted(w, cat_bounds[:K]), np.searchsorted(w, cat_bounds[1:])
     n_tp = last - first
-    k_of = np.repeat(np.arange(K), n_tp)
-    c = np.arange(1, len(w) + 1) - first[k_of]  # the how-manieth true positive of its category
-    fp = counted_cum[w + 1] - counted_cum[cat_bounds[k_of]] - c
+    # the counted detections up to each true positive (itself included) from its category's start: the
+    # true positives c and the false positives fp before it, fp + c (integers, exact)
+    upto = base_cum[1:][w]
+    upto += delta_cum[1:][wi]
+    before = base_cum[cat_bounds[:K]] + delta_cum[kept.seg_bounds[:K]]
+    upto -= np.repeat(before, n_tp)
+    # c, the how-manieth true positive of its category, as a float (exact: an integer below 2**53)
+    c = np.arange(1, len(w) + 1, dtype=np.float64)
+    c -= np.repeat(first, n_tp)
     pr = np.empty(len(w) + 1)
-    pr[:-1] = c / ((fp + c).astype(np.float64) + _EPS)
+    den = upto.astype(np.float64)
+    den += _EPS
+    np.divide(c, den, out=pr[:-1])
     pr[-1] = 0.0  # read by empty categories at the end only (masked below)
     at = np.empty((K, steps.shape[1] + 1), np.int64)
     at[:, 0] = first
@@ -233,57 +340,89 @@ def _accumulate_row(
 
 
 def _area_arrays(
-    bounds: tuple[float, float],
-    dataset: Dataset,
-    area: np.ndarray,
-    base_ignore: np.ndarray,
-    det_area: np.ndarray,
-    orders: list[tuple[np.ndarray | None, np.ndarray]],
+    r: int,
+    gt_bits: np.ndarray,
+    det_bits: np.ndarray,
+    kepts: list[_Kept],
     gt_k: np.ndarray,
     K: int,
-    walk: tuple[ExclusiveLayout, np.ndarray],
+    walk: _RangeWalk,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``precision [T,R,K,M]`` and ``recall [T,K,M]`` of one area range ``(lo, hi)``.
+    """``precision [T,R,K,M]`` and ``recall [T,K,M]`` of the ``r``-th area range (bit ``r`` of ``gt_bits``
+    [G]: the GT is ignored there; of ``det_bits`` [D], in accumulate order: the detection's area is in it).
 
-    ``orders[m]``: the kept detections of max-dets ``MAX_DETS[m]`` (the detections are in accumulate
-    order) and their category blocks (:func:`_max_dets_orders`; the same objects where two max-dets
-    keep the same).
+    ``kepts[m]``: the kept detections of max-dets ``MAX_DETS[m]`` (the detections are in accumulate
+    order; :func:`_max_dets_orders`, the same objects where two max-dets keep the same).
     """
     T, R, M = len(IOU_THRESHOLDS), len(RECALL_THRESHOLDS), len(MAX_DETS)
-    precision = -np.ones((T, R, K, M))
-    recall = -np.ones((T, K, M))
-    gt = dataset.gt
-    gt_ignore = base_ignore | _outside(area, bounds)
-    tp, ignored = exclusive_outcome(walk[0], gt_ignore, walk[1])  # pycocotools' dtm & ~dtIg and the dtIg of matches
-    counted = tp | ~_outside(det_area, bounds)[None, :]  # ~dtIg: unmatched outside the range are ignored too
-    np.greater(counted, ignored, out=counted)  # counted & ~ignored, in place
-    npig_k = np.bincount(gt_k[~gt_ignore], minlength=K)[:K] if len(gt) else np.zeros(K, np.int64)
+    precision = np.empty((T, R, K, M))
+    recall = np.empty((T, K, M))
+    bit = np.uint8(1 << r)
+    gt_ignore = (gt_bits & bit) > 0
+    code = _segment_outcome(walk, r)
+    in_range = (det_bits & bit) > 0  # ~dtIg of an unmatched detection
+    out3 = np.where(in_range[walk.seg_pos], 0, 3).astype(np.int8)
+    npig_k = np.bincount(gt_k[~gt_ignore], minlength=K)[:K] if len(gt_bits) else np.zeros(K, np.int64)
     steps = _recall_steps(npig_k)
     done: dict[int, int] = {}
-    for mi, (o, cat_bounds) in enumerate(orders):
-        prev = done.get(id(cat_bounds))
+    for mi, kept in enumerate(kepts):
+        prev = done.get(id(kept))
         if prev is not None:  # the same detections as a larger max-dets: the same arrays
             precision[..., mi], recall[..., mi] = precision[..., prev], recall[..., prev]
             continue
-        done[id(cat_bounds)] = mi
-        tp_o, counted_o = (tp, counted) if o is None else (tp[:, o], counted[:, o])
-        precision[..., mi], recall[..., mi] = _accumulate(tp_o, counted_o, cat_bounds, npig_k, steps)
+        done[id(kept)] = mi
+        counted = in_range if kept.rows is None else in_range[kept.rows]
+        base_cum = np.zeros(len(counted) + 1, np.int32 if len(counted) < 2**31 else np.int64)
+        np.cumsum(counted, dtype=base_cum.dtype, out=base_cum[1:])
+        sel = kept.seg_sel
+        code_m, out3_m = (code, out3) if sel is None else (np.take(code, sel, axis=1), out3[sel])
+        precision[..., mi], recall[..., mi] = _accumulate(code_m, out3_m, base_cum, kept, npig_k, steps)
     return precision, recall
 
 
+def _segment_outcome(walk: _RangeWalk, r: int) -> np.ndarray:
+    """The walk under the ``r``-th area range's GT flags at the segments, in accumulate order: [T,S] int8,
+    0 unmatched, 1 a true positive (pycocotools' ``dtm & ~dtIg``), 2 matched to an ignored GT."""
+    bit = np.uint8(1 << r)
+    by_bits = np.zeros(_NO_GT + 1, np.int8)  # the reference's codes: 1 + the GT's flag, 0 for no GT
+    by_bits[:_NO_GT] = 1 + ((np.arange(_NO_GT, dtype=np.uint8) & bit) > 0)
+    code = np.take(by_bits, walk.reference)
+    ign_w = (walk.gt_bits_w & bit) > 0
+    idx, sub = changed_walk(walk.layout, ign_w)
+    if len(idx):  # the groups walked again, put at their segments' places in accumulate order
+        slot = np.empty(len(walk.seg), np.int64)
+        slot[walk.seg] = np.arange(len(walk.seg), dtype=np.int64)
+        lut = np.empty(len(ign_w) + 1, np.int8)  # by GT position plus one
+        lut[0] = 0
+        lut[1:] = ign_w
+        lut[1:] += 1
+        sub += 1
+        code[:, slot[idx]] = np.take(lut, sub)
+    return code
+
+
 def _max_dets_orders(
-    rank: np.ndarray, keep: np.ndarray, det_cat_k: np.ndarray, K: int
-) -> list[tuple[np.ndarray | None, np.ndarray]]:
-    """Per max-dets, the kept detections (``keep`` and ``rank`` below it; None: all of them) and
-    their category blocks; a max-dets that keeps what the next larger one keeps shares its arrays."""
-    out: list[tuple[np.ndarray | None, np.ndarray]] = []
+    rank: np.ndarray, keep: np.ndarray, det_cat_k: np.ndarray, K: int, seg_pos: np.ndarray
+) -> list[_Kept]:
+    """Per max-dets, the kept detections (``keep`` and ``rank`` below it) and their category blocks, with
+    the segments (``seg_pos`` [S], their positions, ascending) among them; a max-dets that keeps what the
+    next larger one keeps shares its object."""
+    out: list[_Kept] = []
     for md in reversed(MAX_DETS):
         if out and not (keep & (rank >= md)).any():
             out.append(out[-1])
             continue
         keep = keep & (rank < md)
-        o = None if keep.all() else np.flatnonzero(keep)
-        out.append((o, np.searchsorted(det_cat_k if o is None else det_cat_k[o], np.arange(K + 1))))
+        if keep.all():
+            cat_bounds = np.searchsorted(det_cat_k, np.arange(K + 1))
+            out.append(_Kept(None, cat_bounds, None, seg_pos, np.searchsorted(seg_pos, cat_bounds)))
+            continue
+        rows = np.flatnonzero(keep)
+        cat_bounds = np.searchsorted(det_cat_k[rows], np.arange(K + 1))
+        sel = np.flatnonzero(keep[seg_pos])
+        place = np.cumsum(keep, dtype=np.int64)  # a kept detection's position among the kept, plus one
+        pos = place[seg_pos[sel]] - 1
+        out.append(_Kept(rows, cat_bounds, sel, pos, np.searchsorted(pos, cat_bounds)))
     return out[::-1]
 
 
@@ -316,6 +455,7 @@ def coco_ap(
     gt_area: ArrayLike | None = None,
     workers: int = 1,
     order: np.ndarray | None = None,
+    layout: ExclusiveLayout | None = None,
 ) -> dict[str, MetricResult]:
     """COCO AP, AP50, AP75, AP_small/medium/large, AR1/10/100, AR_small/medium/large.
 
@@ -323,9 +463,9 @@ def coco_ap(
     in that order). Each :class:`MetricResult` has ``params`` with the
     area range, max-dets and IoU; the ``AP`` result carries the per-class
     table (``table["category"]``, ``table["ap"]``, ``table["ap50"]``,
-    ``table["n_gt"]``). ``workers``, ``order``: :func:`coco_eval_arrays`.
+    ``table["n_gt"]``). ``workers``, ``order``, ``layout``: :func:`coco_eval_arrays`.
     """
-    arrays = coco_eval_arrays(dets, dataset, gt_area=gt_area, workers=workers, order=order)
+    arrays = coco_eval_arrays(dets, dataset, gt_area=gt_area, workers=workers, order=order, layout=layout)
     out: dict[str, MetricResult] = {}
     for name, kind, iou, area, md in SUMMARY:
         out[name] = MetricResult(
@@ -357,6 +497,7 @@ __all__ = [
     "RECALL_THRESHOLDS",
     "SUMMARY",
     "accumulate_order",
+    "category_positions",
     "coco_ap",
     "coco_eval_arrays",
     "coco_summary",

@@ -116,11 +116,33 @@ def detection_outcomes(
     """Match at IoU ``tau`` (pycocotools rule) and return the TP/FP/IoU of every detection."""
     tau = _check_tau(tau)
     m = match(dets, gt, (tau,), mode="exclusive", max_dets=max_dets)
-    valid = m.considered & ~m.ignored[0]
-    tp = valid & m.matched[0]
+    return outcomes_from_match(
+        dets, gt, tau, m.matched[0], m.ignored[0], m.gt_index[0], m.considered, max_dets=max_dets
+    )
+
+
+def outcomes_from_match(
+    dets: Detections,
+    gt: GroundTruth,
+    tau: float,
+    matched: np.ndarray,
+    ignored: np.ndarray,
+    gt_index: np.ndarray,
+    considered: np.ndarray,
+    *,
+    max_dets: int | None = 100,
+) -> DetectionOutcomes:
+    """:func:`detection_outcomes` from the matching at ``tau`` when already made (its ``matched``,
+    ``ignored``, ``gt_index`` row and ``considered``, [D] each: e.g.
+    :func:`detcal.matching.engine.layout_and_match`, shared with COCO AP)."""
+    tau = _check_tau(tau)
+    if not (len(matched) == len(ignored) == len(gt_index) == len(considered) == len(dets)):
+        raise DetcalInputError("the matching's arrays must have one row per detection", field="matched")
+    valid = considered & ~ignored
+    tp = valid & matched
     iou = np.zeros(len(dets))
     rows = np.flatnonzero(tp)
-    iou[rows] = paired_iou(dets.box[rows], gt.box[m.gt_index[0, rows]])
+    iou[rows] = paired_iou(dets.box[rows], gt.box[gt_index[rows]])
     real = ~(gt.ignore | gt.iscrowd)
     cats, counts = np.unique(gt.category[real], return_counts=True)
     return DetectionOutcomes(
@@ -134,7 +156,7 @@ def detection_outcomes(
         gt_categories=cats.astype(np.int64),
         n_gt=counts.astype(np.int64),
         max_dets=max_dets,
-        considered=m.considered.copy(),
+        considered=considered.copy(),
     )
 
 
@@ -165,8 +187,11 @@ def _segment_cumsum(x: np.ndarray, seg: np.ndarray, n_seg: int) -> np.ndarray:
     """Cumulative sum of ``x`` restarting at every change of the sorted segment ids ``seg``."""
     c = np.cumsum(x, dtype=np.float64)
     start = np.searchsorted(seg, np.arange(n_seg))
-    base = np.concatenate([[0.0], c])[start]
-    return c - base[seg]
+    base = np.zeros(n_seg)  # the sum before each segment's start
+    later = start > 0
+    base[later] = c[start[later] - 1]
+    c -= base[seg]
+    return c
 
 
 @dataclass
@@ -209,17 +234,29 @@ def lrp_table(o: DetectionOutcomes, order: np.ndarray | None = None) -> LRPTable
     rows, seg, start = _class_sorted(o, order)
     tp = o.tp[rows].astype(np.float64)
     fp = 1.0 - tp
-    tp_c = _segment_cumsum(tp, seg, C)
-    fp_c = _segment_cumsum(fp, seg, C)
-    loc_c = _segment_cumsum(tp * (1.0 - o.iou[rows]), seg, C)
-    n_gt = o.n_gt.astype(np.float64)
-    fn_c = n_gt[seg] - tp_c
-    scale = 1.0 - o.tau
-    prefix = (loc_c / scale + fp_c + fn_c) / (tp_c + fp_c + fn_c)
-
+    loc_w = 1.0 - o.iou[rows]  # the localisation error of a true positive, 0 elsewhere (tp * ...)
+    loc_w *= tp
     n_tp = np.bincount(seg, weights=tp, minlength=C)
     n_fp = np.bincount(seg, weights=fp, minlength=C)
-    loc = np.bincount(seg, weights=tp * (1.0 - o.iou[rows]), minlength=C)
+    loc = np.bincount(seg, weights=loc_w, minlength=C)
+    # the prefix sums, each made in place from its column (the same operations in the same order)
+    tp_c = _segment_cumsum(tp, seg, C)
+    del tp
+    fp_c = _segment_cumsum(fp, seg, C)
+    del fp
+    loc_c = _segment_cumsum(loc_w, seg, C)
+    del loc_w
+    n_gt = o.n_gt.astype(np.float64)
+    fn_c = n_gt[seg]
+    fn_c -= tp_c
+    scale = 1.0 - o.tau
+    prefix = loc_c / scale  # (loc_c / scale + fp_c + fn_c) / (tp_c + fp_c + fn_c)
+    prefix += fp_c
+    prefix += fn_c
+    den = tp_c + fp_c
+    den += fn_c
+    prefix /= den
+    del den
     n_fn = n_gt - n_tp
     has_tp = n_tp > 0
     with np.errstate(divide="ignore", invalid="ignore"):

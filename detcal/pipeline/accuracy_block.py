@@ -15,12 +15,13 @@ from detcal.core.results import AccuracyBlock, LocalisationBlock
 from detcal.core.types import MetricResult, Skipped
 from detcal.data import bundled
 from detcal.data.coco_masks import load_class_scores, load_segmentations
+from detcal.matching.engine import ExclusiveLayout, layout_and_match
 from detcal.matching.kitti_ap import kitti_ap
 from detcal.matching.openimages import match_openimages
 from detcal.matching.voc import match_voc
-from detcal.metrics.accuracy import accumulate_order, coco_ap
+from detcal.metrics.accuracy import IOU_THRESHOLDS, MAX_DETS, accumulate_order, coco_ap
 from detcal.metrics.laece import describe_choices, laace_from_outcomes, laece_from_outcomes
-from detcal.metrics.lrp import detection_outcomes, lrp_result, lrp_table
+from detcal.metrics.lrp import detection_outcomes, lrp_result, lrp_table, outcomes_from_match
 from detcal.metrics.lvis_ap import lvis_ap, lvis_calibration_by_frequency
 from detcal.metrics.voc_ap import VARIANTS, voc_ap
 from detcal.pipeline.sources import LoadedData
@@ -34,11 +35,20 @@ def accuracy_and_localisation(
 ) -> tuple[AccuracyBlock | Skipped, LocalisationBlock | Skipped]:
     """:func:`accuracy_block` and :func:`localisation_block`; where both run on COCO rules (COCO AP and
     LRP), the detections' accumulate order (by category, descending score, image) is sorted once for
-    both (:func:`detcal.metrics.accuracy.accumulate_order`)."""
-    order = None
+    both (:func:`detcal.metrics.accuracy.accumulate_order`), and, with the same max-dets (100), COCO AP's
+    matching layout and LRP's matching are made together (:func:`detcal.matching.engine.layout_and_match`:
+    the groups, ranks and pairs once); only LRP's outcome row is kept while COCO AP runs."""
+    order = coco_layout = lrp_match = None
     if _coco_ap_runs(spec, data) and _localisation_runs(spec, data):
-        order = accumulate_order(data.detections, sorted(data.dataset.categories))
-    return accuracy_block(spec, data, order), localisation_block(spec, data, order)
+        dets, tau = data.detections, float(spec.localisation.tau)
+        order = accumulate_order(dets, sorted(data.dataset.categories))
+        if spec.matching.max_dets == MAX_DETS[-1] and 0.0 <= tau < 1.0:
+            thresholds = IOU_THRESHOLDS.tolist()
+            coco_layout, m = layout_and_match(dets, data.dataset.gt, thresholds, (tau,), max_dets=MAX_DETS[-1])
+            lrp_match = (tau, m.matched[0], m.ignored[0], m.gt_index[0], m.considered)
+    acc = accuracy_block(spec, data, order, coco_layout)
+    del coco_layout  # before LRP's tables
+    return acc, localisation_block(spec, data, order, lrp_match)
 
 
 def _coco_ap_runs(spec: EvaluationSpec, data: LoadedData) -> bool:
@@ -51,10 +61,13 @@ def _localisation_runs(spec: EvaluationSpec, data: LoadedData) -> bool:
     return spec.localisation.enabled and data.kitti is None and data.format not in ("lvis", "openimages")
 
 
-def accuracy_block(spec: EvaluationSpec, data: LoadedData, order: np.ndarray | None = None) -> AccuracyBlock | Skipped:
+def accuracy_block(
+    spec: EvaluationSpec, data: LoadedData, order: np.ndarray | None = None, layout: ExclusiveLayout | None = None
+) -> AccuracyBlock | Skipped:
     """COCO AP for COCO-format (and YOLO) data, KITTI AP for KITTI data, VOC AP for VOC data
     (docs/real_detectors.md, docs/matching.md, docs/formats.md). ``order``: the detections' accumulate
-    order when known (:func:`detcal.metrics.accuracy.accumulate_order`)."""
+    order when known (:func:`detcal.metrics.accuracy.accumulate_order`); ``layout``: COCO AP's matching
+    layout when already made (:func:`detcal.metrics.accuracy.coco_eval_arrays`)."""
     if not spec.accuracy.enabled:
         return Skipped("accuracy.enabled=false")
     ds, dets = data.dataset, data.detections
@@ -76,7 +89,8 @@ def accuracy_block(spec: EvaluationSpec, data: LoadedData, order: np.ndarray | N
         return _openimages_block(data)
 
     area = ds.gt.area
-    res = coco_ap(dets, ds, gt_area=area, workers=spec.parallel.workers, order=order)  # area ranges in processes
+    # the area ranges in processes where parallel.workers > 1
+    res = coco_ap(dets, ds, gt_area=area, workers=spec.parallel.workers, order=order, layout=layout)
     out: dict[str, Any] = {k: _no_sentinel(r) for k, r in res.items()}
     out["_areas"] = (
         "the 'area' of each annotation (as pycocotools)"
@@ -141,10 +155,15 @@ def _lvis_block(data: LoadedData) -> AccuracyBlock:
 
 
 def localisation_block(
-    spec: EvaluationSpec, data: LoadedData, order: np.ndarray | None = None
+    spec: EvaluationSpec,
+    data: LoadedData,
+    order: np.ndarray | None = None,
+    lrp_match: tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> LocalisationBlock | Skipped:
     """LRP (with components and LRP-optimal thresholds), LaECE and LaACE (docs/newest_measures.md).
-    ``order``: the detections' accumulate order when known (:func:`detcal.metrics.accuracy.accumulate_order`)."""
+    ``order``: the detections' accumulate order when known (:func:`detcal.metrics.accuracy.accumulate_order`);
+    ``lrp_match``: the matching at ``localisation.tau`` with ``spec.matching.max_dets`` when already made
+    (tau, matched, ignored, gt_index, considered: :func:`detcal.metrics.lrp.outcomes_from_match`)."""
     loc = spec.localisation
     if not loc.enabled:
         return Skipped("localisation.enabled=false")
@@ -159,7 +178,10 @@ def localisation_block(
     ds, dets = data.dataset, data.detections
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        o = detection_outcomes(dets, ds.gt, loc.tau, max_dets=spec.matching.max_dets)
+        if lrp_match is not None and lrp_match[0] == loc.tau:
+            o = outcomes_from_match(dets, ds.gt, *lrp_match, max_dets=spec.matching.max_dets)
+        else:
+            o = detection_outcomes(dets, ds.gt, loc.tau, max_dets=spec.matching.max_dets)
         table = lrp_table(o, order)
         out: dict[str, Any] = {
             "lrp": lrp_result(table, max_dets=spec.matching.max_dets),
