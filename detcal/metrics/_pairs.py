@@ -101,7 +101,9 @@ def overlap_pairs(
     span = max((float(c.max()) for c in coords if len(c)), default=0.0) - lo_c
     stride = 4.0 * (span + 1.0)  # one image's key range [code * stride, code * stride + 3 (span + 1))
     key = d_code * stride + (dcols.x1 - lo_c + stride / 4)
-    order = np.argsort(key, kind="stable")
+    # any order sorting the keys gives the same windows (a window is a range of key values) and the pairs are
+    # sorted by (GT row, detection row) below: numpy's default (SIMD) sort, about twice as quick as a stable one
+    order = np.argsort(key)
     key = key[order]
     margin = 8.0 * np.finfo(float).eps * (n_codes + 1) * stride + 1e-9 * stride
     gw = gcols.x2[gt_rows] - gcols.x1[gt_rows]

@@ -38,7 +38,6 @@ All vectorised: the greedy matching loops over the rank within an image
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,27 +172,46 @@ def _subset(pr: _Pairs, keep: np.ndarray, n: int) -> _Pairs:
     return _Pairs(pd, pr.pg[sel], np.cumsum(count) - count, count, pr.iou[sel], pr.same[sel])
 
 
-def _greedy(kr: np.ndarray, pr: _Pairs, pos: float, n_gt: int) -> tuple[np.ndarray, np.ndarray]:
-    """tidecv's matching, one pass per rank (every image at once). Returns GT row per kept detection (-1) and
-    the taken flag per GT row."""
+def _greedy(
+    kr: np.ndarray, pr: _Pairs, pos: float, n_gt: int, classwise: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """tidecv's matching, one pass per rank (every image at once): ``kr`` the rank of each kept detection (any
+    order), ``pr`` their pairs; ``classwise=False``: every pair counts as one of the same class. Returns GT row
+    per kept detection (-1) and the taken flag per GT row.
+
+    Within a pass each image has at most one detection, so the passes see the pairs of one rank each: the
+    pairs that can be taken (of one class and reaching ``pos``; every pair when ``pos <= 0``) are put in rank
+    order by one stable radix sort (each detection's run of pairs kept, in its order)."""
     used = np.zeros(n_gt, bool)
     got = np.full(len(kr), -1, np.int64)
     if pos > 0:  # only the pairs of one class reaching pos can be taken (the first maximum stays the first)
-        pr = _subset(pr, pr.same & (pr.iou >= pos), len(kr))
-    bounds = np.searchsorted(kr, np.arange(int(kr.max()) + 2 if len(kr) else 1))
-    for r in range(len(bounds) - 1):
-        a, b = int(bounds[r]), int(bounds[r + 1])
-        if a == b:
-            continue
-        st, ct = pr.start[a:b], pr.count[a:b]
-        p0 = int(st[0]) if len(st) else 0
-        p1 = int(st[-1] + ct[-1]) if len(st) else 0
-        g = pr.pg[p0:p1]
-        val = np.where(pr.same[p0:p1] & ~used[g], pr.iou[p0:p1], 0.0)
-        mx, arg = _seg_argmax(val, st - p0, ct, pr.pd[p0:p1] - a)
+        keep = pr.iou >= pos
+        sel = np.flatnonzero(keep & pr.same if classwise else keep)
+        same = None
+    else:
+        sel = np.arange(len(pr.pd))
+        same = pr.same if classwise else None
+    if not len(sel):
+        return got, used
+    pd = pr.pd[sel]
+    rk = kr[pd]
+    by_rank = _small_sort(rk, int(rk.max()) + 1)
+    sel, pd, rk = sel[by_rank], pd[by_rank], rk[by_rank]
+    pg, iou = pr.pg[sel], pr.iou[sel]
+    ok = None if same is None else same[sel]
+    del by_rank, sel
+    bounds = np.flatnonzero(np.concatenate([[True], rk[1:] != rk[:-1], [True]]))
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        d, g = pd[a:b], pg[a:b]
+        new = np.concatenate([[True], d[1:] != d[:-1]])  # each detection's run of pairs starts here
+        first = np.flatnonzero(new)
+        ct = np.diff(np.append(first, b - a))
+        free = ~used[g] if ok is None else ok[a:b] & ~used[g]
+        val = np.where(free, iou[a:b], 0.0)
+        mx, arg = _seg_argmax(val, first, ct, np.cumsum(new) - 1)
         hit = np.flatnonzero(mx >= pos)
         rows = g[arg[hit]]
-        got[a + hit] = rows
+        got[d[first[hit]]] = rows
         used[rows] = True
     return got, used
 
@@ -415,7 +433,7 @@ def _pair_block(
 class Scene:
     """Detections paired with the boxes of their image, shared by :func:`tide` and the class-agnostic matching
     of :mod:`detcal.metrics.confusion`: ``rank [D]`` in the image (-1 in an unknown image), ``kd [K]`` the
-    detections within ``max_dets``, by rank then image; ``pr`` their pairs with non-crowd boxes and ``cr`` with
+    detections within ``max_dets``, by image then row; ``pr`` their pairs with non-crowd boxes and ``cr`` with
     crowd boxes (only overlapping pairs when ``overlap_only``); ``has_gt [K]`` the image has a non-crowd box;
     ``desc [D]`` every detection by descending score, ties in input order."""
 
@@ -436,17 +454,21 @@ class Scene:
     by_image: np.ndarray
 
 
-def scene(images: Images, gt: GroundTruth, dets: Detections, max_dets: int = 100, overlap_only: bool = True) -> Scene:
-    """The :class:`Scene` of ``dets`` against ``gt`` (images in ``images`` order)."""
+def scene(
+    images: Images, gt: GroundTruth, dets: Detections, max_dets: int = 100, overlap_only: bool = True,
+    desc: np.ndarray | None = None,
+) -> Scene:  # fmt: skip
+    """The :class:`Scene` of ``dets`` against ``gt`` (images in ``images`` order); ``desc``: every detection by
+    descending score, ties in input order (:func:`~detcal.metrics.score_order.descending_order`), when known."""
     n_img, nd = len(images), len(dets)
     d_img, g_img = images.index_of(dets.image_id), images.index_of(gt.image_id)
     g_ok = g_img >= 0
-    desc = descending_order(dets.score)  # one sort of the scores, shared by every later order (and by OCE)
+    if desc is None:  # one sort of the scores, shared by every later order (and by OCE)
+        desc = descending_order(dets.score)
     rank, by_image = _rank_in_image(d_img, desc)
     kd = np.flatnonzero((rank >= 0) & (rank < max_dets))
-    if len(kd):  # by rank, then image: one block of pairs per matching pass (two stable radix sorts)
+    if len(kd):  # by image, then row: the boxes of each image read together (in row order for most files)
         kd = kd[_small_sort(d_img[kd], int(d_img[kd].max()) + 1)]
-        kd = kd[_small_sort(rank[kd], max_dets)]
     cat_all, n_cls = _codes(dets.category, gt.category)
     dcat, gcat = _narrow(cat_all[:nd], n_cls), cat_all[nd:].copy()
     del cat_all
@@ -483,8 +505,7 @@ def scene_match(
     Returns per kept detection (``sc.kd`` order): the GT row taken (-1), ignored (unmatched, over ``iou`` of
     its own area inside a crowd box, of its class when ``classwise``), and (``best``) its best IoU with any box
     (crowd boxes by intersection over the detection's area)."""
-    pr = sc.pr if classwise else dataclasses.replace(sc.pr, same=np.ones(len(sc.pr.pd), bool))
-    got, _ = _greedy(sc.rank[sc.kd], pr, iou, len(sc.gcat))
+    got, _ = _greedy(sc.rank[sc.kd], sc.pr, iou, len(sc.gcat), classwise)
     ign = np.zeros(len(sc.kd), bool)
     hit = (sc.cr.same if classwise else True) & (sc.cr.iou > iou)
     ign[sc.cr.pd[hit]] = True
