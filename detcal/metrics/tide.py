@@ -312,6 +312,26 @@ def _ap(cls: np.ndarray, tp: np.ndarray, n_gt: np.ndarray, grouped: bool = False
         order = _class_order(cls, n_cls)
         t = np.flatnonzero(tp[order])  # positions of the true positives among the points ordered by class
     c = (cls[t] if grouped else cls[order[t]]).astype(np.int64)
+    return _ap_of_true_positives(t, c, npts, n_gt)
+
+
+def _ap_kept(cls: np.ndarray, ends: np.ndarray, keep: np.ndarray, tp: np.ndarray, n_gt: np.ndarray) -> float:
+    """:func:`_ap` of the points ``keep`` of class-grouped points (``cls`` their classes, ``ends [C]`` the end of
+    each class's points), true positives ``tp & keep``, without gathering them: a point's place among the kept
+    ones is the count of kept points before it."""
+    before = np.zeros(len(keep) + 1, np.int64)
+    np.cumsum(keep, out=before[1:])
+    ti = np.flatnonzero(tp & keep)
+    t = before[ti]  # the kept points before each true positive: its position among them
+    c = cls[ti].astype(np.int64)
+    npts = np.diff(before[np.concatenate([[0], ends])])
+    return _ap_of_true_positives(t, c, npts, n_gt)
+
+
+def _ap_of_true_positives(t: np.ndarray, c: np.ndarray, npts: np.ndarray, n_gt: np.ndarray) -> float:
+    """:func:`_ap` from the positions ``t`` of the true positives among the points ordered by class (ascending),
+    their classes ``c`` and the points per class ``npts``."""
+    n_cls = len(n_gt)
     nt = np.bincount(c, minlength=n_cls)  # true positives per class
     start, t_start = np.cumsum(npts) - npts, np.cumsum(nt) - nt
     rank = np.arange(len(t)) - t_start[c]  # the true positive's place among its class's true positives
@@ -626,8 +646,9 @@ def _fixes(
     grouped = fixed_order[_class_order(dcat[fixed_order], n_cls)]  # by class, each in tidecv's order
     fixed_cls = dcat.copy()
     fixed_cls[fixable & (code == CLS)] = gcat[target[fixable & (code == CLS)]]  # a fixed cls error takes the box's
-    # the grouped points' columns, taken once (each fix below selects from them with a mask)
+    # the grouped points' columns, taken once (each fix below reads them through a mask)
     g_cat, g_code, g_tp, g_fp, g_fix = dcat[grouped], code[grouped], tp[grouped], fp[grouped], fixable[grouped]
+    g_ends = np.cumsum(np.bincount(g_cat, minlength=n_cls))
 
     def fixed(kind: int | None, n_gt_fixed: np.ndarray) -> float:
         """mAP with the errors of ``kind`` fixed alone (tidecv's oracle)."""
@@ -637,12 +658,10 @@ def _fixes(
             r = fixed_order[keep[fixed_order]]
             return _ap(fixed_cls[r], now_tp[r], n_gt_fixed)
         if kind is None:
-            m = g_tp | g_fp
-            return _ap(g_cat[m], g_tp[m], n_gt_fixed, grouped=True)
+            return _ap_kept(g_cat, g_ends, g_tp | g_fp, g_tp, n_gt_fixed)
         same = g_code == kind
         now = g_tp | (same & g_fix) if kind == LOC else g_tp
-        m = now | (g_fp & ~same)
-        return _ap(g_cat[m], now[m], n_gt_fixed, grouped=True)
+        return _ap_kept(g_cat, g_ends, now | (g_fp & ~same), now, n_gt_fixed)
 
     main: dict[str, float] = {}
     for i, name in enumerate(ERROR_TYPES):
