@@ -328,6 +328,17 @@ def _ap_kept(cls: np.ndarray, ends: np.ndarray, keep: np.ndarray, tp: np.ndarray
     return _ap_of_true_positives(t, c, npts, n_gt)
 
 
+def _ap_true_positives_first(tp_cls: np.ndarray, fp_cls: np.ndarray, n_gt: np.ndarray) -> float:
+    """:func:`_ap` of points whose true positives (classes ``tp_cls``) come before the false positives
+    (``fp_cls``) in every class: the ``i``-th true positive of a class is its ``i``-th point (no sort)."""
+    n_cls = len(n_gt)
+    nt = np.bincount(tp_cls, minlength=n_cls)
+    npts = nt + np.bincount(fp_cls, minlength=n_cls)
+    c = np.repeat(np.arange(n_cls), nt)
+    t = (np.cumsum(npts) - npts)[c] + np.arange(len(c)) - (np.cumsum(nt) - nt)[c]
+    return _ap_of_true_positives(t, c, npts, n_gt)
+
+
 def _ap_of_true_positives(t: np.ndarray, c: np.ndarray, npts: np.ndarray, n_gt: np.ndarray) -> float:
     """:func:`_ap` from the positions ``t`` of the true positives among the points ordered by class (ascending),
     their classes ``c`` and the points per class ``npts``."""
@@ -634,7 +645,6 @@ def _fixes(
     p1 = _small_sort(d_img[by_score], n_img)
     by_score = by_score[p1][_small_sort(run[p1], n_run)]  # its runs are again ``run`` (sorted by run first)
     del p1
-    visit = sc.by_image[kept[sc.by_image]]  # image, then rank
     # in a fixed set the errors come before the untouched true positives of the same score
     fixed_order = by_score[_small_sort(run * 2 + tp[by_score], 2 * n_run)]
     del run
@@ -668,8 +678,8 @@ def _fixes(
         main[name] = max(fixed(i + 1, n_gt) - ap, 0.0)
     n_miss = np.bincount(gcat[missed], minlength=n_cls)
     main["miss"] = max(fixed(None, n_gt - n_miss) - ap, 0.0)
-    # fp: every false positive scored 0 and every true positive 1 (true positives first, each in visiting order)
-    r = np.concatenate([visit[tp[visit]], visit[fp[visit]]])
-    special = {"fp": _ap(dcat[r], tp[r], n_gt) - ap}
+    # fp: every false positive scored 0 and every true positive 1: in each class its true positives come first
+    # (all at precision 1, in any order), then its false positives
+    special = {"fp": _ap_true_positives_first(dcat[tp], dcat[fp], n_gt) - ap}
     special["fn"] = fixed(None, n_gt - np.bincount(gcat[fn], minlength=n_cls)) - ap
     return ap, main, special
