@@ -391,46 +391,55 @@ class _Side:
 
 
 def _kept_pairs(
-    kd: np.ndarray, d_img: np.ndarray, det: _Side, gsel: np.ndarray, gt_img: np.ndarray, gt: _Side, n_img: int,
+    kd: np.ndarray, img_k: np.ndarray, det: _Side, gsel: np.ndarray, gt_img: np.ndarray, gt: _Side, n_img: int,
     crowd: bool, overlap_only: bool,
 ) -> _Pairs:  # fmt: skip
-    """Pairs of the kept detections ``kd`` (``d_img`` every detection's image) with the selected GT rows ``gsel``
-    of their image (GT rows in input order within each detection's run) and their IoU, as pycocotools ``bbIou``
-    (crowd: over the detection's area). ``overlap_only``: only the pairs that overlap (exact whenever every rule
-    needs an IoU above 0). The detections' boxes are read in blocks of whole kept detections with about
-    :data:`_CHUNK` pairs each (each pair computed alone: the same values as all at once)."""
+    """Pairs of the kept detections ``kd`` (``img_k`` their images) with the selected GT rows ``gsel`` of their
+    image (GT rows in input order within each detection's run) and their IoU, as pycocotools ``bbIou`` (crowd:
+    over the detection's area). ``overlap_only``: only the pairs that overlap (exact whenever every rule needs an
+    IoU above 0). The detections' boxes are read in blocks of whole kept detections with about :data:`_CHUNK`
+    pairs each (each pair computed alone: the same values as all at once); when at most half the detections
+    have a box in their image (crowd boxes), only those go through the blocks."""
     gi = gt_img[gsel]
     g_rows = gsel[np.argsort(gi, kind="stable")]  # the selected boxes in image order
     gcount = np.bincount(gi, minlength=n_img)
     gstart = np.cumsum(gcount) - gcount
-    img_k = d_img[kd]
     n = gcount[img_k]
-    gfirst = gstart[img_k]  # each kept detection's first box
-    del img_k
+    some = np.flatnonzero(n) if 2 * np.count_nonzero(n) <= len(n) else None  # few with a box: those alone
+    k_img, k_det = (img_k, kd) if some is None else (img_k[some], kd[some])
+    if some is not None:
+        n = n[some]
+    gfirst = gstart[k_img]  # each kept detection's first box
     ends = np.cumsum(n)
     steps = np.arange(_CHUNK, int(ends[-1]) if len(ends) else 0, _CHUNK)
-    cuts = np.concatenate([[0], np.searchsorted(ends, steps, "right"), [len(kd)]])
+    cuts = np.concatenate([[0], np.searchsorted(ends, steps, "right"), [len(k_det)]])
     cuts = cuts[np.concatenate([[True], cuts[1:] > cuts[:-1]])]  # ascending already: drop the repeats
     gc = gt.columns(g_rows)
     gcat = gt.cat[g_rows]
     parts = [
-        _pair_block(kd, a, b, n, ends, gfirst, det, gc, gcat, g_rows, crowd, overlap_only)
+        _pair_block(k_det, a, b, n, ends, gfirst, det, gc, gcat, g_rows, crowd, overlap_only)
         for a, b in zip(cuts, cuts[1:])
     ]
     pd = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
     pg = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
     iou = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0)
     same = np.concatenate([p[3] for p in parts]) if parts else np.zeros(0, bool)
+    count = np.concatenate([p[4] for p in parts]) if parts else np.zeros(len(k_det), np.int64)
     del parts
-    count = np.bincount(pd, minlength=len(kd)) if len(pd) else np.zeros(len(kd), np.int64)
+    if some is not None:  # back to the positions among every kept detection
+        pd = some[pd]
+        count_all = np.zeros(len(kd), np.int64)
+        count_all[some] = count
+        count = count_all
     return _Pairs(pd, pg, np.cumsum(count) - count, count, iou, same)
 
 
 def _pair_block(
     kd: np.ndarray, a: int, b: int, n: np.ndarray, ends: np.ndarray, gfirst: np.ndarray, det: _Side,
     gc: tuple[np.ndarray, ...], gcat: np.ndarray, g_rows: np.ndarray, crowd: bool, overlap_only: bool,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
-    """The pairs of kept detections ``a:b``: (kept-detection position, GT row, IoU, same class)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """The pairs of kept detections ``a:b``: (kept-detection position, GT row, IoU, same class) and the number
+    of pairs of each of those detections."""
     nb = n[a:b]
     p0 = int(ends[a - 1]) if a else 0
     total = int(ends[b - 1]) - p0 if b > a else 0
@@ -457,7 +466,8 @@ def _pair_block(
     iou = np.zeros(len(inter))
     np.divide(inter, union, out=iou, where=ok)
     same = det.cat[kd[a + live]][pd] == gcat[within]
-    return live[pd] + a, g_rows[within], iou, same
+    at = live[pd]
+    return at + a, g_rows[within], iou, same, np.bincount(at, minlength=b - a)
 
 
 @dataclass
@@ -507,9 +517,11 @@ def scene(
     plain = ~crowd & g_ok
     g_safe = np.where(g_ok, g_img, 0)
     det, gside = _Side(dets.box, dets.wh, dcat), _Side(gt.box, gt.wh, gcat)
-    pr = _kept_pairs(kd, d_img, det, np.flatnonzero(plain), g_safe, gside, n_img, False, overlap_only)
-    cr = _kept_pairs(kd, d_img, det, np.flatnonzero(crowd & g_ok), g_safe, gside, n_img, True, True)
-    has_gt = np.bincount(g_img[plain], minlength=n_img)[d_img[kd]] > 0 if n_img else np.zeros(len(kd), bool)
+    img_k = d_img[kd]
+    pr = _kept_pairs(kd, img_k, det, np.flatnonzero(plain), g_safe, gside, n_img, False, overlap_only)
+    cr = _kept_pairs(kd, img_k, det, np.flatnonzero(crowd & g_ok), g_safe, gside, n_img, True, True)
+    has_gt = np.bincount(g_img[plain], minlength=n_img)[img_k] > 0 if n_img else np.zeros(len(kd), bool)
+    del img_k
     return Scene(
         int(max_dets),
         overlap_only,
