@@ -57,7 +57,7 @@ import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Detections, GroundTruth, MetricResult
-from detcal.metrics._pairs import BoxColumns, overlap_pairs
+from detcal.metrics._pairs import BoxColumns, BoxRows, overlap_pairs
 
 OCE_THRESHOLDS: tuple[float, ...] = (0.5, 0.75)
 """IoU thresholds of the paper (and of uq-detr's default)."""
@@ -292,7 +292,7 @@ def object_scores_of_sets(
     outs = [{a: np.ones((len(taus), len(rows))) for a in aggs} for _, aggs in sets]
     n_matched = [np.zeros((len(taus), len(rows)), np.int64) for _ in sets]
     det_max_iou = np.zeros(len(dets))
-    gcols, dcols = BoxColumns(gt.box), BoxColumns(dets.box)
+    gcols, dcols = BoxColumns(gt.box), BoxRows(dets.box)  # the detections' rows: no column copies of every box
     # pairs below every threshold never count
     for g, d, iou in overlap_pairs(dets.image_id, dcols, gt.image_id, gcols, float(taus.min()), rows):
         if len(g) == 0:
