@@ -172,9 +172,7 @@ def _subset(pr: _Pairs, keep: np.ndarray, n: int) -> _Pairs:
     return _Pairs(pd, pr.pg[sel], np.cumsum(count) - count, count, pr.iou[sel], pr.same[sel])
 
 
-def _greedy(
-    kr: np.ndarray, pr: _Pairs, pos: float, n_gt: int, classwise: bool = True
-) -> tuple[np.ndarray, np.ndarray]:
+def _greedy(kr: np.ndarray, pr: _Pairs, pos: float, n_gt: int, classwise: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """tidecv's matching, one pass per rank (every image at once): ``kr`` the rank of each kept detection (any
     order), ``pr`` their pairs; ``classwise=False``: every pair counts as one of the same class. Returns GT row
     per kept detection (-1) and the taken flag per GT row.
