@@ -348,9 +348,10 @@ def object_scores(
 def oce_from_scores(s: ObjectScores) -> MetricResult:
     """The OCE :class:`MetricResult` of per-object scores."""
     objects = "every ground-truth box" if s.variant == "uq_detr" else "ground-truth boxes that are not crowd or ignored"
+    per_threshold = s.per_threshold()  # once: the value is its mean (as ``s.value``), the table lists it
     return MetricResult(
         name="oce",
-        value=s.value,
+        value=float(per_threshold.mean()) if s.brier.shape[0] else float("nan"),
         variant=s.variant,
         params={
             "iou_thresholds": [float(t) for t in s.iou_thresholds],
@@ -360,7 +361,7 @@ def oce_from_scores(s: ObjectScores) -> MetricResult:
             "missed_object": 1.0,
             "matching": "every detection of the image with IoU >= tau, any class",
         },
-        table={"iou_threshold": s.iou_thresholds, "oce": s.per_threshold(), "n_missed": (s.n_matched == 0).sum(axis=1)},
+        table={"iou_threshold": s.iou_thresholds, "oce": per_threshold, "n_missed": (s.n_matched == 0).sum(axis=1)},
         extra={
             "n_objects": int(s.brier.shape[1]),
             "brier_note": "exact multi-class Brier"
