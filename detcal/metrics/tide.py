@@ -640,21 +640,18 @@ def _fixes(
     sv = sc.score[by_score]
     run = np.cumsum(np.concatenate([[0], sv[1:] != sv[:-1]])) if len(sv) else np.zeros(0, np.int64)
     del sv
-    n_img = int(sc.d_img.max()) + 1 if len(by_score) else 1
     n_run = int(run[-1]) + 1 if len(run) else 1
     # the columns gathered in score order, as the narrowest integers that hold them (the same values): the
     # gathers then read a quarter of the memory, which stays in the processor's cache on large sets
-    d_img, dcat, code, run = (
-        _narrow(sc.d_img, n_img),
-        _narrow(sc.dcat, n_cls),
-        code.astype(np.int8),
-        _narrow(run, 2 * n_run),
-    )
-    # equal scores in tidecv's visiting order: by image, then rank (input order within an image): a stable sort
-    # by image, then by score run (two radix sorts; the same order as one stable sort of run * n_img + image)
-    p1 = _small_sort(d_img[by_score], n_img)
-    by_score = by_score[p1][_small_sort(run[p1], n_run)]  # its runs are again ``run`` (sorted by run first)
-    del p1
+    dcat, code, run = _narrow(sc.dcat, n_cls), code.astype(np.int8), _narrow(run, 2 * n_run)
+    # equal scores in tidecv's visiting order: by image, then rank: the kept detections in that order (the
+    # scene's), stably sorted by their score run (one radix sort; the same order as a stable sort of
+    # run * n_img + image), read in image order
+    run_of = np.empty(len(code), run.dtype)
+    run_of[by_score] = run
+    visit = sc.by_image[kept[sc.by_image]]  # image, then rank
+    by_score = visit[_small_sort(run_of[visit], n_run)]  # its runs are again ``run`` (sorted by run)
+    del run_of, visit
     # in a fixed set the errors come before the untouched true positives of the same score
     fixed_order = by_score[_small_sort(run * 2 + tp[by_score], 2 * n_run)]
     del run
