@@ -144,7 +144,7 @@ def _rank_in_image(img: np.ndarray, desc: np.ndarray) -> tuple[np.ndarray, np.nd
     ties in input order."""
     bound = int(img.max()) + 1 if len(img) else 1
     img = _narrow(img, bound)  # gathered in score order below: the narrowest codes (same values) stay in cache
-    order = desc[img[desc] >= 0]
+    order = desc[img[desc] >= 0] if len(img) and img.min() < 0 else desc  # the detections of known images
     order = order[_small_sort(img[order], bound)]
     rank = np.full(len(img), -1, np.int64)
     si = img[order]
@@ -507,7 +507,10 @@ def scene(
     rank, by_image = _rank_in_image(d_img, desc)
     kd = np.flatnonzero((rank >= 0) & (rank < max_dets))
     if len(kd):  # by image, then row: the boxes of each image read together (in row order for most files)
-        kd = kd[_small_sort(d_img[kd], int(d_img[kd].max()) + 1)]
+        ki = d_img[kd]
+        if np.any(ki[1:] < ki[:-1]):  # not already by image (a file written image after image is)
+            kd = kd[_small_sort(ki, int(ki.max()) + 1)]
+        del ki
     cat_all, n_cls = _codes(dets.category, gt.category)
     dcat, gcat = _narrow(cat_all[:nd], n_cls), cat_all[nd:].copy()
     del cat_all
