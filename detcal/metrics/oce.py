@@ -186,6 +186,17 @@ def _majority_label(obj: np.ndarray, label: np.ndarray, n_obj: int) -> np.ndarra
     out = np.full(n_obj, -1, np.int64)
     if len(obj) == 0:
         return out
+    # an object whose pairs all carry one label has it as the majority: only the others are counted (pairs in
+    # ascending object, as a block's are: a label change within an object's run marks it)
+    change = np.flatnonzero((obj[1:] == obj[:-1]) & (label[1:] != label[:-1]))
+    if len(change) * 4 < len(obj) and not np.any(obj[1:] < obj[:-1]):
+        out[obj] = label  # a pure object's label (the mixed ones are overwritten below)
+        if not len(change):
+            return out
+        mixed = np.zeros(n_obj, bool)
+        mixed[obj[change]] = True
+        sel = np.flatnonzero(mixed[obj])
+        obj, label = obj[sel], label[sel]
     lab64 = np.asarray(label, np.int64)
     lo, hi = int(lab64.min()), int(lab64.max())
     if (hi - lo + 1) * (n_obj + 1) < 2**62:  # (object, label) as one integer: one stable sort, nearly in order

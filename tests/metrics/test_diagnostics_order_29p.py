@@ -270,3 +270,46 @@ def test_ece_of_every_detection_without_a_mask_equals_the_masked_one() -> None:
     assert op_mod._ece_kept(ece, p, y, None) == op_mod._ece_kept(ece, p, y, np.ones(300, bool))
     assert np.array_equal(seen[0][0], seen[1][0]) and np.array_equal(seen[0][1], seen[1][1])
     assert op_mod._ece_kept(ece, p, y, np.zeros(300, bool)) == {"n": 0, "ece": None}
+
+
+@pytest.mark.parametrize("pure", [1.0, 0.9, 0.3])
+@pytest.mark.parametrize("ordered", [True, False])
+def test_majority_label_of_mostly_pure_objects_equals_counting(pure: float, ordered: bool) -> None:
+    """Objects whose pairs all carry one label take it directly; the mixed ones (and any set whose objects are
+    not in ascending order) are counted: the same labels as counting each object's pairs."""
+    oce_mod = importlib.import_module("detcal.metrics.oce")
+    rng = np.random.default_rng(int(pure * 10) + ordered)
+    obj = np.sort(rng.integers(0, 60, 700))
+    own = rng.choice(np.array([2, 5, 9, 40]), 65)
+    label = np.where(rng.random(700) < pure, own[obj], rng.choice(np.array([2, 5, 9, 40]), 700))
+    if not ordered:
+        p = rng.permutation(700)
+        obj, label = obj[p], label[p]
+    got = oce_mod._majority_label(obj, label, 65)
+    for o in range(65):
+        labs = label[obj == o]
+        if len(labs) == 0:
+            assert got[o] == -1
+            continue
+        vals, counts = np.unique(labs, return_counts=True)
+        assert got[o] == vals[np.flatnonzero(counts == counts.max())[0]], o
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_greedy_on_a_file_written_image_after_image(seed: int) -> None:
+    """Detections already grouped by image (no sort of the kept ones): the same matching and TIDE result as
+    the written-out matching, and as the same detections in another row order (per detection)."""
+    images, gt, dets = _set(seed)
+    order = np.argsort(images.index_of(dets.image_id), kind="stable")
+    grouped = Detections(image_id=dets.image_id[order], box=dets.box[order], score=dets.score[order],
+                         category=dets.category[order])  # fmt: skip
+    sc = scene(images, gt, grouped, max_dets=20)
+    assert np.all(np.diff(sc.kd) > 0)  # in row order
+    got, _, _ = scene_match(sc, 0.5, best=False)
+    row = np.full(len(dets), -1, np.int64)
+    row[sc.kd] = got
+    assert np.array_equal(row, _greedy_reference(images, gt, grouped, 20, 0.5, True))
+    a = tide_mod.tide(images, gt, grouped, max_dets=20)
+    b = tide_mod.tide(images, gt, dets, max_dets=20)
+    assert (a.ap, a.main, a.special, a.counts) == (b.ap, b.main, b.special, b.counts)
+    assert np.array_equal(a.code, b.code[order]) and np.array_equal(a.target, b.target[order])
