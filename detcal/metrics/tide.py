@@ -191,15 +191,21 @@ def _greedy(kr: np.ndarray, pr: _Pairs, pos: float, n_gt: int, classwise: bool =
         same = pr.same if classwise else None
     if not len(sel):
         return got, used
-    pd = pr.pd[sel]
-    rk = kr[pd]
-    by_rank = _small_sort(rk, int(rk.max()) + 1)
-    sel, pd, rk = sel[by_rank], pd[by_rank], rk[by_rank]
-    pg, iou = pr.pg[sel], pr.iou[sel]
+    # the candidate pairs taken in their order (a forward read), then put in rank order as compact columns
+    pd, pg, iou = pr.pd[sel], pr.pg[sel], pr.iou[sel]
     ok = None if same is None else same[sel]
-    del by_rank, sel
-    bounds = np.flatnonzero(np.concatenate([[True], rk[1:] != rk[:-1], [True]]))
+    del sel
+    rk = kr[pd]
+    n_rank = int(rk.max()) + 1
+    by_rank = _small_sort(rk, n_rank)
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(rk, minlength=n_rank))])  # each rank's pairs
+    del rk
+    pd, pg, iou = pd[by_rank], pg[by_rank], iou[by_rank]
+    ok = None if ok is None else ok[by_rank]
+    del by_rank
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        if a == b:
+            continue
         d, g = pd[a:b], pg[a:b]
         new = np.concatenate([[True], d[1:] != d[:-1]])  # each detection's run of pairs starts here
         first = np.flatnonzero(new)
