@@ -91,13 +91,10 @@ def _class_f1(
         return out
     code = code.astype(np.int16 if c < 2**15 else np.int64)  # narrow before the gathers in score order (cache)
     o = by_score[np.argsort(code[by_score], kind="stable")]  # by class, each in descending score order
-    counts = np.bincount(code, minlength=c)
-    ends = np.cumsum(counts)
-    # score and true-positive flag side by side: one gather of a pair of values per point in class order
-    both = np.column_stack([np.asarray(score, np.float64), tp.astype(np.float64)])
+    ends = np.cumsum(np.bincount(code, minlength=c))
     for a, b in class_blocks(ends, _CLASS_BLOCK):
         lo = int(ends[a - 1]) if a else 0
-        _class_f1_block(both, n_gt, o[lo : int(ends[b - 1])], a, b, counts[a:b], out)
+        _class_f1_block(score, tp, code, n_gt, o[lo : int(ends[b - 1])], a, b, out)
     return out
 
 
@@ -113,31 +110,28 @@ def class_blocks(ends: np.ndarray, size: int) -> list[tuple[int, int]]:
 
 
 def _class_f1_block(
-    both: np.ndarray, n_gt: np.ndarray, o: np.ndarray, a: int, b: int, n: np.ndarray, out: np.ndarray
-) -> None:
-    """:func:`_class_f1` for the classes ``a:b`` (``n`` points each), whose points ``o`` are grouped by class,
-    into ``out``; ``both [D, 2]``: each point's score and true-positive flag (0 or 1)."""
+    score: np.ndarray, tp: np.ndarray, code: np.ndarray, n_gt: np.ndarray, o: np.ndarray, a: int, b: int,
+    out: np.ndarray,
+) -> None:  # fmt: skip
+    """:func:`_class_f1` for the classes ``a:b``, whose points ``o`` are grouped by class, into ``out``."""
     if not len(o):
         return
-    r = np.take(both, o, axis=0)  # take: far quicker than both[o] on rows of two
-    s, t = np.ascontiguousarray(r[:, 0]), r[:, 1].astype(np.int64)
-    del r
-    # the points' classes and their classes' columns by repetition (the points are grouped by class)
-    sc = np.repeat(np.arange(a, b, dtype=np.int64), n)
+    sc = code[o]
+    s, t = score[o], tp[o].astype(np.int64)
+    n = np.bincount(sc - a, minlength=b - a)
     start = np.cumsum(n) - n
-    has = n > 0
-    first_of = np.repeat(start[has], n[has])
+    first_of = start[sc - a]
     ctp = np.cumsum(t)
-    tpc = ctp - np.repeat((ctp - t)[start[has]], n[has])
+    tpc = ctp - (ctp[first_of] - t[first_of])
     pos = np.arange(len(s)) - first_of
     last = np.concatenate([(s[1:] != s[:-1]) | (sc[1:] != sc[:-1]), [True]])
-    g = np.repeat(n_gt[a:b].astype(np.float64), n)
+    g = n_gt[sc].astype(np.float64)
     f1 = np.where(last & (g > 0), 2 * tpc / (pos + 1 + g), -1.0)
     # per class: the highest F1, the first (highest threshold) on ties
-    best = np.maximum.reduceat(f1, start[has])
+    best = np.maximum.reduceat(f1, start[n > 0])
     bf = np.full(b - a, -1.0)
-    bf[has] = best
-    hit = np.flatnonzero((f1 == np.repeat(bf, n)) & (f1 >= 0))
+    bf[n > 0] = best
+    hit = np.flatnonzero((f1 == bf[sc - a]) & (f1 >= 0))
     first = hit[np.concatenate([[True], sc[hit][1:] != sc[hit][:-1]])] if len(hit) else hit
     cls = sc[first]
     out[cls, 0], out[cls, 1] = s[first], f1[first]
@@ -180,7 +174,8 @@ def operating_points(
     p, y, code = o.score[keep_cls], o.tp[keep_cls], ci[keep_cls]
     c = len(cats)
     pooled_s, pooled_y = o.score[valid], o.tp[valid]
-    ci_v = ci[valid]  # each pooled detection's class (-1: a class without boxes)
+    # each pooled detection's class (-1: a class without boxes), kept through as the narrowest integers
+    ci_v = ci[valid].astype(np.int16 if c < 2**15 else np.int64)
     has_class = ci_v >= 0
     j = grid_count(pooled_s)  # the grid points each pooled detection is kept at, shared with the classes
     kept, tps = _counts(p, y, code, c, j[has_class])
@@ -207,11 +202,10 @@ def operating_points(
         olrp, lrp_tau = np.asarray([_nan(lrp[1].get(int(k))) for k in cats.tolist()], float), lrp[2]
     f1_keep = pooled_s >= thr if np.isfinite(thr) else None
     cls_thr = per[:, 0]
-    ci_safe = np.maximum(ci_v, 0)
 
     def class_keep(th: np.ndarray) -> np.ndarray:
         """Pooled detections at or above their class's threshold (all of a class with NaN or without GT)."""
-        t = np.where(ci_v >= 0, th[ci_safe], np.nan) if c else np.full(len(ci_v), np.nan)
+        t = np.where(ci_v >= 0, th[np.maximum(ci_v, 0)], np.nan) if c else np.full(len(ci_v), np.nan)
         return ~np.isfinite(t) | (pooled_s >= t)
 
     index = {int(k): i for i, k in enumerate(cats.tolist())}

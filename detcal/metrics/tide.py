@@ -424,18 +424,25 @@ def _kept_pairs(
         _pair_block(k_det, a, b, n, ends, gfirst, det, gc, gcat, g_rows, crowd, overlap_only)
         for a, b in zip(cuts, cuts[1:])
     ]
-    pd = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
-    pg = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
-    iou = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0)
-    same = np.concatenate([p[3] for p in parts]) if parts else np.zeros(0, bool)
-    count = np.concatenate([p[4] for p in parts]) if parts else np.zeros(len(k_det), np.int64)
+    # each column joined, then its blocks released (peak memory: the blocks and one joined column at a time)
+    empty = [np.zeros(0, t) for t in (np.int64, np.int64, np.float64, np.bool_)]
+    cols: list[list[np.ndarray] | None] = [list(c) for c in zip(*parts)] if parts else [[e] for e in empty]
     del parts
+    pd, pg, iou, same = (_join(cols, k) for k in range(4))
+    count = _join(cols, 4) if len(cols) > 4 else np.zeros(len(k_det), np.int64)
     if some is not None:  # back to the positions among every kept detection
         pd = some[pd]
         count_all = np.zeros(len(kd), np.int64)
         count_all[some] = count
         count = count_all
     return _Pairs(pd, pg, np.cumsum(count) - count, count, iou, same)
+
+
+def _join(cols: list[list[np.ndarray] | None], k: int) -> np.ndarray:
+    """The blocks of column ``k`` joined; the blocks released."""
+    parts, cols[k] = cols[k], None
+    assert parts is not None
+    return np.concatenate(parts)
 
 
 def _pair_block(
@@ -524,7 +531,7 @@ def scene(
     plain = ~crowd & g_ok
     g_safe = np.where(g_ok, g_img, 0)
     det, gside = _Side(dets.box, dets.wh, dcat), _Side(gt.box, gt.wh, gcat)
-    img_k = d_img[kd]
+    img_k = _narrow(d_img[kd], n_img)  # the kept detections' images (narrow: held through the pairs)
     pr = _kept_pairs(kd, img_k, det, np.flatnonzero(plain), g_safe, gside, n_img, False, overlap_only)
     cr = _kept_pairs(kd, img_k, det, np.flatnonzero(crowd & g_ok), g_safe, gside, n_img, True, True)
     has_gt = np.bincount(g_img[plain], minlength=n_img)[img_k] > 0 if n_img else np.zeros(len(kd), bool)
