@@ -403,9 +403,11 @@ def _kept_pairs(
     over the detection's area). ``overlap_only``: only the pairs that overlap (exact whenever every rule needs an
     IoU above 0). The detections' boxes are read in blocks of whole kept detections with about :data:`_CHUNK`
     pairs each (each pair computed alone: the same values as all at once); when at most half the detections
-    have a box in their image (crowd boxes), only those go through the blocks."""
+    have a box in their image (crowd boxes), only those go through the blocks. Positions, rows and counts are
+    int32 when they fit (the same values, half the memory held through the diagnostics)."""
+    idx = np.int32 if max(len(kd), len(gt.cat)) < 2**31 else np.int64
     gi = gt_img[gsel]
-    g_rows = gsel[np.argsort(gi, kind="stable")]  # the selected boxes in image order
+    g_rows = gsel[np.argsort(gi, kind="stable")].astype(idx)  # the selected boxes in image order
     gcount = np.bincount(gi, minlength=n_img)
     gstart = np.cumsum(gcount) - gcount
     n = gcount[img_k]
@@ -425,17 +427,17 @@ def _kept_pairs(
         for a, b in zip(cuts, cuts[1:])
     ]
     # each column joined, then its blocks released (peak memory: the blocks and one joined column at a time)
-    empty = [np.zeros(0, t) for t in (np.int64, np.int64, np.float64, np.bool_)]
+    empty = [np.zeros(0, t) for t in (idx, idx, np.float64, np.bool_)]
     cols: list[list[np.ndarray] | None] = [list(c) for c in zip(*parts)] if parts else [[e] for e in empty]
     del parts
     pd, pg, iou, same = (_join(cols, k) for k in range(4))
-    count = _join(cols, 4) if len(cols) > 4 else np.zeros(len(k_det), np.int64)
+    count = _join(cols, 4) if len(cols) > 4 else np.zeros(len(k_det), idx)
     if some is not None:  # back to the positions among every kept detection
-        pd = some[pd]
-        count_all = np.zeros(len(kd), np.int64)
+        pd = some.astype(idx)[pd]
+        count_all = np.zeros(len(kd), idx)
         count_all[some] = count
         count = count_all
-    return _Pairs(pd, pg, np.cumsum(count) - count, count, iou, same)
+    return _Pairs(pd, pg, np.cumsum(count, dtype=idx) - count, count, iou, same)
 
 
 def _join(cols: list[list[np.ndarray] | None], k: int) -> np.ndarray:
@@ -478,7 +480,8 @@ def _pair_block(
     np.divide(inter, union, out=iou, where=ok)
     same = det.cat[kd[a + live]][pd] == gcat[within]
     at = live[pd]
-    return at + a, g_rows[within], iou, same, np.bincount(at, minlength=b - a)
+    idx = g_rows.dtype  # the positions' and counts' integers (as the GT rows')
+    return (at + a).astype(idx), g_rows[within], iou, same, np.bincount(at, minlength=b - a).astype(idx)
 
 
 @dataclass
