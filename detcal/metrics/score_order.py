@@ -50,7 +50,7 @@ def stable_descending(score: np.ndarray) -> np.ndarray:
 
 def descending_order(score: np.ndarray) -> np.ndarray:
     """Row order [D] of ``score`` by descending value, ties in input order (read-only; equal to
-    ``np.argsort(-score, kind="stable")`` for finite scores, and computed that way when not reused)."""
+    ``np.argsort(-score, kind="stable")``, computed by :func:`stable_descending` when not reused)."""
     score = np.asarray(score).reshape(-1)
     order = _last.get("order")
     if (
