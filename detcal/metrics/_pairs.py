@@ -35,7 +35,7 @@ def pair_iou(gt_box: np.ndarray, det_box: np.ndarray) -> np.ndarray:
 
 
 class BoxColumns:
-    """The corners and area of boxes as contiguous columns, gathered per pair by :meth:`pair_iou`."""
+    """The corners and area of boxes as contiguous columns, gathered per pair by :func:`columns_iou`."""
 
     def __init__(self, box: np.ndarray) -> None:
         b = np.asarray(box, dtype=np.float64)
@@ -43,18 +43,39 @@ class BoxColumns:
         self.x2, self.y2 = np.ascontiguousarray(b[:, 2]), np.ascontiguousarray(b[:, 3])
         self.area = (self.x2 - self.x1) * (self.y2 - self.y1)
 
+    def take(self, rows: np.ndarray) -> tuple[np.ndarray, ...]:
+        """x1, y1, x2, y2 and area of ``rows``."""
+        return self.x1[rows], self.y1[rows], self.x2[rows], self.y2[rows], self.area[rows]
 
-def columns_iou(a: BoxColumns, b: BoxColumns, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
+
+class BoxRows:
+    """Boxes read a row of four corners at a time (no column copies of a large set): ``x1`` and ``x2`` are views
+    for the sort keys; :meth:`take` gives the same values as :meth:`BoxColumns.take` (the area computed per row
+    with the same arithmetic)."""
+
+    def __init__(self, box: np.ndarray) -> None:
+        self.box = np.asarray(box, dtype=np.float64).reshape(-1, 4)
+        self.x1, self.x2 = self.box[:, 0], self.box[:, 2]
+
+    def take(self, rows: np.ndarray) -> tuple[np.ndarray, ...]:
+        """x1, y1, x2, y2 and area of ``rows``."""
+        r = np.take(self.box, rows, axis=0)  # take: far quicker than box[rows] on rows of four
+        x1, y1, x2, y2 = (np.ascontiguousarray(r[:, k]) for k in range(4))
+        return x1, y1, x2, y2, (x2 - x1) * (y2 - y1)
+
+
+def columns_iou(a: BoxColumns | BoxRows, b: BoxColumns | BoxRows, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
     """IoU [P] of the pairs (``a`` row ``ia``, ``b`` row ``ib``); the same arithmetic as :func:`pair_iou`."""
-    iw = np.minimum(a.x2[ia], b.x2[ib])
-    iw -= np.maximum(a.x1[ia], b.x1[ib])
+    ax1, ay1, ax2, ay2, union = a.take(ia)
+    bx1, by1, bx2, by2, b_area = b.take(ib)
+    iw = np.minimum(ax2, bx2)
+    iw -= np.maximum(ax1, bx1)
     np.maximum(iw, 0.0, out=iw)
-    ih = np.minimum(a.y2[ia], b.y2[ib])
-    ih -= np.maximum(a.y1[ia], b.y1[ib])
+    ih = np.minimum(ay2, by2)
+    ih -= np.maximum(ay1, by1)
     np.maximum(ih, 0.0, out=ih)
     iw *= ih  # the intersection
-    union = a.area[ia]
-    union += b.area[ib]
+    union += b_area
     union -= iw
     np.divide(iw, union, out=iw, where=union > 0)
     iw[union <= 0] = 0.0
@@ -72,9 +93,9 @@ def dense_codes(ids: np.ndarray) -> tuple[int, np.ndarray]:
 
 def overlap_pairs(
     det_image: np.ndarray,
-    dcols: BoxColumns,
+    dcols: BoxColumns | BoxRows,
     gt_image: np.ndarray,
-    gcols: BoxColumns,
+    gcols: BoxColumns | BoxRows,
     min_iou: float,
     gt_rows: np.ndarray | None = None,
     block: int = PAIR_BLOCK,
@@ -101,7 +122,9 @@ def overlap_pairs(
     span = max((float(c.max()) for c in coords if len(c)), default=0.0) - lo_c
     stride = 4.0 * (span + 1.0)  # one image's key range [code * stride, code * stride + 3 (span + 1))
     key = d_code * stride + (dcols.x1 - lo_c + stride / 4)
-    order = np.argsort(key, kind="stable")
+    # any order sorting the keys gives the same windows (a window is a range of key values) and the pairs are
+    # sorted by (GT row, detection row) below: numpy's default (SIMD) sort, about twice as quick as a stable one
+    order = np.argsort(key)
     key = key[order]
     margin = 8.0 * np.finfo(float).eps * (n_codes + 1) * stride + 1e-9 * stride
     gw = gcols.x2[gt_rows] - gcols.x1[gt_rows]

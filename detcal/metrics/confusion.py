@@ -83,6 +83,14 @@ def agnostic_match(
     return AgnosticMatch(float(iou), row, ignored, considered, pair, any_iou)
 
 
+def _code_table(cats: np.ndarray) -> np.ndarray:
+    """Row of each class id in ``cats`` (distinct, ascending, non-negative), ``len(cats)`` (background) for the
+    ids between them, indexed by id."""
+    table = np.full(int(cats[-1]) + 1, len(cats), np.int64)
+    table[cats] = np.arange(len(cats))
+    return table
+
+
 def confusion_matrix(
     am: AgnosticMatch, dets: Detections, gt: GroundTruth, categories: list[int], score_threshold: float = 0.5
 ) -> dict[str, Any]:
@@ -91,10 +99,17 @@ def confusion_matrix(
     cats = np.asarray(sorted(categories), np.int64)
     c = len(cats)
 
+    # small non-negative ids: a lookup table (the same codes as a binary search, without one per detection)
+    small = c > 0 and cats[0] >= 0 and cats[-1] < 1 << 20 and bool(np.all(cats[1:] > cats[:-1]))
+    table = _code_table(cats) if small else None
+
     def code(x: np.ndarray) -> np.ndarray:
         """Row/column of each class id (background for an id outside ``categories``)."""
         if c == 0:
             return np.zeros(len(x), np.int64)
+        if table is not None:
+            inside = (x >= 0) & (x < len(table))
+            return np.where(inside, table[np.where(inside, x, 0)], c)
         pos = np.clip(np.searchsorted(cats, x), 0, c - 1)
         return np.where(cats[pos] == x, pos, c)
 

@@ -57,7 +57,7 @@ import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Detections, GroundTruth, MetricResult
-from detcal.metrics._pairs import BoxColumns, overlap_pairs
+from detcal.metrics._pairs import BoxColumns, BoxRows, overlap_pairs
 
 OCE_THRESHOLDS: tuple[float, ...] = (0.5, 0.75)
 """IoU thresholds of the paper (and of uq-detr's default)."""
@@ -186,6 +186,17 @@ def _majority_label(obj: np.ndarray, label: np.ndarray, n_obj: int) -> np.ndarra
     out = np.full(n_obj, -1, np.int64)
     if len(obj) == 0:
         return out
+    # an object whose pairs all carry one label has it as the majority: only the others are counted (pairs in
+    # ascending object, as a block's are: a label change within an object's run marks it)
+    change = np.flatnonzero((obj[1:] == obj[:-1]) & (label[1:] != label[:-1]))
+    if len(change) * 4 < len(obj) and not np.any(obj[1:] < obj[:-1]):
+        out[obj] = label  # a pure object's label (the mixed ones are overwritten below)
+        if not len(change):
+            return out
+        mixed = np.zeros(n_obj, bool)
+        mixed[obj[change]] = True
+        sel = np.flatnonzero(mixed[obj])
+        obj, label = obj[sel], label[sel]
     lab64 = np.asarray(label, np.int64)
     lo, hi = int(lab64.min()), int(lab64.max())
     if (hi - lo + 1) * (n_obj + 1) < 2**62:  # (object, label) as one integer: one stable sort, nearly in order
@@ -292,7 +303,7 @@ def object_scores_of_sets(
     outs = [{a: np.ones((len(taus), len(rows))) for a in aggs} for _, aggs in sets]
     n_matched = [np.zeros((len(taus), len(rows)), np.int64) for _ in sets]
     det_max_iou = np.zeros(len(dets))
-    gcols, dcols = BoxColumns(gt.box), BoxColumns(dets.box)
+    gcols, dcols = BoxColumns(gt.box), BoxRows(dets.box)  # the detections' rows: no column copies of every box
     # pairs below every threshold never count
     for g, d, iou in overlap_pairs(dets.image_id, dcols, gt.image_id, gcols, float(taus.min()), rows):
         if len(g) == 0:
@@ -348,9 +359,10 @@ def object_scores(
 def oce_from_scores(s: ObjectScores) -> MetricResult:
     """The OCE :class:`MetricResult` of per-object scores."""
     objects = "every ground-truth box" if s.variant == "uq_detr" else "ground-truth boxes that are not crowd or ignored"
+    per_threshold = s.per_threshold()  # once: the value is its mean (as ``s.value``), the table lists it
     return MetricResult(
         name="oce",
-        value=s.value,
+        value=float(per_threshold.mean()) if s.brier.shape[0] else float("nan"),
         variant=s.variant,
         params={
             "iou_thresholds": [float(t) for t in s.iou_thresholds],
@@ -360,7 +372,7 @@ def oce_from_scores(s: ObjectScores) -> MetricResult:
             "missed_object": 1.0,
             "matching": "every detection of the image with IoU >= tau, any class",
         },
-        table={"iou_threshold": s.iou_thresholds, "oce": s.per_threshold(), "n_missed": (s.n_matched == 0).sum(axis=1)},
+        table={"iou_threshold": s.iou_thresholds, "oce": per_threshold, "n_missed": (s.n_matched == 0).sum(axis=1)},
         extra={
             "n_objects": int(s.brier.shape[1]),
             "brier_note": "exact multi-class Brier"

@@ -143,13 +143,15 @@ def _nan(v: float | None) -> float:
 
 
 def _ece_kept(
-    ece: Callable[[np.ndarray, np.ndarray], MetricResult], p: np.ndarray, y: np.ndarray, keep: np.ndarray
+    ece: Callable[[np.ndarray, np.ndarray], MetricResult], p: np.ndarray, y: np.ndarray, keep: np.ndarray | None
 ) -> dict[str, Any]:
-    """ECE of the kept detections (None when none is kept), with their number."""
-    n = int(keep.sum())
+    """ECE of the kept detections (None when none is kept; ``keep`` None: all), with their number."""
+    n = len(p) if keep is None else int(keep.sum())
+    if keep is not None and n < len(p):
+        p, y = p[keep], y[keep]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # few kept detections: the run's ECE warnings already say so
-        return {"n": n, "ece": float(ece(p[keep], y[keep]).value) if n else None}
+        return {"n": n, "ece": float(ece(p, y).value) if n else None}
 
 
 def operating_points(
@@ -172,8 +174,11 @@ def operating_points(
     p, y, code = o.score[keep_cls], o.tp[keep_cls], ci[keep_cls]
     c = len(cats)
     pooled_s, pooled_y = o.score[valid], o.tp[valid]
+    # each pooled detection's class (-1: a class without boxes), kept through as the narrowest integers
+    ci_v = ci[valid].astype(np.int16 if c < 2**15 else np.int64)
+    has_class = ci_v >= 0
     j = grid_count(pooled_s)  # the grid points each pooled detection is kept at, shared with the classes
-    kept, tps = _counts(p, y, code, c, j[ci[valid] >= 0])
+    kept, tps = _counts(p, y, code, c, j[has_class])
     n_gt = o.n_gt.astype(np.int64)
     pk, pt = _counts(pooled_s, pooled_y, np.zeros(len(pooled_s), np.int64), 1, j)
     del j  # the full-size temporaries released as soon as they are used (the diagnostics' peak memory)
@@ -183,10 +188,10 @@ def operating_points(
     else:  # the same order from the detections' one
         order = (np.cumsum(valid) - 1)[desc[valid[desc]]]
     thr, f1, prec, rec = f1_optimal(pooled_s, pooled_y, int(n_gt.sum()), order)
-    has_cls = (ci[valid] >= 0)[order]
-    within = np.cumsum(ci[valid] >= 0) - 1  # position of a pooled point among the points with a class
+    has_cls = has_class[order]
+    within = np.cumsum(has_class) - 1  # position of a pooled point among the points with a class
     by_score = within[order[has_cls]]
-    del order, has_cls, within
+    del order, has_cls, within, has_class
     per = _class_f1(p, y, code, n_gt, by_score)
     del p, y, code, by_score
     if lrp is None:
@@ -195,13 +200,11 @@ def operating_points(
     else:
         lrp_thr = np.asarray([_nan(lrp[0].get(int(k))) for k in cats.tolist()], float)
         olrp, lrp_tau = np.asarray([_nan(lrp[1].get(int(k))) for k in cats.tolist()], float), lrp[2]
-    all_keep = np.ones(len(pooled_s), bool)
-    f1_keep = pooled_s >= thr if np.isfinite(thr) else all_keep
+    f1_keep = pooled_s >= thr if np.isfinite(thr) else None
     cls_thr = per[:, 0]
 
     def class_keep(th: np.ndarray) -> np.ndarray:
         """Pooled detections at or above their class's threshold (all of a class with NaN or without GT)."""
-        ci_v = ci[valid]
         t = np.where(ci_v >= 0, th[np.maximum(ci_v, 0)], np.nan) if c else np.full(len(ci_v), np.nan)
         return ~np.isfinite(t) | (pooled_s >= t)
 
@@ -225,7 +228,7 @@ def operating_points(
             "olrp": olrp.tolist(),
         },
         "ece_kept": {
-            "all": _ece_kept(ece, pooled_s, pooled_y, all_keep),
+            "all": _ece_kept(ece, pooled_s, pooled_y, None),
             "f1_optimal_pooled": _ece_kept(ece, pooled_s, pooled_y, f1_keep),
             "f1_optimal_per_class": _ece_kept(ece, pooled_s, pooled_y, class_keep(cls_thr)),
             "lrp_optimal_per_class": _ece_kept(ece, pooled_s, pooled_y, class_keep(lrp_thr)),

@@ -38,7 +38,6 @@ All vectorised: the greedy matching loops over the rank within an image
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,7 +144,7 @@ def _rank_in_image(img: np.ndarray, desc: np.ndarray) -> tuple[np.ndarray, np.nd
     ties in input order."""
     bound = int(img.max()) + 1 if len(img) else 1
     img = _narrow(img, bound)  # gathered in score order below: the narrowest codes (same values) stay in cache
-    order = desc[img[desc] >= 0]
+    order = desc[img[desc] >= 0] if len(img) and img.min() < 0 else desc  # the detections of known images
     order = order[_small_sort(img[order], bound)]
     rank = np.full(len(img), -1, np.int64)
     si = img[order]
@@ -173,27 +172,50 @@ def _subset(pr: _Pairs, keep: np.ndarray, n: int) -> _Pairs:
     return _Pairs(pd, pr.pg[sel], np.cumsum(count) - count, count, pr.iou[sel], pr.same[sel])
 
 
-def _greedy(kr: np.ndarray, pr: _Pairs, pos: float, n_gt: int) -> tuple[np.ndarray, np.ndarray]:
-    """tidecv's matching, one pass per rank (every image at once). Returns GT row per kept detection (-1) and
-    the taken flag per GT row."""
+def _greedy(kr: np.ndarray, pr: _Pairs, pos: float, n_gt: int, classwise: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """tidecv's matching, one pass per rank (every image at once): ``kr`` the rank of each kept detection (any
+    order), ``pr`` their pairs; ``classwise=False``: every pair counts as one of the same class. Returns GT row
+    per kept detection (-1) and the taken flag per GT row.
+
+    Within a pass each image has at most one detection, so the passes see the pairs of one rank each: the
+    pairs that can be taken (of one class and reaching ``pos``; every pair when ``pos <= 0``) are put in rank
+    order by one stable radix sort (each detection's run of pairs kept, in its order)."""
     used = np.zeros(n_gt, bool)
     got = np.full(len(kr), -1, np.int64)
     if pos > 0:  # only the pairs of one class reaching pos can be taken (the first maximum stays the first)
-        pr = _subset(pr, pr.same & (pr.iou >= pos), len(kr))
-    bounds = np.searchsorted(kr, np.arange(int(kr.max()) + 2 if len(kr) else 1))
-    for r in range(len(bounds) - 1):
-        a, b = int(bounds[r]), int(bounds[r + 1])
+        keep = pr.iou >= pos
+        sel = np.flatnonzero(keep & pr.same if classwise else keep)
+        same = None
+    else:
+        sel = np.arange(len(pr.pd))
+        same = pr.same if classwise else None
+    if not len(sel):
+        return got, used
+    # the candidate pairs taken in their order (a forward read), then put in rank order as compact columns
+    pd, pg, iou = pr.pd[sel], pr.pg[sel], pr.iou[sel]
+    ok = None if same is None else same[sel]
+    del sel
+    rk = kr[pd]
+    n_rank = int(rk.max()) + 1
+    by_rank = _small_sort(rk, n_rank)
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(rk, minlength=n_rank))])  # each rank's pairs
+    del rk
+    pd, pg, iou = pd[by_rank], pg[by_rank], iou[by_rank]
+    ok = None if ok is None else ok[by_rank]
+    del by_rank
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         if a == b:
             continue
-        st, ct = pr.start[a:b], pr.count[a:b]
-        p0 = int(st[0]) if len(st) else 0
-        p1 = int(st[-1] + ct[-1]) if len(st) else 0
-        g = pr.pg[p0:p1]
-        val = np.where(pr.same[p0:p1] & ~used[g], pr.iou[p0:p1], 0.0)
-        mx, arg = _seg_argmax(val, st - p0, ct, pr.pd[p0:p1] - a)
+        d, g = pd[a:b], pg[a:b]
+        new = np.concatenate([[True], d[1:] != d[:-1]])  # each detection's run of pairs starts here
+        first = np.flatnonzero(new)
+        ct = np.diff(np.append(first, b - a))
+        free = ~used[g] if ok is None else ok[a:b] & ~used[g]
+        val = np.where(free, iou[a:b], 0.0)
+        mx, arg = _seg_argmax(val, first, ct, np.cumsum(new) - 1)
         hit = np.flatnonzero(mx >= pos)
         rows = g[arg[hit]]
-        got[a + hit] = rows
+        got[d[first[hit]]] = rows
         used[rows] = True
     return got, used
 
@@ -294,6 +316,37 @@ def _ap(cls: np.ndarray, tp: np.ndarray, n_gt: np.ndarray, grouped: bool = False
         order = _class_order(cls, n_cls)
         t = np.flatnonzero(tp[order])  # positions of the true positives among the points ordered by class
     c = (cls[t] if grouped else cls[order[t]]).astype(np.int64)
+    return _ap_of_true_positives(t, c, npts, n_gt)
+
+
+def _ap_kept(cls: np.ndarray, ends: np.ndarray, keep: np.ndarray, tp: np.ndarray, n_gt: np.ndarray) -> float:
+    """:func:`_ap` of the points ``keep`` of class-grouped points (``cls`` their classes, ``ends [C]`` the end of
+    each class's points), true positives ``tp & keep``, without gathering them: a point's place among the kept
+    ones is the count of kept points before it."""
+    before = np.zeros(len(keep) + 1, np.int64)
+    np.cumsum(keep, out=before[1:])
+    ti = np.flatnonzero(tp & keep)
+    t = before[ti]  # the kept points before each true positive: its position among them
+    c = cls[ti].astype(np.int64)
+    npts = np.diff(before[np.concatenate([[0], ends])])
+    return _ap_of_true_positives(t, c, npts, n_gt)
+
+
+def _ap_true_positives_first(tp_cls: np.ndarray, fp_cls: np.ndarray, n_gt: np.ndarray) -> float:
+    """:func:`_ap` of points whose true positives (classes ``tp_cls``) come before the false positives
+    (``fp_cls``) in every class: the ``i``-th true positive of a class is its ``i``-th point (no sort)."""
+    n_cls = len(n_gt)
+    nt = np.bincount(tp_cls, minlength=n_cls)
+    npts = nt + np.bincount(fp_cls, minlength=n_cls)
+    c = np.repeat(np.arange(n_cls), nt)
+    t = (np.cumsum(npts) - npts)[c] + np.arange(len(c)) - (np.cumsum(nt) - nt)[c]
+    return _ap_of_true_positives(t, c, npts, n_gt)
+
+
+def _ap_of_true_positives(t: np.ndarray, c: np.ndarray, npts: np.ndarray, n_gt: np.ndarray) -> float:
+    """:func:`_ap` from the positions ``t`` of the true positives among the points ordered by class (ascending),
+    their classes ``c`` and the points per class ``npts``."""
+    n_cls = len(n_gt)
     nt = np.bincount(c, minlength=n_cls)  # true positives per class
     start, t_start = np.cumsum(npts) - npts, np.cumsum(nt) - nt
     rank = np.arange(len(t)) - t_start[c]  # the true positive's place among its class's true positives
@@ -342,46 +395,64 @@ class _Side:
 
 
 def _kept_pairs(
-    kd: np.ndarray, d_img: np.ndarray, det: _Side, gsel: np.ndarray, gt_img: np.ndarray, gt: _Side, n_img: int,
+    kd: np.ndarray, img_k: np.ndarray, det: _Side, gsel: np.ndarray, gt_img: np.ndarray, gt: _Side, n_img: int,
     crowd: bool, overlap_only: bool,
 ) -> _Pairs:  # fmt: skip
-    """Pairs of the kept detections ``kd`` (``d_img`` every detection's image) with the selected GT rows ``gsel``
-    of their image (GT rows in input order within each detection's run) and their IoU, as pycocotools ``bbIou``
-    (crowd: over the detection's area). ``overlap_only``: only the pairs that overlap (exact whenever every rule
-    needs an IoU above 0). The detections' boxes are read in blocks of whole kept detections with about
-    :data:`_CHUNK` pairs each (each pair computed alone: the same values as all at once)."""
+    """Pairs of the kept detections ``kd`` (``img_k`` their images) with the selected GT rows ``gsel`` of their
+    image (GT rows in input order within each detection's run) and their IoU, as pycocotools ``bbIou`` (crowd:
+    over the detection's area). ``overlap_only``: only the pairs that overlap (exact whenever every rule needs an
+    IoU above 0). The detections' boxes are read in blocks of whole kept detections with about :data:`_CHUNK`
+    pairs each (each pair computed alone: the same values as all at once); when at most half the detections
+    have a box in their image (crowd boxes), only those go through the blocks. Positions, rows and counts are
+    int32 when they fit (the same values, half the memory held through the diagnostics)."""
+    idx = np.int32 if max(len(kd), len(gt.cat)) < 2**31 else np.int64
     gi = gt_img[gsel]
-    g_rows = gsel[np.argsort(gi, kind="stable")]  # the selected boxes in image order
+    g_rows = gsel[np.argsort(gi, kind="stable")].astype(idx)  # the selected boxes in image order
     gcount = np.bincount(gi, minlength=n_img)
     gstart = np.cumsum(gcount) - gcount
-    img_k = d_img[kd]
     n = gcount[img_k]
-    gfirst = gstart[img_k]  # each kept detection's first box
-    del img_k
+    some = np.flatnonzero(n) if 2 * np.count_nonzero(n) <= len(n) else None  # few with a box: those alone
+    k_img, k_det = (img_k, kd) if some is None else (img_k[some], kd[some])
+    if some is not None:
+        n = n[some]
+    gfirst = gstart[k_img]  # each kept detection's first box
     ends = np.cumsum(n)
     steps = np.arange(_CHUNK, int(ends[-1]) if len(ends) else 0, _CHUNK)
-    cuts = np.concatenate([[0], np.searchsorted(ends, steps, "right"), [len(kd)]])
+    cuts = np.concatenate([[0], np.searchsorted(ends, steps, "right"), [len(k_det)]])
     cuts = cuts[np.concatenate([[True], cuts[1:] > cuts[:-1]])]  # ascending already: drop the repeats
     gc = gt.columns(g_rows)
     gcat = gt.cat[g_rows]
     parts = [
-        _pair_block(kd, a, b, n, ends, gfirst, det, gc, gcat, g_rows, crowd, overlap_only)
+        _pair_block(k_det, a, b, n, ends, gfirst, det, gc, gcat, g_rows, crowd, overlap_only)
         for a, b in zip(cuts, cuts[1:])
     ]
-    pd = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
-    pg = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
-    iou = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0)
-    same = np.concatenate([p[3] for p in parts]) if parts else np.zeros(0, bool)
+    # each column joined, then its blocks released (peak memory: the blocks and one joined column at a time)
+    empty = [np.zeros(0, t) for t in (idx, idx, np.float64, np.bool_)]
+    cols: list[list[np.ndarray] | None] = [list(c) for c in zip(*parts)] if parts else [[e] for e in empty]
     del parts
-    count = np.bincount(pd, minlength=len(kd)) if len(pd) else np.zeros(len(kd), np.int64)
-    return _Pairs(pd, pg, np.cumsum(count) - count, count, iou, same)
+    pd, pg, iou, same = (_join(cols, k) for k in range(4))
+    count = _join(cols, 4) if len(cols) > 4 else np.zeros(len(k_det), idx)
+    if some is not None:  # back to the positions among every kept detection
+        pd = some.astype(idx)[pd]
+        count_all = np.zeros(len(kd), idx)
+        count_all[some] = count
+        count = count_all
+    return _Pairs(pd, pg, np.cumsum(count, dtype=idx) - count, count, iou, same)
+
+
+def _join(cols: list[list[np.ndarray] | None], k: int) -> np.ndarray:
+    """The blocks of column ``k`` joined; the blocks released."""
+    parts, cols[k] = cols[k], None
+    assert parts is not None
+    return np.concatenate(parts)
 
 
 def _pair_block(
     kd: np.ndarray, a: int, b: int, n: np.ndarray, ends: np.ndarray, gfirst: np.ndarray, det: _Side,
     gc: tuple[np.ndarray, ...], gcat: np.ndarray, g_rows: np.ndarray, crowd: bool, overlap_only: bool,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
-    """The pairs of kept detections ``a:b``: (kept-detection position, GT row, IoU, same class)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """The pairs of kept detections ``a:b``: (kept-detection position, GT row, IoU, same class) and the number
+    of pairs of each of those detections."""
     nb = n[a:b]
     p0 = int(ends[a - 1]) if a else 0
     total = int(ends[b - 1]) - p0 if b > a else 0
@@ -408,14 +479,16 @@ def _pair_block(
     iou = np.zeros(len(inter))
     np.divide(inter, union, out=iou, where=ok)
     same = det.cat[kd[a + live]][pd] == gcat[within]
-    return live[pd] + a, g_rows[within], iou, same
+    at = live[pd]
+    idx = g_rows.dtype  # the positions' and counts' integers (as the GT rows')
+    return (at + a).astype(idx), g_rows[within], iou, same, np.bincount(at, minlength=b - a).astype(idx)
 
 
 @dataclass
 class Scene:
     """Detections paired with the boxes of their image, shared by :func:`tide` and the class-agnostic matching
     of :mod:`detcal.metrics.confusion`: ``rank [D]`` in the image (-1 in an unknown image), ``kd [K]`` the
-    detections within ``max_dets``, by rank then image; ``pr`` their pairs with non-crowd boxes and ``cr`` with
+    detections within ``max_dets``, by image then row; ``pr`` their pairs with non-crowd boxes and ``cr`` with
     crowd boxes (only overlapping pairs when ``overlap_only``); ``has_gt [K]`` the image has a non-crowd box;
     ``desc [D]`` every detection by descending score, ties in input order."""
 
@@ -436,17 +509,24 @@ class Scene:
     by_image: np.ndarray
 
 
-def scene(images: Images, gt: GroundTruth, dets: Detections, max_dets: int = 100, overlap_only: bool = True) -> Scene:
-    """The :class:`Scene` of ``dets`` against ``gt`` (images in ``images`` order)."""
+def scene(
+    images: Images, gt: GroundTruth, dets: Detections, max_dets: int = 100, overlap_only: bool = True,
+    desc: np.ndarray | None = None,
+) -> Scene:  # fmt: skip
+    """The :class:`Scene` of ``dets`` against ``gt`` (images in ``images`` order); ``desc``: every detection by
+    descending score, ties in input order (:func:`~detcal.metrics.score_order.descending_order`), when known."""
     n_img, nd = len(images), len(dets)
     d_img, g_img = images.index_of(dets.image_id), images.index_of(gt.image_id)
     g_ok = g_img >= 0
-    desc = descending_order(dets.score)  # one sort of the scores, shared by every later order (and by OCE)
+    if desc is None:  # one sort of the scores, shared by every later order (and by OCE)
+        desc = descending_order(dets.score)
     rank, by_image = _rank_in_image(d_img, desc)
     kd = np.flatnonzero((rank >= 0) & (rank < max_dets))
-    if len(kd):  # by rank, then image: one block of pairs per matching pass (two stable radix sorts)
-        kd = kd[_small_sort(d_img[kd], int(d_img[kd].max()) + 1)]
-        kd = kd[_small_sort(rank[kd], max_dets)]
+    if len(kd):  # by image, then row: the boxes of each image read together (in row order for most files)
+        ki = d_img[kd]
+        if np.any(ki[1:] < ki[:-1]):  # not already by image (a file written image after image is)
+            kd = kd[_small_sort(ki, int(ki.max()) + 1)]
+        del ki
     cat_all, n_cls = _codes(dets.category, gt.category)
     dcat, gcat = _narrow(cat_all[:nd], n_cls), cat_all[nd:].copy()
     del cat_all
@@ -454,9 +534,11 @@ def scene(images: Images, gt: GroundTruth, dets: Detections, max_dets: int = 100
     plain = ~crowd & g_ok
     g_safe = np.where(g_ok, g_img, 0)
     det, gside = _Side(dets.box, dets.wh, dcat), _Side(gt.box, gt.wh, gcat)
-    pr = _kept_pairs(kd, d_img, det, np.flatnonzero(plain), g_safe, gside, n_img, False, overlap_only)
-    cr = _kept_pairs(kd, d_img, det, np.flatnonzero(crowd & g_ok), g_safe, gside, n_img, True, True)
-    has_gt = np.bincount(g_img[plain], minlength=n_img)[d_img[kd]] > 0 if n_img else np.zeros(len(kd), bool)
+    img_k = _narrow(d_img[kd], n_img)  # the kept detections' images (narrow: held through the pairs)
+    pr = _kept_pairs(kd, img_k, det, np.flatnonzero(plain), g_safe, gside, n_img, False, overlap_only)
+    cr = _kept_pairs(kd, img_k, det, np.flatnonzero(crowd & g_ok), g_safe, gside, n_img, True, True)
+    has_gt = np.bincount(g_img[plain], minlength=n_img)[img_k] > 0 if n_img else np.zeros(len(kd), bool)
+    del img_k
     return Scene(
         int(max_dets),
         overlap_only,
@@ -483,8 +565,7 @@ def scene_match(
     Returns per kept detection (``sc.kd`` order): the GT row taken (-1), ignored (unmatched, over ``iou`` of
     its own area inside a crowd box, of its class when ``classwise``), and (``best``) its best IoU with any box
     (crowd boxes by intersection over the detection's area)."""
-    pr = sc.pr if classwise else dataclasses.replace(sc.pr, same=np.ones(len(sc.pr.pd), bool))
-    got, _ = _greedy(sc.rank[sc.kd], pr, iou, len(sc.gcat))
+    got, _ = _greedy(sc.rank[sc.kd], sc.pr, iou, len(sc.gcat), classwise)
     ign = np.zeros(len(sc.kd), bool)
     hit = (sc.cr.same if classwise else True) & (sc.cr.iou > iou)
     ign[sc.cr.pd[hit]] = True
@@ -578,22 +659,18 @@ def _fixes(
     sv = sc.score[by_score]
     run = np.cumsum(np.concatenate([[0], sv[1:] != sv[:-1]])) if len(sv) else np.zeros(0, np.int64)
     del sv
-    n_img = int(sc.d_img.max()) + 1 if len(by_score) else 1
     n_run = int(run[-1]) + 1 if len(run) else 1
     # the columns gathered in score order, as the narrowest integers that hold them (the same values): the
     # gathers then read a quarter of the memory, which stays in the processor's cache on large sets
-    d_img, dcat, code, run = (
-        _narrow(sc.d_img, n_img),
-        _narrow(sc.dcat, n_cls),
-        code.astype(np.int8),
-        _narrow(run, 2 * n_run),
-    )
-    # equal scores in tidecv's visiting order: by image, then rank (input order within an image): a stable sort
-    # by image, then by score run (two radix sorts; the same order as one stable sort of run * n_img + image)
-    p1 = _small_sort(d_img[by_score], n_img)
-    by_score = by_score[p1][_small_sort(run[p1], n_run)]  # its runs are again ``run`` (sorted by run first)
-    del p1
+    dcat, code, run = _narrow(sc.dcat, n_cls), code.astype(np.int8), _narrow(run, 2 * n_run)
+    # equal scores in tidecv's visiting order: by image, then rank: the kept detections in that order (the
+    # scene's), stably sorted by their score run (one radix sort; the same order as a stable sort of
+    # run * n_img + image), read in image order
+    run_of = np.empty(len(code), run.dtype)
+    run_of[by_score] = run
     visit = sc.by_image[kept[sc.by_image]]  # image, then rank
+    by_score = visit[_small_sort(run_of[visit], n_run)]  # its runs are again ``run`` (sorted by run)
+    del run_of, visit
     # in a fixed set the errors come before the untouched true positives of the same score
     fixed_order = by_score[_small_sort(run * 2 + tp[by_score], 2 * n_run)]
     del run
@@ -605,8 +682,9 @@ def _fixes(
     grouped = fixed_order[_class_order(dcat[fixed_order], n_cls)]  # by class, each in tidecv's order
     fixed_cls = dcat.copy()
     fixed_cls[fixable & (code == CLS)] = gcat[target[fixable & (code == CLS)]]  # a fixed cls error takes the box's
-    # the grouped points' columns, taken once (each fix below selects from them with a mask)
+    # the grouped points' columns, taken once (each fix below reads them through a mask)
     g_cat, g_code, g_tp, g_fp, g_fix = dcat[grouped], code[grouped], tp[grouped], fp[grouped], fixable[grouped]
+    g_ends = np.cumsum(np.bincount(g_cat, minlength=n_cls))
 
     def fixed(kind: int | None, n_gt_fixed: np.ndarray) -> float:
         """mAP with the errors of ``kind`` fixed alone (tidecv's oracle)."""
@@ -616,20 +694,18 @@ def _fixes(
             r = fixed_order[keep[fixed_order]]
             return _ap(fixed_cls[r], now_tp[r], n_gt_fixed)
         if kind is None:
-            m = g_tp | g_fp
-            return _ap(g_cat[m], g_tp[m], n_gt_fixed, grouped=True)
+            return _ap_kept(g_cat, g_ends, g_tp | g_fp, g_tp, n_gt_fixed)
         same = g_code == kind
         now = g_tp | (same & g_fix) if kind == LOC else g_tp
-        m = now | (g_fp & ~same)
-        return _ap(g_cat[m], now[m], n_gt_fixed, grouped=True)
+        return _ap_kept(g_cat, g_ends, now | (g_fp & ~same), now, n_gt_fixed)
 
     main: dict[str, float] = {}
     for i, name in enumerate(ERROR_TYPES):
         main[name] = max(fixed(i + 1, n_gt) - ap, 0.0)
     n_miss = np.bincount(gcat[missed], minlength=n_cls)
     main["miss"] = max(fixed(None, n_gt - n_miss) - ap, 0.0)
-    # fp: every false positive scored 0 and every true positive 1 (true positives first, each in visiting order)
-    r = np.concatenate([visit[tp[visit]], visit[fp[visit]]])
-    special = {"fp": _ap(dcat[r], tp[r], n_gt) - ap}
+    # fp: every false positive scored 0 and every true positive 1: in each class its true positives come first
+    # (all at precision 1, in any order), then its false positives
+    special = {"fp": _ap_true_positives_first(dcat[tp], dcat[fp], n_gt) - ap}
     special["fn"] = fixed(None, n_gt - np.bincount(gcat[fn], minlength=n_cls)) - ap
     return ap, main, special

@@ -66,13 +66,14 @@ def diagnostics_block(
     label = _first_label(conf)
     # each part computed where the least is held (the operating points before the scene, the scene released
     # before the calibration split); the record keeps its order
-    ops = None
+    ops, desc = None, None
     if d.operating_points and label is not None:
         desc = descending_order(dets.score) if d.tide or d.confusion else None  # as the scene's order before
         ops = _operating(spec, data, mr, label, _lrp_of(loc), desc)
     r, conf_rec = None, {}
     if d.tide or d.confusion:  # the scene (pairs of detections and boxes) is shared by TIDE and the confusion matrix
-        sc = scene(ds.images, ds.gt, dets, max_dets, overlap_only=d.tide_background > 0)
+        sc = scene(ds.images, ds.gt, dets, max_dets, overlap_only=d.tide_background > 0, desc=desc)
+        del desc
         if d.tide:
             r = tide(ds.images, ds.gt, dets, pos_threshold=d.tide_foreground,
                      background_threshold=d.tide_background, max_dets=max_dets, paired=sc)  # fmt: skip
