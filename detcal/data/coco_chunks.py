@@ -262,6 +262,9 @@ def read_result_columns(path: PathLike, chunk_bytes: int) -> tuple[dict[str, np.
                 decoded, used = decode_results(block.buf, block.fill), block.fill - 1
             else:
                 decoded, used = _cut_and_decode(block.buf, block.fill)
+                if used < 0:  # no record ends in this block yet: read more
+                    block.read()
+                    continue
             if decoded is None or (kind is not None and decoded[1] != kind):
                 return None
             kind = decoded[1]
@@ -273,8 +276,12 @@ def read_result_columns(path: PathLike, chunk_bytes: int) -> tuple[dict[str, np.
 
 
 def _cut_and_decode(buf: bytearray, fill: int) -> tuple[Any, int]:
-    """:func:`_cut_and_parse` with the fast decoder only: (decoded columns, bytes used) or (None, 0)."""
-    for end in _last_cuts(buf, fill):
+    """:func:`_cut_and_parse` with the fast decoder only: (decoded columns, bytes used), (None, 0) when no
+    cut decodes, or (None, -1) when the block holds no cut."""
+    cuts = _last_cuts(buf, fill)
+    if not cuts:
+        return None, -1
+    for end in cuts:
         comma = buf.index(b",", end, fill)
         buf[comma] = 93  # "]"
         try:
