@@ -300,12 +300,14 @@ def load_coco_instances(path: PathLike) -> Dataset:
     if fast is not None:  # typed records holding only the fields detcal reads
         import msgspec  # lazy: msgspec kept out of start-up (only the fast JSON readers need it)
 
-        bools = b"true" in body or b"false" in body
-        images = _load_images(_Fields(fast.images, file, "images", msgspec.UNSET), file, bools)
-        categories = _load_categories(_Fields(fast.categories, file, "categories", msgspec.UNSET), file, bools)
+        # images and categories are short lists: their values are checked for booleans one by one, which
+        # gives what a search of the whole text for true/false would let through, without the search
+        images = _load_images(_Fields(fast.images, file, "images", msgspec.UNSET), file)
+        categories = _load_categories(_Fields(fast.categories, file, "categories", msgspec.UNSET), file)
         if fast.columns is not None:  # every annotation of the usual types: decoded straight into columns
             gt = _annotations_from_columns(fast.columns, file, images, categories)
         else:
+            bools = b"true" in body or b"false" in body
             gt = _load_annotations(
                 _Fields(fast.annotations, file, "annotations", msgspec.UNSET), file, images, categories, bools
             )

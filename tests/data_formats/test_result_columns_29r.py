@@ -61,8 +61,10 @@ def _same(a: object, b: object) -> None:
     for f in dataclasses.fields(a):  # type: ignore[arg-type]
         x, y = getattr(a, f.name), getattr(b, f.name)
         assert (x is None) == (y is None), f.name
-        if x is not None:
+        if isinstance(x, np.ndarray):
             assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), f.name
+        else:
+            assert x == y, f.name
 
 
 @pytest.mark.parametrize("block", BLOCKS)
@@ -259,3 +261,65 @@ def test_automatic_blocks_still_use_the_automatic_size(tmp_path: Path, monkeypat
     monkeypatch.setattr(coco_source, "AUTO_CHUNK_ABOVE", 1000)
     load_coco(gt, res)
     assert seen == [coco_source.AUTO_CHUNK_BYTES]
+
+
+def _instances(tmp_path: Path, images: list, anns: list) -> Path:
+    gt = tmp_path / "gt.json"
+    cats = [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}]
+    gt.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
+    return gt
+
+
+def _load_both(gt: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[object, object]:
+    """(the fast decoder's result or error text, the general parser's)."""
+    from detcal.data import _fast_results
+    from detcal.data.coco import load_coco_instances
+
+    out = []
+    for fast in (True, False):
+        if not fast:
+            monkeypatch.setattr(_fast_results, "decode_instances", lambda data: None)
+        try:
+            out.append(load_coco_instances(gt))
+        except DetcalInputError as e:
+            out.append(str(e))
+    return out[0], out[1]
+
+
+IMAGES = [{"id": i, "width": 640, "height": 480, "file_name": f"{i}.jpg"} for i in (1, 2, 3)]
+
+
+@pytest.mark.parametrize(
+    "where, value",
+    [("id", True), ("width", False), ("height", True), ("file_name", True), ("cat", True), (None, None)],
+)
+def test_instances_booleans_checked_without_the_text_search(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str | None, value: object
+) -> None:
+    images = [dict(im) for im in IMAGES]
+    anns = [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [1, 2, 3, 4], "area": 12.0, "iscrowd": 0}]
+    if where in ("id", "width", "height", "file_name"):
+        images[1][where] = value
+    gt = _instances(tmp_path, images, anns)
+    if where == "cat":
+        gt.write_text(gt.read_text().replace('{"id": 2, "name": "b"}', '{"id": true, "name": "b"}'))
+    fast, general = _load_both(gt, monkeypatch)
+    if isinstance(general, str):
+        assert fast == general and "expected" in general
+    else:
+        assert not isinstance(fast, str)
+        _same(fast.images, general.images)  # type: ignore[attr-defined]
+        _same(fast.gt, general.gt)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("areas", [(12.0, 5), (12.0, None), (None, None), (0, 1e300)])
+def test_instances_area_column(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, areas: tuple) -> None:
+    anns = []
+    for k, a in enumerate(areas):
+        ann = {"id": k + 1, "image_id": 1 + k, "category_id": 1, "bbox": [1, 2, 3, 4], "iscrowd": 0}
+        if a is not None:
+            ann["area"] = a
+        anns.append(ann)
+    fast, general = _load_both(_instances(tmp_path, IMAGES, anns), monkeypatch)
+    assert (fast.gt.area is None) == (general.gt.area is None) == (None in areas)  # type: ignore[attr-defined]
+    _same(fast.gt, general.gt)  # type: ignore[attr-defined]
