@@ -210,8 +210,7 @@ def _checked_columns(
     then reads block by block for the error the block reader gives)."""
     dets = results_from_decoded(decoded, str(r), None, own=True)
     decoded[0].clear()  # the columns as written: only the checked ones are kept
-    _unknown_image(dets, ds, r)
-    ok = _known_categories(dets, ds)
+    ok = _known_rows(dets, ds, r)
     n_unknown = len(ok) - int(np.count_nonzero(ok))
     if n_unknown:
         if unknown_category == "error":
@@ -226,6 +225,26 @@ def _checked_columns(
         dets = dets.select(mine)
     release_memory()
     return dets, ({"unknown_category": n_unknown} if n_unknown else {}), rows
+
+
+def _known_rows(dets: Detections, ds: Dataset, r: Path, step: int = 1 << 16) -> np.ndarray:
+    """:func:`_unknown_image` (the same error) and :func:`_known_categories` a slice of rows at a time
+    (the temporaries of a slice, not of the file)."""
+    known = np.fromiter(ds.categories.keys(), dtype=np.int64, count=len(ds.categories))
+    ok = np.empty(len(dets), dtype=bool)
+    for lo in range(0, len(dets), step):
+        image_id = dets.image_id[lo : lo + step]
+        missing = ds.images.index_of(image_id) < 0
+        if missing.any():
+            bad = int(np.flatnonzero(missing)[0])
+            raise DetcalInputError(
+                f"unknown image id {int(image_id[bad])} (not in {ds.source or 'the ground truth'})",
+                file=r,
+                record=lo + bad,
+                field="image_id",
+            )
+        ok[lo : lo + step] = np.isin(dets.category[lo : lo + step], known)
+    return ok
 
 
 def release_memory() -> None:
