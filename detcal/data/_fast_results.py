@@ -244,9 +244,8 @@ def _annotation_columns(records: list) -> AnnotationColumns | None:
     except OverflowError:
         return None
     bbox = _four(map(attrgetter("bbox"), records), n)
-    area: np.ndarray | None = np.fromiter(map(attrgetter("area"), records), np.float64, n)
-    if np.isnan(area).any():  # some annotation without an area (the decoder's default; JSON numbers are never NaN)
-        area = None
+    areas = np.fromiter(map(attrgetter("area"), records), np.float64, n)
+    area = None if np.isnan(areas).any() else areas  # NaN: the decoder's default (JSON numbers are never NaN)
     return AnnotationColumns(ints[0], ints[1], ints[2], ints[3], ints[4], bbox, area)
 
 
