@@ -234,7 +234,7 @@ def _iter_csv_arrays(cols: dict[str, np.ndarray], block: int = 32768) -> Iterato
     yield (",".join(cols) + "\n").encode("ascii")
     values = [np.asarray(v) for v in cols.values()]
     n = len(values[0]) if values else 0
-    scratch = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint8)]
+    scratch: list[np.ndarray] = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint8)]
     for lo in range(0, n, block):
         yield _block_array([v[lo : lo + block] for v in values], scratch)
 
