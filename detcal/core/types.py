@@ -138,14 +138,19 @@ class Images(_Columnar):
         return len(self.id)
 
     def index_of(self, image_ids: np.ndarray) -> np.ndarray:
-        """Row of each image id (vectorised); -1 for ids not in the set."""
+        """Row of each image id (vectorised); -1 for ids not in the set (the first row of a repeated id)."""
         image_ids = np.asarray(image_ids, dtype=np.int64)
-        cached = self.__dict__.get("_sorted_ids")  # the sort of the ids, kept while ``id`` is the same array
-        if cached is None or cached[0] is not self.id or len(cached[1]) != len(self.id):
-            order = np.argsort(self.id, kind="stable")
-            cached = (self.id, order, self.id[order])
-            self.__dict__["_sorted_ids"] = cached
-        _, order, sorted_ids = cached
+        cached = self.__dict__.get("_id_rows")  # kept while ``id`` is the same array
+        if cached is None or cached[0] is not self.id or cached[1] != len(self.id):
+            cached = (self.id, len(self.id), *_id_lookup(self.id))
+            self.__dict__["_id_rows"] = cached
+        _, _, lo, table, order, sorted_ids = cached
+        if table is not None:  # ids within a span of a few times their number: one gather
+            pos = image_ids - lo
+            inside = (pos >= 0) & (pos < len(table))
+            if inside.all():
+                return table[pos]
+            return np.where(inside, table[np.where(inside, pos, 0)], -1)
         pos = np.searchsorted(sorted_ids, image_ids)
         pos_c = np.clip(pos, 0, max(len(sorted_ids) - 1, 0))
         ok = (
@@ -157,6 +162,27 @@ class Images(_Columnar):
         if len(sorted_ids):
             out[ok] = order[pos_c[ok]]
         return out
+
+
+ID_TABLE_SPAN: int = 4
+""":meth:`Images.index_of` looks ids up in a table when they span at most this many times their number
+(plus 1,024): one gather per id instead of a binary search."""
+
+
+def _id_lookup(ids: np.ndarray) -> tuple[int, np.ndarray | None, np.ndarray, np.ndarray]:
+    """(lowest id, table of rows by ``id - lowest`` (-1: no image) or None, stable sort order, sorted ids)."""
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    if not len(ids):
+        return 0, None, order, sorted_ids
+    lo, hi = int(sorted_ids[0]), int(sorted_ids[-1])
+    if hi - lo >= ID_TABLE_SPAN * len(ids) + 1024:
+        return lo, None, order, sorted_ids
+    table = np.full(hi - lo + 1, -1, dtype=np.int64)
+    first = np.ones(len(ids), dtype=bool)  # a repeated id keeps its first row (as the stable search does)
+    first[1:] = sorted_ids[1:] != sorted_ids[:-1]
+    table[sorted_ids[first] - lo] = order[first]
+    return lo, table, order, sorted_ids
 
 
 @dataclass

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from collections.abc import Iterable
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -192,7 +193,7 @@ def _instances_decoder(typed: bool) -> Any:
         msgspec.defstruct(
             "TypedAnnotation",
             [("id", int), ("image_id", int), ("category_id", int), ("bbox", four)]
-            + [("iscrowd", int, 0), ("ignore", int, 0), ("area", float | msgspec.UnsetType, msgspec.UNSET)],
+            + [("iscrowd", int, 0), ("ignore", int, 0), ("area", float, math.nan)],  # NaN: no area (JSON has no NaN)
             gc=False,
         )
         if typed
@@ -232,7 +233,7 @@ class DecodedInstances:
         self.columns = columns
 
 
-def _annotation_columns(records: list, unset: Any) -> AnnotationColumns | None:
+def _annotation_columns(records: list) -> AnnotationColumns | None:
     """The typed annotations as columns (C-level iteration), or None when an id is beyond int64."""
     n = len(records)
     try:
@@ -243,8 +244,8 @@ def _annotation_columns(records: list, unset: Any) -> AnnotationColumns | None:
     except OverflowError:
         return None
     bbox = _four(map(attrgetter("bbox"), records), n)
-    areas = list(map(attrgetter("area"), records))
-    area = None if unset in areas else np.array(areas, dtype=np.float64)
+    areas = np.fromiter(map(attrgetter("area"), records), np.float64, n)
+    area = None if np.isnan(areas).any() else areas  # NaN: the decoder's default (JSON numbers are never NaN)
     return AnnotationColumns(ints[0], ints[1], ints[2], ints[3], ints[4], bbox, area)
 
 
@@ -264,7 +265,7 @@ def decode_instances(data: bytes) -> DecodedInstances | None:
             return None
     try:
         doc = _instances_decoder(True).decode(data)
-        columns = _annotation_columns(doc.annotations, msgspec.UNSET)
+        columns = _annotation_columns(doc.annotations)
         if columns is not None:
             return DecodedInstances(doc, columns)
     except msgspec.ValidationError:  # an annotation outside the usual types: every value read as it is

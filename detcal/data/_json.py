@@ -255,8 +255,16 @@ def check_mask(
         )
 
 
+def _all_within(values: np.ndarray, limit: float, step: int = 1 << 16) -> bool:
+    """``(|values| <= limit).all()``, a slice at a time (no temporary the size of ``values``)."""
+    flat = values.reshape(-1)
+    return all(bool((np.abs(flat[i : i + step]) <= limit).all()) for i in range(0, flat.size, step))
+
+
 def check_bounded(values: np.ndarray, what: str, *, file: str, field: str, prefix: str = "") -> None:
     """Finite and ``|v| <= MAX_ABS``."""
+    if _all_within(values, MAX_ABS):  # the usual case, in one pass (NaN compares False)
+        return
     check_mask(~np.isfinite(values), values, f"non-finite {what}", file=file, field=field, prefix=prefix)
     check_mask(
         np.abs(values) > MAX_ABS,

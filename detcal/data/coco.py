@@ -300,12 +300,14 @@ def load_coco_instances(path: PathLike) -> Dataset:
     if fast is not None:  # typed records holding only the fields detcal reads
         import msgspec  # lazy: msgspec kept out of start-up (only the fast JSON readers need it)
 
-        bools = b"true" in body or b"false" in body
-        images = _load_images(_Fields(fast.images, file, "images", msgspec.UNSET), file, bools)
-        categories = _load_categories(_Fields(fast.categories, file, "categories", msgspec.UNSET), file, bools)
+        # images and categories are short lists: their values are checked for booleans one by one, which
+        # gives what a search of the whole text for true/false would let through, without the search
+        images = _load_images(_Fields(fast.images, file, "images", msgspec.UNSET), file)
+        categories = _load_categories(_Fields(fast.categories, file, "categories", msgspec.UNSET), file)
         if fast.columns is not None:  # every annotation of the usual types: decoded straight into columns
             gt = _annotations_from_columns(fast.columns, file, images, categories)
         else:
+            bools = b"true" in body or b"false" in body
             gt = _load_annotations(
                 _Fields(fast.annotations, file, "annotations", msgspec.UNSET), file, images, categories, bools
             )
@@ -377,7 +379,7 @@ def results_from_bytes(data: bytes, file: str, dataset: Dataset | None = None) -
 
     fast = fast_results.decode_results(data[3:] if data.startswith(b"\xef\xbb\xbf") else data)
     if fast is not None:
-        return results_from_decoded(fast, file, dataset)
+        return results_from_decoded(fast, file, dataset, own=True)
     parsed = _parse_json_bytes(data, file)
     doc = parsed.doc
     if isinstance(doc, dict):
@@ -392,12 +394,21 @@ def results_from_bytes(data: bytes, file: str, dataset: Dataset | None = None) -
 
 
 def results_from_decoded(
-    decoded: tuple[dict[str, np.ndarray], tuple[str, ...]], file: str, dataset: Dataset | None = None
+    decoded: tuple[dict[str, np.ndarray], tuple[str, ...]],
+    file: str,
+    dataset: Dataset | None = None,
+    *,
+    own: bool = False,
 ) -> Detections:
-    """:class:`Detections` from :func:`detcal.data._fast_results.decode_results` output (the same checks)."""
+    """:class:`Detections` from :func:`detcal.data._fast_results.decode_results` output (the same checks).
+
+    ``own``: the columns are the caller's to give away; the boxes become corners in place (the same
+    numbers, without a second box array)."""
     cols, optional = decoded
     present = {k: k in optional for k in RESULT_UNCERTAINTY_KEYS}
-    return results_from_columns(lambda key, shape, what: cols[key], lambda key: cols[key], present, file, dataset)
+    return results_from_columns(
+        lambda key, shape, what: cols[key], lambda key: cols[key], present, file, dataset, own=own
+    )
 
 
 def results_from_records(records: list, file: str, dataset: Dataset | None = None, *, bools: bool = True) -> Detections:
@@ -460,7 +471,9 @@ def _delta_columns(numbers: Any, present: Any, file: str) -> dict[str, np.ndarra
     return {"proposal": xywh_to_xyxy(prop), "delta_mean": mean, "delta_std": std}
 
 
-def results_from_columns(numbers: Any, integers: Any, present: Any, file: str, dataset: Dataset | None) -> Detections:
+def results_from_columns(
+    numbers: Any, integers: Any, present: Any, file: str, dataset: Dataset | None, *, own: bool = False
+) -> Detections:
     """The checks and conversions of a results file, on its columns.
 
     ``numbers(key, shape, what)`` -> float64 ``[R, *shape]`` and ``integers(key)``
@@ -469,6 +482,7 @@ def results_from_columns(numbers: Any, integers: Any, present: Any, file: str, d
     the records carry (a dict, or a function computing it after the required
     fields are read, as the record path does). Checks run in a fixed order, so
     the first error reported does not depend on how the columns were read.
+    ``own``: the ``bbox`` column may be changed: it becomes the corners in place.
     """
     image_id = integers("image_id")
     category = integers("category_id")
@@ -523,9 +537,13 @@ def results_from_columns(numbers: Any, integers: Any, present: Any, file: str, d
             file=file,
             field="category_id",
         )
-    return Detections(
-        image_id=image_id, box=xywh_to_xyxy(bbox), score=score, category=category, wh=bbox[:, 2:4].copy(), **kw
-    )
+    wh = bbox[:, 2:4].copy()
+    if own and bbox.flags.c_contiguous and bbox.flags.writeable and bbox.dtype == np.float64:
+        bbox[:, 2:4] += bbox[:, :2]  # w + x, h + y: the same sums as xywh_to_xyxy's x + w, y + h
+        box = bbox
+    else:
+        box = xywh_to_xyxy(bbox)
+    return Detections(image_id=image_id, box=box, score=score, category=category, wh=wh, **kw)
 
 
 # --------------------------------------------------------------------------- writers

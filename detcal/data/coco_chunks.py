@@ -42,7 +42,7 @@ from detcal.data.coco import RESULT_UNCERTAINTY_KEYS, load_coco_results, results
 
 PathLike = str | os.PathLike[str]
 
-__all__ = ["iter_coco_results", "DEFAULT_CHUNK_BYTES"]
+__all__ = ["iter_coco_results", "read_result_columns", "DEFAULT_CHUNK_BYTES"]
 
 DEFAULT_CHUNK_BYTES: int = 32 << 20
 """Bytes read per block (32 MiB: about 80,000 plain records)."""
@@ -205,10 +205,98 @@ def _parse(text: bytes, file: str, base: int, quiet: bool = False) -> list | Non
     return doc
 
 
+class _ColumnStore:
+    """Decoded blocks' columns written one after the other into arrays sized once for the file (grown by
+    a quarter when the guess falls short, cut to length at the end)."""
+
+    def __init__(self, guess: int) -> None:
+        self.guess, self.n = guess, 0
+        self.cols: dict[str, np.ndarray] = {}
+
+    def add(self, cols: dict[str, np.ndarray]) -> None:
+        k = len(cols["score"])
+        if not self.cols:
+            size = max(self.guess, k)
+            self.cols = {name: np.empty((size,) + a.shape[1:], a.dtype) for name, a in cols.items()}
+        capacity = len(self.cols["score"])
+        if self.n + k > capacity:
+            for a in self.cols.values():  # in place (realloc): no view of these arrays exists yet
+                a.resize((max(self.n + k, capacity * 5 // 4),) + a.shape[1:], refcheck=False)
+        for name, a in self.cols.items():
+            a[self.n : self.n + k] = cols[name]
+        self.n += k
+
+    def result(self) -> dict[str, np.ndarray]:
+        for a in self.cols.values():
+            a.resize((self.n,) + a.shape[1:], refcheck=False)
+        return self.cols
+
+
+def read_result_columns(path: PathLike, chunk_bytes: int) -> tuple[dict[str, np.ndarray], tuple[str, ...]] | None:
+    """Every record of a results file decoded block by block straight into columns, with no value checks:
+    ``({image_id, category_id, bbox [n, 4] as written, score, <optional fields>}, optional fields)``, the
+    form of :func:`detcal.data._fast_results.decode_results` for the whole file.
+
+    ``None`` unless the file is a non-empty top-level list that the fast decoder takes block by block,
+    every block with the same optional fields; the caller then reads it with :func:`iter_coco_results`,
+    whose errors name the record. Blocks are cut and read in place as there (the same ``chunk_bytes``)."""
+    try:
+        fh = open(path, "rb")
+    except OSError:
+        return None  # the block reader reports it
+    with fh:
+        head = fh.read(min(chunk_bytes, 1 << 16))
+        start = 3 if head.startswith(b"\xef\xbb\xbf") else 0
+        lead = len(head[start:]) - len(head[start:].lstrip(_WS))
+        if head[start + lead : start + lead + 1] != b"[":
+            return None
+        block = _Block(fh, head[start + lead + 1 :], start + lead + 1, chunk_bytes)
+        store = _ColumnStore(os.path.getsize(path) // 100)  # about 110 bytes a plain record
+        kind: tuple[str, ...] | None = None
+        while True:
+            if not block.eof and block.fill - 1 < block.chunk:
+                block.read()
+                if not block.eof:
+                    continue
+            if block.eof:
+                decoded, used = decode_results(block.buf, block.fill), block.fill - 1
+            else:
+                decoded, used = _cut_and_decode(block.buf, block.fill)
+                if used < 0:  # no record ends in this block yet: read more
+                    block.read()
+                    continue
+            if decoded is None or (kind is not None and decoded[1] != kind):
+                return None
+            kind = decoded[1]
+            store.add(decoded[0])
+            del decoded
+            if block.eof:
+                return store.result(), kind
+            block.drop(used)
+
+
+def _cut_and_decode(buf: bytearray, fill: int) -> tuple[Any, int]:
+    """:func:`_cut_and_parse` with the fast decoder only: (decoded columns, bytes used), (None, 0) when no
+    cut decodes, or (None, -1) when the block holds no cut."""
+    cuts = _last_cuts(buf, fill)
+    if not cuts:
+        return None, -1
+    for end in cuts:
+        comma = buf.index(b",", end, fill)
+        buf[comma] = 93  # "]"
+        try:
+            decoded = decode_results(buf, comma + 1)
+        finally:
+            buf[comma] = 44  # ","
+        if decoded is not None:
+            return decoded, comma - 1
+    return None, 0
+
+
 def _to_detections(records: Any, file: str, dataset: Dataset | None, offset: int, bools: bool) -> Detections:
     try:
         if isinstance(records, tuple):  # decoded columns
-            return results_from_decoded(records, file, dataset)
+            return results_from_decoded(records, file, dataset, own=True)
         return results_from_records(records, file, dataset, bools=bools)
     except DetcalInputError as e:
         if isinstance(e.record, int):

@@ -21,7 +21,13 @@ import numpy as np
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections
 from detcal.data import coco_chunks  # the module: tests spy on iter_coco_results there
-from detcal.data.coco import load_coco_instances, load_coco_results, write_coco_instances, write_coco_results
+from detcal.data.coco import (
+    load_coco_instances,
+    load_coco_results,
+    results_from_decoded,
+    write_coco_instances,
+    write_coco_results,
+)
 from detcal.data.formats import LoadedData, MatchDefaults, need_path
 from detcal.utils.warn import note
 
@@ -154,6 +160,14 @@ def _read_chunked(
     ``keep``: sorted image ids to keep (a rank's shard); returns the kept detections, the dropped
     counts (of the whole file) and, with ``keep``, the kept detections' rows among all checked ones."""
 
+    decoded = coco_chunks.read_result_columns(r, chunk_bytes)
+    if decoded is not None:  # the usual file: every block decoded into the file's columns, checked once
+        try:
+            return _checked_columns(decoded, r, ds, unknown_category, keep)
+        except DetcalInputError:
+            pass  # a bad record: read again block by block below, for the block reader's own error
+        finally:
+            del decoded
     gather = _Gather(os.path.getsize(r) // BYTES_PER_RECORD_GUESS)
     rows: list[np.ndarray] = []
     seen = kept = n_unknown = 0
@@ -182,6 +196,55 @@ def _read_chunked(
     dropped = {"unknown_category": n_unknown} if n_unknown else {}
     release_memory()
     return dets, dropped, (np.concatenate(rows) if rows else np.array([], dtype=np.int64)) if keep is not None else None
+
+
+def _checked_columns(
+    decoded: tuple[dict[str, np.ndarray], tuple[str, ...]],
+    r: Path,
+    ds: Dataset,
+    unknown_category: str,
+    keep: np.ndarray | None,
+) -> tuple[Detections, dict[str, int], np.ndarray | None]:
+    """:func:`_read_chunked`'s result from the whole file's decoded columns: the value checks, the
+    unknown image ids and categories checked once over all the records (any error is raised; the caller
+    then reads block by block for the error the block reader gives)."""
+    dets = results_from_decoded(decoded, str(r), None, own=True)
+    decoded[0].clear()  # the columns as written: only the checked ones are kept
+    ok = _known_rows(dets, ds, r)
+    n_unknown = len(ok) - int(np.count_nonzero(ok))
+    if n_unknown:
+        if unknown_category == "error":
+            bad = int(np.flatnonzero(~ok)[0])
+            raise _unknown_category_error(dets, ds, r, bad, bad)
+        dets = dets.select(ok)
+    rows = None
+    if keep is not None:
+        pos = np.searchsorted(keep, dets.image_id)
+        mine = (pos < len(keep)) & (keep[np.minimum(pos, len(keep) - 1)] == dets.image_id)
+        rows = np.flatnonzero(mine)
+        dets = dets.select(mine)
+    release_memory()
+    return dets, ({"unknown_category": n_unknown} if n_unknown else {}), rows
+
+
+def _known_rows(dets: Detections, ds: Dataset, r: Path, step: int = 1 << 16) -> np.ndarray:
+    """:func:`_unknown_image` (the same error) and :func:`_known_categories` a slice of rows at a time
+    (the temporaries of a slice, not of the file)."""
+    known = np.fromiter(ds.categories.keys(), dtype=np.int64, count=len(ds.categories))
+    ok = np.empty(len(dets), dtype=bool)
+    for lo in range(0, len(dets), step):
+        image_id = dets.image_id[lo : lo + step]
+        missing = ds.images.index_of(image_id) < 0
+        if missing.any():
+            bad = int(np.flatnonzero(missing)[0])
+            raise DetcalInputError(
+                f"unknown image id {int(image_id[bad])} (not in {ds.source or 'the ground truth'})",
+                file=r,
+                record=lo + bad,
+                field="image_id",
+            )
+        ok[lo : lo + step] = np.isin(dets.category[lo : lo + step], known)
+    return ok
 
 
 def release_memory() -> None:

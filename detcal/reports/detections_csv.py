@@ -104,7 +104,14 @@ def _float_text(v: np.ndarray) -> list[str]:
 
 
 def _column_text(v: np.ndarray) -> bytes:
-    """The cells of a numeric column as comma-separated ASCII (no brackets, no trailing comma).
+    """The cells of a numeric column as comma-separated ASCII (no brackets, no trailing comma)."""
+    return _column_cells(v).tobytes()[:-1]
+
+
+def _column_cells(v: np.ndarray) -> np.ndarray:
+    """The cells of a numeric column as ASCII bytes (uint8), each cell followed by one separator byte: a
+    comma, except that the last cell's may be ``]`` (the end of orjson's list, read in place; the caller
+    writes a comma or a newline there).
 
     Integers in decimal; floats as ``repr``. With orjson the digits come from
     one ``orjson.dumps`` of the column (equal to ``repr`` for ``1e-4 <= |x| <
@@ -112,32 +119,38 @@ def _column_text(v: np.ndarray) -> bytes:
     spliced in from ``repr``, a Python step per such cell only.
     """
     n = len(v)
+    if not n:
+        return np.zeros(0, dtype=np.uint8)
     if v.dtype.kind in "iu":
         v = np.ascontiguousarray(v, dtype=np.int64)
         if _orjson is None:
-            return ",".join(map(str, v.tolist())).encode("ascii")
-        return _orjson.dumps(v, option=_orjson.OPT_SERIALIZE_NUMPY)[1:-1]
+            return np.frombuffer((",".join(map(str, v.tolist())) + ",").encode("ascii"), dtype=np.uint8)
+        return np.frombuffer(_orjson.dumps(v, option=_orjson.OPT_SERIALIZE_NUMPY), dtype=np.uint8)[1:]
     v = np.ascontiguousarray(v, dtype=np.float64)
     if _orjson is None:
-        return ",".join(map(repr, v.tolist())).encode("ascii")
-    text = _orjson.dumps(v, option=_orjson.OPT_SERIALIZE_NUMPY)[1:-1]
+        return np.frombuffer((",".join(map(repr, v.tolist())) + ",").encode("ascii"), dtype=np.uint8)
+    text = _orjson.dumps(v, option=_orjson.OPT_SERIALIZE_NUMPY)
     a = np.abs(v)
     odd = np.flatnonzero((~((a >= 1e-4) & (a < 1e16)) & (v != 0)) | ~np.isfinite(v))
-    if len(odd):
-        text = _splice(text, n, odd, [repr(x).encode("ascii") for x in v[odd].tolist()])
-    return text
+    if not len(odd):
+        return np.frombuffer(text, dtype=np.uint8)[1:]
+    spliced = _splice(text[1:-1], n, odd, [repr(x).encode("ascii") for x in v[odd].tolist()])
+    return np.frombuffer(spliced + b",", dtype=np.uint8)
 
 
 def _column_chunks(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One column as ASCII bytes [B] (uint8) in which every cell is followed by a comma, and the length of
-    each cell with its comma [n] (bool -> ``0``/``1``; integers in decimal; floats as ``repr``)."""
+    """One column as ASCII bytes [B] (uint8) in which every cell is followed by a separator (a comma; the
+    last cell's may be ``]``), and the length of each cell with its separator [n] (bool -> ``0``/``1``;
+    integers in decimal; floats as ``repr``)."""
     n = len(v)
     if v.dtype == bool:
         buf = np.full(2 * n, _COMMA, dtype=np.uint8)
         buf[0::2] = v.view(np.uint8) + ord("0")
         return buf, np.full(n, 2, dtype=np.int64)
-    buf = np.frombuffer(_column_text(v) + b"," if n else b"", dtype=np.uint8)
+    buf = _column_cells(v)
     ends = np.flatnonzero(buf == _COMMA)
+    if len(ends) < n:  # the last cell ends at orjson's "]"
+        ends = np.append(ends, len(buf) - 1)
     return buf, np.diff(ends, prepend=-1)
 
 
@@ -157,11 +170,20 @@ def _splice(text: bytes, n: int, cells: np.ndarray, new: list[bytes]) -> bytes:
 
 
 def _block_bytes(values: list[np.ndarray], scratch: list[np.ndarray] | None = None) -> bytes:
-    """CSV lines of the rows of ``values`` (one array per column, the same length): each column's bytes,
-    comma after every cell, are scattered in one step to their places in the lines (offsets from the
-    cumulative cell lengths), then the last comma of each line becomes a newline. ``scratch``: a one-item
-    list holding the offsets' buffer, reused from block to block (fresh pages cost a fault each)."""
+    """:func:`_block_array` as bytes."""
+    return _block_array(values, scratch).tobytes()
+
+
+def _block_array(values: list[np.ndarray], scratch: list[np.ndarray] | None = None) -> np.ndarray:
+    """CSV lines of the rows of ``values`` (one array per column, the same length), as uint8: each column's
+    bytes, a separator after every cell, are scattered in one step to their places in the lines (offsets
+    from the cumulative cell lengths), then the last separator of each line becomes a newline.
+    ``scratch``: a list holding the offsets' buffer and the lines' buffer, reused from block to block
+    (fresh pages cost a fault each); the array returned is a view of the second, valid until the next
+    call with the same scratch."""
     scratch = [np.zeros(0, dtype=np.int64)] if scratch is None else scratch
+    if len(scratch) < 2:
+        scratch.append(np.zeros(0, dtype=np.uint8))
     n = len(values[0])
     parts = [_column_chunks(v) for v in values]
     row_len = np.zeros(n, dtype=np.int64)
@@ -169,7 +191,10 @@ def _block_bytes(values: list[np.ndarray], scratch: list[np.ndarray] | None = No
         row_len += ln  # each cell with its comma
     row_end = np.cumsum(row_len)
     start = row_end - row_len  # where the next column's cell of each row goes
-    out = np.empty(int(row_end[-1]) if n else 0, dtype=np.uint8)
+    size = int(row_end[-1]) if n else 0
+    if len(scratch[1]) < size:
+        scratch[1] = np.empty(size + size // 4, dtype=np.uint8)
+    out = scratch[1][:size]
     for c, (buf, ln) in enumerate(parts):
         if values[c].dtype == bool:  # fixed width: digit, comma
             out[start] = buf[0::2]
@@ -186,10 +211,11 @@ def _block_bytes(values: list[np.ndarray], scratch: list[np.ndarray] | None = No
             dest[src[1:]] += np.diff(shift)
             dest[0] = shift[0]
             out[np.cumsum(dest, out=dest)] = buf
+            out[start[-1] + ln[-1] - 1] = _COMMA  # the last cell's separator may be orjson's "]"
         start += ln
     if n:
         out[row_end - 1] = _NEWLINE
-    return out.tobytes()
+    return out
 
 
 def iter_csv_bytes(cols: dict[str, np.ndarray], block: int = 32768) -> Iterator[bytes]:
@@ -198,12 +224,19 @@ def iter_csv_bytes(cols: dict[str, np.ndarray], block: int = 32768) -> Iterator[
     Rows are assembled without Python work per cell (:func:`_block_bytes`).
     Memory is bounded by the block, whatever the number of rows.
     """
+    for piece in _iter_csv_arrays(cols, block):
+        yield piece if isinstance(piece, bytes) else piece.tobytes()
+
+
+def _iter_csv_arrays(cols: dict[str, np.ndarray], block: int = 32768) -> Iterator[bytes | np.ndarray]:
+    """:func:`iter_csv_bytes` with each block of lines as a uint8 array in a buffer reused from block to
+    block (each valid until the next is asked for)."""
     yield (",".join(cols) + "\n").encode("ascii")
     values = [np.asarray(v) for v in cols.values()]
     n = len(values[0]) if values else 0
-    scratch = [np.zeros(0, dtype=np.int64)]
+    scratch: list[np.ndarray] = [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint8)]
     for lo in range(0, n, block):
-        yield _block_bytes([v[lo : lo + block] for v in values], scratch)
+        yield _block_array([v[lo : lo + block] for v in values], scratch)
 
 
 def columns_to_csv_bytes(cols: dict[str, np.ndarray]) -> bytes:
@@ -215,8 +248,8 @@ def write_columns_csv(path: str | os.PathLike, cols: dict[str, np.ndarray]) -> N
     """Atomically write ordered columns as CSV, block by block (:func:`iter_csv_bytes`)."""
 
     with atomic_write(path, "wb") as fh:
-        for piece in iter_csv_bytes(cols):
-            fh.write(piece)
+        for piece in _iter_csv_arrays(cols):
+            fh.write(piece)  # a block's lines, written before the next block is made
 
 
 def columns_to_csv(cols: dict[str, np.ndarray]) -> str:

@@ -101,13 +101,18 @@ def test_large_files_are_read_in_chunks_automatically(coco: DataSpec, monkeypatc
     import detcal.data.coco_chunks as cc
 
     calls = []
-    real = cc.iter_coco_results
+    real, real_columns = cc.iter_coco_results, cc.read_result_columns
 
     def spy(*a: object, **k: object):
         calls.append(a[2] if len(a) > 2 else k.get("chunk_bytes"))
         return real(*a, **k)
 
+    def spy_columns(path: object, chunk_bytes: int):  # the usual file's block reader (issue 29r)
+        calls.append(chunk_bytes)
+        return real_columns(path, chunk_bytes)
+
     monkeypatch.setattr(cc, "iter_coco_results", spy)
+    monkeypatch.setattr(cc, "read_result_columns", spy_columns)
     load_coco(coco.gt, coco.results)
     assert calls == []  # a small file is read whole
     from detcal.data import coco_source  # the COCO adapter owns the threshold (sources re-exports it)
