@@ -129,7 +129,10 @@ def overlap_pairs(
     margin = 8.0 * np.finfo(float).eps * (n_codes + 1) * stride + 1e-9 * stride
     gw = gcols.x2[gt_rows] - gcols.x1[gt_rows]
     base = g_code * stride - lo_c + stride / 4
-    left = base + gcols.x1[gt_rows] - (1.0 - t) / t * gw - margin
+    # a window starts no lower than its image's first key (every key of the image lies at or above
+    # code * stride + stride / 4 - rounding, the previous image's at or below code * stride - stride / 4 + rounding):
+    # a window never reaches another image, so each candidate is a same-image pair with no image-id check
+    left = np.maximum(base + gcols.x1[gt_rows] - (1.0 - t) / t * gw - margin, g_code * stride)
     right = base + gcols.x2[gt_rows] - t * gw + margin
     start = np.searchsorted(key, left, side="left")
     count = np.maximum(np.searchsorted(key, right, side="right") - start, 0)
@@ -143,8 +146,6 @@ def overlap_pairs(
         g = np.repeat(gt_rows[lo:hi], cnt)
         offset = np.arange(n) - np.repeat(np.cumsum(cnt) - cnt, cnt)
         d = order[np.repeat(start[lo:hi], cnt) + offset]
-        same = np.flatnonzero(det_image[d] == gt_image[g])
-        g, d = g[same], d[same]
         iou = columns_iou(gcols, dcols, g, d)
         keep = np.flatnonzero(iou >= t)
         g, d, iou = g[keep], d[keep], iou[keep]
