@@ -9,12 +9,12 @@ import numpy as np
 
 from detcal.core.results import ConfidenceBlock
 from detcal.core.types import Dataset, MatchResult, Skipped
-from detcal.pipeline.confidence_block import sample_features, threshold_label
+from detcal.pipeline.confidence_block import threshold_label
 from detcal.pipeline.sources import LoadedData
-from detcal.pipeline.spec import EvaluationSpec
+from detcal.pipeline.spec import FEATURES, EvaluationSpec
 from detcal.reports.html.worst import worst_detections
 
-__all__ = ["worst_block"]
+__all__ = ["sample_grid", "worst_block"]
 
 _MAX_GT_PER_IMAGE = 20
 
@@ -43,17 +43,20 @@ def worst_block(
     rows = np.flatnonzero(mr.considered & ~mr.ignored[i])
     d, ds = data.detections, data.dataset
     y = mr.matched[i, rows]
-    f = sample_features(spec, np.take(feats, rows, axis=0), None)
-    if f is not None and not np.isfinite(f).all():
-        f = None  # images without sizes: the confidence-only grid
+    p = d.score[rows]
+    grid = sample_grid(p, feats, rows, [FEATURES.index(n) for n in spec.dece_binning.features])
+    if grid.shape[1] > 1 and not np.isfinite(grid[:, 1:]).all():
+        grid = p[:, None]  # images without sizes: the confidence-only grid
+    f = grid[:, 1:] if grid.shape[1] > 1 else None
     b = spec.dece_binning
     names = ["confidence"] + (list(b.features) if f is not None else [])
     bins = [b.bins] * len(names) if isinstance(b.bins, int) else list(b.bins)[: len(names)]
     # the tables show a few rows: every column but the grid's is read at those rows only (no pass over the sample)
     ctx = {
-        "p": d.score[rows],
+        "p": p,
         "y": y,
         "features": f,
+        "grid": grid,
         "iou": _At(rows, mr.iou.__getitem__),
         "image_id": _At(rows, d.image_id.__getitem__),
         "category": _At(rows, d.category.__getitem__),
@@ -76,6 +79,17 @@ def worst_block(
         for r in out[key]:
             r["image_gt_boxes"] = _gt_boxes(data, r["image_id"], r["category"])
     return {"iou": labels[0], **out}
+
+
+def sample_grid(p: np.ndarray, feats: np.ndarray, rows: np.ndarray, cols: list[int]) -> np.ndarray:
+    """The D-ECE grid of a sample, [S, 1 + len(cols)] float64: the confidences ``p`` then columns ``cols`` of
+    ``feats`` at ``rows``; the values of ``np.column_stack([p, np.take(feats, rows, axis=0)[:, cols]])``,
+    filled one column at a time (no [S, 4] gathered copy of the features beside the grid)."""
+    grid = np.empty((len(rows), 1 + len(cols)))
+    grid[:, 0] = p
+    for j, k in enumerate(cols):
+        grid[:, 1 + j] = np.take(feats[:, k], rows)
+    return grid
 
 
 def _image_field(ds: Dataset, image_id: int, name: str) -> Any:

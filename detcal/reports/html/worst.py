@@ -152,14 +152,17 @@ def worst_detections(
     ``ctx``: arrays over the sample (``p``, ``y``, ``features`` [S, F] in [0, 1],
     ``iou``, ``image_id``, ``category``, ``class_name``, ``file_name``, ``box``,
     ``gt_box`` (list, None for a false positive), ``width``, ``height``) and
-    ``feature_names`` (confidence first); every column but ``p``, ``y`` and
+    ``feature_names`` (confidence first), and optionally ``grid`` [S, 1 + F], the confidences then the
+    features as one array (the stacked columns made by the caller, read instead of stacking them); every column but ``p``, ``y`` and
     ``features`` is only indexed at the rows the tables show, so any object
     indexable by sample position will do. Returns plain JSON-ready data.
     """
 
     p, y = np.asarray(ctx["p"], dtype=np.float64), np.asarray(ctx["y"], dtype=bool)
     f = ctx.get("features")
-    grid = p[:, None] if f is None else np.column_stack([p, f])
+    grid = ctx.get("grid")
+    if grid is None:
+        grid = p[:, None] if f is None else np.column_stack([p, f])
     cell, n_cells = cell_index(grid, tuple(bins), edges)
     stats = cell_contributions(p, y, cell, n_cells, sample_threshold, policy)
     names = list(ctx["feature_names"])
