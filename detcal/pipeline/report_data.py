@@ -14,7 +14,7 @@ from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import FEATURES, EvaluationSpec
 from detcal.reports.html.worst import worst_detections
 
-__all__ = ["sample_grid", "worst_block"]
+__all__ = ["sample_columns", "worst_block"]
 
 _MAX_GT_PER_IMAGE = 20
 
@@ -44,19 +44,18 @@ def worst_block(
     d, ds = data.detections, data.dataset
     y = mr.matched[i, rows]
     p = d.score[rows]
-    grid = sample_grid(p, feats, rows, [FEATURES.index(n) for n in spec.dece_binning.features])
-    if grid.shape[1] > 1 and not np.isfinite(grid[:, 1:]).all():
-        grid = p[:, None]  # images without sizes: the confidence-only grid
-    f = grid[:, 1:] if grid.shape[1] > 1 else None
+    columns = sample_columns(p, feats, rows, [FEATURES.index(n) for n in spec.dece_binning.features])
+    if not all(np.isfinite(c).all() for c in columns[1:]):
+        columns = columns[:1]  # images without sizes: the confidence-only grid
     b = spec.dece_binning
-    names = ["confidence"] + (list(b.features) if f is not None else [])
+    names = ["confidence"] + (list(b.features) if len(columns) > 1 else [])
     bins = [b.bins] * len(names) if isinstance(b.bins, int) else list(b.bins)[: len(names)]
     # the tables show a few rows: every column but the grid's is read at those rows only (no pass over the sample)
     ctx = {
         "p": p,
         "y": y,
-        "features": f,
-        "grid": grid,
+        "features": None,  # the grid is given as its columns
+        "grid_columns": columns,
         "iou": _At(rows, mr.iou.__getitem__),
         "image_id": _At(rows, d.image_id.__getitem__),
         "category": _At(rows, d.category.__getitem__),
@@ -81,15 +80,11 @@ def worst_block(
     return {"iou": labels[0], **out}
 
 
-def sample_grid(p: np.ndarray, feats: np.ndarray, rows: np.ndarray, cols: list[int]) -> np.ndarray:
-    """The D-ECE grid of a sample, [S, 1 + len(cols)] float64: the confidences ``p`` then columns ``cols`` of
-    ``feats`` at ``rows``; the values of ``np.column_stack([p, np.take(feats, rows, axis=0)[:, cols]])``,
-    filled one column at a time (no [S, 4] gathered copy of the features beside the grid)."""
-    grid = np.empty((len(rows), 1 + len(cols)))
-    grid[:, 0] = p
-    for j, k in enumerate(cols):
-        grid[:, 1 + j] = np.take(feats[:, k], rows)
-    return grid
+def sample_columns(p: np.ndarray, feats: np.ndarray, rows: np.ndarray, cols: list[int]) -> list[np.ndarray]:
+    """The D-ECE grid's columns of a sample: the confidences ``p``, then columns ``cols`` of ``feats`` at
+    ``rows`` (the columns of ``np.column_stack([p, np.take(feats, rows, axis=0)[:, cols]])``, with no [S, 4]
+    gathered copy of the features nor [S, 1 + F] stacked grid)."""
+    return [p] + [np.take(feats[:, k], rows) for k in cols]
 
 
 def _image_field(ds: Dataset, image_id: int, name: str) -> Any:
