@@ -13,6 +13,7 @@ by group split the ECE and the D-ECE exactly.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -42,12 +43,13 @@ def diagnostics_block(
     spec: EvaluationSpec,
     data: LoadedData,
     mr: MatchResult,
-    feats: np.ndarray,
+    feats: np.ndarray | Callable[[], np.ndarray],
     conf: dict[str, ConfidenceBlock | Skipped],
     loc: LocalisationBlock | Skipped | None = None,
 ) -> tuple[DiagnosticsBlock | Skipped, dict[str, np.ndarray]]:
     """The ``diagnostics`` record and the per-detection columns it adds to detections.csv; ``loc``: the run's
-    ``localisation`` record, whose LRP-optimal thresholds the operating points reuse."""
+    ``localisation`` record, whose LRP-optimal thresholds the operating points reuse; ``feats``: the relative
+    box features, or a function that makes them (called after TIDE's scene is released, when they are read)."""
     d = spec.diagnostics
     if data.kitti is not None:
         return Skipped("defined for COCO-style data; not computed with KITTI rules"), {}
@@ -85,7 +87,7 @@ def diagnostics_block(
         code = r.code
         del r
         cols["tide_error"] = code.astype(np.int64, copy=False)
-        by_type = _by_type(spec, data, mr, feats, conf, code)
+        by_type = _by_type(spec, data, mr, feats() if callable(feats) else feats, conf, code)
         if by_type:
             out["calibration_by_error_type"] = by_type
     if ops is not None:

@@ -22,6 +22,7 @@ import functools
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -57,6 +58,7 @@ __all__ = [
     "as_loaded",
     "match_data",
     "relative_box_features",
+    "features_when_read",
     "threshold_label",
     "dece_maps",
     "HEADLINE_REGRESSION",
@@ -153,6 +155,12 @@ def relative_box_features(data: LoadedData, needed: bool) -> tuple[np.ndarray, i
         _relative_block(dets.box[sl], w[sl].astype(np.float64), h[sl].astype(np.float64), feats[sl], clipped[sl])
     n_clipped = int(np.count_nonzero(clipped))
     return feats, n_clipped, clipped
+
+
+def features_when_read(data: LoadedData) -> Callable[[], np.ndarray]:
+    """``relative_box_features(data, needed=False)[0]`` made at the first call and kept: the same array at
+    every call, not held before a stage reads it."""
+    return functools.cache(lambda: relative_box_features(data, needed=False)[0])
 
 
 def _relative_block(box: np.ndarray, w: np.ndarray, h: np.ndarray, feats: np.ndarray, clipped: np.ndarray) -> None:
@@ -473,7 +481,7 @@ def _diagnostics(
     spec: EvaluationSpec,
     data: LoadedData,
     mr: MatchResult,
-    feats: np.ndarray,
+    feats: Callable[[], np.ndarray],
     conf: dict[str, ConfidenceBlock | Skipped],
     loc: LocalisationBlock | Skipped,
     timing: dict[str, float],
@@ -595,12 +603,14 @@ def evaluate(
         t0 = time.perf_counter()
         release_memory()  # the free pages left by loading and matching, before the per-threshold samples
         conf, maps = confidence_blocks(spec, data, mr, feats, bar, extra, no_pos) if conf_on else ({}, {})
+        del feats  # made again after the accuracy and OCE stages (the same values): not held across their peaks
         timing["confidence"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         reg = _regression_block(spec, data, mr_reg, bar) if reg_on else Skipped("disabled")
         timing["regression"] = time.perf_counter() - t0
         acc, loc, oce_rec, uq_rec, per_image = _accuracy_and_oce(spec, data, timing)
-        diag, diag_cols = _diagnostics(spec, data, mr, feats, conf, loc, timing)
+        feats_of = features_when_read(data)  # made where first read: after TIDE's scene is released
+        diag, diag_cols = _diagnostics(spec, data, mr, feats_of, conf, loc, timing)
     dets = data.detections
     warn = (
         _warnings(conf, reg, reg_on and dets.uncertainty_kind is not None, no_pos)
@@ -627,13 +637,13 @@ def evaluate(
         "oce": oce_rec,
         "uq_detr": uq_rec,
         "per_class": _per_class(spec, data, mr, extra, acc) if conf_on and spec.confidence.per_class else {},
-        "worst_detections": _worst(spec, data, mr, feats, conf, no_pos),
+        "worst_detections": _worst(spec, data, mr, feats_of(), conf, no_pos),
         "diagnostics": diag,
         "warnings": warn,
         "timing_s": {k: round(v, 3) for k, v in timing.items()},
     }
     res = EvaluationResult(
-        record=record, data=data, match=mr, features=feats, clipped=clipped, spec=spec, per_image=per_image
+        record=record, data=data, match=mr, features=feats_of(), clipped=clipped, spec=spec, per_image=per_image
     )
     res.diagnostics_columns = diag_cols  # tide_error in detections.csv
     return res

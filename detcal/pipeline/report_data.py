@@ -9,12 +9,12 @@ import numpy as np
 
 from detcal.core.results import ConfidenceBlock
 from detcal.core.types import Dataset, MatchResult, Skipped
-from detcal.pipeline.confidence_block import sample_features, threshold_label
+from detcal.pipeline.confidence_block import threshold_label
 from detcal.pipeline.sources import LoadedData
-from detcal.pipeline.spec import EvaluationSpec
+from detcal.pipeline.spec import FEATURES, EvaluationSpec
 from detcal.reports.html.worst import worst_detections
 
-__all__ = ["worst_block"]
+__all__ = ["sample_columns", "worst_block"]
 
 _MAX_GT_PER_IMAGE = 20
 
@@ -43,17 +43,19 @@ def worst_block(
     rows = np.flatnonzero(mr.considered & ~mr.ignored[i])
     d, ds = data.detections, data.dataset
     y = mr.matched[i, rows]
-    f = sample_features(spec, np.take(feats, rows, axis=0), None)
-    if f is not None and not np.isfinite(f).all():
-        f = None  # images without sizes: the confidence-only grid
+    p = d.score[rows]
+    columns = sample_columns(p, feats, rows, [FEATURES.index(n) for n in spec.dece_binning.features])
+    if not all(np.isfinite(c).all() for c in columns[1:]):
+        columns = columns[:1]  # images without sizes: the confidence-only grid
     b = spec.dece_binning
-    names = ["confidence"] + (list(b.features) if f is not None else [])
+    names = ["confidence"] + (list(b.features) if len(columns) > 1 else [])
     bins = [b.bins] * len(names) if isinstance(b.bins, int) else list(b.bins)[: len(names)]
     # the tables show a few rows: every column but the grid's is read at those rows only (no pass over the sample)
     ctx = {
-        "p": d.score[rows],
+        "p": p,
         "y": y,
-        "features": f,
+        "features": None,  # the grid is given as its columns
+        "grid_columns": columns,
         "iou": _At(rows, mr.iou.__getitem__),
         "image_id": _At(rows, d.image_id.__getitem__),
         "category": _At(rows, d.category.__getitem__),
@@ -76,6 +78,13 @@ def worst_block(
         for r in out[key]:
             r["image_gt_boxes"] = _gt_boxes(data, r["image_id"], r["category"])
     return {"iou": labels[0], **out}
+
+
+def sample_columns(p: np.ndarray, feats: np.ndarray, rows: np.ndarray, cols: list[int]) -> list[np.ndarray]:
+    """The D-ECE grid's columns of a sample: the confidences ``p``, then columns ``cols`` of ``feats`` at
+    ``rows`` (the columns of ``np.column_stack([p, np.take(feats, rows, axis=0)[:, cols]])``, with no [S, 4]
+    gathered copy of the features nor [S, 1 + F] stacked grid)."""
+    return [p] + [np.take(feats[:, k], rows) for k in cols]
 
 
 def _image_field(ds: Dataset, image_id: int, name: str) -> Any:

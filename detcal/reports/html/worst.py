@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from detcal.binning.edges import cell_index
+from detcal.binning.edges import BinGrid, cell_index, cell_index_columns
 
 __all__ = ["cell_contributions", "smallest", "worst_detections"]
 
@@ -152,15 +152,22 @@ def worst_detections(
     ``ctx``: arrays over the sample (``p``, ``y``, ``features`` [S, F] in [0, 1],
     ``iou``, ``image_id``, ``category``, ``class_name``, ``file_name``, ``box``,
     ``gt_box`` (list, None for a false positive), ``width``, ``height``) and
-    ``feature_names`` (confidence first); every column but ``p``, ``y`` and
+    ``feature_names`` (confidence first), and optionally ``grid_columns``, the grid's columns [S] each (the
+    confidences, then the features; read instead of ``p`` and ``features`` stacked into an [S, 1 + F] copy);
+    every column but ``p``, ``y`` and
     ``features`` is only indexed at the rows the tables show, so any object
     indexable by sample position will do. Returns plain JSON-ready data.
     """
 
     p, y = np.asarray(ctx["p"], dtype=np.float64), np.asarray(ctx["y"], dtype=bool)
     f = ctx.get("features")
-    grid = p[:, None] if f is None else np.column_stack([p, f])
-    cell, n_cells = cell_index(grid, tuple(bins), edges)
+    columns = ctx.get("grid_columns")
+    if columns is None:
+        grid = p[:, None] if f is None else np.column_stack([p, f])
+        cell, n_cells = cell_index(grid, tuple(bins), edges)
+    else:  # cell_index's own arithmetic on the columns it would cut from the stacked grid
+        b = BinGrid.of(tuple(bins), len(columns))
+        cell, n_cells = cell_index_columns([np.asarray(c, np.float64) for c in columns], b, edges), int(np.prod(b))
     stats = cell_contributions(p, y, cell, n_cells, sample_threshold, policy)
     names = list(ctx["feature_names"])
     fp = np.flatnonzero(~y)
