@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from detcal.binning.cells import CellSums
+from detcal.utils.scoped import Scoped
 
 OUTLIER_TOL: float = 1e-12
 """A cell is an outlier when ``gap - mean_gap > 2 * std + OUTLIER_TOL`` (the
@@ -41,12 +42,11 @@ class MeasureSettings(Protocol):
     def spread(self) -> str: ...
 
 
-_SHARED: list[list[Any]] = []
-"""While :func:`summaries_shared` is active: the last summaries, each ``[sums, sample_threshold, policy,
+_SUMMARIES = Scoped()
+"""While :func:`summaries_shared` is active, its items: the last summaries, each ``[sums, sample_threshold, policy,
 summary, moments]``, the most recent first (two: a grid's class-agnostic sums and its per-class sums
 alternate, and the measures of one grid come one after the other)."""
 _KEEP = 2
-_ACTIVE: list[int] = [0]
 
 
 @contextmanager
@@ -54,17 +54,12 @@ def summaries_shared() -> Iterator[None]:
     """Within the block, :func:`cell_summary` (and :func:`gap_moments` of it) of the same :class:`CellSums`
     object with the same settings is computed once and handed to every measure that asks (the measures of one
     grid read the same per-cell summary; the values are those of a fresh computation). Cleared on exit."""
-    _ACTIVE[0] += 1
-    try:
+    with _SUMMARIES.open():
         yield
-    finally:
-        _ACTIVE[0] -= 1
-        if not _ACTIVE[0]:
-            _SHARED.clear()
 
 
 def _shared_entry(s: CellSums, sample_threshold: int, policy: str) -> list[Any] | None:
-    for e in _SHARED:
+    for e in _SUMMARIES.items:
         if e[0] is s and e[1] == sample_threshold and e[2] == policy:
             return e
     return None
@@ -72,15 +67,15 @@ def _shared_entry(s: CellSums, sample_threshold: int, policy: str) -> list[Any] 
 
 def cell_summary(s: CellSums, sample_threshold: int, policy: str) -> dict[str, np.ndarray]:
     """Per-cell precision, confidence, gap and the kept mask, [..., C]; N and the denominator [...]."""
-    if not _ACTIVE[0]:
+    if not _SUMMARIES.active:
         return _cell_summary(s, sample_threshold, policy)
     e = _shared_entry(s, sample_threshold, policy)
     if e is None:
-        del _SHARED[_KEEP - 1 :]  # the oldest released first
+        del _SUMMARIES.items[_KEEP - 1 :]  # the oldest released first
         e = [s, sample_threshold, policy, _cell_summary(s, sample_threshold, policy), None]
     else:
-        del _SHARED[next(i for i, x in enumerate(_SHARED) if x is e)]
-    _SHARED.insert(0, e)
+        del _SUMMARIES.items[next(i for i, x in enumerate(_SUMMARIES.items) if x is e)]
+    _SUMMARIES.items.insert(0, e)
     return e[3]  # type: ignore[no-any-return]
 
 
@@ -116,7 +111,7 @@ def ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 
 def gap_moments(summ: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Weighted mean/std of gap over kept cells, weights N_c / N_kept, and the outlier mask."""
-    for e in _SHARED if _ACTIVE[0] else ():
+    for e in _SUMMARIES.items if _SUMMARIES.active else ():
         if e[3] is summ:  # a shared summary: its moments computed once
             if e[4] is None:
                 e[4] = _gap_moments(summ)

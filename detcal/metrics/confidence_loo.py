@@ -41,6 +41,7 @@ import numpy as np
 
 from detcal.binning.cells import CellSums
 from detcal.metrics.confidence_compute import OUTLIER_TOL, ratio
+from detcal.utils.scoped import Scoped
 
 
 @dataclass(frozen=True)
@@ -78,9 +79,9 @@ def cell_loo(total: CellSums, unit: np.ndarray, col: np.ndarray, pair: CellSums,
     return CellLOO(n_t, kept_t, gap_t, n_l, kept_l, gap_l, unit, col, m)
 
 
-_SHARED: list[Any] = []
-"""While :func:`loo_shared` is active: ``[inputs, threshold, CellLOO]`` of the last :func:`shared_cell_loo`."""
-_ACTIVE: list[int] = [0]
+_LOO = Scoped()
+"""While :func:`loo_shared` is active, its items: ``[inputs, threshold, CellLOO]`` of the last
+:func:`shared_cell_loo`."""
 
 
 @contextmanager
@@ -88,27 +89,22 @@ def loo_shared() -> Iterator[None]:
     """Within the block, :func:`shared_cell_loo` with the same input objects and sample threshold computes the
     cells once and hands them to every measure that asks (the measures of one grid: ECE, ECE_q and MCE;
     D-ECE, homogeneity and outliers); the values are those of a fresh computation. Cleared on exit."""
-    _ACTIVE[0] += 1
-    try:
+    with _LOO.open():
         yield
-    finally:
-        _ACTIVE[0] -= 1
-        if not _ACTIVE[0]:
-            _SHARED.clear()
 
 
 def shared_cell_loo(
     total: CellSums, unit: np.ndarray, col: np.ndarray, pair: CellSums, m: int, threshold: int
 ) -> CellLOO:
     """:func:`cell_loo`, reused while :func:`loo_shared` is active for the same inputs (the same objects)."""
-    if not _ACTIVE[0]:
+    if not _LOO.active:
         return cell_loo(total, unit, col, pair, m, threshold)
-    inputs = (total, unit, col, pair, m)
-    if _SHARED and _SHARED[1] == threshold and all(a is b for a, b in zip(_SHARED[0], inputs)):
-        return _SHARED[2]  # type: ignore[no-any-return]
-    _SHARED[:] = []  # the previous cells released first
+    inputs, shared = (total, unit, col, pair, m), _LOO.items
+    if shared and shared[1] == threshold and all(a is b for a, b in zip(shared[0], inputs)):
+        return shared[2]  # type: ignore[no-any-return]
+    shared[:] = []  # the previous cells released first
     c = cell_loo(total, unit, col, pair, m, threshold)
-    _SHARED[:] = [inputs, threshold, c]
+    shared[:] = [inputs, threshold, c]
     return c
 
 
