@@ -76,14 +76,11 @@ def iter_coco_results(
     except OSError as e:
         raise DetcalInputError(f"cannot read file: {e.strerror or e}", file=file) from e
     with fh:
-        head = fh.read(min(chunk_bytes, 1 << 16))
-        start = 3 if head.startswith(b"\xef\xbb\xbf") else 0
-        lead = len(head[start:]) - len(head[start:].lstrip(_WS))
-        if not head[start + lead : start + lead + 1] == b"[":
+        block = _Block.of_list(fh, chunk_bytes)
+        if block is None:
             fh.close()
             yield from _whole_file(path, dataset, chunk_bytes)
             return
-        block = _Block(fh, head[start + lead + 1 :], start + lead + 1, chunk_bytes)
         yield from _blocks(block, file, dataset)
 
 
@@ -98,6 +95,22 @@ class _Block:
         self.buf[0] = 91  # "["
         self.buf[1 : 1 + len(first)] = first
         self.fill = 1 + len(first)
+
+    @classmethod
+    def of_list(cls, fh: Any, chunk_bytes: int) -> _Block | None:
+        """The records of the open file ``fh`` after its opening ``[`` (a byte-order mark and white space
+        before it skipped), or None when the file does not start as a JSON list."""
+        head = fh.read(min(chunk_bytes, 1 << 16))
+        start = 3 if head.startswith(b"\xef\xbb\xbf") else 0
+        lead = len(head[start:]) - len(head[start:].lstrip(_WS))
+        if head[start + lead : start + lead + 1] != b"[":
+            return None
+        return cls(fh, head[start + lead + 1 :], start + lead + 1, chunk_bytes)
+
+    def top_up(self) -> None:
+        """Read until the buffer holds at least ``chunk`` bytes of records, or the file has ended."""
+        while not self.eof and self.fill - 1 < self.chunk:
+            self.read()
 
     def read(self) -> None:
         """Append up to ``chunk`` more bytes of the file (``eof`` once none are left)."""
@@ -121,10 +134,7 @@ def _blocks(block: _Block, file: str, dataset: Dataset | None) -> Iterator[Detec
     seen = 0  # records yielded so far
     kind: tuple[bool, ...] | None = None
     while True:
-        if not block.eof and block.fill - 1 < block.chunk:
-            block.read()
-            if not block.eof:
-                continue
+        block.top_up()
         if block.eof:
             records = decode_results(block.buf, block.fill) or _parse(bytes(block.buf[: block.fill]), file, block.base)
             used = block.fill - 1
@@ -245,19 +255,13 @@ def read_result_columns(path: PathLike, chunk_bytes: int) -> tuple[dict[str, np.
     except OSError:
         return None  # the block reader reports it
     with fh:
-        head = fh.read(min(chunk_bytes, 1 << 16))
-        start = 3 if head.startswith(b"\xef\xbb\xbf") else 0
-        lead = len(head[start:]) - len(head[start:].lstrip(_WS))
-        if head[start + lead : start + lead + 1] != b"[":
+        block = _Block.of_list(fh, chunk_bytes)
+        if block is None:
             return None
-        block = _Block(fh, head[start + lead + 1 :], start + lead + 1, chunk_bytes)
         store = _ColumnStore(os.path.getsize(path) // 100)  # about 110 bytes a plain record
         kind: tuple[str, ...] | None = None
         while True:
-            if not block.eof and block.fill - 1 < block.chunk:
-                block.read()
-                if not block.eof:
-                    continue
+            block.top_up()
             if block.eof:
                 decoded, used = decode_results(block.buf, block.fill), block.fill - 1
             else:
