@@ -17,6 +17,8 @@ from typing import Any
 from detcal.apps._hydra import AppContext, is_secondary_rank, run_app
 from detcal.apps.schema import EvaluateApp
 from detcal.pipeline.evaluation import evaluate
+from detcal.reports.plots import import_matplotlib_for_drawing
+from detcal.utils.background import prestart
 
 PROG = "detcal-evaluate"
 CONFIG_NAME = "evaluate"
@@ -24,21 +26,30 @@ SCHEMA = EvaluateApp
 
 
 def task(app: EvaluateApp, ctx: AppContext) -> dict[str, Any]:
-    """Evaluate ``app.data`` with ``app``'s evaluation spec; write the result into ``ctx.run_dir``."""
+    """Evaluate ``app.data`` with ``app``'s evaluation spec; write the result into ``ctx.run_dir``.
+
+    With figures, their process is forked first (:func:`detcal.utils.background.prestart`): it imports
+    matplotlib on the second core while the evaluation runs, and stays as small as the start-up was."""
     out = app.output
-    result = evaluate(app.data, spec=app.evaluation(), workdir=ctx.run_dir, progress=out.progress)
-    result.detections_format = out.detections_format
-    if is_secondary_rank():
-        return result.to_dict()  # rank 0 writes the report
-    return result.write(
-        ctx.run_dir,
-        plots=out.plots,
-        csv=out.detections_csv,
-        echo=out.print_summary,
-        header=ctx.header(),
-        report=app.report.enabled,
-        image_dir=app.data.image_dir,
-    )
+    worker = prestart(import_matplotlib_for_drawing) if out.plots and not is_secondary_rank() else None
+    try:
+        result = evaluate(app.data, spec=app.evaluation(), workdir=ctx.run_dir, progress=out.progress)
+        result.detections_format = out.detections_format
+        result.figure_worker = worker
+        if is_secondary_rank():
+            return result.to_dict()  # rank 0 writes the report
+        return result.write(
+            ctx.run_dir,
+            plots=out.plots,
+            csv=out.detections_csv,
+            echo=out.print_summary,
+            header=ctx.header(),
+            report=app.report.enabled,
+            image_dir=app.data.image_dir,
+        )
+    finally:
+        if worker is not None:  # an error before the figures: the waiting process ends
+            worker.close()
 
 
 def main() -> None:

@@ -28,13 +28,13 @@ from detcal.reports.detections_csv import (
 )
 from detcal.reports.evaluation_plots import evaluation_plots, plan_evaluation_plots
 from detcal.reports.finish import finish_run
-from detcal.reports.per_class import plot_per_class_reliability
+from detcal.reports.per_class import PerClassPanels, draw_per_class_panels, per_class_panels
 from detcal.reports.plots import import_matplotlib_for_drawing, paused_gc
 from detcal.reports.summary_md import evaluation_summary
-from detcal.utils.background import start
+from detcal.utils.background import Worker, run
 from detcal.utils.io import write_text
 
-__all__ = ["Result", "EvaluationResult"]
+__all__ = ["Result", "EvaluationResult", "draw_figures"]
 
 
 @dataclass
@@ -92,9 +92,10 @@ class Result:
         of the worst-calibrated detections from ``image_dir`` when given).
         ``echo``: print the short end-of-run text (headline, left out, warnings,
         run directory, files, report path; the full tables are in summary.md).
-        The figures are drawn in a forked child while the other files are
-        written and the text printed (:mod:`detcal.utils.background`;
-        ``DETCAL_INLINE_WRITERS=1``: inline); the run ends in
+        The figures are drawn in another process while the other files are
+        written and the text printed (:attr:`EvaluationResult.figure_worker`
+        when the run started one, else a child forked now:
+        :mod:`detcal.utils.background`; ``DETCAL_INLINE_WRITERS=1``: inline); the run ends in
         :func:`detcal.reports.finish.finish_run`, which writes report.html last.
         Every file is written when this returns, and an error of the drawing
         is raised here. Returns the written metrics.json content."""
@@ -144,6 +145,9 @@ class EvaluationResult(Result):
     detections_format: str = "csv"
     per_image: Any = None
     diagnostics_columns: dict[str, np.ndarray] | None = None
+    figure_worker: Worker | None = None
+    """A figure process started with the run (:func:`detcal.utils.background.prestart`, as detcal-evaluate
+    does): the figures are drawn there; None: in a child forked when they are written."""
 
     def __post_init__(self) -> None:
         self.command = "detcal-evaluate"
@@ -172,44 +176,47 @@ class EvaluationResult(Result):
         return files
 
     def _start_figures(self, out: Path, plots: bool) -> tuple[list[str], Any]:
-        """The PNG figures (:mod:`detcal.reports.evaluation_plots` and the per-class diagram), drawn in a
-        forked child while the caller writes the other files (:mod:`detcal.utils.background`)."""
+        """The PNG figures (:mod:`detcal.reports.evaluation_plots` and the per-class diagram), drawn in the
+        run's pre-started figure process (:attr:`figure_worker`) or a child forked now, while the caller
+        writes the other files (:mod:`detcal.utils.background`)."""
         if not plots:
             return [], None
 
         m = self.plain()
         names = [name for name, _ in plan_evaluation_plots(out, m, self.spec)]
-        pc = self.record.get("per_class") or {}
-        names += ["reliability_per_class.png"] if pc.get("rows") else []
-        parent = os.getpid()
+        panels = self._per_class_panels()
+        names += ["reliability_per_class.png"] if panels is not None else []
+        return names, run(self.figure_worker, draw_figures, out, m, self.spec, panels, os.getpid())
 
-        def draw() -> None:
-            with paused_gc():  # many small objects, few cycles: no collections walking the run's objects
-                if os.getpid() != parent:  # a forked child that ends after drawing: no artist docstrings
-                    import_matplotlib_for_drawing()
-                evaluation_plots(out, m, self.spec)
-                self._per_class_plot(out)
-
-        return names, start(draw)
-
-    def _per_class_plot(self, out: Path) -> list[str]:
+    def _per_class_panels(self) -> PerClassPanels | None:
+        """The panels of reliability_per_class.png (None: no per-class table in the record)."""
         pc = self.record.get("per_class") or {}
         if not pc.get("rows"):
-            return []
+            return None
 
         i = [f"iou={t:.2f}" for t in self.match.iou_thresholds].index(pc["iou"]) if pc["iou"] != "iou=kitti" else 0
         keep = np.flatnonzero(self.match.considered & ~self.match.ignored[i])
         d = self.data.detections
-        plot_per_class_reliability(
+        return per_class_panels(
             {"detections": (d.score[keep], self.match.matched[i, keep], d.category[keep])},
             self.data.dataset.categories,
             top_n=int(pc["top_n"]),
-            path=out / "reliability_per_class.png",
         )
-        return ["reliability_per_class.png"]
 
     def _summary(self, results: Results) -> str:
         return evaluation_summary(results)
+
+
+def draw_figures(out: Path, m: Mapping[str, Any], spec: Any, panels: PerClassPanels | None, parent: int) -> None:
+    """Draw the figures of an evaluation into ``out``: :func:`evaluation_plots` of the metrics ``m`` and the
+    per-class diagram of ``panels``. In a process other than ``parent`` (a figure process that ends after
+    drawing), matplotlib is imported without its artists' docstring tables."""
+    with paused_gc():  # many small objects, few cycles: no collections walking the run's objects
+        if os.getpid() != parent:
+            import_matplotlib_for_drawing()
+        evaluation_plots(out, m, spec)
+        if panels is not None:
+            draw_per_class_panels(panels, out / "reliability_per_class.png")
 
 
 def per_image_csv(cols: Mapping[str, np.ndarray]) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -164,6 +165,56 @@ def short_label(name: Any, limit: int = LABEL_CHARS) -> str:
     return s.replace("\n", " ").replace("\r", " ").replace("$", "\\$")
 
 
+@dataclass
+class PerClassPanels:
+    """What the per-class figure draws, computed before any drawing (small: it can travel to a figure
+    process): the grid's ``ncol`` x ``nrow``, per panel the curves (label -> :func:`reliability_curve` of the
+    class) and the title, and whether a legend names the labels."""
+
+    ncol: int
+    nrow: int
+    curves: list[dict[str, dict[str, np.ndarray]]]
+    titles: list[str]
+    legend: bool
+
+
+def per_class_panels(
+    samples: Mapping[str, tuple[Any, Any, Any]],
+    names: Mapping[int, str] | None = None,
+    *,
+    top_n: int = 9,
+    bins: int = 15,
+) -> PerClassPanels:
+    """The panels of :func:`plot_per_class_reliability` (the ``top_n`` most frequent classes of the first
+    sample), without drawing them."""
+    if not samples:
+        raise DetcalInputError("no samples to plot", field="samples")
+    checked = {k: _check(*v) for k, v in samples.items()}
+    first = next(iter(checked.values()))
+    top = most_frequent(first[2], top_n)
+    ncol = int(np.ceil(np.sqrt(max(len(top), 1))))
+    nrow = int(np.ceil(max(len(top), 1) / ncol))
+    names = names or {}
+    per_label = {lab: class_reliability_curves(p, y, cat, top, bins) for lab, (p, y, cat) in checked.items()}
+    return PerClassPanels(
+        ncol,
+        nrow,
+        [{lab: per_label[lab][k] for lab in checked} for k in range(len(top))],
+        [f"{short_label(names.get(int(c), c))} (n={int((first[2] == c).sum())})" for c in top],
+        len(checked) > 1,
+    )
+
+
+def draw_per_class_panels(panels: PerClassPanels, path: Any) -> None:
+    """Draw :func:`per_class_panels`' grid straight into the PNG at ``path``, one panel after another with
+    one axes moved from cell to cell (its ticks, labels and style made once: a fraction of the cost of a
+    grid of axes)."""
+    fig = agg_figure(3.2 * panels.ncol, 3.0 * panels.nrow, dpi=110)
+    grid = fig.add_gridspec(panels.nrow, panels.ncol)
+    cells = [grid[k // panels.ncol, k % panels.ncol] for k in range(len(panels.titles))]
+    _draw_panels(fig, path, list(zip(cells, panels.curves, panels.titles)), legend=panels.legend)
+
+
 def plot_per_class_reliability(
     samples: Mapping[str, tuple[Any, Any, Any]],
     names: Mapping[int, str] | None = None,
@@ -177,45 +228,25 @@ def plot_per_class_reliability(
     ``samples``: label -> ``(p, y, category)`` (one detector, or several
     overlaid). Without ``path``, returns the matplotlib figure (a grid of
     axes, one per class). With ``path``, the same grid is drawn straight into
-    the PNG at ``path``, one panel after another with one axes moved from
-    cell to cell (its ticks, labels and style made once: a fraction of the
-    cost of a grid of axes), and ``None`` is returned.
+    the PNG at ``path`` (:func:`draw_per_class_panels`), and ``None`` is
+    returned.
     """
-    if not samples:
-        raise DetcalInputError("no samples to plot", field="samples")
-    checked = {k: _check(*v) for k, v in samples.items()}
-    first = next(iter(checked.values()))
-    top = most_frequent(first[2], top_n)
-    ncol = int(np.ceil(np.sqrt(max(len(top), 1))))
-    nrow = int(np.ceil(max(len(top), 1) / ncol))
-    fig = agg_figure(3.2 * ncol, 3.0 * nrow, dpi=110)
-    grid = fig.add_gridspec(nrow, ncol)
-    names = names or {}
-    per_label = {lab: class_reliability_curves(p, y, cat, top, bins) for lab, (p, y, cat) in checked.items()}
-
-    def panel(k: int) -> tuple[Any, dict[str, dict[str, np.ndarray]], str]:
-        c = top[k]
-        curves = {lab: per_label[lab][k] for lab in checked}
-        return (
-            grid[k // ncol, k % ncol],
-            curves,
-            f"{short_label(names.get(int(c), c))} (n={int((first[2] == c).sum())})",
-        )
-
+    panels = per_class_panels(samples, names, top_n=top_n, bins=bins)
     if path is not None:
-        _draw_panels(fig, path, [panel(k) for k in range(len(top))], legend=len(checked) > 1)
+        draw_per_class_panels(panels, path)
         return None
-    axes = [fig.add_subplot(grid[k // ncol, k % ncol]) for k in range(nrow * ncol)]
+    fig = agg_figure(3.2 * panels.ncol, 3.0 * panels.nrow, dpi=110)
+    grid = fig.add_gridspec(panels.nrow, panels.ncol)
+    axes = [fig.add_subplot(grid[k // panels.ncol, k % panels.ncol]) for k in range(panels.nrow * panels.ncol)]
     # fixed margins (no layout engine: one draw when saved): tick labels and axis labels left and below each
     # panel, its title above
     fixed_margins(fig, **_PANEL_MARGINS)
     for k, ax in enumerate(axes):
-        if k < len(top):
-            _, curves, title = panel(k)
-            plot_reliability(ax, curves, title)
+        if k < len(panels.titles):
+            plot_reliability(ax, panels.curves[k], panels.titles[k])
         else:
             ax.axis("off")
-    if len(checked) > 1:
+    if panels.legend:
         axes[0].legend(fontsize=7)
     return fig
 
@@ -282,7 +313,10 @@ def _draw_panels(
 
 
 __all__ = [
+    "PerClassPanels",
+    "draw_per_class_panels",
     "most_frequent",
+    "per_class_panels",
     "per_class_table",
     "plot_per_class_reliability",
     "class_reliability_curves",

@@ -81,3 +81,96 @@ def test_evaluation_files_equal_inline_and_figure_errors_reach_the_caller(
         with pytest.raises(DetcalInputError, match="expected 4"):
             res.write(tmp_path / f"broken{inline}", plots=True, report=True)
         assert not (tmp_path / f"broken{inline}" / "report.html").exists()
+
+
+def _write_pid(path: Path, extra: str = "") -> None:
+    path.write_text(f"{os.getpid()}{extra}")
+
+
+def _fail_with(message: str) -> None:
+    raise DetcalInputError(message, record="plot input", field="gap")
+
+
+def _prepared_marker(path: Path) -> None:
+    path.write_text("prepared")
+
+
+def _boom() -> None:
+    raise ValueError("a failed preparation is only a lost saving")
+
+
+@pytest.mark.skipif(not background.forking(), reason="forking is off here")
+def test_prestarted_worker_prepares_runs_one_work_and_reraises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _inline(monkeypatch, False)
+    marker = tmp_path / "prepared.txt"
+    w = background.prestart(lambda: _prepared_marker(marker))
+    assert w is not None and w.waiting
+    out = tmp_path / "pid.txt"
+    job = w.submit(_write_pid, out, "!")
+    assert not w.waiting
+    job.join()
+    assert out.read_text().endswith("!") and int(out.read_text()[:-1]) != os.getpid()  # drawn in the worker
+    assert marker.read_text() == "prepared"  # the preparation ran before the work
+    with pytest.raises(RuntimeError, match="already used"):
+        w.submit(_write_pid, out)
+    w.close()  # nothing left to end: no error
+
+    w2 = background.prestart(_boom)  # the preparation's error is not the work's
+    assert w2 is not None
+    with pytest.raises(DetcalInputError, match="bad record"):
+        w2.submit(_fail_with, "bad record").join()
+
+    with background.prestart() as w3:  # closed without work: the child ends and is reaped
+        assert w3 is not None and w3.waiting
+        pid = w3._pid
+    assert not w3.waiting
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # already reaped
+
+
+@pytest.mark.skipif(not background.forking(), reason="forking is off here")
+def test_run_falls_back_when_the_worker_is_gone_used_or_absent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+    import time
+
+    _inline(monkeypatch, False)
+    w = background.prestart()
+    assert w is not None
+    os.kill(w._pid, signal.SIGKILL)  # type: ignore[arg-type]
+    time.sleep(0.2)
+    out = tmp_path / "a.txt"
+    background.run(w, _write_pid, out).join()  # a child forked now does it
+    assert int(out.read_text()) != os.getpid() and not w.waiting
+    background.run(None, _write_pid, tmp_path / "b.txt").join()
+    assert (tmp_path / "b.txt").exists()
+    background.run(w, _write_pid, tmp_path / "c.txt").join()  # used (gone): forked again
+    assert (tmp_path / "c.txt").exists()
+    with pytest.raises(DetcalInputError, match="late"):
+        background.run(None, _fail_with, "late").join()
+
+
+def test_prestart_is_off_where_forking_is(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _inline(monkeypatch, True)
+    assert background.prestart() is None
+    out = tmp_path / "pid.txt"
+    background.run(None, _write_pid, out).join()
+    assert int(out.read_text()) == os.getpid()  # inline
+
+
+@pytest.mark.skipif(not background.forking(), reason="forking is off here")
+def test_evaluation_figures_from_a_prestarted_worker_equal_a_forked_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import detcal
+    from detcal.pipeline.spec import BootstrapSpec, DataSpec, EvaluationSpec
+    from detcal.reports.plots import import_matplotlib_for_drawing
+
+    _inline(monkeypatch, False)
+    res = detcal.evaluate(DataSpec(n_images=40), spec=EvaluationSpec(bootstrap=BootstrapSpec(n=0)), workdir=tmp_path)
+    res.write(tmp_path / "forked", plots=True)
+    res.figure_worker = background.prestart(import_matplotlib_for_drawing)
+    assert res.figure_worker is not None
+    content = res.write(tmp_path / "worker", plots=True)
+    assert not res.figure_worker.waiting  # the worker drew them
+    assert "reliability_per_class.png" in content["files"]
+    assert _files(tmp_path / "worker") == _files(tmp_path / "forked")
