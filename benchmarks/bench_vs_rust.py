@@ -184,7 +184,8 @@ STAGES = (
     ("worst detections", "detcal/pipeline/evaluation.py", "_worst"),
     ("write (files)", "detcal/pipeline/result.py", "Result.write"),
     ("  figures", "detcal/reports/evaluation_plots.py", "evaluation_plots"),
-    ("  per-class figure", "detcal/pipeline/result.py", "EvaluationResult._per_class_plot"),
+    ("  per-class figure", "detcal/reports/per_class.py", "draw_per_class_panels"),
+    ("  per-class figure", "detcal/pipeline/result.py", "EvaluationResult._per_class_plot"),  # trees before 98f7ebb
     ("  detections.csv", "detcal/reports/detections_csv.py", "write_columns_csv"),
     ("  report.html", "detcal/reports/html/__init__.py", "write_report"),
 )
@@ -197,7 +198,7 @@ def stage_profile(prof: Path) -> dict[str, float]:
     out: dict[str, float] = {"whole command": max(v[3] for v in raw.values())}
     for label, path, fn in STAGES:
         hits = [v[3] for (f, _, name), v in raw.items() if name == fn.split(".")[-1] and f.endswith(path)]
-        out[label] = sum(hits)
+        out[label] = out.get(label, 0.0) + sum(hits)  # a label may name a stage in two places
     out["start-up, Hydra, other"] = out["whole command"] - out["evaluate (in process)"] - out["write (files)"]
     return out
 
@@ -220,9 +221,11 @@ def wrap(label, f):
 
 for label, path, name in stages:  # wrap each stage function wherever a detcal module holds it
     owner = importlib.import_module(path[:-3].replace("/", ".").removesuffix(".__init__"))
-    if "." in name:  # a method: wrap it on its class
+    if "." in name:  # a method: wrap it on its class (where the timed tree's class has it)
         cls, meth = name.split(".")
-        setattr(getattr(owner, cls), meth, wrap(label, vars(getattr(owner, cls))[meth]))
+        m = vars(getattr(owner, cls)).get(meth)
+        if m is not None:
+            setattr(getattr(owner, cls), meth, wrap(label, m))
         continue
     f = getattr(owner, name, None)
     if f is None:  # a stage the timed tree does not have (e.g. a baseline from before it)
