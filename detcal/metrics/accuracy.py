@@ -221,7 +221,20 @@ def _range_walk(layout: ExclusiveLayout, order: np.ndarray, gt_bits: np.ndarray)
     lut[1:] = gt_bits_w
     chosen = exclusive_walk(layout)
     chosen += 1
-    return _RangeWalk(layout, seg, pos[seg], np.take(np.take(lut, chosen), seg, axis=1), gt_bits_w)
+    # row by row: a take with the [T,K] int32 positions whole would first copy them all as int64
+    reference = np.empty((chosen.shape[0], len(seg)), np.uint8)
+    for t in range(chosen.shape[0]):
+        np.take(lut, np.take(chosen[t], seg), out=reference[t])
+    return _RangeWalk(layout, seg, pos[seg], reference, gt_bits_w)
+
+
+def take_rows(table: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """``np.take(table, index)`` for a 2-D ``index`` of narrow integers, one row at a time: the same
+    array, without first copying the whole ``index`` as 8-byte positions (np.take's conversion)."""
+    out = np.empty(index.shape, table.dtype)
+    for t in range(index.shape[0]):
+        np.take(table, index[t], out=out[t])
+    return out
 
 
 class _Kept(NamedTuple):
@@ -386,7 +399,7 @@ def _segment_outcome(walk: _RangeWalk, r: int) -> np.ndarray:
     bit = np.uint8(1 << r)
     by_bits = np.zeros(_NO_GT + 1, np.int8)  # the reference's codes: 1 + the GT's flag, 0 for no GT
     by_bits[:_NO_GT] = 1 + ((np.arange(_NO_GT, dtype=np.uint8) & bit) > 0)
-    code = np.take(by_bits, walk.reference)
+    code = take_rows(by_bits, walk.reference)
     ign_w = (walk.gt_bits_w & bit) > 0
     idx, sub = changed_walk(walk.layout, ign_w)
     if len(idx):  # the groups walked again, put at their segments' places in accumulate order
@@ -397,7 +410,7 @@ def _segment_outcome(walk: _RangeWalk, r: int) -> np.ndarray:
         lut[1:] = ign_w
         lut[1:] += 1
         sub += 1
-        code[:, slot[idx]] = np.take(lut, sub)
+        code[:, slot[idx]] = take_rows(lut, sub)
     return code
 
 
