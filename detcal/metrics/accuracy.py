@@ -421,20 +421,23 @@ def _max_dets_orders(
     the segments (``seg_pos`` [S], their positions, ascending) among them; a max-dets that keeps what the
     next larger one keeps shares its object."""
     out: list[_Kept] = []
+    all_bounds = np.searchsorted(det_cat_k, np.arange(K + 1))  # the category blocks of every detection
     for md in reversed(MAX_DETS):
         if out and not (keep & (rank >= md)).any():
             out.append(out[-1])
             continue
         keep = keep & (rank < md)
         if keep.all():
-            cat_bounds = np.searchsorted(det_cat_k, np.arange(K + 1))
-            out.append(_Kept(None, cat_bounds, None, seg_pos, np.searchsorted(seg_pos, cat_bounds)))
+            out.append(_Kept(None, all_bounds, None, seg_pos, np.searchsorted(seg_pos, all_bounds)))
             continue
         rows = np.flatnonzero(keep)
-        cat_bounds = np.searchsorted(det_cat_k[rows], np.arange(K + 1))
+        place = np.zeros(len(keep) + 1, np.int64)  # the kept detections before each position
+        np.cumsum(keep, dtype=np.int64, out=place[1:])
+        cat_bounds = place[all_bounds]  # the kept ones' category blocks (det_cat_k is in category order)
         sel = np.flatnonzero(keep[seg_pos])
-        place = np.cumsum(keep, dtype=np.int64)  # a kept detection's position among the kept, plus one
-        pos = place[seg_pos[sel]] - 1
+        pos = place[seg_pos[sel] + 1]
+        del place
+        pos -= 1
         out.append(_Kept(rows, cat_bounds, sel, pos, np.searchsorted(pos, cat_bounds)))
     return out[::-1]
 
