@@ -228,7 +228,7 @@ def _range_walk(layout: ExclusiveLayout, order: np.ndarray, gt_bits: np.ndarray)
     return _RangeWalk(layout, seg, pos[seg], reference, gt_bits_w)
 
 
-def take_rows(table: np.ndarray, index: np.ndarray) -> np.ndarray:
+def _take_rows(table: np.ndarray, index: np.ndarray) -> np.ndarray:
     """``np.take(table, index)`` for a 2-D ``index`` of narrow integers, one row at a time: the same
     array, without first copying the whole ``index`` as 8-byte positions (np.take's conversion)."""
     out = np.empty(index.shape, table.dtype)
@@ -399,7 +399,7 @@ def _segment_outcome(walk: _RangeWalk, r: int) -> np.ndarray:
     bit = np.uint8(1 << r)
     by_bits = np.zeros(_NO_GT + 1, np.int8)  # the reference's codes: 1 + the GT's flag, 0 for no GT
     by_bits[:_NO_GT] = 1 + ((np.arange(_NO_GT, dtype=np.uint8) & bit) > 0)
-    code = take_rows(by_bits, walk.reference)
+    code = _take_rows(by_bits, walk.reference)
     ign_w = (walk.gt_bits_w & bit) > 0
     idx, sub = changed_walk(walk.layout, ign_w)
     if len(idx):  # the groups walked again, put at their segments' places in accumulate order
@@ -410,7 +410,7 @@ def _segment_outcome(walk: _RangeWalk, r: int) -> np.ndarray:
         lut[1:] = ign_w
         lut[1:] += 1
         sub += 1
-        code[:, slot[idx]] = take_rows(lut, sub)
+        code[:, slot[idx]] = _take_rows(lut, sub)
     return code
 
 
