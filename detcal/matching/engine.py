@@ -580,23 +580,32 @@ def join_layouts(parts: list[tuple[np.ndarray, np.ndarray, ExclusiveLayout]], n_
     g_off = np.cumsum([0] + [(int(lay["gt_grp"][-1]) + 1 if len(lay["gt_grp"]) else 0) for lay in ls])
     p_off = np.cumsum([0] + [len(lay["pair_iou"]) for lay in ls])
     k_off = np.cumsum([0] + [len(lay["k_det"]) for lay in ls])
-    code = np.concatenate([_step_codes(lay.pop("step_seg"), lay.pop("step_multi")) for lay in ls])
-    so = stable_argsort([code]) if len(code) else np.zeros(0, np.int64)
-    code = code[so]
-    n_steps = int(code[-1]) // 2 + 1 if len(code) else 0
-    step_seg = np.searchsorted(code, 2 * np.arange(n_steps + 1))
-    step_multi = np.searchsorted(code, 2 * np.arange(n_steps) + 1)
+    n_keys = 2 * max(len(lay["step_multi"]) for lay in ls)
+    narrow = np.uint16 if n_keys <= 1 << 16 else np.int64  # the keys as 2-byte integers where they fit
+    code = np.concatenate([_step_codes(lay.pop("step_seg"), lay.pop("step_multi"), narrow) for lay in ls])
+    # the stable order of the keys (numpy's radix sort of 2-byte keys: the same permutation as any stable sort)
+    so = np.argsort(code, kind="stable") if narrow is np.uint16 else stable_argsort([code])
+    # the joined steps' bounds: the segments before each key, every key counted
+    bounds = np.zeros(n_keys + 1, np.int64)
+    np.cumsum(np.bincount(code, minlength=n_keys), out=bounds[1:])
+    n_steps = int(code.max()) // 2 + 1 if len(code) else 0
+    step_seg, step_multi = bounds[0 : 2 * n_steps + 1 : 2].copy(), bounds[1 : 2 * n_steps : 2].copy()
     del code
-    old_start = np.concatenate([lay.pop("seg_start") + p_off[i] for i, lay in enumerate(ls)])
-    old_counts = np.diff(np.append(old_start, p_off[-1]))
+    # each part's segments' starts and pair counts, then the joined order's counts and starts
+    starts = [lay.pop("seg_start") for lay in ls]
+    part_counts = [np.diff(np.append(st, len(lay["pair_iou"]))) for st, lay in zip(starts, ls)]
     seg_to = np.empty(len(so), np.int64)  # each segment's place in the joined walk order
     seg_to[so] = np.arange(len(so), dtype=np.int64)
-    counts = old_counts[so]
+    counts = np.concatenate(part_counts)[so]
     del so
     new_start = np.cumsum(counts) - counts
-    # each pair's place: its segment's new start plus its place in the segment
-    pair_to = np.repeat(new_start[seg_to] - old_start, old_counts) + np.arange(int(p_off[-1]), dtype=np.int64)
-    del old_start, old_counts
+    # each pair's place: its segment's new start plus its place in the segment, made part by part
+    pair_to = np.empty(int(p_off[-1]), np.int64)
+    for i, (st, c) in enumerate(zip(starts, part_counts)):
+        at = pair_to[int(p_off[i]) : int(p_off[i + 1])]
+        at[:] = np.repeat(new_start[seg_to[int(k_off[i]) : int(k_off[i + 1])]] - st, c)
+        at += np.arange(len(at), dtype=np.int64)
+    del starts, part_counts
     fill = _Filler(ls)
     pairs_at, segs_at = fill.ranges(p_off, pair_to), fill.ranges(k_off, seg_to)
     gts_at = [slice(int(w_off[i]), int(w_off[i + 1])) for i in range(len(ls))]
@@ -665,13 +674,13 @@ class _Filler:
         return out
 
 
-def _step_codes(step_seg: np.ndarray, step_multi: np.ndarray) -> np.ndarray:
+def _step_codes(step_seg: np.ndarray, step_multi: np.ndarray, dtype: type = np.int64) -> np.ndarray:
     """Each segment's walk key [K] of a layout with these ``step_seg``/``step_multi``: 2 * step + (1 when it
-    has several pairs), as :func:`_exclusive_layout` sorts them."""
+    has several pairs), as :func:`_exclusive_layout` sorts them (as ``dtype``, which must hold 2 * steps)."""
     n_steps = len(step_multi)
     bounds = np.empty(2 * n_steps + 1, np.int64)
     bounds[0::2], bounds[1::2] = step_seg, step_multi
-    return np.repeat(np.arange(2 * n_steps, dtype=np.int64), np.diff(bounds))
+    return np.repeat(np.arange(2 * n_steps, dtype=dtype), np.diff(bounds))
 
 
 def layout_match(layout: ExclusiveLayout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
