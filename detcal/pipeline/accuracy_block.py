@@ -14,7 +14,6 @@ from detcal.core.errors import DetcalInputError
 from detcal.core.results import AccuracyBlock, LocalisationBlock
 from detcal.core.types import MetricResult, Skipped
 from detcal.data import bundled
-from detcal.data.coco_source import release_memory
 from detcal.data.coco_masks import load_class_scores, load_segmentations
 from detcal.matching.engine import ExclusiveLayout, layout_and_match
 from detcal.matching.kitti_ap import kitti_ap
@@ -40,7 +39,6 @@ def accuracy_and_localisation(
     matching layout and LRP's matching are made together (:func:`detcal.matching.engine.layout_and_match`:
     the groups, ranks and pairs once); only LRP's outcome row is kept while COCO AP runs."""
     order = coco_layout = lrp_match = None
-    release_memory()  # the free pages the confidence block left: this stage's arrays do not fit in them
     if _coco_ap_runs(spec, data) and _localisation_runs(spec, data):
         dets, tau = data.detections, float(spec.localisation.tau)
         order = accumulate_order(dets, sorted(data.dataset.categories))
@@ -50,10 +48,7 @@ def accuracy_and_localisation(
             lrp_match = (tau, m.matched[0], m.ignored[0], m.gt_index[0], m.considered)
     acc = accuracy_block(spec, data, order, coco_layout)
     del coco_layout  # before LRP's tables
-    loc = localisation_block(spec, data, order, lrp_match)
-    del order, lrp_match
-    release_memory()  # the layout's and the walks' pages, before the OCE and diagnostics stages
-    return acc, loc
+    return acc, localisation_block(spec, data, order, lrp_match)
 
 
 def _coco_ap_runs(spec: EvaluationSpec, data: LoadedData) -> bool:

@@ -42,9 +42,7 @@ def _data(seed: int, n_images: int = 40, with_wh: bool = True) -> tuple[GroundTr
         rng = np.random.default_rng(seed)
         wh = np.stack([dets.box[:, 2] - dets.box[:, 0], dets.box[:, 3] - dets.box[:, 1]], axis=1)
         wh *= 1.0 + rng.choice([0.0, 1e-15], size=wh.shape)  # a last-bit difference here and there
-        dets = Detections(
-            image_id=dets.image_id, box=dets.box, score=dets.score, category=dets.category, wh=wh
-        )
+        dets = Detections(image_id=dets.image_id, box=dets.box, score=dets.score, category=dets.category, wh=wh)
     return gt, dets
 
 
