@@ -26,11 +26,11 @@ from detcal.matching.blocks import factorize
 
 __all__ = ["CHUNK_DETECTIONS", "ImageChunk", "image_chunks", "layout_chunk_size", "row_numbers", "rows_index"]
 
-CHUNK_DETECTIONS: int = 1 << 16
-"""Detections per image chunk (about 65k): the per-pair and per-detection arrays of one chunk stay
-within a few MB. Measured on the 5k and 20k benchmark sets (docs/scale.md): the matcher at 65k is
-as fast as at 131k or a little faster (0.057 against 0.068 s at 5k, 0.21 against 0.22 s at 20k) and
-its working memory 14 MB smaller."""
+CHUNK_DETECTIONS: int = 1 << 17
+"""Detections per image chunk (about 131k): the per-pair and per-detection arrays of one chunk stay
+within a few MB, measured fastest on the 5k and 20k benchmark sets (docs/scale.md). (Chunks of 65k
+make the matcher a little faster and its working memory 14 MB smaller, but the lean run's peak, set
+later by the diagnostics, rose by about 10 MB on the Objects365-shaped set: kept at 131k.)"""
 
 
 def layout_chunk_size() -> int:
