@@ -353,14 +353,21 @@ def _single_pair_step(
     taken: np.ndarray,
     chosen: np.ndarray,
 ) -> None:
-    """:func:`greedy_walk`'s step for the segments ``s0:s1`` of one pair each (pairs from ``p0``), in place."""
+    """:func:`greedy_walk`'s step for the segments ``s0:s1`` of one pair each (pairs from ``p0``), in place.
+
+    The segments are of different groups, so their GTs ``g`` are distinct: the step is written through
+    the [T, n] mask itself (``chosen``'s columns ``s0:s1``, ``taken``'s columns ``g``), without the
+    (threshold, segment) index pairs of its true entries (up to T * n of them, 16 bytes each)."""
     p1 = p0 + (s1 - s0)
     g = pair_g[p0:p1]
     iou = pair_iou[p0:p1]
     thr = thr_pair[:, p0:p1] if thr_pair.shape[1] > 1 else thr_pair
     ok = (iou > thr) if strict else (iou >= thr)
-    ok &= crowd_g[g] | ~taken[:, g]
-    ti, si = np.nonzero(ok)
-    gi = g[si]
-    taken[ti, gi] = True
-    chosen[ti, s0 + si] = gi
+    free = taken[:, g]
+    np.logical_not(free, out=free)
+    free |= crowd_g[g]
+    ok &= free
+    free = taken[:, g]
+    free |= ok
+    taken[:, g] = free
+    np.copyto(chosen[:, s0:s1], g, where=ok)

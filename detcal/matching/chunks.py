@@ -24,11 +24,21 @@ import numpy as np
 
 from detcal.matching.blocks import factorize
 
-__all__ = ["CHUNK_DETECTIONS", "ImageChunk", "image_chunks", "row_numbers", "rows_index"]
+__all__ = ["CHUNK_DETECTIONS", "ImageChunk", "image_chunks", "layout_chunk_size", "row_numbers", "rows_index"]
 
 CHUNK_DETECTIONS: int = 1 << 17
 """Detections per image chunk (about 131k): the per-pair and per-detection arrays of one chunk stay
-within a few MB, measured fastest on the 5k and 20k benchmark sets (docs/scale.md)."""
+within a few MB, measured fastest on the 5k and 20k benchmark sets (docs/scale.md). (Chunks of 65k
+make the matcher a little faster and its working memory 14 MB smaller, but the lean run's peak, set
+later by the diagnostics, rose by about 10 MB on the Objects365-shaped set: kept at 131k.)"""
+
+
+def layout_chunk_size() -> int:
+    """Detections per image chunk of COCO AP's matching layout (:func:`detcal.matching.engine.exclusive_layout`,
+    :func:`detcal.matching.engine.layout_and_match`): half of :data:`CHUNK_DETECTIONS` (read at the call).
+    Their chunks' layouts are held until joined, and each chunk's pairs are made for two box areas: the
+    smaller chunk keeps one chunk's working arrays to a few MB, at the same speed (docs/scale.md)."""
+    return max(1, CHUNK_DETECTIONS // 2)
 
 
 class ImageChunk(NamedTuple):

@@ -122,7 +122,7 @@ from detcal.matching.blocks import (
     slot_iou_areas,
     stable_argsort,
 )
-from detcal.matching.chunks import ImageChunk, image_chunks, row_numbers
+from detcal.matching.chunks import ImageChunk, image_chunks, layout_chunk_size, row_numbers
 from detcal.matching.kitti_ap import detection_min_height_ignored, devkit_assign
 
 MODES: tuple[str, ...] = ("exclusive", "max", "kitti")
@@ -442,13 +442,17 @@ def exclusive_layout(
     (docs/matching.md): COCO AP matches once per area range this way (:mod:`detcal.metrics.accuracy`).
     """
     thr, _ = _validate(dets, gt, iou_thresholds, "exclusive", score_threshold, max_dets, None, images)
-    chunks = image_chunks(dets.image_id, gt.image_id)
+    chunks = image_chunks(dets.image_id, gt.image_id, layout_chunk_size())
     if len(chunks) == 1:
         return _layout_steps(dets, gt, thr, max_dets, score_threshold)
-    parts = []
-    for c in chunks:  # whole images a chunk (the walk never looks across images), joined in walk order
-        part = _layout_steps(dets.select(c.det), gt.select(c.gt), thr, max_dets, score_threshold)
-        parts.append((row_numbers(c.det, len(dets)), row_numbers(c.gt, len(gt)), part))
+    parts = [  # whole images a chunk (the walk never looks across images), joined in walk order
+        (
+            row_numbers(c.det, len(dets)),
+            row_numbers(c.gt, len(gt)),
+            _layout_steps(dets.select(c.det), gt.select(c.gt), thr, max_dets, score_threshold),
+        )
+        for c in chunks
+    ]
     return join_layouts(parts, len(dets))
 
 
@@ -484,19 +488,35 @@ def layout_and_match(
     out = ExclusiveMatch(
         np.zeros((T, D), bool), np.zeros((T, D), bool), np.full((T, D), -1, np.int64), np.zeros(D, bool)
     )
-    parts = []
-    for c in image_chunks(dets.image_id, gt.image_id):  # whole images a chunk: the walk never looks across images
-        d_rows, g_rows = row_numbers(c.det, D), row_numbers(c.gt, len(gt))
-        lay, lay_m = _layouts_steps(
-            dets.select(c.det), gt.select(c.gt), [thr_l, thr_m], [False, True], max_dets, score_threshold
-        )
-        parts.append((d_rows, g_rows, lay))
-        m, ig, gi = layout_match(lay_m)  # as match does chunk by chunk, its GT rows mapped back
-        hit = gi >= 0
-        gi[hit] = g_rows[gi[hit]]
-        out.matched[:, c.det], out.ignored[:, c.det], out.gt_index[:, c.det] = m, ig, gi
-        out.considered[c.det] = lay_m.considered
+    parts: list[tuple[np.ndarray, np.ndarray, ExclusiveLayout]] = []
+    for c in image_chunks(dets.image_id, gt.image_id, layout_chunk_size()):  # whole images: see _shared_chunk
+        parts.append(_shared_chunk(dets, gt, c, thr_l, thr_m, out, max_dets, score_threshold))
     return (parts[0][2] if len(parts) == 1 else join_layouts(parts, D)), out
+
+
+def _shared_chunk(
+    dets: Detections,
+    gt: GroundTruth,
+    c: ImageChunk,
+    thr_l: np.ndarray,
+    thr_m: np.ndarray,
+    out: ExclusiveMatch,
+    max_dets: int | None,
+    score_threshold: float,
+) -> tuple[np.ndarray, np.ndarray, ExclusiveLayout]:
+    """One image chunk of :func:`layout_and_match` (whole images: the walk never looks across images):
+    its match written into ``out`` at its rows (its GT rows mapped back, as :func:`match` does chunk by
+    chunk), and its layout with its detection and GT rows; the chunk's match layout is released here."""
+    d_rows, g_rows = row_numbers(c.det, len(dets)), row_numbers(c.gt, len(gt))
+    lay, lay_m = _layouts_steps(
+        dets.select(c.det), gt.select(c.gt), [thr_l, thr_m], [False, True], max_dets, score_threshold
+    )
+    m, ig, gi = layout_match(lay_m)
+    hit = gi >= 0
+    gi[hit] = g_rows[gi[hit]]
+    out.matched[:, c.det], out.ignored[:, c.det], out.gt_index[:, c.det] = m, ig, gi
+    out.considered[c.det] = lay_m.considered
+    return d_rows, g_rows, lay
 
 
 def _layout_steps(
@@ -539,7 +559,7 @@ def _layouts_steps(
     ]
 
 
-def join_layouts(parts: Sequence[tuple[np.ndarray, np.ndarray, ExclusiveLayout]], n_det: int) -> ExclusiveLayout:
+def join_layouts(parts: list[tuple[np.ndarray, np.ndarray, ExclusiveLayout]], n_det: int) -> ExclusiveLayout:
     """One :class:`ExclusiveLayout` over ``n_det`` detections from the layouts of disjoint sets of whole
     images, each given with its detection rows and ground-truth rows (ascending) in the whole input.
 
@@ -548,61 +568,119 @@ def join_layouts(parts: Sequence[tuple[np.ndarray, np.ndarray, ExclusiveLayout]]
     step (in a step the one-pair segments first, as :func:`greedy_walk` reads them); within a step the
     segments are of different groups, whose walks are independent, so their order among themselves
     does not change the outcome.
+
+    ``parts`` is emptied: the joined arrays are made one at a time, each written into its place part by
+    part, and each part's array is released once written, so the parts and the joined layout are never
+    held together in full (the caller keeps no other reference to the parts' layouts).
     """
-    ls = [lay for _, _, lay in parts]
-    w_off = np.cumsum([0] + [len(lay.gt_row) for lay in ls])
-    g_off = np.cumsum([0] + [(int(lay.gt_grp[-1]) + 1 if len(lay.gt_grp) else 0) for lay in ls])
-    p_off = np.cumsum([0] + [len(lay.pair_iou) for lay in ls])
-    code = np.concatenate([_step_codes(lay) for lay in ls])  # each part's segments' (step, one-pair/several)
-    so = stable_argsort([code]) if len(code) else np.zeros(0, np.int64)
-    code = code[so]
-    seg_start = np.concatenate([lay.seg_start + p_off[i] for i, lay in enumerate(ls)])
-    counts = np.diff(np.append(seg_start, p_off[-1]))[so]
+    rows = [(d, g) for d, g, _ in parts]
+    ls = [lay._asdict() for _, _, lay in parts]
+    parts.clear()
+    w_off = np.cumsum([0] + [len(lay["gt_row"]) for lay in ls])
+    g_off = np.cumsum([0] + [(int(lay["gt_grp"][-1]) + 1 if len(lay["gt_grp"]) else 0) for lay in ls])
+    p_off = np.cumsum([0] + [len(lay["pair_iou"]) for lay in ls])
+    k_off = np.cumsum([0] + [len(lay["k_det"]) for lay in ls])
+    n_keys = 2 * max(len(lay["step_multi"]) for lay in ls)
+    narrow = np.uint16 if n_keys <= 1 << 16 else np.int64  # the keys as 2-byte integers where they fit
+    code = np.concatenate([_step_codes(lay.pop("step_seg"), lay.pop("step_multi"), narrow) for lay in ls])
+    # the stable order of the keys (numpy's radix sort of 2-byte keys: the same permutation as any stable sort)
+    so = np.argsort(code, kind="stable") if narrow is np.uint16 else stable_argsort([code])
+    # the joined steps' bounds: the segments before each key, every key counted
+    bounds = np.zeros(n_keys + 1, np.int64)
+    np.cumsum(np.bincount(code, minlength=n_keys), out=bounds[1:])
+    n_steps = int(code.max()) // 2 + 1 if len(code) else 0
+    step_seg, step_multi = bounds[0 : 2 * n_steps + 1 : 2].copy(), bounds[1 : 2 * n_steps : 2].copy()
+    del code
+    # each part's segments' starts and pair counts, then the joined order's counts and starts
+    starts = [lay.pop("seg_start") for lay in ls]
+    part_counts = [np.diff(np.append(st, len(lay["pair_iou"]))) for st, lay in zip(starts, ls)]
+    seg_to = np.empty(len(so), np.int64)  # each segment's place in the joined walk order
+    seg_to[so] = np.arange(len(so), dtype=np.int64)
+    counts = np.concatenate(part_counts)[so]
+    del so
     new_start = np.cumsum(counts) - counts
-    pick = np.repeat(seg_start[so] - new_start, counts) + np.arange(int(p_off[-1]), dtype=np.int64)  # pair order
-    n_steps = int(code[-1]) // 2 + 1 if len(code) else 0
-    rank = np.full(n_det, -1, np.int64)
-    considered = np.zeros(n_det, bool)
-    for d_rows, _, lay in parts:
-        rank[d_rows], considered[d_rows] = lay.rank, lay.considered
-
-    def cat(name: str, offsets: np.ndarray | None = None, rows: int | None = None) -> np.ndarray:
-        vals = [getattr(lay, name) for lay in ls]
-        if offsets is not None:
-            vals = [v + offsets[i] for i, v in enumerate(vals)]
-        if rows is not None:
-            vals = [parts[i][rows][v] for i, v in enumerate(vals)]
-        return np.concatenate(vals)
-
+    # each pair's place: its segment's new start plus its place in the segment, made part by part
+    pair_to = np.empty(int(p_off[-1]), np.int64)
+    for i, (st, c) in enumerate(zip(starts, part_counts)):
+        at = pair_to[int(p_off[i]) : int(p_off[i + 1])]
+        at[:] = np.repeat(new_start[seg_to[int(k_off[i]) : int(k_off[i + 1])]] - st, c)
+        at += np.arange(len(at), dtype=np.int64)
+    del starts, part_counts
+    fill = _Filler(ls)
+    pairs_at, segs_at = fill.ranges(p_off, pair_to), fill.ranges(k_off, seg_to)
+    gts_at = [slice(int(w_off[i]), int(w_off[i + 1])) for i in range(len(ls))]
+    gt_rows = [g for _, g in rows]
+    det_rows = [d for d, _ in rows]
+    joined = {
+        "pair_iou": fill("pair_iou", pairs_at),
+        "pair_g": fill("pair_g", pairs_at, w_off),
+        "pair_tie": fill("pair_tie", pairs_at, w_off),
+        "k_det": fill("k_det", segs_at, rows=det_rows),
+        "k_grp": fill("k_grp", segs_at, g_off),
+        "gt_row": fill("gt_row", gts_at, rows=gt_rows),
+        "gt_ign": fill("gt_ign", gts_at),
+        "gt_crowd": fill("gt_crowd", gts_at),
+        "g_of_tie": fill("g_of_tie", gts_at, w_off),
+        "gt_grp": fill("gt_grp", gts_at, g_off),
+        "rank": fill("rank", det_rows, size=n_det, init=-1),
+        "considered": fill("considered", det_rows, size=n_det, init=False),
+    }
+    del pair_to, seg_to
     return ExclusiveLayout(
         n_det=n_det,
-        k_det=cat("k_det", rows=0)[so],
-        pair_iou=cat("pair_iou")[pick],
-        pair_g=cat("pair_g", w_off)[pick],
-        pair_tie=cat("pair_tie", w_off)[pick],
-        pair_seg=np.repeat(np.arange(len(so), dtype=np.int64), counts),
+        pair_seg=np.repeat(np.arange(len(counts), dtype=np.int64), counts),
         seg_start=new_start,
-        step_seg=np.searchsorted(code, 2 * np.arange(n_steps + 1)),
-        step_multi=np.searchsorted(code, 2 * np.arange(n_steps) + 1),
-        thr=ls[0].thr,
-        gt_row=cat("gt_row", rows=1),
-        gt_ign=cat("gt_ign"),
-        gt_crowd=cat("gt_crowd"),
-        g_of_tie=cat("g_of_tie", w_off),
-        considered=considered,
-        rank=rank,
-        strict=ls[0].strict,
-        k_grp=cat("k_grp", g_off)[so],
-        gt_grp=cat("gt_grp", g_off),
+        step_seg=step_seg,
+        step_multi=step_multi,
+        thr=ls[0]["thr"],
+        strict=ls[0]["strict"],
+        **joined,
     )
 
 
-def _step_codes(lay: ExclusiveLayout) -> np.ndarray:
-    """Each segment's walk key [K]: 2 * step + (1 when it has several pairs), as :func:`_exclusive_layout` sorts them."""
-    n_steps = len(lay.step_multi)
+class _Filler:
+    """The joined arrays of :func:`join_layouts`: each written part by part into its places, each part's
+    array released (popped from its field dict) as soon as it is written."""
+
+    def __init__(self, ls: list[dict[str, Any]]) -> None:
+        self.ls = ls
+
+    @staticmethod
+    def ranges(offsets: np.ndarray, places: np.ndarray) -> list[np.ndarray]:
+        """Each part's share of ``places`` (views), its rows ``offsets[i]:offsets[i + 1]``."""
+        return [places[int(offsets[i]) : int(offsets[i + 1])] for i in range(len(offsets) - 1)]
+
+    def __call__(
+        self,
+        name: str,
+        at: Sequence[np.ndarray | slice],
+        offsets: np.ndarray | None = None,
+        rows: Sequence[np.ndarray] | None = None,
+        size: int | None = None,
+        init: Any = None,
+    ) -> np.ndarray:
+        """The joined ``name``: part ``i``'s array (plus ``offsets[i]``; or read through ``rows[i]``) at ``at[i]``;
+        ``size`` rows (default: every part's rows), each first ``init`` when given (rows no part writes)."""
+        vals = [lay[name] for lay in self.ls]
+        dtype = np.result_type(*(v if rows is None else rows[i] for i, v in enumerate(vals)))
+        n = sum(len(v) for v in vals) if size is None else size
+        del vals
+        out = np.empty(n, dtype) if init is None else np.full(n, init, dtype)
+        for i, lay in enumerate(self.ls):
+            v = lay.pop(name)
+            if offsets is not None:
+                v = v + offsets[i]
+            out[at[i]] = v if rows is None else rows[i][v]
+        return out
+
+
+def _step_codes(step_seg: np.ndarray, step_multi: np.ndarray, dtype: type = np.int64) -> np.ndarray:
+    """Each segment's walk key [K] of a layout with these ``step_seg``/``step_multi``: 2 * step + (1 when it
+    has several pairs), as :func:`_exclusive_layout` sorts them (as ``dtype``, which must hold 2 * steps)."""
+    n_steps = len(step_multi)
     bounds = np.empty(2 * n_steps + 1, np.int64)
-    bounds[0::2], bounds[1::2] = lay.step_seg, lay.step_multi
-    return np.repeat(np.arange(2 * n_steps, dtype=np.int64), np.diff(bounds))
+    bounds[0::2], bounds[1::2] = step_seg, step_multi
+    return np.repeat(np.arange(2 * n_steps, dtype=dtype), np.diff(bounds))
 
 
 def layout_match(layout: ExclusiveLayout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -221,7 +221,20 @@ def _range_walk(layout: ExclusiveLayout, order: np.ndarray, gt_bits: np.ndarray)
     lut[1:] = gt_bits_w
     chosen = exclusive_walk(layout)
     chosen += 1
-    return _RangeWalk(layout, seg, pos[seg], np.take(np.take(lut, chosen), seg, axis=1), gt_bits_w)
+    # row by row: a take with the [T,K] int32 positions whole would first copy them all as int64
+    reference = np.empty((chosen.shape[0], len(seg)), np.uint8)
+    for t in range(chosen.shape[0]):
+        np.take(lut, np.take(chosen[t], seg), out=reference[t])
+    return _RangeWalk(layout, seg, pos[seg], reference, gt_bits_w)
+
+
+def _take_rows(table: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """``np.take(table, index)`` for a 2-D ``index`` of narrow integers, one row at a time: the same
+    array, without first copying the whole ``index`` as 8-byte positions (np.take's conversion)."""
+    out = np.empty(index.shape, table.dtype)
+    for t in range(index.shape[0]):
+        np.take(table, index[t], out=out[t])
+    return out
 
 
 class _Kept(NamedTuple):
@@ -386,7 +399,7 @@ def _segment_outcome(walk: _RangeWalk, r: int) -> np.ndarray:
     bit = np.uint8(1 << r)
     by_bits = np.zeros(_NO_GT + 1, np.int8)  # the reference's codes: 1 + the GT's flag, 0 for no GT
     by_bits[:_NO_GT] = 1 + ((np.arange(_NO_GT, dtype=np.uint8) & bit) > 0)
-    code = np.take(by_bits, walk.reference)
+    code = _take_rows(by_bits, walk.reference)
     ign_w = (walk.gt_bits_w & bit) > 0
     idx, sub = changed_walk(walk.layout, ign_w)
     if len(idx):  # the groups walked again, put at their segments' places in accumulate order
@@ -397,7 +410,7 @@ def _segment_outcome(walk: _RangeWalk, r: int) -> np.ndarray:
         lut[1:] = ign_w
         lut[1:] += 1
         sub += 1
-        code[:, slot[idx]] = np.take(lut, sub)
+        code[:, slot[idx]] = _take_rows(lut, sub)
     return code
 
 
@@ -408,20 +421,23 @@ def _max_dets_orders(
     the segments (``seg_pos`` [S], their positions, ascending) among them; a max-dets that keeps what the
     next larger one keeps shares its object."""
     out: list[_Kept] = []
+    all_bounds = np.searchsorted(det_cat_k, np.arange(K + 1))  # the category blocks of every detection
     for md in reversed(MAX_DETS):
         if out and not (keep & (rank >= md)).any():
             out.append(out[-1])
             continue
         keep = keep & (rank < md)
         if keep.all():
-            cat_bounds = np.searchsorted(det_cat_k, np.arange(K + 1))
-            out.append(_Kept(None, cat_bounds, None, seg_pos, np.searchsorted(seg_pos, cat_bounds)))
+            out.append(_Kept(None, all_bounds, None, seg_pos, np.searchsorted(seg_pos, all_bounds)))
             continue
         rows = np.flatnonzero(keep)
-        cat_bounds = np.searchsorted(det_cat_k[rows], np.arange(K + 1))
+        place = np.zeros(len(keep) + 1, np.int64)  # the kept detections before each position
+        np.cumsum(keep, dtype=np.int64, out=place[1:])
+        cat_bounds = place[all_bounds]  # the kept ones' category blocks (det_cat_k is in category order)
         sel = np.flatnonzero(keep[seg_pos])
-        place = np.cumsum(keep, dtype=np.int64)  # a kept detection's position among the kept, plus one
-        pos = place[seg_pos[sel]] - 1
+        pos = place[seg_pos[sel] + 1]
+        del place
+        pos -= 1
         out.append(_Kept(rows, cat_bounds, sel, pos, np.searchsorted(pos, cat_bounds)))
     return out[::-1]
 

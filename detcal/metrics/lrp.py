@@ -54,8 +54,8 @@ class DetectionOutcomes:
 
     ``valid [D]`` true positive or false positive (considered and not
     ignored); ``tp [D]``; ``iou [D]`` IoU with the GT it took (0 for FP and
-    invalid rows); ``score [D]``, ``category [D]``, ``image_id [D]`` copied
-    from the detections; ``gt_categories [C]`` the classes with non-ignored
+    invalid rows); ``score [D]``, ``category [D]``, ``image_id [D]`` the
+    detections' (read-only views from :func:`detection_outcomes`); ``gt_categories [C]`` the classes with non-ignored
     ground truth and ``n_gt [C]`` their counts.
     """
 
@@ -103,6 +103,14 @@ def paired_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
+def read_only(a: np.ndarray) -> np.ndarray:
+    """A read-only view of ``a``: the detections' columns shared with :class:`DetectionOutcomes` without a
+    copy (three columns of the detections' size held through LRP and LaECE), and never written through it."""
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
 def _check_tau(tau: float) -> float:
     tau = float(tau)
     if not (np.isfinite(tau) and 0.0 <= tau < 1.0):
@@ -147,9 +155,9 @@ def outcomes_from_match(
     cats, counts = np.unique(gt.category[real], return_counts=True)
     return DetectionOutcomes(
         tau=tau,
-        score=dets.score.copy(),
-        category=dets.category.copy(),
-        image_id=dets.image_id.copy(),
+        score=read_only(dets.score),
+        category=read_only(dets.category),
+        image_id=read_only(dets.image_id),
         valid=valid,
         tp=tp,
         iou=iou,
