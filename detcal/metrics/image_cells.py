@@ -40,7 +40,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from detcal.binning.cells import CellSums, dense_rank
+from detcal.metrics.confidence_compute import summaries_shared
 from detcal.metrics.confidence_loo import loo_shared
+from detcal.metrics.sparse_product import csc_product
 
 BLOCK_ELEMS = 1 << 21
 """Elements of a dense block (replicates or left-out units x occupied cells x fields)."""
@@ -140,10 +142,11 @@ def product_matrix(rows: np.ndarray, col: np.ndarray, data: np.ndarray, n_groups
     CSC matrix, whose product with a dense block adds, into each output entry, the images' terms in
     increasing image order, each image at most once per entry: the additions of the CSR product of
     :func:`transposed_csr`, in the same order, so the same numbers bit for bit (tested), with less memory
-    traffic (each image's weights are read once, the output stays in cache).
+    traffic (each image's weights are read once, the output stays in cache). The CSC matrix is a
+    :func:`detcal.metrics.sparse_product.csc_product`: scipy's compiled product kernels without the import
+    of ``scipy.sparse`` (the same kernel on the same arrays, so the same numbers; ``scipy.sparse`` itself
+    when those kernels cannot be loaded).
     """
-    import scipy.sparse as sp  # lazy: scipy kept out of start-up, as above
-
     k = data.shape[1]
     if len(rows) > 1 and bool(np.any(rows[1:] < rows[:-1])):
         return transposed_csr(rows, col, data, n_groups, n_occ)
@@ -155,7 +158,7 @@ def product_matrix(rows: np.ndarray, col: np.ndarray, data: np.ndarray, n_groups
     np.multiply(col[:, None], k, out=indices, casting="unsafe")
     indices += np.arange(k, dtype=idx)
     values = np.ascontiguousarray(data, dtype=np.float64).reshape(-1)
-    return sp.csr_matrix((values, indices.reshape(-1), indptr), shape=(n_groups, n_occ * k), copy=False).T
+    return csc_product(indptr, indices.reshape(-1), values, (n_occ * k, n_groups))
 
 
 def occupied_index(cells: np.ndarray, n_cells: int) -> tuple[np.ndarray, int]:
@@ -310,20 +313,55 @@ def count_replicates(
     float weights of one column block are held at a time).
     """
     k = len(g.matrix_fields)
-    sub = max(1, BLOCK_ELEMS // max(g.n_occ * k, 1))  # replicates per values() call, as replicate_values
-    width = max(1, X_ELEMS // max(g.n_groups, 1))  # replicates per product
+    sub = max(1, BLOCK_ELEMS // max(g.n_occ * k, 1))  # the groups of replicates of replicate_values
     r0 = 0
-    for blk in counts:
-        for s0 in range(0, len(blk), sub):
-            part = blk[s0 : s0 + sub]
-            product = np.empty((g.n_occ * k, len(part)), dtype=np.float64)
-            for c0 in range(0, len(part), width):
-                cols = part[c0 : c0 + width]
-                x = np.empty((g.n_groups, len(cols)), dtype=np.float64)
-                x[...] = cols.T
-                product[:, c0 : c0 + len(cols)] = g.at @ x
-            _store(metric_fns, g, g.matrix_fields, product, out, r0 + s0)
-        r0 += len(blk)
+    with summaries_shared():  # the measures of one grid share each chunk's per-cell summary (the same values)
+        for blk in counts:
+            for s0 in range(0, len(blk), sub):
+                for c0, c1 in value_chunks(min(sub, len(blk) - s0), g.n_occ):
+                    part = blk[s0 + c0 : s0 + c1]
+                    _store(metric_fns, g, g.matrix_fields, count_product(g, part), out, r0 + s0 + c0)
+            r0 += len(blk)
+
+
+VALUE_ELEMS = 1 << 16
+"""Occupied cells x replicates of one chunk on which :func:`count_replicates` evaluates the measures
+(half a MiB per float64 field: the measures' temporaries stay small, :func:`value_chunks`)."""
+
+
+def value_chunks(b: int, n_occ: int) -> list[tuple[int, int]]:
+    """Chunks ``(start, stop)`` of a group of ``b`` replicates on which the measures are evaluated: about
+    :data:`VALUE_ELEMS` // ``n_occ`` replicates each, never one replicate alone unless ``b`` is 1.
+
+    The replicate sums of a product block ``[C_occ * k, b]`` reach the measures as ``[b, C_occ]`` arrays
+    laid out replicate-fastest (:func:`_store`), and so do the arrays a measure makes from them, so a sum
+    over cells runs over the cells one after the other for all replicates at once: the same additions in
+    the same order for any number of replicates from two up. A single replicate's array is one row in
+    memory, which numpy sums pairwise (another order: the last bit may change). So chunks of two or more
+    replicates give the numbers of the whole group bit for bit, and a group of one stays one (tested).
+    """
+    if b <= 1:
+        return [(0, b)] if b else []
+    w = max(2, VALUE_ELEMS // max(n_occ, 1))
+    bounds = list(range(0, b, w)) + [b]
+    if bounds[-1] - bounds[-2] == 1:  # a last chunk of one replicate joins the one before it
+        del bounds[-2]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def count_product(g: GridCells, part: np.ndarray) -> np.ndarray:
+    """``g.at @ part.T`` ``[C_occ * k, b]`` for draw counts ``part [b, I]``, in column blocks of at most
+    :data:`X_ELEMS` float weights (each output entry the same sum of the same terms in the same order
+    whatever the block); the weights are released before the product is returned."""
+    width = max(1, X_ELEMS // max(g.n_groups, 1))  # replicates per product
+    product = np.empty((g.n_occ * len(g.matrix_fields), len(part)), dtype=np.float64)
+    for c0 in range(0, len(part), width):
+        cols = part[c0 : c0 + width]
+        x = np.empty((g.n_groups, len(cols)), dtype=np.float64)
+        x[...] = cols.T
+        product[:, c0 : c0 + len(cols)] = g.at @ x
+        del x
+    return product
 
 
 def matrix_only(g: GridCells) -> GridCells:
