@@ -677,13 +677,16 @@ def pair_sums(
         cell, b, p_used = sample_cells(p_arr, f_arr, bins, edges)
     else:
         c_arr, b = _given_cells(cells, p_arr, None, bins, edges)
-        cell = np.asarray(c_arr, dtype=np.int64)
+        cell = c_arr if c_arr.dtype.kind == "u" and c_arr.itemsize < 8 else np.asarray(c_arr, dtype=np.int64)
         p_used = np.clip(p_arr, EPS, 1.0 - EPS) if edges == "netcal" else p_arr
     n_cells = int(np.prod(b))
     g = np.asarray(group_index, dtype=np.int64)
-    key = g * n_cells + cell
+    key = g * n_cells
+    key += cell  # in place (narrow unsigned cells widen exactly): one [S] integer array, not three
+    del cell
     dense = len(g) > 0 and int(g.min()) >= 0
     uniq, inv = dense_rank(key, (int(g.max()) + 1) * n_cells if dense else -1)
+    del key  # the per-sample keys are not read again (the pairs' index is ``inv``)
     n_pairs = len(uniq)
     want = set(CellSums._fields if fields is None else fields)
     if "sum_p" in want:

@@ -404,6 +404,48 @@ def _dense_leave_out(
             out[n][u0:u1] = metric_fns[n].values(sums)
 
 
+LOO_PAIRS = 1 << 16
+"""(unit, cell) pairs of one chunk of units in :func:`leave_out_values` (the measures' per-pair temporaries
+stay small)."""
+
+
+def unit_chunks(unit: np.ndarray, m: int) -> list[tuple[int, int, int, int]]:
+    """Chunks ``(u0, u1, lo, hi)`` of the units ``[0, m)``, each with about :data:`LOO_PAIRS` pairs: units
+    ``u0 <= u < u1`` own the pairs ``lo:hi`` (``unit [P]`` sorted); every unit falls in one chunk, with or
+    without pairs."""
+    cuts = np.unique(np.concatenate([[0], unit[LOO_PAIRS::LOO_PAIRS], [m]]).astype(np.int64))
+    starts = np.searchsorted(unit, cuts, side="left")
+    return [(int(cuts[j]), int(cuts[j + 1]), int(starts[j]), int(starts[j + 1])) for j in range(len(cuts) - 1)]
+
+
+def _leave_one_out(
+    metric_fns: Mapping[str, Any], g: GridCells, total: CellSums, pairs: tuple[np.ndarray, np.ndarray, CellSums],
+    m: int, out: dict[str, np.ndarray],
+) -> list[str]:  # fmt: skip
+    """Values of ``g``'s measures with a ``leave_one_out`` into ``out``, chunk by chunk of units
+    (:func:`unit_chunks`); returns the others (the dense path).
+
+    A unit's value reads the cell totals and its own pairs only (each per-unit sum adds its pairs in their
+    order), so a chunk of whole units gives each of them the value of the whole call, bit for bit (tested)."""
+    unit, col, pair = pairs
+    dense: list[str] = []
+    for u0, u1, lo, hi in unit_chunks(unit, m):
+        uc, cc = unit[lo:hi] - u0, col[lo:hi]
+        pc = _sums({f: getattr(pair, f)[lo:hi] for f in g.fields})
+        with loo_shared():  # the grid's measures share the chunk's left-out cells (the same values)
+            for n in (n for n in g.members if n not in dense):
+                loo = getattr(metric_fns[n], "leave_one_out", None)
+                v = loo(total, uc, cc, pc, u1 - u0) if callable(loo) else None
+                if v is None:  # no linear-time path (the same answer for every chunk)
+                    dense.append(n)
+                else:
+                    out.setdefault(n, np.full(m, np.nan))[u0:u1] = v
+    for n in g.members:
+        if n not in dense:
+            out.setdefault(n, np.full(m, np.nan))  # no unit at all (m = 0)
+    return dense
+
+
 def leave_out_values(
     metric_fns: Mapping[str, Any], grids: list[GridCells], block: np.ndarray, m: int
 ) -> dict[str, np.ndarray]:
@@ -412,16 +454,9 @@ def leave_out_values(
     for g in grids:
         unit, col, pair = _unit_pairs(g, block, m)
         total = _sums({f: np.bincount(col, weights=getattr(pair, f), minlength=g.n_occ) for f in g.fields})
-        dense: list[str] = []
-        with loo_shared():  # the grid's measures share its left-out cells (the same values)
-            for n in g.members:
-                loo = getattr(metric_fns[n], "leave_one_out", None)
-                v = loo(total, unit, col, pair, m) if callable(loo) else None
-                if v is None:
-                    dense.append(n)
-                    out[n] = np.full(m, np.nan)
-                else:
-                    out[n] = np.asarray(v, dtype=np.float64)
+        dense = _leave_one_out(metric_fns, g, total, (unit, col, pair), m, out)
+        for n in dense:
+            out[n] = np.full(m, np.nan)
         if dense:
             _dense_leave_out(metric_fns, dense, g, total, unit, col, pair, m, out)
     return out
