@@ -126,14 +126,19 @@ def sample_layout(inv: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarra
     return order, starts, counts
 
 
-def draws(n_groups: int, n_boot: int, seed: int) -> Iterator[np.ndarray]:
-    """Blocks ``[b, I]`` of drawn group indices; the same stream for both paths."""
+def draws(n_groups: int, n_boot: int, seed: int, narrow: bool = False) -> Iterator[np.ndarray]:
+    """Blocks ``[b, I]`` of drawn group indices; the same stream for both paths.
+
+    ``narrow``: the indices as int32 when ``I < 2**31`` (half the memory). numpy's generator draws a
+    bounded integer below ``2**32`` with the same 32-bit routine for either type, so the indices are the
+    same numbers (tested against the int64 draws)."""
     rng = np.random.default_rng(seed)
     block = max(1, min(n_boot, _BLOCK_ELEMS // max(n_groups, 1)))
+    dtype = np.int32 if narrow and n_groups < 2**31 else np.int64
     done = 0
     while done < n_boot:
         b = min(block, n_boot - done)
-        yield rng.integers(0, n_groups, size=(b, n_groups))
+        yield rng.integers(0, n_groups, size=(b, n_groups), dtype=dtype)
         done += b
 
 
@@ -143,7 +148,7 @@ def draw_counts(n_groups: int, n_boot: int, seed: int) -> list[np.ndarray]:
     :func:`_replicates`, in an eighth of its memory or less)."""
     out = []
     wide = np.uint16 if n_groups < 1 << 16 else np.uint32 if n_groups < 1 << 32 else np.uint64  # holds I
-    for picks in draws(n_groups, n_boot, seed):
+    for picks in draws(n_groups, n_boot, seed, narrow=True):
         cnt = np.empty(picks.shape, dtype=wide)
         for r in range(len(picks)):  # loop over replicates: one count vector [I] at a time
             cnt[r] = np.bincount(picks[r], minlength=n_groups)
