@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CscProduct", "csc_product", "kernels", "load_kernels", "sparsetools_path"]
+__all__ = ["CscProduct", "csc_product", "kernels", "kernels_work", "load_kernels", "sparsetools_path"]
 
 MODULE = "scipy.sparse._sparsetools"
 """The name scipy gives the extension module (its init function is found by the last part)."""
@@ -54,7 +54,7 @@ def sparsetools_path() -> Path | None:
     return None
 
 
-def _checked(mod: ModuleType) -> bool:
+def kernels_work(mod: Any) -> bool:
     """Whether ``mod``'s ``csc_matvecs`` and ``csc_matvec`` take this module's arguments and give the known
     product of a small matrix (whole numbers: exact in any order)."""
     indptr = np.array([0, 2, 3, 3], dtype=np.int32)  # columns: {0: 1, 2: 2}, {1: 3}, {} of a 3 x 3 matrix
@@ -85,7 +85,7 @@ def load_kernels(path: Path | None) -> ModuleType | None:
         loader.exec_module(mod)
     except Exception:  # not loadable here (another build, a broken file): scipy.sparse is used instead
         return None
-    return mod if _checked(mod) else None
+    return mod if kernels_work(mod) else None
 
 
 @functools.cache
