@@ -676,7 +676,8 @@ def pair_sums(
     if cells is None:
         cell, b, p_used = sample_cells(p_arr, f_arr, bins, edges)
     else:
-        c_arr, b = _given_cells(cells, p_arr, None, bins, edges)
+        cells_in, b = _given_cells(cells, p_arr, None, bins, edges)
+        c_arr = np.asarray(cells_in)
         cell = c_arr if c_arr.dtype.kind == "u" and c_arr.itemsize < 8 else np.asarray(c_arr, dtype=np.int64)
         p_used = np.clip(p_arr, EPS, 1.0 - EPS) if edges == "netcal" else p_arr
     n_cells = int(np.prod(b))

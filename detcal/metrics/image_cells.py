@@ -305,12 +305,12 @@ def count_replicates(
     ``out[name][r]``), with ``g``'s product matrix (:func:`with_matrix`; the pairs may be released).
 
     Draw counts are whole numbers, none negative, each replicate's adding up to ``I``: the packed column is
-    exact (:func:`counts_fit_packing`), so no check is made. The metrics' values are taken on the same
-    groups of replicates as :func:`replicate_values` on the float counts of each block (a measure's value
-    on an array of replicates may differ in the last bit with the array's shape: the same shapes give the
-    same numbers), while the product itself runs in column blocks of at most :data:`X_ELEMS` weights
-    (each output entry is the same sum of the same terms in the same order whatever the block: only the
-    float weights of one column block are held at a time).
+    exact (:func:`counts_fit_packing`), so no check is made. The groups of replicates are those of
+    :func:`replicate_values` on the float counts of each block; each group is multiplied and evaluated in
+    chunks of :func:`value_chunks` (never one replicate cut from a larger group: a single replicate's
+    sums over cells run in another order, see there), so the measures' temporaries stay small with the
+    same numbers. The product runs in column blocks of at most :data:`X_ELEMS` weights (each output
+    entry is the same sum of the same terms in the same order whatever the block).
     """
     k = len(g.matrix_fields)
     sub = max(1, BLOCK_ELEMS // max(g.n_occ * k, 1))  # the groups of replicates of replicate_values
