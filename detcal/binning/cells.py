@@ -682,16 +682,17 @@ def pair_sums(
         p_used = np.clip(p_arr, EPS, 1.0 - EPS) if edges == "netcal" else p_arr
     n_cells = int(np.prod(b))
     g = np.asarray(group_index, dtype=np.int64)
-    key = g * n_cells
+    dense = len(g) > 0 and int(g.min()) >= 0
+    top = (int(g.max()) + 1) * n_cells if len(g) else 0
+    key = g.astype(np.int32 if dense and top < 2**31 else np.int64)  # the same keys, in half the memory
+    key *= n_cells
     key += cell  # in place (narrow unsigned cells widen exactly): one [S] integer array, not three
     del cell
-    dense = len(g) > 0 and int(g.min()) >= 0
-    uniq, inv = dense_rank(key, (int(g.max()) + 1) * n_cells if dense else -1)
+    uniq, inv = dense_rank(key, top if dense else -1)
     del key  # the per-sample keys are not read again (the pairs' index is ``inv``)
     n_pairs = len(uniq)
-    want = set(CellSums._fields if fields is None else fields)
-    if "sum_p" in want:
-        want |= {"sum_p0", "sum_p1"}
+    asked = set(CellSums._fields if fields is None else fields)
+    want = asked | ({"sum_p0", "sum_p1"} if "sum_p" in asked else set())
     names = [k for k in FLOAT_STATS if k in want]
     count = np.bincount(inv, minlength=n_pairs).astype(np.float64)
     sum_y = np.bincount(inv, weights=y_arr.astype(np.float64), minlength=n_pairs)
@@ -699,10 +700,13 @@ def pair_sums(
     terms: dict[str, Any] = {
         k: np.bincount(inv, weights=sample_terms(p_used, y_arr, (k,))[k], minlength=n_pairs) for k in names
     }
+    del inv
     sum_p = terms["sum_p0"] + terms["sum_p1"] if "sum_p0" in terms and "sum_p1" in terms else None
     given: dict[str, Any] = {**terms, "count": count, "sum_y": sum_y, "sum_p": sum_p}
-    chosen: dict[str, Any] = {
-        f: given.get(f) if f in want or f in ("count", "sum_y") else None for f in CellSums._fields
+    del terms
+    chosen: dict[str, Any] = {  # the asked fields only (sum_p0 and sum_p1 made for sum_p are released)
+        f: given.pop(f, None) if f in asked or f in ("count", "sum_y") else None for f in CellSums._fields
     }
+    del given
     sums = CellSums(**chosen)
     return uniq // n_cells, uniq % n_cells, sums, n_cells

@@ -61,7 +61,7 @@ from detcal.metrics.image_cells import (
     grid_members,
     image_cells,
     leave_out_values,
-    matrix_only,
+    matrix_from,
     occupied_index,
     replicate_values,
 )
@@ -344,10 +344,10 @@ def _fast_suite(
     reps = {name: np.full(n_boot, np.nan) for name in names}
     jack: dict[str, np.ndarray] = {}
     for key, members in grid_members(metric_fns, names, arrays).items():
-        g = grid_cells(metric_fns, key, members, inv, n_groups, arrays, cells, matrix=False)
+        held = [grid_cells(metric_fns, key, members, inv, n_groups, arrays, cells, matrix=False)]
         if method == "bca":
-            jack.update(leave_out_values(metric_fns, [g], jackknife_blocks(n_groups, None), n_groups))
-        g = matrix_only(g)
+            jack.update(leave_out_values(metric_fns, held, jackknife_blocks(n_groups, None), n_groups))
+        g = matrix_from(held)  # the pairs released piece by piece as the matrix is built
         count_replicates(metric_fns, g, counts, reps)
         del g
     return reps, ({n: jack[n] for n in names} if method == "bca" else {})

@@ -52,7 +52,7 @@ BLOCK_ELEMS = 1 << 21
 class GridCells:
     """The per-(image, cell) sums of one grid shared by the metrics ``members``.
 
-    ``rows [P]`` image index and ``cols [P]`` occupied-cell index of each
+    ``rows [P]`` image index and ``cols [P]`` occupied-cell index of each (int32 where they fit)
     pair, sorted by (image, cell); ``sums`` the pair sums ``[P]`` of the
     carried ``fields`` (``None`` for the others); ``at [C_occ * k, I]`` the
     transposed CSR matrix of the columns ``matrix_fields`` (column ``f`` of
@@ -150,15 +150,30 @@ def product_matrix(rows: np.ndarray, col: np.ndarray, data: np.ndarray, n_groups
     k = data.shape[1]
     if len(rows) > 1 and bool(np.any(rows[1:] < rows[:-1])):
         return transposed_csr(rows, col, data, n_groups, n_occ)
-    nnz = len(rows) * k
-    idx = np.int32 if max(nnz, n_occ * k, n_groups) < 2**31 - 1 else np.int64
-    indptr = np.zeros(n_groups + 1, dtype=idx)
+    indptr = csc_indptr(rows, n_groups, n_occ, k)
+    indices = csc_indices(col, n_groups, n_occ, k)
+    values = np.ascontiguousarray(data, dtype=np.float64).reshape(-1)
+    return csc_product(indptr, indices, values, (n_occ * k, n_groups))
+
+
+def _index_type(n_pairs: int, n_groups: int, n_occ: int, k: int) -> type:
+    return np.int32 if max(n_pairs * k, n_occ * k, n_groups) < 2**31 - 1 else np.int64
+
+
+def csc_indptr(rows: np.ndarray, n_groups: int, n_occ: int, k: int) -> np.ndarray:
+    """Column pointers of :func:`product_matrix`'s matrix: image ``i``'s ``k`` x pairs start at ``indptr[i]``."""
+    indptr = np.zeros(n_groups + 1, dtype=_index_type(len(rows), n_groups, n_occ, k))
     np.cumsum(np.bincount(rows, minlength=n_groups) * k, out=indptr[1:])
-    indices = np.empty((len(rows), k), dtype=idx)
+    return indptr
+
+
+def csc_indices(col: np.ndarray, n_groups: int, n_occ: int, k: int) -> np.ndarray:
+    """Row indices ``[P * k]`` of :func:`product_matrix`'s matrix: ``col * k + f`` for each pair and field."""
+    idx = _index_type(len(col), n_groups, n_occ, k)
+    indices = np.empty((len(col), k), dtype=idx)
     np.multiply(col[:, None], k, out=indices, casting="unsafe")
     indices += np.arange(k, dtype=idx)
-    values = np.ascontiguousarray(data, dtype=np.float64).reshape(-1)
-    return csc_product(indptr, indices.reshape(-1), values, (n_occ * k, n_groups))
+    return indices.reshape(-1)
 
 
 def occupied_index(cells: np.ndarray, n_cells: int) -> tuple[np.ndarray, int]:
@@ -201,8 +216,9 @@ def grid_cells(
         rows, cols, sums, n_cells = lead.pair_sums(inv, *arrays, fields=fields)
     else:
         rows, cols, sums, n_cells = lead.pair_sums(inv, *arrays)
-    col, n_occ = occupied_index(np.asarray(cols, np.int64), int(n_cells))
-    rows = np.asarray(rows, np.int64)
+    col, n_occ = occupied_index(np.asarray(cols), int(n_cells))
+    col = col.astype(np.int32 if n_occ * 64 < 2**31 else np.int64)  # indices only: narrow, the same values
+    rows = np.asarray(rows).astype(np.int32 if n_groups < 2**31 else np.int64, copy=False)
     pack = pack_scale(sums.count, sums.sum_y, n_groups) if {"count", "sum_y"} <= set(fields) else 0.0
     matrix_fields = ((PACKED,) if pack else ()) + tuple(f for f in fields if not pack or f not in ("count", "sum_y"))
     g = GridCells(members, fields, rows, col, _carried(sums, fields), n_occ, n_groups, None, matrix_fields, pack)
@@ -372,11 +388,39 @@ def matrix_only(g: GridCells) -> GridCells:
     return dataclasses.replace(g, rows=none, cols=none, sums=_sums({}))
 
 
+def matrix_from(held: list[GridCells]) -> GridCells:
+    """:func:`matrix_only` of the one grid in ``held``, taken out of the list (so the caller keeps no
+    reference to its pairs) and turned into the same matrix piece by piece: the column pointers from the
+    image of each pair, then the row indices from the cells, then the values from the sums field by field,
+    each input released once read (the same arrays as :func:`with_matrix`: the packed column is
+    ``count * pack + sum_y``, the same two operations)."""
+    g = held.pop()
+    none = np.zeros(0, dtype=np.int64)
+    if g.at is not None or (len(g.rows) > 1 and bool(np.any(g.rows[1:] < g.rows[:-1]))):
+        return matrix_only(g)  # a matrix already, or pairs not by image: the plain way
+    rows, col, k, shape = g.rows, g.cols, len(g.matrix_fields), (g.n_occ * len(g.matrix_fields), g.n_groups)
+    src = {f: getattr(g.sums, f) for f in g.fields}
+    g = dataclasses.replace(g, rows=none, cols=none, sums=_sums({}))
+    indptr = csc_indptr(rows, g.n_groups, g.n_occ, k)
+    del rows
+    indices = csc_indices(col, g.n_groups, g.n_occ, k)
+    del col
+    data = np.empty((len(indices) // max(k, 1), k), dtype=np.float64)
+    for j, f in enumerate(g.matrix_fields):
+        if f == PACKED:
+            np.multiply(src.pop("count"), g.pack, out=data[:, j])
+            np.add(data[:, j], src.pop("sum_y"), out=data[:, j])
+        else:
+            data[:, j] = src.pop(f)
+    del src
+    return dataclasses.replace(g, at=csc_product(indptr, indices, data.reshape(-1), shape))
+
+
 def _unit_pairs(g: GridCells, block: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, CellSums]:
     """Pairs (unit, cell) with their sums, sorted by unit; one image per unit needs no new sums."""
-    unit = block[g.rows]
     if m == g.n_groups and np.array_equal(block, np.arange(m)):
-        return unit, g.cols, g.sums
+        return g.rows, g.cols, g.sums  # one image per unit: the unit of a pair is its image
+    unit = block[g.rows]
     uniq, inv = np.unique(unit * g.n_occ + g.cols, return_inverse=True)
     inv = inv.reshape(-1)
     summed = {f: np.bincount(inv, weights=getattr(g.sums, f), minlength=len(uniq)) for f in g.fields}
