@@ -112,9 +112,11 @@ def _layout(groups: ArrayLike, arrays: tuple[ArrayLike | None, ...]) -> tuple[np
                 field=f"arrays[{k}]",
             )
     if g.dtype.kind in "iu" and len(g) and int(g.min()) >= 0:  # image ids: counted, not sorted (same index)
-        return occupied_index(g.astype(np.int64, copy=False), int(g.max()) + 1)
-    uniq, inv = np.unique(g, return_inverse=True)
-    return inv.reshape(-1).astype(np.int64), len(uniq)
+        inv, n = occupied_index(g.astype(np.int64, copy=False), int(g.max()) + 1)
+    else:
+        uniq, inv = np.unique(g, return_inverse=True)
+        inv, n = inv.reshape(-1).astype(np.int64), len(uniq)
+    return (inv.astype(np.int32) if n < 2**31 else inv), n  # an index only: narrow, the same values
 
 
 def sample_layout(inv: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
