@@ -156,13 +156,13 @@ def product_matrix(rows: np.ndarray, col: np.ndarray, data: np.ndarray, n_groups
     return csc_product(indptr, indices, values, (n_occ * k, n_groups))
 
 
-def _index_type(n_pairs: int, n_groups: int, n_occ: int, k: int) -> type:
+def _index_type(n_pairs: int, n_groups: int, n_occ: int, k: int) -> type[np.signedinteger[Any]]:
     return np.int32 if max(n_pairs * k, n_occ * k, n_groups) < 2**31 - 1 else np.int64
 
 
 def csc_indptr(rows: np.ndarray, n_groups: int, n_occ: int, k: int) -> np.ndarray:
     """Column pointers of :func:`product_matrix`'s matrix: image ``i``'s ``k`` x pairs start at ``indptr[i]``."""
-    indptr = np.zeros(n_groups + 1, dtype=_index_type(len(rows), n_groups, n_occ, k))
+    indptr: np.ndarray = np.zeros(n_groups + 1, dtype=_index_type(len(rows), n_groups, n_occ, k))
     np.cumsum(np.bincount(rows, minlength=n_groups) * k, out=indptr[1:])
     return indptr
 
@@ -170,7 +170,7 @@ def csc_indptr(rows: np.ndarray, n_groups: int, n_occ: int, k: int) -> np.ndarra
 def csc_indices(col: np.ndarray, n_groups: int, n_occ: int, k: int) -> np.ndarray:
     """Row indices ``[P * k]`` of :func:`product_matrix`'s matrix: ``col * k + f`` for each pair and field."""
     idx = _index_type(len(col), n_groups, n_occ, k)
-    indices = np.empty((len(col), k), dtype=idx)
+    indices: np.ndarray = np.empty((len(col), k), dtype=idx)
     np.multiply(col[:, None], k, out=indices, casting="unsafe")
     indices += np.arange(k, dtype=idx)
     return indices.reshape(-1)
