@@ -331,13 +331,34 @@ def count_replicates(
     k = len(g.matrix_fields)
     sub = max(1, BLOCK_ELEMS // max(g.n_occ * k, 1))  # the groups of replicates of replicate_values
     r0 = 0
+    width = max(1, min(X_ELEMS // max(g.n_groups, 1), PRODUCT_ELEMS // max(g.n_occ * k, 1)))
     with summaries_shared():  # the measures of one grid share each chunk's per-cell summary (the same values)
         for blk in counts:
             for s0 in range(0, len(blk), sub):
-                for c0, c1 in value_chunks(min(sub, len(blk) - s0), g.n_occ):
-                    part = blk[s0 + c0 : s0 + c1]
-                    _store(metric_fns, g, g.matrix_fields, count_product(g, part), out, r0 + s0 + c0)
+                for run in product_runs(value_chunks(min(sub, len(blk) - s0), g.n_occ), width):
+                    a = run[0][0]
+                    product = count_product(g, blk[s0 + a : s0 + run[-1][1]])
+                    for c0, c1 in run:  # each chunk as the product of its own replicates (the same layout)
+                        part = product if len(run) == 1 else np.ascontiguousarray(product[:, c0 - a : c1 - a])
+                        _store(metric_fns, g, g.matrix_fields, part, out, r0 + s0 + c0)
             r0 += len(blk)
+
+
+PRODUCT_ELEMS = 1 << 18
+"""Entries (occupied cells x fields x replicates) of one product block of :func:`count_replicates`: the
+replicates of several value chunks are multiplied together (fewer passes over the matrix) up to this size."""
+
+
+def product_runs(chunks: list[tuple[int, int]], width: int) -> list[list[tuple[int, int]]]:
+    """Consecutive ``chunks`` grouped into runs of at most ``width`` replicates (a chunk wider than
+    ``width`` alone in its run): one product per run, the measures still evaluated chunk by chunk."""
+    runs: list[list[tuple[int, int]]] = []
+    for c in chunks:
+        if runs and c[1] - runs[-1][0][0] <= width:
+            runs[-1].append(c)
+        else:
+            runs.append([c])
+    return runs
 
 
 VALUE_ELEMS = 1 << 16

@@ -151,10 +151,18 @@ def test_small_value_chunks_and_unit_chunks_give_the_same_numbers(suite_name: st
     inv, n = bs._layout(img, (p, y, f))
     want = bs._fast_suite(fns, list(fns), (inv, n), (p, y, f), None, 41, 2, "bca")  # one chunk each
     assert image_cells.value_chunks(41, 1) == [(0, 41)]
-    for value_elems, loo_pairs, kernels in ((1, 1, True), (100, 7, False), (2000, 60, True)):
-        monkeypatch.setattr(image_cells, "VALUE_ELEMS", value_elems)  # 1: chunks of two replicates, one of three
+    # value_elems 1: chunks of two replicates and a last one of three; x_elems 3n: a few replicates per
+    # product pass; product_elems large: several chunks multiplied in one product (product_runs)
+    for value_elems, loo_pairs, kernels, x_elems, product_elems in (
+        (1, 1, True, 3 * n, image_cells.PRODUCT_ELEMS),
+        (100, 7, False, image_cells.X_ELEMS, image_cells.PRODUCT_ELEMS),
+        (1, 60, True, 7 * n, 10**9),
+        (2000, 1 << 16, True, 5 * n, 10**9),
+    ):
+        monkeypatch.setattr(image_cells, "VALUE_ELEMS", value_elems)
         monkeypatch.setattr(image_cells, "LOO_PAIRS", loo_pairs)
-        monkeypatch.setattr(image_cells, "X_ELEMS", 3 * n)  # a few replicates per product
+        monkeypatch.setattr(image_cells, "X_ELEMS", x_elems)
+        monkeypatch.setattr(image_cells, "PRODUCT_ELEMS", product_elems)
         if not kernels:
             monkeypatch.setattr(sparse_product, "kernels", lambda: None)
         got = bs._fast_suite(fns, list(fns), (inv, n), (p, y, f), None, 41, 2, "bca")
@@ -170,6 +178,16 @@ def test_value_chunks_never_leave_one_replicate_alone() -> None:
             assert [c0 for c0, _ in chunks] == [0, *(c1 for _, c1 in chunks[:-1])][: len(chunks)]
             assert (chunks[-1][1] if chunks else 0) == b
             assert all(c1 - c0 >= 2 for c0, c1 in chunks) or (b == 1 and chunks == [(0, 1)])
+
+
+def test_product_runs_group_whole_chunks() -> None:
+    chunks = image_cells.value_chunks(41, 1 << 15)  # chunks of two, the last of three
+    for width in (1, 2, 3, 5, 8, 41, 100):
+        runs = image_cells.product_runs(chunks, width)
+        assert [c for run in runs for c in run] == chunks
+        assert all(len(run) == 1 or run[-1][1] - run[0][0] <= width for run in runs)
+    assert image_cells.product_runs(chunks, 100) == [chunks]
+    assert image_cells.product_runs([], 5) == []
 
 
 def test_one_replicate_summed_alone_can_differ_so_groups_of_one_stay_one() -> None:
