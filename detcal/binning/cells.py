@@ -644,8 +644,29 @@ def dense_rank(keys: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
         seen = np.bincount(keys, minlength=n_keys) > 0
         rank = np.cumsum(seen) - 1
         return np.flatnonzero(seen), rank[keys]
-    uniq, inv = np.unique(keys, return_inverse=True)
-    return uniq, inv.reshape(-1)
+    return sorted_rank(np.asarray(keys))
+
+
+def sorted_rank(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` of a 1-D array by one sort, each temporary released once read
+    (the distinct keys in increasing order, of the keys' type, and the intp index of each key among them:
+    the arrays ``np.unique`` gives, which holds the sorted keys, the order and two intp arrays at once)."""
+    if keys.ndim != 1 or len(keys) == 0:
+        uniq, inv = np.unique(keys, return_inverse=True)
+        return uniq, inv.reshape(-1)
+    order = np.argsort(keys)
+    ordered = keys[order]
+    first = np.empty(len(ordered), dtype=bool)
+    first[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    uniq = ordered[first]
+    del ordered
+    rank = np.cumsum(first, dtype=np.int32 if len(keys) < 2**31 else np.intp)
+    rank -= 1
+    del first
+    inv = np.empty(len(keys), dtype=np.intp)
+    inv[order] = rank
+    return uniq, inv
 
 
 def pair_sums(
@@ -676,29 +697,40 @@ def pair_sums(
     if cells is None:
         cell, b, p_used = sample_cells(p_arr, f_arr, bins, edges)
     else:
-        c_arr, b = _given_cells(cells, p_arr, None, bins, edges)
-        cell = np.asarray(c_arr, dtype=np.int64)
+        cells_in, b = _given_cells(cells, p_arr, None, bins, edges)
+        c_arr = np.asarray(cells_in)
+        cell = c_arr if c_arr.dtype.kind == "u" and c_arr.itemsize < 8 else np.asarray(c_arr, dtype=np.int64)
         p_used = np.clip(p_arr, EPS, 1.0 - EPS) if edges == "netcal" else p_arr
     n_cells = int(np.prod(b))
-    g = np.asarray(group_index, dtype=np.int64)
-    key = g * n_cells + cell
+    g = np.asarray(group_index)
+    g = g if g.dtype.kind in "iu" and g.itemsize < 8 or g.dtype == np.int64 else g.astype(np.int64)
     dense = len(g) > 0 and int(g.min()) >= 0
-    uniq, inv = dense_rank(key, (int(g.max()) + 1) * n_cells if dense else -1)
+    top = (int(g.max()) + 1) * n_cells if len(g) else 0
+    key = g.astype(np.int32 if dense and top < 2**31 else np.int64)  # the same keys, in half the memory
+    key *= n_cells
+    key += cell  # in place (narrow unsigned cells widen exactly): one [S] integer array, not three
+    del cell
+    uniq, inv = dense_rank(key, top if dense else -1)
+    del key  # the per-sample keys are not read again (the pairs' index is ``inv``)
     n_pairs = len(uniq)
-    want = set(CellSums._fields if fields is None else fields)
-    if "sum_p" in want:
-        want |= {"sum_p0", "sum_p1"}
+    asked = set(CellSums._fields if fields is None else fields)
+    want = asked | ({"sum_p0", "sum_p1"} if "sum_p" in asked else set())
     names = [k for k in FLOAT_STATS if k in want]
-    count = np.bincount(inv, minlength=n_pairs).astype(np.float64)
-    sum_y = np.bincount(inv, weights=y_arr.astype(np.float64), minlength=n_pairs)
-    # one statistic's per-sample terms at a time (each [S] array released before the next is made)
-    terms: dict[str, Any] = {
-        k: np.bincount(inv, weights=sample_terms(p_used, y_arr, (k,))[k], minlength=n_pairs) for k in names
+    # one statistic's per-sample terms at a time (each [S] array released before the next is made); sum_p
+    # first, so that its parts, when not asked for, are released before the count and matched sums are made
+    terms: dict[str, Any] = {}
+    for k in names:
+        terms[k] = np.bincount(inv, weights=sample_terms(p_used, y_arr, (k,))[k], minlength=n_pairs)
+        if k == "sum_p1" and "sum_p0" in terms:
+            terms["sum_p"] = terms["sum_p0"] + terms["sum_p1"]
+            for part in {"sum_p0", "sum_p1"} - asked:
+                del terms[part]
+    terms["count"] = np.bincount(inv, minlength=n_pairs).astype(np.float64)
+    terms["sum_y"] = np.bincount(inv, weights=y_arr.astype(np.float64), minlength=n_pairs)
+    del inv
+    chosen: dict[str, Any] = {  # the asked fields only
+        f: terms.pop(f, None) if f in asked or f in ("count", "sum_y") else None for f in CellSums._fields
     }
-    sum_p = terms["sum_p0"] + terms["sum_p1"] if "sum_p0" in terms and "sum_p1" in terms else None
-    given: dict[str, Any] = {**terms, "count": count, "sum_y": sum_y, "sum_p": sum_p}
-    chosen: dict[str, Any] = {
-        f: given.get(f) if f in want or f in ("count", "sum_y") else None for f in CellSums._fields
-    }
+    del terms
     sums = CellSums(**chosen)
     return uniq // n_cells, uniq % n_cells, sums, n_cells

@@ -61,7 +61,7 @@ from detcal.metrics.image_cells import (
     grid_members,
     image_cells,
     leave_out_values,
-    matrix_only,
+    matrix_from,
     occupied_index,
     replicate_values,
 )
@@ -112,9 +112,11 @@ def _layout(groups: ArrayLike, arrays: tuple[ArrayLike | None, ...]) -> tuple[np
                 field=f"arrays[{k}]",
             )
     if g.dtype.kind in "iu" and len(g) and int(g.min()) >= 0:  # image ids: counted, not sorted (same index)
-        return occupied_index(g.astype(np.int64, copy=False), int(g.max()) + 1)
-    uniq, inv = np.unique(g, return_inverse=True)
-    return inv.reshape(-1).astype(np.int64), len(uniq)
+        inv, n = occupied_index(g.astype(np.int64, copy=False), int(g.max()) + 1)
+    else:
+        uniq, inv = np.unique(g, return_inverse=True)
+        inv, n = inv.reshape(-1).astype(np.int64), len(uniq)
+    return (inv.astype(np.int32) if n < 2**31 else inv), n  # an index only: narrow, the same values
 
 
 def sample_layout(inv: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -126,14 +128,19 @@ def sample_layout(inv: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarra
     return order, starts, counts
 
 
-def draws(n_groups: int, n_boot: int, seed: int) -> Iterator[np.ndarray]:
-    """Blocks ``[b, I]`` of drawn group indices; the same stream for both paths."""
+def draws(n_groups: int, n_boot: int, seed: int, narrow: bool = False) -> Iterator[np.ndarray]:
+    """Blocks ``[b, I]`` of drawn group indices; the same stream for both paths.
+
+    ``narrow``: the indices as int32 when ``I < 2**31`` (half the memory). numpy's generator draws a
+    bounded integer below ``2**32`` with the same 32-bit routine for either type, so the indices are the
+    same numbers (tested against the int64 draws)."""
     rng = np.random.default_rng(seed)
     block = max(1, min(n_boot, _BLOCK_ELEMS // max(n_groups, 1)))
+    dtype = np.int32 if narrow and n_groups < 2**31 else np.int64
     done = 0
     while done < n_boot:
         b = min(block, n_boot - done)
-        yield rng.integers(0, n_groups, size=(b, n_groups))
+        yield rng.integers(0, n_groups, size=(b, n_groups), dtype=dtype)
         done += b
 
 
@@ -143,7 +150,7 @@ def draw_counts(n_groups: int, n_boot: int, seed: int) -> list[np.ndarray]:
     :func:`_replicates`, in an eighth of its memory or less)."""
     out = []
     wide = np.uint16 if n_groups < 1 << 16 else np.uint32 if n_groups < 1 << 32 else np.uint64  # holds I
-    for picks in draws(n_groups, n_boot, seed):
+    for picks in draws(n_groups, n_boot, seed, narrow=True):
         cnt = np.empty(picks.shape, dtype=wide)
         for r in range(len(picks)):  # loop over replicates: one count vector [I] at a time
             cnt[r] = np.bincount(picks[r], minlength=n_groups)
@@ -339,10 +346,10 @@ def _fast_suite(
     reps = {name: np.full(n_boot, np.nan) for name in names}
     jack: dict[str, np.ndarray] = {}
     for key, members in grid_members(metric_fns, names, arrays).items():
-        g = grid_cells(metric_fns, key, members, inv, n_groups, arrays, cells, matrix=False)
+        held = [grid_cells(metric_fns, key, members, inv, n_groups, arrays, cells, matrix=False)]
         if method == "bca":
-            jack.update(leave_out_values(metric_fns, [g], jackknife_blocks(n_groups, None), n_groups))
-        g = matrix_only(g)
+            jack.update(leave_out_values(metric_fns, held, jackknife_blocks(n_groups, None), n_groups))
+        g = matrix_from(held)  # the pairs released piece by piece as the matrix is built
         count_replicates(metric_fns, g, counts, reps)
         del g
     return reps, ({n: jack[n] for n in names} if method == "bca" else {})

@@ -40,7 +40,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from detcal.binning.cells import CellSums, dense_rank
+from detcal.metrics.confidence_compute import summaries_shared
 from detcal.metrics.confidence_loo import loo_shared
+from detcal.metrics.sparse_product import csc_product
 
 BLOCK_ELEMS = 1 << 21
 """Elements of a dense block (replicates or left-out units x occupied cells x fields)."""
@@ -50,7 +52,7 @@ BLOCK_ELEMS = 1 << 21
 class GridCells:
     """The per-(image, cell) sums of one grid shared by the metrics ``members``.
 
-    ``rows [P]`` image index and ``cols [P]`` occupied-cell index of each
+    ``rows [P]`` image index and ``cols [P]`` occupied-cell index of each (int32 where they fit)
     pair, sorted by (image, cell); ``sums`` the pair sums ``[P]`` of the
     carried ``fields`` (``None`` for the others); ``at [C_occ * k, I]`` the
     transposed CSR matrix of the columns ``matrix_fields`` (column ``f`` of
@@ -140,22 +142,38 @@ def product_matrix(rows: np.ndarray, col: np.ndarray, data: np.ndarray, n_groups
     CSC matrix, whose product with a dense block adds, into each output entry, the images' terms in
     increasing image order, each image at most once per entry: the additions of the CSR product of
     :func:`transposed_csr`, in the same order, so the same numbers bit for bit (tested), with less memory
-    traffic (each image's weights are read once, the output stays in cache).
+    traffic (each image's weights are read once, the output stays in cache). The CSC matrix is a
+    :func:`detcal.metrics.sparse_product.csc_product`: scipy's compiled product kernels without the import
+    of ``scipy.sparse`` (the same kernel on the same arrays, so the same numbers; ``scipy.sparse`` itself
+    when those kernels cannot be loaded).
     """
-    import scipy.sparse as sp  # lazy: scipy kept out of start-up, as above
-
     k = data.shape[1]
     if len(rows) > 1 and bool(np.any(rows[1:] < rows[:-1])):
         return transposed_csr(rows, col, data, n_groups, n_occ)
-    nnz = len(rows) * k
-    idx = np.int32 if max(nnz, n_occ * k, n_groups) < 2**31 - 1 else np.int64
-    indptr = np.zeros(n_groups + 1, dtype=idx)
+    indptr = csc_indptr(rows, n_groups, n_occ, k)
+    indices = csc_indices(col, n_groups, n_occ, k)
+    values = np.ascontiguousarray(data, dtype=np.float64).reshape(-1)
+    return csc_product(indptr, indices, values, (n_occ * k, n_groups))
+
+
+def _index_type(n_pairs: int, n_groups: int, n_occ: int, k: int) -> type[np.signedinteger[Any]]:
+    return np.int32 if max(n_pairs * k, n_occ * k, n_groups) < 2**31 - 1 else np.int64
+
+
+def csc_indptr(rows: np.ndarray, n_groups: int, n_occ: int, k: int) -> np.ndarray:
+    """Column pointers of :func:`product_matrix`'s matrix: image ``i``'s ``k`` x pairs start at ``indptr[i]``."""
+    indptr: np.ndarray = np.zeros(n_groups + 1, dtype=_index_type(len(rows), n_groups, n_occ, k))
     np.cumsum(np.bincount(rows, minlength=n_groups) * k, out=indptr[1:])
-    indices = np.empty((len(rows), k), dtype=idx)
+    return indptr
+
+
+def csc_indices(col: np.ndarray, n_groups: int, n_occ: int, k: int) -> np.ndarray:
+    """Row indices ``[P * k]`` of :func:`product_matrix`'s matrix: ``col * k + f`` for each pair and field."""
+    idx = _index_type(len(col), n_groups, n_occ, k)
+    indices: np.ndarray = np.empty((len(col), k), dtype=idx)
     np.multiply(col[:, None], k, out=indices, casting="unsafe")
     indices += np.arange(k, dtype=idx)
-    values = np.ascontiguousarray(data, dtype=np.float64).reshape(-1)
-    return sp.csr_matrix((values, indices.reshape(-1), indptr), shape=(n_groups, n_occ * k), copy=False).T
+    return indices.reshape(-1)
 
 
 def occupied_index(cells: np.ndarray, n_cells: int) -> tuple[np.ndarray, int]:
@@ -198,8 +216,9 @@ def grid_cells(
         rows, cols, sums, n_cells = lead.pair_sums(inv, *arrays, fields=fields)
     else:
         rows, cols, sums, n_cells = lead.pair_sums(inv, *arrays)
-    col, n_occ = occupied_index(np.asarray(cols, np.int64), int(n_cells))
-    rows = np.asarray(rows, np.int64)
+    col, n_occ = occupied_index(np.asarray(cols), int(n_cells))
+    col = col.astype(np.int32 if n_occ * 64 < 2**31 else np.int64)  # indices only: narrow, the same values
+    rows = np.asarray(rows).astype(np.int32 if n_groups < 2**31 else np.int64, copy=False)
     pack = pack_scale(sums.count, sums.sum_y, n_groups) if {"count", "sum_y"} <= set(fields) else 0.0
     matrix_fields = ((PACKED,) if pack else ()) + tuple(f for f in fields if not pack or f not in ("count", "sum_y"))
     g = GridCells(members, fields, rows, col, _carried(sums, fields), n_occ, n_groups, None, matrix_fields, pack)
@@ -302,28 +321,84 @@ def count_replicates(
     ``out[name][r]``), with ``g``'s product matrix (:func:`with_matrix`; the pairs may be released).
 
     Draw counts are whole numbers, none negative, each replicate's adding up to ``I``: the packed column is
-    exact (:func:`counts_fit_packing`), so no check is made. The metrics' values are taken on the same
-    groups of replicates as :func:`replicate_values` on the float counts of each block (a measure's value
-    on an array of replicates may differ in the last bit with the array's shape: the same shapes give the
-    same numbers), while the product itself runs in column blocks of at most :data:`X_ELEMS` weights
-    (each output entry is the same sum of the same terms in the same order whatever the block: only the
-    float weights of one column block are held at a time).
+    exact (:func:`counts_fit_packing`), so no check is made. The groups of replicates are those of
+    :func:`replicate_values` on the float counts of each block; each group is multiplied and evaluated in
+    chunks of :func:`value_chunks` (never one replicate cut from a larger group: a single replicate's
+    sums over cells run in another order, see there), so the measures' temporaries stay small with the
+    same numbers. The product runs in column blocks of at most :data:`X_ELEMS` weights (each output
+    entry is the same sum of the same terms in the same order whatever the block).
     """
     k = len(g.matrix_fields)
-    sub = max(1, BLOCK_ELEMS // max(g.n_occ * k, 1))  # replicates per values() call, as replicate_values
-    width = max(1, X_ELEMS // max(g.n_groups, 1))  # replicates per product
+    sub = max(1, BLOCK_ELEMS // max(g.n_occ * k, 1))  # the groups of replicates of replicate_values
     r0 = 0
-    for blk in counts:
-        for s0 in range(0, len(blk), sub):
-            part = blk[s0 : s0 + sub]
-            product = np.empty((g.n_occ * k, len(part)), dtype=np.float64)
-            for c0 in range(0, len(part), width):
-                cols = part[c0 : c0 + width]
-                x = np.empty((g.n_groups, len(cols)), dtype=np.float64)
-                x[...] = cols.T
-                product[:, c0 : c0 + len(cols)] = g.at @ x
-            _store(metric_fns, g, g.matrix_fields, product, out, r0 + s0)
-        r0 += len(blk)
+    width = max(1, min(X_ELEMS // max(g.n_groups, 1), PRODUCT_ELEMS // max(g.n_occ * k, 1)))
+    with summaries_shared():  # the measures of one grid share each chunk's per-cell summary (the same values)
+        for blk in counts:
+            for s0 in range(0, len(blk), sub):
+                for run in product_runs(value_chunks(min(sub, len(blk) - s0), g.n_occ), width):
+                    a = run[0][0]
+                    product = count_product(g, blk[s0 + a : s0 + run[-1][1]])
+                    for c0, c1 in run:  # each chunk as the product of its own replicates (the same layout)
+                        part = product if len(run) == 1 else np.ascontiguousarray(product[:, c0 - a : c1 - a])
+                        _store(metric_fns, g, g.matrix_fields, part, out, r0 + s0 + c0)
+            r0 += len(blk)
+
+
+PRODUCT_ELEMS = 1 << 18
+"""Entries (occupied cells x fields x replicates) of one product block of :func:`count_replicates`: the
+replicates of several value chunks are multiplied together (fewer passes over the matrix) up to this size."""
+
+
+def product_runs(chunks: list[tuple[int, int]], width: int) -> list[list[tuple[int, int]]]:
+    """Consecutive ``chunks`` grouped into runs of at most ``width`` replicates (a chunk wider than
+    ``width`` alone in its run): one product per run, the measures still evaluated chunk by chunk."""
+    runs: list[list[tuple[int, int]]] = []
+    for c in chunks:
+        if runs and c[1] - runs[-1][0][0] <= width:
+            runs[-1].append(c)
+        else:
+            runs.append([c])
+    return runs
+
+
+VALUE_ELEMS = 1 << 16
+"""Occupied cells x replicates of one chunk on which :func:`count_replicates` evaluates the measures
+(half a MiB per float64 field: the measures' temporaries stay small, :func:`value_chunks`)."""
+
+
+def value_chunks(b: int, n_occ: int) -> list[tuple[int, int]]:
+    """Chunks ``(start, stop)`` of a group of ``b`` replicates on which the measures are evaluated: about
+    :data:`VALUE_ELEMS` // ``n_occ`` replicates each, never one replicate alone unless ``b`` is 1.
+
+    The replicate sums of a product block ``[C_occ * k, b]`` reach the measures as ``[b, C_occ]`` arrays
+    laid out replicate-fastest (:func:`_store`), and so do the arrays a measure makes from them, so a sum
+    over cells runs over the cells one after the other for all replicates at once: the same additions in
+    the same order for any number of replicates from two up. A single replicate's array is one row in
+    memory, which numpy sums pairwise (another order: the last bit may change). So chunks of two or more
+    replicates give the numbers of the whole group bit for bit, and a group of one stays one (tested).
+    """
+    if b <= 1:
+        return [(0, b)] if b else []
+    w = max(2, VALUE_ELEMS // max(n_occ, 1))
+    bounds = list(range(0, b, w)) + [b]
+    if bounds[-1] - bounds[-2] == 1:  # a last chunk of one replicate joins the one before it
+        del bounds[-2]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def count_product(g: GridCells, part: np.ndarray) -> np.ndarray:
+    """``g.at @ part.T`` ``[C_occ * k, b]`` for draw counts ``part [b, I]``, in column blocks of at most
+    :data:`X_ELEMS` float weights (each output entry the same sum of the same terms in the same order
+    whatever the block); the weights are released before the product is returned."""
+    width = max(1, X_ELEMS // max(g.n_groups, 1))  # replicates per product
+    product = np.empty((g.n_occ * len(g.matrix_fields), len(part)), dtype=np.float64)
+    for c0 in range(0, len(part), width):
+        cols = part[c0 : c0 + width]
+        x = np.empty((g.n_groups, len(cols)), dtype=np.float64)
+        x[...] = cols.T
+        product[:, c0 : c0 + len(cols)] = g.at @ x
+        del x
+    return product
 
 
 def matrix_only(g: GridCells) -> GridCells:
@@ -334,11 +409,39 @@ def matrix_only(g: GridCells) -> GridCells:
     return dataclasses.replace(g, rows=none, cols=none, sums=_sums({}))
 
 
+def matrix_from(held: list[GridCells]) -> GridCells:
+    """:func:`matrix_only` of the one grid in ``held``, taken out of the list (so the caller keeps no
+    reference to its pairs) and turned into the same matrix piece by piece: the column pointers from the
+    image of each pair, then the row indices from the cells, then the values from the sums field by field,
+    each input released once read (the same arrays as :func:`with_matrix`: the packed column is
+    ``count * pack + sum_y``, the same two operations)."""
+    g = held.pop()
+    none = np.zeros(0, dtype=np.int64)
+    if g.at is not None or (len(g.rows) > 1 and bool(np.any(g.rows[1:] < g.rows[:-1]))):
+        return matrix_only(g)  # a matrix already, or pairs not by image: the plain way
+    rows, col, k, shape = g.rows, g.cols, len(g.matrix_fields), (g.n_occ * len(g.matrix_fields), g.n_groups)
+    src = {f: getattr(g.sums, f) for f in g.fields}
+    g = dataclasses.replace(g, rows=none, cols=none, sums=_sums({}))
+    indptr = csc_indptr(rows, g.n_groups, g.n_occ, k)
+    del rows
+    indices = csc_indices(col, g.n_groups, g.n_occ, k)
+    del col
+    data = np.empty((len(indices) // max(k, 1), k), dtype=np.float64)
+    for j, f in enumerate(g.matrix_fields):
+        if f == PACKED:
+            np.multiply(src.pop("count"), g.pack, out=data[:, j])
+            np.add(data[:, j], src.pop("sum_y"), out=data[:, j])
+        else:
+            data[:, j] = src.pop(f)
+    del src
+    return dataclasses.replace(g, at=csc_product(indptr, indices, data.reshape(-1), shape))
+
+
 def _unit_pairs(g: GridCells, block: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, CellSums]:
     """Pairs (unit, cell) with their sums, sorted by unit; one image per unit needs no new sums."""
-    unit = block[g.rows]
     if m == g.n_groups and np.array_equal(block, np.arange(m)):
-        return unit, g.cols, g.sums
+        return g.rows, g.cols, g.sums  # one image per unit: the unit of a pair is its image
+    unit = block[g.rows]
     uniq, inv = np.unique(unit * g.n_occ + g.cols, return_inverse=True)
     inv = inv.reshape(-1)
     summed = {f: np.bincount(inv, weights=getattr(g.sums, f), minlength=len(uniq)) for f in g.fields}
@@ -366,6 +469,48 @@ def _dense_leave_out(
             out[n][u0:u1] = metric_fns[n].values(sums)
 
 
+LOO_PAIRS = 1 << 16
+"""(unit, cell) pairs of one chunk of units in :func:`leave_out_values` (the measures' per-pair temporaries
+stay small)."""
+
+
+def unit_chunks(unit: np.ndarray, m: int) -> list[tuple[int, int, int, int]]:
+    """Chunks ``(u0, u1, lo, hi)`` of the units ``[0, m)``, each with about :data:`LOO_PAIRS` pairs: units
+    ``u0 <= u < u1`` own the pairs ``lo:hi`` (``unit [P]`` sorted); every unit falls in one chunk, with or
+    without pairs."""
+    cuts = np.unique(np.concatenate([[0], unit[LOO_PAIRS::LOO_PAIRS], [m]]).astype(np.int64))
+    starts = np.searchsorted(unit, cuts, side="left")
+    return [(int(cuts[j]), int(cuts[j + 1]), int(starts[j]), int(starts[j + 1])) for j in range(len(cuts) - 1)]
+
+
+def _leave_one_out(
+    metric_fns: Mapping[str, Any], g: GridCells, total: CellSums, pairs: tuple[np.ndarray, np.ndarray, CellSums],
+    m: int, out: dict[str, np.ndarray],
+) -> list[str]:  # fmt: skip
+    """Values of ``g``'s measures with a ``leave_one_out`` into ``out``, chunk by chunk of units
+    (:func:`unit_chunks`); returns the others (the dense path).
+
+    A unit's value reads the cell totals and its own pairs only (each per-unit sum adds its pairs in their
+    order), so a chunk of whole units gives each of them the value of the whole call, bit for bit (tested)."""
+    unit, col, pair = pairs
+    dense: list[str] = []
+    for u0, u1, lo, hi in unit_chunks(unit, m):
+        uc, cc = unit[lo:hi] - u0, col[lo:hi]
+        pc = _sums({f: getattr(pair, f)[lo:hi] for f in g.fields})
+        with loo_shared():  # the grid's measures share the chunk's left-out cells (the same values)
+            for n in (n for n in g.members if n not in dense):
+                loo = getattr(metric_fns[n], "leave_one_out", None)
+                v = loo(total, uc, cc, pc, u1 - u0) if callable(loo) else None
+                if v is None:  # no linear-time path (the same answer for every chunk)
+                    dense.append(n)
+                else:
+                    out.setdefault(n, np.full(m, np.nan))[u0:u1] = v
+    for n in g.members:
+        if n not in dense:
+            out.setdefault(n, np.full(m, np.nan))  # no unit at all (m = 0)
+    return dense
+
+
 def leave_out_values(
     metric_fns: Mapping[str, Any], grids: list[GridCells], block: np.ndarray, m: int
 ) -> dict[str, np.ndarray]:
@@ -374,16 +519,9 @@ def leave_out_values(
     for g in grids:
         unit, col, pair = _unit_pairs(g, block, m)
         total = _sums({f: np.bincount(col, weights=getattr(pair, f), minlength=g.n_occ) for f in g.fields})
-        dense: list[str] = []
-        with loo_shared():  # the grid's measures share its left-out cells (the same values)
-            for n in g.members:
-                loo = getattr(metric_fns[n], "leave_one_out", None)
-                v = loo(total, unit, col, pair, m) if callable(loo) else None
-                if v is None:
-                    dense.append(n)
-                    out[n] = np.full(m, np.nan)
-                else:
-                    out[n] = np.asarray(v, dtype=np.float64)
+        dense = _leave_one_out(metric_fns, g, total, (unit, col, pair), m, out)
+        for n in dense:
+            out[n] = np.full(m, np.nan)
         if dense:
             _dense_leave_out(metric_fns, dense, g, total, unit, col, pair, m, out)
     return out
