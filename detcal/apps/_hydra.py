@@ -24,35 +24,37 @@ import contextlib
 import ctypes
 import dataclasses
 import errno
-import gc
 import logging
 import os
 import re
 import secrets
 import sys
 import tempfile
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import hydra
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
-from hydra._internal.hydra import Hydra
-from hydra._internal.utils import _locate  # get_class would also log the failure
-from hydra.core.config_store import ConfigStore
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.core.object_type import ObjectType
-from hydra.errors import HydraException, MissingConfigException
-from hydra.utils import instantiate as hydra_instantiate
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from detcal.utils.collector import collector_paused
 
-from detcal.apps._run_dir import guarded_jobs, lock, pop_overwrite, run_files
-from detcal.core.errors import DetcalError
-from detcal.data.specs import DATA_SPECS, DataSpec, foreign_field_message
-from detcal.pipeline.spec import ConfigError
-from detcal.utils.warn import capture
+with collector_paused(freeze=True):  # objects that live as long as the process, never walked (detcal.utils.collector)
+    import hydra
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import _locate  # get_class would also log the failure
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.object_type import ObjectType
+    from hydra.errors import HydraException, MissingConfigException
+    from hydra.utils import instantiate as hydra_instantiate
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from detcal.apps._run_dir import guarded_jobs, lock, pop_overwrite, run_files
+    from detcal.core.errors import DetcalError
+    from detcal.data.specs import DATA_SPECS, DataSpec, foreign_field_message
+    from detcal.pipeline.spec import ConfigError
+    from detcal.utils.warn import capture
 
 __all__ = ["run_app", "run_header", "user_error_message", "data_schema_name", "RUN_ID"]
 
@@ -128,29 +130,6 @@ def plain_data_source(argv: Sequence[str], cdir: Path) -> str | None:
     if len(chosen) != 1 or chosen[0] not in DATA_SPECS or not (cdir / "data" / f"{chosen[0]}.yaml").is_file():
         return None
     return chosen[0]
-
-
-@contextlib.contextmanager
-def _permanent_objects_frozen() -> Iterator[None]:
-    """Within the block, the objects alive at its start sit outside the cyclic collector's generations.
-
-    When a command starts, tens of thousands of objects (the interpreter's, the imported modules'
-    functions, classes and constants) live until the process ends; Hydra's composition then allocates
-    enough to trigger about a hundred collections, one of them a full one that walked every one of those
-    objects again (about 20 ms of CPU at the 5k benchmark's start-up). ``gc.freeze`` moves them to the
-    permanent generation, so collections during the run walk only the run's own objects; the block puts
-    them back at its end (``gc.unfreeze``). Nothing is freed later than before except garbage that already
-    existed at the start, and a caller that froze objects itself is left alone.
-    """
-
-    if gc.get_freeze_count() or not gc.isenabled():
-        yield
-        return
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def _first_line(exc: BaseException) -> str:
@@ -400,13 +379,6 @@ def run_app(
     already in its directory; ``resumable`` commands may rerun in their own
     directory (detcal-main keeps its finished stages).
     """
-    with _permanent_objects_frozen():
-        _run_app(config_name, schema, task, prog, resumable=resumable)
-
-
-def _run_app(
-    config_name: str, schema: type, task: Callable[[Any, AppContext], Any], prog: str, *, resumable: bool
-) -> None:
     debug = _debug()
     _reuse_freed_memory()
     try:
