@@ -34,9 +34,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from detcal.utils.collector import collector_paused
+from detcal.utils import collector
 
-with collector_paused(freeze=True):  # objects that live as long as the process, never walked (detcal.utils.collector)
+_collecting = collector.pause()  # imports of objects that live as long as the process (detcal.utils.collector)
+try:
     import hydra
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.hydra import Hydra
@@ -55,6 +56,8 @@ with collector_paused(freeze=True):  # objects that live as long as the process,
     from detcal.data.specs import DATA_SPECS, DataSpec, foreign_field_message
     from detcal.pipeline.spec import ConfigError
     from detcal.utils.warn import capture
+finally:
+    collector.resume(_collecting, freeze=True)
 
 __all__ = ["run_app", "run_header", "user_error_message", "data_schema_name", "RUN_ID"]
 

@@ -17,22 +17,32 @@ import contextlib
 import gc
 from collections.abc import Iterator
 
-__all__ = ["collector_paused"]
+__all__ = ["collector_paused", "pause", "resume"]
+
+
+def pause() -> bool:
+    """Pause automatic collection; True when the collector was running (give it to :func:`resume`)."""
+    running = gc.isenabled()
+    gc.disable()
+    return running
+
+
+def resume(running: bool, *, freeze: bool = False) -> None:
+    """Undo :func:`pause`. ``freeze``: first move every object alive to the permanent generation (for
+    imports, whose objects live as long as the process); only when the collector was running, so that a
+    caller who had disabled it finds it as it left it."""
+    if not running:
+        return
+    if freeze:
+        gc.freeze()
+    gc.enable()
 
 
 @contextlib.contextmanager
 def collector_paused(*, freeze: bool = False) -> Iterator[None]:
-    """No automatic collection within the block; a no-op when the collector is already disabled.
-
-    ``freeze``: at the end of the block, every object alive moves to the permanent generation (for imports,
-    whose objects live as long as the process)."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
+    """:func:`pause` within the block, :func:`resume` at its end (a no-op when the collector is disabled)."""
+    running = pause()
     try:
         yield
     finally:
-        if freeze:
-            gc.freeze()
-        gc.enable()
+        resume(running, freeze=freeze)

@@ -26,6 +26,7 @@ from detcal.apps import _hydra, _run_dir
 from detcal.apps._hydra import AppContext, plain_data_source, run_app
 from detcal.data.specs import DATA_SPECS
 from detcal.pipeline.registry import config_dir
+from detcal.utils import collector
 from detcal.utils.collector import collector_paused
 
 REPO = Path(__file__).resolve().parents[2]
@@ -146,6 +147,17 @@ def test_the_command_imports_are_frozen_without_collections() -> None:
     assert enabled and frozen > 20_000
     assert collections < 50  # about 100 before (each walking every young object); the rest of the imports
     # (detcal.apps.schema, detcal.pipeline.evaluation) run after the Hydra boundary's, collector on
+
+
+def test_pause_and_resume() -> None:
+    assert gc.isenabled()
+    running = collector.pause()
+    assert running and not gc.isenabled()
+    assert collector.pause() is False  # paused already: the inner resume leaves it paused
+    collector.resume(False, freeze=True)
+    assert not gc.isenabled()
+    collector.resume(running)
+    assert gc.isenabled()
 
 
 def test_collector_paused() -> None:
