@@ -30,28 +30,34 @@ import re
 import secrets
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import hydra
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
-from hydra._internal.hydra import Hydra
-from hydra._internal.utils import _locate  # get_class would also log the failure
-from hydra.core.config_store import ConfigStore
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.core.object_type import ObjectType
-from hydra.errors import HydraException, MissingConfigException
-from hydra.utils import instantiate as hydra_instantiate
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from detcal.utils import collector
 
-from detcal.apps._run_dir import guarded_jobs, lock, pop_overwrite, run_files
-from detcal.core.errors import DetcalError
-from detcal.data.specs import DATA_SPECS, DataSpec, foreign_field_message
-from detcal.pipeline.spec import ConfigError
-from detcal.utils.warn import capture
+_collecting = collector.pause()  # imports of objects that live as long as the process (detcal.utils.collector)
+try:
+    import hydra
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import _locate  # get_class would also log the failure
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.object_type import ObjectType
+    from hydra.errors import HydraException, MissingConfigException
+    from hydra.utils import instantiate as hydra_instantiate
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from detcal.apps._run_dir import guarded_jobs, lock, pop_overwrite, run_files
+    from detcal.core.errors import DetcalError
+    from detcal.data.specs import DATA_SPECS, DataSpec, foreign_field_message
+    from detcal.pipeline.spec import ConfigError
+    from detcal.utils.warn import capture
+finally:
+    collector.resume(_collecting, freeze=True)
 
 __all__ = ["run_app", "run_header", "user_error_message", "data_schema_name", "RUN_ID"]
 
@@ -84,18 +90,49 @@ def data_schema_name(source: str) -> str:
     return f"data_{source}_schema"
 
 
-def register_schema(config_name: str, schema: type) -> str:
+def register_schema(config_name: str, schema: type, sources: Collection[str] | None = None) -> str:
     """Store ``schema`` in the ConfigStore as ``<config_name>_schema`` (the first default of the primary YAML),
     and each data source's spec class as ``data_<source>_schema`` (the first default of each data group file,
-    ``configs/data/<name>.yaml``, so ``data=kitti`` composes a :class:`~detcal.data.specs.KittiDataSpec`)."""
+    ``configs/data/<name>.yaml``, so ``data=kitti`` composes a :class:`~detcal.data.specs.KittiDataSpec`).
+
+    ``sources`` limits the data sources stored to those named (``None``: every one); ``run_app`` passes the
+    one source a plain command line composes (:func:`plain_data_source`)."""
 
     name = f"{config_name}_schema"
     store = ConfigStore.instance()
     store.store(name=name, node=schema)
     for source, spec in DATA_SPECS.items():  # root entries, so --help lists no group of schemas
-        store.store(name=data_schema_name(source), node=spec)
+        if sources is None or source in sources:
+            store.store(name=data_schema_name(source), node=spec)
     _register_resolvers()
     return name
+
+
+_DATA_GROUP_KEYS = ("experiment", "data@", "hydra.searchpath", "hydra/", "hydra.mode", "hydra.sweeper")
+
+
+def plain_data_source(argv: Sequence[str], cdir: Path) -> str | None:
+    """The one data source a plain command line composes, or ``None`` when it cannot be told from the words.
+
+    Storing a data source's spec class costs about 1 ms of CPU, and Hydra deep-copies everything stored
+    each time it composes; a run needs only the spec class its data group file names. A command line
+    qualifies when every word is a ``key=value`` override (no flag, no ``+``/``~``, no experiment, no
+    ``data@...`` package, nothing that moves Hydra's search path, mode or sweeper), one of them is
+    ``data=<source>`` with ``<source>`` a data source of :data:`~detcal.data.specs.DATA_SPECS`, and
+    ``configs/data/<source>.yaml`` exists (each such file composes ``data_<source>_schema`` and nothing else
+    from the store: a test checks both, and that the composed configs are the same). Anything else stores
+    every source, as before."""
+
+    chosen: list[str] = []
+    for word in argv:
+        key, eq, value = word.partition("=")
+        if not eq or word.startswith(("-", "+", "~")) or key.startswith(_DATA_GROUP_KEYS):
+            return None
+        if key == "data":
+            chosen.append(value)
+    if len(chosen) != 1 or chosen[0] not in DATA_SPECS or not (cdir / "data" / f"{chosen[0]}.yaml").is_file():
+        return None
+    return chosen[0]
 
 
 def _first_line(exc: BaseException) -> str:
@@ -355,7 +392,8 @@ def run_app(
         cdir = config_dir()
     except FileNotFoundError as exc:
         _fail(prog, str(exc))
-    register_schema(config_name, schema)
+    source = plain_data_source(sys.argv[1:], Path(cdir))
+    register_schema(config_name, schema, None if source is None else (source,))
     _quiet_other_ranks()
     overwrite = pop_overwrite(sys.argv)
 

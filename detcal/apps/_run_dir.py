@@ -241,17 +241,27 @@ def _output_dir(config: Any, job_dir_key: str, job_subdir_key: str | None) -> Pa
     from hydra.core.hydra_config import (
         HydraConfig,  # lazy: Hydra only where a command composes its config, kept out of start-up
     )
-    from omegaconf import OmegaConf  # lazy: Hydra only where a command composes its config, kept out of start-up
 
     hc = HydraConfig.instance()
     saved = hc.cfg
+    if saved is None:  # a single run: no other job's HydraConfig to read by mistake
+        try:  # set_config copies the whole hydra node; only a ${hydra:...} interpolation needs it
+            return _select_dir(config, job_dir_key, job_subdir_key)
+        except Exception:  # noqa: BLE001 - read again below with the HydraConfig set, as Hydra does
+            pass
     hc.set_config(config)
     try:
-        out = str(OmegaConf.select(config, job_dir_key))
-        if job_subdir_key is not None:
-            out = os.path.join(out, str(OmegaConf.select(config, job_subdir_key)))
+        return _select_dir(config, job_dir_key, job_subdir_key)
     finally:
         hc.cfg = saved
+
+
+def _select_dir(config: Any, job_dir_key: str, job_subdir_key: str | None) -> Path:
+    from omegaconf import OmegaConf  # lazy: Hydra only where a command composes its config, kept out of start-up
+
+    out = str(OmegaConf.select(config, job_dir_key))
+    if job_subdir_key is not None:
+        out = os.path.join(out, str(OmegaConf.select(config, job_subdir_key)))
     return Path(os.path.abspath(out))
 
 
