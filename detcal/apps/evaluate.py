@@ -15,10 +15,16 @@ from __future__ import annotations
 from typing import Any
 
 from detcal.apps._hydra import AppContext, is_secondary_rank, run_app
-from detcal.apps.schema import EvaluateApp
-from detcal.pipeline.evaluation import evaluate
-from detcal.reports.plots import import_matplotlib_for_drawing
-from detcal.utils.background import prestart
+from detcal.utils import collector
+
+_collecting = collector.pause()  # imports of objects that live as long as the process (detcal.utils.collector)
+try:
+    from detcal.apps.schema import EvaluateApp
+    from detcal.pipeline.evaluation import evaluate
+    from detcal.reports.plots import import_matplotlib_for_drawing
+    from detcal.utils.background import prestart
+finally:
+    collector.resume(_collecting, freeze=True)
 
 PROG = "detcal-evaluate"
 CONFIG_NAME = "evaluate"
