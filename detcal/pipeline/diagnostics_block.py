@@ -66,8 +66,9 @@ def diagnostics_block(
 
     max_dets = spec.matching.max_dets or max(len(dets), 1)
     label = _first_label(conf)
-    # each part computed where the least is held (the operating points before the scene, the scene released
-    # before the calibration split); the record keeps its order
+    # each part computed where the least is held (the operating points before the scene, the confusion matrix
+    # before TIDE, which releases the scene's pairs once matched; the scene released before the calibration
+    # split); the record keeps its order
     ops, desc = None, None
     if d.operating_points and label is not None:
         desc = descending_order(dets.score) if d.tide or d.confusion else None  # as the scene's order before
@@ -76,11 +77,11 @@ def diagnostics_block(
     if d.tide or d.confusion:  # the scene (pairs of detections and boxes) is shared by TIDE and the confusion matrix
         sc = scene(ds.images, ds.gt, dets, max_dets, overlap_only=d.tide_background > 0, desc=desc)
         del desc
-        if d.tide:
-            r = tide(ds.images, ds.gt, dets, pos_threshold=d.tide_foreground,
-                     background_threshold=d.tide_background, max_dets=max_dets, paired=sc)  # fmt: skip
         if d.confusion:
             conf_rec = _confusion(d, data, max_dets, sc)
+        if d.tide:
+            r = tide(ds.images, ds.gt, dets, pos_threshold=d.tide_foreground, background_threshold=d.tide_background,
+                     max_dets=max_dets, paired=sc, release=True)  # fmt: skip
         del sc
     if r is not None:
         out["tide"] = {**r.to_dict(), "reference": "tidecv 1.0.1 (Bolya et al., ECCV 2020), box mode"}
