@@ -75,7 +75,7 @@ def f1_optimal(
     return float(s[k]), float(f1[b]), float(t[k] / (k + 1)), float(t[k] / n_gt)
 
 
-_CLASS_BLOCK = 1 << 18
+_CLASS_BLOCK = 1 << 16
 """Points handled at once by :func:`_class_f1` (whole classes; the temporaries stay small and in cache)."""
 
 

@@ -87,10 +87,10 @@ def diagnostics_block(
         out["tide"] = {**r.to_dict(), "reference": "tidecv 1.0.1 (Bolya et al., ECCV 2020), box mode"}
         code = r.code
         del r
-        cols["tide_error"] = code.astype(np.int64, copy=False)
         by_type = _by_type(spec, data, mr, feats() if callable(feats) else feats, conf, code)
         if by_type:
             out["calibration_by_error_type"] = by_type
+        cols["tide_error"] = code.astype(np.int64)  # the column made once the split is done (peak memory)
     if ops is not None:
         out["operating_points"] = ops
     out.update(conf_rec)
@@ -134,7 +134,7 @@ def _contributions(
 ) -> np.ndarray | None:
     """Per-detection contributions to a binned calibration error over the columns ``grid`` (confidence,
     then features) whose ``params`` (bins, edges, sample_threshold, policy) metrics.json records; None when
-    the grid does not fit."""
+    the grid does not fit. ``grid`` is emptied once the cells are known (its columns freed, peak memory)."""
 
     bins = [int(v) for v in (params.get("bins") or [])]
     if len(bins) != len(grid):
@@ -143,6 +143,7 @@ def _contributions(
             return None
     b = BinGrid.of(tuple(bins), len(grid))
     cell = cell_index_columns([np.asarray(c, np.float64) for c in grid], b, str(params.get("edges") or "floor"))
+    grid.clear()
     st = int(params.get("sample_threshold") or 1)
     stats = cell_contributions(p, y, cell, int(np.prod(b)), st, str(params.get("policy") or "drop"))
     return stats["contribution"] if stats["kept"].any() else None
@@ -180,7 +181,8 @@ def _by_type(
     dece_c = None
     if f is not None and all(np.isfinite(col).all() for col in f) and dece is not None:
         fb = [b.bins] * (1 + len(f)) if isinstance(b.bins, int) else list(b.bins)
-        dece_c = _contributions(p, y, [p, *f], dece.params, fb)
+        grid, f = [p, *f], None  # the list alone holds the columns: _contributions frees them
+        dece_c = _contributions(p, y, grid, dece.params, fb)
     del f
     dece_g = np.bincount(group, weights=dece_c, minlength=len(GROUPS)) if dece_c is not None else None
     ece_v = None if ece is None else float(ece.value)
