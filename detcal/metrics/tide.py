@@ -181,7 +181,7 @@ def _greedy(kr: np.ndarray, pr: _Pairs, pos: float, n_gt: int, classwise: bool =
     pairs that can be taken (of one class and reaching ``pos``; every pair when ``pos <= 0``) are put in rank
     order by one stable radix sort (each detection's run of pairs kept, in its order)."""
     used = np.zeros(n_gt, bool)
-    got = np.full(len(kr), -1, np.int64)
+    got = np.full(len(kr), -1, _index_type(n_gt + 1))  # int32 when the GT rows fit (the same values)
     if pos > 0:  # only the pairs of one class reaching pos can be taken (the first maximum stays the first)
         keep = pr.iou >= pos
         sel = np.flatnonzero(keep & pr.same if classwise else keep)

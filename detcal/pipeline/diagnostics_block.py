@@ -178,6 +178,8 @@ def _by_type(
     ece_total = None if ece_c is None else float(ece_c.sum())
     del ece_c
     f = sample_feature_columns(spec, feats, rows)
+    n_rows = len(rows)
+    del rows  # not read again (peak memory)
     dece_c = None
     if f is not None and all(np.isfinite(col).all() for col in f) and dece is not None:
         fb = [b.bins] * (1 + len(f)) if isinstance(b.bins, int) else list(b.bins)
@@ -201,7 +203,7 @@ def _by_type(
         }
     return {
         "iou": label,
-        "n": int(len(rows)),
+        "n": int(n_rows),
         "ece": ece_v,
         "dece": dece_v,
         "ece_from_contributions": ece_total,
@@ -240,10 +242,14 @@ def _operating(
     valid = np.zeros(len(dets), bool)
     valid[rows] = True
     tp = valid & mr.matched[i]
-    iou = np.zeros(len(dets))
-    t_rows = np.flatnonzero(tp)
-    # np.take: the same rows as box[t_rows], gathered far quicker
-    iou[t_rows] = paired_iou(np.take(dets.box, t_rows, axis=0), np.take(ds.gt.box, mr.gt_index[i, t_rows], axis=0))
+    if lrp is None:  # the IoUs of the true positives: read by the LRP table alone
+        iou = np.zeros(len(dets))
+        t_rows = np.flatnonzero(tp)
+        # np.take: the same rows as box[t_rows], gathered far quicker
+        iou[t_rows] = paired_iou(np.take(dets.box, t_rows, axis=0), np.take(ds.gt.box, mr.gt_index[i, t_rows], axis=0))
+        del t_rows
+    else:  # the LRP-optimal thresholds are given: nothing reads the IoUs (a read-only view of one zero)
+        iou = np.broadcast_to(np.float64(0.0), (len(dets),))
     real = ~(ds.gt.ignore | ds.gt.iscrowd)
     cats, counts = np.unique(ds.gt.category[real], return_counts=True)
     tau = float(mr.iou_thresholds[i])
