@@ -75,8 +75,11 @@ def agnostic_match(
     got, ign, best = scene_match(sc, float(iou), classwise=False)
     assert best is not None
     nd = len(dets)
-    row, ignored, considered, any_iou = np.full(nd, -1, np.int64), np.zeros(nd, bool), np.zeros(nd, bool), np.zeros(nd)
+    # GT rows as the matching's integers (int32 when they fit: the same values); the kept detections' copies
+    # released before the IoU of the matched pairs is gathered (peak memory)
+    row, ignored, considered, any_iou = np.full(nd, -1, got.dtype), np.zeros(nd, bool), np.zeros(nd, bool), np.zeros(nd)
     row[sc.kd], ignored[sc.kd], considered[sc.kd], any_iou[sc.kd] = got, ign, True, best
+    del got, ign, best
     pair = np.zeros(nd)
     hit = np.flatnonzero(row >= 0)
     pair[hit] = paired_iou(np.take(dets.box, hit, axis=0), np.take(gt.box, row[hit], axis=0))  # take: box[hit], quicker

@@ -59,6 +59,10 @@ from detcal.core.errors import DetcalInputError
 from detcal.core.types import Detections, GroundTruth, MetricResult
 from detcal.metrics._pairs import BoxColumns, BoxRows, overlap_pairs
 
+OCE_PAIR_BLOCK: int = 1 << 15
+"""Candidate pairs OCE examines at once (:func:`detcal.metrics._pairs.overlap_pairs`' ``block``): a quarter of
+the default, which cuts the OCE stage's peak memory (each block's gathered box columns) by about 17 MB at 295k
+detections at no measured cost in time; every block is computed alone, so the size changes no number."""
 OCE_THRESHOLDS: tuple[float, ...] = (0.5, 0.75)
 """IoU thresholds of the paper (and of uq-detr's default)."""
 AGGREGATIONS: tuple[str, ...] = ("mean", "max_iou", "iou_weighted")
@@ -305,7 +309,8 @@ def object_scores_of_sets(
     det_max_iou = np.zeros(len(dets))
     gcols, dcols = BoxColumns(gt.box), BoxRows(dets.box)  # the detections' rows: no column copies of every box
     # pairs below every threshold never count
-    for g, d, iou in overlap_pairs(dets.image_id, dcols, gt.image_id, gcols, float(taus.min()), rows):
+    pairs = overlap_pairs(dets.image_id, dcols, gt.image_id, gcols, float(taus.min()), rows, OCE_PAIR_BLOCK)
+    for g, d, iou in pairs:
         if len(g) == 0:
             continue
         np.maximum.at(det_max_iou, d, iou)

@@ -75,7 +75,7 @@ def f1_optimal(
     return float(s[k]), float(f1[b]), float(t[k] / (k + 1)), float(t[k] / n_gt)
 
 
-_CLASS_BLOCK = 1 << 18
+_CLASS_BLOCK = 1 << 16
 """Points handled at once by :func:`_class_f1` (whole classes; the temporaries stay small and in cache)."""
 
 
@@ -89,7 +89,7 @@ def _class_f1(
     out = np.full((c, 4), np.nan)
     if len(score) == 0:
         return out
-    code = code.astype(np.int16 if c < 2**15 else np.int64)  # narrow before the gathers in score order (cache)
+    code = code.astype(np.int16 if c < 2**15 else np.int64, copy=False)  # narrow before the gathers (cache)
     o = by_score[np.argsort(code[by_score], kind="stable")]  # by class, each in descending score order
     ends = np.cumsum(np.bincount(code, minlength=c))
     for a, b in class_blocks(ends, _CLASS_BLOCK):
@@ -182,6 +182,7 @@ def operating_points(
     n_gt = o.n_gt.astype(np.int64)
     pk, pt = _counts(pooled_s, pooled_y, np.zeros(len(pooled_s), np.int64), 1, j)
     del j  # the full-size temporaries released as soon as they are used (the diagnostics' peak memory)
+    code = code.astype(np.int16 if c < 2**15 else np.int64, copy=False)  # as _class_f1 reads it, narrow
     pooled = pr_curves(pk[0], pt[0], int(n_gt.sum()))
     if desc is None:
         order = np.argsort(-pooled_s, kind="stable")
@@ -190,7 +191,7 @@ def operating_points(
     thr, f1, prec, rec = f1_optimal(pooled_s, pooled_y, int(n_gt.sum()), order)
     has_cls = has_class[order]
     within = np.cumsum(has_class) - 1  # position of a pooled point among the points with a class
-    by_score = within[order[has_cls]]
+    by_score = within[order[has_cls]].astype(np.int32 if len(within) < 2**31 else np.int64, copy=False)
     del order, has_cls, within, has_class
     per = _class_f1(p, y, code, n_gt, by_score)
     del p, y, code, by_score

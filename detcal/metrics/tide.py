@@ -145,8 +145,8 @@ def _rank_in_image(img: np.ndarray, desc: np.ndarray) -> tuple[np.ndarray, np.nd
     bound = int(img.max()) + 1 if len(img) else 1
     img = _narrow(img, bound)  # gathered in score order below: the narrowest codes (same values) stay in cache
     order = desc[img[desc] >= 0] if len(img) and img.min() < 0 else desc  # the detections of known images
-    order = order[_small_sort(img[order], bound)]
-    rank = np.full(len(img), -1, np.int64)
+    order = order[_small_sort(img[order], bound)].astype(_index_type(len(img)), copy=False)
+    rank = np.full(len(img), -1, order.dtype)  # ranks and rows as int32 when they fit (held with the scene)
     si = img[order]
     pos = np.arange(len(order))
     first = np.maximum.accumulate(np.where(np.concatenate([[True], si[1:] != si[:-1]]), pos, 0)) if len(si) else pos
@@ -181,7 +181,7 @@ def _greedy(kr: np.ndarray, pr: _Pairs, pos: float, n_gt: int, classwise: bool =
     pairs that can be taken (of one class and reaching ``pos``; every pair when ``pos <= 0``) are put in rank
     order by one stable radix sort (each detection's run of pairs kept, in its order)."""
     used = np.zeros(n_gt, bool)
-    got = np.full(len(kr), -1, np.int64)
+    got = np.full(len(kr), -1, _index_type(n_gt + 1))  # int32 when the GT rows fit (the same values)
     if pos > 0:  # only the pairs of one class reaching pos can be taken (the first maximum stays the first)
         keep = pr.iou >= pos
         sel = np.flatnonzero(keep & pr.same if classwise else keep)
@@ -234,7 +234,7 @@ def _classify(
     classified in blocks of ``block`` (:data:`_CLASSIFY_BLOCK`) with their runs of pairs: the same codes and
     targets as all at once."""
     n, block = len(got), block or _CLASSIFY_BLOCK
-    code, target = np.empty(n, np.int64), np.empty(n, np.int64)
+    code, target = np.empty(n, np.int8), np.empty(n, _index_type(len(used) + 1))
     for a in range(0, n, block):
         b = min(a + block, n)
         p0, p1 = int(pr.start[a]), int(pr.start[b - 1] + pr.count[b - 1])  # the block's pairs: one run
@@ -294,6 +294,11 @@ def _narrow(codes: np.ndarray, bound: int) -> np.ndarray:
     return codes.astype(np.int16 if bound < 2**15 else np.int32 if bound < 2**31 else np.int64, copy=False)
 
 
+def _index_type(n: int) -> type[np.signedinteger]:
+    """int32 for row positions and ranks of ``n`` rows when they fit, else int64 (the same values)."""
+    return np.int32 if n < 2**31 else np.int64
+
+
 def _small_sort(codes: np.ndarray, bound: int) -> np.ndarray:
     """Stable argsort of non-negative integer codes below ``bound`` (numpy's radix sort when they fit 16 bits)."""
     return np.argsort(codes.astype(np.int16 if bound < 2**15 else np.int64), kind="stable")
@@ -323,7 +328,7 @@ def _ap_kept(cls: np.ndarray, ends: np.ndarray, keep: np.ndarray, tp: np.ndarray
     """:func:`_ap` of the points ``keep`` of class-grouped points (``cls`` their classes, ``ends [C]`` the end of
     each class's points), true positives ``tp & keep``, without gathering them: a point's place among the kept
     ones is the count of kept points before it."""
-    before = np.zeros(len(keep) + 1, np.int64)
+    before = np.zeros(len(keep) + 1, _index_type(len(keep) + 1))  # int32 when it fits: the same counts
     np.cumsum(keep, out=before[1:])
     ti = np.flatnonzero(tp & keep)
     t = before[ti]  # the kept points before each true positive: its position among them
@@ -507,6 +512,16 @@ class Scene:
     desc: np.ndarray
     score: np.ndarray
     by_image: np.ndarray
+    released: bool = False
+
+    def release_pairs(self) -> None:
+        """Drop what only the matchings read (the pairs, ``kd``, ``rank``, ``d_img``, ``has_gt``): the memory
+        goes back while the order columns stay for :func:`tide`'s AP; the scene can no longer be matched."""
+        none = np.zeros(0, np.int32)
+        self.pr = self.cr = _Pairs(none, none, none, none, np.zeros(0), np.zeros(0, bool))
+        self.kd = self.rank = self.d_img = none
+        self.has_gt = np.zeros(0, bool)
+        self.released = True
 
 
 def scene(
@@ -516,12 +531,12 @@ def scene(
     """The :class:`Scene` of ``dets`` against ``gt`` (images in ``images`` order); ``desc``: every detection by
     descending score, ties in input order (:func:`~detcal.metrics.score_order.descending_order`), when known."""
     n_img, nd = len(images), len(dets)
-    d_img, g_img = images.index_of(dets.image_id), images.index_of(gt.image_id)
+    d_img, g_img = _narrow(images.index_of(dets.image_id), n_img), images.index_of(gt.image_id)
     g_ok = g_img >= 0
     if desc is None:  # one sort of the scores, shared by every later order (and by OCE)
         desc = descending_order(dets.score)
     rank, by_image = _rank_in_image(d_img, desc)
-    kd = np.flatnonzero((rank >= 0) & (rank < max_dets))
+    kd = np.flatnonzero((rank >= 0) & (rank < max_dets)).astype(rank.dtype, copy=False)
     if len(kd):  # by image, then row: the boxes of each image read together (in row order for most files)
         ki = d_img[kd]
         if np.any(ki[1:] < ki[:-1]):  # not already by image (a file written image after image is)
@@ -565,6 +580,8 @@ def scene_match(
     Returns per kept detection (``sc.kd`` order): the GT row taken (-1), ignored (unmatched, over ``iou`` of
     its own area inside a crowd box, of its class when ``classwise``), and (``best``) its best IoU with any box
     (crowd boxes by intersection over the detection's area)."""
+    if sc.released:
+        raise ValueError("scene_match: the scene's pairs were released (Scene.release_pairs); build a new scene")
     got, _ = _greedy(sc.rank[sc.kd], sc.pr, iou, len(sc.gcat), classwise)
     ign = np.zeros(len(sc.kd), bool)
     hit = (sc.cr.same if classwise else True) & (sc.cr.iou > iou)
@@ -586,10 +603,13 @@ def tide(
     background_threshold: float = 0.1,
     max_dets: int = 100,
     paired: Scene | None = None,
+    release: bool = False,
 ) -> TideResult:
     """TIDE error dAPs and per-detection error types of ``dets`` against ``gt`` (box mode, tidecv 1.0.1's rules;
     module docstring). Crowd boxes (``gt.iscrowd``) are tidecv's ignore regions; images are taken in
-    ``images`` order. ``paired``: a :func:`scene` of the same inputs to reuse."""
+    ``images`` order. ``paired``: a :func:`scene` of the same inputs to reuse; ``release``: its pairs are
+    released once matched (:meth:`Scene.release_pairs`; peak memory), when no later matching needs them.
+    ``code`` is int8, ``target`` and ``matched_gt`` int32 when the GT rows fit (the same values)."""
     pos, bg = float(pos_threshold), float(background_threshold)
     sparse = bg > 0 and pos > 0  # no rule then looks at a pair without overlap
     sc = paired
@@ -600,16 +620,19 @@ def tide(
     used = np.zeros(ng, bool)
     used[got[got >= 0]] = True
     code_k, target_k = _classify(sc.pr, got, used, sc.has_gt, pos, bg)
-    kd, rank, gcat = sc.kd, sc.rank, sc.gcat
-    code = np.full(nd, -1, np.int64)
+    kd, gcat = sc.kd, sc.gcat
+    code = np.full(nd, -1, np.int8)
     code[kd] = code_k
-    target, ignored, matched = (np.full(nd, -1, np.int64), np.zeros(nd, bool), np.full(nd, -1, np.int64))
+    g_idx = _index_type(ng + 1)
+    target, ignored, matched = (np.full(nd, -1, g_idx), np.zeros(nd, bool), np.full(nd, -1, g_idx))
     target[kd], ignored[kd], matched[kd] = target_k, ign_k, got
-    del code_k, target_k, ign_k, got  # the kept detections' copies (peak memory)
+    del code_k, target_k, ign_k, got, kd  # the kept detections' copies (peak memory)
     # the oracle fixes: one cls/loc error per untaken target box, the highest-scoring (lowest rank) one
     err = np.flatnonzero(target >= 0)
     err = err[~used[target[err]]]
-    err = err[np.lexsort((rank[err], target[err]))]
+    err = err[np.lexsort((sc.rank[err], target[err]))]
+    if release and sc is paired:
+        sc.release_pairs()
     fixable = np.zeros(nd, bool)
     if len(err):
         first = np.concatenate([[True], target[err][1:] != target[err][:-1]])
@@ -662,7 +685,7 @@ def _fixes(
     n_run = int(run[-1]) + 1 if len(run) else 1
     # the columns gathered in score order, as the narrowest integers that hold them (the same values): the
     # gathers then read a quarter of the memory, which stays in the processor's cache on large sets
-    dcat, code, run = _narrow(sc.dcat, n_cls), code.astype(np.int8), _narrow(run, 2 * n_run)
+    dcat, code, run = _narrow(sc.dcat, n_cls), code.astype(np.int8, copy=False), _narrow(run, 2 * n_run)
     # equal scores in tidecv's visiting order: by image, then rank: the kept detections in that order (the
     # scene's), stably sorted by their score run (one radix sort; the same order as a stable sort of
     # run * n_img + image), read in image order

@@ -66,8 +66,9 @@ def diagnostics_block(
 
     max_dets = spec.matching.max_dets or max(len(dets), 1)
     label = _first_label(conf)
-    # each part computed where the least is held (the operating points before the scene, the scene released
-    # before the calibration split); the record keeps its order
+    # each part computed where the least is held (the operating points before the scene, the confusion matrix
+    # before TIDE, which releases the scene's pairs once matched; the scene released before the calibration
+    # split); the record keeps its order
     ops, desc = None, None
     if d.operating_points and label is not None:
         desc = descending_order(dets.score) if d.tide or d.confusion else None  # as the scene's order before
@@ -76,20 +77,20 @@ def diagnostics_block(
     if d.tide or d.confusion:  # the scene (pairs of detections and boxes) is shared by TIDE and the confusion matrix
         sc = scene(ds.images, ds.gt, dets, max_dets, overlap_only=d.tide_background > 0, desc=desc)
         del desc
-        if d.tide:
-            r = tide(ds.images, ds.gt, dets, pos_threshold=d.tide_foreground,
-                     background_threshold=d.tide_background, max_dets=max_dets, paired=sc)  # fmt: skip
         if d.confusion:
             conf_rec = _confusion(d, data, max_dets, sc)
+        if d.tide:
+            r = tide(ds.images, ds.gt, dets, pos_threshold=d.tide_foreground, background_threshold=d.tide_background,
+                     max_dets=max_dets, paired=sc, release=True)  # fmt: skip
         del sc
     if r is not None:
         out["tide"] = {**r.to_dict(), "reference": "tidecv 1.0.1 (Bolya et al., ECCV 2020), box mode"}
         code = r.code
         del r
-        cols["tide_error"] = code.astype(np.int64, copy=False)
         by_type = _by_type(spec, data, mr, feats() if callable(feats) else feats, conf, code)
         if by_type:
             out["calibration_by_error_type"] = by_type
+        cols["tide_error"] = code.astype(np.int64)  # the column made once the split is done (peak memory)
     if ops is not None:
         out["operating_points"] = ops
     out.update(conf_rec)
@@ -133,7 +134,7 @@ def _contributions(
 ) -> np.ndarray | None:
     """Per-detection contributions to a binned calibration error over the columns ``grid`` (confidence,
     then features) whose ``params`` (bins, edges, sample_threshold, policy) metrics.json records; None when
-    the grid does not fit."""
+    the grid does not fit. ``grid`` is emptied once the cells are known (its columns freed, peak memory)."""
 
     bins = [int(v) for v in (params.get("bins") or [])]
     if len(bins) != len(grid):
@@ -142,6 +143,7 @@ def _contributions(
             return None
     b = BinGrid.of(tuple(bins), len(grid))
     cell = cell_index_columns([np.asarray(c, np.float64) for c in grid], b, str(params.get("edges") or "floor"))
+    grid.clear()
     st = int(params.get("sample_threshold") or 1)
     stats = cell_contributions(p, y, cell, int(np.prod(b)), st, str(params.get("policy") or "drop"))
     return stats["contribution"] if stats["kept"].any() else None
@@ -176,10 +178,13 @@ def _by_type(
     ece_total = None if ece_c is None else float(ece_c.sum())
     del ece_c
     f = sample_feature_columns(spec, feats, rows)
+    n_rows = len(rows)
+    del rows  # not read again (peak memory)
     dece_c = None
     if f is not None and all(np.isfinite(col).all() for col in f) and dece is not None:
         fb = [b.bins] * (1 + len(f)) if isinstance(b.bins, int) else list(b.bins)
-        dece_c = _contributions(p, y, [p, *f], dece.params, fb)
+        grid, f = [p, *f], None  # the list alone holds the columns: _contributions frees them
+        dece_c = _contributions(p, y, grid, dece.params, fb)
     del f
     dece_g = np.bincount(group, weights=dece_c, minlength=len(GROUPS)) if dece_c is not None else None
     ece_v = None if ece is None else float(ece.value)
@@ -198,7 +203,7 @@ def _by_type(
         }
     return {
         "iou": label,
-        "n": int(len(rows)),
+        "n": int(n_rows),
         "ece": ece_v,
         "dece": dece_v,
         "ece_from_contributions": ece_total,
@@ -237,10 +242,14 @@ def _operating(
     valid = np.zeros(len(dets), bool)
     valid[rows] = True
     tp = valid & mr.matched[i]
-    iou = np.zeros(len(dets))
-    t_rows = np.flatnonzero(tp)
-    # np.take: the same rows as box[t_rows], gathered far quicker
-    iou[t_rows] = paired_iou(np.take(dets.box, t_rows, axis=0), np.take(ds.gt.box, mr.gt_index[i, t_rows], axis=0))
+    if lrp is None:  # the IoUs of the true positives: read by the LRP table alone
+        iou = np.zeros(len(dets))
+        t_rows = np.flatnonzero(tp)
+        # np.take: the same rows as box[t_rows], gathered far quicker
+        iou[t_rows] = paired_iou(np.take(dets.box, t_rows, axis=0), np.take(ds.gt.box, mr.gt_index[i, t_rows], axis=0))
+        del t_rows
+    else:  # the LRP-optimal thresholds are given: nothing reads the IoUs (a read-only view of one zero)
+        iou = np.broadcast_to(np.float64(0.0), (len(dets),))
     real = ~(ds.gt.ignore | ds.gt.iscrowd)
     cats, counts = np.unique(ds.gt.category[real], return_counts=True)
     tau = float(mr.iou_thresholds[i])
