@@ -14,7 +14,7 @@ next to scipy's package without running ``scipy/__init__.py`` or
 with known result. :func:`csc_product` then gives a :class:`CscProduct` whose
 ``@`` calls the same kernel ``scipy.sparse.csc_matrix.__matmul__`` calls, on
 the same arrays: the same additions in the same order, so the same numbers bit
-for bit (tests/metrics/test_sparse_product.py). When the file cannot be found
+for bit (tests/metrics/test_intervals_memory_29v.py). When the file cannot be found
 or loaded, or its functions do not take the arguments this module passes, the
 check fails and :func:`csc_product` returns ``scipy.sparse.csc_matrix`` as
 before.
