@@ -27,13 +27,11 @@ The numpy helper :func:`marginal_gap_map` has no matplotlib dependency.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import io
 import math
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +44,6 @@ from detcal.utils.io import write_bytes
 __all__ = [
     "agg_figure",
     "import_matplotlib_for_drawing",
-    "paused_gc",
     "fixed_margins",
     "save_png",
     "marginal_gap_map",
@@ -107,24 +104,6 @@ def import_matplotlib_for_drawing() -> None:
     finally:
         if callable(kwdoc):
             matplotlib.artist.kwdoc = kwdoc
-
-
-@contextlib.contextmanager
-def paused_gc() -> Iterator[None]:
-    """Python's cyclic garbage collector paused while figures are made (and the matplotlib import).
-
-    Making a figure allocates many small objects, which sets off collections
-    that walk every live object of the process (in a large run, the run's
-    own); the figures' few reference cycles wait for the next collection
-    after the pause instead. About 10% of the figures' CPU at 5k, more in a
-    process with many live objects."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def fixed_margins(
