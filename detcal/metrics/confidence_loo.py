@@ -96,15 +96,16 @@ def loo_shared() -> Iterator[None]:
 def shared_cell_loo(
     total: CellSums, unit: np.ndarray, col: np.ndarray, pair: CellSums, m: int, threshold: int
 ) -> CellLOO:
-    """:func:`cell_loo`, reused while :func:`loo_shared` is active for the same inputs (the same objects)."""
+    """:func:`cell_loo`, reused while :func:`loo_shared` is active for the same inputs (the same array
+    objects, and the same number of units)."""
     if not _LOO.active:
         return cell_loo(total, unit, col, pair, m, threshold)
-    inputs, shared = (total, unit, col, pair, m), _LOO.items
-    if shared and shared[1] == threshold and all(a is b for a, b in zip(shared[0], inputs)):
+    inputs, shared = (total, unit, col, pair), _LOO.items
+    if shared and shared[1] == (threshold, m) and all(a is b for a, b in zip(shared[0], inputs)):
         return shared[2]  # type: ignore[no-any-return]
     shared[:] = []  # the previous cells released first
     c = cell_loo(total, unit, col, pair, m, threshold)
-    shared[:] = [inputs, threshold, c]
+    shared[:] = [inputs, (threshold, m), c]
     return c
 
 

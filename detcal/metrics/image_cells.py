@@ -497,10 +497,11 @@ def _leave_one_out(
     for u0, u1, lo, hi in unit_chunks(unit, m):
         uc, cc = unit[lo:hi] - u0, col[lo:hi]
         pc = _sums({f: getattr(pair, f)[lo:hi] for f in g.fields})
+        mu = u1 - u0  # one object for the chunk's measures (their shared cells compare their inputs)
         with loo_shared():  # the grid's measures share the chunk's left-out cells (the same values)
             for n in (n for n in g.members if n not in dense):
                 loo = getattr(metric_fns[n], "leave_one_out", None)
-                v = loo(total, uc, cc, pc, u1 - u0) if callable(loo) else None
+                v = loo(total, uc, cc, pc, mu) if callable(loo) else None
                 if v is None:  # no linear-time path (the same answer for every chunk)
                     dense.append(n)
                 else:

@@ -219,3 +219,25 @@ def test_class_values_without_classes() -> None:
     keys = {"ece": ConfidenceMetric("ece", 10).grid_key(), "nll": free}
     got = class_values(fns, {keys["ece"]: st, free: st}, keys)
     assert got["ece"].shape == (0,) and got["nll"].shape == (0,)
+
+
+@pytest.mark.parametrize("n_images", [80, 600])
+def test_left_out_cells_are_shared_whatever_the_number_of_units(n_images: int, monkeypatch) -> None:
+    """The grid's measures share one left-out computation per chunk, also past 256 units (the number of
+    units is compared by value: Python makes a new int object for each larger one)."""
+    img, p, y, f = _data(9, n_images, 4)
+    fns = SUITES["sparse"] | suite()
+    inv, n = bs._layout(img, (p, y, f))
+    grids = image_cells.image_cells(fns, list(fns), inv, n, (p, y, f))
+    calls: list[int] = []
+    real = confidence_loo.cell_loo
+
+    def counted(*a: object) -> object:
+        calls.append(1)
+        return real(*a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(confidence_loo, "cell_loo", counted)
+    image_cells.leave_out_values(fns, grids, np.arange(n), n)
+    binned = [m for m in fns.values() if m.binned]
+    thresholds = {(id(g), getattr(fns[m], "threshold", None)) for g in grids for m in g.members if fns[m].binned}
+    assert len(calls) == len(thresholds) < len(binned)
