@@ -160,10 +160,12 @@ def _read_chunked(
     ``keep``: sorted image ids to keep (a rank's shard); returns the kept detections, the dropped
     counts (of the whole file) and, with ``keep``, the kept detections' rows among all checked ones."""
 
-    decoded = coco_chunks.read_result_columns(r, chunk_bytes)
-    if decoded is not None:  # the usual file: every block decoded into the file's columns, checked once
+    # the usual file, read whole (a rank's shard keeps only its own detections, block by block, below):
+    # every block decoded into the file's columns, checked once
+    decoded = coco_chunks.read_result_columns(r, chunk_bytes) if keep is None else None
+    if decoded is not None:
         try:
-            return _checked_columns(decoded, r, ds, unknown_category, keep)
+            return _checked_columns(decoded, r, ds, unknown_category)
         except DetcalInputError:
             pass  # a bad record: read again block by block below, for the block reader's own error
         finally:
@@ -203,9 +205,8 @@ def _checked_columns(
     r: Path,
     ds: Dataset,
     unknown_category: str,
-    keep: np.ndarray | None,
-) -> tuple[Detections, dict[str, int], np.ndarray | None]:
-    """:func:`_read_chunked`'s result from the whole file's decoded columns: the value checks, the
+) -> tuple[Detections, dict[str, int], None]:
+    """:func:`_read_chunked`'s result (no shard) from the whole file's decoded columns: the value checks, the
     unknown image ids and categories checked once over all the records (any error is raised; the caller
     then reads block by block for the error the block reader gives)."""
     dets = results_from_decoded(decoded, str(r), None, own=True)
@@ -217,14 +218,8 @@ def _checked_columns(
             bad = int(np.flatnonzero(~ok)[0])
             raise _unknown_category_error(dets, ds, r, bad, bad)
         dets = dets.select(ok)
-    rows = None
-    if keep is not None:
-        pos = np.searchsorted(keep, dets.image_id)
-        mine = (pos < len(keep)) & (keep[np.minimum(pos, len(keep) - 1)] == dets.image_id)
-        rows = np.flatnonzero(mine)
-        dets = dets.select(mine)
     release_memory()
-    return dets, ({"unknown_category": n_unknown} if n_unknown else {}), rows
+    return dets, ({"unknown_category": n_unknown} if n_unknown else {}), None
 
 
 def _known_rows(dets: Detections, ds: Dataset, r: Path, step: int = 1 << 16) -> np.ndarray:

@@ -442,7 +442,8 @@ def _kept_pairs(
         count_all = np.zeros(len(kd), idx)
         count_all[some] = count
         count = count_all
-    return _Pairs(pd, pg, np.cumsum(count, dtype=idx) - count, count, iou, same)
+    # offsets into every pair: int64, the pairs may outnumber the int32 rows and GT
+    return _Pairs(pd, pg, np.cumsum(count, dtype=np.int64) - count, count, iou, same)
 
 
 def _join(cols: list[list[np.ndarray] | None], k: int) -> np.ndarray:

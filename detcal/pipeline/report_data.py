@@ -9,12 +9,12 @@ import numpy as np
 
 from detcal.core.results import ConfidenceBlock
 from detcal.core.types import Dataset, MatchResult, Skipped
-from detcal.pipeline.confidence_block import threshold_label
+from detcal.pipeline.confidence_block import sample_feature_columns, threshold_label
 from detcal.pipeline.sources import LoadedData
-from detcal.pipeline.spec import FEATURES, EvaluationSpec
+from detcal.pipeline.spec import EvaluationSpec
 from detcal.reports.html.worst import worst_detections
 
-__all__ = ["sample_columns", "worst_block"]
+__all__ = ["worst_block"]
 
 _MAX_GT_PER_IMAGE = 20
 
@@ -44,7 +44,7 @@ def worst_block(
     d, ds = data.detections, data.dataset
     y = mr.matched[i, rows]
     p = d.score[rows]
-    columns = sample_columns(p, feats, rows, [FEATURES.index(n) for n in spec.dece_binning.features])
+    columns = [p] + (sample_feature_columns(spec, feats, rows) or [])  # no [S, 4] gathered copy
     if not all(np.isfinite(c).all() for c in columns[1:]):
         columns = columns[:1]  # images without sizes: the confidence-only grid
     b = spec.dece_binning
@@ -78,13 +78,6 @@ def worst_block(
         for r in out[key]:
             r["image_gt_boxes"] = _gt_boxes(data, r["image_id"], r["category"])
     return {"iou": labels[0], **out}
-
-
-def sample_columns(p: np.ndarray, feats: np.ndarray, rows: np.ndarray, cols: list[int]) -> list[np.ndarray]:
-    """The D-ECE grid's columns of a sample: the confidences ``p``, then columns ``cols`` of ``feats`` at
-    ``rows`` (the columns of ``np.column_stack([p, np.take(feats, rows, axis=0)[:, cols]])``, with no [S, 4]
-    gathered copy of the features nor [S, 1 + F] stacked grid)."""
-    return [p] + [np.take(feats[:, k], rows) for k in cols]
 
 
 def _image_field(ds: Dataset, image_id: int, name: str) -> Any:

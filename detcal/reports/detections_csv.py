@@ -103,11 +103,6 @@ def _float_text(v: np.ndarray) -> list[str]:
     return [text[e - n : e - 1] for e, n in zip(ends.tolist(), lens.tolist())]
 
 
-def _column_text(v: np.ndarray) -> bytes:
-    """The cells of a numeric column as comma-separated ASCII (no brackets, no trailing comma)."""
-    return _column_cells(v).tobytes()[:-1]
-
-
 def _column_cells(v: np.ndarray) -> np.ndarray:
     """The cells of a numeric column as ASCII bytes (uint8), each cell followed by one separator byte: a
     comma, except that the last cell's may be ``]`` (the end of orjson's list, read in place; the caller
@@ -169,11 +164,6 @@ def _splice(text: bytes, n: int, cells: np.ndarray, new: list[bytes]) -> bytes:
     return b"".join(pieces)
 
 
-def _block_bytes(values: list[np.ndarray], scratch: list[np.ndarray] | None = None) -> bytes:
-    """:func:`_block_array` as bytes."""
-    return _block_array(values, scratch).tobytes()
-
-
 def _block_array(values: list[np.ndarray], scratch: list[np.ndarray] | None = None) -> np.ndarray:
     """CSV lines of the rows of ``values`` (one array per column, the same length), as uint8: each column's
     bytes, a separator after every cell, are scattered in one step to their places in the lines (offsets
@@ -221,7 +211,7 @@ def _block_array(values: list[np.ndarray], scratch: list[np.ndarray] | None = No
 def iter_csv_bytes(cols: dict[str, np.ndarray], block: int = 32768) -> Iterator[bytes]:
     """CSV of ordered columns in pieces: the header line, then blocks of ``block`` rows.
 
-    Rows are assembled without Python work per cell (:func:`_block_bytes`).
+    Rows are assembled without Python work per cell (:func:`_block_array`).
     Memory is bounded by the block, whatever the number of rows.
     """
     for piece in _iter_csv_arrays(cols, block):

@@ -1,22 +1,24 @@
-"""The worst-detections grid given as its columns (``sample_columns``) against the stacked copies it replaces."""
+"""The worst-detections grid given as its columns (``sample_feature_columns``) against the stacked copies it replaces."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from detcal.pipeline.report_data import sample_columns
+from detcal.pipeline.confidence_block import sample_feature_columns
+from detcal.pipeline.spec import FEATURES, DeceBinningSpec, EvaluationSpec
 from detcal.reports.html.worst import worst_detections
 
 
 @pytest.mark.parametrize("cols", [[], [0], [2, 0], [0, 1, 2, 3], [3, 1]])
-def test_sample_columns_are_the_stacked_copy(cols: list[int]) -> None:
+def test_sample_feature_columns_are_the_stacked_copy(cols: list[int]) -> None:
     rng = np.random.default_rng(3)
     feats = rng.random((500, 4))
     rows = np.sort(rng.choice(500, 321, replace=False))
     p = rng.random(500)[rows]
     want = np.column_stack([p, np.take(feats, rows, axis=0)[:, cols]])
-    got = sample_columns(p, feats, rows, cols)
+    spec = EvaluationSpec(dece_binning=DeceBinningSpec(features=tuple(FEATURES[k] for k in cols), bins=5))
+    got = [p] + (sample_feature_columns(spec, feats, rows) or [])
     assert len(got) == want.shape[1]
     for j, c in enumerate(got):
         assert c.dtype == want.dtype and c.shape == (len(rows),)

@@ -64,5 +64,5 @@ def test_a_column_as_cells_with_separators() -> None:
     assert cells == b"0.5,2.25]"  # orjson's list read in place: the last separator is its "]"
     buf, lens = mod._column_chunks(np.array([10, -7, 123456789]))
     assert buf.tobytes() == b"10,-7,123456789]" and lens.tolist() == [3, 3, 10]
-    assert mod._column_text(np.array([10, -7])) == b"10,-7"
+    assert mod._column_cells(np.array([10, -7])).tobytes()[:-1] == b"10,-7"
     assert mod._column_cells(np.zeros(0)).tobytes() == b""
