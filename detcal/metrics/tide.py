@@ -248,6 +248,8 @@ def _classify_block(
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_classify` of one block of kept detections with their own pairs (positions from 0)."""
     n = len(got)
+    if bg > 0 and pos > 0 and not np.isnan(pr.iou).any():
+        return _classify_by_flags(pr, got, used, has_gt, pos, bg)
     if bg > 0:  # every rule compares a best IoU with bg or pos >= bg: the pairs below bg change no decision
         pr = _subset(pr, pr.iou >= bg, n)
     iou, same = pr.iou, pr.same
@@ -268,6 +270,54 @@ def _classify_block(
     loc, cls = code == LOC, code == CLS
     target[loc] = pr.pg[_first_max(cls_v, cls_mx, pr, loc)]
     target[cls] = pr.pg[_first_max(non_v, non_mx, pr, cls)]
+    return code, target
+
+
+class _Flags:
+    """Whether each detection has a pair where a condition holds: one cumulative count of the pairs that pass
+    (a detection's pairs are one run), read at the ends of each detection's run."""
+
+    def __init__(self, pr: _Pairs) -> None:
+        self.start, self.end = pr.start, pr.start + pr.count
+        self.count = np.zeros(len(pr.pd) + 1, _index_type(len(pr.pd) + 1))
+
+    def any(self, cond: np.ndarray) -> np.ndarray:
+        """Per detection: some pair of it where ``cond [P]`` holds."""
+        np.cumsum(cond, out=self.count[1:])
+        return self.count[self.end] > self.count[self.start]
+
+
+def _classify_by_flags(
+    pr: _Pairs, got: np.ndarray, used: np.ndarray, has_gt: np.ndarray, pos: float, bg: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_classify_block` when ``bg > 0``, ``pos > 0`` and no IoU is NaN: each rule compares a best IoU
+    (over the pairs reaching ``bg``, 0 when none) with a positive threshold, which is whether some such pair
+    passes it: flags per detection instead of segment maxima, the same codes. The targets are the first
+    maxima over the pairs of the ``loc``/``cls`` detections alone (a pair below ``bg`` is below their maximum,
+    which reaches ``bg``: never the first maximum)."""
+    n, iou, same = len(got), pr.iou, pr.same
+    ge_bg = iou >= bg
+    same_bg = same & ge_bg
+    has = _Flags(pr).any
+    code = np.full(n, BOTH, np.int64)
+    code[~has(iou > bg)] = BKG  # best IoU with any box at most bg
+    code[has(same_bg & (iou >= pos) & used[pr.pg])] = DUPE
+    code[has(~same & ge_bg & (iou >= pos))] = CLS
+    code[has(same_bg) & ~has(same_bg & (iou > pos))] = LOC  # best same-class IoU in [bg, pos]
+    code[~has_gt] = BKG
+    code[got >= 0] = TP
+    target = np.full(n, -1, np.int64)
+    for kind, want in ((LOC, True), (CLS, False)):
+        rows = np.flatnonzero(code == kind)
+        if not len(rows):
+            continue
+        ct = pr.count[rows]
+        first = np.cumsum(ct) - ct
+        sel = np.repeat(pr.start[rows] - first, ct) + np.arange(int(ct.sum()))  # their pairs, in order
+        val = np.where((same[sel] == want) & ge_bg[sel], iou[sel], 0.0)
+        mx = np.maximum.reduceat(val, first)
+        hit = np.where(val == np.repeat(mx, ct), sel, len(iou))
+        target[rows] = pr.pg[np.minimum.reduceat(hit, first)]
     return code, target
 
 
