@@ -28,6 +28,7 @@ import numpy as np
 
 from detcal.core.types import MetricResult
 from detcal.metrics.lrp import DetectionOutcomes, lrp_table
+from detcal.metrics.narrow_ints import sort_code_type
 from detcal.metrics.tide import grid_count
 
 __all__ = ["GRID", "pr_curves", "f1_optimal", "operating_points", "class_blocks"]
@@ -92,7 +93,7 @@ def _class_f1(
     """F1-optimal threshold, F1, precision, recall per class [C, 4] (vectorised over classes); ``by_score``:
     the points in descending score order (:func:`_class_f1_sorted` of the points gathered in that order)."""
     c = len(n_gt)
-    code = code.astype(np.int16 if c < 2**15 else np.int64, copy=False)
+    code = code.astype(sort_code_type(c), copy=False)
     return _class_f1_sorted(score[by_score], tp[by_score], code[by_score], n_gt)
 
 
@@ -105,7 +106,7 @@ def _class_f1_sorted(s: np.ndarray, tp: np.ndarray, code: np.ndarray, n_gt: np.n
     out = np.full((c, 4), np.nan)
     if len(s) == 0:
         return out
-    code = code.astype(np.int16 if c < 2**15 else np.int64, copy=False)  # narrow: the radix sort (cache)
+    code = code.astype(sort_code_type(c), copy=False)  # narrow: the radix sort (cache)
     o = np.argsort(code, kind="stable")  # by class, each in descending score order
     ends = np.cumsum(np.bincount(code, minlength=c))
     for a, b in class_blocks(ends, _CLASS_BLOCK):
@@ -191,7 +192,7 @@ def operating_points(
     c = len(cats)
     pooled_s, pooled_y = o.score[valid], o.tp[valid]
     # each pooled detection's class (-1: a class without boxes), kept through as the narrowest integers
-    ci_v = ci[valid].astype(np.int16 if c < 2**15 else np.int64)
+    ci_v = ci[valid].astype(sort_code_type(c))
     has_class = ci_v >= 0
     j = grid_count(pooled_s)  # the grid points each pooled detection is kept at, shared with the classes
     kept, tps = _counts(p, y, code, c, j[has_class])

@@ -45,6 +45,7 @@ import numpy as np
 
 from detcal.core.types import Detections, GroundTruth, Images
 from detcal.matching.blocks import box_areas
+from detcal.metrics.narrow_ints import index_type, narrow_codes, small_sort
 from detcal.metrics.score_order import descending_order
 
 __all__ = [
@@ -143,9 +144,9 @@ def _rank_in_image(img: np.ndarray, desc: np.ndarray) -> tuple[np.ndarray, np.nd
     and the detections of known images by image, then rank; ``desc``: every detection by descending score,
     ties in input order."""
     bound = int(img.max()) + 1 if len(img) else 1
-    img = _narrow(img, bound)  # gathered in score order below: the narrowest codes (same values) stay in cache
+    img = narrow_codes(img, bound)  # gathered in score order below: the narrowest codes (same values) stay in cache
     order = desc[img[desc] >= 0] if len(img) and img.min() < 0 else desc  # the detections of known images
-    order = order[_small_sort(img[order], bound)].astype(_index_type(len(img)), copy=False)
+    order = order[small_sort(img[order], bound)].astype(index_type(len(img)), copy=False)
     rank = np.full(len(img), -1, order.dtype)  # ranks and rows as int32 when they fit (held with the scene)
     si = img[order]
     pos = np.arange(len(order))
@@ -181,7 +182,7 @@ def _greedy(kr: np.ndarray, pr: _Pairs, pos: float, n_gt: int, classwise: bool =
     pairs that can be taken (of one class and reaching ``pos``; every pair when ``pos <= 0``) are put in rank
     order by one stable radix sort (each detection's run of pairs kept, in its order)."""
     used = np.zeros(n_gt, bool)
-    got = np.full(len(kr), -1, _index_type(n_gt + 1))  # int32 when the GT rows fit (the same values)
+    got = np.full(len(kr), -1, index_type(n_gt + 1))  # int32 when the GT rows fit (the same values)
     if pos > 0:  # only the pairs of one class reaching pos can be taken (the first maximum stays the first)
         keep = pr.iou >= pos
         sel = np.flatnonzero(keep & pr.same if classwise else keep)
@@ -197,7 +198,7 @@ def _greedy(kr: np.ndarray, pr: _Pairs, pos: float, n_gt: int, classwise: bool =
     del sel
     rk = kr[pd]
     n_rank = int(rk.max()) + 1
-    by_rank = _small_sort(rk, n_rank)
+    by_rank = small_sort(rk, n_rank)
     bounds = np.concatenate([[0], np.cumsum(np.bincount(rk, minlength=n_rank))])  # each rank's pairs
     del rk
     pd, pg, iou = pd[by_rank], pg[by_rank], iou[by_rank]
@@ -234,7 +235,7 @@ def _classify(
     classified in blocks of ``block`` (:data:`_CLASSIFY_BLOCK`) with their runs of pairs: the same codes and
     targets as all at once."""
     n, block = len(got), block or _CLASSIFY_BLOCK
-    code, target = np.empty(n, np.int8), np.empty(n, _index_type(len(used) + 1))
+    code, target = np.empty(n, np.int8), np.empty(n, index_type(len(used) + 1))
     for a in range(0, n, block):
         b = min(a + block, n)
         p0, p1 = int(pr.start[a]), int(pr.start[b - 1] + pr.count[b - 1])  # the block's pairs: one run
@@ -247,9 +248,16 @@ def _classify_block(
     pr: _Pairs, got: np.ndarray, used: np.ndarray, has_gt: np.ndarray, pos: float, bg: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_classify` of one block of kept detections with their own pairs (positions from 0)."""
-    n = len(got)
     if bg > 0 and pos > 0 and not np.isnan(pr.iou).any():
         return _classify_by_flags(pr, got, used, has_gt, pos, bg)
+    return _classify_by_maxima(pr, got, used, has_gt, pos, bg)
+
+
+def _classify_by_maxima(
+    pr: _Pairs, got: np.ndarray, used: np.ndarray, has_gt: np.ndarray, pos: float, bg: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_classify_block` from each detection's best IoUs (segment maxima over its pairs)."""
+    n = len(got)
     if bg > 0:  # every rule compares a best IoU with bg or pos >= bg: the pairs below bg change no decision
         pr = _subset(pr, pr.iou >= bg, n)
     iou, same = pr.iou, pr.same
@@ -279,7 +287,7 @@ class _Flags:
 
     def __init__(self, pr: _Pairs) -> None:
         self.start, self.end = pr.start, pr.start + pr.count
-        self.count = np.zeros(len(pr.pd) + 1, _index_type(len(pr.pd) + 1))
+        self.count = np.zeros(len(pr.pd) + 1, index_type(len(pr.pd) + 1))
 
     def any(self, cond: np.ndarray) -> np.ndarray:
         """Per detection: some pair of it where ``cond [P]`` holds."""
@@ -336,22 +344,7 @@ def _first_max(val: np.ndarray, mx: np.ndarray, pr: _Pairs, which: np.ndarray) -
 
 def _class_order(cls: np.ndarray, n_cls: int) -> np.ndarray:
     """Stable order of the points by class (a radix sort on small codes)."""
-    return _small_sort(cls, n_cls)
-
-
-def _narrow(codes: np.ndarray, bound: int) -> np.ndarray:
-    """Integer codes in ``[-1, bound)`` as int16, int32 or int64, the narrowest that holds them."""
-    return codes.astype(np.int16 if bound < 2**15 else np.int32 if bound < 2**31 else np.int64, copy=False)
-
-
-def _index_type(n: int) -> type[np.signedinteger]:
-    """int32 for row positions and ranks of ``n`` rows when they fit, else int64 (the same values)."""
-    return np.int32 if n < 2**31 else np.int64
-
-
-def _small_sort(codes: np.ndarray, bound: int) -> np.ndarray:
-    """Stable argsort of non-negative integer codes below ``bound`` (numpy's radix sort when they fit 16 bits)."""
-    return np.argsort(codes.astype(np.int16 if bound < 2**15 else np.int64), kind="stable")
+    return small_sort(cls, n_cls)
 
 
 def _ap(cls: np.ndarray, tp: np.ndarray, n_gt: np.ndarray, grouped: bool = False) -> float:
@@ -378,7 +371,7 @@ def _ap_kept(cls: np.ndarray, ends: np.ndarray, keep: np.ndarray, tp: np.ndarray
     """:func:`_ap` of the points ``keep`` of class-grouped points (``cls`` their classes, ``ends [C]`` the end of
     each class's points), true positives ``tp & keep``, without gathering them: a point's place among the kept
     ones is the count of kept points before it."""
-    before = np.zeros(len(keep) + 1, _index_type(len(keep) + 1))  # int32 when it fits: the same counts
+    before = np.zeros(len(keep) + 1, index_type(len(keep) + 1))  # int32 when it fits: the same counts
     np.cumsum(keep, out=before[1:])
     ti = np.flatnonzero(tp & keep)
     t = before[ti]  # the kept points before each true positive: its position among them
@@ -460,7 +453,7 @@ def _kept_pairs(
     pairs each (each pair computed alone: the same values as all at once); when at most half the detections
     have a box in their image (crowd boxes), only those go through the blocks. Positions, rows and counts are
     int32 when they fit (the same values, half the memory held through the diagnostics)."""
-    idx = np.int32 if max(len(kd), len(gt.cat)) < 2**31 else np.int64
+    idx = index_type(max(len(kd), len(gt.cat)))
     gi = gt_img[gsel]
     g_rows = gsel[np.argsort(gi, kind="stable")].astype(idx)  # the selected boxes in image order
     gcount = np.bincount(gi, minlength=n_img)
@@ -582,7 +575,7 @@ def scene(
     """The :class:`Scene` of ``dets`` against ``gt`` (images in ``images`` order); ``desc``: every detection by
     descending score, ties in input order (:func:`~detcal.metrics.score_order.descending_order`), when known."""
     n_img, nd = len(images), len(dets)
-    d_img, g_img = _narrow(images.index_of(dets.image_id), n_img), images.index_of(gt.image_id)
+    d_img, g_img = narrow_codes(images.index_of(dets.image_id), n_img), images.index_of(gt.image_id)
     g_ok = g_img >= 0
     if desc is None:  # one sort of the scores, shared by every later order (and by OCE)
         desc = descending_order(dets.score)
@@ -591,16 +584,16 @@ def scene(
     if len(kd):  # by image, then row: the boxes of each image read together (in row order for most files)
         ki = d_img[kd]
         if np.any(ki[1:] < ki[:-1]):  # not already by image (a file written image after image is)
-            kd = kd[_small_sort(ki, int(ki.max()) + 1)]
+            kd = kd[small_sort(ki, int(ki.max()) + 1)]
         del ki
     cat_all, n_cls = _codes(dets.category, gt.category)
-    dcat, gcat = _narrow(cat_all[:nd], n_cls), cat_all[nd:].copy()
+    dcat, gcat = narrow_codes(cat_all[:nd], n_cls), cat_all[nd:].copy()
     del cat_all
     crowd = np.asarray(gt.iscrowd, bool)
     plain = ~crowd & g_ok
     g_safe = np.where(g_ok, g_img, 0)
     det, gside = _Side(dets.box, dets.wh, dcat), _Side(gt.box, gt.wh, gcat)
-    img_k = _narrow(d_img[kd], n_img)  # the kept detections' images (narrow: held through the pairs)
+    img_k = narrow_codes(d_img[kd], n_img)  # the kept detections' images (narrow: held through the pairs)
     pr = _kept_pairs(kd, img_k, det, np.flatnonzero(plain), g_safe, gside, n_img, False, overlap_only)
     cr = _kept_pairs(kd, img_k, det, np.flatnonzero(crowd & g_ok), g_safe, gside, n_img, True, True)
     has_gt = np.bincount(g_img[plain], minlength=n_img)[img_k] > 0 if n_img else np.zeros(len(kd), bool)
@@ -674,7 +667,7 @@ def tide(
     kd, gcat = sc.kd, sc.gcat
     code = np.full(nd, -1, np.int8)
     code[kd] = code_k
-    g_idx = _index_type(ng + 1)
+    g_idx = index_type(ng + 1)
     target, ignored, matched = (np.full(nd, -1, g_idx), np.zeros(nd, bool), np.full(nd, -1, g_idx))
     target[kd], ignored[kd], matched[kd] = target_k, ign_k, got
     del code_k, target_k, ign_k, got, kd  # the kept detections' copies (peak memory)
@@ -736,17 +729,17 @@ def _fixes(
     n_run = int(run[-1]) + 1 if len(run) else 1
     # the columns gathered in score order, as the narrowest integers that hold them (the same values): the
     # gathers then read a quarter of the memory, which stays in the processor's cache on large sets
-    dcat, code, run = _narrow(sc.dcat, n_cls), code.astype(np.int8, copy=False), _narrow(run, 2 * n_run)
+    dcat, code, run = narrow_codes(sc.dcat, n_cls), code.astype(np.int8, copy=False), narrow_codes(run, 2 * n_run)
     # equal scores in tidecv's visiting order: by image, then rank: the kept detections in that order (the
     # scene's), stably sorted by their score run (one radix sort; the same order as a stable sort of
     # run * n_img + image), read in image order
     run_of = np.empty(len(code), run.dtype)
     run_of[by_score] = run
     visit = sc.by_image[kept[sc.by_image]]  # image, then rank
-    by_score = visit[_small_sort(run_of[visit], n_run)]  # its runs are again ``run`` (sorted by run)
+    by_score = visit[small_sort(run_of[visit], n_run)]  # its runs are again ``run`` (sorted by run)
     del run_of, visit
     # in a fixed set the errors come before the untouched true positives of the same score
-    fixed_order = by_score[_small_sort(run * 2 + tp[by_score], 2 * n_run)]
+    fixed_order = by_score[small_sort(run * 2 + tp[by_score], 2 * n_run)]
     del run
     live = tp | fp
     rows = by_score[live[by_score]]

@@ -23,6 +23,7 @@ from detcal.binning.edges import feature_bin_index
 from detcal.core.errors import DetcalInputError
 from detcal.core.results import is_description
 from detcal.metrics.confidence import ConfidenceMetric, SparseCellsWarning, brier
+from detcal.metrics.narrow_ints import sort_code_type
 from detcal.reports.plots import agg_figure, fixed_margins
 from detcal.reports.tables import md_cell
 from detcal.utils.io import write_bytes
@@ -65,7 +66,7 @@ def _grouped(c_arr: np.ndarray, top: np.ndarray) -> tuple[np.ndarray, np.ndarray
     """The rows of the classes ``top`` (distinct ids), grouped by class in ``top`` order, each class's rows in
     input order, and where each class's rows end: one pass over the column instead of one mask per class."""
     if _small_ids(c_arr):
-        lut = np.full(int(c_arr.max()) + 1, -1, np.int16 if len(top) < 2**15 else np.int64)
+        lut = np.full(int(c_arr.max()) + 1, -1, sort_code_type(len(top)))
         lut[top] = np.arange(len(top))
         at = lut[c_arr]
     else:

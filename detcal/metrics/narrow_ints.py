@@ -1,0 +1,33 @@
+"""The narrowest integer types the diagnostics hold their codes, rows and counts in (TIDE's scene and fixes,
+the class-agnostic matching, the operating points, the post-processing split): one home for the choices.
+
+Every choice keeps the values (a code or row that does not fit takes the wider type), so a number computed from
+them is the same whichever type holds them; the narrow types only read less memory (gathers stay in the
+processor's cache) and let numpy sort 16-bit codes by its radix sort."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["index_type", "narrow_codes", "sort_code_type", "small_sort"]
+
+
+def narrow_codes(codes: np.ndarray, bound: int) -> np.ndarray:
+    """Integer codes in ``[-1, bound)`` as int16, int32 or int64, the narrowest that holds them (no copy when
+    they already have that type)."""
+    return codes.astype(np.int16 if bound < 2**15 else np.int32 if bound < 2**31 else np.int64, copy=False)
+
+
+def index_type(n: int) -> type[np.signedinteger]:
+    """int32 for row positions, ranks or counts below ``n`` when they fit, else int64."""
+    return np.int32 if n < 2**31 else np.int64
+
+
+def sort_code_type(bound: int) -> type[np.signedinteger]:
+    """int16 for codes in ``[-1, bound)`` when they fit (numpy sorts them stably by radix), else int64."""
+    return np.int16 if bound < 2**15 else np.int64
+
+
+def small_sort(codes: np.ndarray, bound: int) -> np.ndarray:
+    """Stable argsort of non-negative integer codes below ``bound`` (numpy's radix sort when they fit 16 bits)."""
+    return np.argsort(codes.astype(sort_code_type(bound)), kind="stable")
