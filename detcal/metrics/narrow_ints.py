@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["index_type", "narrow_codes", "sort_code_type", "small_sort"]
+__all__ = ["index_type", "narrow_codes", "sort_code_type", "small_sort", "radix_sort"]
 
 
 def narrow_codes(codes: np.ndarray, bound: int) -> np.ndarray:
@@ -31,3 +31,15 @@ def sort_code_type(bound: int) -> type[np.signedinteger]:
 def small_sort(codes: np.ndarray, bound: int) -> np.ndarray:
     """Stable argsort of non-negative integer codes below ``bound`` (numpy's radix sort when they fit 16 bits)."""
     return np.argsort(codes.astype(sort_code_type(bound)), kind="stable")
+
+
+def radix_sort(codes: np.ndarray, bound: int) -> np.ndarray:
+    """Stable argsort of non-negative integer codes below ``bound`` in any order: the same permutation as
+    :func:`small_sort`, by two stable 16-bit radix passes (the low half, then the high half) when the codes
+    fit 32 bits. For codes far from sorted, several times quicker than the stable sort of wide integers, which
+    is quicker only on codes nearly in order (use :func:`small_sort` there)."""
+    if bound <= 2**16 or bound > 2**32:
+        return small_sort(codes, bound) if bound > 2**16 else np.argsort(codes.astype(np.uint16), kind="stable")
+    low = np.argsort((codes & 0xFFFF).astype(np.uint16), kind="stable")
+    high = (codes >> 16).astype(np.uint16)[low]
+    return low[np.argsort(high, kind="stable")]

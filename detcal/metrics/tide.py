@@ -45,7 +45,7 @@ import numpy as np
 
 from detcal.core.types import Detections, GroundTruth, Images
 from detcal.matching.blocks import box_areas
-from detcal.metrics.narrow_ints import index_type, narrow_codes, small_sort
+from detcal.metrics.narrow_ints import index_type, narrow_codes, radix_sort, small_sort
 from detcal.metrics.score_order import descending_order
 
 __all__ = [
@@ -731,12 +731,12 @@ def _fixes(
     # gathers then read a quarter of the memory, which stays in the processor's cache on large sets
     dcat, code, run = narrow_codes(sc.dcat, n_cls), code.astype(np.int8, copy=False), narrow_codes(run, 2 * n_run)
     # equal scores in tidecv's visiting order: by image, then rank: the kept detections in that order (the
-    # scene's), stably sorted by their score run (one radix sort; the same order as a stable sort of
-    # run * n_img + image), read in image order
+    # scene's), stably sorted by their score run (16-bit radix passes: the runs come in image order, far from
+    # sorted; the same order as a stable sort of run * n_img + image), read in image order
     run_of = np.empty(len(code), run.dtype)
     run_of[by_score] = run
     visit = sc.by_image[kept[sc.by_image]]  # image, then rank
-    by_score = visit[small_sort(run_of[visit], n_run)]  # its runs are again ``run`` (sorted by run)
+    by_score = visit[radix_sort(run_of[visit], n_run)]  # its runs are again ``run`` (sorted by run)
     del run_of, visit
     # in a fixed set the errors come before the untouched true positives of the same score
     fixed_order = by_score[small_sort(run * 2 + tp[by_score], 2 * n_run)]

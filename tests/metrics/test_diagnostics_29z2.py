@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from detcal.metrics.confidence import SparseCellsWarning, brier, ece, mce
-from detcal.metrics.narrow_ints import index_type, narrow_codes, small_sort, sort_code_type
+from detcal.metrics.narrow_ints import index_type, narrow_codes, radix_sort, small_sort, sort_code_type
 from detcal.reports.per_class import most_frequent, per_class_table
 
 tide_mod = importlib.import_module("detcal.metrics.tide")  # the module (the package exports a function `tide`)
@@ -128,3 +128,14 @@ def test_narrow_types(bound: int) -> None:
 def test_small_sort_is_the_stable_argsort(bound: int) -> None:
     codes = np.random.default_rng(1).integers(0, bound, 5000)
     np.testing.assert_array_equal(small_sort(codes, bound), np.argsort(codes, kind="stable"))
+
+
+@pytest.mark.parametrize("bound", [7, 2**15 + 3, 2**16, 2**16 + 1, 3_000_000, 2**32, 2**33])
+def test_radix_sort_is_the_stable_argsort(bound: int) -> None:
+    rng = np.random.default_rng(bound % 97)
+    codes = rng.integers(0, bound, 20_000)
+    codes[:50] = bound - 1  # the largest code, repeated (ties keep their order)
+    codes[50:100] = 0
+    want = np.argsort(codes, kind="stable")
+    np.testing.assert_array_equal(radix_sort(codes, bound), want)
+    np.testing.assert_array_equal(radix_sort(codes.astype(np.int32) if bound <= 2**31 else codes, bound), want)
