@@ -746,12 +746,21 @@ def _fixes(
     del by_score, live
     ap = _ap(dcat[rows], tp[rows], n_gt)
     del rows
-    grouped = fixed_order[_class_order(dcat[fixed_order], n_cls)]  # by class, each in tidecv's order
+    f_cat = dcat[fixed_order]
+    grouped = fixed_order[_class_order(f_cat, n_cls)]  # by class, each in tidecv's order
+    n_of = np.bincount(f_cat, minlength=n_cls)
+    del f_cat
     fixed_cls = dcat.copy()
     fixed_cls[fixable & (code == CLS)] = gcat[target[fixable & (code == CLS)]]  # a fixed cls error takes the box's
-    # the grouped points' columns, taken once (each fix below reads them through a mask)
-    g_cat, g_code, g_tp, g_fp, g_fix = dcat[grouped], code[grouped], tp[grouped], fp[grouped], fixable[grouped]
-    g_ends = np.cumsum(np.bincount(g_cat, minlength=n_cls))
+    # the grouped points' columns, taken once (each fix below reads them through a mask): their classes are the
+    # classes in order, each repeated; the code and the three flags (codes 0..5 for points that are kept) are
+    # packed in one byte and gathered once, then unpacked
+    g_cat, g_ends = np.repeat(np.arange(n_cls, dtype=dcat.dtype), n_of), np.cumsum(n_of)
+    packed = code.view(np.uint8) | (tp.view(np.uint8) << 3) | (fp.view(np.uint8) << 4) | (fixable.view(np.uint8) << 5)
+    g_packed = packed[grouped]
+    del packed
+    g_code, g_tp, g_fp, g_fix = g_packed & 7, (g_packed & 8) > 0, (g_packed & 16) > 0, (g_packed & 32) > 0
+    del g_packed
 
     def fixed(kind: int | None, n_gt_fixed: np.ndarray) -> float:
         """mAP with the errors of ``kind`` fixed alone (tidecv's oracle)."""
