@@ -108,10 +108,12 @@ def _class_f1_sorted(s: np.ndarray, tp: np.ndarray, code: np.ndarray, n_gt: np.n
         return out
     code = code.astype(sort_code_type(c), copy=False)  # narrow: the radix sort (cache)
     o = np.argsort(code, kind="stable")  # by class, each in descending score order
-    ends = np.cumsum(np.bincount(code, minlength=c))
+    n_of = np.bincount(code, minlength=c)
+    ends = np.cumsum(n_of)
     for a, b in class_blocks(ends, _CLASS_BLOCK):
         lo = int(ends[a - 1]) if a else 0
-        _class_f1_block(s, tp, code, n_gt, o[lo : int(ends[b - 1])], a, b, out)
+        sc = np.repeat(np.arange(a, b, dtype=code.dtype), n_of[a:b])  # the block's classes: ``code[o]``, no gather
+        _class_f1_block(s, tp, sc, n_of[a:b], n_gt, o[lo : int(ends[b - 1])], a, b, out)
     return out
 
 
@@ -127,15 +129,14 @@ def class_blocks(ends: np.ndarray, size: int) -> list[tuple[int, int]]:
 
 
 def _class_f1_block(
-    score: np.ndarray, tp: np.ndarray, code: np.ndarray, n_gt: np.ndarray, o: np.ndarray, a: int, b: int,
-    out: np.ndarray,
+    score: np.ndarray, tp: np.ndarray, sc: np.ndarray, n: np.ndarray, n_gt: np.ndarray, o: np.ndarray, a: int,
+    b: int, out: np.ndarray,
 ) -> None:  # fmt: skip
-    """:func:`_class_f1` for the classes ``a:b``, whose points ``o`` are grouped by class, into ``out``."""
+    """:func:`_class_f1` for the classes ``a:b``, whose points ``o`` are grouped by class (``sc`` their classes,
+    ``n`` the points of each class), into ``out``."""
     if not len(o):
         return
-    sc = code[o]
     s, t = score[o], tp[o].astype(np.int64)
-    n = np.bincount(sc - a, minlength=b - a)
     start = np.cumsum(n) - n
     first_of = start[sc - a]
     ctp = np.cumsum(t)
