@@ -38,6 +38,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
+from detcal.metrics.narrow_ints import sort_code_type
 from detcal.metrics.oce import ObjectScores
 from detcal.metrics.score_order import descending_order
 
@@ -131,7 +132,7 @@ def _sorted_split(
     # by image, then descending score, ties in input order (as lexsort((-score, img))): a stable sort of the
     # scores, then a stable radix sort of the image rows (gathered as 16-bit codes when they fit: less memory
     # read in score order, the same values)
-    img = img.astype(np.int16 if len(images) < 2**15 else np.int64)
+    img = img.astype(sort_code_type(len(images)))
     order = descending_order(score)  # the sort TIDE's scene made of the same scores, checked and reused
     order = order[np.argsort(img[order], kind="stable")]
     img, s = img[order].astype(np.int64), score[order]

@@ -28,6 +28,7 @@ import numpy as np
 
 from detcal.core.types import MetricResult
 from detcal.metrics.lrp import DetectionOutcomes, lrp_table
+from detcal.metrics.narrow_ints import sort_code_type
 from detcal.metrics.tide import grid_count
 
 __all__ = ["GRID", "pr_curves", "f1_optimal", "operating_points", "class_blocks"]
@@ -67,7 +68,14 @@ def f1_optimal(
     if n_gt <= 0 or len(score) == 0:
         return float("nan"), float("nan"), float("nan"), float("nan")
     o = np.argsort(-score, kind="stable") if by_score is None else by_score
-    s, t = score[o], np.cumsum(tp[o])
+    return _f1_optimal_sorted(score[o], tp[o], n_gt)
+
+
+def _f1_optimal_sorted(s: np.ndarray, tp: np.ndarray, n_gt: int) -> tuple[float, float, float, float]:
+    """:func:`f1_optimal` of points given in descending score order."""
+    if n_gt <= 0 or len(s) == 0:
+        return float("nan"), float("nan"), float("nan"), float("nan")
+    t = np.cumsum(tp)
     cut = np.flatnonzero(np.concatenate([s[1:] != s[:-1], [True]]))  # the last position of each score run
     f1 = 2 * t[cut] / (cut + 1 + n_gt)
     b = int(np.argmax(f1))
@@ -83,18 +91,29 @@ def _class_f1(
     score: np.ndarray, tp: np.ndarray, code: np.ndarray, n_gt: np.ndarray, by_score: np.ndarray
 ) -> np.ndarray:
     """F1-optimal threshold, F1, precision, recall per class [C, 4] (vectorised over classes); ``by_score``:
-    the points in descending score order. The classes are taken in blocks of whole classes with about
-    :data:`_CLASS_BLOCK` points (each class computed alone: the same values as all at once)."""
+    the points in descending score order (:func:`_class_f1_sorted` of the points gathered in that order)."""
+    c = len(n_gt)
+    code = code.astype(sort_code_type(c), copy=False)
+    return _class_f1_sorted(score[by_score], tp[by_score], code[by_score], n_gt)
+
+
+def _class_f1_sorted(s: np.ndarray, tp: np.ndarray, code: np.ndarray, n_gt: np.ndarray) -> np.ndarray:
+    """:func:`_class_f1` of points given in descending score order (scores ``s``, true positives ``tp``, classes
+    ``code``). The classes are taken in blocks of whole classes with about :data:`_CLASS_BLOCK` points (each
+    class computed alone: the same values as all at once); a block's points are gathered from the sorted
+    columns, where each class's points lie in ascending positions (a forward read, not one at random)."""
     c = len(n_gt)
     out = np.full((c, 4), np.nan)
-    if len(score) == 0:
+    if len(s) == 0:
         return out
-    code = code.astype(np.int16 if c < 2**15 else np.int64, copy=False)  # narrow before the gathers (cache)
-    o = by_score[np.argsort(code[by_score], kind="stable")]  # by class, each in descending score order
-    ends = np.cumsum(np.bincount(code, minlength=c))
+    code = code.astype(sort_code_type(c), copy=False)  # narrow: the radix sort (cache)
+    o = np.argsort(code, kind="stable")  # by class, each in descending score order
+    n_of = np.bincount(code, minlength=c)
+    ends = np.cumsum(n_of)
     for a, b in class_blocks(ends, _CLASS_BLOCK):
         lo = int(ends[a - 1]) if a else 0
-        _class_f1_block(score, tp, code, n_gt, o[lo : int(ends[b - 1])], a, b, out)
+        sc = np.repeat(np.arange(a, b, dtype=code.dtype), n_of[a:b])  # the block's classes: ``code[o]``, no gather
+        _class_f1_block(s, tp, sc, n_of[a:b], n_gt, o[lo : int(ends[b - 1])], a, b, out)
     return out
 
 
@@ -110,15 +129,14 @@ def class_blocks(ends: np.ndarray, size: int) -> list[tuple[int, int]]:
 
 
 def _class_f1_block(
-    score: np.ndarray, tp: np.ndarray, code: np.ndarray, n_gt: np.ndarray, o: np.ndarray, a: int, b: int,
-    out: np.ndarray,
+    score: np.ndarray, tp: np.ndarray, sc: np.ndarray, n: np.ndarray, n_gt: np.ndarray, o: np.ndarray, a: int,
+    b: int, out: np.ndarray,
 ) -> None:  # fmt: skip
-    """:func:`_class_f1` for the classes ``a:b``, whose points ``o`` are grouped by class, into ``out``."""
+    """:func:`_class_f1` for the classes ``a:b``, whose points ``o`` are grouped by class (``sc`` their classes,
+    ``n`` the points of each class), into ``out``."""
     if not len(o):
         return
-    sc = code[o]
     s, t = score[o], tp[o].astype(np.int64)
-    n = np.bincount(sc - a, minlength=b - a)
     start = np.cumsum(n) - n
     first_of = start[sc - a]
     ctp = np.cumsum(t)
@@ -175,26 +193,27 @@ def operating_points(
     c = len(cats)
     pooled_s, pooled_y = o.score[valid], o.tp[valid]
     # each pooled detection's class (-1: a class without boxes), kept through as the narrowest integers
-    ci_v = ci[valid].astype(np.int16 if c < 2**15 else np.int64)
+    ci_v = ci[valid].astype(sort_code_type(c))
     has_class = ci_v >= 0
     j = grid_count(pooled_s)  # the grid points each pooled detection is kept at, shared with the classes
     kept, tps = _counts(p, y, code, c, j[has_class])
     n_gt = o.n_gt.astype(np.int64)
     pk, pt = _counts(pooled_s, pooled_y, np.zeros(len(pooled_s), np.int64), 1, j)
     del j  # the full-size temporaries released as soon as they are used (the diagnostics' peak memory)
-    code = code.astype(np.int16 if c < 2**15 else np.int64, copy=False)  # as _class_f1 reads it, narrow
     pooled = pr_curves(pk[0], pt[0], int(n_gt.sum()))
     if desc is None:
         order = np.argsort(-pooled_s, kind="stable")
     else:  # the same order from the detections' one
         order = (np.cumsum(valid) - 1)[desc[valid[desc]]]
-    thr, f1, prec, rec = f1_optimal(pooled_s, pooled_y, int(n_gt.sum()), order)
+    # the pooled points in descending score order, gathered once: the pooled F1 reads them, and the points
+    # with a class are these in the same order (a compress, not a second gather at random)
+    s_desc, y_desc = pooled_s[order], pooled_y[order]
+    thr, f1, prec, rec = _f1_optimal_sorted(s_desc, y_desc, int(n_gt.sum()))
     has_cls = has_class[order]
-    within = np.cumsum(has_class) - 1  # position of a pooled point among the points with a class
-    by_score = within[order[has_cls]].astype(np.int32 if len(within) < 2**31 else np.int64, copy=False)
-    del order, has_cls, within, has_class
-    per = _class_f1(p, y, code, n_gt, by_score)
-    del p, y, code, by_score
+    c_desc = ci_v[order][has_cls]
+    del order, has_class, p, y, code
+    per = _class_f1_sorted(s_desc[has_cls], y_desc[has_cls], c_desc, n_gt)
+    del s_desc, y_desc, has_cls, c_desc
     if lrp is None:
         table = lrp_table(o)
         lrp_thr, olrp, lrp_tau = np.asarray(table.threshold, float), np.asarray(table.olrp, float), o.tau

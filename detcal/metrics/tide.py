@@ -45,6 +45,7 @@ import numpy as np
 
 from detcal.core.types import Detections, GroundTruth, Images
 from detcal.matching.blocks import box_areas
+from detcal.metrics.narrow_ints import index_type, narrow_codes, radix_sort, small_sort
 from detcal.metrics.score_order import descending_order
 
 __all__ = [
@@ -143,9 +144,9 @@ def _rank_in_image(img: np.ndarray, desc: np.ndarray) -> tuple[np.ndarray, np.nd
     and the detections of known images by image, then rank; ``desc``: every detection by descending score,
     ties in input order."""
     bound = int(img.max()) + 1 if len(img) else 1
-    img = _narrow(img, bound)  # gathered in score order below: the narrowest codes (same values) stay in cache
+    img = narrow_codes(img, bound)  # gathered in score order below: the narrowest codes (same values) stay in cache
     order = desc[img[desc] >= 0] if len(img) and img.min() < 0 else desc  # the detections of known images
-    order = order[_small_sort(img[order], bound)].astype(_index_type(len(img)), copy=False)
+    order = order[small_sort(img[order], bound)].astype(index_type(len(img)), copy=False)
     rank = np.full(len(img), -1, order.dtype)  # ranks and rows as int32 when they fit (held with the scene)
     si = img[order]
     pos = np.arange(len(order))
@@ -181,7 +182,7 @@ def _greedy(kr: np.ndarray, pr: _Pairs, pos: float, n_gt: int, classwise: bool =
     pairs that can be taken (of one class and reaching ``pos``; every pair when ``pos <= 0``) are put in rank
     order by one stable radix sort (each detection's run of pairs kept, in its order)."""
     used = np.zeros(n_gt, bool)
-    got = np.full(len(kr), -1, _index_type(n_gt + 1))  # int32 when the GT rows fit (the same values)
+    got = np.full(len(kr), -1, index_type(n_gt + 1))  # int32 when the GT rows fit (the same values)
     if pos > 0:  # only the pairs of one class reaching pos can be taken (the first maximum stays the first)
         keep = pr.iou >= pos
         sel = np.flatnonzero(keep & pr.same if classwise else keep)
@@ -197,7 +198,7 @@ def _greedy(kr: np.ndarray, pr: _Pairs, pos: float, n_gt: int, classwise: bool =
     del sel
     rk = kr[pd]
     n_rank = int(rk.max()) + 1
-    by_rank = _small_sort(rk, n_rank)
+    by_rank = small_sort(rk, n_rank)
     bounds = np.concatenate([[0], np.cumsum(np.bincount(rk, minlength=n_rank))])  # each rank's pairs
     del rk
     pd, pg, iou = pd[by_rank], pg[by_rank], iou[by_rank]
@@ -234,7 +235,7 @@ def _classify(
     classified in blocks of ``block`` (:data:`_CLASSIFY_BLOCK`) with their runs of pairs: the same codes and
     targets as all at once."""
     n, block = len(got), block or _CLASSIFY_BLOCK
-    code, target = np.empty(n, np.int8), np.empty(n, _index_type(len(used) + 1))
+    code, target = np.empty(n, np.int8), np.empty(n, index_type(len(used) + 1))
     for a in range(0, n, block):
         b = min(a + block, n)
         p0, p1 = int(pr.start[a]), int(pr.start[b - 1] + pr.count[b - 1])  # the block's pairs: one run
@@ -247,6 +248,15 @@ def _classify_block(
     pr: _Pairs, got: np.ndarray, used: np.ndarray, has_gt: np.ndarray, pos: float, bg: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_classify` of one block of kept detections with their own pairs (positions from 0)."""
+    if bg > 0 and pos > 0 and not np.isnan(pr.iou).any():
+        return _classify_by_flags(pr, got, used, has_gt, pos, bg)
+    return _classify_by_maxima(pr, got, used, has_gt, pos, bg)
+
+
+def _classify_by_maxima(
+    pr: _Pairs, got: np.ndarray, used: np.ndarray, has_gt: np.ndarray, pos: float, bg: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_classify_block` from each detection's best IoUs (segment maxima over its pairs)."""
     n = len(got)
     if bg > 0:  # every rule compares a best IoU with bg or pos >= bg: the pairs below bg change no decision
         pr = _subset(pr, pr.iou >= bg, n)
@@ -271,6 +281,54 @@ def _classify_block(
     return code, target
 
 
+class _Flags:
+    """Whether each detection has a pair where a condition holds: one cumulative count of the pairs that pass
+    (a detection's pairs are one run), read at the ends of each detection's run."""
+
+    def __init__(self, pr: _Pairs) -> None:
+        self.start, self.end = pr.start, pr.start + pr.count
+        self.count = np.zeros(len(pr.pd) + 1, index_type(len(pr.pd) + 1))
+
+    def any(self, cond: np.ndarray) -> np.ndarray:
+        """Per detection: some pair of it where ``cond [P]`` holds."""
+        np.cumsum(cond, out=self.count[1:])
+        return self.count[self.end] > self.count[self.start]
+
+
+def _classify_by_flags(
+    pr: _Pairs, got: np.ndarray, used: np.ndarray, has_gt: np.ndarray, pos: float, bg: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_classify_block` when ``bg > 0``, ``pos > 0`` and no IoU is NaN: each rule compares a best IoU
+    (over the pairs reaching ``bg``, 0 when none) with a positive threshold, which is whether some such pair
+    passes it: flags per detection instead of segment maxima, the same codes. The targets are the first
+    maxima over the pairs of the ``loc``/``cls`` detections alone (a pair below ``bg`` is below their maximum,
+    which reaches ``bg``: never the first maximum)."""
+    n, iou, same = len(got), pr.iou, pr.same
+    ge_bg = iou >= bg
+    same_bg = same & ge_bg
+    has = _Flags(pr).any
+    code = np.full(n, BOTH, np.int64)
+    code[~has(iou > bg)] = BKG  # best IoU with any box at most bg
+    code[has(same_bg & (iou >= pos) & used[pr.pg])] = DUPE
+    code[has(~same & ge_bg & (iou >= pos))] = CLS
+    code[has(same_bg) & ~has(same_bg & (iou > pos))] = LOC  # best same-class IoU in [bg, pos]
+    code[~has_gt] = BKG
+    code[got >= 0] = TP
+    target = np.full(n, -1, np.int64)
+    for kind, want in ((LOC, True), (CLS, False)):
+        rows = np.flatnonzero(code == kind)
+        if not len(rows):
+            continue
+        ct = pr.count[rows]
+        first = np.cumsum(ct) - ct
+        sel = np.repeat(pr.start[rows] - first, ct) + np.arange(int(ct.sum()))  # their pairs, in order
+        val = np.where((same[sel] == want) & ge_bg[sel], iou[sel], 0.0)
+        mx = np.maximum.reduceat(val, first)
+        hit = np.where(val == np.repeat(mx, ct), sel, len(iou))
+        target[rows] = pr.pg[np.minimum.reduceat(hit, first)]
+    return code, target
+
+
 def _first_max(val: np.ndarray, mx: np.ndarray, pr: _Pairs, which: np.ndarray) -> np.ndarray:
     """Pair position of the first maximum ``mx`` of ``val`` over the pairs of each detection in ``which`` (each
     has a pair: its maximum is above 0), looked for among those detections' pairs only."""
@@ -286,22 +344,7 @@ def _first_max(val: np.ndarray, mx: np.ndarray, pr: _Pairs, which: np.ndarray) -
 
 def _class_order(cls: np.ndarray, n_cls: int) -> np.ndarray:
     """Stable order of the points by class (a radix sort on small codes)."""
-    return _small_sort(cls, n_cls)
-
-
-def _narrow(codes: np.ndarray, bound: int) -> np.ndarray:
-    """Integer codes in ``[-1, bound)`` as int16, int32 or int64, the narrowest that holds them."""
-    return codes.astype(np.int16 if bound < 2**15 else np.int32 if bound < 2**31 else np.int64, copy=False)
-
-
-def _index_type(n: int) -> type[np.signedinteger]:
-    """int32 for row positions and ranks of ``n`` rows when they fit, else int64 (the same values)."""
-    return np.int32 if n < 2**31 else np.int64
-
-
-def _small_sort(codes: np.ndarray, bound: int) -> np.ndarray:
-    """Stable argsort of non-negative integer codes below ``bound`` (numpy's radix sort when they fit 16 bits)."""
-    return np.argsort(codes.astype(np.int16 if bound < 2**15 else np.int64), kind="stable")
+    return small_sort(cls, n_cls)
 
 
 def _ap(cls: np.ndarray, tp: np.ndarray, n_gt: np.ndarray, grouped: bool = False) -> float:
@@ -328,7 +371,7 @@ def _ap_kept(cls: np.ndarray, ends: np.ndarray, keep: np.ndarray, tp: np.ndarray
     """:func:`_ap` of the points ``keep`` of class-grouped points (``cls`` their classes, ``ends [C]`` the end of
     each class's points), true positives ``tp & keep``, without gathering them: a point's place among the kept
     ones is the count of kept points before it."""
-    before = np.zeros(len(keep) + 1, _index_type(len(keep) + 1))  # int32 when it fits: the same counts
+    before = np.zeros(len(keep) + 1, index_type(len(keep) + 1))  # int32 when it fits: the same counts
     np.cumsum(keep, out=before[1:])
     ti = np.flatnonzero(tp & keep)
     t = before[ti]  # the kept points before each true positive: its position among them
@@ -410,7 +453,7 @@ def _kept_pairs(
     pairs each (each pair computed alone: the same values as all at once); when at most half the detections
     have a box in their image (crowd boxes), only those go through the blocks. Positions, rows and counts are
     int32 when they fit (the same values, half the memory held through the diagnostics)."""
-    idx = np.int32 if max(len(kd), len(gt.cat)) < 2**31 else np.int64
+    idx = index_type(max(len(kd), len(gt.cat)))
     gi = gt_img[gsel]
     g_rows = gsel[np.argsort(gi, kind="stable")].astype(idx)  # the selected boxes in image order
     gcount = np.bincount(gi, minlength=n_img)
@@ -532,7 +575,7 @@ def scene(
     """The :class:`Scene` of ``dets`` against ``gt`` (images in ``images`` order); ``desc``: every detection by
     descending score, ties in input order (:func:`~detcal.metrics.score_order.descending_order`), when known."""
     n_img, nd = len(images), len(dets)
-    d_img, g_img = _narrow(images.index_of(dets.image_id), n_img), images.index_of(gt.image_id)
+    d_img, g_img = narrow_codes(images.index_of(dets.image_id), n_img), images.index_of(gt.image_id)
     g_ok = g_img >= 0
     if desc is None:  # one sort of the scores, shared by every later order (and by OCE)
         desc = descending_order(dets.score)
@@ -541,16 +584,16 @@ def scene(
     if len(kd):  # by image, then row: the boxes of each image read together (in row order for most files)
         ki = d_img[kd]
         if np.any(ki[1:] < ki[:-1]):  # not already by image (a file written image after image is)
-            kd = kd[_small_sort(ki, int(ki.max()) + 1)]
+            kd = kd[small_sort(ki, int(ki.max()) + 1)]
         del ki
     cat_all, n_cls = _codes(dets.category, gt.category)
-    dcat, gcat = _narrow(cat_all[:nd], n_cls), cat_all[nd:].copy()
+    dcat, gcat = narrow_codes(cat_all[:nd], n_cls), cat_all[nd:].copy()
     del cat_all
     crowd = np.asarray(gt.iscrowd, bool)
     plain = ~crowd & g_ok
     g_safe = np.where(g_ok, g_img, 0)
     det, gside = _Side(dets.box, dets.wh, dcat), _Side(gt.box, gt.wh, gcat)
-    img_k = _narrow(d_img[kd], n_img)  # the kept detections' images (narrow: held through the pairs)
+    img_k = narrow_codes(d_img[kd], n_img)  # the kept detections' images (narrow: held through the pairs)
     pr = _kept_pairs(kd, img_k, det, np.flatnonzero(plain), g_safe, gside, n_img, False, overlap_only)
     cr = _kept_pairs(kd, img_k, det, np.flatnonzero(crowd & g_ok), g_safe, gside, n_img, True, True)
     has_gt = np.bincount(g_img[plain], minlength=n_img)[img_k] > 0 if n_img else np.zeros(len(kd), bool)
@@ -624,7 +667,7 @@ def tide(
     kd, gcat = sc.kd, sc.gcat
     code = np.full(nd, -1, np.int8)
     code[kd] = code_k
-    g_idx = _index_type(ng + 1)
+    g_idx = index_type(ng + 1)
     target, ignored, matched = (np.full(nd, -1, g_idx), np.zeros(nd, bool), np.full(nd, -1, g_idx))
     target[kd], ignored[kd], matched[kd] = target_k, ign_k, got
     del code_k, target_k, ign_k, got, kd  # the kept detections' copies (peak memory)
@@ -686,29 +729,38 @@ def _fixes(
     n_run = int(run[-1]) + 1 if len(run) else 1
     # the columns gathered in score order, as the narrowest integers that hold them (the same values): the
     # gathers then read a quarter of the memory, which stays in the processor's cache on large sets
-    dcat, code, run = _narrow(sc.dcat, n_cls), code.astype(np.int8, copy=False), _narrow(run, 2 * n_run)
+    dcat, code, run = narrow_codes(sc.dcat, n_cls), code.astype(np.int8, copy=False), narrow_codes(run, 2 * n_run)
     # equal scores in tidecv's visiting order: by image, then rank: the kept detections in that order (the
-    # scene's), stably sorted by their score run (one radix sort; the same order as a stable sort of
-    # run * n_img + image), read in image order
+    # scene's), stably sorted by their score run (16-bit radix passes: the runs come in image order, far from
+    # sorted; the same order as a stable sort of run * n_img + image), read in image order
     run_of = np.empty(len(code), run.dtype)
     run_of[by_score] = run
     visit = sc.by_image[kept[sc.by_image]]  # image, then rank
-    by_score = visit[_small_sort(run_of[visit], n_run)]  # its runs are again ``run`` (sorted by run)
+    by_score = visit[radix_sort(run_of[visit], n_run)]  # its runs are again ``run`` (sorted by run)
     del run_of, visit
     # in a fixed set the errors come before the untouched true positives of the same score
-    fixed_order = by_score[_small_sort(run * 2 + tp[by_score], 2 * n_run)]
+    fixed_order = by_score[small_sort(run * 2 + tp[by_score], 2 * n_run)]
     del run
     live = tp | fp
     rows = by_score[live[by_score]]
     del by_score, live
     ap = _ap(dcat[rows], tp[rows], n_gt)
     del rows
-    grouped = fixed_order[_class_order(dcat[fixed_order], n_cls)]  # by class, each in tidecv's order
+    f_cat = dcat[fixed_order]
+    grouped = fixed_order[_class_order(f_cat, n_cls)]  # by class, each in tidecv's order
+    n_of = np.bincount(f_cat, minlength=n_cls)
+    del f_cat
     fixed_cls = dcat.copy()
     fixed_cls[fixable & (code == CLS)] = gcat[target[fixable & (code == CLS)]]  # a fixed cls error takes the box's
-    # the grouped points' columns, taken once (each fix below reads them through a mask)
-    g_cat, g_code, g_tp, g_fp, g_fix = dcat[grouped], code[grouped], tp[grouped], fp[grouped], fixable[grouped]
-    g_ends = np.cumsum(np.bincount(g_cat, minlength=n_cls))
+    # the grouped points' columns, taken once (each fix below reads them through a mask): their classes are the
+    # classes in order, each repeated; the code and the three flags (codes 0..5 for points that are kept) are
+    # packed in one byte and gathered once, then unpacked
+    g_cat, g_ends = np.repeat(np.arange(n_cls, dtype=dcat.dtype), n_of), np.cumsum(n_of)
+    packed = code.view(np.uint8) | (tp.view(np.uint8) << 3) | (fp.view(np.uint8) << 4) | (fixable.view(np.uint8) << 5)
+    g_packed = packed[grouped]
+    del packed
+    g_code, g_tp, g_fp, g_fix = g_packed & 7, (g_packed & 8) > 0, (g_packed & 16) > 0, (g_packed & 32) > 0
+    del g_packed
 
     def fixed(kind: int | None, n_gt_fixed: np.ndarray) -> float:
         """mAP with the errors of ``kind`` fixed alone (tidecv's oracle)."""

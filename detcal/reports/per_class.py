@@ -22,15 +22,18 @@ import numpy as np
 from detcal.binning.edges import feature_bin_index
 from detcal.core.errors import DetcalInputError
 from detcal.core.results import is_description
-from detcal.metrics.confidence import SparseCellsWarning, brier, ece, mce
+from detcal.metrics.confidence import ConfidenceMetric, SparseCellsWarning, brier
+from detcal.metrics.narrow_ints import sort_code_type
 from detcal.reports.plots import agg_figure, fixed_margins
 from detcal.reports.tables import md_cell
 from detcal.utils.io import write_bytes
 
 
 def _check(p: Any, y: Any, category: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``p`` as float64, ``y`` and ``category`` as given (integers checked), all flat; nothing copied that is
+    already of its type (the table reads a few classes' rows of each column, converted there)."""
     p_arr = np.asarray(p, np.float64).reshape(-1)
-    y_arr = np.asarray(y, np.float64).reshape(-1)
+    y_arr = np.asarray(y).reshape(-1)
     c_arr = np.asarray(category).reshape(-1)
     if not (len(p_arr) == len(y_arr) == len(c_arr)):
         raise DetcalInputError(
@@ -38,14 +41,42 @@ def _check(p: Any, y: Any, category: Any) -> tuple[np.ndarray, np.ndarray, np.nd
         )
     if c_arr.size and not np.issubdtype(c_arr.dtype, np.integer):
         raise DetcalInputError(f"category must be integers, got {c_arr.dtype}", field="category")
-    return p_arr, y_arr, c_arr.astype(np.int64)
+    return p_arr, y_arr, c_arr.astype(np.int64, copy=False)
+
+
+def _small_ids(c: np.ndarray) -> bool:
+    """Whether the ids are non-negative and small enough to be counted in a table of their values."""
+    return bool(c.size) and int(c.min()) >= 0 and int(c.max()) < 4 * c.size + 100_000
 
 
 def most_frequent(category: Any, top_n: int | None = None) -> np.ndarray:
     """Category ids by descending count (ties: smaller id first), the first ``top_n``."""
-    cats, counts = np.unique(np.asarray(category, np.int64), return_counts=True)
+    c = np.asarray(category, np.int64).reshape(-1)
+    if _small_ids(c):  # counted by value: the same ids and counts as np.unique, without its sort
+        n_of = np.bincount(c)
+        cats = np.flatnonzero(n_of)
+        counts = n_of[cats]
+    else:
+        cats, counts = np.unique(c, return_counts=True)
     order = np.lexsort((cats, -counts))
     return cats[order][: top_n if top_n is not None else len(cats)]
+
+
+def _grouped(c_arr: np.ndarray, top: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of the classes ``top`` (distinct ids), grouped by class in ``top`` order, each class's rows in
+    input order, and where each class's rows end: one pass over the column instead of one mask per class."""
+    if _small_ids(c_arr):
+        lut = np.full(int(c_arr.max()) + 1, -1, sort_code_type(len(top)))
+        lut[top] = np.arange(len(top))
+        at = lut[c_arr]
+    else:
+        srt = np.argsort(top, kind="stable")
+        pos = np.searchsorted(top[srt], c_arr).clip(0, max(len(top) - 1, 0))
+        at = np.where(top[srt][pos] == c_arr, srt[pos], -1) if len(top) else np.full(len(c_arr), -1)
+    sel = np.flatnonzero(at >= 0)
+    code = at[sel]
+    rows = sel[np.argsort(code, kind="stable")]
+    return rows, np.cumsum(np.bincount(code, minlength=len(top)))
 
 
 def per_class_table(
@@ -58,7 +89,11 @@ def per_class_table(
     top_n: int | None = None,
     ap_table: Mapping[str, np.ndarray] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per class (most frequent first; see the module docstring)."""
+    """One row per class (most frequent first; see the module docstring).
+
+    Each class's samples are the same values in the same order as a mask of the whole sample would give
+    (the rows grouped by one stable sort), and ECE and MCE read one set of cell statistics when they share
+    their grid: the same numbers."""
     p_arr, y_arr, c_arr = _check(p, y, category)
     names = names or {}
     ap_of: dict[int, tuple[float, float]] = {}
@@ -66,17 +101,24 @@ def per_class_table(
         ap_of = {
             int(c): (float(a), float(a5)) for c, a, a5 in zip(ap_table["category"], ap_table["ap"], ap_table["ap50"])
         }
+    top = most_frequent(c_arr, top_n)
+    rows_of, ends = _grouped(c_arr, top)
+    p_all, y_all = p_arr[rows_of], y_arr[rows_of].astype(np.float64)
+    del rows_of
+    em, mm = ConfidenceMetric("ece", bins), ConfidenceMetric("mce", bins)
+    shared = em.grid_key() == mm.grid_key() and set(mm.required_stats) <= set(em.required_stats)
     rows = []
-    for c in most_frequent(c_arr, top_n):  # loop over classes
-        m = c_arr == c
-        pc, yc = p_arr[m], y_arr[m]
+    for k, c in enumerate(top.tolist()):  # loop over classes
+        lo = int(ends[k - 1]) if k else 0
+        pc, yc = p_all[lo : int(ends[k])], y_all[lo : int(ends[k])]
         with warnings.catch_warnings():  # small classes have sparse bins by nature; n is in the row
             warnings.simplefilter("ignore", SparseCellsWarning)
-            e, mc = ece(pc, yc, bins).value, mce(pc, yc, bins).value
+            st = em.stats(pc, yc)
+            e, mc = em.result(st).value, (mm.result(st) if shared else mm(pc, yc)).value
         row = {
             "category": int(c),
             "name": names.get(int(c), str(int(c))),
-            "n": int(m.sum()),
+            "n": len(pc),
             "precision": float(yc.mean()),
             "mean_conf": float(pc.mean()),
             "ece": e,
