@@ -694,8 +694,13 @@ def pair_sums(
     ``features`` may be None (the same numbers).
     """
     p_arr, y_arr, f_arr = validate_sample(p, y, None if cells is not None else features)
+    cell: np.ndarray | None = None
     if cells is None:
-        cell, b, p_used = sample_cells(p_arr, f_arr, bins, edges)
+        b = _grid_bins(bins, 1 + (0 if f_arr is None else f_arr.shape[1]), edges)
+        if int(np.prod(b)) > 1:
+            cell, b, p_used = sample_cells(p_arr, f_arr, b, edges)
+        else:  # one cell: every sample's cell is 0 (the key is the group), no binning
+            p_used = np.clip(p_arr, EPS, 1.0 - EPS) if edges == "netcal" else p_arr
     else:
         cells_in, b = _given_cells(cells, p_arr, None, bins, edges)
         c_arr = np.asarray(cells_in)
@@ -707,8 +712,9 @@ def pair_sums(
     dense = len(g) > 0 and int(g.min()) >= 0
     top = (int(g.max()) + 1) * n_cells if len(g) else 0
     key = g.astype(np.int32 if dense and top < 2**31 else np.int64)  # the same keys, in half the memory
-    key *= n_cells
-    key += cell  # in place (narrow unsigned cells widen exactly): one [S] integer array, not three
+    if cell is not None:
+        key *= n_cells
+        key += cell  # in place (narrow unsigned cells widen exactly): one [S] integer array, not three
     del cell
     uniq, inv = dense_rank(key, top if dense else -1)
     del key  # the per-sample keys are not read again (the pairs' index is ``inv``)
