@@ -720,19 +720,7 @@ def pair_sums(
     del key  # the per-sample keys are not read again (the pairs' index is ``inv``)
     n_pairs = len(uniq)
     asked = set(CellSums._fields if fields is None else fields)
-    want = asked | ({"sum_p0", "sum_p1"} if "sum_p" in asked else set())
-    names = [k for k in FLOAT_STATS if k in want]
-    # one statistic's per-sample terms at a time (each [S] array released before the next is made); sum_p
-    # first, so that its parts, when not asked for, are released before the count and matched sums are made
-    terms: dict[str, Any] = {}
-    for k in names:
-        terms[k] = np.bincount(inv, weights=sample_terms(p_used, y_arr, (k,))[k], minlength=n_pairs)
-        if k == "sum_p1" and "sum_p0" in terms:
-            terms["sum_p"] = terms["sum_p0"] + terms["sum_p1"]
-            for part in {"sum_p0", "sum_p1"} - asked:
-                del terms[part]
-    terms["count"] = np.bincount(inv, minlength=n_pairs).astype(np.float64)
-    terms["sum_y"] = np.bincount(inv, weights=y_arr.astype(np.float64), minlength=n_pairs)
+    terms = _pair_terms(inv, n_pairs, p_used, y_arr, asked)
     del inv
     chosen: dict[str, Any] = {  # the asked fields only
         f: terms.pop(f, None) if f in asked or f in ("count", "sum_y") else None for f in CellSums._fields
@@ -740,3 +728,38 @@ def pair_sums(
     del terms
     sums = CellSums(**chosen)
     return uniq // n_cells, uniq % n_cells, sums, n_cells
+
+
+def _pair_terms(
+    inv: np.ndarray, n_pairs: int, p_used: np.ndarray, y_arr: np.ndarray, asked: set[str]
+) -> dict[str, np.ndarray]:
+    """The sums per pair (``inv [S]`` the pair of each sample) of :func:`pair_sums`: ``count``, ``sum_y`` and the
+    asked float statistics (``sum_p`` is ``sum_p0 + sum_p1``).
+
+    The count, the matched count and the sums of p over unmatched and matched samples come from two counts
+    over ``2 * pair + y`` (one unweighted, one weighted by p): each pair's sum of p over its unmatched samples is
+    added in sample order, as the sum of ``where(y, 0, p)`` over all its samples is (the zeros added there
+    change no bit: the partial sums are never negative), and the counts are whole numbers (exact in float64).
+    The other statistics' per-sample terms are made one at a time (each [S] array released before the next).
+    """
+    want = asked | ({"sum_p0", "sum_p1"} if "sum_p" in asked else set())
+    inv2 = np.multiply(inv, 2, dtype=np.intp)
+    np.add(inv2, y_arr, out=inv2, casting="unsafe")
+    n2 = np.bincount(inv2, minlength=2 * n_pairs)
+    terms: dict[str, np.ndarray] = {
+        "count": (n2[0::2] + n2[1::2]).astype(np.float64),
+        "sum_y": n2[1::2].astype(np.float64),
+    }
+    del n2
+    if want & {"sum_p0", "sum_p1"}:
+        split = np.bincount(inv2, weights=p_used, minlength=2 * n_pairs)
+        p0, p1 = np.ascontiguousarray(split[0::2]), np.ascontiguousarray(split[1::2])
+        del split
+        if "sum_p" in want:
+            terms["sum_p"] = p0 + p1
+        terms.update({k: v for k, v in (("sum_p0", p0), ("sum_p1", p1)) if k in asked})
+    del inv2
+    for k in FLOAT_STATS:
+        if k in want and k not in ("sum_p0", "sum_p1"):
+            terms[k] = np.bincount(inv, weights=sample_terms(p_used, y_arr, (k,))[k], minlength=n_pairs)
+    return terms
