@@ -466,10 +466,7 @@ def cell_stats(
             keys[a : a + m] = key2
             continue
         count2 += np.bincount(key2, minlength=2 * size)
-        yb = yc if (not rest or yc.dtype == np.bool_) else np.not_equal(yc, 0, out=ws.get("y_bool", np.bool_, m))
-        for name, acc in acc2.items():
-            values = p_used if name == "sum_p" else term_into(name, p_used, yb, ws)
-            add_words(acc, key2, fx_words_into(values, FLOAT_STATS.get(name, 0), ws))
+        add_chunk(acc2, key2, p_used, yc, ws)
     if keys is not None:
         count2, acc2 = _compact_sums(keys, p_arr, y_arr, edges, size, names, step, ws)
     del keys, ws  # released before the statistics are assembled (peak memory)
@@ -501,20 +498,30 @@ def _compact_sums(
     np.take(slot, keys, out=keys)
     del slot
     part = {name: np.zeros((len(occ), 3), dtype=np.int64) for name in names}
-    split_only = all(name == "sum_p" for name in names)
     for a in chunks(len(keys), step):
         pc, yc = p_arr[a : a + step], y_arr[a : a + step]
         m = len(pc)
         p_used = np.clip(pc, EPS, 1.0 - EPS, out=ws.get("p_used", np.float64, m)) if edges == "netcal" else pc
-        yb = yc if (split_only or yc.dtype == np.bool_) else np.not_equal(yc, 0, out=ws.get("y_bool", np.bool_, m))
-        for name, acc in part.items():
-            values = p_used if name == "sum_p" else term_into(name, p_used, yb, ws)
-            add_words(acc, keys[a : a + m], fx_words_into(values, FLOAT_STATS.get(name, 0), ws))
+        add_chunk(part, keys[a : a + m], p_used, yc, ws)
     acc2: dict[str, np.ndarray] = {}
     for name in names:
         acc2[name] = np.zeros((2 * size, 3), dtype=np.int64)
         acc2[name][occ] = part.pop(name)
     return count2, acc2
+
+
+def add_chunk(acc: dict[str, np.ndarray], key: np.ndarray, p_used: np.ndarray, y: np.ndarray, ws: Workspace) -> None:
+    """Add one chunk's fixed-point sums into ``acc`` (statistic -> ``[K, 3]`` int64 words, ``"sum_p"`` the
+    confidence itself): ``key [m]`` the key of each sample (its row of ``acc``), ``p_used`` the confidence as
+    averaged (clipped under netcal's rule), ``y`` the matched flags (bool or 0/1, read by the other
+    statistics' terms only). The one per-chunk accumulation of :func:`cell_stats`, over the whole key range
+    or over the occupied keys (:func:`_compact_sums`)."""
+    m = len(p_used)
+    terms_only_p = all(name == "sum_p" for name in acc)
+    yb = y if (terms_only_p or y.dtype == np.bool_) else np.not_equal(y, 0, out=ws.get("y_bool", np.bool_, m))
+    for name, words in acc.items():
+        values = p_used if name == "sum_p" else term_into(name, p_used, yb, ws)
+        add_words(words, key, fx_words_into(values, FLOAT_STATS.get(name, 0), ws))
 
 
 def _wanted_stats(stats: Sequence[str] | None) -> tuple[tuple[str, ...], bool, list[str]]:

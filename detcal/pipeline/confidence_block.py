@@ -223,7 +223,9 @@ class SharedCells(NamedTuple):
 
 def _grid_reads(measures: dict[str, ConfidenceMetric], key: Any, features: Any) -> set[str]:
     """The float statistics the suite computes on grid ``key``: those its measures read."""
-    return {s for m in measures.values() if m.binned and m.grid_key(None, None, features) == key for s in m.required_stats}
+    return {
+        s for m in measures.values() if m.binned and m.grid_key(None, None, features) == key for s in m.required_stats
+    }
 
 
 def _shared_cells(
@@ -371,5 +373,7 @@ def _one_threshold(
         return label, block, {}
     map_stats = None
     if shared is not None and grid_stats is not None:
-        map_stats = {name: sub_grid_stats(grid_stats[k], dims, reads) for name, (k, dims, reads) in shared.map_dims.items()}
+        map_stats = {
+            name: sub_grid_stats(grid_stats[k], dims, reads) for name, (k, dims, reads) in shared.map_dims.items()
+        }
     return label, block, dece_maps(spec, p, y, fr, map_cells, map_stats)
