@@ -657,16 +657,33 @@ def dense_rank(keys: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
 def sorted_rank(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(keys, return_inverse=True)`` of a 1-D array by one sort, each temporary released once read
     (the distinct keys in increasing order, of the keys' type, and the intp index of each key among them:
-    the arrays ``np.unique`` gives, which holds the sorted keys, the order and two intp arrays at once)."""
+    the arrays ``np.unique`` gives, which holds the sorted keys, the order and two intp arrays at once).
+
+    Non-negative integer keys whose largest value and sample index fit together in 62 bits are sorted as one
+    int64 ``key << b | index`` (``b`` the bits of the largest index): a sort of values (numpy's vectorised
+    sort) instead of an argsort, the order read back from the low bits, the keys from the high bits (the same
+    distinct keys and the same index of each)."""
     if keys.ndim != 1 or len(keys) == 0:
         uniq, inv = np.unique(keys, return_inverse=True)
         return uniq, inv.reshape(-1)
-    order = np.argsort(keys)
-    ordered = keys[order]
+    shift = int(len(keys) - 1).bit_length()
+    packed = keys.dtype.kind in "iu" and int(keys.min()) >= 0 and int(keys.max()).bit_length() + shift <= 62
+    if packed:
+        ordered = keys.astype(np.int64)
+        ordered <<= shift
+        for lo in range(0, len(keys), CHUNK):  # the index in blocks (no [S] temporary beside the packed keys)
+            ordered[lo : lo + CHUNK] |= np.arange(lo, min(lo + CHUNK, len(keys)), dtype=np.int64)
+        ordered.sort()
+        order = np.empty(len(keys), dtype=np.int32 if len(keys) < 2**31 else np.int64)
+        np.bitwise_and(ordered, (1 << shift) - 1, out=order, casting="unsafe")
+        ordered >>= shift
+    else:
+        order = np.argsort(keys)
+        ordered = keys[order]
     first = np.empty(len(ordered), dtype=bool)
     first[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
-    uniq = ordered[first]
+    uniq = ordered[first].astype(keys.dtype, copy=False)
     del ordered
     rank = np.cumsum(first, dtype=np.int32 if len(keys) < 2**31 else np.intp)
     rank -= 1
