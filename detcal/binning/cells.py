@@ -144,17 +144,20 @@ class CellStats:
     def sum_nll(self) -> np.ndarray:
         return self._value("sum_nll")
 
-    def sums(self) -> CellSums:
-        """Float view [..., C] of the statistics (``None`` for those not computed)."""
+    def sums(self, fields: Sequence[str] | None = None) -> CellSums:
+        """Float view [..., C] of the statistics (``None`` for those not computed, and for the fields not in
+        ``fields`` when given: a caller that reads only some of them, e.g. the fields a measure's values read,
+        converts only those; each the same array either way)."""
         have = self.fixed.keys()
+        wanted = set(CellSums._fields if fields is None else fields)
 
-        def get(name: str) -> Any:  # statistics not computed are None
-            return self._value(name) if name in have else None
+        def get(name: str) -> Any:  # statistics not computed (or not wanted) are None
+            return self._value(name) if name in have and name in wanted else None
 
-        sum_p: Any = self.sum_p if {"sum_p0", "sum_p1"} <= have else None
+        sum_p: Any = self.sum_p if {"sum_p0", "sum_p1"} <= have and "sum_p" in wanted else None
         return CellSums(
-            self.count.astype(np.float64),
-            self.sum_y.astype(np.float64),
+            self.count.astype(np.float64) if "count" in wanted else None,
+            self.sum_y.astype(np.float64) if "sum_y" in wanted else None,
             sum_p,
             get("sum_p0"),
             get("sum_p1"),

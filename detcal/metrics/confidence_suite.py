@@ -393,9 +393,10 @@ def class_values(
         n_groups = int(st.count.shape[0])
         step = max(1, CLASS_BLOCK_CELLS // max(st.n_cells, 1)) if binned else max(n_groups, 1)
         parts: dict[str, list[np.ndarray]] = {name: [] for name in names}
+        fields = {f for name in names for f in measures[name].value_fields}  # the fields the values read
         for g0 in range(0, n_groups, step):
             part = st.group_slice(g0, g0 + step)
-            sums = (part if binned else part.total()).sums()  # cell-free: exact totals
+            sums = (part if binned else part.total()).sums(tuple(fields))  # cell-free: exact totals
             for name in names:
                 parts[name].append(np.asarray(measures[name].values(sums)))
         for name in names:
