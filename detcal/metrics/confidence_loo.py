@@ -158,7 +158,8 @@ def loo_max_gap(c: CellLOO) -> np.ndarray:
     sorted_key = np.append(key_t[order], -np.inf)
     # pairs by (unit, rank of their cell): the first rank missing from a unit's pairs is its untouched maximum
     r = rank[c.col]
-    by = np.lexsort((r, c.unit))
+    # each (unit, cell) pair once: the keys unit * C + rank are distinct, so one sort of them gives lexsort's order
+    by = np.argsort(c.unit.astype(np.int64) * len(order) + r, kind="stable")
     starts, counts = _unit_starts(c.unit, c.m)
     pos = np.arange(len(by)) - np.repeat(starts, counts)
     first = np.where(r[by] != pos, pos, counts[c.unit[by]])

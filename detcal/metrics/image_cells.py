@@ -182,8 +182,11 @@ def csc_indices(col: np.ndarray, n_groups: int, n_occ: int, k: int) -> np.ndarra
     """Row indices ``[P * k]`` of :func:`product_matrix`'s matrix: ``col * k + f`` for each pair and field."""
     idx = _index_type(len(col), n_groups, n_occ, k)
     indices: np.ndarray = np.empty((len(col), k), dtype=idx)
-    np.multiply(col[:, None], k, out=indices, casting="unsafe")
-    indices += np.arange(k, dtype=idx)
+    if k == 0:
+        return indices.reshape(-1)
+    np.multiply(col, k, out=indices[:, 0], casting="unsafe")  # column by column: long inner loops, not k at a time
+    for f in range(1, k):
+        np.add(indices[:, 0], f, out=indices[:, f])
     return indices.reshape(-1)
 
 
