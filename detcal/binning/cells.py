@@ -155,9 +155,11 @@ class CellStats:
             return self._value(name) if name in have and name in wanted else None
 
         sum_p: Any = self.sum_p if {"sum_p0", "sum_p1"} <= have and "sum_p" in wanted else None
+        count: Any = self.count.astype(np.float64) if "count" in wanted else None
+        sum_y: Any = self.sum_y.astype(np.float64) if "sum_y" in wanted else None
         return CellSums(
-            self.count.astype(np.float64) if "count" in wanted else None,
-            self.sum_y.astype(np.float64) if "sum_y" in wanted else None,
+            count,
+            sum_y,
             sum_p,
             get("sum_p0"),
             get("sum_p1"),
@@ -677,7 +679,7 @@ def sorted_rank(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         for lo in range(0, len(keys), CHUNK):  # the index in blocks (no [S] temporary beside the packed keys)
             ordered[lo : lo + CHUNK] |= np.arange(lo, min(lo + CHUNK, len(keys)), dtype=np.int64)
         ordered.sort()
-        order = np.empty(len(keys), dtype=np.int32 if len(keys) < 2**31 else np.int64)
+        order: np.ndarray = np.empty(len(keys), dtype=np.int32 if len(keys) < 2**31 else np.int64)
         np.bitwise_and(ordered, (1 << shift) - 1, out=order, casting="unsafe")
         ordered >>= shift
     else:
@@ -722,6 +724,7 @@ def pair_sums(
     """
     p_arr, y_arr, f_arr = validate_sample(p, y, None if cells is not None else features)
     cell: np.ndarray | None = None
+    b: tuple[int, ...]
     if cells is None:
         b = _grid_bins(bins, 1 + (0 if f_arr is None else f_arr.shape[1]), edges)
         if int(np.prod(b)) > 1:
