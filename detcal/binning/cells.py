@@ -763,8 +763,9 @@ def pair_sums(
 def _pair_terms(
     inv: np.ndarray, n_pairs: int, p_used: np.ndarray, y_arr: np.ndarray, asked: set[str]
 ) -> dict[str, np.ndarray]:
-    """The sums per pair (``inv [S]`` the pair of each sample) of :func:`pair_sums`: ``count``, ``sum_y`` and the
-    asked float statistics (``sum_p`` is ``sum_p0 + sum_p1``).
+    """The sums per pair (``inv [S]`` the intp pair of each sample, overwritten and restored: no second [S]
+    index is made) of :func:`pair_sums`: ``count``, ``sum_y`` and the asked float statistics (``sum_p`` is
+    ``sum_p0 + sum_p1``).
 
     The count, the matched count and the sums of p over unmatched and matched samples come from two counts
     over ``2 * pair + y`` (one unweighted, one weighted by p): each pair's sum of p over its unmatched samples is
@@ -773,22 +774,21 @@ def _pair_terms(
     The other statistics' per-sample terms are made one at a time (each [S] array released before the next).
     """
     want = asked | ({"sum_p0", "sum_p1"} if "sum_p" in asked else set())
-    inv2 = np.multiply(inv, 2, dtype=np.intp)
-    np.add(inv2, y_arr, out=inv2, casting="unsafe")
-    n2 = np.bincount(inv2, minlength=2 * n_pairs)
+    inv *= 2  # 2 * pair + y, in place
+    np.add(inv, y_arr, out=inv, casting="unsafe")
+    n2 = np.bincount(inv, minlength=2 * n_pairs)
     terms: dict[str, np.ndarray] = {
         "count": (n2[0::2] + n2[1::2]).astype(np.float64),
         "sum_y": n2[1::2].astype(np.float64),
     }
     del n2
     if want & {"sum_p0", "sum_p1"}:
-        split = np.bincount(inv2, weights=p_used, minlength=2 * n_pairs)
-        p0, p1 = np.ascontiguousarray(split[0::2]), np.ascontiguousarray(split[1::2])
-        del split
+        split = np.bincount(inv, weights=p_used, minlength=2 * n_pairs)
         if "sum_p" in want:
-            terms["sum_p"] = p0 + p1
-        terms.update({k: v for k, v in (("sum_p0", p0), ("sum_p1", p1)) if k in asked})
-    del inv2
+            terms["sum_p"] = split[0::2] + split[1::2]
+        terms.update({k: np.ascontiguousarray(split[j::2]) for j, k in enumerate(("sum_p0", "sum_p1")) if k in asked})
+        del split
+    np.right_shift(inv, 1, out=inv)  # the pair of each sample again
     for k in FLOAT_STATS:
         if k in want and k not in ("sum_p0", "sum_p1"):
             terms[k] = np.bincount(inv, weights=sample_terms(p_used, y_arr, (k,))[k], minlength=n_pairs)
