@@ -144,17 +144,22 @@ class CellStats:
     def sum_nll(self) -> np.ndarray:
         return self._value("sum_nll")
 
-    def sums(self) -> CellSums:
-        """Float view [..., C] of the statistics (``None`` for those not computed)."""
+    def sums(self, fields: Sequence[str] | None = None) -> CellSums:
+        """Float view [..., C] of the statistics (``None`` for those not computed, and for the fields not in
+        ``fields`` when given: a caller that reads only some of them, e.g. the fields a measure's values read,
+        converts only those; each the same array either way)."""
         have = self.fixed.keys()
+        wanted = set(CellSums._fields if fields is None else fields)
 
-        def get(name: str) -> Any:  # statistics not computed are None
-            return self._value(name) if name in have else None
+        def get(name: str) -> Any:  # statistics not computed (or not wanted) are None
+            return self._value(name) if name in have and name in wanted else None
 
-        sum_p: Any = self.sum_p if {"sum_p0", "sum_p1"} <= have else None
+        sum_p: Any = self.sum_p if {"sum_p0", "sum_p1"} <= have and "sum_p" in wanted else None
+        count: Any = self.count.astype(np.float64) if "count" in wanted else None
+        sum_y: Any = self.sum_y.astype(np.float64) if "sum_y" in wanted else None
         return CellSums(
-            self.count.astype(np.float64),
-            self.sum_y.astype(np.float64),
+            count,
+            sum_y,
             sum_p,
             get("sum_p0"),
             get("sum_p1"),
@@ -466,10 +471,7 @@ def cell_stats(
             keys[a : a + m] = key2
             continue
         count2 += np.bincount(key2, minlength=2 * size)
-        yb = yc if (not rest or yc.dtype == np.bool_) else np.not_equal(yc, 0, out=ws.get("y_bool", np.bool_, m))
-        for name, acc in acc2.items():
-            values = p_used if name == "sum_p" else term_into(name, p_used, yb, ws)
-            add_words(acc, key2, fx_words_into(values, FLOAT_STATS.get(name, 0), ws))
+        add_chunk(acc2, key2, p_used, yc, ws)
     if keys is not None:
         count2, acc2 = _compact_sums(keys, p_arr, y_arr, edges, size, names, step, ws)
     del keys, ws  # released before the statistics are assembled (peak memory)
@@ -501,20 +503,30 @@ def _compact_sums(
     np.take(slot, keys, out=keys)
     del slot
     part = {name: np.zeros((len(occ), 3), dtype=np.int64) for name in names}
-    split_only = all(name == "sum_p" for name in names)
     for a in chunks(len(keys), step):
         pc, yc = p_arr[a : a + step], y_arr[a : a + step]
         m = len(pc)
         p_used = np.clip(pc, EPS, 1.0 - EPS, out=ws.get("p_used", np.float64, m)) if edges == "netcal" else pc
-        yb = yc if (split_only or yc.dtype == np.bool_) else np.not_equal(yc, 0, out=ws.get("y_bool", np.bool_, m))
-        for name, acc in part.items():
-            values = p_used if name == "sum_p" else term_into(name, p_used, yb, ws)
-            add_words(acc, keys[a : a + m], fx_words_into(values, FLOAT_STATS.get(name, 0), ws))
+        add_chunk(part, keys[a : a + m], p_used, yc, ws)
     acc2: dict[str, np.ndarray] = {}
     for name in names:
         acc2[name] = np.zeros((2 * size, 3), dtype=np.int64)
         acc2[name][occ] = part.pop(name)
     return count2, acc2
+
+
+def add_chunk(acc: dict[str, np.ndarray], key: np.ndarray, p_used: np.ndarray, y: np.ndarray, ws: Workspace) -> None:
+    """Add one chunk's fixed-point sums into ``acc`` (statistic -> ``[K, 3]`` int64 words, ``"sum_p"`` the
+    confidence itself): ``key [m]`` the key of each sample (its row of ``acc``), ``p_used`` the confidence as
+    averaged (clipped under netcal's rule), ``y`` the matched flags (bool or 0/1, read by the other
+    statistics' terms only). The one per-chunk accumulation of :func:`cell_stats`, over the whole key range
+    or over the occupied keys (:func:`_compact_sums`)."""
+    m = len(p_used)
+    terms_only_p = all(name == "sum_p" for name in acc)
+    yb = y if (terms_only_p or y.dtype == np.bool_) else np.not_equal(y, 0, out=ws.get("y_bool", np.bool_, m))
+    for name, words in acc.items():
+        values = p_used if name == "sum_p" else term_into(name, p_used, yb, ws)
+        add_words(words, key, fx_words_into(values, FLOAT_STATS.get(name, 0), ws))
 
 
 def _wanted_stats(stats: Sequence[str] | None) -> tuple[tuple[str, ...], bool, list[str]]:
@@ -650,16 +662,33 @@ def dense_rank(keys: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
 def sorted_rank(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(keys, return_inverse=True)`` of a 1-D array by one sort, each temporary released once read
     (the distinct keys in increasing order, of the keys' type, and the intp index of each key among them:
-    the arrays ``np.unique`` gives, which holds the sorted keys, the order and two intp arrays at once)."""
+    the arrays ``np.unique`` gives, which holds the sorted keys, the order and two intp arrays at once).
+
+    Non-negative integer keys whose largest value and sample index fit together in 62 bits are sorted as one
+    int64 ``key << b | index`` (``b`` the bits of the largest index): a sort of values (numpy's vectorised
+    sort) instead of an argsort, the order read back from the low bits, the keys from the high bits (the same
+    distinct keys and the same index of each)."""
     if keys.ndim != 1 or len(keys) == 0:
         uniq, inv = np.unique(keys, return_inverse=True)
         return uniq, inv.reshape(-1)
-    order = np.argsort(keys)
-    ordered = keys[order]
+    shift = int(len(keys) - 1).bit_length()
+    packed = keys.dtype.kind in "iu" and int(keys.min()) >= 0 and int(keys.max()).bit_length() + shift <= 62
+    if packed:
+        ordered = keys.astype(np.int64)
+        ordered <<= shift
+        for lo in range(0, len(keys), CHUNK):  # the index in blocks (no [S] temporary beside the packed keys)
+            ordered[lo : lo + CHUNK] |= np.arange(lo, min(lo + CHUNK, len(keys)), dtype=np.int64)
+        ordered.sort()
+        order: np.ndarray = np.empty(len(keys), dtype=np.int32 if len(keys) < 2**31 else np.int64)
+        np.bitwise_and(ordered, (1 << shift) - 1, out=order, casting="unsafe")
+        ordered >>= shift
+    else:
+        order = np.argsort(keys)
+        ordered = keys[order]
     first = np.empty(len(ordered), dtype=bool)
     first[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
-    uniq = ordered[first]
+    uniq = ordered[first].astype(keys.dtype, copy=False)
     del ordered
     rank = np.cumsum(first, dtype=np.int32 if len(keys) < 2**31 else np.intp)
     rank -= 1
@@ -694,8 +723,14 @@ def pair_sums(
     ``features`` may be None (the same numbers).
     """
     p_arr, y_arr, f_arr = validate_sample(p, y, None if cells is not None else features)
+    cell: np.ndarray | None = None
+    b: tuple[int, ...]
     if cells is None:
-        cell, b, p_used = sample_cells(p_arr, f_arr, bins, edges)
+        b = _grid_bins(bins, 1 + (0 if f_arr is None else f_arr.shape[1]), edges)
+        if int(np.prod(b)) > 1:
+            cell, b, p_used = sample_cells(p_arr, f_arr, b, edges)
+        else:  # one cell: every sample's cell is 0 (the key is the group), no binning
+            p_used = np.clip(p_arr, EPS, 1.0 - EPS) if edges == "netcal" else p_arr
     else:
         cells_in, b = _given_cells(cells, p_arr, None, bins, edges)
         c_arr = np.asarray(cells_in)
@@ -707,26 +742,15 @@ def pair_sums(
     dense = len(g) > 0 and int(g.min()) >= 0
     top = (int(g.max()) + 1) * n_cells if len(g) else 0
     key = g.astype(np.int32 if dense and top < 2**31 else np.int64)  # the same keys, in half the memory
-    key *= n_cells
-    key += cell  # in place (narrow unsigned cells widen exactly): one [S] integer array, not three
+    if cell is not None:
+        key *= n_cells
+        key += cell  # in place (narrow unsigned cells widen exactly): one [S] integer array, not three
     del cell
     uniq, inv = dense_rank(key, top if dense else -1)
     del key  # the per-sample keys are not read again (the pairs' index is ``inv``)
     n_pairs = len(uniq)
     asked = set(CellSums._fields if fields is None else fields)
-    want = asked | ({"sum_p0", "sum_p1"} if "sum_p" in asked else set())
-    names = [k for k in FLOAT_STATS if k in want]
-    # one statistic's per-sample terms at a time (each [S] array released before the next is made); sum_p
-    # first, so that its parts, when not asked for, are released before the count and matched sums are made
-    terms: dict[str, Any] = {}
-    for k in names:
-        terms[k] = np.bincount(inv, weights=sample_terms(p_used, y_arr, (k,))[k], minlength=n_pairs)
-        if k == "sum_p1" and "sum_p0" in terms:
-            terms["sum_p"] = terms["sum_p0"] + terms["sum_p1"]
-            for part in {"sum_p0", "sum_p1"} - asked:
-                del terms[part]
-    terms["count"] = np.bincount(inv, minlength=n_pairs).astype(np.float64)
-    terms["sum_y"] = np.bincount(inv, weights=y_arr.astype(np.float64), minlength=n_pairs)
+    terms = _pair_terms(inv, n_pairs, p_used, y_arr, asked)
     del inv
     chosen: dict[str, Any] = {  # the asked fields only
         f: terms.pop(f, None) if f in asked or f in ("count", "sum_y") else None for f in CellSums._fields
@@ -734,3 +758,38 @@ def pair_sums(
     del terms
     sums = CellSums(**chosen)
     return uniq // n_cells, uniq % n_cells, sums, n_cells
+
+
+def _pair_terms(
+    inv: np.ndarray, n_pairs: int, p_used: np.ndarray, y_arr: np.ndarray, asked: set[str]
+) -> dict[str, np.ndarray]:
+    """The sums per pair (``inv [S]`` the intp pair of each sample, overwritten and restored: no second [S]
+    index is made) of :func:`pair_sums`: ``count``, ``sum_y`` and the asked float statistics (``sum_p`` is
+    ``sum_p0 + sum_p1``).
+
+    The count, the matched count and the sums of p over unmatched and matched samples come from two counts
+    over ``2 * pair + y`` (one unweighted, one weighted by p): each pair's sum of p over its unmatched samples is
+    added in sample order, as the sum of ``where(y, 0, p)`` over all its samples is (the zeros added there
+    change no bit: the partial sums are never negative), and the counts are whole numbers (exact in float64).
+    The other statistics' per-sample terms are made one at a time (each [S] array released before the next).
+    """
+    want = asked | ({"sum_p0", "sum_p1"} if "sum_p" in asked else set())
+    inv *= 2  # 2 * pair + y, in place
+    np.add(inv, y_arr, out=inv, casting="unsafe")
+    n2 = np.bincount(inv, minlength=2 * n_pairs)
+    terms: dict[str, np.ndarray] = {
+        "count": (n2[0::2] + n2[1::2]).astype(np.float64),
+        "sum_y": n2[1::2].astype(np.float64),
+    }
+    del n2
+    if want & {"sum_p0", "sum_p1"}:
+        split = np.bincount(inv, weights=p_used, minlength=2 * n_pairs)
+        if "sum_p" in want:
+            terms["sum_p"] = split[0::2] + split[1::2]
+        terms.update({k: np.ascontiguousarray(split[j::2]) for j, k in enumerate(("sum_p0", "sum_p1")) if k in asked})
+        del split
+    np.right_shift(inv, 1, out=inv)  # the pair of each sample again
+    for k in FLOAT_STATS:
+        if k in want and k not in ("sum_p0", "sum_p1"):
+            terms[k] = np.bincount(inv, weights=sample_terms(p_used, y_arr, (k,))[k], minlength=n_pairs)
+    return terms

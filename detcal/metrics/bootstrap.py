@@ -46,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Callable, Hashable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -66,6 +67,7 @@ from detcal.metrics.image_cells import (
     replicate_values,
 )
 from detcal.metrics.normal import ndtr, ndtri
+from detcal.utils.scoped import Scoped
 
 _BLOCK_ELEMS = BLOCK_ELEMS
 """Draws per block: replicates are drawn in blocks of ``max(1, 2**21 // I)``."""
@@ -157,6 +159,36 @@ def draw_counts(n_groups: int, n_boot: int, seed: int) -> list[np.ndarray]:
         del picks
         out.append(cnt.astype(np.min_scalar_type(int(cnt.max())), copy=False))
     return out
+
+
+_DRAWS = Scoped()
+"""While :func:`draws_shared` is open, its items: ``[(n_groups, n_boot, seed), counts]`` of the last
+:func:`shared_draw_counts`."""
+
+
+@contextmanager
+def draws_shared() -> Iterator[None]:
+    """Within the block, :func:`shared_draw_counts` with the same ``(n_groups, n_boot, seed)`` draws and counts
+    once and hands the same (read-only) blocks to every caller: the confidence metrics of several IoU thresholds
+    over the same images draw the same replicates. Cleared on exit."""
+    with _DRAWS.open():
+        yield
+
+
+def shared_draw_counts(n_groups: int, n_boot: int, seed: int) -> list[np.ndarray]:
+    """:func:`draw_counts`, reused while :func:`draws_shared` is open for the same arguments (the same
+    integers: the draws depend on nothing else)."""
+    if not _DRAWS.active:
+        return draw_counts(n_groups, n_boot, seed)
+    key = (int(n_groups), int(n_boot), int(seed))
+    if _DRAWS.items and _DRAWS.items[0] == key:
+        return _DRAWS.items[1]  # type: ignore[no-any-return]
+    _DRAWS.items[:] = []  # the previous counts released first
+    counts = draw_counts(*key)
+    for blk in counts:
+        blk.setflags(write=False)
+    _DRAWS.items[:] = [key, counts]
+    return counts
 
 
 def resample_rows(picks: np.ndarray, order: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -342,7 +374,7 @@ def _fast_suite(
     the same numbers as holding them all, in less memory (tested bit for bit).
     """
     inv, n_groups = groups
-    counts = draw_counts(n_groups, n_boot, seed)
+    counts = shared_draw_counts(n_groups, n_boot, seed)
     reps = {name: np.full(n_boot, np.nan) for name in names}
     jack: dict[str, np.ndarray] = {}
     for key, members in grid_members(metric_fns, names, arrays).items():

@@ -66,7 +66,8 @@ def _shared_entry(s: CellSums, sample_threshold: int, policy: str) -> list[Any] 
 
 
 def cell_summary(s: CellSums, sample_threshold: int, policy: str) -> dict[str, np.ndarray]:
-    """Per-cell precision, confidence, gap and the kept mask, [..., C]; N and the denominator [...]."""
+    """Per-cell precision, confidence, gap (``gap0``: ``np.nan_to_num`` of it, 0 in empty cells) and the kept
+    mask, [..., C]; N and the denominator [...]."""
     if not _SUMMARIES.active:
         return _cell_summary(s, sample_threshold, policy)
     e = _shared_entry(s, sample_threshold, policy)
@@ -97,6 +98,7 @@ def _cell_summary(s: CellSums, sample_threshold: int, policy: str) -> dict[str, 
         "prec": prec,
         "conf": conf,
         "gap": gap,
+        "gap0": np.nan_to_num(gap),  # the gap read by the measures (0 in empty cells), made once per summary
         "n": n,
         "n_kept": n_kept,
         "denom": denom,
@@ -120,7 +122,7 @@ def gap_moments(summ: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def _gap_moments(summ: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    kept, n_c, gap = summ["kept"], summ["n_c"], np.nan_to_num(summ["gap"])
+    kept, n_c, gap = summ["kept"], summ["n_c"], summ["gap0"]
     w = np.where(kept, n_c, 0.0)
     n_kept = summ["n_kept"][..., None]
     wn = ratio(w, n_kept)
@@ -143,21 +145,21 @@ def _summ(s: CellSums, m: MeasureSettings) -> dict[str, np.ndarray]:
 def ece_values(s: CellSums, m: MeasureSettings) -> np.ndarray:
     """``sum_kept N_c gap(c) / N'`` (ECE, and D-ECE on the position grid): :func:`detcal.metrics.reference.ece`."""
     summ = _summ(s, m)
-    kept, n_c, gap = summ["kept"], summ["n_c"], np.nan_to_num(summ["gap"])
+    kept, n_c, gap = summ["kept"], summ["n_c"], summ["gap0"]
     return ratio(np.where(kept, n_c * gap, 0.0).sum(axis=-1), summ["denom"])
 
 
 def ece_q_values(s: CellSums, m: MeasureSettings) -> np.ndarray:
     """``(sum_kept N_c gap(c)^q / N')^(1/q)``: :func:`detcal.metrics.reference.ece_q`."""
     summ, q = _summ(s, m), m.q
-    kept, n_c, gap = summ["kept"], summ["n_c"], np.nan_to_num(summ["gap"])
+    kept, n_c, gap = summ["kept"], summ["n_c"], summ["gap0"]
     return ratio(np.where(kept, n_c * gap**q, 0.0).sum(axis=-1), summ["denom"]) ** (1.0 / q)
 
 
 def mce_values(s: CellSums, m: MeasureSettings) -> np.ndarray:
     """``max_kept gap(c)``: :func:`detcal.metrics.reference.mce`."""
     summ = _summ(s, m)
-    mx = np.max(np.where(summ["kept"], np.nan_to_num(summ["gap"]), -np.inf), axis=-1, initial=-np.inf)
+    mx = np.max(np.where(summ["kept"], summ["gap0"], -np.inf), axis=-1, initial=-np.inf)
     return np.where(np.isfinite(mx), mx, np.nan)
 
 

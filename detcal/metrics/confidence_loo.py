@@ -113,6 +113,22 @@ def _per_unit(c: CellLOO, x: np.ndarray) -> np.ndarray:
     return np.bincount(c.unit, weights=x, minlength=c.m)
 
 
+def _weights(c: CellLOO, drop: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The samples each cell counts with, ``w_t [C]`` at the totals and ``w_l [P]`` with the pair's unit left out
+    (kept cells only under ``drop``, else every sample), ``w_t`` at each pair's cell ``[P]`` and the per-unit
+    total ``[m]``: computed once per :class:`CellLOO` and policy (the ratios' denominator and the spread's
+    weights are the same numbers: ECE and ECE_q, D-ECE, homogeneity and the outlier share read them)."""
+    key = "weights_drop" if drop else "weights_all"
+    if key not in c.memo:
+        if drop:
+            w_t, w_l = np.where(c.kept_t, c.n_t, 0.0), np.where(c.kept_l, c.n_l, 0.0)
+        else:
+            w_t, w_l = c.n_t, c.n_l
+        w_o = w_t[c.col]
+        c.memo[key] = (w_t, w_l, w_o, w_t.sum() + _per_unit(c, w_l - w_o))
+    return c.memo[key]  # type: ignore[no-any-return]
+
+
 def loo_sum_ratio(c: CellLOO, q: float, policy: str, power: bool) -> np.ndarray:
     """ECE / D-ECE (``power=False``) or ECE_q (``power=True``) with each unit left out ``[m]``."""
     if power:
@@ -122,11 +138,7 @@ def loo_sum_ratio(c: CellLOO, q: float, policy: str, power: bool) -> np.ndarray:
         term_t = np.where(c.kept_t, c.n_t * c.gap_t, 0.0)
         term_l = np.where(c.kept_l, c.n_l * c.gap_l, 0.0)
     num = term_t.sum() + _per_unit(c, term_l - term_t[c.col])
-    if policy == "drop":
-        w_t, w_l = np.where(c.kept_t, c.n_t, 0.0), np.where(c.kept_l, c.n_l, 0.0)
-    else:
-        w_t, w_l = c.n_t, c.n_l
-    den = w_t.sum() + _per_unit(c, w_l - w_t[c.col])
+    den = _weights(c, policy == "drop")[3]
     v = ratio(num, den)
     return v ** (1.0 / q) if power else v
 
@@ -146,7 +158,8 @@ def loo_max_gap(c: CellLOO) -> np.ndarray:
     sorted_key = np.append(key_t[order], -np.inf)
     # pairs by (unit, rank of their cell): the first rank missing from a unit's pairs is its untouched maximum
     r = rank[c.col]
-    by = np.lexsort((r, c.unit))
+    # each (unit, cell) pair once: the keys unit * C + rank are distinct, so one sort of them gives lexsort's order
+    by = np.argsort(c.unit.astype(np.int64) * len(order) + r, kind="stable")
     starts, counts = _unit_starts(c.unit, c.m)
     pos = np.arange(len(by)) - np.repeat(starts, counts)
     first = np.where(r[by] != pos, pos, counts[c.unit[by]])
@@ -171,15 +184,13 @@ def _spread(c: CellLOO) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 def _spread_of(c: CellLOO) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    w_t = np.where(c.kept_t, c.n_t, 0.0)
-    w_l = np.where(c.kept_l, c.n_l, 0.0)
+    w_t, w_l, w_o, w = _weights(c, True)
     big_w = w_t.sum()
     m0 = float(np.sum(w_t * c.gap_t) / big_w) if big_w > 0 else 0.0
     d_t, d_l = c.gap_t - m0, c.gap_l - m0
-    w_o = w_t[c.col]
-    w = big_w + _per_unit(c, w_l - w_o)
-    a = np.sum(w_t * d_t) + _per_unit(c, w_l * d_l - w_o * d_t[c.col])
-    b = np.sum(w_t * d_t * d_t) + _per_unit(c, w_l * d_l * d_l - w_o * d_t[c.col] ** 2)
+    d_o = d_t[c.col]
+    a = np.sum(w_t * d_t) + _per_unit(c, w_l * d_l - w_o * d_o)
+    b = np.sum(w_t * d_t * d_t) + _per_unit(c, w_l * d_l * d_l - w_o * d_o**2)
     shift = ratio(a, w)
     mean = m0 + shift
     std = np.sqrt(np.maximum(ratio(b, w) - shift * shift, 0.0))
@@ -216,6 +227,6 @@ def loo_outliers(c: CellLOO) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         all_above = suffix[_first_above(c.gap_t[order], np.nan_to_num(mean), np.nan_to_num(limit))]
         mu, lim = mean[c.unit], limit[c.unit]
-        old = np.where(c.kept_t[c.col] & (c.gap_t[c.col] - mu > lim), w_t[c.col], 0.0)
+        old = np.where(c.kept_t[c.col] & (c.gap_t[c.col] - mu > lim), _weights(c, True)[2], 0.0)
         new = np.where(c.kept_l & (c.gap_l - mu > lim), c.n_l, 0.0)
     return ratio(all_above + _per_unit(c, new - old), w)

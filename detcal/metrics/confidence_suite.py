@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -285,6 +285,7 @@ def confidence_metrics(
     image_id: ArrayLike | None = None,
     cells: dict[Hashable, np.ndarray] | None = None,
     *,
+    grid_stats: dict[Hashable, CellStats] | None = None,
     average: str = "weighted",
     n_boot: int = 1000,
     ci_level: float = 0.95,
@@ -307,7 +308,9 @@ def confidence_metrics(
 
     ``cells``: the cell of each sample on the suite's grids, from :func:`suite_cells`
     (computed once for detections shared by several calls, e.g. one per IoU
-    threshold, then indexed): those grids skip the binning (same numbers).
+    threshold, then indexed): those grids skip the binning (same numbers). ``grid_stats``: filled with the
+    class-agnostic statistics of each binned grid, by grid key (e.g. for the D-ECE maps of its sub-grids,
+    :func:`sub_grid_stats`).
     """
     chosen = dict(suite() if measures is None else measures)
     p_arr = np.asarray(p, dtype=np.float64)
@@ -329,6 +332,8 @@ def confidence_metrics(
         for name, m in chosen.items():
             st = grouped[keys[name]]
             agnostic, agnostic_sums = _shared(keys[name], m.binned)
+            if grid_stats is not None and m.binned:
+                grid_stats[keys[name]] = agnostic
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", SparseCellsWarning)  # one combined warning below
                 out[name] = m.result(agnostic, agnostic_sums)
@@ -388,9 +393,10 @@ def class_values(
         n_groups = int(st.count.shape[0])
         step = max(1, CLASS_BLOCK_CELLS // max(st.n_cells, 1)) if binned else max(n_groups, 1)
         parts: dict[str, list[np.ndarray]] = {name: [] for name in names}
+        fields = {f for name in names for f in measures[name].value_fields}  # the fields the values read
         for g0 in range(0, n_groups, step):
             part = st.group_slice(g0, g0 + step)
-            sums = (part if binned else part.total()).sums()  # cell-free: exact totals
+            sums = (part if binned else part.total()).sums(tuple(fields))  # cell-free: exact totals
             for name in names:
                 parts[name].append(np.asarray(measures[name].values(sums)))
         for name in names:
@@ -400,6 +406,35 @@ def class_values(
                 else measures[name].values((st if binned else st.total()).sums())
             )
     return out
+
+
+def sub_grid_stats(stats: CellStats, dims: Sequence[int], which: Sequence[str]) -> CellStats:
+    """The statistics ``[C']`` of the (confidence, dimensions ``dims``) sub-grid of ``stats [C]`` (the cells of
+    ``stats.bins`` in C order, confidence first), with the float statistics ``which`` only: each sub-grid cell
+    sums the cells it covers, over the other dimensions, and the sub-grid's dimensions come in the order
+    ``[0, *dims]``.
+
+    The statistics are integers (counts and fixed-point words), so these are the integers :func:`cell_stats`
+    gives over the samples' sub-grid cells (the same bins and edge rule per dimension: digit ``d`` of a cell is
+    its bin along dimension ``d``), whatever the order of the sums.
+    """
+    grid = tuple(int(b) for b in stats.bins)
+    keep = [0, *(int(d) for d in dims)]
+    drop = tuple(d for d in range(len(grid)) if d not in keep)
+    perm = [sorted(keep).index(d) for d in keep]  # the summed array's axes (increasing) -> the order of keep
+
+    def reduce(a: np.ndarray, tail: tuple[int, ...]) -> np.ndarray:
+        summed = a.reshape(grid + tail).sum(axis=drop)
+        moved = np.transpose(summed, perm + list(range(len(keep), len(keep) + len(tail))))
+        return np.ascontiguousarray(moved).reshape((-1,) + tail)
+
+    return CellStats(
+        bins=BinGrid(tuple(grid[d] for d in keep)),
+        edges=stats.edges,
+        count=reduce(stats.count, ()),
+        sum_y=reduce(stats.sum_y, ()),
+        fixed={k: reduce(stats.fixed[k], (3,)) for k in which},
+    )
 
 
 def suite_cells(

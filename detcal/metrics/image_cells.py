@@ -32,7 +32,7 @@ them on each resampled sample (generic path), which is exact by construction.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,26 +134,37 @@ def transposed_csr(rows: np.ndarray, col: np.ndarray, data: np.ndarray, n_groups
 def product_matrix(rows: np.ndarray, col: np.ndarray, data: np.ndarray, n_groups: int, n_occ: int) -> Any:
     """The matrix ``[n_occ * k, n_groups]`` of :func:`transposed_csr` (``data[j, f]`` of pair j at
     (``col[j] * k + f``, ``rows[j]``)), as the transpose of the image-by-cell CSR matrix when the pairs come
-    sorted by image, each (image, cell) once (as :meth:`pair_sums` gives them), else as
-    :func:`transposed_csr`.
-
-    The image-by-cell CSR matrix is the pairs as they are: row ``i`` holds image ``i``'s pairs, column
-    ``col * k + f``, value ``data[j, f]`` (``data`` read in place, no sort or conversion). Its transpose is a
-    CSC matrix, whose product with a dense block adds, into each output entry, the images' terms in
-    increasing image order, each image at most once per entry: the additions of the CSR product of
-    :func:`transposed_csr`, in the same order, so the same numbers bit for bit (tested), with less memory
-    traffic (each image's weights are read once, the output stays in cache). The CSC matrix is a
-    :func:`detcal.metrics.sparse_product.csc_product`: scipy's compiled product kernels without the import
-    of ``scipy.sparse`` (the same kernel on the same arrays, so the same numbers; ``scipy.sparse`` itself
-    when those kernels cannot be loaded).
-    """
-    k = data.shape[1]
+    sorted by image, each (image, cell) once (as :meth:`pair_sums` gives them: :func:`sorted_product_matrix`),
+    else as :func:`transposed_csr`."""
     if len(rows) > 1 and bool(np.any(rows[1:] < rows[:-1])):
         return transposed_csr(rows, col, data, n_groups, n_occ)
+    return sorted_product_matrix([rows, col], lambda n: data, n_groups, n_occ, data.shape[1])
+
+
+def sorted_product_matrix(
+    pairs: list[np.ndarray], values: Callable[[int], np.ndarray], n_groups: int, n_occ: int, k: int
+) -> Any:
+    """The product matrix ``[n_occ * k, n_groups]`` of pairs sorted by image: ``pairs`` is ``[rows, col]`` (emptied
+    as read: each index array is released once its part of the matrix is made), ``values(P)`` the pairs' values
+    ``[P, k]`` (made last; column ``f`` of pair ``j`` goes to row ``col[j] * k + f``, column ``rows[j]``).
+
+    The image-by-cell CSR matrix is the pairs as they are: row ``i`` holds image ``i``'s pairs, column
+    ``col * k + f``, value ``data[j, f]`` (no sort or conversion). Its transpose is a CSC matrix, whose product
+    with a dense block adds, into each output entry, the images' terms in increasing image order, each image at
+    most once per entry: the additions of the CSR product of :func:`transposed_csr`, in the same order, so the
+    same numbers bit for bit (tested), with less memory traffic (each image's weights are read once, the output
+    stays in cache). The CSC matrix is a :func:`detcal.metrics.sparse_product.csc_product`: scipy's compiled
+    product kernels without the import of ``scipy.sparse`` (the same kernel on the same arrays, so the same
+    numbers; ``scipy.sparse`` itself when those kernels cannot be loaded).
+    """
+    col = pairs.pop()
+    rows = pairs.pop()
     indptr = csc_indptr(rows, n_groups, n_occ, k)
+    del rows
     indices = csc_indices(col, n_groups, n_occ, k)
-    values = np.ascontiguousarray(data, dtype=np.float64).reshape(-1)
-    return csc_product(indptr, indices, values, (n_occ * k, n_groups))
+    del col
+    data = np.ascontiguousarray(values(len(indices) // max(k, 1)), dtype=np.float64).reshape(-1)
+    return csc_product(indptr, indices, data, (n_occ * k, n_groups))
 
 
 def _index_type(n_pairs: int, n_groups: int, n_occ: int, k: int) -> type[np.signedinteger[Any]]:
@@ -171,8 +182,11 @@ def csc_indices(col: np.ndarray, n_groups: int, n_occ: int, k: int) -> np.ndarra
     """Row indices ``[P * k]`` of :func:`product_matrix`'s matrix: ``col * k + f`` for each pair and field."""
     idx = _index_type(len(col), n_groups, n_occ, k)
     indices: np.ndarray = np.empty((len(col), k), dtype=idx)
-    np.multiply(col[:, None], k, out=indices, casting="unsafe")
-    indices += np.arange(k, dtype=idx)
+    if k == 0:
+        return indices.reshape(-1)
+    np.multiply(col, k, out=indices[:, 0], casting="unsafe")  # column by column: long inner loops, not k at a time
+    for f in range(1, k):
+        np.add(indices[:, 0], f, out=indices[:, f])
     return indices.reshape(-1)
 
 
@@ -226,12 +240,26 @@ def grid_cells(
 
 
 def with_matrix(g: GridCells) -> GridCells:
-    """``g`` with its product matrix ``at`` (:func:`product_matrix` of the columns ``matrix_fields``)."""
+    """``g`` with its product matrix ``at`` (:func:`product_matrix` of the columns ``matrix_fields``), its pairs
+    kept (:func:`matrix_from` releases them)."""
     if g.at is not None:
         return g
-    columns = [g.sums.count * g.pack + g.sums.sum_y if f == PACKED else getattr(g.sums, f) for f in g.matrix_fields]
-    at = product_matrix(g.rows, g.cols, np.stack(columns, axis=1), g.n_groups, g.n_occ)
-    return dataclasses.replace(g, at=at)
+    return dataclasses.replace(matrix_from([g]), rows=g.rows, cols=g.cols, sums=g.sums)
+
+
+def matrix_columns(g: GridCells, src: dict[str, np.ndarray], n_pairs: int) -> np.ndarray:
+    """The values ``[P, k]`` of ``g``'s matrix columns ``matrix_fields`` from the pair sums ``src`` (field ->
+    ``[P]``; each taken out of ``src`` once read): the packed column is ``count * pack + sum_y``
+    (:attr:`GridCells.pack`), every other column its field."""
+    k = len(g.matrix_fields)
+    data = np.empty((n_pairs, k), dtype=np.float64)
+    for j, f in enumerate(g.matrix_fields):
+        if f == PACKED:
+            np.multiply(src.pop("count"), g.pack, out=data[:, j])
+            np.add(data[:, j], src.pop("sum_y"), out=data[:, j])
+        else:
+            data[:, j] = src.pop(f)
+    return data
 
 
 def image_cells(
@@ -404,37 +432,31 @@ def count_product(g: GridCells, part: np.ndarray) -> np.ndarray:
 def matrix_only(g: GridCells) -> GridCells:
     """``g`` with its product matrix (:func:`with_matrix`) and without its pairs (released: what
     :func:`count_replicates` reads is the matrix only)."""
-    g = with_matrix(g)
-    none = np.zeros(0, dtype=np.int64)
-    return dataclasses.replace(g, rows=none, cols=none, sums=_sums({}))
+    return matrix_from([g])
 
 
 def matrix_from(held: list[GridCells]) -> GridCells:
-    """:func:`matrix_only` of the one grid in ``held``, taken out of the list (so the caller keeps no
-    reference to its pairs) and turned into the same matrix piece by piece: the column pointers from the
-    image of each pair, then the row indices from the cells, then the values from the sums field by field,
-    each input released once read (the same arrays as :func:`with_matrix`: the packed column is
-    ``count * pack + sum_y``, the same two operations)."""
+    """The one grid in ``held``, taken out of the list (so the caller keeps no reference to its pairs), with its
+    product matrix ``at`` and without its pairs: the matrix is built piece by piece, the column pointers from
+    the image of each pair, then the row indices from the cells, then the values from the sums field by field
+    (:func:`matrix_columns`), each input released once read (:func:`sorted_product_matrix`; pairs not sorted by
+    image: :func:`transposed_csr`)."""
     g = held.pop()
     none = np.zeros(0, dtype=np.int64)
-    if g.at is not None or (len(g.rows) > 1 and bool(np.any(g.rows[1:] < g.rows[:-1]))):
-        return matrix_only(g)  # a matrix already, or pairs not by image: the plain way
-    rows, col, k, shape = g.rows, g.cols, len(g.matrix_fields), (g.n_occ * len(g.matrix_fields), g.n_groups)
+    bare = dataclasses.replace(g, rows=none, cols=none, sums=_sums({}))
+    if g.at is not None:
+        return bare
+    rows, col, n_pairs = g.rows, g.cols, len(g.rows)
     src = {f: getattr(g.sums, f) for f in g.fields}
-    g = dataclasses.replace(g, rows=none, cols=none, sums=_sums({}))
-    indptr = csc_indptr(rows, g.n_groups, g.n_occ, k)
-    del rows
-    indices = csc_indices(col, g.n_groups, g.n_occ, k)
-    del col
-    data = np.empty((len(indices) // max(k, 1), k), dtype=np.float64)
-    for j, f in enumerate(g.matrix_fields):
-        if f == PACKED:
-            np.multiply(src.pop("count"), g.pack, out=data[:, j])
-            np.add(data[:, j], src.pop("sum_y"), out=data[:, j])
-        else:
-            data[:, j] = src.pop(f)
-    del src
-    return dataclasses.replace(g, at=csc_product(indptr, indices, data.reshape(-1), shape))
+    del g
+    if n_pairs > 1 and bool(np.any(rows[1:] < rows[:-1])):  # pairs not by image: the coordinate matrix
+        data = matrix_columns(bare, src, n_pairs)
+        return dataclasses.replace(bare, at=transposed_csr(rows, col, data, bare.n_groups, bare.n_occ))
+    pairs = [rows, col]
+    del rows, col
+    k = len(bare.matrix_fields)
+    at = sorted_product_matrix(pairs, lambda n: matrix_columns(bare, src, n), bare.n_groups, bare.n_occ, k)
+    return dataclasses.replace(bare, at=at)
 
 
 def _unit_pairs(g: GridCells, block: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, CellSums]:

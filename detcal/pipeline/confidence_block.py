@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from detcal.binning.cells import cell_stats, sample_cells, validate_sample
+from detcal.binning.cells import CellStats, cell_stats, sample_cells, validate_sample
 from detcal.binning.edges import BinGrid
 from detcal.core.errors import DetcalInputError
 from detcal.core.results import ConfidenceBlock
 from detcal.core.types import MatchResult, MetricResult, Skipped
 from detcal.metrics.confidence import ConfidenceMetric
-from detcal.metrics.confidence_suite import confidence_metrics, suite, suite_cells
+from detcal.metrics.confidence_suite import confidence_metrics, sub_grid_stats, suite, suite_cells
 from detcal.pipeline.parallel import distributed_rank, distributed_world, gather_all, map_in_processes
 from detcal.pipeline.progress import Progress
 from detcal.pipeline.sources import LoadedData
@@ -50,12 +52,18 @@ def _map_metric(spec: EvaluationSpec, pair: list[str]) -> ConfidenceMetric:
 
 
 def dece_maps(
-    spec: EvaluationSpec, p: np.ndarray, y: np.ndarray, feats: np.ndarray, cells: dict[str, np.ndarray] | None = None
+    spec: EvaluationSpec,
+    p: np.ndarray,
+    y: np.ndarray,
+    feats: np.ndarray,
+    cells: dict[str, np.ndarray] | None = None,
+    stats: Mapping[str, CellStats] | None = None,
 ) -> dict[str, Any]:
     """D-ECE heat maps over the configured feature pairs (Kueppers et al. 2020, Fig. 1).
 
     ``cells``: the cell of each sample on each map grid (keyed ``"f1_f2"``), computed once for
-    all IoU thresholds (:func:`_shared_cells`); the same numbers as without.
+    all IoU thresholds (:func:`_shared_cells`); ``stats``: a map grid's statistics already summed from the
+    D-ECE grid's (:func:`detcal.metrics.confidence_suite.sub_grid_stats`). The same numbers as without.
     """
     b = spec.dece_binning
     out: dict[str, Any] = {}
@@ -65,7 +73,9 @@ def dece_maps(
         metric = _map_metric(spec, pair)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            if cells is not None and name in cells:
+            if stats is not None and name in stats:
+                r = metric.result(stats[name])
+            elif cells is not None and name in cells:
                 bins = metric.grid_key(None, None, np.empty((0, 2)))[0]
                 r = metric.result(
                     cell_stats(p, y, None, bins, edges=metric.edges, stats=metric.required_stats, cells=cells[name])
@@ -147,12 +157,24 @@ def confidence_blocks(
         results = map_in_processes(_one_threshold, todo, args, workers)
     else:
         results = []
-        for i in todo:
-            progress.step(f"confidence {threshold_label(float(mr.iou_thresholds[i]))}")
-            results.append(_one_threshold(i, *args))
+        with _draws_shared(spec.bootstrap.n > 0 and len(todo) > 1):  # the thresholds draw the same replicates
+            for i in todo:
+                progress.step(f"confidence {threshold_label(float(mr.iou_thresholds[i]))}")
+                results.append(_one_threshold(i, *args))
     out = {label: block for label, block, _ in results}
     maps = {label: m for label, block, m in results if m is not None}
     return out, maps
+
+
+def _draws_shared(wanted: bool) -> contextlib.AbstractContextManager[None]:
+    """:func:`detcal.metrics.bootstrap.draws_shared` when ``wanted`` (intervals at several thresholds), else
+    nothing."""
+    if not wanted:
+        return contextlib.nullcontext()
+    # lazy: the bootstrap module only when intervals are asked (as in confidence_metrics)
+    from detcal.metrics.bootstrap import draws_shared
+
+    return draws_shared()
 
 
 def spec_suite(spec: EvaluationSpec) -> dict[str, ConfidenceMetric]:
@@ -187,6 +209,25 @@ def sample_feature_columns(spec: EvaluationSpec, feats: np.ndarray, rows: np.nda
     return [np.take(feats[:, k], rows) for k in cols] if cols else None
 
 
+class SharedCells(NamedTuple):
+    """What :func:`_shared_cells` computes once for every IoU threshold: the considered detections ``rows``,
+    their cells on the suite's grids (by grid key) and on the map grids that are not sub-grids of the D-ECE
+    grid (by map name), and for those that are, the D-ECE grid's key, the map's dimensions on it and the
+    statistics its D-ECE reads (summed from the D-ECE grid's: :func:`detcal.metrics.confidence_suite.sub_grid_stats`)."""
+
+    rows: np.ndarray
+    cells: dict[Any, np.ndarray]
+    map_cells: dict[str, np.ndarray]
+    map_dims: dict[str, tuple[Any, list[int], tuple[str, ...]]]
+
+
+def _grid_reads(measures: dict[str, ConfidenceMetric], key: Any, features: Any) -> set[str]:
+    """The float statistics the suite computes on grid ``key``: those its measures read."""
+    return {
+        s for m in measures.values() if m.binned and m.grid_key(None, None, features) == key for s in m.required_stats
+    }
+
+
 def _shared_cells(
     spec: EvaluationSpec,
     measures: dict[str, ConfidenceMetric],
@@ -194,32 +235,41 @@ def _shared_cells(
     mr: MatchResult,
     feats: np.ndarray,
     no_pos: str | None,
-) -> tuple[np.ndarray, dict[Any, np.ndarray], dict[str, np.ndarray]] | None:
+) -> SharedCells | None:
     """The considered detections and their cells on the suite's grids and on the map grids, computed
     once for every IoU threshold (the cells do not depend on the matched flags); None when a value is
-    invalid (each threshold then reports it as before)."""
+    invalid (each threshold then reports it as before). A map grid that is a sub-grid of the D-ECE grid
+    (the same edge rule, its features among the grid's) needs no cells: its statistics are the D-ECE grid's
+    summed over the other dimensions, exact integers."""
     cons = np.flatnonzero(mr.considered)
     if len(cons) == len(feats):  # every detection considered: the columns themselves, not gathered copies
         p, fr = data.detections.score, feats
     else:
         p, fr = data.detections.score[cons], np.take(feats, cons, axis=0)
     try:
-        cells = suite_cells(p, sample_features(spec, fr, no_pos), measures)
-        maps = {}
+        f = sample_features(spec, fr, no_pos)
+        cells = suite_cells(p, f, measures)
+        maps, dims = {}, {}
         if spec.confidence.maps and not no_pos:
             # the D-ECE grid over (confidence, features...): keys (bins, edge rule, with features)
             dece_key = next((k for k in cells if isinstance(k, tuple) and k[2]), None)
             names = list(spec.dece_binning.features)
+            reads = _grid_reads(measures, dece_key, f) if dece_key is not None else set()
             for pair in spec.confidence.maps:
                 metric = _map_metric(spec, pair)
                 key = f"{pair[0]}_{pair[1]}"
                 if dece_key is not None and dece_key[1] == metric.edges and set(pair) <= set(names):
-                    maps[key] = _map_cells_of(cells[dece_key], tuple(dece_key[0]), [1 + names.index(n) for n in pair])
+                    on_grid = [1 + names.index(n) for n in pair]
+                    if set(metric.required_stats) <= reads:  # its statistics are summed from the grid's
+                        dims[key] = (dece_key, on_grid, metric.required_stats)
+                    else:
+                        maps[key] = _map_cells_of(cells[dece_key], tuple(dece_key[0]), on_grid)
                     continue
                 f2 = np.take(fr, _feature_cols(pair), axis=1)
                 validate_sample(p, np.zeros(len(p), dtype=bool), f2)  # checks the two features
                 maps[key] = sample_cells(p, f2, metric.grid_key(None, None, f2)[0], metric.edges)[0]
-        return cons, {k: narrow_cells(v) for k, v in cells.items()}, {k: narrow_cells(v) for k, v in maps.items()}
+        narrow = {k: narrow_cells(v) for k, v in cells.items()}
+        return SharedCells(cons, narrow, {k: narrow_cells(v) for k, v in maps.items()}, dims)
     except DetcalInputError:
         return None
 
@@ -268,18 +318,20 @@ def _one_threshold(
     mr: MatchResult,
     feats: np.ndarray,
     no_pos: str | None,
-    shared: tuple[np.ndarray, dict[Any, np.ndarray], dict[str, np.ndarray]] | None = None,
+    shared: SharedCells | None = None,
 ) -> tuple[str, ConfidenceBlock | Skipped, dict[str, Any] | None]:
     """(label, metric block, D-ECE maps or None) of matching row ``i``; ``shared``: :func:`_shared_cells`."""
     b, c = spec.dece_binning, spec.confidence
     dets = data.detections
     label = threshold_label(float(mr.iou_thresholds[i]))
     cells = map_cells = None
+    grid_stats: dict[Any, CellStats] | None = None
     if shared is not None:
-        pos = np.flatnonzero(~mr.ignored[i][shared[0]])  # rows = considered & not ignored, in order
-        rows = shared[0][pos]
-        cells = {key: np.take(cell, pos) for key, cell in shared[1].items()}
-        map_cells = {key: np.take(cell, pos) for key, cell in shared[2].items()}
+        pos = np.flatnonzero(~mr.ignored[i][shared.rows])  # rows = considered & not ignored, in order
+        rows = shared.rows[pos]
+        cells = {key: np.take(cell, pos) for key, cell in shared.cells.items()}
+        map_cells = {key: np.take(cell, pos) for key, cell in shared.map_cells.items()}
+        grid_stats = {} if shared.map_dims else None
     else:
         rows = np.flatnonzero(mr.considered & ~mr.ignored[i])
     p, y = dets.score[rows], mr.matched[i, rows]
@@ -303,6 +355,7 @@ def _one_threshold(
             measures,
             dets.image_id[rows] if spec.bootstrap.n > 0 else None,  # read by the intervals only
             cells=cells,
+            grid_stats=grid_stats,
             **interval_settings(spec),
         )
     for r in res.values():
@@ -316,4 +369,11 @@ def _one_threshold(
     }
     if no_pos:
         _null_position_metrics(block, "images without width/height: box positions cannot be made relative")
-    return label, block, (dece_maps(spec, p, y, fr, map_cells) if c.maps and not no_pos else {})
+    if not c.maps or no_pos:
+        return label, block, {}
+    map_stats = None
+    if shared is not None and grid_stats is not None:
+        map_stats = {
+            name: sub_grid_stats(grid_stats[k], dims, reads) for name, (k, dims, reads) in shared.map_dims.items()
+        }
+    return label, block, dece_maps(spec, p, y, fr, map_cells, map_stats)

@@ -246,6 +246,8 @@ def _per_class(
 
 def _missing_sizes(data: LoadedData, feats: np.ndarray) -> str | None:
     """A warning naming the file and ``width`` when some images have no size (position metrics are then skipped)."""
+    if feats.size == 0 or bool(np.isfinite(feats.min()) and np.isfinite(feats.max())):
+        return None  # every value finite (NaN and infinities reach the smallest or the largest): no row to name
     bad = ~np.isfinite(feats).all(axis=1)
     if not bad.any():
         return None
