@@ -363,11 +363,12 @@ def _single_pair_step(
     iou = pair_iou[p0:p1]
     thr = thr_pair[:, p0:p1] if thr_pair.shape[1] > 1 else thr_pair
     ok = (iou > thr) if strict else (iou >= thr)
-    free = taken[:, g]
-    np.logical_not(free, out=free)
-    free |= crowd_g[g]
+    was = taken[:, g]  # one gather: read for the free GTs, then written back with this step's takes
+    free = ~was
+    crowd = crowd_g[g]
+    if crowd.any():
+        free |= crowd
     ok &= free
-    free = taken[:, g]
-    free |= ok
-    taken[:, g] = free
+    was |= ok
+    taken[:, g] = was
     np.copyto(chosen[:, s0:s1], g, where=ok)

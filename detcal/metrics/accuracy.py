@@ -102,8 +102,11 @@ def _accumulate_order(dets: Detections, det_cat_k: np.ndarray) -> np.ndarray:
     """:func:`accumulate_order` from each detection's category position ``det_cat_k`` [D]."""
     if len(dets) == 0:
         return np.zeros(0, np.int64)
-    img_code = factorize(dets.image_id)[0]
-    return stable_argsort([img_code, float_key(dets.score, descending=True), det_cat_k])
+    img = dets.image_id
+    if bool((img[1:] >= img[:-1]).all()):  # images in id order already (a file written image by image):
+        # the input order is the image order, which the stable sort keeps among equal (category, score)
+        return stable_argsort([float_key(dets.score, descending=True), det_cat_k])
+    return stable_argsort([factorize(img)[0], float_key(dets.score, descending=True), det_cat_k])
 
 
 def coco_eval_arrays(
