@@ -32,6 +32,19 @@ def factorize(values: np.ndarray) -> tuple[np.ndarray, int]:
     return inv.reshape(-1).astype(np.int64), len(uniq)
 
 
+def is_member(values: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """``np.isin(values, ids)`` [N] for integer arrays: with small non-negative integers, one lookup in a
+    table of flags (numpy's own table method shifts and compares every value first), else ``np.isin``."""
+    v, ids = np.asarray(values), np.asarray(ids)
+    if len(v) and len(ids) and v.dtype.kind in "iu" and ids.dtype.kind in "iu":
+        lo, hi = min(int(v.min()), int(ids.min())), max(int(v.max()), int(ids.max()))
+        if lo >= 0 and hi < 4 * len(v) + 2_000_000:
+            table = np.zeros(hi + 1, bool)
+            table[ids] = True
+            return table[v]
+    return np.isin(v, ids)
+
+
 def group_codes(
     det_img: np.ndarray, det_cat: np.ndarray, gt_img: np.ndarray, gt_cat: np.ndarray, class_agnostic: bool
 ) -> tuple[np.ndarray, np.ndarray, int]:

@@ -65,6 +65,15 @@ def row_numbers(index: slice | np.ndarray, n: int) -> np.ndarray:
     return index
 
 
+def rows_through(index: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``index`` (positions into ``rows``, -1 none; any shape) as the rows themselves, -1 kept: a chunk's
+    GT positions as rows of the whole ground truth, in one lookup (int64)."""
+    lut = np.empty(len(rows) + 1, np.int64)
+    lut[:-1] = rows
+    lut[-1] = -1  # index -1 reads the last entry
+    return lut[index]
+
+
 def _rows_by_code(code: np.ndarray, n_chunks: int) -> list[slice | np.ndarray]:
     """Rows of each code 0..n_chunks-1 (``code`` -1: in none), ascending, as slices when contiguous."""
     n = len(code)

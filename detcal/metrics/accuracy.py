@@ -44,7 +44,7 @@ from numpy.typing import ArrayLike
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections, MetricResult
-from detcal.matching.blocks import factorize, float_key, stable_argsort
+from detcal.matching.blocks import factorize, float_key, is_member, stable_argsort
 from detcal.matching.engine import ExclusiveLayout, changed_walk, exclusive_layout, exclusive_walk
 from detcal.utils.processes import map_in_processes
 
@@ -135,7 +135,7 @@ def coco_eval_arrays(
     area = _box_area(gt.box) if gt_area is None else np.asarray(gt_area, np.float64).reshape(-1)
     if area.shape != (len(gt),) or not np.isfinite(area).all():
         raise DetcalInputError(f"gt_area must hold {len(gt)} finite numbers", field="gt_area")
-    unknown = ~np.isin(dets.image_id, dataset.images.id)  # a membership test: no row lookup needed
+    unknown = ~is_member(dets.image_id, dataset.images.id)  # a membership test: no row lookup needed
     if unknown.any():
         i = int(np.flatnonzero(unknown)[0])
         raise DetcalInputError(
