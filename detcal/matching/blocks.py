@@ -116,22 +116,40 @@ def stable_argsort(keys: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def _radix_argsort(keys: Sequence[np.ndarray]) -> np.ndarray:
-    """:func:`stable_argsort` in one piece (LSD radix passes over every row)."""
+    """:func:`stable_argsort` in one piece (LSD radix passes over every row).
+
+    The first key is read as it is (the order so far is the identity: no gather), a key of one digit is
+    cast to 2 bytes without shifting, and a key's digits are carried along only while another digit of
+    it is still to sort."""
     n = len(keys[0])
     perm = np.arange(n, dtype=np.int64)
     if n == 0:
         return perm
+    moved = False  # whether perm is still the identity
     for key in keys:
-        k = np.asarray(key).astype(np.uint64)[perm]
+        k = np.asarray(key)
         top = int(k.max())
+        if top < 1 << 16:  # one digit: cast to 2 bytes, then read in the order so far
+            d = k.astype(np.uint16)
+            if moved:
+                d = d[perm]
+            if d.min() != d.max():
+                perm, moved = perm[np.argsort(d, kind="stable")], True
+            continue
+        k = k.astype(np.uint64)
+        if moved:
+            k = k[perm]
         sh = 0
         while True:
             d = ((k >> np.uint64(sh)) & np.uint64(0xFFFF)).astype(np.uint16)
+            sh += 16
+            last = sh >= 64 or (top >> sh) == 0
             if d.min() != d.max():
                 p = np.argsort(d, kind="stable")
-                perm, k = perm[p], k[p]
-            sh += 16
-            if sh >= 64 or (top >> sh) == 0:
+                perm, moved = perm[p], True
+                if not last:
+                    k = k[p]
+            if last:
                 break
     return perm
 
