@@ -333,16 +333,21 @@ def greedy_walk(
     T = thr_pair.shape[0]
     S = len(seg_start)
     chosen = np.full((T, S), -1, np.int32 if n_gt < 2**31 - 1 else np.int64)  # GT positions
-    taken = np.zeros((T, n_gt), bool)
+    taken = np.zeros((n_gt, T), bool)  # by GT, then threshold: a step's GTs are rows (one gather each)
     per_pair_thr = thr_pair.shape[1] > 1
     seg_end = np.append(seg_start[1:], len(pair_iou))
+    # per pair, once: its GT is crowd (stays free; None: no pair's is), and its choice key: the IoU's bits
+    # (a non-negative double's bits order as its value) with bit 62 set for a regular (not ignored) GT, so
+    # the largest key of a segment is its best regular pair where it has one, else its best ignored one
+    pair_crowd = crowd_g[pair_g] if crowd_g.any() else None
+    pair_key = choice_keys(pair_iou, ~ign_g[pair_g])
     for r in range(len(step_seg) - 1):
         s0, s1 = int(step_seg[r]), int(step_seg[r + 1])
         if step_multi is not None:
             sm = int(step_multi[r])
             if sm > s0:
                 _single_pair_step(
-                    pair_iou, pair_g, thr_pair, strict, crowd_g, int(seg_start[s0]), s0, sm, taken, chosen
+                    pair_iou, pair_g, thr_pair, strict, pair_crowd, int(seg_start[s0]), s0, sm, taken, chosen
                 )
             s0 = sm
         if s0 == s1:
@@ -353,23 +358,32 @@ def greedy_walk(
         thr = thr_pair[:, p0:p1] if per_pair_thr else thr_pair
         seg = pair_seg[p0:p1] - s0
         starts = seg_start[s0:s1] - p0
-        ok = (iou > thr) if strict else (iou >= thr)
-        valid = ok & (crowd_g[g] | ~taken[:, g])
-        reg = ~ign_g[g]
-        has_reg = np.logical_or.reduceat(valid & reg, starts, axis=1)
-        cand = valid & (reg | ~has_reg[:, seg])
-        key = np.where(cand, iou, -1.0)
+        valid = (iou > thr) if strict else (iou >= thr)
+        free = ~taken[g].T  # [T, p]
+        if pair_crowd is not None:
+            free |= pair_crowd[p0:p1]
+        valid &= free
+        # the candidates: the valid pairs of regular GTs where a segment has one, else its valid pairs; the
+        # best of them: the largest key (the valid pairs' keys are >= 0, the others' -1)
+        key = np.where(valid, pair_key[p0:p1], -1)
         best = np.maximum.reduceat(key, starts, axis=1)
-        if pair_tie is None:
-            pos = np.where(cand & (key == best[:, seg]), np.arange(p1 - p0), -1)
-        else:
-            pos = np.where(cand & (key == best[:, seg]), pair_tie[p0:p1], -1)
+        at_best = key == best[:, seg]
+        at_best &= valid  # a segment without a valid pair has best -1: none of its pairs
+        pos = np.where(at_best, np.arange(p1 - p0) if pair_tie is None else pair_tie[p0:p1], -1)
         last = np.maximum.reduceat(pos, starts, axis=1)  # exact tie -> later GT
         ti, si = np.nonzero(last >= 0)
         gi = g[last[ti, si]] if g_of_tie is None else g_of_tie[last[ti, si]]
-        taken[ti, gi] = True
+        taken[gi, ti] = True
         chosen[ti, s0 + si] = gi
     return chosen
+
+
+def choice_keys(iou: np.ndarray, regular: np.ndarray) -> np.ndarray:
+    """[P] int64 keys ordering (not ignored, IoU) of pairs with IoU ``iou`` >= 0 (no -0.0): the IoU's bits,
+    which order as the IoUs do, plus 2**62 where ``regular``; exact (no rounding), and >= 0."""
+    key = np.asarray(iou, np.float64).view(np.int64).copy()
+    key[regular] += np.int64(1 << 62)
+    return key
 
 
 def _single_pair_step(
@@ -377,7 +391,7 @@ def _single_pair_step(
     pair_g: np.ndarray,
     thr_pair: np.ndarray,
     strict: bool,
-    crowd_g: np.ndarray,
+    pair_crowd: np.ndarray | None,
     p0: int,
     s0: int,
     s1: int,
@@ -387,19 +401,19 @@ def _single_pair_step(
     """:func:`greedy_walk`'s step for the segments ``s0:s1`` of one pair each (pairs from ``p0``), in place.
 
     The segments are of different groups, so their GTs ``g`` are distinct: the step is written through
-    the [T, n] mask itself (``chosen``'s columns ``s0:s1``, ``taken``'s columns ``g``), without the
-    (threshold, segment) index pairs of its true entries (up to T * n of them, 16 bytes each)."""
+    the mask itself (``chosen``'s columns ``s0:s1``, ``taken``'s rows ``g``, [GT, T]), without the
+    (threshold, segment) index pairs of its true entries (up to T * n of them, 16 bytes each).
+    ``pair_crowd``: whether each pair's GT is crowd (None: none is)."""
     p1 = p0 + (s1 - s0)
     g = pair_g[p0:p1]
     iou = pair_iou[p0:p1]
     thr = thr_pair[:, p0:p1] if thr_pair.shape[1] > 1 else thr_pair
     ok = (iou > thr) if strict else (iou >= thr)
-    was = taken[:, g]  # one gather: read for the free GTs, then written back with this step's takes
-    free = ~was
-    crowd = crowd_g[g]
-    if crowd.any():
-        free |= crowd
+    was = taken[g]  # [n, T], one gather: read for the free GTs, then written back with this step's takes
+    free = ~was.T
+    if pair_crowd is not None:
+        free |= pair_crowd[p0:p1]
     ok &= free
-    was |= ok
-    taken[:, g] = was
+    was |= ok.T
+    taken[g] = was
     np.copyto(chosen[:, s0:s1], g, where=ok)
