@@ -241,12 +241,45 @@ def slot_iou_areas(
 ) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
     """:func:`slot_iou` with each of several detection areas ``das`` ([S] each, e.g. ``w * h`` of the
     input and from the corners): the intersections once, then each IoU in the same arithmetic as
-    :func:`slot_iou` with that area (the same doubles). Returns ``off`` and (iou, best, arg) per area."""
+    :func:`slot_iou` with that area (the same doubles). Returns ``off`` and (iou, best, arg) per area.
+
+    An area that differs from the first at few detections (the input's ``w * h`` and the corners' areas
+    usually differ at a handful) is done as the first's results, with the pairs of those detections
+    computed again with it (the same operations on the same values: the same doubles)."""
+    if ga is None:
+        ga = (gcol[2] - gcol[0]) * (gcol[3] - gcol[1])
+    S = dcol.shape[1]
+    differ = [np.flatnonzero(a != das[0]) for a in das[1:]]
+    if len(das) == 1 or any(4 * len(d) > S for d in differ):
+        return _slot_iou_joint(dcol, g0, n_slot, gcol, crowd, das, ga)
+    off, (first,) = _slot_iou_joint(dcol, g0, n_slot, gcol, crowd, das[:1], ga)
+    res = [first]
+    for a, idx in zip(das[1:], differ):
+        iou, best, arg = (x.copy() for x in first)
+        if len(idx):  # idx ascending: their slot counts fall, as the detections' do
+            cnt = np.searchsorted(-n_slot, -idx, side="left")  # the slots of each (n_slot falls)
+            n_sub = np.searchsorted(-cnt, -np.arange(int(cnt[0])), side="left")
+            off_s, ((iou_s, best_s, arg_s),) = _slot_iou_joint(dcol[:, idx], g0[idx], n_sub, gcol, crowd, [a[idx]], ga)
+            slot_of = np.repeat(np.arange(len(n_sub)), n_sub)
+            iou[off[slot_of] + idx[np.arange(len(iou_s)) - off_s[slot_of]]] = iou_s
+            best[idx], arg[idx] = best_s, arg_s
+        res.append((iou, best, arg))
+    return off, res
+
+
+def _slot_iou_joint(
+    dcol: np.ndarray,
+    g0: np.ndarray,
+    n_slot: np.ndarray,
+    gcol: np.ndarray,
+    crowd: np.ndarray,
+    das: Sequence[np.ndarray],
+    ga: np.ndarray,
+) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """:func:`slot_iou_areas` over every pair, for every area in the same pass."""
     S = dcol.shape[1]
     off = np.cumsum(n_slot) - n_slot
     res = [(np.zeros(int(n_slot.sum())), np.full(S, -1.0), np.zeros(S, np.int64)) for _ in das]
-    if ga is None:
-        ga = (gcol[2] - gcol[0]) * (gcol[3] - gcol[1])
     any_crowd = bool(crowd.any())
     gpack = np.concatenate([gcol, ga[None, :], crowd[None, :].astype(np.float64)])  # one take per slot
     for j in range(len(n_slot)):
