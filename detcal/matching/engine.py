@@ -938,7 +938,7 @@ def _exclusive_layout(
     # the walk order: steps (ranks) in turn; in a step the one-pair segments first (greedy_walk's short
     # path), then segment index; within a segment, GT order (slot). One sort of the segments (not of the
     # pairs), then each segment's pairs in slot order
-    k_ids = np.flatnonzero(n_kept)
+    k_ids = np.flatnonzero(n_kept > 0)
     multi = n_kept[k_ids] > 1  # segments with several pairs to choose from
     step_code = 2 * rank[seg_det[k_ids]] + multi
     so = stable_argsort([step_code])
@@ -949,7 +949,9 @@ def _exclusive_layout(
     kp = off[kj]
     kp += ki
     sel = keep[kp]
-    kp, ki, kj = kp[sel], ki[sel], kj[sel]
+    if not sel.all():  # (every slot of these segments kept, e.g. at threshold 0: nothing to drop)
+        kp, ki, kj = kp[sel], ki[sel], kj[sel]
+    del sel
     k_start = np.cumsum(n_kept[k_ids]) - n_kept[k_ids]
     k_pair_seg = np.repeat(np.arange(len(k_ids), dtype=np.int64), n_kept[k_ids])
     n_steps = int(step_code[-1]) // 2 + 1 if len(step_code) else 0
