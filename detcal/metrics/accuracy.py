@@ -153,14 +153,16 @@ def coco_eval_arrays(
     det_cat_k = category_positions(cats, dets.category)
     if order is None or len(order) != len(dets):
         order = _accumulate_order(dets, det_cat_k)
+    # whether the category is evaluated, by input row (read in accumulate order as bytes, below)
+    known = (det_cat_k < K) & (cats[np.minimum(det_cat_k, K - 1)] == dets.category) if K else det_cat_k < 0
     det_cat_k = det_cat_k[order]
-    known = (det_cat_k < K) & (cats[np.minimum(det_cat_k, K - 1)] == dets.category[order]) if K else det_cat_k < 0
     # one bit per area range (in AREA_RANGES' order): a GT ignored there (pycocotools overwrites a GT
     # 'ignore' key with iscrowd; out-of-range boxes are ignored per range), a detection's area in range
+    # (made by input row, then read in accumulate order: one byte a detection, not its area's eight)
     base_ignore = gt.iscrowd.astype(bool) if gt.iscrowd is not None else np.zeros(len(gt), bool)
     gt_bits = _range_bits([base_ignore | _outside(area, b) for b in AREA_RANGES.values()])
-    det_area = _box_area(dets.box)[order]
-    det_bits = _range_bits([~_outside(det_area, b) for b in AREA_RANGES.values()])
+    det_area = _box_area(dets.box)
+    det_bits = _range_bits([~_outside(det_area, b) for b in AREA_RANGES.values()])[order]
     del det_area
     # the IoUs and the pairs the walk may take, once: each area range walks them under its GT flags
     # (the detections' areas from their corners, as this module always took them: no ``wh``)
@@ -172,7 +174,7 @@ def coco_eval_arrays(
     walk = _range_walk(layout, order, gt_bits)
     # the rank in the (image, category) group, for the max-dets cuts: the matching's own (the same
     # order: descending score, ties in input order)
-    keep = known & layout.considered[order]
+    keep = (known & layout.considered)[order]
     kept = _max_dets_orders(layout.rank[order], keep, det_cat_k, K, walk.seg_pos)
     del known, keep, det_cat_k
     ctx = (gt_bits, det_bits, kept, np.searchsorted(cats, gt.category), K, walk)
