@@ -24,7 +24,15 @@ import numpy as np
 
 from detcal.matching.blocks import factorize
 
-__all__ = ["CHUNK_DETECTIONS", "ImageChunk", "image_chunks", "layout_chunk_size", "row_numbers", "rows_index"]
+__all__ = [
+    "CHUNK_DETECTIONS",
+    "ImageChunk",
+    "image_chunks",
+    "layout_chunk_size",
+    "row_numbers",
+    "rows_index",
+    "rows_through",
+]
 
 CHUNK_DETECTIONS: int = 1 << 17
 """Detections per image chunk (about 131k): the per-pair and per-detection arrays of one chunk stay
