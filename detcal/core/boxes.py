@@ -127,8 +127,9 @@ def relative_features(box: np.ndarray, width: np.ndarray, height: np.ndarray) ->
 
 def check_boxes(box: np.ndarray, what: str) -> None:
     """Refuse a box [N,4] (xyxy) with a non-finite coordinate or a negative extent, naming its row of ``what``."""
-    finite = np.isfinite(box).all(axis=1)
-    if not finite.all():
+    finite = np.isfinite(box)
+    if not finite.all():  # one flat test; the row only to name it
+        finite = finite.all(axis=1)
         raise DetcalInputError(
             "box has a non-finite coordinate", record=f"{what} row {int(np.flatnonzero(~finite)[0])}", field="box"
         )

@@ -32,6 +32,19 @@ def factorize(values: np.ndarray) -> tuple[np.ndarray, int]:
     return inv.reshape(-1).astype(np.int64), len(uniq)
 
 
+def is_member(values: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """``np.isin(values, ids)`` [N] for integer arrays: with small non-negative integers, one lookup in a
+    table of flags (numpy's own table method shifts and compares every value first), else ``np.isin``."""
+    v, ids = np.asarray(values), np.asarray(ids)
+    if len(v) and len(ids) and v.dtype.kind in "iu" and ids.dtype.kind in "iu":
+        lo, hi = min(int(v.min()), int(ids.min())), max(int(v.max()), int(ids.max()))
+        if lo >= 0 and hi < 4 * len(v) + 2_000_000:
+            table = np.zeros(hi + 1, bool)
+            table[ids] = True
+            return table[v]
+    return np.isin(v, ids)
+
+
 def group_codes(
     det_img: np.ndarray, det_cat: np.ndarray, gt_img: np.ndarray, gt_cat: np.ndarray, class_agnostic: bool
 ) -> tuple[np.ndarray, np.ndarray, int]:
@@ -103,22 +116,40 @@ def stable_argsort(keys: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def _radix_argsort(keys: Sequence[np.ndarray]) -> np.ndarray:
-    """:func:`stable_argsort` in one piece (LSD radix passes over every row)."""
+    """:func:`stable_argsort` in one piece (LSD radix passes over every row).
+
+    The first key is read as it is (the order so far is the identity: no gather), a key of one digit is
+    cast to 2 bytes without shifting, and a key's digits are carried along only while another digit of
+    it is still to sort."""
     n = len(keys[0])
     perm = np.arange(n, dtype=np.int64)
     if n == 0:
         return perm
+    moved = False  # whether perm is still the identity
     for key in keys:
-        k = np.asarray(key).astype(np.uint64)[perm]
+        k = np.asarray(key)
         top = int(k.max())
+        if top < 1 << 16:  # one digit: cast to 2 bytes, then read in the order so far
+            d = k.astype(np.uint16)
+            if moved:
+                d = d[perm]
+            if d.min() != d.max():
+                perm, moved = perm[np.argsort(d, kind="stable")], True
+            continue
+        k = k.astype(np.uint64)
+        if moved:
+            k = k[perm]
         sh = 0
         while True:
             d = ((k >> np.uint64(sh)) & np.uint64(0xFFFF)).astype(np.uint16)
+            sh += 16
+            last = sh >= 64 or (top >> sh) == 0
             if d.min() != d.max():
                 p = np.argsort(d, kind="stable")
-                perm, k = perm[p], k[p]
-            sh += 16
-            if sh >= 64 or (top >> sh) == 0:
+                perm, moved = perm[p], True
+                if not last:
+                    k = k[p]
+            if last:
                 break
     return perm
 
@@ -210,12 +241,45 @@ def slot_iou_areas(
 ) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
     """:func:`slot_iou` with each of several detection areas ``das`` ([S] each, e.g. ``w * h`` of the
     input and from the corners): the intersections once, then each IoU in the same arithmetic as
-    :func:`slot_iou` with that area (the same doubles). Returns ``off`` and (iou, best, arg) per area."""
+    :func:`slot_iou` with that area (the same doubles). Returns ``off`` and (iou, best, arg) per area.
+
+    An area that differs from the first at few detections (the input's ``w * h`` and the corners' areas
+    usually differ at a handful) is done as the first's results, with the pairs of those detections
+    computed again with it (the same operations on the same values: the same doubles)."""
+    if ga is None:
+        ga = (gcol[2] - gcol[0]) * (gcol[3] - gcol[1])
+    S = dcol.shape[1]
+    differ = [np.flatnonzero(a != das[0]) for a in das[1:]]
+    if len(das) == 1 or any(4 * len(d) > S for d in differ):
+        return _slot_iou_joint(dcol, g0, n_slot, gcol, crowd, das, ga)
+    off, (first,) = _slot_iou_joint(dcol, g0, n_slot, gcol, crowd, das[:1], ga)
+    res = [first]
+    for a, idx in zip(das[1:], differ):
+        iou, best, arg = (x.copy() for x in first)
+        if len(idx):  # idx ascending: their slot counts fall, as the detections' do
+            cnt = np.searchsorted(-n_slot, -idx, side="left")  # the slots of each (n_slot falls)
+            n_sub = np.searchsorted(-cnt, -np.arange(int(cnt[0])), side="left")
+            off_s, ((iou_s, best_s, arg_s),) = _slot_iou_joint(dcol[:, idx], g0[idx], n_sub, gcol, crowd, [a[idx]], ga)
+            slot_of = np.repeat(np.arange(len(n_sub)), n_sub)
+            iou[off[slot_of] + idx[np.arange(len(iou_s)) - off_s[slot_of]]] = iou_s
+            best[idx], arg[idx] = best_s, arg_s
+        res.append((iou, best, arg))
+    return off, res
+
+
+def _slot_iou_joint(
+    dcol: np.ndarray,
+    g0: np.ndarray,
+    n_slot: np.ndarray,
+    gcol: np.ndarray,
+    crowd: np.ndarray,
+    das: Sequence[np.ndarray],
+    ga: np.ndarray,
+) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """:func:`slot_iou_areas` over every pair, for every area in the same pass."""
     S = dcol.shape[1]
     off = np.cumsum(n_slot) - n_slot
     res = [(np.zeros(int(n_slot.sum())), np.full(S, -1.0), np.zeros(S, np.int64)) for _ in das]
-    if ga is None:
-        ga = (gcol[2] - gcol[0]) * (gcol[3] - gcol[1])
     any_crowd = bool(crowd.any())
     gpack = np.concatenate([gcol, ga[None, :], crowd[None, :].astype(np.float64)])  # one take per slot
     for j in range(len(n_slot)):
@@ -302,16 +366,21 @@ def greedy_walk(
     T = thr_pair.shape[0]
     S = len(seg_start)
     chosen = np.full((T, S), -1, np.int32 if n_gt < 2**31 - 1 else np.int64)  # GT positions
-    taken = np.zeros((T, n_gt), bool)
+    taken = np.zeros((n_gt, T), bool)  # by GT, then threshold: a step's GTs are rows (one gather each)
     per_pair_thr = thr_pair.shape[1] > 1
     seg_end = np.append(seg_start[1:], len(pair_iou))
+    # per pair, once: its GT is crowd (stays free; None: no pair's is), and its choice key: the IoU's bits
+    # (a non-negative double's bits order as its value) with bit 62 set for a regular (not ignored) GT, so
+    # the largest key of a segment is its best regular pair where it has one, else its best ignored one
+    pair_crowd = crowd_g[pair_g] if crowd_g.any() else None
+    pair_key = choice_keys(pair_iou, ~ign_g[pair_g])
     for r in range(len(step_seg) - 1):
         s0, s1 = int(step_seg[r]), int(step_seg[r + 1])
         if step_multi is not None:
             sm = int(step_multi[r])
             if sm > s0:
                 _single_pair_step(
-                    pair_iou, pair_g, thr_pair, strict, crowd_g, int(seg_start[s0]), s0, sm, taken, chosen
+                    pair_iou, pair_g, thr_pair, strict, pair_crowd, int(seg_start[s0]), s0, sm, taken, chosen
                 )
             s0 = sm
         if s0 == s1:
@@ -322,23 +391,32 @@ def greedy_walk(
         thr = thr_pair[:, p0:p1] if per_pair_thr else thr_pair
         seg = pair_seg[p0:p1] - s0
         starts = seg_start[s0:s1] - p0
-        ok = (iou > thr) if strict else (iou >= thr)
-        valid = ok & (crowd_g[g] | ~taken[:, g])
-        reg = ~ign_g[g]
-        has_reg = np.logical_or.reduceat(valid & reg, starts, axis=1)
-        cand = valid & (reg | ~has_reg[:, seg])
-        key = np.where(cand, iou, -1.0)
+        valid = (iou > thr) if strict else (iou >= thr)
+        free = ~taken[g].T  # [T, p]
+        if pair_crowd is not None:
+            free |= pair_crowd[p0:p1]
+        valid &= free
+        # the candidates: the valid pairs of regular GTs where a segment has one, else its valid pairs; the
+        # best of them: the largest key (the valid pairs' keys are >= 0, the others' -1)
+        key = np.where(valid, pair_key[p0:p1], -1)
         best = np.maximum.reduceat(key, starts, axis=1)
-        if pair_tie is None:
-            pos = np.where(cand & (key == best[:, seg]), np.arange(p1 - p0), -1)
-        else:
-            pos = np.where(cand & (key == best[:, seg]), pair_tie[p0:p1], -1)
+        at_best = key == best[:, seg]
+        at_best &= valid  # a segment without a valid pair has best -1: none of its pairs
+        pos = np.where(at_best, np.arange(p1 - p0) if pair_tie is None else pair_tie[p0:p1], -1)
         last = np.maximum.reduceat(pos, starts, axis=1)  # exact tie -> later GT
         ti, si = np.nonzero(last >= 0)
         gi = g[last[ti, si]] if g_of_tie is None else g_of_tie[last[ti, si]]
-        taken[ti, gi] = True
+        taken[gi, ti] = True
         chosen[ti, s0 + si] = gi
     return chosen
+
+
+def choice_keys(iou: np.ndarray, regular: np.ndarray) -> np.ndarray:
+    """[P] int64 keys ordering (not ignored, IoU) of pairs with IoU ``iou`` >= 0 (no -0.0): the IoU's bits,
+    which order as the IoUs do, plus 2**62 where ``regular``; exact (no rounding), and >= 0."""
+    key = np.asarray(iou, np.float64).view(np.int64).copy()
+    key[regular] += np.int64(1 << 62)
+    return key
 
 
 def _single_pair_step(
@@ -346,7 +424,7 @@ def _single_pair_step(
     pair_g: np.ndarray,
     thr_pair: np.ndarray,
     strict: bool,
-    crowd_g: np.ndarray,
+    pair_crowd: np.ndarray | None,
     p0: int,
     s0: int,
     s1: int,
@@ -356,18 +434,19 @@ def _single_pair_step(
     """:func:`greedy_walk`'s step for the segments ``s0:s1`` of one pair each (pairs from ``p0``), in place.
 
     The segments are of different groups, so their GTs ``g`` are distinct: the step is written through
-    the [T, n] mask itself (``chosen``'s columns ``s0:s1``, ``taken``'s columns ``g``), without the
-    (threshold, segment) index pairs of its true entries (up to T * n of them, 16 bytes each)."""
+    the mask itself (``chosen``'s columns ``s0:s1``, ``taken``'s rows ``g``, [GT, T]), without the
+    (threshold, segment) index pairs of its true entries (up to T * n of them, 16 bytes each).
+    ``pair_crowd``: whether each pair's GT is crowd (None: none is)."""
     p1 = p0 + (s1 - s0)
     g = pair_g[p0:p1]
     iou = pair_iou[p0:p1]
     thr = thr_pair[:, p0:p1] if thr_pair.shape[1] > 1 else thr_pair
     ok = (iou > thr) if strict else (iou >= thr)
-    free = taken[:, g]
-    np.logical_not(free, out=free)
-    free |= crowd_g[g]
+    was = taken[g]  # [n, T], one gather: read for the free GTs, then written back with this step's takes
+    free = ~was.T
+    if pair_crowd is not None:
+        free |= pair_crowd[p0:p1]
     ok &= free
-    free = taken[:, g]
-    free |= ok
-    taken[:, g] = free
+    was |= ok.T
+    taken[g] = was
     np.copyto(chosen[:, s0:s1], g, where=ok)

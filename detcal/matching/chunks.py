@@ -24,7 +24,15 @@ import numpy as np
 
 from detcal.matching.blocks import factorize
 
-__all__ = ["CHUNK_DETECTIONS", "ImageChunk", "image_chunks", "layout_chunk_size", "row_numbers", "rows_index"]
+__all__ = [
+    "CHUNK_DETECTIONS",
+    "ImageChunk",
+    "image_chunks",
+    "layout_chunk_size",
+    "row_numbers",
+    "rows_index",
+    "rows_through",
+]
 
 CHUNK_DETECTIONS: int = 1 << 17
 """Detections per image chunk (about 131k): the per-pair and per-detection arrays of one chunk stay
@@ -63,6 +71,15 @@ def row_numbers(index: slice | np.ndarray, n: int) -> np.ndarray:
     if isinstance(index, slice):
         return np.arange(*index.indices(n), dtype=np.int64)
     return index
+
+
+def rows_through(index: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``index`` (positions into ``rows``, -1 none; any shape) as the rows themselves, -1 kept: a chunk's
+    GT positions as rows of the whole ground truth, in one lookup (int64)."""
+    lut = np.empty(len(rows) + 1, np.int64)
+    lut[:-1] = rows
+    lut[-1] = -1  # index -1 reads the last entry
+    return lut[index]
 
 
 def _rows_by_code(code: np.ndarray, n_chunks: int) -> list[slice | np.ndarray]:

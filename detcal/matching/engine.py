@@ -118,11 +118,12 @@ from detcal.matching.blocks import (
     float_key,
     greedy_walk,
     group_codes,
+    is_member,
     segment_starts,
     slot_iou_areas,
     stable_argsort,
 )
-from detcal.matching.chunks import ImageChunk, image_chunks, layout_chunk_size, row_numbers
+from detcal.matching.chunks import ImageChunk, image_chunks, layout_chunk_size, row_numbers, rows_through
 from detcal.matching.kitti_ap import detection_min_height_ignored, devkit_assign
 
 MODES: tuple[str, ...] = ("exclusive", "max", "kitti")
@@ -190,7 +191,7 @@ def _validate(
         )
     if images is not None:
         for what, ids in (("detection", dets.image_id), ("ground truth", gt.image_id)):
-            missing = ~np.isin(np.asarray(ids, np.int64), images.id)  # a membership test: no row lookup needed
+            missing = ~is_member(np.asarray(ids, np.int64), images.id)  # a membership test: no row lookup needed
             if missing.any():
                 i = int(np.flatnonzero(missing)[0])
                 raise DetcalInputError(
@@ -418,8 +419,7 @@ def _match_chunks(dets: Detections, gt: GroundTruth, r: _Rules, chunks: list[Ima
     for c in chunks:
         g_rows = row_numbers(c.gt, len(gt))
         m, ig, gi, io, co = _match_steps(dets.select(c.det), gt.select(c.gt), r)
-        hit = gi >= 0
-        gi[hit] = g_rows[gi[hit]]
+        gi = rows_through(gi, g_rows)
         matched[:, c.det], ignored[:, c.det], gt_index[:, c.det] = m, ig, gi
         iou[c.det], considered[c.det] = io, co
     return matched, ignored, gt_index, iou, considered
@@ -512,8 +512,7 @@ def _shared_chunk(
         dets.select(c.det), gt.select(c.gt), [thr_l, thr_m], [False, True], max_dets, score_threshold
     )
     m, ig, gi = layout_match(lay_m)
-    hit = gi >= 0
-    gi[hit] = g_rows[gi[hit]]
+    gi = rows_through(gi, g_rows)
     out.matched[:, c.det], out.ignored[:, c.det], out.gt_index[:, c.det] = m, ig, gi
     out.considered[c.det] = lay_m.considered
     return d_rows, g_rows, lay
@@ -939,7 +938,7 @@ def _exclusive_layout(
     # the walk order: steps (ranks) in turn; in a step the one-pair segments first (greedy_walk's short
     # path), then segment index; within a segment, GT order (slot). One sort of the segments (not of the
     # pairs), then each segment's pairs in slot order
-    k_ids = np.flatnonzero(n_kept)
+    k_ids = np.flatnonzero(n_kept > 0)
     multi = n_kept[k_ids] > 1  # segments with several pairs to choose from
     step_code = 2 * rank[seg_det[k_ids]] + multi
     so = stable_argsort([step_code])
@@ -950,7 +949,9 @@ def _exclusive_layout(
     kp = off[kj]
     kp += ki
     sel = keep[kp]
-    kp, ki, kj = kp[sel], ki[sel], kj[sel]
+    if not sel.all():  # (every slot of these segments kept, e.g. at threshold 0: nothing to drop)
+        kp, ki, kj = kp[sel], ki[sel], kj[sel]
+    del sel
     k_start = np.cumsum(n_kept[k_ids]) - n_kept[k_ids]
     k_pair_seg = np.repeat(np.arange(len(k_ids), dtype=np.int64), n_kept[k_ids])
     n_steps = int(step_code[-1]) // 2 + 1 if len(step_code) else 0

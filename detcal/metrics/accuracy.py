@@ -44,7 +44,7 @@ from numpy.typing import ArrayLike
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset, Detections, MetricResult
-from detcal.matching.blocks import factorize, float_key, stable_argsort
+from detcal.matching.blocks import factorize, float_key, is_member, stable_argsort
 from detcal.matching.engine import ExclusiveLayout, changed_walk, exclusive_layout, exclusive_walk
 from detcal.utils.processes import map_in_processes
 
@@ -102,8 +102,11 @@ def _accumulate_order(dets: Detections, det_cat_k: np.ndarray) -> np.ndarray:
     """:func:`accumulate_order` from each detection's category position ``det_cat_k`` [D]."""
     if len(dets) == 0:
         return np.zeros(0, np.int64)
-    img_code = factorize(dets.image_id)[0]
-    return stable_argsort([img_code, float_key(dets.score, descending=True), det_cat_k])
+    img = dets.image_id
+    if bool((img[1:] >= img[:-1]).all()):  # images in id order already (a file written image by image):
+        # the input order is the image order, which the stable sort keeps among equal (category, score)
+        return stable_argsort([float_key(dets.score, descending=True), det_cat_k])
+    return stable_argsort([factorize(img)[0], float_key(dets.score, descending=True), det_cat_k])
 
 
 def coco_eval_arrays(
@@ -132,7 +135,7 @@ def coco_eval_arrays(
     area = _box_area(gt.box) if gt_area is None else np.asarray(gt_area, np.float64).reshape(-1)
     if area.shape != (len(gt),) or not np.isfinite(area).all():
         raise DetcalInputError(f"gt_area must hold {len(gt)} finite numbers", field="gt_area")
-    unknown = ~np.isin(dets.image_id, dataset.images.id)  # a membership test: no row lookup needed
+    unknown = ~is_member(dets.image_id, dataset.images.id)  # a membership test: no row lookup needed
     if unknown.any():
         i = int(np.flatnonzero(unknown)[0])
         raise DetcalInputError(
@@ -150,14 +153,16 @@ def coco_eval_arrays(
     det_cat_k = category_positions(cats, dets.category)
     if order is None or len(order) != len(dets):
         order = _accumulate_order(dets, det_cat_k)
+    # whether the category is evaluated, by input row (read in accumulate order as bytes, below)
+    known = (det_cat_k < K) & (cats[np.minimum(det_cat_k, K - 1)] == dets.category) if K else det_cat_k < 0
     det_cat_k = det_cat_k[order]
-    known = (det_cat_k < K) & (cats[np.minimum(det_cat_k, K - 1)] == dets.category[order]) if K else det_cat_k < 0
     # one bit per area range (in AREA_RANGES' order): a GT ignored there (pycocotools overwrites a GT
     # 'ignore' key with iscrowd; out-of-range boxes are ignored per range), a detection's area in range
+    # (made by input row, then read in accumulate order: one byte a detection, not its area's eight)
     base_ignore = gt.iscrowd.astype(bool) if gt.iscrowd is not None else np.zeros(len(gt), bool)
     gt_bits = _range_bits([base_ignore | _outside(area, b) for b in AREA_RANGES.values()])
-    det_area = _box_area(dets.box)[order]
-    det_bits = _range_bits([~_outside(det_area, b) for b in AREA_RANGES.values()])
+    det_area = _box_area(dets.box)
+    det_bits = _range_bits([~_outside(det_area, b) for b in AREA_RANGES.values()])[order]
     del det_area
     # the IoUs and the pairs the walk may take, once: each area range walks them under its GT flags
     # (the detections' areas from their corners, as this module always took them: no ``wh``)
@@ -169,7 +174,7 @@ def coco_eval_arrays(
     walk = _range_walk(layout, order, gt_bits)
     # the rank in the (image, category) group, for the max-dets cuts: the matching's own (the same
     # order: descending score, ties in input order)
-    keep = known & layout.considered[order]
+    keep = (known & layout.considered)[order]
     kept = _max_dets_orders(layout.rank[order], keep, det_cat_k, K, walk.seg_pos)
     del known, keep, det_cat_k
     ctx = (gt_bits, det_bits, kept, np.searchsorted(cats, gt.category), K, walk)
@@ -282,7 +287,7 @@ def _recall_steps(npig_k: np.ndarray) -> np.ndarray:
 
 
 def _accumulate(
-    code: np.ndarray, out3: np.ndarray, base_cum: np.ndarray, kept: _Kept, npig_k: np.ndarray, steps: np.ndarray
+    code: np.ndarray, out: np.ndarray, base_cum: np.ndarray, kept: _Kept, npig_k: np.ndarray, steps: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """pycocotools ``accumulate`` of one area range and max-dets: ``precision [T,R,K]``, ``recall [T,K]``.
 
@@ -290,50 +295,62 @@ def _accumulate(
     detection is counted (not ignored) by its area, ``base_cum`` [n+1] the cumulative count of that,
     except at the segments ``kept.seg_pos``, whose outcome ``code`` [T,s] (0 unmatched, 1 true
     positive, 2 matched to an ignored GT) depends on the threshold: a match counts whatever the area,
-    a match to an ignored GT never (``out3`` [s]: 3 where the segment's area is out of range, else 0;
-    :data:`_DELTA` turns the two into the change of the count). Only the true positives are visited:
-    recall rises at them only, so the first position reaching a recall threshold is the ``steps``-th
-    true positive of its (threshold, category) group, and the interpolated precision (the maximum to
-    the right) is the maximum over that true positive and the later ones, as precision falls between
-    them. The precision at the ``c``-th true positive is ``c / (fp + c + eps)`` with ``fp`` the counted
-    detections before it that are not true positives: pycocotools' cumulative sums, read where they
-    matter, the same floats.
+    a match to an ignored GT never (``out`` [s]: the segment's area is out of range). So the count
+    differs from the area's by +1 at a true positive out of range and by -1 at a match to an ignored
+    GT in range. Only the true positives are visited: recall rises at them only, so the first position
+    reaching a recall threshold is the ``steps``-th true positive of its (threshold, category) group,
+    and the interpolated precision (the maximum to the right) is the maximum over that true positive
+    and the later ones, as precision falls between them. The precision at the ``c``-th true positive is
+    ``c / (fp + c + eps)`` with ``fp`` the counted detections before it that are not true positives:
+    pycocotools' cumulative sums, read where they matter, the same floats.
     """
     T, K = len(code), len(npig_k)
     precision = np.empty((T, len(RECALL_THRESHOLDS), K))
     recall = np.empty((T, K))
-    idx = np.empty(code.shape[1], np.int8)
+    inside = ~out
     for t in range(T):  # one IoU threshold at a time: the temporaries of one row stay small
-        np.add(code[t], out3, out=idx)
-        delta = np.take(_DELTA, idx)
-        precision[t], recall[t] = _accumulate_row(code[t] == 1, delta, base_cum, kept, npig_k, steps)
+        row = code[t]
+        wi = np.flatnonzero(row == 1)  # the true positives, by segment
+        ign = row == 2
+        ign &= inside
+        precision[t], recall[t] = _accumulate_row(wi, np.flatnonzero(ign), out, base_cum, kept, npig_k, steps)
     missing = npig_k == 0
     precision[:, :, missing], recall[:, missing] = -1.0, -1.0
     return precision, recall
 
 
-_DELTA = np.array([0, 0, -1, 0, 1, 0], np.int8)
-"""A segment's count minus its area's, by ``code + out3`` (:func:`_accumulate`): in range, a match to
-an ignored GT is not counted (-1); out of range, a true positive is (+1)."""
-
-
 def _accumulate_row(
-    tp: np.ndarray, delta: np.ndarray, base_cum: np.ndarray, kept: _Kept, npig_k: np.ndarray, steps: np.ndarray
+    wi: np.ndarray,
+    ign: np.ndarray,
+    out: np.ndarray,
+    base_cum: np.ndarray,
+    kept: _Kept,
+    npig_k: np.ndarray,
+    steps: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_accumulate` at one IoU threshold: ``precision [R,K]``, ``recall [K]`` (``tp``, ``delta`` [s]:
-    the true positives, the change of the count)."""
+    """:func:`_accumulate` at one IoU threshold: ``precision [R,K]``, ``recall [K]`` (``wi``, ``ign``: the
+    segments, ascending, of the true positives and of the matches to an ignored GT in range; ``out`` [s]).
+
+    The count's change from the area's up to a segment (itself included) is the true positives out of
+    range up to it less the in-range matches to an ignored GT up to it: counted at the true positives
+    and at the category bounds only (integers, exact)."""
     K, cat_bounds = len(npig_k), kept.cat_bounds
-    wi = np.flatnonzero(tp)  # the true positives, by segment
-    w = kept.seg_pos[wi]  # ... and by position in accumulate order
-    delta_cum = np.zeros(len(delta) + 1, base_cum.dtype)
-    np.cumsum(delta, dtype=delta_cum.dtype, out=delta_cum[1:])
+    w = kept.seg_pos[wi]  # the true positives by position in accumulate order
+    dt = base_cum.dtype
+    plus = np.zeros(len(wi) + 1, dt)  # the true positives out of range before each true positive, and all
+    np.cumsum(out[wi], dtype=dt, out=plus[1:])
     first, last = np.searchsorted(w, cat_bounds[:K]), np.searchsorted(w, cat_bounds[1:])
     n_tp = last - first
     # the counted detections up to each true positive (itself included) from its category's start: the
     # true positives c and the false positives fp before it, fp + c (integers, exact)
     upto = base_cum[1:][w]
-    upto += delta_cum[1:][wi]
-    before = base_cum[cat_bounds[:K]] + delta_cum[kept.seg_bounds[:K]]
+    upto += plus[1:]
+    if len(ign):
+        upto -= np.searchsorted(ign, wi).astype(dt, copy=False)
+    bound = kept.seg_bounds[:K]  # the segments before each category's start
+    before = base_cum[cat_bounds[:K]] + plus[np.searchsorted(wi, bound)]
+    if len(ign):
+        before -= np.searchsorted(ign, bound).astype(dt, copy=False)
     upto -= np.repeat(before, n_tp)
     # c, the how-manieth true positive of its category, as a float (exact: an integer below 2**53)
     c = np.arange(1, len(w) + 1, dtype=np.float64)
@@ -374,7 +391,7 @@ def _area_arrays(
     gt_ignore = (gt_bits & bit) > 0
     code = _segment_outcome(walk, r)
     in_range = (det_bits & bit) > 0  # ~dtIg of an unmatched detection
-    out3 = np.where(in_range[walk.seg_pos], 0, 3).astype(np.int8)
+    out = ~in_range[walk.seg_pos]  # a segment's area out of the range
     npig_k = np.bincount(gt_k[~gt_ignore], minlength=K)[:K] if len(gt_bits) else np.zeros(K, np.int64)
     steps = _recall_steps(npig_k)
     done: dict[int, int] = {}
@@ -388,8 +405,8 @@ def _area_arrays(
         base_cum = np.zeros(len(counted) + 1, np.int32 if len(counted) < 2**31 else np.int64)
         np.cumsum(counted, dtype=base_cum.dtype, out=base_cum[1:])
         sel = kept.seg_sel
-        code_m, out3_m = (code, out3) if sel is None else (np.take(code, sel, axis=1), out3[sel])
-        precision[..., mi], recall[..., mi] = _accumulate(code_m, out3_m, base_cum, kept, npig_k, steps)
+        code_m, out_m = (code, out) if sel is None else (np.take(code, sel, axis=1), out[sel])
+        precision[..., mi], recall[..., mi] = _accumulate(code_m, out_m, base_cum, kept, npig_k, steps)
     return precision, recall
 
 

@@ -43,7 +43,7 @@ max-detections cut, and their IoU is 0 because they are not true positives.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -65,9 +65,33 @@ def bin_index(score: np.ndarray, bins: int, closed: str = "right") -> np.ndarray
     if closed not in ("right", "left"):
         raise DetcalInputError(f"closed must be 'right' or 'left', got {closed!r}", field="closed")
     edges = np.linspace(0.0, 1.0, int(bins) + 1)
-    if closed == "right":
-        return np.clip(np.searchsorted(edges, score, side="left") - 1, 0, bins - 1)
-    return np.clip(np.searchsorted(edges, score, side="right") - 1, 0, bins - 1)
+    side: Literal["left", "right"] = "left" if closed == "right" else "right"
+    return np.clip(_edges_below(edges, np.asarray(score, np.float64), side) - 1, 0, bins - 1)
+
+
+def _edges_below(edges: np.ndarray, score: np.ndarray, side: Literal["left", "right"]) -> np.ndarray:
+    """``np.searchsorted(edges, score, side)`` for the equal-width ``edges`` over [0, 1], without a
+    binary search a score: a guess from ``score * bins``, then moved while an edge says it is wrong
+    (the same comparisons as the search, so the same integers)."""
+    n = len(edges) - 1
+    if not len(score) or n < 1 or not np.isfinite(score).all():
+        return np.searchsorted(edges, score, side=side)
+    cnt = np.multiply(score, n)
+    np.clip(cnt, -1.0, n + 1.0, out=cnt)
+    cnt = np.floor(cnt, out=cnt).astype(np.int64) + 1
+    np.clip(cnt, 0, n + 1, out=cnt)
+    pad = np.concatenate([[-np.inf], edges, [np.inf]])  # pad[c] = edges[c - 1]: the edge below count c
+    while True:  # right: the edge below the count must be < score (left) or <= (right)
+        too_high = (pad[cnt] >= score) if side == "left" else (pad[cnt] > score)
+        if not too_high.any():
+            break
+        cnt -= too_high
+    while True:  # the next edge must not be < score (left) or <= (right)
+        too_low = (pad[cnt + 1] < score) if side == "left" else (pad[cnt + 1] <= score)
+        if not too_low.any():
+            break
+        cnt += too_low
+    return cnt
 
 
 def _check(o: DetectionOutcomes, score: np.ndarray | None, bins: int | None, variant: str) -> np.ndarray:

@@ -182,13 +182,15 @@ def _class_sorted(o: DetectionOutcomes, order: np.ndarray | None = None) -> tupl
     rows = None
     if order is not None and len(order) == len(keep):
         rows = order[keep[order]]
-        if len(rows) > 1 and bool((np.diff(ci[rows]) < 0).any()):  # classes not in ascending blocks
+        cls = ci[rows]
+        if len(rows) > 1 and bool((cls[1:] < cls[:-1]).any()):  # classes not in ascending blocks
             rows = None
     if rows is None:
         rows = np.flatnonzero(keep)  # ascending: the input order is the last key
         img = factorize(o.image_id[rows])[0]  # order-preserving codes
         rows = rows[stable_argsort([img, float_key(o.score[rows], descending=True), ci[rows]])]  # radix: linear
-    return rows, ci[rows], np.searchsorted(ci[rows], np.arange(len(o.gt_categories)))
+        cls = ci[rows]
+    return rows, cls, np.searchsorted(cls, np.arange(len(o.gt_categories)))
 
 
 def _segment_cumsum(x: np.ndarray, seg: np.ndarray, n_seg: int) -> np.ndarray:
@@ -241,17 +243,20 @@ def lrp_table(o: DetectionOutcomes, order: np.ndarray | None = None) -> LRPTable
     C = len(o.gt_categories)
     rows, seg, start = _class_sorted(o, order)
     tp = o.tp[rows].astype(np.float64)
-    fp = 1.0 - tp
     loc_w = 1.0 - o.iou[rows]  # the localisation error of a true positive, 0 elsewhere (tp * ...)
     loc_w *= tp
     n_tp = np.bincount(seg, weights=tp, minlength=C)
-    n_fp = np.bincount(seg, weights=fp, minlength=C)
+    # the false positives are the rest of each class's detections: sums of zeros and ones are integers,
+    # exact in floats, so counts less true positives are the sums of the 1 - tp column, bit for bit
+    n_fp = np.bincount(seg, minlength=C).astype(np.float64)
+    n_fp -= n_tp
     loc = np.bincount(seg, weights=loc_w, minlength=C)
     # the prefix sums, each made in place from its column (the same operations in the same order)
     tp_c = _segment_cumsum(tp, seg, C)
     del tp
-    fp_c = _segment_cumsum(fp, seg, C)
-    del fp
+    fp_c = np.arange(1, len(rows) + 1, dtype=np.float64)  # detections so far in the class, less the tps
+    fp_c -= start[seg]
+    fp_c -= tp_c
     loc_c = _segment_cumsum(loc_w, seg, C)
     del loc_w
     n_gt = o.n_gt.astype(np.float64)

@@ -46,7 +46,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from detcal.core.types import Detections, MatchResult
-from detcal.matching.chunks import CHUNK_DETECTIONS, image_chunks, row_numbers
+from detcal.matching.chunks import CHUNK_DETECTIONS, image_chunks, row_numbers, rows_through
 from detcal.pipeline.matcher import run_match
 from detcal.pipeline.sources import LoadedData, release_memory
 from detcal.pipeline.spec import MatchingSpec
@@ -166,8 +166,7 @@ def _match_own_gt(
     g_rows = row_numbers(gt_rows, len(gt))
     own = dataclasses.replace(data, dataset=dataclasses.replace(data.dataset, gt=gt.select(gt_rows)))
     r = run_match(m, dets, own, thresholds)
-    hit = r.gt_index >= 0
-    r.gt_index[hit] = g_rows[r.gt_index[hit]]
+    r.gt_index = rows_through(r.gt_index, g_rows)
     return r
 
 

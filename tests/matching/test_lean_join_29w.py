@@ -180,23 +180,25 @@ def _old_single_pair_step(
     pair_g: np.ndarray,
     thr_pair: np.ndarray,
     strict: bool,
-    crowd_g: np.ndarray,
+    pair_crowd: np.ndarray | None,
     p0: int,
     s0: int,
     s1: int,
     taken: np.ndarray,
     chosen: np.ndarray,
 ) -> None:
-    """The one-pair step this pass replaced: through the (threshold, segment) pairs of its true entries."""
+    """The one-pair step this pass replaced: through the (threshold, segment) pairs of its true entries
+    (in the walk's present layout: ``taken`` [GT, T], each pair's crowd flag given, None for none)."""
     p1 = p0 + (s1 - s0)
     g = pair_g[p0:p1]
     iou = pair_iou[p0:p1]
     thr = thr_pair[:, p0:p1] if thr_pair.shape[1] > 1 else thr_pair
     ok = (iou > thr) if strict else (iou >= thr)
-    ok &= crowd_g[g] | ~taken[:, g]
+    crowd = np.zeros(len(g), bool) if pair_crowd is None else pair_crowd[p0:p1]
+    ok &= crowd | ~taken[g].T
     ti, si = np.nonzero(ok)
     gi = g[si]
-    taken[ti, gi] = True
+    taken[gi, ti] = True
     chosen[ti, s0 + si] = gi
 
 
