@@ -175,9 +175,13 @@ _CATEGORY_KEYS = ("id", "name")
 _DIGITS = bytes.maketrans(bytes(range(256)), bytes(48 if 48 <= c <= 57 else 32 for c in range(256)))
 
 
-def _long_digit_run(data: bytes, n: int = 19) -> bool:
-    """True when ``data`` holds ``n`` or more consecutive decimal digits (C-speed: one translate, one search)."""
-    return b"0" * n in data.translate(_DIGITS)
+def _long_digit_run(data: bytes, n: int = 19, step: int = 1 << 16) -> bool:
+    """True when ``data`` holds ``n`` or more consecutive decimal digits (C-speed: one translate and one search
+    per slice of ``step`` bytes, the slices overlapping by ``n - 1`` so no run is cut; the translated text of
+    a slice stays in the processor's cache instead of taking fresh pages for the file)."""
+    run = b"0" * n
+    with memoryview(data) as view:
+        return any(run in view[lo : lo + step + n - 1].tobytes().translate(_DIGITS) for lo in range(0, len(data), step))
 
 
 @functools.cache
