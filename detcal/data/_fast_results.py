@@ -302,8 +302,8 @@ def _annotation_blocks(raw: Any) -> AnnotationColumns | None:
         if cut is None:
             return None
         records, comma = cut
-        if records is None:  # no cut decodes yet: read further, a few times
-            grown += 1
+        if records is None:  # no record ends in the block yet, or no cut decodes: read further (the latter a few times)
+            grown += comma == 0
             if grown > _MAX_GROWTH:
                 return None
             block.read()
@@ -321,12 +321,15 @@ def _annotation_blocks(raw: Any) -> AnnotationColumns | None:
 
 def _decoded_cut(block: ListBlock) -> tuple[list | None, int] | None:
     """(the records of ``block`` before its last cut that decodes, the comma of that cut), ``(None, 0)`` when
-    no cut decodes, or None when a record is not of the usual types (or, at the end of the list, when the
-    rest does not decode). At the end of the list, the rest (ending with its ``]``) is the one cut."""
+    no cut decodes, ``(None, -1)`` when the block holds no cut, or None when a record is not of the usual
+    types (or, at the end of the list, when the rest does not decode). At the end of the list, the rest
+    (ending with its ``]``) is the one cut."""
     import msgspec  # lazy: msgspec kept out of start-up (only the fast JSON readers need it)
 
     buf = block.buf
     cuts = [block.fill - 1] if block.eof else [buf.index(b",", c, block.fill) for c in last_cuts(buf, block.fill)]
+    if not cuts:
+        return None, -1
     for comma in cuts:
         end, buf[comma] = buf[comma], 93  # "]"
         try:
