@@ -30,7 +30,15 @@ fields detcal reads, as plain values (any JSON type, so the general loader's
 checks see exactly what the whole parse would have given them; read per key by
 :class:`detcal.data.coco._Fields`), and skips the rest without building it. It declines files that are not valid UTF-8, hold
 escapes, or hold integer literals of 19 or more digits (where parsers differ
-on what such a number becomes).
+on what such a number becomes). The ``annotations`` list is first kept as
+its text (``msgspec.Raw``) and decoded a block of records at a time
+(:func:`_annotation_blocks`, cut as the chunked results reader cuts,
+:mod:`detcal.data.json_blocks`): each block's records become columns while
+they are in the processor's cache and are freed before the next, instead
+of every record of the file at once (at 20,000 images, 140k annotations:
+0.20 -> 0.15 s of CPU and 30 MB less at the load's peak). A file whose
+annotations the blocks do not take (another type, an id beyond int64, no
+cut that decodes) is decoded whole, as before.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ reused buffer that starts with ``[``, the comma of the cut is turned into
 (:func:`detcal.data._fast_results.decode_results`) and put back after, and
 the bytes past the cut move to the front for the next block; no copy of a
 block is made. A block the fast decoder declines is parsed by orjson (json's
-without orjson) into records.
+without orjson) into records. The buffer, the cuts and the column store are
+:mod:`detcal.data.json_blocks`'s (shared with the instances decoder).
 
 Only the list form is streamed; a file whose top level is a dict (with an
 ``annotations`` list) is read whole and then cut into chunks.

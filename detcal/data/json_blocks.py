@@ -24,8 +24,9 @@ import numpy as np
 __all__ = ["ListBlock", "MemoryReader", "ColumnStore", "last_cuts", "BYTES_PER_RECORD_GUESS", "MAX_CUT_TRIES"]
 
 BYTES_PER_RECORD_GUESS: int = 100
-"""The first guess of the records in a results file: its size over this (a plain COCO record takes
-about 110 bytes); the columns grow if the file holds more, and give back what it did not fill."""
+"""The first guess of the records in a JSON list: its size in bytes over this (a plain COCO result takes
+about 110 bytes, an annotation more); the columns grow if the list holds more, and give back what it
+did not fill (pages never written take no memory)."""
 
 MAX_CUT_TRIES: int = 8
 """Cuts tried (the last first) before a block is read further."""
