@@ -90,6 +90,7 @@ RESULT_UNCERTAINTY_KEYS: tuple[str, ...] = (
 # the sibling module, not its functions: they are looked up at each call (tests switch the fast path off there)
 import detcal.data._fast_results as fast_results  # noqa: E402
 from detcal.data._json import (  # noqa: E402  (strict column helpers, shared with the chunked reader)
+    MAX_ABS,
     TOP as _TOP,
     check_bounded as _check_bounded,
     check_box as _check_box,
@@ -471,6 +472,37 @@ def _delta_columns(numbers: Any, present: Any, file: str) -> dict[str, np.ndarra
     return {"proposal": xywh_to_xyxy(prop), "delta_mean": mean, "delta_std": std}
 
 
+CHECK_ROWS: int = 1 << 14
+"""Rows of the results' columns checked and turned to corners at a time (:func:`results_from_columns`):
+the temporaries of a slice stay in the processor's cache instead of taking fresh pages for the file."""
+
+
+def _checked_corners(bbox: np.ndarray, score: np.ndarray, file: str, own: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The value checks of ``bbox`` (finite, ``|v| <= MAX_ABS``, w, h >= 0) and ``score`` (finite, in [0, 1]),
+    and (corner boxes, ``[w, h]``). One pass a slice at a time tests every condition (NaN fails every
+    comparison); at the first slice that fails, the boxes turned so far are put back as written and the
+    checks run one by one over the columns, in their fixed order, for the located error. ``own``: the
+    boxes become corners in place, slice by slice (the same sums as :func:`xywh_to_xyxy`'s x + w, y + h)."""
+    n = len(score)
+    inplace = own and bbox.flags.c_contiguous and bbox.flags.writeable and bbox.dtype == np.float64
+    wh = np.empty((n, 2), dtype=np.float64)
+    for lo in range(0, n, CHECK_ROWS):
+        b, s = bbox[lo : lo + CHECK_ROWS], score[lo : lo + CHECK_ROWS]
+        if not (np.abs(b).max() <= MAX_ABS and b[:, 2:4].min() >= 0 and s.min() >= 0 and s.max() <= 1):
+            if inplace:
+                bbox[:lo, 2:4] = wh[:lo]  # w, h as written: x + w - x is not always w
+            _check_box(bbox, file=file, field="bbox")
+            _check_mask(~np.isfinite(score), score, "score must be finite", file=file, field="score")
+            _check_mask((score < 0) | (score > 1), score, "score must be in [0, 1]", file=file, field="score")
+            inplace = False  # not reached when a check fails; the columns as they are, the whole-column way
+            wh = bbox[:, 2:4].copy()
+            break
+        wh[lo : lo + CHECK_ROWS] = b[:, 2:4]
+        if inplace:
+            b[:, 2:4] += b[:, :2]
+    return (bbox if inplace else xywh_to_xyxy(bbox)), wh
+
+
 def results_from_columns(
     numbers: Any, integers: Any, present: Any, file: str, dataset: Dataset | None, *, own: bool = False
 ) -> Detections:
@@ -488,9 +520,7 @@ def results_from_columns(
     category = integers("category_id")
     bbox = numbers("bbox", (4,), "[x, y, w, h] (4 numbers)")
     score = numbers("score", (), "a number")
-    _check_box(bbox, file=file, field="bbox")
-    _check_mask(~np.isfinite(score), score, "score must be finite", file=file, field="score")
-    _check_mask((score < 0) | (score > 1), score, "score must be in [0, 1]", file=file, field="score")
+    box, wh = _checked_corners(bbox, score, file, own)
     present = present() if callable(present) else present
     n = len(score)
     kw: dict[str, np.ndarray] = {}
@@ -537,12 +567,6 @@ def results_from_columns(
             file=file,
             field="category_id",
         )
-    wh = bbox[:, 2:4].copy()
-    if own and bbox.flags.c_contiguous and bbox.flags.writeable and bbox.dtype == np.float64:
-        bbox[:, 2:4] += bbox[:, :2]  # w + x, h + y: the same sums as xywh_to_xyxy's x + w, y + h
-        box = bbox
-    else:
-        box = xywh_to_xyxy(bbox)
     return Detections(image_id=image_id, box=box, score=score, category=category, wh=wh, **kw)
 
 

@@ -20,7 +20,8 @@ reused buffer that starts with ``[``, the comma of the cut is turned into
 (:func:`detcal.data._fast_results.decode_results`) and put back after, and
 the bytes past the cut move to the front for the next block; no copy of a
 block is made. A block the fast decoder declines is parsed by orjson (json's
-without orjson) into records.
+without orjson) into records. The buffer, the cuts and the column store are
+:mod:`detcal.data.json_blocks`'s (shared with the instances decoder).
 
 Only the list form is streamed; a file whose top level is a dict (with an
 ``annotations`` list) is read whole and then cut into chunks.
@@ -39,6 +40,7 @@ from detcal.core.types import Dataset, Detections
 from detcal.data._fast_results import decode_results
 from detcal.data._json import TOP, parse_json_bytes
 from detcal.data.coco import RESULT_UNCERTAINTY_KEYS, load_coco_results, results_from_decoded, results_from_records
+from detcal.data.json_blocks import BYTES_PER_RECORD_GUESS, ColumnStore, ListBlock, last_cuts
 
 PathLike = str | os.PathLike[str]
 
@@ -46,9 +48,6 @@ __all__ = ["iter_coco_results", "read_result_columns", "DEFAULT_CHUNK_BYTES"]
 
 DEFAULT_CHUNK_BYTES: int = 32 << 20
 """Bytes read per block (32 MiB: about 80,000 plain records)."""
-
-_WS = b" \t\r\n"
-_MAX_TRIES = 8
 
 
 def _uncertainty_of(dets: Detections) -> tuple[bool, ...]:
@@ -76,7 +75,7 @@ def iter_coco_results(
     except OSError as e:
         raise DetcalInputError(f"cannot read file: {e.strerror or e}", file=file) from e
     with fh:
-        block = _Block.of_list(fh, chunk_bytes)
+        block = ListBlock.of_list(fh, chunk_bytes)
         if block is None:
             fh.close()
             yield from _whole_file(path, dataset, chunk_bytes)
@@ -84,53 +83,7 @@ def iter_coco_results(
         yield from _blocks(block, file, dataset)
 
 
-class _Block:
-    """The bytes of the file not parsed yet, in one reused buffer: ``buf[0]`` is ``[`` and
-    ``buf[1:fill]`` the file from byte ``base`` on, so a run of records ending at a comma is
-    decoded in place (the comma turned into ``]``), with no copy of the block."""
-
-    def __init__(self, fh: Any, first: bytes, base: int, chunk_bytes: int) -> None:
-        self.fh, self.chunk, self.base, self.eof = fh, chunk_bytes, base, False
-        self.buf = bytearray(max(len(first), chunk_bytes) + chunk_bytes + 1)
-        self.buf[0] = 91  # "["
-        self.buf[1 : 1 + len(first)] = first
-        self.fill = 1 + len(first)
-
-    @classmethod
-    def of_list(cls, fh: Any, chunk_bytes: int) -> _Block | None:
-        """The records of the open file ``fh`` after its opening ``[`` (a byte-order mark and white space
-        before it skipped), or None when the file does not start as a JSON list."""
-        head = fh.read(min(chunk_bytes, 1 << 16))
-        start = 3 if head.startswith(b"\xef\xbb\xbf") else 0
-        lead = len(head[start:]) - len(head[start:].lstrip(_WS))
-        if head[start + lead : start + lead + 1] != b"[":
-            return None
-        return cls(fh, head[start + lead + 1 :], start + lead + 1, chunk_bytes)
-
-    def top_up(self) -> None:
-        """Read until the buffer holds at least ``chunk`` bytes of records, or the file has ended."""
-        while not self.eof and self.fill - 1 < self.chunk:
-            self.read()
-
-    def read(self) -> None:
-        """Append up to ``chunk`` more bytes of the file (``eof`` once none are left)."""
-        need = self.fill + self.chunk
-        if need > len(self.buf):
-            self.buf.extend(bytes(need - len(self.buf)))
-        with memoryview(self.buf) as view:
-            got = self.fh.readinto(view[self.fill : need])
-        self.eof = not got
-        self.fill += got
-
-    def drop(self, used: int) -> None:
-        """Forget ``buf[1:used + 2]`` (the records parsed and the comma after them): the rest moves to ``buf[1:]``."""
-        rest = self.fill - used - 2
-        self.buf[1 : 1 + rest] = self.buf[used + 2 : self.fill]
-        self.fill = 1 + rest
-        self.base += used + 1
-
-
-def _blocks(block: _Block, file: str, dataset: Dataset | None) -> Iterator[Detections]:
+def _blocks(block: ListBlock, file: str, dataset: Dataset | None) -> Iterator[Detections]:
     seen = 0  # records yielded so far
     kind: tuple[bool, ...] | None = None
     while True:
@@ -171,7 +124,7 @@ def _cut_and_parse(buf: bytearray, fill: int, file: str, base: int) -> tuple[Any
     ``]`` while the block is read and put back after. The usual block is decoded straight into
     columns (the fast path of :func:`detcal.data.coco.load_coco_results`); a block it declines is
     parsed into records."""
-    for end in _last_cuts(buf, fill):
+    for end in last_cuts(buf, fill):
         comma = buf.index(b",", end, fill)
         buf[comma] = 93  # "]"
         try:
@@ -185,24 +138,6 @@ def _cut_and_parse(buf: bytearray, fill: int, file: str, base: int) -> tuple[Any
     return None, 0
 
 
-def _last_cuts(buf: bytearray, fill: int) -> list[int]:
-    """The positions just after the last :data:`_MAX_TRIES` ``}`` followed by a comma (whitespace allowed
-    in between), last first, searched backwards from ``fill``."""
-    out: list[int] = []
-    hi = fill
-    while len(out) < _MAX_TRIES:
-        k = buf.rfind(b"}", 1, hi)
-        if k < 0:
-            break
-        j = k + 1
-        while j < fill and buf[j] in _WS:
-            j += 1
-        if j < fill and buf[j] == 44:  # ","
-            out.append(k + 1)
-        hi = k
-    return out
-
-
 def _parse(text: bytes, file: str, base: int, quiet: bool = False) -> list | None:
     try:
         doc = parse_json_bytes(text, file).doc
@@ -213,33 +148,6 @@ def _parse(text: bytes, file: str, base: int, quiet: bool = False) -> list | Non
     if not isinstance(doc, list):  # pragma: no cover - the text is a list by construction
         raise DetcalInputError("expected a list of detection records", file=file, record=TOP)
     return doc
-
-
-class _ColumnStore:
-    """Decoded blocks' columns written one after the other into arrays sized once for the file (grown by
-    a quarter when the guess falls short, cut to length at the end)."""
-
-    def __init__(self, guess: int) -> None:
-        self.guess, self.n = guess, 0
-        self.cols: dict[str, np.ndarray] = {}
-
-    def add(self, cols: dict[str, np.ndarray]) -> None:
-        k = len(cols["score"])
-        if not self.cols:
-            size = max(self.guess, k)
-            self.cols = {name: np.empty((size,) + a.shape[1:], a.dtype) for name, a in cols.items()}
-        capacity = len(self.cols["score"])
-        if self.n + k > capacity:
-            for a in self.cols.values():  # in place (realloc): no view of these arrays exists yet
-                a.resize((max(self.n + k, capacity * 5 // 4),) + a.shape[1:], refcheck=False)
-        for name, a in self.cols.items():
-            a[self.n : self.n + k] = cols[name]
-        self.n += k
-
-    def result(self) -> dict[str, np.ndarray]:
-        for a in self.cols.values():
-            a.resize((self.n,) + a.shape[1:], refcheck=False)
-        return self.cols
 
 
 def read_result_columns(path: PathLike, chunk_bytes: int) -> tuple[dict[str, np.ndarray], tuple[str, ...]] | None:
@@ -255,10 +163,10 @@ def read_result_columns(path: PathLike, chunk_bytes: int) -> tuple[dict[str, np.
     except OSError:
         return None  # the block reader reports it
     with fh:
-        block = _Block.of_list(fh, chunk_bytes)
+        block = ListBlock.of_list(fh, chunk_bytes)
         if block is None:
             return None
-        store = _ColumnStore(os.path.getsize(path) // 100)  # about 110 bytes a plain record
+        store = ColumnStore(os.path.getsize(path) // BYTES_PER_RECORD_GUESS)
         kind: tuple[str, ...] | None = None
         while True:
             block.top_up()
@@ -275,14 +183,14 @@ def read_result_columns(path: PathLike, chunk_bytes: int) -> tuple[dict[str, np.
             store.add(decoded[0])
             del decoded
             if block.eof:
-                return store.result(), kind
+                return store.result(), kind  # type: ignore[return-value]  # no column of a decoded block is None
             block.drop(used)
 
 
 def _cut_and_decode(buf: bytearray, fill: int) -> tuple[Any, int]:
     """:func:`_cut_and_parse` with the fast decoder only: (decoded columns, bytes used), (None, 0) when no
     cut decodes, or (None, -1) when the block holds no cut."""
-    cuts = _last_cuts(buf, fill)
+    cuts = last_cuts(buf, fill)
     if not cuts:
         return None, -1
     for end in cuts:

@@ -29,6 +29,7 @@ from detcal.data.coco import (
     write_coco_results,
 )
 from detcal.data.formats import LoadedData, MatchDefaults, need_path
+from detcal.data.json_blocks import BYTES_PER_RECORD_GUESS, ColumnStore
 from detcal.utils.warn import note
 
 __all__ = [
@@ -107,49 +108,14 @@ def results_chunk_bytes(results: str | os.PathLike, chunk_bytes: int | None) -> 
     return int(chunk_bytes)
 
 
-BYTES_PER_RECORD_GUESS: int = 100
-"""The first guess of the records in a results file: its size over this (a plain COCO record takes
-about 110 bytes); the columns grow if the file holds more, and give back what it did not fill."""
+_FIELDS = dataclasses.fields(Detections)
 
 
-class _Gather:
-    """The chunks' columns written one after the other into arrays sized once for the whole file (grown
-    if the guess falls short, cut to length at the end), so the load holds the result and one block,
-    not every chunk and then their concatenation."""
-
-    def __init__(self, guess: int) -> None:
-        self.guess, self.n = guess, 0
-        self.cols: dict[str, np.ndarray | None] = {}
-
-    def add(self, chunk: Detections) -> None:
-        k = len(chunk)
-        if not self.cols:
-            size = max(self.guess, k)
-            for f in dataclasses.fields(Detections):
-                a = getattr(chunk, f.name)
-                self.cols[f.name] = None if a is None else np.empty((size,) + a.shape[1:], a.dtype)
-        if self.n + k > self._capacity():
-            self._resize(max(self.n + k, self._capacity() * 5 // 4))
-        for name, a in self.cols.items():
-            if a is not None:
-                a[self.n : self.n + k] = getattr(chunk, name)
-        self.n += k
-
-    def _capacity(self) -> int:
-        return next(len(a) for a in self.cols.values() if a is not None)
-
-    def _resize(self, rows: int) -> None:
-        for a in self.cols.values():
-            if a is not None:  # in place (realloc): the arrays are this object's own, no view of them exists
-                a.resize((rows,) + a.shape[1:], refcheck=False)
-
-    def result(self) -> Detections:
-        if not self.cols:
-            return Detections(np.zeros(0, np.int64), np.zeros((0, 4)), np.zeros(0), np.zeros(0, np.int64))
-        if self.n < self._capacity():
-            self._resize(self.n)
-        cols, self.cols = self.cols, {}
-        return Detections(**cols)  # type: ignore[arg-type]
+def _gathered(store: ColumnStore) -> Detections:
+    """The :class:`Detections` of the chunks added to ``store`` (its columns are the chunks' fields)."""
+    if not len(store):
+        return Detections(np.zeros(0, np.int64), np.zeros((0, 4)), np.zeros(0), np.zeros(0, np.int64))
+    return Detections(**store.result())  # type: ignore[arg-type]
 
 
 def _read_chunked(
@@ -170,7 +136,7 @@ def _read_chunked(
             pass  # a bad record: read again block by block below, for the block reader's own error
         finally:
             del decoded
-    gather = _Gather(os.path.getsize(r) // BYTES_PER_RECORD_GUESS)
+    gather = ColumnStore(os.path.getsize(r) // BYTES_PER_RECORD_GUESS)
     rows: list[np.ndarray] = []
     seen = kept = n_unknown = 0
     first_bad: tuple[Detections, int, int] | None = None
@@ -191,10 +157,10 @@ def _read_chunked(
             chunk = chunk.select(mine)
         seen += len(ok)
         if len(chunk):
-            gather.add(chunk)
+            gather.add({f.name: getattr(chunk, f.name) for f in _FIELDS})
     if first_bad is not None and unknown_category == "error":
         raise _unknown_category_error(first_bad[0], ds, r, first_bad[1], first_bad[2])
-    dets = gather.result()
+    dets = _gathered(gather)
     dropped = {"unknown_category": n_unknown} if n_unknown else {}
     release_memory()
     return dets, dropped, (np.concatenate(rows) if rows else np.array([], dtype=np.int64)) if keep is not None else None

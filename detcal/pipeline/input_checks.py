@@ -53,21 +53,39 @@ def _where(data: LoadedData, *keys: str) -> Any:
     return data.dataset.source or None
 
 
+OUTSIDE_ROWS: int = 1 << 16
+"""Detections looked at a slice at a time by :func:`outside_share` (the temporaries of a slice, not of the file)."""
+
+
+def _edge_limits(width: np.ndarray, height: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per image, then one row more for an unknown image (row -1): ``[left, top, right, bottom]`` limits
+    past which a box edge reaches outside (``-tol * w``, ``-tol * h``, ``(1 + tol) * w``, ``(1 + tol) * h``),
+    limits no box passes (-inf, -inf, inf, inf) for an image without a known positive size; and whether
+    each has a known size."""
+    tol = OUTSIDE_TOLERANCE
+    lim = np.empty((len(width) + 1, 4), dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        lim[:-1] = np.stack([-tol * width, -tol * height, (1 + tol) * width, (1 + tol) * height], axis=1)
+    sized = np.append(np.isfinite(width) & np.isfinite(height) & (width > 0) & (height > 0), False)
+    lim[~sized] = (-np.inf, -np.inf, np.inf, np.inf)
+    return lim, sized
+
+
 def outside_share(data: LoadedData) -> tuple[int, int]:
     """(detections whose box reaches past the image by more than :data:`OUTSIDE_TOLERANCE` of its side,
     detections on images with a known size)."""
     ds, dets = data.dataset, data.detections
     if len(dets) == 0:
         return 0, 0
-    row = ds.images.index_of(dets.image_id)
-    ok = row >= 0
-    w = np.where(ok, ds.images.width[np.maximum(row, 0)], np.nan)
-    h = np.where(ok, ds.images.height[np.maximum(row, 0)], np.nan)
-    sized = np.isfinite(w) & np.isfinite(h) & (w > 0) & (h > 0)
-    b, tol = dets.box, OUTSIDE_TOLERANCE
-    with np.errstate(invalid="ignore"):
-        out = (b[:, 0] < -tol * w) | (b[:, 1] < -tol * h) | (b[:, 2] > (1 + tol) * w) | (b[:, 3] > (1 + tol) * h)
-    return int((out & sized).sum()), int(sized.sum())
+    lim, sized = _edge_limits(ds.images.width, ds.images.height)
+    n_out = n_sized = 0
+    for lo in range(0, len(dets), OUTSIDE_ROWS):
+        row = ds.images.index_of(dets.image_id[lo : lo + OUTSIDE_ROWS])  # -1 (unknown): the last, unsized row
+        edge, box = lim.take(row, axis=0), dets.box[lo : lo + OUTSIDE_ROWS]
+        out = (box[:, 0] < edge[:, 0]) | (box[:, 1] < edge[:, 1]) | (box[:, 2] > edge[:, 2]) | (box[:, 3] > edge[:, 3])
+        n_out += int(np.count_nonzero(out))
+        n_sized += int(np.count_nonzero(sized[row]))
+    return n_out, n_sized
 
 
 def _pct(n: int, total: int) -> str:
