@@ -31,7 +31,7 @@ from detcal.pipeline.confidence_block import sample_feature_columns, threshold_l
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import DiagnosticsSpec, EvaluationSpec
 from detcal.reports.diagnosis_facts import miscalibration_sentence, tide_sentence
-from detcal.reports.html.worst import cell_contributions
+from detcal.reports.html.worst import GridCells, cell_contributions
 
 __all__ = ["diagnostics_block", "GROUPS"]
 
@@ -46,10 +46,13 @@ def diagnostics_block(
     feats: np.ndarray | Callable[[], np.ndarray],
     conf: dict[str, ConfidenceBlock | Skipped],
     loc: LocalisationBlock | Skipped | None = None,
+    keep: dict[str, GridCells] | None = None,
 ) -> tuple[DiagnosticsBlock | Skipped, dict[str, np.ndarray]]:
     """The ``diagnostics`` record and the per-detection columns it adds to detections.csv; ``loc``: the run's
     ``localisation`` record, whose LRP-optimal thresholds the operating points reuse; ``feats``: the relative
-    box features, or a function that makes them (called after TIDE's scene is released, when they are read)."""
+    box features, or a function that makes them (called after TIDE's scene is released, when they are read);
+    ``keep``: when given, the D-ECE cells of the calibration split are left in ``keep["dece"]`` for the
+    worst-detections table (the same sample and grid: :func:`detcal.pipeline.report_data.worst_block`)."""
     d = spec.diagnostics
     if data.kitti is not None:
         return Skipped("defined for COCO-style data; not computed with KITTI rules"), {}
@@ -87,7 +90,7 @@ def diagnostics_block(
         out["tide"] = {**r.to_dict(), "reference": "tidecv 1.0.1 (Bolya et al., ECCV 2020), box mode"}
         code = r.code
         del r
-        by_type = _by_type(spec, data, mr, feats() if callable(feats) else feats, conf, code)
+        by_type = _by_type(spec, data, mr, feats() if callable(feats) else feats, conf, code, keep)
         if by_type:
             out["calibration_by_error_type"] = by_type
         cols["tide_error"] = code.astype(np.int64)  # the column made once the split is done (peak memory)
@@ -130,11 +133,17 @@ def _sample(mr: MatchResult, label: str) -> tuple[int, np.ndarray]:
 
 
 def _contributions(
-    p: np.ndarray, y: np.ndarray, grid: list[np.ndarray], params: dict[str, Any], fallback: Any
+    p: np.ndarray,
+    y: np.ndarray,
+    grid: list[np.ndarray],
+    params: dict[str, Any],
+    fallback: Any,
+    keep: dict[str, GridCells] | None = None,
 ) -> np.ndarray | None:
     """Per-detection contributions to a binned calibration error over the columns ``grid`` (confidence,
     then features) whose ``params`` (bins, edges, sample_threshold, policy) metrics.json records; None when
-    the grid does not fit. ``grid`` is emptied once the cells are known (its columns freed, peak memory)."""
+    the grid does not fit. ``grid`` is emptied once the cells are known (its columns freed, peak memory).
+    ``keep``: when given, the cells and their statistics are left in ``keep["dece"]``."""
 
     bins = [int(v) for v in (params.get("bins") or [])]
     if len(bins) != len(grid):
@@ -144,8 +153,14 @@ def _contributions(
     b = BinGrid.of(tuple(bins), len(grid))
     cell = cell_index_columns([np.asarray(c, np.float64) for c in grid], b, str(params.get("edges") or "floor"))
     grid.clear()
-    st = int(params.get("sample_threshold") or 1)
-    stats = cell_contributions(p, y, cell, int(np.prod(b)), st, str(params.get("policy") or "drop"))
+    st, policy, edges = (
+        int(params.get("sample_threshold") or 1),
+        str(params.get("policy") or "drop"),
+        str(params.get("edges") or "floor"),
+    )
+    stats = cell_contributions(p, y, cell, int(np.prod(b)), st, policy)
+    if keep is not None:
+        keep["dece"] = GridCells((tuple(bins), edges, st, policy, len(p)), cell, stats)
     return stats["contribution"] if stats["kept"].any() else None
 
 
@@ -156,8 +171,10 @@ def _by_type(
     feats: np.ndarray,
     conf: dict[str, ConfidenceBlock | Skipped],
     code: np.ndarray,
+    keep: dict[str, GridCells] | None = None,
 ) -> dict[str, Any]:
-    """Count, mean confidence, accuracy and the share of ECE and D-ECE of each group (module docstring)."""
+    """Count, mean confidence, accuracy and the share of ECE and D-ECE of each group (module docstring); the
+    D-ECE cells left in ``keep`` when given (:func:`_contributions`)."""
     label = _first_label(conf)
     if label is None:
         return {}
@@ -184,7 +201,7 @@ def _by_type(
     if f is not None and all(np.isfinite(col).all() for col in f) and dece is not None:
         fb = [b.bins] * (1 + len(f)) if isinstance(b.bins, int) else list(b.bins)
         grid, f = [p, *f], None  # the list alone holds the columns: _contributions frees them
-        dece_c = _contributions(p, y, grid, dece.params, fb)
+        dece_c = _contributions(p, y, grid, dece.params, fb, keep)
     del f
     dece_g = np.bincount(group, weights=dece_c, minlength=len(GROUPS)) if dece_c is not None else None
     ece_v = None if ece is None else float(ece.value)
