@@ -4,7 +4,6 @@ binned afresh, the cells are read only when made on its grid, and then no box fe
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
