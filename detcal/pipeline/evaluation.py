@@ -491,9 +491,11 @@ def _diagnostics(
     loc: LocalisationBlock | Skipped,
     timing: dict[str, float],
     keep: dict[str, GridCells],
+    kept: dict[Any, np.ndarray],
 ) -> tuple[DiagnosticsBlock | Skipped, dict[str, np.ndarray]]:
     """TIDE, calibration by error type, confusion, label errors, operating points (docs/metrics.md#diagnostics);
-    its time in ``timing["diagnostics"]``; the D-ECE cells of the calibration split left in ``keep``."""
+    its time in ``timing["diagnostics"]``; the D-ECE cells of the calibration split left in ``keep``; ``kept``:
+    the confidence block's cells, read by the calibration split (no second binning, no feature read)."""
     d = spec.diagnostics
     if not (d.tide or d.confusion or d.operating_points):
         return Skipped("diagnostics.tide, .confusion and .operating_points are false"), {}
@@ -501,7 +503,7 @@ def _diagnostics(
     from detcal.pipeline.diagnostics_block import diagnostics_block
 
     t0 = time.perf_counter()
-    out = diagnostics_block(spec, data, mr, feats, conf, loc, keep)
+    out = diagnostics_block(spec, data, mr, feats, conf, loc, keep, kept)
     timing["diagnostics"] = time.perf_counter() - t0
     return out
 
@@ -608,7 +610,8 @@ def evaluate(
         bar.total = 3 + (len(mr.iou_thresholds) - len(extra) if conf_on else 0)
         t0 = time.perf_counter()
         release_memory()  # the free pages left by loading and matching, before the per-threshold samples
-        conf, maps = confidence_blocks(spec, data, mr, feats, bar, extra, no_pos) if conf_on else ({}, {})
+        kept: dict[Any, np.ndarray] = {}  # the considered detections' cells (narrow integers), read by diagnostics
+        conf, maps = confidence_blocks(spec, data, mr, feats, bar, extra, no_pos, kept) if conf_on else ({}, {})
         del feats  # made again after the accuracy and OCE stages (the same values): not held across their peaks
         timing["confidence"] = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -617,7 +620,8 @@ def evaluate(
         acc, loc, oce_rec, uq_rec, per_image = _accuracy_and_oce(spec, data, timing)
         feats_of = features_when_read(data)  # made where first read: after TIDE's scene is released
         cells: dict[str, GridCells] = {}  # the calibration split's D-ECE cells, read again by the worst detections
-        diag, diag_cols = _diagnostics(spec, data, mr, feats_of, conf, loc, timing, cells)
+        diag, diag_cols = _diagnostics(spec, data, mr, feats_of, conf, loc, timing, cells, kept)
+        del kept
     dets = data.detections
     warn = (
         _warnings(conf, reg, reg_on and dets.uncertainty_kind is not None, no_pos)
