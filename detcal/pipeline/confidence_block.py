@@ -135,8 +135,9 @@ def confidence_blocks(
     """Confidence metrics and D-ECE maps per IoU threshold (docs/metrics.md). ``no_pos``: images lack
     sizes, so the metrics over box positions are null with that reason. ``spec.parallel`` spreads the
     thresholds over processes or ranks (the same numbers: each threshold is computed whole by one).
-    ``keep``: when given, filled with the considered detections' cells on the suite's grids under the
-    ``floor`` edge rule (by grid key, narrow integers), for :func:`kept_sample_cells`."""
+    ``keep``: when given, filled with the considered detections' cells on the suite's grids over the box
+    features under the ``floor`` edge rule (by grid key, narrow integers: 2 bytes a detection for the default
+    D-ECE grid), for :func:`kept_sample_cells`."""
     wanted = spec.confidence.iou_thresholds
     todo = []
     for i, t in enumerate(mr.iou_thresholds):
@@ -167,7 +168,7 @@ def confidence_blocks(
     out = {label: block for label, block, _ in results}
     maps = {label: m for label, block, m in results if m is not None}
     if keep is not None and shared is not None:
-        keep.update({k: v for k, v in shared.cells.items() if k[1] == "floor"})
+        keep.update({k: v for k, v in shared.cells.items() if k[1] == "floor" and k[2]})  # the position grids
     return out, maps
 
 
