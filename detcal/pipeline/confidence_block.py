@@ -22,7 +22,7 @@ from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import FEATURES, EvaluationSpec
 from detcal.reports.gap_maps import marginal_gap_map
 
-__all__ = ["confidence_blocks", "dece_maps", "interval_settings", "spec_suite", "threshold_label"]
+__all__ = ["confidence_blocks", "dece_maps", "interval_settings", "kept_sample_cells", "spec_suite", "threshold_label"]
 
 
 def threshold_label(t: float) -> str:
@@ -130,10 +130,14 @@ def confidence_blocks(
     progress: Progress,
     exclude: list[float],
     no_pos: str | None = None,
+    keep: dict[Any, np.ndarray] | None = None,
 ) -> tuple[dict[str, ConfidenceBlock | Skipped], dict[str, Any]]:
     """Confidence metrics and D-ECE maps per IoU threshold (docs/metrics.md). ``no_pos``: images lack
     sizes, so the metrics over box positions are null with that reason. ``spec.parallel`` spreads the
-    thresholds over processes or ranks (the same numbers: each threshold is computed whole by one)."""
+    thresholds over processes or ranks (the same numbers: each threshold is computed whole by one).
+    ``keep``: when given, filled with the considered detections' cells on the suite's grids over the box
+    features under the ``floor`` edge rule (by grid key, narrow integers: 2 bytes a detection for the default
+    D-ECE grid), for :func:`kept_sample_cells`."""
     wanted = spec.confidence.iou_thresholds
     todo = []
     for i, t in enumerate(mr.iou_thresholds):
@@ -163,7 +167,26 @@ def confidence_blocks(
                 results.append(_one_threshold(i, *args))
     out = {label: block for label, block, _ in results}
     maps = {label: m for label, block, m in results if m is not None}
+    if keep is not None and shared is not None:
+        keep.update({k: v for k, v in shared.cells.items() if k[1] == "floor" and k[2]})  # the position grids
     return out, maps
+
+
+def kept_sample_cells(
+    kept: Mapping[Any, np.ndarray] | None, mr: MatchResult, i: int, bins: list[int], edges: str, features: bool
+) -> np.ndarray | None:
+    """The cells of matching row ``i``'s confidence sample (considered, not ignored) on the grid of ``bins``
+    (confidence first), edge rule ``edges`` and, when ``features``, the D-ECE box features, taken from the
+    cells :func:`confidence_blocks` left in ``keep`` (the same integers as binning the sample's values again:
+    the same values, binned by the same rule); None when that grid's cells were not kept."""
+    if not kept or edges != "floor":  # netcal's rule bins a clipped confidence: not reused
+        return None
+    want = (tuple(int(v) for v in bins), edges, bool(features))
+    cell = next((c for k, c in kept.items() if (tuple(k[0]), k[1], bool(k[2])) == want), None)
+    if cell is None:
+        return None
+    cons = mr.considered
+    return np.take(cell, np.flatnonzero(~mr.ignored[i][cons] if not cons.all() else ~mr.ignored[i]))
 
 
 def _draws_shared(wanted: bool) -> contextlib.AbstractContextManager[None]:

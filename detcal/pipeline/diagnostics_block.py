@@ -13,7 +13,7 @@ by group split the ECE and the D-ECE exactly.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -27,11 +27,11 @@ from detcal.metrics.lrp import DetectionOutcomes, paired_iou
 from detcal.metrics.operating_points import operating_points
 from detcal.metrics.score_order import descending_order
 from detcal.metrics.tide import Scene, scene, tide
-from detcal.pipeline.confidence_block import sample_feature_columns, threshold_label
+from detcal.pipeline.confidence_block import kept_sample_cells, sample_feature_columns, threshold_label
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import DiagnosticsSpec, EvaluationSpec
 from detcal.reports.diagnosis_facts import miscalibration_sentence, tide_sentence
-from detcal.reports.html.worst import cell_contributions
+from detcal.reports.html.worst import GridCells, cell_contributions
 
 __all__ = ["diagnostics_block", "GROUPS"]
 
@@ -46,10 +46,16 @@ def diagnostics_block(
     feats: np.ndarray | Callable[[], np.ndarray],
     conf: dict[str, ConfidenceBlock | Skipped],
     loc: LocalisationBlock | Skipped | None = None,
+    keep: dict[str, GridCells] | None = None,
+    kept: Mapping[Any, np.ndarray] | None = None,
 ) -> tuple[DiagnosticsBlock | Skipped, dict[str, np.ndarray]]:
     """The ``diagnostics`` record and the per-detection columns it adds to detections.csv; ``loc``: the run's
     ``localisation`` record, whose LRP-optimal thresholds the operating points reuse; ``feats``: the relative
-    box features, or a function that makes them (called after TIDE's scene is released, when they are read)."""
+    box features, or a function that makes them (called after TIDE's scene is released, when they are read);
+    ``keep``: when given, the D-ECE cells of the calibration split are left in ``keep["dece"]`` for the
+    worst-detections table (the same sample and grid: :func:`detcal.pipeline.report_data.worst_block`);
+    ``kept``: the cells the confidence block left (:func:`detcal.pipeline.confidence_block.confidence_blocks`),
+    read by the calibration split instead of binning the sample again (then it reads no box feature)."""
     d = spec.diagnostics
     if data.kitti is not None:
         return Skipped("defined for COCO-style data; not computed with KITTI rules"), {}
@@ -87,7 +93,7 @@ def diagnostics_block(
         out["tide"] = {**r.to_dict(), "reference": "tidecv 1.0.1 (Bolya et al., ECCV 2020), box mode"}
         code = r.code
         del r
-        by_type = _by_type(spec, data, mr, feats() if callable(feats) else feats, conf, code)
+        by_type = _by_type(spec, data, mr, feats, conf, code, keep, kept)
         if by_type:
             out["calibration_by_error_type"] = by_type
         cols["tide_error"] = code.astype(np.int64)  # the column made once the split is done (peak memory)
@@ -130,34 +136,70 @@ def _sample(mr: MatchResult, label: str) -> tuple[int, np.ndarray]:
 
 
 def _contributions(
-    p: np.ndarray, y: np.ndarray, grid: list[np.ndarray], params: dict[str, Any], fallback: Any
+    p: np.ndarray,
+    y: np.ndarray,
+    grid: list[np.ndarray],
+    params: dict[str, Any],
+    fallback: Any,
+    keep: dict[str, GridCells] | None = None,
+    cell: np.ndarray | None = None,
 ) -> np.ndarray | None:
     """Per-detection contributions to a binned calibration error over the columns ``grid`` (confidence,
     then features) whose ``params`` (bins, edges, sample_threshold, policy) metrics.json records; None when
-    the grid does not fit. ``grid`` is emptied once the cells are known (its columns freed, peak memory)."""
+    the grid does not fit. ``grid`` is emptied once the cells are known (its columns freed, peak memory).
+    ``keep``: when given, the cells and their statistics are left in ``keep["dece"]``; ``cell``: the samples'
+    cells on this grid when already known (``grid`` is then only counted, never read)."""
 
-    bins = [int(v) for v in (params.get("bins") or [])]
-    if len(bins) != len(grid):
-        bins = list(fallback)[: len(grid)]
-        if len(bins) != len(grid):
-            return None
+    bins = _grid_bins(params, fallback, len(grid))
+    if bins is None:
+        return None
     b = BinGrid.of(tuple(bins), len(grid))
-    cell = cell_index_columns([np.asarray(c, np.float64) for c in grid], b, str(params.get("edges") or "floor"))
+    if cell is None:
+        cell = cell_index_columns([np.asarray(c, np.float64) for c in grid], b, str(params.get("edges") or "floor"))
     grid.clear()
-    st = int(params.get("sample_threshold") or 1)
-    stats = cell_contributions(p, y, cell, int(np.prod(b)), st, str(params.get("policy") or "drop"))
+    st, policy, edges = (
+        int(params.get("sample_threshold") or 1),
+        str(params.get("policy") or "drop"),
+        str(params.get("edges") or "floor"),
+    )
+    stats = cell_contributions(p, y, cell, int(np.prod(b)), st, policy)
+    if keep is not None:
+        keep["dece"] = GridCells((tuple(bins), edges, st, policy, len(p)), cell, stats)
     return stats["contribution"] if stats["kept"].any() else None
+
+
+def _grid_bins(params: dict[str, Any], fallback: Any, n: int) -> list[int] | None:
+    """The bin counts of an ``n``-dimensional grid: the recorded ``params["bins"]`` when they fit, else the
+    configured ``fallback``; None when neither does."""
+    bins = [int(v) for v in (params.get("bins") or [])]
+    if len(bins) != n:
+        bins = list(fallback)[:n]
+    return bins if len(bins) == n else None
+
+
+def _kept_cell(
+    kept: Mapping[Any, np.ndarray] | None, mr: MatchResult, i: int, params: dict[str, Any], fallback: Any, n: int
+) -> np.ndarray | None:
+    """The sample's cells on the ``n``-dimensional grid of ``params`` from the confidence block's, when kept."""
+    bins = _grid_bins(params, fallback, n)
+    if bins is None or not kept:
+        return None
+    return kept_sample_cells(kept, mr, i, bins, str(params.get("edges") or "floor"), n > 1)
 
 
 def _by_type(
     spec: EvaluationSpec,
     data: LoadedData,
     mr: MatchResult,
-    feats: np.ndarray,
+    feats: np.ndarray | Callable[[], np.ndarray],
     conf: dict[str, ConfidenceBlock | Skipped],
     code: np.ndarray,
+    keep: dict[str, GridCells] | None = None,
+    kept: Mapping[Any, np.ndarray] | None = None,
 ) -> dict[str, Any]:
-    """Count, mean confidence, accuracy and the share of ECE and D-ECE of each group (module docstring)."""
+    """Count, mean confidence, accuracy and the share of ECE and D-ECE of each group (module docstring); the
+    D-ECE cells left in ``keep`` when given (:func:`_contributions`); ``kept``: the confidence block's cells,
+    read instead of binning again (no feature read then)."""
     label = _first_label(conf)
     if label is None:
         return {}
@@ -173,19 +215,26 @@ def _by_type(
     n_g = np.bincount(group, minlength=len(GROUPS))
     sum_p = np.bincount(group, weights=p, minlength=len(GROUPS))
     sum_y = np.bincount(group, weights=y.astype(float), minlength=len(GROUPS))
-    ece_c = _contributions(p, y, [p], ece.params if ece else {}, [b.ece_bins])
+    e_params = ece.params if ece else {}
+    ece_c = _contributions(p, y, [p], e_params, [b.ece_bins], cell=_kept_cell(kept, mr, i, e_params, [b.ece_bins], 1))
     ece_g = np.bincount(group, weights=ece_c, minlength=len(GROUPS)) if ece_c is not None else None
     ece_total = None if ece_c is None else float(ece_c.sum())
     del ece_c
-    f = sample_feature_columns(spec, feats, rows)
+    n_f = len(b.features)
+    fb = [b.bins] * (1 + n_f) if isinstance(b.bins, int) else list(b.bins)
+    d_params = dece.params if dece is not None else {}
+    d_cell = _kept_cell(kept, mr, i, d_params, fb, 1 + n_f) if dece is not None and n_f else None
     n_rows = len(rows)
-    del rows  # not read again (peak memory)
     dece_c = None
-    if f is not None and all(np.isfinite(col).all() for col in f) and dece is not None:
-        fb = [b.bins] * (1 + len(f)) if isinstance(b.bins, int) else list(b.bins)
-        grid, f = [p, *f], None  # the list alone holds the columns: _contributions frees them
-        dece_c = _contributions(p, y, grid, dece.params, fb)
-    del f
+    if d_cell is not None:  # the confidence block's cells (its features were checked finite there)
+        dece_c = _contributions(p, y, [p] * (1 + n_f), d_params, fb, keep, d_cell)
+    else:
+        f = sample_feature_columns(spec, feats() if callable(feats) else feats, rows)
+        if f is not None and all(np.isfinite(col).all() for col in f) and dece is not None:
+            grid, f = [p, *f], None  # the list alone holds the columns: _contributions frees them
+            dece_c = _contributions(p, y, grid, dece.params, fb, keep)
+        del f
+    del rows, d_cell  # not read again (peak memory)
     dece_g = np.bincount(group, weights=dece_c, minlength=len(GROUPS)) if dece_c is not None else None
     ece_v = None if ece is None else float(ece.value)
     dece_v = None if dece is None else float(dece.value)

@@ -50,6 +50,7 @@ from detcal.pipeline.spec import FEATURES, DataSpec, EvaluationSpec
 
 if TYPE_CHECKING:
     from detcal.pipeline.result import EvaluationResult
+    from detcal.reports.html.worst import GridCells
 
 log = logging.getLogger("detcal")
 
@@ -466,17 +467,19 @@ def _worst(
     spec: EvaluationSpec,
     data: LoadedData,
     mr: MatchResult,
-    feats: np.ndarray,
+    feats: Callable[[], np.ndarray],
     conf: dict[str, ConfidenceBlock | Skipped],
     no_pos: str | None,
+    cells: dict[str, GridCells],
 ) -> dict[str, Any]:
-    """The worst-calibrated detections for the report (docs/metrics.md#worst-calibrated-detections)."""
+    """The worst-calibrated detections for the report (docs/metrics.md#worst-calibrated-detections); ``cells``:
+    the D-ECE cells the calibration split by error type left (the same sample and grid: not binned again)."""
     if not conf or no_pos or data.shard is not None:
         return {}
     # lazy: kept out of detcal-evaluate start-up (loads when the run reaches it)
     from detcal.pipeline.report_data import worst_block
 
-    return worst_block(spec, data, mr, feats, conf)
+    return worst_block(spec, data, mr, feats, conf, cells=cells.pop("dece", None))
 
 
 def _diagnostics(
@@ -487,9 +490,12 @@ def _diagnostics(
     conf: dict[str, ConfidenceBlock | Skipped],
     loc: LocalisationBlock | Skipped,
     timing: dict[str, float],
+    keep: dict[str, GridCells],
+    kept: dict[Any, np.ndarray],
 ) -> tuple[DiagnosticsBlock | Skipped, dict[str, np.ndarray]]:
     """TIDE, calibration by error type, confusion, label errors, operating points (docs/metrics.md#diagnostics);
-    its time in ``timing["diagnostics"]``."""
+    its time in ``timing["diagnostics"]``; the D-ECE cells of the calibration split left in ``keep``; ``kept``:
+    the confidence block's cells, read by the calibration split (no second binning, no feature read)."""
     d = spec.diagnostics
     if not (d.tide or d.confusion or d.operating_points):
         return Skipped("diagnostics.tide, .confusion and .operating_points are false"), {}
@@ -497,7 +503,7 @@ def _diagnostics(
     from detcal.pipeline.diagnostics_block import diagnostics_block
 
     t0 = time.perf_counter()
-    out = diagnostics_block(spec, data, mr, feats, conf, loc)
+    out = diagnostics_block(spec, data, mr, feats, conf, loc, keep, kept)
     timing["diagnostics"] = time.perf_counter() - t0
     return out
 
@@ -604,7 +610,8 @@ def evaluate(
         bar.total = 3 + (len(mr.iou_thresholds) - len(extra) if conf_on else 0)
         t0 = time.perf_counter()
         release_memory()  # the free pages left by loading and matching, before the per-threshold samples
-        conf, maps = confidence_blocks(spec, data, mr, feats, bar, extra, no_pos) if conf_on else ({}, {})
+        kept: dict[Any, np.ndarray] = {}  # the considered detections' cells (narrow integers), read by diagnostics
+        conf, maps = confidence_blocks(spec, data, mr, feats, bar, extra, no_pos, kept) if conf_on else ({}, {})
         del feats  # made again after the accuracy and OCE stages (the same values): not held across their peaks
         timing["confidence"] = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -612,7 +619,9 @@ def evaluate(
         timing["regression"] = time.perf_counter() - t0
         acc, loc, oce_rec, uq_rec, per_image = _accuracy_and_oce(spec, data, timing)
         feats_of = features_when_read(data)  # made where first read: after TIDE's scene is released
-        diag, diag_cols = _diagnostics(spec, data, mr, feats_of, conf, loc, timing)
+        cells: dict[str, GridCells] = {}  # the calibration split's D-ECE cells, read again by the worst detections
+        diag, diag_cols = _diagnostics(spec, data, mr, feats_of, conf, loc, timing, cells, kept)
+        del kept
     dets = data.detections
     warn = (
         _warnings(conf, reg, reg_on and dets.uncertainty_kind is not None, no_pos)
@@ -639,7 +648,7 @@ def evaluate(
         "oce": oce_rec,
         "uq_detr": uq_rec,
         "per_class": _per_class(spec, data, mr, extra, acc) if conf_on and spec.confidence.per_class else {},
-        "worst_detections": _worst(spec, data, mr, feats_of(), conf, no_pos),
+        "worst_detections": _worst(spec, data, mr, feats_of, conf, no_pos, cells),
         "diagnostics": diag,
         "warnings": warn,
         "timing_s": {k: round(v, 3) for k, v in timing.items()},

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,7 +12,7 @@ from detcal.core.types import Dataset, MatchResult, Skipped
 from detcal.pipeline.confidence_block import sample_feature_columns, threshold_label
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
-from detcal.reports.html.worst import worst_detections
+from detcal.reports.html.worst import GridCells, worst_detections
 
 __all__ = ["worst_block"]
 
@@ -30,11 +30,17 @@ def worst_block(
     spec: EvaluationSpec,
     data: LoadedData,
     mr: MatchResult,
-    feats: np.ndarray,
+    feats: np.ndarray | Callable[[], np.ndarray],
     conf: Mapping[str, ConfidenceBlock | Skipped],
     top: int = 10,
+    cells: GridCells | None = None,
 ) -> dict[str, Any]:
-    """The worst-calibrated detections at the first evaluated IoU threshold (``{}`` when none was)."""
+    """The worst-calibrated detections at the first evaluated IoU threshold (``{}`` when none was).
+
+    ``feats``: the relative box features, or a function that makes them (called only when read); ``cells``:
+    this sample's D-ECE cells on the full grid (confidence and features) as the calibration split by error type
+    computed them (:func:`detcal.pipeline.diagnostics_block.diagnostics_block`'s ``keep``): read instead of
+    binning the sample again when made with this table's grid, and then no feature is read."""
 
     labels = [lbl for lbl, blk in conf.items() if not isinstance(blk, Skipped)]
     if not labels:
@@ -44,12 +50,21 @@ def worst_block(
     d, ds = data.detections, data.dataset
     y = mr.matched[i, rows]
     p = d.score[rows]
-    columns = [p] + (sample_feature_columns(spec, feats, rows) or [])  # no [S, 4] gathered copy
-    if not all(np.isfinite(c).all() for c in columns[1:]):
-        columns = columns[:1]  # images without sizes: the confidence-only grid
     b = spec.dece_binning
-    names = ["confidence"] + (list(b.features) if len(columns) > 1 else [])
-    bins = [b.bins] * len(names) if isinstance(b.bins, int) else list(b.bins)[: len(names)]
+    first = conf[labels[0]]
+    dece = first.metric("dece") if isinstance(first, ConfidenceBlock) else None
+    params = dece.params if dece is not None else {}
+    edges = str(params.get("edges") or "floor")
+    names = ["confidence", *b.features]
+    bins = _bins(b.bins, names, params)
+    columns: list[np.ndarray] | None = None
+    if cells is None or cells.key != (tuple(bins), edges, int(b.sample_threshold), b.policy, len(rows)):
+        cells = None  # binned here: the grid's columns
+        columns = [p] + (sample_feature_columns(spec, feats() if callable(feats) else feats, rows) or [])
+        if not all(np.isfinite(c).all() for c in columns[1:]):
+            columns = columns[:1]  # images without sizes: the confidence-only grid
+        names = names[: len(columns)]
+        bins = _bins(b.bins, names, params)
     # the tables show a few rows: every column but the grid's is read at those rows only (no pass over the sample)
     ctx = {
         "p": p,
@@ -67,17 +82,18 @@ def worst_block(
         "height": _At(rows, lambda r: _image_field(ds, int(d.image_id[r]), "height")),
         "gt_box": _At(rows, lambda r: None if mr.gt_index[i, r] < 0 else ds.gt.box[mr.gt_index[i, r]]),
     }
-    first = conf[labels[0]]
-    dece = first.metric("dece") if isinstance(first, ConfidenceBlock) else None
-    params = dece.params if dece is not None else {}
-    edges = str(params.get("edges") or "floor")
-    if len(params.get("bins") or []) == len(names):
-        bins = [int(v) for v in params["bins"]]
-    out = worst_detections(ctx, bins, b.sample_threshold, b.policy, edges=edges, top=top)
+    out = worst_detections(ctx, bins, b.sample_threshold, b.policy, edges=edges, top=top, cells=cells)
     for key in ("highest_confidence_false_positives", "lowest_confidence_true_positives", "largest_contributions"):
         for r in out[key]:
             r["image_gt_boxes"] = _gt_boxes(data, r["image_id"], r["category"])
     return {"iou": labels[0], **out}
+
+
+def _bins(spec_bins: int | Sequence[int], names: list[str], params: dict[str, Any]) -> list[int]:
+    """The grid's bin counts over ``names``: the D-ECE's recorded ones when they fit, else the configured ones."""
+    if len(params.get("bins") or []) == len(names):
+        return [int(v) for v in params["bins"]]
+    return [spec_bins] * len(names) if isinstance(spec_bins, int) else list(spec_bins)[: len(names)]
 
 
 def _image_field(ds: Dataset, image_id: int, name: str) -> Any:

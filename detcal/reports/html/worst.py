@@ -16,18 +16,28 @@ lowest-confidence true positives and the kept cells with the largest amount
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from detcal.binning.edges import BinGrid, cell_index, cell_index_columns
 
-__all__ = ["cell_contributions", "smallest", "worst_detections"]
+__all__ = ["GridCells", "cell_contributions", "smallest", "worst_detections"]
 
 DEFINITION = (
     "contribution_i = sign(conf(c) - prec(c)) * (p_i - y_i) / N' for detection i in kept D-ECE cell c "
     "(0 in a sparse cell); the contributions sum to the D-ECE"
 )
+
+
+class GridCells(NamedTuple):
+    """The D-ECE cells of one confidence sample and their :func:`cell_contributions`, computed once and read
+    by every table that bins the same sample on the same grid (the calibration split by error type and the
+    worst-detections table). ``key``: (bins, edges, sample_threshold, policy, sample size) they were made with."""
+
+    key: tuple[tuple[int, ...], str, int, str, int]
+    cell: np.ndarray
+    stats: dict[str, np.ndarray]
 
 
 def cell_contributions(
@@ -144,8 +154,35 @@ def _cell_rows(stats: dict[str, np.ndarray], bins: Sequence[int], names: Sequenc
     return out
 
 
+def _cells(
+    ctx: dict[str, Any],
+    p: np.ndarray,
+    y: np.ndarray,
+    bins: Sequence[int],
+    sample_threshold: int,
+    policy: str,
+    edges: str,
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The sample's cells on the grid of ``ctx`` (``grid_columns``, or ``p`` and ``features``) and their statistics."""
+    f = ctx.get("features")
+    columns = ctx.get("grid_columns")
+    if columns is None:
+        grid = p[:, None] if f is None else np.column_stack([p, f])
+        cell, n_cells = cell_index(grid, tuple(bins), edges)
+    else:  # cell_index's own arithmetic on the columns it would cut from the stacked grid
+        b = BinGrid.of(tuple(bins), len(columns))
+        cell, n_cells = cell_index_columns([np.asarray(c, np.float64) for c in columns], b, edges), int(np.prod(b))
+    return cell, cell_contributions(p, y, cell, n_cells, sample_threshold, policy)
+
+
 def worst_detections(
-    ctx: dict[str, Any], bins: Sequence[int], sample_threshold: int, policy: str, edges: str = "floor", top: int = 10
+    ctx: dict[str, Any],
+    bins: Sequence[int],
+    sample_threshold: int,
+    policy: str,
+    edges: str = "floor",
+    top: int = 10,
+    cells: GridCells | None = None,
 ) -> dict[str, Any]:
     """The worst-calibrated detections of one confidence sample.
 
@@ -156,19 +193,16 @@ def worst_detections(
     confidences, then the features; read instead of ``p`` and ``features`` stacked into an [S, 1 + F] copy);
     every column but ``p``, ``y`` and
     ``features`` is only indexed at the rows the tables show, so any object
-    indexable by sample position will do. Returns plain JSON-ready data.
+    indexable by sample position will do. ``cells``: the sample's cells and statistics already computed on
+    this grid (read when their ``key`` is this call's; no grid column is then read). Returns plain JSON-ready data.
     """
 
     p, y = np.asarray(ctx["p"], dtype=np.float64), np.asarray(ctx["y"], dtype=bool)
-    f = ctx.get("features")
-    columns = ctx.get("grid_columns")
-    if columns is None:
-        grid = p[:, None] if f is None else np.column_stack([p, f])
-        cell, n_cells = cell_index(grid, tuple(bins), edges)
-    else:  # cell_index's own arithmetic on the columns it would cut from the stacked grid
-        b = BinGrid.of(tuple(bins), len(columns))
-        cell, n_cells = cell_index_columns([np.asarray(c, np.float64) for c in columns], b, edges), int(np.prod(b))
-    stats = cell_contributions(p, y, cell, n_cells, sample_threshold, policy)
+    key = (tuple(int(b) for b in bins), edges, int(sample_threshold), policy, len(p))
+    if cells is not None and cells.key == key:
+        cell, stats = cells.cell, cells.stats
+    else:
+        cell, stats = _cells(ctx, p, y, bins, sample_threshold, policy, edges)
     names = list(ctx["feature_names"])
     fp = np.flatnonzero(~y)
     tp = np.flatnonzero(y)
