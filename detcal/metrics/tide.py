@@ -633,9 +633,25 @@ def scene_match(
     ign &= got < 0
     if not best:
         return got, ign, None
-    bp, _ = _seg_argmax(sc.pr.iou, sc.pr.start, sc.pr.count, arg=False)
-    bc, _ = _seg_argmax(sc.cr.iou, sc.cr.start, sc.cr.count, arg=False)
-    return got, ign, np.maximum(bp, bc)
+    bp = _seg_max(sc.pr.iou, sc.pr.start, sc.pr.count)
+    d = sc.cr.pd  # the few crowd pairs: their detections' maxima raised in place (a maximum is exact)
+    if len(d):
+        first = np.flatnonzero(np.concatenate([[True], d[1:] != d[:-1]]))  # each detection's run of pairs
+        at = d[first]
+        bp[at] = np.maximum(bp[at], np.maximum.reduceat(sc.cr.iou, first))
+    return got, ign, bp
+
+
+def _seg_max(val: np.ndarray, start: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """:func:`_seg_argmax`'s maxima (0 when empty) of segments that tile ``val`` in order: one reduction over
+    every segment up to the last with a value (the empty ones masked), no gather or scatter of the others."""
+    mx = np.zeros(len(start))
+    m = int(np.searchsorted(start, len(val), "left"))  # from here on every segment is empty
+    if len(val) == 0 or m == 0:
+        return mx
+    np.maximum.reduceat(val, start[:m], out=mx[:m])
+    mx[:m][count[:m] == 0] = 0.0  # an empty segment reads its successor's first value
+    return mx
 
 
 def tide(
