@@ -506,7 +506,8 @@ def _pair_block(
     p0 = int(ends[a - 1]) if a else 0
     total = int(ends[b - 1]) - p0 if b > a else 0
     live = np.flatnonzero(nb)  # the block's detections with a pair (only their boxes are read)
-    dc = det.columns(kd[a + live])
+    rows = kd[a + live]
+    dc = det.columns(rows)
     nl = nb[live]
     pd = np.repeat(np.arange(len(live)), nl)  # position among them
     # each pair's box: its image's first box plus the pair's place in the detection's run
@@ -527,7 +528,7 @@ def _pair_block(
     union = da if crowd else da + gc[4][within] - inter
     iou = np.zeros(len(inter))
     np.divide(inter, union, out=iou, where=ok)
-    same = det.cat[kd[a + live]][pd] == gcat[within]
+    same = det.cat[rows][pd] == gcat[within]
     at = live[pd]
     idx = g_rows.dtype  # the positions' and counts' integers (as the GT rows')
     return (at + a).astype(idx), g_rows[within], iou, same, np.bincount(at, minlength=b - a).astype(idx)
