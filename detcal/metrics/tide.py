@@ -511,7 +511,8 @@ def _pair_block(
     nl = nb[live]
     pd = np.repeat(np.arange(len(live)), nl)  # position among them
     # each pair's box: its image's first box plus the pair's place in the detection's run
-    within = np.arange(p0, p0 + total) - np.repeat(ends[a:b] - nb - gfirst[a:b], nb)
+    within = np.repeat(gfirst[a:b] - (ends[a:b] - nb), nb)
+    within += np.arange(p0, p0 + total)
     iw = np.minimum(np.repeat(dc[2], nl), gc[2][within])  # np.repeat: dc[k][pd], without the gather
     iw -= np.maximum(np.repeat(dc[0], nl), gc[0][within])
     if overlap_only:  # the x overlap first: most pairs end here
@@ -519,19 +520,24 @@ def _pair_block(
         pd, within, iw = pd[sel], within[sel], iw[sel]
     ih = np.minimum(dc[3][pd], gc[3][within])
     ih -= np.maximum(dc[1][pd], gc[1][within])
-    ok = (iw > 0) & (ih > 0)
-    if overlap_only:
-        sel = np.flatnonzero(ok)
-        pd, within, iw, ih, ok = pd[sel], within[sel], iw[sel], ih[sel], ok[sel]
-    inter = np.where(ok, iw * ih, 0.0)
-    da = dc[4][pd]
-    union = da if crowd else da + gc[4][within] - inter
-    iou = np.zeros(len(inter))
-    np.divide(inter, union, out=iou, where=ok)
+    if overlap_only:  # the pairs left overlap in x: those that overlap in y too, and no mask below (the same values)
+        sel = np.flatnonzero(ih > 0)
+        pd, within, iw, ih = pd[sel], within[sel], iw[sel], ih[sel]
+        inter = np.multiply(iw, ih, out=iw)
+        da = dc[4][pd]
+        iou = inter / (da if crowd else da + gc[4][within] - inter)
+    else:
+        ok = (iw > 0) & (ih > 0)
+        inter = np.where(ok, iw * ih, 0.0)
+        da = dc[4][pd]
+        union = da if crowd else da + gc[4][within] - inter
+        iou = np.zeros(len(inter))
+        np.divide(inter, union, out=iou, where=ok)
     same = det.cat[rows][pd] == gcat[within]
-    at = live[pd]
     idx = g_rows.dtype  # the positions' and counts' integers (as the GT rows')
-    return (at + a).astype(idx), g_rows[within], iou, same, np.bincount(at, minlength=b - a).astype(idx)
+    count = np.zeros(b - a, idx)
+    count[live] = np.bincount(pd, minlength=len(live))
+    return (live + a).astype(idx)[pd], g_rows[within], iou, same, count
 
 
 @dataclass
