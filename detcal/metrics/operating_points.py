@@ -184,11 +184,11 @@ def _ece_kept_all(
     sum of its groups: exact integer sums (:class:`~detcal.binning.cells.CellStats`), the same values as one
     pass per rule."""
     given = [k for k in keeps if k is not None]
-    if not isinstance(ece, ConfidenceMetric) or ece.use_features or not ece.binned or len(given) > 6:
+    if not isinstance(ece, ConfidenceMetric) or ece.use_features or not ece.binned or len(given) > 8:
         return [_ece_kept(ece, p, y, k) for k in keeps]
     group = np.zeros(len(p), np.uint8)
-    for bit, k in enumerate(given):  # bit b: the b-th rule keeps the detection
-        group |= np.asarray(k, np.uint8) << np.uint8(bit)
+    for bit, rule in enumerate(given):  # bit b: the b-th rule keeps the detection
+        group |= np.asarray(rule, np.uint8) << np.uint8(bit)
     n_groups = 1 << len(given)
     stats = ece.stats(p, y, groups=group, n_groups=n_groups)
     del group
