@@ -41,14 +41,20 @@ _ECE_RULES = ("all", "f1_optimal_pooled", "f1_optimal_per_class", "lrp_optimal_p
 
 
 def _counts(
-    score: np.ndarray, tp: np.ndarray, code: np.ndarray, n_cls: int, j: np.ndarray | None = None
+    score: np.ndarray, tp: np.ndarray, code: np.ndarray | None, n_cls: int, j: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Kept and true-positive counts [n_cls, len(GRID)] for ``score >= GRID[k]`` (exact: each detection is kept
-    at the grid points at or below its score); ``j``: ``grid_count(score)`` when known."""
+    at the grid points at or below its score); ``code`` None: one class; ``j``: ``grid_count(score)`` when
+    known. The true positives are counted as integers (the same float counts as summing their flags)."""
     j = grid_count(score) if j is None else j  # kept at GRID[:j]
     m = len(GRID) + 1
-    kept = np.bincount(code * m + j, minlength=n_cls * m).reshape(n_cls, m)
-    tps = np.bincount(code * m + j, weights=tp.astype(np.float64), minlength=n_cls * m).reshape(n_cls, m)
+    key = j if code is None else code * m + j  # one key per detection, read by both counts
+    kept = np.bincount(key, minlength=n_cls * m).reshape(n_cls, m)
+    if tp.dtype == np.bool_:
+        tps = np.bincount(key[tp], minlength=n_cls * m).astype(np.float64).reshape(n_cls, m)
+    else:
+        tps = np.bincount(key, weights=tp.astype(np.float64), minlength=n_cls * m).reshape(n_cls, m)
+    del key
     rev = np.cumsum(kept[:, ::-1], axis=1)[:, ::-1]  # rev[k] = detections with j >= k
     rtp = np.cumsum(tps[:, ::-1], axis=1)[:, ::-1]
     return rev[:, 1:], rtp[:, 1:]  # threshold k kept when j >= k + 1
@@ -239,7 +245,7 @@ def operating_points(
     j = grid_count(pooled_s)  # the grid points each pooled detection is kept at, shared with the classes
     kept, tps = _counts(p, y, code, c, j[has_class])
     n_gt = o.n_gt.astype(np.int64)
-    pk, pt = _counts(pooled_s, pooled_y, np.zeros(len(pooled_s), np.int64), 1, j)
+    pk, pt = _counts(pooled_s, pooled_y, None, 1, j)
     del j  # the full-size temporaries released as soon as they are used (the diagnostics' peak memory)
     pooled = pr_curves(pk[0], pt[0], int(n_gt.sum()))
     if desc is None:

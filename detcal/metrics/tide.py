@@ -731,7 +731,12 @@ def _codes(dcat: np.ndarray, gcat: np.ndarray) -> tuple[np.ndarray, int]:
 def grid_count(v: np.ndarray) -> np.ndarray:
     """Number of the points ``k / 100`` (k = 0..100) at or below each value (as ``searchsorted(..., "right")``
     on them, exact): the floor of ``100 v`` corrected by one comparison either side."""
-    j0 = np.clip(np.floor(np.nan_to_num(v) * 100), 0, 100).astype(np.int64)
+    x = np.nan_to_num(v) * 100
+    if x.dtype.kind == "f":  # floored and clipped in place (the same values)
+        j0 = np.clip(np.floor(x, out=x), 0, 100, out=x).astype(np.int64)
+    else:
+        j0 = np.clip(np.floor(x), 0, 100).astype(np.int64)
+    del x
     up = np.minimum(j0 + 1, 100)
     return j0 + (_X[j0] <= v) + ((j0 < 100) & (_X[up] <= v))
 
