@@ -135,3 +135,23 @@ def test_oce_thresholds_in_one_block_equal_each_threshold_alone(brier: str, seed
                 assert np.array_equal(got[k][agg].brier[t], alone[k][agg].brier[0]), (tau, k, agg)
                 assert np.array_equal(got[k][agg].n_matched[t], alone[k][agg].n_matched[0])
     assert np.any(got[0]["mean"].n_matched[0] > 1)  # objects with several pairs: the aggregations are exercised
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_grid_counts_from_one_key_equal_the_summed_flags(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n, c = 3000, 7
+    score = np.round(rng.random(n), 2)  # on the grid points too
+    tp = rng.random(n) < 0.4
+    code = rng.integers(0, c, n)
+    kept, tps = op_mod._counts(score, tp, code, c)
+    want_kept, want_tps = op_mod._counts(score, tp.astype(np.float64), code, c)  # the flags summed as weights
+    assert np.array_equal(kept, want_kept) and np.array_equal(tps, want_tps) and tps.dtype == np.float64
+    # by hand: kept at threshold GRID[k] when score >= GRID[k]
+    k = 37
+    at = score >= op_mod.GRID[k]
+    assert np.array_equal(kept[:, k], np.bincount(code[at], minlength=c))
+    assert np.array_equal(tps[:, k], np.bincount(code[at & tp], minlength=c))
+    one = op_mod._counts(score, tp, None, 1)
+    zero = op_mod._counts(score, tp, np.zeros(n, np.int64), 1)
+    assert np.array_equal(one[0], zero[0]) and np.array_equal(one[1], zero[1])
