@@ -51,9 +51,10 @@ def _counts(
     key = j if code is None else code * m + j  # one key per detection, read by both counts
     kept = np.bincount(key, minlength=n_cls * m).reshape(n_cls, m)
     if tp.dtype == np.bool_:
-        tps = np.bincount(key[tp], minlength=n_cls * m).astype(np.float64).reshape(n_cls, m)
+        counted = np.bincount(key[tp], minlength=n_cls * m).astype(np.float64)
     else:
-        tps = np.bincount(key, weights=tp.astype(np.float64), minlength=n_cls * m).reshape(n_cls, m)
+        counted = np.bincount(key, weights=tp.astype(np.float64), minlength=n_cls * m)
+    tps = counted.reshape(n_cls, m)
     del key
     rev = np.cumsum(kept[:, ::-1], axis=1)[:, ::-1]  # rev[k] = detections with j >= k
     rtp = np.cumsum(tps[:, ::-1], axis=1)[:, ::-1]
