@@ -51,7 +51,7 @@ def _counts(
     key = j if code is None else code * m + j  # one key per detection, read by both counts
     kept = np.bincount(key, minlength=n_cls * m).reshape(n_cls, m)
     if tp.dtype == np.bool_:
-        counted = np.bincount(key[tp], minlength=n_cls * m).astype(np.float64)
+        counted: np.ndarray = np.bincount(key[tp], minlength=n_cls * m).astype(np.float64)
     else:
         counted = np.bincount(key, weights=tp.astype(np.float64), minlength=n_cls * m)
     tps = counted.reshape(n_cls, m)
