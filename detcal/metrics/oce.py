@@ -222,6 +222,16 @@ def _majority_label(obj: np.ndarray, label: np.ndarray, n_obj: int) -> np.ndarra
     return out
 
 
+def _threshold_block(obj: np.ndarray, det: np.ndarray, iou: np.ndarray, taus: np.ndarray, n_obj: int) -> _PairBlock:
+    """One :class:`_PairBlock` of the pairs cut at every threshold: object ``t * n_obj + o`` is object ``o`` at
+    ``taus[t]``, its pairs those reaching ``taus[t]`` in their order (each object's pairs, sums and maxima as a
+    block per threshold: the same values, one pass instead of one per threshold)."""
+    keep = [np.flatnonzero(iou >= tau) for tau in taus]
+    at = np.concatenate(keep)
+    key = np.repeat(np.arange(len(taus), dtype=np.int64) * n_obj, [len(k) for k in keep]) + obj[at]
+    return _PairBlock(key, det[at], iou[at], len(taus) * n_obj)
+
+
 def _block_brier(
     blk: _PairBlock, dets: Detections, ycol: np.ndarray, ycat: np.ndarray, aggregation: str, kind: str
 ) -> np.ndarray:
@@ -318,13 +328,11 @@ def object_scores_of_sets(
         obj = local[g] - lo
         for k, (mask, aggs) in enumerate(sets):
             sel = np.flatnonzero(mask[d]) if mask is not None else slice(None)
-            o_k, d_k, iou_k = obj[sel], d[sel], iou[sel]
-            for t, tau in enumerate(taus):
-                keep = np.flatnonzero(iou_k >= tau)
-                blk = _PairBlock(o_k[keep], d_k[keep], iou_k[keep], hi - lo)
-                for agg in aggs:
-                    outs[k][agg][t, lo:hi] = _block_brier(blk, dets, ycol[lo:hi], ycat[lo:hi], agg, kind)
-                n_matched[k][t, lo:hi] = blk.n
+            blk = _threshold_block(obj[sel], d[sel], iou[sel], taus, hi - lo)
+            yc, yk = np.tile(ycol[lo:hi], len(taus)), np.tile(ycat[lo:hi], len(taus))
+            for agg in aggs:
+                outs[k][agg][:, lo:hi] = _block_brier(blk, dets, yc, yk, agg, kind).reshape(len(taus), hi - lo)
+            n_matched[k][:, lo:hi] = blk.n.reshape(len(taus), hi - lo)
     return [
         {
             agg: ObjectScores(

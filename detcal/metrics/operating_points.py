@@ -26,7 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from detcal.binning.cells import CellStats
 from detcal.core.types import MetricResult
+from detcal.metrics.confidence import ConfidenceMetric
 from detcal.metrics.lrp import DetectionOutcomes, lrp_table
 from detcal.metrics.narrow_ints import sort_code_type
 from detcal.metrics.tide import grid_count
@@ -35,17 +37,25 @@ __all__ = ["GRID", "pr_curves", "f1_optimal", "operating_points", "class_blocks"
 
 GRID: np.ndarray = np.arange(101) / 100
 """Score thresholds of the curves."""
+_ECE_RULES = ("all", "f1_optimal_pooled", "f1_optimal_per_class", "lrp_optimal_per_class")
 
 
 def _counts(
-    score: np.ndarray, tp: np.ndarray, code: np.ndarray, n_cls: int, j: np.ndarray | None = None
+    score: np.ndarray, tp: np.ndarray, code: np.ndarray | None, n_cls: int, j: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Kept and true-positive counts [n_cls, len(GRID)] for ``score >= GRID[k]`` (exact: each detection is kept
-    at the grid points at or below its score); ``j``: ``grid_count(score)`` when known."""
+    at the grid points at or below its score); ``code`` None: one class; ``j``: ``grid_count(score)`` when
+    known. The true positives are counted as integers (the same float counts as summing their flags)."""
     j = grid_count(score) if j is None else j  # kept at GRID[:j]
     m = len(GRID) + 1
-    kept = np.bincount(code * m + j, minlength=n_cls * m).reshape(n_cls, m)
-    tps = np.bincount(code * m + j, weights=tp.astype(np.float64), minlength=n_cls * m).reshape(n_cls, m)
+    key = j if code is None else code * m + j  # one key per detection, read by both counts
+    kept = np.bincount(key, minlength=n_cls * m).reshape(n_cls, m)
+    if tp.dtype == np.bool_:
+        counted: np.ndarray = np.bincount(key[tp], minlength=n_cls * m).astype(np.float64)
+    else:
+        counted = np.bincount(key, weights=tp.astype(np.float64), minlength=n_cls * m)
+    tps = counted.reshape(n_cls, m)
+    del key
     rev = np.cumsum(kept[:, ::-1], axis=1)[:, ::-1]  # rev[k] = detections with j >= k
     rtp = np.cumsum(tps[:, ::-1], axis=1)[:, ::-1]
     return rev[:, 1:], rtp[:, 1:]  # threshold k kept when j >= k + 1
@@ -172,6 +182,44 @@ def _ece_kept(
         return {"n": n, "ece": float(ece(p, y).value) if n else None}
 
 
+def _ece_kept_all(
+    ece: Callable[[np.ndarray, np.ndarray], MetricResult], p: np.ndarray, y: np.ndarray,
+    keeps: list[np.ndarray | None],
+) -> list[dict[str, Any]]:  # fmt: skip
+    """:func:`_ece_kept` of each of ``keeps``. With a :class:`ConfidenceMetric` on confidence alone, the cell
+    statistics are computed in one pass, grouped by which rules keep each detection, and each rule's are the
+    sum of its groups: exact integer sums (:class:`~detcal.binning.cells.CellStats`), the same values as one
+    pass per rule."""
+    given = [k for k in keeps if k is not None]
+    if not isinstance(ece, ConfidenceMetric) or ece.use_features or not ece.binned or len(given) > 8:
+        return [_ece_kept(ece, p, y, k) for k in keeps]
+    group = np.zeros(len(p), np.uint8)
+    for bit, rule in enumerate(given):  # bit b: the b-th rule keeps the detection
+        group |= np.asarray(rule, np.uint8) << np.uint8(bit)
+    n_groups = 1 << len(given)
+    stats = ece.stats(p, y, groups=group, n_groups=n_groups)
+    del group
+    out, bit = [], 0
+    for k in keeps:
+        if k is None:
+            member = np.ones(n_groups, bool)
+        else:
+            member = (np.arange(n_groups) >> bit & 1).astype(bool)
+            bit += 1
+        part = CellStats(
+            bins=stats.bins,
+            edges=stats.edges,
+            count=stats.count[member].sum(axis=0),
+            sum_y=stats.sum_y[member].sum(axis=0),
+            fixed={name: v[member].sum(axis=0) for name, v in stats.fixed.items()},
+        )
+        n = int(part.n)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # few kept detections: the run's ECE warnings already say so
+            out.append({"n": n, "ece": float(ece.result(part).value) if n else None})
+    return out
+
+
 def operating_points(
     o: DetectionOutcomes,
     names: dict[int, str],
@@ -198,7 +246,7 @@ def operating_points(
     j = grid_count(pooled_s)  # the grid points each pooled detection is kept at, shared with the classes
     kept, tps = _counts(p, y, code, c, j[has_class])
     n_gt = o.n_gt.astype(np.int64)
-    pk, pt = _counts(pooled_s, pooled_y, np.zeros(len(pooled_s), np.int64), 1, j)
+    pk, pt = _counts(pooled_s, pooled_y, None, 1, j)
     del j  # the full-size temporaries released as soon as they are used (the diagnostics' peak memory)
     pooled = pr_curves(pk[0], pt[0], int(n_gt.sum()))
     if desc is None:
@@ -228,6 +276,7 @@ def operating_points(
         t = np.where(ci_v >= 0, th[np.maximum(ci_v, 0)], np.nan) if c else np.full(len(ci_v), np.nan)
         return ~np.isfinite(t) | (pooled_s >= t)
 
+    keeps = [None, f1_keep, class_keep(cls_thr), class_keep(lrp_thr)]
     index = {int(k): i for i, k in enumerate(cats.tolist())}
     curves = {str(k): pr_curves(kept[index[k]], tps[index[k]], int(n_gt[index[k]])) for k in top_classes if k in index}
     return {
@@ -247,10 +296,5 @@ def operating_points(
             "lrp_threshold": lrp_thr.tolist(),
             "olrp": olrp.tolist(),
         },
-        "ece_kept": {
-            "all": _ece_kept(ece, pooled_s, pooled_y, None),
-            "f1_optimal_pooled": _ece_kept(ece, pooled_s, pooled_y, f1_keep),
-            "f1_optimal_per_class": _ece_kept(ece, pooled_s, pooled_y, class_keep(cls_thr)),
-            "lrp_optimal_per_class": _ece_kept(ece, pooled_s, pooled_y, class_keep(lrp_thr)),
-        },
+        "ece_kept": dict(zip(_ECE_RULES, _ece_kept_all(ece, pooled_s, pooled_y, keeps))),
     }

@@ -506,11 +506,13 @@ def _pair_block(
     p0 = int(ends[a - 1]) if a else 0
     total = int(ends[b - 1]) - p0 if b > a else 0
     live = np.flatnonzero(nb)  # the block's detections with a pair (only their boxes are read)
-    dc = det.columns(kd[a + live])
+    rows = kd[a + live]
+    dc = det.columns(rows)
     nl = nb[live]
     pd = np.repeat(np.arange(len(live)), nl)  # position among them
     # each pair's box: its image's first box plus the pair's place in the detection's run
-    within = np.arange(p0, p0 + total) - np.repeat(ends[a:b] - nb - gfirst[a:b], nb)
+    within = np.repeat(gfirst[a:b] - (ends[a:b] - nb), nb)
+    within += np.arange(p0, p0 + total)
     iw = np.minimum(np.repeat(dc[2], nl), gc[2][within])  # np.repeat: dc[k][pd], without the gather
     iw -= np.maximum(np.repeat(dc[0], nl), gc[0][within])
     if overlap_only:  # the x overlap first: most pairs end here
@@ -518,19 +520,24 @@ def _pair_block(
         pd, within, iw = pd[sel], within[sel], iw[sel]
     ih = np.minimum(dc[3][pd], gc[3][within])
     ih -= np.maximum(dc[1][pd], gc[1][within])
-    ok = (iw > 0) & (ih > 0)
-    if overlap_only:
-        sel = np.flatnonzero(ok)
-        pd, within, iw, ih, ok = pd[sel], within[sel], iw[sel], ih[sel], ok[sel]
-    inter = np.where(ok, iw * ih, 0.0)
-    da = dc[4][pd]
-    union = da if crowd else da + gc[4][within] - inter
-    iou = np.zeros(len(inter))
-    np.divide(inter, union, out=iou, where=ok)
-    same = det.cat[kd[a + live]][pd] == gcat[within]
-    at = live[pd]
+    if overlap_only:  # the pairs left overlap in x: those that overlap in y too, and no mask below (the same values)
+        sel = np.flatnonzero(ih > 0)
+        pd, within, iw, ih = pd[sel], within[sel], iw[sel], ih[sel]
+        inter = np.multiply(iw, ih, out=iw)
+        da = dc[4][pd]
+        iou = inter / (da if crowd else da + gc[4][within] - inter)
+    else:
+        ok = (iw > 0) & (ih > 0)
+        inter = np.where(ok, iw * ih, 0.0)
+        da = dc[4][pd]
+        union = da if crowd else da + gc[4][within] - inter
+        iou = np.zeros(len(inter))
+        np.divide(inter, union, out=iou, where=ok)
+    same = det.cat[rows][pd] == gcat[within]
     idx = g_rows.dtype  # the positions' and counts' integers (as the GT rows')
-    return (at + a).astype(idx), g_rows[within], iou, same, np.bincount(at, minlength=b - a).astype(idx)
+    count = np.zeros(b - a, idx)
+    count[live] = np.bincount(pd, minlength=len(live))
+    return (live + a).astype(idx)[pd], g_rows[within], iou, same, count
 
 
 @dataclass
@@ -633,9 +640,25 @@ def scene_match(
     ign &= got < 0
     if not best:
         return got, ign, None
-    bp, _ = _seg_argmax(sc.pr.iou, sc.pr.start, sc.pr.count, arg=False)
-    bc, _ = _seg_argmax(sc.cr.iou, sc.cr.start, sc.cr.count, arg=False)
-    return got, ign, np.maximum(bp, bc)
+    bp = _seg_max(sc.pr.iou, sc.pr.start, sc.pr.count)
+    d = sc.cr.pd  # the few crowd pairs: their detections' maxima raised in place (a maximum is exact)
+    if len(d):
+        first = np.flatnonzero(np.concatenate([[True], d[1:] != d[:-1]]))  # each detection's run of pairs
+        at = d[first]
+        bp[at] = np.maximum(bp[at], np.maximum.reduceat(sc.cr.iou, first))
+    return got, ign, bp
+
+
+def _seg_max(val: np.ndarray, start: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """:func:`_seg_argmax`'s maxima (0 when empty) of segments that tile ``val`` in order: one reduction over
+    every segment up to the last with a value (the empty ones masked), no gather or scatter of the others."""
+    mx = np.zeros(len(start))
+    m = int(np.searchsorted(start, len(val), "left"))  # from here on every segment is empty
+    if len(val) == 0 or m == 0:
+        return mx
+    np.maximum.reduceat(val, start[:m], out=mx[:m])
+    mx[:m][count[:m] == 0] = 0.0  # an empty segment reads its successor's first value
+    return mx
 
 
 def tide(
@@ -708,7 +731,12 @@ def _codes(dcat: np.ndarray, gcat: np.ndarray) -> tuple[np.ndarray, int]:
 def grid_count(v: np.ndarray) -> np.ndarray:
     """Number of the points ``k / 100`` (k = 0..100) at or below each value (as ``searchsorted(..., "right")``
     on them, exact): the floor of ``100 v`` corrected by one comparison either side."""
-    j0 = np.clip(np.floor(np.nan_to_num(v) * 100), 0, 100).astype(np.int64)
+    x = np.nan_to_num(v) * 100
+    if x.dtype.kind == "f":  # floored and clipped in place (the same values)
+        j0 = np.clip(np.floor(x, out=x), 0, 100, out=x).astype(np.int64)
+    else:
+        j0 = np.clip(np.floor(x), 0, 100).astype(np.int64)
+    del x
     up = np.minimum(j0 + 1, 100)
     return j0 + (_X[j0] <= v) + ((j0 < 100) & (_X[up] <= v))
 

@@ -12,8 +12,12 @@ by group split the ECE and the D-ECE exactly.
 
 from __future__ import annotations
 
+<<<<<<< HEAD
 import functools
 from collections.abc import Callable, Mapping
+=======
+from collections.abc import Callable
+>>>>>>> issue29z5
 from typing import Any
 
 import numpy as np
@@ -21,7 +25,7 @@ import numpy as np
 from detcal.binning.edges import BinGrid, cell_index_columns
 from detcal.core.results import ConfidenceBlock, DiagnosticsBlock, LocalisationBlock
 from detcal.core.types import MatchResult, Skipped
-from detcal.metrics.confidence import ece
+from detcal.metrics.confidence import ConfidenceMetric
 from detcal.metrics.confusion import agnostic_match, confusion_matrix, label_errors
 from detcal.metrics.lrp import DetectionOutcomes, paired_iou
 from detcal.metrics.operating_points import operating_points
@@ -306,7 +310,8 @@ def _operating(
                           valid=valid, tp=tp, iou=iou, gt_categories=cats.astype(np.int64),
                           n_gt=counts.astype(np.int64), max_dets=spec.matching.max_dets)  # fmt: skip
     b = spec.dece_binning
-    fn = functools.partial(ece, bins=b.ece_bins, policy=b.policy, edges=spec.confidence.edges)
+    # the metric itself (as confidence.ece with these settings): operating_points shares its cell statistics
+    fn = ConfidenceMetric("ece", b.ece_bins, policy=b.policy, edge_rule=spec.confidence.edges)
     order = np.argsort(-counts, kind="stable")[: spec.confidence.per_class_top_n]
     out = operating_points(o, ds.categories, fn, [int(cats[k]) for k in order], lrp, desc)
     out["iou"] = label
