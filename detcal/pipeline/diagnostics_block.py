@@ -12,12 +12,7 @@ by group split the ECE and the D-ECE exactly.
 
 from __future__ import annotations
 
-<<<<<<< HEAD
-import functools
 from collections.abc import Callable, Mapping
-=======
-from collections.abc import Callable
->>>>>>> issue29z5
 from typing import Any
 
 import numpy as np
