@@ -116,7 +116,8 @@ def stable_argsort(keys: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def _radix_argsort(keys: Sequence[np.ndarray]) -> np.ndarray:
-    """:func:`stable_argsort` in one piece (LSD radix passes over every row).
+    """:func:`stable_argsort` in one piece (LSD radix passes over every row); the keys are non-negative
+    integers (every caller's are: ranks, codes, indices).
 
     The first key is read as it is (the order so far is the identity: no gather), a key of one digit is
     cast to 2 bytes without shifting, and a key's digits are carried along only while another digit of

@@ -232,6 +232,12 @@ def _threshold_block(obj: np.ndarray, det: np.ndarray, iou: np.ndarray, taus: np
     return _PairBlock(key, det[at], iou[at], len(taus) * n_obj)
 
 
+def _threshold_groups(n_taus: int, kind: str) -> list[tuple[int, int]]:
+    """The thresholds whose pairs are examined together: all of them, but one at a time for class
+    distributions, whose dense [objects, classes] mean would otherwise grow with the number of thresholds."""
+    return [(t, t + 1) for t in range(n_taus)] if kind == "multiclass" else [(0, n_taus)]
+
+
 def _block_brier(
     blk: _PairBlock, dets: Detections, ycol: np.ndarray, ycat: np.ndarray, aggregation: str, kind: str
 ) -> np.ndarray:
@@ -328,11 +334,13 @@ def object_scores_of_sets(
         obj = local[g] - lo
         for k, (mask, aggs) in enumerate(sets):
             sel = np.flatnonzero(mask[d]) if mask is not None else slice(None)
-            blk = _threshold_block(obj[sel], d[sel], iou[sel], taus, hi - lo)
-            yc, yk = np.tile(ycol[lo:hi], len(taus)), np.tile(ycat[lo:hi], len(taus))
-            for agg in aggs:
-                outs[k][agg][:, lo:hi] = _block_brier(blk, dets, yc, yk, agg, kind).reshape(len(taus), hi - lo)
-            n_matched[k][:, lo:hi] = blk.n.reshape(len(taus), hi - lo)
+            for t0, t1 in _threshold_groups(len(taus), kind):
+                blk = _threshold_block(obj[sel], d[sel], iou[sel], taus[t0:t1], hi - lo)
+                yc, yk = np.tile(ycol[lo:hi], t1 - t0), np.tile(ycat[lo:hi], t1 - t0)
+                for agg in aggs:
+                    brier_t = _block_brier(blk, dets, yc, yk, agg, kind)
+                    outs[k][agg][t0:t1, lo:hi] = brier_t.reshape(t1 - t0, hi - lo)
+                n_matched[k][t0:t1, lo:hi] = blk.n.reshape(t1 - t0, hi - lo)
     return [
         {
             agg: ObjectScores(

@@ -167,8 +167,9 @@ def confidence_blocks(
                 results.append(_one_threshold(i, *args))
     out = {label: block for label, block, _ in results}
     maps = {label: m for label, block, m in results if m is not None}
-    if keep is not None and shared is not None:
-        keep.update({k: v for k, v in shared.cells.items() if k[1] == "floor" and k[2]})  # the position grids
+    if keep is not None and shared is not None and not no_pos:
+        # the position grids (without every image's size the cells hold placeholder positions: none kept)
+        keep.update({k: v for k, v in shared.cells.items() if k[1] == "floor" and k[2]})
     return out, maps
 
 
@@ -283,7 +284,7 @@ def _shared_cells(
                 key = f"{pair[0]}_{pair[1]}"
                 if dece_key is not None and dece_key[1] == metric.edges and set(pair) <= set(names):
                     on_grid = [1 + names.index(n) for n in pair]
-                    if set(metric.required_stats) <= reads:  # its statistics are summed from the grid's
+                    if set(metric.required_stats) <= reads and len(set(pair)) == len(pair):  # summed from the grid's
                         dims[key] = (dece_key, on_grid, metric.required_stats)
                     else:
                         maps[key] = _map_cells_of(cells[dece_key], tuple(dece_key[0]), on_grid)

@@ -474,12 +474,13 @@ def _worst(
 ) -> dict[str, Any]:
     """The worst-calibrated detections for the report (docs/metrics.md#worst-calibrated-detections); ``cells``:
     the D-ECE cells the calibration split by error type left (the same sample and grid: not binned again)."""
+    shared = cells.pop("dece", None)  # released on every path
     if not conf or no_pos or data.shard is not None:
         return {}
     # lazy: kept out of detcal-evaluate start-up (loads when the run reaches it)
     from detcal.pipeline.report_data import worst_block
 
-    return worst_block(spec, data, mr, feats, conf, cells=cells.pop("dece", None))
+    return worst_block(spec, data, mr, feats, conf, cells=shared)
 
 
 def _diagnostics(

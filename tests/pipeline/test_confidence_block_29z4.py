@@ -3,14 +3,17 @@ statistics equal the maps binned from their own cells; the missing-size check na
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import detcal.pipeline.confidence_block as cb
 from detcal.core.types import Dataset, Detections, GroundTruth, Images
+from detcal.data.synthetic import write_synthetic
 from detcal.metrics.confidence_suite import confidence_metrics
-from detcal.pipeline.evaluation import _missing_sizes, as_loaded, match_data, relative_box_features
-from detcal.pipeline.spec import EvaluationSpec
+from detcal.pipeline.evaluation import _missing_sizes, as_loaded, evaluate, match_data, relative_box_features
+from detcal.pipeline.spec import BootstrapSpec, ConfidenceSpec, EvaluationSpec
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
@@ -85,3 +88,28 @@ def test_missing_sizes_names_the_first_detection_without_a_size() -> None:
         f[1, 2] = bad
         msg = _missing_sizes(data, f)
         assert msg is not None and "image 3" in msg and "1 detections" in msg
+
+
+def test_a_map_over_one_feature_twice_is_binned_not_summed(tmp_path: Path) -> None:
+    """A map's statistics are summed from the D-ECE grid's only over two distinct dimensions; ``cx`` against
+    ``cx`` takes its cells from the grid's cells (as before the sums) and the run completes."""
+    rng = np.random.default_rng(2)
+    n_img, nd = 10, 300
+    images = Images(id=np.arange(n_img), width=np.full(n_img, 100.0), height=np.full(n_img, 80.0))
+    xy = rng.uniform(0, 60, (nd, 2))
+    box = np.column_stack([xy, xy + rng.uniform(1, 30, (nd, 2))])
+    dets = Detections(
+        image_id=rng.integers(0, n_img, nd), category=np.ones(nd, np.int64), score=rng.random(nd), box=box
+    )
+    gt = GroundTruth(image_id=np.arange(n_img), category=np.ones(n_img, np.int64), box=box[:n_img])
+    data = as_loaded(Dataset(images=images, gt=gt, categories={1: "a"}), dets)
+    spec = EvaluationSpec(confidence=ConfidenceSpec(maps=[["cx", "cx"], ["cx", "cy"]]))
+    mr, _, _ = match_data(data, spec, False)
+    feats = relative_box_features(data, needed=True)[0]
+    shared = cb._shared_cells(spec, cb.spec_suite(spec), data, mr, feats, None)
+    assert shared is not None and set(shared.map_dims) == {"cx_cy"} and set(shared.map_cells) == {"cx_cx"}
+    files = write_synthetic(tmp_path, n_images=20, seed=1, render=False)
+    quiet = EvaluationSpec(bootstrap=BootstrapSpec(n=0), confidence=ConfidenceSpec(maps=[["cx", "cx"]]))
+    out = evaluate(str(files["coco_instances"]), str(files["coco_results"]), quiet)
+    maps = out.to_dict()["dece_maps"]
+    assert maps and all("cx_cx" in m for m in maps.values())

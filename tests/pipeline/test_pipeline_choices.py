@@ -61,6 +61,11 @@ def test_images_without_sizes_skip_only_the_position_metrics(coco: dict[str, Pat
     assert blk["ece"]["value"] == pytest.approx(full["confidence"]["iou=0.50"]["ece"]["value"], abs=1e-15)
     assert m["headline"]["dece"]["value"] is None
     assert "width" in out.to_markdown()
+    # the calibration split by error type has no D-ECE either (the placeholder positions of the unsized
+    # images' boxes are never binned)
+    split = m["diagnostics"]["calibration_by_error_type"]
+    assert split["dece"] is None and split["dece_from_contributions"] is None
+    assert all(t.get("dece_contribution") is None for t in split["types"].values())
 
 
 def test_a_threshold_without_matches_says_which_metrics_and_why(coco: dict[str, Path]) -> None:
