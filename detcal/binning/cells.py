@@ -188,6 +188,16 @@ class CellStats:
             fixed={k: v.sum(axis=0) for k, v in self.fixed.items()},
         )
 
+    def take_groups(self, member: np.ndarray) -> CellStats:
+        """The groups ``member`` (a mask or indices) of the leading group axis: [G, ..., C] -> [g, ..., C]."""
+        return CellStats(
+            bins=self.bins,
+            edges=self.edges,
+            count=self.count[member],
+            sum_y=self.sum_y[member],
+            fixed={k: v[member] for k, v in self.fixed.items()},
+        )
+
     def group_slice(self, start: int, stop: int) -> CellStats:
         """Groups ``start:stop`` of the leading group axis: [G, ..., C] -> [stop - start, ..., C] (views)."""
         return CellStats(

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from detcal.binning.cells import CellStats
 from detcal.core.types import MetricResult
 from detcal.metrics.confidence import ConfidenceMetric
 from detcal.metrics.lrp import DetectionOutcomes, lrp_table
@@ -206,13 +205,7 @@ def _ece_kept_all(
         else:
             member = (np.arange(n_groups) >> bit & 1).astype(bool)
             bit += 1
-        part = CellStats(
-            bins=stats.bins,
-            edges=stats.edges,
-            count=stats.count[member].sum(axis=0),
-            sum_y=stats.sum_y[member].sum(axis=0),
-            fixed={name: v[member].sum(axis=0) for name, v in stats.fixed.items()},
-        )
+        part = stats.take_groups(member).sum_groups()
         n = int(part.n)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # few kept detections: the run's ECE warnings already say so
