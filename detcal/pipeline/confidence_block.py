@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -22,7 +22,15 @@ from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import FEATURES, EvaluationSpec
 from detcal.reports.gap_maps import marginal_gap_map
 
-__all__ = ["confidence_blocks", "dece_maps", "interval_settings", "kept_sample_cells", "spec_suite", "threshold_label"]
+__all__ = [
+    "confidence_blocks",
+    "dece_maps",
+    "grid_bins",
+    "interval_settings",
+    "kept_sample_cells",
+    "spec_suite",
+    "threshold_label",
+]
 
 
 def threshold_label(t: float) -> str:
@@ -171,6 +179,15 @@ def confidence_blocks(
         # the position grids (without every image's size the cells hold placeholder positions: none kept)
         keep.update({k: v for k, v in shared.cells.items() if k[1] == "floor" and k[2]})
     return out, maps
+
+
+def grid_bins(params: Mapping[str, Any], configured: int | Sequence[int], n: int) -> list[int]:
+    """The bin counts of an ``n``-dimensional D-ECE grid: those the metric recorded (``params["bins"]``) when
+    they have ``n`` entries, else the configured ones (one count for every dimension, or the first ``n``)."""
+    recorded = [int(v) for v in (params.get("bins") or [])]
+    if len(recorded) == n:
+        return recorded
+    return [int(configured)] * n if isinstance(configured, int) else [int(v) for v in list(configured)[:n]]
 
 
 def kept_sample_cells(

@@ -26,7 +26,7 @@ from detcal.metrics.lrp import DetectionOutcomes, paired_iou
 from detcal.metrics.operating_points import operating_points
 from detcal.metrics.score_order import descending_order
 from detcal.metrics.tide import Scene, scene, tide
-from detcal.pipeline.confidence_block import kept_sample_cells, sample_feature_columns, threshold_label
+from detcal.pipeline.confidence_block import grid_bins, kept_sample_cells, sample_feature_columns, threshold_label
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import DiagnosticsSpec, EvaluationSpec
 from detcal.reports.diagnosis_facts import miscalibration_sentence, tide_sentence
@@ -149,8 +149,8 @@ def _contributions(
     ``keep``: when given, the cells and their statistics are left in ``keep["dece"]``; ``cell``: the samples'
     cells on this grid when already known (``grid`` is then only counted, never read)."""
 
-    bins = _grid_bins(params, fallback, len(grid))
-    if bins is None:
+    bins = grid_bins(params, fallback, len(grid))
+    if len(bins) != len(grid):
         return None
     b = BinGrid.of(tuple(bins), len(grid))
     if cell is None:
@@ -167,21 +167,12 @@ def _contributions(
     return stats["contribution"] if stats["kept"].any() else None
 
 
-def _grid_bins(params: dict[str, Any], fallback: Any, n: int) -> list[int] | None:
-    """The bin counts of an ``n``-dimensional grid: the recorded ``params["bins"]`` when they fit, else the
-    configured ``fallback``; None when neither does."""
-    bins = [int(v) for v in (params.get("bins") or [])]
-    if len(bins) != n:
-        bins = list(fallback)[:n]
-    return bins if len(bins) == n else None
-
-
 def _kept_cell(
     kept: Mapping[Any, np.ndarray] | None, mr: MatchResult, i: int, params: dict[str, Any], fallback: Any, n: int
 ) -> np.ndarray | None:
     """The sample's cells on the ``n``-dimensional grid of ``params`` from the confidence block's, when kept."""
-    bins = _grid_bins(params, fallback, n)
-    if bins is None or not kept:
+    bins = grid_bins(params, fallback, n)
+    if len(bins) != n or not kept:
         return None
     return kept_sample_cells(kept, mr, i, bins, str(params.get("edges") or "floor"), n > 1)
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from detcal.core.results import ConfidenceBlock
 from detcal.core.types import Dataset, MatchResult, Skipped
-from detcal.pipeline.confidence_block import sample_feature_columns, threshold_label
+from detcal.pipeline.confidence_block import grid_bins, sample_feature_columns, threshold_label
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
 from detcal.reports.html.worst import GridCells, worst_detections
@@ -56,7 +56,7 @@ def worst_block(
     params = dece.params if dece is not None else {}
     edges = str(params.get("edges") or "floor")
     names = ["confidence", *b.features]
-    bins = _bins(b.bins, names, params)
+    bins = grid_bins(params, b.bins, len(names))
     columns: list[np.ndarray] | None = None
     if cells is None or cells.key != (tuple(bins), edges, int(b.sample_threshold), b.policy, len(rows)):
         cells = None  # binned here: the grid's columns
@@ -64,7 +64,7 @@ def worst_block(
         if not all(np.isfinite(c).all() for c in columns[1:]):
             columns = columns[:1]  # images without sizes: the confidence-only grid
         names = names[: len(columns)]
-        bins = _bins(b.bins, names, params)
+        bins = grid_bins(params, b.bins, len(names))
     # the tables show a few rows: every column but the grid's is read at those rows only (no pass over the sample)
     ctx = {
         "p": p,
@@ -87,13 +87,6 @@ def worst_block(
         for r in out[key]:
             r["image_gt_boxes"] = _gt_boxes(data, r["image_id"], r["category"])
     return {"iou": labels[0], **out}
-
-
-def _bins(spec_bins: int | Sequence[int], names: list[str], params: dict[str, Any]) -> list[int]:
-    """The grid's bin counts over ``names``: the D-ECE's recorded ones when they fit, else the configured ones."""
-    if len(params.get("bins") or []) == len(names):
-        return [int(v) for v in params["bins"]]
-    return [spec_bins] * len(names) if isinstance(spec_bins, int) else list(spec_bins)[: len(names)]
 
 
 def _image_field(ds: Dataset, image_id: int, name: str) -> Any:

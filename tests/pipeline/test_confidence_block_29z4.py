@@ -13,6 +13,7 @@ from detcal.core.types import Dataset, Detections, GroundTruth, Images
 from detcal.data.synthetic import write_synthetic
 from detcal.metrics.confidence_suite import confidence_metrics
 from detcal.pipeline.evaluation import _missing_sizes, as_loaded, evaluate, match_data, relative_box_features
+from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import BootstrapSpec, ConfidenceSpec, EvaluationSpec
 
 
@@ -53,9 +54,9 @@ def _same(a: object, b: object) -> bool:
     return a == b
 
 
-def test_shared_cells_hold_no_map_cells_for_sub_grids() -> None:
-    rng = np.random.default_rng(1)
-    n_img, nd = 12, 400
+def _boxes_in_images(seed: int, n_img: int, nd: int) -> LoadedData:
+    """``nd`` random boxes of one class in ``n_img`` images of 100 x 80 pixels, the first ``n_img`` also GT."""
+    rng = np.random.default_rng(seed)
     images = Images(id=np.arange(n_img), width=np.full(n_img, 100.0), height=np.full(n_img, 80.0))
     xy = rng.uniform(0, 60, (nd, 2))
     box = np.column_stack([xy, xy + rng.uniform(1, 30, (nd, 2))])
@@ -63,7 +64,11 @@ def test_shared_cells_hold_no_map_cells_for_sub_grids() -> None:
         image_id=rng.integers(0, n_img, nd), category=np.ones(nd, np.int64), score=rng.random(nd), box=box
     )
     gt = GroundTruth(image_id=np.arange(n_img), category=np.ones(n_img, np.int64), box=box[:n_img])
-    data = as_loaded(Dataset(images=images, gt=gt, categories={1: "a"}), dets)
+    return as_loaded(Dataset(images=images, gt=gt, categories={1: "a"}), dets)
+
+
+def test_shared_cells_hold_no_map_cells_for_sub_grids() -> None:
+    data = _boxes_in_images(seed=1, n_img=12, nd=400)
     spec = EvaluationSpec()
     mr, _, _ = match_data(data, spec, False)
     feats = relative_box_features(data, needed=True)[0]
@@ -93,16 +98,7 @@ def test_missing_sizes_names_the_first_detection_without_a_size() -> None:
 def test_a_map_over_one_feature_twice_is_binned_not_summed(tmp_path: Path) -> None:
     """A map's statistics are summed from the D-ECE grid's only over two distinct dimensions; ``cx`` against
     ``cx`` takes its cells from the grid's cells (as before the sums) and the run completes."""
-    rng = np.random.default_rng(2)
-    n_img, nd = 10, 300
-    images = Images(id=np.arange(n_img), width=np.full(n_img, 100.0), height=np.full(n_img, 80.0))
-    xy = rng.uniform(0, 60, (nd, 2))
-    box = np.column_stack([xy, xy + rng.uniform(1, 30, (nd, 2))])
-    dets = Detections(
-        image_id=rng.integers(0, n_img, nd), category=np.ones(nd, np.int64), score=rng.random(nd), box=box
-    )
-    gt = GroundTruth(image_id=np.arange(n_img), category=np.ones(n_img, np.int64), box=box[:n_img])
-    data = as_loaded(Dataset(images=images, gt=gt, categories={1: "a"}), dets)
+    data = _boxes_in_images(seed=2, n_img=10, nd=300)
     spec = EvaluationSpec(confidence=ConfidenceSpec(maps=[["cx", "cx"], ["cx", "cy"]]))
     mr, _, _ = match_data(data, spec, False)
     feats = relative_box_features(data, needed=True)[0]

@@ -5,6 +5,7 @@ binned afresh, the cells are read only when made on its grid, and then no box fe
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,12 +35,18 @@ def _text(rec: dict) -> str:
     return json.dumps(rec, sort_keys=True, default=str)  # as text: NaN values compare equal
 
 
-def test_shared_cells_give_the_same_table_without_features(run) -> None:
-    spec, res = run
+def _split_cells(spec: EvaluationSpec, res: Any) -> tuple[dict, np.ndarray, dict[str, GridCells]]:
+    """The run's confidence record, its box features, and the cells the calibration split by error type left."""
     conf, loc = res.record["confidence"], res.record["localisation"]
     feats = relative_box_features(res.data, needed=False)[0]
     keep: dict[str, GridCells] = {}
     diagnostics_block(spec, res.data, res.match, feats, conf, loc, keep)
+    return conf, feats, keep
+
+
+def test_shared_cells_give_the_same_table_without_features(run) -> None:
+    spec, res = run
+    conf, feats, keep = _split_cells(spec, res)
     assert "dece" in keep  # the split binned the full grid (confidence and the four features)
     assert keep["dece"].key[0] == (2, 2, 2, 2, 2)
 
@@ -54,10 +61,7 @@ def test_shared_cells_give_the_same_table_without_features(run) -> None:
 
 def test_cells_of_another_grid_are_not_read(run) -> None:
     spec, res = run
-    conf, loc = res.record["confidence"], res.record["localisation"]
-    feats = relative_box_features(res.data, needed=False)[0]
-    keep: dict[str, GridCells] = {}
-    diagnostics_block(spec, res.data, res.match, feats, conf, loc, keep)
+    conf, feats, keep = _split_cells(spec, res)
     c = keep["dece"]
     wrong = GridCells((c.key[0], c.key[1], c.key[2] + 1, c.key[3], c.key[4]), c.cell[::-1].copy(), c.stats)
     other = worst_block(spec, res.data, res.match, feats, conf, cells=wrong)
