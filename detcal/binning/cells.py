@@ -664,6 +664,8 @@ def dense_rank(keys: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
     (no sort), else by sorting (``n_keys <= 0``: the range is unknown). The same arrays either way."""
     if len(keys) and 0 < n_keys <= 4 * len(keys) + 1024:
         seen = np.bincount(keys, minlength=n_keys) > 0
+        if seen.all():  # every key of the range occurs (e.g. the image index alone): each key is its own rank
+            return np.arange(n_keys), keys.astype(np.intp)
         rank = np.cumsum(seen) - 1
         return np.flatnonzero(seen), rank[keys]
     return sorted_rank(np.asarray(keys))
@@ -698,7 +700,8 @@ def sorted_rank(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     first = np.empty(len(ordered), dtype=bool)
     first[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
-    uniq = ordered[first].astype(keys.dtype, copy=False)
+    # the first of each run by its position (a boolean mask as irregular as this one compresses slowly)
+    uniq = np.take(ordered, np.flatnonzero(first)).astype(keys.dtype, copy=False)
     del ordered
     rank = np.cumsum(first, dtype=np.int32 if len(keys) < 2**31 else np.intp)
     rank -= 1

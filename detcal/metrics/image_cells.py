@@ -419,6 +419,10 @@ def count_product(g: GridCells, part: np.ndarray) -> np.ndarray:
     :data:`X_ELEMS` float weights (each output entry the same sum of the same terms in the same order
     whatever the block); the weights are released before the product is returned."""
     width = max(1, X_ELEMS // max(g.n_groups, 1))  # replicates per product
+    if len(part) <= width:  # one block: the product is the result (no second [C_occ * k, b] array)
+        x = np.empty((g.n_groups, len(part)), dtype=np.float64)
+        x[...] = part.T
+        return np.asarray(g.at @ x)
     product = np.empty((g.n_occ * len(g.matrix_fields), len(part)), dtype=np.float64)
     for c0 in range(0, len(part), width):
         cols = part[c0 : c0 + width]
