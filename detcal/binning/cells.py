@@ -260,8 +260,13 @@ def validate_sample(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Checked ``p [S]`` float64 in [0, 1], ``y [S]`` bool, ``features [S,F]`` float64 in [0, 1] (or None).
 
-    Raises :class:`DetcalInputError` naming the first bad record and the field.
+    Raises :class:`DetcalInputError` naming the first bad record and the field. Arrays of the right shapes and
+    types are checked by their smallest and largest values first (:func:`detcal.binning.kernels.chunk_ok`: NaN
+    fails both comparisons); only a failing sample is checked value by value (the same arrays and errors).
     """
+    quick = quick_arrays(p, y, features)
+    if quick is not None and chunk_ok(*quick):
+        return quick[0], quick[1].astype(bool), quick[2]
     p_arr = np.asarray(p, dtype=np.float64)
     if p_arr.ndim != 1:
         raise DetcalInputError(f"confidence must be 1-D [S], got shape {p_arr.shape}", file=file, field="p")
@@ -621,8 +626,8 @@ def _given_groups(groups: Any, n_groups: int | None, p_arr: np.ndarray) -> tuple
         raise DetcalInputError(f"groups must be an integer array [S], got {g.dtype} {g.shape}", field="groups")
     if n_groups is None:
         n_groups = int(g.max()) + 1 if g.size else 0
-    bad = (g < 0) | (g >= n_groups)
-    if bad.any():
+    if g.size and (int(g.min()) < 0 or int(g.max()) >= n_groups):  # by the extremes; the mask only to name one
+        bad = (g < 0) | (g >= n_groups)
         i = _bad(bad)
         raise DetcalInputError(f"group {g[i]} outside [0, {n_groups})", record=i, field="groups")
     return g, (int(n_groups),)
