@@ -369,13 +369,13 @@ def _one_threshold(
     grid_stats: dict[Any, CellStats] | None = None
     if shared is not None:
         pos = np.flatnonzero(~mr.ignored[i][shared.rows])  # rows = considered & not ignored, in order
-        rows = shared.rows[pos]
+        rows = np.take(shared.rows, pos)
         cells = {key: np.take(cell, pos) for key, cell in shared.cells.items()}
         map_cells = {key: np.take(cell, pos) for key, cell in shared.map_cells.items()}
         grid_stats = {} if shared.map_dims else None
     else:
         rows = np.flatnonzero(mr.considered & ~mr.ignored[i])
-    p, y = dets.score[rows], mr.matched[i, rows]
+    p, y = np.take(dets.score, rows), np.take(mr.matched[i], rows)  # takes: the values of indexing, faster
     if len(rows) == 0 or not y.any():
         why = "no detection was evaluated" if len(rows) == 0 else f"no detection matched at {label}"
         return label, Skipped(f"{why}: the confidence metrics cannot be computed"), None
@@ -392,9 +392,9 @@ def _one_threshold(
             p,
             y,
             f,
-            dets.category[rows] if c.per_class else None,
+            np.take(dets.category, rows) if c.per_class else None,
             measures,
-            dets.image_id[rows] if spec.bootstrap.n > 0 else None,  # read by the intervals only
+            np.take(dets.image_id, rows) if spec.bootstrap.n > 0 else None,  # read by the intervals only
             cells=cells,
             grid_stats=grid_stats,
             **interval_settings(spec),
