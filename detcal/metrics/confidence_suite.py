@@ -138,7 +138,7 @@ def category_index(cat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             present = np.bincount(cat.reshape(-1), minlength=hi + 1) > 0
             cats = np.flatnonzero(present).astype(cat.dtype)
             slot = np.cumsum(present) - 1
-            return cats, slot[cat.reshape(-1)].reshape(cat.shape).astype(np.intp)
+            return cats, slot[cat.reshape(-1)].reshape(cat.shape).astype(np.intp, copy=False)  # intp already
     return np.unique(cat, return_inverse=True)
 
 
