@@ -101,26 +101,6 @@ def sorted_search(a: np.ndarray, v: np.ndarray, side: str = "left") -> np.ndarra
     return out
 
 
-def joined_blocks(
-    blocks: Iterator[tuple[np.ndarray, ...]], at_least: int
-) -> Iterator[tuple[np.ndarray, ...]]:
-    """Consecutive blocks of columns (such as :func:`overlap_pairs`') joined until each holds at least
-    ``at_least`` rows (the last may hold fewer; empty blocks dropped): the same rows in the same order, in fewer,
-    larger blocks, so that the work done once per block is paid fewer times."""
-    held: list[tuple[np.ndarray, ...]] = []
-    n = 0
-    for blk in blocks:
-        if len(blk[0]) == 0:
-            continue
-        held.append(blk)
-        n += len(blk[0])
-        if n >= at_least:
-            yield held[0] if len(held) == 1 else tuple(np.concatenate(c) for c in zip(*held))
-            held, n = [], 0
-    if held:
-        yield held[0] if len(held) == 1 else tuple(np.concatenate(c) for c in zip(*held))
-
-
 def overlap_pairs(
     det_image: np.ndarray,
     dcols: BoxColumns | BoxRows,

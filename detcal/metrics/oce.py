@@ -53,23 +53,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import os
-
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Detections, GroundTruth, MetricResult
-from detcal.metrics._pairs import BoxColumns, BoxRows, joined_blocks, overlap_pairs
+from detcal.metrics._pairs import BoxColumns, BoxRows, overlap_pairs
 
 OCE_PAIR_BLOCK: int = 1 << 15
 """Candidate pairs OCE examines at once (:func:`detcal.metrics._pairs.overlap_pairs`' ``block``): a quarter of
 the default, which cuts the OCE stage's peak memory (each block's gathered box columns) by about 17 MB at 295k
 detections at no measured cost in time; every block is computed alone, so the size changes no number."""
-OCE_PAIRS_AT_ONCE: int = int(os.environ.get("XX_AT_ONCE", 1 << 15))
-"""Pairs (of whole objects) whose scores are computed at once: the blocks of :data:`OCE_PAIR_BLOCK` candidates
-keep about a quarter of their pairs, whose work per block (a few dozen array operations on a few thousand
-values) cost more in calls than in values; joined to about as many pairs as a block has candidates, the
-temporaries stay as small. Every object is scored alone, so the size changes no number."""
 OCE_THRESHOLDS: tuple[float, ...] = (0.5, 0.75)
 """IoU thresholds of the paper (and of uq-detr's default)."""
 AGGREGATIONS: tuple[str, ...] = ("mean", "max_iou", "iou_weighted")
@@ -333,9 +326,7 @@ def object_scores_of_sets(
     gcols, dcols = BoxColumns(gt.box), BoxRows(dets.box)  # the detections' rows: no column copies of every box
     # pairs below every threshold never count
     pairs = overlap_pairs(dets.image_id, dcols, gt.image_id, gcols, float(taus.min()), rows, OCE_PAIR_BLOCK)
-    # the pairs of whole objects, examined in larger blocks than they are found in (an object's pairs, and so
-    # its scores, are the same; the work done once per block is paid fewer times)
-    for g, d, iou in joined_blocks(pairs, OCE_PAIRS_AT_ONCE):
+    for g, d, iou in pairs:
         if len(g) == 0:
             continue
         np.maximum.at(det_max_iou, d, iou)

@@ -434,11 +434,15 @@ class _Side:
     wh: np.ndarray | None
     cat: np.ndarray
 
-    def columns(self, rows: np.ndarray) -> tuple[np.ndarray, ...]:
-        """x1, y1, x2, y2, area of ``rows`` as contiguous columns (area as ``box_areas``, row by row: the same
-        values as over every row)."""
-        b = np.asarray(np.take(self.box, rows, axis=0), np.float64)  # take: far quicker than b[rows] on rows of 4
-        area = box_areas(b, None if self.wh is None else np.take(self.wh, rows, axis=0))
+    def columns(self, rows: np.ndarray | slice) -> tuple[np.ndarray, ...]:
+        """x1, y1, x2, y2, area of ``rows`` (an index array or a slice: a run of rows read in place) as contiguous
+        columns (area as ``box_areas``, row by row: the same values as over every row)."""
+        if isinstance(rows, slice):
+            b, wh = np.asarray(self.box[rows], np.float64), None if self.wh is None else self.wh[rows]
+        else:  # take: far quicker than b[rows] on rows of 4
+            b = np.asarray(np.take(self.box, rows, axis=0), np.float64)
+            wh = None if self.wh is None else np.take(self.wh, rows, axis=0)
+        area = box_areas(b, wh)
         return (*(np.ascontiguousarray(b[:, k]) for k in range(4)), area)
 
 
@@ -470,8 +474,9 @@ def _kept_pairs(
     cuts = cuts[np.concatenate([[True], cuts[1:] > cuts[:-1]])]  # ascending already: drop the repeats
     gc = gt.columns(g_rows)
     gcat = gt.cat[g_rows]
+    asc = len(k_det) < 2 or bool(np.all(k_det[1:] > k_det[:-1]))  # a block of consecutive rows: read in place
     parts = [
-        _pair_block(k_det, a, b, n, ends, gfirst, det, gc, gcat, g_rows, crowd, overlap_only)
+        _pair_block(k_det, a, b, n, ends, gfirst, det, gc, gcat, g_rows, crowd, overlap_only, asc)
         for a, b in zip(cuts, cuts[1:])
     ]
     # each column joined, then its blocks released (peak memory: the blocks and one joined column at a time)
@@ -499,17 +504,22 @@ def _join(cols: list[list[np.ndarray] | None], k: int) -> np.ndarray:
 def _pair_block(
     kd: np.ndarray, a: int, b: int, n: np.ndarray, ends: np.ndarray, gfirst: np.ndarray, det: _Side,
     gc: tuple[np.ndarray, ...], gcat: np.ndarray, g_rows: np.ndarray, crowd: bool, overlap_only: bool,
+    asc: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """The pairs of kept detections ``a:b``: (kept-detection position, GT row, IoU, same class) and the number
-    of pairs of each of those detections."""
+    of pairs of each of those detections; ``asc``: ``kd`` strictly ascending (a block whose rows are consecutive
+    is then read in place, every row of it, no gather)."""
     nb = n[a:b]
     p0 = int(ends[a - 1]) if a else 0
     total = int(ends[b - 1]) - p0 if b > a else 0
-    live = np.flatnonzero(nb)  # the block's detections with a pair (only their boxes are read)
-    rows = kd[a + live]
+    rows: np.ndarray | slice
+    if asc and b > a and int(kd[b - 1]) - int(kd[a]) == b - a - 1:  # the rows kd[a:b] are a run
+        live, rows, nl = None, slice(int(kd[a]), int(kd[a]) + b - a), nb  # np.repeat skips the rows without a pair
+    else:
+        live = np.flatnonzero(nb)  # the block's detections with a pair (only their boxes are read)
+        rows, nl = kd[a + live], nb[live]
     dc = det.columns(rows)
-    nl = nb[live]
-    pd = np.repeat(np.arange(len(live)), nl)  # position among them
+    pd = np.repeat(np.arange(len(nl)), nl)  # position among them
     # each pair's box: its image's first box plus the pair's place in the detection's run
     within = np.repeat(gfirst[a:b] - (ends[a:b] - nb), nb)
     within += np.arange(p0, p0 + total)
@@ -535,6 +545,9 @@ def _pair_block(
         np.divide(inter, union, out=iou, where=ok)
     same = det.cat[rows][pd] == gcat[within]
     idx = g_rows.dtype  # the positions' and counts' integers (as the GT rows')
+    if live is None:
+        count = np.bincount(pd, minlength=b - a).astype(idx)
+        return (pd + a).astype(idx), g_rows[within], iou, same, count
     count = np.zeros(b - a, idx)
     count[live] = np.bincount(pd, minlength=len(live))
     return (live + a).astype(idx)[pd], g_rows[within], iou, same, count
