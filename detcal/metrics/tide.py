@@ -779,7 +779,9 @@ def _fixes(
     fp = (code > TP) & ~ignored  # false positives in the AP (ignored ones are not)
     kept = code >= 0
     every = bool(kept.all()) and len(sc.desc) == len(kept)  # every detection kept: the orders as they are
-    by_score = sc.desc if every else sc.desc[kept[sc.desc]]  # descending score; ties in input order, made (image, rank) below
+    by_score = (
+        sc.desc if every else sc.desc[kept[sc.desc]]
+    )  # descending score; ties in input order, made (image, rank) below
     sv = sc.score[by_score]
     run = np.cumsum(np.concatenate([[0], sv[1:] != sv[:-1]])) if len(sv) else np.zeros(0, np.int64)
     del sv
