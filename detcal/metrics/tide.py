@@ -307,7 +307,7 @@ def _classify_by_flags(
     ge_bg = iou >= bg
     same_bg = same & ge_bg
     has = _Flags(pr).any
-    code = np.full(n, BOTH, np.int64)
+    code = np.full(n, BOTH, np.int8)  # the codes' own type (as _classify's): the same values, an eighth the writes
     code[~has(iou > bg)] = BKG  # best IoU with any box at most bg
     code[has(same_bg & (iou >= pos) & used[pr.pg])] = DUPE
     code[has(~same & ge_bg & (iou >= pos))] = CLS
