@@ -77,8 +77,12 @@ def agnostic_match(
     nd = len(dets)
     # GT rows as the matching's integers (int32 when they fit: the same values); the kept detections' copies
     # released before the IoU of the matched pairs is gathered (peak memory)
-    row, ignored, considered, any_iou = np.full(nd, -1, got.dtype), np.zeros(nd, bool), np.zeros(nd, bool), np.zeros(nd)
-    row[sc.kd], ignored[sc.kd], considered[sc.kd], any_iou[sc.kd] = got, ign, True, best
+    row, ignored, any_iou = (
+        sc.spread(got, -1),
+        sc.spread(ign, False),
+        sc.spread(best.astype(np.float64, copy=False), 0.0),
+    )
+    considered = sc.spread(np.ones(len(got), bool), False)
     del got, ign, best
     pair = np.zeros(nd)
     hit = np.flatnonzero(row >= 0)

@@ -117,7 +117,8 @@ def _image_rows(ids: np.ndarray, images: np.ndarray) -> np.ndarray:
 def _sorted_split(
     image_id: np.ndarray, score: np.ndarray, images: np.ndarray, method: str, param: float, box: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-    """(order [D], image row [D], score [D], kept [D], rank [D], N), rows sorted by image then descending score."""
+    """(order [D], image row [D], score [D], kept [D], rank [D], N), rows sorted by image then descending score;
+    the ranks in the image only where the method reads them (``topk``, ``nms``; else an empty array)."""
     if method not in METHODS:
         raise DetcalInputError(f"unknown post-processing {method!r}; choose one of {METHODS}", field="method")
     images = np.asarray(images, dtype=np.int64).reshape(-1)
@@ -137,8 +138,10 @@ def _sorted_split(
     order = order[np.argsort(img[order], kind="stable")]
     img, s = img[order].astype(np.int64), score[order]
     n_img = len(images)
-    counts = np.bincount(img, minlength=n_img)
-    rank = np.arange(len(img)) - (np.cumsum(counts) - counts)[img]
+    rank = np.zeros(0, np.int64)  # not read by the threshold rule
+    if method != "threshold":
+        counts = np.bincount(img, minlength=n_img)
+        rank = np.arange(len(img)) - (np.cumsum(counts) - counts)[img]
     if method == "threshold":
         kept = s > param
     elif method == "topk":

@@ -307,7 +307,7 @@ def _classify_by_flags(
     ge_bg = iou >= bg
     same_bg = same & ge_bg
     has = _Flags(pr).any
-    code = np.full(n, BOTH, np.int64)
+    code = np.full(n, BOTH, np.int8)  # the codes' own type (as _classify's): the same values, an eighth the writes
     code[~has(iou > bg)] = BKG  # best IoU with any box at most bg
     code[has(same_bg & (iou >= pos) & used[pr.pg])] = DUPE
     code[has(~same & ge_bg & (iou >= pos))] = CLS
@@ -434,11 +434,15 @@ class _Side:
     wh: np.ndarray | None
     cat: np.ndarray
 
-    def columns(self, rows: np.ndarray) -> tuple[np.ndarray, ...]:
-        """x1, y1, x2, y2, area of ``rows`` as contiguous columns (area as ``box_areas``, row by row: the same
-        values as over every row)."""
-        b = np.asarray(np.take(self.box, rows, axis=0), np.float64)  # take: far quicker than b[rows] on rows of 4
-        area = box_areas(b, None if self.wh is None else np.take(self.wh, rows, axis=0))
+    def columns(self, rows: np.ndarray | slice) -> tuple[np.ndarray, ...]:
+        """x1, y1, x2, y2, area of ``rows`` (an index array or a slice: a run of rows read in place) as contiguous
+        columns (area as ``box_areas``, row by row: the same values as over every row)."""
+        if isinstance(rows, slice):
+            b, wh = np.asarray(self.box[rows], np.float64), None if self.wh is None else self.wh[rows]
+        else:  # take: far quicker than b[rows] on rows of 4
+            b = np.asarray(np.take(self.box, rows, axis=0), np.float64)
+            wh = None if self.wh is None else np.take(self.wh, rows, axis=0)
+        area = box_areas(b, wh)
         return (*(np.ascontiguousarray(b[:, k]) for k in range(4)), area)
 
 
@@ -470,8 +474,9 @@ def _kept_pairs(
     cuts = cuts[np.concatenate([[True], cuts[1:] > cuts[:-1]])]  # ascending already: drop the repeats
     gc = gt.columns(g_rows)
     gcat = gt.cat[g_rows]
+    asc = len(k_det) < 2 or bool(np.all(k_det[1:] > k_det[:-1]))  # a block of consecutive rows: read in place
     parts = [
-        _pair_block(k_det, a, b, n, ends, gfirst, det, gc, gcat, g_rows, crowd, overlap_only)
+        _pair_block(k_det, a, b, n, ends, gfirst, det, gc, gcat, g_rows, crowd, overlap_only, asc)
         for a, b in zip(cuts, cuts[1:])
     ]
     # each column joined, then its blocks released (peak memory: the blocks and one joined column at a time)
@@ -499,17 +504,22 @@ def _join(cols: list[list[np.ndarray] | None], k: int) -> np.ndarray:
 def _pair_block(
     kd: np.ndarray, a: int, b: int, n: np.ndarray, ends: np.ndarray, gfirst: np.ndarray, det: _Side,
     gc: tuple[np.ndarray, ...], gcat: np.ndarray, g_rows: np.ndarray, crowd: bool, overlap_only: bool,
+    asc: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """The pairs of kept detections ``a:b``: (kept-detection position, GT row, IoU, same class) and the number
-    of pairs of each of those detections."""
+    of pairs of each of those detections; ``asc``: ``kd`` strictly ascending (a block whose rows are consecutive
+    is then read in place, every row of it, no gather)."""
     nb = n[a:b]
     p0 = int(ends[a - 1]) if a else 0
     total = int(ends[b - 1]) - p0 if b > a else 0
-    live = np.flatnonzero(nb)  # the block's detections with a pair (only their boxes are read)
-    rows = kd[a + live]
+    rows: np.ndarray | slice
+    if asc and b > a and int(kd[b - 1]) - int(kd[a]) == b - a - 1:  # the rows kd[a:b] are a run
+        live, rows, nl = None, slice(int(kd[a]), int(kd[a]) + b - a), nb  # np.repeat skips the rows without a pair
+    else:
+        live = np.flatnonzero(nb)  # the block's detections with a pair (only their boxes are read)
+        rows, nl = kd[a + live], nb[live]
     dc = det.columns(rows)
-    nl = nb[live]
-    pd = np.repeat(np.arange(len(live)), nl)  # position among them
+    pd = np.repeat(np.arange(len(nl)), nl)  # position among them
     # each pair's box: its image's first box plus the pair's place in the detection's run
     within = np.repeat(gfirst[a:b] - (ends[a:b] - nb), nb)
     within += np.arange(p0, p0 + total)
@@ -535,6 +545,9 @@ def _pair_block(
         np.divide(inter, union, out=iou, where=ok)
     same = det.cat[rows][pd] == gcat[within]
     idx = g_rows.dtype  # the positions' and counts' integers (as the GT rows')
+    if live is None:
+        count = np.bincount(pd, minlength=b - a).astype(idx)
+        return (pd + a).astype(idx), g_rows[within], iou, same, count
     count = np.zeros(b - a, idx)
     count[live] = np.bincount(pd, minlength=len(live))
     return (live + a).astype(idx)[pd], g_rows[within], iou, same, count
@@ -564,6 +577,20 @@ class Scene:
     score: np.ndarray
     by_image: np.ndarray
     released: bool = False
+    all_kept: bool = False  # ``kd`` is every detection in row order (``arange(D)``: read and written as is)
+
+    def spread(self, values: np.ndarray, fill: Any) -> np.ndarray:
+        """``values [K]`` of the kept detections as a column over every detection [D] (``fill`` elsewhere; the
+        dtype of ``values``); ``values`` itself when every detection is kept in row order (no scatter)."""
+        if self.all_kept and len(values) == len(self.rank):
+            return values
+        out = np.full(len(self.rank), fill, values.dtype)
+        out[self.kd] = values
+        return out
+
+    def of_kept(self, column: np.ndarray) -> np.ndarray:
+        """``column [D]`` at the kept detections [K] (``column`` itself, read-only use, when every one is kept)."""
+        return column if self.all_kept and len(column) == len(self.kd) else column[self.kd]
 
     def release_pairs(self) -> None:
         """Drop what only the matchings read (the pairs, ``kd``, ``rank``, ``d_img``, ``has_gt``): the memory
@@ -588,10 +615,11 @@ def scene(
         desc = descending_order(dets.score)
     rank, by_image = _rank_in_image(d_img, desc)
     kd = np.flatnonzero((rank >= 0) & (rank < max_dets)).astype(rank.dtype, copy=False)
+    every = len(kd) == nd  # ascending and every row: kd is arange(D), its gathers and scatters are the columns
     if len(kd):  # by image, then row: the boxes of each image read together (in row order for most files)
-        ki = d_img[kd]
+        ki = d_img if every else d_img[kd]
         if np.any(ki[1:] < ki[:-1]):  # not already by image (a file written image after image is)
-            kd = kd[small_sort(ki, int(ki.max()) + 1)]
+            kd, every = kd[small_sort(ki, int(ki.max()) + 1)], False
         del ki
     cat_all, n_cls = _codes(dets.category, gt.category)
     dcat, gcat = narrow_codes(cat_all[:nd], n_cls), cat_all[nd:].copy()
@@ -600,7 +628,7 @@ def scene(
     plain = ~crowd & g_ok
     g_safe = np.where(g_ok, g_img, 0)
     det, gside = _Side(dets.box, dets.wh, dcat), _Side(gt.box, gt.wh, gcat)
-    img_k = narrow_codes(d_img[kd], n_img)  # the kept detections' images (narrow: held through the pairs)
+    img_k = narrow_codes(d_img if every else d_img[kd], n_img)  # the kept detections' images (narrow, held)
     pr = _kept_pairs(kd, img_k, det, np.flatnonzero(plain), g_safe, gside, n_img, False, overlap_only)
     cr = _kept_pairs(kd, img_k, det, np.flatnonzero(crowd & g_ok), g_safe, gside, n_img, True, True)
     has_gt = np.bincount(g_img[plain], minlength=n_img)[img_k] > 0 if n_img else np.zeros(len(kd), bool)
@@ -621,6 +649,7 @@ def scene(
         desc,
         dets.score,
         by_image,
+        all_kept=every,
     )
 
 
@@ -633,7 +662,7 @@ def scene_match(
     (crowd boxes by intersection over the detection's area)."""
     if sc.released:
         raise ValueError("scene_match: the scene's pairs were released (Scene.release_pairs); build a new scene")
-    got, _ = _greedy(sc.rank[sc.kd], sc.pr, iou, len(sc.gcat), classwise)
+    got, _ = _greedy(sc.of_kept(sc.rank), sc.pr, iou, len(sc.gcat), classwise)
     ign = np.zeros(len(sc.kd), bool)
     hit = (sc.cr.same if classwise else True) & (sc.cr.iou > iou)
     ign[sc.cr.pd[hit]] = True
@@ -687,13 +716,12 @@ def tide(
     used = np.zeros(ng, bool)
     used[got[got >= 0]] = True
     code_k, target_k = _classify(sc.pr, got, used, sc.has_gt, pos, bg)
-    kd, gcat = sc.kd, sc.gcat
-    code = np.full(nd, -1, np.int8)
-    code[kd] = code_k
+    gcat = sc.gcat
+    code = sc.spread(code_k.astype(np.int8, copy=False), -1)  # the kept detections' columns over every detection
     g_idx = index_type(ng + 1)
-    target, ignored, matched = (np.full(nd, -1, g_idx), np.zeros(nd, bool), np.full(nd, -1, g_idx))
-    target[kd], ignored[kd], matched[kd] = target_k, ign_k, got
-    del code_k, target_k, ign_k, got, kd  # the kept detections' copies (peak memory)
+    target, ignored = sc.spread(target_k.astype(g_idx, copy=False), -1), sc.spread(ign_k, False)
+    matched = sc.spread(got.astype(g_idx, copy=False), -1)
+    del code_k, target_k, ign_k, got  # the kept detections' copies (peak memory)
     # the oracle fixes: one cls/loc error per untaken target box, the highest-scoring (lowest rank) one
     err = np.flatnonzero(target >= 0)
     err = err[~used[target[err]]]
@@ -750,7 +778,10 @@ def _fixes(
     tp = code == TP
     fp = (code > TP) & ~ignored  # false positives in the AP (ignored ones are not)
     kept = code >= 0
-    by_score = sc.desc[kept[sc.desc]]  # descending score; ties in input order, made (image, rank) below
+    every = bool(kept.all()) and len(sc.desc) == len(kept)  # every detection kept: the orders as they are
+    by_score = (
+        sc.desc if every else sc.desc[kept[sc.desc]]
+    )  # descending score; ties in input order, made (image, rank) below
     sv = sc.score[by_score]
     run = np.cumsum(np.concatenate([[0], sv[1:] != sv[:-1]])) if len(sv) else np.zeros(0, np.int64)
     del sv
@@ -763,7 +794,7 @@ def _fixes(
     # sorted; the same order as a stable sort of run * n_img + image), read in image order
     run_of = np.empty(len(code), run.dtype)
     run_of[by_score] = run
-    visit = sc.by_image[kept[sc.by_image]]  # image, then rank
+    visit = sc.by_image if every and len(sc.by_image) == len(kept) else sc.by_image[kept[sc.by_image]]  # image, rank
     by_score = visit[radix_sort(run_of[visit], n_run)]  # its runs are again ``run`` (sorted by run)
     del run_of, visit
     # in a fixed set the errors come before the untouched true positives of the same score

@@ -129,8 +129,12 @@ def _add_files(rec: dict[str, Any], data: LoadedData) -> None:
             row["image_size"] = [float(im.width[r]), float(im.height[r])] if r >= 0 else [float("nan")] * 2
 
 
+def _sample_index(mr: MatchResult, label: str) -> int:
+    return next(k for k, t in enumerate(mr.iou_thresholds) if threshold_label(float(t)) == label)
+
+
 def _sample(mr: MatchResult, label: str) -> tuple[int, np.ndarray]:
-    i = next(k for k, t in enumerate(mr.iou_thresholds) if threshold_label(float(t)) == label)
+    i = _sample_index(mr, label)
     return i, np.flatnonzero(mr.considered & ~mr.ignored[i])
 
 
@@ -277,9 +281,8 @@ def _operating(
     """Operating points on the confidence sample of ``label`` (docs/metrics.md#operating-points)."""
 
     ds, dets = data.dataset, data.detections
-    i, rows = _sample(mr, label)
-    valid = np.zeros(len(dets), bool)
-    valid[rows] = True
+    i = _sample_index(mr, label)
+    valid = mr.considered & ~mr.ignored[i]  # the sample (as _sample's rows), as flags
     tp = valid & mr.matched[i]
     if lrp is None:  # the IoUs of the true positives: read by the LRP table alone
         iou = np.zeros(len(dets))
