@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from detcal.core.errors import DetcalInputError
+from detcal.reports.agg_text import text_caching_canvas
 from detcal.reports.gap_colours import COLOUR_LABEL, DARK_TEXT_ABOVE, DIVERGING_STOPS, EMPTY_GREY, EMPTY_LABEL, y_down
 from detcal.utils.io import write_bytes
 
@@ -70,14 +71,12 @@ def _vec(a: Any, name: str, n: int | None = None) -> np.ndarray:
 
 def agg_figure(width: float, height: float, dpi: float = _DPI) -> Any:
     """A matplotlib Figure bound to an Agg canvas (imported here, not at start-up; no pyplot: importing
-    it costs more and keeps global state)."""
-    from matplotlib.backends.backend_agg import (
-        FigureCanvasAgg,  # lazy: matplotlib kept out of start-up, loaded where a figure is drawn
-    )
+    it costs more and keeps global state) whose renderer reuses the shaping and glyph images of repeated
+    texts (:mod:`detcal.reports.agg_text`: the same pixels)."""
     from matplotlib.figure import Figure  # lazy: matplotlib kept out of start-up, loaded where a figure is drawn
 
     fig = Figure(figsize=(width, height), dpi=dpi)
-    FigureCanvasAgg(fig)
+    text_caching_canvas(fig)
     return fig
 
 

@@ -1,0 +1,166 @@
+"""Text on the figures' Agg canvas with its shaping, its extents and its glyph images kept for reuse.
+
+The figures of a run draw the same few dozen strings hundreds of times (tick labels, the cells of the
+D-ECE maps, axis labels, the same labels in every per-class panel and again at the second IoU
+threshold). matplotlib's Agg renderer (3.11) shapes every string anew at each draw (``FT2Font._layout``),
+measures it anew for every new renderer, and renders every glyph anew (``FT2Font._render_glyph``), about
+a fifth of the figures' drawing. :func:`text_caching_canvas` binds a figure to an Agg canvas whose
+renderer keeps those results, in this process, keyed by everything they depend on:
+
+- the shaping of string ``s`` (its glyphs and their offsets): by the font object, its size, the dpi,
+  ``s``, the hinting flag and the text's font features and language. The renderer prepares the font
+  the same way before every shaping (cleared, its size set), so the shaping is the same each time;
+- the extent (width, height, descent) of ``s``: by the same, without features or language;
+- a glyph's image: by the font object, size, dpi, glyph, hinting flag, render mode, the text's
+  transform matrix and the fractional part (in 1/64 pixel) of the pen position. FreeType renders a
+  glyph moved by whole pixels into the same image, moved by as many pixels (the outline is translated,
+  its box rounded to whole pixels, and rasterised relative to that box), so the image is kept with its
+  offset relative to the pen's whole-pixel position and placed from there.
+
+The pixels are those of matplotlib's own renderer: every glyph image is drawn at the same place and in
+the same order (tests/reports/test_agg_text.py compares the PNG bytes of every figure of a run drawn both
+ways). Where matplotlib's Agg renderer lacks the internals this rests on (other versions), the canvas is
+matplotlib's own. The caches are bounded (cleared when full).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ["text_caching_canvas", "clear_text_caches"]
+
+_LAYOUTS: dict[tuple[Any, ...], list[tuple[Any, int, float, float]]] = {}
+_EXTENTS: dict[tuple[Any, ...], tuple[float, float, float]] = {}
+_GLYPHS: dict[tuple[Any, ...], tuple[np.ndarray, int, int]] = {}
+_MAX_ENTRIES = 20_000
+"""Entries kept per cache (a glyph image is a few hundred bytes); a full cache is emptied."""
+
+
+def clear_text_caches() -> None:
+    """Forget every kept shaping, extent and glyph image."""
+    _LAYOUTS.clear()
+    _EXTENTS.clear()
+    _GLYPHS.clear()
+
+
+def _keep(cache: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any) -> None:
+    if len(cache) >= _MAX_ENTRIES:
+        cache.clear()
+    cache[key] = value
+
+
+def text_caching_canvas(fig: Any) -> Any:
+    """Bind ``fig`` to an Agg canvas whose renderer reuses text shaping, extents and glyph images (matplotlib's
+    own Agg canvas where its renderer lacks the internals used here); returns the canvas."""
+    return _canvas_class()(fig)
+
+
+@functools.cache
+def _canvas_class() -> Any:
+    from matplotlib.backends import backend_agg  # lazy: matplotlib kept out of start-up, loaded where drawn
+
+    renderer_class = _renderer_class(backend_agg)
+    if renderer_class is None:
+        return backend_agg.FigureCanvasAgg
+
+    class TextCachingCanvasAgg(backend_agg.FigureCanvasAgg):  # type: ignore[misc]
+        """matplotlib's Agg canvas, its renderer reusing text work (:mod:`detcal.reports.agg_text`)."""
+
+        def get_renderer(self) -> Any:
+            renderer = super().get_renderer()
+            if type(renderer) is backend_agg.RendererAgg:
+                renderer.__class__ = renderer_class
+            return renderer
+
+    return TextCachingCanvasAgg
+
+
+def _renderer_class(backend_agg: Any) -> Any:
+    """The caching renderer class, or None where matplotlib's Agg renderer lacks what it rests on."""
+    from matplotlib import ft2font  # lazy: as above
+
+    base = getattr(backend_agg, "RendererAgg", None)
+    needed = ("_draw_text_glyphs_and_boxes", "_prepare_font", "draw_text", "get_text_width_height_descent")
+    font_needs = ("_layout", "_render_glyph", "_set_transform", "set_text", "get_width_height", "get_descent")
+    if (
+        base is None
+        or not all(hasattr(base, n) for n in needed)
+        or not all(hasattr(getattr(ft2font, "FT2Font", None), n) for n in font_needs)
+        or not hasattr(ft2font, "RenderMode")
+        or not hasattr(backend_agg, "get_hinting_flag")
+    ):
+        return None
+    hinting = backend_agg.get_hinting_flag
+    normal, mono = ft2font.RenderMode.NORMAL, ft2font.RenderMode.MONO
+
+    class TextCachingRendererAgg(base):  # type: ignore[misc,valid-type]
+        """matplotlib's Agg renderer; shaping, extents and glyph images of plain text kept (module caches)."""
+
+        def draw_text(self, gc: Any, x: Any, y: Any, s: Any, prop: Any, angle: Any, ismath: Any = False, mtext: Any = None) -> Any:
+            if ismath:
+                return super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
+            font = self._prepare_font(prop)
+            flags = hinting()
+            features = mtext.get_fontfeatures() if mtext is not None else None
+            language = mtext.get_language() if mtext is not None else None
+            size = prop.get_size_in_points()
+            key = (font, size, self.dpi, s, flags, features, language)
+            items = _LAYOUTS.get(key)
+            if items is None:
+                found = font._layout(s, flags=flags, features=features, language=language)
+                items = [(i.ft_object, i.glyph_index, i.x, i.y) for i in found]
+                _keep(_LAYOUTS, key, items)
+            glyphs = ((f, size, g, 0, 1, dx, dy) for f, g, dx, dy in items)
+            self._draw_text_glyphs_and_boxes(gc, x, y, angle, glyphs, [])
+            return None
+
+        def get_text_width_height_descent(self, s: Any, prop: Any, ismath: Any) -> Any:
+            if ismath is not False:
+                return super().get_text_width_height_descent(s, prop, ismath)
+            font = self._prepare_font(prop)
+            flags = hinting()
+            key = (font, prop.get_size_in_points(), self.dpi, s, flags)
+            found = _EXTENTS.get(key)
+            if found is None:
+                found = super().get_text_width_height_descent(s, prop, ismath)
+                _keep(_EXTENTS, key, found)
+            return found
+
+        def _draw_text_glyphs_and_boxes(self, gc: Any, x: Any, y: Any, angle: Any, glyphs: Any, boxes: Any) -> None:
+            # y is downwards; FreeType's y is upwards: the pen position in 1/64 pixel as matplotlib computes it
+            cos = math.cos(math.radians(angle))
+            sin = math.sin(math.radians(angle))
+            flags = hinting()
+            mode = normal if gc.get_antialiased() else mono
+            height = self.height
+            matrices: dict[tuple[Any, Any], tuple[np.ndarray, tuple[int, ...]]] = {}
+            for font, size, glyph_index, slant, extend, dx, dy in glyphs:
+                m = matrices.get((slant, extend))
+                if m is None:
+                    rot = 0x10000 * np.array([[cos, -sin], [sin, cos]]) @ [[extend, extend * slant], [0, 1]]
+                    arr = rot.round().astype(int)
+                    m = matrices[slant, extend] = (arr, tuple(arr.ravel().tolist()))
+                px = round(0x40 * (x + dx * cos - dy * sin))
+                py = round(0x40 * (height - y + dx * sin + dy * cos))
+                key = (font, size, self.dpi, glyph_index, flags, mode, m[1], px & 63, py & 63)
+                kept = _GLYPHS.get(key)
+                if kept is None:
+                    font.set_size(size, self.dpi)
+                    font._set_transform(m[0], [px, py])
+                    bitmap = font._render_glyph(glyph_index, flags, mode)
+                    buffer = bitmap.buffer if mode == normal else bitmap.buffer * 0xFF
+                    kept = (buffer, bitmap.left - (px >> 6), bitmap.top - (py >> 6))
+                    _keep(_GLYPHS, key, kept)
+                buffer, left, top = kept
+                # draw_text_image's y is downwards and names the image's bottom side
+                self._renderer.draw_text_image(
+                    buffer, left + (px >> 6), int(height) - (top + (py >> 6)) + buffer.shape[0], 0, gc
+                )
+            if len(boxes):
+                super()._draw_text_glyphs_and_boxes(gc, x, y, angle, (), boxes)
+
+    return TextCachingRendererAgg
