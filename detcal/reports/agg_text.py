@@ -74,6 +74,8 @@ def _canvas_class() -> Any:
             renderer = super().get_renderer()
             if type(renderer) is backend_agg.RendererAgg:
                 renderer.__class__ = renderer_class
+            if isinstance(renderer, renderer_class):
+                renderer.start_drawing(self.figure)
             return renderer
 
     return TextCachingCanvasAgg
@@ -98,7 +100,29 @@ def _renderer_class(backend_agg: Any) -> Any:
     normal, mono = ft2font.RenderMode.NORMAL, ft2font.RenderMode.MONO
 
     class TextCachingRendererAgg(base):  # type: ignore[misc,valid-type]
-        """matplotlib's Agg renderer; shaping, extents and glyph images of plain text kept (module caches)."""
+        """matplotlib's Agg renderer; shaping, extents and glyph images of plain text kept (module caches), and
+        the line metrics of each font for the drawing under way."""
+
+        def start_drawing(self, figure: Any) -> None:
+            """Called by the canvas whenever it hands the renderer out (a drawing starts): the figure whose
+            texts it lays out, and no line metrics kept from an earlier drawing (rcParams may have changed)."""
+            self.detcal_figure = figure
+            self.detcal_line_metrics: dict[Any, Any] = {}
+
+        def _get_font_height_metrics(self, prop: Any) -> Any:
+            # The line metrics matplotlib's Text._get_layout computes for every text at every layout (the font
+            # found for ``prop``, two of its tables read), once per font properties and drawing, computed as it does.
+            figure = getattr(self, "detcal_figure", None)
+            cache = getattr(self, "detcal_line_metrics", None)
+            if figure is None or cache is None:
+                return None, None, None
+            dpi = figure.dpi  # the canvas's figure: the root figure of every text it draws
+            key = (prop, dpi)
+            found = cache.get(key)
+            if found is None:
+                found = _line_metrics(prop, dpi)
+                cache[prop.copy(), dpi] = found
+            return found
 
         def draw_text(self, gc: Any, x: Any, y: Any, s: Any, prop: Any, angle: Any, ismath: Any = False, mtext: Any = None) -> Any:
             if ismath:
@@ -163,4 +187,25 @@ def _renderer_class(backend_agg: Any) -> Any:
             if len(boxes):
                 super()._draw_text_glyphs_and_boxes(gc, x, y, angle, (), boxes)
 
+    if hasattr(base, "_get_font_height_metrics"):  # a matplotlib whose Agg renderer has its own: keep it
+        del TextCachingRendererAgg._get_font_height_metrics
     return TextCachingRendererAgg
+
+
+def _line_metrics(prop: Any, dpi: float) -> tuple[Any, Any, Any]:
+    """(ascent, descent, line gap) of the font matplotlib finds for ``prop`` at ``dpi``, as matplotlib's
+    ``Text._get_layout`` computes them from the font's OS/2 or hhea table, in the same order of operations;
+    (None, None, None) where the font has neither (matplotlib then measures)."""
+    from matplotlib.font_manager import fontManager, get_font  # lazy: as above
+
+    font = get_font(fontManager._find_fonts_by_props(prop))
+    possible = (("OS/2", "sTypoLineGap", "sTypoAscender", "sTypoDescender"), ("hhea", "lineGap", "ascent", "descent"))
+    for table_name, gap_key, ascent_key, descent_key in possible:
+        table = font.get_sfnt_table(table_name)
+        if table is None:
+            continue
+        fontsize = prop.get_size_in_points()
+        units_per_em = font.get_sfnt_table("head")["unitsPerEm"]
+        scale = 1 / units_per_em * fontsize * dpi / 72
+        return table[ascent_key] * scale, -table[descent_key] * scale, table[gap_key] * scale
+    return None, None, None
