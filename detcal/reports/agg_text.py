@@ -124,7 +124,9 @@ def _renderer_class(backend_agg: Any) -> Any:
                 cache[prop.copy(), dpi] = found
             return found
 
-        def draw_text(self, gc: Any, x: Any, y: Any, s: Any, prop: Any, angle: Any, ismath: Any = False, mtext: Any = None) -> Any:
+        def draw_text(
+            self, gc: Any, x: Any, y: Any, s: Any, prop: Any, angle: Any, ismath: Any = False, mtext: Any = None
+        ) -> Any:
             if ismath:
                 return super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
             font = self._prepare_font(prop)
