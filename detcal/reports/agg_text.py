@@ -11,6 +11,10 @@ renderer keeps those results, in this process, keyed by everything they depend o
   ``s``, the hinting flag and the text's font features and language. The renderer prepares the font
   the same way before every shaping (cleared, its size set), so the shaping is the same each time;
 - the extent (width, height, descent) of ``s``: by the same, without features or language;
+- for the drawing under way only (a later drawing may follow other rcParams): the font found for a
+  font properties object, and its line metrics (ascent, descent, line gap: what ``Text._get_layout``
+  reads from the font's tables for every text at every layout, through the renderer's
+  ``_get_font_height_metrics`` where it has one);
 - a glyph's image: by the font object, size, dpi, glyph, hinting flag, render mode, the text's
   transform matrix and the fractional part (in 1/64 pixel) of the pen position. FreeType renders a
   glyph moved by whole pixels into the same image, moved by as many pixels (the outline is translated,
@@ -108,6 +112,19 @@ def _renderer_class(backend_agg: Any) -> Any:
             texts it lays out, and no line metrics kept from an earlier drawing (rcParams may have changed)."""
             self.detcal_figure = figure
             self.detcal_line_metrics: dict[Any, Any] = {}
+            self.detcal_fonts: dict[Any, Any] = {}
+
+        def _font_for(self, prop: Any) -> tuple[Any, bool]:
+            """The font matplotlib draws ``prop`` with, found once per font properties and drawing, and
+            whether it was prepared now (``_prepare_font``: cleared, its size set)."""
+            fonts = getattr(self, "detcal_fonts", None)
+            font = None if fonts is None else fonts.get(prop)
+            if font is not None:
+                return font, False
+            font = self._prepare_font(prop)
+            if fonts is not None:
+                fonts[prop.copy()] = font
+            return font, True
 
         def _get_font_height_metrics(self, prop: Any) -> Any:
             # The line metrics matplotlib's Text._get_layout computes for every text at every layout (the font
@@ -129,7 +146,7 @@ def _renderer_class(backend_agg: Any) -> Any:
         ) -> Any:
             if ismath:
                 return super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
-            font = self._prepare_font(prop)
+            font, prepared = self._font_for(prop)
             flags = hinting()
             features = mtext.get_fontfeatures() if mtext is not None else None
             language = mtext.get_language() if mtext is not None else None
@@ -137,6 +154,8 @@ def _renderer_class(backend_agg: Any) -> Any:
             key = (font, size, self.dpi, s, flags, features, language)
             items = _LAYOUTS.get(key)
             if items is None:
+                if not prepared:
+                    font = self._prepare_font(prop)  # shaped from the state matplotlib shapes from
                 found = font._layout(s, flags=flags, features=features, language=language)
                 items = [(i.ft_object, i.glyph_index, i.x, i.y) for i in found]
                 _keep(_LAYOUTS, key, items)
@@ -147,7 +166,7 @@ def _renderer_class(backend_agg: Any) -> Any:
         def get_text_width_height_descent(self, s: Any, prop: Any, ismath: Any) -> Any:
             if ismath is not False:
                 return super().get_text_width_height_descent(s, prop, ismath)
-            font = self._prepare_font(prop)
+            font, _ = self._font_for(prop)
             flags = hinting()
             key = (font, prop.get_size_in_points(), self.dpi, s, flags)
             found = _EXTENTS.get(key)
