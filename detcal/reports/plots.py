@@ -92,7 +92,8 @@ def import_matplotlib_for_drawing() -> None:
     subclasses' own ``set()`` rests on) without the signature and docstring, and ``kwdoc`` answers an empty
     text; both are restored afterwards. ``set()`` itself works the same, and the figures are the same. Not
     for a long-lived process (its ``help()`` and ``inspect.signature`` of those ``set()`` methods would lack
-    the properties). Does nothing when matplotlib's artists are already imported."""
+    the properties). Saving a PNG then skips PIL's loading of its other common image plugins
+    (:func:`_skip_pil_preinit`). Does nothing when matplotlib's artists are already imported."""
     if "matplotlib.artist" in sys.modules:
         return
     import matplotlib.artist  # lazy: matplotlib kept out of start-up, loaded where a figure is drawn

@@ -41,6 +41,7 @@ plots.reliability_diagram(out / "r.png", [0.1, np.nan, 0.5, 0.7, 0.9], [0.0, np.
 gap = np.array([[0.1, -0.2], [np.nan, 0.3]])
 maps = {"cx_cy": {"signed_gap": gap, "count": np.array([[5, 5], [0, 9]]), "axes": ("cx", "cy")}}
 plots.dece_heatmaps(out / "d.png", maps, sample_threshold=2, dece=0.2)
+assert ("PIL.JpegImagePlugin" in sys.modules) is (sys.argv[2] != "lean")  # PNGs saved without PIL's preinit
 """
 
 
