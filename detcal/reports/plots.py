@@ -27,11 +27,12 @@ The numpy helper :func:`marginal_gap_map` has no matplotlib dependency.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -234,23 +235,24 @@ def reliability_diagram(
     parts: dict[str, Any] = {"fig": fig, "axh": axh, "ax": ax}
     if b and occ.any():
         left, width = e[:-1][occ], np.diff(e)[occ]
-        parts["prec"] = ax.bar(
-            left, prec[occ], width=width, align="edge", color="tab:blue", edgecolor="k", lw=0.5, label="precision"
-        )
-        lo = np.minimum(prec[occ], conf[occ])
-        parts["gap"] = ax.bar(
-            left,
-            np.abs(prec[occ] - conf[occ]),
-            bottom=lo,
-            width=width,
-            align="edge",
-            color="tab:red",
-            alpha=0.35,
-            edgecolor="tab:red",
-            hatch="//",
-            lw=0.5,
-            label="gap",
-        )
+        with _bars_without_data_limits(ax):  # its view is set to [0, 1] x [0, 1] below, not autoscaled
+            parts["prec"] = ax.bar(
+                left, prec[occ], width=width, align="edge", color="tab:blue", edgecolor="k", lw=0.5, label="precision"
+            )
+            lo = np.minimum(prec[occ], conf[occ])
+            parts["gap"] = ax.bar(
+                left,
+                np.abs(prec[occ] - conf[occ]),
+                bottom=lo,
+                width=width,
+                align="edge",
+                color="tab:red",
+                alpha=0.35,
+                edgecolor="tab:red",
+                hatch="//",
+                lw=0.5,
+                label="gap",
+            )
         parts["points"] = ax.plot(conf[occ], prec[occ], "o", color="k", ms=3, label="(conf, prec)")[0]
         parts["hist"] = axh.bar(e[:-1], n, width=np.diff(e), align="edge", color="0.5", edgecolor="k", lw=0.5)
         if log_counts and np.any(n > 0):
@@ -269,6 +271,23 @@ def reliability_diagram(
     axh.set_ylabel("samples")
     _reliability_margins(fig, digits)
     return _save(fig, path)
+
+
+@contextlib.contextmanager
+def _bars_without_data_limits(ax: Any) -> Iterator[None]:
+    """Within the block, patches added to ``ax`` leave its data limits as they are: for an axes whose view
+    limits are then set by hand (the data limits serve only autoscaling), this skips matplotlib's
+    measuring of every bar's outline (``Axes._update_patch_limits``: its path's Bezier extrema through the
+    patch transform, ~0.5 ms a bar). The drawing is the same."""
+    ax._update_patch_limits = _leave_data_limits
+    try:
+        yield
+    finally:
+        del ax._update_patch_limits
+
+
+def _leave_data_limits(patch: Any) -> None:
+    """Stands for ``Axes._update_patch_limits`` in :func:`_bars_without_data_limits`."""
 
 
 def _reliability_margins(fig: Any, digits: int) -> None:
