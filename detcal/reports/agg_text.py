@@ -219,7 +219,7 @@ def _line_metrics(prop: Any, dpi: float) -> tuple[Any, Any, Any]:
     (None, None, None) where the font has neither (matplotlib then measures)."""
     from matplotlib.font_manager import fontManager, get_font  # lazy: as above
 
-    font = get_font(fontManager._find_fonts_by_props(prop))
+    font: Any = get_font(fontManager._find_fonts_by_props(prop))
     possible = (("OS/2", "sTypoLineGap", "sTypoAscender", "sTypoDescender"), ("hhea", "lineGap", "ascent", "descent"))
     for table_name, gap_key, ascent_key, descent_key in possible:
         table = font.get_sfnt_table(table_name)

@@ -99,9 +99,9 @@ def import_matplotlib_for_drawing() -> None:
         return
     import matplotlib.artist  # lazy: matplotlib kept out of start-up, loaded where a figure is drawn
 
-    artist = matplotlib.artist
+    artist: Any = matplotlib.artist
     kwdoc = getattr(artist, "kwdoc", None)  # a matplotlib without it: a plain import
-    base = getattr(artist, "Artist", None)
+    base: Any = getattr(artist, "Artist", None)
     update = None if base is None else base.__dict__.get("_update_set_signature_and_docstring")
     if callable(kwdoc):
         artist.kwdoc = lambda _: ""
@@ -122,7 +122,7 @@ def _skip_pil_preinit() -> None:
     """Mark PIL's common image plugins as loaded once its PNG plugin is (matplotlib imports it): saving a
     PNG then skips ``PIL.Image.preinit``, which imports the BMP, GIF, JPEG and PPM plugins (~0.005 s). PIL
     still loads every plugin (``init``) when asked for a format it does not know."""
-    image = sys.modules.get("PIL.Image")
+    image: Any = sys.modules.get("PIL.Image")
     if image is not None and "PIL.PngImagePlugin" in sys.modules and getattr(image, "_initialized", None) == 0:
         image._initialized = 1
 
