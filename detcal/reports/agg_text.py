@@ -86,7 +86,8 @@ def _canvas_class() -> Any:
 
 
 def _renderer_class(backend_agg: Any) -> Any:
-    """The caching renderer class, or None where matplotlib's Agg renderer lacks what it rests on."""
+    """The caching renderer class (matplotlib's ``RendererAgg`` with the methods below), or None where
+    matplotlib's Agg renderer lacks what it rests on."""
     from matplotlib import ft2font  # lazy: as above
 
     base = getattr(backend_agg, "RendererAgg", None)
@@ -100,117 +101,137 @@ def _renderer_class(backend_agg: Any) -> Any:
         or not hasattr(backend_agg, "get_hinting_flag")
     ):
         return None
-    hinting = backend_agg.get_hinting_flag
-    normal, mono = ft2font.RenderMode.NORMAL, ft2font.RenderMode.MONO
+    namespace = {
+        "__doc__": "matplotlib's Agg renderer; the shaping, extents and glyph images of plain text kept (module "
+        "caches), and the fonts and line metrics of the drawing under way (:mod:`detcal.reports.agg_text`).",
+        "__module__": __name__,
+        "_text_base": base,
+        "_hinting": staticmethod(backend_agg.get_hinting_flag),
+        "_render_modes": (ft2font.RenderMode.NORMAL, ft2font.RenderMode.MONO),
+        "start_drawing": _start_drawing,
+        "_font_for": _font_for,
+        "draw_text": _draw_text,
+        "get_text_width_height_descent": _text_extent,
+        "_draw_text_glyphs_and_boxes": _draw_glyphs,
+    }
+    if not hasattr(base, "_get_font_height_metrics"):  # a matplotlib whose Agg renderer has its own: kept
+        namespace["_get_font_height_metrics"] = _font_height_metrics
+    return type("TextCachingRendererAgg", (base,), namespace)
 
-    class TextCachingRendererAgg(base):  # type: ignore[misc,valid-type]
-        """matplotlib's Agg renderer; shaping, extents and glyph images of plain text kept (module caches), and
-        the line metrics of each font for the drawing under way."""
 
-        def start_drawing(self, figure: Any) -> None:
-            """Called by the canvas whenever it hands the renderer out (a drawing starts): the figure whose
-            texts it lays out, and no line metrics kept from an earlier drawing (rcParams may have changed)."""
-            self.detcal_figure = figure
-            self.detcal_line_metrics: dict[Any, Any] = {}
-            self.detcal_fonts: dict[Any, Any] = {}
+# The methods of the caching renderer class (``self``: a TextCachingRendererAgg; ``self._text_base``:
+# matplotlib's RendererAgg, whose own methods serve what is not kept).
 
-        def _font_for(self, prop: Any) -> tuple[Any, bool]:
-            """The font matplotlib draws ``prop`` with, found once per font properties and drawing, and
-            whether it was prepared now (``_prepare_font``: cleared, its size set)."""
-            fonts = getattr(self, "detcal_fonts", None)
-            font = None if fonts is None else fonts.get(prop)
-            if font is not None:
-                return font, False
-            font = self._prepare_font(prop)
-            if fonts is not None:
-                fonts[prop.copy()] = font
-            return font, True
 
-        def _get_font_height_metrics(self, prop: Any) -> Any:
-            # The line metrics matplotlib's Text._get_layout computes for every text at every layout (the font
-            # found for ``prop``, two of its tables read), once per font properties and drawing, computed as it does.
-            figure = getattr(self, "detcal_figure", None)
-            cache = getattr(self, "detcal_line_metrics", None)
-            if figure is None or cache is None:
-                return None, None, None
-            dpi = figure.dpi  # the canvas's figure: the root figure of every text it draws
-            key = (prop, dpi)
-            found = cache.get(key)
-            if found is None:
-                found = _line_metrics(prop, dpi)
-                cache[prop.copy(), dpi] = found
-            return found
+def _start_drawing(self: Any, figure: Any) -> None:
+    """Called by the canvas whenever it hands the renderer out (a drawing starts): the figure whose texts it
+    lays out, and no fonts or line metrics kept from an earlier drawing (rcParams may have changed)."""
+    self.detcal_figure = figure
+    self.detcal_line_metrics = {}
+    self.detcal_fonts = {}
 
-        def draw_text(
-            self, gc: Any, x: Any, y: Any, s: Any, prop: Any, angle: Any, ismath: Any = False, mtext: Any = None
-        ) -> Any:
-            if ismath:
-                return super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
-            font, prepared = self._font_for(prop)
-            flags = hinting()
-            features = mtext.get_fontfeatures() if mtext is not None else None
-            language = mtext.get_language() if mtext is not None else None
-            size = prop.get_size_in_points()
-            key = (font, size, self.dpi, s, flags, features, language)
-            items = _LAYOUTS.get(key)
-            if items is None:
-                if not prepared:
-                    font = self._prepare_font(prop)  # shaped from the state matplotlib shapes from
-                found = font._layout(s, flags=flags, features=features, language=language)
-                items = [(i.ft_object, i.glyph_index, i.x, i.y) for i in found]
-                _keep(_LAYOUTS, key, items)
-            glyphs = ((f, size, g, 0, 1, dx, dy) for f, g, dx, dy in items)
-            self._draw_text_glyphs_and_boxes(gc, x, y, angle, glyphs, [])
-            return None
 
-        def get_text_width_height_descent(self, s: Any, prop: Any, ismath: Any) -> Any:
-            if ismath is not False:
-                return super().get_text_width_height_descent(s, prop, ismath)
-            font, _ = self._font_for(prop)
-            flags = hinting()
-            key = (font, prop.get_size_in_points(), self.dpi, s, flags)
-            found = _EXTENTS.get(key)
-            if found is None:
-                found = super().get_text_width_height_descent(s, prop, ismath)
-                _keep(_EXTENTS, key, found)
-            return found
+def _font_for(self: Any, prop: Any) -> tuple[Any, bool]:
+    """The font matplotlib draws ``prop`` with, found once per font properties and drawing, and whether it
+    was prepared now (``_prepare_font``: cleared, its size set)."""
+    fonts = getattr(self, "detcal_fonts", None)
+    font = None if fonts is None else fonts.get(prop)
+    if font is not None:
+        return font, False
+    font = self._prepare_font(prop)
+    if fonts is not None:
+        fonts[prop.copy()] = font
+    return font, True
 
-        def _draw_text_glyphs_and_boxes(self, gc: Any, x: Any, y: Any, angle: Any, glyphs: Any, boxes: Any) -> None:
-            # y is downwards; FreeType's y is upwards: the pen position in 1/64 pixel as matplotlib computes it
-            cos = math.cos(math.radians(angle))
-            sin = math.sin(math.radians(angle))
-            flags = hinting()
-            mode = normal if gc.get_antialiased() else mono
-            height = self.height
-            matrices: dict[tuple[Any, Any], tuple[np.ndarray, tuple[int, ...]]] = {}
-            for font, size, glyph_index, slant, extend, dx, dy in glyphs:
-                m = matrices.get((slant, extend))
-                if m is None:
-                    rot = 0x10000 * np.array([[cos, -sin], [sin, cos]]) @ [[extend, extend * slant], [0, 1]]
-                    arr = rot.round().astype(int)
-                    m = matrices[slant, extend] = (arr, tuple(arr.ravel().tolist()))
-                px = round(0x40 * (x + dx * cos - dy * sin))
-                py = round(0x40 * (height - y + dx * sin + dy * cos))
-                key = (font, size, self.dpi, glyph_index, flags, mode, m[1], px & 63, py & 63)
-                kept = _GLYPHS.get(key)
-                if kept is None:
-                    font.set_size(size, self.dpi)
-                    font._set_transform(m[0], [px, py])
-                    bitmap = font._render_glyph(glyph_index, flags, mode)
-                    buffer = bitmap.buffer if mode == normal else bitmap.buffer * 0xFF
-                    kept = (buffer, bitmap.left - (px >> 6), bitmap.top - (py >> 6))
-                    _keep(_GLYPHS, key, kept)
-                buffer, left, top = kept
-                # draw_text_image's y is downwards and names the image's bottom side
-                self._renderer.draw_text_image(
-                    buffer, left + (px >> 6), int(height) - (top + (py >> 6)) + buffer.shape[0], 0, gc
-                )
-            if len(boxes):
-                super()._draw_text_glyphs_and_boxes(gc, x, y, angle, (), boxes)
 
-    if hasattr(base, "_get_font_height_metrics"):  # a matplotlib whose Agg renderer has its own: keep it
-        del TextCachingRendererAgg._get_font_height_metrics
-    return TextCachingRendererAgg
+def _font_height_metrics(self: Any, prop: Any) -> Any:
+    """The line metrics matplotlib's ``Text._get_layout`` computes for every text at every layout (the font
+    found for ``prop``, two of its tables read), once per font properties and drawing, computed as it does."""
+    figure = getattr(self, "detcal_figure", None)
+    cache = getattr(self, "detcal_line_metrics", None)
+    if figure is None or cache is None:
+        return None, None, None
+    dpi = figure.dpi  # the canvas's figure: the root figure of every text it draws
+    found = cache.get((prop, dpi))
+    if found is None:
+        found = _line_metrics(prop, dpi)
+        cache[prop.copy(), dpi] = found
+    return found
+
+
+def _draw_text(
+    self: Any, gc: Any, x: Any, y: Any, s: Any, prop: Any, angle: Any, ismath: Any = False, mtext: Any = None
+) -> Any:
+    """``RendererAgg.draw_text`` with the shaping of plain text kept."""
+    if ismath:
+        return self._text_base.draw_text(self, gc, x, y, s, prop, angle, ismath, mtext)
+    font, prepared = self._font_for(prop)
+    flags = self._hinting()
+    features = mtext.get_fontfeatures() if mtext is not None else None
+    language = mtext.get_language() if mtext is not None else None
+    size = prop.get_size_in_points()
+    key = (font, size, self.dpi, s, flags, features, language)
+    items = _LAYOUTS.get(key)
+    if items is None:
+        if not prepared:
+            font = self._prepare_font(prop)  # shaped from the state matplotlib shapes from
+        found = font._layout(s, flags=flags, features=features, language=language)
+        items = [(i.ft_object, i.glyph_index, i.x, i.y) for i in found]
+        _keep(_LAYOUTS, key, items)
+    glyphs = ((f, size, g, 0, 1, dx, dy) for f, g, dx, dy in items)
+    self._draw_text_glyphs_and_boxes(gc, x, y, angle, glyphs, [])
+    return None
+
+
+def _text_extent(self: Any, s: Any, prop: Any, ismath: Any) -> Any:
+    """``RendererAgg.get_text_width_height_descent`` with the extents of plain text kept."""
+    if ismath is not False:
+        return self._text_base.get_text_width_height_descent(self, s, prop, ismath)
+    font, _ = self._font_for(prop)
+    key = (font, prop.get_size_in_points(), self.dpi, s, self._hinting())
+    found = _EXTENTS.get(key)
+    if found is None:
+        found = self._text_base.get_text_width_height_descent(self, s, prop, ismath)
+        _keep(_EXTENTS, key, found)
+    return found
+
+
+def _draw_glyphs(self: Any, gc: Any, x: Any, y: Any, angle: Any, glyphs: Any, boxes: Any) -> None:
+    """``RendererAgg._draw_text_glyphs_and_boxes`` with the glyph images kept: each glyph drawn at the pen
+    position matplotlib computes (in 1/64 pixel; y downwards here, upwards in FreeType), from its kept image
+    where one was rendered at the same fraction of a pixel; the boxes (mathtext rules) by matplotlib."""
+    cos = math.cos(math.radians(angle))
+    sin = math.sin(math.radians(angle))
+    flags = self._hinting()
+    normal, mono = self._render_modes
+    mode = normal if gc.get_antialiased() else mono
+    height = self.height
+    matrices: dict[tuple[Any, Any], tuple[np.ndarray, tuple[int, ...]]] = {}
+    for font, size, glyph_index, slant, extend, dx, dy in glyphs:
+        m = matrices.get((slant, extend))
+        if m is None:
+            arr = (
+                (0x10000 * np.array([[cos, -sin], [sin, cos]]) @ [[extend, extend * slant], [0, 1]]).round().astype(int)
+            )
+            m = matrices[slant, extend] = (arr, tuple(arr.ravel().tolist()))
+        px = round(0x40 * (x + dx * cos - dy * sin))
+        py = round(0x40 * (height - y + dx * sin + dy * cos))
+        key = (font, size, self.dpi, glyph_index, flags, mode, m[1], px & 63, py & 63)
+        kept = _GLYPHS.get(key)
+        if kept is None:
+            font.set_size(size, self.dpi)
+            font._set_transform(m[0], [px, py])
+            bitmap = font._render_glyph(glyph_index, flags, mode)
+            buffer = bitmap.buffer if mode == normal else bitmap.buffer * 0xFF
+            kept = (buffer, bitmap.left - (px >> 6), bitmap.top - (py >> 6))
+            _keep(_GLYPHS, key, kept)
+        buffer, left, top = kept
+        # draw_text_image's y is downwards and names the image's bottom side
+        self._renderer.draw_text_image(
+            buffer, left + (px >> 6), int(height) - (top + (py >> 6)) + buffer.shape[0], 0, gc
+        )
+    if len(boxes):
+        self._text_base._draw_text_glyphs_and_boxes(self, gc, x, y, angle, (), boxes)
 
 
 def _line_metrics(prop: Any, dpi: float) -> tuple[Any, Any, Any]:
