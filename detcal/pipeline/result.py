@@ -211,7 +211,8 @@ class EvaluationResult(Result):
 def draw_figures(out: Path, m: Mapping[str, Any], spec: Any, panels: PerClassPanels | None, parent: int) -> None:
     """Draw the figures of an evaluation into ``out``: :func:`evaluation_plots` of the metrics ``m`` and the
     per-class diagram of ``panels``. In a process other than ``parent`` (a figure process that ends after
-    drawing), matplotlib is imported without its artists' docstring tables."""
+    drawing), matplotlib is imported without its artists' ``set()`` signatures and docstrings
+    (:func:`detcal.reports.plots.import_matplotlib_for_drawing`)."""
     # many small objects, few cycles: no collections walking the run's objects (about 10% of the figures' CPU at 5k)
     with collector_paused():
         if os.getpid() != parent:
