@@ -23,13 +23,15 @@ renderer keeps those results, in this process, keyed by everything they depend o
 
 The pixels are those of matplotlib's own renderer: every glyph image is drawn at the same place and in
 the same order (tests/reports/test_agg_text.py compares the PNG bytes of every figure of a run drawn both
-ways). Where matplotlib's Agg renderer lacks the internals this rests on (other versions), the canvas is
-matplotlib's own. The caches are bounded (cleared when full).
+ways). The internals this rests on are private to matplotlib: the caching renderer is used only on the
+matplotlib releases it was compared on (``VERIFIED_MATPLOTLIB``) and where those internals are present;
+elsewhere the canvas is matplotlib's own. The caches are bounded (cleared when full).
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from typing import Any
 
@@ -43,6 +45,10 @@ _GLYPHS: dict[tuple[Any, ...], tuple[np.ndarray, int, int]] = {}
 _MAX_ENTRIES = 10_000
 """Entries kept per cache (a glyph image and its key take a few hundred bytes: at most a few MB); a full
 cache is emptied. A run's figures keep about 900 glyph images and 70 shapings."""
+
+VERIFIED_MATPLOTLIB: tuple[tuple[int, int], ...] = ((3, 11),)
+"""The matplotlib releases (major, minor) whose Agg internals the caching renderer was compared on, byte for
+byte; any other release draws with matplotlib's own canvas."""
 
 
 def clear_text_caches() -> None:
@@ -89,8 +95,11 @@ def _canvas_class() -> Any:
 def _renderer_class(backend_agg: Any) -> Any:
     """The caching renderer class (matplotlib's ``RendererAgg`` with the methods below), or None where
     matplotlib's Agg renderer lacks what it rests on."""
+    import matplotlib  # lazy: as above
     from matplotlib import ft2font  # lazy: as above
 
+    if _release(getattr(matplotlib, "__version__", "")) not in VERIFIED_MATPLOTLIB:
+        return None
     base = getattr(backend_agg, "RendererAgg", None)
     needed = ("_draw_text_glyphs_and_boxes", "_prepare_font", "draw_text", "get_text_width_height_descent")
     font_needs = ("_layout", "_render_glyph", "_set_transform", "set_text", "get_width_height", "get_descent")
@@ -118,6 +127,15 @@ def _renderer_class(backend_agg: Any) -> Any:
     if not hasattr(base, "_get_font_height_metrics"):  # a matplotlib whose Agg renderer has its own: kept
         namespace["_get_font_height_metrics"] = _font_height_metrics
     return type("TextCachingRendererAgg", (base,), namespace)
+
+
+def _release(version: str) -> tuple[int, int] | None:
+    """(major, minor) of a version string such as ``3.11.2`` or ``3.11.0rc1``; None if it has no such head."""
+    parts = version.split(".")
+    if len(parts) < 2 or not parts[0].isdigit():
+        return None
+    minor = "".join(itertools.takewhile(str.isdigit, parts[1]))
+    return (int(parts[0]), int(minor)) if minor else None
 
 
 # The methods of the caching renderer class (``self``: a TextCachingRendererAgg; ``self._text_base``:

@@ -105,3 +105,18 @@ def test_a_full_cache_is_emptied(monkeypatch: pytest.MonkeyPatch) -> None:
     for k in range(5):
         agg_text._keep(cache, (k,), k)
         assert len(cache) <= 2 and cache[(k,)] == k
+
+
+def test_only_compared_matplotlib_releases_get_the_caching_renderer(monkeypatch: pytest.MonkeyPatch) -> None:
+    import matplotlib
+    from matplotlib.backends import backend_agg
+
+    assert agg_text._release("3.11.2") == (3, 11)
+    assert agg_text._release("3.11rc1") == (3, 11)
+    assert agg_text._release("3.12.0.dev1+g1") == (3, 12)
+    assert agg_text._release("x") is None and agg_text._release("3") is None and agg_text._release("3.rc") is None
+    monkeypatch.setattr(matplotlib, "__version__", "3.99.0")  # a release nobody compared: matplotlib's canvas
+    assert agg_text._renderer_class(backend_agg) is None
+    monkeypatch.setattr(matplotlib, "__version__", "3.11.0")
+    has_internals = hasattr(backend_agg.RendererAgg, "_draw_text_glyphs_and_boxes")
+    assert (agg_text._renderer_class(backend_agg) is not None) == has_internals
