@@ -27,7 +27,6 @@ import errno
 import logging
 import os
 import re
-import secrets
 import sys
 import tempfile
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -51,6 +50,7 @@ try:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from detcal.apps._compose_cache import cached_composition
     from detcal.apps._run_dir import guarded_jobs, lock, pop_overwrite, run_files
     from detcal.core.errors import DetcalError
     from detcal.data.specs import DATA_SPECS, DataSpec, foreign_field_message
@@ -61,7 +61,7 @@ finally:
 
 __all__ = ["run_app", "run_header", "user_error_message", "data_schema_name", "RUN_ID"]
 
-RUN_ID = secrets.token_hex(3)
+RUN_ID = os.urandom(3).hex()  # as secrets.token_hex(3), without importing hmac and OpenSSL's hashlib
 """Random id of this process, the suffix of its run directory (``${detcal_run_id:}``)."""
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=,-]*$")
@@ -280,6 +280,15 @@ _SWEEP_KEYS = (
 )
 
 
+def _is_multirun(argv: list[str]) -> bool:
+    """A command line that may sweep: ``-m``/``--multirun`` (alone or among short flags) or an override of
+    Hydra's mode, sweeper, launcher or search path. Its compositions are never cached."""
+    return any(
+        a == "--multirun" or (a.startswith("-") and not a.startswith("--") and "m" in a) or a.startswith(_SWEEP_KEYS)
+        for a in argv
+    )
+
+
 @contextlib.contextmanager
 def _single_compose(argv: list[str]) -> Any:
     """Compose the config once, not twice, for a plain run.
@@ -423,6 +432,7 @@ def run_app(
     try:
         with (
             _single_compose(sys.argv[1:]),
+            cached_composition(not _is_multirun(sys.argv[1:])),
             _shared_group_listing(),
             capture(),
             guarded_jobs(overwrite=overwrite, resumable=resumable),
