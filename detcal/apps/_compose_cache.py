@@ -51,7 +51,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from detcal._version import __version__ as detcal_version
 
-__all__ = ["cached_composition", "cache_dir", "enabled", "MAX_ENTRIES", "FORMAT"]
+__all__ = [
+    "cached_composition",
+    "cache_dir",
+    "cacheable",
+    "composition_key",
+    "enabled",
+    "read",
+    "write",
+    "MAX_ENTRIES",
+    "FORMAT",
+]
 
 FORMAT = 1
 """Version of the cache file's layout; part of every key."""
@@ -91,7 +101,9 @@ def _tree(root: str) -> list[tuple[str, int, int, int, int]] | None:
                             stack.append(e.path)
                     else:
                         st = e.stat()
-                        out.append((os.path.relpath(e.path, root), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+                        out.append(
+                            (os.path.relpath(e.path, root), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                        )
     except OSError:
         return None
     out.sort()
@@ -172,7 +184,9 @@ def _store_key() -> tuple[Any, ...] | None:
     return (tuple(entries), tuple(files))
 
 
-def composition_key(loader: ConfigLoaderImpl, config_name: str | None, overrides: list[str], *flags: bool) -> str | None:
+def composition_key(
+    loader: ConfigLoaderImpl, config_name: str | None, overrides: list[str], *flags: bool
+) -> str | None:
     """The cache key of one composition (a printable string), ``None`` when it cannot be cached."""
     sources = [_source_key(s) for s in loader.repository.get_sources()]
     if any(s is None for s in sources):

@@ -5,6 +5,8 @@
 composition error), composes the config, converts it once into the typed
 spec (``OmegaConf.to_object``: every spec validates itself), and hands the
 spec to the command's task. Below this module nothing sees Hydra or OmegaConf.
+A command line composed before is read back from a cache of Hydra's composed
+configurations (:mod:`detcal.apps._compose_cache`; sweeps always compose).
 
 Errors a user can fix (a config mistake, a malformed input file) end with one
 line on stderr and exit status 2; the traceback appears only with

@@ -44,7 +44,9 @@ def compositions(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield seen
 
 
-def _run(monkeypatch: pytest.MonkeyPatch, argv: list[str], task: Callable[[Any, AppContext], Any] = evaluate.task) -> None:
+def _run(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], task: Callable[[Any, AppContext], Any] = evaluate.task
+) -> None:
     monkeypatch.setattr(sys, "argv", ["detcal-evaluate", *argv])
     run_app(evaluate.CONFIG_NAME, evaluate.SCHEMA, task, evaluate.PROG)
 
