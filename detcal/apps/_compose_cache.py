@@ -36,7 +36,7 @@ import sys
 import tempfile
 import warnings
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -161,37 +161,50 @@ def _store_nodes(tree: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, 
             yield f"{prefix}{name}", value
 
 
-def _store_key() -> tuple[Any, ...] | None:
-    """The config store's entries: schema classes by name and their package's loaded module files."""
-    entries: list[tuple[Any, ...]] = []
-    packages: set[str] = set()
+def _entry(path: str, package: str | None, provider: str | None, typ: type) -> tuple[Any, ...] | None:
+    module = getattr(typ, "__module__", "") or ""
+    if "<locals>" in typ.__qualname__ or getattr(sys.modules.get(module), "__file__", None) is None:
+        return None
+    return (path, package, provider, module, typ.__qualname__)
+
+
+def _store_key(pending: Mapping[str, type]) -> tuple[Any, ...] | None:
+    """The config store's entries, with ``pending`` (name -> schema class) as if stored: schema classes by name
+    and their package's loaded module files, a plain entry by its content."""
+    entries: dict[str, tuple[Any, ...] | None] = {}
     for path, node in _store_nodes(ConfigStore.instance().repo):
         typ = OmegaConf.get_type(node.node) if isinstance(node.node, DictConfig) else type(node.node)
         if typ is None or typ is dict:
-            entries.append((path, node.package, node.provider, OmegaConf.to_yaml(node.node)))
-            continue
-        module = getattr(typ, "__module__", "") or ""
-        if "<locals>" in typ.__qualname__ or getattr(sys.modules.get(module), "__file__", None) is None:
-            return None
-        entries.append((path, node.package, node.provider, module, typ.__qualname__))
-        packages.add(module.split(".")[0])
+            entries[path] = (path, node.package, node.provider, OmegaConf.to_yaml(node.node))
+        else:
+            entries[path] = _entry(path, node.package, node.provider, typ)
+    for name, typ in pending.items():
+        entries[f"{name}.yaml"] = _entry(f"{name}.yaml", None, None, typ)
+    if any(e is None for e in entries.values()):
+        return None
+    packages = {str(e[3]).split(".")[0] for e in entries.values() if e is not None and len(e) == 5}
     files = []
     for package in sorted(packages - {"hydra"}):  # Hydra's own entries: its version is in the key
         found = _module_files(package)
         if found is None:
             return None
         files.append(found)
-    return (tuple(entries), tuple(files))
+    return (tuple(entries[k] for k in sorted(entries)), tuple(files))
 
 
 def composition_key(
-    loader: ConfigLoaderImpl, config_name: str | None, overrides: list[str], *flags: bool
+    loader: ConfigLoaderImpl,
+    config_name: str | None,
+    overrides: list[str],
+    *flags: bool,
+    pending: Mapping[str, type] | None = None,
 ) -> str | None:
-    """The cache key of one composition (a printable string), ``None`` when it cannot be cached."""
+    """The cache key of one composition (a printable string), ``None`` when it cannot be cached. ``pending``:
+    schema classes not stored yet, keyed as if they were (name -> class)."""
     sources = [_source_key(s) for s in loader.repository.get_sources()]
     if any(s is None for s in sources):
         return None
-    store = _store_key()
+    store = _store_key(pending or {})
     if store is None:
         return None
     key = (
@@ -276,11 +289,24 @@ def _compose(original: Any, loader: ConfigLoaderImpl, key: str, args: tuple[Any,
 
 
 @contextlib.contextmanager
-def cached_composition(active: bool = True) -> Iterator[None]:
+def cached_composition(
+    active: bool = True, *, pending: Mapping[str, type] | None = None, register: Callable[[], Any] | None = None
+) -> Iterator[None]:
     """Within the block, Hydra's single-run compositions are read from the cache when an earlier run stored
     them, and stored after Hydra composes them. ``active=False`` (or ``DETCAL_COMPOSE_CACHE=0``): nothing
-    changes."""
+    changes.
+
+    ``register`` stores the schema classes ``pending`` in Hydra's config store; it is called before Hydra
+    composes (at the start of the block when the cache is off), never when the configuration is read from
+    the cache: converting a schema class for the store costs about 10 ms, and only a composition reads it."""
+    todo = [register] if register is not None else []
+
+    def ensure_registered() -> None:
+        while todo:
+            todo.pop()()
+
     if not active or not enabled():
+        ensure_registered()
         yield
         return
     original = ConfigLoaderImpl.load_configuration
@@ -297,11 +323,19 @@ def cached_composition(active: bool = True) -> Iterator[None]:
         key = None
         if run_mode == RunMode.RUN:
             with contextlib.suppress(Exception):  # anything unusual about the key: Hydra composes
-                key = composition_key(self, config_name, overrides, from_shell, validate_sweep_overrides)
-        if key is None:
-            return original(self, *args)
-        cfg = read(key)
-        return cfg if cfg is not None else _compose(original, self, key, args)
+                key = composition_key(
+                    self,
+                    config_name,
+                    overrides,
+                    from_shell,
+                    validate_sweep_overrides,
+                    pending=pending if todo else None,
+                )
+        cfg = None if key is None else read(key)
+        if cfg is not None:
+            return cfg
+        ensure_registered()
+        return original(self, *args) if key is None else _compose(original, self, key, args)
 
     ConfigLoaderImpl.load_configuration = load_configuration  # type: ignore[method-assign]
     try:

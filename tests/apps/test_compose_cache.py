@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra.core.config_store import ConfigStore
 
-from detcal.apps import _compose_cache, evaluate
+from detcal.apps import _compose_cache, _hydra, evaluate
 from detcal.apps._hydra import AppContext, _is_multirun, run_app
+from detcal.data.specs import DATA_SPECS
 from detcal.pipeline.spec import DataSpec
 
 _STAMP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]", re.M)
@@ -191,3 +193,29 @@ def test_cache_dir_and_eviction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         os.utime(_compose_cache._file_for(f"key {i}"), ns=(i * 10**9, i * 10**9))
     assert [_compose_cache.read(f"key {i}") is not None for i in range(5)] == [False, False, True, True, True]
     assert _compose_cache.read("key 4") == cfg and _compose_cache.read("key 5") is None
+
+
+def test_a_run_read_from_the_cache_stores_no_schema(
+    tmp_path: Path, cache: Path, compositions: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain command line stores its schema classes only when Hydra composes (converting them costs ~10 ms)."""
+    repo = ConfigStore.instance().repo
+    argv = ["data=synthetic", "data.n_images=7", f"hydra.run.dir={tmp_path / 'run'}", "overwrite=true"]
+    stored: list[list[str]] = []
+    try:
+        for _ in range(2):
+            for name in [k for k in repo if k.endswith("_schema.yaml")]:
+                del repo[name]
+            _run(
+                monkeypatch,
+                argv,
+                lambda spec, ctx: stored.append(sorted(k for k in repo if k.endswith("_schema.yaml"))),
+            )
+    finally:
+        _hydra.register_schema(evaluate.CONFIG_NAME, evaluate.SCHEMA)  # later tests find every schema stored
+    assert stored == [["data_synthetic_schema.yaml", "evaluate_schema.yaml"], []]
+    assert len(compositions) == 1
+    assert _hydra.schema_entries("evaluate", evaluate.SCHEMA, ("coco",)) == {
+        "evaluate_schema": evaluate.SCHEMA,
+        "data_coco_schema": DATA_SPECS["coco"],
+    }
