@@ -10,17 +10,18 @@ the same command line, and composed by Hydra (and stored) otherwise.
 The key holds everything the composition reads: the config name, the overrides, the run mode and Hydra's
 two switches, the working directory, the job name, the Hydra, OmegaConf, detcal and Python versions and
 Hydra's ``version_base``, every config source on the search path (each file under a ``file://`` or
-``pkg://`` source by path, size, modification and change times in nanoseconds and inode), and the entries of Hydra's config
-store (each schema class by name with the size and modification time of every loaded module of its package;
-a plain entry by its content). A file is used only when its stored key equals the key, so two keys with the
-same file name cannot pick another command line's configuration.
+``pkg://`` source by path, size, modification and change times in nanoseconds and inode), and the entries
+of Hydra's config store (each schema class by module and name, with the size and modification time of every
+loaded module of its package; a plain entry by its content). A file is used only when its stored key equals
+the key, so two keys with the same file name cannot pick another command line's configuration. A plain
+command line's schema classes are stored in the config store only when Hydra composes (``register``).
 
 Hydra composes when anything is unusual: a multirun (the cache is not switched on for ``-m`` or an
 override of Hydra's mode, sweeper or launcher), another run mode, a config source of another kind, a file
 that cannot be stat'ed, a schema class defined inside a function, a composition that adds search paths
-(``hydra.searchpath``), copies environment variables (``hydra.job.env_copy``), sets ``hydra.mode`` to a multirun, warns
-or fails (its error reaches the user exactly as before). Nothing about the cache is ever fatal: an
-unreadable or unwritable directory or a damaged file means Hydra composes.
+(``hydra.searchpath``), copies environment variables (``hydra.job.env_copy``), sets ``hydra.mode`` to a
+multirun, warns or fails (its error reaches the user exactly as before). Nothing about the cache is ever
+fatal: an unreadable or unwritable directory or a damaged file means Hydra composes.
 
 Where: ``$DETCAL_CACHE_DIR``, else ``$XDG_CACHE_HOME/detcal``, else ``~/.cache/detcal`` (made with mode
 0700; a file is read only when the current user owns it). ``DETCAL_COMPOSE_CACHE=0`` switches the cache
