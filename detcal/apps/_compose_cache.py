@@ -14,6 +14,7 @@ Hydra's ``version_base``, every config source on the search path (each file unde
 of Hydra's config store (each schema class by module and name, with the size and modification time of every
 loaded module of its package; a plain entry by its content). A file is used only when its stored key equals
 the key, so two keys with the same file name cannot pick another command line's configuration. A plain
+``hydra.run.dir=<path>`` is keyed without its path (:func:`keyed_overrides`). A plain
 command line's schema classes are stored in the config store only when Hydra composes (``register``).
 
 Hydra composes when anything is unusual: a multirun (the cache is not switched on for ``-m`` or an
@@ -33,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import re
 import sys
 import tempfile
 import warnings
@@ -46,6 +48,7 @@ import omegaconf
 from hydra import version as hydra_version
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.config_store import ConfigNode, ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobRuntime
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -58,7 +61,9 @@ __all__ = [
     "cacheable",
     "composition_key",
     "enabled",
+    "keyed_overrides",
     "read",
+    "with_run_dir",
     "write",
     "MAX_ENTRIES",
     "FORMAT",
@@ -71,6 +76,41 @@ MAX_ENTRIES = 64
 """Cache files kept; writing one more removes the least recently written."""
 
 _PREFIX = "compose-"
+_RUN_DIR = "hydra.run.dir="
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9_./+=:@%~-]+")
+_ANY_RUN_DIR = _RUN_DIR + "<any>"  # the key's stand-in for a plain run directory (never a plain path itself)
+
+
+def keyed_overrides(overrides: list[str]) -> tuple[list[str], int | None]:
+    """The overrides as keyed, and the position of the one ``hydra.run.dir=<path>`` override keyed without its
+    path (``None``: none, several, or a path with quotes, spaces, interpolations, brackets, commas...).
+
+    A run directory only sets ``hydra.run.dir`` and its line in ``hydra.overrides.hydra``; a command line
+    that names a fresh directory each time (benchmarks, scripts) reads the configuration composed for another
+    directory and :func:`with_run_dir` puts its own in, through Hydra's own parser and override step."""
+    found = [i for i, o in enumerate(overrides) if o.startswith(_RUN_DIR)]
+    if len(found) != 1 or not _PLAIN_PATH.fullmatch(overrides[found[0]][len(_RUN_DIR) :]):
+        return list(overrides), None
+    keyed = list(overrides)
+    keyed[found[0]] = _ANY_RUN_DIR
+    return keyed, found[0]
+
+
+def with_run_dir(cfg: DictConfig, line: str) -> DictConfig | None:
+    """``cfg`` with the run directory of the override ``line`` (``hydra.run.dir=<path>``) as Hydra applies it,
+    or ``None`` when anything is unusual (then Hydra composes)."""
+    try:
+        (override,) = OverridesParser.create().parse_overrides([line])
+        plain = not (override.is_delete() or override.is_add() or override.is_force_add())
+        listed = cfg.hydra.overrides.hydra
+        at = [i for i, v in enumerate(listed) if str(v).startswith(_RUN_DIR)]
+        if not plain or type(override.value()) not in (str, int, float) or len(at) != 1:
+            return None
+        ConfigLoaderImpl._apply_overrides_to_config([override], cfg)
+        listed[at[0]] = line
+    except Exception:  # noqa: BLE001 - anything unusual: Hydra composes (and reports any error itself)
+        return None
+    return cfg
 
 
 def enabled() -> bool:
@@ -321,18 +361,16 @@ def cached_composition(
         validate_sweep_overrides: bool = True,
     ) -> DictConfig:
         args = (config_name, overrides, run_mode, from_shell, validate_sweep_overrides)
-        key = None
+        key, slot = None, None
         if run_mode == RunMode.RUN:
             with contextlib.suppress(Exception):  # anything unusual about the key: Hydra composes
+                keyed, slot = keyed_overrides(overrides)
                 key = composition_key(
-                    self,
-                    config_name,
-                    overrides,
-                    from_shell,
-                    validate_sweep_overrides,
-                    pending=pending if todo else None,
+                    self, config_name, keyed, from_shell, validate_sweep_overrides, pending=pending if todo else None
                 )
         cfg = None if key is None else read(key)
+        if cfg is not None and slot is not None:
+            cfg = with_run_dir(cfg, overrides[slot])
         if cfg is not None:
             return cfg
         ensure_registered()

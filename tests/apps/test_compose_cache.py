@@ -86,16 +86,18 @@ def test_a_cached_run_writes_what_hydra_composes(
     compositions: list[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    run_dir = tmp_path / "run"
     argv = ["data=coco", f"data.gt={coco.gt}", f"data.results={coco.results}", *LEAN, *extra]
-    argv.append(f"hydra.run.dir={run_dir}")
-    written = []
-    for switch in ("0", "1", "1"):  # Hydra alone, the first cached run (stores), the second (reads)
+
+    def run(switch: str, run_dir: Path) -> dict[str, str]:
         monkeypatch.setenv("DETCAL_COMPOSE_CACHE", switch)
-        _run(monkeypatch, [*argv, "overwrite=true"])
-        written.append(_outputs(run_dir))
-    assert written[1] == written[0] and written[2] == written[0]
-    assert len(compositions) == 2  # the second cached run did not compose
+        _run(monkeypatch, [*argv, f"hydra.run.dir={run_dir}", "overwrite=true"])
+        return _outputs(run_dir)
+
+    hydra_b = run("0", tmp_path / "b")  # Hydra alone
+    run("1", tmp_path / "a")  # composed by Hydra and stored (a plain run directory is keyed without its path)
+    assert run("1", tmp_path / "b") == hydra_b  # read from the cache, with its own run directory put in
+    assert run("1", tmp_path / "b") == hydra_b
+    assert len(compositions) == 2
     assert len(list(cache.glob("compose-*.pkl"))) == 1
 
 
@@ -174,6 +176,20 @@ def test_the_switch_and_a_broken_cache(tmp_path: Path, cache: Path, monkeypatch:
     monkeypatch.setenv("DETCAL_CACHE_DIR", str(blocked / "cache"))  # cannot be made: never fatal
     _run(monkeypatch, argv, task)
     assert seen == [7, 7, 7, 7]
+
+
+def test_keyed_overrides() -> None:
+    keyed, slot = _compose_cache.keyed_overrides(["data=coco", "hydra.run.dir=/tmp/a-1/b_2", "x=1"])
+    assert slot == 1 and keyed == ["data=coco", "hydra.run.dir=<any>", "x=1"]
+    for unusual in (
+        ["hydra.run.dir='/tmp/a b'"],  # quoted
+        ["hydra.run.dir=/tmp/${now:%H}"],  # an interpolation
+        ["hydra.run.dir=a,b"],  # a sweep
+        ["hydra.run.dir=/a", "hydra.run.dir=/b"],  # twice
+        ["++hydra.run.dir=/a"],
+        ["data=coco"],
+    ):
+        assert _compose_cache.keyed_overrides(unusual) == (unusual, None)
 
 
 def test_cache_dir_and_eviction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
