@@ -8,9 +8,25 @@ is importable from every subfolder (``from support.streaming_common import text`
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+
 import pytest
 
 from detcal.pipeline.spec import DataSpec
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compose_cache_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The commands the tests run (in the process and in subprocesses) keep their cache of composed
+    configurations (detcal.apps._compose_cache) in a temporary directory, never in the home directory."""
+    before = os.environ.get("DETCAL_CACHE_DIR")
+    os.environ["DETCAL_CACHE_DIR"] = str(tmp_path_factory.mktemp("detcal-cache"))
+    yield
+    if before is None:
+        os.environ.pop("DETCAL_CACHE_DIR", None)
+    else:
+        os.environ["DETCAL_CACHE_DIR"] = before
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,8 @@
 composition error), composes the config, converts it once into the typed
 spec (``OmegaConf.to_object``: every spec validates itself), and hands the
 spec to the command's task. Below this module nothing sees Hydra or OmegaConf.
+A command line composed before is read back from a cache of Hydra's composed
+configurations (:mod:`detcal.apps._compose_cache`; sweeps always compose).
 
 Errors a user can fix (a config mistake, a malformed input file) end with one
 line on stderr and exit status 2; the traceback appears only with
@@ -27,7 +29,6 @@ import errno
 import logging
 import os
 import re
-import secrets
 import sys
 import tempfile
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -51,6 +52,7 @@ try:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from detcal.apps._compose_cache import cached_composition
     from detcal.apps._run_dir import guarded_jobs, lock, pop_overwrite, run_files
     from detcal.core.errors import DetcalError
     from detcal.data.specs import DATA_SPECS, DataSpec, foreign_field_message
@@ -61,7 +63,7 @@ finally:
 
 __all__ = ["run_app", "run_header", "user_error_message", "data_schema_name", "RUN_ID"]
 
-RUN_ID = secrets.token_hex(3)
+RUN_ID = os.urandom(3).hex()  # as secrets.token_hex(3), without importing hmac and OpenSSL's hashlib
 """Random id of this process, the suffix of its run directory (``${detcal_run_id:}``)."""
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=,-]*$")
@@ -90,6 +92,15 @@ def data_schema_name(source: str) -> str:
     return f"data_{source}_schema"
 
 
+def schema_entries(config_name: str, schema: type, sources: Collection[str] | None = None) -> dict[str, type]:
+    """What :func:`register_schema` stores: ConfigStore name -> schema class."""
+    entries = {f"{config_name}_schema": schema}
+    for source, spec in DATA_SPECS.items():  # root entries, so --help lists no group of schemas
+        if sources is None or source in sources:
+            entries[data_schema_name(source)] = spec
+    return entries
+
+
 def register_schema(config_name: str, schema: type, sources: Collection[str] | None = None) -> str:
     """Store ``schema`` in the ConfigStore as ``<config_name>_schema`` (the first default of the primary YAML),
     and each data source's spec class as ``data_<source>_schema`` (the first default of each data group file,
@@ -98,14 +109,11 @@ def register_schema(config_name: str, schema: type, sources: Collection[str] | N
     ``sources`` limits the data sources stored to those named (``None``: every one); ``run_app`` passes the
     one source a plain command line composes (:func:`plain_data_source`)."""
 
-    name = f"{config_name}_schema"
     store = ConfigStore.instance()
-    store.store(name=name, node=schema)
-    for source, spec in DATA_SPECS.items():  # root entries, so --help lists no group of schemas
-        if sources is None or source in sources:
-            store.store(name=data_schema_name(source), node=spec)
+    for name, node in schema_entries(config_name, schema, sources).items():
+        store.store(name=name, node=node)
     _register_resolvers()
-    return name
+    return f"{config_name}_schema"
 
 
 _DATA_GROUP_KEYS = ("experiment", "data@", "hydra.searchpath", "hydra/", "hydra.mode", "hydra.sweeper")
@@ -280,6 +288,21 @@ _SWEEP_KEYS = (
 )
 
 
+def _is_multirun(argv: list[str]) -> bool:
+    """A command line that may sweep: ``-m``/``--multirun`` (alone or among short flags) or an override of
+    Hydra's mode, sweeper, launcher or search path. Its compositions are never cached."""
+    return any(
+        a == "--multirun" or (a.startswith("-") and not a.startswith("--") and "m" in a) or a.startswith(_SWEEP_KEYS)
+        for a in argv
+    )
+
+
+def _is_plain(argv: list[str]) -> bool:
+    """No flag (``-m``, ``--cfg``, ``--config-dir``, ...) and no override of Hydra's mode, sweeper, launcher
+    or search path: a single run that composes once."""
+    return not any(a.startswith("-") or a.startswith(_SWEEP_KEYS) for a in argv)
+
+
 @contextlib.contextmanager
 def _single_compose(argv: list[str]) -> Any:
     """Compose the config once, not twice, for a plain run.
@@ -293,8 +316,7 @@ def _single_compose(argv: list[str]) -> Any:
     other command line goes through Hydra unchanged.
     """
 
-    plain = not any(a.startswith("-") or a.startswith(_SWEEP_KEYS) for a in argv)
-    if not plain:
+    if not _is_plain(argv):
         yield
         return
     original = Hydra.get_mode
@@ -393,9 +415,16 @@ def run_app(
     except FileNotFoundError as exc:
         _fail(prog, str(exc))
     source = plain_data_source(sys.argv[1:], Path(cdir))
-    register_schema(config_name, schema, None if source is None else (source,))
+    sources = None if source is None else (source,)
+    _register_resolvers()
     _quiet_other_ranks()
     overwrite = pop_overwrite(sys.argv)
+    argv = sys.argv[1:]
+    # a plain command line read from the compose cache never reads the schemas: they are stored only before
+    # Hydra composes (detcal.apps._compose_cache.cached_composition); any other stores them now
+    pending = schema_entries(config_name, schema, sources) if _is_plain(argv) else None
+    if pending is None:
+        register_schema(config_name, schema, sources)
 
     GlobalHydra.instance().clear()  # a second app in the same process (tests, notebooks)
     saved_env = os.environ.get("HYDRA_FULL_ERROR")
@@ -422,7 +451,12 @@ def run_app(
 
     try:
         with (
-            _single_compose(sys.argv[1:]),
+            _single_compose(argv),
+            cached_composition(
+                not _is_multirun(argv),
+                pending=pending,
+                register=None if pending is None else lambda: register_schema(config_name, schema, sources),
+            ),
             _shared_group_listing(),
             capture(),
             guarded_jobs(overwrite=overwrite, resumable=resumable),
