@@ -6,12 +6,14 @@ Columns: ``image_id,category,score,considered,iou`` then per threshold T
 :func:`detections_csv` appends ``x1,y1,x2,y2,rel_cx,rel_cy,rel_w,rel_h,clipped``.
 
 CSV: floats at round-trip precision, exactly Python's ``repr`` (``0.1``,
-``1e-05``, ``1e+16``, ``nan``), integers in decimal, flags ``0``/``1``. Each
-column is turned into text by one C-level call (``orjson.dumps`` of the
-numpy column, whose shortest round-trip digits equal ``repr`` for
-``1e-4 <= |x| < 1e16`` and 0; the few values outside that range, and
-non-finite ones, go through ``repr``), and rows are assembled by scattering
-the column bytes to their offsets, so there is no Python work per cell;
+``1e-05``, ``1e+16``, ``nan``), integers in decimal, flags ``0``/``1``. The
+rows are written in blocks of :data:`BLOCK_ROWS`; in each, the float columns
+and the integer columns (flags as 0/1) are each read row by row and turned
+into text by one C-level call (``orjson.dumps`` of the numpy block, whose
+shortest round-trip digits equal ``repr`` for ``1e-4 <= |x| < 1e16`` and 0;
+the few values outside that range, and non-finite ones, go through
+``repr``), and the lines are assembled by one gather of the stretches of
+consecutive cells of each kind, so there is no Python work per cell;
 without orjson each cell goes through ``repr``/``str`` (same text). Parquet (through
 pyarrow, :func:`write_detections_parquet`): the same columns, typed (int64,
 float64, bool).
@@ -184,13 +186,13 @@ class _Scratch:
 
 
 def _streams(dtypes: list[np.dtype]) -> tuple[list[list[int]], list[tuple[int, int, int]]]:
-    """The columns of each stream (0: floats, 1: integers and flags, in column order) and the runs of a
-    line: ``(stream, first, last)`` for each stretch of consecutive columns of one stream, in line order
-    (``first``/``last``: positions within the stream's row)."""
-    members: list[list[int]] = [[], []]
+    """The columns of each stream (0: floats, 1: integers, 2: flags; each in column order) and the runs
+    of a line: ``(stream, first, last)`` for each stretch of consecutive columns of one stream, in line
+    order (``first``/``last``: positions within the stream's row)."""
+    members: list[list[int]] = [[], [], []]
     runs: list[tuple[int, int, int]] = []
     for c, dt in enumerate(dtypes):
-        s = 1 if dt == bool or dt.kind in "iu" else 0
+        s = 2 if dt.kind == "b" else 1 if dt.kind in "iu" else 0
         pos = len(members[s])
         if runs and runs[-1][0] == s:
             runs[-1] = (s, runs[-1][1], pos)
@@ -200,59 +202,64 @@ def _streams(dtypes: list[np.dtype]) -> tuple[list[list[int]], list[tuple[int, i
     return members, runs
 
 
-def _stream_text(values: list[np.ndarray], members: list[list[int]], scratch: _Scratch) -> tuple[np.ndarray, list]:
-    """The text of both streams, one after the other in one uint8 buffer: each stream is its columns'
-    rows read row by row (a float64 or int64 block made row-major, turned into text in one call of
-    :func:`_column_cells`), every cell followed by a comma. Returns the buffer and, per stream, the
-    position of each cell's comma [rows, columns of the stream] (``None`` for an empty stream)."""
+def _stream_text(
+    values: list[np.ndarray], members: list[list[int]], scratch: _Scratch
+) -> tuple[np.ndarray, list[np.ndarray | None], list[int]]:
+    """The text of the three streams, one after the other in one uint8 buffer: each stream is its
+    columns' rows read row by row, every cell followed by a comma (the floats and the integers: a float64
+    or int64 block made row-major, turned into text in one call of :func:`_column_cells`; the flags: a
+    digit and a comma each). Returns the buffer, per stream the position of each cell's comma [rows,
+    columns of the stream] (``None`` for an empty stream) and where each stream starts."""
     m = len(values[0])
-    texts: list[np.ndarray | None] = []
+    texts: list[np.ndarray] = []
     for s, dtype in enumerate((np.float64, np.int64)):
-        if not members[s]:
-            texts.append(None)
-            continue
         rows = scratch.get(f"rows{s}", m * len(members[s]), dtype).reshape(m, len(members[s]))
         for j, c in enumerate(members[s]):
-            rows[:, j] = values[c]  # flags become 0/1
+            rows[:, j] = values[c]
         texts.append(_column_cells(rows.ravel()))
-    text = scratch.get("text", sum(len(t) for t in texts if t is not None), np.uint8)
-    off = 0
-    for t in texts:
-        if t is not None:
-            text[off : off + len(t)] = t
-            off += len(t)
-            text[off - 1] = _COMMA  # a stream's last separator may be orjson's "]"
-    ends = np.flatnonzero(np.equal(text, _COMMA, out=scratch.get("comma", len(text), bool)))
-    cells: list = []
-    k = 0
-    for s in (0, 1):
-        width = len(members[s])
-        cells.append(ends[k : k + m * width].reshape(m, width) if width else None)
-        k += m * width
-    return text, cells
+    numeric = len(texts[0]) + len(texts[1])
+    text = scratch.get("text", numeric + 2 * m * len(members[2]), np.uint8)
+    starts = [0, len(texts[0]), numeric]
+    for s, t in enumerate(texts):
+        if len(t):
+            text[starts[s] : starts[s] + len(t)] = t
+            text[starts[s] + len(t) - 1] = _COMMA  # a stream's last separator may be orjson's "]"
+    flags = text[numeric:].reshape(m, len(members[2]), 2)
+    for j, c in enumerate(members[2]):
+        np.add(values[c].view(np.uint8), ord("0"), out=flags[:, j, 0])
+    flags[:, :, 1] = _COMMA
+    ends = np.flatnonzero(np.equal(text[:numeric], _COMMA, out=scratch.get("comma", numeric, bool)))
+    widths = [len(g) for g in members]
+    cells: list[np.ndarray | None] = [
+        ends[: m * widths[0]].reshape(m, widths[0]) if widths[0] else None,
+        ends[m * widths[0] :].reshape(m, widths[1]) if widths[1] else None,
+        numeric + 1 + 2 * np.arange(m * widths[2]).reshape(m, widths[2]) if widths[2] else None,
+    ]
+    return text, cells, starts
 
 
 def _block_array(values: list[np.ndarray], scratch: _Scratch | None = None) -> np.ndarray:
     """CSV lines of the rows of ``values`` (one array per column, the same length, at least one row), as
     uint8 in a buffer of ``scratch`` (valid until its next use).
 
-    The floats and the integers (flags as 0/1) are each turned into text row by row
+    The floats, the integers and the flags are each turned into text row by row
     (:func:`_stream_text`); a line is then a few runs, each a stretch of consecutive cells of one
     stream, copied by one gather whose byte offsets are a running sum of steps that are 1 inside a run
     and jump at each run's first byte. The last comma of each line becomes a newline."""
     scratch = _Scratch() if scratch is None else scratch
     m = len(values[0])
     members, runs = _streams([v.dtype for v in values])
-    text, cells = _stream_text(values, members, scratch)
+    text, cells, starts = _stream_text(values, members, scratch)
     first = np.empty((m, len(runs)), dtype=np.int64)  # each run's first byte in text, per line
     last = np.empty((m, len(runs)), dtype=np.int64)  # and its last (a comma)
     for j, (s, a, b) in enumerate(runs):
         ends = cells[s]
+        assert ends is not None  # a run's stream has columns
         last[:, j] = ends[:, b]
         if a:
             first[:, j] = ends[:, a - 1] + 1
         else:  # a line's first cell of the stream follows the previous line's last
-            first[0, j] = 0 if s == 0 or not members[0] else int(cells[0][-1, -1]) + 1
+            first[0, j] = starts[s]
             first[1:, j] = ends[:-1, -1] + 1
     lengths = last - first + 1
     dest_end = np.cumsum(lengths.ravel()).reshape(lengths.shape)
