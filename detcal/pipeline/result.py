@@ -28,6 +28,7 @@ from detcal.reports.detections_csv import (
 )
 from detcal.reports.evaluation_plots import evaluation_plots, plan_evaluation_plots
 from detcal.reports.finish import finish_run
+from detcal.reports.font_maps import map_font_files
 from detcal.reports.per_class import PerClassPanels, draw_per_class_panels, per_class_panels
 from detcal.reports.plots import import_matplotlib_for_drawing
 from detcal.reports.summary_md import evaluation_summary
@@ -212,11 +213,13 @@ def draw_figures(out: Path, m: Mapping[str, Any], spec: Any, panels: PerClassPan
     """Draw the figures of an evaluation into ``out``: :func:`evaluation_plots` of the metrics ``m`` and the
     per-class diagram of ``panels``. In a process other than ``parent`` (a figure process that ends after
     drawing), matplotlib is imported without its artists' ``set()`` signatures and docstrings
-    (:func:`detcal.reports.plots.import_matplotlib_for_drawing`)."""
+    (:func:`detcal.reports.plots.import_matplotlib_for_drawing`) and reads its font files through a memory
+    map (:func:`detcal.reports.font_maps.map_font_files`)."""
     # many small objects, few cycles: no collections walking the run's objects (about 10% of the figures' CPU at 5k)
     with collector_paused():
         if os.getpid() != parent:
             import_matplotlib_for_drawing()
+            map_font_files()
         evaluation_plots(out, m, spec)
         if panels is not None:
             draw_per_class_panels(panels, out / "reliability_per_class.png")
