@@ -14,7 +14,9 @@ Hydra's ``version_base``, every config source on the search path (each file unde
 of Hydra's config store (each schema class by module and name, with the size and modification time of every
 loaded module of its package; a plain entry by its content). A file is used only when its stored key equals
 the key, so two keys with the same file name cannot pick another command line's configuration. A plain
-``hydra.run.dir=<path>`` is keyed without its path (:func:`keyed_overrides`). A plain
+``hydra.run.dir=<path>`` is keyed without its path (:func:`keyed_overrides`). The stored configuration
+holds no value a resolver cached while Hydra composed it (``${now:...}`` of the default run directory is
+the time of each run, not of the run that stored it). A plain
 command line's schema classes are stored in the config store only when Hydra composes (``register``).
 
 Hydra composes when anything is unusual: a multirun (the cache is not switched on for ``-m`` or an
@@ -69,7 +71,7 @@ __all__ = [
     "FORMAT",
 ]
 
-FORMAT = 1
+FORMAT = 2
 """Version of the cache file's layout; part of every key."""
 
 MAX_ENTRIES = 64
@@ -78,22 +80,31 @@ MAX_ENTRIES = 64
 _PREFIX = "compose-"
 _RUN_DIR = "hydra.run.dir="
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9_./+=:@%~-]+")
-_ANY_RUN_DIR = _RUN_DIR + "<any>"  # the key's stand-in for a plain run directory (never a plain path itself)
 
 
-def keyed_overrides(overrides: list[str]) -> tuple[list[str], int | None]:
+def keyed_overrides(overrides: list[str]) -> tuple[list[str | None], int | None]:
     """The overrides as keyed, and the position of the one ``hydra.run.dir=<path>`` override keyed without its
-    path (``None``: none, several, or a path with quotes, spaces, interpolations, brackets, commas...).
+    path (``None``: none, several, or a path with quotes, spaces, interpolations, brackets, commas..., or
+    another override that sets ``hydra``, ``hydra.run`` or a key under it, which Hydra applies in order).
 
     A run directory only sets ``hydra.run.dir`` and its line in ``hydra.overrides.hydra``; a command line
     that names a fresh directory each time (benchmarks, scripts) reads the configuration composed for another
-    directory and :func:`with_run_dir` puts its own in, through Hydra's own parser and override step."""
+    directory and :func:`with_run_dir` puts its own in, through Hydra's own parser and override step. The
+    keyed slot holds ``None``, which no override on a command line can spell."""
     found = [i for i, o in enumerate(overrides) if o.startswith(_RUN_DIR)]
+    keyed: list[str | None] = list(overrides)
     if len(found) != 1 or not _PLAIN_PATH.fullmatch(overrides[found[0]][len(_RUN_DIR) :]):
-        return list(overrides), None
-    keyed = list(overrides)
-    keyed[found[0]] = _ANY_RUN_DIR
+        return keyed, None
+    if any(_sets_run_node(o) for i, o in enumerate(overrides) if i != found[0]):
+        return keyed, None
+    keyed[found[0]] = None
     return keyed, found[0]
+
+
+def _sets_run_node(override: str) -> bool:
+    """Whether ``override`` sets (adds, deletes) ``hydra``, ``hydra.run`` or a key under ``hydra.run``."""
+    key = override.lstrip("~+").split("=", 1)[0]
+    return key in ("hydra", "hydra.run") or key.startswith("hydra.run.")
 
 
 def with_run_dir(cfg: DictConfig, line: str) -> DictConfig | None:
@@ -236,7 +247,7 @@ def _store_key(pending: Mapping[str, type]) -> tuple[Any, ...] | None:
 def composition_key(
     loader: ConfigLoaderImpl,
     config_name: str | None,
-    overrides: list[str],
+    overrides: list[str | None],
     *flags: bool,
     pending: Mapping[str, type] | None = None,
 ) -> str | None:
@@ -276,7 +287,10 @@ def read(key: str) -> DictConfig | None:
             stored_key, cfg = pickle.load(f)
     except Exception:  # noqa: BLE001 - a missing or damaged cache file: compose
         return None
-    return cfg if stored_key == key and isinstance(cfg, DictConfig) else None
+    if stored_key != key or not isinstance(cfg, DictConfig):
+        return None
+    OmegaConf.clear_cache(cfg)  # no resolver's value from another run (``${now:...}``: the time of this one)
+    return cfg
 
 
 def write(key: str, cfg: DictConfig) -> None:
@@ -284,7 +298,7 @@ def write(key: str, cfg: DictConfig) -> None:
     target = _file_for(key)
     try:
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        data = pickle.dumps((key, cfg), protocol=pickle.HIGHEST_PROTOCOL)
+        data = _pickled(key, cfg)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)
         try:
             with os.fdopen(fd, "wb") as f:
@@ -297,6 +311,18 @@ def write(key: str, cfg: DictConfig) -> None:
         _evict(target.parent)
     except Exception:  # noqa: BLE001 - an unwritable cache is never fatal
         return
+
+
+def _pickled(key: str, cfg: DictConfig) -> bytes:
+    """``(key, cfg)`` pickled without the values its resolvers cached in this run: OmegaConf keeps the
+    results of cached resolvers (``${now:%H-%M-%S}``, resolved while Hydra composes) in the root's metadata,
+    and a later run must resolve them anew. The configuration of this run keeps them."""
+    kept = OmegaConf.get_cache(cfg)
+    OmegaConf.clear_cache(cfg)
+    try:
+        return pickle.dumps((key, cfg), protocol=pickle.HIGHEST_PROTOCOL)
+    finally:
+        OmegaConf.set_cache(cfg, kept)
 
 
 def _evict(where: Path) -> None:

@@ -180,7 +180,9 @@ def test_the_switch_and_a_broken_cache(tmp_path: Path, cache: Path, monkeypatch:
 
 def test_keyed_overrides() -> None:
     keyed, slot = _compose_cache.keyed_overrides(["data=coco", "hydra.run.dir=/tmp/a-1/b_2", "x=1"])
-    assert slot == 1 and keyed == ["data=coco", "hydra.run.dir=<any>", "x=1"]
+    assert slot == 1 and keyed == ["data=coco", None, "x=1"]  # None: what no command line can spell
+    literal = ["data=coco", "hydra.run.dir=<any>", "x=1"]  # not a plain path: keyed as it is, another key
+    assert _compose_cache.keyed_overrides(literal) == (literal, None)
     for unusual in (
         ["hydra.run.dir='/tmp/a b'"],  # quoted
         ["hydra.run.dir=/tmp/${now:%H}"],  # an interpolation
@@ -188,6 +190,10 @@ def test_keyed_overrides() -> None:
         ["hydra.run.dir=/a", "hydra.run.dir=/b"],  # twice
         ["++hydra.run.dir=/a"],
         ["data=coco"],
+        ["hydra.run.dir=/a", "hydra.run={dir:/b}"],  # a later override of the node (Hydra applies them in order)
+        ["hydra.run.dir=/a", "+hydra.run.extra=1"],
+        ["~hydra.run", "hydra.run.dir=/a"],
+        ["hydra.run.dir=/a", "hydra={run:{dir:/b}}"],
     ):
         assert _compose_cache.keyed_overrides(unusual) == (unusual, None)
 
@@ -235,3 +241,30 @@ def test_a_run_read_from_the_cache_stores_no_schema(
         "evaluate_schema": evaluate.SCHEMA,
         "data_coco_schema": DATA_SPECS["coco"],
     }
+
+
+def test_a_run_read_from_the_cache_resolves_now_anew(
+    tmp_path: Path, cache: Path, compositions: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OmegaConf keeps cached resolvers' values (``${now:...}``, resolved while Hydra composes) in the
+    configuration; a stored one must not carry them to a later run (the default run directory is dated)."""
+    import datetime as dt
+
+    import hydra.core.utils
+    from hydra.core.hydra_config import HydraConfig
+
+    clock = iter(dt.datetime(2026, 1, 1, 10, 0, s) for s in range(0, 60, 7))
+
+    class Clock(dt.datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return next(clock)
+
+    monkeypatch.setattr(hydra.core.utils, "datetime", Clock)
+    monkeypatch.chdir(tmp_path)
+    dirs: list[str] = []
+    for _ in range(3):  # composed, then twice from the cache
+        _run(monkeypatch, ["data=synthetic"], lambda spec, ctx: dirs.append(HydraConfig.get().runtime.output_dir))
+    assert len([m for m in compositions if "RUN" in m and "MULTI" not in m]) == 1
+    stamps = [re.search(r"/(\d\d-\d\d-\d\d)-", d).group(1) for d in dirs]  # type: ignore[union-attr]
+    assert len(set(stamps)) == 3 and stamps == sorted(stamps), dirs
