@@ -396,7 +396,8 @@ def _match_steps(dets: Detections, gt: GroundTruth, r: _Rules) -> _Outcome:
         greedy = considered & ~small
         thr_seg = thr_eff[:, pairs.seg_det] if r.per_class else thr_eff  # [T,S] or [T,1]
         if r.mode == "exclusive":
-            layout = _exclusive_layout(pairs, gts, greedy, rank, thr_seg, r.per_class, r.strict, considered)
+            own = kitti is None  # walked once, under its own flags, every considered detection walking
+            layout = _exclusive_layout(pairs, gts, greedy, rank, thr_seg, r.per_class, r.strict, considered, own)
             chosen, cols = exclusive_walk(layout), layout.k_det
         else:
             chosen, cols = _assign_max(pairs, greedy, thr_seg, r.strict), pairs.seg_det
@@ -509,7 +510,7 @@ def _shared_chunk(
     chunk), and its layout with its detection and GT rows; the chunk's match layout is released here."""
     d_rows, g_rows = row_numbers(c.det, len(dets)), row_numbers(c.gt, len(gt))
     lay, lay_m = _layouts_steps(
-        dets.select(c.det), gt.select(c.gt), [thr_l, thr_m], [False, True], max_dets, score_threshold
+        dets.select(c.det), gt.select(c.gt), [thr_l, thr_m], [False, True], max_dets, score_threshold, [False, True]
     )
     m, ig, gi = layout_match(lay_m)
     gi = rows_through(gi, g_rows)
@@ -532,8 +533,10 @@ def _layouts_steps(
     wh: Sequence[bool],
     max_dets: int | None,
     score_threshold: float,
+    own_flags: Sequence[bool] | None = None,
 ) -> list[ExclusiveLayout]:
-    """:func:`exclusive_layouts` on checked arguments, in one piece: one layout per (thresholds, wh)."""
+    """:func:`exclusive_layouts` on checked arguments, in one piece: one layout per (thresholds, wh);
+    ``own_flags``: per layout, whether it is walked under its own GT flags only (:func:`_exclusive_layout`)."""
     w_row, w_cat, w_ign, w_crowd = _working_gt(gt, None, False, "pycocotools")
     det_grp, gt_grp, n_grp = group_codes(dets.image_id, dets.category, gt.image_id[w_row], w_cat, False)
     rank, considered, _ = _rank_detections(dets, det_grp, score_threshold, max_dets, False, None)
@@ -553,8 +556,9 @@ def _layouts_steps(
             False,
             False,
             considered,
+            own,
         )
-        for thr, w in zip(thrs, wh)
+        for thr, w, own in zip(thrs, wh, [False] * len(thrs) if own_flags is None else own_flags)
     ]
 
 
@@ -917,6 +921,36 @@ def _kept_pairs(
     return keep, n_kept
 
 
+def _drop_taken_regular(
+    pairs: _Pairs, gts: _GtOrder, greedy: np.ndarray, rank: np.ndarray, keep: np.ndarray, n_kept: np.ndarray
+) -> None:
+    """At threshold 0 (not strict: every pair is valid), in place: drop each walking detection's pairs with
+    the regular (not ignored) GTs of its group when its rank is at least their number ``R``.
+
+    Every pair then reaches the threshold, so at each step before ``R`` the group's detection of that rank
+    (every considered rank walks: ``greedy`` is ``considered``, ranks 0, 1, ... in each group) takes a free
+    regular GT (a free regular GT always wins), and regular GTs are never crowd (crowd GTs are ignored):
+    from step ``R`` on none is free, so those pairs are never candidates and the walk's outcome is the
+    same without them (LRP's matching at ``tau`` 0 pairs every detection with every GT of its group). Only
+    when every walking detection's pairs were all kept (otherwise nothing is dropped)."""
+    seg_ok = greedy[pairs.seg_det]
+    if not np.array_equal(n_kept[seg_ok], pairs.cnt[seg_ok]):
+        return  # some valid pair was not kept: the count of earlier takes is not known
+    regular = np.zeros(len(gts.ign) + 1, np.int64)  # regular GTs before each GT position
+    np.cumsum(~gts.ign, out=regular[1:])
+    n_reg = regular[pairs.g0 + pairs.cnt]
+    n_reg -= regular[pairs.g0]  # regular GTs of each segment's group: its slots 0..n_reg-1 (non-ignored first)
+    late = rank[pairs.seg_det] >= n_reg
+    late &= seg_ok
+    if not late.any():
+        return
+    for j, n in enumerate(pairs.n_slot.tolist()):
+        k = keep[int(pairs.off[j]) : int(pairs.off[j]) + n]
+        drop = late[:n] & (n_reg[:n] > j)
+        n_kept[:n] -= drop
+        k &= ~drop
+
+
 def _exclusive_layout(
     pairs: _Pairs,
     gts: _GtOrder,
@@ -926,15 +960,20 @@ def _exclusive_layout(
     per_class: bool,
     strict: bool,
     considered: np.ndarray,
+    own_flags: bool = False,
 ) -> ExclusiveLayout:
     """Step 5, ``exclusive``, first half: the pairs the greedy walk may take, in walk order.
 
     Pairs below every threshold can never be taken and are dropped before the sequential pass; the kept pairs
     are laid out segments rank-major, then GT order (slot) within each segment. None of it reads the GT
-    ignore flags, so one layout serves every set of flags (e.g. COCO's area ranges).
+    ignore flags, so one layout serves every set of flags (e.g. COCO's area ranges). ``own_flags``: the
+    layout is walked under its own GT flags only (``greedy`` must then be every considered detection), so
+    at threshold 0 the pairs no walk can take are dropped too (:func:`_drop_taken_regular`).
     """
     seg_det, pair_iou, off = pairs.seg_det, pairs.pair_iou, pairs.off
     keep, n_kept = _kept_pairs(pairs, greedy, thr_seg.min(axis=0), per_class, strict)
+    if own_flags and not strict and not per_class and float(thr_seg.max(initial=0.0)) <= 0.0:
+        _drop_taken_regular(pairs, gts, greedy, rank, keep, n_kept)
     # the walk order: steps (ranks) in turn; in a step the one-pair segments first (greedy_walk's short
     # path), then segment index; within a segment, GT order (slot). One sort of the segments (not of the
     # pairs), then each segment's pairs in slot order
