@@ -1,0 +1,98 @@
+"""The tenth pass's short path of the matching at threshold 0 (LRP's default ``tau``): a layout walked under
+its own GT flags drops each detection's pairs with the regular GTs of its group once its rank reaches their
+number (every earlier rank took one of them). The outcome must be that of the full layout, array for array:
+here against the same matching with the short path switched off, on scenes with crowd and ignored GTs,
+duplicates, max-dets cuts, a score threshold, class-agnostic groups and several image chunks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import detcal.matching.engine as engine
+from detcal.core.types import Detections, GroundTruth
+
+
+def _scene(seed: int, n_img: int = 40) -> tuple[Detections, GroundTruth]:
+    rng = np.random.default_rng(seed)
+    n_gt, n_det = 6 * n_img, 30 * n_img
+    g_xy = rng.random((n_gt, 2)) * 80
+    g_box = np.concatenate([g_xy, g_xy + rng.random((n_gt, 2)) * 30 + 1], axis=1)
+    gt = GroundTruth(
+        image_id=rng.integers(0, n_img, n_gt),
+        box=g_box,
+        category=rng.integers(1, 4, n_gt),
+        iscrowd=rng.random(n_gt) < 0.1,
+        ignore=rng.random(n_gt) < 0.1,
+    )
+    src = rng.integers(0, n_gt, n_det)  # half the detections near a GT, half anywhere
+    near = g_box[src] + rng.normal(0, 4, (n_det, 4))
+    d_xy = rng.random((n_det, 2)) * 80
+    far = np.concatenate([d_xy, d_xy + rng.random((n_det, 2)) * 30 + 1], axis=1)
+    box = np.where((rng.random(n_det) < 0.5)[:, None], near, far)
+    box[:, 2:] = np.maximum(box[:, 2:], box[:, :2] + 0.5)
+    score = np.round(rng.random(n_det), 2)  # ties
+    dets = Detections(
+        image_id=np.where(rng.random(n_det) < 0.5, gt.image_id[src], rng.integers(0, n_img, n_det)),
+        box=box,
+        score=score,
+        category=np.where(rng.random(n_det) < 0.7, gt.category[src], rng.integers(1, 4, n_det)),
+    )
+    return dets, gt
+
+
+def _without_short_path(monkeypatch: pytest.MonkeyPatch, f, *a, **k):  # type: ignore[no-untyped-def]
+    with monkeypatch.context() as m:
+        m.setattr(engine, "_drop_taken_regular", lambda *_a, **_k: None)
+        return f(*a, **k)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"max_dets": 3},
+        {"max_dets": None, "score_threshold": 0.3},
+        {"class_agnostic": True, "max_dets": 5},
+        {"gt_ignore": "ignore_or_crowd"},
+    ],
+)
+def test_match_at_zero_equals_the_full_walk(monkeypatch: pytest.MonkeyPatch, kw: dict) -> None:
+    dets, gt = _scene(len(kw))
+    got = engine.match(dets, gt, (0.0,), **kw)
+    want = _without_short_path(monkeypatch, engine.match, dets, gt, (0.0,), **kw)
+    for name in ("matched", "ignored", "gt_index", "iou", "considered"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+    assert got.matched.any() and got.ignored.any() and (~got.matched & got.considered).any()
+
+
+def test_the_short_path_drops_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pruned layout holds fewer pairs (the check above has teeth) and walks to the same choices."""
+    dets, gt = _scene(7)
+    seen: list[int] = []
+    real = engine._exclusive_layout
+
+    def spy(*a, **k):  # type: ignore[no-untyped-def]
+        lay = real(*a, **k)
+        seen.append(len(lay.pair_iou))
+        return lay
+
+    monkeypatch.setattr(engine, "_exclusive_layout", spy)
+    engine.match(dets, gt, (0.0,))
+    _without_short_path(monkeypatch, engine.match, dets, gt, (0.0,))
+    assert seen[0] < seen[1]
+
+
+def test_layout_and_match_at_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    """COCO AP's layout (never pruned: walked under each area range's flags) and LRP's match at 0, in
+    several image chunks, equal the full walk's."""
+    dets, gt = _scene(11, n_img=60)
+    monkeypatch.setattr(engine, "layout_chunk_size", lambda: 300)
+    thr = np.linspace(0.5, 0.95, 10).tolist()
+    lay, m = engine.layout_and_match(dets, gt, thr, (0.0,))
+    lay0, m0 = _without_short_path(monkeypatch, engine.layout_and_match, dets, gt, thr, (0.0,))
+    for a, b in zip(lay, lay0):
+        assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b
+    for a, b in zip(m, m0):
+        np.testing.assert_array_equal(a, b)
+    assert m.matched.any() and m.ignored.any()
