@@ -114,6 +114,7 @@ from detcal.core.types import Detections, GroundTruth, Images, KittiRules, Match
 from detcal.matching.blocks import (
     box_areas,
     dontcare_ioa,
+    expand,
     factorize,
     float_key,
     greedy_walk,
@@ -1074,14 +1075,29 @@ def _greedy(w: ExclusiveLayout, ign_w: np.ndarray | None) -> np.ndarray:
 
 
 def _changed_groups(layout: ExclusiveLayout, ign_w: np.ndarray) -> np.ndarray:
-    """[groups] whether a group's walk may differ from the one under the layout's flags (:func:`exclusive_walk`)."""
+    """[groups] whether a group's walk may differ from the one under the layout's flags (:func:`exclusive_walk`).
+
+    The walk reads the flags only to choose among a segment's pairs (a free regular GT wins): a segment of
+    one pair takes its GT or nothing whatever the flags, and one whose pairs' GTs share a flag (under each
+    set of flags) chooses by IoU and tie rank alone. So a group walks as under the layout's flags unless
+    the flags differ in it and one of its segments has pairs whose GTs' flags differ under either set."""
     n_grp = len(layout.gt_grp) and int(layout.gt_grp[-1]) + 1  # the groups with a GT (at most W)
-    n = np.bincount(layout.gt_grp, minlength=n_grp)
-    s_ref = np.bincount(layout.gt_grp, layout.gt_ign, n_grp)
-    s_new = np.bincount(layout.gt_grp, ign_w, n_grp)
-    diff = np.bincount(layout.gt_grp, layout.gt_ign != ign_w, n_grp)
-    uniform = ((s_ref == 0) | (s_ref == n)) & ((s_new == 0) | (s_new == n))
-    return (diff > 0) & ~uniform
+    diff = np.bincount(layout.gt_grp, layout.gt_ign != ign_w, n_grp) > 0
+    counts = np.diff(layout.seg_start, append=len(layout.pair_iou))
+    multi = np.flatnonzero(counts > 1)  # the segments with a choice to make
+    if not len(multi) or not diff.any():
+        return np.zeros(n_grp, bool)
+    cnt = counts[multi]
+    bounds = np.cumsum(cnt) - cnt
+    g = layout.pair_g[expand(layout.seg_start[multi], cnt)]
+    mixed = np.zeros(len(multi), bool)
+    for flags in (layout.gt_ign, ign_w):
+        f = flags[g].view(np.uint8)
+        mixed |= np.minimum.reduceat(f, bounds) != np.maximum.reduceat(f, bounds)
+    changed = np.zeros(n_grp, bool)
+    changed[layout.k_grp[multi[mixed]]] = True
+    changed &= diff
+    return changed
 
 
 def _sub_walk(layout: ExclusiveLayout, keep_k: np.ndarray | None) -> ExclusiveLayout:

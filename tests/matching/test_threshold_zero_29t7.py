@@ -96,3 +96,26 @@ def test_layout_and_match_at_zero(monkeypatch: pytest.MonkeyPatch) -> None:
     for a, b in zip(m, m0):
         np.testing.assert_array_equal(a, b)
     assert m.matched.any() and m.ignored.any()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_walk_again_only_groups_with_a_mixed_choice(seed: int) -> None:
+    """The groups walked again under other GT flags are those whose flags change and that have a segment
+    choosing among GTs of different flags (under either set): fewer than the groups whose flags change,
+    and the outcome is the full walk's under those flags, for flags of every mix."""
+    dets, gt = _scene(20 + seed, n_img=50)
+    layout = engine.exclusive_layout(dets, gt, [0.1, 0.3, 0.5, 0.7], max_dets=20)
+    ref = engine.exclusive_walk(layout)
+    rng = np.random.default_rng(seed)
+    area = (gt.box[:, 2] - gt.box[:, 0]) * (gt.box[:, 3] - gt.box[:, 1])
+    fewer = False
+    for flags in (rng.random(len(gt)) < 0.3, area < 400.0, area > 900.0, np.ones(len(gt), bool)):
+        flags = flags | gt.iscrowd
+        ign_w = flags[layout.gt_row]
+        want = engine.exclusive_walk(layout, ign_w)  # every group walked
+        np.testing.assert_array_equal(engine.exclusive_walk(layout, ign_w, ref), want)
+        idx, _ = engine.changed_walk(layout, ign_w)
+        n_grp = int(layout.gt_grp[-1]) + 1
+        flagged = np.bincount(layout.gt_grp, layout.gt_ign != ign_w, n_grp) > 0
+        fewer |= len(idx) < int(flagged[layout.k_grp].sum())
+    assert fewer  # the single-pair and same-flag segments' groups are not walked again
