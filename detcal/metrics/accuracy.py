@@ -221,15 +221,17 @@ def _range_walk(layout: ExclusiveLayout, order: np.ndarray, gt_bits: np.ndarray)
     del at
     seg = _position_order(pos, len(order))
     gt_bits_w = gt_bits[layout.gt_row]
-    lut = np.empty(len(gt_bits_w) + 1, np.uint8)  # by GT position plus one
-    lut[0] = _NO_GT
-    lut[1:] = gt_bits_w
+    lut = np.empty(len(gt_bits_w) + 1, np.uint8)  # by GT position; -1 (no GT) reads the last entry
+    lut[:-1] = gt_bits_w
+    lut[-1] = _NO_GT
     chosen = exclusive_walk(layout)
-    chosen += 1
-    # row by row: a take with the [T,K] int32 positions whole would first copy them all as int64
+    # row by row (a take with the [T,K] int32 positions whole would first copy them all as int64): each
+    # row's codes in walk order first, then the one-byte codes put in accumulate order (not the positions)
     reference = np.empty((chosen.shape[0], len(seg)), np.uint8)
+    codes = np.empty(chosen.shape[1], np.uint8)
     for t in range(chosen.shape[0]):
-        np.take(lut, np.take(chosen[t], seg), out=reference[t])
+        np.take(lut, chosen[t], out=codes)
+        np.take(codes, seg, out=reference[t])
     return _RangeWalk(layout, seg, pos[seg], reference, gt_bits_w)
 
 
