@@ -288,16 +288,48 @@ def _recall_steps(npig_k: np.ndarray) -> np.ndarray:
     return c.astype(np.int64)
 
 
+def _row_segments(code: np.ndarray, out: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per IoU threshold, the segments (ascending) of the true positives and of the matches to an ignored
+    GT whose area is in range, from the outcome ``code`` [T,s] (:func:`_segment_outcome`) and ``out`` [s]."""
+    inside = ~out
+    rows = []
+    for t in range(len(code)):  # one IoU threshold at a time: the temporaries of one row stay small
+        row = code[t]
+        ign = row == 2
+        ign &= inside
+        rows.append((np.flatnonzero(row == 1), np.flatnonzero(ign)))
+    return rows
+
+
+def _select_rows(rows: list[tuple[np.ndarray, np.ndarray]], sel: np.ndarray, n: int) -> list[tuple[np.ndarray, ...]]:
+    """:func:`_row_segments` of the segments ``sel`` (ascending, of ``n``) from those of all ``n``: each
+    list kept where its segment is selected, renumbered by its place in ``sel`` (still ascending)."""
+    place = np.full(n, -1, np.int64)
+    place[sel] = np.arange(len(sel), dtype=np.int64)
+    out = []
+    for wi, ign in rows:
+        a, b = place[wi], place[ign]
+        out.append((a[a >= 0], b[b >= 0]))
+    return out
+
+
 def _accumulate(
-    code: np.ndarray, out: np.ndarray, base_cum: np.ndarray, kept: _Kept, npig_k: np.ndarray, steps: np.ndarray
+    code_rows: list[tuple[np.ndarray, np.ndarray]],
+    out: np.ndarray,
+    base_cum: np.ndarray,
+    kept: _Kept,
+    npig_k: np.ndarray,
+    steps: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """pycocotools ``accumulate`` of one area range and max-dets: ``precision [T,R,K]``, ``recall [T,K]``.
 
     The kept detections (``kept``) in accumulate order, category blocks ``kept.cat_bounds``; a
     detection is counted (not ignored) by its area, ``base_cum`` [n+1] the cumulative count of that,
-    except at the segments ``kept.seg_pos``, whose outcome ``code`` [T,s] (0 unmatched, 1 true
-    positive, 2 matched to an ignored GT) depends on the threshold: a match counts whatever the area,
-    a match to an ignored GT never (``out`` [s]: the segment's area is out of range). So the count
+    except at the segments ``kept.seg_pos``, whose outcome (0 unmatched, 1 true positive, 2 matched
+    to an ignored GT; ``code_rows``: per threshold the segments of the true positives and of the
+    matches to an ignored GT in range, :func:`_row_segments`) depends on the threshold: a match counts
+    whatever the area, a match to an ignored GT never (``out`` [s]: the segment's area is out of
+    range). So the count
     differs from the area's by +1 at a true positive out of range and by -1 at a match to an ignored
     GT in range. Only the true positives are visited: recall rises at them only, so the first position
     reaching a recall threshold is the ``steps``-th true positive of its (threshold, category) group,
@@ -306,16 +338,11 @@ def _accumulate(
     ``c / (fp + c + eps)`` with ``fp`` the counted detections before it that are not true positives:
     pycocotools' cumulative sums, read where they matter, the same floats.
     """
-    T, K = len(code), len(npig_k)
+    T, K = len(code_rows), len(npig_k)
     precision = np.empty((T, len(RECALL_THRESHOLDS), K))
     recall = np.empty((T, K))
-    inside = ~out
-    for t in range(T):  # one IoU threshold at a time: the temporaries of one row stay small
-        row = code[t]
-        wi = np.flatnonzero(row == 1)  # the true positives, by segment
-        ign = row == 2
-        ign &= inside
-        precision[t], recall[t] = _accumulate_row(wi, np.flatnonzero(ign), out, base_cum, kept, npig_k, steps)
+    for t, (wi, ign) in enumerate(code_rows):
+        precision[t], recall[t] = _accumulate_row(wi, ign, out, base_cum, kept, npig_k, steps)
     missing = npig_k == 0
     precision[:, :, missing], recall[:, missing] = -1.0, -1.0
     return precision, recall
@@ -391,9 +418,9 @@ def _area_arrays(
     recall = np.empty((T, K, M))
     bit = np.uint8(1 << r)
     gt_ignore = (gt_bits & bit) > 0
-    code = _segment_outcome(walk, r)
     in_range = (det_bits & bit) > 0  # ~dtIg of an unmatched detection
     out = ~in_range[walk.seg_pos]  # a segment's area out of the range
+    code_rows = _row_segments(_segment_outcome(walk, r), out)
     npig_k = np.bincount(gt_k[~gt_ignore], minlength=K)[:K] if len(gt_bits) else np.zeros(K, np.int64)
     steps = _recall_steps(npig_k)
     done: dict[int, int] = {}
@@ -407,8 +434,10 @@ def _area_arrays(
         base_cum = np.zeros(len(counted) + 1, np.int32 if len(counted) < 2**31 else np.int64)
         np.cumsum(counted, dtype=base_cum.dtype, out=base_cum[1:])
         sel = kept.seg_sel
-        code_m, out_m = (code, out) if sel is None else (np.take(code, sel, axis=1), out[sel])
-        precision[..., mi], recall[..., mi] = _accumulate(code_m, out_m, base_cum, kept, npig_k, steps)
+        # the segments of each threshold's outcomes, listed once over every segment: a max-dets keeping
+        # some takes its share of the lists (no second scan of the outcome rows)
+        rows_m, out_m = (code_rows, out) if sel is None else (_select_rows(code_rows, sel, len(out)), out[sel])
+        precision[..., mi], recall[..., mi] = _accumulate(rows_m, out_m, base_cum, kept, npig_k, steps)
     return precision, recall
 
 
