@@ -301,7 +301,9 @@ def _row_segments(code: np.ndarray, out: np.ndarray) -> list[tuple[np.ndarray, n
     return rows
 
 
-def _select_rows(rows: list[tuple[np.ndarray, np.ndarray]], sel: np.ndarray, n: int) -> list[tuple[np.ndarray, ...]]:
+def _select_rows(
+    rows: list[tuple[np.ndarray, np.ndarray]], sel: np.ndarray, n: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """:func:`_row_segments` of the segments ``sel`` (ascending, of ``n``) from those of all ``n``: each
     list kept where its segment is selected, renumbered by its place in ``sel`` (still ascending)."""
     place = np.full(n, -1, np.int64)
