@@ -1032,8 +1032,9 @@ def exclusive_walk(
 
     ``reference``: this function's result under the layout's own flags. Groups are walked apart (their
     GTs are disjoint), and a group walks as under the layout's flags where its flags are the same, or
-    uniform in both (all ignored or none: a candidate set never mixes flags, and ties go by the tie
-    rank, so the walk reads no flag): only the other groups are walked again.
+    where no segment of it has pairs whose GTs' flags differ under either set (a segment's candidates
+    then share a flag, and ties go by the tie rank, so the walk reads no flag; :func:`_changed_groups`):
+    only the other groups are walked again.
     """
     if reference is None or ign_w is None:
         return _greedy(layout, ign_w)

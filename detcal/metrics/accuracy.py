@@ -14,8 +14,9 @@ rules) and pycocotools' ``accumulate`` rules:
   take do not depend on the ignore flags: they are computed once
   (:func:`detcal.matching.engine.exclusive_layout`), walked once under the
   crowd flags, and each area range walks again only the (image, category)
-  groups whose flags change the walk (GTs of several ranges, about a
-  quarter of the detections on COCO-shaped data);
+  groups whose flags change the walk (a detection choosing among GTs of
+  different flags: a few thousand of the 460k walked detections at 20k
+  images);
 * per category, area range and max-dets: the kept detections of all images
   sorted by descending score (stable: image id, then the image's score
   order), ``tp`` / ``fp`` cumulative sums, ``recall = tp / n_gt``,
