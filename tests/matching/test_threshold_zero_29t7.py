@@ -119,3 +119,27 @@ def test_walk_again_only_groups_with_a_mixed_choice(seed: int) -> None:
         flagged = np.bincount(layout.gt_grp, layout.gt_ign != ign_w, n_grp) > 0
         fewer |= len(idx) < int(flagged[layout.k_grp].sum())
     assert fewer  # the single-pair and same-flag segments' groups are not walked again
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_walk_order_pairs_equal_the_slot_expansion(seed: int) -> None:
+    """The kept pairs in walk order from the kept pairs alone equal the expansion of every slot of the
+    walking segments (the earlier construction), kept pairs filtered after."""
+    rng = np.random.default_rng(seed)
+    S = 300
+    cnt = np.sort(rng.integers(1, 12, S))[::-1]  # slots per segment, falling (the engine's layout)
+    n_slot = np.searchsorted(-cnt, -np.arange(int(cnt[0])), side="left")
+    off = np.cumsum(n_slot) - n_slot
+    keep = rng.random(int(n_slot.sum())) < 0.3
+    n_kept = np.zeros(S, np.int64)
+    for j, n in enumerate(n_slot.tolist()):
+        n_kept[:n] += keep[off[j] : off[j] + n]
+    k_ids = rng.permutation(np.flatnonzero(n_kept > 0))  # any walk order of the segments with a kept pair
+    c = cnt[k_ids]
+    kj = np.arange(int(c.sum())) - np.repeat(np.cumsum(c) - c, c)
+    ki = np.repeat(k_ids, c)
+    kp = off[kj] + ki
+    sel = keep[kp]
+    got = engine._walk_order_pairs(keep, off, n_slot, k_ids)
+    for a, b in zip(got, (kp[sel], ki[sel], kj[sel])):
+        np.testing.assert_array_equal(a, b)
