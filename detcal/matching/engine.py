@@ -114,6 +114,7 @@ from detcal.core.types import Detections, GroundTruth, Images, KittiRules, Match
 from detcal.matching.blocks import (
     box_areas,
     dontcare_ioa,
+    expand,
     factorize,
     float_key,
     greedy_walk,
@@ -396,7 +397,8 @@ def _match_steps(dets: Detections, gt: GroundTruth, r: _Rules) -> _Outcome:
         greedy = considered & ~small
         thr_seg = thr_eff[:, pairs.seg_det] if r.per_class else thr_eff  # [T,S] or [T,1]
         if r.mode == "exclusive":
-            layout = _exclusive_layout(pairs, gts, greedy, rank, thr_seg, r.per_class, r.strict, considered)
+            own = kitti is None  # walked once, under its own flags, every considered detection walking
+            layout = _exclusive_layout(pairs, gts, greedy, rank, thr_seg, r.per_class, r.strict, considered, own)
             chosen, cols = exclusive_walk(layout), layout.k_det
         else:
             chosen, cols = _assign_max(pairs, greedy, thr_seg, r.strict), pairs.seg_det
@@ -509,7 +511,7 @@ def _shared_chunk(
     chunk), and its layout with its detection and GT rows; the chunk's match layout is released here."""
     d_rows, g_rows = row_numbers(c.det, len(dets)), row_numbers(c.gt, len(gt))
     lay, lay_m = _layouts_steps(
-        dets.select(c.det), gt.select(c.gt), [thr_l, thr_m], [False, True], max_dets, score_threshold
+        dets.select(c.det), gt.select(c.gt), [thr_l, thr_m], [False, True], max_dets, score_threshold, [False, True]
     )
     m, ig, gi = layout_match(lay_m)
     gi = rows_through(gi, g_rows)
@@ -532,8 +534,10 @@ def _layouts_steps(
     wh: Sequence[bool],
     max_dets: int | None,
     score_threshold: float,
+    own_flags: Sequence[bool] | None = None,
 ) -> list[ExclusiveLayout]:
-    """:func:`exclusive_layouts` on checked arguments, in one piece: one layout per (thresholds, wh)."""
+    """:func:`exclusive_layouts` on checked arguments, in one piece: one layout per (thresholds, wh);
+    ``own_flags``: per layout, whether it is walked under its own GT flags only (:func:`_exclusive_layout`)."""
     w_row, w_cat, w_ign, w_crowd = _working_gt(gt, None, False, "pycocotools")
     det_grp, gt_grp, n_grp = group_codes(dets.image_id, dets.category, gt.image_id[w_row], w_cat, False)
     rank, considered, _ = _rank_detections(dets, det_grp, score_threshold, max_dets, False, None)
@@ -553,8 +557,9 @@ def _layouts_steps(
             False,
             False,
             considered,
+            own,
         )
-        for thr, w in zip(thrs, wh)
+        for thr, w, own in zip(thrs, wh, [False] * len(thrs) if own_flags is None else own_flags)
     ]
 
 
@@ -917,6 +922,56 @@ def _kept_pairs(
     return keep, n_kept
 
 
+def _drop_taken_regular(
+    pairs: _Pairs, gts: _GtOrder, greedy: np.ndarray, rank: np.ndarray, keep: np.ndarray, n_kept: np.ndarray
+) -> None:
+    """At threshold 0 (not strict: every pair is valid), in place: drop each walking detection's pairs with
+    the regular (not ignored) GTs of its group when its rank is at least their number ``R``.
+
+    Every pair then reaches the threshold, so at each step before ``R`` the group's detection of that rank
+    (every considered rank walks: ``greedy`` is ``considered``, ranks 0, 1, ... in each group) takes a free
+    regular GT (a free regular GT always wins), and regular GTs are never crowd (crowd GTs are ignored):
+    from step ``R`` on none is free, so those pairs are never candidates and the walk's outcome is the
+    same without them (LRP's matching at ``tau`` 0 pairs every detection with every GT of its group). Only
+    when every walking detection's pairs were all kept (otherwise nothing is dropped)."""
+    seg_ok = greedy[pairs.seg_det]
+    if not np.array_equal(n_kept[seg_ok], pairs.cnt[seg_ok]):
+        return  # some valid pair was not kept: the count of earlier takes is not known
+    regular = np.zeros(len(gts.ign) + 1, np.int64)  # regular GTs before each GT position
+    np.cumsum(~gts.ign, out=regular[1:])
+    n_reg = regular[pairs.g0 + pairs.cnt]
+    n_reg -= regular[pairs.g0]  # regular GTs of each segment's group: its slots 0..n_reg-1 (non-ignored first)
+    late = rank[pairs.seg_det] >= n_reg
+    late &= seg_ok
+    if not late.any():
+        return
+    for j, n in enumerate(pairs.n_slot.tolist()):
+        k = keep[int(pairs.off[j]) : int(pairs.off[j]) + n]
+        drop = late[:n] & (n_reg[:n] > j)
+        n_kept[:n] -= drop
+        k &= ~drop
+
+
+def _walk_order_pairs(
+    keep: np.ndarray, off: np.ndarray, n_slot: np.ndarray, k_ids: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The kept pairs (``keep`` [P], slot-major: slot ``j`` at ``off[j]:off[j] + n_slot[j]``, one per
+    segment) in walk order: by the place of their segment in ``k_ids`` (the segments with a kept pair,
+    in walk order), then by slot. Returns each one's pair index, segment and slot.
+
+    The kept pairs are listed in slot-major order and sorted stably by their segment's place, so each
+    segment's pairs stay in slot order: only the kept pairs are touched (at threshold 0, a fifth of the
+    slots of these segments once :func:`_drop_taken_regular` has run)."""
+    kp = np.flatnonzero(keep)
+    slot_end = off + n_slot
+    kj = np.searchsorted(slot_end, kp, side="right")  # the slot of each: the first slot ending after it
+    ki = kp - off[kj]
+    place = np.empty(int(n_slot[0]) if len(n_slot) else 0, np.int64)  # every segment meets slot 0
+    place[k_ids] = np.arange(len(k_ids), dtype=np.int64)
+    so = stable_argsort([place[ki]])
+    return kp[so], ki[so], kj[so]
+
+
 def _exclusive_layout(
     pairs: _Pairs,
     gts: _GtOrder,
@@ -926,15 +981,20 @@ def _exclusive_layout(
     per_class: bool,
     strict: bool,
     considered: np.ndarray,
+    own_flags: bool = False,
 ) -> ExclusiveLayout:
     """Step 5, ``exclusive``, first half: the pairs the greedy walk may take, in walk order.
 
     Pairs below every threshold can never be taken and are dropped before the sequential pass; the kept pairs
     are laid out segments rank-major, then GT order (slot) within each segment. None of it reads the GT
-    ignore flags, so one layout serves every set of flags (e.g. COCO's area ranges).
+    ignore flags, so one layout serves every set of flags (e.g. COCO's area ranges). ``own_flags``: the
+    layout is walked under its own GT flags only (``greedy`` must then be every considered detection), so
+    at threshold 0 the pairs no walk can take are dropped too (:func:`_drop_taken_regular`).
     """
     seg_det, pair_iou, off = pairs.seg_det, pairs.pair_iou, pairs.off
     keep, n_kept = _kept_pairs(pairs, greedy, thr_seg.min(axis=0), per_class, strict)
+    if own_flags and not strict and not per_class and float(thr_seg.max(initial=0.0)) <= 0.0:
+        _drop_taken_regular(pairs, gts, greedy, rank, keep, n_kept)
     # the walk order: steps (ranks) in turn; in a step the one-pair segments first (greedy_walk's short
     # path), then segment index; within a segment, GT order (slot). One sort of the segments (not of the
     # pairs), then each segment's pairs in slot order
@@ -943,15 +1003,7 @@ def _exclusive_layout(
     step_code = 2 * rank[seg_det[k_ids]] + multi
     so = stable_argsort([step_code])
     k_ids, step_code = k_ids[so], step_code[so]
-    c = pairs.cnt[k_ids]  # every slot of these segments, kept or not
-    kj = np.arange(int(c.sum()), dtype=np.int64) - np.repeat(np.cumsum(c) - c, c)
-    ki = np.repeat(k_ids, c)
-    kp = off[kj]
-    kp += ki
-    sel = keep[kp]
-    if not sel.all():  # (every slot of these segments kept, e.g. at threshold 0: nothing to drop)
-        kp, ki, kj = kp[sel], ki[sel], kj[sel]
-    del sel
+    kp, ki, kj = _walk_order_pairs(keep, off, pairs.n_slot, k_ids)
     k_start = np.cumsum(n_kept[k_ids]) - n_kept[k_ids]
     k_pair_seg = np.repeat(np.arange(len(k_ids), dtype=np.int64), n_kept[k_ids])
     n_steps = int(step_code[-1]) // 2 + 1 if len(step_code) else 0
@@ -992,8 +1044,9 @@ def exclusive_walk(
 
     ``reference``: this function's result under the layout's own flags. Groups are walked apart (their
     GTs are disjoint), and a group walks as under the layout's flags where its flags are the same, or
-    uniform in both (all ignored or none: a candidate set never mixes flags, and ties go by the tie
-    rank, so the walk reads no flag): only the other groups are walked again.
+    where no segment of it has pairs whose GTs' flags differ under either set (a segment's candidates
+    then share a flag, and ties go by the tie rank, so the walk reads no flag; :func:`_changed_groups`):
+    only the other groups are walked again.
     """
     if reference is None or ign_w is None:
         return _greedy(layout, ign_w)
@@ -1035,14 +1088,29 @@ def _greedy(w: ExclusiveLayout, ign_w: np.ndarray | None) -> np.ndarray:
 
 
 def _changed_groups(layout: ExclusiveLayout, ign_w: np.ndarray) -> np.ndarray:
-    """[groups] whether a group's walk may differ from the one under the layout's flags (:func:`exclusive_walk`)."""
+    """[groups] whether a group's walk may differ from the one under the layout's flags (:func:`exclusive_walk`).
+
+    The walk reads the flags only to choose among a segment's pairs (a free regular GT wins): a segment of
+    one pair takes its GT or nothing whatever the flags, and one whose pairs' GTs share a flag (under each
+    set of flags) chooses by IoU and tie rank alone. So a group walks as under the layout's flags unless
+    the flags differ in it and one of its segments has pairs whose GTs' flags differ under either set."""
     n_grp = len(layout.gt_grp) and int(layout.gt_grp[-1]) + 1  # the groups with a GT (at most W)
-    n = np.bincount(layout.gt_grp, minlength=n_grp)
-    s_ref = np.bincount(layout.gt_grp, layout.gt_ign, n_grp)
-    s_new = np.bincount(layout.gt_grp, ign_w, n_grp)
-    diff = np.bincount(layout.gt_grp, layout.gt_ign != ign_w, n_grp)
-    uniform = ((s_ref == 0) | (s_ref == n)) & ((s_new == 0) | (s_new == n))
-    return (diff > 0) & ~uniform
+    diff = np.bincount(layout.gt_grp, layout.gt_ign != ign_w, n_grp) > 0
+    counts = np.diff(layout.seg_start, append=len(layout.pair_iou))
+    multi = np.flatnonzero(counts > 1)  # the segments with a choice to make
+    if not len(multi) or not diff.any():
+        return np.zeros(n_grp, bool)
+    cnt = counts[multi]
+    bounds = np.cumsum(cnt) - cnt
+    g = layout.pair_g[expand(layout.seg_start[multi], cnt)]
+    mixed = np.zeros(len(multi), bool)
+    for flags in (layout.gt_ign, ign_w):
+        f = flags[g].view(np.uint8)
+        mixed |= np.minimum.reduceat(f, bounds) != np.maximum.reduceat(f, bounds)
+    changed = np.zeros(n_grp, bool)
+    changed[layout.k_grp[multi[mixed]]] = True
+    changed &= diff
+    return changed
 
 
 def _sub_walk(layout: ExclusiveLayout, keep_k: np.ndarray | None) -> ExclusiveLayout:

@@ -14,8 +14,9 @@ rules) and pycocotools' ``accumulate`` rules:
   take do not depend on the ignore flags: they are computed once
   (:func:`detcal.matching.engine.exclusive_layout`), walked once under the
   crowd flags, and each area range walks again only the (image, category)
-  groups whose flags change the walk (GTs of several ranges, about a
-  quarter of the detections on COCO-shaped data);
+  groups whose flags change the walk (a detection choosing among GTs of
+  different flags: a few thousand of the 460k walked detections at 20k
+  images);
 * per category, area range and max-dets: the kept detections of all images
   sorted by descending score (stable: image id, then the image's score
   order), ``tp`` / ``fp`` cumulative sums, ``recall = tp / n_gt``,
@@ -221,15 +222,17 @@ def _range_walk(layout: ExclusiveLayout, order: np.ndarray, gt_bits: np.ndarray)
     del at
     seg = _position_order(pos, len(order))
     gt_bits_w = gt_bits[layout.gt_row]
-    lut = np.empty(len(gt_bits_w) + 1, np.uint8)  # by GT position plus one
-    lut[0] = _NO_GT
-    lut[1:] = gt_bits_w
+    lut = np.empty(len(gt_bits_w) + 1, np.uint8)  # by GT position; -1 (no GT) reads the last entry
+    lut[:-1] = gt_bits_w
+    lut[-1] = _NO_GT
     chosen = exclusive_walk(layout)
-    chosen += 1
-    # row by row: a take with the [T,K] int32 positions whole would first copy them all as int64
+    # row by row (a take with the [T,K] int32 positions whole would first copy them all as int64): each
+    # row's codes in walk order first, then the one-byte codes put in accumulate order (not the positions)
     reference = np.empty((chosen.shape[0], len(seg)), np.uint8)
+    codes = np.empty(chosen.shape[1], np.uint8)
     for t in range(chosen.shape[0]):
-        np.take(lut, np.take(chosen[t], seg), out=reference[t])
+        np.take(lut, chosen[t], out=codes)
+        np.take(codes, seg, out=reference[t])
     return _RangeWalk(layout, seg, pos[seg], reference, gt_bits_w)
 
 
@@ -286,16 +289,50 @@ def _recall_steps(npig_k: np.ndarray) -> np.ndarray:
     return c.astype(np.int64)
 
 
+def _row_segments(code: np.ndarray, out: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per IoU threshold, the segments (ascending) of the true positives and of the matches to an ignored
+    GT whose area is in range, from the outcome ``code`` [T,s] (:func:`_segment_outcome`) and ``out`` [s]."""
+    inside = ~out
+    rows = []
+    for t in range(len(code)):  # one IoU threshold at a time: the temporaries of one row stay small
+        row = code[t]
+        ign = row == 2
+        ign &= inside
+        rows.append((np.flatnonzero(row == 1), np.flatnonzero(ign)))
+    return rows
+
+
+def _select_rows(
+    rows: list[tuple[np.ndarray, np.ndarray]], sel: np.ndarray, n: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`_row_segments` of the segments ``sel`` (ascending, of ``n``) from those of all ``n``: each
+    list kept where its segment is selected, renumbered by its place in ``sel`` (still ascending)."""
+    place = np.full(n, -1, np.int64)
+    place[sel] = np.arange(len(sel), dtype=np.int64)
+    out = []
+    for wi, ign in rows:
+        a, b = place[wi], place[ign]
+        out.append((a[a >= 0], b[b >= 0]))
+    return out
+
+
 def _accumulate(
-    code: np.ndarray, out: np.ndarray, base_cum: np.ndarray, kept: _Kept, npig_k: np.ndarray, steps: np.ndarray
+    code_rows: list[tuple[np.ndarray, np.ndarray]],
+    out: np.ndarray,
+    base_cum: np.ndarray,
+    kept: _Kept,
+    npig_k: np.ndarray,
+    steps: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """pycocotools ``accumulate`` of one area range and max-dets: ``precision [T,R,K]``, ``recall [T,K]``.
 
     The kept detections (``kept``) in accumulate order, category blocks ``kept.cat_bounds``; a
     detection is counted (not ignored) by its area, ``base_cum`` [n+1] the cumulative count of that,
-    except at the segments ``kept.seg_pos``, whose outcome ``code`` [T,s] (0 unmatched, 1 true
-    positive, 2 matched to an ignored GT) depends on the threshold: a match counts whatever the area,
-    a match to an ignored GT never (``out`` [s]: the segment's area is out of range). So the count
+    except at the segments ``kept.seg_pos``, whose outcome (0 unmatched, 1 true positive, 2 matched
+    to an ignored GT; ``code_rows``: per threshold the segments of the true positives and of the
+    matches to an ignored GT in range, :func:`_row_segments`) depends on the threshold: a match counts
+    whatever the area, a match to an ignored GT never (``out`` [s]: the segment's area is out of
+    range). So the count
     differs from the area's by +1 at a true positive out of range and by -1 at a match to an ignored
     GT in range. Only the true positives are visited: recall rises at them only, so the first position
     reaching a recall threshold is the ``steps``-th true positive of its (threshold, category) group,
@@ -304,16 +341,11 @@ def _accumulate(
     ``c / (fp + c + eps)`` with ``fp`` the counted detections before it that are not true positives:
     pycocotools' cumulative sums, read where they matter, the same floats.
     """
-    T, K = len(code), len(npig_k)
+    T, K = len(code_rows), len(npig_k)
     precision = np.empty((T, len(RECALL_THRESHOLDS), K))
     recall = np.empty((T, K))
-    inside = ~out
-    for t in range(T):  # one IoU threshold at a time: the temporaries of one row stay small
-        row = code[t]
-        wi = np.flatnonzero(row == 1)  # the true positives, by segment
-        ign = row == 2
-        ign &= inside
-        precision[t], recall[t] = _accumulate_row(wi, np.flatnonzero(ign), out, base_cum, kept, npig_k, steps)
+    for t, (wi, ign) in enumerate(code_rows):
+        precision[t], recall[t] = _accumulate_row(wi, ign, out, base_cum, kept, npig_k, steps)
     missing = npig_k == 0
     precision[:, :, missing], recall[:, missing] = -1.0, -1.0
     return precision, recall
@@ -389,9 +421,9 @@ def _area_arrays(
     recall = np.empty((T, K, M))
     bit = np.uint8(1 << r)
     gt_ignore = (gt_bits & bit) > 0
-    code = _segment_outcome(walk, r)
     in_range = (det_bits & bit) > 0  # ~dtIg of an unmatched detection
     out = ~in_range[walk.seg_pos]  # a segment's area out of the range
+    code_rows = _row_segments(_segment_outcome(walk, r), out)
     npig_k = np.bincount(gt_k[~gt_ignore], minlength=K)[:K] if len(gt_bits) else np.zeros(K, np.int64)
     steps = _recall_steps(npig_k)
     done: dict[int, int] = {}
@@ -405,8 +437,10 @@ def _area_arrays(
         base_cum = np.zeros(len(counted) + 1, np.int32 if len(counted) < 2**31 else np.int64)
         np.cumsum(counted, dtype=base_cum.dtype, out=base_cum[1:])
         sel = kept.seg_sel
-        code_m, out_m = (code, out) if sel is None else (np.take(code, sel, axis=1), out[sel])
-        precision[..., mi], recall[..., mi] = _accumulate(code_m, out_m, base_cum, kept, npig_k, steps)
+        # the segments of each threshold's outcomes, listed once over every segment: a max-dets keeping
+        # some takes its share of the lists (no second scan of the outcome rows)
+        rows_m, out_m = (code_rows, out) if sel is None else (_select_rows(code_rows, sel, len(out)), out[sel])
+        precision[..., mi], recall[..., mi] = _accumulate(rows_m, out_m, base_cum, kept, npig_k, steps)
     return precision, recall
 
 

@@ -153,8 +153,26 @@ def laece_from_outcomes(
     Definition: :func:`detcal.metrics.reference.laece`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     s = _check(o, score, bins, variant)
+    return _laece(o, _sample(o, s), bins, closed, variant)
+
+
+def laece_and_laace(
+    o: DetectionOutcomes, *, bins: int = LAECE_BINS, closed: str = "right", variant: str = "kuzucu2024"
+) -> tuple[MetricResult, MetricResult]:
+    """``laece_from_outcomes(o, bins=bins, closed=closed, variant=variant)`` and
+    ``laace_from_outcomes(o, variant=variant)``, the scores checked and the sample taken once (the
+    same sample where the variant gives both the same: not ``"fiveai"``, whose LaACE keeps ignored
+    detections)."""
+    s = _check(o, None, bins, variant)
+    sample = _sample(o, s)
+    laece = _laece(o, sample, bins, closed, variant)
+    return laece, _laace(o, sample if variant != "fiveai" else _sample(o, s, keep_ignored=True), None, variant)
+
+
+def _laece(o: DetectionOutcomes, sample: tuple[np.ndarray, ...], bins: int, closed: str, variant: str) -> MetricResult:
+    """:func:`laece_from_outcomes` of its checked scores' ``sample`` (:func:`_sample`)."""
     C = len(o.gt_categories)
-    rows, cls, sv, tgt = _sample(o, s)
+    rows, cls, sv, tgt = sample
     n, conf, acc, err = _class_errors(cls, bin_index(sv, bins, closed), sv, tgt, C, bins)
     return MetricResult(
         name="laece",
@@ -194,8 +212,14 @@ def laace_from_outcomes(
     Definition: :func:`detcal.metrics.reference.laace`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     s = _check(o, score, bins, variant)
+    return _laace(o, _sample(o, s, keep_ignored=variant == "fiveai"), bins, variant)
+
+
+def _laace(o: DetectionOutcomes, sample: tuple[np.ndarray, ...], bins: int | None, variant: str) -> MetricResult:
+    """:func:`laace_from_outcomes` of its checked scores' ``sample`` (:func:`_sample`, with the ignored
+    detections for ``"fiveai"``)."""
     C = len(o.gt_categories)
-    rows, cls, sv, tgt = _sample(o, s, keep_ignored=variant == "fiveai")
+    rows, cls, sv, tgt = sample
     if bins is None:
         cnt = np.bincount(cls, minlength=C).astype(np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):

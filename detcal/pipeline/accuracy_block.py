@@ -20,7 +20,7 @@ from detcal.matching.kitti_ap import kitti_ap
 from detcal.matching.openimages import match_openimages
 from detcal.matching.voc import match_voc
 from detcal.metrics.accuracy import IOU_THRESHOLDS, MAX_DETS, accumulate_order, coco_ap
-from detcal.metrics.laece import describe_choices, laace_from_outcomes, laece_from_outcomes
+from detcal.metrics.laece import describe_choices, laece_and_laace
 from detcal.metrics.lrp import detection_outcomes, lrp_result, lrp_table, outcomes_from_match
 from detcal.metrics.lvis_ap import lvis_ap, lvis_calibration_by_frequency
 from detcal.metrics.voc_ap import VARIANTS, voc_ap
@@ -183,11 +183,12 @@ def localisation_block(
         else:
             o = detection_outcomes(dets, ds.gt, loc.tau, max_dets=spec.matching.max_dets)
         table = lrp_table(o, order)
+        laece, laace = laece_and_laace(o, bins=loc.laece_bins, closed=loc.closed, variant=loc.variant)
         out: dict[str, Any] = {
             "lrp": lrp_result(table, max_dets=spec.matching.max_dets),
             "olrp": lrp_result(table, optimal=True, max_dets=spec.matching.max_dets),
-            "laece": laece_from_outcomes(o, bins=loc.laece_bins, closed=loc.closed, variant=loc.variant),
-            "laace": laace_from_outcomes(o, variant=loc.variant),
+            "laece": laece,
+            "laace": laace,
         }
     thr = np.asarray(table.threshold, dtype=float)
     out["lrp_optimal_thresholds"] = {
