@@ -504,7 +504,9 @@ def unit_chunks(unit: np.ndarray, m: int) -> list[tuple[int, int, int, int]]:
     """Chunks ``(u0, u1, lo, hi)`` of the units ``[0, m)``, each with about :data:`LOO_PAIRS` pairs: units
     ``u0 <= u < u1`` own the pairs ``lo:hi`` (``unit [P]`` sorted); every unit falls in one chunk, with or
     without pairs."""
-    cuts = np.unique(np.concatenate([[0], unit[LOO_PAIRS::LOO_PAIRS], [m]]).astype(np.int64))
+    cuts = np.concatenate([[0], unit[LOO_PAIRS::LOO_PAIRS], [m]]).astype(np.int64)  # ascending: unit is
+    cuts = cuts[np.concatenate([[True], cuts[1:] != cuts[:-1]])]  # sorted in [0, m); repeats dropped (not
+    # np.unique, whose first call imports numpy.ma, ~8 ms, for its masked-array check)
     starts = np.searchsorted(unit, cuts, side="left")
     return [(int(cuts[j]), int(cuts[j + 1]), int(starts[j]), int(starts[j + 1])) for j in range(len(cuts) - 1)]
 

@@ -133,7 +133,8 @@ def class_blocks(ends: np.ndarray, size: int) -> list[tuple[int, int]]:
         return []
     steps = np.arange(size, int(ends[-1]), size)
     cuts = np.concatenate([[0], np.searchsorted(ends, steps, "right"), [len(ends)]])
-    cuts = np.unique(cuts)  # ascending already: drop the repeats
+    cuts = cuts[np.concatenate([[True], cuts[1:] != cuts[:-1]])]  # ascending already: drop the repeats (not
+    # np.unique, whose first call imports numpy.ma, ~8 ms, for its masked-array check)
     return [(int(a), int(b)) for a, b in zip(cuts, cuts[1:])]
 
 
