@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import io
 import mmap
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.figure_draws import FIGURES, draw
 
 from detcal.reports.font_maps import map_font_files
 
-_DRAW = """
+_PRELUDE = """
 import sys
 from pathlib import Path
 import numpy as np
@@ -26,20 +25,12 @@ if sys.argv[2] == "mapped":
     from matplotlib import font_manager
     font = font_manager.get_font(font_manager.fontManager._find_fonts_by_props(font_manager.FontProperties()))
     assert isinstance(font.fname, mmap.mmap), font.fname
-out = Path(sys.argv[1])
-n = np.array([5.0, 0, 40, 300, 7])
-plots.reliability_diagram(out / "r.png", [0.1, np.nan, 0.5, 0.7, 0.9], [0.0, np.nan, 0.4, 0.8, 1.0], n, ece=0.1)
-gap = np.array([[0.1, -0.2], [np.nan, 0.3]])
-maps = {"cx_cy": {"signed_gap": gap, "count": np.array([[5, 5], [0, 9]]), "axes": ("cx", "cy")}}
-plots.dece_heatmaps(out / "d.png", maps, sample_threshold=2, dece=0.2)
 """
+_DRAW = _PRELUDE + FIGURES
 
 
 def _draw(tmp_path: Path, mode: str) -> dict[str, bytes]:
-    out = tmp_path / mode
-    out.mkdir()
-    subprocess.run([sys.executable, "-c", _DRAW, str(out), mode], check=True)
-    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+    return draw(tmp_path, _DRAW, mode)
 
 
 def test_mapped_fonts_draw_the_same_bytes(tmp_path: Path) -> None:

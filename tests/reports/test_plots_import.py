@@ -4,11 +4,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-_DRAW = """
+from support.figure_draws import FIGURES, draw
+
+_PRELUDE = """
 import sys
 from pathlib import Path
 import numpy as np
@@ -35,21 +35,15 @@ if sys.argv[2] == "lean":
 else:
     import matplotlib.lines
     assert "antialiased" in matplotlib.lines.Line2D.set.__doc__
-out = Path(sys.argv[1])
-n = np.array([5.0, 0, 40, 300, 7])
-plots.reliability_diagram(out / "r.png", [0.1, np.nan, 0.5, 0.7, 0.9], [0.0, np.nan, 0.4, 0.8, 1.0], n, ece=0.1)
-gap = np.array([[0.1, -0.2], [np.nan, 0.3]])
-maps = {"cx_cy": {"signed_gap": gap, "count": np.array([[5, 5], [0, 9]]), "axes": ("cx", "cy")}}
-plots.dece_heatmaps(out / "d.png", maps, sample_threshold=2, dece=0.2)
+"""
+_PIL_CHECK = """
 assert ("PIL.JpegImagePlugin" in sys.modules) is (sys.argv[2] != "lean")  # PNGs saved without PIL's preinit
 """
+_DRAW = _PRELUDE + FIGURES + _PIL_CHECK
 
 
 def _draw(tmp_path: Path, mode: str) -> dict[str, bytes]:
-    out = tmp_path / mode
-    out.mkdir()
-    subprocess.run([sys.executable, "-c", _DRAW, str(out), mode], check=True)
-    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+    return draw(tmp_path, _DRAW, mode)
 
 
 def test_lean_import_draws_the_same_bytes(tmp_path: Path) -> None:
