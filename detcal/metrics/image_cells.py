@@ -40,6 +40,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from detcal.binning.cells import CellSums, dense_rank
+from detcal.matching.blocks import segment_starts
 from detcal.metrics.confidence_compute import summaries_shared
 from detcal.metrics.confidence_loo import loo_shared
 from detcal.metrics.sparse_product import csc_product
@@ -505,8 +506,8 @@ def unit_chunks(unit: np.ndarray, m: int) -> list[tuple[int, int, int, int]]:
     ``u0 <= u < u1`` own the pairs ``lo:hi`` (``unit [P]`` sorted); every unit falls in one chunk, with or
     without pairs."""
     cuts = np.concatenate([[0], unit[LOO_PAIRS::LOO_PAIRS], [m]]).astype(np.int64)  # ascending: unit is
-    cuts = cuts[np.concatenate([[True], cuts[1:] != cuts[:-1]])]  # sorted in [0, m); repeats dropped (not
-    # np.unique, whose first call imports numpy.ma, ~8 ms, for its masked-array check)
+    cuts = cuts[segment_starts(cuts)]  # sorted in [0, m); repeats dropped (np.unique's first call imports
+    # numpy.ma, ~8 ms, for its masked-array check)
     starts = np.searchsorted(unit, cuts, side="left")
     return [(int(cuts[j]), int(cuts[j + 1]), int(starts[j]), int(starts[j + 1])) for j in range(len(cuts) - 1)]
 

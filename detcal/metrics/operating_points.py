@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from detcal.core.types import MetricResult
+from detcal.matching.blocks import segment_starts
 from detcal.metrics.confidence import ConfidenceMetric
 from detcal.metrics.lrp import DetectionOutcomes, lrp_table
 from detcal.metrics.narrow_ints import sort_code_type
@@ -133,8 +134,8 @@ def class_blocks(ends: np.ndarray, size: int) -> list[tuple[int, int]]:
         return []
     steps = np.arange(size, int(ends[-1]), size)
     cuts = np.concatenate([[0], np.searchsorted(ends, steps, "right"), [len(ends)]])
-    cuts = cuts[np.concatenate([[True], cuts[1:] != cuts[:-1]])]  # ascending already: drop the repeats (not
-    # np.unique, whose first call imports numpy.ma, ~8 ms, for its masked-array check)
+    cuts = cuts[segment_starts(cuts)]  # ascending already: drop the repeats (np.unique's first call imports
+    # numpy.ma, ~8 ms, for its masked-array check)
     return [(int(a), int(b)) for a, b in zip(cuts, cuts[1:])]
 
 
