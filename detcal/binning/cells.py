@@ -31,6 +31,7 @@ from detcal.binning.kernels import (  # noqa: F401  (NLL_CLIP is re-exported)
     fx_words_into,
     quick_arrays,
     term_into,
+    words_int64,
 )
 from detcal.core.errors import DetcalInputError
 from detcal.utils import memory  # the module: tests stand in for available_bytes there
@@ -467,7 +468,7 @@ def cell_stats(
     names = (["sum_p"] if split else []) + rest
     compact = 2 * size > _COMPACT_KEYS
     count2 = np.zeros(0 if compact else 2 * size, dtype=np.int64)
-    acc2 = {} if compact else {name: np.zeros((2 * size, 3), dtype=np.int64) for name in names}
+    acc2 = {} if compact else {name: np.zeros((3, 2 * size), dtype=np.float64) for name in names}  # add_words
     keys = np.empty(n, dtype=np.int64) if compact else None
     # chunks stay cache-sized unless a per-chunk pass over the occupied keys would dominate
     step = max(CHUNK, size // 2)
@@ -489,6 +490,9 @@ def cell_stats(
         add_chunk(acc2, key2, p_used, yc, ws)
     if keys is not None:
         count2, acc2 = _compact_sums(keys, p_arr, y_arr, edges, size, names, step, ws)
+    else:
+        acc2 = {name: words_int64(acc2.pop(name)) for name in names}  # one at a time (the dict comprehension
+        # pops each float accumulator before the next is converted)
     del keys, ws  # released before the statistics are assembled (peak memory)
     return _assemble(count2, acc2, shape, wanted, b, edges)
 
@@ -517,7 +521,7 @@ def _compact_sums(
     slot[occ] = np.arange(len(occ))
     np.take(slot, keys, out=keys)
     del slot
-    part = {name: np.zeros((len(occ), 3), dtype=np.int64) for name in names}
+    part = {name: np.zeros((3, len(occ)), dtype=np.float64) for name in names}  # exact word sums (add_words)
     for a in chunks(len(keys), step):
         pc, yc = p_arr[a : a + step], y_arr[a : a + step]
         m = len(pc)
@@ -526,13 +530,13 @@ def _compact_sums(
     acc2: dict[str, np.ndarray] = {}
     for name in names:
         acc2[name] = np.zeros((2 * size, 3), dtype=np.int64)
-        acc2[name][occ] = part.pop(name)
+        acc2[name][occ] = part.pop(name).T  # whole numbers below 2**53: converted exactly
     return count2, acc2
 
 
 def add_chunk(acc: dict[str, np.ndarray], key: np.ndarray, p_used: np.ndarray, y: np.ndarray, ws: Workspace) -> None:
-    """Add one chunk's fixed-point sums into ``acc`` (statistic -> ``[K, 3]`` int64 words, ``"sum_p"`` the
-    confidence itself): ``key [m]`` the key of each sample (its row of ``acc``), ``p_used`` the confidence as
+    """Add one chunk's fixed-point sums into ``acc`` (statistic -> ``[3, K]`` float64 word sums, exact whole
+    numbers: :func:`detcal.binning.kernels.add_words`; ``"sum_p"`` the confidence itself): ``key [m]`` the key of each sample (its row of ``acc``), ``p_used`` the confidence as
     averaged (clipped under netcal's rule), ``y`` the matched flags (bool or 0/1, read by the other
     statistics' terms only). The one per-chunk accumulation of :func:`cell_stats`, over the whole key range
     or over the occupied keys (:func:`_compact_sums`)."""
