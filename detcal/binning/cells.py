@@ -52,12 +52,16 @@ FLOAT_STATS: dict[str, int] = {
 
 
 def _fx_value(words: np.ndarray, log2_max: int) -> np.ndarray:
-    """Float value [...] of summed fixed-point words [...,3] (deterministic: fixed order)."""
+    """Float value [...] of summed fixed-point words [...,3] (deterministic: fixed order).
+
+    Each word is scaled by multiplying with its power of two (``2**(log2_max - 18 k)``, a normal float for every
+    statistic of :data:`FLOAT_STATS`): the product of a float and a normal power of two whose result stays normal
+    is exact, so it is ``np.ldexp`` of the word, bit for bit, in about half the time."""
     w = np.asarray(words, dtype=np.float64)
     return (
-        np.ldexp(w[..., 0], log2_max - _FX_BITS)
-        + np.ldexp(w[..., 1], log2_max - 2 * _FX_BITS)
-        + np.ldexp(w[..., 2], log2_max - 3 * _FX_BITS)
+        w[..., 0] * (2.0 ** (log2_max - _FX_BITS))
+        + w[..., 1] * (2.0 ** (log2_max - 2 * _FX_BITS))
+        + w[..., 2] * (2.0 ** (log2_max - 3 * _FX_BITS))
     )
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from detcal.binning.cells import FLOAT_STATS, cell_stats, sample_cells, sample_terms
+from detcal.binning.cells import FLOAT_STATS, CellStats, cell_stats, sample_cells, sample_terms
 from detcal.binning.kernels import (
     CHUNK,
     FX_BITS,
@@ -152,3 +152,21 @@ def test_nan_to_zero_is_nan_to_num(with_inf: bool) -> None:
         want = np.nan_to_num(arr)
         got = nan_to_zero(arr)
         assert got.strides == want.strides and _bits(got) == _bits(want)
+
+
+@pytest.mark.parametrize("name", ["sum_p0", "sum_nll"])  # every scale of FLOAT_STATS
+def test_fixed_point_value_is_the_ldexp_sum(name: str) -> None:
+    log2_max = FLOAT_STATS[name]
+    rng = np.random.default_rng(6)
+    words = rng.integers(-(2**62), 2**62, (400, 3))
+    words[:100] = rng.integers(0, 2**20, (100, 3))  # small sums
+    words[100:110] = [[0, 0, 0], [1, 0, 0], [0, 0, 1], [2**53 + 1, 2**53 - 1, 1], [-1, -1, -1], *[[0, 0, 0]] * 5]
+    w = words.astype(np.float64)
+    want = (
+        np.ldexp(w[:, 0], log2_max - FX_BITS)
+        + np.ldexp(w[:, 1], log2_max - 2 * FX_BITS)
+        + np.ldexp(w[:, 2], log2_max - 3 * FX_BITS)
+    )
+    zeros = np.zeros(len(words), dtype=np.int64)
+    st = CellStats(bins=(len(words),), edges="floor", count=zeros, sum_y=zeros, fixed={name: words})
+    assert _bits(getattr(st, name)) == _bits(want)
