@@ -31,6 +31,7 @@ from detcal.binning.kernels import (  # noqa: F401  (NLL_CLIP is re-exported)
     fx_words_into,
     quick_arrays,
     term_into,
+    words_int64,
 )
 from detcal.core.errors import DetcalInputError
 from detcal.utils import memory  # the module: tests stand in for available_bytes there
@@ -51,12 +52,16 @@ FLOAT_STATS: dict[str, int] = {
 
 
 def _fx_value(words: np.ndarray, log2_max: int) -> np.ndarray:
-    """Float value [...] of summed fixed-point words [...,3] (deterministic: fixed order)."""
+    """Float value [...] of summed fixed-point words [...,3] (deterministic: fixed order).
+
+    Each word is scaled by multiplying with its power of two (``2**(log2_max - 18 k)``, a normal float for every
+    statistic of :data:`FLOAT_STATS`): the product of a float and a normal power of two whose result stays normal
+    is exact, so it is ``np.ldexp`` of the word, bit for bit, in about half the time."""
     w = np.asarray(words, dtype=np.float64)
     return (
-        np.ldexp(w[..., 0], log2_max - _FX_BITS)
-        + np.ldexp(w[..., 1], log2_max - 2 * _FX_BITS)
-        + np.ldexp(w[..., 2], log2_max - 3 * _FX_BITS)
+        w[..., 0] * (2.0 ** (log2_max - _FX_BITS))
+        + w[..., 1] * (2.0 ** (log2_max - 2 * _FX_BITS))
+        + w[..., 2] * (2.0 ** (log2_max - 3 * _FX_BITS))
     )
 
 
@@ -467,7 +472,7 @@ def cell_stats(
     names = (["sum_p"] if split else []) + rest
     compact = 2 * size > _COMPACT_KEYS
     count2 = np.zeros(0 if compact else 2 * size, dtype=np.int64)
-    acc2 = {} if compact else {name: np.zeros((2 * size, 3), dtype=np.int64) for name in names}
+    acc2 = {} if compact else {name: np.zeros((3, 2 * size), dtype=np.float64) for name in names}  # add_words
     keys = np.empty(n, dtype=np.int64) if compact else None
     # chunks stay cache-sized unless a per-chunk pass over the occupied keys would dominate
     step = max(CHUNK, size // 2)
@@ -489,6 +494,9 @@ def cell_stats(
         add_chunk(acc2, key2, p_used, yc, ws)
     if keys is not None:
         count2, acc2 = _compact_sums(keys, p_arr, y_arr, edges, size, names, step, ws)
+    else:
+        acc2 = {name: words_int64(acc2.pop(name)) for name in names}  # one at a time (the dict comprehension
+        # pops each float accumulator before the next is converted)
     del keys, ws  # released before the statistics are assembled (peak memory)
     return _assemble(count2, acc2, shape, wanted, b, edges)
 
@@ -512,12 +520,12 @@ def _compact_sums(
     over the whole key range, in any order.
     """
     count2 = np.bincount(keys, minlength=2 * size)
-    occ = np.flatnonzero(count2)
+    occ = np.flatnonzero(count2 != 0)  # the same positions; a boolean mask is scanned about 4x faster
     slot = np.zeros(2 * size, dtype=np.int64)
     slot[occ] = np.arange(len(occ))
     np.take(slot, keys, out=keys)
     del slot
-    part = {name: np.zeros((len(occ), 3), dtype=np.int64) for name in names}
+    part = {name: np.zeros((3, len(occ)), dtype=np.float64) for name in names}  # exact word sums (add_words)
     for a in chunks(len(keys), step):
         pc, yc = p_arr[a : a + step], y_arr[a : a + step]
         m = len(pc)
@@ -525,14 +533,17 @@ def _compact_sums(
         add_chunk(part, keys[a : a + m], p_used, yc, ws)
     acc2: dict[str, np.ndarray] = {}
     for name in names:
+        words = part.pop(name)
         acc2[name] = np.zeros((2 * size, 3), dtype=np.int64)
-        acc2[name][occ] = part.pop(name)
+        for j in range(3):  # word by word: a contiguous source (a [P, 3] gather from the transpose is slower)
+            acc2[name][:, j][occ] = words[j]  # whole numbers below 2**53: converted exactly
+        del words
     return count2, acc2
 
 
 def add_chunk(acc: dict[str, np.ndarray], key: np.ndarray, p_used: np.ndarray, y: np.ndarray, ws: Workspace) -> None:
-    """Add one chunk's fixed-point sums into ``acc`` (statistic -> ``[K, 3]`` int64 words, ``"sum_p"`` the
-    confidence itself): ``key [m]`` the key of each sample (its row of ``acc``), ``p_used`` the confidence as
+    """Add one chunk's fixed-point sums into ``acc`` (statistic -> ``[3, K]`` float64 word sums, exact whole
+    numbers: :func:`detcal.binning.kernels.add_words`; ``"sum_p"`` the confidence itself): ``key [m]`` the key of each sample (its row of ``acc``), ``p_used`` the confidence as
     averaged (clipped under netcal's rule), ``y`` the matched flags (bool or 0/1, read by the other
     statistics' terms only). The one per-chunk accumulation of :func:`cell_stats`, over the whole key range
     or over the occupied keys (:func:`_compact_sums`)."""

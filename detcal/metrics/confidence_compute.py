@@ -80,16 +80,44 @@ def cell_summary(s: CellSums, sample_threshold: int, policy: str) -> dict[str, n
     return e[3]  # type: ignore[no-any-return]
 
 
+def select(mask: np.ndarray, x: Any, other: float = 0.0) -> np.ndarray:
+    """``np.where(mask, x, other)`` for a boolean ``mask`` and float64 ``x`` of its shape, by selecting bits: the
+    64-bit pattern of ``x`` where ``mask`` holds, that of ``other`` elsewhere, in the memory order ``np.where``
+    gives (both keep the inputs' order). The same array element for element, without the branch per element
+    ``np.where`` takes (3-4 ns an element when the mask is irregular, as cell occupancy is, against well under 1
+    ns here). Any other shapes or types go to ``np.where`` itself."""
+    m = np.asarray(mask)
+    a = np.asarray(x)
+    if m.dtype != np.bool_ or a.dtype != np.float64 or m.shape != a.shape or a.ndim == 0:
+        return np.asarray(np.where(mask, x, other))
+    on = np.negative(m.view(np.int8))  # 0 or -1: every bit set where mask holds (sign-extended when widened)
+    bits = np.bitwise_and(a.view(np.int64), on)
+    fill = int(np.float64(other).view(np.int64))
+    if fill:
+        np.bitwise_or(bits, np.bitwise_and(np.invert(on, out=on), np.int64(fill)), out=bits)
+    return bits.view(np.float64)
+
+
+def nan_to_zero(gap: np.ndarray) -> np.ndarray:
+    """``np.nan_to_num(gap)`` of a float64 array: NaN -> 0 by :func:`select` (an array holding an infinity goes to
+    ``np.nan_to_num`` itself); the same array either way."""
+    g = np.asarray(gap)
+    if g.dtype != np.float64 or g.ndim == 0:
+        return np.asarray(np.nan_to_num(gap))
+    out = select(~np.isnan(g), g)
+    return np.asarray(np.nan_to_num(gap)) if np.isinf(out).any() else out
+
+
 def _cell_summary(s: CellSums, sample_threshold: int, policy: str) -> dict[str, np.ndarray]:
     n_c = np.asarray(s.count, dtype=np.float64)
     occupied = n_c > 0
     kept = occupied & (n_c >= sample_threshold)
-    safe = np.where(occupied, n_c, 1.0)
-    prec = np.where(occupied, s.sum_y / safe, np.nan)
-    conf = np.where(occupied, s.sum_p / safe, np.nan)
+    safe = select(occupied, n_c, 1.0)
+    prec = select(occupied, s.sum_y / safe, np.nan)
+    conf = select(occupied, s.sum_p / safe, np.nan)
     gap = np.abs(prec - conf)
     n = n_c.sum(axis=-1)
-    n_kept = np.where(kept, n_c, 0.0).sum(axis=-1)
+    n_kept = select(kept, n_c).sum(axis=-1)
     denom = n_kept if policy == "drop" else n
     return {
         "n_c": n_c,
@@ -98,7 +126,7 @@ def _cell_summary(s: CellSums, sample_threshold: int, policy: str) -> dict[str, 
         "prec": prec,
         "conf": conf,
         "gap": gap,
-        "gap0": np.nan_to_num(gap),  # the gap read by the measures (0 in empty cells), made once per summary
+        "gap0": nan_to_zero(gap),  # the gap read by the measures (0 in empty cells), made once per summary
         "n": n,
         "n_kept": n_kept,
         "denom": denom,
@@ -123,7 +151,7 @@ def gap_moments(summ: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def _gap_moments(summ: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     kept, n_c, gap = summ["kept"], summ["n_c"], summ["gap0"]
-    w = np.where(kept, n_c, 0.0)
+    w = select(kept, n_c)
     n_kept = summ["n_kept"][..., None]
     wn = ratio(w, n_kept)
     mean = np.sum(wn * gap, axis=-1)
@@ -131,7 +159,7 @@ def _gap_moments(summ: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     std = np.sqrt(np.maximum(var, 0.0))
     threshold = mean + 2.0 * std
     outlier = kept & (gap - mean[..., None] > 2.0 * std[..., None] + OUTLIER_TOL)
-    share = ratio(np.where(outlier, n_c, 0.0).sum(axis=-1), summ["n_kept"])
+    share = ratio(select(outlier, n_c).sum(axis=-1), summ["n_kept"])
     return {"mean": mean, "std": std, "threshold": threshold, "outlier": outlier, "share": share}
 
 
@@ -146,20 +174,20 @@ def ece_values(s: CellSums, m: MeasureSettings) -> np.ndarray:
     """``sum_kept N_c gap(c) / N'`` (ECE, and D-ECE on the position grid): :func:`detcal.metrics.reference.ece`."""
     summ = _summ(s, m)
     kept, n_c, gap = summ["kept"], summ["n_c"], summ["gap0"]
-    return ratio(np.where(kept, n_c * gap, 0.0).sum(axis=-1), summ["denom"])
+    return ratio(select(kept, n_c * gap).sum(axis=-1), summ["denom"])
 
 
 def ece_q_values(s: CellSums, m: MeasureSettings) -> np.ndarray:
     """``(sum_kept N_c gap(c)^q / N')^(1/q)``: :func:`detcal.metrics.reference.ece_q`."""
     summ, q = _summ(s, m), m.q
     kept, n_c, gap = summ["kept"], summ["n_c"], summ["gap0"]
-    return ratio(np.where(kept, n_c * gap**q, 0.0).sum(axis=-1), summ["denom"]) ** (1.0 / q)
+    return ratio(select(kept, n_c * gap**q).sum(axis=-1), summ["denom"]) ** (1.0 / q)
 
 
 def mce_values(s: CellSums, m: MeasureSettings) -> np.ndarray:
     """``max_kept gap(c)``: :func:`detcal.metrics.reference.mce`."""
     summ = _summ(s, m)
-    mx = np.max(np.where(summ["kept"], summ["gap0"], -np.inf), axis=-1, initial=-np.inf)
+    mx = np.max(select(summ["kept"], summ["gap0"], -np.inf), axis=-1, initial=-np.inf)
     return np.where(np.isfinite(mx), mx, np.nan)
 
 

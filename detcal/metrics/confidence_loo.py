@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from detcal.binning.cells import CellSums
-from detcal.metrics.confidence_compute import OUTLIER_TOL, ratio
+from detcal.metrics.confidence_compute import OUTLIER_TOL, ratio, select
 from detcal.utils.scoped import Scoped
 
 
@@ -65,8 +65,8 @@ def _cells(n: np.ndarray, sum_y: np.ndarray, sum_p: np.ndarray, threshold: int) 
     """(kept, gap) per cell as :func:`detcal.metrics.confidence_compute.cell_summary` (gap 0 where empty)."""
     occupied = n > 0
     kept = occupied & (n >= threshold)
-    safe = np.where(occupied, n, 1.0)
-    gap = np.where(occupied, np.abs(sum_y / safe - sum_p / safe), 0.0)
+    safe = select(occupied, n, 1.0)
+    gap = select(occupied, np.abs(sum_y / safe - sum_p / safe))
     return kept, gap
 
 
@@ -121,7 +121,7 @@ def _weights(c: CellLOO, drop: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray
     key = "weights_drop" if drop else "weights_all"
     if key not in c.memo:
         if drop:
-            w_t, w_l = np.where(c.kept_t, c.n_t, 0.0), np.where(c.kept_l, c.n_l, 0.0)
+            w_t, w_l = select(c.kept_t, c.n_t), select(c.kept_l, c.n_l)
         else:
             w_t, w_l = c.n_t, c.n_l
         w_o = w_t[c.col]
@@ -132,11 +132,11 @@ def _weights(c: CellLOO, drop: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray
 def loo_sum_ratio(c: CellLOO, q: float, policy: str, power: bool) -> np.ndarray:
     """ECE / D-ECE (``power=False``) or ECE_q (``power=True``) with each unit left out ``[m]``."""
     if power:
-        term_t = np.where(c.kept_t, c.n_t * c.gap_t**q, 0.0)
-        term_l = np.where(c.kept_l, c.n_l * c.gap_l**q, 0.0)
+        term_t = select(c.kept_t, c.n_t * c.gap_t**q)
+        term_l = select(c.kept_l, c.n_l * c.gap_l**q)
     else:
-        term_t = np.where(c.kept_t, c.n_t * c.gap_t, 0.0)
-        term_l = np.where(c.kept_l, c.n_l * c.gap_l, 0.0)
+        term_t = select(c.kept_t, c.n_t * c.gap_t)
+        term_l = select(c.kept_l, c.n_l * c.gap_l)
     num = term_t.sum() + _per_unit(c, term_l - term_t[c.col])
     den = _weights(c, policy == "drop")[3]
     v = ratio(num, den)
@@ -151,7 +151,7 @@ def _unit_starts(unit: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
 
 def loo_max_gap(c: CellLOO) -> np.ndarray:
     """MCE with each unit left out ``[m]``: the larger of the untouched and the touched cells' largest kept gap."""
-    key_t = np.where(c.kept_t, c.gap_t, -np.inf)
+    key_t = select(c.kept_t, c.gap_t, -np.inf)
     order = np.argsort(-key_t, kind="stable")
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
@@ -170,7 +170,7 @@ def loo_max_gap(c: CellLOO) -> np.ndarray:
     untouched = sorted_key[missing]
     touched = np.full(c.m, -np.inf)
     if len(by):
-        touched[has] = np.maximum.reduceat(np.where(c.kept_l, c.gap_l, -np.inf)[by], starts[has])
+        touched[has] = np.maximum.reduceat(select(c.kept_l, c.gap_l, -np.inf)[by], starts[has])
     best = np.maximum(untouched, touched)
     return np.where(np.isfinite(best), best, np.nan)
 
@@ -227,6 +227,6 @@ def loo_outliers(c: CellLOO) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         all_above = suffix[_first_above(c.gap_t[order], np.nan_to_num(mean), np.nan_to_num(limit))]
         mu, lim = mean[c.unit], limit[c.unit]
-        old = np.where(c.kept_t[c.col] & (c.gap_t[c.col] - mu > lim), _weights(c, True)[2], 0.0)
-        new = np.where(c.kept_l & (c.gap_l - mu > lim), c.n_l, 0.0)
+        old = select(c.kept_t[c.col] & (c.gap_t[c.col] - mu > lim), _weights(c, True)[2])
+        new = select(c.kept_l & (c.gap_l - mu > lim), c.n_l)
     return ratio(all_above + _per_unit(c, new - old), w)
