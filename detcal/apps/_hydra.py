@@ -23,7 +23,6 @@ another live run holds or one that holds another run is refused, unless
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import errno
 import logging
@@ -53,7 +52,18 @@ try:
     from omegaconf.errors import OmegaConfBaseException
 
     from detcal.apps._compose_cache import cached_composition
-    from detcal.apps._run_dir import guarded_jobs, lock, pop_overwrite, run_files
+    from detcal.apps._context import (
+        RUN_ID,
+        AppContext,
+        debug_requested,
+        fail,
+        is_secondary_rank,
+        log_failure,
+        reuse_freed_memory,
+    )
+    from detcal.apps._replay import HYDRA_KEYS, plain_words
+    from detcal.apps._replay_record import prepare as prepare_record
+    from detcal.apps._run_dir import guarded_jobs, lock, pop_overwrite
     from detcal.core.errors import DetcalError
     from detcal.data.specs import DATA_SPECS, DataSpec, foreign_field_message
     from detcal.pipeline.spec import ConfigError
@@ -61,10 +71,17 @@ try:
 finally:
     collector.resume(_collecting, freeze=True)
 
-__all__ = ["run_app", "run_header", "user_error_message", "data_schema_name", "RUN_ID"]
+__all__ = [
+    "run_app",
+    "run_header",
+    "user_error_message",
+    "data_schema_name",
+    "RUN_ID",
+    "AppContext",
+    "is_secondary_rank",
+    "instantiate_checked",
+]
 
-RUN_ID = os.urandom(3).hex()  # as secrets.token_hex(3), without importing hmac and OpenSSL's hashlib
-"""Random id of this process, the suffix of its run directory (``${detcal_run_id:}``)."""
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=,-]*$")
 log = logging.getLogger("detcal")
@@ -219,14 +236,7 @@ def os_error_message(e: OSError) -> str:
     return f"cannot write{where}: {what}"
 
 
-def _log_failure(message: str) -> None:
-    """Write the failure to the run's log file only (the console already shows it)."""
-    root = logging.getLogger()
-    rec = logging.LogRecord("detcal", logging.ERROR, __file__, 0, "run failed: %s", (message,), None)
-    for h in root.handlers:
-        if isinstance(h, logging.FileHandler):
-            h.handle(rec)
-
+_log_failure = log_failure
 
 _lock_run_dir = lock  # the advisory lock of a run directory (detcal.apps._run_dir)
 
@@ -240,15 +250,6 @@ def run_header(command: str, cfg: Any, run_dir: Path, overrides: list[str]) -> d
         "overrides": list(overrides),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
-
-
-def _header_fields(h: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in h.items() if k != "command"}
-
-
-def is_secondary_rank() -> bool:
-    """True in a torchrun rank other than 0 (it computes its share; rank 0 writes the report)."""
-    return os.environ.get("LOCAL_RANK") is not None and os.environ.get("RANK", "0") != "0"
 
 
 def _quiet_other_ranks() -> None:
@@ -266,26 +267,11 @@ def _quiet_other_ranks() -> None:
     ]
 
 
-def _debug() -> bool:
-    return os.environ.get("HYDRA_FULL_ERROR", "") == "1" or os.environ.get("DETCAL_DEBUG", "") not in ("", "0")
+_debug = debug_requested
+_fail = fail
 
 
-def _fail(prog: str, message: str) -> None:
-    print(f"{prog}: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
-
-
-_SWEEP_KEYS = (
-    "hydra.mode",
-    "hydra.sweeper",
-    "hydra/sweeper",
-    "hydra.searchpath",
-    "hydra/launcher",
-    "hydra.launcher",
-    "+hydra",
-    "++hydra",
-    "~hydra",
-)
+_SWEEP_KEYS = HYDRA_KEYS
 
 
 def _is_multirun(argv: list[str]) -> bool:
@@ -297,10 +283,7 @@ def _is_multirun(argv: list[str]) -> bool:
     )
 
 
-def _is_plain(argv: list[str]) -> bool:
-    """No flag (``-m``, ``--cfg``, ``--config-dir``, ...) and no override of Hydra's mode, sweeper, launcher
-    or search path: a single run that composes once."""
-    return not any(a.startswith("-") or a.startswith(_SWEEP_KEYS) for a in argv)
+_is_plain = plain_words  # no flag and no override of Hydra's mode, sweeper, launcher or search path
 
 
 @contextlib.contextmanager
@@ -368,32 +351,17 @@ def _shared_group_listing() -> Any:
         ConfigLoaderImpl.get_group_options = original  # type: ignore[method-assign]
 
 
-_MMAP_THRESHOLD = 1 << 30
-_TRIM_THRESHOLD = 1 << 31
-
-
-def _reuse_freed_memory() -> None:
-    """glibc: serve the large arrays of a run from memory the process has freed, not from fresh pages.
-
-    By default glibc maps every array of more than a few MiB afresh and unmaps it when freed, so
-    each of the many full-size temporaries of a run pays the page faults of its memory again (a
-    tenth of the lean run's CPU at 5,000 images, more at 20,000). With these thresholds freed
-    memory stays in the process for the next array; the peak resident memory is unchanged (it is
-    the most held at once). No-op off glibc, or with ``DETCAL_MALLOC_DEFAULTS=1``.
-    """
-    if not sys.platform.startswith("linux") or os.environ.get("DETCAL_MALLOC_DEFAULTS") == "1":
-        return
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt thresholds)
-        return
-    mallopt(-1, _TRIM_THRESHOLD)  # M_TRIM_THRESHOLD
-    mallopt(-3, _MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
+_reuse_freed_memory = reuse_freed_memory
 
 
 def run_app(
-    config_name: str, schema: type, task: Callable[[Any, AppContext], Any], prog: str, *, resumable: bool = False
+    config_name: str,
+    schema: type,
+    task: Callable[[Any, AppContext], Any],
+    prog: str,
+    *,
+    resumable: bool = False,
+    record: bool = False,
 ) -> None:
     """Run ``task(spec, ctx)`` as the Hydra app ``prog`` on ``configs/<config_name>.yaml``.
 
@@ -402,7 +370,8 @@ def run_app(
     provenance). Handles the command line (overrides, ``-m``, ``--cfg job``,
     ``--help``) through Hydra; ``overwrite=true`` lets the run replace the run
     already in its directory; ``resumable`` commands may rerun in their own
-    directory (detcal-main keeps its finished stages).
+    directory (detcal-main keeps its finished stages). ``record``: a plain command line that completes stores
+    its run record, so that the next run of it is replayed without Hydra (:mod:`detcal.apps._replay`).
     """
     debug = _debug()
     _reuse_freed_memory()
@@ -439,7 +408,11 @@ def run_app(
             ctx = AppContext(
                 prog=prog, run_dir=run_dir, overrides=list(hc.overrides.task), choices=dict(hc.runtime.choices), cfg=cfg
             )
-            return task(spec, ctx)
+            store = prepare_record(prog, config_name, argv, cfg, HydraConfig.instance().cfg, spec) if record else None
+            result = task(spec, ctx)
+            if store is not None:
+                store()
+            return result
         except Exception as exc:
             msg = user_error_message(exc)
             _log_failure(msg or f"{type(exc).__name__}: {exc}")
@@ -501,36 +474,19 @@ def target_class(node: Mapping[str, Any], key: str) -> type:
     return cls
 
 
-class AppContext:
-    """What a task gets besides its spec: ``prog``, ``run_dir``, ``overrides``,
-    ``choices`` (config group -> option) and ``cfg`` (for the provenance header)."""
-
-    def __init__(self, prog: str, run_dir: Path, overrides: list[str], choices: Mapping[str, Any], cfg: Any):
-        self.prog, self.run_dir, self.overrides, self.choices, self.cfg = prog, run_dir, overrides, choices, cfg
-
-    def header(self) -> dict[str, Any]:
-        """metrics.json provenance of this run, with ``run_files``: what the run directory holds besides the
-        outputs the command is about to write (listed under ``files``): the log, ``.hydra/`` files, data
-        the run generated (folders as ``name/``)."""
-
-        h = _header_fields(run_header(self.prog, self.cfg, self.run_dir, self.overrides))
-        return {**h, "run_files": run_files(self.run_dir)}
-
-    def instantiate(self, node: Any, key: str) -> Any:
-        """Build a ``_target_`` node (a calibrator) with a clear error naming ``key``; the target must be a
-        subclass of :class:`detcal.calibration.base.Calibrator`, checked before it is called."""
-        if node is None:
-            return None
-        if not isinstance(node, Mapping) or "_target_" not in node:
-            raise ConfigError(
-                key, f"expected a config with _target_ (one of configs/{key.split('.')[0]}/), got {node!r}"
-            )
-        target_class(node, key)  # checked before anything is called
-        try:
-            return hydra_instantiate(dict(node), _recursive_=False)  # a nested _target_ is never called
-        except Exception as exc:  # noqa: BLE001 - reported with the key
-            cause = exc.__cause__ or exc
-            field = getattr(cause, "field", None)
-            if isinstance(cause, DetcalError) and field:
-                raise ConfigError(f"{key}.{field}", getattr(cause, "message", str(cause))) from exc
-            raise ConfigError(key, f"cannot build {node['_target_']}: {_first_line(cause)}") from exc
+def instantiate_checked(node: Any, key: str) -> Any:
+    """Build a ``_target_`` node (a calibrator) with a clear error naming ``key``; the target must be a
+    subclass of :class:`detcal.calibration.base.Calibrator`, checked before it is called."""
+    if node is None:
+        return None
+    if not isinstance(node, Mapping) or "_target_" not in node:
+        raise ConfigError(key, f"expected a config with _target_ (one of configs/{key.split('.')[0]}/), got {node!r}")
+    target_class(node, key)  # checked before anything is called
+    try:
+        return hydra_instantiate(dict(node), _recursive_=False)  # a nested _target_ is never called
+    except Exception as exc:  # noqa: BLE001 - reported with the key
+        cause = exc.__cause__ or exc
+        field = getattr(cause, "field", None)
+        if isinstance(cause, DetcalError) and field:
+            raise ConfigError(f"{key}.{field}", getattr(cause, "message", str(cause))) from exc
+        raise ConfigError(key, f"cannot build {node['_target_']}: {_first_line(cause)}") from exc

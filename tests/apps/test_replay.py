@@ -1,0 +1,199 @@
+"""Replaying a plain command line from its run record (detcal.apps._replay): no Hydra or OmegaConf import, and
+the run directory the same, byte for byte, as a run through Hydra (``.hydra/*.yaml``, the log without its time
+stamps, metrics.json without its times, summary.md, detections.csv, the PNGs); per-run values made afresh;
+errors, refusals and exit statuses as through Hydra; anything the record did not see goes through Hydra."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from detcal.apps import _replay, _replay_record
+from detcal.pipeline.spec import DataSpec
+
+REPO = Path(__file__).resolve().parents[2]
+DRIVER = """import sys
+from detcal.apps import evaluate
+sys.argv = ["detcal-evaluate", *sys.argv[1:]]
+try:
+    evaluate.main()
+finally:
+    hydra = sorted({m.split(".")[0] for m in sys.modules} & {"hydra", "omegaconf"})
+    print("imported:", ",".join(hydra) or "neither", file=sys.stderr)
+"""
+_STAMP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]", re.M)
+LEAN = ["bootstrap.n=0", "output.plots=false", "output.detections_csv=false", "report.enabled=false"]
+
+
+def _run(argv: list[str], cache: Path, cwd: Path = REPO, **env: str) -> tuple[int, str, str, bool]:
+    """(exit status, stdout, stderr without the import line, whether Hydra or OmegaConf was imported)."""
+    environ = {**os.environ, "PYTHONPATH": str(REPO), "DETCAL_CACHE_DIR": str(cache), **env}
+    if "DETCAL_COMPOSE_CACHE" not in env:
+        environ.pop("DETCAL_COMPOSE_CACHE", None)
+    p = subprocess.run([sys.executable, "-c", DRIVER, *argv], capture_output=True, text=True, cwd=cwd, env=environ)
+    lines = p.stderr.splitlines()
+    assert lines and lines[-1].startswith("imported: "), p.stderr
+    return p.returncode, p.stdout, "\n".join(lines[:-1]), lines[-1] != "imported: neither"
+
+
+def _files(run_dir: Path) -> dict[str, bytes]:
+    """Every file of a run directory; the log without time stamps, metrics.json without its times."""
+    out = {}
+    for p in sorted(run_dir.rglob("*")):
+        if not p.is_file() or p.name == ".detcal.lock":
+            continue
+        data = p.read_bytes()
+        if p.suffix == ".log":
+            data = _STAMP.sub("[time]", data.decode()).encode()
+        if p.name == "metrics.json":
+            metrics = json.loads(data)
+            for key in ("created", "timing_s"):
+                metrics.pop(key, None)
+            data = json.dumps(metrics, sort_keys=True).encode()
+        out[str(p.relative_to(run_dir))] = data
+    return out
+
+
+def _three_runs(argv: list[str], tmp_path: Path) -> list[tuple[dict[str, bytes], int, str, str, bool]]:
+    """The same command line into the same directory: Hydra alone, Hydra storing the record, the replay; each
+    run's directory moved aside after it."""
+    run_dir = tmp_path / "run"
+    out = []
+    for i, switch in enumerate(("0", "1", "1")):
+        code, stdout, stderr, hydra = _run(
+            [*argv, f"hydra.run.dir={run_dir}"], tmp_path / "cache", DETCAL_COMPOSE_CACHE=switch
+        )
+        files = _files(run_dir) if run_dir.is_dir() else {}
+        if run_dir.is_dir():
+            shutil.move(run_dir, tmp_path / f"run{i}")
+        out.append((files, code, stdout, _STAMP.sub("[time]", stderr), hydra))
+    return out
+
+
+@pytest.mark.slow
+def test_a_replayed_default_run_writes_what_hydra_writes(coco: DataSpec, tmp_path: Path) -> None:
+    argv = ["data=coco", f"data.gt={coco.gt}", f"data.results={coco.results}", "bootstrap.n=20", "output.progress=false"]
+    (hydra, *_, hydra_imported), stored, (replayed, *_, replay_imported) = _three_runs(argv, tmp_path)
+    assert hydra_imported and stored[-1] and not replay_imported
+    assert any(name.endswith(".png") for name in hydra) and "detections.csv" in hydra and "report.html" in hydra
+    assert sorted(replayed) == sorted(hydra)
+    differ = [name for name in hydra if replayed[name] != hydra[name]]
+    assert differ == []
+
+
+def test_a_replayed_run_writes_what_hydra_writes_and_imports_neither(coco: DataSpec, tmp_path: Path) -> None:
+    argv = ["data=coco", f"data.gt={coco.gt}", f"data.results={coco.results}", *LEAN, "dece_binning.ece_bins=10"]
+    runs = _three_runs(argv, tmp_path)
+    assert [r[-1] for r in runs] == [True, True, False]  # Hydra, Hydra storing the record, the replay
+    assert [r[1] for r in runs] == [0, 0, 0]
+    assert runs[2][0] == runs[0][0] and runs[1][0] == runs[0][0]
+    assert runs[2][2] == runs[0][2] and runs[2][3] == runs[0][3]  # stdout and stderr too
+    assert {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "evaluate.log"} <= set(runs[2][0])
+    assert len(list((tmp_path / "cache").glob("replay-*.pkl"))) == 1
+
+
+def test_per_run_values_are_fresh(coco: DataSpec, tmp_path: Path) -> None:
+    """The default run directory (date, time, run id) and a named one are made anew by each replay."""
+    argv = ["data=coco", f"data.gt={coco.gt}", f"data.results={coco.results}", *LEAN]
+    cache = tmp_path / "cache"
+    seen = []
+    for _ in range(3):  # Hydra storing the record, then two replays
+        code, _, stderr, hydra = _run(argv, cache, cwd=tmp_path)
+        assert code == 0, stderr
+        seen.append(hydra)
+    assert seen == [True, False, False]
+    dirs = sorted((tmp_path / "outputs" / "evaluate").glob("*/*"))
+    assert len(dirs) == 3 and len({d.name.rsplit("-", 1)[1] for d in dirs}) == 3  # three run ids
+    for d in dirs:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d", d.parent.name) and re.fullmatch(r"\d\d-\d\d-\d\d-[0-9a-f]{6}", d.name)
+        hydra_yaml = (d / ".hydra" / "hydra.yaml").read_text()
+        assert f"    output_dir: {d}\n" in hydra_yaml
+        assert "dir: outputs/${detcal_name:${name}}/${now:%Y-%m-%d}/${now:%H-%M-%S}-${detcal_run_id:}" in hydra_yaml
+        assert json.loads((d / "metrics.json").read_text())["run_dir"] == str(d)
+        assert (d / "evaluate.log").is_file()
+    named = []
+    for name, through_hydra in (("a", True), ("b", False), ("c", False)):  # keyed without its path
+        code, _, stderr, hydra = _run([*argv, f"hydra.run.dir={tmp_path / name}"], cache, cwd=tmp_path)
+        assert code == 0 and hydra == through_hydra, stderr
+        named.append((tmp_path / name / ".hydra" / "hydra.yaml").read_text())
+    assert named[2] == named[0].replace(str(tmp_path / "a"), str(tmp_path / "c"))
+    assert named[1] == named[0].replace(str(tmp_path / "a"), str(tmp_path / "b"))
+    assert f"- hydra.run.dir={tmp_path / 'b'}\n" in named[1] and f"  dir: {tmp_path / 'b'}\n" in named[1]
+
+
+def test_errors_and_refusals_as_through_hydra(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    from detcal.data.synthetic import write_synthetic
+
+    p = write_synthetic(data, n_images=20, seed=1, render=False)
+    argv = ["data=coco", f"data.gt={p['coco_instances']}", f"data.results={p['coco_results']}", *LEAN]
+    cache = tmp_path / "cache"
+    assert _run([*argv, f"hydra.run.dir={tmp_path / 'first'}"], cache)[0] == 0  # stores the record
+    outcomes = {}
+    for switch in ("0", "1"):
+        run_dir = tmp_path / f"taken{switch}"
+        run_dir.mkdir()
+        (run_dir / "mine.txt").write_text("")
+        refused = _run([*argv, f"hydra.run.dir={run_dir}"], cache, DETCAL_COMPOSE_CACHE=switch)
+        outcomes[switch] = [(refused[0], refused[2].replace(str(run_dir), "<dir>"), refused[3])]
+    Path(p["coco_results"]).rename(tmp_path / "gone.json")  # the task fails: one line, exit 2, in the log
+    for switch in ("0", "1"):
+        run_dir = tmp_path / f"failed{switch}"
+        failed = _run([*argv, f"hydra.run.dir={run_dir}"], cache, DETCAL_COMPOSE_CACHE=switch)
+        log = _STAMP.sub("[time]", (run_dir / "evaluate.log").read_text())
+        outcomes[switch].append((failed[0], failed[2], failed[3], log))
+        outcomes[switch].append(sorted(q.name for q in run_dir.iterdir()))
+    assert outcomes["0"][0][0] == 2 and "already holds files" in outcomes["0"][0][1] and outcomes["0"][0][2]
+    assert outcomes["0"][1][0] == 2 and "run failed" in outcomes["0"][1][3]
+    assert [o[:2] for o in outcomes["1"][:2]] == [o[:2] for o in outcomes["0"][:2]]
+    assert outcomes["1"][1][3] == outcomes["0"][1][3] and outcomes["1"][2] == outcomes["0"][2]
+    assert not outcomes["1"][0][2] and not outcomes["1"][1][2]  # both replayed
+
+
+def test_what_the_record_did_not_see_goes_through_hydra(coco: DataSpec, tmp_path: Path) -> None:
+    argv = ["data=coco", f"data.gt={coco.gt}", f"data.results={coco.results}", *LEAN]
+    cache = tmp_path / "cache"
+    run = [*argv, f"hydra.run.dir={tmp_path / 'r0'}"]
+    assert _run(run, cache)[3]  # stores the record
+    (record,) = cache.glob("replay-*.pkl")
+    assert not _run([*argv, f"hydra.run.dir={tmp_path / 'r1'}"], cache)[3]
+    assert _run([*argv, f"hydra.run.dir={tmp_path / 'r2'}"], cache, DETCAL_COMPOSE_CACHE="0")[3]
+    assert _run([*argv, "hydra.run.dir=plain-name"], cache, cwd=tmp_path)[3]  # no '/': YAML might quote it
+    assert _run([*argv, "output.progress=false", f"hydra.run.dir={tmp_path / 'r3'}"], cache)[3]  # another line
+    assert _run([*argv, f"hydra.run.dir={tmp_path / 'r4'}"], cache, cwd=tmp_path)[3]  # another working directory
+    with open(record, "rb") as f:
+        _, _, content = _replay.RecordUnpickler(f).load()
+    conf = next(d for d in content["dirs"] if d.endswith("configs"))
+    assert _replay.tree(conf) == _replay.tree(str(REPO / "configs"))
+    assert any(f.endswith("detcal/apps/evaluate.py") for f in content["files"])
+    record.write_bytes(b"damaged")
+    assert _run([*argv, f"hydra.run.dir={tmp_path / 'r5'}"], cache)[3]  # damaged: Hydra, and stored again
+    assert not _run([*argv, f"hydra.run.dir={tmp_path / 'r6'}"], cache)[3]
+
+
+def test_run_dir_pieces_and_safe_paths() -> None:
+    pieces = _replay_record.run_dir_pieces(
+        "outputs/${detcal_name:${name}}/${now:%Y-%m-%d}/${now:%H-%M-%S}-${detcal_run_id:}",
+        lambda text: text.replace("${detcal_name:${name}}", "evaluate"),
+    )
+    assert pieces == [
+        ("text", "outputs/evaluate/"),
+        ("now", "%Y-%m-%d"),
+        ("text", "/"),
+        ("now", "%H-%M-%S"),
+        ("text", "-"),
+        ("id", ""),
+    ]
+    assert _replay_record.run_dir_pieces("out/${oc.env:USER}", str) is None
+    assert _replay_record.run_dir_pieces("out/${now:'%H'}", str) is None
+    for good in ("/tmp/a", "out/x-1.2", "./run/"):
+        assert _replay.safe_path(good)
+    for bad in ("name", "-x/y", ".../x", "/tmp/a b", "/tmp/a:b", "/tmp/é", "/tmp/a#b"):
+        assert not _replay.safe_path(bad)
