@@ -125,7 +125,7 @@ def _plain_hydra(hc: DictConfig) -> bool:
     )
 
 
-def _no_resolvers(task_cfg: DictConfig, hydra_raw: dict[str, Any]) -> bool:
+def _no_resolvers(task_cfg: DictConfig, hydra_raw: dict[Any, Any]) -> bool:
     raw = OmegaConf.to_container(task_cfg, resolve=False)
     if not all(_static(v) for _, v in _strings(raw)):
         return False
@@ -164,7 +164,7 @@ def prepare(
     config_name: str,
     argv: list[str],
     task_cfg: DictConfig,
-    hydra_root: DictConfig,
+    hydra_root: Any,
     spec: Any,
 ) -> Callable[[], None] | None:
     """The function that stores this run's record (call it when the task has completed), or ``None`` when

@@ -29,6 +29,7 @@ finally:
     print("imported:", ",".join(hydra) or "neither", file=sys.stderr)
 """
 _STAMP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]", re.M)
+_CREATED = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d")
 LEAN = ["bootstrap.n=0", "output.plots=false", "output.detections_csv=false", "report.enabled=false"]
 
 
@@ -44,7 +45,7 @@ def _run(argv: list[str], cache: Path, cwd: Path = REPO, **env: str) -> tuple[in
 
 
 def _files(run_dir: Path) -> dict[str, bytes]:
-    """Every file of a run directory; the log without time stamps, metrics.json without its times."""
+    """Every file of a run directory; the log without time stamps, metrics.json and report.html without times."""
     out = {}
     for p in sorted(run_dir.rglob("*")):
         if not p.is_file() or p.name == ".detcal.lock":
@@ -52,6 +53,8 @@ def _files(run_dir: Path) -> dict[str, bytes]:
         data = p.read_bytes()
         if p.suffix == ".log":
             data = _STAMP.sub("[time]", data.decode()).encode()
+        if p.suffix == ".html":  # the time the run was made
+            data = _CREATED.sub("[created]", data.decode()).encode()
         if p.name == "metrics.json":
             metrics = json.loads(data)
             for key in ("created", "timing_s"):
@@ -77,9 +80,14 @@ def _three_runs(argv: list[str], tmp_path: Path) -> list[tuple[dict[str, bytes],
     return out
 
 
-@pytest.mark.slow
 def test_a_replayed_default_run_writes_what_hydra_writes(coco: DataSpec, tmp_path: Path) -> None:
-    argv = ["data=coco", f"data.gt={coco.gt}", f"data.results={coco.results}", "bootstrap.n=20", "output.progress=false"]
+    argv = [
+        "data=coco",
+        f"data.gt={coco.gt}",
+        f"data.results={coco.results}",
+        "bootstrap.n=20",
+        "output.progress=false",
+    ]
     (hydra, *_, hydra_imported), stored, (replayed, *_, replay_imported) = _three_runs(argv, tmp_path)
     assert hydra_imported and stored[-1] and not replay_imported
     assert any(name.endswith(".png") for name in hydra) and "detections.csv" in hydra and "report.html" in hydra
@@ -197,3 +205,28 @@ def test_run_dir_pieces_and_safe_paths() -> None:
         assert _replay.safe_path(good)
     for bad in ("name", "-x/y", ".../x", "/tmp/a b", "/tmp/a:b", "/tmp/é", "/tmp/a#b"):
         assert not _replay.safe_path(bad)
+
+
+def test_stamps_see_every_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    conf, module = tmp_path / "conf", tmp_path / "mod.py"
+    (conf / "data").mkdir(parents=True)
+    (conf / "data" / "a.yaml").write_text("x: 1\n")
+    module.write_text("")
+
+    def now() -> tuple[object, ...]:
+        return _replay.stamps([str(conf)], [str(module)])
+
+    seen = [now()]
+    assert now() == seen[0]
+    os.utime(conf / "data" / "a.yaml", ns=(10**9, 10**9))  # an edited config file
+    seen.append(now())
+    (conf / "data" / "b.yaml").write_text("")  # a new one
+    seen.append(now())
+    os.utime(module, ns=(10**9, 10**9))  # an edited module
+    seen.append(now())
+    (tmp_path / "site" / "hydra_plugins").mkdir(parents=True)  # a Hydra plugin folder on the path
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    seen.append(now())
+    module.unlink()
+    seen.append(now())
+    assert all(seen[i] != seen[j] for i in range(len(seen)) for j in range(i))
