@@ -123,7 +123,7 @@ class AppContext:
     def instantiate(self, node: Any, key: str) -> Any:
         """Build a ``_target_`` node (a calibrator) with a clear error naming ``key``; the target must be a
         subclass of :class:`detcal.calibration.base.Calibrator`, checked before it is called."""
-        from detcal.apps._hydra import (
+        from detcal.apps._instantiate import (
             instantiate_checked,  # lazy: Hydra's instantiate, only for commands that build calibrators
         )
 

@@ -23,14 +23,12 @@ another live run holds or one that holds another run is refused, unless
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import errno
 import logging
 import os
 import re
 import sys
 import tempfile
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,15 +39,11 @@ try:
     import hydra
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.hydra import Hydra
-    from hydra._internal.utils import _locate  # get_class would also log the failure
     from hydra.core.config_store import ConfigStore
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.object_type import ObjectType
-    from hydra.errors import HydraException, MissingConfigException
-    from hydra.utils import instantiate as hydra_instantiate
     from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
 
     from detcal.apps._compose_cache import cached_composition
     from detcal.apps._context import (
@@ -61,12 +55,12 @@ try:
         log_failure,
         reuse_freed_memory,
     )
+    from detcal.apps._errors import first_line, os_error_message, user_error_message
+    from detcal.apps._instantiate import instantiate_checked, target_class
     from detcal.apps._replay import HYDRA_KEYS, plain_words
     from detcal.apps._replay_record import prepare as prepare_record
     from detcal.apps._run_dir import guarded_jobs, lock, pop_overwrite
-    from detcal.core.errors import DetcalError
-    from detcal.data.specs import DATA_SPECS, DataSpec, foreign_field_message
-    from detcal.pipeline.spec import ConfigError
+    from detcal.data.specs import DATA_SPECS
     from detcal.utils.warn import capture
 finally:
     collector.resume(_collecting, freeze=True)
@@ -80,6 +74,8 @@ __all__ = [
     "AppContext",
     "is_secondary_rank",
     "instantiate_checked",
+    "os_error_message",
+    "target_class",
 ]
 
 
@@ -160,80 +156,7 @@ def plain_data_source(argv: Sequence[str], cdir: Path) -> str | None:
     return chosen[0]
 
 
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-
-
-def _did_you_mean(chain: list[BaseException]) -> str:
-    """``; did you mean 'data.detector'?`` for an unknown key close to a field of its config group."""
-    import difflib  # lazy: read only when a config error is reported, kept out of every command's start-up
-
-    for e in chain:
-        key, typ, full = getattr(e, "key", None), getattr(e, "object_type", None), getattr(e, "full_key", None)
-        if key is None or typ is None or not dataclasses.is_dataclass(typ):
-            continue
-        names = [f.name for f in dataclasses.fields(typ)]
-        close = difflib.get_close_matches(str(key), names, n=1)
-        if isinstance(typ, type) and issubclass(typ, DataSpec):
-            elsewhere = any(str(key) in spec.__dataclass_fields__ for spec in DATA_SPECS.values())
-            if elsewhere or not close:  # a field of another data source: name the sources that read it
-                return f"; {foreign_field_message(str(key), typ)}"
-        if close:
-            parent = str(full or key).rsplit(".", 1)[0] + "." if "." in str(full or key) else ""
-            return f"; did you mean '{parent}{close[0]}'?"
-    return ""
-
-
-def user_error_message(exc: BaseException) -> str | None:
-    """One line for an error the user can fix (config or input), ``None`` for anything else (a bug)."""
-
-    chain: list[BaseException] = []
-    e: BaseException | None = exc
-    while e is not None and e not in chain:
-        chain.append(e)
-        e = e.__cause__ or e.__context__
-    for e in chain:  # the innermost detcal error says it best
-        if isinstance(e, DetcalError):
-            return str(e)
-    if isinstance(exc, MissingConfigException):
-        opts = getattr(exc, "options", None)
-        msg = _first_line(exc)
-        return f"{msg} (available: {', '.join(opts)})" if opts else msg
-    if isinstance(exc, (HydraException, OmegaConfBaseException)):
-        parts = [_first_line(exc)]
-        for e in chain[1:]:
-            line = _first_line(e)
-            if "$VALUE" in line or "$KEY" in line:
-                continue
-            key = getattr(e, "full_key", None)
-            if key:
-                line += f" (config key '{key}')"
-            if not any(line in q for q in parts):
-                parts.append(line)
-        return ": ".join(p.rstrip(".") for p in parts) + _did_you_mean(chain)
-    if isinstance(exc, FileNotFoundError) and "detcal configs not found" in str(exc):
-        return str(exc)
-    for e in chain:
-        if isinstance(e, OSError) and e.errno in _OS_USER_ERRNOS:
-            return os_error_message(e)
-    return None
-
-
-_OS_USER_ERRNOS = {
-    getattr(errno, n)
-    for n in ("EACCES", "EPERM", "ENOSPC", "EDQUOT", "EROFS", "ENOTDIR", "EEXIST", "EISDIR", "ENAMETOOLONG", "EFBIG")
-    if hasattr(errno, n)
-}
-
-
-def os_error_message(e: OSError) -> str:
-    """One line for an operating-system error the user can fix (no permission, disk full, a file where a
-    directory should be, ...), naming the path."""
-    what = {errno.ENOSPC: "no space left on the device", errno.EROFS: "read-only file system"}.get(
-        e.errno or 0, e.strerror or type(e).__name__
-    )
-    where = f" {e.filename}" if e.filename else ""
-    return f"cannot write{where}: {what}"
+_first_line = first_line
 
 
 _log_failure = log_failure
@@ -354,6 +277,18 @@ def _shared_group_listing() -> Any:
 _reuse_freed_memory = reuse_freed_memory
 
 
+def _config_dir(prog: str) -> Path:
+    """detcal's configs folder; a missing one is the user's error (one line, exit status 2)."""
+    try:
+        from detcal.pipeline.registry import (
+            config_dir,  # lazy: the calibrator registry imports the calibration package, which imports scipy (kept out of start-up)
+        )
+
+        return Path(config_dir())
+    except FileNotFoundError as exc:
+        _fail(prog, str(exc))
+
+
 def run_app(
     config_name: str,
     schema: type,
@@ -375,15 +310,8 @@ def run_app(
     """
     debug = _debug()
     _reuse_freed_memory()
-    try:
-        from detcal.pipeline.registry import (
-            config_dir,  # lazy: the calibrator registry imports the calibration package, which imports scipy (kept out of start-up)
-        )
-
-        cdir = config_dir()
-    except FileNotFoundError as exc:
-        _fail(prog, str(exc))
-    source = plain_data_source(sys.argv[1:], Path(cdir))
+    cdir = _config_dir(prog)
+    source = plain_data_source(sys.argv[1:], cdir)
     sources = None if source is None else (source,)
     _register_resolvers()
     _quiet_other_ranks()
@@ -450,43 +378,3 @@ def run_app(
             os.environ.pop("HYDRA_FULL_ERROR", None)
         else:
             os.environ["HYDRA_FULL_ERROR"] = saved
-
-
-def target_class(node: Mapping[str, Any], key: str) -> type:
-    """The class a calibrator config's ``_target_`` names, checked without calling anything: a subclass of
-    :class:`detcal.calibration.base.Calibrator` (``builtins.open`` and the like are refused), no
-    ``_partial_``/``_args_``."""
-
-    from detcal.calibration.base import Calibrator  # lazy: the calibration package imports scipy (kept out of start-up)
-
-    target = str(node["_target_"])
-    extra = [k for k in ("_partial_", "_args_", "_convert_", "_recursive_") if k in node]
-    if extra:
-        raise ConfigError(f"{key}.{extra[0]}", "not allowed in a calibrator config")
-    try:
-        cls = _locate(target)
-    except Exception as exc:  # noqa: BLE001 - not importable, or not a class
-        raise ConfigError(f"{key}._target_", f"{target!r} is not a calibrator class ({_first_line(exc)})") from None
-    if not (isinstance(cls, type) and issubclass(cls, Calibrator)):
-        raise ConfigError(
-            f"{key}._target_", f"{target!r} is not a calibrator (a subclass of detcal.calibration.base.Calibrator)"
-        )
-    return cls
-
-
-def instantiate_checked(node: Any, key: str) -> Any:
-    """Build a ``_target_`` node (a calibrator) with a clear error naming ``key``; the target must be a
-    subclass of :class:`detcal.calibration.base.Calibrator`, checked before it is called."""
-    if node is None:
-        return None
-    if not isinstance(node, Mapping) or "_target_" not in node:
-        raise ConfigError(key, f"expected a config with _target_ (one of configs/{key.split('.')[0]}/), got {node!r}")
-    target_class(node, key)  # checked before anything is called
-    try:
-        return hydra_instantiate(dict(node), _recursive_=False)  # a nested _target_ is never called
-    except Exception as exc:  # noqa: BLE001 - reported with the key
-        cause = exc.__cause__ or exc
-        field = getattr(cause, "field", None)
-        if isinstance(cause, DetcalError) and field:
-            raise ConfigError(f"{key}.{field}", getattr(cause, "message", str(cause))) from exc
-        raise ConfigError(key, f"cannot build {node['_target_']}: {_first_line(cause)}") from exc

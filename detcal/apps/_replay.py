@@ -308,7 +308,7 @@ def replay(config_name: str, task: Callable[[Any, AppContext], Any], prog: str) 
 
 
 def _user_error_message(exc: BaseException) -> str | None:
-    """:func:`detcal.apps._hydra.user_error_message`; a detcal error (the usual one) without importing Hydra."""
+    """:func:`detcal.apps._errors.user_error_message`; a detcal error (the usual one) without importing Hydra."""
     chain: list[BaseException] = []
     e: BaseException | None = exc
     while e is not None and e not in chain:
@@ -317,7 +317,7 @@ def _user_error_message(exc: BaseException) -> str | None:
     for e in chain:  # the innermost detcal error says it best
         if isinstance(e, DetcalError):
             return str(e)
-    from detcal.apps._hydra import user_error_message  # lazy: Hydra's error classes, only for another error
+    from detcal.apps._errors import user_error_message  # lazy: Hydra's error classes, only for another error
 
     return user_error_message(exc)
 

@@ -12,7 +12,7 @@ has completed. A record is made only when a replay can do exactly what Hydra did
 - the texts of ``.hydra/*.yaml`` and the logging configuration, with this run's directories put back into their
   stand-ins, equal what Hydra wrote and used in this run; the spec and the resolved config pickle without any
   Hydra or OmegaConf object;
-- the run directory's YAML text is the path itself (:func:`detcal.apps._replay.safe_path`).
+- the run directory's YAML text is the path itself (:func:`detcal.apps.safe_path`).
 """
 
 from __future__ import annotations
@@ -32,8 +32,21 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from detcal.apps import _replay
-from detcal.apps._replay import OUT_SENTINEL, RUN_SENTINEL
+from detcal.apps._replay import (
+    OUT_SENTINEL,
+    RECORD_PREFIX,
+    RUN_SENTINEL,
+    RecordUnpickler,
+    enabled,
+    evict,
+    identity,
+    keyed_overrides,
+    plain_words,
+    put_in,
+    record_file,
+    safe_path,
+    stamps,
+)
 
 __all__ = ["prepare", "run_dir_pieces", "MAX_RECORDS"]
 
@@ -178,12 +191,12 @@ def prepare(
 def _prepare(
     prog: str, config_name: str, argv: list[str], task_cfg: DictConfig, hydra_root: DictConfig, spec: Any
 ) -> Callable[[], None] | None:
-    if not _replay.enabled() or os.environ.get("LOCAL_RANK") is not None or not _replay.plain_words(argv):
+    if not enabled() or os.environ.get("LOCAL_RANK") is not None or not plain_words(argv):
         return None
-    keyed, slot = _replay.keyed_overrides(argv)
+    keyed, slot = keyed_overrides(argv)
     hc = hydra_root.hydra
     run, out = str(hc.run.dir), str(hc.runtime.output_dir)
-    if not _plain_hydra(hc) or not _replay.safe_path(out) or (slot is not None and not _replay.safe_path(run)):
+    if not _plain_hydra(hc) or not safe_path(out) or (slot is not None and not safe_path(run)):
         return None
     hydra_raw = OmegaConf.to_container(hc, resolve=False)
     assert isinstance(hydra_raw, dict)
@@ -223,16 +236,15 @@ def _prepare(
     }
     if not _same_as_this_run(record, hydra_root, run, out):
         return None
-    key = _replay.identity(prog, config_name, keyed)
-    data = pickle.dumps((key, _replay.stamps(dirs, record["files"]), record), protocol=pickle.HIGHEST_PROTOCOL)
-    _replay.RecordUnpickler(io.BytesIO(data)).load()  # holds no Hydra or OmegaConf object (else raises: no record)
-    return lambda: _write(_replay.record_file(key), data)
+    key = identity(prog, config_name, keyed)
+    data = pickle.dumps((key, stamps(dirs, record["files"]), record), protocol=pickle.HIGHEST_PROTOCOL)
+    RecordUnpickler(io.BytesIO(data)).load()  # holds no Hydra or OmegaConf object (else raises: no record)
+    return lambda: _write(record_file(key), data)
 
 
 def _same_as_this_run(record: dict[str, Any], hydra_root: DictConfig, run: str, out: str) -> bool:
     """The record's texts and logging, with this run's directories put in, are what Hydra wrote and used."""
     hc = hydra_root.hydra
-    put_in = _replay.put_in
     if put_in(record["job_logging"], run, out) != _logging(hc.job_logging):
         return False
     if put_in(record["hydra_logging"], run, out) != _logging(hc.hydra_logging):
@@ -256,6 +268,6 @@ def _write(target: Path, data: bytes) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-        _replay.evict(target.parent, _replay.RECORD_PREFIX, MAX_RECORDS)
+        evict(target.parent, RECORD_PREFIX, MAX_RECORDS)
     except Exception:  # noqa: BLE001 - an unwritable cache is never fatal
         return
