@@ -168,6 +168,36 @@ def _with_stand_ins(root: DictConfig, slot_line: str | None, *, for_logging: boo
     return copied
 
 
+_LOGGING_KEYS = {"version", "formatters", "handlers", "loggers", "root", "disable_existing_loggers"}
+_FORMATTER_KEYS = {"format", "datefmt", "style"}
+_HANDLER_KEYS = {"class", "formatter", "level", "stream", "filename", "mode", "encoding", "delay"}
+_HANDLER_CLASSES = {"logging.StreamHandler", "logging.FileHandler"}
+_STREAMS = {"ext://sys.stdout", "ext://sys.stderr"}
+_LOGGER_KEYS = {"level", "handlers", "propagate"}
+
+
+def _plain_logging(conf: Any) -> bool:
+    """A logging configuration of formatters, stream and file handlers and logger levels only: what the
+    replay hands to :func:`logging.config.dictConfig` builds what Hydra's authorised configurator built."""
+    if conf is None:
+        return True
+    if not isinstance(conf, dict) or not set(conf) <= _LOGGING_KEYS:
+        return False
+    handlers = (conf.get("handlers") or {}).values()
+    loggers = [*(conf.get("loggers") or {}).values(), *([conf["root"]] if conf.get("root") is not None else [])]
+    return (
+        all(isinstance(f, dict) and set(f) <= _FORMATTER_KEYS for f in (conf.get("formatters") or {}).values())
+        and all(
+            isinstance(h, dict)
+            and set(h) <= _HANDLER_KEYS
+            and h.get("class") in _HANDLER_CLASSES
+            and h.get("stream", "ext://sys.stderr") in _STREAMS
+            for h in handlers
+        )
+        and all(isinstance(lg, dict) and set(lg) <= _LOGGER_KEYS for lg in loggers)
+    )
+
+
 def _logging(node: Any) -> Any:
     return None if node is None else OmegaConf.to_container(node, resolve=True)
 
@@ -234,6 +264,8 @@ def _prepare(
             ("overrides.yaml", OmegaConf.to_yaml(hc.overrides.task)),
         ],
     }
+    if not (_plain_logging(record["hydra_logging"]) and _plain_logging(record["job_logging"])):
+        return None
     if not _same_as_this_run(record, hydra_root, run, out):
         return None
     key = identity(prog, config_name, keyed)

@@ -230,3 +230,26 @@ def test_stamps_see_every_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     module.unlink()
     seen.append(now())
     assert all(seen[i] != seen[j] for i in range(len(seen)) for j in range(i))
+
+
+def test_only_plain_logging_is_replayed() -> None:
+    """The replay hands the logging configuration to logging.config.dictConfig; a record keeps only what Hydra's
+    authorised configurator builds the same way: formatters, stream and file handlers, logger levels."""
+    handler = {"class": "logging.FileHandler", "formatter": "simple", "filename": "x.log", "level": "INFO"}
+    conf = {
+        "version": 1,
+        "formatters": {"simple": {"format": "%(message)s"}},
+        "handlers": {"file": handler, "console": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr"}},
+        "root": {"level": "INFO", "handlers": ["file", "console"]},
+        "disable_existing_loggers": False,
+    }
+    assert _replay_record._plain_logging(conf) and _replay_record._plain_logging(None)
+    for bad in (
+        {**conf, "handlers": {"file": {**handler, "class": "logging.handlers.SocketHandler"}}},
+        {**conf, "handlers": {"file": {**handler, "()": "os.system"}}},
+        {**conf, "handlers": {"c": {"class": "logging.StreamHandler", "stream": "ext://os.environ"}}},
+        {**conf, "formatters": {"simple": {"()": "my.Formatter"}}},
+        {**conf, "filters": {"f": {"name": "x"}}},
+        {**conf, "incremental": True},
+    ):
+        assert not _replay_record._plain_logging(bad)
