@@ -292,19 +292,30 @@ def replay(config_name: str, task: Callable[[Any, AppContext], Any], prog: str) 
     words = [a for a in sys.argv[1:] if a.lower() not in (OVERWRITE_ARG, "overwrite=false")]
     if not enabled() or os.environ.get("LOCAL_RANK") is not None or not plain_words(words):
         return False
-    keyed, slot = keyed_overrides(words)
-    if slot is not None and not safe_path(words[slot][len(_RUN_DIR) :]):
+    found = _recorded(config_name, prog, words)
+    if found is None:
         return False
-    record = _read(identity(prog, config_name, keyed))
-    if record is None or (slot is None) != (record["run_dir"] is not None):
-        return False
-    run = words[slot][len(_RUN_DIR) :] if slot is not None else _render(record["run_dir"])
-    out = os.path.abspath(run)
-    if not safe_path(out):
-        return False
+    record, run, out = found
     overwrite = pop_overwrite(sys.argv)
     _run(record, task, prog, Path(out), run, overwrite)
     return True
+
+
+def _recorded(config_name: str, prog: str, words: list[str]) -> tuple[dict[str, Any], str, str] | None:
+    """The record of ``words``, the run directory as named and as an absolute path; ``None``: no record, or
+    anything unusual (a working directory gone, a path YAML would quote)."""
+    keyed, slot = keyed_overrides(words)
+    if slot is not None and not safe_path(words[slot][len(_RUN_DIR) :]):
+        return None
+    try:
+        record = _read(identity(prog, config_name, keyed))
+        if record is None or (slot is None) != (record["run_dir"] is not None):
+            return None
+        run = words[slot][len(_RUN_DIR) :] if slot is not None else _render(record["run_dir"])
+        out = os.path.abspath(run)
+    except Exception:  # noqa: BLE001 - anything unusual: Hydra runs (and reports any error itself)
+        return None
+    return (record, run, out) if safe_path(out) else None
 
 
 def _user_error_message(exc: BaseException) -> str | None:
