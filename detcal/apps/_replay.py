@@ -59,6 +59,7 @@ __all__ = [
     "OUT_SENTINEL",
     "RUN_SENTINEL",
     "cache_dir",
+    "configure_logging",
     "enabled",
     "evict",
     "identity",
@@ -277,13 +278,66 @@ def put_in(value: Any, run: str, out: str) -> Any:
     return value
 
 
-def _configure_logging(conf: dict[str, Any] | None) -> None:
-    """What Hydra's ``configure_log`` does with a resolved logging configuration (no verbose loggers)."""
+def configure_logging(conf: dict[str, Any] | None) -> None:
+    """What Hydra's ``configure_log`` does with a resolved logging configuration of the shape a record allows
+    (formatters, stream and file handlers, logger levels: :func:`detcal.apps._replay_record.plain_logging`),
+    step for step as :func:`logging.config.dictConfig` does it, without importing ``logging.config`` (with
+    ``logging.handlers``, ``socketserver`` and ``socket``: about 3 ms of CPU)."""
     if conf is None or conf.get("root") is None:
         return
-    import logging.config  # lazy: only a replayed run configures logging itself (Hydra's run imports it)
+    formatters = {
+        name: logging.Formatter(f.get("format"), f.get("datefmt"), f.get("style", "%"))
+        for name, f in (conf.get("formatters") or {}).items()
+    }
+    handlers_of = getattr(logging, "_handlers", {})  # dictConfig clears and shuts down every handler first
+    handler_list = getattr(logging, "_handlerList", [])
+    handlers_of.clear()
+    logging.shutdown(handler_list[:])
+    del handler_list[:]
+    handlers = {name: _handler(name, conf["handlers"][name], formatters) for name in sorted(conf.get("handlers") or {})}
+    existing = sorted(logging.root.manager.loggerDict)
+    children: list[str] = []
+    for name, spec in (conf.get("loggers") or {}).items():
+        if name in existing:
+            children += [e for e in existing[existing.index(name) + 1 :] if e.startswith(name + ".")]
+            existing.remove(name)
+        logger = logging.getLogger(name)
+        _logger_config(logger, spec, handlers)
+        logger.disabled = False
+        if spec.get("propagate") is not None:
+            logger.propagate = spec["propagate"]
+    disable = conf.get("disable_existing_loggers", True)
+    for name in existing:
+        known = logging.root.manager.loggerDict[name]
+        if name not in children:
+            known.disabled = disable  # type: ignore[union-attr]  # as dictConfig: placeholders too
+        elif isinstance(known, logging.Logger):
+            known.setLevel(logging.NOTSET)
+            known.handlers = []
+            known.propagate = True
+    _logger_config(logging.root, conf["root"], handlers)
 
-    logging.config.dictConfig(conf)
+
+def _handler(name: str, spec: dict[str, Any], formatters: dict[str, logging.Formatter]) -> logging.Handler:
+    kwargs = {k: v for k, v in spec.items() if k not in ("class", "formatter", "level")}
+    if "stream" in kwargs:
+        kwargs["stream"] = sys.stdout if kwargs["stream"] == "ext://sys.stdout" else sys.stderr
+    handler = (logging.FileHandler if spec["class"] == "logging.FileHandler" else logging.StreamHandler)(**kwargs)
+    handler.name = name
+    if spec.get("formatter"):
+        handler.setFormatter(formatters[spec["formatter"]])
+    if spec.get("level") is not None:
+        handler.setLevel(spec["level"])
+    return handler
+
+
+def _logger_config(logger: logging.Logger, spec: dict[str, Any], handlers: dict[str, logging.Handler]) -> None:
+    if spec.get("level") is not None:
+        logger.setLevel(spec["level"])
+    for h in logger.handlers[:]:
+        logger.removeHandler(h)
+    for name in spec.get("handlers") or ():
+        logger.addHandler(handlers[name])
 
 
 def replay(config_name: str, task: Callable[[Any, AppContext], Any], prog: str) -> bool:
@@ -354,7 +408,7 @@ def _run(
     reuse_freed_memory()
     try:
         with _full_errors(), capture():
-            _configure_logging(put_in(record["hydra_logging"], run, str(out)))
+            configure_logging(put_in(record["hydra_logging"], run, str(out)))
             aside = claim(out, overwrite=overwrite, resumable=False)
             ok = False
             try:
@@ -379,7 +433,7 @@ def _job(
     """Hydra's ``run_job``: the directory, the job's logging, the ``.hydra`` files, the task. True when the
     task completed; a task's exception is raised after Hydra's line naming the overrides."""
     out.mkdir(parents=True, exist_ok=True)
-    _configure_logging(put_in(record["job_logging"], run, str(out)))
+    configure_logging(put_in(record["job_logging"], run, str(out)))
     if record["output_subdir"] is not None:
         where = out / record["output_subdir"]
         where.mkdir(parents=True, exist_ok=True)

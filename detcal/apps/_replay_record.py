@@ -48,7 +48,7 @@ from detcal.apps._replay import (
     stamps,
 )
 
-__all__ = ["prepare", "run_dir_pieces", "MAX_RECORDS"]
+__all__ = ["prepare", "plain_logging", "run_dir_pieces", "MAX_RECORDS"]
 
 MAX_RECORDS = 64
 """Run records kept; writing one more removes the least recently written."""
@@ -176,9 +176,9 @@ _STREAMS = {"ext://sys.stdout", "ext://sys.stderr"}
 _LOGGER_KEYS = {"level", "handlers", "propagate"}
 
 
-def _plain_logging(conf: Any) -> bool:
-    """A logging configuration of formatters, stream and file handlers and logger levels only: what the
-    replay hands to :func:`logging.config.dictConfig` builds what Hydra's authorised configurator built."""
+def plain_logging(conf: Any) -> bool:
+    """A logging configuration of formatters, stream and file handlers and logger levels only: the replay
+    (:func:`detcal.apps._replay.configure_logging`) builds from it what Hydra's authorised configurator built."""
     if conf is None:
         return True
     if not isinstance(conf, dict) or not set(conf) <= _LOGGING_KEYS:
@@ -264,7 +264,7 @@ def _prepare(
             ("overrides.yaml", OmegaConf.to_yaml(hc.overrides.task)),
         ],
     }
-    if not (_plain_logging(record["hydra_logging"]) and _plain_logging(record["job_logging"])):
+    if not (plain_logging(record["hydra_logging"]) and plain_logging(record["job_logging"])):
         return None
     if not _same_as_this_run(record, hydra_root, run, out):
         return None

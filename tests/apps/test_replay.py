@@ -243,7 +243,7 @@ def test_only_plain_logging_is_replayed() -> None:
         "root": {"level": "INFO", "handlers": ["file", "console"]},
         "disable_existing_loggers": False,
     }
-    assert _replay_record._plain_logging(conf) and _replay_record._plain_logging(None)
+    assert _replay_record.plain_logging(conf) and _replay_record.plain_logging(None)
     for bad in (
         {**conf, "handlers": {"file": {**handler, "class": "logging.handlers.SocketHandler"}}},
         {**conf, "handlers": {"file": {**handler, "()": "os.system"}}},
@@ -252,4 +252,66 @@ def test_only_plain_logging_is_replayed() -> None:
         {**conf, "filters": {"f": {"name": "x"}}},
         {**conf, "incremental": True},
     ):
-        assert not _replay_record._plain_logging(bad)
+        assert not _replay_record.plain_logging(bad)
+
+
+_LOGGING_PROBE = """import json, logging, sys
+from detcal.apps import _replay
+confs = json.loads(sys.argv[2])
+for name in ("detcal", "logging_example.child", "other.x"):
+    logging.getLogger(name).setLevel(logging.WARNING)
+logging.getLogger("detcal").addHandler(logging.StreamHandler(sys.stdout))
+for conf in confs:
+    if sys.argv[1] == "dictConfig":
+        import logging.config
+        logging.config.dictConfig(conf)
+    else:
+        _replay.configure_logging(conf)
+    logging.getLogger("detcal").info("info %s", 1)
+    logging.getLogger("detcal").warning("warning")
+    logging.getLogger("other.x").error("error")
+
+
+def state(lg):
+    hs = [
+        (type(h).__name__, h.name, h.level, h.formatter and h.formatter._fmt, getattr(h, "baseFilename", None),
+         getattr(getattr(h, "stream", None), "name", None), getattr(h, "mode", None))
+        for h in lg.handlers
+    ]
+    return [lg.level, lg.disabled, lg.propagate, hs]
+
+
+out = {n: state(lg) for n, lg in logging.root.manager.loggerDict.items() if isinstance(lg, logging.Logger)}
+print(json.dumps([state(logging.root), out], sort_keys=True, default=str))
+"""
+
+
+@pytest.mark.parametrize("disable", [False, True])
+def test_logging_is_configured_as_dict_config_does(tmp_path: Path, disable: bool) -> None:
+    """The replay's logging set-up (no logging.config import) leaves the same handlers, levels, log file and
+    console output as logging.config.dictConfig (what Hydra's configurator runs) on the configurations a record
+    holds: Hydra's hydra_logging, then detcal's job_logging."""
+    import yaml
+
+    hydra_logging = yaml.safe_load(
+        (Path(yaml.__file__).parents[1] / "hydra/conf/hydra/hydra_logging/default.yaml").read_text()
+    )
+    job_logging = yaml.safe_load((REPO / "configs/hydra/default.yaml").read_text())["job_logging"]
+    job_logging["disable_existing_loggers"] = disable
+    assert _replay_record.plain_logging(hydra_logging) and _replay_record.plain_logging(job_logging)
+    seen = []
+    for way in ("dictConfig", "replay"):
+        log = tmp_path / way / "run.log"
+        log.parent.mkdir()
+        job_logging["handlers"]["file"]["filename"] = str(log)
+        p = subprocess.run(
+            [sys.executable, "-c", _LOGGING_PROBE, way, json.dumps([hydra_logging, job_logging])],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            check=True,
+        )
+        texts = (p.stdout.replace(str(log), "LOG"), p.stderr, log.read_text())
+        seen.append(tuple(_STAMP.sub("[time]", t) for t in texts))
+    assert seen[1] == seen[0]
+    assert ("warning" in seen[0][2]) != disable and ("error" in seen[0][1]) != disable  # disabled: no record
