@@ -150,22 +150,29 @@ def _set(node: Any, key: str | int, value: str) -> None:
         node[key] = value
 
 
-def _with_stand_ins(root: DictConfig, slot_line: str | None, *, for_logging: bool) -> DictConfig:
-    """A copy of Hydra's config (``{hydra: ...}``) with the stand-ins for the run's directories: the output
-    directory always; ``hydra.run.dir`` for the logging configuration, and for ``hydra.yaml`` when the command
-    line names it (with its line in ``hydra.overrides.hydra``); else ``hydra.yaml`` shows it as written."""
+def _with_stand_ins(
+    root: DictConfig, slot_line: str | None, raw_run_dir: str, yaml: bool
+) -> tuple[Any, Any, str | None]:
+    """Hydra's two logging configurations, resolved, and the text of ``hydra.yaml`` (when ``yaml``), from one
+    copy of Hydra's config (``{hydra: ...}``) with stand-ins for the run's directories: the output directory;
+    ``hydra.run.dir`` for the logging, and for ``hydra.yaml`` when the command line names it (with its line in
+    ``hydra.overrides.hydra``); else ``hydra.yaml`` shows it as written (``raw_run_dir``)."""
     copied = copy.deepcopy(root)
     OmegaConf.clear_cache(copied)
     _set(copied.hydra.runtime, "output_dir", OUT_SENTINEL)
-    if for_logging or slot_line is not None:
-        _set(copied.hydra.run, "dir", RUN_SENTINEL)
-    if slot_line is not None and not for_logging:
+    _set(copied.hydra.run, "dir", RUN_SENTINEL)
+    logs = (_logging(copied.hydra.hydra_logging), _logging(copied.hydra.job_logging))
+    if not yaml:
+        return (*logs, None)
+    if slot_line is None:
+        _set(copied.hydra.run, "dir", raw_run_dir)
+    else:
         listed = copied.hydra.overrides.hydra
         at = [i for i, v in enumerate(listed) if v == slot_line]
         if len(at) != 1:
             raise ValueError("the run directory's override is not listed once")
         _set(listed, at[0], "hydra.run.dir=" + RUN_SENTINEL)
-    return copied
+    return (*logs, OmegaConf.to_yaml(copied))
 
 
 _LOGGING_KEYS = {"version", "formatters", "handlers", "loggers", "root", "disable_existing_loggers"}
@@ -245,8 +252,18 @@ def _prepare(
         pieces = run_dir_pieces(str(hydra_raw["run"]["dir"]), resolve)
         if pieces is None:
             return None
-    slot_line = None if slot is None else argv[slot]
-    for_logging = _with_stand_ins(hydra_root, slot_line, for_logging=True)
+    subdir = None if hc.output_subdir is None else str(hc.output_subdir)
+    hydra_logging, job_logging, hydra_yaml = _with_stand_ins(
+        hydra_root, None if slot is None else argv[slot], str(hydra_raw["run"]["dir"]), subdir is not None
+    )
+    texts = []
+    if subdir is not None:  # the task's config and overrides as Hydra wrote them (no per-run value)
+        where = Path(out) / subdir
+        texts = [
+            ("config.yaml", (where / "config.yaml").read_text(encoding="utf-8")),
+            ("hydra.yaml", hydra_yaml),
+            ("overrides.yaml", (where / "overrides.yaml").read_text(encoding="utf-8")),
+        ]
     record = {
         "run_dir": pieces,
         "dirs": dirs,
@@ -255,14 +272,10 @@ def _prepare(
         "overrides": list(OmegaConf.to_container(hc.overrides.task) or []),
         "choices": OmegaConf.to_container(hc.runtime.choices),
         "config": OmegaConf.to_container(task_cfg, resolve=True),
-        "hydra_logging": _logging(for_logging.hydra.hydra_logging),
-        "job_logging": _logging(for_logging.hydra.job_logging),
-        "output_subdir": None if hc.output_subdir is None else str(hc.output_subdir),
-        "texts": [
-            ("config.yaml", OmegaConf.to_yaml(task_cfg)),
-            ("hydra.yaml", OmegaConf.to_yaml(_with_stand_ins(hydra_root, slot_line, for_logging=False))),
-            ("overrides.yaml", OmegaConf.to_yaml(hc.overrides.task)),
-        ],
+        "hydra_logging": hydra_logging,
+        "job_logging": job_logging,
+        "output_subdir": subdir,
+        "texts": texts,
     }
     if not (plain_logging(record["hydra_logging"]) and plain_logging(record["job_logging"])):
         return None
