@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import re
 import sys
 import tempfile
 import warnings
@@ -56,6 +55,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from detcal._version import __version__ as detcal_version
+from detcal.apps._replay import cache_dir, enabled, evict, keyed_overrides, tree
 
 __all__ = [
     "cached_composition",
@@ -79,32 +79,7 @@ MAX_ENTRIES = 64
 
 _PREFIX = "compose-"
 _RUN_DIR = "hydra.run.dir="
-_PLAIN_PATH = re.compile(r"[A-Za-z0-9_./+=:@%~-]+")
-
-
-def keyed_overrides(overrides: list[str]) -> tuple[list[str | None], int | None]:
-    """The overrides as keyed, and the position of the one ``hydra.run.dir=<path>`` override keyed without its
-    path (``None``: none, several, or a path with quotes, spaces, interpolations, brackets, commas..., or
-    another override that sets ``hydra``, ``hydra.run`` or a key under it, which Hydra applies in order).
-
-    A run directory only sets ``hydra.run.dir`` and its line in ``hydra.overrides.hydra``; a command line
-    that names a fresh directory each time (benchmarks, scripts) reads the configuration composed for another
-    directory and :func:`with_run_dir` puts its own in, through Hydra's own parser and override step. The
-    keyed slot holds ``None``, which no override on a command line can spell."""
-    found = [i for i, o in enumerate(overrides) if o.startswith(_RUN_DIR)]
-    keyed: list[str | None] = list(overrides)
-    if len(found) != 1 or not _PLAIN_PATH.fullmatch(overrides[found[0]][len(_RUN_DIR) :]):
-        return keyed, None
-    if any(_sets_run_node(o) for i, o in enumerate(overrides) if i != found[0]):
-        return keyed, None
-    keyed[found[0]] = None
-    return keyed, found[0]
-
-
-def _sets_run_node(override: str) -> bool:
-    """Whether ``override`` sets (adds, deletes) ``hydra``, ``hydra.run`` or a key under ``hydra.run``."""
-    key = override.lstrip("~+").split("=", 1)[0]
-    return key in ("hydra", "hydra.run") or key.startswith("hydra.run.")
+_tree = tree
 
 
 def with_run_dir(cfg: DictConfig, line: str) -> DictConfig | None:
@@ -122,44 +97,6 @@ def with_run_dir(cfg: DictConfig, line: str) -> DictConfig | None:
     except Exception:  # noqa: BLE001 - anything unusual: Hydra composes (and reports any error itself)
         return None
     return cfg
-
-
-def enabled() -> bool:
-    """False when ``DETCAL_COMPOSE_CACHE`` is ``0``, ``false``, ``no`` or ``off``."""
-    return os.environ.get("DETCAL_COMPOSE_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-def cache_dir() -> Path:
-    """``$DETCAL_CACHE_DIR``, else ``$XDG_CACHE_HOME/detcal``, else ``~/.cache/detcal``."""
-    explicit = os.environ.get("DETCAL_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache") / "detcal"
-
-
-def _tree(root: str) -> list[tuple[str, int, int, int, int]] | None:
-    """Every file under ``root`` (relative path, size, mtime and ctime in ns, inode), sorted; ``None`` when
-    it cannot be read."""
-    out: list[tuple[str, int, int, int, int]] = []
-    stack = [root]
-    try:
-        while stack:
-            top = stack.pop()
-            with os.scandir(top) as entries:
-                for e in entries:
-                    if e.is_dir():
-                        if e.name != "__pycache__":
-                            stack.append(e.path)
-                    else:
-                        st = e.stat()
-                        out.append(
-                            (os.path.relpath(e.path, root), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-                        )
-    except OSError:
-        return None
-    out.sort()
-    return out
 
 
 def _package_dir(module: str) -> str | None:
@@ -326,15 +263,7 @@ def _pickled(key: str, cfg: DictConfig) -> bytes:
 
 
 def _evict(where: Path) -> None:
-    files = []
-    for e in os.scandir(where):
-        if e.name.startswith(_PREFIX) and e.name.endswith(".pkl"):
-            with contextlib.suppress(OSError):
-                files.append((e.stat().st_mtime_ns, e.path))
-    files.sort()
-    for _, path in files[: max(0, len(files) - MAX_ENTRIES)]:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
+    evict(where, _PREFIX, MAX_ENTRIES)
 
 
 def cacheable(cfg: DictConfig, n_sources: int) -> bool:

@@ -23,15 +23,12 @@ another live run holds or one that holds another run is refused, unless
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import dataclasses
-import errno
 import logging
 import os
 import re
 import sys
 import tempfile
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,29 +39,45 @@ try:
     import hydra
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.hydra import Hydra
-    from hydra._internal.utils import _locate  # get_class would also log the failure
     from hydra.core.config_store import ConfigStore
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.object_type import ObjectType
-    from hydra.errors import HydraException, MissingConfigException
-    from hydra.utils import instantiate as hydra_instantiate
     from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
 
     from detcal.apps._compose_cache import cached_composition
-    from detcal.apps._run_dir import guarded_jobs, lock, pop_overwrite, run_files
-    from detcal.core.errors import DetcalError
-    from detcal.data.specs import DATA_SPECS, DataSpec, foreign_field_message
-    from detcal.pipeline.spec import ConfigError
+    from detcal.apps._context import (
+        RUN_ID,
+        AppContext,
+        debug_requested,
+        fail,
+        is_secondary_rank,
+        log_failure,
+        reuse_freed_memory,
+    )
+    from detcal.apps._errors import first_line, os_error_message, user_error_message
+    from detcal.apps._instantiate import instantiate_checked, target_class
+    from detcal.apps._replay import HYDRA_KEYS, plain_words
+    from detcal.apps._replay_record import prepare as prepare_record
+    from detcal.apps._run_dir import guarded_jobs, lock, pop_overwrite
+    from detcal.data.specs import DATA_SPECS
     from detcal.utils.warn import capture
 finally:
     collector.resume(_collecting, freeze=True)
 
-__all__ = ["run_app", "run_header", "user_error_message", "data_schema_name", "RUN_ID"]
+__all__ = [
+    "run_app",
+    "run_header",
+    "user_error_message",
+    "data_schema_name",
+    "RUN_ID",
+    "AppContext",
+    "is_secondary_rank",
+    "instantiate_checked",
+    "os_error_message",
+    "target_class",
+]
 
-RUN_ID = os.urandom(3).hex()  # as secrets.token_hex(3), without importing hmac and OpenSSL's hashlib
-"""Random id of this process, the suffix of its run directory (``${detcal_run_id:}``)."""
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=,-]*$")
 log = logging.getLogger("detcal")
@@ -143,90 +156,10 @@ def plain_data_source(argv: Sequence[str], cdir: Path) -> str | None:
     return chosen[0]
 
 
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+_first_line = first_line
 
 
-def _did_you_mean(chain: list[BaseException]) -> str:
-    """``; did you mean 'data.detector'?`` for an unknown key close to a field of its config group."""
-    import difflib  # lazy: read only when a config error is reported, kept out of every command's start-up
-
-    for e in chain:
-        key, typ, full = getattr(e, "key", None), getattr(e, "object_type", None), getattr(e, "full_key", None)
-        if key is None or typ is None or not dataclasses.is_dataclass(typ):
-            continue
-        names = [f.name for f in dataclasses.fields(typ)]
-        close = difflib.get_close_matches(str(key), names, n=1)
-        if isinstance(typ, type) and issubclass(typ, DataSpec):
-            elsewhere = any(str(key) in spec.__dataclass_fields__ for spec in DATA_SPECS.values())
-            if elsewhere or not close:  # a field of another data source: name the sources that read it
-                return f"; {foreign_field_message(str(key), typ)}"
-        if close:
-            parent = str(full or key).rsplit(".", 1)[0] + "." if "." in str(full or key) else ""
-            return f"; did you mean '{parent}{close[0]}'?"
-    return ""
-
-
-def user_error_message(exc: BaseException) -> str | None:
-    """One line for an error the user can fix (config or input), ``None`` for anything else (a bug)."""
-
-    chain: list[BaseException] = []
-    e: BaseException | None = exc
-    while e is not None and e not in chain:
-        chain.append(e)
-        e = e.__cause__ or e.__context__
-    for e in chain:  # the innermost detcal error says it best
-        if isinstance(e, DetcalError):
-            return str(e)
-    if isinstance(exc, MissingConfigException):
-        opts = getattr(exc, "options", None)
-        msg = _first_line(exc)
-        return f"{msg} (available: {', '.join(opts)})" if opts else msg
-    if isinstance(exc, (HydraException, OmegaConfBaseException)):
-        parts = [_first_line(exc)]
-        for e in chain[1:]:
-            line = _first_line(e)
-            if "$VALUE" in line or "$KEY" in line:
-                continue
-            key = getattr(e, "full_key", None)
-            if key:
-                line += f" (config key '{key}')"
-            if not any(line in q for q in parts):
-                parts.append(line)
-        return ": ".join(p.rstrip(".") for p in parts) + _did_you_mean(chain)
-    if isinstance(exc, FileNotFoundError) and "detcal configs not found" in str(exc):
-        return str(exc)
-    for e in chain:
-        if isinstance(e, OSError) and e.errno in _OS_USER_ERRNOS:
-            return os_error_message(e)
-    return None
-
-
-_OS_USER_ERRNOS = {
-    getattr(errno, n)
-    for n in ("EACCES", "EPERM", "ENOSPC", "EDQUOT", "EROFS", "ENOTDIR", "EEXIST", "EISDIR", "ENAMETOOLONG", "EFBIG")
-    if hasattr(errno, n)
-}
-
-
-def os_error_message(e: OSError) -> str:
-    """One line for an operating-system error the user can fix (no permission, disk full, a file where a
-    directory should be, ...), naming the path."""
-    what = {errno.ENOSPC: "no space left on the device", errno.EROFS: "read-only file system"}.get(
-        e.errno or 0, e.strerror or type(e).__name__
-    )
-    where = f" {e.filename}" if e.filename else ""
-    return f"cannot write{where}: {what}"
-
-
-def _log_failure(message: str) -> None:
-    """Write the failure to the run's log file only (the console already shows it)."""
-    root = logging.getLogger()
-    rec = logging.LogRecord("detcal", logging.ERROR, __file__, 0, "run failed: %s", (message,), None)
-    for h in root.handlers:
-        if isinstance(h, logging.FileHandler):
-            h.handle(rec)
-
+_log_failure = log_failure
 
 _lock_run_dir = lock  # the advisory lock of a run directory (detcal.apps._run_dir)
 
@@ -240,15 +173,6 @@ def run_header(command: str, cfg: Any, run_dir: Path, overrides: list[str]) -> d
         "overrides": list(overrides),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
-
-
-def _header_fields(h: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in h.items() if k != "command"}
-
-
-def is_secondary_rank() -> bool:
-    """True in a torchrun rank other than 0 (it computes its share; rank 0 writes the report)."""
-    return os.environ.get("LOCAL_RANK") is not None and os.environ.get("RANK", "0") != "0"
 
 
 def _quiet_other_ranks() -> None:
@@ -266,26 +190,11 @@ def _quiet_other_ranks() -> None:
     ]
 
 
-def _debug() -> bool:
-    return os.environ.get("HYDRA_FULL_ERROR", "") == "1" or os.environ.get("DETCAL_DEBUG", "") not in ("", "0")
+_debug = debug_requested
+_fail = fail
 
 
-def _fail(prog: str, message: str) -> None:
-    print(f"{prog}: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
-
-
-_SWEEP_KEYS = (
-    "hydra.mode",
-    "hydra.sweeper",
-    "hydra/sweeper",
-    "hydra.searchpath",
-    "hydra/launcher",
-    "hydra.launcher",
-    "+hydra",
-    "++hydra",
-    "~hydra",
-)
+_SWEEP_KEYS = HYDRA_KEYS
 
 
 def _is_multirun(argv: list[str]) -> bool:
@@ -297,10 +206,7 @@ def _is_multirun(argv: list[str]) -> bool:
     )
 
 
-def _is_plain(argv: list[str]) -> bool:
-    """No flag (``-m``, ``--cfg``, ``--config-dir``, ...) and no override of Hydra's mode, sweeper, launcher
-    or search path: a single run that composes once."""
-    return not any(a.startswith("-") or a.startswith(_SWEEP_KEYS) for a in argv)
+_is_plain = plain_words  # no flag and no override of Hydra's mode, sweeper, launcher or search path
 
 
 @contextlib.contextmanager
@@ -368,32 +274,29 @@ def _shared_group_listing() -> Any:
         ConfigLoaderImpl.get_group_options = original  # type: ignore[method-assign]
 
 
-_MMAP_THRESHOLD = 1 << 30
-_TRIM_THRESHOLD = 1 << 31
+_reuse_freed_memory = reuse_freed_memory
 
 
-def _reuse_freed_memory() -> None:
-    """glibc: serve the large arrays of a run from memory the process has freed, not from fresh pages.
-
-    By default glibc maps every array of more than a few MiB afresh and unmaps it when freed, so
-    each of the many full-size temporaries of a run pays the page faults of its memory again (a
-    tenth of the lean run's CPU at 5,000 images, more at 20,000). With these thresholds freed
-    memory stays in the process for the next array; the peak resident memory is unchanged (it is
-    the most held at once). No-op off glibc, or with ``DETCAL_MALLOC_DEFAULTS=1``.
-    """
-    if not sys.platform.startswith("linux") or os.environ.get("DETCAL_MALLOC_DEFAULTS") == "1":
-        return
-
+def _config_dir(prog: str) -> Path:
+    """detcal's configs folder; a missing one is the user's error (one line, exit status 2)."""
     try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt thresholds)
-        return
-    mallopt(-1, _TRIM_THRESHOLD)  # M_TRIM_THRESHOLD
-    mallopt(-3, _MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
+        from detcal.pipeline.registry import (
+            config_dir,  # lazy: the calibrator registry imports the calibration package, which imports scipy (kept out of start-up)
+        )
+
+        return Path(config_dir())
+    except FileNotFoundError as exc:
+        _fail(prog, str(exc))
 
 
 def run_app(
-    config_name: str, schema: type, task: Callable[[Any, AppContext], Any], prog: str, *, resumable: bool = False
+    config_name: str,
+    schema: type,
+    task: Callable[[Any, AppContext], Any],
+    prog: str,
+    *,
+    resumable: bool = False,
+    record: bool = False,
 ) -> None:
     """Run ``task(spec, ctx)`` as the Hydra app ``prog`` on ``configs/<config_name>.yaml``.
 
@@ -402,19 +305,13 @@ def run_app(
     provenance). Handles the command line (overrides, ``-m``, ``--cfg job``,
     ``--help``) through Hydra; ``overwrite=true`` lets the run replace the run
     already in its directory; ``resumable`` commands may rerun in their own
-    directory (detcal-main keeps its finished stages).
+    directory (detcal-main keeps its finished stages). ``record``: a plain command line that completes stores
+    its run record, so that the next run of it is replayed without Hydra (:mod:`detcal.apps._replay`).
     """
     debug = _debug()
     _reuse_freed_memory()
-    try:
-        from detcal.pipeline.registry import (
-            config_dir,  # lazy: the calibrator registry imports the calibration package, which imports scipy (kept out of start-up)
-        )
-
-        cdir = config_dir()
-    except FileNotFoundError as exc:
-        _fail(prog, str(exc))
-    source = plain_data_source(sys.argv[1:], Path(cdir))
+    cdir = _config_dir(prog)
+    source = plain_data_source(sys.argv[1:], cdir)
     sources = None if source is None else (source,)
     _register_resolvers()
     _quiet_other_ranks()
@@ -439,7 +336,11 @@ def run_app(
             ctx = AppContext(
                 prog=prog, run_dir=run_dir, overrides=list(hc.overrides.task), choices=dict(hc.runtime.choices), cfg=cfg
             )
-            return task(spec, ctx)
+            store = prepare_record(prog, config_name, argv, cfg, HydraConfig.instance().cfg, spec) if record else None
+            result = task(spec, ctx)
+            if store is not None:
+                store()
+            return result
         except Exception as exc:
             msg = user_error_message(exc)
             _log_failure(msg or f"{type(exc).__name__}: {exc}")
@@ -477,60 +378,3 @@ def run_app(
             os.environ.pop("HYDRA_FULL_ERROR", None)
         else:
             os.environ["HYDRA_FULL_ERROR"] = saved
-
-
-def target_class(node: Mapping[str, Any], key: str) -> type:
-    """The class a calibrator config's ``_target_`` names, checked without calling anything: a subclass of
-    :class:`detcal.calibration.base.Calibrator` (``builtins.open`` and the like are refused), no
-    ``_partial_``/``_args_``."""
-
-    from detcal.calibration.base import Calibrator  # lazy: the calibration package imports scipy (kept out of start-up)
-
-    target = str(node["_target_"])
-    extra = [k for k in ("_partial_", "_args_", "_convert_", "_recursive_") if k in node]
-    if extra:
-        raise ConfigError(f"{key}.{extra[0]}", "not allowed in a calibrator config")
-    try:
-        cls = _locate(target)
-    except Exception as exc:  # noqa: BLE001 - not importable, or not a class
-        raise ConfigError(f"{key}._target_", f"{target!r} is not a calibrator class ({_first_line(exc)})") from None
-    if not (isinstance(cls, type) and issubclass(cls, Calibrator)):
-        raise ConfigError(
-            f"{key}._target_", f"{target!r} is not a calibrator (a subclass of detcal.calibration.base.Calibrator)"
-        )
-    return cls
-
-
-class AppContext:
-    """What a task gets besides its spec: ``prog``, ``run_dir``, ``overrides``,
-    ``choices`` (config group -> option) and ``cfg`` (for the provenance header)."""
-
-    def __init__(self, prog: str, run_dir: Path, overrides: list[str], choices: Mapping[str, Any], cfg: Any):
-        self.prog, self.run_dir, self.overrides, self.choices, self.cfg = prog, run_dir, overrides, choices, cfg
-
-    def header(self) -> dict[str, Any]:
-        """metrics.json provenance of this run, with ``run_files``: what the run directory holds besides the
-        outputs the command is about to write (listed under ``files``): the log, ``.hydra/`` files, data
-        the run generated (folders as ``name/``)."""
-
-        h = _header_fields(run_header(self.prog, self.cfg, self.run_dir, self.overrides))
-        return {**h, "run_files": run_files(self.run_dir)}
-
-    def instantiate(self, node: Any, key: str) -> Any:
-        """Build a ``_target_`` node (a calibrator) with a clear error naming ``key``; the target must be a
-        subclass of :class:`detcal.calibration.base.Calibrator`, checked before it is called."""
-        if node is None:
-            return None
-        if not isinstance(node, Mapping) or "_target_" not in node:
-            raise ConfigError(
-                key, f"expected a config with _target_ (one of configs/{key.split('.')[0]}/), got {node!r}"
-            )
-        target_class(node, key)  # checked before anything is called
-        try:
-            return hydra_instantiate(dict(node), _recursive_=False)  # a nested _target_ is never called
-        except Exception as exc:  # noqa: BLE001 - reported with the key
-            cause = exc.__cause__ or exc
-            field = getattr(cause, "field", None)
-            if isinstance(cause, DetcalError) and field:
-                raise ConfigError(f"{key}.{field}", getattr(cause, "message", str(cause))) from exc
-            raise ConfigError(key, f"cannot build {node['_target_']}: {_first_line(cause)}") from exc

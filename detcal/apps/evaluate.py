@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from detcal.apps._hydra import AppContext, is_secondary_rank, run_app
+from detcal.apps._context import AppContext, is_secondary_rank
+from detcal.apps._replay import replay
 from detcal.utils import collector
 
 _collecting = collector.pause()  # imports of objects that live as long as the process (detcal.utils.collector)
@@ -65,8 +66,13 @@ def task(app: EvaluateApp, ctx: AppContext) -> dict[str, Any]:
 
 
 def main() -> None:
-    """Console entry point (Hydra command line: overrides, ``-m``, ``--cfg job``, ``--help``)."""
-    run_app(CONFIG_NAME, SCHEMA, task, PROG)
+    """Console entry point (Hydra command line: overrides, ``-m``, ``--cfg job``, ``--help``). A plain command
+    line run before is replayed from its run record without importing Hydra (:mod:`detcal.apps._replay`)."""
+    if replay(CONFIG_NAME, task, PROG):
+        return
+    from detcal.apps._hydra import run_app  # lazy: Hydra and OmegaConf only when the run is not replayed
+
+    run_app(CONFIG_NAME, SCHEMA, task, PROG, record=True)
 
 
 if __name__ == "__main__":  # pragma: no cover
