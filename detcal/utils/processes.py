@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,6 +20,8 @@ def map_in_processes(fn: Callable[..., Any], items: Sequence[Any], args: tuple, 
     ``args`` reach the workers through fork (no pickling of the large arrays); the results come back pickled."""
     if workers <= 1 or len(items) <= 1:
         return [fn(i, *args) for i in items]
+    import multiprocessing as mp  # lazy: it imports socket and more; only a run with workers needs it
+
     _STATE.update(fn=fn, args=args)
     try:
         with mp.get_context("fork").Pool(min(workers, len(items))) as pool:
