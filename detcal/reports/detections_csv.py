@@ -40,6 +40,7 @@ __all__ = [
     "detections_csv",
     "detections_columns",
     "evaluation_columns",
+    "matched_gt_ids",
     "columns_to_csv",
     "columns_to_csv_bytes",
     "iter_csv_bytes",
@@ -72,10 +73,26 @@ def detections_columns(
     ]
     gt_ids = np.asarray(gt_ids, dtype=np.int64)
     for t in range(result.matched.shape[0]):
-        gi = result.gt_index[t]
-        ids = np.where(gi >= 0, gt_ids[np.maximum(gi, 0)] if len(gt_ids) else -1, -1).astype(np.int64)
-        cols += [np.asarray(result.matched[t], dtype=bool), np.asarray(result.ignored[t], dtype=bool), ids]
+        cols += [
+            np.asarray(result.matched[t], dtype=bool),
+            np.asarray(result.ignored[t], dtype=bool),
+            matched_gt_ids(result.gt_index[t], gt_ids),
+        ]
     return dict(zip(names, cols))
+
+
+def matched_gt_ids(gi: np.ndarray, gt_ids: np.ndarray) -> np.ndarray:
+    """The id of each detection's matched ground truth (``gt_ids[gi]``), -1 where ``gi`` is negative (int64).
+
+    When ``gi`` holds only -1 and valid rows (a matching's own output), one gather from ``gt_ids`` with a -1
+    appended (read by index -1); otherwise rows below -1 become -1 and a row past the ground truths raises
+    ``IndexError``, as a gather of ``max(gi, 0)`` does."""
+    gi = np.asarray(gi)
+    if not len(gi):
+        return np.zeros(0, dtype=np.int64)
+    if int(gi.min()) >= -1 and int(gi.max()) < len(gt_ids):
+        return np.append(gt_ids, np.int64(-1))[gi]
+    return np.where(gi >= 0, gt_ids[np.maximum(gi, 0)] if len(gt_ids) else -1, -1).astype(np.int64)
 
 
 def evaluation_columns(data: Any, mr: MatchResult, feats: np.ndarray, clipped: np.ndarray) -> dict[str, np.ndarray]:

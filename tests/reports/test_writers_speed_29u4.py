@@ -18,6 +18,7 @@ import pytest
 
 from detcal.reports.html import diagnosis
 from detcal.reports.html.fmt import esc, num_attr
+from detcal.reports.detections_csv import matched_gt_ids
 from detcal.reports.per_class import class_reliability_curves, per_class_panels, reliability_curve
 
 
@@ -173,3 +174,23 @@ def test_panel_titles_count_each_class() -> None:
     y = rng.random(3000) < 0.5
     panels = per_class_panels({"a": (p, y, cat)}, {1: "one", 4: "four"}, top_n=3)
     assert panels.titles == [f"{name} (n={int((cat == c).sum())})" for c, name in [(1, "one"), (4, "four"), (9, "9")]]
+
+
+def _reference_gt_ids(gi: np.ndarray, gt_ids: np.ndarray) -> np.ndarray:
+    return np.where(gi >= 0, gt_ids[np.maximum(gi, 0)] if len(gt_ids) else -1, -1).astype(np.int64)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64])
+def test_matched_gt_ids_equal_the_masked_gather(dtype: type) -> None:
+    rng = np.random.default_rng(4)
+    gt_ids = rng.integers(1, 10**12, 100)
+    gi = np.where(rng.random(5000) < 0.4, -1, rng.integers(0, 100, 5000)).astype(dtype)
+    for case in (gi, gi[:0], np.full(7, -1, dtype), np.where(gi == 3, -5, gi).astype(dtype)):  # -5: the masked path
+        got = matched_gt_ids(case, gt_ids)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, _reference_gt_ids(case, gt_ids))
+    np.testing.assert_array_equal(matched_gt_ids(np.full(3, -1, dtype), gt_ids[:0]), [-1, -1, -1])
+    with pytest.raises(IndexError):  # a row past the ground truths, as the masked gather
+        matched_gt_ids(np.array([0, 100], dtype), gt_ids)
+    with pytest.raises(IndexError):
+        _reference_gt_ids(np.array([0, 100], dtype), gt_ids)
