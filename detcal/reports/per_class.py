@@ -166,7 +166,8 @@ def class_reliability_curves(
     y_arr = np.asarray(y, np.float64)
     cat = np.asarray(category, np.int64)
     classes = np.asarray(classes, np.int64)
-    cell = _class_rank(cat, classes) * bins + feature_bin_index(p_arr, bins)  # one cell per (class, bin); other classes in the last row
+    # one cell per (class, bin); other classes in the last row
+    cell = _class_rank(cat, classes) * bins + feature_bin_index(p_arr, bins)
     size = (len(classes) + 1) * bins
     n = np.bincount(cell, minlength=size).astype(np.float64).reshape(-1, bins)
     with np.errstate(invalid="ignore", divide="ignore"):

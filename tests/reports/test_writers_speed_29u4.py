@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from detcal.reports.detections_csv import matched_gt_ids
 from detcal.reports.html import diagnosis
 from detcal.reports.html.fmt import esc, num_attr
-from detcal.reports.detections_csv import matched_gt_ids
 from detcal.reports.per_class import class_reliability_curves, per_class_panels, reliability_curve
 
 

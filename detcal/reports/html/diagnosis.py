@@ -6,7 +6,7 @@ thumbnails from the image folder when one is given). Drawn as inline SVG from me
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -123,9 +123,7 @@ def _confusion_svg(matrix: Sequence[Sequence[Any]], arr: np.ndarray | None, labe
     for a, (i, filled) in enumerate(zip(keep, _nonzero_cells(matrix, arr, keep))):
         y = lab + a * cs
         if cs >= 8:
-            out.append(
-                f'<text x="{lab - 3}" y="{y + cs - 2:.1f}" class="tick" text-anchor="end">{names[i]}</text>'
-            )
+            out.append(f'<text x="{lab - 3}" y="{y + cs - 2:.1f}" class="tick" text-anchor="end">{names[i]}</text>')
             xx = lab + a * cs + cs - 2
             out.append(
                 f'<text x="{xx:.1f}" y="{lab - 3}" class="tick" transform="rotate(-90 {xx:.1f} {lab - 3})">'
@@ -152,12 +150,14 @@ def _confusion_svg(matrix: Sequence[Sequence[Any]], arr: np.ndarray | None, labe
 def _confusions(mat: Sequence[Sequence[Any]], arr: np.ndarray | None, k: int) -> list[tuple[Any, int, int]]:
     """(count, true, predicted) of every filled cell off the diagonal among the ``k`` classes, most first
     (``arr``: :func:`_count_matrix` of ``mat``)."""
+    cells: Iterable[tuple[int, int]]
     if arr is None or k > len(mat):
         cells = ((i, j) for i in range(k) for j in range(k) if i != j and mat[i][j])
     else:
         sub = arr[:k, :k] != 0
         np.fill_diagonal(sub, False)
-        cells = zip(*(x.tolist() for x in np.nonzero(sub)))
+        rows, cols = np.nonzero(sub)
+        cells = zip(rows.tolist(), cols.tolist())
     return sorted(((mat[i][j], i, j) for i, j in cells), reverse=True)
 
 
