@@ -194,3 +194,21 @@ def test_matched_gt_ids_equal_the_masked_gather(dtype: type) -> None:
         matched_gt_ids(np.array([0, 100], dtype), gt_ids)
     with pytest.raises(IndexError):
         _reference_gt_ids(np.array([0, 100], dtype), gt_ids)
+
+
+def test_the_figure_process_gets_what_the_figures_read(tmp_path) -> None:
+    """The figures drawn from :func:`figure_inputs` (what a figure process is sent) are the figures of the
+    whole metrics, byte for byte, and the inputs leave out the intervals' tables."""
+    import detcal
+    from detcal.pipeline.spec import BootstrapSpec, DataSpec, EvaluationSpec
+    from detcal.reports.evaluation_plots import evaluation_plots, figure_inputs
+
+    res = detcal.evaluate(DataSpec(n_images=40), spec=EvaluationSpec(bootstrap=BootstrapSpec(n=0)), workdir=tmp_path)
+    m = res.plain()
+    slim = figure_inputs(m)
+    assert set(slim) <= {"confidence", "dece_maps", "regression"}
+    assert all(set(b) <= {"ece", "dece"} for b in slim["confidence"].values())
+    names = evaluation_plots(tmp_path / "full", m, res.spec)
+    assert names and names == evaluation_plots(tmp_path / "slim", slim, res.spec)
+    for name in names:
+        assert (tmp_path / "full" / name).read_bytes() == (tmp_path / "slim" / name).read_bytes(), name
