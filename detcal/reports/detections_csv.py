@@ -145,7 +145,7 @@ def _column_cells(v: np.ndarray) -> np.ndarray:
         return np.frombuffer((",".join(map(repr, v.tolist())) + ",").encode("ascii"), dtype=np.uint8)
     text = _orjson.dumps(v, option=_orjson.OPT_SERIALIZE_NUMPY)
     a = np.abs(v)
-    odd = np.flatnonzero((~((a >= 1e-4) & (a < 1e16)) & (v != 0)) | ~np.isfinite(v))
+    odd = np.flatnonzero(~((a >= 1e-4) & (a < 1e16)) & (v != 0))  # nan and inf fail the range too
     if not len(odd):
         return np.frombuffer(text, dtype=np.uint8)[1:]
     spliced = _splice(text[1:-1], n, odd, [repr(x).encode("ascii") for x in v[odd].tolist()])
