@@ -26,7 +26,7 @@ from detcal.reports.detections_csv import (
     write_columns_csv,
     write_detections_parquet,
 )
-from detcal.reports.evaluation_plots import evaluation_plots, plan_evaluation_plots
+from detcal.reports.evaluation_plots import evaluation_plots, figure_inputs, plan_evaluation_plots
 from detcal.reports.finish import finish_run
 from detcal.reports.font_maps import map_font_files
 from detcal.reports.per_class import PerClassPanels, draw_per_class_panels, per_class_panels
@@ -188,7 +188,8 @@ class EvaluationResult(Result):
         names = [name for name, _ in plan_evaluation_plots(out, m, self.spec)]
         panels = self._per_class_panels()
         names += ["reliability_per_class.png"] if panels is not None else []
-        return names, run(self.figure_worker, draw_figures, out, m, self.spec, panels, os.getpid())
+        # only what the figures read travels to the figure process (pickled, unpickled)
+        return names, run(self.figure_worker, draw_figures, out, figure_inputs(m), self.spec, panels, os.getpid())
 
     def _per_class_panels(self) -> PerClassPanels | None:
         """The panels of reliability_per_class.png (None: no per-class table in the record)."""

@@ -40,6 +40,7 @@ __all__ = [
     "detections_csv",
     "detections_columns",
     "evaluation_columns",
+    "matched_gt_ids",
     "columns_to_csv",
     "columns_to_csv_bytes",
     "iter_csv_bytes",
@@ -72,10 +73,26 @@ def detections_columns(
     ]
     gt_ids = np.asarray(gt_ids, dtype=np.int64)
     for t in range(result.matched.shape[0]):
-        gi = result.gt_index[t]
-        ids = np.where(gi >= 0, gt_ids[np.maximum(gi, 0)] if len(gt_ids) else -1, -1).astype(np.int64)
-        cols += [np.asarray(result.matched[t], dtype=bool), np.asarray(result.ignored[t], dtype=bool), ids]
+        cols += [
+            np.asarray(result.matched[t], dtype=bool),
+            np.asarray(result.ignored[t], dtype=bool),
+            matched_gt_ids(result.gt_index[t], gt_ids),
+        ]
     return dict(zip(names, cols))
+
+
+def matched_gt_ids(gi: np.ndarray, gt_ids: np.ndarray) -> np.ndarray:
+    """The id of each detection's matched ground truth (``gt_ids[gi]``), -1 where ``gi`` is negative (int64).
+
+    When ``gi`` holds only -1 and valid rows (a matching's own output), one gather from ``gt_ids`` with a -1
+    appended (read by index -1); otherwise rows below -1 become -1 and a row past the ground truths raises
+    ``IndexError``, as a gather of ``max(gi, 0)`` does."""
+    gi = np.asarray(gi)
+    if not len(gi):
+        return np.zeros(0, dtype=np.int64)
+    if int(gi.min()) >= -1 and int(gi.max()) < len(gt_ids):
+        return np.append(gt_ids, np.int64(-1))[gi]
+    return np.where(gi >= 0, gt_ids[np.maximum(gi, 0)] if len(gt_ids) else -1, -1).astype(np.int64)
 
 
 def evaluation_columns(data: Any, mr: MatchResult, feats: np.ndarray, clipped: np.ndarray) -> dict[str, np.ndarray]:
@@ -128,7 +145,7 @@ def _column_cells(v: np.ndarray) -> np.ndarray:
         return np.frombuffer((",".join(map(repr, v.tolist())) + ",").encode("ascii"), dtype=np.uint8)
     text = _orjson.dumps(v, option=_orjson.OPT_SERIALIZE_NUMPY)
     a = np.abs(v)
-    odd = np.flatnonzero((~((a >= 1e-4) & (a < 1e16)) & (v != 0)) | ~np.isfinite(v))
+    odd = np.flatnonzero(~((a >= 1e-4) & (a < 1e16)) & (v != 0))  # nan and inf fail the range too
     if not len(odd):
         return np.frombuffer(text, dtype=np.uint8)[1:]
     spliced = _splice(text[1:-1], n, odd, [repr(x).encode("ascii") for x in v[odd].tolist()])
@@ -173,10 +190,12 @@ per block are few against the bytes they move."""
 
 
 class _Scratch:
-    """Named buffers reused from block to block (fresh pages cost a fault each)."""
+    """Named buffers reused from block to block (fresh pages cost a fault each), and the cell positions of the
+    runs of a line for the block's shape (the same for every full block)."""
 
     def __init__(self) -> None:
         self._bufs: dict[str, np.ndarray] = {}
+        self.bounds: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray, list[int]]] = {}
 
     def get(self, name: str, size: int, dtype: type) -> np.ndarray:
         buf = self._bufs.get(name)
@@ -186,13 +205,13 @@ class _Scratch:
 
 
 def _streams(dtypes: list[np.dtype]) -> tuple[list[list[int]], list[tuple[int, int, int]]]:
-    """The columns of each stream (0: floats, 1: integers, 2: flags; each in column order) and the runs
+    """The columns of each stream (0: floats, 1: integers and flags; each in column order) and the runs
     of a line: ``(stream, first, last)`` for each stretch of consecutive columns of one stream, in line
     order (``first``/``last``: positions within the stream's row)."""
-    members: list[list[int]] = [[], [], []]
+    members: list[list[int]] = [[], []]
     runs: list[tuple[int, int, int]] = []
     for c, dt in enumerate(dtypes):
-        s = 2 if dt.kind == "b" else 1 if dt.kind in "iu" else 0
+        s = 1 if dt.kind in "iub" else 0
         pos = len(members[s])
         if runs and runs[-1][0] == s:
             runs[-1] = (s, runs[-1][1], pos)
@@ -204,12 +223,11 @@ def _streams(dtypes: list[np.dtype]) -> tuple[list[list[int]], list[tuple[int, i
 
 def _stream_text(
     values: list[np.ndarray], members: list[list[int]], scratch: _Scratch
-) -> tuple[np.ndarray, list[np.ndarray | None], list[int]]:
-    """The text of the three streams, one after the other in one uint8 buffer: each stream is its
-    columns' rows read row by row, every cell followed by a comma (the floats and the integers: a float64
-    or int64 block made row-major, turned into text in one call of :func:`_column_cells`; the flags: a
-    digit and a comma each). Returns the buffer, per stream the position of each cell's comma [rows,
-    columns of the stream] (``None`` for an empty stream) and where each stream starts."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """The text of the two streams, one after the other in one uint8 buffer: each stream is its columns'
+    rows read row by row, every cell followed by a comma (a float64 or int64 block made row-major, the
+    flags as integers 0 and 1, turned into text in one call of :func:`_column_cells`). Returns the buffer
+    and the position of every comma: the float stream's cells row by row, then the integer stream's."""
     m = len(values[0])
     texts: list[np.ndarray] = []
     for s, dtype in enumerate((np.float64, np.int64)):
@@ -217,56 +235,65 @@ def _stream_text(
         for j, c in enumerate(members[s]):
             rows[:, j] = values[c]
         texts.append(_column_cells(rows.ravel()))
-    numeric = len(texts[0]) + len(texts[1])
-    text = scratch.get("text", numeric + 2 * m * len(members[2]), np.uint8)
-    starts = [0, len(texts[0]), numeric]
-    for s, t in enumerate(texts):
+    size = len(texts[0]) + len(texts[1])
+    text = scratch.get("text", size, np.uint8)
+    at = 0
+    for t in texts:
         if len(t):
-            text[starts[s] : starts[s] + len(t)] = t
-            text[starts[s] + len(t) - 1] = _COMMA  # a stream's last separator may be orjson's "]"
-    flags = text[numeric:].reshape(m, len(members[2]), 2)
-    for j, c in enumerate(members[2]):
-        np.add(values[c].view(np.uint8), ord("0"), out=flags[:, j, 0])
-    flags[:, :, 1] = _COMMA
-    ends = np.flatnonzero(np.equal(text[:numeric], _COMMA, out=scratch.get("comma", numeric, bool)))
+            text[at : at + len(t)] = t
+            text[at + len(t) - 1] = _COMMA  # a stream's last separator may be orjson's "]"
+            at += len(t)
+    return text, np.flatnonzero(np.equal(text, _COMMA, out=scratch.get("comma", size, bool)))
+
+
+def _run_cells(
+    m: int, members: list[list[int]], runs: list[tuple[int, int, int]], scratch: _Scratch
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Where, among the commas of :func:`_stream_text`, each run of each line ends and where the cell before
+    it ends ([m, runs] each: a run's bytes follow the comma ``before`` and end with the comma ``last``), and
+    the runs whose ``before`` is the text's start on the first line (index -1, set by the caller).
+    A line's first cell of a stream follows the previous line's last cell of that stream, which is the comma
+    just before it in the stream's row-major order; so every run is one fixed offset from its line's first
+    comma in its stream. Kept in ``scratch`` for the block's shape."""
+    key = (m, tuple(runs), tuple(map(len, members)))
+    found = scratch.bounds.get(key)
+    if found is not None:
+        return found
     widths = [len(g) for g in members]
-    cells: list[np.ndarray | None] = [
-        ends[: m * widths[0]].reshape(m, widths[0]) if widths[0] else None,
-        ends[m * widths[0] :].reshape(m, widths[1]) if widths[1] else None,
-        numeric + 1 + 2 * np.arange(m * widths[2]).reshape(m, widths[2]) if widths[2] else None,
-    ]
-    return text, cells, starts
+    base = [0, m * widths[0]]
+    row = np.arange(m, dtype=np.int64)
+    before = np.empty((m, len(runs)), dtype=np.int64)
+    last = np.empty((m, len(runs)), dtype=np.int64)
+    for j, (s, a, b) in enumerate(runs):
+        before[:, j] = base[s] + row * widths[s] + a - 1
+        last[:, j] = base[s] + row * widths[s] + b
+    start = [j for j, (s, a, _) in enumerate(runs) if a == 0 and base[s] == 0]
+    scratch.bounds = {key: (before, last, start)}
+    return before, last, start
 
 
 def _block_array(values: list[np.ndarray], scratch: _Scratch | None = None) -> np.ndarray:
     """CSV lines of the rows of ``values`` (one array per column, the same length, at least one row), as
     uint8 in a buffer of ``scratch`` (valid until its next use).
 
-    The floats, the integers and the flags are each turned into text row by row
+    The floats and the integers (flags as 0/1) are each turned into text row by row
     (:func:`_stream_text`); a line is then a few runs, each a stretch of consecutive cells of one
     stream, copied by one gather whose byte offsets are a running sum of steps that are 1 inside a run
     and jump at each run's first byte. The last comma of each line becomes a newline."""
     scratch = _Scratch() if scratch is None else scratch
     m = len(values[0])
     members, runs = _streams([v.dtype for v in values])
-    text, cells, starts = _stream_text(values, members, scratch)
-    first = np.empty((m, len(runs)), dtype=np.int64)  # each run's first byte in text, per line
-    last = np.empty((m, len(runs)), dtype=np.int64)  # and its last (a comma)
-    for j, (s, a, b) in enumerate(runs):
-        ends = cells[s]
-        assert ends is not None  # a run's stream has columns
-        last[:, j] = ends[:, b]
-        if a:
-            first[:, j] = ends[:, a - 1] + 1
-        else:  # a line's first cell of the stream follows the previous line's last
-            first[0, j] = starts[s]
-            first[1:, j] = ends[:-1, -1] + 1
-    lengths = last - first + 1
+    text, commas = _stream_text(values, members, scratch)
+    at_before, at_last, start = _run_cells(m, members, runs, scratch)
+    before = np.take(commas, at_before, mode="wrap")  # the comma before each run (index -1 fixed below)
+    before[0, start] = -1
+    last = np.take(commas, at_last)
+    lengths = last - before
     dest_end = np.cumsum(lengths.ravel()).reshape(lengths.shape)
     size = int(dest_end[-1, -1])
-    step = np.empty(first.size, dtype=np.int64)
-    step[0] = first[0, 0]
-    step[1:] = first.ravel()[1:] - last.ravel()[:-1]
+    step = np.empty(before.size, dtype=np.int64)
+    step[0] = before[0, 0] + 1
+    step[1:] = before.ravel()[1:] + 1 - last.ravel()[:-1]
     offsets = scratch.get("offsets", size, np.int64)
     offsets.fill(1)
     offsets[(dest_end - lengths).ravel()] = step

@@ -166,10 +166,8 @@ def class_reliability_curves(
     y_arr = np.asarray(y, np.float64)
     cat = np.asarray(category, np.int64)
     classes = np.asarray(classes, np.int64)
-    order = np.argsort(classes, kind="stable")
-    at = np.searchsorted(classes[order], cat).clip(0, max(len(classes) - 1, 0))
-    rank = np.where(classes[order][at] == cat, order[at], len(classes)) if len(classes) else np.zeros_like(cat)
-    cell = rank * bins + feature_bin_index(p_arr, bins)  # one cell per (class, bin); other classes in the last row
+    # one cell per (class, bin); other classes in the last row
+    cell = _class_rank(cat, classes) * bins + feature_bin_index(p_arr, bins)
     size = (len(classes) + 1) * bins
     n = np.bincount(cell, minlength=size).astype(np.float64).reshape(-1, bins)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -179,6 +177,22 @@ def class_reliability_curves(
     return [
         {"conf": conf[k], "precision": prec[k], "n": n[k].astype(np.int64), "edges": edges} for k in range(len(classes))
     ]
+
+
+def _class_rank(cat: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """The position in ``classes`` (distinct ids) of each sample's class, ``len(classes)`` for any other class:
+    a table of the ids when they are small (one gather), else a binary search among the sorted classes."""
+    if not len(classes):
+        return np.zeros_like(cat)
+    if _small_ids(cat):
+        top = int(cat.max())
+        inside = np.flatnonzero((classes >= 0) & (classes <= top))[::-1]  # reversed: a repeated id keeps its first
+        lut = np.full(top + 1, len(classes), np.int64)
+        lut[classes[inside]] = inside
+        return lut[cat]
+    order = np.argsort(classes, kind="stable")
+    at = np.searchsorted(classes[order], cat).clip(0, max(len(classes) - 1, 0))
+    return np.where(classes[order][at] == cat, order[at], len(classes))
 
 
 def plot_reliability(ax: Any, curves: Mapping[str, Mapping[str, np.ndarray]], title: str = "") -> None:
@@ -238,11 +252,13 @@ def per_class_panels(
     nrow = int(np.ceil(max(len(top), 1) / ncol))
     names = names or {}
     per_label = {lab: class_reliability_curves(p, y, cat, top, bins) for lab, (p, y, cat) in checked.items()}
+    # a class's count: its samples in the first sample's curve, every one of them in one of its bins
+    counts = [int(c["n"].sum()) for c in next(iter(per_label.values()))]
     return PerClassPanels(
         ncol,
         nrow,
         [{lab: per_label[lab][k] for lab in checked} for k in range(len(top))],
-        [f"{short_label(names.get(int(c), c))} (n={int((first[2] == c).sum())})" for c in top],
+        [f"{short_label(names.get(int(c), c))} (n={n})" for c, n in zip(top, counts)],
         len(checked) > 1,
     )
 

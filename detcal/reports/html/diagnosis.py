@@ -6,9 +6,11 @@ thumbnails from the image folder when one is given). Drawn as inline SVG from me
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from detcal.core.results import DiagnosticsBlock, Results, as_results
 from detcal.reports.html.fmt import cell, esc, is_number, num, num_attr, table, text
@@ -65,14 +67,52 @@ def bars_svg(items: Sequence[tuple[str, Any]], title: str, xlabel: str) -> str:
     return "".join(out)
 
 
+def _count_matrix(matrix: Sequence[Sequence[Any]]) -> np.ndarray | None:
+    """``matrix`` as a square integer array, or None when it is not one (then the cells are read one by one)."""
+    try:
+        arr = np.asarray(matrix)
+    except ValueError:  # ragged rows
+        return None
+    n = len(matrix)
+    return arr if arr.shape == (n, n) and arr.dtype.kind in "iub" else None
+
+
+def _nonzero_cells(matrix: Sequence[Sequence[Any]], arr: np.ndarray | None, keep: Sequence[int]) -> list[list[int]]:
+    """Per kept row, the positions in ``keep`` of its kept columns whose count is not zero (a 366-class matrix
+    holds some 134k cells, a few thousand of them filled); ``arr``: :func:`_count_matrix` of ``matrix``."""
+    if arr is None:
+        return [[b for b, j in enumerate(keep) if matrix[i][j]] for i in keep]
+    k = np.asarray(keep, dtype=np.intp)
+    sub = arr[np.ix_(k, k)] != 0
+    rows, cols = np.nonzero(sub)
+    cuts = np.searchsorted(rows, np.arange(1, len(keep)))
+    return [c.tolist() for c in np.split(cols, cuts)]
+
+
+def _kept(matrix: Sequence[Sequence[Any]], arr: np.ndarray | None) -> list[int]:
+    """The rows (and columns) of the heat map: those with a count in their row or column, and the last."""
+    n = len(matrix)
+    if arr is None:
+        return [i for i in range(n) if any(matrix[i]) or any(matrix[r][i] for r in range(n)) or i == n - 1]
+    used = (arr != 0).any(axis=1) | (arr != 0).any(axis=0)
+    used[n - 1] = True
+    return np.flatnonzero(used).tolist()
+
+
 def confusion_svg(matrix: Sequence[Sequence[Any]], labels: Sequence[str], title: str) -> str:
     """The confusion matrix as a heat map (rows ground truth, columns prediction, background last), shading on
     a log scale of the count; rows and columns that are empty everywhere are left out."""
+    return _confusion_svg(matrix, _count_matrix(matrix), labels, title)
+
+
+def _confusion_svg(matrix: Sequence[Sequence[Any]], arr: np.ndarray | None, labels: Sequence[str], title: str) -> str:
+    """:func:`confusion_svg` with ``arr``, :func:`_count_matrix` of ``matrix``."""
     n = len(matrix)
     if n == 0:
         return ""
-    keep = [i for i in range(n) if any(matrix[i]) or any(matrix[r][i] for r in range(n)) or i == n - 1]
-    vmax = max((v for r in matrix for v in r), default=1) or 1
+    keep = _kept(matrix, arr)
+    names = [esc(x) for x in labels]  # each label escaped once (a 366-class matrix has thousands of filled cells)
+    vmax = (max((v for r in matrix for v in r), default=1) if arr is None else int(arr.max())) or 1
     cs = max(4.0, min(16.0, 480 / max(len(keep), 1)))
     size = cs * len(keep)
     lab = 110 if cs >= 8 else 6  # names only where they fit (each cell's tooltip names its classes)
@@ -80,21 +120,18 @@ def confusion_svg(matrix: Sequence[Sequence[Any]], labels: Sequence[str], title:
         f'<svg class="fig" role="img" viewBox="0 0 {lab + size + 20} {lab + size + 20}" '
         f'width="{lab + size + 20}" height="{lab + size + 20}"><title>{esc(title)}</title>'
     ]
-    for a, i in enumerate(keep):
+    for a, (i, filled) in enumerate(zip(keep, _nonzero_cells(matrix, arr, keep))):
         y = lab + a * cs
         if cs >= 8:
-            out.append(
-                f'<text x="{lab - 3}" y="{y + cs - 2:.1f}" class="tick" text-anchor="end">{esc(labels[i])}</text>'
-            )
+            out.append(f'<text x="{lab - 3}" y="{y + cs - 2:.1f}" class="tick" text-anchor="end">{names[i]}</text>')
             xx = lab + a * cs + cs - 2
             out.append(
                 f'<text x="{xx:.1f}" y="{lab - 3}" class="tick" transform="rotate(-90 {xx:.1f} {lab - 3})">'
-                f"{esc(labels[i])}</text>"
+                f"{names[i]}</text>"
             )
-        for b, j in enumerate(keep):
+        for b in filled:
+            j = keep[b]
             v = matrix[i][j]
-            if not v:
-                continue
             t = math.log1p(v) / math.log1p(vmax)
             fill = (
                 f"rgb({int(255 * (1 - t))},{int(255 * (1 - 0.6 * t))},255)"
@@ -103,11 +140,25 @@ def confusion_svg(matrix: Sequence[Sequence[Any]], labels: Sequence[str], title:
             )
             out.append(
                 f'<rect x="{lab + b * cs:.1f}" y="{y:.1f}" width="{cs:.1f}" height="{cs:.1f}" fill="{fill}" '
-                f'class="cellr"{num_attr(v)}><title>true {esc(labels[i])}, predicted {esc(labels[j])}: {v}</title></rect>'
+                f'class="cellr"{num_attr(v)}><title>true {names[i]}, predicted {names[j]}: {v}</title></rect>'
             )
     out.append(f'<rect x="{lab}" y="{lab}" width="{size:.1f}" height="{size:.1f}" class="frame nofill"/>')
     out.append("</svg>")
     return "".join(out)
+
+
+def _confusions(mat: Sequence[Sequence[Any]], arr: np.ndarray | None, k: int) -> list[tuple[Any, int, int]]:
+    """(count, true, predicted) of every filled cell off the diagonal among the ``k`` classes, most first
+    (``arr``: :func:`_count_matrix` of ``mat``)."""
+    cells: Iterable[tuple[int, int]]
+    if arr is None or k > len(mat):
+        cells = ((i, j) for i in range(k) for j in range(k) if i != j and mat[i][j])
+    else:
+        sub = arr[:k, :k] != 0
+        np.fill_diagonal(sub, False)
+        rows, cols = np.nonzero(sub)
+        cells = zip(rows.tolist(), cols.tolist())
+    return sorted(((mat[i][j], i, j) for i, j in cells), reverse=True)
 
 
 def _names(m: Mapping[str, Any]) -> dict[str, str]:
@@ -168,14 +219,14 @@ def _by_type(cb: Mapping[str, Any]) -> str:
 
 def _confusion(c: Mapping[str, Any], names: Mapping[str, str]) -> str:
     labels = [names.get(str(k), str(k)) for k in c["categories"]] + ["background"]
-    svg = confusion_svg(c["matrix"], labels, "confusion matrix")
+    arr = _count_matrix(c["matrix"])  # read once, for the heat map and the most frequent confusions
+    svg = _confusion_svg(c["matrix"], arr, labels, "confusion matrix")
     facts = table(
         ["matched", "matched to another class", "background detections", "missed boxes"],
         [[c["n_matched"], c["n_matched_other_class"], c["n_background_detections"], c["n_missed_boxes"]]],
         sortable=False,
     )
-    mat, k = c["matrix"], len(c["categories"])
-    pairs = sorted(((mat[i][j], i, j) for i in range(k) for j in range(k) if i != j and mat[i][j]), reverse=True)
+    pairs = _confusions(c["matrix"], arr, len(c["categories"]))
     if pairs:
         facts += "<h4>Most frequent confusions</h4>" + table(
             ["ground truth", "predicted", "detections"], [[labels[i], labels[j], v] for v, i, j in pairs[:10]]

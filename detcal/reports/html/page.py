@@ -4,7 +4,6 @@ that sorts tables), no network, no external script or font."""
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import logging
 import re
@@ -16,6 +15,7 @@ import detcal.reports.html.protocol as proto
 import detcal.reports.html.sections as sec
 from detcal.core.results import CalibratorsBlock, Results, as_results, is_description
 from detcal.reports.html.diagnosis import diagnosis_section
+from detcal.reports.html.digests import sha256_digests
 from detcal.reports.html.findings import findings
 from detcal.reports.html.fmt import cell, esc, is_number, num, pct_cell, table
 from detcal.reports.html.main_page import main_body
@@ -159,8 +159,10 @@ def generic_section(m: Mapping[str, Any], keys: Iterable[str], title: str = "Oth
 
 
 def file_digests(m: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """(key, path, sha256 or why not) of every input file named in ``data`` / ``config.data``."""
+    """(key, path, sha256 or why not) of every input file named in ``data`` / ``config.data`` (the digests
+    kept from run to run while a file is unchanged: :mod:`detcal.reports.html.digests`)."""
     seen: dict[str, tuple[str, str, str]] = {}
+    hashed: list[str] = []  # files to hash, in the order of ``seen``
     for root in ((m.get("config") or {}).get("data"), m.get("data")):
         stack = [("data", root)]
         while stack:
@@ -171,19 +173,14 @@ def file_digests(m: Mapping[str, Any]) -> list[tuple[str, str, str]]:
                 p = Path(v)
                 if p.is_file():
                     size = p.stat().st_size
-                    h = _sha256(p) if size <= _HASH_LIMIT else f"not hashed ({size} bytes, over 256 MB)"
-                    seen[v] = (k, v, h)
+                    if size <= _HASH_LIMIT:
+                        hashed.append(v)
+                    seen[v] = (k, v, f"not hashed ({size} bytes, over 256 MB)")
                 elif p.is_dir():
                     seen[v] = (k, v, "directory")
+    for v, h in zip(hashed, sha256_digests(hashed)):
+        seen[v] = (seen[v][0], v, h)
     return list(seen.values())
-
-
-def _sha256(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return "sha256:" + h.hexdigest()
 
 
 def provenance_section(m: Mapping[str, Any], extra_files: list[tuple[str, str, str]]) -> str:
