@@ -51,6 +51,7 @@ from detcal.apps._context import (
 )
 from detcal.apps._run_dir import OVERWRITE_ARG, claim, finish, pop_overwrite
 from detcal.core.errors import DetcalError
+from detcal.utils.cache_dir import cache_dir
 from detcal.utils.warn import capture
 
 __all__ = [
@@ -103,15 +104,6 @@ HYDRA_KEYS = (
 def enabled() -> bool:
     """False when ``DETCAL_COMPOSE_CACHE`` is ``0``, ``false``, ``no`` or ``off``."""
     return os.environ.get("DETCAL_COMPOSE_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-def cache_dir() -> Path:
-    """``$DETCAL_CACHE_DIR``, else ``$XDG_CACHE_HOME/detcal``, else ``~/.cache/detcal``."""
-    explicit = os.environ.get("DETCAL_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache") / "detcal"
 
 
 def keyed_overrides(overrides: list[str]) -> tuple[list[str | None], int | None]:

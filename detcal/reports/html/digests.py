@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from detcal.utils.cache_dir import cache_dir
+
 __all__ = ["sha256_digests", "sha256_file", "cache_file", "enabled", "MAX_ENTRIES", "STABLE_NS", "FORMAT"]
 
 FORMAT = 1
@@ -52,12 +54,8 @@ def enabled() -> bool:
 
 
 def cache_file() -> Path:
-    """``digests.json`` in ``$DETCAL_CACHE_DIR``, else ``$XDG_CACHE_HOME/detcal``, else ``~/.cache/detcal``."""
-    explicit = os.environ.get("DETCAL_CACHE_DIR")
-    if explicit:
-        return Path(explicit) / _NAME
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache") / "detcal" / _NAME
+    """``digests.json`` in detcal's cache folder (:func:`detcal.utils.cache_dir.cache_dir`)."""
+    return cache_dir() / _NAME
 
 
 def sha256_file(path: str | os.PathLike) -> str:
