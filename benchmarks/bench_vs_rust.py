@@ -33,13 +33,15 @@ does not recompile detcal's ~100 modules on every run, and a machine that sets
 ``PYTHONDONTWRITEBYTECODE=1`` would otherwise add about 0.13-0.16 s of CPU to
 every detcal run that no installed copy pays.
 
-``detcal-evaluate`` keeps the configuration Hydra composed for a command line
-and reads it back when the same command line runs again (``DETCAL_CACHE_DIR``,
-docs/configuration.md). The benchmark points that cache at a fresh folder of
-its own, so its first round of each set runs every detcal command line cold
-(the configuration composed by Hydra, as a user's first run of it) and later
-rounds warm (as the user's re-runs); ``--cold`` keeps every round cold (a
-fresh cache folder per run).
+``detcal-evaluate`` keeps, in its cache folder (``DETCAL_CACHE_DIR``,
+docs/configuration.md), the configuration Hydra composed for a command line,
+a record of the run that lets the same command line run again without Hydra,
+and the SHA-256 digests of the input files report.html names (reused while a
+file's size, times and inode are unchanged). The benchmark points that folder
+at a fresh one of its own, so its first round of each set runs every detcal
+command line cold (Hydra composes and runs it, every input file is hashed:
+a user's first run) and later rounds warm (a user's re-runs); ``--cold``
+keeps every round cold (a fresh cache folder per run).
 """
 
 from __future__ import annotations
