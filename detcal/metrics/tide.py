@@ -578,6 +578,7 @@ class Scene:
     by_image: np.ndarray
     released: bool = False
     all_kept: bool = False  # ``kd`` is every detection in row order (``arange(D)``: read and written as is)
+    rows_by_image: bool = False  # the kept detections' rows run image after image (in ``images`` order)
 
     def spread(self, values: np.ndarray, fill: Any) -> np.ndarray:
         """``values [K]`` of the kept detections as a column over every detection [D] (``fill`` elsewhere; the
@@ -616,10 +617,11 @@ def scene(
     rank, by_image = _rank_in_image(d_img, desc)
     kd = np.flatnonzero((rank >= 0) & (rank < max_dets)).astype(rank.dtype, copy=False)
     every = len(kd) == nd  # ascending and every row: kd is arange(D), its gathers and scatters are the columns
+    by_rows = True  # the kept rows already by image (a file written image after image)
     if len(kd):  # by image, then row: the boxes of each image read together (in row order for most files)
         ki = d_img if every else d_img[kd]
-        if np.any(ki[1:] < ki[:-1]):  # not already by image (a file written image after image is)
-            kd, every = kd[small_sort(ki, int(ki.max()) + 1)], False
+        if np.any(ki[1:] < ki[:-1]):  # not already by image
+            kd, every, by_rows = kd[small_sort(ki, int(ki.max()) + 1)], False, False
         del ki
     cat_all, n_cls = _codes(dets.category, gt.category)
     dcat, gcat = narrow_codes(cat_all[:nd], n_cls), cat_all[nd:].copy()
@@ -650,6 +652,7 @@ def scene(
         dets.score,
         by_image,
         all_kept=every,
+        rows_by_image=by_rows,
     )
 
 
@@ -769,6 +772,19 @@ def grid_count(v: np.ndarray) -> np.ndarray:
     return j0 + (_X[j0] <= v) + ((j0 < 100) & (_X[up] <= v))
 
 
+def _visit_order(
+    sc: Scene, kept: np.ndarray, every: bool, by_score: np.ndarray, run: np.ndarray, n_run: int
+) -> np.ndarray:
+    """The kept detections ``by_score`` (descending score, ties in row order; ``run`` their score runs) with the
+    ties in tidecv's visiting order: by image, then rank. The kept detections in that order (the scene's), stably
+    sorted by their score run (16-bit radix passes: the runs come in image order, far from sorted; the same order
+    as a stable sort of run * n_img + image), read in image order: its runs are again ``run``."""
+    run_of = np.empty(len(kept), run.dtype)
+    run_of[by_score] = run
+    visit = sc.by_image if every and len(sc.by_image) == len(kept) else sc.by_image[kept[sc.by_image]]  # image, rank
+    return visit[radix_sort(run_of[visit], n_run)]
+
+
 def _fixes(
     sc: Scene, code: np.ndarray, ignored: np.ndarray, fixable: np.ndarray, target: np.ndarray, n_gt: np.ndarray,
     missed: np.ndarray, fn: np.ndarray,
@@ -789,14 +805,10 @@ def _fixes(
     # the columns gathered in score order, as the narrowest integers that hold them (the same values): the
     # gathers then read a quarter of the memory, which stays in the processor's cache on large sets
     dcat, code, run = narrow_codes(sc.dcat, n_cls), code.astype(np.int8, copy=False), narrow_codes(run, 2 * n_run)
-    # equal scores in tidecv's visiting order: by image, then rank: the kept detections in that order (the
-    # scene's), stably sorted by their score run (16-bit radix passes: the runs come in image order, far from
-    # sorted; the same order as a stable sort of run * n_img + image), read in image order
-    run_of = np.empty(len(code), run.dtype)
-    run_of[by_score] = run
-    visit = sc.by_image if every and len(sc.by_image) == len(kept) else sc.by_image[kept[sc.by_image]]  # image, rank
-    by_score = visit[radix_sort(run_of[visit], n_run)]  # its runs are again ``run`` (sorted by run)
-    del run_of, visit
+    if not sc.rows_by_image:
+        by_score = _visit_order(sc, kept, every, by_score, run, n_run)
+    # else the kept rows run image after image, and an image's equal scores in rank order are in row order: the
+    # rows of a score run by (image, rank) are in row order, as ``by_score`` has them (the same permutation)
     # in a fixed set the errors come before the untouched true positives of the same score
     fixed_order = by_score[small_sort(run * 2 + tp[by_score], 2 * n_run)]
     del run
