@@ -236,7 +236,8 @@ def operating_points(
     c = len(cats)
     pooled_s, pooled_y = o.score[valid], o.tp[valid]
     # each pooled detection's class (-1: a class without boxes), kept through as the narrowest integers
-    ci_v = ci[valid].astype(sort_code_type(c))
+    ci_n = ci.astype(sort_code_type(c))
+    ci_v = ci_n[valid]
     has_class = ci_v >= 0
     j = grid_count(pooled_s)  # the grid points each pooled detection is kept at, shared with the classes
     kept, tps = _counts(p, y, code, c, j[has_class])
@@ -244,17 +245,18 @@ def operating_points(
     pk, pt = _counts(pooled_s, pooled_y, None, 1, j)
     del j  # the full-size temporaries released as soon as they are used (the diagnostics' peak memory)
     pooled = pr_curves(pk[0], pt[0], int(n_gt.sum()))
-    if desc is None:
-        order = np.argsort(-pooled_s, kind="stable")
-    else:  # the same order from the detections' one
-        order = (np.cumsum(valid) - 1)[desc[valid[desc]]]
     # the pooled points in descending score order, gathered once: the pooled F1 reads them, and the points
     # with a class are these in the same order (a compress, not a second gather at random)
-    s_desc, y_desc = pooled_s[order], pooled_y[order]
+    if desc is None:
+        order = np.argsort(-pooled_s, kind="stable")
+        s_desc, y_desc, c_desc = pooled_s[order], pooled_y[order], ci_v[order]
+    else:  # the same points from the detections' order, gathered from the full columns (no positions among them)
+        order = desc[valid[desc]]
+        s_desc, y_desc, c_desc = o.score[order], o.tp[order], ci_n[order]
     thr, f1, prec, rec = _f1_optimal_sorted(s_desc, y_desc, int(n_gt.sum()))
-    has_cls = has_class[order]
-    c_desc = ci_v[order][has_cls]
-    del order, has_class, p, y, code
+    has_cls = c_desc >= 0
+    c_desc = c_desc[has_cls]
+    del order, has_class, p, y, code, ci_n
     per = _class_f1_sorted(s_desc[has_cls], y_desc[has_cls], c_desc, n_gt)
     del s_desc, y_desc, has_cls, c_desc
     if lrp is None:
