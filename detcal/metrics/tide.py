@@ -380,12 +380,25 @@ def _ap_kept(cls: np.ndarray, ends: np.ndarray, keep: np.ndarray, tp: np.ndarray
     return _ap_of_true_positives(t, c, npts, n_gt)
 
 
+def _class_counts(flag: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per class [C], the points where ``flag`` holds among class-grouped points (``ends [C]`` each class's end):
+    one cumulative count read at the class ends (int64, the same integers as counting them)."""
+    before = np.zeros(len(flag) + 1, np.int64)
+    np.cumsum(flag, out=before[1:])
+    return np.diff(before[np.concatenate([[0], ends])])
+
+
 def _ap_true_positives_first(tp_cls: np.ndarray, fp_cls: np.ndarray, n_gt: np.ndarray) -> float:
     """:func:`_ap` of points whose true positives (classes ``tp_cls``) come before the false positives
     (``fp_cls``) in every class: the ``i``-th true positive of a class is its ``i``-th point (no sort)."""
     n_cls = len(n_gt)
     nt = np.bincount(tp_cls, minlength=n_cls)
-    npts = nt + np.bincount(fp_cls, minlength=n_cls)
+    return _ap_true_positives_first_counts(nt, nt + np.bincount(fp_cls, minlength=n_cls), n_gt)
+
+
+def _ap_true_positives_first_counts(nt: np.ndarray, npts: np.ndarray, n_gt: np.ndarray) -> float:
+    """:func:`_ap_true_positives_first` from the true positives ``nt`` and the points ``npts`` of each class."""
+    n_cls = len(n_gt)
     c = np.repeat(np.arange(n_cls), nt)
     t = (np.cumsum(npts) - npts)[c] + np.arange(len(c)) - (np.cumsum(nt) - nt)[c]
     return _ap_of_true_positives(t, c, npts, n_gt)
@@ -853,6 +866,10 @@ def _fixes(
     main["miss"] = max(fixed(None, n_gt - n_miss) - ap, 0.0)
     # fp: every false positive scored 0 and every true positive 1: in each class its true positives come first
     # (all at precision 1, in any order), then its false positives
-    special = {"fp": _ap_true_positives_first(dcat[tp], dcat[fp], n_gt) - ap}
+    # (each class's true and false positives counted from the class-grouped points: one cumulative count each)
+    special = {
+        "fp": _ap_true_positives_first_counts(_class_counts(g_tp, g_ends), _class_counts(g_tp | g_fp, g_ends), n_gt)
+        - ap
+    }
     special["fn"] = fixed(None, n_gt - np.bincount(gcat[fn], minlength=n_cls)) - ap
     return ap, main, special
