@@ -6,6 +6,7 @@ split's per-image counts from one cumulative count."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 
 import numpy as np
@@ -15,9 +16,12 @@ from detcal.core.types import Detections, GroundTruth, Images
 from detcal.metrics.confidence import ConfidenceMetric
 from detcal.metrics.image_reliability import _sorted_split, split_and_kept
 from detcal.metrics.lrp import DetectionOutcomes
+from detcal.metrics.oce import object_scores_of_sets
 from detcal.metrics.operating_points import operating_points
 from detcal.metrics.score_order import stable_descending
 from detcal.metrics.tide import scene, tide
+
+oce_mod = importlib.import_module("detcal.metrics.oce")  # the module (the package exports a function `oce`)
 
 
 def _set(seed: int, n_det: int = 400, by_image: bool = True) -> tuple[Images, GroundTruth, Detections]:
@@ -145,3 +149,27 @@ def test_split_counts_equal_the_summed_flags(method: str, param: float, by_image
         if x.dtype.kind == "f":
             assert np.array_equal(np.signbit(x), np.signbit(y))
     assert got[2].any() and not got[2].all()
+
+
+def test_sets_without_the_selected_max_iou_are_otherwise_the_same() -> None:
+    images, gt, dets = _set(3)
+    mask = dets.score > 0.3
+    sets = [(None, ("mean", "max_iou", "iou_weighted")), (mask, ("mean",))]
+    full = object_scores_of_sets(dets, gt, (0.5, 0.75), sets)
+    lean = object_scores_of_sets(dets, gt, (0.5, 0.75), sets, selected_max_iou=False)
+    assert lean[1]["mean"].det_max_iou is None and full[1]["mean"].det_max_iou is not None
+    assert np.array_equal(lean[0]["mean"].det_max_iou, full[0]["mean"].det_max_iou)
+    for a, b in zip(full, lean):
+        for agg, s in a.items():
+            assert np.array_equal(s.brier, b[agg].brier) and np.array_equal(s.n_matched, b[agg].n_matched)
+    assert (full[1]["mean"].n_matched > 0).any()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_majority_label_of_ascending_objects_unchecked_is_the_same(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    obj = np.sort(rng.integers(0, 50, 400))
+    label = np.where(rng.random(400) < 0.9 - 0.15 * seed, obj % 7, rng.integers(0, 7, 400))
+    want = oce_mod._majority_label(obj, label, 55)
+    got = oce_mod._majority_label(obj, label, 55, ascending=True)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
