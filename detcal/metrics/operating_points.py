@@ -116,6 +116,9 @@ def _class_f1_sorted(s: np.ndarray, tp: np.ndarray, code: np.ndarray, n_gt: np.n
     out = np.full((c, 4), np.nan)
     if len(s) == 0:
         return out
+    cells = _class_f1_cells(s, tp, code, n_gt)
+    if cells is not None:
+        return cells
     code = code.astype(sort_code_type(c), copy=False)  # narrow: the radix sort (cache)
     o = np.argsort(code, kind="stable")  # by class, each in descending score order
     n_of = np.bincount(code, minlength=c)
@@ -124,6 +127,47 @@ def _class_f1_sorted(s: np.ndarray, tp: np.ndarray, code: np.ndarray, n_gt: np.n
         lo = int(ends[a - 1]) if a else 0
         sc = np.repeat(np.arange(a, b, dtype=code.dtype), n_of[a:b])  # the block's classes: ``code[o]``, no gather
         _class_f1_block(s, tp, sc, n_of[a:b], n_gt, o[lo : int(ends[b - 1])], a, b, out)
+    return out
+
+
+def _class_f1_cells(s: np.ndarray, tp: np.ndarray, code: np.ndarray, n_gt: np.ndarray) -> np.ndarray | None:
+    """:func:`_class_f1_sorted` when the scores take few values (e.g. written with three decimals): a class's cuts
+    are its score runs, and its counts at a cut are the counts of its (class, score run) cells at or above it, so
+    the points are counted per cell (no sort by class) and each class's cells accumulated in descending score.
+    The same integers, the same arithmetic on them, and the same first maximum (the highest threshold on ties):
+    the same values. None (the sorted path) when the cells would outnumber half the points, the flags are not
+    booleans, or a score run holds both 0.0 and -0.0 (the threshold is then the last point's own zero)."""
+    c, n = len(n_gt), len(s)
+    if tp.dtype != np.bool_:
+        return None
+    key = np.zeros(n, np.int64)
+    np.cumsum(s[1:] != s[:-1], out=key[1:])  # each point's score run (the points descend: equal scores adjacent)
+    n_run = int(key[-1]) + 1
+    if 2 * c * n_run > n:
+        return None
+    zero = s == 0
+    if zero.any():
+        neg = np.signbit(s[zero])
+        if neg.any() and not neg.all():
+            return None
+    del zero
+    first = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))  # each run's first point (its score)
+    key += code.astype(np.int64) * n_run  # the (class, run) cell
+    count = np.bincount(key, minlength=c * n_run).reshape(c, n_run)
+    tpc = np.bincount(key[tp], minlength=c * n_run).reshape(c, n_run)
+    del key
+    pos1 = np.cumsum(count, axis=1)  # the class's points at or above each run: the position + 1 of its last one
+    np.cumsum(tpc, axis=1, out=tpc)  # its true positives there
+    g = n_gt.astype(np.float64)[:, None]
+    f1 = np.where((count > 0) & (g > 0), 2 * tpc / (pos1 + g), -1.0)
+    del count
+    best = np.argmax(f1, axis=1)  # the first maximum: the highest threshold on ties
+    cls = np.flatnonzero(f1[np.arange(c), best] >= 0)
+    b = best[cls]
+    out = np.full((c, 4), np.nan)
+    out[cls, 0], out[cls, 1] = s[first[b]], f1[cls, b]
+    t, k = tpc[cls, b], pos1[cls, b]
+    out[cls, 2], out[cls, 3] = t / k, t / g[cls, 0]
     return out
 
 

@@ -22,6 +22,7 @@ from detcal.metrics.score_order import stable_descending
 from detcal.metrics.tide import scene, tide
 
 oce_mod = importlib.import_module("detcal.metrics.oce")  # the module (the package exports a function `oce`)
+op_mod = importlib.import_module("detcal.metrics.operating_points")
 
 
 def _set(seed: int, n_det: int = 400, by_image: bool = True) -> tuple[Images, GroundTruth, Detections]:
@@ -173,3 +174,46 @@ def test_majority_label_of_ascending_objects_unchecked_is_the_same(seed: int) ->
     want = oce_mod._majority_label(obj, label, 55)
     got = oce_mod._majority_label(obj, label, 55, ascending=True)
     assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def _class_points(seed: int, decimals: int, n: int = 5000) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Points in descending score order (ties in any class order), their flags and classes; a class without
+    boxes and one without points."""
+    rng = np.random.default_rng(seed)
+    s = -np.sort(-np.round(rng.random(n), decimals))
+    code = rng.integers(0, 6, n)
+    code[code == 4] = 5  # class 4: no points
+    return s, rng.random(n) < 0.35, code, np.array([300, 0, 900, 40, 10, 250])
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("decimals", [1, 2])
+def test_class_f1_from_cells_equals_the_sorted_classes(
+    seed: int, decimals: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s, tp, code, n_gt = _class_points(seed, decimals)
+    got = op_mod._class_f1_cells(s, tp, code, n_gt)
+    assert got is not None
+    monkeypatch.setattr(op_mod, "_class_f1_cells", lambda *a: None)
+    want = op_mod._class_f1_sorted(s, tp, code, n_gt)
+    assert np.array_equal(got, want, equal_nan=True) and np.array_equal(np.signbit(got), np.signbit(want))
+    for k in range(len(n_gt)):  # each class alone: its own best cut
+        mine = code == k
+        ref = op_mod._f1_optimal_sorted(s[mine], tp[mine], int(n_gt[k]))
+        assert np.array_equal(got[k], np.asarray(ref, float), equal_nan=True), k
+    assert np.isnan(got[1]).all() and np.isnan(got[4]).all() and not np.isnan(got[0]).any()
+
+
+def test_class_f1_from_cells_falls_back_where_the_cells_are_not_the_points() -> None:
+    s, tp, code, n_gt = _class_points(0, 1)
+    assert op_mod._class_f1_cells(s, tp, code, n_gt) is not None
+    s2 = np.where(s == 0, np.where(np.arange(len(s)) % 2, -0.0, 0.0), s)  # a run of both zeros
+    assert (s2 == 0).any() and op_mod._class_f1_cells(s2, tp, code, n_gt) is None
+    s3 = np.where(s == 0, -0.0, s)  # every zero negative: one zero, kept as it is
+    got = op_mod._class_f1_cells(s3, tp, code, n_gt)
+    assert got is not None and np.array_equal(
+        np.signbit(got[:, 0]), np.signbit(op_mod._class_f1_sorted(s3, tp, code, n_gt)[:, 0])
+    )
+    fine, _, _, _ = _class_points(0, 6)  # nearly every score distinct: more cells than points
+    assert op_mod._class_f1_cells(fine, tp, code, n_gt) is None
+    assert op_mod._class_f1_cells(s, tp.astype(np.int64), code, n_gt) is None  # not flags
