@@ -41,12 +41,15 @@ _ECE_RULES = ("all", "f1_optimal_pooled", "f1_optimal_per_class", "lrp_optimal_p
 
 
 def _counts(
-    score: np.ndarray, tp: np.ndarray, code: np.ndarray | None, n_cls: int, j: np.ndarray | None = None
+    score: np.ndarray | None, tp: np.ndarray, code: np.ndarray | None, n_cls: int, j: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Kept and true-positive counts [n_cls, len(GRID)] for ``score >= GRID[k]`` (exact: each detection is kept
     at the grid points at or below its score); ``code`` None: one class; ``j``: ``grid_count(score)`` when
-    known. The true positives are counted as integers (the same float counts as summing their flags)."""
-    j = grid_count(score) if j is None else j  # kept at GRID[:j]
+    known (``score`` is then not read). The true positives are counted as integers (the same float counts as
+    summing their flags)."""
+    if j is None:
+        assert score is not None
+        j = grid_count(score)  # kept at GRID[:j]
     m = len(GRID) + 1
     key = j if code is None else code * m + j  # one key per detection, read by both counts
     kept = np.bincount(key, minlength=n_cls * m).reshape(n_cls, m)
@@ -276,7 +279,7 @@ def operating_points(
     ci = o.class_index()
     valid = o.valid
     keep_cls = valid & (ci >= 0)
-    p, y, code = o.score[keep_cls], o.tp[keep_cls], ci[keep_cls]
+    y, code = o.tp[keep_cls], ci[keep_cls]  # (their scores are not read: their grid counts are the pooled ones')
     c = len(cats)
     pooled_s, pooled_y = o.score[valid], o.tp[valid]
     # each pooled detection's class (-1: a class without boxes), kept through as the narrowest integers
@@ -284,7 +287,7 @@ def operating_points(
     ci_v = ci_n[valid]
     has_class = ci_v >= 0
     j = grid_count(pooled_s)  # the grid points each pooled detection is kept at, shared with the classes
-    kept, tps = _counts(p, y, code, c, j[has_class])
+    kept, tps = _counts(None, y, code, c, j[has_class])
     n_gt = o.n_gt.astype(np.int64)
     pk, pt = _counts(pooled_s, pooled_y, None, 1, j)
     del j  # the full-size temporaries released as soon as they are used (the diagnostics' peak memory)
@@ -300,7 +303,7 @@ def operating_points(
     thr, f1, prec, rec = _f1_optimal_sorted(s_desc, y_desc, int(n_gt.sum()))
     has_cls = c_desc >= 0
     c_desc = c_desc[has_cls]
-    del order, has_class, p, y, code, ci_n
+    del order, has_class, y, code, ci_n
     per = _class_f1_sorted(s_desc[has_cls], y_desc[has_cls], c_desc, n_gt)
     del s_desc, y_desc, has_cls, c_desc
     if lrp is None:
