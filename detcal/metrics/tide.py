@@ -146,12 +146,14 @@ def _rank_in_image(img: np.ndarray, desc: np.ndarray) -> tuple[np.ndarray, np.nd
     bound = int(img.max()) + 1 if len(img) else 1
     img = narrow_codes(img, bound)  # gathered in score order below: the narrowest codes (same values) stay in cache
     order = desc[img[desc] >= 0] if len(img) and img.min() < 0 else desc  # the detections of known images
-    order = order[small_sort(img[order], bound)].astype(index_type(len(img)), copy=False)
-    rank = np.full(len(img), -1, order.dtype)  # ranks and rows as int32 when they fit (held with the scene)
     si = img[order]
-    pos = np.arange(len(order))
-    first = np.maximum.accumulate(np.where(np.concatenate([[True], si[1:] != si[:-1]]), pos, 0)) if len(si) else pos
-    rank[order] = pos - first
+    order = order[small_sort(si, bound)].astype(index_type(len(img)), copy=False)
+    rank = np.full(len(img), -1, order.dtype)  # ranks and rows as int32 when they fit (held with the scene)
+    # the images in that order ascend: each image's detections are a run, their ranks 0, 1, ... (no gather of
+    # the images in that order)
+    counts = np.bincount(si, minlength=bound)
+    del si
+    rank[order] = np.arange(len(order)) - np.repeat(np.cumsum(counts) - counts, counts)
     return rank, order
 
 
