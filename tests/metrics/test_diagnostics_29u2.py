@@ -14,6 +14,7 @@ import pytest
 
 from detcal.core.types import Detections, GroundTruth, Images
 from detcal.metrics.confidence import ConfidenceMetric
+from detcal.metrics.confusion import agnostic_match, confusion_matrix
 from detcal.metrics.image_reliability import _sorted_split, split_and_kept
 from detcal.metrics.lrp import DetectionOutcomes
 from detcal.metrics.oce import object_scores_of_sets
@@ -217,3 +218,37 @@ def test_class_f1_from_cells_falls_back_where_the_cells_are_not_the_points() -> 
     fine, _, _, _ = _class_points(0, 6)  # nearly every score distinct: more cells than points
     assert op_mod._class_f1_cells(fine, tp, code, n_gt) is None
     assert op_mod._class_f1_cells(s, tp.astype(np.int64), code, n_gt) is None  # not flags
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_confusion_matrix_equals_counting_each_detection_and_box(seed: int) -> None:
+    """Every count of the matrix against a loop over the detections and the boxes (a detection class outside
+    the list counts as background)."""
+    images, gt, dets = _set(seed)
+    dets = Detections(
+        image_id=dets.image_id, box=dets.box, score=dets.score, category=np.where(dets.category == 4, 9, dets.category)
+    )
+    am = agnostic_match(dets, gt, 0.5, 20, images=images)
+    cats = [1, 2, 3, 4]
+    got = confusion_matrix(am, dets, gt, cats, 0.3)
+    idx = {k: i for i, k in enumerate(cats)}
+    m = np.zeros((5, 5), np.int64)
+    n_m = n_o = n_b = 0
+    taken = set()
+    for i in range(len(dets)):
+        if not am.considered[i] or am.ignored[i] or dets.score[i] < 0.3:
+            continue
+        col = idx.get(int(dets.category[i]), 4)
+        g = int(am.gt_row[i])
+        if g >= 0:
+            row = idx.get(int(gt.category[g]), 4)
+            n_m, n_o, taken = n_m + 1, n_o + int(row != col), taken | {g}
+        else:
+            row, n_b = 4, n_b + 1
+        m[row, col] += 1
+    missed = [j for j in range(len(gt)) if not gt.iscrowd[j] and j not in taken]
+    for j in missed:
+        m[idx.get(int(gt.category[j]), 4), 4] += 1
+    assert got["matrix"] == m.tolist() and n_m > 0 and n_b > 0
+    assert (got["n_matched"], got["n_matched_other_class"], got["n_background_detections"]) == (n_m, n_o, n_b)
+    assert got["n_missed_boxes"] == len(missed)
