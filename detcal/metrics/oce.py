@@ -104,7 +104,10 @@ class ObjectScores:
         value does not depend on the order in which the images were given (to the last bit)."""
         if self.brier.shape[1] == 0:
             return np.full(self.brier.shape[0], np.nan)
-        return self.brier[:, np.argsort(self.image_id, kind="stable")].mean(axis=1)
+        ids = self.image_id
+        if self.brier.flags.c_contiguous and bool(np.all(ids[1:] >= ids[:-1])):  # the objects by image already
+            return self.brier.mean(axis=1)  # the same rows as the sorted copy, summed alike
+        return self.brier[:, np.argsort(ids, kind="stable")].mean(axis=1)
 
     @property
     def value(self) -> float:
@@ -339,7 +342,8 @@ def object_scores_of_sets(
             sel = np.flatnonzero(mask[d]) if mask is not None else slice(None)
             for t0, t1 in _threshold_groups(len(taus), kind):
                 blk = _threshold_block(obj[sel], d[sel], iou[sel], taus[t0:t1], hi - lo)
-                yc, yk = np.tile(ycol[lo:hi], t1 - t0), np.tile(ycat[lo:hi], t1 - t0)
+                yk = np.tile(ycat[lo:hi], t1 - t0)
+                yc = np.tile(ycol[lo:hi], t1 - t0) if kind == "multiclass" else yk  # (read for distributions only)
                 for agg in aggs:
                     brier_t = _block_brier(blk, dets, yc, yk, agg, kind)
                     outs[k][agg][t0:t1, lo:hi] = brier_t.reshape(t1 - t0, hi - lo)
