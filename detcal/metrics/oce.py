@@ -104,10 +104,7 @@ class ObjectScores:
         value does not depend on the order in which the images were given (to the last bit)."""
         if self.brier.shape[1] == 0:
             return np.full(self.brier.shape[0], np.nan)
-        ids = self.image_id
-        if self.brier.flags.c_contiguous and bool(np.all(ids[1:] >= ids[:-1])):  # the objects by image already
-            return self.brier.mean(axis=1)  # the same rows as the sorted copy, summed alike
-        return self.brier[:, np.argsort(ids, kind="stable")].mean(axis=1)
+        return self.brier[:, np.argsort(self.image_id, kind="stable")].mean(axis=1)
 
     @property
     def value(self) -> float:

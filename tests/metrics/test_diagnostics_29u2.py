@@ -17,7 +17,7 @@ from detcal.metrics.confidence import ConfidenceMetric
 from detcal.metrics.confusion import agnostic_match, confusion_matrix
 from detcal.metrics.image_reliability import _sorted_split, split_and_kept
 from detcal.metrics.lrp import DetectionOutcomes
-from detcal.metrics.oce import ObjectScores, object_scores_of_sets
+from detcal.metrics.oce import object_scores_of_sets
 from detcal.metrics.operating_points import operating_points
 from detcal.metrics.score_order import stable_descending
 from detcal.metrics.tide import scene, tide
@@ -252,18 +252,3 @@ def test_confusion_matrix_equals_counting_each_detection_and_box(seed: int) -> N
     assert got["matrix"] == m.tolist() and n_m > 0 and n_b > 0
     assert (got["n_matched"], got["n_matched_other_class"], got["n_background_detections"]) == (n_m, n_o, n_b)
     assert got["n_missed_boxes"] == len(missed)
-
-
-@pytest.mark.parametrize("sorted_ids", [True, False])
-def test_per_threshold_of_objects_by_image_equals_the_sorted_copy(sorted_ids: bool) -> None:
-    rng = np.random.default_rng(5)
-    ids = rng.integers(0, 400, 3001)
-    ids = np.sort(ids) if sorted_ids else ids
-    brier = rng.random((2, len(ids))) ** 3
-    s = ObjectScores(
-        ids, ids, np.array([0.5, 0.75]), brier, np.ones((2, len(ids)), np.int64), "binary", "mean", "detcal"
-    )
-    want = brier[:, np.argsort(ids, kind="stable")].mean(axis=1)
-    assert np.array_equal(s.per_threshold(), want)
-    f = ObjectScores(ids, ids, s.iou_thresholds, np.asfortranarray(brier), s.n_matched, "binary", "mean", "detcal")
-    assert np.array_equal(f.per_threshold(), want)  # not C-contiguous: the sorted copy itself
