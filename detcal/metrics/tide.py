@@ -574,7 +574,9 @@ class Scene:
     of :mod:`detcal.metrics.confusion`: ``rank [D]`` in the image (-1 in an unknown image), ``kd [K]`` the
     detections within ``max_dets``, by image then row; ``pr`` their pairs with non-crowd boxes and ``cr`` with
     crowd boxes (only overlapping pairs when ``overlap_only``); ``has_gt [K]`` the image has a non-crowd box;
-    ``desc [D]`` every detection by descending score, ties in input order."""
+    ``desc [D]`` every detection by descending score, ties in input order; ``rows_by_image``: the kept
+    detections' rows run image after image in ``images`` order (a file written image after image), so equal
+    scores in row order are in tidecv's (image, rank) order."""
 
     max_dets: int
     overlap_only: bool
