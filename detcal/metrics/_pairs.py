@@ -66,8 +66,14 @@ class BoxRows:
 
 def columns_iou(a: BoxColumns | BoxRows, b: BoxColumns | BoxRows, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
     """IoU [P] of the pairs (``a`` row ``ia``, ``b`` row ``ib``); the same arithmetic as :func:`pair_iou`."""
-    ax1, ay1, ax2, ay2, union = a.take(ia)
-    bx1, by1, bx2, by2, b_area = b.take(ib)
+    return iou_of_columns(a.take(ia), b.take(ib))
+
+
+def iou_of_columns(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> np.ndarray:
+    """:func:`columns_iou` of the pairs' columns (x1, y1, x2, y2, area of each side, as ``take`` gives them; ``a``'s
+    area is written over)."""
+    ax1, ay1, ax2, ay2, union = a
+    bx1, by1, bx2, by2, b_area = b
     iw = np.minimum(ax2, bx2)
     iw -= np.maximum(ax1, bx1)
     np.maximum(iw, 0.0, out=iw)
@@ -156,7 +162,8 @@ def overlap_pairs(
         g = np.repeat(gt_rows[lo:hi], cnt)
         offset = np.arange(n) - np.repeat(np.cumsum(cnt) - cnt, cnt)
         d = order[np.repeat(start[lo:hi], cnt) + offset]
-        iou = columns_iou(gcols, dcols, g, d)
+        # the GT side: the block's rows taken once and repeated (the same values as taking every pair's row)
+        iou = iou_of_columns(tuple(np.repeat(col, cnt) for col in gcols.take(gt_rows[lo:hi])), dcols.take(d))
         keep = np.flatnonzero(iou >= t)
         g, d, iou = g[keep], d[keep], iou[keep]
         # by GT row, then detection row: (g, d) pairs are distinct, so one sort of g * D + d gives that order

@@ -120,29 +120,35 @@ def confusion_matrix(
         pos = np.clip(np.searchsorted(cats, x), 0, c - 1)
         return np.where(cats[pos] == x, pos, c)
 
-    live = am.considered & ~am.ignored & (dets.score >= score_threshold)
-    matched = live & (am.gt_row >= 0)
-    unmatched = live & (am.gt_row < 0)
-    gcode = code(gt.category[am.gt_row[matched]])
-    rows = [gcode, np.full(int(unmatched.sum()), c)]
-    cols = [code(dets.category[matched]), code(dets.category[unmatched])]  # only the detections in the matrix
+    # only the detections in the matrix, their columns coded once: a matched one's row is its box's class, an
+    # unmatched one's the background
+    live = np.flatnonzero(am.considered & ~am.ignored & (dets.score >= score_threshold))
+    g = am.gt_row[live]
+    k = code(dets.category[live])
+    del live
+    hit = g >= 0
+    g = g[hit]
+    gcode = code(gt.category[g])
+    r = np.full(len(k), c, np.int64)
+    r[hit] = gcode
+    n_matched, n_other = len(g), int((k[hit] != gcode).sum())
     real = ~(gt.iscrowd | gt.ignore)
     taken = np.zeros(len(gt), bool)
-    taken[am.gt_row[matched]] = True
+    taken[g] = True
+    del g, gcode, hit
     missed = np.flatnonzero(real & ~taken)
-    rows.append(code(gt.category[missed]))
-    cols.append(np.full(len(missed), c))
-    r, k = np.concatenate(rows), np.concatenate(cols)
-    m = np.bincount(r * (c + 1) + k, minlength=(c + 1) ** 2).reshape(c + 1, c + 1)
+    key = np.concatenate([r * (c + 1) + k, code(gt.category[missed]) * (c + 1) + c])
+    del r, k
+    m = np.bincount(key, minlength=(c + 1) ** 2).reshape(c + 1, c + 1)
     return {
         "iou": am.iou,
         "score_threshold": float(score_threshold),
         "categories": cats.tolist(),
         "matrix": m.tolist(),
         "layout": "rows: ground-truth class then background; columns: predicted class then background",
-        "n_matched": int(matched.sum()),
-        "n_matched_other_class": int((cols[0] != gcode).sum()),
-        "n_background_detections": int(unmatched.sum()),
+        "n_matched": n_matched,
+        "n_matched_other_class": n_other,
+        "n_background_detections": int(len(key) - len(missed) - n_matched),
         "n_missed_boxes": int(len(missed)),
     }
 

@@ -195,11 +195,18 @@ def split_and_kept(
     """``(Conf+ [N], Conf- [N], kept [D])``: :func:`split_confidence` and :func:`kept_mask` from one sort."""
     order, img, s, kept, rank, n_img = _sorted_split(image_id, score, images, method, param, box)
     counts = np.bincount(img, minlength=n_img)
-    n_pos = np.bincount(img, weights=kept, minlength=n_img)
+    # the kept per image, from one cumulative count read at the image ends (the rows come by image): the same
+    # integers as summing the flags, as floats (exact)
+    ends = np.cumsum(counts)
+    before = np.zeros(len(kept) + 1, np.int64)
+    np.cumsum(kept, out=before[1:])
+    n_pos = (before[ends] - before[ends - counts]).astype(np.float64)
+    del before, ends
     neg = rank >= n_pos[img] if method == "nms" else ~kept
     with np.errstate(divide="ignore", invalid="ignore"):
         conf_pos = np.bincount(img, weights=np.where(kept, s, 0.0), minlength=n_img) / n_pos
-        n_neg = np.bincount(img, weights=neg, minlength=n_img)
+        # the rest of each image when the discarded are the not kept (the same integers)
+        n_neg = np.bincount(img, weights=neg, minlength=n_img) if method == "nms" else counts - n_pos
         conf_neg = np.bincount(img, weights=np.where(neg, s, 0.0), minlength=n_img) / n_neg
         conf_all = np.bincount(img, weights=s, minlength=n_img) / counts
     conf_neg = np.where(n_neg > 0, conf_neg, 0.0)

@@ -185,15 +185,16 @@ class _PairBlock:
         return self._best
 
 
-def _majority_label(obj: np.ndarray, label: np.ndarray, n_obj: int) -> np.ndarray:
-    """Most frequent label per object [n_obj] (ties: the smallest label); -1 where no pair."""
+def _majority_label(obj: np.ndarray, label: np.ndarray, n_obj: int, ascending: bool = False) -> np.ndarray:
+    """Most frequent label per object [n_obj] (ties: the smallest label); -1 where no pair; ``ascending``: ``obj``
+    is known to be ascending (a block's are), not checked."""
     out = np.full(n_obj, -1, np.int64)
     if len(obj) == 0:
         return out
     # an object whose pairs all carry one label has it as the majority: only the others are counted (pairs in
     # ascending object, as a block's are: a label change within an object's run marks it)
     change = np.flatnonzero((obj[1:] == obj[:-1]) & (label[1:] != label[:-1]))
-    if len(change) * 4 < len(obj) and not np.any(obj[1:] < obj[:-1]):
+    if len(change) * 4 < len(obj) and (ascending or not np.any(obj[1:] < obj[:-1])):
         out[obj] = label  # a pure object's label (the mixed ones are overwritten below)
         if not len(change):
             return out
@@ -267,7 +268,7 @@ def _block_brier(
     s: np.ndarray
     if aggregation == "mean":
         s = np.bincount(obj, weights=conf[det], minlength=n_obj)[hit] / n[hit]
-        lab = _majority_label(obj, dets.category[det], n_obj)[hit]
+        lab = _majority_label(obj, dets.category[det], n_obj, ascending=True)[hit]  # a block's objects ascend
     elif aggregation == "max_iou":
         s = conf[blk.best_det[hit]]
         lab = dets.category[blk.best_det[hit]]
@@ -303,11 +304,13 @@ def object_scores_of_sets(
     brier: str = "auto",
     variant: str = "detcal",
     categories: Sequence[int] | None = None,
+    selected_max_iou: bool = True,
 ) -> list[dict[str, ObjectScores]]:
     """Per-object Brier scores of OCE of several sets of the detections, each ``(mask [D] or None for every
     detection, its aggregations)``, from one pass over the pairs (a pair's IoU does not depend on the other
     detections): set ``k`` equals :func:`object_scores_by_aggregation` of ``dets.select(mask)`` (its
-    ``det_max_iou`` over the selected detections); the input checks look at every detection."""
+    ``det_max_iou`` over the selected detections; None with ``selected_max_iou=False``, for a caller that does
+    not read it: no compress of every detection); the input checks look at every detection."""
     taus = _check_args(iou_thresholds, "mean", brier, variant)
     for _, aggs in sets:
         for agg in aggs:
@@ -336,7 +339,8 @@ def object_scores_of_sets(
             sel = np.flatnonzero(mask[d]) if mask is not None else slice(None)
             for t0, t1 in _threshold_groups(len(taus), kind):
                 blk = _threshold_block(obj[sel], d[sel], iou[sel], taus[t0:t1], hi - lo)
-                yc, yk = np.tile(ycol[lo:hi], t1 - t0), np.tile(ycat[lo:hi], t1 - t0)
+                yk = np.tile(ycat[lo:hi], t1 - t0)
+                yc = np.tile(ycol[lo:hi], t1 - t0) if kind == "multiclass" else yk  # (read for distributions only)
                 for agg in aggs:
                     brier_t = _block_brier(blk, dets, yc, yk, agg, kind)
                     outs[k][agg][t0:t1, lo:hi] = brier_t.reshape(t1 - t0, hi - lo)
@@ -352,7 +356,7 @@ def object_scores_of_sets(
                 brier_kind=kind,
                 aggregation=agg,
                 variant=variant,
-                det_max_iou=det_max_iou if mask is None else det_max_iou[mask],
+                det_max_iou=det_max_iou if mask is None else det_max_iou[mask] if selected_max_iou else None,
             )
             for agg in aggs
         }

@@ -41,12 +41,15 @@ _ECE_RULES = ("all", "f1_optimal_pooled", "f1_optimal_per_class", "lrp_optimal_p
 
 
 def _counts(
-    score: np.ndarray, tp: np.ndarray, code: np.ndarray | None, n_cls: int, j: np.ndarray | None = None
+    score: np.ndarray | None, tp: np.ndarray, code: np.ndarray | None, n_cls: int, j: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Kept and true-positive counts [n_cls, len(GRID)] for ``score >= GRID[k]`` (exact: each detection is kept
     at the grid points at or below its score); ``code`` None: one class; ``j``: ``grid_count(score)`` when
-    known. The true positives are counted as integers (the same float counts as summing their flags)."""
-    j = grid_count(score) if j is None else j  # kept at GRID[:j]
+    known (``score`` is then not read). The true positives are counted as integers (the same float counts as
+    summing their flags)."""
+    if j is None:
+        assert score is not None
+        j = grid_count(score)  # kept at GRID[:j]
     m = len(GRID) + 1
     key = j if code is None else code * m + j  # one key per detection, read by both counts
     kept = np.bincount(key, minlength=n_cls * m).reshape(n_cls, m)
@@ -116,6 +119,9 @@ def _class_f1_sorted(s: np.ndarray, tp: np.ndarray, code: np.ndarray, n_gt: np.n
     out = np.full((c, 4), np.nan)
     if len(s) == 0:
         return out
+    cells = _class_f1_cells(s, tp, code, n_gt)
+    if cells is not None:
+        return cells
     code = code.astype(sort_code_type(c), copy=False)  # narrow: the radix sort (cache)
     o = np.argsort(code, kind="stable")  # by class, each in descending score order
     n_of = np.bincount(code, minlength=c)
@@ -124,6 +130,47 @@ def _class_f1_sorted(s: np.ndarray, tp: np.ndarray, code: np.ndarray, n_gt: np.n
         lo = int(ends[a - 1]) if a else 0
         sc = np.repeat(np.arange(a, b, dtype=code.dtype), n_of[a:b])  # the block's classes: ``code[o]``, no gather
         _class_f1_block(s, tp, sc, n_of[a:b], n_gt, o[lo : int(ends[b - 1])], a, b, out)
+    return out
+
+
+def _class_f1_cells(s: np.ndarray, tp: np.ndarray, code: np.ndarray, n_gt: np.ndarray) -> np.ndarray | None:
+    """:func:`_class_f1_sorted` when the scores take few values (e.g. written with three decimals): a class's cuts
+    are its score runs, and its counts at a cut are the counts of its (class, score run) cells at or above it, so
+    the points are counted per cell (no sort by class) and each class's cells accumulated in descending score.
+    The same integers, the same arithmetic on them, and the same first maximum (the highest threshold on ties):
+    the same values. None (the sorted path) when the cells would outnumber half the points, the flags are not
+    booleans, or a score run holds both 0.0 and -0.0 (the threshold is then the last point's own zero)."""
+    c, n = len(n_gt), len(s)
+    if tp.dtype != np.bool_:
+        return None
+    key = np.zeros(n, np.int64)
+    np.cumsum(s[1:] != s[:-1], out=key[1:])  # each point's score run (the points descend: equal scores adjacent)
+    n_run = int(key[-1]) + 1
+    if 2 * c * n_run > n:
+        return None
+    zero = s == 0
+    if zero.any():
+        neg = np.signbit(s[zero])
+        if neg.any() and not neg.all():
+            return None
+    del zero
+    first = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))  # each run's first point (its score)
+    key += code.astype(np.int64) * n_run  # the (class, run) cell
+    count = np.bincount(key, minlength=c * n_run).reshape(c, n_run)
+    tpc = np.bincount(key[tp], minlength=c * n_run).reshape(c, n_run)
+    del key
+    pos1 = np.cumsum(count, axis=1)  # the class's points at or above each run: the position + 1 of its last one
+    np.cumsum(tpc, axis=1, out=tpc)  # its true positives there
+    g = n_gt.astype(np.float64)[:, None]
+    f1 = np.where((count > 0) & (g > 0), 2 * tpc / (pos1 + g), -1.0)
+    del count
+    best = np.argmax(f1, axis=1)  # the first maximum: the highest threshold on ties
+    cls = np.flatnonzero(f1[np.arange(c), best] >= 0)
+    b = best[cls]
+    out = np.full((c, 4), np.nan)
+    out[cls, 0], out[cls, 1] = s[first[b]], f1[cls, b]
+    t, k = tpc[cls, b], pos1[cls, b]
+    out[cls, 2], out[cls, 3] = t / k, t / g[cls, 0]
     return out
 
 
@@ -232,29 +279,31 @@ def operating_points(
     ci = o.class_index()
     valid = o.valid
     keep_cls = valid & (ci >= 0)
-    p, y, code = o.score[keep_cls], o.tp[keep_cls], ci[keep_cls]
+    y, code = o.tp[keep_cls], ci[keep_cls]  # (their scores are not read: their grid counts are the pooled ones')
     c = len(cats)
     pooled_s, pooled_y = o.score[valid], o.tp[valid]
     # each pooled detection's class (-1: a class without boxes), kept through as the narrowest integers
-    ci_v = ci[valid].astype(sort_code_type(c))
+    ci_n = ci.astype(sort_code_type(c))
+    ci_v = ci_n[valid]
     has_class = ci_v >= 0
     j = grid_count(pooled_s)  # the grid points each pooled detection is kept at, shared with the classes
-    kept, tps = _counts(p, y, code, c, j[has_class])
+    kept, tps = _counts(None, y, code, c, j[has_class])
     n_gt = o.n_gt.astype(np.int64)
     pk, pt = _counts(pooled_s, pooled_y, None, 1, j)
     del j  # the full-size temporaries released as soon as they are used (the diagnostics' peak memory)
     pooled = pr_curves(pk[0], pt[0], int(n_gt.sum()))
-    if desc is None:
-        order = np.argsort(-pooled_s, kind="stable")
-    else:  # the same order from the detections' one
-        order = (np.cumsum(valid) - 1)[desc[valid[desc]]]
     # the pooled points in descending score order, gathered once: the pooled F1 reads them, and the points
     # with a class are these in the same order (a compress, not a second gather at random)
-    s_desc, y_desc = pooled_s[order], pooled_y[order]
+    if desc is None:
+        order = np.argsort(-pooled_s, kind="stable")
+        s_desc, y_desc, c_desc = pooled_s[order], pooled_y[order], ci_v[order]
+    else:  # the same points from the detections' order, gathered from the full columns (no positions among them)
+        order = desc[valid[desc]]
+        s_desc, y_desc, c_desc = o.score[order], o.tp[order], ci_n[order]
     thr, f1, prec, rec = _f1_optimal_sorted(s_desc, y_desc, int(n_gt.sum()))
-    has_cls = has_class[order]
-    c_desc = ci_v[order][has_cls]
-    del order, has_class, p, y, code
+    has_cls = c_desc >= 0
+    c_desc = c_desc[has_cls]
+    del order, has_class, y, code, ci_n
     per = _class_f1_sorted(s_desc[has_cls], y_desc[has_cls], c_desc, n_gt)
     del s_desc, y_desc, has_cls, c_desc
     if lrp is None:

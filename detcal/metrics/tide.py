@@ -146,12 +146,14 @@ def _rank_in_image(img: np.ndarray, desc: np.ndarray) -> tuple[np.ndarray, np.nd
     bound = int(img.max()) + 1 if len(img) else 1
     img = narrow_codes(img, bound)  # gathered in score order below: the narrowest codes (same values) stay in cache
     order = desc[img[desc] >= 0] if len(img) and img.min() < 0 else desc  # the detections of known images
-    order = order[small_sort(img[order], bound)].astype(index_type(len(img)), copy=False)
-    rank = np.full(len(img), -1, order.dtype)  # ranks and rows as int32 when they fit (held with the scene)
     si = img[order]
-    pos = np.arange(len(order))
-    first = np.maximum.accumulate(np.where(np.concatenate([[True], si[1:] != si[:-1]]), pos, 0)) if len(si) else pos
-    rank[order] = pos - first
+    order = order[small_sort(si, bound)].astype(index_type(len(img)), copy=False)
+    rank = np.full(len(img), -1, order.dtype)  # ranks and rows as int32 when they fit (held with the scene)
+    # the images in that order ascend: each image's detections are a run, their ranks 0, 1, ... (no gather of
+    # the images in that order)
+    counts = np.bincount(si, minlength=bound)
+    del si
+    rank[order] = np.arange(len(order)) - np.repeat(np.cumsum(counts) - counts, counts)
     return rank, order
 
 
@@ -380,12 +382,25 @@ def _ap_kept(cls: np.ndarray, ends: np.ndarray, keep: np.ndarray, tp: np.ndarray
     return _ap_of_true_positives(t, c, npts, n_gt)
 
 
+def _class_counts(flag: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per class [C], the points where ``flag`` holds among class-grouped points (``ends [C]`` each class's end):
+    one cumulative count read at the class ends (int64, the same integers as counting them)."""
+    before = np.zeros(len(flag) + 1, np.int64)
+    np.cumsum(flag, out=before[1:])
+    return np.diff(before[np.concatenate([[0], ends])])
+
+
 def _ap_true_positives_first(tp_cls: np.ndarray, fp_cls: np.ndarray, n_gt: np.ndarray) -> float:
     """:func:`_ap` of points whose true positives (classes ``tp_cls``) come before the false positives
     (``fp_cls``) in every class: the ``i``-th true positive of a class is its ``i``-th point (no sort)."""
     n_cls = len(n_gt)
     nt = np.bincount(tp_cls, minlength=n_cls)
-    npts = nt + np.bincount(fp_cls, minlength=n_cls)
+    return _ap_true_positives_first_counts(nt, nt + np.bincount(fp_cls, minlength=n_cls), n_gt)
+
+
+def _ap_true_positives_first_counts(nt: np.ndarray, npts: np.ndarray, n_gt: np.ndarray) -> float:
+    """:func:`_ap_true_positives_first` from the true positives ``nt`` and the points ``npts`` of each class."""
+    n_cls = len(n_gt)
     c = np.repeat(np.arange(n_cls), nt)
     t = (np.cumsum(npts) - npts)[c] + np.arange(len(c)) - (np.cumsum(nt) - nt)[c]
     return _ap_of_true_positives(t, c, npts, n_gt)
@@ -559,7 +574,9 @@ class Scene:
     of :mod:`detcal.metrics.confusion`: ``rank [D]`` in the image (-1 in an unknown image), ``kd [K]`` the
     detections within ``max_dets``, by image then row; ``pr`` their pairs with non-crowd boxes and ``cr`` with
     crowd boxes (only overlapping pairs when ``overlap_only``); ``has_gt [K]`` the image has a non-crowd box;
-    ``desc [D]`` every detection by descending score, ties in input order."""
+    ``desc [D]`` every detection by descending score, ties in input order; ``rows_by_image``: the kept
+    detections' rows run image after image in ``images`` order (a file written image after image), so equal
+    scores in row order are in tidecv's (image, rank) order."""
 
     max_dets: int
     overlap_only: bool
@@ -578,6 +595,7 @@ class Scene:
     by_image: np.ndarray
     released: bool = False
     all_kept: bool = False  # ``kd`` is every detection in row order (``arange(D)``: read and written as is)
+    rows_by_image: bool = False  # the kept detections' rows run image after image (in ``images`` order)
 
     def spread(self, values: np.ndarray, fill: Any) -> np.ndarray:
         """``values [K]`` of the kept detections as a column over every detection [D] (``fill`` elsewhere; the
@@ -616,10 +634,11 @@ def scene(
     rank, by_image = _rank_in_image(d_img, desc)
     kd = np.flatnonzero((rank >= 0) & (rank < max_dets)).astype(rank.dtype, copy=False)
     every = len(kd) == nd  # ascending and every row: kd is arange(D), its gathers and scatters are the columns
+    by_rows = True  # the kept rows already by image (a file written image after image)
     if len(kd):  # by image, then row: the boxes of each image read together (in row order for most files)
         ki = d_img if every else d_img[kd]
-        if np.any(ki[1:] < ki[:-1]):  # not already by image (a file written image after image is)
-            kd, every = kd[small_sort(ki, int(ki.max()) + 1)], False
+        if np.any(ki[1:] < ki[:-1]):  # not already by image
+            kd, every, by_rows = kd[small_sort(ki, int(ki.max()) + 1)], False, False
         del ki
     cat_all, n_cls = _codes(dets.category, gt.category)
     dcat, gcat = narrow_codes(cat_all[:nd], n_cls), cat_all[nd:].copy()
@@ -650,6 +669,7 @@ def scene(
         dets.score,
         by_image,
         all_kept=every,
+        rows_by_image=by_rows,
     )
 
 
@@ -769,6 +789,19 @@ def grid_count(v: np.ndarray) -> np.ndarray:
     return j0 + (_X[j0] <= v) + ((j0 < 100) & (_X[up] <= v))
 
 
+def _visit_order(
+    sc: Scene, kept: np.ndarray, every: bool, by_score: np.ndarray, run: np.ndarray, n_run: int
+) -> np.ndarray:
+    """The kept detections ``by_score`` (descending score, ties in row order; ``run`` their score runs) with the
+    ties in tidecv's visiting order: by image, then rank. The kept detections in that order (the scene's), stably
+    sorted by their score run (16-bit radix passes: the runs come in image order, far from sorted; the same order
+    as a stable sort of run * n_img + image), read in image order: its runs are again ``run``."""
+    run_of = np.empty(len(kept), run.dtype)
+    run_of[by_score] = run
+    visit = sc.by_image if every and len(sc.by_image) == len(kept) else sc.by_image[kept[sc.by_image]]  # image, rank
+    return visit[radix_sort(run_of[visit], n_run)]
+
+
 def _fixes(
     sc: Scene, code: np.ndarray, ignored: np.ndarray, fixable: np.ndarray, target: np.ndarray, n_gt: np.ndarray,
     missed: np.ndarray, fn: np.ndarray,
@@ -789,14 +822,10 @@ def _fixes(
     # the columns gathered in score order, as the narrowest integers that hold them (the same values): the
     # gathers then read a quarter of the memory, which stays in the processor's cache on large sets
     dcat, code, run = narrow_codes(sc.dcat, n_cls), code.astype(np.int8, copy=False), narrow_codes(run, 2 * n_run)
-    # equal scores in tidecv's visiting order: by image, then rank: the kept detections in that order (the
-    # scene's), stably sorted by their score run (16-bit radix passes: the runs come in image order, far from
-    # sorted; the same order as a stable sort of run * n_img + image), read in image order
-    run_of = np.empty(len(code), run.dtype)
-    run_of[by_score] = run
-    visit = sc.by_image if every and len(sc.by_image) == len(kept) else sc.by_image[kept[sc.by_image]]  # image, rank
-    by_score = visit[radix_sort(run_of[visit], n_run)]  # its runs are again ``run`` (sorted by run)
-    del run_of, visit
+    if not sc.rows_by_image:
+        by_score = _visit_order(sc, kept, every, by_score, run, n_run)
+    # else the kept rows run image after image, and an image's equal scores in rank order are in row order: the
+    # rows of a score run by (image, rank) are in row order, as ``by_score`` has them (the same permutation)
     # in a fixed set the errors come before the untouched true positives of the same score
     fixed_order = by_score[small_sort(run * 2 + tp[by_score], 2 * n_run)]
     del run
@@ -841,6 +870,10 @@ def _fixes(
     main["miss"] = max(fixed(None, n_gt - n_miss) - ap, 0.0)
     # fp: every false positive scored 0 and every true positive 1: in each class its true positives come first
     # (all at precision 1, in any order), then its false positives
-    special = {"fp": _ap_true_positives_first(dcat[tp], dcat[fp], n_gt) - ap}
+    # (each class's true and false positives counted from the class-grouped points: one cumulative count each)
+    special = {
+        "fp": _ap_true_positives_first_counts(_class_counts(g_tp, g_ends), _class_counts(g_tp | g_fp, g_ends), n_gt)
+        - ap
+    }
     special["fn"] = fixed(None, n_gt - np.bincount(gcat[fn], minlength=n_cls)) - ap
     return ap, main, special

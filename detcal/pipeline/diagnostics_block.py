@@ -200,7 +200,8 @@ def _by_type(
     i, rows = _sample(mr, label)
     p, y = data.detections.score[rows], mr.matched[i, rows]
     c = code[rows]
-    group = np.where(y, 0, np.where(c >= 1, c, len(GROUPS) - 1))  # tp, the TIDE type, or other
+    # tp, the TIDE type, or other; as the platform's integers once (every bincount below reads them as such)
+    group = np.where(y, 0, np.where(c >= 1, c, len(GROUPS) - 1)).astype(np.intp)
     del c
     blk = conf[label]
     assert isinstance(blk, ConfidenceBlock)  # _first_label: a computed threshold
@@ -208,7 +209,8 @@ def _by_type(
     ece, dece = blk.metric("ece"), blk.metric("dece")
     n_g = np.bincount(group, minlength=len(GROUPS))
     sum_p = np.bincount(group, weights=p, minlength=len(GROUPS))
-    sum_y = np.bincount(group, weights=y.astype(float), minlength=len(GROUPS))
+    sum_y = np.zeros(len(GROUPS))  # the true positives are the group tp: its count (the sum of its ones, exact)
+    sum_y[0] = n_g[0]
     e_params = ece.params if ece else {}
     ece_c = _contributions(p, y, [p], e_params, [b.ece_bins], cell=_kept_cell(kept, mr, i, e_params, [b.ece_bins], 1))
     ece_g = np.bincount(group, weights=ece_c, minlength=len(GROUPS)) if ece_c is not None else None

@@ -110,9 +110,10 @@ def oce_block(spec: EvaluationSpec, data: LoadedData) -> OCEBlock | Skipped:
         split = split_and_kept(dets.image_id, dets.score, images, o.reliability_method, o.reliability_param, dets.box)
         if not split[2].all():
             sets.append((split[2], (o.aggregation,)))
-    scored = object_scores_of_sets(
-        dets, ds.gt, o.iou_thresholds, sets, brier=o.brier, variant=o.variant, categories=_categories(data)
-    )
+    scored = object_scores_of_sets(  # the kept detections' scores are read per object only (per_image_oce)
+        dets, ds.gt, o.iou_thresholds, sets, brier=o.brier, variant=o.variant, categories=_categories(data),
+        selected_max_iou=False,
+    )  # fmt: skip
     by_agg = scored[0]
     out: dict[str, Any] = {
         "oce": oce_from_scores(by_agg[o.aggregation]),
