@@ -156,7 +156,9 @@ def coco_eval_arrays(
         order = _accumulate_order(dets, det_cat_k)
     # whether the category is evaluated, by input row (read in accumulate order as bytes, below)
     known = (det_cat_k < K) & (cats[np.minimum(det_cat_k, K - 1)] == dets.category) if K else det_cat_k < 0
-    det_cat_k = det_cat_k[order]
+    # the positions in accumulate order, which sorts by them: each position repeated its count times (the
+    # same array as ``det_cat_k[order]``, written in order instead of gathered at random)
+    det_cat_k = np.repeat(np.arange(K + 1, dtype=det_cat_k.dtype), np.bincount(det_cat_k, minlength=K + 1))
     # one bit per area range (in AREA_RANGES' order): a GT ignored there (pycocotools overwrites a GT
     # 'ignore' key with iscrowd; out-of-range boxes are ignored per range), a detection's area in range
     # (made by input row, then read in accumulate order: one byte a detection, not its area's eight)
@@ -179,12 +181,16 @@ def coco_eval_arrays(
     kept = _max_dets_orders(layout.rank[order], keep, det_cat_k, K, walk.seg_pos)
     del known, keep, det_cat_k
     ctx = (gt_bits, det_bits, kept, np.searchsorted(cats, gt.category), K, walk)
-    parts = map_in_processes(_area_arrays, list(range(len(AREA_RANGES))), ctx, workers)
-    return {
-        "precision": np.stack([p for p, _ in parts], axis=3),
-        "recall": np.stack([r for _, r in parts], axis=2),
-        "categories": cats,
-    }
+    A = len(AREA_RANGES)
+    if workers > 1:
+        parts = map_in_processes(_area_arrays, list(range(A)), ctx, workers)
+        precision, recall = np.stack([p for p, _ in parts], axis=3), np.stack([r for _, r in parts], axis=2)
+    else:  # each range written in place (no [T,R,K,M] array a range, no stacked copy of them)
+        precision = np.empty((len(IOU_THRESHOLDS), len(RECALL_THRESHOLDS), K, A, len(MAX_DETS)))
+        recall = np.empty((len(IOU_THRESHOLDS), K, A, len(MAX_DETS)))
+        for r in range(A):
+            _area_arrays(r, *ctx, out=(precision[:, :, :, r], recall[:, :, r]))
+    return {"precision": precision, "recall": recall, "categories": cats}
 
 
 def _range_bits(flags: list[np.ndarray]) -> np.ndarray:
@@ -378,7 +384,7 @@ def _accumulate_row(
     upto = base_cum[1:][w]
     upto += plus[1:]
     if len(ign):
-        upto -= np.searchsorted(ign, wi).astype(dt, copy=False)
+        upto -= _counts_below(ign, wi, dt)
     bound = kept.seg_bounds[:K]  # the segments before each category's start
     before = base_cum[cat_bounds[:K]] + plus[np.searchsorted(wi, bound)]
     if len(ign):
@@ -401,6 +407,16 @@ def _accumulate_row(
     return precision, n_tp / np.maximum(npig_k, 1)
 
 
+def _counts_below(few: np.ndarray, many: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``np.searchsorted(few, many)`` [len(many)] for two ascending lists of distinct values that share none
+    (a segment is a true positive or a match to an ignored GT, not both): each of ``few`` is placed among
+    ``many`` by one binary search and the places are counted up (the same integers; ``few`` is the short
+    list, so the searches are its own, not one a true positive)."""
+    marks = np.zeros(len(many) + 1, dtype)
+    np.add.at(marks, np.searchsorted(many, few), 1)
+    return np.cumsum(marks[:-1], dtype=dtype)
+
+
 def _area_arrays(
     r: int,
     gt_bits: np.ndarray,
@@ -409,16 +425,17 @@ def _area_arrays(
     gt_k: np.ndarray,
     K: int,
     walk: _RangeWalk,
+    out: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``precision [T,R,K,M]`` and ``recall [T,K,M]`` of the ``r``-th area range (bit ``r`` of ``gt_bits``
     [G]: the GT is ignored there; of ``det_bits`` [D], in accumulate order: the detection's area is in it).
 
     ``kepts[m]``: the kept detections of max-dets ``MAX_DETS[m]`` (the detections are in accumulate
-    order; :func:`_max_dets_orders`, the same objects where two max-dets keep the same).
+    order; :func:`_max_dets_orders`, the same objects where two max-dets keep the same). ``out``: the two
+    arrays to write (e.g. views of the whole result), else new ones.
     """
     T, R, M = len(IOU_THRESHOLDS), len(RECALL_THRESHOLDS), len(MAX_DETS)
-    precision = np.empty((T, R, K, M))
-    recall = np.empty((T, K, M))
+    precision, recall = out if out is not None else (np.empty((T, R, K, M)), np.empty((T, K, M)))
     bit = np.uint8(1 << r)
     gt_ignore = (gt_bits & bit) > 0
     in_range = (det_bits & bit) > 0  # ~dtIg of an unmatched detection
@@ -510,6 +527,29 @@ def _summarize(
     return float(np.mean(s)) if s.size else -1.0
 
 
+def _class_means(arrays: dict[str, np.ndarray], iou: float | None) -> np.ndarray:
+    """``[_summarize(arrays, "ap", iou, "all", 100, k) for k in categories]`` [K], every category at once.
+
+    A category's precision is either -1 throughout (no non-ignored GT) or >= 0 throughout; its values are
+    laid out as one C-ordered row (threshold, then recall point: the order of the one-category slice), so
+    each row's sum is the same pairwise sum of the same values as that slice's mean, divided by the same
+    count. A category with a mix (never made here) takes :func:`_summarize` itself."""
+    p = arrays["precision"][:, :, :, list(AREA_RANGES).index("all"), MAX_DETS.index(100)]
+    if iou is not None:
+        p = p[np.flatnonzero(IOU_THRESHOLDS == iou)]
+    K = p.shape[2]
+    rows = np.ascontiguousarray(np.moveaxis(p, 2, 0)).reshape(K, p.shape[0] * p.shape[1])
+    valid = rows > -1
+    n_valid = valid.sum(axis=1)
+    out = np.full(K, -1.0)
+    full = n_valid == rows.shape[1]
+    if rows.shape[1]:
+        out[full] = np.add.reduce(rows[full], axis=1) / rows.shape[1]
+    for k in np.flatnonzero((n_valid > 0) & ~full).tolist():
+        out[k] = _summarize(arrays, "ap", iou, "all", 100, k)
+    return out
+
+
 def coco_summary(arrays: dict[str, np.ndarray]) -> dict[str, float]:
     """The twelve ``summarize()`` numbers (:data:`SUMMARY`) of :func:`coco_eval_arrays` output."""
     return {name: _summarize(arrays, kind, iou, area, md) for name, kind, iou, area, md in SUMMARY}
@@ -542,8 +582,8 @@ def coco_ap(
             params={"kind": kind, "iou": "0.50:0.95" if iou is None else iou, "area": area, "max_dets": md},
         )
     cats = arrays["categories"]
-    per_ap = np.array([_summarize(arrays, "ap", None, "all", 100, k) for k in range(len(cats))])
-    per_ap50 = np.array([_summarize(arrays, "ap", 0.5, "all", 100, k) for k in range(len(cats))])
+    per_ap = _class_means(arrays, None)
+    per_ap50 = _class_means(arrays, 0.5)
     out["AP"].table = {
         "category": cats,
         "ap": np.where(per_ap < 0, np.nan, per_ap),
