@@ -180,7 +180,9 @@ def coco_eval_arrays(
     keep = (known & layout.considered)[order]
     kept = _max_dets_orders(layout.rank[order], keep, det_cat_k, K, walk.seg_pos)
     del known, keep, det_cat_k
-    ctx = (gt_bits, det_bits, kept, np.searchsorted(cats, gt.category), K, walk)
+    # each max-dets' selected segments renumbered once, read by every area range
+    places = [None if k.seg_sel is None else _places(k.seg_sel, len(walk.seg)) for k in kept]
+    ctx = (gt_bits, det_bits, kept, np.searchsorted(cats, gt.category), K, walk, places)
     A = len(AREA_RANGES)
     if workers > 1:
         parts = map_in_processes(_area_arrays, list(range(A)), ctx, workers)
@@ -190,6 +192,7 @@ def coco_eval_arrays(
         recall = np.empty((len(IOU_THRESHOLDS), K, A, len(MAX_DETS)))
         for r in range(A):
             _area_arrays(r, *ctx, out=(precision[:, :, :, r], recall[:, :, r]))
+    del ctx, places
     return {"precision": precision, "recall": recall, "categories": cats}
 
 
@@ -309,17 +312,25 @@ def _row_segments(code: np.ndarray, out: np.ndarray) -> list[tuple[np.ndarray, n
 
 
 def _select_rows(
-    rows: list[tuple[np.ndarray, np.ndarray]], sel: np.ndarray, n: int
+    rows: list[tuple[np.ndarray, np.ndarray]], sel: np.ndarray, n: int, place: np.ndarray | None = None
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """:func:`_row_segments` of the segments ``sel`` (ascending, of ``n``) from those of all ``n``: each
-    list kept where its segment is selected, renumbered by its place in ``sel`` (still ascending)."""
-    place = np.full(n, -1, np.int64)
-    place[sel] = np.arange(len(sel), dtype=np.int64)
+    list kept where its segment is selected, renumbered by its place in ``sel`` (still ascending).
+    ``place``: :func:`_places` of ``sel`` when made already (every area range reads the same)."""
+    if place is None:
+        place = _places(sel, n)
     out = []
     for wi, ign in rows:
         a, b = place[wi], place[ign]
-        out.append((a[a >= 0], b[b >= 0]))
+        out.append((a[a >= 0].astype(np.int64, copy=False), b[b >= 0].astype(np.int64, copy=False)))
     return out
+
+
+def _places(sel: np.ndarray, n: int) -> np.ndarray:
+    """[n] the place of each of ``n`` segments among the selected ``sel`` (ascending), -1 where not selected."""
+    place = np.full(n, -1, np.int32 if n < 2**31 else np.int64)
+    place[sel] = np.arange(len(sel), dtype=place.dtype)
+    return place
 
 
 def _accumulate(
@@ -425,14 +436,16 @@ def _area_arrays(
     gt_k: np.ndarray,
     K: int,
     walk: _RangeWalk,
+    places: list[np.ndarray | None] | None = None,
     out: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``precision [T,R,K,M]`` and ``recall [T,K,M]`` of the ``r``-th area range (bit ``r`` of ``gt_bits``
     [G]: the GT is ignored there; of ``det_bits`` [D], in accumulate order: the detection's area is in it).
 
     ``kepts[m]``: the kept detections of max-dets ``MAX_DETS[m]`` (the detections are in accumulate
-    order; :func:`_max_dets_orders`, the same objects where two max-dets keep the same). ``out``: the two
-    arrays to write (e.g. views of the whole result), else new ones.
+    order; :func:`_max_dets_orders`, the same objects where two max-dets keep the same). ``places[m]``:
+    :func:`_places` of ``kepts[m]``'s selected segments when made already (the same for every range).
+    ``out``: the two arrays to write (e.g. views of the whole result), else new ones.
     """
     T, R, M = len(IOU_THRESHOLDS), len(RECALL_THRESHOLDS), len(MAX_DETS)
     precision, recall = out if out is not None else (np.empty((T, R, K, M)), np.empty((T, K, M)))
@@ -456,7 +469,11 @@ def _area_arrays(
         sel = kept.seg_sel
         # the segments of each threshold's outcomes, listed once over every segment: a max-dets keeping
         # some takes its share of the lists (no second scan of the outcome rows)
-        rows_m, out_m = (code_rows, out) if sel is None else (_select_rows(code_rows, sel, len(out)), out[sel])
+        rows_m, out_m = (
+            (code_rows, out)
+            if sel is None
+            else (_select_rows(code_rows, sel, len(out), None if places is None else places[mi]), out[sel])
+        )
         precision[..., mi], recall[..., mi] = _accumulate(rows_m, out_m, base_cum, kept, npig_k, steps)
     return precision, recall
 
