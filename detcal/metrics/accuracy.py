@@ -165,7 +165,7 @@ def coco_eval_arrays(
     base_ignore = gt.iscrowd.astype(bool) if gt.iscrowd is not None else np.zeros(len(gt), bool)
     gt_bits = _range_bits([base_ignore | _outside(area, b) for b in AREA_RANGES.values()])
     det_area = _box_area(dets.box)
-    det_bits = _range_bits([~_outside(det_area, b) for b in AREA_RANGES.values()])[order]
+    det_bits = _range_bits([~_outside(det_area, b) for b in AREA_RANGES.values()])  # by input row, gathered below
     del det_area
     # the IoUs and the pairs the walk may take, once: each area range walks them under its GT flags
     # (the detections' areas from their corners, as this module always took them: no ``wh``)
@@ -176,10 +176,13 @@ def coco_eval_arrays(
         raise DetcalInputError("the layout is not one of these detections at the COCO thresholds", field="layout")
     walk = _range_walk(layout, order, gt_bits)
     # the rank in the (image, category) group, for the max-dets cuts: the matching's own (the same
-    # order: descending score, ties in input order)
-    keep = (known & layout.considered)[order]
-    kept = _max_dets_orders(layout.rank[order], keep, det_cat_k, K, walk.seg_pos)
-    del known, keep, det_cat_k
+    # order: descending score, ties in input order); the area bits, whether the detection is kept and
+    # where its rank stands against the max-dets read in accumulate order as one byte (one gather)
+    det_bits = _pack_cuts(det_bits, known & layout.considered, layout.rank)[order]
+    del known
+    keep = (det_bits & _KEPT_BIT) > 0
+    kept = _max_dets_orders(_rank_class(det_bits), keep, det_cat_k, K, walk.seg_pos)
+    del keep, det_cat_k
     # each max-dets' selected segments renumbered once, read by every area range
     places = [None if k.seg_sel is None else _places(k.seg_sel, len(walk.seg)) for k in kept]
     ctx = (gt_bits, det_bits, kept, np.searchsorted(cats, gt.category), K, walk, places)
@@ -194,6 +197,31 @@ def coco_eval_arrays(
             _area_arrays(r, *ctx, out=(precision[:, :, :, r], recall[:, :, r]))
     del ctx, places
     return {"precision": precision, "recall": recall, "categories": cats}
+
+
+_KEPT_BIT = np.uint8(1 << len(AREA_RANGES))
+"""The bit of :func:`_pack_cuts`'s byte above the area-range bits: the detection is evaluated and considered."""
+
+
+def _pack_cuts(area_bits: np.ndarray, keep: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """[D] uint8: the area-range bits (:func:`_range_bits`), :data:`_KEPT_BIT` where ``keep``, and one bit
+    for each max-dets ``md`` of :data:`MAX_DETS` where ``rank < md`` (the bits above, largest max-dets
+    first; ``rank`` -1, under the score threshold, is never kept)."""
+    out = area_bits | (keep.view(np.uint8) << np.uint8(len(AREA_RANGES)))
+    for i, md in enumerate(reversed(MAX_DETS)):
+        out |= (rank < md).view(np.uint8) << np.uint8(len(AREA_RANGES) + 1 + i)
+    return out
+
+
+def _rank_class(packed: np.ndarray) -> np.ndarray:
+    """[D] int8 ranks standing where the ranks stand against each max-dets, from :func:`_pack_cuts`' bits
+    (0 below the smallest, then each max-dets below the next, the largest when past all of them): every
+    comparison ``rank < md`` / ``rank >= md`` with an ``md`` of :data:`MAX_DETS` is the rank's own."""
+    out = np.full(len(packed), MAX_DETS[-1], np.int8)
+    for i, md in enumerate(reversed(MAX_DETS)):  # below 100, then below 10, then below 1
+        below = (packed & np.uint8(1 << (len(AREA_RANGES) + 1 + i))) > 0
+        out[below] = ([0, *MAX_DETS[:-1]])[len(MAX_DETS) - 1 - i]
+    return out
 
 
 def _range_bits(flags: list[np.ndarray]) -> np.ndarray:
