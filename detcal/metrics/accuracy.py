@@ -194,7 +194,7 @@ def coco_eval_arrays(
         precision = np.empty((len(IOU_THRESHOLDS), len(RECALL_THRESHOLDS), K, A, len(MAX_DETS)))
         recall = np.empty((len(IOU_THRESHOLDS), K, A, len(MAX_DETS)))
         for r in range(A):
-            _area_arrays(r, *ctx, out=(precision[:, :, :, r], recall[:, :, r]))
+            _area_arrays(r, *ctx, into=(precision[:, :, :, r], recall[:, :, r]))
     del ctx, places
     return {"precision": precision, "recall": recall, "categories": cats}
 
@@ -218,9 +218,10 @@ def _rank_class(packed: np.ndarray) -> np.ndarray:
     (0 below the smallest, then each max-dets below the next, the largest when past all of them): every
     comparison ``rank < md`` / ``rank >= md`` with an ``md`` of :data:`MAX_DETS` is the rank's own."""
     out = np.full(len(packed), MAX_DETS[-1], np.int8)
-    for i, md in enumerate(reversed(MAX_DETS)):  # below 100, then below 10, then below 1
+    lower = (0, *MAX_DETS[:-1])  # the standing of a rank below each max-dets: the max-dets below it (0: none)
+    for i in range(len(MAX_DETS)):  # below 100, then below 10, then below 1 (the bits of _pack_cuts)
         below = (packed & np.uint8(1 << (len(AREA_RANGES) + 1 + i))) > 0
-        out[below] = ([0, *MAX_DETS[:-1]])[len(MAX_DETS) - 1 - i]
+        out[below] = lower[len(MAX_DETS) - 1 - i]
     return out
 
 
@@ -465,7 +466,7 @@ def _area_arrays(
     K: int,
     walk: _RangeWalk,
     places: list[np.ndarray | None] | None = None,
-    out: tuple[np.ndarray, np.ndarray] | None = None,
+    into: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``precision [T,R,K,M]`` and ``recall [T,K,M]`` of the ``r``-th area range (bit ``r`` of ``gt_bits``
     [G]: the GT is ignored there; of ``det_bits`` [D], in accumulate order: the detection's area is in it).
@@ -473,10 +474,10 @@ def _area_arrays(
     ``kepts[m]``: the kept detections of max-dets ``MAX_DETS[m]`` (the detections are in accumulate
     order; :func:`_max_dets_orders`, the same objects where two max-dets keep the same). ``places[m]``:
     :func:`_places` of ``kepts[m]``'s selected segments when made already (the same for every range).
-    ``out``: the two arrays to write (e.g. views of the whole result), else new ones.
+    ``into``: the two arrays to write (e.g. views of the whole result), else new ones.
     """
     T, R, M = len(IOU_THRESHOLDS), len(RECALL_THRESHOLDS), len(MAX_DETS)
-    precision, recall = out if out is not None else (np.empty((T, R, K, M)), np.empty((T, K, M)))
+    precision, recall = into if into is not None else (np.empty((T, R, K, M)), np.empty((T, K, M)))
     bit = np.uint8(1 << r)
     gt_ignore = (gt_bits & bit) > 0
     in_range = (det_bits & bit) > 0  # ~dtIg of an unmatched detection
