@@ -480,7 +480,6 @@ def layout_and_match(
     *,
     max_dets: int | None = 100,
     score_threshold: float = 0.0,
-    rank: np.ndarray | None = None,
 ) -> tuple[ExclusiveLayout, ExclusiveMatch]:
     """:func:`exclusive_layout` of ``dets`` without their ``wh`` (areas from the box corners) at
     ``layout_thresholds``, and :func:`match` (``exclusive``, per (image, category), ``gt_ignore=
@@ -488,49 +487,17 @@ def layout_and_match(
     once per image chunk: the groups, ranks, GT order, the (detection, GT) pairs and their
     intersections (the IoU of each area in the same arithmetic). Equal to those two calls array for
     array (e.g. COCO AP's layout at ten thresholds and LRP's matching at one,
-    :mod:`detcal.pipeline.accuracy_block`); ``match``'s ``iou`` is not made. ``rank``: every detection's
-    rank in its (image, category) group when already known (:func:`group_ranks`), read instead of
-    ranking each chunk again."""
+    :mod:`detcal.pipeline.accuracy_block`); ``match``'s ``iou`` is not made."""
     thr_l = _validate(dets, gt, layout_thresholds, "exclusive", score_threshold, max_dets, None, None)[0]
     thr_m = _parse_thresholds(match_thresholds, None)[0]
     T, D = len(thr_m), len(dets)
-    if rank is not None and rank.shape != (D,):
-        raise DetcalInputError(f"rank must hold one value per detection ({D})", field="rank")
     out = ExclusiveMatch(
         np.zeros((T, D), bool), np.zeros((T, D), bool), np.full((T, D), -1, np.int64), np.zeros(D, bool)
     )
     parts: list[tuple[np.ndarray, np.ndarray, ExclusiveLayout]] = []
     for c in image_chunks(dets.image_id, gt.image_id, layout_chunk_size()):  # whole images: see _shared_chunk
-        r = None if rank is None else rank[c.det]
-        parts.append(_shared_chunk(dets, gt, c, thr_l, thr_m, out, max_dets, score_threshold, r))
+        parts.append(_shared_chunk(dets, gt, c, thr_l, thr_m, out, max_dets, score_threshold))
     return (parts[0][2] if len(parts) == 1 else join_layouts(parts, D)), out
-
-
-def group_ranks(image_id: np.ndarray, category: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """Each detection's rank [D] in its (image, category) group by descending score, ties in input order
-    (the ranks :func:`match` walks by, without a score threshold), from ``order`` [D], an order of the
-    detections that puts each group's detections in that order (not necessarily next to each other: e.g.
-    COCO's accumulate order, by category, descending score, image, input order,
-    :func:`detcal.metrics.accuracy.accumulate_order`). A stable sort of ``order`` by (image, category)
-    keeps each group's order and brings the group together: its rank is its place in that run. int32
-    where the detections fit."""
-    n = len(order)
-    if n == 0:
-        return np.zeros(0, np.int32)
-    img = factorize(image_id)[0][order]
-    cat = factorize(category)[0][order]
-    # a stable sort by (image, category); where ``order`` lists the categories in order already (COCO's
-    # accumulate order of known categories), its stable sort by category is itself: by image alone
-    so = stable_argsort([img] if bool((cat[1:] >= cat[:-1]).all()) else [cat, img])
-    grouped = order[so]
-    img, cat = img[so], cat[so]
-    starts = np.ones(n, bool)
-    np.not_equal(img[1:], img[:-1], out=starts[1:])
-    starts[1:] |= cat[1:] != cat[:-1]
-    first = np.flatnonzero(starts)
-    rank = np.empty(n, np.int32 if n < 2**31 else np.int64)  # half the memory where it fits (the same values)
-    rank[grouped] = np.arange(n, dtype=np.int64) - np.repeat(first, np.diff(np.append(first, n)))
-    return rank
 
 
 def _shared_chunk(
@@ -542,22 +509,13 @@ def _shared_chunk(
     out: ExclusiveMatch,
     max_dets: int | None,
     score_threshold: float,
-    rank: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, ExclusiveLayout]:
     """One image chunk of :func:`layout_and_match` (whole images: the walk never looks across images):
     its match written into ``out`` at its rows (its GT rows mapped back, as :func:`match` does chunk by
-    chunk), and its layout with its detection and GT rows; the chunk's match layout is released here.
-    ``rank``: the chunk's detections' ranks in their groups when known."""
+    chunk), and its layout with its detection and GT rows; the chunk's match layout is released here."""
     d_rows, g_rows = row_numbers(c.det, len(dets)), row_numbers(c.gt, len(gt))
     lay, lay_m = _layouts_steps(
-        dets.select(c.det),
-        gt.select(c.gt),
-        [thr_l, thr_m],
-        [False, True],
-        max_dets,
-        score_threshold,
-        [False, True],
-        rank,
+        dets.select(c.det), gt.select(c.gt), [thr_l, thr_m], [False, True], max_dets, score_threshold, [False, True]
     )
     m, ig, gi = layout_match(lay_m)
     gi = rows_through(gi, g_rows)
@@ -581,21 +539,12 @@ def _layouts_steps(
     max_dets: int | None,
     score_threshold: float,
     own_flags: Sequence[bool] | None = None,
-    rank: np.ndarray | None = None,
 ) -> list[ExclusiveLayout]:
     """:func:`exclusive_layouts` on checked arguments, in one piece: one layout per (thresholds, wh);
-    ``own_flags``: per layout, whether it is walked under its own GT flags only (:func:`_exclusive_layout`);
-    ``rank``: the detections' ranks in their groups without a score threshold (:func:`group_ranks`), when
-    known."""
+    ``own_flags``: per layout, whether it is walked under its own GT flags only (:func:`_exclusive_layout`)."""
     w_row, w_cat, w_ign, w_crowd = _working_gt(gt, None, False, "pycocotools")
     det_grp, gt_grp, n_grp = group_codes(dets.image_id, dets.category, gt.image_id[w_row], w_cat, False)
-    if rank is None:
-        rank, considered, _ = _rank_detections(dets, det_grp, score_threshold, max_dets, False, None)
-    else:  # a detection under the score threshold scores below every other: the others' ranks are the same
-        considered = dets.score >= score_threshold
-        rank = np.where(considered, rank, np.int64(-1))  # int64, as ranked here
-        if max_dets is not None:
-            considered &= rank < max_dets
+    rank, considered, _ = _rank_detections(dets, det_grp, score_threshold, max_dets, False, None)
     gts = _order_gt(w_row, w_cat, w_ign, w_crowd, gt_grp, n_grp, False)
     corners = box_areas(dets.box)
     with_wh = box_areas(dets.box, dets.wh) if any(wh) else corners

@@ -15,7 +15,7 @@ from detcal.core.results import AccuracyBlock, LocalisationBlock
 from detcal.core.types import MetricResult, Skipped
 from detcal.data import bundled
 from detcal.data.coco_masks import load_class_scores, load_segmentations
-from detcal.matching.engine import ExclusiveLayout, group_ranks, layout_and_match
+from detcal.matching.engine import ExclusiveLayout, layout_and_match
 from detcal.matching.kitti_ap import kitti_ap
 from detcal.matching.openimages import match_openimages
 from detcal.matching.voc import match_voc
@@ -37,19 +37,14 @@ def accuracy_and_localisation(
     LRP), the detections' accumulate order (by category, descending score, image) is sorted once for
     both (:func:`detcal.metrics.accuracy.accumulate_order`), and, with the same max-dets (100), COCO AP's
     matching layout and LRP's matching are made together (:func:`detcal.matching.engine.layout_and_match`:
-    the groups, ranks and pairs once; the ranks read off the accumulate order,
-    :func:`detcal.matching.engine.group_ranks`); only LRP's outcome row is kept while COCO AP runs."""
+    the groups, ranks and pairs once); only LRP's outcome row is kept while COCO AP runs."""
     order = coco_layout = lrp_match = None
     if _coco_ap_runs(spec, data) and _localisation_runs(spec, data):
         dets, tau = data.detections, float(spec.localisation.tau)
         order = accumulate_order(dets, sorted(data.dataset.categories))
         if spec.matching.max_dets == MAX_DETS[-1] and 0.0 <= tau < 1.0:
             thresholds = IOU_THRESHOLDS.tolist()
-            rank = group_ranks(dets.image_id, dets.category, order)  # from the accumulate order: no sort a chunk
-            coco_layout, m = layout_and_match(
-                dets, data.dataset.gt, thresholds, (tau,), max_dets=MAX_DETS[-1], rank=rank
-            )
-            del rank
+            coco_layout, m = layout_and_match(dets, data.dataset.gt, thresholds, (tau,), max_dets=MAX_DETS[-1])
             lrp_match = (tau, m.matched[0], m.ignored[0], m.gt_index[0], m.considered)
     acc = accuracy_block(spec, data, order, coco_layout)
     del coco_layout  # before LRP's tables

@@ -1,10 +1,5 @@
-"""Issue 29, eleventh pass (29u3): the matcher's ranks where they are read, and read off another order.
+"""Issue 29, eleventh pass (29u3): the matcher's ranks only where they are read.
 
-* :func:`detcal.matching.engine.group_ranks` (each detection's rank in its (image, category) group, read
-  off COCO's accumulate order by one stable sort by image) equals the matcher's own ranking, with tied
-  scores, images out of order, unknown categories and an order whose categories are not in blocks;
-* :func:`layout_and_match` with those ranks equals it without, array for array (score thresholds, max-dets
-  cuts, image chunks);
 * the walk's ranks made only for the detections whose group has a ground truth (the others' are never
   read) give :func:`match` the same arrays, also where a group holds more than ``max_dets`` detections
   (every rank is then made, for the cut);
@@ -17,13 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import detcal.matching.chunks as chunks_mod
 import detcal.matching.engine as engine
 from detcal.core.types import Detections, GroundTruth
 from detcal.matching.blocks import group_codes
 from detcal.matching.chunks import image_chunks
-from detcal.matching.engine import group_ranks, layout_and_match, match
-from detcal.metrics.accuracy import IOU_THRESHOLDS, accumulate_order
+from detcal.matching.engine import match
 
 
 def _scene(seed: int, n_img: int = 30, big_group: bool = False) -> tuple[Detections, GroundTruth]:
@@ -46,52 +39,6 @@ def _scene(seed: int, n_img: int = 30, big_group: bool = False) -> tuple[Detecti
         img[:40], cat[:40] = gt.image_id[0], gt.category[0]
     score = np.round(rng.random(n_det), 1)  # ties
     return Detections(image_id=img, box=box, score=score, category=cat), gt
-
-
-def _matcher_ranks(dets: Detections) -> np.ndarray:
-    det_grp = group_codes(dets.image_id, dets.category, dets.image_id[:0], dets.category[:0], False)[0]
-    return engine._rank_detections(dets, det_grp, -np.inf, None, False, None)[0]
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_group_ranks_equal_the_matchers(seed: int) -> None:
-    dets, _ = _scene(seed)
-    cats = [1, 2, 3, 4]  # 5 and 6 unknown: their accumulate positions collide with others'
-    got = group_ranks(dets.image_id, dets.category, accumulate_order(dets, cats))
-    want = _matcher_ranks(dets)
-    assert np.array_equal(got, want)
-    # an order whose categories are not in blocks (the stable sort then sorts by category too)
-    rng = np.random.default_rng(seed)
-    order = np.lexsort((np.arange(len(dets)), -dets.score, rng.permutation(7)[dets.category]))
-    assert np.array_equal(group_ranks(dets.image_id, dets.category, order), want)
-    assert group_ranks(dets.image_id[:0], dets.category[:0], np.zeros(0, np.int64)).shape == (0,)
-
-
-@pytest.mark.parametrize("kw", [{}, {"max_dets": 3}, {"score_threshold": 0.35, "max_dets": 5}, {"max_dets": None}])
-@pytest.mark.parametrize("chunk", [None, 60])
-def test_layout_and_match_with_ranks_equals_without(
-    kw: dict, chunk: int | None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if chunk is not None:
-        monkeypatch.setattr(chunks_mod, "CHUNK_DETECTIONS", chunk)
-    dets, gt = _scene(11 + len(kw))
-    rank = group_ranks(dets.image_id, dets.category, accumulate_order(dets, [1, 2, 3, 4]))
-    thr = IOU_THRESHOLDS.tolist()
-    lay_a, m_a = layout_and_match(dets, gt, thr, (0.0, 0.5), rank=rank, **kw)
-    lay_b, m_b = layout_and_match(dets, gt, thr, (0.0, 0.5), **kw)
-    for name in lay_b._fields:
-        a, b = getattr(lay_a, name), getattr(lay_b, name)
-        if isinstance(b, np.ndarray):
-            assert a.dtype == b.dtype and np.array_equal(a, b), name
-        else:
-            assert a == b, name
-    for name in m_b._fields:
-        assert np.array_equal(getattr(m_a, name), getattr(m_b, name)), name
-    assert m_b.matched.any() and (m_b.considered != (dets.score >= kw.get("score_threshold", 0.0))).any() == (
-        kw.get("max_dets", 100) is not None and kw.get("max_dets", 100) < 10
-    )
-    with pytest.raises(Exception, match="rank"):
-        layout_and_match(dets, gt, thr, (0.0,), rank=rank[:-1])
 
 
 @pytest.mark.parametrize("big_group", [False, True])
