@@ -56,7 +56,7 @@ def group_codes(
     else:
         cat, n_cat = factorize(np.concatenate([det_cat, gt_cat]))
         code, n = img * n_cat + cat, n_img * n_cat
-        if n > 4 * len(code) + 2_000_000:  # sparse product space: compact it
+        if n > 2 * len(code):  # sparse product space: compact it
             code, n = factorize(code)
     return code[:nd], code[nd:], n
 

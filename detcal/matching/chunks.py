@@ -86,7 +86,8 @@ def _rows_by_code(code: np.ndarray, n_chunks: int) -> list[slice | np.ndarray]:
     """Rows of each code 0..n_chunks-1 (``code`` -1: in none), ascending, as slices when contiguous."""
     n = len(code)
     if n and bool((code[1:] >= code[:-1]).all()):  # already grouped in code order: slices
-        bounds = np.searchsorted(code, np.arange(n_chunks + 1) - 0.5).tolist()
+        # the first row of each code (integer needles: a float needle would convert every code to float)
+        bounds = np.searchsorted(code, np.arange(n_chunks + 1, dtype=code.dtype)).tolist()
         return [slice(bounds[k], bounds[k + 1]) for k in range(n_chunks)]
     order = np.argsort(code, kind="stable")  # ascending rows within each code
     counts = np.bincount(code + 1, minlength=n_chunks + 1)

@@ -381,9 +381,13 @@ def _match_steps(dets: Detections, gt: GroundTruth, r: _Rules) -> _Outcome:
     # 2. groups, ranks, considered
     w_row, w_cat, w_ign, w_crowd = _working_gt(gt, kitti, r.class_agnostic, r.gt_ignore)
     det_grp, gt_grp, n_grp = group_codes(dets.image_id, dets.category, gt.image_id[w_row], w_cat, r.class_agnostic)
-    rank, considered, small = _rank_detections(dets, det_grp, r.score_threshold, r.max_dets, r.class_agnostic, kitti)
     # 3. GT order within groups
     gts = _order_gt(w_row, w_cat, w_ign, w_crowd, gt_grp, n_grp, r.class_agnostic)
+    # the ranks the walk reads: those of the detections whose group has a GT (the others' are never read)
+    needed = gts.count[det_grp] > 0 if r.mode == "exclusive" else None
+    rank, considered, small = _rank_detections(
+        dets, det_grp, r.score_threshold, r.max_dets, r.class_agnostic, kitti, needed
+    )
     # 4. (detection, GT) pairs: IoU once for all thresholds
     pairs = _pair_ious(dets, gt, det_grp, gts)
     # 5. assignment
@@ -788,22 +792,29 @@ def _rank_detections(
     max_dets: int | None,
     class_agnostic: bool,
     kitti: KittiRules | None,
+    needed: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Step 2: rank [D] in the group (-1 under the score threshold), considered [D], small [D] (KITTI min height).
 
-    Stable order by (group, descending score[, category when agnostic], file order).
+    Stable order by (group, descending score[, category when agnostic], file order). ``needed`` [D]: the
+    rows whose rank is read (whole groups); when no group holds more than ``max_dets`` detections over the
+    score threshold (every one of them is considered), only those rows are ranked, the others get -1.
     """
     D = len(dets)
     score_ok = dets.score >= score_threshold
-    sc = np.flatnonzero(score_ok)
+    considered = score_ok.copy()
+    cut = max_dets is not None
+    if needed is not None and (not cut or _largest_group(det_grp, score_ok) <= int(max_dets)):  # type: ignore[arg-type]
+        sc, cut = np.flatnonzero(score_ok & needed), False  # a group's rows are all needed or none
+    else:
+        sc = np.flatnonzero(score_ok)
     keys = [float_key(dets.score[sc], descending=True), det_grp[sc]]
     if class_agnostic:
         keys.insert(0, factorize(dets.category[sc])[0])
     order = sc[stable_argsort(keys)]
     starts = segment_starts(det_grp[order])
     rank_sorted = np.arange(len(order), dtype=np.int64) - np.repeat(starts, np.diff(np.append(starts, len(order))))
-    considered = score_ok.copy()
-    if max_dets is not None:
+    if cut:
         considered[order[rank_sorted >= max_dets]] = False
     rank = np.full(D, -1, np.int64)
     rank[order] = rank_sorted
@@ -811,6 +822,12 @@ def _rank_detections(
     if kitti is not None:
         small = considered & detection_min_height_ignored(dets.box, kitti.min_height)
     return rank, considered, small
+
+
+def _largest_group(det_grp: np.ndarray, rows: np.ndarray) -> int:
+    """The most detections ``rows`` [D] (a mask) holds in one group of ``det_grp`` [D]."""
+    grp = det_grp if bool(rows.all()) else det_grp[rows]
+    return int(np.bincount(grp).max(initial=0)) if len(grp) else 0
 
 
 def _order_gt(
@@ -824,10 +841,14 @@ def _order_gt(
 ) -> _GtOrder:
     """Step 3: GT order within groups: group, non-ignored first, (category when agnostic), file order."""
     # radix orders (as np.lexsort: least significant key first); categories by order-preserving codes
-    rest = [w_row, factorize(w_cat)[0]] if class_agnostic else [w_row]
+    # (the rows in ascending order, as they come without KITTI's added rows, are the order so far: a stable
+    # sort by them is no sort)
+    rest = [] if bool((w_row[1:] >= w_row[:-1]).all()) else [w_row]
+    if class_agnostic:
+        rest.append(factorize(w_cat)[0])
     gord = stable_argsort([*rest, w_ign, gt_grp])
     tord = stable_argsort([*rest, gt_grp])
-    gcount = np.bincount(gt_grp[gord], minlength=n_grp)
+    gcount = np.bincount(gt_grp, minlength=n_grp)  # (counts need no order)
     W = len(gord)
     pos_of = np.empty(W, np.int64)
     pos_of[gord] = np.arange(W, dtype=np.int64)

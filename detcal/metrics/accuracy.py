@@ -156,14 +156,16 @@ def coco_eval_arrays(
         order = _accumulate_order(dets, det_cat_k)
     # whether the category is evaluated, by input row (read in accumulate order as bytes, below)
     known = (det_cat_k < K) & (cats[np.minimum(det_cat_k, K - 1)] == dets.category) if K else det_cat_k < 0
-    det_cat_k = det_cat_k[order]
+    # the positions in accumulate order, which sorts by them: each position repeated its count times (the
+    # same array as ``det_cat_k[order]``, written in order instead of gathered at random)
+    det_cat_k = np.repeat(np.arange(K + 1, dtype=det_cat_k.dtype), np.bincount(det_cat_k, minlength=K + 1))
     # one bit per area range (in AREA_RANGES' order): a GT ignored there (pycocotools overwrites a GT
     # 'ignore' key with iscrowd; out-of-range boxes are ignored per range), a detection's area in range
     # (made by input row, then read in accumulate order: one byte a detection, not its area's eight)
     base_ignore = gt.iscrowd.astype(bool) if gt.iscrowd is not None else np.zeros(len(gt), bool)
     gt_bits = _range_bits([base_ignore | _outside(area, b) for b in AREA_RANGES.values()])
     det_area = _box_area(dets.box)
-    det_bits = _range_bits([~_outside(det_area, b) for b in AREA_RANGES.values()])[order]
+    det_bits = _range_bits([~_outside(det_area, b) for b in AREA_RANGES.values()])  # by input row, gathered below
     del det_area
     # the IoUs and the pairs the walk may take, once: each area range walks them under its GT flags
     # (the detections' areas from their corners, as this module always took them: no ``wh``)
@@ -174,17 +176,53 @@ def coco_eval_arrays(
         raise DetcalInputError("the layout is not one of these detections at the COCO thresholds", field="layout")
     walk = _range_walk(layout, order, gt_bits)
     # the rank in the (image, category) group, for the max-dets cuts: the matching's own (the same
-    # order: descending score, ties in input order)
-    keep = (known & layout.considered)[order]
-    kept = _max_dets_orders(layout.rank[order], keep, det_cat_k, K, walk.seg_pos)
-    del known, keep, det_cat_k
-    ctx = (gt_bits, det_bits, kept, np.searchsorted(cats, gt.category), K, walk)
-    parts = map_in_processes(_area_arrays, list(range(len(AREA_RANGES))), ctx, workers)
-    return {
-        "precision": np.stack([p for p, _ in parts], axis=3),
-        "recall": np.stack([r for _, r in parts], axis=2),
-        "categories": cats,
-    }
+    # order: descending score, ties in input order); the area bits, whether the detection is kept and
+    # where its rank stands against the max-dets read in accumulate order as one byte (one gather)
+    det_bits = _pack_cuts(det_bits, known & layout.considered, layout.rank)[order]
+    del known
+    keep = (det_bits & _KEPT_BIT) > 0
+    kept = _max_dets_orders(_rank_class(det_bits), keep, det_cat_k, K, walk.seg_pos)
+    del keep, det_cat_k
+    # each max-dets' selected segments renumbered once, read by every area range
+    places = [None if k.seg_sel is None else _places(k.seg_sel, len(walk.seg)) for k in kept]
+    ctx = (gt_bits, det_bits, kept, np.searchsorted(cats, gt.category), K, walk, places)
+    A = len(AREA_RANGES)
+    if workers > 1:
+        parts = map_in_processes(_area_arrays, list(range(A)), ctx, workers)
+        precision, recall = np.stack([p for p, _ in parts], axis=3), np.stack([r for _, r in parts], axis=2)
+    else:  # each range written in place (no [T,R,K,M] array a range, no stacked copy of them)
+        precision = np.empty((len(IOU_THRESHOLDS), len(RECALL_THRESHOLDS), K, A, len(MAX_DETS)))
+        recall = np.empty((len(IOU_THRESHOLDS), K, A, len(MAX_DETS)))
+        for r in range(A):
+            _area_arrays(r, *ctx, into=(precision[:, :, :, r], recall[:, :, r]))
+    del ctx, places
+    return {"precision": precision, "recall": recall, "categories": cats}
+
+
+_KEPT_BIT = np.uint8(1 << len(AREA_RANGES))
+"""The bit of :func:`_pack_cuts`'s byte above the area-range bits: the detection is evaluated and considered."""
+
+
+def _pack_cuts(area_bits: np.ndarray, keep: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """[D] uint8: the area-range bits (:func:`_range_bits`), :data:`_KEPT_BIT` where ``keep``, and one bit
+    for each max-dets ``md`` of :data:`MAX_DETS` where ``rank < md`` (the bits above, largest max-dets
+    first; ``rank`` -1, under the score threshold, is never kept)."""
+    out = area_bits | (keep.view(np.uint8) << np.uint8(len(AREA_RANGES)))
+    for i, md in enumerate(reversed(MAX_DETS)):
+        out |= (rank < md).view(np.uint8) << np.uint8(len(AREA_RANGES) + 1 + i)
+    return out
+
+
+def _rank_class(packed: np.ndarray) -> np.ndarray:
+    """[D] int8 ranks standing where the ranks stand against each max-dets, from :func:`_pack_cuts`' bits
+    (0 below the smallest, then each max-dets below the next, the largest when past all of them): every
+    comparison ``rank < md`` / ``rank >= md`` with an ``md`` of :data:`MAX_DETS` is the rank's own."""
+    out = np.full(len(packed), MAX_DETS[-1], np.int8)
+    lower = (0, *MAX_DETS[:-1])  # the standing of a rank below each max-dets: the max-dets below it (0: none)
+    for i in range(len(MAX_DETS)):  # below 100, then below 10, then below 1 (the bits of _pack_cuts)
+        below = (packed & np.uint8(1 << (len(AREA_RANGES) + 1 + i))) > 0
+        out[below] = lower[len(MAX_DETS) - 1 - i]
+    return out
 
 
 def _range_bits(flags: list[np.ndarray]) -> np.ndarray:
@@ -303,17 +341,25 @@ def _row_segments(code: np.ndarray, out: np.ndarray) -> list[tuple[np.ndarray, n
 
 
 def _select_rows(
-    rows: list[tuple[np.ndarray, np.ndarray]], sel: np.ndarray, n: int
+    rows: list[tuple[np.ndarray, np.ndarray]], sel: np.ndarray, n: int, place: np.ndarray | None = None
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """:func:`_row_segments` of the segments ``sel`` (ascending, of ``n``) from those of all ``n``: each
-    list kept where its segment is selected, renumbered by its place in ``sel`` (still ascending)."""
-    place = np.full(n, -1, np.int64)
-    place[sel] = np.arange(len(sel), dtype=np.int64)
+    list kept where its segment is selected, renumbered by its place in ``sel`` (still ascending).
+    ``place``: :func:`_places` of ``sel`` when made already (every area range reads the same)."""
+    if place is None:
+        place = _places(sel, n)
     out = []
     for wi, ign in rows:
         a, b = place[wi], place[ign]
-        out.append((a[a >= 0], b[b >= 0]))
+        out.append((a[a >= 0].astype(np.int64, copy=False), b[b >= 0].astype(np.int64, copy=False)))
     return out
+
+
+def _places(sel: np.ndarray, n: int) -> np.ndarray:
+    """[n] the place of each of ``n`` segments among the selected ``sel`` (ascending), -1 where not selected."""
+    place = np.full(n, -1, np.int32 if n < 2**31 else np.int64)
+    place[sel] = np.arange(len(sel), dtype=place.dtype)
+    return place
 
 
 def _accumulate(
@@ -378,7 +424,7 @@ def _accumulate_row(
     upto = base_cum[1:][w]
     upto += plus[1:]
     if len(ign):
-        upto -= np.searchsorted(ign, wi).astype(dt, copy=False)
+        upto -= _counts_below(ign, wi, dt)
     bound = kept.seg_bounds[:K]  # the segments before each category's start
     before = base_cum[cat_bounds[:K]] + plus[np.searchsorted(wi, bound)]
     if len(ign):
@@ -401,6 +447,16 @@ def _accumulate_row(
     return precision, n_tp / np.maximum(npig_k, 1)
 
 
+def _counts_below(few: np.ndarray, many: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``np.searchsorted(few, many)`` [len(many)] for two ascending lists of distinct values that share none
+    (a segment is a true positive or a match to an ignored GT, not both): each of ``few`` is placed among
+    ``many`` by one binary search and the places are counted up (the same integers; ``few`` is the short
+    list, so the searches are its own, not one a true positive)."""
+    marks = np.zeros(len(many) + 1, dtype)
+    np.add.at(marks, np.searchsorted(many, few), 1)
+    return np.cumsum(marks[:-1], dtype=dtype)
+
+
 def _area_arrays(
     r: int,
     gt_bits: np.ndarray,
@@ -409,16 +465,19 @@ def _area_arrays(
     gt_k: np.ndarray,
     K: int,
     walk: _RangeWalk,
+    places: list[np.ndarray | None] | None = None,
+    into: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``precision [T,R,K,M]`` and ``recall [T,K,M]`` of the ``r``-th area range (bit ``r`` of ``gt_bits``
     [G]: the GT is ignored there; of ``det_bits`` [D], in accumulate order: the detection's area is in it).
 
     ``kepts[m]``: the kept detections of max-dets ``MAX_DETS[m]`` (the detections are in accumulate
-    order; :func:`_max_dets_orders`, the same objects where two max-dets keep the same).
+    order; :func:`_max_dets_orders`, the same objects where two max-dets keep the same). ``places[m]``:
+    :func:`_places` of ``kepts[m]``'s selected segments when made already (the same for every range).
+    ``into``: the two arrays to write (e.g. views of the whole result), else new ones.
     """
     T, R, M = len(IOU_THRESHOLDS), len(RECALL_THRESHOLDS), len(MAX_DETS)
-    precision = np.empty((T, R, K, M))
-    recall = np.empty((T, K, M))
+    precision, recall = into if into is not None else (np.empty((T, R, K, M)), np.empty((T, K, M)))
     bit = np.uint8(1 << r)
     gt_ignore = (gt_bits & bit) > 0
     in_range = (det_bits & bit) > 0  # ~dtIg of an unmatched detection
@@ -439,7 +498,11 @@ def _area_arrays(
         sel = kept.seg_sel
         # the segments of each threshold's outcomes, listed once over every segment: a max-dets keeping
         # some takes its share of the lists (no second scan of the outcome rows)
-        rows_m, out_m = (code_rows, out) if sel is None else (_select_rows(code_rows, sel, len(out)), out[sel])
+        rows_m, out_m = (
+            (code_rows, out)
+            if sel is None
+            else (_select_rows(code_rows, sel, len(out), None if places is None else places[mi]), out[sel])
+        )
         precision[..., mi], recall[..., mi] = _accumulate(rows_m, out_m, base_cum, kept, npig_k, steps)
     return precision, recall
 
@@ -510,6 +573,29 @@ def _summarize(
     return float(np.mean(s)) if s.size else -1.0
 
 
+def _class_means(arrays: dict[str, np.ndarray], iou: float | None) -> np.ndarray:
+    """``[_summarize(arrays, "ap", iou, "all", 100, k) for k in categories]`` [K], every category at once.
+
+    A category's precision is either -1 throughout (no non-ignored GT) or >= 0 throughout; its values are
+    laid out as one C-ordered row (threshold, then recall point: the order of the one-category slice), so
+    each row's sum is the same pairwise sum of the same values as that slice's mean, divided by the same
+    count. A category with a mix (never made here) takes :func:`_summarize` itself."""
+    p = arrays["precision"][:, :, :, list(AREA_RANGES).index("all"), MAX_DETS.index(100)]
+    if iou is not None:
+        p = p[np.flatnonzero(IOU_THRESHOLDS == iou)]
+    K = p.shape[2]
+    rows = np.ascontiguousarray(np.moveaxis(p, 2, 0)).reshape(K, p.shape[0] * p.shape[1])
+    valid = rows > -1
+    n_valid = valid.sum(axis=1)
+    out = np.full(K, -1.0)
+    full = n_valid == rows.shape[1]
+    if rows.shape[1]:
+        out[full] = np.add.reduce(rows[full], axis=1) / rows.shape[1]
+    for k in np.flatnonzero((n_valid > 0) & ~full).tolist():
+        out[k] = _summarize(arrays, "ap", iou, "all", 100, k)
+    return out
+
+
 def coco_summary(arrays: dict[str, np.ndarray]) -> dict[str, float]:
     """The twelve ``summarize()`` numbers (:data:`SUMMARY`) of :func:`coco_eval_arrays` output."""
     return {name: _summarize(arrays, kind, iou, area, md) for name, kind, iou, area, md in SUMMARY}
@@ -542,8 +628,8 @@ def coco_ap(
             params={"kind": kind, "iou": "0.50:0.95" if iou is None else iou, "area": area, "max_dets": md},
         )
     cats = arrays["categories"]
-    per_ap = np.array([_summarize(arrays, "ap", None, "all", 100, k) for k in range(len(cats))])
-    per_ap50 = np.array([_summarize(arrays, "ap", 0.5, "all", 100, k) for k in range(len(cats))])
+    per_ap = _class_means(arrays, None)
+    per_ap50 = _class_means(arrays, 0.5)
     out["AP"].table = {
         "category": cats,
         "ap": np.where(per_ap < 0, np.nan, per_ap),

@@ -43,7 +43,7 @@ max-detections cut, and their IoU is 0 because they are not true positives.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -98,9 +98,8 @@ def _check(o: DetectionOutcomes, score: np.ndarray | None, bins: int | None, var
     s = o.score if score is None else np.asarray(score, dtype=np.float64).reshape(-1)
     if len(s) != len(o.score):
         raise DetcalInputError(f"score has {len(s)} rows, the outcomes {len(o.score)}", field="score")
-    bad = ~np.isfinite(s) | (s < 0) | (s > 1)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
+    if len(s) and not (float(s.min()) >= 0.0 and float(s.max()) <= 1.0):  # the extremes first (NaN fails too)
+        i = int(np.flatnonzero(~np.isfinite(s) | (s < 0) | (s > 1))[0])
         raise DetcalInputError(f"score {s[i]} is outside [0, 1]", record=f"detection row {i}", field="score")
     if bins is not None and (isinstance(bins, bool) or int(bins) != bins or bins < 1):
         raise DetcalInputError(f"bins must be a positive int, got {bins!r}", field="bins")
@@ -112,11 +111,13 @@ def _check(o: DetectionOutcomes, score: np.ndarray | None, bins: int | None, var
 def _class_errors(
     cls: np.ndarray, b: np.ndarray, s: np.ndarray, target: np.ndarray, C: int, B: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per (class, bin): count, mean score, mean target [C,B]; per-class weighted error [C] (NaN: no detection)."""
+    """Per (class, bin): count, mean score, mean target [C,B]; per-class weighted error [C] (NaN: no detection).
+    A row of class ``C`` (:class:`_Sample`: outside the sample) is counted in a class of its own, dropped."""
     key = cls * B + b
-    n = np.bincount(key, minlength=C * B).reshape(C, B).astype(np.float64)
-    ss = np.bincount(key, weights=s, minlength=C * B).reshape(C, B)
-    st = np.bincount(key, weights=target, minlength=C * B).reshape(C, B)
+    size = (C + 1) * B
+    n = np.bincount(key, minlength=size)[: C * B].reshape(C, B).astype(np.float64)
+    ss = np.bincount(key, weights=s, minlength=size)[: C * B].reshape(C, B)
+    st = np.bincount(key, weights=target, minlength=size)[: C * B].reshape(C, B)
     with np.errstate(divide="ignore", invalid="ignore"):
         conf = ss / n
         acc = st / n
@@ -133,11 +134,32 @@ def _average(err: np.ndarray, variant: str) -> float:
     return float(np.nanmean(e)) if np.isfinite(e).any() else float("nan")
 
 
-def _sample(o: DetectionOutcomes, s: np.ndarray, keep_ignored: bool = False) -> tuple[np.ndarray, ...]:
+class _Sample(NamedTuple):
+    """The sample of detections a measure averages over, kept over every detection row in input order
+    (no gathers): ``cls`` [D] the row of its class in ``gt_categories``, or ``C`` (one past the last
+    class) for a row outside the sample (not valid, or of a class without ground truth); ``s`` [D] the
+    scores; ``target`` [D] the IoU of a true positive, else 0; ``n`` the rows in the sample; ``C``. A sum
+    over the sample's rows of a class (``np.bincount`` with weights) adds the same values in the same order
+    as over the sample's rows gathered in ascending order: the same doubles."""
+
+    cls: np.ndarray
+    s: np.ndarray
+    target: np.ndarray
+    n: int
+    C: int
+
+    def rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The sample's rows (ascending) and their ``cls``, ``s`` and ``target``."""
+        rows = np.flatnonzero(self.cls < self.C)
+        return rows, self.cls[rows], self.s[rows], self.target[rows]
+
+
+def _sample(o: DetectionOutcomes, s: np.ndarray, keep_ignored: bool = False) -> _Sample:
     ci = o.class_index()
     pool = o.considered if keep_ignored and o.considered is not None else o.valid
-    rows = np.flatnonzero(pool & (ci >= 0))
-    return rows, ci[rows], s[rows], np.where(o.tp[rows], o.iou[rows], 0.0)
+    inside = pool & (ci >= 0)
+    C = len(o.gt_categories)
+    return _Sample(np.where(inside, ci, C), s, np.where(o.tp, o.iou, 0.0), int(inside.sum()), C)
 
 
 def laece_from_outcomes(
@@ -169,10 +191,10 @@ def laece_and_laace(
     return laece, _laace(o, sample if variant != "fiveai" else _sample(o, s, keep_ignored=True), None, variant)
 
 
-def _laece(o: DetectionOutcomes, sample: tuple[np.ndarray, ...], bins: int, closed: str, variant: str) -> MetricResult:
+def _laece(o: DetectionOutcomes, sample: _Sample, bins: int, closed: str, variant: str) -> MetricResult:
     """:func:`laece_from_outcomes` of its checked scores' ``sample`` (:func:`_sample`)."""
     C = len(o.gt_categories)
-    rows, cls, sv, tgt = sample
+    cls, sv, tgt = sample.cls, sample.s, sample.target
     n, conf, acc, err = _class_errors(cls, bin_index(sv, bins, closed), sv, tgt, C, bins)
     return MetricResult(
         name="laece",
@@ -189,7 +211,7 @@ def _laece(o: DetectionOutcomes, sample: tuple[np.ndarray, ...], bins: int, clos
         },
         table={"category": o.gt_categories, "class_error": err, "class_count": n.sum(axis=1)},
         extra={
-            "n_detections": int(len(rows)),
+            "n_detections": sample.n,
             "n_classes": int(np.isfinite(err).sum()),
             "bin_count": n.sum(axis=0),
             "bin_confidence": _nanmean_cols(conf),
@@ -215,17 +237,18 @@ def laace_from_outcomes(
     return _laace(o, _sample(o, s, keep_ignored=variant == "fiveai"), bins, variant)
 
 
-def _laace(o: DetectionOutcomes, sample: tuple[np.ndarray, ...], bins: int | None, variant: str) -> MetricResult:
+def _laace(o: DetectionOutcomes, sample: _Sample, bins: int | None, variant: str) -> MetricResult:
     """:func:`laace_from_outcomes` of its checked scores' ``sample`` (:func:`_sample`, with the ignored
     detections for ``"fiveai"``)."""
     C = len(o.gt_categories)
-    rows, cls, sv, tgt = sample
-    if bins is None:
-        cnt = np.bincount(cls, minlength=C).astype(np.float64)
+    if bins is None:  # over every row, those outside the sample in class C (dropped)
+        cls = sample.cls
+        cnt = np.bincount(cls, minlength=C + 1)[:C].astype(np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):
-            err = np.bincount(cls, weights=np.abs(sv - tgt), minlength=C) / cnt
+            err = np.bincount(cls, weights=np.abs(sample.s - sample.target), minlength=C + 1)[:C] / cnt
         B = 0
     else:
+        _, cls, sv, tgt = sample.rows()
         order = np.lexsort((sv, cls))
         start = np.searchsorted(cls[order], np.arange(C))
         cnt = np.bincount(cls, minlength=C)  # type: ignore[assignment]
@@ -249,7 +272,7 @@ def _laace(o: DetectionOutcomes, sample: tuple[np.ndarray, ...], bins: int | Non
             "crowd_matched": "kept, target 0" if variant == "fiveai" else "left out",
         },
         table={"category": o.gt_categories, "class_error": err, "class_count": cnt},
-        extra={"n_detections": int(len(rows)), "n_classes": int(np.isfinite(err).sum())},
+        extra={"n_detections": sample.n, "n_classes": int(np.isfinite(err).sum())},
     )
 
 
@@ -261,7 +284,7 @@ def dece_from_outcomes(
     Definition: :func:`detcal.metrics.reference.dece_pooled`, which this fast path must equal (tests/metrics/test_metrics_reference.py).
     """
     s = _check(o, score, bins, "kuzucu2024")
-    rows, _, sv, _ = _sample(o, s)
+    rows, _, sv, _ = _sample(o, s).rows()
     y = o.tp[rows].astype(np.float64)
     n, conf, acc, err = _class_errors(np.zeros(len(rows), np.int64), bin_index(sv, bins, closed), sv, y, 1, bins)
     return MetricResult(

@@ -41,7 +41,7 @@ import numpy as np
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Detections, GroundTruth, MetricResult
-from detcal.matching.blocks import factorize, float_key, segment_starts, stable_argsort
+from detcal.matching.blocks import factorize, float_key, stable_argsort
 from detcal.matching.engine import match
 
 DEFAULT_TAU: float = 0.0
@@ -193,14 +193,16 @@ def _class_sorted(o: DetectionOutcomes, order: np.ndarray | None = None) -> tupl
     return rows, cls, np.searchsorted(cls, np.arange(len(o.gt_categories)))
 
 
-def _segment_cumsum(x: np.ndarray, seg: np.ndarray, n_seg: int) -> np.ndarray:
-    """Cumulative sum of ``x`` restarting at every change of the sorted segment ids ``seg``."""
+def _segment_cumsum(x: np.ndarray, seg: np.ndarray, n_seg: int, counts: np.ndarray | None = None) -> np.ndarray:
+    """Cumulative sum of ``x`` restarting at every change of the sorted segment ids ``seg`` (``counts``
+    [n_seg]: the rows of each segment, ``np.bincount(seg, minlength=n_seg)``, when known)."""
     c = np.cumsum(x, dtype=np.float64)
     start = np.searchsorted(seg, np.arange(n_seg))
     base = np.zeros(n_seg)  # the sum before each segment's start
     later = start > 0
     base[later] = c[start[later] - 1]
-    c -= base[seg]
+    # ``base[seg]``: the sorted ids make it each segment's value repeated over its rows (written in order)
+    c -= np.repeat(base, np.bincount(seg, minlength=n_seg) if counts is None else counts)
     return c
 
 
@@ -248,19 +250,21 @@ def lrp_table(o: DetectionOutcomes, order: np.ndarray | None = None) -> LRPTable
     n_tp = np.bincount(seg, weights=tp, minlength=C)
     # the false positives are the rest of each class's detections: sums of zeros and ones are integers,
     # exact in floats, so counts less true positives are the sums of the 1 - tp column, bit for bit
-    n_fp = np.bincount(seg, minlength=C).astype(np.float64)
+    counts = np.bincount(seg, minlength=C)
+    n_fp = counts.astype(np.float64)
     n_fp -= n_tp
     loc = np.bincount(seg, weights=loc_w, minlength=C)
-    # the prefix sums, each made in place from its column (the same operations in the same order)
-    tp_c = _segment_cumsum(tp, seg, C)
+    # the prefix sums, each made in place from its column (the same operations in the same order); a
+    # class's value over its rows is repeated in order (``seg`` is sorted), not gathered a row at a time
+    tp_c = _segment_cumsum(tp, seg, C, counts)
     del tp
     fp_c = np.arange(1, len(rows) + 1, dtype=np.float64)  # detections so far in the class, less the tps
-    fp_c -= start[seg]
+    fp_c -= np.repeat(start, counts)
     fp_c -= tp_c
-    loc_c = _segment_cumsum(loc_w, seg, C)
+    loc_c = _segment_cumsum(loc_w, seg, C, counts)
     del loc_w
     n_gt = o.n_gt.astype(np.float64)
-    fn_c = n_gt[seg]
+    fn_c = np.repeat(n_gt, counts)
     fn_c -= tp_c
     scale = 1.0 - o.tau
     prefix = loc_c / scale  # (loc_c / scale + fp_c + fn_c) / (tp_c + fp_c + fn_c)
@@ -286,8 +290,8 @@ def lrp_table(o: DetectionOutcomes, order: np.ndarray | None = None) -> LRPTable
     thr = np.full(C, np.nan)
     if len(rows):
         # per class: smallest LRP, ties to the earliest position (each class is one run of ``seg``)
-        runs = segment_starts(seg)
-        low = np.repeat(np.minimum.reduceat(prefix, runs), np.diff(np.append(runs, len(rows))))
+        runs = start[counts > 0]  # the start of each class's run (``segment_starts(seg)``)
+        low = np.repeat(np.minimum.reduceat(prefix, runs), counts[counts > 0])
         at_min = np.flatnonzero(prefix == low)
         first = at_min[np.searchsorted(at_min, runs)]  # the first minimum of each run
         first = first[has_tp[seg[runs]]]
