@@ -285,17 +285,20 @@ def profile(gt: Path, res: Path, root: Path, pythonpath: str | None = None) -> d
 FLOORS = {
     "interpreter start": "pass",
     "import numpy": "import numpy",
+    "import numpy, OpenBLAS on one thread": "import detcal.apps, numpy",  # as detcal's commands import it
     "msgspec decode of results.json to dicts": (
         "import sys, msgspec; msgspec.json.decode(open(sys.argv[2], 'rb').read())"
     ),
     "detcal load (instances + results)": (
-        "import sys; from detcal.data.coco import load_coco_instances, load_coco_results; "
+        "import sys, detcal.apps; from detcal.data.coco import load_coco_instances, load_coco_results; "
         "load_coco_results(sys.argv[2], load_coco_instances(sys.argv[1]))"
     ),
     "import detcal.apps.evaluate (no Hydra)": "import detcal.apps.evaluate, detcal.pipeline.evaluation",
 }
 """Floors of the stages: what the interpreter, the imports and a bare JSON decode cost by themselves
-(detcal's loader decodes straight into typed records with msgspec, below the generic decode to dicts)."""
+(detcal's loader decodes straight into typed records with msgspec, below the generic decode to dicts).
+``import detcal.apps`` first runs numpy's OpenBLAS on one thread, as every detcal command does (its
+default pool of threads costs about 0.05 s of CPU at the import alone)."""
 
 
 def floors(gt: Path, res: Path, cwd: Path) -> dict[str, dict[str, float]]:
