@@ -227,7 +227,7 @@ def _pdq_inputs(data: LoadedData, gt_mask: str) -> tuple[Any, Any, dict[str, str
     """Segmentations (for ``gt_mask`` auto / segmentation) and class distributions read from the input files."""
     # lazy: the masks and class-score readers and the bundled sets only where PDQ runs (kept out of start-up)
     from detcal.data import bundled
-    from detcal.data.coco_masks import load_class_scores, load_segmentations
+    from detcal.data.coco_masks import load_class_scores, load_segmentations  # lazy: as above
 
     prov = data.provenance
     gt_file = res_file = None
