@@ -14,7 +14,6 @@ from detcal.core.errors import DetcalInputError
 from detcal.core.results import AccuracyBlock, LocalisationBlock
 from detcal.core.types import MetricResult, Skipped
 from detcal.matching.engine import ExclusiveLayout, layout_and_match
-from detcal.matching.kitti_ap import kitti_ap
 from detcal.metrics.accuracy import IOU_THRESHOLDS, MAX_DETS, accumulate_order, coco_ap
 from detcal.metrics.laece import describe_choices, laece_and_laace
 from detcal.metrics.lrp import detection_outcomes, lrp_result, lrp_table, outcomes_from_match
@@ -66,6 +65,8 @@ def accuracy_block(
         return Skipped("accuracy.enabled=false")
     ds, dets = data.dataset, data.detections
     if data.kitti is not None:
+        from detcal.matching.kitti_ap import kitti_ap  # lazy: that format only
+
         cats = [c for c in (1, 4, 6) if c in ds.categories]
         rows = kitti_ap(dets, ds.gt, cats, rules=data.kitti)
         return AccuracyBlock(
