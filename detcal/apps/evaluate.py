@@ -22,8 +22,6 @@ _collecting = collector.pause()  # imports of objects that live as long as the p
 try:
     from detcal.apps.schema import EvaluateApp
     from detcal.pipeline.evaluation import evaluate
-    from detcal.reports.plots import import_matplotlib_for_drawing
-    from detcal.utils.background import prestart
 finally:
     collector.resume(_collecting, freeze=True)
 
@@ -43,6 +41,9 @@ def task(app: EvaluateApp, ctx: AppContext) -> dict[str, Any]:
         # numpy.ma before the fork: matplotlib imports it in the figure process, and numpy's quantile and
         # unique import it here (the intervals); imported once for both instead of twice (~8 ms of CPU)
         import numpy.ma  # noqa: F401  # lazy: only a run with figures forks; a lean run never needs it
+
+        from detcal.reports.plots import import_matplotlib_for_drawing  # lazy: as above (figures only)
+        from detcal.utils.background import prestart  # lazy: as above
 
         worker = prestart(import_matplotlib_for_drawing)
     try:

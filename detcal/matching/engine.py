@@ -125,7 +125,6 @@ from detcal.matching.blocks import (
     stable_argsort,
 )
 from detcal.matching.chunks import ImageChunk, image_chunks, layout_chunk_size, row_numbers, rows_through
-from detcal.matching.kitti_ap import detection_min_height_ignored, devkit_assign
 
 MODES: tuple[str, ...] = ("exclusive", "max", "kitti")
 """Matching modes (docs/matching.md)."""
@@ -820,6 +819,8 @@ def _rank_detections(
     rank[order] = rank_sorted
     small = np.zeros(D, bool)
     if kitti is not None:
+        from detcal.matching.kitti_ap import detection_min_height_ignored  # lazy: KITTI runs only
+
         small = considered & detection_min_height_ignored(dets.box, kitti.min_height)
     return rank, considered, small
 
@@ -1191,6 +1192,8 @@ def _assign_kitti(
     small: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Step 5, ``kitti``: the devkit's label-order walk per evaluated class (:func:`devkit_assign`)."""
+    from detcal.matching.kitti_ap import devkit_assign  # lazy: KITTI runs only
+
     classes = np.unique(dets.category[considered])
     if per_class:
         cls_thr = _class_thresholds(kitti)

@@ -13,17 +13,10 @@ import numpy as np
 from detcal.core.errors import DetcalInputError
 from detcal.core.results import AccuracyBlock, LocalisationBlock
 from detcal.core.types import MetricResult, Skipped
-from detcal.data import bundled
-from detcal.data.coco_masks import load_class_scores, load_segmentations
 from detcal.matching.engine import ExclusiveLayout, layout_and_match
-from detcal.matching.kitti_ap import kitti_ap
-from detcal.matching.openimages import match_openimages
-from detcal.matching.voc import match_voc
 from detcal.metrics.accuracy import IOU_THRESHOLDS, MAX_DETS, accumulate_order, coco_ap
 from detcal.metrics.laece import describe_choices, laece_and_laace
 from detcal.metrics.lrp import detection_outcomes, lrp_result, lrp_table, outcomes_from_match
-from detcal.metrics.lvis_ap import lvis_ap, lvis_calibration_by_frequency
-from detcal.metrics.voc_ap import VARIANTS, voc_ap
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
 
@@ -72,6 +65,8 @@ def accuracy_block(
         return Skipped("accuracy.enabled=false")
     ds, dets = data.dataset, data.detections
     if data.kitti is not None:
+        from detcal.matching.kitti_ap import kitti_ap  # lazy: that format only
+
         cats = [c for c in (1, 4, 6) if c in ds.categories]
         rows = kitti_ap(dets, ds.gt, cats, rules=data.kitti)
         return AccuracyBlock(
@@ -113,6 +108,8 @@ def _no_sentinel(r: MetricResult) -> MetricResult:
 
 def _voc_block(data: LoadedData) -> AccuracyBlock:
     """VOC AP at IoU 0.5 (the devkit's matching), as VOC2007's 11-point and the area variant."""
+    from detcal.matching.voc import match_voc  # lazy: that format only
+    from detcal.metrics.voc_ap import VARIANTS, voc_ap  # lazy: as above
 
     ds, dets = data.dataset, data.detections
     mr = match_voc(dets, ds.gt, (0.5,), images=ds.images)
@@ -128,6 +125,8 @@ def _voc_block(data: LoadedData) -> AccuracyBlock:
 
 def _openimages_block(data: LoadedData) -> AccuracyBlock:
     """Open Images AP per class and mAP at IoU 0.5 (the challenge's rules; docs/formats.md)."""
+    from detcal.matching.openimages import match_openimages  # lazy: that format only
+    from detcal.metrics.voc_ap import voc_ap  # lazy: as above
 
     ds, dets = data.dataset, data.detections
     mr = match_openimages(dets, ds.gt, (0.5,), data.protocol)
@@ -142,6 +141,7 @@ def _openimages_block(data: LoadedData) -> AccuracyBlock:
 
 def _lvis_block(data: LoadedData) -> AccuracyBlock:
     """LVISEval's AP summary and the calibration of the LVIS sample per frequency group (docs/formats.md)."""
+    from detcal.metrics.lvis_ap import lvis_ap, lvis_calibration_by_frequency  # lazy: that format only
 
     ds, dets, rules = data.dataset, data.detections, data.protocol
     return AccuracyBlock(
@@ -226,6 +226,9 @@ def localisation_block(
 
 def _pdq_inputs(data: LoadedData, gt_mask: str) -> tuple[Any, Any, dict[str, str]]:
     """Segmentations (for ``gt_mask`` auto / segmentation) and class distributions read from the input files."""
+    # lazy: the masks and class-score readers and the bundled sets only where PDQ runs (kept out of start-up)
+    from detcal.data import bundled
+    from detcal.data.coco_masks import load_class_scores, load_segmentations  # lazy: as above
 
     prov = data.provenance
     gt_file = res_file = None

@@ -10,13 +10,7 @@ from collections.abc import Sequence
 
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Detections, MatchResult
-from detcal.data.lvis import LvisRules
-from detcal.data.openimages import OpenImagesRules
 from detcal.matching.engine import match
-from detcal.matching.lvis import match_lvis
-from detcal.matching.netcal_example import match_netcal_example
-from detcal.matching.openimages import match_openimages
-from detcal.matching.voc import match_voc
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import MatchingSpec
 
@@ -35,12 +29,17 @@ def run_match(
     ds = data.dataset
     th = m.thresholds() if thresholds is None else thresholds
     if m.mode == "netcal_example":
+        from detcal.matching.netcal_example import match_netcal_example  # lazy: that format only
+
         if isinstance(th, str):
             raise DetcalInputError(
                 "matching.mode=netcal_example needs IoU values, not 'kitti'", field="matching.iou_thresholds"
             )
         return match_netcal_example(dets, ds.gt, th, score_threshold=m.score_threshold)
     if m.mode == "lvis":
+        from detcal.data.lvis import LvisRules  # lazy: that format only
+        from detcal.matching.lvis import match_lvis  # lazy: as above
+
         if not isinstance(data.protocol, LvisRules) or isinstance(th, str):
             raise DetcalInputError(
                 "matching.mode=lvis needs LVIS data (data=lvis) and IoU values", field="matching.mode"
@@ -49,6 +48,9 @@ def run_match(
             dets, ds.gt, th, data.protocol, max_dets=m.max_dets, score_threshold=m.score_threshold, images=ds.images
         )
     if m.mode == "openimages":
+        from detcal.data.openimages import OpenImagesRules  # lazy: that format only
+        from detcal.matching.openimages import match_openimages  # lazy: as above
+
         if not isinstance(data.protocol, OpenImagesRules) or isinstance(th, str):
             raise DetcalInputError(
                 "matching.mode=openimages needs Open Images data (data=openimages) and IoU values",
@@ -56,6 +58,8 @@ def run_match(
             )
         return match_openimages(dets, ds.gt, th, data.protocol, score_threshold=m.score_threshold, max_dets=m.max_dets)
     if m.mode == "voc":
+        from detcal.matching.voc import match_voc  # lazy: that format only
+
         if isinstance(th, str):
             raise DetcalInputError("matching.mode=voc needs IoU values, not 'kitti'", field="matching.iou_thresholds")
         return match_voc(

@@ -12,7 +12,6 @@ from detcal.core.results import OCEBlock, UQDetrBlock
 from detcal.core.types import Skipped
 from detcal.metrics.image_reliability import LAMBDA_GRID, fit_lambda, pearson, per_image_oce, split_and_kept
 from detcal.metrics.oce import ObjectScores, object_scores_of_sets, oce_from_scores
-from detcal.metrics.uq_detr import uq_detr_suite
 from detcal.pipeline.sources import LoadedData
 from detcal.pipeline.spec import EvaluationSpec
 
@@ -139,6 +138,7 @@ def uq_detr_block(spec: EvaluationSpec, data: LoadedData) -> UQDetrBlock | Skipp
     u = spec.uq_detr
     if not u.enabled:
         return Skipped("uq_detr.enabled=false")
+    from detcal.metrics.uq_detr import uq_detr_suite  # lazy: only when enabled (off by default)
 
     res = uq_detr_suite(
         data.detections, data.dataset.gt, u.tau, bins=u.bins, tp_criterion=u.tp_criterion, crowd=u.crowd

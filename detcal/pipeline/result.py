@@ -14,27 +14,20 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from detcal.core.results import Results
 from detcal.reports import results_json
-from detcal.reports.detections_csv import (
-    detections_csv,
-    evaluation_columns,
-    write_columns_csv,
-    write_detections_parquet,
-)
-from detcal.reports.evaluation_plots import evaluation_plots, figure_inputs, plan_evaluation_plots
 from detcal.reports.finish import finish_run
-from detcal.reports.font_maps import map_font_files
-from detcal.reports.per_class import PerClassPanels, draw_per_class_panels, per_class_panels
-from detcal.reports.plots import import_matplotlib_for_drawing
 from detcal.reports.summary_md import evaluation_summary
-from detcal.utils.background import Worker, run
 from detcal.utils.collector import collector_paused
 from detcal.utils.io import write_text
+
+if TYPE_CHECKING:
+    from detcal.reports.per_class import PerClassPanels
+    from detcal.utils.background import Worker
 
 __all__ = ["Result", "EvaluationResult", "draw_figures"]
 
@@ -157,12 +150,17 @@ class EvaluationResult(Result):
     def detections_csv(self) -> str:
         """One row per detection: match outcome per threshold, box, relative features."""
 
+        from detcal.reports.detections_csv import detections_csv  # lazy: the CSV's writer only where it is written
+
         assert self.features is not None and self.clipped is not None
         return detections_csv(self.data, self.match, self.features, self.clipped)
 
     def _write_extra(self, out: Path, plots: bool, csv: bool) -> list[str]:
         files: list[str] = []
         if csv:
+            # lazy: the CSV's writers only in a run that writes it (a lean run never imports them)
+            from detcal.reports.detections_csv import evaluation_columns, write_columns_csv, write_detections_parquet
+
             assert self.features is not None and self.clipped is not None
             cols = evaluation_columns(self.data, self.match, self.features, self.clipped)
             cols.update(self.diagnostics_columns or {})  # tide_error (docs/metrics.md#tide)
@@ -183,6 +181,9 @@ class EvaluationResult(Result):
         writes the other files (:mod:`detcal.utils.background`)."""
         if not plots:
             return [], None
+        # lazy: the figure modules only in a run with figures (a lean run never imports them)
+        from detcal.reports.evaluation_plots import figure_inputs, plan_evaluation_plots
+        from detcal.utils.background import run  # lazy: as above
 
         m = self.plain()
         names = [name for name, _ in plan_evaluation_plots(out, m, self.spec)]
@@ -200,6 +201,8 @@ class EvaluationResult(Result):
         i = [f"iou={t:.2f}" for t in self.match.iou_thresholds].index(pc["iou"]) if pc["iou"] != "iou=kitti" else 0
         keep = np.flatnonzero(self.match.considered & ~self.match.ignored[i])
         d = self.data.detections
+        from detcal.reports.per_class import per_class_panels  # lazy: only a run with figures draws the panels
+
         return per_class_panels(
             {"detections": (d.score[keep], self.match.matched[i, keep], d.category[keep])},
             self.data.dataset.categories,
@@ -216,6 +219,12 @@ def draw_figures(out: Path, m: Mapping[str, Any], spec: Any, panels: PerClassPan
     drawing), matplotlib is imported without its artists' ``set()`` signatures and docstrings
     (:func:`detcal.reports.plots.import_matplotlib_for_drawing`) and reads its font files through a memory
     map (:func:`detcal.reports.font_maps.map_font_files`)."""
+    # lazy: the drawing modules, imported where the figures are drawn (the figure process)
+    from detcal.reports.evaluation_plots import evaluation_plots
+    from detcal.reports.font_maps import map_font_files  # lazy: as above
+    from detcal.reports.per_class import draw_per_class_panels  # lazy: as above
+    from detcal.reports.plots import import_matplotlib_for_drawing  # lazy: as above
+
     # many small objects, few cycles: no collections walking the run's objects (about 10% of the figures' CPU at 5k)
     with collector_paused():
         if os.getpid() != parent:

@@ -19,7 +19,6 @@ import numpy as np
 from detcal.core.config import ConfigError
 from detcal.core.errors import DetcalInputError
 from detcal.core.types import Dataset
-from detcal.data import bundled
 from detcal.data.coco_source import (
     AUTO_CHUNK_ABOVE,
     AUTO_CHUNK_BYTES,
@@ -140,6 +139,8 @@ _SYNTHETIC_FILES: dict[str, dict[str, str]] = {
 
 
 def _load_bundled(spec: BundledDataSpec) -> LoadedData:
+    from detcal.data import bundled  # lazy: the bundled sets only (kept out of a run on the user's files)
+
     if spec.detector not in bundled.DETECTORS:
         raise ConfigError("data.detector", f"{spec.detector!r} is not one of {', '.join(bundled.DETECTORS)}")
     ds, dets = bundled.load(spec.bundle, spec.detector)

@@ -24,7 +24,6 @@ from detcal.core.errors import DetcalInputError
 from detcal.core.results import is_description
 from detcal.metrics.confidence import ConfidenceMetric, SparseCellsWarning, brier
 from detcal.metrics.narrow_ints import sort_code_type
-from detcal.reports.plots import agg_figure, fixed_margins
 from detcal.reports.tables import md_cell
 from detcal.utils.io import write_bytes
 
@@ -267,6 +266,8 @@ def draw_per_class_panels(panels: PerClassPanels, path: Any) -> None:
     """Draw :func:`per_class_panels`' grid straight into the PNG at ``path``, one panel after another with
     one axes moved from cell to cell (its ticks, labels and style made once: a fraction of the cost of a
     grid of axes)."""
+    from detcal.reports.plots import agg_figure  # lazy: figures only
+
     fig = agg_figure(3.2 * panels.ncol, 3.0 * panels.nrow, dpi=110)
     grid = fig.add_gridspec(panels.nrow, panels.ncol)
     cells = [grid[k // panels.ncol, k % panels.ncol] for k in range(len(panels.titles))]
@@ -293,6 +294,8 @@ def plot_per_class_reliability(
     if path is not None:
         draw_per_class_panels(panels, path)
         return None
+    from detcal.reports.plots import agg_figure, fixed_margins  # lazy: figures only
+
     fig = agg_figure(3.2 * panels.ncol, 3.0 * panels.nrow, dpi=110)
     grid = fig.add_gridspec(panels.nrow, panels.ncol)
     axes = [fig.add_subplot(grid[k // panels.ncol, k % panels.ncol]) for k in range(panels.nrow * panels.ncol)]
@@ -341,6 +344,8 @@ def _draw_panels(
     cell and sets the curves' data and the title. The figure's background is drawn once; empty cells stay
     blank, as the grid's axes turned off."""
     from matplotlib.image import imsave  # lazy: matplotlib kept out of start-up, loaded where a figure is drawn
+
+    from detcal.reports.plots import fixed_margins  # lazy: figures only
 
     renderer = fig.canvas.get_renderer()
     renderer.clear()

@@ -19,7 +19,6 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -238,6 +237,8 @@ def write_metrics(path: str | os.PathLike, record: dict[str, Any], *, plain: boo
 
 def schema() -> dict[str, Any]:
     """The JSON Schema of metrics.json shipped with the package."""
+    from importlib import resources  # lazy: only the schema's readers (tests, tools) need it, not a run
+
     return json.loads(resources.files("detcal").joinpath("schemas/metrics.schema.json").read_text(encoding="utf-8"))
 
 

@@ -13,7 +13,6 @@ Values are printed with their percentile-bootstrap interval when present
 
 from __future__ import annotations
 
-import csv
 import io
 import math
 import os
@@ -183,6 +182,8 @@ def comparison_table(
 
 def comparison_csv(rows: Mapping[str, Mapping[str, Any]], columns: Sequence[str], *, label: str = "run") -> str:
     """CSV twin of :func:`comparison_table`; intervals go to ``<col>_ci_low``/``<col>_ci_high`` columns."""
+    import csv  # lazy: detcal-compare's CSV only (kept out of detcal-evaluate's start-up)
+
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     head = [label]
