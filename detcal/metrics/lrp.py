@@ -244,9 +244,15 @@ def lrp_table(o: DetectionOutcomes, order: np.ndarray | None = None) -> LRPTable
     detections by (category, descending score, image id, input order) when known, see :func:`_class_sorted`)."""
     C = len(o.gt_categories)
     rows, seg, start = _class_sorted(o, order)
-    tp = o.tp[rows].astype(np.float64)
-    loc_w = 1.0 - o.iou[rows]  # the localisation error of a true positive, 0 elsewhere (tp * ...)
-    loc_w *= tp
+    tp_b = o.tp[rows]
+    tp = tp_b.astype(np.float64)
+    # the localisation error of a true positive, 0 elsewhere ((1 - iou) * tp: times 1 the same float, and
+    # +0.0 elsewhere, iou being 0 off the true positives): the IoUs gathered at the true positives only
+    at = np.flatnonzero(tp_b)
+    del tp_b
+    loc_w = np.zeros(len(rows))
+    loc_w[at] = 1.0 - o.iou[rows[at]]
+    del at
     n_tp = np.bincount(seg, weights=tp, minlength=C)
     # the false positives are the rest of each class's detections: sums of zeros and ones are integers,
     # exact in floats, so counts less true positives are the sums of the 1 - tp column, bit for bit
