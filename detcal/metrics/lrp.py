@@ -250,16 +250,22 @@ def lrp_table(o: DetectionOutcomes, order: np.ndarray | None = None) -> LRPTable
     # +0.0 elsewhere, iou being 0 off the true positives): the IoUs gathered at the true positives only
     at = np.flatnonzero(tp_b)
     del tp_b
+    err = 1.0 - o.iou[rows[at]]
     loc_w = np.zeros(len(rows))
-    loc_w[at] = 1.0 - o.iou[rows[at]]
-    del at
-    n_tp = np.bincount(seg, weights=tp, minlength=C)
+    loc_w[at] = err
+    # each class's rows are one run from its start (``seg`` is sorted): the counts are the runs' lengths
+    # and the true positives the ones in each run (sums of zeros and ones: integers, exact in floats)
+    bounds = np.append(start, len(rows))
+    counts = np.diff(bounds)
+    n_tp = np.diff(np.searchsorted(at, bounds)).astype(np.float64)
     # the false positives are the rest of each class's detections: sums of zeros and ones are integers,
     # exact in floats, so counts less true positives are the sums of the 1 - tp column, bit for bit
-    counts = np.bincount(seg, minlength=C)
     n_fp = counts.astype(np.float64)
     n_fp -= n_tp
-    loc = np.bincount(seg, weights=loc_w, minlength=C)
+    # the class sums of the errors added in row order without the rows off the true positives: adding
+    # +0.0 to a sum of terms >= 0 started at +0.0 leaves it as it is (NaN terms are true positives' own)
+    loc = np.bincount(seg[at], weights=err, minlength=C)
+    del at, err
     # the prefix sums, each made in place from its column (the same operations in the same order); a
     # class's value over its rows is repeated in order (``seg`` is sorted), not gathered a row at a time
     tp_c = _segment_cumsum(tp, seg, C, counts)
