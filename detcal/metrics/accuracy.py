@@ -241,7 +241,18 @@ def _pack_cuts(area_bits: np.ndarray, keep: np.ndarray, rank: np.ndarray) -> np.
 def _rank_class(packed: np.ndarray) -> np.ndarray:
     """[D] int8 ranks standing where the ranks stand against each max-dets, from :func:`_pack_cuts`' bits
     (0 below the smallest, then each max-dets below the next, the largest when past all of them): every
-    comparison ``rank < md`` / ``rank >= md`` with an ``md`` of :data:`MAX_DETS` is the rank's own."""
+    comparison ``rank < md`` / ``rank >= md`` with an ``md`` of :data:`MAX_DETS` is the rank's own.
+
+    The standing depends on the max-dets bits only: each of their combinations is stood once (the
+    loop of :func:`_standing`) and the bytes read it from that table (one shift and one gather, not a
+    masked write a max-dets)."""
+    shift = np.uint8(len(AREA_RANGES) + 1)
+    table = _standing(np.arange(1 << len(MAX_DETS), dtype=np.uint8) << shift)
+    return np.take(table, packed >> shift)
+
+
+def _standing(packed: np.ndarray) -> np.ndarray:
+    """:func:`_rank_class` of ``packed``, one max-dets bit at a time."""
     out = np.full(len(packed), MAX_DETS[-1], np.int8)
     lower = (0, *MAX_DETS[:-1])  # the standing of a rank below each max-dets: the max-dets below it (0: none)
     for i in range(len(MAX_DETS)):  # below 100, then below 10, then below 1 (the bits of _pack_cuts)

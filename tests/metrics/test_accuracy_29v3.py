@@ -133,3 +133,14 @@ def test_lrp_table_without_true_positives_or_rows() -> None:
     t = lrp_table(o)
     assert np.array_equal(t.n_tp, [0.0, 0.0, 0.0]) and np.array_equal(t.n_fp, [2.0, 0.0, 0.0])
     assert np.array_equal(t.lrp, [1.0, 1.0, 1.0]) and np.isnan(t.loc).all()
+
+
+def test_rank_standing_by_table() -> None:
+    every = np.arange(256, dtype=np.uint8)  # every byte: area bits, kept bit and max-dets bits
+    got = acc._rank_class(every)
+    assert got.dtype == np.int8 and np.array_equal(got, acc._standing(every))
+    rng = np.random.default_rng(4)
+    rank = rng.integers(-1, 140, 3000)
+    packed = acc._pack_cuts(rng.integers(0, 16, 3000).astype(np.uint8), rng.random(3000) < 0.8, rank)
+    assert np.array_equal(acc._rank_class(packed), acc._standing(packed))
+    assert np.array_equal(acc._rank_class(packed[:0]), np.zeros(0, np.int8))
