@@ -239,21 +239,42 @@ class LRPTable:
         return out
 
 
+def _class_sums(
+    o: DetectionOutcomes, rows: np.ndarray, seg: np.ndarray, start: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Of the class-sorted ``rows`` (:func:`_class_sorted`: their classes ``seg``, the classes' ``start``):
+    the true-positive flags [S] and localisation errors [S] as floats, and per class the rows [C], true
+    positives [C] and summed errors [C]."""
+    tp_b = o.tp[rows]
+    tp = tp_b.astype(np.float64)
+    # the localisation error of a true positive, 0 elsewhere ((1 - iou) * tp: times 1 the same float, and
+    # +0.0 elsewhere, iou being 0 off the true positives): the IoUs gathered at the true positives only
+    at = np.flatnonzero(tp_b)
+    del tp_b
+    err = 1.0 - o.iou[rows[at]]
+    loc_w = np.zeros(len(rows))
+    loc_w[at] = err
+    # each class's rows are one run from its start (``seg`` is sorted): the counts are the runs' lengths
+    # and the true positives the ones in each run (sums of zeros and ones: integers, exact in floats)
+    bounds = np.append(start, len(rows))
+    counts = np.diff(bounds)
+    n_tp = np.diff(np.searchsorted(at, bounds)).astype(np.float64)
+    # the class sums of the errors added in row order without the rows off the true positives: a sum
+    # started at +0.0 is never -0.0, so adding +0.0 to it leaves it as it is (NaN terms are kept)
+    loc = np.bincount(seg[at], weights=err, minlength=len(start))
+    return tp, loc_w, counts, n_tp, loc
+
+
 def lrp_table(o: DetectionOutcomes, order: np.ndarray | None = None) -> LRPTable:
     """LRP, its components and the LRP-optimal point of every class with ground truth (``order``: the
     detections by (category, descending score, image id, input order) when known, see :func:`_class_sorted`)."""
     C = len(o.gt_categories)
     rows, seg, start = _class_sorted(o, order)
-    tp = o.tp[rows].astype(np.float64)
-    loc_w = 1.0 - o.iou[rows]  # the localisation error of a true positive, 0 elsewhere (tp * ...)
-    loc_w *= tp
-    n_tp = np.bincount(seg, weights=tp, minlength=C)
+    tp, loc_w, counts, n_tp, loc = _class_sums(o, rows, seg, start)
     # the false positives are the rest of each class's detections: sums of zeros and ones are integers,
     # exact in floats, so counts less true positives are the sums of the 1 - tp column, bit for bit
-    counts = np.bincount(seg, minlength=C)
     n_fp = counts.astype(np.float64)
     n_fp -= n_tp
-    loc = np.bincount(seg, weights=loc_w, minlength=C)
     # the prefix sums, each made in place from its column (the same operations in the same order); a
     # class's value over its rows is repeated in order (``seg`` is sorted), not gathered a row at a time
     tp_c = _segment_cumsum(tp, seg, C, counts)
