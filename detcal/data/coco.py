@@ -258,16 +258,21 @@ def _ground_truth(
     )
     if area is not None and not (np.isfinite(area).all() and (area >= 0).all()):
         area = None
+    box, wh = _corners(bbox)
     return GroundTruth(
-        image_id=image_id,
-        box=xywh_to_xyxy(bbox),
-        category=category,
-        iscrowd=iscrowd,
-        ignore=ignore,
-        id=ann_id,
-        wh=bbox[:, 2:4].copy(),
-        area=area,
+        image_id=image_id, box=box, category=category, iscrowd=iscrowd, ignore=ignore, id=ann_id, wh=wh, area=area
     )
+
+
+def _corners(bbox: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(``xyxy`` boxes, ``[w, h]``) of ``bbox`` ``[R, 4]`` float64 as written: :func:`xywh_to_xyxy`'s sums
+    (x + w, y + h), one column at a time (a ``[R, 2]`` view runs 2 values per inner loop)."""
+    box, wh = np.empty_like(bbox), np.empty((len(bbox), 2), dtype=np.float64)
+    for k in range(2):
+        box[:, k] = bbox[:, k]
+        np.add(bbox[:, k], bbox[:, k + 2], out=box[:, k + 2])
+        wh[:, k] = bbox[:, k + 2]
+    return box, wh
 
 
 def load_coco_instances(path: PathLike) -> Dataset:
