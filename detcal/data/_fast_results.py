@@ -382,15 +382,17 @@ def _annotations_span(data: bytes) -> tuple[int, int] | None:
 
 
 def _ends_with_annotations(data: bytes, start: int, end: int) -> bool:
-    """False when the records just before the ``]`` at ``data[end - 1]`` are not annotations of the usual types
-    (a cheap look at the end of a guessed list before the whole list is decoded): the last few cuts are tried
-    in turn; True at the first that decodes, and when none above ``start`` does (the whole decode decides)."""
+    """Whether the records just before the ``]`` at ``data[end - 1]`` decode as annotations of the usual
+    types (a cheap look at the end of a guessed list before the whole list is decoded): the last few cuts
+    above ``start`` are tried in turn, True at the first that decodes; with no cut above ``start``, the
+    whole guess is decoded. False when none decodes (the caller then leaves the file to the usual decode)."""
     import msgspec  # lazy: msgspec kept out of start-up (only the fast JSON readers need it)
 
+    tried = False
     for cut in last_cuts(data, end - 1):  # type: ignore[arg-type]  # bytes have the rfind and indexing it reads
         if cut <= start:
             break
-        comma = data.index(b",", cut, end)
+        tried, comma = True, data.index(b",", cut, end)
         try:
             _annotations_decoder().decode(b"[" + data[comma + 1 : end])
             return True
@@ -398,7 +400,13 @@ def _ends_with_annotations(data: bytes, start: int, end: int) -> bool:
             return False
         except msgspec.DecodeError:
             continue  # a cut inside a value: the one before
-    return True
+    if tried:
+        return False
+    try:
+        _annotations_decoder().decode(data[start:end])
+        return True
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return False
 
 
 def _spliced_decode(data: bytes) -> DecodedInstances | None:

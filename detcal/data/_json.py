@@ -260,7 +260,8 @@ def _all_within(values: np.ndarray, limit: float, step: int = 1 << 16) -> bool:
     flat = values.reshape(-1)
     # -limit <= v <= limit as the slice's two extremes (no |v| temporary); NaN propagates and fails both
     return all(
-        bool(flat[i : i + step].max() <= limit and flat[i : i + step].min() >= -limit) for i in range(0, flat.size, step)
+        bool(flat[i : i + step].max() <= limit and flat[i : i + step].min() >= -limit)
+        for i in range(0, flat.size, step)
     )
 
 
