@@ -258,7 +258,11 @@ def check_mask(
 def _all_within(values: np.ndarray, limit: float, step: int = 1 << 16) -> bool:
     """``(|values| <= limit).all()``, a slice at a time (no temporary the size of ``values``)."""
     flat = values.reshape(-1)
-    return all(bool((np.abs(flat[i : i + step]) <= limit).all()) for i in range(0, flat.size, step))
+    # -limit <= v <= limit as the slice's two extremes (no |v| temporary); NaN propagates and fails both
+    return all(
+        bool(flat[i : i + step].max() <= limit and flat[i : i + step].min() >= -limit)
+        for i in range(0, flat.size, step)
+    )
 
 
 def check_bounded(values: np.ndarray, what: str, *, file: str, field: str, prefix: str = "") -> None:
@@ -287,7 +291,9 @@ def check_scale(values: np.ndarray, what: str, *, file: str, field: str, prefix:
 def check_box(xywh: np.ndarray, *, file: str, field: str, prefix: str = "") -> None:
     """Finite ``[x, y, w, h]`` with w, h >= 0 and every entry at most ``MAX_ABS`` in magnitude."""
     check_bounded(xywh, "box coordinate", file=file, field=field, prefix=prefix)
-    check_mask(xywh[:, 2:4] < 0, xywh, "negative box width or height", file=file, field=field, prefix=prefix)
+    # per column: a [R, 2] view runs 2 values per inner loop; the same first row
+    negative = (xywh[:, 2] < 0) | (xywh[:, 3] < 0) if xywh.ndim == 2 and xywh.shape[1] == 4 else xywh[:, 2:4] < 0
+    check_mask(negative, xywh, "negative box width or height", file=file, field=field, prefix=prefix)
 
 
 def check_covariance(cov: np.ndarray, *, file: str, field: str) -> None:

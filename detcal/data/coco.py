@@ -258,16 +258,21 @@ def _ground_truth(
     )
     if area is not None and not (np.isfinite(area).all() and (area >= 0).all()):
         area = None
+    box, wh = _corners(bbox)
     return GroundTruth(
-        image_id=image_id,
-        box=xywh_to_xyxy(bbox),
-        category=category,
-        iscrowd=iscrowd,
-        ignore=ignore,
-        id=ann_id,
-        wh=bbox[:, 2:4].copy(),
-        area=area,
+        image_id=image_id, box=box, category=category, iscrowd=iscrowd, ignore=ignore, id=ann_id, wh=wh, area=area
     )
+
+
+def _corners(bbox: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(``xyxy`` boxes, ``[w, h]``) of ``bbox`` ``[R, 4]`` float64 as written: :func:`xywh_to_xyxy`'s sums
+    (x + w, y + h), one column at a time (a ``[R, 2]`` view runs 2 values per inner loop)."""
+    box, wh = np.empty_like(bbox), np.empty((len(bbox), 2), dtype=np.float64)
+    for k in range(2):
+        box[:, k] = bbox[:, k]
+        np.add(bbox[:, k], bbox[:, k + 2], out=box[:, k + 2])
+        wh[:, k] = bbox[:, k + 2]
+    return box, wh
 
 
 def load_coco_instances(path: PathLike) -> Dataset:
@@ -487,8 +492,16 @@ def _checked_corners(bbox: np.ndarray, score: np.ndarray, file: str, own: bool) 
     inplace = own and bbox.flags.c_contiguous and bbox.flags.writeable and bbox.dtype == np.float64
     wh = np.empty((n, 2), dtype=np.float64)
     for lo in range(0, n, CHECK_ROWS):
-        b, s = bbox[lo : lo + CHECK_ROWS], score[lo : lo + CHECK_ROWS]
-        if not (np.abs(b).max() <= MAX_ABS and b[:, 2:4].min() >= 0 and s.min() >= 0 and s.max() <= 1):
+        b, s, out = bbox[lo : lo + CHECK_ROWS], score[lo : lo + CHECK_ROWS], wh[lo : lo + CHECK_ROWS]
+        x, y, w, h = b[:, 0], b[:, 1], b[:, 2], b[:, 3]  # one column at a time: a [k, 2] view runs 2 values per loop
+        if not (
+            b.max() <= MAX_ABS  # |v| <= MAX_ABS as two bounds (no |b| temporary); NaN fails both
+            and b.min() >= -MAX_ABS
+            and w.min() >= 0
+            and h.min() >= 0
+            and s.min() >= 0
+            and s.max() <= 1
+        ):
             if inplace:
                 bbox[:lo, 2:4] = wh[:lo]  # w, h as written: x + w - x is not always w
             _check_box(bbox, file=file, field="bbox")
@@ -497,9 +510,10 @@ def _checked_corners(bbox: np.ndarray, score: np.ndarray, file: str, own: bool) 
             inplace = False  # not reached when a check fails; the columns as they are, the whole-column way
             wh = bbox[:, 2:4].copy()
             break
-        wh[lo : lo + CHECK_ROWS] = b[:, 2:4]
+        out[:, 0], out[:, 1] = w, h
         if inplace:
-            b[:, 2:4] += b[:, :2]
+            w += x
+            h += y
     return (bbox if inplace else xywh_to_xyxy(bbox)), wh
 
 

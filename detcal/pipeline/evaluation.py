@@ -136,8 +136,9 @@ def relative_box_features(data: LoadedData, needed: bool) -> tuple[np.ndarray, i
     if (row < 0).any():
         bad = int(np.flatnonzero(row < 0)[0])
         raise DetcalInputError("image id not in the dataset", file=ds.source or None, record=bad, field="image_id")
-    w, h = ds.images.width[row], ds.images.height[row]
-    no_size = ~(np.isfinite(w) & np.isfinite(h) & (w > 0) & (h > 0))
+    width, height = ds.images.width, ds.images.height  # float64; gathered a block at a time below
+    sized = np.isfinite(width) & np.isfinite(height) & (width > 0) & (height > 0)  # per image, not per detection
+    no_size = np.zeros(0, bool) if sized.all() else ~sized[row]
     if no_size.any():
         if needed:
             img = int(dets.image_id[np.flatnonzero(no_size)[0]])
@@ -153,7 +154,7 @@ def relative_box_features(data: LoadedData, needed: bool) -> tuple[np.ndarray, i
     feats, clipped = np.empty((len(dets), 4)), np.zeros(len(dets), bool)
     for lo in range(0, len(dets), _FEATURE_BLOCK):  # row blocks: elementwise, so the same values, small temporaries
         sl = slice(lo, lo + _FEATURE_BLOCK)
-        _relative_block(dets.box[sl], w[sl].astype(np.float64), h[sl].astype(np.float64), feats[sl], clipped[sl])
+        _relative_block(dets.box[sl], width[row[sl]], height[row[sl]], feats[sl], clipped[sl])
     n_clipped = int(np.count_nonzero(clipped))
     return feats, n_clipped, clipped
 
