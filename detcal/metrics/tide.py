@@ -369,16 +369,18 @@ def _ap(cls: np.ndarray, tp: np.ndarray, n_gt: np.ndarray, grouped: bool = False
     return _ap_of_true_positives(t, c, npts, n_gt)
 
 
-def _ap_kept(cls: np.ndarray, ends: np.ndarray, keep: np.ndarray, tp: np.ndarray, n_gt: np.ndarray) -> float:
-    """:func:`_ap` of the points ``keep`` of class-grouped points (``cls`` their classes, ``ends [C]`` the end of
-    each class's points), true positives ``tp & keep``, without gathering them: a point's place among the kept
-    ones is the count of kept points before it."""
+def _ap_kept(ends: np.ndarray, keep: np.ndarray, tp: np.ndarray, n_gt: np.ndarray) -> float:
+    """:func:`_ap` of the points ``keep`` of class-grouped points (``ends [C]`` the end of each class's points),
+    true positives ``tp & keep``, without gathering them: a point's place among the kept ones is the count of
+    kept points before it, and the true positives' classes are read from the class ends (the positions come in
+    ascending order: a search of the ``C`` ends, not a gather of a class per true positive)."""
     before = np.zeros(len(keep) + 1, index_type(len(keep) + 1))  # int32 when it fits: the same counts
     np.cumsum(keep, out=before[1:])
     ti = np.flatnonzero(tp & keep)
     t = before[ti]  # the kept points before each true positive: its position among them
-    c = cls[ti].astype(np.int64)
-    npts = np.diff(before[np.concatenate([[0], ends])])
+    bounds = np.concatenate([[0], ends])
+    c = np.repeat(np.arange(len(ends), dtype=np.int64), np.diff(np.searchsorted(ti, bounds)))
+    npts = np.diff(before[bounds])
     return _ap_of_true_positives(t, c, npts, n_gt)
 
 
@@ -841,9 +843,9 @@ def _fixes(
     fixed_cls = dcat.copy()
     fixed_cls[fixable & (code == CLS)] = gcat[target[fixable & (code == CLS)]]  # a fixed cls error takes the box's
     # the grouped points' columns, taken once (each fix below reads them through a mask): their classes are the
-    # classes in order, each repeated; the code and the three flags (codes 0..5 for points that are kept) are
-    # packed in one byte and gathered once, then unpacked
-    g_cat, g_ends = np.repeat(np.arange(n_cls, dtype=dcat.dtype), n_of), np.cumsum(n_of)
+    # classes in order, each repeated (read from the class ends ``g_ends``); the code and the three flags (codes
+    # 0..5 for points that are kept) are packed in one byte and gathered once, then unpacked
+    g_ends = np.cumsum(n_of)
     packed = code.view(np.uint8) | (tp.view(np.uint8) << 3) | (fp.view(np.uint8) << 4) | (fixable.view(np.uint8) << 5)
     g_packed = packed[grouped]
     del packed
@@ -858,10 +860,10 @@ def _fixes(
             r = fixed_order[keep[fixed_order]]
             return _ap(fixed_cls[r], now_tp[r], n_gt_fixed)
         if kind is None:
-            return _ap_kept(g_cat, g_ends, g_tp | g_fp, g_tp, n_gt_fixed)
+            return _ap_kept(g_ends, g_tp | g_fp, g_tp, n_gt_fixed)
         same = g_code == kind
         now = g_tp | (same & g_fix) if kind == LOC else g_tp
-        return _ap_kept(g_cat, g_ends, now | (g_fp & ~same), now, n_gt_fixed)
+        return _ap_kept(g_ends, now | (g_fp & ~same), now, n_gt_fixed)
 
     main: dict[str, float] = {}
     for i, name in enumerate(ERROR_TYPES):
