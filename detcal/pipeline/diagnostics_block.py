@@ -199,12 +199,10 @@ def _by_type(
         return {}
     i, rows = _sample(mr, label)
     p, y = data.detections.score[rows], mr.matched[i, rows]
-    # tp, the TIDE type, or other; as the platform's integers once (every bincount below reads them as such):
-    # the sample's codes widened, then other and tp written through masks (the same values as nested
-    # selections, in fewer passes)
-    group = code[rows].astype(np.intp)
-    group[group < 1] = len(GROUPS) - 1
-    group[np.asarray(y, bool)] = 0
+    c = code[rows]
+    # tp, the TIDE type, or other; as the platform's integers once (every bincount below reads them as such)
+    group = np.where(y, 0, np.where(c >= 1, c, len(GROUPS) - 1)).astype(np.intp)
+    del c
     blk = conf[label]
     assert isinstance(blk, ConfidenceBlock)  # _first_label: a computed threshold
     b = spec.dece_binning
