@@ -895,6 +895,7 @@ def _fixes(
     main: dict[str, float] = {}
     for i, name in enumerate(ERROR_TYPES):
         main[name] = max(fixed(i + 1, n_gt) - ap, 0.0)
+    shared.clear()  # the shared recall side released (peak memory)
     n_miss = np.bincount(gcat[missed], minlength=n_cls)
     main["miss"] = max(fixed(None, n_gt - n_miss) - ap, 0.0)
     # fp: every false positive scored 0 and every true positive 1: in each class its true positives come first
