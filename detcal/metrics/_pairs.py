@@ -167,8 +167,9 @@ def overlap_pairs(
         keep = np.flatnonzero(iou >= t)
         g, d, iou = g[keep], d[keep], iou[keep]
         # by GT row, then detection row: (g, d) pairs are distinct, so one sort of g * D + d gives that order
-        # exactly (no ties; nearly in order already); the lexsort when the product could overflow
+        # exactly (no ties: numpy's quicker unstable sort gives the one permutation); the lexsort when the
+        # product could overflow
         nd = len(det_image)
-        o = np.argsort(g * nd + d, kind="stable") if (int(gt_rows[-1]) + 1) * (nd + 1) < 2**62 else np.lexsort((d, g))
+        o = np.argsort(g * nd + d) if (int(gt_rows[-1]) + 1) * (nd + 1) < 2**62 else np.lexsort((d, g))
         yield g[o], d[o], iou[o]
         lo = hi

@@ -102,8 +102,11 @@ def _image_rows(ids: np.ndarray, images: np.ndarray) -> np.ndarray:
     if small and np.all(sorted_ids[1:] > sorted_ids[:-1]):
         table = np.full(int(sorted_ids[-1]) + 1, -1, np.int64)
         table[sorted_ids] = order_img
-        inside = (ids >= 0) & (ids < len(table))
-        img = np.where(inside, table[np.where(inside, ids, 0)], -1)
+        if len(ids) and int(ids.min()) >= 0 and int(ids.max()) < len(table):  # every id inside: one gather
+            img = table[ids]
+        else:
+            inside = (ids >= 0) & (ids < len(table))
+            img = np.where(inside, table[np.where(inside, ids, 0)], -1)
         known = img >= 0
     else:
         pos = np.clip(np.searchsorted(sorted_ids, ids), 0, max(len(images) - 1, 0))

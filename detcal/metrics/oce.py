@@ -204,11 +204,17 @@ def _majority_label(obj: np.ndarray, label: np.ndarray, n_obj: int, ascending: b
         obj, label = obj[sel], label[sel]
     lab64 = np.asarray(label, np.int64)
     lo, hi = int(lab64.min()), int(lab64.max())
-    if (hi - lo + 1) * (n_obj + 1) < 2**62:  # (object, label) as one integer: one stable sort, nearly in order
-        order = np.argsort(np.asarray(obj, np.int64) * (hi - lo + 1) + (lab64 - lo), kind="stable")
+    if (hi - lo + 1) * (n_obj + 1) < 2**62:  # (object, label) as one integer, sorted as values: only the sorted
+        # (object, label) values are read below, so equal keys may come in any order (no stable sort, no gathers)
+        span = hi - lo + 1
+        key = np.asarray(obj, np.int64) * span
+        key += lab64 - lo
+        key.sort()
+        o, lab = np.divmod(key, span)
+        lab += lo
     else:
         order = np.lexsort((label, obj))
-    o, lab = obj[order], label[order]
+        o, lab = obj[order], label[order]
     new = np.ones(len(o), bool)
     new[1:] = (o[1:] != o[:-1]) | (lab[1:] != lab[:-1])
     starts = np.flatnonzero(new)

@@ -369,17 +369,29 @@ def _ap(cls: np.ndarray, tp: np.ndarray, n_gt: np.ndarray, grouped: bool = False
     return _ap_of_true_positives(t, c, npts, n_gt)
 
 
-def _ap_kept(cls: np.ndarray, ends: np.ndarray, keep: np.ndarray, tp: np.ndarray, n_gt: np.ndarray) -> float:
-    """:func:`_ap` of the points ``keep`` of class-grouped points (``cls`` their classes, ``ends [C]`` the end of
-    each class's points), true positives ``tp & keep``, without gathering them: a point's place among the kept
-    ones is the count of kept points before it."""
+def _ap_kept(
+    ends: np.ndarray, keep: np.ndarray, tp: np.ndarray, n_gt: np.ndarray, memo: dict[str, Any] | None = None
+) -> float:
+    """:func:`_ap` of the points ``keep`` of class-grouped points (``ends [C]`` the end of each class's points),
+    true positives ``tp & keep``, without gathering them: a point's place among the kept ones is the count of
+    kept points before it, and the true positives' classes are read from the class ends (the positions come in
+    ascending order: a search of the ``C`` ends, not a gather of a class per true positive). ``memo``: shared by
+    calls with the same ``tp`` (every one kept) and ``n_gt``, whose true positives, classes and recall side
+    (:func:`_recall_side`) are then found once."""
     before = np.zeros(len(keep) + 1, index_type(len(keep) + 1))  # int32 when it fits: the same counts
     np.cumsum(keep, out=before[1:])
-    ti = np.flatnonzero(tp & keep)
+    if memo:
+        ti, c, side = memo["ti"], memo["c"], memo["side"]
+    else:
+        ti = np.flatnonzero(tp & keep)
+        bounds = np.concatenate([[0], ends])
+        c = np.repeat(np.arange(len(ends), dtype=np.int64), np.diff(np.searchsorted(ti, bounds)))
+        side = _recall_side(c, n_gt)
+        if memo is not None:
+            memo.update(ti=ti, c=c, side=side)
     t = before[ti]  # the kept points before each true positive: its position among them
-    c = cls[ti].astype(np.int64)
     npts = np.diff(before[np.concatenate([[0], ends])])
-    return _ap_of_true_positives(t, c, npts, n_gt)
+    return _ap_of_true_positives(t, c, npts, n_gt, side)
 
 
 def _class_counts(flag: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -406,26 +418,39 @@ def _ap_true_positives_first_counts(nt: np.ndarray, npts: np.ndarray, n_gt: np.n
     return _ap_of_true_positives(t, c, npts, n_gt)
 
 
-def _ap_of_true_positives(t: np.ndarray, c: np.ndarray, npts: np.ndarray, n_gt: np.ndarray) -> float:
-    """:func:`_ap` from the positions ``t`` of the true positives among the points ordered by class (ascending),
-    their classes ``c`` and the points per class ``npts``."""
+def _recall_side(c: np.ndarray, n_gt: np.ndarray) -> tuple[np.ndarray, ...]:
+    """What :func:`_ap_of_true_positives` reads from the true positives' classes ``c`` and ``n_gt`` alone (not from
+    their positions): per class its true positives and their start, each one's rank in its class, and the
+    read points of the 101 recall levels (``idx``, the flat ``b`` and its ``empty`` pieces)."""
     n_cls = len(n_gt)
     nt = np.bincount(c, minlength=n_cls)  # true positives per class
-    start, t_start = np.cumsum(npts) - npts, np.cumsum(nt) - nt
-    rank = np.arange(len(t)) - t_start[c]  # the true positive's place among its class's true positives
-    prec = (rank + 1) / (t - start[c] + 1)
+    t_start = np.cumsum(nt) - nt
+    rank = np.arange(len(c)) - t_start[c]  # the true positive's place among its class's true positives
     ngt_c = n_gt[c]
-    rec = np.divide(rank + 1, ngt_c, out=np.zeros(len(t)), where=ngt_c > 0)
+    rec = np.divide(rank + 1, ngt_c, out=np.zeros(len(c)), where=ngt_c > 0)
     j = np.searchsorted(_X, rec, "right")  # recall points at or below each true positive's recall
     hist = np.bincount(c * 102 + j, minlength=n_cls * 102).reshape(n_cls, 102)
     idx = np.cumsum(hist, axis=1)[:, :101]  # the true positive reaching x_k (k >= 1), counted in its class
     idx[:, 0] = 0  # x_0 = 0: from the class's first point, whose largest precision onwards is a true positive's
+    b = (t_start[:, None] + idx).reshape(-1)
+    empty = np.append(b[1:] == b[:-1], b[-1:] == len(c)) if len(b) else np.zeros(0, bool)
+    return nt, t_start, rank, idx, b, empty
+
+
+def _ap_of_true_positives(
+    t: np.ndarray, c: np.ndarray, npts: np.ndarray, n_gt: np.ndarray, side: tuple[np.ndarray, ...] | None = None
+) -> float:
+    """:func:`_ap` from the positions ``t`` of the true positives among the points ordered by class (ascending),
+    their classes ``c`` and the points per class ``npts``; ``side``: :func:`_recall_side` of ``c`` and ``n_gt``
+    when known."""
+    nt, t_start, rank, idx, b, empty = _recall_side(c, n_gt) if side is None else side
+    n_cls = len(n_gt)
+    start = np.cumsum(npts) - npts
+    prec = (rank + 1) / (t - start[c] + 1)
     # precision made non-increasing from the right, read at those true positives: maxima of the pieces between
     # the read points, then a cumulative maximum over the pieces from the right (exact, no arithmetic)
-    b = (t_start[:, None] + idx).reshape(-1)
     ext = np.append(prec, -np.inf)
     piece = np.maximum.reduceat(ext, b) if len(b) else np.zeros(0)
-    empty = np.append(b[1:] == b[:-1], b[-1:] == len(t)) if len(b) else np.zeros(0, bool)
     piece = np.where(empty, -np.inf, piece).reshape(n_cls, 101)
     smooth = np.maximum.accumulate(piece[:, ::-1], axis=1)[:, ::-1]
     reached = idx < nt[:, None]
@@ -841,9 +866,9 @@ def _fixes(
     fixed_cls = dcat.copy()
     fixed_cls[fixable & (code == CLS)] = gcat[target[fixable & (code == CLS)]]  # a fixed cls error takes the box's
     # the grouped points' columns, taken once (each fix below reads them through a mask): their classes are the
-    # classes in order, each repeated; the code and the three flags (codes 0..5 for points that are kept) are
-    # packed in one byte and gathered once, then unpacked
-    g_cat, g_ends = np.repeat(np.arange(n_cls, dtype=dcat.dtype), n_of), np.cumsum(n_of)
+    # classes in order, each repeated (read from the class ends ``g_ends``); the code and the three flags (codes
+    # 0..5 for points that are kept) are packed in one byte and gathered once, then unpacked
+    g_ends = np.cumsum(n_of)
     packed = code.view(np.uint8) | (tp.view(np.uint8) << 3) | (fp.view(np.uint8) << 4) | (fixable.view(np.uint8) << 5)
     g_packed = packed[grouped]
     del packed
@@ -858,14 +883,19 @@ def _fixes(
             r = fixed_order[keep[fixed_order]]
             return _ap(fixed_cls[r], now_tp[r], n_gt_fixed)
         if kind is None:
-            return _ap_kept(g_cat, g_ends, g_tp | g_fp, g_tp, n_gt_fixed)
+            return _ap_kept(g_ends, g_tp | g_fp, g_tp, n_gt_fixed)
         same = g_code == kind
         now = g_tp | (same & g_fix) if kind == LOC else g_tp
-        return _ap_kept(g_cat, g_ends, now | (g_fp & ~same), now, n_gt_fixed)
+        # both, dupe, bkg: the same true positives (every one kept) and boxes: their side found once
+        memo = shared if kind != LOC and n_gt_fixed is n_gt else None
+        return _ap_kept(g_ends, now | (g_fp & ~same), now, n_gt_fixed, memo)
+
+    shared: dict[str, Any] = {}
 
     main: dict[str, float] = {}
     for i, name in enumerate(ERROR_TYPES):
         main[name] = max(fixed(i + 1, n_gt) - ap, 0.0)
+    shared.clear()  # the shared recall side released (peak memory)
     n_miss = np.bincount(gcat[missed], minlength=n_cls)
     main["miss"] = max(fixed(None, n_gt - n_miss) - ap, 0.0)
     # fp: every false positive scored 0 and every true positive 1: in each class its true positives come first

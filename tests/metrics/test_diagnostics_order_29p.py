@@ -158,7 +158,7 @@ def test_ap_of_kept_points_equals_the_ap_of_the_gathered_points(seed: int) -> No
         n_gt[c] = max(n_gt[c], int(tp[cls == c].sum())) if c != 1 else 0
     ends = np.cumsum(np.bincount(cls, minlength=n_cls))
     want = tide_mod._ap(cls[keep], tp[keep], n_gt, grouped=True)
-    assert tide_mod._ap_kept(cls, ends, keep, tp, n_gt) == want
+    assert tide_mod._ap_kept(ends, keep, tp, n_gt) == want
     # the fp special: every true positive of a class before its false positives
     fp = keep & ~tp
     order = np.concatenate([np.flatnonzero(tp), np.flatnonzero(fp)])
