@@ -54,3 +54,19 @@ def test_numpys_openblas_reads_the_setting() -> None:
     if out == "[]":
         pytest.skip("this numpy does not use OpenBLAS")
     assert out == "[1]"
+
+
+EVALUATE = (
+    "import detcal.apps, json, sys, detcal; from detcal.data import bundled; "
+    "r = detcal.evaluate(bundled.path('coco_mini79'), bundled.path('coco_mini79', 'rfcn-resnet-101')); "
+    "d = r.to_dict(); d.pop('timing_s', None); d.pop('created', None); import re; "
+    "print(re.sub(r'detcal_bundled_[^/]+', 'bundled', json.dumps(d, sort_keys=True)))"  # the data's temp folder
+)
+
+
+def test_the_numbers_do_not_depend_on_the_blas_thread_count() -> None:
+    """Every number of a default evaluation (BCa intervals included) is the same on one BLAS thread and on two."""
+    one = _probe(EVALUATE, OPENBLAS_NUM_THREADS="1")
+    two = _probe(EVALUATE, OPENBLAS_NUM_THREADS="2")
+    assert len(one) > 10_000
+    assert one == two
