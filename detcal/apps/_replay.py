@@ -51,6 +51,7 @@ from detcal.apps._context import (
 )
 from detcal.apps._run_dir import OVERWRITE_ARG, claim, finish, pop_overwrite
 from detcal.core.errors import DetcalError
+from detcal.pipeline.registry import CONFIG_ENV
 from detcal.utils.cache_dir import cache_dir
 from detcal.utils.warn import capture
 
@@ -191,10 +192,12 @@ def stamps(dirs: list[str], files: list[str]) -> tuple[Any, ...]:
 
 def identity(prog: str, config_name: str, keyed: list[str | None]) -> str:
     """The record's identity: command, config, keyed overrides, working directory, detcal's package directory
-    and version, the interpreter."""
+    and version, the interpreter, and ``DETCAL_CONFIG_DIR`` (which picks the configs folder: with the working
+    directory and the package directory it decides which folder a run composes from)."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    configs = os.environ.get(CONFIG_ENV)
     key = (FORMAT, prog, config_name, tuple(keyed), os.getcwd(), package, detcal_version, sys.version, sys.prefix)
-    return repr(key)
+    return repr((*key, configs))
 
 
 def record_file(key: str) -> Path:

@@ -315,3 +315,24 @@ def test_logging_is_configured_as_dict_config_does(tmp_path: Path, disable: bool
         seen.append(tuple(_STAMP.sub("[time]", t) for t in texts))
     assert seen[1] == seen[0]
     assert ("warning" in seen[0][2]) != disable and ("error" in seen[0][1]) != disable  # disabled: no record
+
+
+def test_another_config_directory_is_never_replayed_from_the_first(coco: DataSpec, tmp_path: Path) -> None:
+    """``DETCAL_CONFIG_DIR`` picks the configs folder: a record made from one folder is not replayed for another
+    (each folder gets its own record, and its own values)."""
+    argv = ["data=coco", f"data.gt={coco.gt}", f"data.results={coco.results}", *LEAN]
+    cache, edited = tmp_path / "cache", tmp_path / "cfg"
+    shutil.copytree(REPO / "configs", edited)
+    with open(edited / "dece_binning" / "default.yaml", "a", encoding="utf-8") as f:
+        f.write("ece_bins: 7\n")
+
+    def bins(run: str, **env: str) -> tuple[str, bool]:
+        hydra = _run([*argv, f"hydra.run.dir={tmp_path / run}"], cache, **env)[3]
+        found = re.search(r"^\s*ece_bins: (\d+)$", (tmp_path / run / ".hydra" / "config.yaml").read_text(), re.M)
+        assert found, run
+        return found.group(1), hydra
+
+    assert bins("r0") == ("15", True)  # the repository's configs, through Hydra: record stored
+    assert bins("r1", DETCAL_CONFIG_DIR=str(edited)) == ("7", True)  # another folder: Hydra, its own record
+    assert bins("r2", DETCAL_CONFIG_DIR=str(edited)) == ("7", False)  # replayed from its own record
+    assert bins("r3") == ("15", False)  # the first record, for the first folder
