@@ -51,7 +51,6 @@ from detcal.apps._context import (
 )
 from detcal.apps._run_dir import OVERWRITE_ARG, claim, finish, pop_overwrite
 from detcal.core.errors import DetcalError
-from detcal.pipeline.registry import CONFIG_ENV
 from detcal.utils.cache_dir import cache_dir
 from detcal.utils.warn import capture
 
@@ -194,6 +193,8 @@ def identity(prog: str, config_name: str, keyed: list[str | None]) -> str:
     """The record's identity: command, config, keyed overrides, working directory, detcal's package directory
     and version, the interpreter, and ``DETCAL_CONFIG_DIR`` (which picks the configs folder: with the working
     directory and the package directory it decides which folder a run composes from)."""
+    from detcal.pipeline.registry import CONFIG_ENV  # lazy: importing it with this module is too early for gc
+
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     configs = os.environ.get(CONFIG_ENV)
     key = (FORMAT, prog, config_name, tuple(keyed), os.getcwd(), package, detcal_version, sys.version, sys.prefix)
