@@ -37,7 +37,6 @@ import contextlib
 import os
 import pickle
 import sys
-import tempfile
 import warnings
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -56,6 +55,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from detcal._version import __version__ as detcal_version
 from detcal.apps._replay import cache_dir, enabled, evict, keyed_overrides, tree
+from detcal.utils.cache_dir import store
 
 __all__ = [
     "cached_composition",
@@ -234,20 +234,12 @@ def write(key: str, cfg: DictConfig) -> None:
     """Store ``cfg`` under ``key`` atomically; silently nothing when the directory cannot be written."""
     target = _file_for(key)
     try:
-        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         data = _pickled(key, cfg)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        _evict(target.parent)
-    except Exception:  # noqa: BLE001 - an unwritable cache is never fatal
+    except Exception:  # noqa: BLE001 - a config that does not pickle is composed again next time
         return
+    if store(target, data):
+        with contextlib.suppress(OSError):  # an unreadable cache folder is never fatal
+            _evict(target.parent)
 
 
 def _pickled(key: str, cfg: DictConfig) -> bytes:

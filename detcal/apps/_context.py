@@ -7,11 +7,12 @@ a stored run record (:mod:`detcal.apps._replay`), which imports neither Hydra no
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -22,6 +23,8 @@ __all__ = [
     "RUN_ID",
     "debug_requested",
     "fail",
+    "full_errors",
+    "reported_errors",
     "is_secondary_rank",
     "log_failure",
     "reuse_freed_memory",
@@ -45,6 +48,39 @@ def fail(prog: str, message: str) -> NoReturn:
     """One line on stderr, exit status 2."""
     print(f"{prog}: error: {message}", file=sys.stderr)
     raise SystemExit(2)
+
+
+@contextlib.contextmanager
+def full_errors() -> Iterator[None]:
+    """``HYDRA_FULL_ERROR=1`` inside (errors reach detcal, which decides what the user sees), restored after."""
+    saved = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = saved
+
+
+@contextlib.contextmanager
+def reported_errors(prog: str, debug: bool, message: Callable[[BaseException], str | None]) -> Iterator[None]:
+    """A command's outermost handler: an error the user can fix (``message`` gives its line) ends in that line
+    and exit status 2, an interrupt in exit status 130; a bug, or any error under ``debug``, keeps its
+    traceback."""
+    try:
+        yield
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+    except Exception as exc:
+        msg = message(exc)
+        if debug or msg is None:
+            raise
+        fail(prog, msg)
 
 
 def log_failure(message: str) -> None:

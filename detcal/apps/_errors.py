@@ -9,7 +9,7 @@ import errno
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf.errors import OmegaConfBaseException
 
-from detcal.core.errors import DetcalError
+from detcal.core.errors import detcal_error_message, error_chain
 from detcal.data.specs import DATA_SPECS, DataSpec, foreign_field_message
 
 __all__ = ["first_line", "os_error_message", "user_error_message"]
@@ -42,14 +42,10 @@ def _did_you_mean(chain: list[BaseException]) -> str:
 def user_error_message(exc: BaseException) -> str | None:
     """One line for an error the user can fix (config or input), ``None`` for anything else (a bug)."""
 
-    chain: list[BaseException] = []
-    e: BaseException | None = exc
-    while e is not None and e not in chain:
-        chain.append(e)
-        e = e.__cause__ or e.__context__
-    for e in chain:  # the innermost detcal error says it best
-        if isinstance(e, DetcalError):
-            return str(e)
+    chain = error_chain(exc)
+    detcal = detcal_error_message(exc)
+    if detcal is not None:
+        return detcal
     if isinstance(exc, MissingConfigException):
         opts = getattr(exc, "options", None)
         msg = first_line(exc)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
 import sys
 import tempfile
@@ -51,8 +50,10 @@ try:
         AppContext,
         debug_requested,
         fail,
+        full_errors,
         is_secondary_rank,
         log_failure,
+        reported_errors,
         reuse_freed_memory,
     )
     from detcal.apps._errors import first_line, os_error_message, user_error_message
@@ -324,8 +325,6 @@ def run_app(
         register_schema(config_name, schema, sources)
 
     GlobalHydra.instance().clear()  # a second app in the same process (tests, notebooks)
-    saved_env = os.environ.get("HYDRA_FULL_ERROR")
-    os.environ["HYDRA_FULL_ERROR"] = "1"  # let errors reach us; we decide what the user sees
 
     @hydra.main(config_path=str(cdir), config_name=config_name, version_base="1.3")
     def _main(cfg: Any) -> Any:
@@ -348,33 +347,17 @@ def run_app(
                 raise
             _fail(prog, msg)  # SystemExit passes through Hydra's job runner
 
-    saved = saved_env
-
-    try:
-        with (
-            _single_compose(argv),
-            cached_composition(
-                not _is_multirun(argv),
-                pending=pending,
-                register=None if pending is None else lambda: register_schema(config_name, schema, sources),
-            ),
-            _shared_group_listing(),
-            capture(),
-            guarded_jobs(overwrite=overwrite, resumable=resumable),
-        ):
-            _main()
-    except SystemExit:
-        raise
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        raise SystemExit(130) from None
-    except Exception as exc:
-        msg = user_error_message(exc)
-        if debug or msg is None:
-            raise
-        _fail(prog, msg)
-    finally:
-        if saved is None:
-            os.environ.pop("HYDRA_FULL_ERROR", None)
-        else:
-            os.environ["HYDRA_FULL_ERROR"] = saved
+    with (
+        reported_errors(prog, debug, user_error_message),
+        full_errors(),  # errors reach us; we decide what the user sees
+        _single_compose(argv),
+        cached_composition(
+            not _is_multirun(argv),
+            pending=pending,
+            register=None if pending is None else lambda: register_schema(config_name, schema, sources),
+        ),
+        _shared_group_listing(),
+        capture(),
+        guarded_jobs(overwrite=overwrite, resumable=resumable),
+    ):
+        _main()

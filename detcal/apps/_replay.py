@@ -36,7 +36,7 @@ import pickle
 import re
 import sys
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +46,13 @@ from detcal.apps._context import (
     AppContext,
     debug_requested,
     fail,
+    full_errors,
     log_failure,
+    reported_errors,
     reuse_freed_memory,
 )
 from detcal.apps._run_dir import OVERWRITE_ARG, claim, finish, pop_overwrite
-from detcal.core.errors import DetcalError
+from detcal.core.errors import detcal_error_message
 from detcal.utils.cache_dir import cache_dir
 from detcal.utils.warn import capture
 
@@ -370,30 +372,12 @@ def _recorded(config_name: str, prog: str, words: list[str]) -> tuple[dict[str, 
 
 def _user_error_message(exc: BaseException) -> str | None:
     """:func:`detcal.apps._errors.user_error_message`; a detcal error (the usual one) without importing Hydra."""
-    chain: list[BaseException] = []
-    e: BaseException | None = exc
-    while e is not None and e not in chain:
-        chain.append(e)
-        e = e.__cause__ or e.__context__
-    for e in chain:  # the innermost detcal error says it best
-        if isinstance(e, DetcalError):
-            return str(e)
+    detcal = detcal_error_message(exc)
+    if detcal is not None:
+        return detcal
     from detcal.apps._errors import user_error_message  # lazy: Hydra's error classes, only for another error
 
     return user_error_message(exc)
-
-
-@contextlib.contextmanager
-def _full_errors() -> Iterator[None]:
-    saved = os.environ.get("HYDRA_FULL_ERROR")
-    os.environ["HYDRA_FULL_ERROR"] = "1"  # as through Hydra, for the task and anything it starts
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("HYDRA_FULL_ERROR", None)
-        else:
-            os.environ["HYDRA_FULL_ERROR"] = saved
 
 
 def _run(
@@ -402,25 +386,14 @@ def _run(
     """Hydra's single run (``run_app``, ``Hydra.run``, ``run_job``) with the record's values."""
     debug = debug_requested()
     reuse_freed_memory()
-    try:
-        with _full_errors(), capture():
-            configure_logging(put_in(record["hydra_logging"], run, str(out)))
-            aside = claim(out, overwrite=overwrite, resumable=False)
-            ok = False
-            try:
-                ok = _job(record, task, prog, out, run, debug)
-            finally:
-                finish(out, aside, ok)
-    except SystemExit:
-        raise
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        raise SystemExit(130) from None
-    except Exception as exc:
-        msg = _user_error_message(exc)
-        if debug or msg is None:
-            raise
-        fail(prog, msg)
+    with reported_errors(prog, debug, _user_error_message), full_errors(), capture():
+        configure_logging(put_in(record["hydra_logging"], run, str(out)))
+        aside = claim(out, overwrite=overwrite, resumable=False)
+        ok = False
+        try:
+            ok = _job(record, task, prog, out, run, debug)
+        finally:
+            finish(out, aside, ok)
 
 
 def _job(

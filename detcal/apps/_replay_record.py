@@ -25,7 +25,6 @@ import os
 import pickle
 import re
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -47,6 +46,7 @@ from detcal.apps._replay import (
     safe_path,
     stamps,
 )
+from detcal.utils.cache_dir import store
 
 __all__ = ["prepare", "plain_logging", "run_dir_pieces", "MAX_RECORDS"]
 
@@ -302,17 +302,6 @@ def _same_as_this_run(record: dict[str, Any], hydra_root: DictConfig, run: str, 
 
 def _write(target: Path, data: bytes) -> None:
     """Store ``data`` atomically; silently nothing when the directory cannot be written."""
-    try:
-        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        evict(target.parent, RECORD_PREFIX, MAX_RECORDS)
-    except Exception:  # noqa: BLE001 - an unwritable cache is never fatal
-        return
+    if store(target, data):
+        with contextlib.suppress(OSError):  # an unreadable cache folder is never fatal
+            evict(target.parent, RECORD_PREFIX, MAX_RECORDS)

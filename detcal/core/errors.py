@@ -47,3 +47,22 @@ class DetcalInputError(DetcalError, ValueError):
 
 class NotFittedError(DetcalError, RuntimeError):
     """A calibrator was used before ``fit``."""
+
+
+def error_chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its causes and contexts, outermost first (each once)."""
+    chain: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and e not in chain:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    return chain
+
+
+def detcal_error_message(exc: BaseException) -> str | None:
+    """The first detcal error along ``exc``'s chain of causes (:func:`error_chain`), as its one line (what a user
+    reads for an error they can fix); ``None``: none in the chain."""
+    for e in error_chain(exc):
+        if isinstance(e, DetcalError):
+            return str(e)
+    return None

@@ -16,6 +16,7 @@ import json
 
 import numpy as np
 import pytest
+from support.coco_annotations import annotations
 
 from detcal.core.boxes import xywh_to_xyxy
 from detcal.core.errors import DetcalInputError
@@ -24,21 +25,6 @@ from detcal.data import _fast_results, coco
 from detcal.data._json import check_bounded, check_box
 from detcal.data.formats import LoadedData
 from detcal.pipeline.evaluation import relative_box_features
-
-
-def _annotations(n: int, seed: int = 0) -> list[dict]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for k in range(n):
-        x, y, w, h = (float(v) for v in rng.uniform(0, 300, 4) / rng.choice([1, 3, 7]))
-        rec: dict = {"id": k + 1, "image_id": 1 + k % 5, "category_id": 1 + k % 2, "bbox": [x, y, w, h]}
-        if k % 3:
-            rec["area"] = w * h
-        if k % 4 == 1:
-            rec["iscrowd"] = 1
-        out.append(rec)
-    return out
-
 
 IMAGES = [{"id": i, "width": 640, "height": 480, "file_name": f"{i}.jpg"} for i in range(1, 6)]
 CATEGORIES = [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}]
@@ -85,7 +71,7 @@ def test_spliced_decode_equals_the_decode_with_the_list_as_text(
     monkeypatch: pytest.MonkeyPatch, order: tuple[str, ...], taken: bool, indent: int | None, n: int
 ) -> None:
     monkeypatch.setattr(_fast_results, "ANNOTATION_BLOCK_BYTES", 97)  # many blocks
-    data = _file(order, _annotations(n), indent)
+    data = _file(order, annotations(n), indent)
     spliced = _fast_results._spliced_decode(data)
     assert (spliced is not None) == taken
     if taken:
@@ -94,7 +80,7 @@ def test_spliced_decode_equals_the_decode_with_the_list_as_text(
 
 
 def test_other_layouts_are_left_to_the_decode_with_the_list_as_text(monkeypatch: pytest.MonkeyPatch) -> None:
-    anns = _annotations(50)
+    anns = annotations(50)
     licenses = [{"id": 1, "name": "x", "url": "u"}]
     cases = [
         # LVIS's order: a guess that reaches into the images and licenses
@@ -117,7 +103,7 @@ def test_other_layouts_are_left_to_the_decode_with_the_list_as_text(monkeypatch:
 
 
 def test_duplicate_and_odd_files_read_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
-    anns = _annotations(20)
+    anns = annotations(20)
     text = _file(("images", "annotations", "categories"), anns).decode()
     cases = [
         text[:-1] + ', "annotations": []}',  # the key twice: the last one counts
@@ -132,7 +118,7 @@ def test_duplicate_and_odd_files_read_as_before(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_spliced_load_gives_the_same_errors(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    anns = _annotations(30)
+    anns = annotations(30)
     anns[7]["bbox"] = [1.0, 2.0, -3.0, 4.0]
     anns[9]["image_id"] = 99
     path = tmp_path / "instances.json"

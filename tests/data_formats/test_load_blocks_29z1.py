@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.coco_annotations import annotations
 
 from detcal.core.boxes import xywh_to_xyxy
 from detcal.core.errors import DetcalInputError
@@ -29,23 +30,6 @@ from detcal.pipeline import input_checks
 from detcal.pipeline.input_checks import OUTSIDE_TOLERANCE, outside_share
 
 BLOCKS = (40, 97, 256, 1000, 1 << 18)
-
-
-def _annotations(n: int, seed: int = 0, nested: bool = False) -> list[dict]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for k in range(n):
-        x, y, w, h = (float(v) for v in rng.uniform(0, 300, 4) / rng.choice([1, 3, 7]))
-        rec: dict = {"id": k + 1, "image_id": 1 + k % 5, "category_id": 1 + k % 2, "bbox": [x, y, w, h]}
-        if k % 3:
-            rec["area"] = w * h
-        if k % 4 == 1:
-            rec["iscrowd"] = 1
-        if nested:  # values detcal skips, holding "}," inside a record
-            rec["segmentation"] = {"size": [480, 640], "counts": "ab}c,d"}
-            rec["attributes"] = [{"a": 1}, {"b": [2, {"c": 3}]}, {}]
-        out.append(rec)
-    return out
 
 
 def _instances(anns: list[dict], indent: int | None = None) -> bytes:
@@ -76,7 +60,7 @@ def test_annotation_blocks_equal_the_whole_decode(
     monkeypatch: pytest.MonkeyPatch, block: int, nested: bool, indent: int | None
 ) -> None:
     monkeypatch.setattr(_fast_results, "ANNOTATION_BLOCK_BYTES", block)
-    data = _instances(_annotations(60, nested=nested), indent)
+    data = _instances(annotations(60, nested=nested), indent)
     got = _fast_results.decode_instances(data)
     whole = _whole(data)
     assert got is not None and got.columns is not None and whole is not None
@@ -89,7 +73,7 @@ def test_annotation_blocks_equal_the_whole_decode(
 @pytest.mark.parametrize("n", [0, 1, 2])
 def test_short_annotation_lists(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
     monkeypatch.setattr(_fast_results, "ANNOTATION_BLOCK_BYTES", 40)
-    anns = [dict(a, area=1.5) for a in _annotations(n)]
+    anns = [dict(a, area=1.5) for a in annotations(n)]
     data = _instances(anns)
     got = _fast_results.decode_instances(data)
     whole = _whole(data)
@@ -100,7 +84,7 @@ def test_short_annotation_lists(monkeypatch: pytest.MonkeyPatch, n: int) -> None
 
 def test_whitespace_between_a_record_and_its_comma(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_fast_results, "ANNOTATION_BLOCK_BYTES", 64)
-    data = _instances(_annotations(30)).replace(b"}, {", b"}\n ,\t{")
+    data = _instances(annotations(30)).replace(b"}, {", b"}\n ,\t{")
     got = _fast_results.decode_instances(data)
     whole = _whole(data)
     assert got is not None and got.columns is not None and whole is not None
@@ -141,7 +125,7 @@ def test_files_the_blocks_leave_to_the_whole_decode(
     """A file the blocks decline is decoded whole, as before: the same dataset, or the same error, as the
     general reader."""
     monkeypatch.setattr(_fast_results, "ANNOTATION_BLOCK_BYTES", 97)
-    anns = _annotations(40)
+    anns = annotations(40)
     if damage == "float_id":
         anns[25]["id"] = 26.0
     elif damage == "string_bbox":

@@ -26,13 +26,12 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from detcal.utils.cache_dir import cache_dir
+from detcal.utils.cache_dir import cache_dir, store
 
 __all__ = ["sha256_digests", "sha256_file", "cache_file", "enabled", "MAX_ENTRIES", "STABLE_NS", "FORMAT"]
 
@@ -99,19 +98,7 @@ def _read(where: Path) -> dict[str, str]:
 def _write(where: Path, entries: dict[str, str]) -> None:
     """Store ``entries`` (the last :data:`MAX_ENTRIES`) atomically; silently nothing when it cannot."""
     kept = dict(list(entries.items())[-MAX_ENTRIES:])
-    try:
-        where.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=where.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({"format": FORMAT, "entries": kept}, fh)
-            os.replace(tmp, where)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-    except Exception:  # noqa: BLE001 - an unwritable cache is never fatal
-        return
+    store(where, json.dumps({"format": FORMAT, "entries": kept}).encode("utf-8"))
 
 
 def sha256_digests(paths: Sequence[str | os.PathLike]) -> list[str]:
