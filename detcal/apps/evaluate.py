@@ -34,9 +34,11 @@ def task(app: EvaluateApp, ctx: AppContext) -> dict[str, Any]:
     """Evaluate ``app.data`` with ``app``'s evaluation spec; write the result into ``ctx.run_dir``.
 
     With figures, their process is forked first (:func:`detcal.utils.background.prestart`): it imports
-    matplotlib on the second core while the evaluation runs, and stays as small as the start-up was."""
+    matplotlib on the second core while the evaluation runs, and stays as small as the start-up was; the
+    figures are sent to it as soon as the confidence and box-uncertainty blocks are computed
+    (:class:`detcal.pipeline.result.EarlyFigures`), and drawn there while the other measures run."""
     out = app.output
-    worker = None
+    worker = early = None
     if out.plots and not is_secondary_rank():
         # numpy.ma before the fork: matplotlib imports it in the figure process, and numpy's quantile and
         # unique import it here (the intervals); imported once for both instead of twice (~8 ms of CPU)
@@ -46,8 +48,16 @@ def task(app: EvaluateApp, ctx: AppContext) -> dict[str, Any]:
         from detcal.utils.background import prestart  # lazy: as above
 
         worker = prestart(import_matplotlib_for_drawing)
+        if worker is not None:
+            from pathlib import Path  # lazy: as above
+
+            from detcal.pipeline.result import EarlyFigures  # lazy: as above
+
+            early = EarlyFigures(Path(ctx.run_dir), worker)
     try:
-        result = evaluate(app.data, spec=app.evaluation(), workdir=ctx.run_dir, progress=out.progress)
+        result = evaluate(
+            app.data, spec=app.evaluation(), workdir=ctx.run_dir, progress=out.progress, figures=early
+        )
         result.detections_format = out.detections_format
         result.figure_worker = worker
         if is_secondary_rank():
@@ -61,6 +71,10 @@ def task(app: EvaluateApp, ctx: AppContext) -> dict[str, Any]:
             report=app.report.enabled,
             image_dir=app.data.image_dir,
         )
+    except BaseException:
+        if early is not None:  # figures drawn for a run that failed: waited for and removed
+            early.abandon()
+        raise
     finally:
         if worker is not None:  # an error before the figures: the waiting process ends
             worker.close()

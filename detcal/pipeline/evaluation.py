@@ -49,7 +49,7 @@ from detcal.pipeline.sparse_cells import SPARSE_MARK, log_once, sparse_cells_lin
 from detcal.pipeline.spec import FEATURES, DataSpec, EvaluationSpec
 
 if TYPE_CHECKING:
-    from detcal.pipeline.result import EvaluationResult
+    from detcal.pipeline.result import EarlyFigures, EvaluationResult
     from detcal.reports.html.worst import GridCells
 
 log = logging.getLogger("detcal")
@@ -224,13 +224,10 @@ def _per_class(
     # lazy: kept out of detcal-evaluate start-up (loads when the run reaches it)
     from detcal.reports.per_class import per_class_table
 
-    rows_t = [i for i, t in enumerate(mr.iou_thresholds) if not any(abs(float(t) - w) < 1e-9 for w in extra)]
-    if not rows_t:
+    sample = per_class_sample(mr, extra)
+    if sample is None:
         return {}
-    i = rows_t[0]
-    keep = np.flatnonzero(mr.considered & ~mr.ignored[i])
-    if len(keep) == 0:
-        return {}
+    i, keep = sample
     dets = data.detections
     ap = acc.metric("AP") if isinstance(acc, AccuracyBlock) else None
     ap_table = {k: np.asarray(ap.table[k], float) for k in ("category", "ap", "ap50")} if ap and ap.table else None
@@ -244,6 +241,45 @@ def _per_class(
         ap_table=ap_table,
     )
     return {"iou": threshold_label(float(mr.iou_thresholds[i])), "top_n": spec.confidence.per_class_top_n, "rows": rows}
+
+
+def per_class_sample(mr: MatchResult, extra: list[float]) -> tuple[int, np.ndarray] | None:
+    """The matching row of the per-class table and figure (the first threshold that is not regression-only)
+    and the rows of its evaluated detections; None: no such threshold, or no detection evaluated there."""
+    rows_t = [i for i, t in enumerate(mr.iou_thresholds) if not any(abs(float(t) - w) < 1e-9 for w in extra)]
+    if not rows_t:
+        return None
+    keep = np.flatnonzero(mr.considered & ~mr.ignored[rows_t[0]])
+    return (rows_t[0], keep) if len(keep) else None
+
+
+def _early_figures(
+    figures: EarlyFigures,
+    spec: EvaluationSpec,
+    data: LoadedData,
+    mr: MatchResult,
+    extra: list[float],
+    shown: dict[str, Any],
+) -> None:
+    """Send the run's figures to ``figures``' process now that what they show is computed (``shown``: the
+    record's ``confidence``, ``dece_maps`` and ``regression``), with the per-class panels when the run
+    makes a per-class table (the same panels :meth:`EvaluationResult.write` would send at the end)."""
+    panels = None
+    sample = per_class_sample(mr, extra) if spec.confidence.enabled and spec.confidence.per_class else None
+    if sample is not None:
+        # lazy: the per-class figure's panels only in a run with figures
+        from detcal.reports.per_class import most_frequent, per_class_panels
+
+        i, keep = sample
+        d = data.detections
+        cat = d.category[keep]
+        if len(most_frequent(cat, spec.confidence.per_class_top_n)):  # the table has rows (one per such class)
+            panels = per_class_panels(
+                {"detections": (d.score[keep], mr.matched[i, keep], cat)},
+                data.dataset.categories,
+                top_n=int(spec.confidence.per_class_top_n),
+            )
+    figures.start(spec, shown, panels)
 
 
 def _missing_sizes(data: LoadedData, feats: np.ndarray) -> str | None:
@@ -579,6 +615,7 @@ def evaluate(
     *,
     workdir: str | os.PathLike | None = None,
     progress: bool = False,
+    figures: EarlyFigures | None = None,
 ) -> EvaluationResult:
     """Evaluate one detector's calibration.
 
@@ -586,7 +623,10 @@ def evaluate(
     (:class:`~detcal.core.types.Dataset`, :class:`~detcal.core.types.Detections`) pair,
     or ``gt`` a :class:`DataSpec` / :class:`LoadedData` alone. ``spec``:
     :class:`EvaluationSpec` (defaults when None). ``workdir``: where a
-    synthetic set is generated. Returns an :class:`EvaluationResult`.
+    synthetic set is generated. ``figures``: a figure process waiting for its work
+    (:class:`~detcal.pipeline.result.EarlyFigures`, as ``detcal-evaluate`` makes): the figures are sent to
+    it once the confidence and box-uncertainty blocks are computed, and drawn while the other measures
+    run (the result's ``write`` then waits for them). Returns an :class:`EvaluationResult`.
     """
     # lazy: kept out of detcal-evaluate start-up (loads when the run reaches it)
     from detcal.pipeline.result import EvaluationResult
@@ -619,6 +659,8 @@ def evaluate(
         t0 = time.perf_counter()
         reg = _regression_block(spec, data, mr_reg, bar) if reg_on else Skipped("disabled")
         timing["regression"] = time.perf_counter() - t0
+        if figures is not None:
+            _early_figures(figures, spec, data, mr, extra, {"confidence": conf, "dece_maps": maps, "regression": reg})
         acc, loc, oce_rec, uq_rec, per_image = _accuracy_and_oce(spec, data, timing)
         feats_of = features_when_read(data)  # made where first read: after TIDE's scene is released
         cells: dict[str, GridCells] = {}  # the calibration split's D-ECE cells, read again by the worst detections
@@ -659,4 +701,5 @@ def evaluate(
         record=record, data=data, match=mr, features=feats_of(), clipped=clipped, spec=spec, per_image=per_image
     )
     res.diagnostics_columns = diag_cols  # tide_error in detections.csv
+    res.early_figures = figures
     return res

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from detcal.core.results import Results
+from detcal.core.results import ConfidenceBlock, Results
 from detcal.reports import results_json
 from detcal.reports.finish import finish_run
 from detcal.reports.summary_md import evaluation_summary
@@ -27,9 +27,9 @@ from detcal.utils.io import write_text
 
 if TYPE_CHECKING:
     from detcal.reports.per_class import PerClassPanels
-    from detcal.utils.background import Worker
+    from detcal.utils.background import Job, Worker
 
-__all__ = ["Result", "EvaluationResult", "draw_figures"]
+__all__ = ["Result", "EarlyFigures", "EvaluationResult", "draw_figures"]
 
 
 @dataclass
@@ -143,6 +143,9 @@ class EvaluationResult(Result):
     figure_worker: Worker | None = None
     """A figure process started with the run (:func:`detcal.utils.background.prestart`, as detcal-evaluate
     does): the figures are drawn there; None: in a child forked when they are written."""
+    early_figures: EarlyFigures | None = None
+    """The figures already sent to a figure process by :func:`detcal.evaluate` (its ``figures``): :meth:`write`
+    into that process's folder waits for them instead of drawing them again."""
 
     def __post_init__(self) -> None:
         self.command = "detcal-evaluate"
@@ -181,6 +184,11 @@ class EvaluationResult(Result):
         writes the other files (:mod:`detcal.utils.background`)."""
         if not plots:
             return [], None
+        early = self.early_figures
+        if early is not None and early.job is not None:
+            if Path(out) == early.out_dir:
+                return early.take()
+            early.abandon()  # drawn into another folder: removed there, drawn again here
         # lazy: the figure modules only in a run with figures (a lean run never imports them)
         from detcal.reports.evaluation_plots import figure_inputs, plan_evaluation_plots
         from detcal.utils.background import run  # lazy: as above
@@ -211,6 +219,70 @@ class EvaluationResult(Result):
 
     def _summary(self, results: Results) -> str:
         return evaluation_summary(results)
+
+
+@dataclass
+class EarlyFigures:
+    """A run's figures sent to its waiting figure process (``worker``: :func:`detcal.utils.background.prestart`)
+    as soon as what they show is computed, to be drawn into ``out_dir`` while the run computes its other
+    measures, instead of after them (``detcal-evaluate``: the figures then cost no wall time after the
+    measures). The same inputs reach :func:`draw_figures` as from :meth:`EvaluationResult.write` at the
+    end (the record's confidence, D-ECE map and box-uncertainty parts, the per-class panels), so the
+    PNG bytes are the same. :meth:`take` hands the started job to the writer; :meth:`abandon`, after an
+    error (or a write into another folder), waits for the drawing and removes what it drew."""
+
+    out_dir: Path
+    worker: Worker
+    names: list[str] = field(default_factory=list)
+    job: Job | None = None
+
+    def start(self, spec: Any, shown: Mapping[str, Any], panels: PerClassPanels | None) -> None:
+        """Send the figures of ``shown`` (``confidence``, ``dece_maps``, ``regression``: the record's blocks) and
+        ``panels`` to the worker; where the worker is gone, nothing is sent (the writer draws them as before)."""
+        # lazy: the figure modules only in a run with figures (a lean run never imports them)
+        from detcal.reports.evaluation_plots import figure_inputs, plan_evaluation_plots
+
+        inputs = figure_inputs(results_json.strict(_figure_part(shown)))
+        names = [name for name, _ in plan_evaluation_plots(self.out_dir, inputs, spec)]
+        names += ["reliability_per_class.png"] if panels is not None else []
+        if not self.worker.waiting:
+            return
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.job = self.worker.submit(draw_figures, self.out_dir, inputs, spec, panels, os.getpid())
+        except RuntimeError:  # the worker died: the figures are drawn at the end, in a child forked then
+            return
+        self.names = names
+
+    def take(self) -> tuple[list[str], Job]:
+        """The figure names and the started job, for the writer (which joins it); afterwards nothing to abandon."""
+        assert self.job is not None
+        job, self.job = self.job, None
+        return self.names, job
+
+    def abandon(self) -> None:
+        """Wait for a drawing that no writer took (the run failed, or is written elsewhere) and remove the
+        files it drew: a failed run leaves no figures of numbers it never wrote."""
+        job, self.job = self.job, None
+        if job is None:
+            return
+        with contextlib.suppress(BaseException):
+            job.join()
+        for name in self.names:
+            with contextlib.suppress(OSError):
+                (self.out_dir / name).unlink()
+
+
+def _figure_part(shown: Mapping[str, Any]) -> dict[str, Any]:
+    """Of the record's ``confidence`` blocks, only the entries the figures read (``ece``, ``dece``): each entry is
+    made strict on its own, so these entries come out as in the whole record, without the rest's work."""
+    conf = {
+        label: ConfidenceBlock({k: block.entries[k] for k in ("ece", "dece") if k in block.entries})
+        if isinstance(block, ConfidenceBlock)
+        else block
+        for label, block in shown["confidence"].items()
+    }
+    return {**shown, "confidence": conf}
 
 
 def draw_figures(out: Path, m: Mapping[str, Any], spec: Any, panels: PerClassPanels | None, parent: int) -> None:
