@@ -4,6 +4,7 @@
     python benchmarks/bench_vs_rust.py                  # the 5,000-image set (~300k detections), 2 interleaved rounds
     python benchmarks/bench_vs_rust.py --sets 5k,20k,o365 --rounds 1 --files /tmp/bench   # the large sets too
     python benchmarks/bench_vs_rust.py --profile        # and the stage profile of the default 5k run (CPU seconds)
+    python benchmarks/bench_vs_rust.py --tree-memory    # and every tool's whole process tree's memory (summed PSS)
 
 Sets (made by :func:`detcal.data.synthetic.generate_coco_scale`, the generator
 of the other speed scripts, and cached with ``--files``): ``5k`` 5,000 images
@@ -25,6 +26,15 @@ reliability bins), ``ultrafast-pycocotools``, ``faster-coco-eval`` and
 ``pycocotools`` (5k only: minutes at the large sets). The runs of one round are interleaved,
 so a change of load hits every tool; the ratios are to hotcoco AP in the same
 round. The load average is printed before and after.
+
+``peak MB`` is ``/usr/bin/time``'s: the peak resident size of the largest
+single process of the run. ``detcal default`` draws its figures in a second
+process that lives through the run (forked at start-up), whose memory that
+figure leaves out. ``--tree-memory`` adds, from one more untimed run of
+each tool, the peak of the summed proportional set size (PSS) of the
+command's whole process tree, sampled every 5 ms (:func:`tree_memory`):
+the memory the run holds at once, a page shared by two processes counted
+once; for a one-process tool it is close to ``peak MB``.
 
 Every command runs with Python's bytecode cache on (``PYTHONDONTWRITEBYTECODE``
 is dropped from its environment) and the detcal trees are byte-compiled once
@@ -161,6 +171,45 @@ def timed(cmd: list[str], cwd: Path, pythonpath: str | None = None) -> dict[str,
         raise SystemExit(f"{cmd[:4]} failed:\n{proc.stderr[-3000:]}")
     wall, user, sys_, rss = proc.stderr.strip().splitlines()[-1].split()
     return {"wall": float(wall), "cpu": float(user) + float(sys_), "peak_mb": float(rss) / 1024.0}
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (``/proc/<pid>/task/<pid>/children``, Linux)."""
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return [pid]
+    return [pid] + [q for k in kids for q in _tree(int(k))]
+
+
+def _pss_kb(pid: int) -> int:
+    """The proportional set size of one process in kB (its private pages plus its share of shared ones)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def tree_memory(cmd: list[str], cwd: Path, pythonpath: str | None = None, every: float = 0.005) -> dict[str, float]:
+    """The peak of the summed PSS of a command's process tree (MB), sampled every ``every`` seconds, and the
+    most processes seen at once. ``/usr/bin/time`` reports the largest single process's peak resident size;
+    ``detcal-evaluate`` draws its figures in a second process that lives through the run, so its memory is
+    the two processes' together (PSS counts a page shared by both once). Not timed: an extra run."""
+    import time
+
+    proc = subprocess.Popen(cmd, cwd=cwd, env=run_env(pythonpath), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak, most = 0, 1
+    while proc.poll() is None:
+        pids = _tree(proc.pid)
+        peak = max(peak, sum(_pss_kb(q) for q in pids))
+        most = max(most, len(pids))
+        time.sleep(every)
+    if proc.returncode:
+        raise SystemExit(f"{cmd[:4]} failed:\n{proc.stderr.read().decode()[-3000:] if proc.stderr else ''}")
+    return {"tree_pss_mb": peak / 1024.0, "processes": float(most)}
 
 
 def commands(gt: Path, res: Path, run_dir: Path, with_pycoco: bool, baseline: bool) -> dict[str, list[str]]:
@@ -321,6 +370,11 @@ def main() -> None:
     ap.add_argument("--floors", action="store_true", help="also time the floors (start-up, imports, bare decode)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     ap.add_argument("--cold", action="store_true", help="every detcal run with an empty configuration cache")
+    ap.add_argument(
+        "--tree-memory",
+        action="store_true",
+        help="one more (untimed) run of each tool, its process tree's summed PSS sampled (the figure process too)",
+    )
     args = ap.parse_args()
     if args.stage_profile is not None:
         for k, v in stage_profile(args.stage_profile).items():
@@ -348,6 +402,13 @@ def main() -> None:
                     if tool not in best or r["wall"] < best[tool]["wall"]:
                         best[tool] = r
             entry: dict = {"detections": n, "runs": best, "loadavg_after": os.getloadavg()}
+            if args.tree_memory:
+                rd = Path(tempfile.mkdtemp(prefix=f"{name}-tree-", dir=tmp))
+                cmds = commands(gt, res, rd, with_pycoco=name == "5k", baseline=args.baseline is not None)
+                for tool, cmd in cmds.items():
+                    best[tool].update(
+                        tree_memory(cmd, Path(tmp), args.baseline if tool.startswith("baseline") else None)
+                    )
             if args.profile:
                 entry["stages"] = profile(gt, res, Path(tmp))
                 if args.baseline is not None:
@@ -363,11 +424,14 @@ def main() -> None:
 def _print(name: str, entry: dict) -> None:
     base = entry["runs"]["hotcoco AP"]
     print(f"\n{name}: {entry['detections']} detections (load average after: {entry['loadavg_after']})")
-    print(f"  {'':24s} {'wall s':>8s} {'CPU s':>8s} {'peak MB':>8s} {'wall/hotcoco':>13s} {'CPU/hotcoco':>12s}")
+    tree = all("tree_pss_mb" in r for r in entry["runs"].values())
+    head = f" {'tree PSS MB':>12s} {'tree/hotcoco':>13s}" if tree else ""
+    print(f"  {'':24s} {'wall s':>8s} {'CPU s':>8s} {'peak MB':>8s} {'wall/hotcoco':>13s} {'CPU/hotcoco':>12s}" + head)
     for tool, r in entry["runs"].items():
+        extra = f" {r['tree_pss_mb']:12.0f} {r['tree_pss_mb'] / base['tree_pss_mb']:12.2f}x" if tree else ""
         print(
             f"  {tool:24s} {r['wall']:8.2f} {r['cpu']:8.2f} {r['peak_mb']:8.0f} "
-            f"{r['wall'] / base['wall']:12.1f}x {r['cpu'] / base['cpu']:11.1f}x"
+            f"{r['wall'] / base['wall']:12.1f}x {r['cpu'] / base['cpu']:11.1f}x" + extra
         )
     for k, v in entry.get("stages", {}).items():
         was = entry.get("baseline_stages", {}).get(k)

@@ -55,9 +55,7 @@ def task(app: EvaluateApp, ctx: AppContext) -> dict[str, Any]:
 
             early = EarlyFigures(Path(ctx.run_dir), worker)
     try:
-        result = evaluate(
-            app.data, spec=app.evaluation(), workdir=ctx.run_dir, progress=out.progress, figures=early
-        )
+        result = evaluate(app.data, spec=app.evaluation(), workdir=ctx.run_dir, progress=out.progress, figures=early)
         result.detections_format = out.detections_format
         result.figure_worker = worker
         if is_secondary_rank():
