@@ -558,6 +558,20 @@ def _warnings(
     return warn
 
 
+def _run_warnings(
+    spec: EvaluationSpec,
+    data: LoadedData,
+    conf: dict[str, ConfidenceBlock | Skipped],
+    reg: RegressionBlock | Skipped,
+    reg_on: bool,
+    no_pos: str | None,
+) -> list[str]:
+    """metrics.json ``warnings``: :func:`_warnings` (the box-uncertainty block expected when it is on and the
+    detections carry uncertainty), then the metrics' own and :func:`few_images_warning`."""
+    expected = reg_on and data.detections.uncertainty_kind is not None
+    return _warnings(conf, reg, expected, no_pos) + _metric_warnings(conf, data) + few_images_warning(spec, data)
+
+
 def _load(
     gt: EvaluationInput, results: ResultsInput, spec: EvaluationSpec, workdir: str | os.PathLike | None
 ) -> LoadedData:
@@ -666,12 +680,7 @@ def evaluate(
         cells: dict[str, GridCells] = {}  # the calibration split's D-ECE cells, read again by the worst detections
         diag, diag_cols = _diagnostics(spec, data, mr, feats_of, conf, loc, timing, cells, kept)
         del kept
-    dets = data.detections
-    warn = (
-        _warnings(conf, reg, reg_on and dets.uncertainty_kind is not None, no_pos)
-        + _metric_warnings(conf, data)
-        + few_images_warning(spec, data)
-    )
+    warn = _run_warnings(spec, data, conf, reg, reg_on, no_pos)
     record: dict[str, Any] = {
         "data": _data_record(data),
         "spec": spec,
