@@ -120,15 +120,34 @@ def test_the_v2_regression_runs_read_as_the_recorded_numbers() -> None:
     _same_numbers(_recorded("calibrate"), _flat(cal, ("headline", "evaluation", "dece_maps", "calibrators")))
 
 
+def _skeleton(node: Any) -> Any:
+    """``node`` with every float replaced by one marker: its names, reasons, flags, integers and nulls (an
+    optimiser's stop message left out: which of its tests ends the same iteration can turn on the last bit)."""
+    if isinstance(node, dict):
+        return {k: _skeleton(v) for k, v in node.items() if not (k == "message" and "n_iter" in node)}
+    if isinstance(node, list):
+        return [_skeleton(v) for v in node]
+    return "<float>" if isinstance(node, float) else node
+
+
 def test_the_current_code_writes_what_the_v2_files_read_as(tmp_path: Path) -> None:
     """Every results section of the default evaluate and calibrate runs equals the /2 file read through the
-    reader (only provenance differs: paths, times, the configuration dump)."""
+    reader (only provenance differs: paths, times, the configuration dump): every text, flag, integer and
+    null the same, every float by the regression rule (:func:`_same_numbers`: 1e-12, relative above 1).
+    The /2 files were written on a processor with AVX-512; numpy's vectorised sums take another order
+    with narrower vectors (AVX2), which moves some floats by a few units in the last place (seen: at most
+    4e-13 relative, on a BCa acceleration) and can end the temperature fit's L-BFGS-B at the same
+    iteration by another of its tests (its ``message``)."""
     for name, run in (("evaluate", detcal.evaluate), ("calibrate", detcal.calibrate)):
         old = results_json.read_results(_v2(name)).content
         new = run(detcal.DataSpec(), workdir=tmp_path / name).to_dict()
-        assert sorted(set(old) - set(PROVENANCE)) == sorted(set(new) - set(PROVENANCE))
-        differ = [s for s in old if s not in PROVENANCE and old[s] != new[s]]
+        sections = sorted(set(old) - set(PROVENANCE))
+        assert sections == sorted(set(new) - set(PROVENANCE))
+        differ = [s for s in sections if _skeleton(old[s]) != _skeleton(new[s])]
         assert not differ, (name, differ)
+        before, after = _flat(old, tuple(sections)), _flat(new, tuple(sections))
+        assert set(before) == set(after), (name, sorted(set(before) ^ set(after))[:5])
+        _same_numbers(before, after)
 
 
 def test_blocks_are_typed_and_skipped_is_one_type() -> None:
