@@ -200,15 +200,17 @@ def tree_memory(cmd: list[str], cwd: Path, pythonpath: str | None = None, every:
     the two processes' together (PSS counts a page shared by both once). Not timed: an extra run."""
     import time
 
-    proc = subprocess.Popen(cmd, cwd=cwd, env=run_env(pythonpath), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    peak, most = 0, 1
-    while proc.poll() is None:
-        pids = _tree(proc.pid)
-        peak = max(peak, sum(_pss_kb(q) for q in pids))
-        most = max(most, len(pids))
-        time.sleep(every)
-    if proc.returncode:
-        raise SystemExit(f"{cmd[:4]} failed:\n{proc.stderr.read().decode()[-3000:] if proc.stderr else ''}")
+    with tempfile.TemporaryFile() as err:  # a file, not a pipe: a command's long stderr cannot stall it
+        proc = subprocess.Popen(cmd, cwd=cwd, env=run_env(pythonpath), stdout=subprocess.DEVNULL, stderr=err)
+        peak, most = 0, 1
+        while proc.poll() is None:
+            pids = _tree(proc.pid)
+            peak = max(peak, sum(_pss_kb(q) for q in pids))
+            most = max(most, len(pids))
+            time.sleep(every)
+        if proc.returncode:
+            err.seek(0)
+            raise SystemExit(f"{cmd[:4]} failed:\n{err.read().decode(errors='replace')[-3000:]}")
     return {"tree_pss_mb": peak / 1024.0, "processes": float(most)}
 
 

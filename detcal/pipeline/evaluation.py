@@ -264,21 +264,15 @@ def _early_figures(
     """Send the run's figures to ``figures``' process now that what they show is computed (``shown``: the
     record's ``confidence``, ``dece_maps`` and ``regression``), with the per-class panels when the run
     makes a per-class table (the same panels :meth:`EvaluationResult.write` would send at the end)."""
+    # lazy: the per-class figure's panels only in a run with figures
+    from detcal.pipeline.result import panels_of
+    from detcal.reports.per_class import most_frequent
+
     panels = None
     sample = per_class_sample(mr, extra) if spec.confidence.enabled and spec.confidence.per_class else None
-    if sample is not None:
-        # lazy: the per-class figure's panels only in a run with figures
-        from detcal.reports.per_class import most_frequent, per_class_panels
-
-        i, keep = sample
-        d = data.detections
-        cat = d.category[keep]
-        if len(most_frequent(cat, spec.confidence.per_class_top_n)):  # the table has rows (one per such class)
-            panels = per_class_panels(
-                {"detections": (d.score[keep], mr.matched[i, keep], cat)},
-                data.dataset.categories,
-                top_n=int(spec.confidence.per_class_top_n),
-            )
+    top_n = spec.confidence.per_class_top_n
+    if sample is not None and len(most_frequent(data.detections.category[sample[1]], top_n)):  # the table has rows
+        panels = panels_of(data, mr, sample[0], sample[1], int(top_n))
     figures.start(spec, shown, panels)
 
 

@@ -208,14 +208,7 @@ class EvaluationResult(Result):
 
         i = [f"iou={t:.2f}" for t in self.match.iou_thresholds].index(pc["iou"]) if pc["iou"] != "iou=kitti" else 0
         keep = np.flatnonzero(self.match.considered & ~self.match.ignored[i])
-        d = self.data.detections
-        from detcal.reports.per_class import per_class_panels  # lazy: only a run with figures draws the panels
-
-        return per_class_panels(
-            {"detections": (d.score[keep], self.match.matched[i, keep], d.category[keep])},
-            self.data.dataset.categories,
-            top_n=int(pc["top_n"]),
-        )
+        return panels_of(self.data, self.match, i, keep, int(pc["top_n"]))
 
     def _summary(self, results: Results) -> str:
         return evaluation_summary(results)
@@ -271,6 +264,19 @@ class EarlyFigures:
         for name in self.names:
             with contextlib.suppress(OSError):
                 (self.out_dir / name).unlink()
+
+
+def panels_of(data: Any, mr: Any, i: int, keep: np.ndarray, top_n: int) -> PerClassPanels:
+    """The per-class figure's panels: the detections ``keep`` evaluated at matching row ``i`` of ``mr``, the
+    ``top_n`` most frequent classes (drawn at the end by the writer, or sent early by :class:`EarlyFigures`)."""
+    from detcal.reports.per_class import per_class_panels  # lazy: only a run with figures draws the panels
+
+    d = data.detections
+    return per_class_panels(
+        {"detections": (d.score[keep], mr.matched[i, keep], d.category[keep])},
+        data.dataset.categories,
+        top_n=top_n,
+    )
 
 
 def _figure_part(shown: Mapping[str, Any]) -> dict[str, Any]:
