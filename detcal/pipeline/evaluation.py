@@ -266,7 +266,7 @@ def _early_figures(
     makes a per-class table (the same panels :meth:`EvaluationResult.write` would send at the end)."""
     # lazy: the per-class figure's panels only in a run with figures
     from detcal.pipeline.result import panels_of
-    from detcal.reports.per_class import most_frequent
+    from detcal.reports.per_class import most_frequent  # lazy: as above
 
     panels = None
     sample = per_class_sample(mr, extra) if spec.confidence.enabled and spec.confidence.per_class else None
