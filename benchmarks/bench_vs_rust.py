@@ -5,6 +5,7 @@
     python benchmarks/bench_vs_rust.py --sets 5k,20k,o365 --rounds 1 --files /tmp/bench   # the large sets too
     python benchmarks/bench_vs_rust.py --profile        # and the stage profile of the default 5k run (CPU seconds)
     python benchmarks/bench_vs_rust.py --tree-memory    # and every tool's whole process tree's memory (summed PSS)
+    python benchmarks/bench_vs_rust.py --warm-memory 16 # write 16 GiB of free memory once first (a fresh VM)
 
 Sets (made by :func:`detcal.data.synthetic.generate_coco_scale`, the generator
 of the other speed scripts, and cached with ``--files``): ``5k`` 5,000 images
@@ -52,6 +53,17 @@ at a fresh one of its own, so its first round of each set runs every detcal
 command line cold (Hydra composes and runs it, every input file is hashed:
 a user's first run) and later rounds warm (a user's re-runs); ``--cold``
 keeps every round cold (a fresh cache folder per run).
+
+The header prints what a fresh process pays per MiB the first time it writes
+new memory (:func:`first_touch_ms_per_mib`). On a machine that has run for a
+while that is the kernel's zeroing, about 0.15 ms/MiB here; on a freshly
+booted virtual machine whose host backs guest memory on first use it was
+3.7 ms/MiB (1 GiB: 3.8 s against 0.16 s once touched), and large arrays
+(huge pages) kept landing in memory the guest had never touched, so the
+tools that allocate the most paid the most and their timings depended on
+the machine's history. ``--warm-memory GIB`` writes that much free memory
+once before the rounds (:func:`warm_memory`, never more than the memory
+available less 2 GiB).
 """
 
 from __future__ import annotations
@@ -64,6 +76,7 @@ import pstats
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -352,6 +365,62 @@ FLOORS = {
 default pool of threads costs about 0.05 s of CPU at the import alone)."""
 
 
+# One write per 4 KiB page of fresh arrays in a fresh process: the seconds per MiB a process pays the first
+# time it writes memory (the kernel's zeroing, and on some virtual machines the host backing the page).
+TOUCH = """
+import sys, time
+import numpy as np
+mib, reps = int(sys.argv[1]), int(sys.argv[2])
+keep = []
+t = time.perf_counter()
+for _ in range(reps):
+    a = np.empty(mib << 17)
+    a[::512] = 1.0
+    keep.append(a)
+print((time.perf_counter() - t) / (mib * reps))
+"""
+
+
+def first_touch_ms_per_mib(mib: int = 256) -> float:
+    """Milliseconds a fresh process spends per MiB the first time it writes ``mib`` MiB of new arrays."""
+    out = subprocess.run([sys.executable, "-c", TOUCH, str(mib), "1"], capture_output=True, text=True, check=True)
+    return 1000.0 * float(out.stdout)
+
+
+def available_gib() -> float:
+    """MemAvailable of /proc/meminfo in GiB (0 where it cannot be read)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / (1 << 20)
+    except OSError:
+        pass
+    return 0.0
+
+
+def warm_memory(gib: float, margin_gib: float = 2.0) -> dict[str, float]:
+    """Write ``gib`` GiB once (at most what is available less ``margin_gib``), in one process, then free it.
+
+    On a virtual machine whose host backs guest memory on first use (e.g. a freshly booted microVM), memory
+    the guest never touched costs many times more to write the first time than memory it reuses, and large
+    arrays (huge pages) tend to land in untouched memory: every tool's timings then depend on how much of the
+    guest's memory earlier work happened to touch. Writing the free memory once before the rounds makes
+    them those of a machine that has run for a while (on a machine without the effect this costs a few
+    seconds and changes nothing). Returns the probe before and after and the seconds spent."""
+    before = first_touch_ms_per_mib()
+    blocks = int(max(0.0, min(gib, available_gib() - margin_gib)))
+    t = time.perf_counter()
+    if blocks:
+        subprocess.run([sys.executable, "-c", TOUCH, "1024", str(blocks)], capture_output=True, check=True)
+    spent = time.perf_counter() - t
+    return {
+        "gib": float(blocks),
+        "seconds": spent,
+        "ms_per_mib_before": before,
+        "ms_per_mib_after": first_touch_ms_per_mib(),
+    }
+
+
 def floors(gt: Path, res: Path, cwd: Path) -> dict[str, dict[str, float]]:
     return {k: timed([sys.executable, "-c", code, str(gt), str(res)], cwd) for k, code in FLOORS.items()}
 
@@ -377,6 +446,13 @@ def main() -> None:
         action="store_true",
         help="one more (untimed) run of each tool, its process tree's summed PSS sampled (the figure process too)",
     )
+    ap.add_argument(
+        "--warm-memory",
+        type=float,
+        default=0.0,
+        metavar="GIB",
+        help="first write this many GiB of free memory once (see warm_memory; e.g. 16 on a fresh virtual machine)",
+    )
     args = ap.parse_args()
     if args.stage_profile is not None:
         for k, v in stage_profile(args.stage_profile).items():
@@ -388,6 +464,10 @@ def main() -> None:
     if args.baseline is not None:
         compile_tree(Path(args.baseline))
     report: dict = {"loadavg_before": os.getloadavg(), "sets": {}}
+    if args.warm_memory > 0:
+        report["warm_memory"] = warm_memory(args.warm_memory)
+    report["first_touch_ms_per_mib"] = first_touch_ms_per_mib()
+    print(_touch_line(report))
     with tempfile.TemporaryDirectory() as tmp:
         root = args.files or Path(tmp)
         os.environ["DETCAL_CACHE_DIR"] = str(Path(tempfile.mkdtemp(prefix="compose-cache-", dir=tmp)))
@@ -421,6 +501,18 @@ def main() -> None:
             _print(name, entry)
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=1))
+
+
+def _touch_line(report: dict) -> str:
+    """The memory probe's line: first-write cost per MiB, and the warm-up's figures where one ran."""
+    line = f"first write of new memory: {report['first_touch_ms_per_mib']:.2f} ms/MiB in a fresh process"
+    w = report.get("warm_memory")
+    if w is not None:
+        line += (
+            f" (after writing {w['gib']:.0f} GiB once in {w['seconds']:.0f} s; before: "
+            f"{w['ms_per_mib_before']:.2f} ms/MiB)"
+        )
+    return line
 
 
 def _print(name: str, entry: dict) -> None:
