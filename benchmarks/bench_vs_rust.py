@@ -279,6 +279,7 @@ def stage_profile(prof: Path) -> dict[str, float]:
 
 PROFILE = """
 import importlib, json, runpy, sys, time
+import detcal.apps  # first, as in the command: its settings made before numpy loads (BLAS threads, huge pages)
 out, stages, sys.argv = sys.argv[1], json.loads(sys.argv[2]), ["detcal-evaluate"] + sys.argv[3:]
 spent = {}
 
