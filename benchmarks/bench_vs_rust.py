@@ -5,7 +5,6 @@
     python benchmarks/bench_vs_rust.py --sets 5k,20k,o365 --rounds 1 --files /tmp/bench   # the large sets too
     python benchmarks/bench_vs_rust.py --profile        # and the stage profile of the default 5k run (CPU seconds)
     python benchmarks/bench_vs_rust.py --tree-memory    # and every tool's whole process tree's memory (summed PSS)
-    python benchmarks/bench_vs_rust.py --warm-memory 16 # write 16 GiB of free memory once first (a fresh VM)
 
 Sets (made by :func:`detcal.data.synthetic.generate_coco_scale`, the generator
 of the other speed scripts, and cached with ``--files``): ``5k`` 5,000 images
@@ -55,15 +54,13 @@ a user's first run) and later rounds warm (a user's re-runs); ``--cold``
 keeps every round cold (a fresh cache folder per run).
 
 The header prints what a fresh process pays per MiB the first time it writes
-new memory (:func:`first_touch_ms_per_mib`). On a machine that has run for a
-while that is the kernel's zeroing, about 0.15 ms/MiB here; on a freshly
-booted virtual machine whose host backs guest memory on first use it was
-3.7 ms/MiB (1 GiB: 3.8 s against 0.16 s once touched), and large arrays
-(huge pages) kept landing in memory the guest had never touched, so the
-tools that allocate the most paid the most and their timings depended on
-the machine's history. ``--warm-memory GIB`` writes that much free memory
-once before the rounds (:func:`warm_memory`, never more than the memory
-available less 2 GiB).
+new memory (:func:`first_touch_ms_per_mib`): the kernel's zeroing, about
+0.11-0.19 ms/MiB on the machine of issue 29's thirteenth pass when the memory
+was freed moments before, but 3-4 ms/MiB there when the host had taken it
+back (a virtual machine that hands freed memory to its host within seconds:
+10-20 s after it was freed the cost was back at 3-4 ms/MiB). On such a
+machine every tool's timings depend on how much fresh memory it writes and
+on what ran just before; the probe says which state a run began in.
 """
 
 from __future__ import annotations
@@ -211,8 +208,6 @@ def tree_memory(cmd: list[str], cwd: Path, pythonpath: str | None = None, every:
     most processes seen at once. ``/usr/bin/time`` reports the largest single process's peak resident size;
     ``detcal-evaluate`` draws its figures in a second process that lives through the run, so its memory is
     the two processes' together (PSS counts a page shared by both once). Not timed: an extra run."""
-    import time
-
     with tempfile.TemporaryFile() as err:  # a file, not a pipe: a command's long stderr cannot stall it
         proc = subprocess.Popen(cmd, cwd=cwd, env=run_env(pythonpath), stdout=subprocess.DEVNULL, stderr=err)
         peak, most = 0, 1
@@ -388,40 +383,6 @@ def first_touch_ms_per_mib(mib: int = 256) -> float:
     return 1000.0 * float(out.stdout)
 
 
-def available_gib() -> float:
-    """MemAvailable of /proc/meminfo in GiB (0 where it cannot be read)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / (1 << 20)
-    except OSError:
-        pass
-    return 0.0
-
-
-def warm_memory(gib: float, margin_gib: float = 2.0) -> dict[str, float]:
-    """Write ``gib`` GiB once (at most what is available less ``margin_gib``), in one process, then free it.
-
-    On a virtual machine whose host backs guest memory on first use (e.g. a freshly booted microVM), memory
-    the guest never touched costs many times more to write the first time than memory it reuses, and large
-    arrays (huge pages) tend to land in untouched memory: every tool's timings then depend on how much of the
-    guest's memory earlier work happened to touch. Writing the free memory once before the rounds makes
-    them those of a machine that has run for a while (on a machine without the effect this costs a few
-    seconds and changes nothing). Returns the probe before and after and the seconds spent."""
-    before = first_touch_ms_per_mib()
-    blocks = int(max(0.0, min(gib, available_gib() - margin_gib)))
-    t = time.perf_counter()
-    if blocks:
-        subprocess.run([sys.executable, "-c", TOUCH, "1024", str(blocks)], capture_output=True, check=True)
-    spent = time.perf_counter() - t
-    return {
-        "gib": float(blocks),
-        "seconds": spent,
-        "ms_per_mib_before": before,
-        "ms_per_mib_after": first_touch_ms_per_mib(),
-    }
-
-
 def floors(gt: Path, res: Path, cwd: Path) -> dict[str, dict[str, float]]:
     return {k: timed([sys.executable, "-c", code, str(gt), str(res)], cwd) for k, code in FLOORS.items()}
 
@@ -447,13 +408,6 @@ def main() -> None:
         action="store_true",
         help="one more (untimed) run of each tool, its process tree's summed PSS sampled (the figure process too)",
     )
-    ap.add_argument(
-        "--warm-memory",
-        type=float,
-        default=0.0,
-        metavar="GIB",
-        help="first write this many GiB of free memory once (see warm_memory; e.g. 16 on a fresh virtual machine)",
-    )
     args = ap.parse_args()
     if args.stage_profile is not None:
         for k, v in stage_profile(args.stage_profile).items():
@@ -465,8 +419,6 @@ def main() -> None:
     if args.baseline is not None:
         compile_tree(Path(args.baseline))
     report: dict = {"loadavg_before": os.getloadavg(), "sets": {}}
-    if args.warm_memory > 0:
-        report["warm_memory"] = warm_memory(args.warm_memory)
     report["first_touch_ms_per_mib"] = first_touch_ms_per_mib()
     print(_touch_line(report))
     with tempfile.TemporaryDirectory() as tmp:
@@ -505,15 +457,8 @@ def main() -> None:
 
 
 def _touch_line(report: dict) -> str:
-    """The memory probe's line: first-write cost per MiB, and the warm-up's figures where one ran."""
-    line = f"first write of new memory: {report['first_touch_ms_per_mib']:.2f} ms/MiB in a fresh process"
-    w = report.get("warm_memory")
-    if w is not None:
-        line += (
-            f" (after writing {w['gib']:.0f} GiB once in {w['seconds']:.0f} s; before: "
-            f"{w['ms_per_mib_before']:.2f} ms/MiB)"
-        )
-    return line
+    """The memory probe's line: what a fresh process paid per MiB to write new memory."""
+    return f"first write of new memory: {report['first_touch_ms_per_mib']:.2f} ms/MiB in a fresh process"
 
 
 def _print(name: str, entry: dict) -> None:

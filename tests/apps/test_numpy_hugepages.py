@@ -47,7 +47,14 @@ def test_nothing_is_set_where_numpy_was_imported_first() -> None:
     assert out == _probe("import numpy")  # the same state as numpy alone
 
 
-def test_the_evaluate_command_runs_with_the_setting(tmp_path) -> None:
+def test_the_evaluate_command_runs_with_the_setting() -> None:
     """The command itself (its module as ``python -m`` runs it) imports the apps package before numpy."""
-    code = "import runpy, sys; sys.argv = ['detcal-evaluate', '--help']\ntry:\n    runpy.run_module('detcal.apps.evaluate', run_name='__main__')\nexcept SystemExit:\n    pass"
+    code = (
+        "import runpy, sys\n"
+        "sys.argv = ['detcal-evaluate', '--help']\n"
+        "try:\n"
+        "    runpy.run_module('detcal.apps.evaluate', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass"
+    )
     assert _probe(code).splitlines()[-1] == "0 False"
