@@ -661,8 +661,10 @@ def evaluate(
         t0 = time.perf_counter()
         release_memory()  # the free pages left by loading and matching, before the per-threshold samples
         kept: dict[Any, np.ndarray] = {}  # the considered detections' cells (narrow integers), read by diagnostics
-        conf, maps = confidence_blocks(spec, data, mr, feats, bar, extra, no_pos, kept) if conf_on else ({}, {})
+        held = [feats]  # the confidence block takes the only reference and lets the features go once read
         del feats  # made again after the accuracy and OCE stages (the same values): not held across their peaks
+        conf, maps = confidence_blocks(spec, data, mr, held, bar, extra, no_pos, kept) if conf_on else ({}, {})
+        del held
         timing["confidence"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         reg = _regression_block(spec, data, mr_reg, bar) if reg_on else Skipped("disabled")
