@@ -159,6 +159,14 @@ def relative_box_features(data: LoadedData, needed: bool) -> tuple[np.ndarray, i
     return feats, n_clipped, clipped
 
 
+def _held_features(data: LoadedData, needs_pos: bool) -> tuple[list[np.ndarray], int, np.ndarray, str | None]:
+    """:func:`relative_box_features` with the features in a list that the confidence block empties (it then holds
+    the only reference and lets them go once every grid's cells are made: :func:`confidence_blocks`), and the
+    reason box positions are missing when a measure reads them (:func:`_missing_sizes`; None otherwise)."""
+    feats, n_clipped, clipped = relative_box_features(data, needed=False)
+    return [feats], n_clipped, clipped, _missing_sizes(data, feats) if needs_pos else None
+
+
 def features_when_read(data: LoadedData) -> Callable[[], np.ndarray]:
     """``relative_box_features(data, needed=False)[0]`` made at the first call and kept: the same array at
     every call, not held before a stage reads it."""
@@ -654,17 +662,14 @@ def evaluate(
         mr, mr_reg, extra = match_data(data, spec, reg_on)
         require_detections(data)
         needs_pos = conf_on and (bool(spec.dece_binning.features) or bool(spec.confidence.maps))
-        feats, n_clipped, clipped = relative_box_features(data, needed=False)
-        no_pos = _missing_sizes(data, feats) if needs_pos else None
+        held, n_clipped, clipped, no_pos = _held_features(data, needs_pos)
         timing["match"] = time.perf_counter() - t0
         bar.total = 3 + (len(mr.iou_thresholds) - len(extra) if conf_on else 0)
         t0 = time.perf_counter()
         release_memory()  # the free pages left by loading and matching, before the per-threshold samples
         kept: dict[Any, np.ndarray] = {}  # the considered detections' cells (narrow integers), read by diagnostics
-        held = [feats]  # the confidence block takes the only reference and lets the features go once read
-        del feats  # made again after the accuracy and OCE stages (the same values): not held across their peaks
         conf, maps = confidence_blocks(spec, data, mr, held, bar, extra, no_pos, kept) if conf_on else ({}, {})
-        del held
+        del held  # made again after the accuracy and OCE stages (the same values): not held across their peaks
         timing["confidence"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         reg = _regression_block(spec, data, mr_reg, bar) if reg_on else Skipped("disabled")
