@@ -344,7 +344,7 @@ def profile(gt: Path, res: Path, root: Path, pythonpath: str | None = None) -> d
         raise SystemExit(f"the profiled run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     got = {"whole command": spent["whole command"]}
     got.update({label: spent.get(label, 0.0) for label, _, _ in STAGES})
-    system = {k: v for k, v in spent.items() if k.endswith(SYSTEM)}  # trees before the split: none
+    system = {k: v for k, v in spent.items() if k.endswith(SYSTEM)}  # each stage's kernel seconds
     got["start-up, Hydra, other"] = got["whole command"] - got["evaluate (in process)"] - got["write (files)"]
     inner = ("load", "match", "confidence block", "COCO AP/LRP shared matching", "COCO AP/AR", "localisation")
     inner += ("OCE", "box features")

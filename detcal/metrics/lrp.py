@@ -207,7 +207,7 @@ def _segment_cumsum(
     first row of each, ``np.searchsorted(seg, np.arange(n_seg))``, when known)."""
     c = np.cumsum(x, dtype=np.float64)
     if start is None:
-        start = np.searchsorted(seg, np.arange(n_seg, dtype=seg.dtype))
+        start = np.searchsorted(seg, np.arange(n_seg))  # int64 ids: any segment count, whatever seg's type
     base = np.zeros(n_seg)  # the sum before each segment's start
     later = start > 0
     base[later] = c[start[later] - 1]
