@@ -1,6 +1,6 @@
 """detcal-evaluate against the compiled COCO evaluators, interleaved on the same files (issue 29).
 
-    pip install -e '.[bench]'                       # hotcoco, ultrafast-pycocotools, faster-coco-eval (wheels)
+    pip install -e '.[bench]'                       # hotcoco, ultrafast-pycocotools, faster-coco-eval, polars (wheels)
     python benchmarks/bench_vs_rust.py                  # the 5,000-image set (~300k detections), 2 interleaved rounds
     python benchmarks/bench_vs_rust.py --sets 5k,20k,o365 --rounds 1 --files /tmp/bench   # the large sets too
     python benchmarks/bench_vs_rust.py --profile        # and the stage profile of the default 5k run (CPU seconds)
@@ -399,6 +399,55 @@ def floors(gt: Path, res: Path, cwd: Path) -> dict[str, dict[str, float]]:
     return {k: timed([sys.executable, "-c", code, str(gt), str(res)], cwd) for k, code in FLOORS.items()}
 
 
+# The CSV writer against a compiled one, in one process on the same columns: detcal's writer
+# (detcal.reports.detections_csv.write_columns_csv) and polars' (Rust, its own threads), best of three
+# each, interleaved. The columns are read back from the default run's detections.csv (flags as bool, as
+# detcal holds them; polars is given them as 0/1 integers, the text detcal writes). CPU is the process's
+# (every thread); the lines whose text differs are counted (polars writes no exponent: 0.00002 for 2e-05).
+CSV_FLOOR = """
+import json, sys, time
+import detcal.apps  # the command's settings (one BLAS thread, no huge pages) before numpy loads
+import polars as pl
+from detcal.reports.detections_csv import write_columns_csv
+src, out = sys.argv[1], sys.argv[2]
+df = pl.read_csv(src)
+flags = [c for c in df.columns if c in ("considered", "clipped") or c.startswith(("matched@", "ignored@"))]
+cols = {c: df[c].to_numpy().astype(bool) if c in flags else df[c].to_numpy() for c in df.columns}
+as_text = df.with_columns([pl.col(c).cast(pl.UInt8) for c in flags])
+write = {"detcal": lambda: write_columns_csv(out + ".detcal", cols), "polars": lambda: as_text.write_csv(out + ".polars")}
+best = {k: {"cpu": 1e9, "wall": 1e9} for k in write}
+for _ in range(3):
+    for k, f in write.items():
+        c, w = time.process_time(), time.perf_counter()
+        f()
+        c, w = time.process_time() - c, time.perf_counter() - w
+        best[k] = {"cpu": min(best[k]["cpu"], c), "wall": min(best[k]["wall"], w)}
+a, b = (open(out + s, "rb").read().split(b"\\n") for s in (".detcal", ".polars"))
+best["lines differing"] = sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b))
+best["equal to the run file"] = open(out + ".detcal", "rb").read() == open(src, "rb").read()
+print(json.dumps(best))
+"""
+
+
+def csv_floor(csv: Path, cwd: Path) -> dict | None:
+    """:data:`CSV_FLOOR` on the default run's ``csv`` (None without polars, the ``[bench]`` extra)."""
+    try:
+        import polars  # noqa: F401  (lazy: only its presence is checked here)
+    except ImportError:
+        return None
+    out = Path(tempfile.mkdtemp(prefix="csv-floor-", dir=cwd)) / "columns.csv"
+    proc = subprocess.run(
+        [sys.executable, "-c", CSV_FLOOR, str(csv), str(out)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=run_env(None),
+    )
+    if proc.returncode:
+        raise SystemExit(f"the CSV floor failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sets", default="5k", help="comma-separated: 5k, 20k, o365")
@@ -412,7 +461,11 @@ def main() -> None:
     ap.add_argument(
         "--baseline", default=None, help="a detcal source tree (e.g. a checkout of main) timed beside this one"
     )
-    ap.add_argument("--floors", action="store_true", help="also time the floors (start-up, imports, bare decode)")
+    ap.add_argument(
+        "--floors",
+        action="store_true",
+        help="also time the floors (start-up, imports, bare decode; detections.csv against polars' writer)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     ap.add_argument("--cold", action="store_true", help="every detcal run with an empty configuration cache")
     ap.add_argument(
@@ -462,6 +515,8 @@ def main() -> None:
                     entry["baseline_stages"] = profile(gt, res, Path(tmp), args.baseline)
             if args.floors:
                 entry["floors"] = floors(gt, res, Path(tmp))
+                written = rd / "default" / "detections.csv"  # the last round's default run
+                entry["csv_floor"] = csv_floor(written, Path(tmp)) if written.exists() else None
             report["sets"][name] = entry
             _print(name, entry)
     if args.json is not None:
@@ -495,6 +550,16 @@ def _print(name: str, entry: dict) -> None:
         print(line + ("" if was is None else f"   baseline {was:7.2f} s"))
     for k, r in entry.get("floors", {}).items():
         print(f"  floor {k:44s} wall {r['wall']:6.2f} s  CPU {r['cpu']:6.2f} s  peak {r['peak_mb']:5.0f} MB")
+    cf = entry.get("csv_floor")
+    if cf:
+        for k in ("detcal", "polars"):
+            print(
+                f"  floor detections.csv written by {k:13s} (same columns)   wall {cf[k]['wall']:6.2f} s  CPU {cf[k]['cpu']:6.2f} s"
+            )
+        print(
+            f"  floor detections.csv: {cf['lines differing']} lines differ (exponents); detcal's equal to the run's: "
+            f"{cf['equal to the run file']}"
+        )
 
 
 if __name__ == "__main__":

@@ -5,12 +5,12 @@ and VOC readings of the same boxes give the same numbers."""
 from __future__ import annotations
 
 import filecmp
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from support.scripts import load_script
 
 import detcal
 from detcal.data.formats import get_format
@@ -24,11 +24,7 @@ EX = REPO / "examples"
 
 
 def _script() -> Any:
-    spec = importlib.util.spec_from_file_location("make_format_examples", REPO / "scripts" / "make_format_examples.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("scripts/make_format_examples.py")
 
 
 def _same_tree(a: Path, b: Path) -> None:

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-REPO = Path(__file__).resolve().parents[2]
+from support.scripts import load_script
 
 
 def _script() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_objects365", REPO / "benchmarks" / "bench_objects365.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/bench_objects365.py")
 
 
 def test_every_one_of_the_365_classes_is_reached_and_the_map_is_a_function_of_image_and_class() -> None:
