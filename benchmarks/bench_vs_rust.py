@@ -366,9 +366,15 @@ FLOORS = {
         "load_coco_results(sys.argv[2], load_coco_instances(sys.argv[1]))"
     ),
     "import detcal.apps.evaluate (no Hydra)": "import detcal.apps.evaluate, detcal.pipeline.evaluation",
+    "import matplotlib as the figure process does": (
+        "import detcal.apps, numpy, PIL.Image; from detcal.reports.plots import import_matplotlib_for_drawing; "
+        "import_matplotlib_for_drawing()"
+    ),
 }
 """Floors of the stages: what the interpreter, the imports and a bare JSON decode cost by themselves
 (detcal's loader decodes straight into typed records with msgspec, below the generic decode to dicts).
+The figure process imports matplotlib (its drawing modules, without the artists' ``set()`` docstrings)
+before it draws: that import less the one of numpy is a floor of the figures' CPU.
 ``import detcal.apps`` first runs numpy's OpenBLAS on one thread, as every detcal command does (its
 default pool of threads costs about 0.05 s of CPU at the import alone)."""
 
