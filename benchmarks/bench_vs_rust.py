@@ -416,7 +416,7 @@ import detcal.apps  # the command's settings (one BLAS thread, no huge pages) be
 import polars as pl
 from detcal.reports.detections_csv import write_columns_csv
 src, out = sys.argv[1], sys.argv[2]
-df = pl.read_csv(src)
+df = pl.read_csv(src, infer_schema_length=None)  # every row read for the column types, not the first 100
 flags = [c for c in df.columns if c in ("considered", "clipped") or c.startswith(("matched@", "ignored@"))]
 cols = {c: df[c].to_numpy().astype(bool) if c in flags else df[c].to_numpy() for c in df.columns}
 as_text = df.with_columns([pl.col(c).cast(pl.UInt8) for c in flags])
