@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
+import json
 import subprocess
 import sys
 import tempfile
@@ -104,29 +106,27 @@ def main() -> None:
             "output.detections_csv=false",
             "output.print_summary=false",
             "output.progress=false",
-            f"hydra.run.dir={root / 'run'}",
         ]
         coco_cmd = [sys.executable, "-c", PYCOCO, str(gt), str(res)]
         no_acc = detcal_cmd + ["accuracy.enabled=false", "localisation.enabled=false"]
-        import json
+        runs = itertools.count()
+        last_run: list[Path] = []
+
+        def detcal(cmd: list[str]) -> float:
+            """Wall seconds of one run of ``cmd`` in a run directory of its own (a run directory holds one run)."""
+            last_run[:] = [root / f"run{next(runs)}"]
+            return timed(cmd + [f"hydra.run.dir={last_run[0]}"], root)[0]
 
         def stages() -> dict:
-            return json.loads((root / "run" / "metrics.json").read_text()).get("timing_s", {})
+            return json.loads((last_run[0] / "metrics.json").read_text()).get("timing_s", {})
 
-        t_cal = min(timed(no_acc, root)[0] for _ in range(args.repeat))
+        par = [f"parallel.workers={args.workers}"]
+        t_cal = min(detcal(no_acc) for _ in range(args.repeat))
         timing_cal = stages()
-        t_par = (
-            min(timed(no_acc + [f"parallel.workers={args.workers}"], root)[0] for _ in range(args.repeat))
-            if args.workers > 1
-            else None
-        )
-        t_det = min(timed(detcal_cmd, root)[0] for _ in range(args.repeat))
+        t_par = min(detcal(no_acc + par) for _ in range(args.repeat)) if args.workers > 1 else None
+        t_det = min(detcal(detcal_cmd) for _ in range(args.repeat))
         timing = stages()
-        t_det_par = (
-            min(timed(detcal_cmd + [f"parallel.workers={args.workers}"], root)[0] for _ in range(args.repeat))
-            if args.workers > 1
-            else None
-        )
+        t_det_par = min(detcal(detcal_cmd + par) for _ in range(args.repeat)) if args.workers > 1 else None
         t_coco = min(timed(coco_cmd, root)[0] for _ in range(args.repeat))
     print(
         f"{args.images} images, {n} detections ({size:.0f} MB results JSON), 10 IoU thresholds, "

@@ -27,8 +27,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -154,7 +156,11 @@ def main() -> None:
     rows = []
     for m in args.sizes:
         gt, res, n = make_files(args.cache, m, args.seed)
-        wall, rss, timing = run(gt, res, args.cache / f"run_{m:g}M", extra)
+        run_dir = Path(tempfile.mkdtemp(prefix=f"run_{m:g}M-", dir=args.cache))  # a run directory holds one run
+        try:
+            wall, rss, timing = run(gt, res, run_dir, extra)
+        finally:
+            shutil.rmtree(run_dir, ignore_errors=True)
         rows.append((n, res.stat().st_size / 1e6, wall, rss, timing))
         print(f"{n:>11,} detections {rows[-1][1]:8.0f} MB  {wall:8.1f} s  peak RSS {rss:8.0f} MB  {timing}", flush=True)
     print(f"\nload average: {os.getloadavg()}")
