@@ -3,15 +3,12 @@ one, and passes equal files whose layout moved a skipped block."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("compare_metrics", ROOT / "scripts" / "compare_metrics.py")
-assert spec and spec.loader
-cm = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(cm)
+from support.scripts import load_script
+
+cm = load_script("scripts/compare_metrics.py")
 
 
 def _write(d: Path, doc: dict) -> Path:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support.scripts import load_script
 
 from detcal.core.types import COORDS
 from detcal.metrics.spaces import RegressionSample
@@ -319,12 +320,7 @@ def test_dataloader_workers_do_not_change_the_trained_weights(tmp_path: Path) ->
 
 
 def _script(name: str) -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(f"scripts/{name}.py")
 
 
 def _fake_table(ence_before: float, ence_after: float, cv: float, s: float) -> dict[str, Any]:
