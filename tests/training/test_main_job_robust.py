@@ -319,10 +319,6 @@ def test_dataloader_workers_do_not_change_the_trained_weights(tmp_path: Path) ->
         assert torch.equal(states[0][k], states[1][k]), k
 
 
-def _script(name: str) -> Any:
-    return load_script(f"scripts/{name}.py")
-
-
 def _fake_table(ence_before: float, ence_after: float, cv: float, s: float) -> dict[str, Any]:
     rows = {
         "ENCE before calibration": dict.fromkeys(COORDS, ence_before),
@@ -334,7 +330,7 @@ def _fake_table(ence_before: float, ence_after: float, cv: float, s: float) -> d
 
 
 def test_seed_study_spread_and_fixture_tolerance_by_hand() -> None:
-    seeds_mod, rec = main_job_seeds, _script("record_main_fixture")
+    seeds_mod, rec = main_job_seeds, load_script("scripts/record_main_fixture.py")
     runs = {
         "a": {"table": _fake_table(0.30, 0.08, 0.40, 1.2)},
         "b": {"table": _fake_table(0.36, 0.10, 0.43, 1.3)},
